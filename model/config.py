@@ -1,0 +1,206 @@
+"""Model configuration for the looped (depth-recurrent) decoder and its iso-depth constructors.
+
+Architecture: prelude (``n_prelude`` unique layers) -> a shared block of ``n_recur_block`` layers applied
+``r`` times -> coda (``n_coda`` unique layers). Effective depth ``n_prelude + r * n_recur_block + n_coda``
+(Schwethelm, Rueckert & Kaissis 2026, arXiv 2604.21106, Sec. 3 and App. C).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+Injection = Literal["linear", "additive", "passthrough", "hyperconnect"]
+INJECTIONS: tuple[str, ...] = ("linear", "additive", "passthrough", "hyperconnect")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopedConfig:
+    """Configuration of one looped decoder.
+
+    Fields are validated in ``__post_init__``; every violation raises ``ValueError`` naming the field,
+    the value and the rule. ``injection=None`` resolves to ``"passthrough"`` for ``r == 1`` (the paper's
+    plain r = 1 baseline, which has no injection) and ``"linear"`` otherwise; ``bptt_k=None`` resolves to
+    ``r`` (full backpropagation through time).
+    """
+
+    vocab_size: int = 256
+    """Vocabulary size V (padded size for the paper preset: 32064)."""
+    seq_len: int = 128
+    """Context length T in tokens."""
+    d_model: int = 64
+    """Residual width d."""
+    head_dim: int = 16
+    """Attention head dimension; n_heads = d_model // head_dim."""
+    n_prelude: int = 0
+    """Unique layers before the loop (run once)."""
+    n_recur_block: int = 10
+    """Layers in the shared block (run r times)."""
+    n_coda: int = 0
+    """Unique layers after the loop (run once)."""
+    r: int = 1
+    """Number of recurrences of the shared block."""
+    injection: Injection | None = None
+    """How the prelude output e enters each recurrence: linear u = W[e||h] (W init [I|0]), additive u = h + e,
+    passthrough u = h, or hyperconnect (K lanes, per-iteration alpha/M/beta)."""
+    bptt_k: int | None = None
+    """Truncated BPTT: only the last bptt_k recurrences carry gradient (None -> r, full BPTT)."""
+    hc_lanes: int = 2
+    """Hyperconnection lanes K (only used with injection='hyperconnect')."""
+    logit_softcap: float = 15.0
+    """Logits are soft-capped as c * tanh(z / c) (0 disables)."""
+    norm_eps: float = 1e-6
+    """RMSNorm epsilon."""
+    rope_base: float = 10000.0
+    """RoPE base theta."""
+    mlp_ratio: int = 4
+    """MLP hidden width = mlp_ratio * d_model (squared ReLU)."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "seq_len", "d_model", "head_dim", "n_recur_block", "hc_lanes", "mlp_ratio"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("n_prelude", "n_coda"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+        if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 1:
+            raise ValueError(f"r must be an integer >= 1, got {self.r!r}")
+        if self.d_model % self.head_dim != 0:
+            raise ValueError(
+                f"d_model must be divisible by head_dim: d_model={self.d_model}, head_dim={self.head_dim} "
+                f"(try d_model={(self.d_model // self.head_dim + 1) * self.head_dim})"
+            )
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        inj = self.injection
+        if inj is None:
+            inj = "passthrough" if self.r == 1 else "linear"
+            object.__setattr__(self, "injection", inj)
+        if inj not in INJECTIONS:
+            raise ValueError(f"injection must be one of {INJECTIONS}, got {inj!r}")
+        if self.r == 1 and inj != "passthrough":
+            raise ValueError(f"injection must be 'passthrough' when r = 1 (no recurrence to inject into), got {inj!r}")
+        k = self.r if self.bptt_k is None else self.bptt_k
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.r:
+            raise ValueError(f"bptt_k must be an integer in [1, r={self.r}], got {self.bptt_k!r}")
+        object.__setattr__(self, "bptt_k", k)
+        if inj == "hyperconnect":
+            if self.hc_lanes < 2:
+                raise ValueError(f"hc_lanes must be >= 2 with injection='hyperconnect', got {self.hc_lanes}")
+            if k < self.r:
+                raise ValueError(
+                    f"bptt_k must equal r with injection='hyperconnect' (got bptt_k={k}, r={self.r}); "
+                    "truncated BPTT with hyperconnections is not supported (as in the paper's code)"
+                )
+        if self.logit_softcap < 0:
+            raise ValueError(f"logit_softcap must be >= 0, got {self.logit_softcap}")
+        if self.norm_eps <= 0:
+            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
+
+    @property
+    def n_heads(self) -> int:
+        """Number of attention heads, d_model // head_dim."""
+        return self.d_model // self.head_dim
+
+    @property
+    def effective_depth(self) -> int:
+        """Executed layers per token: n_prelude + r * n_recur_block + n_coda."""
+        return self.n_prelude + self.r * self.n_recur_block + self.n_coda
+
+    def replace(self, **changes) -> LoopedConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Plain-dict form (JSON/Parquet friendly)."""
+        return dataclasses.asdict(self)
+
+
+def valid_r(effective_depth: int, n_prelude: int, n_coda: int) -> list[int]:
+    """The r values for which ``iso_depth`` can build a model at this depth (r = 1 always works)."""
+    looped = effective_depth - n_prelude - n_coda
+    return [1] + [r for r in range(2, looped + 1) if looped % r == 0]
+
+
+def iso_depth(
+    d_model: int,
+    r: int,
+    *,
+    effective_depth: int,
+    n_prelude: int,
+    n_coda: int,
+    **kwargs,
+) -> LoopedConfig:
+    """Build the iso-depth config at recurrence ``r`` (paper Sec. 3.1).
+
+    r = 1 gives ``effective_depth`` unique layers with no prelude, coda or injection (passthrough);
+    r > 1 gives ``n_prelude`` + (``effective_depth`` - n_prelude - n_coda) / r shared layers x r + ``n_coda``.
+    Extra keyword arguments (``vocab_size``, ``seq_len``, ``head_dim``, ``injection``, ``bptt_k``, ...)
+    are passed to :class:`LoopedConfig`.
+
+    Raises:
+        ValueError: r < 1, a looped depth that r does not divide (the message lists the valid r), or any
+            invalid :class:`LoopedConfig` field.
+    """
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise ValueError(f"r must be an integer >= 1, got {r!r}")
+    looped = effective_depth - n_prelude - n_coda
+    if effective_depth <= 0 or looped <= 0:
+        raise ValueError(
+            f"effective_depth must exceed n_prelude + n_coda: effective_depth={effective_depth}, "
+            f"n_prelude={n_prelude}, n_coda={n_coda}"
+        )
+    if r == 1:
+        return LoopedConfig(d_model=d_model, n_prelude=0, n_recur_block=effective_depth, n_coda=0, r=1, **kwargs)
+    if looped % r != 0:
+        raise ValueError(
+            f"r={r} must divide the looped depth (effective_depth - n_prelude - n_coda = {looped}); "
+            f"valid r: {valid_r(effective_depth, n_prelude, n_coda)}"
+        )
+    return LoopedConfig(d_model=d_model, n_prelude=n_prelude, n_recur_block=looped // r, n_coda=n_coda, r=r, **kwargs)
+
+
+# --- presets -------------------------------------------------------------------------------------------
+
+PAPER = dict(vocab_size=32064, seq_len=2048, head_dim=128, effective_depth=20, n_prelude=2, n_coda=2)
+"""The paper's preset (Sec. 3, App. C): d = 64 s, head dim 128, T = 2048, V = 32064 (padded), depth 2 + 16 + 2."""
+
+CPU = dict(vocab_size=256, seq_len=128, head_dim=16, effective_depth=10, n_prelude=1, n_coda=1)
+"""CPU family: byte vocabulary, short context, depth 1 + 8 + 1 so that r in {1, 2, 4, 8} all divide the loop.
+Chosen, not measured from the paper: widths 32-128 train at >= 3k tokens/s on one CPU thread."""
+
+PRESETS = {"paper": PAPER, "cpu": CPU}
+
+
+def preset_config(
+    preset: str,
+    *,
+    r: int,
+    d_model: int | None = None,
+    width_scale: int | None = None,
+    **overrides,
+) -> LoopedConfig:
+    """Config for ``preset`` ('paper' or 'cpu') at recurrence ``r``.
+
+    Width: ``d_model`` directly, or ``width_scale`` s with d = 64 s (paper convention; also accepted for 'cpu').
+    ``overrides`` may change any preset key (``seq_len``, ``vocab_size``, ``head_dim``, ``effective_depth``,
+    ``n_prelude``, ``n_coda``) or pass :class:`LoopedConfig` fields (``injection``, ``bptt_k``, ``hc_lanes``...).
+
+    Raises:
+        ValueError: unknown preset, both or neither of d_model / width_scale, or an invalid config.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    if (d_model is None) == (width_scale is None):
+        raise ValueError("give exactly one of d_model or width_scale")
+    if width_scale is not None:
+        if width_scale <= 0:
+            raise ValueError(f"width_scale must be positive, got {width_scale}")
+        d_model = 64 * width_scale
+    base = dict(PRESETS[preset])
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    eff, pre, coda = base.pop("effective_depth"), base.pop("n_prelude"), base.pop("n_coda")
+    return iso_depth(d_model, r, effective_depth=eff, n_prelude=pre, n_coda=coda, **base)

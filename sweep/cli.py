@@ -1,0 +1,42 @@
+"""The ``loopscale`` console script: one thin command per pipeline stage.
+
+Each stage's command lives next to its library code (``loopscale.model.cli``, ``loopscale.fit.cli``,
+``loopscale.sweep.commands``) and is registered here. Heavy imports (torch, ray, matplotlib) happen inside
+the commands, so ``loopscale --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Iso-depth scaling laws for looped language models: measure what one recurrence is worth (phi).",
+)
+
+
+def _register() -> None:
+    from loopscale.fit import cli as fit_cli
+    from loopscale.model import cli as model_cli
+    from loopscale.sweep import commands as sweep_cmds
+
+    app.add_typer(model_cli.model_app, name="model")
+    app.command("train")(model_cli.train_cmd)
+    app.command("fit")(fit_cli.fit_cmd)
+    app.command("report")(fit_cli.report_cmd)
+    app.command("tune-lr")(sweep_cmds.tune_lr_cmd)
+    app.command("sweep")(sweep_cmds.sweep_cmd)
+    app.command("run")(sweep_cmds.run_cmd)
+
+
+_register()
+
+
+def main() -> None:
+    """Entry point of the ``loopscale`` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
