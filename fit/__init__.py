@@ -1,1 +1,47 @@
-"""placeholder"""
+"""Scaling-law fitting for loopscale: laws, the Huber-LSE multi-start fitter, Ray-parallel bootstrap, derived tools.
+
+Public API (import from ``loopscale.fit``; heavy libraries load lazily)::
+
+    fit_law(table, law="joint", phi=None, starts=500, seed=0, delta=1e-3) -> FitResult
+    bootstrap(table, law="joint", B=200, block_by="default", seed=0, workers=None, address=None, starts=500)
+    compare_variants(table, baseline=None, B=200, ...)
+    equivalence(N_once, N_rec, r, phi), compute_optimal_frontier(fit, flops, budgets), isoflop_parabolas(table)
+    write_fit_outputs(out_dir, fit, boot)
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__all__ = [
+    "BootstrapResult",
+    "FitResult",
+    "bootstrap",
+    "compare_variants",
+    "compute_optimal_frontier",
+    "equivalence",
+    "fit_law",
+    "isoflop_parabolas",
+    "make_law",
+    "write_fit_outputs",
+]
+
+_WHERE = {
+    "BootstrapResult": "loopscale.fit.bootstrapping",
+    "bootstrap": "loopscale.fit.bootstrapping",
+    "FitResult": "loopscale.fit.fitter",
+    "fit_law": "loopscale.fit.fitter",
+    "compare_variants": "loopscale.fit.variants",
+    "compute_optimal_frontier": "loopscale.fit.derived",
+    "equivalence": "loopscale.fit.derived",
+    "isoflop_parabolas": "loopscale.fit.derived",
+    "make_law": "loopscale.fit.laws",
+    "write_fit_outputs": "loopscale.fit.outputs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'loopscale.fit' has no attribute {name!r}")

@@ -11,7 +11,6 @@ import json
 import sys
 
 import typer
-
 from loopscale.model.config import LoopedConfig, preset_config
 
 model_app = typer.Typer(no_args_is_help=True, help="Inspect looped model configurations.")
@@ -65,21 +64,41 @@ def info_cmd(
     r: int = typer.Option(1, "--r", help="Recurrences of the shared block."),
     d_model: int | None = typer.Option(None, "--d-model", help="Residual width d."),
     width_scale: int | None = typer.Option(None, "--width-scale", help="Width scale s (d = 64 s)."),
-    bptt_k: int | None = typer.Option(None, "--bptt-k", help="Truncated BPTT: last k recurrences get gradient."),
+    bptt_k: int | None = typer.Option(
+        None, "--bptt-k", help="Truncated BPTT: last k recurrences get gradient."
+    ),
     injection: str | None = typer.Option(None, help="linear | additive | passthrough | hyperconnect."),
     hc_lanes: int = typer.Option(2, "--hc-lanes", help="Hyperconnection lanes K."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Override the preset's context length T."),
     vocab_size: int | None = typer.Option(None, "--vocab-size", help="Override the preset's vocabulary V."),
     effective_depth: int | None = typer.Option(None, "--effective-depth", help="Override effective depth."),
+    head_dim: int | None = typer.Option(None, "--head-dim", help="Override the preset's attention head dim."),
+    n_prelude: int | None = typer.Option(None, "--n-prelude", help="Override prelude layers (r > 1)."),
+    n_coda: int | None = typer.Option(None, "--n-coda", help="Override coda layers (r > 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Unique parameters (N_once, N_rec, N_unique), FLOPs per token and layer layout of one config."""
+    """Unique parameters (N_once, N_rec, N_unique), FLOPs per token and layer layout of one config.
+
+    Keys: N_once, N_rec, N_unique, N_embedding, N_total (params), flops_per_token (training, forward + backward,
+    FLOPs/token), flops_per_token_forward, and the layer layout (see loopscale.model.accounting.model_info).
+    """
     from loopscale.model.accounting import model_info
 
     try:
         cfg = config_from_flags(
-            preset, r, d_model, width_scale, bptt_k, injection, hc_lanes, seq_len, vocab_size,
+            preset,
+            r,
+            d_model,
+            width_scale,
+            bptt_k,
+            injection,
+            hc_lanes,
+            seq_len,
+            vocab_size,
+            head_dim=head_dim,
             effective_depth=effective_depth,
+            n_prelude=n_prelude,
+            n_coda=n_coda,
         )
     except ValueError as e:
         _fail(str(e))

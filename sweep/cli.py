@@ -18,16 +18,18 @@ app = typer.Typer(
 
 def _register() -> None:
     from loopscale.fit import cli as fit_cli
+    from loopscale.fit import run_report
     from loopscale.model import cli as model_cli
     from loopscale.sweep import commands as sweep_cmds
+    from loopscale.sweep import run as run_pipeline
 
     app.add_typer(model_cli.model_app, name="model")
     app.command("train")(model_cli.train_cmd)
     app.command("fit")(fit_cli.fit_cmd)
-    app.command("report")(fit_cli.report_cmd)
+    app.command("report")(run_report.report_cmd)
     app.command("tune-lr")(sweep_cmds.tune_lr_cmd)
     app.command("sweep")(sweep_cmds.sweep_cmd)
-    app.command("run")(sweep_cmds.run_cmd)
+    app.command("run")(run_pipeline.run_cmd)
 
 
 _register()

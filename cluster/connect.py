@@ -1,0 +1,244 @@
+"""One place that decides how loopscale reaches Ray: start the embedded local Ray, or join a cluster.
+
+``ray_session`` is the only function in loopscale that calls ``ray.init`` / ``ray.shutdown``. Every
+Ray-using command (``tune-lr``, ``sweep``, ``fit --workers``, ``run``) enters it with the options from
+``loopscale.cluster.options``.
+
+Behaviour (Ray 2.60, checked against ``ray/_private/worker.py``):
+
+* Ray already initialised in this process (e.g. a test built a ``ray.cluster_utils.Cluster`` and called
+  ``ray.init(address=cluster.address)``): it is reused as is and never shut down by us.
+* ``address=None`` and no ``RAY_ADDRESS`` in the environment: start the embedded local Ray with the given
+  CPUs/GPUs, session dir ``temp_dir`` (else ``RAY_TMPDIR``, else Ray's default ``<system temp>/ray``),
+  dashboard off. Shut down on exit.
+* ``address=None`` with ``RAY_ADDRESS`` set (``ray job submit`` sets it for the job's entrypoint): join
+  that cluster; never shut it down.
+* ``address="auto"`` (the cluster started on this machine by ``ray start --head``), ``"host:port"`` (a
+  GCS address) or ``"ray://host:port"`` (Ray Client): join; never shut it down.
+
+Networking, as Ray 2.60 does it: the dashboard (when a user turns it on) binds to ``dashboard_host``,
+whose default is the loopback address, and we keep that. The GCS, raylet and object-manager ports
+cannot be bound to loopback: ``ray.init(_node_ip_address="127.0.0.1")`` is rewritten by
+``services.resolve_ip_for_localhost`` to the machine's own non-loopback address, and the sockets listen on
+all interfaces (``*:port``), so we do not pass ``_node_ip_address`` at all. The embedded Ray is therefore
+reachable on the machine's own address while it runs; keep the machine behind a firewall (see the
+README's cluster section: a Ray cluster must never be reachable from untrusted networks).
+
+Authentication: Ray 2.60 turns token auth on by default; the first start writes ``~/.ray/auth_token``
+and every worker/driver must present it. We leave that on. A user who wants it off (e.g. throwaway CI)
+sets ``RAY_AUTH_MODE=disabled`` in the environment of every Ray process (head, workers and driver); we
+never read, copy or log the token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["RayInfo", "ray_session", "validate_address", "driver_thread_env"]
+
+_HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5})$")
+
+#: Thread-count variables set for the driver process (numpy/scipy/torch in the driver, e.g. the
+#: bootstrap fits, would otherwise oversubscribe the cores the trials run on; measured 3-33x slower,
+#: ``shared/notes/ray_tune_on_this_machine.md`` section 4).
+DRIVER_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayInfo:
+    """What ``ray_session`` connected to.
+
+    Attributes:
+        address: the GCS address (``host:port``) of the cluster, or the ``ray://`` URL for Ray Client.
+        started_by_us: True when ``ray_session`` started this Ray and will shut it down on exit.
+        cpus: total ``CPU`` resource of the cluster (alive nodes) when the session was entered.
+        gpus: total ``GPU`` resource of the cluster when the session was entered.
+        nodes: number of alive nodes (head included) when the session was entered.
+        temp_dir: the Ray session root directory when known locally, else None.
+    """
+
+    address: str
+    started_by_us: bool
+    cpus: float
+    gpus: float
+    nodes: int
+    temp_dir: str | None = None
+
+
+def validate_address(address: str | None) -> str | None:
+    """Check a Ray address before anything starts.
+
+    Args:
+        address: None (embedded local Ray, or ``RAY_ADDRESS`` if set), ``"auto"``, ``"host:port"`` or
+            ``"ray://host:port"``.
+
+    Returns:
+        The address, stripped (None stays None; an empty string becomes None).
+
+    Raises:
+        ValueError: naming ``address`` and the valid forms when it is none of them.
+    """
+    if address is None:
+        return None
+    a = address.strip()
+    if a == "":
+        return None
+    if a == "auto":
+        return a
+    rest = a[len("ray://") :] if a.startswith("ray://") else a
+    m = _HOST_PORT.match(rest)
+    if m is None or not (0 < int(m.group("port")) < 65536):
+        raise ValueError(
+            f"address={address!r} is not a Ray address; use 'auto' (a cluster started on this machine with "
+            "`ray start --head`), 'host:port' (e.g. '10.0.0.5:6379') or 'ray://host:port' (Ray Client, e.g. "
+            "'ray://head:10001'), or leave it unset for the embedded local Ray"
+        )
+    return a
+
+
+def _validate_local_options(num_cpus: int | None, num_gpus: int | None, temp_dir: str | None) -> None:
+    if num_cpus is not None:
+        if isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1:
+            raise ValueError(f"num_cpus={num_cpus!r} must be a whole number >= 1 (e.g. num_cpus=2), or None")
+    if num_gpus is not None:
+        if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 0:
+            raise ValueError(f"num_gpus={num_gpus!r} must be a whole number >= 0 (e.g. num_gpus=0), or None")
+        if num_gpus > 0:
+            import torch  # lazy: only when GPUs are asked for
+
+            if not torch.cuda.is_available():
+                raise ValueError(
+                    f"num_gpus={num_gpus} but torch.cuda.is_available() is False on this machine; "
+                    "use num_gpus=0 (or leave it unset) here, or pass address= to join a cluster with GPUs"
+                )
+            have = torch.cuda.device_count()
+            if num_gpus > have:
+                raise ValueError(
+                    f"num_gpus={num_gpus} but this machine has {have} CUDA device(s); use <= {have}"
+                )
+    if temp_dir is not None and not os.path.isabs(temp_dir):
+        raise ValueError(
+            f"temp_dir={temp_dir!r} must be an absolute path (Ray requires it), e.g. {os.path.abspath(temp_dir)!r}"
+        )
+    if temp_dir is not None and len(temp_dir) > 60:
+        # Ray's raylet/plasma UNIX socket paths live under it; AF_UNIX paths are limited to 107 bytes.
+        raise ValueError(
+            f"temp_dir={temp_dir!r} is {len(temp_dir)} characters; Ray puts UNIX sockets under it, whose "
+            "paths are limited to 107 bytes: use a short absolute path (<= 60 characters), e.g. '/tmp/lsray'"
+        )
+
+
+@contextlib.contextmanager
+def driver_thread_env(threads: int = 1) -> Iterator[None]:
+    """Set ``OMP/OPENBLAS/MKL_NUM_THREADS`` for this (driver) process while the block runs, when unset.
+
+    Variables the user already set are left alone. On exit the previous values are restored.
+    Call it *after* Ray has started its processes: raylet and workers inherit the environment at
+    start, and a preset ``OMP_NUM_THREADS`` would stop Ray from giving each trial as many threads as
+    CPUs it holds (``ray/_private/utils.py: set_omp_num_threads_if_unset``). Libraries read these at
+    load time (OpenBLAS) or on first use (torch intra-op pool), so it helps code that loads them later.
+    """
+    if threads < 1:
+        raise ValueError(f"threads={threads} must be >= 1")
+    saved = {k: os.environ.get(k) for k in DRIVER_THREAD_VARS}
+    for k, v in saved.items():
+        if v is None:
+            os.environ[k] = str(threads)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+def _cluster_info(ray, started_by_us: bool, temp_dir: str | None) -> RayInfo:
+    res = ray.cluster_resources()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    try:
+        ctx = ray.get_runtime_context()
+        address = ctx.gcs_address
+    except Exception:  # Ray Client contexts have no gcs_address
+        address = os.environ.get("RAY_ADDRESS", "")
+    return RayInfo(
+        address=str(address),
+        started_by_us=started_by_us,
+        cpus=float(res.get("CPU", 0.0)),
+        gpus=float(res.get("GPU", 0.0)),
+        nodes=len(nodes),
+        temp_dir=temp_dir,
+    )
+
+
+@contextlib.contextmanager
+def ray_session(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    temp_dir: str | None = None,
+    include_dashboard: bool = False,
+    log_to_driver: bool = True,
+) -> Iterator[RayInfo]:
+    """Connect to Ray for the duration of a ``with`` block; shut down only what we started.
+
+    Args:
+        address: None → embedded local Ray (or ``RAY_ADDRESS`` if the environment sets it);
+            ``"auto"`` / ``"host:port"`` / ``"ray://host:port"`` → join an existing cluster.
+        num_cpus: CPUs the embedded Ray offers (default: all cores). Not allowed with an address.
+        num_gpus: GPUs the embedded Ray offers (default: what Ray detects). Not allowed with an address.
+        temp_dir: absolute, short path for Ray's session directory (``_temp_dir``); default
+            ``RAY_TMPDIR`` or ``<system temp>/ray``. Only for the embedded Ray.
+        include_dashboard: start the dashboard (needs ``ray[default]``; binds to loopback).
+        log_to_driver: forward worker stdout/stderr to this process.
+
+    Yields:
+        RayInfo: address, started_by_us, cpus, gpus, nodes.
+
+    Raises:
+        ValueError: bad address; ``num_cpus``/``num_gpus``/``temp_dir`` given together with an address;
+            ``num_gpus > 0`` where ``torch.cuda.is_available()`` is False; relative ``temp_dir``.
+            All checked before Ray starts.
+    """
+    address = validate_address(address)
+    joining = address is not None or bool(os.environ.get("RAY_ADDRESS"))
+    if joining:
+        given = [n for n, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("temp_dir", temp_dir)) if v]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} cannot be set when joining an existing cluster "
+                f"(address={address or os.environ.get('RAY_ADDRESS')!r}): the cluster's nodes decide their "
+                "resources; drop them, or leave address unset to start the embedded local Ray"
+            )
+    else:
+        if temp_dir is None and os.environ.get("RAY_TMPDIR"):
+            temp_dir = os.environ["RAY_TMPDIR"]
+        _validate_local_options(num_cpus, num_gpus, temp_dir)
+
+    import ray  # lazy: importing loopscale.cluster must not import ray
+
+    if ray.is_initialized():
+        with driver_thread_env():
+            yield _cluster_info(ray, started_by_us=False, temp_dir=None)
+        return
+
+    kwargs: dict = {"include_dashboard": include_dashboard, "log_to_driver": log_to_driver}
+    if joining:
+        ray.init(address=address, **kwargs)
+    else:
+        if temp_dir is not None:
+            os.makedirs(temp_dir, exist_ok=True)
+            kwargs["_temp_dir"] = temp_dir
+        ray.init(address=None, num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+    try:
+        info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir)
+        with driver_thread_env():
+            yield info
+    finally:
+        # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
+        # Started by us: it stops every process we started.
+        ray.shutdown()

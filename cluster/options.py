@@ -1,0 +1,113 @@
+"""The Ray options every Ray-using command takes: ``--address``, ``--num-cpus``, ``--num-gpus``, ``--ray-temp-dir``.
+
+Use the ``Annotated`` aliases in a Typer command's signature, then open the session with
+``session_from_options``; ``tune-lr``, ``sweep``, ``fit --workers`` and ``run`` thereby accept the same
+flags with the same meaning::
+
+    from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, ClusterOptions
+
+    def sweep_cmd(spec: str, address: AddressOpt = None, num_cpus: NumCpusOpt = None,
+                  num_gpus: NumGpusOpt = None, ray_temp_dir: RayTempDirOpt = None) -> None:
+        opts = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+        opts.validate()                      # ValueError before anything starts
+        with opts.session() as info:         # loopscale.cluster.connect.ray_session
+            ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+__all__ = [
+    "AddressOpt",
+    "NumCpusOpt",
+    "NumGpusOpt",
+    "RayTempDirOpt",
+    "ClusterOptions",
+    "CLUSTER_FLAGS",
+]
+
+ADDRESS_HELP = (
+    "Ray cluster to join: 'auto' (started on this machine with `ray start --head`), 'host:port' or "
+    "'ray://host:port'. Unset: start an embedded local Ray (or join RAY_ADDRESS if set, as `ray job submit` does)."
+)
+NUM_CPUS_HELP = "CPUs the embedded local Ray may use (default: all cores). Not with --address."
+NUM_GPUS_HELP = "GPUs the embedded local Ray may use (default: all it detects). Not with --address."
+RAY_TEMP_DIR_HELP = (
+    "Absolute, short path for Ray's session directory of the embedded Ray (default: RAY_TMPDIR or "
+    "<system temp>/ray). Not with --address."
+)
+
+AddressOpt = Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP, rich_help_panel="Ray")]
+NumCpusOpt = Annotated[
+    int | None, typer.Option("--num-cpus", min=1, help=NUM_CPUS_HELP, rich_help_panel="Ray")
+]
+NumGpusOpt = Annotated[
+    int | None, typer.Option("--num-gpus", min=0, help=NUM_GPUS_HELP, rich_help_panel="Ray")
+]
+RayTempDirOpt = Annotated[
+    str | None, typer.Option("--ray-temp-dir", help=RAY_TEMP_DIR_HELP, rich_help_panel="Ray")
+]
+
+#: The flag names, in order; a test pins that every Ray-using command has all of them.
+CLUSTER_FLAGS = ("--address", "--num-cpus", "--num-gpus", "--ray-temp-dir")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """How a command reaches Ray (the values of the four flags above).
+
+    Attributes:
+        address: None (embedded local Ray), 'auto', 'host:port' or 'ray://host:port'.
+        num_cpus: CPUs for the embedded Ray (None: all cores).
+        num_gpus: GPUs for the embedded Ray (None: what Ray detects).
+        ray_temp_dir: Ray session directory for the embedded Ray (absolute path).
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    ray_temp_dir: str | None = None
+
+    def validate(self) -> None:
+        """Check the combination without starting Ray.
+
+        Raises:
+            ValueError: bad address; num_cpus/num_gpus/ray_temp_dir together with an address;
+                num_gpus > 0 without CUDA; relative or overlong ray_temp_dir.
+        """
+        from loopscale.cluster.connect import _validate_local_options, validate_address
+
+        address = validate_address(self.address)
+        if address is not None:
+            given = [
+                flag
+                for flag, v in (
+                    ("--num-cpus", self.num_cpus),
+                    ("--num-gpus", self.num_gpus),
+                    ("--ray-temp-dir", self.ray_temp_dir),
+                )
+                if v
+            ]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} cannot be combined with --address {address!r}: the cluster's nodes "
+                    "decide their resources; drop them, or drop --address to use the embedded local Ray"
+                )
+        else:
+            _validate_local_options(self.num_cpus, self.num_gpus, self.ray_temp_dir)
+
+    def session(self, **kwargs):
+        """``ray_session(...)`` with these options (extra keyword arguments are passed through)."""
+        from loopscale.cluster.connect import ray_session
+
+        return ray_session(
+            self.address,
+            num_cpus=self.num_cpus,
+            num_gpus=self.num_gpus,
+            temp_dir=self.ray_temp_dir,
+            **kwargs,
+        )

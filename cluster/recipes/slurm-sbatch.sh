@@ -1,0 +1,60 @@
+#!/bin/bash
+# loopscale sweep on a SLURM allocation: Ray head on the first node, Ray workers on the others, then the sweep.
+#
+#   sbatch cluster/recipes/slurm-sbatch.sh configs/paper.yaml /shared/fs/loopscale/paper
+#
+# Arguments: SPEC (a sweep YAML) and OUT (a directory on a filesystem every node mounts, or s3://...,
+# so a trial restarted on another node finds its checkpoint). Rerunning with the same OUT resumes.
+# The same spec runs on a laptop with `loopscale sweep SPEC --out ./runs/x` (embedded Ray).
+#
+# Security: Ray token auth is forced on (RAY_AUTH_MODE=token). The token is ~/.ray/auth_token in your home
+# directory (shared by the nodes; `ray get-auth-token --generate` creates it once, mode 600); it is never
+# printed or passed on a command line. Ray listens on the compute nodes' cluster-network address: run this
+# only on a cluster network that untrusted hosts cannot reach.
+#
+#SBATCH --job-name=loopscale-sweep
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=96
+#SBATCH --time=48:00:00
+#SBATCH --output=loopscale-sweep-%j.out
+
+set -euo pipefail
+
+SPEC="${1:?usage: sbatch slurm-sbatch.sh SPEC OUT}"
+OUT="${2:?usage: sbatch slurm-sbatch.sh SPEC OUT}"
+GPUS_PER_NODE="${SLURM_GPUS_ON_NODE:-8}"
+CPUS_PER_NODE="${SLURM_CPUS_PER_TASK:-96}"
+RAY_PORT=6379
+
+export RAY_AUTH_MODE=token
+ray get-auth-token --generate >/dev/null   # no-op if ~/.ray/auth_token exists; never echo the token
+chmod 600 "$HOME/.ray/auth_token"
+
+mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+HEAD_NODE="${NODES[0]}"
+HEAD_IP="$(srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" hostname --ip-address | awk '{print $1}')"
+HEAD_ADDRESS="${HEAD_IP}:${RAY_PORT}"
+echo "Ray head on ${HEAD_NODE} (${HEAD_ADDRESS}); ${#NODES[@]} nodes"
+
+# Head: also runs trials (it has GPUs too). --block keeps the srun step alive as long as Ray runs.
+srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" \
+  ray start --head --node-ip-address="$HEAD_IP" --port="$RAY_PORT" \
+  --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" --dashboard-host=127.0.0.1 --block &
+sleep 20
+
+# Workers: one ray start per remaining node.
+for node in "${NODES[@]:1}"; do
+  srun --nodes=1 --ntasks=1 -w "$node" \
+    ray start --address="$HEAD_ADDRESS" \
+    --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" --block &
+  sleep 5
+done
+
+# The sweep's driver runs in the batch step on the head node and joins the cluster.
+status=0
+loopscale sweep "$SPEC" --out "$OUT" --address "$HEAD_ADDRESS" || status=$?
+
+ray stop || true
+exit $status

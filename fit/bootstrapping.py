@@ -1,0 +1,541 @@
+"""Bootstrap confidence intervals for scaling-law fits, with refits run as Ray tasks.
+
+Resampling (paper §4.3): **block** over cells (default for the joint law: whole ``(budget, r)`` cells, all widths of one
+budget x architecture drawn together; 24 cells in the paper) or **iid** over runs. A resample is represented by integer
+multiplicity weights on the original rows (a row drawn k times has weight k), which is exactly equivalent to refitting
+the duplicated table.
+
+Each resample is refitted with the multi-start minimiser, warm-started from the point estimate plus further starts
+(sub-fit, grid and uniform random starts; see :func:`loopscale.fit.fitter.build_starts`), so refits are neither stuck at
+their start (Besiroglu et al. 2024 on early-stopped refits; issue 8 case 11: ``warm_start_share`` reports the share of
+refits that ended at the warm start) nor lost in a far basin. 95 % CIs are percentiles (2.5, 97.5).
+
+Degenerate resamples (issue 8 case 12): a block draw can hold a single ``r`` (phi unidentifiable), a single budget, or
+fewer distinct runs than parameters. Such a draw is **redrawn** from the same per-resample RNG stream (up to 1000 tries;
+then the resample counts as failed) and counted in ``n_degenerate`` / ``degenerate_by_kind``. A refit whose objective
+is non-finite counts in ``n_failed`` and is **dropped** from the CI. Both are reported.
+
+Determinism: resample ``k`` uses ``numpy.random.default_rng([seed, k])`` for its draw and its starts, and resamples are
+split into chunks of fixed size independent of the worker count, so the same seed gives identical draws and CIs with any
+number of workers (or serially). Parallelism: one Ray task per chunk (``num_cpus=1``, BLAS/OpenMP pinned to one thread
+via the task's runtime env). ``workers=1`` with no ``address`` and no running Ray runs the chunks serially in-process
+(no Ray start-up); otherwise the embedded local Ray (``workers`` CPUs) is started, or the running/addressed cluster is
+used (``loopscale.cluster.connect.ray_session``), and only what was started is shut down.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from loopscale.fit.fitter import POLISH_WITHIN, FitResult, Objective, build_starts, fit_data
+from loopscale.fit.io import FitData, default_block_by, prepare
+from loopscale.fit.laws import Law, make_law
+
+DEFAULT = "default"
+CHUNK_SIZE = None  # default: ceil(2000 / starts) clipped to [1, 64]; never depends on the worker count
+
+
+def default_chunk_size(starts: int) -> int:
+    """Resamples per Ray task: about 2000 start rows per batched solve (vectorisation) but at most 64 resamples."""
+    return int(min(64, max(1, -(-2000 // starts))))
+
+
+_SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Bootstrap draws and percentile CIs.
+
+    Attributes:
+        law: law name. B: resamples requested. block_by: cell columns (``None`` = iid over runs).
+        draws: one row per resample: ``resample``, ``ok``, ``objective``, the public parameters (``E, A, alpha, B, beta
+            [, phi]``), derived columns (``r_phi_<r>``, ``neff_ratio_<r>`` = N_eff/N_unique at that r, and with a ``C``
+            column ``N_star_r<r>_C<C>`` / ``D_star_...`` / ``L_star_...``), ``at_warm_start``, ``n_draws``.
+        ci: parameter -> (lo, hi) percentile interval over the ok draws. ci_derived: same for derived columns.
+        level: CI level (0.95). n_degenerate: degenerate draws redrawn. degenerate_by_kind: counts per kind
+            (``single_r``, ``single_budget``, ``too_few_runs``). n_failed: resamples dropped (non-finite refit or no
+            non-degenerate draw in 1000 tries). warm_start_share: share of ok refits whose optimum equals the warm start.
+        degenerate_handling: what was done with degenerate draws (``"redraw"``); failed refits are dropped.
+        point: the point fit the refits were warm-started from.
+    """
+
+    law: str
+    B: int
+    block_by: tuple[str, ...] | None
+    draws: pd.DataFrame
+    ci: dict[str, tuple[float, float]]
+    ci_derived: dict[str, tuple[float, float]]
+    level: float
+    n_degenerate: int
+    degenerate_by_kind: dict[str, int]
+    n_failed: int
+    warm_start_share: float
+    degenerate_handling: str = "redraw"
+    point: FitResult | None = None
+    starts: int = 0
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no per-draw table): CIs as ``[lo, hi]`` lists and every count."""
+        return {
+            "law": self.law,
+            "B": self.B,
+            "block_by": list(self.block_by) if self.block_by else None,
+            "level": self.level,
+            "ci": {k: [v[0], v[1]] for k, v in self.ci.items()},
+            "ci_derived": {k: [v[0], v[1]] for k, v in self.ci_derived.items()},
+            "n_ok": int(self.draws["ok"].sum()) if len(self.draws) else 0,
+            "n_degenerate": self.n_degenerate,
+            "degenerate_by_kind": dict(self.degenerate_by_kind),
+            "degenerate_handling": self.degenerate_handling + " (degenerate draws); failed refits dropped",
+            "n_failed": self.n_failed,
+            "warm_start_share": self.warm_start_share,
+            "starts": self.starts,
+            "seed": self.seed,
+            **self.extra,
+        }
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# resampling
+# ----------------------------------------------------------------------------------------------------------------------
+def cell_ids(frame: pd.DataFrame, block_by: tuple[str, ...] | None) -> np.ndarray:
+    """Integer cell id per row (shape ``(n,)``): rows with equal ``block_by`` values share a cell; iid -> one cell/row."""
+    if not block_by:
+        return np.arange(len(frame))
+    return frame.groupby(list(block_by), sort=True).ngroup().to_numpy()
+
+
+def _degenerate_kind(w: np.ndarray, law: Law, data: FitData, budget_col: str | None) -> str | None:
+    used = w > 0
+    if int(used.sum()) < law.n_params:
+        return "too_few_runs"
+    if law.name == "joint" and law.extra_names and np.unique(data.cols["r"][used]).size < 2:
+        return "single_r"
+    if (
+        budget_col is not None
+        and data.frame[budget_col].to_numpy()[used].tolist()
+        and (pd.unique(data.frame[budget_col].to_numpy()[used]).size < 2)
+    ):
+        return "single_budget"
+    return None
+
+
+def draw_weights(
+    law: Law,
+    data: FitData,
+    cells: np.ndarray,
+    B: int,
+    seed: int,
+    budget_col: str | None,
+    max_tries: int = 1000,
+) -> tuple[np.ndarray, np.ndarray, dict[str, int], np.ndarray]:
+    """Draw ``B`` resamples as multiplicity weights.
+
+    Returns ``(W (B, n), ok (B,), degenerate counts by kind, tries (B,))``. Resample ``k`` draws ``n_cells`` cells with
+    replacement using ``default_rng([seed, k])``; degenerate draws are redrawn (see module docstring)."""
+    n_cells = int(cells.max()) + 1
+    W = np.zeros((B, cells.size))
+    ok = np.ones(B, dtype=bool)
+    tries = np.zeros(B, dtype=int)
+    kinds = {"single_r": 0, "single_budget": 0, "too_few_runs": 0}
+    for k in range(B):
+        rng = np.random.default_rng([seed, k])
+        for t in range(max_tries):
+            cnt = np.bincount(rng.integers(0, n_cells, n_cells), minlength=n_cells)
+            w = cnt[cells].astype(np.float64)
+            kind = _degenerate_kind(w, law, data, budget_col)
+            tries[k] = t + 1
+            if kind is None:
+                W[k] = w
+                break
+            kinds[kind] += 1
+        else:
+            ok[k] = False
+    return W, ok, kinds, tries
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# refits (the Ray task body)
+# ----------------------------------------------------------------------------------------------------------------------
+def _refit_chunk(shared: dict[str, Any], ks: list[int], W: np.ndarray) -> dict[str, np.ndarray]:
+    """Refit the resamples ``ks`` (weights ``W``, shape ``(len(ks), n)``); all their starts advance in one batch.
+
+    Returns ``theta`` ``(k, P)``, ``objective`` ``(k,)`` (unscaled Huber sum) and ``at_warm`` ``(k,)``."""
+    from loopscale.fit.fitter import batched_lbfgs
+
+    law = make_law(shared["law"], shared["phi"])
+    obj = Objective(law, shared["cols"], shared["delta"], weights=W)
+    lo, hi = law.bounds()
+    warm = np.asarray(shared["theta0"], dtype=np.float64)
+    x0s, wids = [], []
+    for j, k in enumerate(ks):
+        rng = np.random.default_rng([shared["seed"], k, shared["stream"]])
+        x0 = build_starts(law, obj, shared["starts"], rng, warm=warm, wid=j, grid=shared["grid"], n_alpha=8)
+        x0s.append(x0)
+        wids.append(np.full(x0.shape[0], j))
+    X0, WID = np.concatenate(x0s), np.concatenate(wids)
+    x, f, _ = batched_lbfgs(obj, X0, lo, hi, WID, max_iter=shared["max_iter"])
+    # second phase: the best n_polish distinct end points of every resample, run to tight convergence together
+    cands, cwid = [], []
+    for j in range(len(ks)):
+        rows = np.flatnonzero(WID == j)
+        fj = np.where(np.isfinite(f[rows]), f[rows], np.inf)
+        picked: list[np.ndarray] = []
+        for i in rows[np.argsort(fj, kind="stable")]:
+            if not np.isfinite(f[i]):
+                break
+            if picked and f[i] > POLISH_WITHIN * fj.min():
+                break
+            if all(np.max(np.abs(x[i] - c) / (hi - lo)) > 1e-4 for c in picked):
+                picked.append(x[i])
+            if len(picked) >= shared["n_polish"]:
+                break
+        cands.extend(picked)
+        cwid.extend([j] * len(picked))
+    thetas = np.full((len(ks), law.n_params), np.nan)
+    objs = np.full(len(ks), np.inf)
+    at_warm = np.zeros(len(ks), dtype=bool)
+    if cands:
+        cw = np.asarray(cwid)
+        px, pf, _ = batched_lbfgs(obj, np.asarray(cands), lo, hi, cw, max_iter=5000, ftol=1e-15, pgtol=1e-11)
+        for j in range(len(ks)):
+            rows = np.flatnonzero((cw == j) & np.isfinite(pf))
+            if rows.size:
+                b = rows[np.argmin(pf[rows])]
+                thetas[j], objs[j] = px[b], pf[b] * obj.delta
+                at_warm[j] = bool(np.max(np.abs(px[b] - warm) / (hi - lo)) < 1e-7)
+    return {"theta": thetas, "objective": objs, "at_warm": at_warm}
+
+
+def _ray_is_initialized() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+def run_chunks(
+    shared: dict[str, Any],
+    chunks: list[tuple[list[int], np.ndarray]],
+    workers: int | None,
+    address: str | None,
+    progress: bool = False,
+) -> list[dict[str, np.ndarray]]:
+    """Run ``_refit_chunk`` over ``chunks`` serially (``workers == 1``, no address, no running Ray) or as Ray tasks.
+
+    Results are returned in chunk order. Raises ``ValueError`` for ``workers < 1``."""
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers={workers} must be >= 1 (CPUs for the bootstrap refits), e.g. workers=2")
+    if workers == 1 and address is None and not _ray_is_initialized():
+        out = []
+        for i, (ks, W) in enumerate(chunks):
+            out.append(_refit_chunk(shared, ks, W))
+            if progress:
+                print(f"bootstrap: {i + 1}/{len(chunks)} chunks", file=sys.stderr)
+        return out
+    from loopscale.cluster.connect import ray_session
+
+    num_cpus = None if (address is not None or _ray_is_initialized()) else workers
+    with ray_session(address, num_cpus=num_cpus):
+        import ray
+
+        task = ray.remote(num_cpus=1)(_refit_chunk).options(
+            runtime_env={"env_vars": dict(_SINGLE_THREAD_ENV)}
+        )
+        ref = ray.put(shared)
+        futs = [task.remote(ref, ks, W) for ks, W in chunks]
+        pending = list(futs)
+        done_n = 0
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            done_n += len(ready)
+            if progress:
+                print(f"bootstrap: {done_n}/{len(futs)} chunks", file=sys.stderr)
+        return ray.get(futs)
+
+
+def refit_weights(
+    law: Law,
+    data: FitData,
+    W: np.ndarray,
+    use: np.ndarray,
+    theta0: np.ndarray,
+    *,
+    seed: int = 0,
+    stream: int = 1,
+    starts: int = 500,
+    workers: int | None = None,
+    address: str | None = None,
+    delta: float = 1e-3,
+    grid: bool = True,
+    n_polish: int = 2,
+    max_iter: int = 250,
+    chunk_size: int | None = CHUNK_SIZE,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Refit ``law`` for every weight row ``W[k]`` with ``use[k]`` (shape ``(B, n)`` / ``(B,)``), warm-started at
+    ``theta0``; starts of resample ``k`` come from ``default_rng([seed, k, stream])``. Chunks of ``chunk_size``
+    resamples (fixed, independent of ``workers``) run serially or as Ray tasks (:func:`run_chunks`).
+    Returns ``(theta (B, P) NaN where unused/failed, objective (B,) inf there, at_warm (B,))``."""
+    B = W.shape[0]
+    shared = {
+        "law": law.name,
+        "phi": law.fixed.get("phi"),
+        "cols": data.cols,
+        "delta": delta,
+        "theta0": np.asarray(theta0, dtype=np.float64),
+        "seed": seed,
+        "stream": stream,
+        "starts": starts,
+        "grid": grid,
+        "n_polish": n_polish,
+        "max_iter": max_iter,
+    }
+    chunk_size = chunk_size or default_chunk_size(starts)
+    ks_ok = np.flatnonzero(use)
+    chunks = [
+        (ks_ok[i : i + chunk_size].tolist(), W[ks_ok[i : i + chunk_size]])
+        for i in range(0, ks_ok.size, chunk_size)
+    ]
+    results = run_chunks(shared, chunks, workers, address, progress) if chunks else []
+    theta = np.full((B, law.n_params), np.nan)
+    objv = np.full(B, np.inf)
+    at_warm = np.zeros(B, dtype=bool)
+    for (ks, _), res in zip(chunks, results, strict=True):
+        theta[ks], objv[ks], at_warm[ks] = res["theta"], res["objective"], res["at_warm"]
+    return theta, objv, at_warm
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# derived quantities per draw
+# ----------------------------------------------------------------------------------------------------------------------
+def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.DataFrame:
+    """Derived quantities for each parameter row: ``r_phi_<r>``, ``neff_ratio_<r>`` (N_eff/N_unique, paper G.3's g_r),
+    and the law's compute-optimal ``N_star``/``D_star``/``L_star`` per r and budget when the table has ``C``."""
+    from loopscale.fit.derived import flops_model_from_table, frontier_arrays
+
+    out: dict[str, np.ndarray] = {}
+    has_r = "r" in data.cols
+    rs = np.unique(data.cols["r"]) if has_r else np.array([1.0])
+    phi = params_df["phi"].to_numpy(float) if "phi" in params_df.columns else None
+    if law.name == "joint" and phi is not None:
+        for r in rs:
+            m = data.cols["r"] == r
+            frac = data.cols["N_once"][m] / (data.cols["N_once"][m] + data.cols["N_rec"][m])
+            rp = r**phi
+            out[f"r_phi_{r:g}"] = rp
+            out[f"neff_ratio_{r:g}"] = np.median(frac) + rp * (1 - np.median(frac))
+    if "C" in data.cols:
+        frame = data.frame
+        F, frac_by_r = flops_model_from_table(frame)
+        budgets = np.unique(data.cols["C"])
+        for r in rs:
+            f = frac_by_r.get(float(r), 1.0) if law.name == "joint" else 1.0
+            acc = {q: np.full((len(params_df), budgets.size), np.nan) for q in ("N", "D", "L")}
+            for i, row in enumerate(params_df.to_dict("records")):
+                if not all(np.isfinite(row[k]) for k in ("E", "A", "alpha", "B", "beta")):
+                    continue
+                N, D, L = frontier_arrays(row, budgets, float(r), F, f, n_grid=401)
+                acc["N"][i], acc["D"][i], acc["L"][i] = N, D, L
+            for q in ("N", "D", "L"):
+                for j, C in enumerate(budgets):
+                    out[f"{q}_star_r{r:g}_C{C:.3g}"] = acc[q][:, j]
+    return pd.DataFrame(out, index=params_df.index)
+
+
+def percentile_ci(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the finite values of ``x`` (NaN, NaN if none)."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return (float("nan"), float("nan"))
+    q = (1 - level) / 2
+    lo, hi = np.quantile(x, [q, 1 - q])
+    return (float(lo), float(hi))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# public API
+# ----------------------------------------------------------------------------------------------------------------------
+def _resolve_block_by(block_by: Any, data: FitData, law: Law) -> tuple[str, ...] | None:
+    if isinstance(block_by, str) and block_by == DEFAULT:
+        return default_block_by(data.frame, law)
+    if block_by is None or (isinstance(block_by, str) and block_by.lower() in ("", "none", "iid")):
+        return None
+    cols = tuple(c.strip() for c in block_by.split(",")) if isinstance(block_by, str) else tuple(block_by)
+    miss = [c for c in cols if c not in data.frame.columns]
+    if miss:
+        raise ValueError(
+            f"block_by column(s) {miss} do not exist; table has {list(data.frame.columns)}; e.g. block_by=('budget', 'r') "
+            "or None for iid"
+        )
+    return cols
+
+
+def bootstrap_data(
+    law: Law,
+    data: FitData,
+    *,
+    B: int = 200,
+    block_by: Any = DEFAULT,
+    seed: int = 0,
+    workers: int | None = None,
+    address: str | None = None,
+    starts: int = 500,
+    point: FitResult | None = None,
+    point_starts: int | None = None,
+    delta: float = 1e-3,
+    grid: bool = True,
+    n_polish: int = 2,
+    max_iter: int = 250,
+    level: float = 0.95,
+    chunk_size: int | None = CHUNK_SIZE,
+    progress: bool = False,
+    derived: bool = True,
+) -> BootstrapResult:
+    """Bootstrap ``law`` on validated ``data`` (see :func:`bootstrap`)."""
+    if B < 1:
+        raise ValueError(f"B={B} must be >= 1 resamples (paper: 200)")
+    if starts < 1:
+        raise ValueError(f"starts={starts} must be >= 1")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size} must be >= 1")
+    if not 0 < level < 1:
+        raise ValueError(f"level={level} must be in (0, 1), e.g. 0.95")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers={workers} must be >= 1 (CPUs for the bootstrap refits), e.g. workers=2")
+    bb = _resolve_block_by(block_by, data, law)
+    if point is None:
+        point = fit_data(law, data, starts=point_starts or starts, seed=seed, delta=delta, grid=grid)
+    cells = cell_ids(data.frame, bb)
+    budget_col = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
+    W, ok_draw, kinds, tries = draw_weights(law, data, cells, B, seed, budget_col)
+    theta, objv, at_warm = refit_weights(
+        law,
+        data,
+        W,
+        ok_draw,
+        np.asarray(point.theta),
+        seed=seed,
+        starts=starts,
+        workers=workers,
+        address=address,
+        delta=delta,
+        grid=grid,
+        n_polish=n_polish,
+        max_iter=max_iter,
+        chunk_size=chunk_size,
+        progress=progress,
+    )
+    ok = ok_draw & np.isfinite(objv)
+    rows = []
+    for k in range(B):
+        p = (
+            law.to_public(theta[k])
+            if ok[k]
+            else {n: float("nan") for n in law.to_public(np.zeros(law.n_params))}
+        )
+        if ok[k] is False and "phi" in law.fixed:
+            p["phi"] = law.fixed["phi"]
+        rows.append(p)
+    pdf = pd.DataFrame(rows)
+    draws = pd.concat(
+        [
+            pd.DataFrame({"resample": np.arange(B), "ok": ok, "objective": np.where(ok, objv, np.nan)}),
+            pdf,
+            pd.DataFrame({"at_warm_start": at_warm & ok, "n_draws": tries}),
+        ],
+        axis=1,
+    )
+    names = list(law.to_public(np.zeros(law.n_params)).keys())
+    ci = {
+        k: percentile_ci(pdf.loc[ok, k].to_numpy(), level)
+        for k in names
+        if k in law.extra_names or k not in law.fixed
+    }
+    ci_derived: dict[str, tuple[float, float]] = {}
+    if derived and ok.any():
+        dcols = derived_columns(pdf.loc[ok], data, law)
+        dfull = pd.DataFrame(index=pdf.index, columns=dcols.columns, dtype=float)
+        dfull.loc[ok] = dcols.to_numpy()
+        draws = pd.concat([draws, dfull], axis=1)
+        ci_derived = {c: percentile_ci(dcols[c].to_numpy(), level) for c in dcols.columns}
+    n_ok = int(ok.sum())
+    return BootstrapResult(
+        law=law.name,
+        B=B,
+        block_by=bb,
+        draws=draws,
+        ci=ci,
+        ci_derived=ci_derived,
+        level=level,
+        n_degenerate=int(sum(kinds.values())),
+        degenerate_by_kind=kinds,
+        n_failed=int(B - n_ok),
+        warm_start_share=float(at_warm[ok].mean()) if n_ok else float("nan"),
+        point=point,
+        starts=starts,
+        seed=seed,
+    )
+
+
+def bootstrap(
+    table: Any,
+    law: str = "joint",
+    B: int = 200,
+    block_by: Any = DEFAULT,
+    seed: int = 0,
+    workers: int | None = None,
+    address: str | None = None,
+    starts: int = 500,
+    phi: float | None = None,
+    delta: float = 1e-3,
+    point: FitResult | None = None,
+    **kwargs: Any,
+) -> BootstrapResult:
+    """Bootstrap percentile CIs for a scaling-law fit (paper §4.3: block bootstrap over (budget, r) cells, B = 200).
+
+    Args:
+        table: path, DataFrame or pyarrow Table (columns as :func:`loopscale.fit.fitter.fit_law`).
+        law: ``"joint"`` or ``"chinchilla"``. phi: fix phi (restricted joint law).
+        B: resamples. block_by: ``"default"`` (joint: ``(budget, r)`` or ``(C, r)`` or ``(D, r)``; Chinchilla: iid),
+            ``None``/``"iid"`` for iid over runs, or a tuple / comma-separated string of columns.
+        seed: seeds the draws and the starts (resample k uses ``default_rng([seed, k])``).
+        workers: CPUs for the embedded Ray (``1`` with no address: serial in-process, no Ray).
+        address: Ray cluster to join (``"auto"``, ``"host:port"``, ``"ray://host:port"``).
+        starts: starts per refit (warm start + sub-fit + grid + random). delta: Huber threshold.
+        point: a point fit to warm-start from (else it is fitted here with ``starts`` starts).
+        **kwargs: passed to :func:`bootstrap_data` (``n_polish``, ``max_iter``, ``level``, ``chunk_size``,
+            ``progress``, ``derived``, ``grid``, ``point_starts``).
+    Returns:
+        :class:`BootstrapResult`.
+    Raises:
+        ValueError: bad table, unknown law, missing ``block_by`` column, ``B < 1``, ``workers < 1`` — before any fit.
+    """
+    lw = make_law(law, phi)
+    bb_check = None
+    if not (isinstance(block_by, str) and block_by == DEFAULT) and block_by is not None:
+        bb_check = (
+            tuple(c.strip() for c in block_by.split(",")) if isinstance(block_by, str) else tuple(block_by)
+        )
+        if bb_check in (("none",), ("iid",), ("",)):
+            bb_check = None
+    data = prepare(table, lw, block_by=bb_check)
+    return bootstrap_data(
+        lw,
+        data,
+        B=B,
+        block_by=block_by,
+        seed=seed,
+        workers=workers,
+        address=address,
+        starts=starts,
+        point=point,
+        delta=delta,
+        **kwargs,
+    )

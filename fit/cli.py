@@ -1,0 +1,130 @@
+"""``loopscale fit``: fit a scaling law to a runs table, optionally bootstrap it, write JSON/Parquet/PNG."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
+
+
+def fit_cmd(
+    table: Annotated[
+        Path,
+        typer.Argument(help="Runs table (.parquet or .csv): loss/final_val_loss, D, N or N_once/N_rec/r."),
+    ],
+    law: Annotated[str, typer.Option("--law", help="'joint' (paper Eq. 3) or 'chinchilla'.")] = "joint",
+    phi: Annotated[
+        float | None, typer.Option("--phi", help="Fix phi (restricted joint fit, e.g. 0 or 1).")
+    ] = None,
+    bootstrap: Annotated[
+        int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples B (0: none).")
+    ] = 0,
+    block_by: Annotated[
+        str,
+        typer.Option(
+            "--block-by",
+            help="Bootstrap cells: comma-separated columns (e.g. 'budget,r'), 'iid', or 'default' "
+            "(joint: budget,r / C,r / D,r; chinchilla: iid).",
+        ),
+    ] = "default",
+    starts: Annotated[int, typer.Option("--starts", min=1, help="Starts per fit (paper: 500).")] = 500,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for starts and resamples.")] = 0,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", min=1, help="Parallel bootstrap workers (embedded Ray CPUs; 1 = serial, no Ray)."
+        ),
+    ] = None,
+    delta: Annotated[
+        float, typer.Option("--delta", help="Huber threshold on log loss (paper: 1e-3).")
+    ] = 1e-3,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the fit as one JSON object on stdout.")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write fit.json, bootstrap.parquet and PNGs here.")
+    ] = None,
+    address: AddressOpt = None,
+    num_cpus: NumCpusOpt = None,
+    num_gpus: NumGpusOpt = None,
+    ray_temp_dir: RayTempDirOpt = None,
+) -> None:
+    """Fit L = E + A·N_x^-alpha + B·D^-beta (joint: N_x = N_once + r^phi·N_rec) with the paper's Huber-LSE objective;
+    with --bootstrap B, percentile 95 % CIs from B block (default) or iid resamples refitted as Ray tasks. Rows whose
+    status is not 'ok' are excluded and counted (n_excluded, excluded_by_status)."""
+    from loopscale.cluster.options import ClusterOptions
+    from loopscale.fit.bootstrapping import bootstrap_data
+    from loopscale.fit.fitter import fit_data
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+    from loopscale.fit.outputs import summary_dict, write_fit_outputs
+
+    try:
+        if workers is not None and num_cpus is not None and workers != num_cpus:
+            raise ValueError(f"--workers {workers} and --num-cpus {num_cpus} disagree; give one of them")
+        opts = ClusterOptions(
+            address=address,
+            num_cpus=num_cpus or (workers if address is None and workers != 1 else None),
+            num_gpus=num_gpus,
+            ray_temp_dir=ray_temp_dir,
+        )
+        opts.validate()
+        lw = make_law(law, phi)
+        bb = None
+        if block_by not in ("default", "iid", "none", ""):
+            bb = tuple(c.strip() for c in block_by.split(","))
+        data = prepare(table, lw, block_by=bb if bootstrap else None)
+        if not (delta > 0):
+            raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    fit = fit_data(lw, data, starts=starts, seed=seed, delta=delta)
+    boot = None
+    if bootstrap:
+        serial = (workers == 1 or (workers is None and num_cpus == 1)) and address is None
+        block_arg = "iid" if block_by in ("iid", "none", "") else (bb if bb else "default")
+        kw = dict(
+            B=bootstrap,
+            block_by=None if block_arg == "iid" else block_arg,
+            seed=seed,
+            starts=starts,
+            point=fit,
+            delta=delta,
+            progress=not json_out,
+        )
+        if serial:
+            boot = bootstrap_data(lw, data, workers=1, **kw)
+        else:
+            with opts.session():
+                boot = bootstrap_data(lw, data, workers=workers, **kw)
+    summary = summary_dict(fit, boot)
+    if out is not None:
+        summary["outputs"] = write_fit_outputs(out, fit, boot)
+    if json_out:
+        typer.echo(json.dumps(summary, allow_nan=False))
+        return
+    p = fit.params
+    lines = [
+        f"law {fit.law}: n = {fit.n} runs ({fit.n_excluded} excluded: {fit.excluded_by_status or '-'})",
+        "  "
+        + "  ".join(
+            f"{k} = {v:.5g}"
+            + (f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]" if boot and k in boot.ci else "")
+            for k, v in p.items()
+        ),
+        f"  R2 = {fit.r2:.5f}  RMSE = {fit.rmse:.4f}  max|res| = {fit.max_abs_residual:.4f}  objective = {fit.objective:.6g}"
+        f"  on_bound = {fit.on_bound or '-'}",
+    ]
+    if boot is not None:
+        lines.append(
+            f"  bootstrap B = {boot.B} ({boot.block_by or 'iid'}): degenerate {boot.n_degenerate} (redrawn), "
+            f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f}"
+        )
+    if out is not None:
+        lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
+    print("\n".join(lines), file=sys.stdout)

@@ -1,0 +1,272 @@
+"""Quantities derived from a fitted law: equivalence, compute-optimal frontier, IsoFLOP parabolas (approximate).
+
+- :func:`equivalence`: ``N_eff = N_once + r^phi N_rec`` (paper Eq. 3) and its ratio to a reference unique-parameter count
+  (paper App. F.4: ``(4 + 4^0.46 * 4)/20 ~ 0.58``).
+- :func:`compute_optimal_frontier`: for each ``r`` and budget ``C`` (training FLOPs), minimise the fitted ``L(N, D=C/F(N))``
+  over ``N`` (paper §4.4: per-architecture frontier), ``F`` = training FLOPs per token.
+- :func:`isoflop_parabolas`: Chinchilla Approach 2, a parabola in ``log N`` per (budget, r) cell. Its vertex is biased
+  even on noise-free data (Open-Athena/scaling-law-analysis; our issue 8 case 10: +5.8 % at +/-16x, +1.4 % at +/-4x),
+  so every row is labelled ``approximate`` and it is never substituted for the law's frontier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+APPROX_LABEL = (
+    "approximate: parabola in log N per cell (Chinchilla Approach 2); biased, not the law's frontier"
+)
+
+
+def equivalence(
+    N_once: Any, N_rec: Any, r: Any, phi: float, N_reference: Any | None = None
+) -> dict[str, Any]:
+    """Effective parameters of a looped configuration (paper Eq. 3, App. F.4).
+
+    Args:
+        N_once: parameters applied once (prelude + coda), scalar or array.
+        N_rec: parameters of the recurrent block (+ injection), same shape.
+        r: recurrences (>= 1). phi: recurrence-equivalence exponent.
+        N_reference: optional unique-parameter count to compare with (e.g. the r = 1 model at the same width).
+    Returns:
+        dict with ``N_eff`` (= the unique-parameter count of the non-looped model it performs like), ``N_unique``
+        (= N_once + N_rec), ``r_phi``, ``ratio_to_unique`` (N_eff / N_unique) and, when given, ``ratio_to_reference``.
+    Raises:
+        ValueError: negative parameter counts, ``r < 1`` or non-finite ``phi``.
+    """
+    n_once, n_rec, rr = (np.asarray(v, dtype=np.float64) for v in (N_once, N_rec, r))
+    if np.any(n_once < 0) or np.any(n_rec < 0):
+        raise ValueError("N_once and N_rec must be >= 0 (parameters)")
+    if np.any(rr < 1):
+        raise ValueError("r must be >= 1 (recurrences), e.g. r=4")
+    if not np.isfinite(phi):
+        raise ValueError(f"phi={phi} must be finite, e.g. phi=0.459")
+    r_phi = rr**phi
+    neff = n_once + r_phi * n_rec
+    out: dict[str, Any] = {
+        "N_eff": _scalar(neff),
+        "N_unique": _scalar(n_once + n_rec),
+        "r_phi": _scalar(r_phi),
+        "ratio_to_unique": _scalar(neff / (n_once + n_rec)),
+    }
+    if N_reference is not None:
+        out["ratio_to_reference"] = _scalar(neff / np.asarray(N_reference, dtype=np.float64))
+    return out
+
+
+def _scalar(x: np.ndarray) -> Any:
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def iso_depth_once_fraction(r: float) -> float:
+    """``N_once / N_unique`` for the paper's iso-depth design (§1: N(r) = (48 + 192/r + 2) d^2 for r > 1), 1.0 at r = 1
+    (for r = 1 the split does not matter since r^phi = 1)."""
+    if r <= 1:
+        return 1.0
+    return 48.0 / (48.0 + 192.0 / r + 2.0)
+
+
+def flops_model_from_table(
+    table: pd.DataFrame,
+) -> tuple[Callable[[np.ndarray, float], np.ndarray], dict[float, float]]:
+    """Per-r models of training FLOPs per token ``F(N)`` and the once-fraction ``N_once/N_unique`` from a run table.
+
+    ``F = C / D`` per row (needs columns ``C`` and ``D``; otherwise ``F = 6 N``, the Kaplan/Chinchilla rule); ``log F`` is
+    fitted linearly in ``log N`` per ``r`` (>= 2 distinct N), else ``6 N``. ``N`` is ``N`` or ``N_unique`` or
+    ``N_once + N_rec``. Returns ``(F(N, r), {r: once_fraction})``.
+    """
+    df = table
+    if "N" in df.columns:
+        n = df["N"].to_numpy(float)
+    elif "N_unique" in df.columns:
+        n = df["N_unique"].to_numpy(float)
+    else:
+        n = (df["N_once"] + df["N_rec"]).to_numpy(float)
+    rv = df["r"].to_numpy(float) if "r" in df.columns else np.ones(len(df))
+    coefs: dict[float, tuple[float, float]] = {}
+    frac: dict[float, float] = {}
+    for r in np.unique(rv):
+        m = rv == r
+        if "N_once" in df.columns:
+            frac[float(r)] = float(np.median(df["N_once"].to_numpy(float)[m] / n[m])) if r > 1 else 1.0
+        else:
+            frac[float(r)] = iso_depth_once_fraction(r)
+        if "C" in df.columns and "D" in df.columns and np.unique(n[m]).size >= 2:
+            F = df["C"].to_numpy(float)[m] / df["D"].to_numpy(float)[m]
+            coefs[float(r)] = tuple(np.polyfit(np.log(n[m]), np.log(F), 1))
+
+    def F(N: np.ndarray, r: float) -> np.ndarray:
+        c = coefs.get(float(r))
+        N = np.asarray(N, dtype=np.float64)
+        return 6.0 * N if c is None else np.exp(c[0] * np.log(N) + c[1])
+
+    return F, frac
+
+
+def frontier_arrays(
+    params: dict[str, float],
+    budgets: np.ndarray,
+    r: float,
+    flops: Callable[[np.ndarray, float], np.ndarray],
+    once_fraction: float = 1.0,
+    log_n_range: tuple[float, float] = (np.log(1e3), np.log(1e15)),
+    n_grid: int = 2001,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Minimise ``L(N) = E + A (g N)^-alpha + B (C/F(N))^-beta`` over ``log N`` for each budget ``C``; ``g = f_once +
+    r^phi (1 - f_once)`` (``g = 1`` for the Chinchilla law). Dense grid, then a bounded Brent refinement in the
+    bracketing grid cell. Returns ``(N_star, D_star, L_star)``, each of shape ``(len(budgets),)``."""
+    from scipy.optimize import minimize_scalar
+
+    phi = params.get("phi", 0.0)
+    g = once_fraction + r**phi * (1.0 - once_fraction)
+    budgets = np.atleast_1d(np.asarray(budgets, dtype=np.float64))
+    xs = np.linspace(*log_n_range, n_grid)
+
+    def loss(x, C):
+        N = np.exp(x)
+        D = C / flops(N, r)
+        return params["E"] + params["A"] * (g * N) ** -params["alpha"] + params["B"] * D ** -params["beta"]
+
+    ns, ds, ls = [], [], []
+    for C in budgets:
+        vals = loss(xs, C)
+        i = int(np.argmin(vals))
+        lo_x, hi_x = xs[max(i - 1, 0)], xs[min(i + 1, n_grid - 1)]
+        res = minimize_scalar(
+            lambda x, C=C: float(loss(np.array([x]), C)[0]),
+            bounds=(lo_x, hi_x),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
+        x = res.x if res.fun <= vals[i] else xs[i]
+        N = float(np.exp(x))
+        ns.append(N)
+        ds.append(float(C / flops(np.array([N]), r)[0]))
+        ls.append(float(loss(np.array([x]), C)[0]))
+    return np.asarray(ns), np.asarray(ds), np.asarray(ls)
+
+
+def compute_optimal_frontier(
+    fit: Any,
+    flops: Any,
+    budgets: Any,
+    r_values: Any | None = None,
+    once_fraction: dict[float, float] | None = None,
+) -> pd.DataFrame:
+    """Compute-optimal ``N*``, ``D*``, ``L*`` per ``r`` and budget from a fitted law (paper §4.4, Fig. 3).
+
+    Args:
+        fit: a :class:`~loopscale.fit.fitter.FitResult` or a public params dict (``E, A, alpha, B, beta[, phi]``).
+        flops: training FLOPs per token, either a callable ``F(N, r) -> FLOPs/token`` or a run table (DataFrame with
+            ``C``, ``D`` and ``N``/``N_unique``/``N_once``+``N_rec``, optional ``r``) from which ``F = C/D`` is fitted
+            per r (see :func:`flops_model_from_table`).
+        budgets: training-FLOP budgets ``C``, scalar or sequence.
+        r_values: recurrences to evaluate (default: those in the table, or ``[1]``).
+        once_fraction: ``{r: N_once/N_unique}``; default from the table, else the paper's iso-depth design.
+    Returns:
+        DataFrame with columns ``r``, ``C``, ``N_star`` (unique parameters), ``N_eff_star``, ``D_star`` (tokens),
+        ``L_star`` (nats/token), ``method`` = ``"law"``.
+    Raises:
+        ValueError: non-positive budgets.
+    """
+    params = fit.params if hasattr(fit, "params") else dict(fit)
+    budgets = np.atleast_1d(np.asarray(budgets, dtype=np.float64))
+    if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
+        raise ValueError("budgets must be finite and > 0 (training FLOPs), e.g. [1e18, 1e19]")
+    if callable(flops):
+        F = flops
+        frac = dict(once_fraction or {})
+        rs = [1.0] if r_values is None else [float(v) for v in np.atleast_1d(r_values)]
+    else:
+        F, frac_t = flops_model_from_table(flops)
+        frac = {**frac_t, **(once_fraction or {})}
+        rs = sorted(frac_t) if r_values is None else [float(v) for v in np.atleast_1d(r_values)]
+    rows = []
+    for r in rs:
+        f = frac.get(r, iso_depth_once_fraction(r)) if "phi" in params else 1.0
+        N, D, L = frontier_arrays(params, budgets, r, F, f)
+        g = f + r ** params.get("phi", 0.0) * (1 - f)
+        for C, n, d, loss in zip(budgets, N, D, L, strict=True):
+            rows.append(
+                {
+                    "r": r,
+                    "C": float(C),
+                    "N_star": n,
+                    "N_eff_star": n * g,
+                    "D_star": d,
+                    "L_star": loss,
+                    "method": "law",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def isoflop_parabolas(
+    table: Any, by: tuple[str, ...] | None = None, loss_col: str | None = None
+) -> pd.DataFrame:
+    """IsoFLOP analysis (Chinchilla Approach 2): per cell, fit ``L = c0 + c1 x + c2 x^2`` with ``x = log N``.
+
+    Args:
+        table: DataFrame (or anything :func:`loopscale.fit.io.read_table` reads) with a loss column (``loss`` or
+            ``final_val_loss``), ``N``/``N_unique``/``N_once``+``N_rec``, and the cell columns.
+        by: cell columns; default ``("budget", "r")`` / ``("C", "r")`` (``r`` only if present).
+        loss_col: loss column name (default ``loss``, else ``final_val_loss``).
+    Returns:
+        DataFrame, one row per cell with >= 3 distinct N: the cell keys, ``n_points``, ``N_vertex`` (unique params),
+        ``L_vertex`` (nats), ``curvature`` (c2; the vertex is ``NaN`` when c2 <= 0), ``approximate`` = True and
+        ``method`` = :data:`APPROX_LABEL`. The vertex is biased (see module docstring): use
+        :func:`compute_optimal_frontier` for N*.
+    Raises:
+        ValueError: missing columns.
+    """
+    from loopscale.fit.io import read_table
+
+    df = read_table(table)
+    loss_col = loss_col or ("loss" if "loss" in df.columns else "final_val_loss")
+    if loss_col not in df.columns:
+        raise ValueError(f"no loss column ('loss' or 'final_val_loss'); table has {list(df.columns)}")
+    if by is None:
+        bcol = "budget" if "budget" in df.columns else "C"
+        by = (bcol, "r") if "r" in df.columns else (bcol,)
+    miss = [c for c in by if c not in df.columns]
+    if miss:
+        raise ValueError(f"isoflop cell column(s) {miss} do not exist; table has {list(df.columns)}")
+    if "status" in df.columns:
+        df = df[df["status"].astype("string").fillna("") == "ok"]
+    if "N" in df.columns:
+        N = df["N"].to_numpy(float)
+    elif "N_unique" in df.columns:
+        N = df["N_unique"].to_numpy(float)
+    elif "N_once" in df.columns:
+        N = (df["N_once"] + df["N_rec"]).to_numpy(float)
+    else:
+        raise ValueError(f"need N, N_unique or N_once+N_rec; table has {list(df.columns)}")
+    df = df.assign(_x=np.log(N), _L=df[loss_col].to_numpy(float))
+    rows = []
+    for key, cell in df.groupby(list(by), sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        if cell["_x"].nunique() < 3:
+            continue
+        c2, c1, c0 = np.polyfit(cell["_x"].to_numpy(), cell["_L"].to_numpy(), 2)
+        if c2 > 0:
+            xv = -c1 / (2 * c2)
+            nv, lv = float(np.exp(xv)), float(c0 + c1 * xv + c2 * xv * xv)
+        else:
+            nv, lv = float("nan"), float("nan")
+        row = dict(zip(by, key, strict=True))
+        row.update(
+            {
+                "n_points": len(cell),
+                "N_vertex": nv,
+                "L_vertex": lv,
+                "curvature": float(c2),
+                "approximate": True,
+                "method": APPROX_LABEL,
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)

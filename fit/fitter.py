@@ -1,0 +1,564 @@
+"""The fitting objective and a vectorised multi-start minimiser.
+
+Objective (paper §4.2, Eq. 4, after Hoffmann et al. 2022 and Besiroglu et al. 2024), float64, **sum** over runs:
+
+    F(theta) = sum_i w_i * Huber_delta( LSE(a - alpha*u_i, b - beta*log D_i, e) - log L_i ),   delta = 1e-3,
+
+with ``u_i = log N_x`` from the law (``log N`` or ``log(N_once + r^phi N_rec)``) and optional non-negative integer weights
+``w_i`` (bootstrap multiplicities; a weight of k equals the row appearing k times). The gradient is analytic, including
+``d/d phi``.
+
+Minimiser (``minimize_multistart``): many starts advance *together* through a batched projected L-BFGS (box
+constraints, Armijo backtracking on the projected path, per-row convergence), then the best few distinct end points are
+polished with scipy's L-BFGS-B (analytic gradient, tight tolerances, 10,000 iterations cap as the paper). Starts are
+uniform in the paper's box (seeded), plus a coarse grid, plus "variable projection" sub-fits (for fixed exponents the law
+is linear in ``E, A, B``; a weighted least-squares solve over an exponent grid gives near-optimal starts), plus any warm
+starts the caller passes (bootstrap refits pass the point estimate). Internally the objective is divided by ``delta``
+so that tolerances are meaningful for the ~1e-3-sized sums typical here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+from loopscale.fit.io import FitData, prepare
+from loopscale.fit.laws import Law, make_law
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# objective
+# ----------------------------------------------------------------------------------------------------------------------
+class Objective:
+    """Batched Huber-LSE objective for one law and one data set.
+
+    Args:
+        law: the law.
+        cols: column arrays of shape ``(n,)`` (must hold ``loss``, ``D`` and the law's columns).
+        delta: Huber threshold on log-loss residuals (paper: 1e-3).
+        weights: optional ``(R, n)`` array of per-row-set weights (bootstrap multiplicities); row set ``k`` of
+            ``weights`` is selected by ``wid`` in :meth:`__call__`. ``None`` means all ones.
+    Call returns the objective **divided by delta** (shape ``(S,)``) and its gradient (``(S, P)``).
+    """
+
+    def __init__(
+        self, law: Law, cols: dict[str, np.ndarray], delta: float = 1e-3, weights: np.ndarray | None = None
+    ):
+        if not (delta > 0 and np.isfinite(delta)):
+            raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
+        self.law, self.cols, self.delta = law, cols, float(delta)
+        self.logL = np.log(cols["loss"])
+        self.logD = np.log(cols["D"])
+        self.n = self.logL.shape[0]
+        self.weights = None if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1, self.n)
+
+    def __call__(self, theta: np.ndarray, wid: np.ndarray | None = None, grad: bool = True):
+        theta = np.atleast_2d(theta)
+        a, b, e, al, be = (theta[:, k : k + 1] for k in range(5))
+        u, du = self.law.log_n(theta[:, 5:], self.cols)
+        t1 = a - al * u
+        t2 = b - be * self.logD[None, :]
+        t3 = np.broadcast_to(e, t1.shape)
+        m = np.maximum(np.maximum(t1, t2), t3)
+        e1, e2, e3 = np.exp(t1 - m), np.exp(t2 - m), np.exp(t3 - m)
+        s = e1 + e2 + e3
+        res = m + np.log(s) - self.logL[None, :]
+        d = self.delta
+        ar = np.abs(res)
+        h = np.where(ar <= d, 0.5 * res * res, d * (ar - 0.5 * d)) / d
+        w = None
+        if self.weights is not None:
+            w = self.weights[np.zeros(theta.shape[0], dtype=int) if wid is None else wid]
+            h = h * w
+        f = h.sum(axis=1)
+        if not grad:
+            return f, None
+        gr = np.clip(res, -d, d) / d
+        if w is not None:
+            gr = gr * w
+        p1, p2, p3 = gr * e1 / s, gr * e2 / s, gr * e3 / s
+        g = np.empty_like(theta)
+        g[:, 0] = p1.sum(axis=1)
+        g[:, 1] = p2.sum(axis=1)
+        g[:, 2] = p3.sum(axis=1)
+        g[:, 3] = -(p1 * u).sum(axis=1)
+        g[:, 4] = -(p2 * self.logD[None, :]).sum(axis=1)
+        if du is not None:
+            for k in range(du.shape[2]):
+                g[:, 5 + k] = -(p1 * al * du[:, :, k]).sum(axis=1)
+        return f, g
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# batched projected L-BFGS
+# ----------------------------------------------------------------------------------------------------------------------
+def batched_lbfgs(
+    fun,
+    x0: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    wid: np.ndarray | None = None,
+    *,
+    m: int = 10,
+    max_iter: int = 2000,
+    ftol: float = 1e-13,
+    pgtol: float = 1e-9,
+    stall: int = 50,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Minimise ``fun`` from ``S`` starts at once with a box-projected L-BFGS (vectorised over starts).
+
+    Args:
+        fun: ``fun(x (k,P), wid (k,)) -> (f (k,), g (k,P))``.
+        x0: starts, shape ``(S, P)`` (clipped into the box).
+        lo, hi: box, shape ``(P,)``.
+        wid: per-start weight-row id passed through to ``fun`` (shape ``(S,)``) or ``None``.
+        m: L-BFGS memory. max_iter: iteration cap per start. ftol: relative decrease stop. pgtol: projected-gradient stop.
+            stall: stop a row after this many iterations without a 1e-10 relative improvement.
+    Returns:
+        ``(x, f, n_iter)``: end points ``(S, P)``, objective values ``(S,)``, iterations used ``(S,)``.
+    Rows are independent: each row's trajectory depends only on its own start and weight row, so results do not depend
+    on which other rows share the batch.
+    """
+    x = np.clip(np.array(x0, dtype=np.float64), lo, hi)
+    S, P = x.shape
+    wid = np.zeros(S, dtype=int) if wid is None else np.asarray(wid)
+    f, g = fun(x, wid)
+    f = np.where(np.isfinite(f), f, np.inf)
+    Sb = np.zeros((S, m, P))
+    Yb = np.zeros((S, m, P))
+    rho = np.zeros((S, m))
+    n_iter = np.zeros(S, dtype=int)
+    active = np.isfinite(f)
+    span = hi - lo
+    ref_f = f.copy()  # objective at the last "significant" improvement (relative 1e-10), for the stall stop
+    ref_it = np.zeros(S, dtype=int)
+    for _ in range(max_iter):
+        idx = np.flatnonzero(active)
+        if idx.size == 0:
+            break
+        xa, fa, ga = x[idx], f[idx], g[idx]
+        pg = xa - np.clip(xa - ga, lo, hi)
+        conv = np.abs(pg).max(axis=1) < pgtol
+        binding = ((xa <= lo + 1e-12 * span) & (ga > 0)) | ((xa >= hi - 1e-12 * span) & (ga < 0))
+        q = np.where(binding, 0.0, ga)
+        # two-loop recursion, newest pair at index m-1
+        Sa, Ya, ra = Sb[idx], Yb[idx], rho[idx]
+        alph = np.zeros((idx.size, m))
+        qq = q.copy()
+        for j in range(m - 1, -1, -1):
+            alph[:, j] = ra[:, j] * np.sum(Sa[:, j] * qq, axis=1)
+            qq -= alph[:, j : j + 1] * Ya[:, j]
+        yy = np.sum(Ya[:, -1] * Ya[:, -1], axis=1)
+        has = ra[:, -1] > 0
+        gamma = np.where(has, 1.0 / np.where(has, ra[:, -1] * yy, 1.0), 0.0)
+        # no history yet: a first step that moves the largest component by at most 1% of the box
+        qmax = np.abs(q / span).max(axis=1)
+        gamma = np.where(has, gamma, 1e-2 / np.maximum(qmax, 1e-300) * np.min(span) / np.max(span))
+        r = gamma[:, None] * qq
+        for j in range(m):
+            bj = ra[:, j] * np.sum(Ya[:, j] * r, axis=1)
+            r += Sa[:, j] * (alph[:, j] - bj)[:, None]
+        dvec = np.where(binding, 0.0, -r)
+        gd = np.sum(ga * dvec, axis=1)
+        reset = ~(gd < 0)
+        if (
+            reset.any()
+        ):  # not a descent direction: fall back to scaled steepest descent and forget the history
+            sc = 1e-2 / np.maximum(qmax[reset], 1e-300) * np.min(span) / np.max(span)
+            dvec[reset] = -q[reset] * sc[:, None]
+            rho[idx[reset]] = 0.0
+        # projected backtracking (Armijo on the projected step)
+        t = np.ones(idx.size)
+        xn = np.clip(xa + dvec, lo, hi)
+        fn, gn = fun(xn, wid[idx])
+        ok = np.isfinite(fn) & (fn <= fa + 1e-4 * np.sum(ga * (xn - xa), axis=1))
+        pend = np.flatnonzero(~ok)
+        for _ls in range(40):
+            if pend.size == 0:
+                break
+            t[pend] *= 0.5
+            xt = np.clip(xa[pend] + t[pend, None] * dvec[pend], lo, hi)
+            ft, gt = fun(xt, wid[idx[pend]])
+            okp = np.isfinite(ft) & (ft <= fa[pend] + 1e-4 * np.sum(ga[pend] * (xt - xa[pend]), axis=1))
+            xn[pend], fn[pend], gn[pend] = xt, ft, gt
+            pend = pend[~okp]
+        failed = np.zeros(idx.size, dtype=bool)
+        failed[pend] = True
+        keep = ~failed
+        s = xn - xa
+        y = gn - ga
+        sy = np.sum(s * y, axis=1)
+        upd = keep & (sy > 1e-12 * np.sqrt(np.sum(s * s, axis=1) * np.sum(y * y, axis=1)) + 1e-300)
+        iu = idx[upd]
+        if iu.size:
+            Sb[iu] = np.roll(Sb[iu], -1, axis=1)
+            Yb[iu] = np.roll(Yb[iu], -1, axis=1)
+            rho[iu] = np.roll(rho[iu], -1, axis=1)
+            Sb[iu, -1] = s[upd]
+            Yb[iu, -1] = y[upd]
+            rho[iu, -1] = 1.0 / sy[upd]
+        small = keep & ((fa - fn) <= ftol * np.maximum(np.abs(fa), 1e-12))
+        ik = idx[keep]
+        x[ik], f[ik], g[ik] = xn[keep], fn[keep], gn[keep]
+        n_iter[idx] += 1
+        sig = f[idx] < ref_f[idx] - 1e-10 * np.maximum(np.abs(ref_f[idx]), 1e-12)
+        ref_f[idx[sig]], ref_it[idx[sig]] = f[idx[sig]], n_iter[idx[sig]]
+        stalled = n_iter[idx] - ref_it[idx] >= stall
+        done = conv | failed | small | stalled
+        active[idx[done]] = False
+    return x, f, n_iter
+
+
+#: only end points within this factor of the best batched objective are polished (the rest cannot realistically win)
+POLISH_WITHIN = 1.05
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# starts
+# ----------------------------------------------------------------------------------------------------------------------
+def random_starts(law: Law, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` starts uniform in the paper's box (§4.2), shape ``(k, P)``."""
+    lo, hi = law.bounds()
+    return lo + (hi - lo) * rng.random((k, lo.size))
+
+
+def grid_starts(law: Law) -> np.ndarray:
+    """Coarse grid over the box (Epoch-style), shape ``(G, P)``: alpha, beta in {0.2, 0.5, 1.0}, e in {0, 1},
+    a, b in {5, 15, 25}, phi in {0, 0.5, 1} (joint law, phi free)."""
+    axes = {
+        "a": [5.0, 15.0, 25.0],
+        "b": [5.0, 15.0, 25.0],
+        "e": [0.0, 1.0],
+        "alpha": [0.2, 0.5, 1.0],
+        "beta": [0.2, 0.5, 1.0],
+        "phi": [0.0, 0.5, 1.0],
+    }
+    mesh = np.meshgrid(*[axes[k] for k in law.names], indexing="ij")
+    return np.stack([mm.ravel() for mm in mesh], axis=1)
+
+
+def subfit_starts(
+    law: Law,
+    obj: Objective,
+    k: int,
+    wid: int | None = None,
+    n_alpha: int = 12,
+    phis: tuple[float, ...] = (-0.5, 0.0, 0.25, 0.5, 0.75, 1.0, 1.5),
+) -> np.ndarray:
+    """Variable-projection starts: for each (alpha, beta[, phi]) on a grid, ``L ~ E + A x + B y`` is linear in
+    ``(E, A, B)``; solve the 1/L-weighted least squares, clip into the box, rank by the true objective, return the
+    best ``k`` rows (shape ``(k, P)``)."""
+    if k <= 0:
+        return np.empty((0, law.n_params))
+    lo, hi = law.bounds()
+    ex = np.linspace(0.05, 1.5, n_alpha)
+    ph = phis if law.extra_names else (0.0,)
+    AL, BE, PH = (v.ravel() for v in np.meshgrid(ex, ex, np.asarray(ph), indexing="ij"))
+    G = AL.size
+    u, _ = law.log_n(PH[:, None], obj.cols) if law.extra_names else law.log_n(np.zeros((G, 0)), obj.cols)
+    u = np.broadcast_to(u, (G, obj.n))
+    X = np.exp(-AL[:, None] * u)  # (G, n)
+    Y = np.exp(-BE[:, None] * obj.logD[None, :])
+    L = obj.cols["loss"]
+    w = 1.0 / L**2
+    if obj.weights is not None:
+        w = w * obj.weights[0 if wid is None else wid]
+    Z = np.stack([np.ones_like(X), X, Y], axis=2)  # (G, n, 3)
+    Zw = Z * w[None, :, None]
+    M = np.matmul(Zw.transpose(0, 2, 1), Z) + 1e-18 * np.eye(3)  # (G, 3, 3) weighted normal equations
+    v = np.matmul(Zw.transpose(0, 2, 1), L[:, None])[:, :, 0]
+    try:
+        coef = np.linalg.solve(M, v[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        coef = np.linalg.lstsq(M[0], v[0], rcond=None)[0][None, :].repeat(G, 0)
+    coef = np.where(np.isfinite(coef), coef, 1e-12)
+    Ec = np.clip(coef[:, 0], np.exp(lo[2]), np.exp(hi[2]))
+    Ac = np.maximum(coef[:, 1], 1e-12)
+    Bc = np.maximum(coef[:, 2], 1e-12)
+    theta = np.stack([np.log(Ac), np.log(Bc), np.log(Ec), AL, BE] + ([PH] if law.extra_names else []), axis=1)
+    theta = np.clip(theta, lo, hi)
+    wids = None if obj.weights is None else np.full(G, 0 if wid is None else wid)
+    f, _ = obj(theta, wids, grad=False)
+    order = np.argsort(np.where(np.isfinite(f), f, np.inf), kind="stable")
+    return theta[order[:k]]
+
+
+def build_starts(
+    law: Law,
+    obj: Objective,
+    starts: int,
+    rng: np.random.Generator,
+    *,
+    warm: np.ndarray | None = None,
+    wid: int | None = None,
+    grid: bool = True,
+    n_alpha: int = 12,
+) -> np.ndarray:
+    """Assemble ``starts`` start rows: warm starts first, then up to ``max(2, starts//20)`` sub-fit starts, then (if
+    ``grid``) up to ``starts//5`` grid points (sub-fit exponent grid: ``n_alpha`` x ``n_alpha`` [x phi]) (a seeded subsample when the grid is larger), the rest uniform random.
+    Returns shape ``(starts, P)`` (at least as many rows as warm starts + 1)."""
+    rows = []
+    if warm is not None:
+        rows.append(np.atleast_2d(warm))
+    n_have = sum(r.shape[0] for r in rows)
+    k_sub = min(max(2, starts // 20), max(starts - n_have, 0))
+    rows.append(subfit_starts(law, obj, k_sub, wid=wid, n_alpha=n_alpha))
+    n_have = sum(r.shape[0] for r in rows)
+    if grid and starts - n_have > 0:
+        gs = grid_starts(law)
+        k_grid = min(starts // 5, gs.shape[0], starts - n_have)
+        if k_grid > 0:
+            sel = (
+                np.sort(rng.choice(gs.shape[0], size=k_grid, replace=False))
+                if k_grid < gs.shape[0]
+                else slice(None)
+            )
+            rows.append(gs[sel])
+    n_have = sum(r.shape[0] for r in rows)
+    rows.append(random_starts(law, max(starts - n_have, 0), rng))
+    return np.concatenate(rows, axis=0)
+
+
+def polish(obj: Objective, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, wid: int | None = None):
+    """Refine one point with scipy L-BFGS-B (analytic gradient, ftol 1e-15, gtol 1e-10, maxiter 10,000 as the paper).
+    Returns ``(x, f)``."""
+    from scipy.optimize import minimize
+
+    wids = None if wid is None else np.array([wid])
+
+    def fg(x):
+        f, g = obj(x[None, :], wids)
+        return float(f[0]), g[0]
+
+    r = minimize(
+        fg,
+        np.clip(x0, lo, hi),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=list(zip(lo, hi, strict=True)),
+        options={"maxiter": 10000, "ftol": 1e-15, "gtol": 1e-10, "maxcor": 20},
+    )
+    return np.asarray(r.x, dtype=np.float64), float(r.fun)
+
+
+def minimize_multistart(
+    law: Law,
+    obj: Objective,
+    x0: np.ndarray,
+    *,
+    wid: int | None = None,
+    n_polish: int = 3,
+    at_best_tol: float = 1e-9,
+    max_iter: int = 250,
+) -> dict[str, Any]:
+    """Run the batched minimiser from all rows of ``x0`` (at most ``max_iter`` batched iterations: the stragglers are
+    left to the polish), polish the best ``n_polish`` distinct end points with scipy L-BFGS-B.
+
+    Returns a dict with ``theta`` (best, ``(P,)``), ``objective`` (unscaled Huber sum), ``n_starts_at_best`` (starts whose
+    batched end objective is within ``at_best_tol`` (unscaled) of the best), ``x_end``/``f_end`` (all batched end
+    points, ``f`` unscaled).
+    """
+    lo, hi = law.bounds()
+    wids = None if wid is None else np.full(x0.shape[0], wid)
+    x, f, _ = batched_lbfgs(obj, x0, lo, hi, wids, max_iter=max_iter)
+    order = np.argsort(np.where(np.isfinite(f), f, np.inf), kind="stable")
+    cand: list[np.ndarray] = []
+    for i in order:
+        if not np.isfinite(f[i]):
+            break
+        if cand and f[i] > POLISH_WITHIN * f[order[0]]:
+            break
+        if all(np.max(np.abs(x[i] - c) / (hi - lo)) > 1e-4 for c in cand):
+            cand.append(x[i])
+        if len(cand) >= n_polish:
+            break
+    best_x, best_f = (x[order[0]], f[order[0]]) if np.isfinite(f[order[0]]) else (None, np.inf)
+    for c in cand:
+        px, pf = polish(obj, c, lo, hi, wid)
+        if pf < best_f:
+            best_x, best_f = px, pf
+    d = obj.delta
+    n_at = int(np.sum(f * d <= best_f * d + at_best_tol))
+    return {
+        "theta": best_x,
+        "objective": float(best_f * d),
+        "n_starts_at_best": max(n_at, 1),
+        "x_end": x,
+        "f_end": f * d,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# point fit
+# ----------------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted law ``L = E + A*N_x^-alpha + B*D^-beta`` (joint: ``N_x = N_once + r^phi N_rec``, paper Eq. 3).
+
+    Attributes:
+        law: ``"joint"`` or ``"chinchilla"``.
+        params: ``E`` (nats/token), ``A``, ``alpha``, ``B``, ``beta`` and, for the joint law, ``phi`` (fitted or fixed).
+        objective: Huber-sum at the optimum (paper Eq. 4; Table 1's "Huber" column).
+        r2: R^2 on raw nats. rmse, max_abs_residual: of residuals actual - predicted (nats).
+        residuals_by_r: ``{r: {"n", "mean", "max_abs", "rmse"}}`` (paper Table 7), when the table has ``r``.
+        n: runs used. n_params: fitted parameters. on_bound: fitted parameters within 1e-6 of the box edge (relative).
+        n_starts_at_best: starts whose end objective is within 1e-9 of the best.
+        n_excluded, excluded_by_status: rows dropped for ``status != "ok"``.
+        data: the kept rows (DataFrame) the fit used; not part of ``to_dict``.
+        phi_fixed: True when phi was held fixed (restricted fit).
+        delta: Huber threshold used. starts: number of starts. theta: log-space optimum ``(a, b, e, alpha, beta[, phi])``.
+    """
+
+    law: str
+    params: dict[str, float]
+    objective: float
+    r2: float
+    rmse: float
+    max_abs_residual: float
+    residuals_by_r: dict[str, dict[str, float]]
+    n: int
+    n_params: int
+    on_bound: list[str]
+    n_starts_at_best: int
+    n_excluded: int = 0
+    excluded_by_status: dict[str, int] = field(default_factory=dict)
+    phi_fixed: bool = False
+    delta: float = 1e-3
+    starts: int = 0
+    theta: tuple[float, ...] = ()
+    data: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field except ``data`` (the kept rows, a DataFrame)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "data"}
+        out["theta"] = list(self.theta)
+        out["params"] = dict(self.params)
+        return out
+
+    def law_object(self) -> Law:
+        """The :class:`~loopscale.fit.laws.Law` this result was fitted with."""
+        return make_law(self.law, self.params["phi"] if self.phi_fixed else None)
+
+    def predict(self, table: Any) -> np.ndarray:
+        """Predicted loss (nats/token), shape ``(n,)``, for the rows of ``table`` (same columns as the fit)."""
+        import pandas as pd
+        from loopscale.fit.io import read_table
+
+        df = read_table(table) if not isinstance(table, dict) else pd.DataFrame(table)
+        if self.law == "chinchilla" and "N" not in df.columns and "N_unique" in df.columns:
+            df = df.rename(columns={"N_unique": "N"})
+        law = self.law_object()
+        cols = {c: df[c].to_numpy(dtype=np.float64) for c in ("D", *law.columns)}
+        return law.predict(self.params, cols)
+
+
+def goodness(law: Law, params: dict[str, float], data: FitData) -> dict[str, Any]:
+    """R^2 on raw nats, RMSE, max |residual| and per-r residual stats (paper Table 7). Residual = actual - predicted."""
+    L = data.cols["loss"]
+    pred = law.predict(params, data.cols)
+    res = L - pred
+    ss_tot = float(np.sum((L - L.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else float("nan")
+    by_r: dict[str, dict[str, float]] = {}
+    if "r" in data.cols:
+        for rv in np.unique(data.cols["r"]):
+            rr = res[data.cols["r"] == rv]
+            key = str(int(rv)) if float(rv).is_integer() else str(float(rv))
+            by_r[key] = {
+                "n": int(rr.size),
+                "mean": float(rr.mean()),
+                "max_abs": float(np.abs(rr).max()),
+                "rmse": float(np.sqrt(np.mean(rr**2))),
+            }
+    return {
+        "r2": r2,
+        "rmse": float(np.sqrt(np.mean(res**2))),
+        "max_abs_residual": float(np.abs(res).max()),
+        "residuals_by_r": by_r,
+    }
+
+
+def on_bound_names(law: Law, theta: np.ndarray, rtol: float = 1e-6) -> list[str]:
+    """Fitted parameters (internal names mapped to public: a->A, b->B, e->E) within ``rtol`` of the box edge."""
+    lo, hi = law.bounds()
+    span = hi - lo
+    pub = {"a": "A", "b": "B", "e": "E"}
+    hit = (theta - lo <= rtol * span) | (hi - theta <= rtol * span)
+    return [pub.get(n, n) for n, h in zip(law.names, hit, strict=True) if h]
+
+
+def fit_data(
+    law: Law,
+    data: FitData,
+    *,
+    starts: int = 500,
+    seed: int = 0,
+    delta: float = 1e-3,
+    grid: bool = True,
+    warm: np.ndarray | None = None,
+    n_polish: int = 3,
+) -> FitResult:
+    """Fit ``law`` to validated ``data`` (see :func:`fit_law`)."""
+    if starts < 1:
+        raise ValueError(f"starts={starts} must be >= 1 (paper: 500)")
+    obj = Objective(law, data.cols, delta)
+    rng = np.random.default_rng(seed)
+    x0 = build_starts(law, obj, starts, rng, warm=warm, grid=grid)
+    out = minimize_multistart(law, obj, x0, n_polish=n_polish)
+    if out["theta"] is None:
+        raise RuntimeError("every start gave a non-finite objective; check the table's loss/N/D values")
+    params = law.to_public(out["theta"])
+    gd = goodness(law, params, data)
+    return FitResult(
+        law=law.name,
+        params=params,
+        objective=out["objective"],
+        r2=gd["r2"],
+        rmse=gd["rmse"],
+        max_abs_residual=gd["max_abs_residual"],
+        residuals_by_r=gd["residuals_by_r"],
+        n=data.n,
+        n_params=law.n_params,
+        on_bound=on_bound_names(law, out["theta"]),
+        n_starts_at_best=out["n_starts_at_best"],
+        n_excluded=data.n_excluded,
+        excluded_by_status=dict(data.excluded_by_status),
+        phi_fixed=bool(law.fixed),
+        delta=float(delta),
+        starts=int(x0.shape[0]),
+        theta=tuple(float(v) for v in out["theta"]),
+        data=data.frame,
+    )
+
+
+def fit_law(
+    table: Any,
+    law: str = "joint",
+    phi: float | None = None,
+    starts: int = 500,
+    seed: int = 0,
+    delta: float = 1e-3,
+    grid: bool = True,
+) -> FitResult:
+    """Fit a scaling law to a table of runs (paper §4.2 protocol).
+
+    Args:
+        table: path (Parquet/CSV), DataFrame or pyarrow Table with ``loss`` (or ``final_val_loss``, nats/token),
+            ``D`` (tokens) and ``N`` (or ``N_unique``) for ``law="chinchilla"``, or ``N_once``, ``N_rec``, ``r`` for
+            ``law="joint"``. Rows with ``status != "ok"`` are excluded and counted.
+        law: ``"joint"`` (paper Eq. 3) or ``"chinchilla"``.
+        phi: fix phi (restricted joint fit, e.g. 0 or 1); ``None`` fits it.
+        starts: number of starts (paper: 500 uniform in the box; here the count also includes a few sub-fit and grid
+            starts, see :func:`build_starts`).
+        seed: RNG seed for the starts. delta: Huber threshold (paper 1e-3). grid: include coarse-grid starts.
+    Returns:
+        :class:`FitResult`.
+    Raises:
+        ValueError: bad table (see :func:`loopscale.fit.io.prepare`), unknown law, bad ``phi``/``starts``/``delta``.
+    """
+    lw = make_law(law, phi)
+    if not (delta > 0 and np.isfinite(delta)):
+        raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
+    data = prepare(table, lw)
+    return fit_data(lw, data, starts=starts, seed=seed, delta=delta, grid=grid)

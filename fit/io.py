@@ -1,0 +1,174 @@
+"""Read and validate fit tables (Parquet, CSV, pandas DataFrame or pyarrow Table).
+
+Input contract (from the sweep's ``runs.parquet``): columns ``loss`` (nats/token; ``final_val_loss`` is accepted when
+``loss`` is absent), ``D`` (training tokens), and ``N`` (Chinchilla law; ``N_unique`` accepted when ``N`` is absent) or
+``N_once``, ``N_rec``, ``r`` (joint law). Optional: ``C`` (training FLOPs), ``budget``, ``variant``, ``status``,
+``d_model``. Rows whose ``status`` is not ``"ok"`` (e.g. ``"diverged"`` with a null loss) are excluded *before*
+validation and counted (``n_excluded``, ``excluded_by_status``). Everything else that is wrong raises ``ValueError``
+before any compute is spent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from loopscale.fit.laws import Law
+
+LOSS_ALIASES = ("loss", "final_val_loss")
+N_ALIASES = ("N", "N_unique")
+
+
+def read_table(table: Any) -> pd.DataFrame:
+    """Return a pandas DataFrame from a path (``.parquet``/``.pq``/``.csv``), a DataFrame or a pyarrow Table.
+
+    Raises:
+        ValueError: unknown file type, missing file, or unsupported object.
+    """
+    if isinstance(table, pd.DataFrame):
+        return table.copy()
+    if isinstance(table, str | Path):
+        p = Path(table)
+        if not p.exists():
+            raise ValueError(f"table {str(p)!r} does not exist; pass a .parquet or .csv file")
+        if p.suffix.lower() in (".parquet", ".pq") or p.is_dir():
+            import pyarrow.parquet as pq
+
+            return pq.read_table(p).to_pandas()
+        if p.suffix.lower() == ".csv":
+            return pd.read_csv(p)
+        raise ValueError(f"table {str(p)!r}: unknown suffix {p.suffix!r}; valid: .parquet, .pq, .csv")
+    try:
+        import pyarrow as pa
+
+        if isinstance(table, pa.Table):
+            return table.to_pandas()
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        pass
+    raise ValueError(
+        f"cannot read a table from {type(table).__name__}; pass a path, a pandas DataFrame or a pyarrow Table"
+    )
+
+
+@dataclass(frozen=True)
+class FitData:
+    """Validated arrays for one fit (all float64, shape ``(n,)``).
+
+    Attributes:
+        cols: law columns plus ``loss`` (nats/token) and ``D`` (tokens); optional ``C`` (FLOPs), ``r``.
+        frame: the kept rows as a DataFrame (original columns, aliases resolved), index reset.
+        n_excluded: rows dropped because ``status != "ok"``.
+        excluded_by_status: ``{status: count}`` of those rows.
+    """
+
+    cols: dict[str, np.ndarray]
+    frame: pd.DataFrame
+    n_excluded: int = 0
+    excluded_by_status: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        """Number of runs kept."""
+        return int(self.cols["loss"].shape[0])
+
+
+def _resolve_alias(df: pd.DataFrame, target: str, aliases: tuple[str, ...]) -> pd.DataFrame:
+    if target not in df.columns:
+        for a in aliases:
+            if a in df.columns:
+                return df.rename(columns={a: target})
+    return df
+
+
+def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) -> FitData:
+    """Load, filter by ``status`` and validate a table for ``law``.
+
+    Args:
+        table: path, DataFrame or pyarrow Table (see module docstring for columns).
+        law: the law object (its ``columns`` are required).
+        block_by: optional block-bootstrap columns that must exist.
+    Returns:
+        :class:`FitData`.
+    Raises:
+        ValueError: missing columns (lists those present), NaN/inf, ``loss <= 0``, ``N``/``D`` ``<= 0``, ``N_once < 0``,
+            ``N_rec < 0``, ``r < 1``, fewer runs than parameters, a joint fit with phi free on a single ``r``, or a
+            ``block_by`` column that does not exist.
+    """
+    df = read_table(table)
+    df = _resolve_alias(df, "loss", LOSS_ALIASES)
+    if law.name == "chinchilla":
+        df = _resolve_alias(df, "N", N_ALIASES)
+    n_excluded, by_status = 0, {}
+    if "status" in df.columns:
+        st = df["status"].astype("string").fillna("<null>")
+        bad = st != "ok"
+        n_excluded = int(bad.sum())
+        by_status = dict(Counter(st[bad].tolist()))
+        df = df.loc[~bad.to_numpy()].reset_index(drop=True)
+    need = ("loss", "D", *law.columns)
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        hint = " (loss may be named final_val_loss)" if "loss" in missing else ""
+        if "N" in missing:
+            hint += " (N may be named N_unique)"
+        raise ValueError(
+            f"law {law.name!r} needs columns {list(need)}; missing {missing}{hint}; table has {list(df.columns)}"
+        )
+    if block_by:
+        bmiss = [c for c in block_by if c not in df.columns]
+        if bmiss:
+            raise ValueError(f"block_by column(s) {bmiss} do not exist; table has {list(df.columns)}")
+    cols: dict[str, np.ndarray] = {}
+    extra = [c for c in ("C", "r") if c in df.columns and c not in need]
+    for c in (*need, *extra):
+        try:
+            arr = pd.to_numeric(df[c]).to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"column {c!r} must be numeric: {exc}") from exc
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise ValueError(
+                f"column {c!r} has {int(bad.sum())} NaN/inf value(s) (first at row {int(np.argmax(bad))})"
+            )
+        cols[c] = arr
+    for c, rule, ok in (
+        ("loss", "> 0 (nats/token)", lambda x: x > 0),
+        ("D", "> 0 (tokens)", lambda x: x > 0),
+        ("N", "> 0 (parameters)", lambda x: x > 0),
+        ("N_once", ">= 0 (parameters)", lambda x: x >= 0),
+        ("N_rec", ">= 0 (parameters)", lambda x: x >= 0),
+        ("r", ">= 1 (recurrences)", lambda x: x >= 1),
+        ("C", "> 0 (FLOPs)", lambda x: x > 0),
+    ):
+        if c in cols and not np.all(ok(cols[c])):
+            i = int(np.argmax(~ok(cols[c])))
+            raise ValueError(f"column {c!r} must be {rule}; row {i} has {cols[c][i]!r}")
+    if "N_once" in cols and not np.all(cols["N_once"] + cols["N_rec"] > 0):
+        raise ValueError("N_once + N_rec must be > 0 (parameters) on every row")
+    n = cols["loss"].shape[0]
+    if n < law.n_params:
+        raise ValueError(
+            f"{n} run(s) left after filtering is fewer than the {law.n_params} parameters of law {law.name!r}; "
+            "add runs or fix phi (e.g. phi=0.5)"
+        )
+    if law.name == "joint" and law.extra_names and np.unique(cols["r"]).size < 2:
+        raise ValueError(
+            f"a joint fit with phi free needs at least 2 distinct r values; got only r={np.unique(cols['r']).tolist()}; "
+            "use law='chinchilla' or fix phi"
+        )
+    return FitData(cols=cols, frame=df, n_excluded=n_excluded, excluded_by_status=by_status)
+
+
+def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
+    """Default bootstrap blocks: joint law -> ``(budget, r)`` if ``budget`` exists, else ``(C, r)``, else ``(D, r)``
+    (paper §4.3: whole (budget, architecture) cells); Chinchilla law -> ``None`` (iid over runs)."""
+    if law.name != "joint":
+        return None
+    for c in ("budget", "C", "D"):
+        if c in frame.columns:
+            return (c, "r")
+    return None

@@ -1,0 +1,182 @@
+"""Scaling-law objects: parameter names, search box, prediction and the log-sum-exp (LSE) form.
+
+Every law here has the Chinchilla shape (Hoffmann et al. 2022, Eq. 2) in which only the "model size" term differs:
+
+    L = E + A * N_x^(-alpha) + B * D^(-beta)          (nats/token)
+
+and is fitted in the LSE parameterisation of the paper (Schwethelm et al., arXiv 2604.21106, §4.2, Eq. 4):
+
+    log L_hat = LSE(a - alpha * u, b - beta * log D, e),   a = log A, b = log B, e = log E, u = log N_x.
+
+A law therefore only has to say how ``u = log N_x`` (and its derivative with respect to any extra parameters such as
+``phi``) is computed from the data columns; the fitter (``loopscale.fit.fitter``) does the rest. To add a law, subclass
+:class:`Law` and implement :meth:`Law.log_n`.
+
+Internal parameter vector order (the fitter's ``theta``): ``(a, b, e, alpha, beta, *extra)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Paper's start/search box (§4.2, App. F): a, b in [-5, 35], alpha, beta in [0, 2.5], e in [-3, 2], phi in [-3, 3].
+BASE_BOUNDS: dict[str, tuple[float, float]] = {
+    "a": (-5.0, 35.0),
+    "b": (-5.0, 35.0),
+    "e": (-3.0, 2.0),
+    "alpha": (0.0, 2.5),
+    "beta": (0.0, 2.5),
+}
+PHI_BOUNDS: tuple[float, float] = (-3.0, 3.0)
+BASE_NAMES: tuple[str, ...] = ("a", "b", "e", "alpha", "beta")
+
+
+@dataclass(frozen=True)
+class Law:
+    """A Chinchilla-shaped law ``L = E + A*N_x^-alpha + B*D^-beta``; subclasses define ``N_x`` via :meth:`log_n`.
+
+    Attributes:
+        name: short identifier used in JSON output (``"chinchilla"`` or ``"joint"``).
+        extra_names: names of parameters beyond ``(a, b, e, alpha, beta)`` that are fitted (e.g. ``("phi",)``).
+        extra_bounds: ``(lo, hi)`` per extra parameter, same order as ``extra_names``.
+        fixed: parameters held fixed (e.g. ``{"phi": 0.0}`` for the restricted joint law); reported in ``params``.
+        columns: data columns the law needs besides ``loss`` and ``D``.
+    """
+
+    name: str
+    extra_names: tuple[str, ...] = ()
+    extra_bounds: tuple[tuple[float, float], ...] = ()
+    fixed: dict[str, float] = field(default_factory=dict)
+    columns: tuple[str, ...] = ("N",)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Internal (log-space) parameter names in ``theta`` order: ``(a, b, e, alpha, beta, *extra)``."""
+        return BASE_NAMES + self.extra_names
+
+    @property
+    def n_params(self) -> int:
+        """Number of fitted parameters (5 for Chinchilla, 6 for the joint law with phi free, 5 with phi fixed)."""
+        return len(self.names)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Box ``(lo, hi)``, each of shape ``(n_params,)``, in ``theta`` order (paper §4.2 box)."""
+        lo = [BASE_BOUNDS[k][0] for k in BASE_NAMES] + [b[0] for b in self.extra_bounds]
+        hi = [BASE_BOUNDS[k][1] for k in BASE_NAMES] + [b[1] for b in self.extra_bounds]
+        return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+
+    def log_n(self, extra: np.ndarray, data: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+        """``u = log N_x`` for a batch of parameter rows.
+
+        Args:
+            extra: shape ``(S, len(extra_names))`` extra parameters per row (may have 0 columns).
+            data: column arrays of shape ``(n,)`` (float64).
+        Returns:
+            ``(u, du)``: ``u`` of shape ``(S, n)`` or ``(1, n)`` (broadcastable), and ``du`` of shape
+            ``(S, n, len(extra_names))`` with ``d u / d extra``, or ``None`` when there are no extra parameters.
+        """
+        raise NotImplementedError
+
+    def to_public(self, theta: np.ndarray) -> dict[str, float]:
+        """Map one ``theta`` row (log-space) to the public dict ``E, A, alpha, B, beta[, phi]`` (linear A, B, E)."""
+        t = dict(zip(self.names, np.asarray(theta, dtype=np.float64).tolist(), strict=True))
+        out = {
+            "E": float(np.exp(t["e"])),
+            "A": float(np.exp(t["a"])),
+            "alpha": float(t["alpha"]),
+            "B": float(np.exp(t["b"])),
+            "beta": float(t["beta"]),
+        }
+        for k in self.extra_names:
+            out[k] = float(t[k])
+        for k, v in self.fixed.items():
+            out[k] = float(v)
+        return out
+
+    def from_public(self, params: dict[str, float]) -> np.ndarray:
+        """Inverse of :meth:`to_public`: public dict -> ``theta`` row of shape ``(n_params,)``."""
+        t = {
+            "a": np.log(params["A"]),
+            "b": np.log(params["B"]),
+            "e": np.log(params["E"]),
+            "alpha": params["alpha"],
+            "beta": params["beta"],
+        }
+        for k in self.extra_names:
+            t[k] = params[k]
+        return np.asarray([t[k] for k in self.names], dtype=np.float64)
+
+    def predict(self, params: dict[str, float], data: dict[str, np.ndarray]) -> np.ndarray:
+        """Predicted loss in nats/token, shape ``(n,)``, for public ``params`` on column arrays ``data``."""
+        theta = self.from_public(params)[None, :]
+        u, _ = self.log_n(theta[:, 5:], data)
+        logd = np.log(np.asarray(data["D"], dtype=np.float64))
+        return (
+            params["E"]
+            + params["A"] * np.exp(-params["alpha"] * u[0])
+            + params["B"] * np.exp(-params["beta"] * logd)
+        )
+
+
+@dataclass(frozen=True)
+class ChinchillaLaw(Law):
+    """Per-architecture Chinchilla law ``L = E + A*N^-alpha + B*D^-beta`` (paper §4.2; Hoffmann et al. 2022 Eq. 2).
+
+    ``N``: unique non-embedding parameters; ``D``: training tokens; ``L``: validation loss in nats/token.
+    """
+
+    name: str = "chinchilla"
+    columns: tuple[str, ...] = ("N",)
+
+    def log_n(self, extra, data):
+        return np.log(data["N"])[None, :], None
+
+
+@dataclass(frozen=True)
+class JointLaw(Law):
+    """Joint looped law (paper Eq. 3): ``L = E + A*(N_once + r^phi * N_rec)^-alpha + B*D^-beta``.
+
+    ``N_eff = N_once + r^phi * N_rec`` is the effective parameter count; ``phi`` is free in ``[-3, 3]`` (paper box)
+    unless fixed (restricted fits phi = 0 / phi = 1, paper Table 2). ``d N_eff / d phi = r^phi * log(r) * N_rec``.
+    """
+
+    name: str = "joint"
+    columns: tuple[str, ...] = ("N_once", "N_rec", "r")
+
+    def log_n(self, extra, data):
+        logr = np.log(data["r"])
+        n_once, n_rec = data["N_once"], data["N_rec"]
+        if not self.extra_names:
+            phi = self.fixed["phi"]
+            return np.log(n_once + np.exp(phi * logr) * n_rec)[None, :], None
+        phi = extra[:, :1]  # (S, 1)
+        rp = np.exp(phi * logr[None, :]) * n_rec[None, :]  # (S, n): r^phi * N_rec
+        neff = n_once[None, :] + rp
+        u = np.log(neff)
+        du = (rp * logr[None, :] / neff)[:, :, None]  # (S, n, 1)
+        return u, du
+
+
+def make_law(law: str = "joint", phi: float | None = None) -> Law:
+    """Build a law by name.
+
+    Args:
+        law: ``"joint"`` (paper Eq. 3) or ``"chinchilla"`` (per-architecture law).
+        phi: fix phi to this value (joint law only); ``None`` fits it in ``[-3, 3]``.
+    Raises:
+        ValueError: unknown law name, phi outside ``[-3, 3]``, or phi given for the Chinchilla law.
+    """
+    if law == "chinchilla":
+        if phi is not None:
+            raise ValueError("phi applies to the joint law only; use law='joint' with phi, or drop phi")
+        return ChinchillaLaw()
+    if law == "joint":
+        if phi is None:
+            return JointLaw(extra_names=("phi",), extra_bounds=(PHI_BOUNDS,))
+        phi = float(phi)
+        if not (np.isfinite(phi) and PHI_BOUNDS[0] <= phi <= PHI_BOUNDS[1]):
+            raise ValueError(f"phi={phi} is outside the paper's box [-3, 3]; pass e.g. phi=0.0 or phi=1.0")
+        return JointLaw(fixed={"phi": phi})
+    raise ValueError(f"law={law!r} is unknown; valid: 'joint' or 'chinchilla'")

@@ -1,0 +1,80 @@
+"""Write a fit's artefacts: ``fit.json``, ``bootstrap.parquet`` and the PNG figures."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe copy: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, str):
+        try:
+            x = x.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def summary_dict(fit: Any, boot: Any | None = None) -> dict[str, Any]:
+    """The fit's JSON object: ``law``, ``n``, ``params``, ``ci`` (param -> [lo, hi] when bootstrapped), ``r2``,
+    ``rmse``, ``max_abs_residual``, ``objective``, ``on_bound``, ``n_excluded``, ``excluded_by_status`` and, when
+    bootstrapped, ``ci_derived`` and a ``bootstrap`` summary (counts, block columns, warm-start share)."""
+    d = fit.to_dict()
+    d["ci"] = {k: [v[0], v[1]] for k, v in boot.ci.items()} if boot is not None else {}
+    if boot is not None:
+        bd = boot.to_dict()
+        d["ci_derived"] = bd.pop("ci_derived")
+        bd.pop("ci")
+        d["bootstrap"] = bd
+    return _clean(d)
+
+
+def write_fit_outputs(
+    out_dir: str | Path,
+    fit: Any,
+    boot: Any | None = None,
+    table: pd.DataFrame | None = None,
+    plots: bool = True,
+) -> dict[str, str]:
+    """Write ``fit.json`` (:func:`summary_dict`), ``bootstrap.parquet`` (one row per resample, when ``boot``), and PNGs:
+    ``fit_curves.png`` (data + fitted curves per r), ``residuals.png`` (residual vs prediction) and, when ``boot`` has
+    phi draws, ``phi_bootstrap.png``. ``table`` defaults to the rows the fit used (``fit.data``).
+    Returns ``{name: path}`` of the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    p = out / "fit.json"
+    p.write_text(json.dumps(summary_dict(fit, boot), indent=2, allow_nan=False))
+    files["fit.json"] = str(p)
+    if boot is not None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        p = out / "bootstrap.parquet"
+        tab = pa.Table.from_pandas(boot.draws, preserve_index=False)
+        meta = {b"loopscale.bootstrap": json.dumps(_clean(boot.to_dict())).encode()}
+        pq.write_table(tab.replace_schema_metadata({**(tab.schema.metadata or {}), **meta}), p)
+        files["bootstrap.parquet"] = str(p)
+    if plots:
+        from loopscale.fit import plots as pl
+
+        frame = fit.data if table is None else table
+        if frame is not None:
+            files["fit_curves.png"] = str(pl.plot_fit_curves(fit, frame, out / "fit_curves.png"))
+            files["residuals.png"] = str(pl.plot_residuals(fit, frame, out / "residuals.png"))
+        if boot is not None and "phi" in boot.draws.columns and fit.law == "joint" and not fit.phi_fixed:
+            files["phi_bootstrap.png"] = str(
+                pl.plot_phi_bootstrap(boot, out / "phi_bootstrap.png", fit.params["phi"])
+            )
+    return files

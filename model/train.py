@@ -1,0 +1,845 @@
+"""The single-run trainer: one point of a scaling law (issue 3, "Trainer").
+
+``train_run(RunConfig(...)) -> RunResult`` trains one :class:`~loopscale.model.looped.LoopedLM` on a tokenized
+corpus (:mod:`loopscale.model.data`) for exactly D tokens, evaluates mean cross-entropy in nats/token on a fixed
+held-out token set, and survives being stopped (atomic checkpoints, exact resume).
+
+Accounting (paper Sec. 2 / 3.2): F = ``flops_per_token(model)`` training FLOPs/token; D is either given
+(``tokens``, rounded to whole optimizer steps of B = ``batch_tokens``) or derived from C = ``target_flops`` as
+D = round(C / (F B)) B; the result records C = F D.
+
+Gradient accumulation: a step of B tokens is ``B / micro_batch_tokens`` equal micro-batches; each micro-batch loss
+is its token mean divided by the number of micro-batches, so the step's gradient is that of the token mean over
+the whole batch (identical to one B-token batch up to float rounding; issue 8 case 3).
+
+Checkpoints (issue 8 cases 2 and 3): ``<checkpoint_dir>/ckpt-<step>.pt`` written with ``torch.save`` to a temp
+file then ``os.replace``; they hold only tensors and plain Python types (RNG states converted to tensors /
+lists) and are read with ``torch.load(weights_only=True)`` with no allow-listing; anything else is refused with
+:class:`CheckpointError`. The data position is the step: micro-batch j of the run is always the same windows
+(:class:`~loopscale.model.data.WindowSampler`), so a resumed run consumes exactly the micro-batches the
+uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import pickle
+import platform
+import random
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from loopscale.model.config import LoopedConfig
+
+log = logging.getLogger("loopscale.train")
+
+CHECKPOINT_FORMAT = "loopscale-ckpt-v1"
+DEVICES = ("cpu", "cuda", "auto")
+PRECISIONS = ("fp32", "bf16")
+
+GPU_BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
+"""Dense bf16 peak FLOP/s by device-name substring (vendor data sheets); the MFU denominator on GPU."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: not loadable with ``weights_only=True``, or from a different run."""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything that defines one training run. Validated in ``__post_init__`` (``ValueError`` names the field).
+
+    Exactly one horizon: ``tokens`` (D) or ``target_flops`` (C).
+    """
+
+    model: LoopedConfig
+    """Model architecture (``vocab_size`` must be >= the tokenizer's)."""
+    corpus: str = "embedded"
+    """'embedded' | text file | directory | glob | .parquet file(s) | .bin/.npy token file."""
+    text_column: str = "text"
+    """Text column of Parquet corpora."""
+    tokenizer: str = "byte"
+    """'byte' (vocab 256) | 'bpe:<vocab_size>' | 'pretokenized' (token files)."""
+    tokens: int | None = None
+    """D, training tokens (rounded to whole steps of batch_tokens)."""
+    target_flops: float | None = None
+    """C, training FLOPs; D = round(C / (F B)) B."""
+    batch_tokens: int = 2048
+    """B, tokens per optimizer step (a multiple of model.seq_len)."""
+    micro_batch_tokens: int | None = None
+    """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens); None -> batch_tokens."""
+    optimizer: str = "adamw"
+    """'adamw' | 'muon' (see loopscale.model.optim)."""
+    lr: float = 3e-3
+    """Peak LR (muon: the matrix LR; the AdamW groups follow at the paper's ratios)."""
+    schedule: str = "linear"
+    """'linear' (paper: no warmup, linear decay to final_lr_frac) | 'cosine' | 'wsd'."""
+    warmup_frac: float = 0.0
+    """Fraction of steps of linear warmup."""
+    final_lr_frac: float = 0.1
+    """LR at the end as a fraction of the peak."""
+    decay_frac: float = 0.2
+    """'wsd' only: fraction of steps in the final decay."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay on 2-D matrices (paper: 0)."""
+    grad_clip: float | None = None
+    """Clip the global gradient norm to this value (paper: none)."""
+    seed: int = 0
+    """Model initialisation seed."""
+    data_seed: int = 0
+    """Batch-order seed (the same for every r)."""
+    eval_tokens: int = 65536
+    """Size of the fixed held-out token set (fewer if the validation split is smaller)."""
+    eval_every_steps: int | None = None
+    """Evaluate every k steps (always at the end)."""
+    checkpoint_dir: str | None = None
+    """Folder of atomic checkpoints; train_run resumes from the newest one found there."""
+    checkpoint_every_steps: int | None = None
+    """Write a checkpoint every k steps (needs checkpoint_dir)."""
+    num_threads: int = 1
+    """torch.set_num_threads for this run (the sweep runs several runs side by side)."""
+    device: str = "cpu"
+    """'cpu' | 'cuda' | 'cuda:<i>' | 'auto'."""
+    precision: str = "fp32"
+    """'fp32' | 'bf16' (autocast; meant for GPU)."""
+    compile: bool = False
+    """torch.compile the model (GPU path)."""
+    diverge_loss: float = 20.0
+    """A training loss above this (nats/token), NaN or inf ends the run with status 'diverged'."""
+    cache_dir: str | None = None
+    """Token cache and peak-FLOP/s cache folder (None -> $LOOPSCALE_CACHE or ~/.cache/loopscale)."""
+
+    def __post_init__(self) -> None:
+        from loopscale.model.data import parse_tokenizer
+        from loopscale.model.optim import OPTIMIZERS, SCHEDULES
+
+        if not isinstance(self.model, LoopedConfig):
+            raise ValueError(
+                f"model must be a LoopedConfig (see loopscale.model.preset_config), got {type(self.model)!r}"
+            )
+        T = self.model.seq_len
+        if (self.tokens is None) == (self.target_flops is None):
+            raise ValueError("give exactly one of tokens (D) or target_flops (C)")
+        if self.tokens is not None and (not _is_int(self.tokens) or self.tokens <= 0):
+            raise ValueError(f"tokens must be a positive integer (training tokens D), got {self.tokens!r}")
+        if self.target_flops is not None and (
+            isinstance(self.target_flops, bool)
+            or not isinstance(self.target_flops, int | float)
+            or not math.isfinite(self.target_flops)
+            or self.target_flops <= 0
+        ):
+            raise ValueError(
+                f"target_flops must be a positive finite number (FLOPs C), got {self.target_flops!r}"
+            )
+        if not _is_int(self.batch_tokens) or self.batch_tokens <= 0 or self.batch_tokens % T:
+            raise ValueError(
+                f"batch_tokens must be a positive multiple of model.seq_len={T}, got {self.batch_tokens!r} "
+                f"(e.g. {max(1, round(self.batch_tokens / T) if _is_int(self.batch_tokens) else 16) * T})"
+            )
+        if self.micro_batch_tokens is not None:
+            mb = self.micro_batch_tokens
+            if not _is_int(mb) or mb <= 0 or mb % T or self.batch_tokens % mb:
+                raise ValueError(
+                    f"micro_batch_tokens must be a positive multiple of model.seq_len={T} that divides "
+                    f"batch_tokens={self.batch_tokens}, got {mb!r}"
+                )
+        if self.tokens is not None and round(self.tokens / self.batch_tokens) < 1:
+            raise ValueError(
+                f"tokens={self.tokens} is less than half a batch (batch_tokens={self.batch_tokens}); "
+                f"use tokens >= {self.batch_tokens} or a smaller batch_tokens"
+            )
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        for name in ("lr", "weight_decay"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if not 0 <= self.warmup_frac < 1:
+            raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac!r}")
+        if not 0 <= self.final_lr_frac <= 1:
+            raise ValueError(f"final_lr_frac must be in [0, 1], got {self.final_lr_frac!r}")
+        if not 0 < self.decay_frac <= 1:
+            raise ValueError(f"decay_frac must be in (0, 1], got {self.decay_frac!r}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be None or > 0, got {self.grad_clip!r}")
+        for name in ("seed", "data_seed"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if not _is_int(self.eval_tokens) or self.eval_tokens < 1:
+            raise ValueError(f"eval_tokens must be a positive integer, got {self.eval_tokens!r}")
+        for name in ("eval_every_steps", "checkpoint_every_steps"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise ValueError(f"{name} must be None or a positive integer, got {v!r}")
+        if self.checkpoint_every_steps is not None and self.checkpoint_dir is None:
+            raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
+        if not _is_int(self.num_threads) or self.num_threads < 1:
+            raise ValueError(f"num_threads must be a positive integer, got {self.num_threads!r}")
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", str(self.device)):
+            raise ValueError(f"device must be one of {DEVICES} or 'cuda:<i>', got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not self.diverge_loss > 0:
+            raise ValueError(f"diverge_loss must be > 0 (nats/token), got {self.diverge_loss!r}")
+        kind, vocab = parse_tokenizer(self.tokenizer)
+        if kind != "pretokenized" and self.model.vocab_size < vocab:
+            raise ValueError(
+                f"model.vocab_size={self.model.vocab_size} is smaller than the tokenizer's vocabulary "
+                f"({self.tokenizer!r}: {vocab}); build the model with vocab_size={vocab}"
+            )
+
+    @property
+    def micro_tokens(self) -> int:
+        """Tokens per micro-batch (micro_batch_tokens or batch_tokens)."""
+        return self.micro_batch_tokens or self.batch_tokens
+
+    def to_dict(self) -> dict:
+        """Plain-dict form (the model config nested as a dict)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RunResult:
+    """What one run measured. Losses in nats/token, times in seconds, FLOPs in FLOPs, D in tokens."""
+
+    status: str
+    """'ok' | 'diverged'."""
+    final_val_loss: float | None
+    """Mean CE on the fixed held-out set at the end (None when diverged)."""
+    best_val_loss: float | None
+    final_val_bpb: float | None
+    """Bits per byte of final_val_loss (byte and BPE tokenizers; None for pre-tokenized corpora)."""
+    diverged_step: int | None
+    model: dict
+    N_once: int
+    N_rec: int
+    N_unique: int
+    flops_per_token: int
+    D: int
+    C: float
+    batch_tokens: int
+    micro_batch_tokens: int
+    steps: int
+    optimizer: str
+    lr: float
+    schedule: str
+    warmup_frac: float
+    final_lr_frac: float
+    seed: int
+    data_seed: int
+    corpus: str
+    corpus_hash: str
+    tokenizer: str
+    vocab_size: int
+    epochs: float
+    eval_tokens: int
+    curve: list[dict]
+    """Loss curve: dicts with step, tokens, train_loss, val_loss (None between evals), lr."""
+    wall_s: float
+    tokens_per_s: float
+    """Training tokens per second (eval excluded)."""
+    mfu: float | None
+    """Achieved training FLOP/s / peak_flops."""
+    peak_flops: float | None
+    peak_flops_source: str
+    time_split: dict
+    """Seconds spent in data, forward_backward, optimizer, eval, checkpoint (this process only)."""
+    num_threads: int
+    device: str
+    versions: dict
+    optimizer_assignment: dict
+    """Which parameters each optimizer got (names by optimizer)."""
+    micro_batch_ids: list[int]
+    """Global indices of the micro-batches consumed, in order (whole run, across resumes)."""
+    data_digest: str
+    """sha256 chain over the window ids of every consumed micro-batch."""
+    resumed_from_step: int | None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Peak FLOP/s (MFU denominator)
+# --------------------------------------------------------------------------------------------------------
+
+_PEAK_CACHE: dict[str, float] = {}
+
+
+def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) -> tuple[float | None, str]:
+    """MFU denominator in FLOP/s and how it was obtained.
+
+    CPU: measured fp32 matmul FLOP/s (1024 x 1024 @ 1024 x 1024, best of repeated ~0.3 s of work) at
+    ``num_threads`` threads, measured once per (CPU, threads, torch version) and cached in memory and in
+    ``<cache_dir>/peak_flops.json``. Noisy when other processes share the CPU.
+    GPU: the dense bf16 peak of the device from :data:`GPU_BF16_PEAK` (None when the device is unknown).
+    """
+    import torch
+
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for k, v in GPU_BF16_PEAK.items():
+            if k in name:
+                return v, f"bf16 dense peak of {name}"
+        return None, f"unknown GPU {name}"
+    key = f"cpu|{platform.machine()}|{platform.processor()}|{os.cpu_count()}|t{num_threads}|torch{torch.__version__}"
+    if key in _PEAK_CACHE:
+        return _PEAK_CACHE[key], "measured fp32 matmul (cached)"
+    from loopscale.model.data import default_cache_dir
+
+    path = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "peak_flops.json"
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    if key in stored:
+        _PEAK_CACHE[key] = float(stored[key])
+        return _PEAK_CACHE[key], "measured fp32 matmul (cached)"
+    prev = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        n = 1024
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        best = 0.0
+        for _ in range(3):
+            reps, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < 0.1:
+                torch.mm(a, b)
+                reps += 1
+            best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0))
+    finally:
+        torch.set_num_threads(prev)
+    _PEAK_CACHE[key] = best
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stored[key] = best
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(stored))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return best, "measured fp32 matmul"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------------------
+
+
+def _rng_state() -> dict:
+    """Global RNG states as tensors / plain types (loadable with weights_only=True; issue 8 case 2)."""
+    import torch
+
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    py = random.getstate()
+    out = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
+        "python": {
+            "version": int(py[0]),
+            "state": torch.tensor(py[1], dtype=torch.int64),
+            "gauss": None if py[2] is None else float(py[2]),
+        },
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = [s for s in torch.cuda.get_rng_state_all()]
+    return out
+
+
+def _set_rng_state(s: dict) -> None:
+    import torch
+
+    torch.set_rng_state(s["torch"])
+    n = s["numpy"]
+    np.random.set_state(
+        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
+    p = s["python"]
+    random.setstate((p["version"], tuple(int(x) for x in p["state"].tolist()), p["gauss"]))
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def save_checkpoint(path: str | Path, state: dict) -> Path:
+    """Write ``state`` atomically (temp file in the same folder, then ``os.replace``)."""
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load a checkpoint with ``torch.load(weights_only=True)`` (no allow-listing).
+
+    Raises:
+        CheckpointError: the file holds objects other than tensors and plain types (e.g. an arbitrary pickled
+            object), is not a loopscale checkpoint, or cannot be read.
+    """
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was refused by torch.load(weights_only=True): it holds objects that are not "
+            f"tensors or plain Python types ({first}). loopscale never turns safe loading off; delete the file "
+            "(or the checkpoint_dir) to start the run afresh."
+        ) from None
+    except (RuntimeError, EOFError, OSError) as e:
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {e}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{str(path)!r} is not a {CHECKPOINT_FORMAT} checkpoint")
+    return state
+
+
+_CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
+
+
+def latest_checkpoint(checkpoint_dir: str | Path | None) -> Path | None:
+    """Newest ``ckpt-<step>.pt`` in ``checkpoint_dir`` (None when there is none)."""
+    if checkpoint_dir is None or not Path(checkpoint_dir).is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in Path(checkpoint_dir).iterdir() if (m := _CKPT_RE.match(p.name))]
+    return max(found)[1] if found else None
+
+
+_RUN_KEY_FIELDS = (
+    "corpus",
+    "text_column",
+    "tokenizer",
+    "batch_tokens",
+    "micro_batch_tokens",
+    "optimizer",
+    "lr",
+    "schedule",
+    "warmup_frac",
+    "final_lr_frac",
+    "decay_frac",
+    "weight_decay",
+    "grad_clip",
+    "seed",
+    "data_seed",
+    "precision",
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------------
+
+
+def _upcast(x):
+    """float32 for half-precision logits (bf16 autocast); wider dtypes (float64 tests) unchanged."""
+    import torch
+
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
+def accumulate_gradients(model, windows, n_micro: int, autocast=None) -> float:
+    """Forward/backward over ``windows`` (int64 tensor [b, T + 1]) split into ``n_micro`` equal micro-batches.
+
+    Each micro-batch adds grad(token-mean CE / n_micro), so the accumulated gradient is that of the token mean
+    over all b T targets (not a mean of unequal micro means). Returns the batch mean loss (nats/token).
+
+    Raises:
+        ValueError: b not divisible by n_micro.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    b = windows.shape[0]
+    if n_micro < 1 or b % n_micro:
+        raise ValueError(f"n_micro={n_micro} must divide the number of windows {b}")
+    total = 0.0
+    for chunk in windows.chunk(n_micro):
+        with autocast() if autocast else torch.enable_grad():
+            logits = model(chunk[:, :-1])
+        loss = F.cross_entropy(_upcast(logits).flatten(0, 1), chunk[:, 1:].flatten()) / n_micro
+        loss.backward()
+        total += float(loss.detach())
+    return total
+
+
+def _evaluate(model, ev, micro_windows: int, autocast) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    was = model.training
+    model.eval()
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for chunk in ev.split(max(1, micro_windows)):
+            with autocast():
+                logits = model(chunk[:, :-1])
+            total += float(
+                F.cross_entropy(_upcast(logits).flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
+            )
+            n += chunk[:, 1:].numel()
+    model.train(was)
+    return total / n
+
+
+def _resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} but CUDA is not available; use device='cpu' or 'auto'")
+    return dev
+
+
+def resolve_tokens(cfg: RunConfig) -> int:
+    """D in tokens: ``tokens`` rounded to whole batches, or round(C / (F B)) B from ``target_flops``
+    (paper Sec. 2; :func:`loopscale.model.accounting.tokens_for_flops`)."""
+    from loopscale.model.accounting import tokens_for_flops
+
+    if cfg.target_flops is not None:
+        return tokens_for_flops(cfg.model, float(cfg.target_flops), cfg.batch_tokens)
+    return max(1, round(cfg.tokens / cfg.batch_tokens)) * cfg.batch_tokens
+
+
+def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
+    """Train one run and measure it.
+
+    Args:
+        cfg: the run (validated).
+        callback: called as ``callback(event)`` after every evaluation and every checkpoint write, with
+            ``step``, ``tokens``, ``train_loss``, ``val_loss`` (or None), ``lr``, ``checkpoint_path`` (or None),
+            ``final`` (bool). Exceptions it raises propagate (Ray Tune stops trials that way).
+
+    Returns:
+        :class:`RunResult`; a diverged run (NaN/inf loss or loss > ``diverge_loss``) returns status
+        'diverged' with ``diverged_step`` and everything measured so far, it does not raise.
+
+    Raises:
+        ValueError / CorpusError: bad corpus, tokenizer/model vocabulary mismatch, a stream shorter than a window
+            (all before any training compute). CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
+    """
+    import torch
+    from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+    from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
+    from loopscale.model.looped import LoopedLM, maybe_compile
+    from loopscale.model.optim import build_optimizers, lr_multiplier
+
+    t_start = time.perf_counter()
+    if not isinstance(cfg, RunConfig):
+        raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
+    mcfg = cfg.model
+    T = mcfg.seq_len
+    device = _resolve_device(cfg.device)
+    data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
+    if mcfg.vocab_size < data.vocab_size:
+        raise ValueError(
+            f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
+            f"build the model with vocab_size={data.vocab_size}"
+        )
+    D = resolve_tokens(cfg)
+    B = cfg.batch_tokens
+    steps_total = D // B
+    n_micro = B // cfg.micro_tokens
+    mb_windows = cfg.micro_tokens // T
+    F = flops_per_token(mcfg)
+    C = float(F) * D
+    sampler = WindowSampler(data.train, T, mb_windows, cfg.data_seed)
+    ev_np = eval_windows(data.val, T, cfg.eval_tokens)
+    run_warnings: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        epochs = implied_epochs(D, sampler.tokens_per_epoch)
+    for w in caught:
+        run_warnings.append(str(w.message))
+        warnings.warn(str(w.message), UserWarning, stacklevel=2)
+    run_key = {k: getattr(cfg, k) for k in _RUN_KEY_FIELDS}
+    run_key.update(model=mcfg.to_dict(), D=D, corpus_hash=data.meta["corpus_hash"])
+
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.num_threads)
+    try:
+        model = LoopedLM(mcfg, seed=cfg.seed).to(device)
+        opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+        log.info("optimizer assignment: muon=%s adamw=%s", assignment["muon"], assignment["adamw"])
+        fwd_model = maybe_compile(model, cfg.compile)
+        use_bf16 = cfg.precision == "bf16"
+
+        def autocast():
+            return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+        ev = torch.from_numpy(ev_np).to(device)
+        start_step, micro_ids, digest, curve = 0, [], hashlib.sha256(b"loopscale-data").hexdigest(), []
+        best_val, resumed_from = None, None
+        ckpt_path = latest_checkpoint(cfg.checkpoint_dir)
+        if ckpt_path is not None:
+            st = load_checkpoint(ckpt_path)
+            if st["run_key"] != run_key:
+                diff = sorted(k for k in run_key if st["run_key"].get(k) != run_key[k])
+                raise CheckpointError(
+                    f"checkpoint {str(ckpt_path)!r} belongs to a different run (differs in {diff}); use another "
+                    "checkpoint_dir or delete it"
+                )
+            model.load_state_dict(st["model"])
+            for o, s in zip(opts, st["optimizers"], strict=True):
+                o.load_state_dict(s)
+            _set_rng_state(st["rng"])
+            start_step, micro_ids, digest = st["step"], list(st["micro_batch_ids"]), st["data_digest"]
+            curve, best_val, resumed_from = list(st["curve"]), st["best_val_loss"], st["step"]
+            log.info("resumed from %s at step %d", ckpt_path, start_step)
+
+        times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        status, diverged_step, train_loss, cur_lr = "ok", None, float("nan"), cfg.lr
+        log_every = max(1, steps_total // 100)
+        params = [p for p in model.parameters()]
+        tok_trained = 0
+        t_train = 0.0
+        model.train()
+        for step in range(start_step, steps_total):
+            t0 = time.perf_counter()
+            mult = lr_multiplier(
+                step, steps_total, cfg.schedule, cfg.warmup_frac, cfg.final_lr_frac, cfg.decay_frac
+            )
+            for o in opts:
+                for g in o.param_groups:
+                    g["lr"] = g["base_lr"] * mult
+            cur_lr = cfg.lr * mult
+            loss_acc = torch.zeros((), device=device)
+            t_data = 0.0
+            for m in range(n_micro):
+                td = time.perf_counter()
+                j = step * n_micro + m
+                win, ids = sampler.micro_batch(j)
+                x = torch.from_numpy(win).to(device, non_blocking=True)
+                digest = hashlib.sha256(digest.encode() + ids.tobytes()).hexdigest()
+                micro_ids.append(j)
+                t_data += time.perf_counter() - td
+                with autocast():
+                    logits = fwd_model(x[:, :-1])
+                loss = (
+                    torch.nn.functional.cross_entropy(_upcast(logits).flatten(0, 1), x[:, 1:].flatten())
+                    / n_micro
+                )
+                loss.backward()
+                loss_acc += loss.detach()
+            train_loss = float(loss_acc)  # one sync per step
+            t1 = time.perf_counter()
+            times["data"] += t_data
+            times["forward_backward"] += t1 - t0 - t_data
+            if not math.isfinite(train_loss) or train_loss > cfg.diverge_loss:
+                status, diverged_step = "diverged", step + 1
+                curve.append(
+                    {
+                        "step": step + 1,
+                        "tokens": (step + 1) * B,
+                        "train_loss": train_loss,
+                        "val_loss": None,
+                        "lr": cur_lr,
+                    }
+                )
+                log.warning("run diverged at step %d (train loss %s)", step + 1, train_loss)
+                break
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            for o in opts:
+                o.step()
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            sync()
+            t2 = time.perf_counter()
+            times["optimizer"] += t2 - t1
+            t_train += t2 - t0
+            tok_trained += B
+            done = step + 1
+            is_last = done == steps_total
+            do_eval = cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0 and not is_last
+            do_ckpt = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
+            val = None
+            if do_eval:
+                te = time.perf_counter()
+                val = _evaluate(fwd_model, ev, mb_windows, autocast)
+                times["eval"] += time.perf_counter() - te
+                best_val = val if best_val is None or val < best_val else best_val
+            if do_eval or done % log_every == 0 or (do_ckpt and not is_last):
+                curve.append(
+                    {
+                        "step": done,
+                        "tokens": done * B,
+                        "train_loss": train_loss,
+                        "val_loss": val,
+                        "lr": cur_lr,
+                    }
+                )
+            path = None
+            if do_ckpt and not is_last:
+                path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times)
+            if (do_eval or path is not None) and callback is not None:
+                callback(
+                    {
+                        "step": done,
+                        "tokens": done * B,
+                        "train_loss": train_loss,
+                        "val_loss": val,
+                        "lr": cur_lr,
+                        "checkpoint_path": None if path is None else str(path),
+                        "final": False,
+                    }
+                )
+
+        final_val = None
+        if status == "ok":
+            te = time.perf_counter()
+            final_val = _evaluate(fwd_model, ev, mb_windows, autocast)
+            times["eval"] += time.perf_counter() - te
+            best_val = final_val if best_val is None or final_val < best_val else best_val
+            if steps_total > start_step or not curve or curve[-1]["step"] != steps_total:
+                curve.append(
+                    {
+                        "step": steps_total,
+                        "tokens": steps_total * B,
+                        "train_loss": train_loss,
+                        "val_loss": final_val,
+                        "lr": cur_lr,
+                    }
+                )
+            else:
+                curve[-1] = {**curve[-1], "val_loss": final_val}
+        path = None
+        if status == "ok" and cfg.checkpoint_every_steps is not None and steps_total > start_step:
+            path = _write_ckpt(
+                cfg, steps_total, run_key, model, opts, micro_ids, digest, curve, best_val, times
+            )
+        threads_used = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(prev_threads)
+
+    wall = time.perf_counter() - t_start  # the peak measurement below is not part of the run
+    peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
+    tps = tok_trained / t_train if t_train > 0 else 0.0
+    mfu = (F * tps / peak) if (peak and tps) else None
+    bpt = data.bytes_per_token_val
+    bpb = final_val / math.log(2) / bpt if (final_val is not None and bpt) else None
+    res = RunResult(
+        status=status,
+        final_val_loss=final_val,
+        best_val_loss=best_val,
+        final_val_bpb=bpb,
+        diverged_step=diverged_step,
+        model=mcfg.to_dict(),
+        N_once=n_once(mcfg),
+        N_rec=n_rec(mcfg),
+        N_unique=n_unique(mcfg),
+        flops_per_token=int(F),
+        D=D,
+        C=C,
+        batch_tokens=B,
+        micro_batch_tokens=cfg.micro_tokens,
+        steps=steps_total,
+        optimizer=cfg.optimizer,
+        lr=cfg.lr,
+        schedule=cfg.schedule,
+        warmup_frac=cfg.warmup_frac,
+        final_lr_frac=cfg.final_lr_frac,
+        seed=cfg.seed,
+        data_seed=cfg.data_seed,
+        corpus=cfg.corpus,
+        corpus_hash=data.meta["corpus_hash"],
+        tokenizer=data.tokenizer_name,
+        vocab_size=data.vocab_size,
+        epochs=epochs,
+        eval_tokens=int(ev_np.shape[0] * T),
+        curve=curve,
+        wall_s=wall,
+        tokens_per_s=tps,
+        mfu=mfu,
+        peak_flops=peak,
+        peak_flops_source=peak_src,
+        time_split={**times, "total": wall},
+        num_threads=threads_used,
+        device=str(device),
+        versions={"torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]},
+        optimizer_assignment=assignment,
+        micro_batch_ids=micro_ids,
+        data_digest=digest,
+        resumed_from_step=resumed_from,
+        warnings=run_warnings,
+    )
+    if callback is not None:
+        callback(
+            {
+                "step": diverged_step or steps_total,
+                "tokens": (diverged_step or steps_total) * B,
+                "train_loss": train_loss,
+                "val_loss": final_val,
+                "lr": cur_lr,
+                "checkpoint_path": None if path is None else str(path),
+                "final": True,
+                "status": status,
+            }
+        )
+    return res
+
+
+def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_val, times) -> Path:
+    t0 = time.perf_counter()
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "step": int(step),
+        "run_key": run_key,
+        "model": model.state_dict(),
+        "optimizers": [o.state_dict() for o in opts],
+        "rng": _rng_state(),
+        "micro_batch_ids": list(micro_ids),
+        "data_digest": digest,
+        "curve": list(curve),
+        "best_val_loss": best_val,
+    }
+    d = Path(cfg.checkpoint_dir)
+    path = save_checkpoint(d / f"ckpt-{step:08d}.pt", state)
+    for old in sorted(p for p in d.iterdir() if _CKPT_RE.match(p.name) and p != path)[:-1]:
+        old.unlink(missing_ok=True)  # keep the newest two
+    times["checkpoint"] += time.perf_counter() - t0
+    return path
+
+
+__all__ = [
+    "CheckpointError",
+    "RunConfig",
+    "RunResult",
+    "accumulate_gradients",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "peak_flops",
+    "resolve_tokens",
+    "save_checkpoint",
+    "train_run",
+]

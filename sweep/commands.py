@@ -1,0 +1,210 @@
+"""``loopscale tune-lr`` and ``loopscale sweep``: thin typer commands over :func:`run_tune_lr` and
+:func:`run_sweep` (the Python API the ``loopscale run`` pipeline calls)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+
+class SweepInterrupted(RuntimeError):
+    """The driver was stopped (SIGINT) before every cell finished; rerun with ``--resume``."""
+
+
+def _experiments(storage_path: str, prefix: str) -> list[str]:
+    from loopscale.cluster import storage
+
+    if not storage.exists(storage_path):
+        return []
+    names = [Path(n).name for n in storage.listdir(storage_path)]
+    return sorted(n for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit())
+
+
+def run_sweep(
+    spec,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    lr_table: dict | None = None,
+    reuse_actors: bool = True,
+    max_concurrent: int = 0,
+    quiet: bool = False,
+    cells: list | None = None,
+) -> Path:
+    """Run the grid of ``spec`` (a SweepSpec or a YAML path) into ``out_dir``; return ``out_dir/runs.parquet``.
+
+    Completed run ids (in the results store, or with a finished ``result.json`` under
+    ``<storage>/checkpoints/<run_id>/``) are never trained again unless ``force``. ``resume`` restores the
+    newest grid experiment of this spec with ``Tuner.restore`` and finishes its unfinished trials; cells that
+    no experiment holds then run in a new experiment. Ray: joins ``address``, reuses a Ray the caller already
+    initialised (and leaves it running), or starts an embedded local one (``num_cpus``/``num_gpus``).
+
+    ``lr_table``: {(size, r): lr}; with ``lr: tune`` and none given, ``out_dir/lr_table.parquet`` is read.
+    ``cells``: run only these cells (default: all of the spec's).
+
+    Raises:
+        SpecError / ValueError / FileNotFoundError: bad spec, GPUs requested where none exist, no LR table
+            (all before Ray starts).
+        SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
+    """
+    from loopscale.sweep.grid import RunWorkspace, errored_run_ids, plan_grid, unfinished_trials, uri_join
+    from loopscale.sweep.spec import load_spec
+    from loopscale.sweep.store import ResultsStore, curve_rows, run_record
+    from loopscale.sweep.tune_lr import read_lr_table
+
+    if isinstance(spec, str | Path):
+        spec = load_spec(spec)
+    spec.check_runtime(address)
+    out = Path(out_dir).resolve()
+    if spec.lr == "tune" and lr_table is None and cells is None:
+        lr_table = read_lr_table(out / "lr_table.parquet")
+    if cells is None:
+        cells = spec.cells(lr_table=lr_table)
+    storage_path = spec.storage_path or str(out / "tune")
+    store = ResultsStore(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = {c.run_id for c in cells}
+    if force:
+        store.forget(ids)
+        for c in cells:
+            RunWorkspace(storage_path, c.run_id).clear()
+    done = store.completed_ids()
+    # runs that finished while no driver was there to record them
+    for c in cells:
+        if c.run_id in done:
+            continue
+        res = RunWorkspace(storage_path, c.run_id).result()
+        if res is not None:
+            rec = run_record(c, res, finished_at=time.time())
+            store.write_run(rec, curve_rows(c.run_id, res.get("curve")))
+            done.add(c.run_id)
+    pending = [c for c in cells if c.run_id not in done]
+    if pending:
+        import os
+
+        from ray import tune
+
+        # frequent small checkpoints are expected here; Tune's "snapshotting may become a bottleneck" warning is noise
+        os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+        from loopscale.cluster.connect import ray_session
+
+        prefix = f"grid_{spec.name}_"
+        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus):
+            exps = _experiments(storage_path, prefix)
+            if resume and exps and tune.Tuner.can_restore(uri_join(storage_path, exps[-1])):
+                plan = plan_grid(pending, spec, out, storage_path=storage_path, experiment=exps[-1],
+                                 reuse_actors=reuse_actors, max_concurrent=max_concurrent, quiet=quiet)
+                tuner = tune.Tuner.restore(uri_join(storage_path, exps[-1]), trainable=plan.trainable(),
+                                           resume_unfinished=True, resume_errored=True)
+                grid = tuner.fit()
+                if unfinished_trials(uri_join(storage_path, exps[-1])):
+                    raise SweepInterrupted("sweep interrupted; rerun with --resume")
+                done = store.completed_ids()
+                pending = [c for c in pending if c.run_id not in done and c.run_id not in errored_run_ids(grid)]
+            if pending:
+                n = int(exps[-1][len(prefix) :]) + 1 if exps else 1
+                plan = plan_grid(pending, spec, out, storage_path=storage_path, experiment=f"{prefix}{n:03d}",
+                                 reuse_actors=reuse_actors, max_concurrent=max_concurrent, quiet=quiet)
+                plan.build().fit()
+                if unfinished_trials(uri_join(storage_path, plan.experiment)):
+                    raise SweepInterrupted("sweep interrupted; rerun with --resume")
+    return store.consolidate()
+
+
+def run_tune_lr(spec, out_dir: str | Path, **kwargs):
+    """Stage 1 (see :func:`loopscale.sweep.tune_lr.run_tune_lr`): returns the LR table (pyarrow Table)."""
+    from loopscale.sweep.tune_lr import run_tune_lr as _run
+
+    return _run(spec, out_dir, **kwargs)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code=code)
+
+
+def sweep_cmd(
+    spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
+    out: Path = typer.Option(..., "--out", help="Output directory (runs.parquet, curves.parquet, Tune state)."),
+    resume: bool = typer.Option(False, "--resume", help="Restore the interrupted experiment and finish it."),
+    force: bool = typer.Option(False, "--force", help="Retrain cells whose run id already finished."),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster to join ('auto', 'host:port')."),
+    num_cpus: int | None = typer.Option(None, "--num-cpus", help="CPUs of the embedded local Ray."),
+    num_gpus: int | None = typer.Option(None, "--num-gpus", help="GPUs of the embedded local Ray."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
+) -> None:
+    """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet."""
+    from loopscale.sweep.spec import SpecError, load_spec
+
+    t0 = time.time()
+    try:
+        spec = load_spec(spec_path)
+        path = run_sweep(spec, out, resume=resume, force=force, address=address, num_cpus=num_cpus,
+                         num_gpus=num_gpus, quiet=as_json)
+    except SweepInterrupted as e:
+        _fail(str(e), code=130)
+    except (SpecError, ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path).to_pylist()
+    status = {}
+    for row in t:
+        status[row["status"]] = status.get(row["status"], 0) + 1
+    summary = {"runs_parquet": str(path), "rows": len(t), "status": status, "wall_s": round(time.time() - t0, 2)}
+    if as_json:
+        json.dump(summary, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        typer.echo(f"{len(t)} runs ({status}) -> {path} in {summary['wall_s']} s")
+
+
+def tune_lr_cmd(
+    spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
+    out: Path = typer.Option(Path("loopscale_out"), "--out", help="Output directory (lr_table.parquet, tune_lr/)."),
+    resume: bool = typer.Option(False, "--resume", help="Restore an interrupted study and finish it."),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster to join ('auto', 'host:port')."),
+    num_cpus: int | None = typer.Option(None, "--num-cpus", help="CPUs of the embedded local Ray."),
+    num_gpus: int | None = typer.Option(None, "--num-gpus", help="GPUs of the embedded local Ray."),
+    no_plot: bool = typer.Option(False, "--no-plot", help="Skip the loss-vs-LR plots."),
+    as_json: bool = typer.Option(False, "--json", help="Print the LR table as JSON on stdout."),
+) -> None:
+    """Stage 1: tune the LR per size (and r) with Optuna + ASHA on Ray Tune; writes lr_table.parquet."""
+    from loopscale.sweep.spec import SpecError, load_spec
+    from loopscale.sweep.tune_lr import TuneInterrupted
+
+    try:
+        spec = load_spec(spec_path)
+        table = run_tune_lr(spec, out, resume=resume, address=address, num_cpus=num_cpus, num_gpus=num_gpus,
+                            plot=not no_plot)
+    except TuneInterrupted as e:
+        _fail(str(e), code=130)
+    except (SpecError, ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+    rows = table.to_pylist()
+    if as_json:
+        json.dump(rows, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        for row in rows:
+            typer.echo(
+                f"size {row['size']:>5} r {row['r']:>2}: lr {row['lr']} (best {row['lr_best']}, "
+                f"smoothed {row['lr_smoothed']}, val {row['best_val_loss']}, {row['n_trials']} trials, "
+                f"{row['n_pruned']} pruned)"
+            )
+
+
+if __name__ == "__main__":  # python -m loopscale.sweep.commands sweep|tune-lr ... (used by the kill tests)
+    app = typer.Typer(add_completion=False)
+    app.command("sweep")(sweep_cmd)
+    app.command("tune-lr")(tune_lr_cmd)
+    app()

@@ -1,0 +1,136 @@
+"""Named sweep specs: ``smoke`` (CI), ``cpu`` (a first CPU-scale grid) and ``paper`` (the paper's 116-run grid).
+
+Each preset is plain data (a dict validated by :func:`loopscale.sweep.spec.parse_spec`); ``configs/<name>.yaml``
+holds the same content (a test checks ``load_spec("configs/X.yaml") == preset_spec("X")``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from loopscale.sweep.spec import SpecError, SweepSpec, parse_spec
+
+PAPER_LRS = [0.008, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020, 0.024]
+"""The paper's Muon LR sweep set (App. D; code ``lr_sweep``)."""
+
+PAPER_BUDGETS = {
+    4.64e17: [6, 8, 10, 12],
+    1.0e18: [6, 8, 10, 12, 14],
+    2.15e18: [8, 10, 12, 14, 16],
+    4.64e18: [10, 12, 14, 16, 18, 20],
+    1.0e19: [12, 16, 18, 20, 24],
+    2.15e19: [18, 24, 28, 34],
+}
+"""Width scales s (d = 64 s) per training-FLOP budget C, identical for every r (``scaling_laws.sh``;
+29 (C, s) cells x 4 r = 116 runs)."""
+
+PRESETS: dict[str, dict] = {
+    "smoke": {
+        "name": "smoke",
+        "model": {"preset": "cpu", "seq_len": 32},
+        "r": [1, 2, 4, 8],
+        "sizes": [16, 32],
+        "tokens": [2048, 4096],
+        "training": {"batch_tokens": 256, "eval_tokens": 2048, "checkpoint_every_steps": 4},
+        "lr": {"fixed": 0.01},
+        "tune": {
+            "num_samples": 6,
+            "max_concurrent": 2,
+            "tokens": 2048,
+            "num_milestones": 4,
+            "lr_min": 1e-3,
+            "lr_max": 1e-1,
+            "eval_tokens": 1024,
+        },
+        "resources": {"cpus": 1},
+        "max_failures": 2,
+    },
+    # Chosen, not calibrated (cpu_scale_lessons.md): small batches (8 x 128 tokens) so every run gets
+    # hundreds of optimizer steps, head dim 16 so d = 16-96 train, widths straddling the loss-minimising
+    # width at each budget, budgets spanning 10x. The lead calibrates this grid.
+    "cpu": {
+        "name": "cpu",
+        "model": {"preset": "cpu"},
+        "r": [1, 2, 4, 8],
+        "budgets": {
+            3.0e11: [16, 32, 48],
+            1.0e12: [16, 32, 48, 64],
+            3.0e12: [32, 48, 64, 96],
+        },
+        "training": {
+            "batch_tokens": 1024,
+            "eval_tokens": 32768,
+            "schedule": "cosine",
+            "warmup_frac": 0.05,
+            "checkpoint_every_steps": 100,
+        },
+        "lr": "tune",
+        "tune": {
+            "num_samples": 8,
+            "max_concurrent": 2,
+            "lr_min": 1e-3,
+            "lr_max": 5e-2,
+            "tokens_per_param": 10.0,
+            "num_milestones": 8,
+            "tune_per_r": True,
+            "eval_tokens": 16384,
+        },
+        "resources": {"cpus": 1},
+        "max_failures": 2,
+    },
+    # Paper Sec. 3 and App. C/D: d = 64 s, T = 2048, V = 32064, depth 2 + 16 + 2, batch 2^18 tokens, Muon (AdamW for
+    # embeddings/norms), linear decay from step 0 to 10 %, no warmup, no weight decay, final eval on 70.8M tokens.
+    # LR tuned per (s, r) over the paper's set at tokens/param 10 (the paper tuned only r in {1, 4} at s = 10).
+    "paper": {
+        "name": "paper",
+        "tokenizer": "bpe:32000",
+        "model": {"preset": "paper", "size_unit": "width_scale"},
+        "r": [1, 2, 4, 8],
+        "budgets": PAPER_BUDGETS,
+        "training": {
+            "batch_tokens": 2**18,
+            "micro_batch_tokens": 32 * 2048,
+            "optimizer": "muon",
+            "schedule": "linear",
+            "warmup_frac": 0.0,
+            "final_lr_frac": 0.1,
+            "weight_decay": 0.0,
+            "eval_tokens": 34560 * 2048,
+            "precision": "bf16",
+            "checkpoint_every_steps": 500,
+        },
+        "lr": "tune",
+        "tune": {
+            "num_samples": 8,
+            "max_concurrent": 1,
+            "lr_values": PAPER_LRS,
+            "tokens_per_param": 10.0,
+            "num_milestones": 8,
+            "tune_per_r": True,
+            "eval_tokens": 2**22,
+        },
+        "resources": {"cpus": 8, "gpus": 1},
+        "max_failures": 3,
+    },
+}
+
+
+def preset_spec(name: str) -> SweepSpec:
+    """The validated spec of preset ``name`` (``smoke`` | ``cpu`` | ``paper``).
+
+    Raises:
+        SpecError: unknown preset name (the message lists the valid ones).
+    """
+    if name not in PRESETS:
+        raise SpecError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return parse_spec(copy.deepcopy(PRESETS[name]))
+
+
+def preset_yaml(name: str) -> str:
+    """The YAML text of preset ``name`` as shipped in ``configs/<name>.yaml``."""
+    import yaml
+
+    if name not in PRESETS:
+        raise SpecError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    head = f"# loopscale sweep spec '{name}' (same content as loopscale.sweep.presets.preset_spec('{name}'))\n"
+    return head + yaml.safe_dump(copy.deepcopy(PRESETS[name]), sort_keys=False, default_flow_style=None)

@@ -1,0 +1,534 @@
+"""The sweep spec: a YAML file validated into typed pydantic models, and the grid cells it defines.
+
+A spec names the model family (``cpu`` | ``paper``), the iso-depth layout (``effective_depth``, ``n_prelude``,
+``n_coda``), the recurrences ``r``, the sizes, and either token budgets (``tokens``: D in tokens) or iso-FLOP
+budgets (``budgets: {C: [sizes]}``, the paper's design, Sec. 3.2 / ``scaling_laws.sh``). Every unknown key and
+every bad value is an error that names the key (``extra="forbid"``); everything is checked before Ray starts.
+
+Cells: one per (variant, budget, size, r, seed). The r = 1 runs are shared by all variants (as in the paper's
+case studies, App. G): they are listed once, under variant ``baseline``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SPEC_VERSION = 1
+
+RUN_ID_KEYS = (
+    "model",
+    "corpus",
+    "text_column",
+    "tokenizer",
+    "tokens",
+    "target_flops",
+    "batch_tokens",
+    "micro_batch_tokens",
+    "optimizer",
+    "lr",
+    "schedule",
+    "warmup_frac",
+    "final_lr_frac",
+    "weight_decay",
+    "grad_clip",
+    "seed",
+    "data_seed",
+    "eval_tokens",
+    "precision",
+)
+"""RunConfig fields that define a run (hashed into :func:`run_id` together with the variant). Excluded on
+purpose: threads, device, evaluation cadence, checkpointing and cache paths (they change how, not what, is trained)."""
+
+
+class SpecError(ValueError):
+    """A sweep spec is invalid; the message names the key and, where possible, a valid alternative."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """Model family and iso-depth layout (paper Sec. 3.1)."""
+
+    preset: Literal["cpu", "paper"] = "cpu"
+    """Model family of :func:`loopscale.model.config.preset_config`."""
+    effective_depth: int | None = None
+    """Executed layers per token (None: the preset's, 10 for cpu, 20 for paper)."""
+    n_prelude: int | None = None
+    """Unique layers before the loop for r > 1 (None: the preset's)."""
+    n_coda: int | None = None
+    """Unique layers after the loop for r > 1 (None: the preset's)."""
+    seq_len: int | None = None
+    """Context length T in tokens (None: the preset's)."""
+    vocab_size: int | None = None
+    """Vocabulary size V (None: the preset's; must cover the tokenizer)."""
+    head_dim: int | None = None
+    """Attention head dimension (None: the preset's)."""
+    size_unit: Literal["d_model", "width_scale"] = "d_model"
+    """How ``sizes`` are read: residual width d, or the paper's width scale s (d = 64 s)."""
+    injection: Literal["linear", "additive"] = "linear"
+    """Injection of the looped (r > 1) baseline runs (r = 1 never has one)."""
+
+
+class VariantSpec(_Strict):
+    """One architecture variant of the looped runs (paper App. G). ``trunc_bptt`` uses bptt_k = ceil(r / 2);
+    ``hyperconnect`` uses ``hc_lanes`` lanes and full BPTT."""
+
+    name: Literal["baseline", "trunc_bptt", "hyperconnect"]
+    hc_lanes: int = Field(2, ge=2)
+
+
+class TrainingSpec(_Strict):
+    """Trainer settings shared by every run (see :class:`loopscale.model.train.RunConfig`)."""
+
+    batch_tokens: int = Field(2048, gt=0)
+    """Tokens per optimizer step (the paper: 2^18)."""
+    micro_batch_tokens: int | None = Field(None, gt=0)
+    """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens)."""
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    schedule: Literal["linear", "cosine", "wsd"] = "linear"
+    warmup_frac: float = Field(0.0, ge=0.0, lt=1.0)
+    final_lr_frac: float = Field(0.1, ge=0.0, le=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float | None = Field(None, gt=0.0)
+    eval_tokens: int = Field(65536, gt=0)
+    """Fixed held-out tokens of the final validation loss (nats/token)."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    checkpoint_every_steps: int | None = Field(None, gt=0)
+    """Trial checkpoint interval in optimizer steps (None: only evaluations and the end)."""
+    eval_every_steps: int | None = Field(None, gt=0)
+    """Validation during the run every k steps (None: at the end only, as the paper)."""
+
+
+class TuneSpec(_Strict):
+    """Stage 1, LR tuning: one Optuna study (TPE, seeded) per size and r, with ASHA on token milestones."""
+
+    num_samples: int = Field(8, ge=1)
+    """Trials per study."""
+    max_concurrent: int = Field(2, ge=1)
+    """Trials of one study run at once."""
+    lr_min: float = Field(1e-4, gt=0)
+    lr_max: float = Field(1e-1, gt=0)
+    lr_values: list[float] | None = None
+    """A discrete LR set (categorical search, e.g. the paper's 8 values) instead of log-uniform [lr_min, lr_max]."""
+    tokens_per_param: float | None = Field(10.0, gt=0)
+    """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D)."""
+    tokens: int | None = Field(None, gt=0)
+    """Absolute tuning budget in tokens (overrides tokens_per_param)."""
+    num_milestones: int = Field(8, ge=1)
+    """Validation points per trial; ASHA's time attribute is the milestone index 1..num_milestones."""
+    grace_milestones: int = Field(1, ge=1)
+    reduction_factor: float = Field(2.0, gt=1.0)
+    tune_per_r: bool = True
+    """One study per (size, r); False: one per size (r = the largest r of the grid) shared by every r."""
+    smooth: bool = False
+    """Use the fitted line log LR* = a + b log N across sizes instead of each size's best (both are reported)."""
+    seed: int = 0
+    eval_tokens: int | None = Field(None, gt=0)
+    """Validation tokens at each milestone (None: the training spec's)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> TuneSpec:
+        if self.lr_min >= self.lr_max:
+            raise ValueError(f"tune.lr_min must be < tune.lr_max, got {self.lr_min} >= {self.lr_max}")
+        if self.lr_values is not None and (not self.lr_values or min(self.lr_values) <= 0):
+            raise ValueError(f"tune.lr_values must be a non-empty list of positive LRs, got {self.lr_values}")
+        if self.grace_milestones > self.num_milestones:
+            raise ValueError(
+                f"tune.grace_milestones ({self.grace_milestones}) must be <= tune.num_milestones ({self.num_milestones})"
+            )
+        if self.tokens is None and self.tokens_per_param is None:
+            raise ValueError("tune needs a budget: set tune.tokens or tune.tokens_per_param")
+        return self
+
+
+class ResourcesSpec(_Strict):
+    """Resources of one trial (Ray logical resources; fractional GPUs allowed for small models)."""
+
+    cpus: float = Field(1.0, gt=0)
+    gpus: float = Field(0.0, ge=0)
+
+
+class SweepSpec(_Strict):
+    """A whole sweep: the grid (stage 2) and its LR tuning (stage 1). See ``configs/*.yaml``."""
+
+    name: str = "sweep"
+    corpus: str = "embedded"
+    text_column: str = "text"
+    tokenizer: str = "byte"
+    model: ModelSpec = ModelSpec()
+    r: list[int] = [1, 2, 4, 8]
+    sizes: list[int] = []
+    """Sizes of ``tokens`` mode (d_model, or width scales when model.size_unit = width_scale)."""
+    tokens: list[int] | dict[int, list[int]] | None = None
+    """D in tokens: a list applied to every size, or {size: [D, ...]}."""
+    budgets: dict[float, list[int]] | None = None
+    """Iso-FLOP design: {C (training FLOPs): [sizes at this budget]} (paper Sec. 3.2)."""
+    variants: list[VariantSpec] = [VariantSpec(name="baseline")]
+    seeds: list[int] = [0]
+    data_seed: int = 0
+    training: TrainingSpec = TrainingSpec()
+    lr: Literal["tune"] | dict[str, Any] = "tune"
+    """``tune`` (stage 1 picks it), ``{fixed: 3e-3}``, or ``{table: {size: lr | {r: lr}}}``."""
+    tune: TuneSpec = TuneSpec()
+    resources: ResourcesSpec = ResourcesSpec()
+    storage_path: str | None = None
+    """Where Tune keeps experiments and checkpoints (any pyarrow URI; None: the --out directory)."""
+    max_failures: int = Field(2, ge=0)
+    test_fault_at_step: int | None = Field(None, ge=1)
+    """TEST ONLY: every trial raises once (per run id) at the first event with step >= this value, to exercise
+    retry-from-checkpoint. Never set it in a real spec."""
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _variants_from_names(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"name": x} if isinstance(x, str) else x for x in v]
+        return v
+
+    @field_validator("r")
+    @classmethod
+    def _r_positive(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("r must list at least one recurrence count, e.g. [1, 2, 4, 8]")
+        if any(x < 1 for x in v) or len(set(v)) != len(v):
+            raise ValueError(f"r must hold distinct integers >= 1, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepSpec:
+        from loopscale.model.config import PRESETS, valid_r
+
+        base = dict(PRESETS[self.model.preset])
+        depth = self.model.effective_depth or base["effective_depth"]
+        pre = base["n_prelude"] if self.model.n_prelude is None else self.model.n_prelude
+        coda = base["n_coda"] if self.model.n_coda is None else self.model.n_coda
+        ok = valid_r(depth, pre, coda) if depth - pre - coda > 0 else [1]
+        bad = [x for x in self.r if x not in ok]
+        if bad:
+            raise ValueError(
+                f"r={bad} must divide the looped depth (effective_depth - n_prelude - n_coda = {depth - pre - coda}); "
+                f"valid r: {ok}"
+            )
+        if (self.tokens is None) == (self.budgets is None):
+            raise ValueError("give exactly one of 'tokens' (D per size) or 'budgets' ({C: [sizes]})")
+        if self.tokens is not None:
+            if not self.sizes:
+                raise ValueError("sizes must be non-empty with 'tokens' (empty grid)")
+            per = self.tokens if isinstance(self.tokens, dict) else {s: self.tokens for s in self.sizes}
+            if isinstance(self.tokens, dict):
+                extra = sorted(set(per) - set(self.sizes))
+                if extra:
+                    raise ValueError(f"tokens has sizes {extra} not in sizes {self.sizes}")
+            for s, ds in per.items():
+                if not ds:
+                    raise ValueError(f"tokens for size {s} is empty (empty grid)")
+                if any(d <= 0 for d in ds):
+                    raise ValueError(f"tokens must be > 0 (budget <= 0), got {ds} for size {s}")
+        else:
+            if not self.budgets:
+                raise ValueError("budgets is empty (empty grid); e.g. budgets: {1e12: [32, 64]}")
+            for c, ss in self.budgets.items():
+                if not c > 0 or not math.isfinite(c):
+                    raise ValueError(f"budgets: C must be > 0 FLOPs (budget <= 0), got {c}")
+                if not ss:
+                    raise ValueError(f"budgets[{c:g}] lists no sizes (empty grid)")
+        for s in self.all_sizes():
+            if s <= 0:
+                raise ValueError(f"sizes must be positive, got {s}")
+        if not self.seeds:
+            raise ValueError("seeds must be non-empty, e.g. [0]")
+        if not self.variants:
+            raise ValueError("variants must be non-empty, e.g. [baseline]")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variants must be distinct, got {names}")
+        if self.lr != "tune":
+            keys = set(self.lr)
+            if keys == {"fixed"}:
+                if not isinstance(self.lr["fixed"], int | float) or self.lr["fixed"] <= 0:
+                    raise ValueError(f"lr.fixed must be a positive number, got {self.lr['fixed']!r}")
+            elif keys == {"table"}:
+                tab = self.lr["table"]
+                if not isinstance(tab, dict):
+                    raise ValueError("lr.table must map size -> lr or size -> {r: lr}")
+                for s in self.all_sizes():
+                    if s not in tab and str(s) not in tab:
+                        raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
+            else:
+                raise ValueError(f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}")
+        if self.resources.gpus > 0 and self.resources.gpus > 1 and self.resources.gpus != int(self.resources.gpus):
+            raise ValueError(f"resources.gpus above 1 must be whole, got {self.resources.gpus}")
+        # every cell must build a valid model (catches e.g. d_model not divisible by head_dim) before Ray starts
+        for s in self.all_sizes():
+            for r in self.r:
+                try:
+                    self._model_config(s, r, "baseline", 2)
+                except ValueError as e:
+                    raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
+        return self
+
+    # --- grid -------------------------------------------------------------------------------------
+
+    def all_sizes(self) -> list[int]:
+        """Every size the grid uses, sorted."""
+        if self.budgets is not None:
+            return sorted({s for ss in self.budgets.values() for s in ss})
+        return sorted(set(self.sizes))
+
+    def _model_config(self, size: int, r: int, variant: str, hc_lanes: int):
+        from loopscale.model.config import preset_config
+
+        m = self.model
+        over: dict[str, Any] = dict(
+            effective_depth=m.effective_depth,
+            n_prelude=m.n_prelude,
+            n_coda=m.n_coda,
+            seq_len=m.seq_len,
+            vocab_size=m.vocab_size,
+            head_dim=m.head_dim,
+        )
+        if r > 1:
+            if variant == "trunc_bptt":
+                over["bptt_k"] = math.ceil(r / 2)
+                over["injection"] = m.injection
+            elif variant == "hyperconnect":
+                over["injection"] = "hyperconnect"
+                over["hc_lanes"] = hc_lanes
+            else:
+                over["injection"] = m.injection
+        width = {"d_model": size} if m.size_unit == "d_model" else {"width_scale": size}
+        return preset_config(m.preset, r=r, **width, **over)
+
+    def lr_for(self, size: int, r: int, lr_table: dict | None = None) -> float:
+        """The LR of cell (size, r) under the spec's LR policy.
+
+        ``lr_table``: {(size, r): lr} from stage 1 (required when ``lr: tune``).
+
+        Raises:
+            SpecError: ``lr: tune`` without an lr_table, or a table with no entry for (size, r).
+        """
+        if self.lr == "tune":
+            if lr_table is None:
+                raise SpecError("lr is 'tune' but no LR table was given: run `loopscale tune-lr SPEC` first")
+            key = (size, r) if (size, r) in lr_table else (size, None)
+            if key not in lr_table:
+                raise SpecError(f"lr_table has no LR for size {size}, r {r}; it has {sorted(lr_table, key=str)}")
+            return float(lr_table[key])
+        if "fixed" in self.lr:
+            return float(self.lr["fixed"])
+        tab = self.lr["table"]
+        v = tab.get(size, tab.get(str(size)))
+        if isinstance(v, dict):
+            w = v.get(r, v.get(str(r)))
+            if w is None:
+                raise SpecError(f"lr.table[{size}] has no entry for r={r}")
+            return float(w)
+        return float(v)
+
+    def cells(self, lr_table: dict | None = None) -> list[Cell]:
+        """Every grid cell, in a fixed order (variant, budget, size, r, seed).
+
+        ``lr_table`` ({(size, r) or (size, None): lr}) is needed when the spec's LR policy is ``tune``.
+
+        Raises:
+            SpecError: see :meth:`lr_for`.
+        """
+        out: list[Cell] = []
+        if self.budgets is not None:
+            plan = [("C", float(c), s) for c, ss in sorted(self.budgets.items()) for s in ss]
+        else:
+            per = self.tokens if isinstance(self.tokens, dict) else {s: self.tokens for s in self.sizes}
+            plan = [("D", int(d), s) for s in sorted(per) for d in per[s]]
+            plan.sort(key=lambda t: (t[1], t[2]))
+        seen: set[str] = set()
+        for v in self.variants:
+            for kind, budget, size in plan:
+                for r in sorted(self.r):
+                    variant = v.name if r > 1 else "baseline"  # r = 1 is shared by every variant
+                    for seed in self.seeds:
+                        cfg = self._model_config(size, r, variant, v.hc_lanes)
+                        lr = self.lr_for(size, r, lr_table)
+                        cell = Cell(
+                            variant=variant,
+                            r=r,
+                            size=size,
+                            budget=budget if kind == "C" else None,
+                            seed=seed,
+                            run_kwargs=dict(
+                                model=cfg,
+                                corpus=self.corpus,
+                                text_column=self.text_column,
+                                tokenizer=self.tokenizer,
+                                tokens=budget if kind == "D" else None,
+                                target_flops=budget if kind == "C" else None,
+                                batch_tokens=self.training.batch_tokens,
+                                micro_batch_tokens=self.training.micro_batch_tokens,
+                                optimizer=self.training.optimizer,
+                                lr=lr,
+                                schedule=self.training.schedule,
+                                warmup_frac=self.training.warmup_frac,
+                                final_lr_frac=self.training.final_lr_frac,
+                                weight_decay=self.training.weight_decay,
+                                grad_clip=self.training.grad_clip,
+                                seed=seed,
+                                data_seed=self.data_seed,
+                                eval_tokens=self.training.eval_tokens,
+                                eval_every_steps=self.training.eval_every_steps,
+                                checkpoint_every_steps=self.training.checkpoint_every_steps,
+                                precision=self.training.precision,
+                                device="cuda" if self.resources.gpus > 0 else "cpu",
+                                num_threads=max(1, int(self.resources.cpus)),
+                            ),
+                        )
+                        if cell.run_id not in seen:
+                            seen.add(cell.run_id)
+                            out.append(cell)
+        if not out:
+            raise SpecError("the spec defines an empty grid")
+        return out
+
+    def check_runtime(self, address: str | None = None) -> None:
+        """Checks that need the machine, run before Ray starts.
+
+        Raises:
+            SpecError: ``resources.gpus`` > 0 with no cluster ``address`` on a machine where
+                ``torch.cuda.is_available()`` is False.
+        """
+        if self.resources.gpus > 0 and address is None:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise SpecError(
+                    f"resources.gpus={self.resources.gpus} but no GPU is available here "
+                    "(torch.cuda.is_available() is False); set resources.gpus: 0 or pass --address of a GPU cluster"
+                )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell: a full trainer configuration plus its grid coordinates.
+
+    ``budget`` is C in training FLOPs for iso-FLOP specs (None in tokens mode); ``run_kwargs`` are the keyword
+    arguments of :class:`loopscale.model.train.RunConfig` (``model`` a LoopedConfig).
+    """
+
+    variant: str
+    r: int
+    size: int
+    budget: float | None
+    seed: int
+    run_kwargs: dict = field(compare=False, hash=False)
+
+    @property
+    def run_id(self) -> str:
+        """Stable hash of everything that defines the run (see :func:`run_id`)."""
+        return run_id(self)
+
+    @property
+    def lr(self) -> float:
+        return float(self.run_kwargs["lr"])
+
+    def run_config(self, **overrides):
+        """The :class:`loopscale.model.train.RunConfig` of this cell (``overrides`` e.g. checkpoint_dir)."""
+        from loopscale.model.train import RunConfig
+
+        kw = dict(self.run_kwargs)
+        kw.update(overrides)
+        return RunConfig(**kw)
+
+    def to_dict(self) -> dict:
+        """JSON-able form (the model config as a dict); inverse of :meth:`from_dict`."""
+        kw = dict(self.run_kwargs)
+        kw["model"] = kw["model"].to_dict()
+        return dict(variant=self.variant, r=self.r, size=self.size, budget=self.budget, seed=self.seed, run_kwargs=kw)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Cell:
+        from loopscale.model.config import LoopedConfig
+
+        kw = dict(d["run_kwargs"])
+        kw["model"] = LoopedConfig(**kw["model"])
+        return cls(variant=d["variant"], r=d["r"], size=d["size"], budget=d["budget"], seed=d["seed"], run_kwargs=kw)
+
+
+def _canon(x: Any) -> Any:
+    if isinstance(x, float):
+        return repr(float(x))
+    if isinstance(x, dict):
+        return {str(k): _canon(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(x, list | tuple):
+        return [_canon(v) for v in x]
+    if hasattr(x, "to_dict"):
+        return _canon(x.to_dict())
+    return x
+
+
+def run_id(cell: Cell | dict) -> str:
+    """Stable 16-hex-digit id of a run: sha256 over the canonical JSON of the fields in :data:`RUN_ID_KEYS`
+    (model config, D or C, LR, seed, data, schedule, ...) plus the variant. Same definition ⇒ same id, across
+    processes and machines (floats hashed by ``repr``)."""
+    if isinstance(cell, Cell):
+        kw, variant = cell.run_kwargs, cell.variant
+    else:
+        kw, variant = cell["run_kwargs"], cell["variant"]
+    payload = {k: kw.get(k) for k in RUN_ID_KEYS}
+    payload["variant"] = variant
+    blob = json.dumps(_canon(payload), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _fmt_error(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "<spec>"
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}")
+    return "invalid sweep spec: " + "; ".join(parts)
+
+
+def parse_spec(data: dict) -> SweepSpec:
+    """Validate a spec dict (as read from YAML).
+
+    Raises:
+        SpecError: unknown keys or invalid values; the message names each key ("model.preset: ...").
+    """
+    if not isinstance(data, dict):
+        raise SpecError(f"a sweep spec must be a mapping, got {type(data).__name__}")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_fmt_error(e)) from None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a YAML sweep spec.
+
+    Raises:
+        FileNotFoundError: no such file.
+        SpecError: invalid YAML content (the message names the key).
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"sweep spec not found: {p}")
+    with p.open() as f:
+        data = yaml.safe_load(f)
+    return parse_spec(data)
+
+
+def spec_to_yaml(spec: SweepSpec) -> str:
+    """YAML text of ``spec`` (only fields that differ from the defaults), loadable by :func:`load_spec`."""
+    import yaml
+
+    data = spec.model_dump(mode="python", exclude_defaults=True)
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,329 @@
+"""The results store: ``runs.parquet`` (one row per run) and ``curves.parquet`` (one row per evaluation).
+
+Both tables have an explicit pyarrow schema fixed from the start (:data:`RUNS_SCHEMA`, :data:`CURVES_SCHEMA`),
+so a first batch of diverged runs whose losses are all null can never fix a ``null`` column type (apache/arrow
+#2782; issue 8 case 8). Units live in each field's metadata (key ``unit``), the schema version in the table
+metadata (key ``loopscale.schema_version``).
+
+Layouts (both with the same schema):
+
+* parts: ``<root>/parts/runs/<run_id>.parquet`` and ``<root>/parts/curves/<run_id>.parquet``, one file per run,
+  written by the driver as each trial finishes (a directory readable with ``pyarrow.dataset``/duckdb/polars);
+* consolidated: ``<root>/runs.parquet`` and ``<root>/curves.parquet``, one row per run id (the newest
+  ``finished_at`` wins), rebuilt from the parts.
+
+Every file is written atomically (temporary name in the same directory, then rename) and idempotently (writing
+the same run again replaces its part; consolidation keys rows by ``run_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = "1"
+
+
+def _f(name: str, typ: pa.DataType, unit: str, doc: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, typ, nullable=nullable, metadata={"unit": unit, "doc": doc})
+
+
+_TS = pa.timestamp("us", tz="UTC")
+
+RUNS_SCHEMA = pa.schema(
+    [
+        _f("run_id", pa.string(), "-", "stable hash of the run definition (loopscale.sweep.spec.run_id)", False),
+        _f("variant", pa.string(), "-", "baseline | trunc_bptt | hyperconnect (r = 1 runs are 'baseline')", False),
+        _f("r", pa.int64(), "count", "recurrences of the shared block", False),
+        _f("size", pa.int64(), "-", "grid size as written in the spec (d_model or width scale s)"),
+        _f("d_model", pa.int64(), "count", "residual width d"),
+        _f("n_prelude", pa.int64(), "layers", "unique layers before the loop"),
+        _f("n_recur_block", pa.int64(), "layers", "layers in the shared block"),
+        _f("n_coda", pa.int64(), "layers", "unique layers after the loop"),
+        _f("effective_depth", pa.int64(), "layers", "n_prelude + r n_recur_block + n_coda"),
+        _f("injection", pa.string(), "-", "linear | additive | passthrough | hyperconnect"),
+        _f("bptt_k", pa.int64(), "count", "recurrences that carry gradient (= r for full BPTT)"),
+        _f("hc_lanes", pa.int64(), "count", "hyperconnection lanes K"),
+        _f("seq_len", pa.int64(), "tokens", "context length T"),
+        _f("vocab_size", pa.int64(), "tokens", "vocabulary size V"),
+        _f("N_once", pa.int64(), "parameters", "unique non-embedding params run once (prelude, coda, norms)"),
+        _f("N_rec", pa.int64(), "parameters", "unique params of the shared block plus injection"),
+        _f("N_unique", pa.int64(), "parameters", "N_once + N_rec"),
+        _f("flops_per_token", pa.float64(), "FLOPs/token", "training FLOPs per token (forward + backward)"),
+        _f("D", pa.int64(), "tokens", "training tokens actually trained"),
+        _f("C", pa.float64(), "FLOPs", "training FLOPs spent, flops_per_token * D"),
+        _f("budget", pa.float64(), "FLOPs", "the cell's iso-FLOP budget C (null in tokens mode)"),
+        _f("target_tokens", pa.int64(), "tokens", "the cell's token budget (null in iso-FLOP mode)"),
+        _f("lr", pa.float64(), "-", "peak learning rate"),
+        _f("optimizer", pa.string(), "-", "adamw | muon"),
+        _f("schedule", pa.string(), "-", "LR schedule"),
+        _f("batch_tokens", pa.int64(), "tokens", "tokens per optimizer step"),
+        _f("seed", pa.int64(), "-", "model/init seed"),
+        _f("data_seed", pa.int64(), "-", "data order seed"),
+        _f("corpus", pa.string(), "-", "training corpus"),
+        _f("tokenizer", pa.string(), "-", "tokenizer"),
+        _f("status", pa.string(), "-", "ok | diverged", False),
+        _f("final_val_loss", pa.float64(), "nats/token", "validation loss at the end (null if diverged)"),
+        _f("best_val_loss", pa.float64(), "nats/token", "lowest validation loss seen (null if none)"),
+        _f("tokens_per_s", pa.float64(), "tokens/s", "training throughput"),
+        _f("mfu", pa.float64(), "fraction", "model FLOPs utilisation (null when the peak is unknown)"),
+        _f("wall_s", pa.float64(), "s", "wall time of the run"),
+        _f("epochs", pa.float64(), "epochs", "passes over the training tokens that D implies"),
+        _f("num_threads", pa.int64(), "threads", "torch threads used (= CPUs given to the trial)"),
+        _f("host", pa.string(), "-", "host that finished the run"),
+        _f("trial_id", pa.string(), "-", "Ray Tune trial id (null outside Tune)"),
+        _f("started_at", _TS, "UTC", "start of the (last) attempt"),
+        _f("finished_at", _TS, "UTC", "end of the run"),
+        _f("versions", pa.string(), "JSON", "library versions as a JSON object"),
+    ],
+    metadata={"loopscale.schema_version": SCHEMA_VERSION, "loopscale.table": "runs"},
+)
+"""Schema of ``runs.parquet`` (version :data:`SCHEMA_VERSION`); every loss/metric column is nullable."""
+
+CURVES_SCHEMA = pa.schema(
+    [
+        _f("run_id", pa.string(), "-", "run id", False),
+        _f("step", pa.int64(), "steps", "optimizer step", False),
+        _f("tokens", pa.int64(), "tokens", "tokens trained so far"),
+        _f("train_loss", pa.float64(), "nats/token", "training loss at this step"),
+        _f("val_loss", pa.float64(), "nats/token", "validation loss (null when not evaluated)"),
+        _f("lr", pa.float64(), "-", "learning rate at this step"),
+    ],
+    metadata={"loopscale.schema_version": SCHEMA_VERSION, "loopscale.table": "curves"},
+)
+"""Schema of ``curves.parquet``."""
+
+
+def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts) → a table with exactly ``schema`` (missing keys become null).
+
+    Raises:
+        ValueError: a row has a key that is not in the schema, or a non-nullable field is missing.
+    """
+    names = set(schema.names)
+    for i, row in enumerate(rows):
+        extra = set(row) - names
+        if extra:
+            raise ValueError(f"row {i} has keys not in the {schema.metadata[b'loopscale.table'].decode()} schema: "
+                             f"{sorted(extra)}")
+        for f in schema:
+            if not f.nullable and row.get(f.name) is None:
+                raise ValueError(f"row {i}: field {f.name!r} must not be null")
+    return pa.Table.from_pylist([{n: row.get(n) for n in schema.names} for row in rows], schema=schema)
+
+
+def write_table_atomic(table: pa.Table, path: str | Path) -> Path:
+    """Write ``table`` to ``path`` as Parquet (zstd) via a temporary file in the same folder and a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, p)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return p
+
+
+def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
+    """Read a file or a directory of parts with ``schema`` (an empty table when nothing is there)."""
+    import pyarrow.dataset as ds
+
+    p = Path(path)
+    if not p.exists():
+        return schema.empty_table()
+    if p.is_dir():
+        files = sorted(str(f) for f in p.glob("*.parquet"))
+        if not files:
+            return schema.empty_table()
+        return ds.dataset(files, schema=schema, format="parquet").to_table()
+    return pq.read_table(p, schema=schema)
+
+
+def _utc(x: Any) -> datetime | None:
+    if x is None:
+        return None
+    if isinstance(x, datetime):
+        return x if x.tzinfo else x.replace(tzinfo=UTC)
+    if isinstance(x, int | float):
+        return datetime.fromtimestamp(float(x), tz=UTC)
+    return datetime.fromisoformat(str(x))
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def run_record(cell, result: dict, *, trial_id: str | None = None, host: str | None = None,
+               started_at: Any = None, finished_at: Any = None) -> dict:
+    """One ``runs.parquet`` row from a grid cell and a ``RunResult.to_dict()``.
+
+    Model fields come from the cell's config; counts (N_once, N_rec, N_unique, flops_per_token, D, C), losses
+    and timings from the result. Non-finite losses are stored as null.
+    """
+    kw = cell.run_kwargs
+    m = kw["model"]
+    md = m.to_dict() if hasattr(m, "to_dict") else dict(m)
+    versions = result.get("versions")
+    rid = cell.run_id
+    return {
+        "run_id": rid,
+        "variant": cell.variant,
+        "r": int(md["r"]),
+        "size": int(cell.size),
+        "d_model": int(md["d_model"]),
+        "n_prelude": int(md["n_prelude"]),
+        "n_recur_block": int(md["n_recur_block"]),
+        "n_coda": int(md["n_coda"]),
+        "effective_depth": int(md["n_prelude"] + md["r"] * md["n_recur_block"] + md["n_coda"]),
+        "injection": md.get("injection"),
+        "bptt_k": md.get("bptt_k"),
+        "hc_lanes": md.get("hc_lanes"),
+        "seq_len": md.get("seq_len"),
+        "vocab_size": md.get("vocab_size"),
+        "N_once": result.get("N_once"),
+        "N_rec": result.get("N_rec"),
+        "N_unique": result.get("N_unique"),
+        "flops_per_token": _num(result.get("flops_per_token")),
+        "D": result.get("D"),
+        "C": _num(result.get("C")),
+        "budget": cell.budget,
+        "target_tokens": kw.get("tokens"),
+        "lr": float(kw["lr"]),
+        "optimizer": kw.get("optimizer"),
+        "schedule": kw.get("schedule"),
+        "batch_tokens": kw.get("batch_tokens"),
+        "seed": kw.get("seed"),
+        "data_seed": kw.get("data_seed"),
+        "corpus": kw.get("corpus"),
+        "tokenizer": kw.get("tokenizer"),
+        "status": result.get("status", "ok"),
+        "final_val_loss": _num(result.get("final_val_loss")),
+        "best_val_loss": _num(result.get("best_val_loss")),
+        "tokens_per_s": _num(result.get("tokens_per_s")),
+        "mfu": _num(result.get("mfu")),
+        "wall_s": _num(result.get("wall_s")),
+        "epochs": _num(result.get("epochs")),
+        "num_threads": result.get("num_threads"),
+        "host": host,
+        "trial_id": trial_id,
+        "started_at": _utc(started_at),
+        "finished_at": _utc(finished_at) or datetime.now(UTC),
+        "versions": json.dumps(versions, sort_keys=True) if versions is not None else None,
+    }
+
+
+def curve_rows(rid: str, curve: list[dict] | None) -> list[dict]:
+    """``curves.parquet`` rows of one run from ``RunResult.curve`` (dicts with step/tokens/train_loss/val_loss/lr)."""
+    out = []
+    for pt in curve or []:
+        out.append(
+            {
+                "run_id": rid,
+                "step": int(pt["step"]),
+                "tokens": None if pt.get("tokens") is None else int(pt["tokens"]),
+                "train_loss": _num(pt.get("train_loss")),
+                "val_loss": _num(pt.get("val_loss")),
+                "lr": _num(pt.get("lr")),
+            }
+        )
+    return out
+
+
+class ResultsStore:
+    """The Parquet results of one sweep output directory (see the module docstring for the layouts).
+
+    Args:
+        root: output directory (created on first write).
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @property
+    def runs_path(self) -> Path:
+        return self.root / "runs.parquet"
+
+    @property
+    def curves_path(self) -> Path:
+        return self.root / "curves.parquet"
+
+    @property
+    def runs_parts(self) -> Path:
+        return self.root / "parts" / "runs"
+
+    @property
+    def curves_parts(self) -> Path:
+        return self.root / "parts" / "curves"
+
+    def write_run(self, record: dict, curve: list[dict] | None = None) -> None:
+        """Write (or replace) the part files of one run: its ``runs`` row and its curve rows."""
+        rid = record["run_id"]
+        write_table_atomic(to_table([record], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
+        write_table_atomic(to_table(curve or [], CURVES_SCHEMA), self.curves_parts / f"{rid}.parquet")
+
+    def completed_ids(self) -> set[str]:
+        """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file."""
+        ids: set[str] = set()
+        for t in (read_table(self.runs_parts, RUNS_SCHEMA), read_table(self.runs_path, RUNS_SCHEMA)):
+            ids.update(t.column("run_id").to_pylist())
+        return ids
+
+    def forget(self, run_ids: set[str]) -> None:
+        """Drop the records of ``run_ids`` (used by ``--force``) from the parts and the consolidated files."""
+        for rid in run_ids:
+            for d in (self.runs_parts, self.curves_parts):
+                (d / f"{rid}.parquet").unlink(missing_ok=True)
+        for path, schema in ((self.runs_path, RUNS_SCHEMA), (self.curves_path, CURVES_SCHEMA)):
+            if path.exists():
+                t = read_table(path, schema)
+                keep = [rid not in run_ids for rid in t.column("run_id").to_pylist()]
+                write_table_atomic(t.filter(pa.array(keep, pa.bool_())), path)
+
+    def consolidate(self) -> Path:
+        """Rebuild ``runs.parquet`` and ``curves.parquet`` from the parts and the existing files: one row per
+        run id (the newest ``finished_at`` wins), sorted by (variant, budget, size, r, seed). Returns the
+        path of ``runs.parquet``."""
+        runs = pa.concat_tables([read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)])
+        rows = runs.to_pylist()
+        best: dict[str, dict] = {}
+        for row in rows:
+            cur = best.get(row["run_id"])
+            if cur is None or (row["finished_at"] or datetime.min.replace(tzinfo=UTC)) >= (
+                cur["finished_at"] or datetime.min.replace(tzinfo=UTC)
+            ):
+                best[row["run_id"]] = row
+        ordered = sorted(
+            best.values(),
+            key=lambda x: (x["variant"], x["budget"] or 0.0, x["target_tokens"] or 0, x["size"] or 0, x["r"], x["seed"] or 0),
+        )
+        write_table_atomic(to_table(ordered, RUNS_SCHEMA), self.runs_path)
+        # curves: parts win over the old consolidated file for a run id
+        old = read_table(self.curves_path, CURVES_SCHEMA)
+        parts = read_table(self.curves_parts, CURVES_SCHEMA)
+        part_ids = set(parts.column("run_id").to_pylist())
+        keep_ids = set(best)
+        old_rows = [r for r in old.to_pylist() if r["run_id"] not in part_ids and r["run_id"] in keep_ids]
+        new_rows = [r for r in parts.to_pylist() if r["run_id"] in keep_ids]
+        crow = sorted(old_rows + new_rows, key=lambda x: (x["run_id"], x["step"]))
+        write_table_atomic(to_table(crow, CURVES_SCHEMA), self.curves_path)
+        return self.runs_path
+
+    def runs(self) -> pa.Table:
+        """The consolidated runs table (empty with the fixed schema when there is none yet)."""
+        return read_table(self.runs_path, RUNS_SCHEMA)
+
+    def curves(self) -> pa.Table:
+        """The consolidated curves table."""
+        return read_table(self.curves_path, CURVES_SCHEMA)

@@ -1,0 +1,625 @@
+"""Stage 1: LR tuning, one Optuna study per size (and per r unless ``tune_per_r: false``), run by Ray Tune.
+
+Each study is one Tune experiment: ``OptunaSearch`` (seeded TPE over log-LR, or a categorical LR set; metric
+and mode given to ``OptunaSearch`` itself, shared/notes/ray_tune_on_this_machine.md §3) proposes LRs, and an
+ASHA scheduler prunes on the validation loss reported at token milestones (time attribute: the milestone index
+1..num_milestones). Trials train the grid's model on a short budget (tokens/param ratio, paper App. D).
+
+What survives a killed driver, and how (issue 8 cases 5 and 6):
+
+* The sampler's study lives inside ``OptunaSearch`` and is checkpointed with Tune's experiment state, so after
+  ``Tuner.restore`` the sampler and the trial list agree. A trial suggested after the last snapshot is lost
+  by Tune and re-suggested (same LR: the seeded sampler state is restored); its run id (a hash of the run,
+  LR included) finds the checkpoint or the finished result the lost trial left, so no LR is trained to
+  completion twice.
+* The persistent study (``<out>/tune_lr/optuna.db``, SQLite; ``optuna.load_study`` and optuna-dashboard open
+  it) is written only by the driver, from a Tune callback, one finished trial at a time (COMPLETE, PRUNED or
+  FAIL, with its milestone values), deduplicated by LR. It therefore never holds a RUNNING trial, and a
+  resumed study ends with exactly ``num_samples`` finished trials.
+* Ray 2.60 does not save the scheduler with the experiment. :class:`PersistentASHA` keeps its rung records
+  and decisions keyed by LR in a JSON file next to the experiment and reloads it, so a restored study makes
+  the same stop decisions as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from loopscale.sweep.grid import (
+    RunWorkspace,
+    event_metrics,
+    is_local_uri,
+    local_path,
+    maybe_inject_fault,
+    tune_checkpoint_from,
+    unfinished_trials,
+    uri_join,
+)
+
+METRIC = "val_loss"
+TIME_ATTR = "milestone"
+
+
+def _lr_key(lr: float) -> str:
+    return repr(float(lr))
+
+
+# --- the ASHA scheduler with persistent rungs -----------------------------------------------------------
+
+
+def _asha_base():
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler
+
+
+class PersistentASHA(_asha_base()):
+    """``ASHAScheduler`` (one bracket) whose rungs and decisions persist in ``state_path`` (JSON).
+
+    Records are keyed by the trial's LR (``config["lr"]``), not by Tune's trial id, so a trial re-created
+    under a new id after a restore meets its own records. A result at a rung this LR has already passed gets
+    the recorded decision back; otherwise the decision is ASHA's: stop when the value is worse than the
+    (1 - 1/reduction_factor) quantile of the values recorded at that rung (Li et al. 2020, as Ray's
+    ``_Bracket.on_result``). ``time_attr`` results >= ``max_t`` stop the trial.
+    """
+
+    def __init__(self, state_path: str, *, time_attr: str, metric: str, mode: str, max_t: int,
+                 grace_period: int, reduction_factor: float):
+        super().__init__(time_attr=time_attr, metric=metric, mode=mode, max_t=max_t, grace_period=grace_period,
+                         reduction_factor=reduction_factor, brackets=1)
+        self._state_path = state_path
+        self._rung_ms = [m for m, _ in self._brackets[0]._rungs]  # descending
+        self._state: dict | None = None
+
+    def _load(self) -> dict:
+        if self._state is None:
+            p = Path(self._state_path)
+            self._state = json.loads(p.read_text()) if p.exists() else {"rungs": {}, "decisions": {}, "history": {}}
+        return self._state
+
+    def _save(self) -> None:
+        p = Path(self._state_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}")
+        tmp.write_text(json.dumps(self._state, sort_keys=True))
+        os.replace(tmp, p)
+
+    def on_trial_add(self, tune_controller, trial):
+        super().on_trial_add(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller, trial):
+        self._trial_info.pop(trial.trial_id, None)
+
+    def _decide(self, trial, result: dict) -> str:
+        from ray.tune.schedulers import TrialScheduler
+
+        if self._time_attr not in result or self._metric not in result:
+            return TrialScheduler.CONTINUE
+        st = self._load()
+        key = _lr_key(trial.config["lr"])
+        t = int(result[self._time_attr])
+        value = float(result[self._metric])
+        st["history"].setdefault(key, {})[str(t)] = value
+        action = TrialScheduler.CONTINUE
+        if t >= self._max_t:
+            action = TrialScheduler.STOP
+        else:
+            for m in self._rung_ms:
+                if t < m:
+                    continue
+                rung = st["rungs"].setdefault(str(m), {})
+                dkey = f"{key}@{m}"
+                if key in rung:
+                    action = st["decisions"].get(dkey, TrialScheduler.CONTINUE) if t == m else TrialScheduler.CONTINUE
+                    break
+                import numpy as np
+
+                vals = list(rung.values())
+                reward = self._metric_op * value
+                if vals:
+                    cutoff = np.nanpercentile(vals, (1 - 1 / self._reduction_factor) * 100)
+                    if reward < cutoff:
+                        action = TrialScheduler.STOP
+                rung[key] = reward
+                st["decisions"][dkey] = action
+                break
+        self._save()
+        if action == TrialScheduler.STOP:
+            self._num_stopped += 1
+        return action
+
+    def on_trial_result(self, tune_controller, trial, result):
+        return self._decide(trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        self._trial_info.pop(trial.trial_id, None)
+
+    def state(self) -> dict:
+        """The persisted state: rungs {milestone: {lr: reward}}, decisions {lr@milestone: action},
+        history {lr: {milestone: val_loss}}."""
+        return self._load()
+
+
+# --- the search space (picklable define-by-run) ---------------------------------------------------------
+
+
+class LRSpace:
+    """Define-by-run space for ``OptunaSearch``: suggests ``lr`` (log-uniform or categorical) and returns the
+    constant part of the trial config."""
+
+    def __init__(self, constants: dict, lr_min: float, lr_max: float, lr_values: list[float] | None):
+        self.constants = constants
+        self.lr_min, self.lr_max, self.lr_values = lr_min, lr_max, lr_values
+
+    def __call__(self, trial) -> dict:
+        if self.lr_values:
+            trial.suggest_categorical("lr", list(self.lr_values))
+        else:
+            trial.suggest_float("lr", self.lr_min, self.lr_max, log=True)
+        return dict(self.constants)
+
+    def distribution(self):
+        import optuna
+
+        if self.lr_values:
+            return optuna.distributions.CategoricalDistribution(list(self.lr_values))
+        return optuna.distributions.FloatDistribution(self.lr_min, self.lr_max, log=True)
+
+
+# --- the trainable --------------------------------------------------------------------------------------
+
+
+def _cell_with_lr(base: dict, lr: float):
+    from loopscale.sweep.spec import Cell
+
+    d = json.loads(json.dumps(base))
+    d["run_kwargs"]["lr"] = float(lr)
+    return Cell.from_dict(d)
+
+
+def lr_trainable(config: dict) -> None:
+    """Ray Tune trainable of one LR trial: trains the study's cell at ``config["lr"]`` on the short budget and
+    reports ``val_loss`` at milestones 1..M (``milestone`` = tokens / milestone_tokens). The last milestone
+    is reported only after the result is saved, so a stop there cannot lose it. A run id that already
+    finished replays its recorded milestones instead of training."""
+    from ray import tune
+
+    cell = _cell_with_lr(config["base"], config["lr"])
+    rid = cell.run_id
+    storage_uri = config["storage"]
+    mtok = float(config["milestone_tokens"])
+    M = int(config["num_milestones"])
+    ws = RunWorkspace(storage_uri, rid)
+    done = ws.result()
+
+    def milestone(tokens: float) -> int:
+        return int(round(tokens / mtok))
+
+    if done is None:
+        from loopscale.model.train import train_run
+
+        ws.pull()
+        ck = tune.get_checkpoint()
+        if ck is not None:
+            with ck.as_directory() as d:
+                ws.adopt(d)
+
+        def callback(event: dict) -> None:
+            maybe_inject_fault(storage_uri, rid, config.get("fault_at_step"), int(event.get("step") or 0))
+            if event.get("checkpoint_path"):
+                ws.push()
+            if event.get("val_loss") is None:
+                return
+            m = milestone(float(event["tokens"]))
+            if m < 1 or m >= M:
+                return
+            ckpt, stage = tune_checkpoint_from(event.get("checkpoint_path"))
+            try:
+                met = event_metrics(event)
+                met.update({TIME_ATTR: m, METRIC: float(event["val_loss"])})
+                tune.report(met, checkpoint=ckpt)
+            finally:
+                if stage is not None:
+                    shutil.rmtree(stage, ignore_errors=True)
+
+        res = train_run(cell.run_config(checkpoint_dir=str(ws.dir)), callback=callback).to_dict()
+        done = json.loads(json.dumps(res, default=str))
+        ws.save_result(done)
+        _mark_trained(storage_uri, rid)
+    else:
+        for pt in done.get("curve") or []:
+            if pt.get("val_loss") is None:
+                continue
+            m = milestone(float(pt["tokens"]))
+            if 1 <= m < M:
+                tune.report({TIME_ATTR: m, METRIC: float(pt["val_loss"]), "tokens": pt["tokens"], "replayed": True})
+    final = done.get("final_val_loss")
+    tune.report(
+        {
+            TIME_ATTR: M,
+            METRIC: float(final) if final is not None and math.isfinite(final) else 1e9,
+            "tokens": done.get("D"),
+            "status": done.get("status", "ok"),
+        }
+    )
+
+
+def _mark_trained(storage_uri: str, rid: str) -> None:
+    """Leave one marker per completed training of a run id (tests count them: no LR trained twice)."""
+    from loopscale.cluster import storage
+
+    storage.write_bytes_atomic(uri_join(storage_uri, "trained", f"{rid}-{uuid.uuid4().hex[:8]}"), b"1")
+
+
+def trained_counts(storage_uri: str) -> dict[str, int]:
+    """{run id: completed trainings} from the markers of :func:`lr_trainable`."""
+    from loopscale.cluster import storage
+
+    d = uri_join(storage_uri, "trained")
+    if not storage.exists(d):
+        return {}
+    out: dict[str, int] = {}
+    for name in storage.listdir(d):
+        rid = Path(name).name.rsplit("-", 1)[0]
+        out[rid] = out.get(rid, 0) + 1
+    return out
+
+
+# --- driver side: mirror finished trials into the persistent Optuna study ----------------------------
+
+
+def _mirror_cls():
+    from ray.tune import Callback
+
+    class OptunaMirror(Callback):
+        """Writes each finished Tune trial once into the persistent Optuna study (deduplicated by LR)."""
+
+        def __init__(self, storage_url: str, study_name: str, space: LRSpace, num_milestones: int,
+                     history_path: str):
+            self.storage_url, self.study_name = storage_url, study_name
+            self.space, self.M = space, num_milestones
+            self.history_path = history_path
+
+        def _history(self) -> dict:
+            p = Path(self.history_path)
+            return json.loads(p.read_text()).get("history", {}) if p.exists() else {}
+
+        def _record(self, trial, failed: bool) -> None:
+            import optuna
+
+            if not trial.config or "lr" not in trial.config:
+                return
+            lr = float(trial.config["lr"])
+            key = _lr_key(lr)
+            study = optuna.load_study(study_name=self.study_name, storage=self.storage_url)
+            if any(t.user_attrs.get("lr_key") == key for t in study.get_trials(deepcopy=False)):
+                return
+            hist = {int(k): v for k, v in self._history().get(key, {}).items()}
+            last = trial.last_result or {}
+            if last.get(TIME_ATTR) is not None and last.get(METRIC) is not None:
+                hist.setdefault(int(last[TIME_ATTR]), float(last[METRIC]))
+            top = max(hist) if hist else 0
+            if failed:
+                state = optuna.trial.TrialState.FAIL
+            elif top >= self.M:
+                state = optuna.trial.TrialState.COMPLETE
+            else:
+                state = optuna.trial.TrialState.PRUNED
+            value = hist[top] if state == optuna.trial.TrialState.COMPLETE else None
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params={"lr": lr},
+                    distributions={"lr": self.space.distribution()},
+                    value=value,
+                    state=state,
+                    intermediate_values=hist,
+                    user_attrs={"lr_key": key, "tune_trial_id": trial.trial_id, "last_milestone": top},
+                )
+            )
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self._record(trial, failed=False)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._record(trial, failed=True)
+
+    return OptunaMirror
+
+
+def _lr_trial_dirname(trial) -> str:
+    return f"lr_{trial.trial_id}"
+
+
+# --- one study ----------------------------------------------------------------------------------------
+
+
+def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, experiment: str):
+    """Pure assembly of one study: the base cell, the budget, the space, scheduler and Tuner pieces.
+
+    Returns a dict with ``trainable``, ``tune_config``, ``run_config``, ``space``, ``scheduler``,
+    ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is started)."""
+    import optuna
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from loopscale.model.accounting import n_once, n_rec
+
+    ts = spec.tune
+    lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
+    cells = [c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"]
+    base = cells[0]
+    cfg = base.run_kwargs["model"]
+    B = spec.training.batch_tokens
+    if ts.tokens is not None:
+        want = ts.tokens
+    else:
+        want = ts.tokens_per_param * (n_once(cfg) + r * n_rec(cfg))
+    M = ts.num_milestones
+    steps = max(M, int(round(want / B)))
+    steps = int(math.ceil(steps / M) * M)
+    every = steps // M
+    kw = dict(base.run_kwargs)
+    kw.update(
+        tokens=steps * B,
+        target_flops=None,
+        eval_every_steps=every,
+        checkpoint_every_steps=every,
+        eval_tokens=ts.eval_tokens or spec.training.eval_tokens,
+        seed=spec.seeds[0],
+    )
+    base_d = base.to_dict()
+    base_d["run_kwargs"] = {**base_d["run_kwargs"], **{k: v for k, v in kw.items() if k != "model"}}
+    base_d["budget"] = None
+    study_name = f"{spec.name}_size{size}_r{r}"
+    constants = {
+        "base": base_d,
+        "storage": storage_path,
+        "milestone_tokens": every * B,
+        "num_milestones": M,
+        "fault_at_step": spec.test_fault_at_step,
+    }
+    space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
+    sampler = optuna.samplers.TPESampler(seed=ts.seed)
+    search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
+    scheduler = PersistentASHA(
+        str(tune_dir / "asha" / f"{experiment}.json"),
+        time_attr=TIME_ATTR,
+        metric=METRIC,
+        mode="min",
+        max_t=M,
+        grace_period=ts.grace_milestones,
+        reduction_factor=ts.reduction_factor,
+    )
+    resources = {"cpu": float(spec.resources.cpus)}
+    if spec.resources.gpus:
+        resources["gpu"] = float(spec.resources.gpus)
+    db = f"sqlite:///{(tune_dir / 'optuna.db').resolve()}"
+    mirror = _mirror_cls()(db, study_name, space, M, str(tune_dir / "asha" / f"{experiment}.json"))
+    tune_config = tune.TuneConfig(
+        search_alg=search,
+        scheduler=scheduler,
+        num_samples=ts.num_samples,
+        max_concurrent_trials=ts.max_concurrent,
+        reuse_actors=True,
+        trial_dirname_creator=_lr_trial_dirname,
+    )
+    run_config = tune.RunConfig(
+        name=experiment,
+        storage_path=storage_path,
+        verbose=0,
+        failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        callbacks=[mirror],
+    )
+    return dict(
+        trainable=tune.with_resources(lr_trainable, resources),
+        tune_config=tune_config,
+        run_config=run_config,
+        space=space,
+        scheduler=scheduler,
+        study_name=study_name,
+        storage_url=db,
+        budget_tokens=steps * B,
+        milestone_tokens=every * B,
+        N_unique=n_once(cfg) + n_rec(cfg),
+        N_eff=n_once(cfg) + r * n_rec(cfg),
+    )
+
+
+class TuneInterrupted(RuntimeError):
+    """The driver was stopped (SIGINT) before every study finished; rerun with ``--resume``."""
+
+
+def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resume: bool) -> dict:
+    import optuna
+    from ray import tune
+
+    experiment = f"tune_lr_{spec.name}_size{size}_r{r}"
+    plan = study_plan(spec, size, r, tune_dir, storage_path, experiment=experiment)
+    optuna.create_study(study_name=plan["study_name"], storage=plan["storage_url"], direction="minimize",
+                        load_if_exists=True)
+    exp_uri = uri_join(storage_path, experiment)
+    if resume and tune.Tuner.can_restore(exp_uri):
+        tuner = tune.Tuner.restore(exp_uri, trainable=plan["trainable"], resume_unfinished=True, resume_errored=True)
+    else:
+        if is_local_uri(storage_path) and local_path(exp_uri).exists():
+            shutil.rmtree(local_path(exp_uri))
+            Path(tune_dir / "asha" / f"{experiment}.json").unlink(missing_ok=True)
+        tuner = tune.Tuner(plan["trainable"], tune_config=plan["tune_config"], run_config=plan["run_config"])
+    tuner.fit()
+    if unfinished_trials(exp_uri):
+        raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted; rerun with --resume")
+    return plan
+
+
+def _choose(study) -> tuple[float | None, float | None, int, int]:
+    import optuna
+
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+    pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
+    if not complete:
+        return None, None, len(trials), pruned
+    best = min(complete, key=lambda t: (t.value, t.params["lr"]))
+    return float(best.params["lr"]), float(best.value), len(trials), pruned
+
+
+LR_TABLE_COLUMNS = ("size", "r", "N_unique", "N_eff", "lr_best", "best_val_loss", "lr_smoothed", "lr", "n_trials",
+                    "n_pruned", "budget_tokens", "study_name", "storage")
+
+
+def _lr_table_schema():
+    import pyarrow as pa
+
+    def f(n, t, unit):
+        return pa.field(n, t, metadata={"unit": unit})
+
+    return pa.schema(
+        [
+            f("size", pa.int64(), "-"), f("r", pa.int64(), "count"), f("N_unique", pa.int64(), "parameters"),
+            f("N_eff", pa.int64(), "parameters"), f("lr_best", pa.float64(), "-"),
+            f("best_val_loss", pa.float64(), "nats/token"), f("lr_smoothed", pa.float64(), "-"),
+            f("lr", pa.float64(), "-"), f("n_trials", pa.int64(), "count"), f("n_pruned", pa.int64(), "count"),
+            f("budget_tokens", pa.int64(), "tokens"), f("study_name", pa.string(), "-"),
+            f("storage", pa.string(), "-"),
+        ],
+        metadata={"loopscale.table": "lr_table", "loopscale.schema_version": "1"},
+    )
+
+
+def _smooth(rows: list[dict]) -> None:
+    """Fill ``lr_smoothed`` per r with the least-squares line log LR* = a + b log N_unique across sizes
+    (needs >= 2 sizes with a best LR; otherwise lr_smoothed = lr_best)."""
+    import numpy as np
+
+    for r in sorted({row["r"] for row in rows}):
+        pts = [row for row in rows if row["r"] == r and row["lr_best"] is not None]
+        if len({row["N_unique"] for row in pts}) >= 2:
+            x = np.log([row["N_unique"] for row in pts])
+            y = np.log([row["lr_best"] for row in pts])
+            b, a = np.polyfit(x, y, 1)
+            for row in rows:
+                if row["r"] == r:
+                    row["lr_smoothed"] = float(np.exp(a + b * np.log(row["N_unique"])))
+        else:
+            for row in rows:
+                if row["r"] == r:
+                    row["lr_smoothed"] = row["lr_best"]
+
+
+def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna
+
+    out = []
+    for size in sorted({row["size"] for row in rows}):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for row in [x for x in rows if x["size"] == size]:
+            study = optuna.load_study(study_name=row["study_name"], storage=storage_url)
+            pts = sorted(
+                (t.params["lr"], t.intermediate_values[max(t.intermediate_values)])
+                for t in study.get_trials(deepcopy=False)
+                if t.intermediate_values
+            )
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"r={row['r']}")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("val loss at last milestone reached (nats/token)")
+        ax.set_title(f"LR tuning, size {size}")
+        ax.legend()
+        fig.tight_layout()
+        p = tune_dir / f"loss_vs_lr_size{size}.png"
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        out.append(p)
+    return out
+
+
+def run_tune_lr(spec, out_dir: str | Path, *, resume: bool = False, address: str | None = None,
+                num_cpus: int | None = None, num_gpus: int | None = None, plot: bool = True):
+    """Run stage 1 for ``spec`` into ``out_dir`` and return the LR table (a pyarrow Table, also written to
+    ``<out_dir>/lr_table.parquet``; the studies are in ``<out_dir>/tune_lr/optuna.db``).
+
+    One study per size and r (``tune.tune_per_r``; otherwise per size at the largest r, its LR used for
+    every r). ``lr`` is ``lr_smoothed`` when ``tune.smooth`` else ``lr_best``; both are in the table.
+    Studies already finished in ``out_dir`` are not rerun; ``resume`` restores an interrupted study's
+    Tune experiment.
+
+    Raises:
+        SpecError: bad spec or runtime (GPUs requested where none exist), before Ray starts.
+        TuneInterrupted: the driver was stopped (SIGINT) mid-study.
+    """
+    import optuna
+
+    from loopscale.cluster.connect import ray_session
+    from loopscale.sweep.spec import load_spec
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    if isinstance(spec, str | Path):
+        spec = load_spec(spec)
+    spec.check_runtime(address)
+    out = Path(out_dir).resolve()
+    tune_dir = out / "tune_lr"
+    tune_dir.mkdir(parents=True, exist_ok=True)
+    storage_path = spec.storage_path or str(tune_dir / "ray")
+    rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
+    todo = [(s, r) for s in spec.all_sizes() for r in rs]
+    done_dir = tune_dir / "done"
+    rows = []
+    pending = [(s, r) for s, r in todo if not (done_dir / f"size{s}_r{r}.json").exists()]
+    if pending:
+        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus):
+            for s, r in pending:
+                plan = _run_study(spec, s, r, tune_dir, storage_path, resume)
+                info = {k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_eff")}
+                done_dir.mkdir(exist_ok=True)
+                tmp = done_dir / f".size{s}_r{r}.json.tmp"
+                tmp.write_text(json.dumps(info))
+                os.replace(tmp, done_dir / f"size{s}_r{r}.json")
+    for s, r in todo:
+        info = json.loads((done_dir / f"size{s}_r{r}.json").read_text())
+        study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
+        lr, val, n, npruned = _choose(study)
+        targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
+        for rr in targets:
+            rows.append(dict(size=s, r=rr, N_unique=info["N_unique"], N_eff=info["N_eff"], lr_best=lr,
+                             best_val_loss=val, lr_smoothed=None, lr=None, n_trials=n, n_pruned=npruned,
+                             budget_tokens=info["budget_tokens"], study_name=info["study_name"],
+                             storage=info["storage_url"]))
+    _smooth(rows)
+    for row in rows:
+        row["lr"] = row["lr_smoothed"] if spec.tune.smooth else row["lr_best"]
+    table = to_table(rows, _lr_table_schema())
+    write_table_atomic(table, out / "lr_table.parquet")
+    if plot:
+        _plot(tune_dir, rows[0]["storage"], rows)
+    return table
+
+
+def read_lr_table(path: str | Path) -> dict[tuple[int, int], float]:
+    """{(size, r): lr} from an ``lr_table.parquet``.
+
+    Raises:
+        FileNotFoundError: no table at ``path`` (run ``loopscale tune-lr`` first).
+        ValueError: a row without a chosen LR (every trial of that study failed or was pruned).
+    """
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no LR table at {p}: run `loopscale tune-lr SPEC --out {p.parent}` first")
+    out: dict[tuple[int, int], float] = {}
+    for row in pq.read_table(p).to_pylist():
+        if row["lr"] is None:
+            raise ValueError(f"lr_table: no LR chosen for size {row['size']}, r {row['r']} (no complete trial)")
+        out[(int(row["size"]), int(row["r"]))] = float(row["lr"])
+    return out

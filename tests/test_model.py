@@ -1,0 +1,348 @@
+"""The looped decoder module: exact parameter counts, equivalence to a plain GPT at r = 1, causality, determinism,
+truncated-BPTT gradients, the hyperconnection init path and config validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from loopscale.model.accounting import n_embedding, n_once, n_rec, n_unique
+from loopscale.model.config import LoopedConfig, iso_depth, preset_config, valid_r
+from loopscale.model.looped import LoopedLM, maybe_compile
+
+TINY = dict(vocab_size=64, seq_len=16, head_dim=16)
+
+
+def tiny(r: int, injection: str | None = None, d: int = 32, **kw) -> LoopedConfig:
+    """Iso-depth 6 = 1 + 4 + 1 tiny config (r in {1, 2, 4})."""
+    return iso_depth(d, r, effective_depth=6, n_prelude=1, n_coda=1, injection=injection, **TINY, **kw)
+
+
+def idx_batch(cfg: LoopedConfig, B: int = 2, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, cfg.vocab_size, (B, cfg.seq_len), generator=torch.Generator().manual_seed(seed))
+
+
+def loss_of(m: LoopedLM, idx: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(m(idx).flatten(0, 1), idx.roll(-1, 1).flatten())
+
+
+# --- parameter accounting of the instantiated module ---------------------------------------------------------
+
+CASES = [(r, inj) for r in valid_r(10, 1, 1) for inj in ("linear", "additive", "passthrough", "hyperconnect")]
+CASES = [(1, "passthrough")] + [c for c in CASES if c[0] > 1]
+
+
+@pytest.mark.parametrize("r,injection", CASES)
+def test_module_param_count_equals_formula(r, injection):
+    """Module numel = N_unique + N_embedding, and N_once / N_rec split by parameter name equal the formulas."""
+    cfg = preset_config("cpu", r=r, d_model=48, injection=injection, hc_lanes=3 if r == 4 else 2)
+    m = LoopedLM(cfg, seed=None)
+    counts = m.param_counts()
+    assert counts["N_once"] == n_once(cfg)
+    assert counts["N_rec"] == n_rec(cfg)
+    assert counts["N_embedding"] == n_embedding(cfg)
+    assert sum(
+        p.numel() for p in m.parameters()
+    ) - m.wte.weight.numel() - m.lm_head.weight.numel() == n_unique(cfg)
+    groups = m.param_groups()
+    names = [n for g in groups.values() for n, _ in g]
+    assert sorted(names) == sorted(n for n, _ in m.named_parameters())  # each parameter in exactly one group
+    assert all(p.dim() == 2 for _, p in groups["matrix"]) and all(p.dim() == 1 for _, p in groups["norm"])
+    assert [n for n, _ in groups["embedding"]] == ["wte.weight"]
+    assert [n for n, _ in groups["unembedding"]] == ["lm_head.weight"]
+    assert len(groups["norm"]) == 2 * (cfg.n_prelude + cfg.n_recur_block + cfg.n_coda) + 3  # 2 per block + 3
+    assert sorted(n for n, _ in groups["hc"]) == (
+        ["hc.M", "hc.alpha", "hc.beta"] if injection == "hyperconnect" else []
+    )
+    assert ("inject.weight" in dict(groups["matrix"])) == (injection == "linear")
+    if injection == "linear":
+        assert tuple(m.inject.weight.shape) == (cfg.d_model, 2 * cfg.d_model)
+
+
+def test_r3_module_count():
+    """A non-power-of-two r (3 layers x 3) also counts exactly."""
+    cfg = iso_depth(32, 3, effective_depth=11, n_prelude=1, n_coda=1, injection="hyperconnect", **TINY)
+    counts = LoopedLM(cfg, seed=None).param_counts()
+    assert (counts["N_once"], counts["N_rec"]) == (n_once(cfg), n_rec(cfg))
+
+
+# --- r = 1 is a plain pre-norm GPT -------------------------------------------------------------------------
+
+
+def _rms(x, w, eps=1e-6):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _plain_gpt_logits(sd: dict, cfg: LoopedConfig, idx: torch.Tensor) -> torch.Tensor:
+    """A plain pre-norm GPT from a state dict: explicit masked-softmax attention, RoPE, QK-norm, relu^2 MLP."""
+    B, T = idx.shape
+    d, hd = cfg.d_model, cfg.head_dim
+    H = d // hd
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    freq = cfg.rope_base ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = (pos * freq).to(sd["wte.weight"].dtype)  # [T, hd/2]
+    cos, sin = ang.cos(), ang.sin()
+
+    def rope(t):  # t [B, H, T, hd]
+        a, b = t[..., : hd // 2], t[..., hd // 2 :]
+        return torch.cat([a * cos + b * sin, b * cos - a * sin], -1)
+
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    x = _rms(sd["wte.weight"][idx], sd["norm_emb.weight"])
+    for i in range(cfg.n_recur_block):
+        pre = f"recur.{i}."
+
+        def p(n, pre=pre):
+            return sd[pre + n]
+
+        h = _rms(x, p("n1.weight"))
+        q, k, v = (
+            (h @ p(f"attn.c_{c}.weight").T).view(B, T, H, hd).transpose(1, 2) for c in "qkv"
+        )  # [B, H, T, hd]
+        q, k = _rms(rope(q), 1.0), _rms(rope(k), 1.0)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, d)
+        x = x + y @ p("attn.c_proj.weight").T
+        h = _rms(x, p("n2.weight"))
+        x = x + torch.relu(h @ p("mlp.c_fc.weight").T).square() @ p("mlp.c_proj.weight").T
+    x = _rms(_rms(x, sd["norm_recur.weight"]), sd["norm_final.weight"])
+    z = x @ sd["lm_head.weight"].T
+    return cfg.logit_softcap * torch.tanh(z / cfg.logit_softcap)
+
+
+def test_r1_passthrough_equals_plain_gpt():
+    """r = 1 (passthrough) is numerically the plain GPT built from the same weights (float64, 1e-10)."""
+    cfg = tiny(1)
+    m = LoopedLM(cfg, seed=5).double()
+    with torch.no_grad():  # move off init (norm weights 1, tiny head) so every weight matters
+        for p in m.parameters():
+            p.add_(
+                0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype)
+            )
+    idx = idx_batch(cfg)
+    sd = {k: v for k, v in m.state_dict().items()}
+    ref = _plain_gpt_logits(sd, cfg, idx)
+    out = m(idx)
+    assert out.shape == (2, cfg.seq_len, cfg.vocab_size) and out.dtype == torch.float64
+    assert (out - ref).abs().max().item() < 1e-10
+    assert ref.abs().max().item() > 1e-2  # the comparison is not between two near-zero tensors
+
+
+# --- causality, determinism, dtypes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("r,injection", [(1, None), (4, "linear"), (2, "additive"), (4, "hyperconnect")])
+def test_causality(r, injection):
+    """Changing token t never changes logits at positions < t."""
+    cfg = tiny(r, injection)
+    m = LoopedLM(cfg, seed=1).double()
+    idx = idx_batch(cfg, B=1)
+    base = m(idx)
+    t = 9
+    idx2 = idx.clone()
+    idx2[0, t:] = (idx2[0, t:] + 1) % cfg.vocab_size
+    out = m(idx2)
+    assert torch.equal(out[0, :t], base[0, :t])
+    assert (out[0, t:] - base[0, t:]).abs().max().item() > 0
+
+
+def test_seed_determinism():
+    """Same seed: bitwise-equal weights and logits; another seed: different; the global RNG is untouched."""
+    cfg = tiny(2, "linear")
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    a, b, c = LoopedLM(cfg, seed=11), LoopedLM(cfg, seed=11), LoopedLM(cfg, seed=12)
+    assert torch.equal(torch.get_rng_state(), state)
+    for (na, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert torch.equal(pa, pb), na
+    idx = idx_batch(cfg)
+    assert torch.equal(a(idx), b(idx))
+    assert not torch.equal(a.recur[0].attn.c_q.weight, c.recur[0].attn.c_q.weight)
+
+
+def test_paper_init_statistics():
+    """App. C.1 init: wte std 1, lm_head std 1e-3, block matrices U(+-sqrt(3/d)), W_inject = [I | 0], norms 1."""
+    cfg = preset_config("cpu", r=2, d_model=128)
+    m = LoopedLM(cfg, seed=0)
+    d = cfg.d_model
+    assert m.wte.weight.std().item() == pytest.approx(1.0, rel=0.02)
+    assert m.lm_head.weight.std().item() == pytest.approx(1e-3, rel=0.05)
+    w = m.recur[0].attn.c_q.weight
+    assert w.abs().max().item() <= math.sqrt(3 / d) and w.std().item() == pytest.approx(d**-0.5, rel=0.03)
+    assert m.recur[0].mlp.c_proj.weight.abs().max().item() <= math.sqrt(3 / (4 * d))
+    assert torch.equal(m.inject.weight, torch.cat([torch.eye(d), torch.zeros(d, d)], 1))
+    assert torch.equal(m.norm_recur.weight, torch.ones(d))
+
+
+def test_logits_softcapped_float32_and_input_checks():
+    """Logits are float32, bounded by the soft-cap; bad idx raises ValueError naming the problem."""
+    cfg = tiny(2, "linear", logit_softcap=0.5)
+    m = LoopedLM(cfg, seed=0)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(1e4)
+    out = m(idx_batch(cfg))
+    assert out.dtype == torch.float32 and out.abs().max().item() <= 0.5 and out.abs().max().item() > 0.4
+    with pytest.raises(ValueError, match="seq_len"):
+        m(torch.zeros(1, cfg.seq_len + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="idx"):
+        m(torch.zeros(cfg.seq_len, dtype=torch.long))
+    with pytest.raises(ValueError, match="LoopedConfig"):
+        LoopedLM({"d_model": 32})
+
+
+def test_bf16_autocast_cpu_close_to_fp32():
+    """Under bf16 autocast the logits stay float32 and close to the fp32 ones (GPU path uses the same code)."""
+    cfg = tiny(2, "linear")
+    m = LoopedLM(cfg, seed=0)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(100)
+    idx = idx_batch(cfg)
+    ref = m(idx)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(idx)
+    assert out.dtype == torch.float32
+    assert (out - ref).abs().max().item() < 0.05 * ref.abs().max().item()
+    assert maybe_compile(m, False) is m
+
+
+# --- truncated BPTT --------------------------------------------------------------------------------------------
+
+
+def _grads(m: LoopedLM) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+
+def _last_iteration_only_grads(m: LoopedLM, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Reference: run r - 1 recurrences, detach the state, backprop through the last recurrence only."""
+    m.zero_grad(set_to_none=True)
+    T = idx.shape[1]
+    cos, sin = m.rope_cos[:T], m.rope_sin[:T]
+    e = m.norm_emb(m.wte(idx))
+    for blk in m.prelude:
+        e = blk(e, cos, sin)
+    h = e
+    for i in range(m.cfg.r):
+        u = m.inject(torch.cat([e, h], -1))
+        for blk in m.recur:
+            u = blk(u, cos, sin)
+        h = m.norm_recur(u)
+        if i < m.cfg.r - 1:
+            h = h.detach()
+    for blk in m.coda:
+        h = blk(h, cos, sin)
+    z = m.lm_head(m.norm_final(h))
+    z = m.cfg.logit_softcap * torch.tanh(z / m.cfg.logit_softcap)
+    F.cross_entropy(z.flatten(0, 1), idx.roll(-1, 1).flatten()).backward()
+    return _grads(m)
+
+
+def test_bptt_k1_gradient_is_last_iteration_only():
+    """bptt_k = 1: every gradient (shared block, injection, prelude via e) equals the last-iteration-only
+    reference; the forward equals full BPTT's, and full BPTT's block gradient differs."""
+    cfg = tiny(4, "linear", bptt_k=1)
+    m = LoopedLM(cfg, seed=3).double()
+    with torch.no_grad():  # non-trivial injection so that h matters
+        m.inject.weight.add_(0.2 * torch.randn(m.inject.weight.shape, dtype=torch.float64))
+    idx = idx_batch(cfg)
+    loss = loss_of(m, idx)
+    loss.backward()
+    got = _grads(m)
+    ref = _last_iteration_only_grads(m, idx)
+    assert sorted(got) == sorted(ref)
+    for n in ref:
+        assert torch.allclose(got[n], ref[n], rtol=1e-9, atol=1e-12), n
+    full = LoopedLM(cfg.replace(bptt_k=4), seed=None).double()
+    full.load_state_dict(m.state_dict())
+    full_loss = loss_of(full, idx)
+    assert full_loss.item() == pytest.approx(loss.item(), abs=1e-12)
+    full_loss.backward()
+    g_full = full.recur[0].mlp.c_fc.weight.grad
+    assert (g_full - got["recur.0.mlp.c_fc.weight"]).abs().max().item() > 1e-3 * g_full.abs().max().item()
+
+
+def test_truncated_recurrences_build_no_graph():
+    """The first r - bptt_k recurrences run without autograd: fewer saved tensors than full BPTT."""
+    cfg = preset_config("cpu", r=8, d_model=32, bptt_k=2, seq_len=16)
+    m = LoopedLM(cfg, seed=0)
+    idx = torch.zeros(1, 16, dtype=torch.long)
+
+    def n_saved(model):
+        count = 0
+
+        def pack(t):
+            nonlocal count
+            count += 1
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(idx)
+        return count
+
+    full = LoopedLM(cfg.replace(bptt_k=8), seed=0)
+    per_iter = (n_saved(full) - n_saved(m)) / 6
+    assert per_iter > 10  # every detached iteration saves nothing (a block saves dozens of tensors)
+    assert n_saved(m) < n_saved(full) * 0.5
+
+
+# --- hyperconnections at init --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_hyperconnect_init_is_cumulative_residual_path(K):
+    """At init (alpha_i = e_{i mod K}, M = I, beta = 1, lanes = K copies of e) u_i = e + sum_{j<i} s_j and the coda
+    sees K (e + sum_j s_j): the reference runs that single-stream recurrence (float64, 1e-10)."""
+    cfg = tiny(4, "hyperconnect", hc_lanes=K)
+    m = LoopedLM(cfg, seed=2).double()
+    with torch.no_grad():
+        m.lm_head.weight.normal_()
+    idx = idx_batch(cfg)
+    T = idx.shape[1]
+    cos, sin = m.rope_cos[:T], m.rope_sin[:T]
+    with torch.no_grad():
+        h = m.norm_emb(m.wte(idx))
+        for blk in m.prelude:
+            h = blk(h, cos, sin)
+        for _ in range(cfg.r):
+            u = h
+            for blk in m.recur:
+                u = blk(u, cos, sin)
+            h = h + m.norm_recur(u)
+        x = K * h
+        for blk in m.coda:
+            x = blk(x, cos, sin)
+        ref = 15.0 * torch.tanh(m.lm_head(m.norm_final(x)) / 15.0)
+        out = m(idx)
+    assert (out - ref).abs().max().item() < 1e-10
+    assert ref.abs().max().item() > 0.1
+
+
+# --- config validation ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(r=0), "r"),
+        (dict(r=4, n_recur_block=2, bptt_k=0), "bptt_k"),
+        (dict(r=4, n_recur_block=2, bptt_k=5), "bptt_k"),
+        (dict(r=4, n_recur_block=2, injection="hyperconnect", bptt_k=2), "bptt_k"),
+        (dict(r=4, n_recur_block=2, injection="hyperconnect", hc_lanes=1), "hc_lanes"),
+        (dict(d_model=40, head_dim=16), "d_model"),
+        (dict(r=1, injection="linear"), "injection"),
+        (dict(r=2, injection="gated"), "injection"),
+        (dict(d_model=0), "d_model"),
+        (dict(vocab_size=-1), "vocab_size"),
+        (dict(seq_len=0), "seq_len"),
+        (dict(n_recur_block=0), "n_recur_block"),
+        (dict(n_prelude=-1), "n_prelude"),
+        (dict(head_dim=0), "head_dim"),
+    ],
+)
+def test_config_validation_names_field(kwargs, field):
+    """Each invalid combination raises ValueError whose message starts with the offending field."""
+    with pytest.raises(ValueError) as ei:
+        LoopedConfig(**kwargs)
+    assert str(ei.value).startswith(field), str(ei.value)

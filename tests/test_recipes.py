@@ -1,0 +1,201 @@
+"""Cluster recipes parse, are self-consistent, carry no credentials, and run real ``loopscale`` commands."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+RECIPES = Path(__file__).resolve().parents[1] / "cluster" / "recipes"
+SUBCOMMANDS = ("model", "train", "fit", "report", "tune-lr", "sweep", "run")
+
+# Instance facts the AWS recipe relies on (AWS instance-type pages): vCPUs and NVIDIA GPUs.
+INSTANCES = {"m5.2xlarge": (8, 0), "p5.48xlarge": (192, 8)}
+
+
+def _load(name: str):
+    return yaml.safe_load((RECIPES / name).read_text())
+
+
+def _cli_group():
+    """The click group behind ``loopscale`` (None while other stages' modules are still missing)."""
+    try:
+        import typer
+        from loopscale.sweep.cli import app
+    except Exception:  # the console script imports every stage; before they all exist it cannot load
+        return None
+    return typer.main.get_command(app)
+
+
+def check_loopscale_command(cmd: str) -> list[str]:
+    """Assert ``cmd`` is ``loopscale <subcommand> ...`` with options that subcommand accepts; return argv."""
+    argv = shlex.split(cmd)
+    assert argv[0] == "loopscale", cmd
+    assert argv[1] in SUBCOMMANDS, f"{argv[1]!r} is not a loopscale subcommand ({', '.join(SUBCOMMANDS)})"
+    group = _cli_group()
+    if group is not None:
+        assert argv[1] in group.commands, f"loopscale.sweep.cli.app has no command {argv[1]!r}"
+        sub = group.commands[argv[1]]
+        known = {o for p in sub.params for o in (*p.opts, *p.secondary_opts)}
+        used = {a.split("=", 1)[0] for a in argv[2:] if a.startswith("--")}
+        assert used <= known, f"`loopscale {argv[1]}` has no option(s) {sorted(used - known)}"
+    return argv
+
+
+def _submitted_commands(text: str) -> list[str]:
+    """``loopscale ...`` commands after ``ray job submit ... --`` in a recipe's comments (continuations joined)."""
+    lines = [re.sub(r"^\s*#\s?", "", ln) for ln in text.splitlines()]
+    joined = re.sub(r"\\\s*\n\s*", " ", "\n".join(lines))
+    return [
+        m.group(1).strip().rstrip('"')
+        for m in re.finditer(r"ray job submit .*?-- +(loopscale [^\n]+)", joined)
+    ]
+
+
+def test_every_recipe_is_tested():
+    """The recipe folder holds exactly the recipes these tests know about."""
+    assert sorted(p.name for p in RECIPES.iterdir()) == sorted(
+        ["ray-cluster-aws.yaml", "kuberay-raycluster.yaml", "kuberay-rayjob.yaml", "slurm-sbatch.sh"]
+    )
+
+
+@pytest.mark.parametrize("name", ["ray-cluster-aws.yaml", "kuberay-raycluster.yaml", "kuberay-rayjob.yaml", "slurm-sbatch.sh"])  # fmt: skip
+def test_no_credentials_in_recipes(name):
+    """No cloud keys, passwords or literal Ray tokens are written into a recipe."""
+    text = (RECIPES / name).read_text()
+    assert not re.search(r"AKIA[0-9A-Z]{16}", text)
+    assert not re.search(r"(?i)(aws_secret_access_key|aws_access_key_id|password|private_key)\s*[:=]", text)
+    assert not re.search(r"RAY_AUTH_TOKEN\s*=\s*['\"]?[0-9a-f]{16,}", text)
+    assert not re.search(r"(?i)ssh_private_key", text)
+
+
+def test_aws_launcher_schema_and_resources():
+    """Ray's own cluster-config JSON schema accepts it; node types, autoscaling bounds and GPUs are consistent."""
+    cfg = _load("ray-cluster-aws.yaml")
+    pytest.importorskip("jsonschema")
+    from ray.autoscaler._private.util import validate_config
+
+    validate_config(cfg)
+    types = cfg["available_node_types"]
+    assert cfg["provider"]["type"] == "aws" and cfg["head_node_type"] in types
+    head = types[cfg["head_node_type"]]
+    assert head["resources"].get("GPU", 0) == 0 and head["resources"]["CPU"] == 0  # head runs no trials
+    gpu_types = {k: v for k, v in types.items() if v["resources"].get("GPU", 0) > 0}
+    assert gpu_types, "no GPU worker type"
+    for name, t in types.items():
+        vcpu, gpus = INSTANCES[t["node_config"]["InstanceType"]]
+        assert t["resources"].get("GPU", 0) == gpus, f"{name}: GPU resource != instance's {gpus}"
+        assert t["resources"]["CPU"] <= vcpu, f"{name}: CPU resource exceeds the instance's {vcpu} vCPUs"
+    for name, t in gpu_types.items():
+        assert 0 <= t["min_workers"] <= t["max_workers"] <= cfg["max_workers"], name
+        assert t["max_workers"] > t["min_workers"], f"{name}: no room to autoscale"
+        assert t["node_config"]["InstanceMarketOptions"]["MarketType"] == "spot"
+    # the package is installed from the checkout the launcher copies to every node
+    mounts = cfg["file_mounts"]
+    assert mounts["~/loopscale"] == "."
+    assert any("pip install" in c and "~/loopscale" in c for c in cfg["setup_commands"])
+    assert any('"ray[default' in c and "2.60" in c for c in cfg["setup_commands"])
+    # token auth forced on, the dashboard (job API) on loopback
+    starts = cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"]
+    assert all("RAY_AUTH_MODE=token" in c for c in starts if "ray start" in c)
+    assert any("--dashboard-host=127.0.0.1" in c for c in cfg["head_start_ray_commands"])
+    assert "--num-cpus=0" in " ".join(cfg["head_start_ray_commands"])
+    cmds = _submitted_commands((RECIPES / "ray-cluster-aws.yaml").read_text())
+    assert cmds, "no `ray job submit ... -- loopscale ...` line in the recipe's comments"
+    for c in cmds:
+        argv = check_loopscale_command(c)
+        assert argv[1] == "sweep" and "--address" in argv
+
+
+def _containers(pod_template):
+    return pod_template["spec"]["containers"]
+
+
+def _check_token_env(container):
+    env = {e["name"]: e for e in container.get("env", [])}
+    assert env["RAY_AUTH_MODE"]["value"] == "token", container["name"]
+    assert "value" not in env["RAY_AUTH_TOKEN"], f"{container['name']}: literal token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "loopscale-ray-token"
+
+
+def test_kuberay_raycluster():
+    """RayCluster: autoscaling on, GPU worker group whose num-gpus matches the pods' GPU requests and limits."""
+    rc = _load("kuberay-raycluster.yaml")
+    assert rc["apiVersion"] == "ray.io/v1" and rc["kind"] == "RayCluster"
+    spec = rc["spec"]
+    assert spec["enableInTreeAutoscaling"] is True and spec["rayVersion"].startswith("2.60")
+    head = spec["headGroupSpec"]
+    assert head["serviceType"] == "ClusterIP"
+    assert head["rayStartParams"]["num-cpus"] == "0"
+    for c in _containers(head["template"]):
+        _check_token_env(c)
+        assert c["resources"].get("limits", {}).get("nvidia.com/gpu", 0) == 0
+    groups = spec["workerGroupSpecs"]
+    gpu_groups = [g for g in groups if "num-gpus" in g["rayStartParams"]]
+    assert gpu_groups
+    for g in gpu_groups:
+        assert (
+            0 <= g["minReplicas"] <= g["replicas"] <= g["maxReplicas"] and g["maxReplicas"] > g["minReplicas"]
+        )
+        n = int(g["rayStartParams"]["num-gpus"])
+        (c,) = _containers(g["template"])
+        assert (
+            int(c["resources"]["limits"]["nvidia.com/gpu"])
+            == n
+            == int(c["resources"]["requests"]["nvidia.com/gpu"])
+        )
+        _check_token_env(c)
+    for c in _containers(head["template"]) + [c for g in groups for c in _containers(g["template"])]:
+        assert "rayproject/ray:2.60" in c["image"]
+        assert "$KUBERAY_GEN_RAY_START_CMD" in " ".join(c["args"]) and "pip install" in " ".join(c["args"])
+    assert rc["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
+    cmds = _submitted_commands((RECIPES / "kuberay-raycluster.yaml").read_text())
+    assert cmds, "no `ray job submit ... -- loopscale ...` line in the recipe's comments"
+    for c in cmds:
+        check_loopscale_command(c)
+
+
+def test_kuberay_rayjob():
+    """RayJob: runs `loopscale sweep` on the recipe's RayCluster, its submitter authenticates from the Secret."""
+    job = _load("kuberay-rayjob.yaml")
+    rc = _load("kuberay-raycluster.yaml")
+    assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
+    argv = check_loopscale_command(job["spec"]["entrypoint"])
+    assert argv[1] == "sweep" and "--out" in argv
+    assert job["spec"]["clusterSelector"]["ray.io/cluster"] == rc["metadata"]["name"]
+    for c in _containers(job["spec"]["submitterPodTemplate"]):
+        _check_token_env(c)
+
+
+def test_slurm_script():
+    """sbatch script: valid bash, head then workers via srun, the sweep joins with --address, GPUs consistent."""
+    path = RECIPES / "slurm-sbatch.sh"
+    text = path.read_text()
+    if shutil.which("bash"):
+        subprocess.run(["bash", "-n", str(path)], check=True)
+    sb = dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)", text, flags=re.M))
+    assert int(sb["nodes"]) >= 2 and sb["ntasks-per-node"] == "1"
+    assert re.search(r'GPUS_PER_NODE="\$\{SLURM_GPUS_ON_NODE:-' + sb["gpus-per-node"] + r'\}"', text)
+    assert re.search(r'CPUS_PER_NODE="\$\{SLURM_CPUS_PER_TASK:-' + sb["cpus-per-task"] + r'\}"', text)
+    head = text.index("ray start --head")
+    worker = text.index('ray start --address="$HEAD_ADDRESS"')
+    sweep_lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("loopscale ")]
+    assert len(sweep_lines) == 1 and head < worker < text.index(sweep_lines[0])
+    cmd = sweep_lines[0].split(" || ")[0]
+    argv = check_loopscale_command(cmd)
+    assert argv[1] == "sweep" and argv[argv.index("--address") + 1] == "$HEAD_ADDRESS"
+    assert "export RAY_AUTH_MODE=token" in text and "--dashboard-host=127.0.0.1" in text
+
+
+def test_check_loopscale_command_rejects_fakes():
+    """The command checker itself fails on an unknown subcommand (and, once the CLI loads, an unknown flag)."""
+    with pytest.raises(AssertionError, match="not a loopscale subcommand"):
+        check_loopscale_command("loopscale sweeep spec.yaml")
+    if _cli_group() is not None:
+        with pytest.raises(AssertionError, match="has no option"):
+            check_loopscale_command("loopscale sweep spec.yaml --no-such-flag 1")

@@ -1,0 +1,159 @@
+"""Sweep spec: presets round-trip through YAML, the grid has the right cells, bad specs fail naming the key."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from loopscale.sweep.presets import PRESETS, preset_spec
+from loopscale.sweep.spec import SpecError, SweepSpec, load_spec, parse_spec, run_id
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["smoke", "cpu", "paper"])
+def test_config_yaml_equals_preset(name):
+    """configs/X.yaml and preset_spec('X') are the same spec."""
+    assert load_spec(ROOT / "configs" / f"{name}.yaml") == preset_spec(name)
+
+
+def test_smoke_has_16_cells_over_r_sizes_budgets():
+    cells = preset_spec("smoke").cells()
+    assert len(cells) == 16
+    assert sorted({c.r for c in cells}) == [1, 2, 4, 8]
+    assert sorted({c.size for c in cells}) == [16, 32]
+    assert sorted({c.run_kwargs["tokens"] for c in cells}) == [2048, 4096]
+    assert len({c.run_id for c in cells}) == 16
+    for c in cells:
+        m = c.run_kwargs["model"]
+        assert m.effective_depth == 10 and m.r == c.r and m.d_model == c.size
+        assert c.lr == 0.01
+
+
+def test_paper_grid_is_116_runs_with_paper_budgets():
+    """Paper Sec. 3.2: 29 (C, s) cells x 4 r = 116 runs, d = 64 s, batch 2^18, T = 2048, depth 2+16/r*r+2."""
+    spec = preset_spec("paper")
+    table = {(s, r): 0.014 for s in spec.all_sizes() for r in spec.r}
+    cells = spec.cells(lr_table=table)
+    assert len(cells) == 116
+    assert len({(c.budget, c.size) for c in cells}) == 29
+    c = next(c for c in cells if c.size == 10 and c.r == 4 and c.budget == 1e18)
+    m = c.run_kwargs["model"]
+    assert (m.d_model, m.n_prelude, m.n_recur_block, m.n_coda, m.seq_len) == (640, 2, 4, 2, 2048)
+    assert c.run_kwargs["batch_tokens"] == 2**18 and c.run_kwargs["optimizer"] == "muon"
+    assert c.run_kwargs["target_flops"] == 1e18 and c.run_kwargs["tokens"] is None
+    assert spec.tune.lr_values == [0.008, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020, 0.024]
+
+
+def test_cpu_preset_spans_10x_compute_with_3_sizes():
+    spec = preset_spec("cpu")
+    assert sorted(spec.r) == [1, 2, 4, 8]
+    assert len(spec.all_sizes()) >= 3
+    cs = sorted(spec.budgets)
+    assert len(cs) >= 3 and cs[-1] / cs[0] >= 10
+
+
+def test_variants_share_r1_runs_and_set_bptt_and_lanes():
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["variants"] = ["baseline", "trunc_bptt", {"name": "hyperconnect", "hc_lanes": 3}]
+    cells = parse_spec(d).cells()
+    r1 = [c for c in cells if c.r == 1]
+    assert len(r1) == 4 and {c.variant for c in r1} == {"baseline"}
+    assert len(cells) == 4 + 3 * 12
+    tb = [c for c in cells if c.variant == "trunc_bptt"]
+    assert {(c.r, c.run_kwargs["model"].bptt_k) for c in tb} == {(2, 1), (4, 2), (8, 4)}
+    hc = [c for c in cells if c.variant == "hyperconnect"]
+    assert all(c.run_kwargs["model"].injection == "hyperconnect" and c.run_kwargs["model"].hc_lanes == 3 for c in hc)
+
+
+def test_run_id_is_stable_and_sensitive():
+    a = preset_spec("smoke").cells()
+    b = preset_spec("smoke").cells()
+    assert [c.run_id for c in a] == [c.run_id for c in b]
+    assert run_id(a[0].to_dict() | {"run_kwargs": a[0].to_dict()["run_kwargs"]}) == a[0].run_id
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["lr"] = {"fixed": 0.02}
+    assert parse_spec(d).cells()[0].run_id != a[0].run_id
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["seeds"] = [1]
+    assert parse_spec(d).cells()[0].run_id != a[0].run_id
+    # things that do not define the run leave the id alone
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["resources"] = {"cpus": 2}
+    d["training"]["checkpoint_every_steps"] = 7
+    assert parse_spec(d).cells()[0].run_id == a[0].run_id
+
+
+def test_lr_table_policy():
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["lr"] = {"table": {16: 0.02, 32: {1: 0.01, 2: 0.005, 4: 0.004, 8: 0.003}}}
+    cells = parse_spec(d).cells()
+    assert {c.lr for c in cells if c.size == 16} == {0.02}
+    assert {(c.r, c.lr) for c in cells if c.size == 32} == {(1, 0.01), (2, 0.005), (4, 0.004), (8, 0.003)}
+    d["lr"] = "tune"
+    with pytest.raises(SpecError, match="tune-lr"):
+        parse_spec(d).cells()
+
+
+def _bad(mutate):
+    d = copy.deepcopy(PRESETS["smoke"])
+    mutate(d)
+    return d
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda d: d.update(r=[1, 3]), "r"),
+        (lambda d: d.update(r=[]), "r"),
+        (lambda d: d.update(sizes=[]), "sizes"),
+        (lambda d: d.update(tokens=[]), "tokens"),
+        (lambda d: d.update(tokens=[0, 4096]), "tokens"),
+        (lambda d: d.update(tokens=None, budgets={-1.0: [16]}), "budgets"),
+        (lambda d: d.update(tokens=None, budgets={}), "budgets"),
+        (lambda d: d["model"].update(preset="gpt5"), "model.preset"),
+        (lambda d: d.update(learning_rate=0.1), "learning_rate"),
+        (lambda d: d["training"].update(batch_tokens=0), "training.batch_tokens"),
+        (lambda d: d.update(variants=["loopy"]), "variants"),
+        (lambda d: d.update(sizes=[20]), "size"),
+        (lambda d: d["tune"].update(lr_min=1.0, lr_max=0.1), "tune.lr_min"),
+    ],
+)
+def test_bad_specs_name_the_key(mutate, key):
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(mutate))
+    assert key in str(e.value)
+
+
+def test_r_not_dividing_depth_lists_valid_r():
+    with pytest.raises(SpecError, match=r"valid r: \[1, 2, 4, 8\]"):
+        parse_spec(_bad(lambda d: d.update(r=[1, 3])))
+
+
+def test_gpus_where_none_exist_fail_before_ray():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    spec = parse_spec(_bad(lambda d: d.update(resources={"cpus": 1, "gpus": 0.5})))
+    with pytest.raises(SpecError, match="resources.gpus"):
+        spec.check_runtime(address=None)
+    spec.check_runtime(address="10.0.0.1:6379")  # a cluster may have GPUs: not checked here
+
+
+def test_load_spec_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_spec(tmp_path / "nope.yaml")
+    p = tmp_path / "x.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec(p)
+
+
+def test_spec_is_frozen_and_typed():
+    s = preset_spec("smoke")
+    assert isinstance(s, SweepSpec)
+    with pytest.raises(Exception):
+        s.name = "x"

@@ -1,0 +1,87 @@
+"""Results store: fixed schema with units, atomic idempotent writes, one row per run id."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loopscale.sweep.presets import preset_spec
+from loopscale.sweep.store import (
+    CURVES_SCHEMA,
+    RUNS_SCHEMA,
+    SCHEMA_VERSION,
+    ResultsStore,
+    curve_rows,
+    run_record,
+    to_table,
+)
+
+
+def _result(loss, status="ok", D=2048):
+    return {
+        "status": status, "final_val_loss": loss, "best_val_loss": loss, "N_once": 10, "N_rec": 20, "N_unique": 30,
+        "flops_per_token": 1000, "D": D, "C": 1000.0 * D, "tokens_per_s": 5.0, "mfu": None if loss is None else 0.1,
+        "wall_s": 1.0, "epochs": 0.01, "num_threads": 1, "versions": {"torch": "x"},
+        "curve": [{"step": 1, "tokens": 256, "train_loss": 5.0, "val_loss": None, "lr": 0.01},
+                  {"step": 8, "tokens": 2048, "train_loss": 4.0, "val_loss": loss, "lr": 0.001}],
+    }
+
+
+def test_schema_has_units_and_version():
+    assert RUNS_SCHEMA.metadata[b"loopscale.schema_version"] == SCHEMA_VERSION.encode()
+    for name, unit in [("D", "tokens"), ("C", "FLOPs"), ("final_val_loss", "nats/token"), ("wall_s", "s"),
+                       ("N_once", "parameters"), ("flops_per_token", "FLOPs/token")]:
+        assert RUNS_SCHEMA.field(name).metadata[b"unit"] == unit.encode()
+    assert RUNS_SCHEMA.field("final_val_loss").type == pa.float64()
+    assert RUNS_SCHEMA.field("final_val_loss").nullable
+    assert CURVES_SCHEMA.field("val_loss").metadata[b"unit"] == b"nats/token"
+
+
+def test_to_table_rejects_unknown_keys_and_missing_required():
+    with pytest.raises(ValueError, match="not in the runs schema"):
+        to_table([{"run_id": "a", "variant": "baseline", "r": 1, "status": "ok", "loss": 1.0}], RUNS_SCHEMA)
+    with pytest.raises(ValueError, match="'status' must not be null"):
+        to_table([{"run_id": "a", "variant": "baseline", "r": 1}], RUNS_SCHEMA)
+
+
+def test_write_consolidate_idempotent_one_row_per_run(tmp_path):
+    cells = preset_spec("smoke").cells()[:3]
+    store = ResultsStore(tmp_path)
+    for i, c in enumerate(cells):
+        rec = run_record(c, _result(3.0 + i), trial_id=f"t{i}", host="h", started_at=0.0, finished_at=10.0 + i)
+        store.write_run(rec, curve_rows(c.run_id, _result(3.0 + i)["curve"]))
+    p = store.consolidate()
+    t = pq.read_table(p)
+    assert t.schema.equals(RUNS_SCHEMA, check_metadata=False)
+    assert t.num_rows == 3 and sorted(t.column("run_id").to_pylist()) == sorted(c.run_id for c in cells)
+    # the same run written again (a retried trial): still one row, the newer one wins
+    rec = run_record(cells[0], _result(2.5), trial_id="t9", finished_at=99.0)
+    store.write_run(rec, curve_rows(cells[0].run_id, _result(2.5)["curve"]))
+    store.consolidate()
+    store.consolidate()
+    t = store.runs().to_pylist()
+    assert len(t) == 3
+    row = next(r for r in t if r["run_id"] == cells[0].run_id)
+    assert row["final_val_loss"] == 2.5 and row["trial_id"] == "t9"
+    assert row["finished_at"] == datetime.fromtimestamp(99.0, tz=UTC)
+    assert store.curves().num_rows == 6
+    assert store.completed_ids() == {c.run_id for c in cells}
+    # no temporary files are left behind
+    assert not [f for f in tmp_path.rglob(".*.tmp")]
+    store.forget({cells[1].run_id})
+    assert {r["run_id"] for r in store.runs().to_pylist()} == {cells[0].run_id, cells[2].run_id}
+
+
+def test_record_fields_come_from_cell_and_result(tmp_path):
+    c = preset_spec("smoke").cells()[5]
+    rec = run_record(c, _result(3.3))
+    m = c.run_kwargs["model"]
+    assert (rec["r"], rec["d_model"], rec["n_prelude"], rec["n_recur_block"], rec["n_coda"]) == (
+        m.r, m.d_model, m.n_prelude, m.n_recur_block, m.n_coda)
+    assert rec["lr"] == c.lr and rec["target_tokens"] == c.run_kwargs["tokens"]
+    assert rec["D"] == 2048 and rec["C"] == 2048000.0 and rec["final_val_loss"] == 3.3
+    nan = run_record(c, _result(float("nan"), status="diverged"))
+    assert nan["final_val_loss"] is None and nan["status"] == "diverged"

@@ -1,0 +1,220 @@
+"""Stage 2 on the embedded local Ray: the smoke grid, no retraining, --force, retry from checkpoint, the Tuner
+plan, and driver SIGINT / SIGKILL followed by --resume."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+from loopscale.sweep.commands import run_sweep
+from loopscale.sweep.grid import RunWorkspace, plan_grid
+from loopscale.sweep.presets import PRESETS, preset_spec
+from loopscale.sweep.spec import parse_spec
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One embedded 2-CPU Ray for the module (run_sweep reuses it and leaves it running)."""
+    from loopscale.cluster.connect import ray_session
+
+    with ray_session(num_cpus=2, temp_dir="/tmp/lsray_sw") as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def smoke_out(ray_local, tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    t0 = time.time()
+    path = run_sweep(preset_spec("smoke"), out, quiet=True)
+    return out, path, time.time() - t0
+
+
+def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
+    out, path, _ = smoke_out
+    spec = preset_spec("smoke")
+    cells = {c.run_id: c for c in spec.cells()}
+    rows = pq.read_table(path).to_pylist()
+    assert len(rows) == 16 and {r["status"] for r in rows} == {"ok"}
+    assert {r["run_id"] for r in rows} == set(cells)
+    for row in rows:
+        cfg = cells[row["run_id"]].run_kwargs["model"]
+        assert row["N_once"] == n_once(cfg) and row["N_rec"] == n_rec(cfg) and row["N_unique"] == n_unique(cfg)
+        assert row["flops_per_token"] == flops_per_token(cfg)
+        assert row["D"] == row["target_tokens"]  # multiples of the 256-token batch
+        assert row["C"] == pytest.approx(flops_per_token(cfg) * row["D"], rel=1e-12)
+        assert row["num_threads"] == 1  # = resources.cpus
+        assert 0 < row["final_val_loss"] < 6.0 and row["trial_id"]
+    curves = pq.read_table(out / "curves.parquet").to_pylist()
+    assert {c["run_id"] for c in curves} == set(cells)
+
+
+def test_second_run_does_not_retrain(smoke_out):
+    out, path, first_s = smoke_out
+    before = {r["run_id"]: r["finished_at"] for r in pq.read_table(path).to_pylist()}
+    t0 = time.time()
+    run_sweep(preset_spec("smoke"), out, quiet=True)
+    after = {r["run_id"]: r["finished_at"] for r in pq.read_table(path).to_pylist()}
+    assert after == before
+    assert not (out / "tune" / "grid_smoke_002").exists()  # no new experiment was started
+    assert time.time() - t0 < first_s
+
+
+def test_force_retrains_and_gets_the_same_loss(smoke_out):
+    out, path, _ = smoke_out
+    spec = preset_spec("smoke")
+    cell = spec.cells()[3]
+    old = {r["run_id"]: r for r in pq.read_table(path).to_pylist()}[cell.run_id]
+    run_sweep(spec, out, force=True, cells=[cell], quiet=True)
+    rows = {r["run_id"]: r for r in pq.read_table(path).to_pylist()}
+    assert len(rows) == 16
+    assert rows[cell.run_id]["finished_at"] > old["finished_at"]
+    assert rows[cell.run_id]["final_val_loss"] == pytest.approx(old["final_val_loss"], abs=1e-6)
+
+
+def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path):
+    """A trial raising at step 8 (after its step-8 checkpoint) is retried by Tune and resumes there; the
+    final loss equals the uninterrupted run's."""
+    _, path, _ = smoke_out
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(sizes=[16], tokens=[4096], r=[1, 2], test_fault_at_step=6)
+    spec = parse_spec(d)
+    cells = spec.cells()
+    out = tmp_path / "fault"
+    p = run_sweep(spec, out, quiet=True)
+    rows = {r["run_id"]: r for r in pq.read_table(p).to_pylist()}
+    ref = {r["run_id"]: r for r in pq.read_table(path).to_pylist()}
+    assert set(rows) == {c.run_id for c in cells}
+    for c in cells:
+        res = RunWorkspace(str(out / "tune"), c.run_id).result()
+        assert res["resumed_from_step"] == 8
+        assert (out / "tune" / "faults" / c.run_id).exists()
+        assert rows[c.run_id]["status"] == "ok"
+        assert rows[c.run_id]["final_val_loss"] == pytest.approx(ref[c.run_id]["final_val_loss"], abs=1e-6)
+
+
+def test_tuner_plan_is_inspectable_without_ray(tmp_path):
+    import ray
+    from ray import tune
+
+    spec = preset_spec("smoke")
+    plan = plan_grid(spec.cells(), spec, tmp_path, storage_path=str(tmp_path / "tune"), experiment="grid_x_001")
+    assert plan.resources == {"cpu": 1.0}
+    assert plan.reuse_actors and plan.max_failures == 2
+    assert len(plan.param_space["cell"]["grid_search"]) == 16 and len(plan.cells) == 16
+    rc, tc = plan.run_config(), plan.tune_config()
+    assert isinstance(rc, tune.RunConfig) and rc.storage_path == str(tmp_path / "tune")
+    assert rc.failure_config.max_failures == 2 and tc.reuse_actors is True and tc.num_samples == 1
+    if not ray.is_initialized():
+        plan.build()
+        assert not ray.is_initialized()
+    with pytest.raises(ValueError, match="cells"):
+        plan_grid([], spec, tmp_path, storage_path="x", experiment="e")
+
+
+# --- driver stopped mid-sweep -------------------------------------------------------------------------------
+
+
+def _descendants(pid: int) -> set[int]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def _end(pids: set[int]) -> None:
+    """SIGTERM processes this test started (Ray agents survive a SIGKILLed driver), then SIGKILL leftovers."""
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + 10
+    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.2)
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _kill_spec(tmp_path: Path) -> Path:
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(name="kill", sizes=[16], tokens=[8192], r=[1, 2, 4, 8])
+    d["training"].update(checkpoint_every_steps=8)
+    p = tmp_path / "kill.yaml"
+    import yaml
+
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def _driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t")
+    return subprocess.Popen(
+        [sys.executable, "-m", "loopscale.sweep.commands", "sweep", str(spec), "--out", str(out), "--num-cpus", "2",
+         "--json", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, sig):
+    spec_path = _kill_spec(tmp_path)
+    out = tmp_path / "out"
+    proc = _driver(spec_path, out)
+    parts = out / "parts" / "runs"
+    seen: set[int] = set()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(parts.glob("*.parquet"))) < 1:
+            seen |= _descendants(proc.pid)
+            time.sleep(0.2)
+        assert len(list(parts.glob("*.parquet"))) >= 1, proc.stderr.read().decode()[-3000:] if proc.poll() else ""
+        seen |= _descendants(proc.pid)
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _end(seen)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130  # interrupted, state saved
+    n_before = len(list(parts.glob("*.parquet")))
+    assert n_before < 4
+    proc2 = _driver(spec_path, out, "--resume")
+    seen2: set[int] = set()
+    try:
+        while proc2.poll() is None:
+            seen2 |= _descendants(proc2.pid)
+            time.sleep(0.3)
+        so, se = proc2.communicate()
+    finally:
+        _end(seen2)
+    assert proc2.returncode == 0, se.decode()[-3000:]
+    rows = pq.read_table(out / "runs.parquet").to_pylist()
+    cells = {c.run_id for c in parse_spec(__import__("yaml").safe_load(spec_path.read_text())).cells()}
+    assert len(rows) == 4 and {r["run_id"] for r in rows} == cells
+    assert {r["status"] for r in rows} == {"ok"}

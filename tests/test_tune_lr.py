@@ -1,0 +1,100 @@
+"""Stage 1: Optuna (TPE via OptunaSearch) + ASHA on Ray Tune -> lr_table.parquet and a loadable study."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+
+import optuna
+import pyarrow.parquet as pq
+import pytest
+
+from loopscale.sweep.presets import PRESETS
+from loopscale.sweep.spec import parse_spec
+from loopscale.sweep.tune_lr import PersistentASHA, _smooth, read_lr_table, run_tune_lr, trained_counts
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    from loopscale.cluster.connect import ray_session
+
+    with ray_session(num_cpus=2, temp_dir="/tmp/lsray_sw") as info:
+        yield info
+
+
+def _spec(**tune):
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(sizes=[16], r=[1, 2], lr="tune")
+    d["tune"].update(tune_per_r=False, **tune)
+    return parse_spec(d)
+
+
+def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path):
+    spec = _spec(num_samples=6, max_concurrent=2, seed=3)
+    t0 = time.time()
+    table = run_tune_lr(spec, tmp_path)
+    first_s = time.time() - t0
+    rows = pq.read_table(tmp_path / "lr_table.parquet").to_pylist()
+    assert rows == table.to_pylist()
+    assert [(r["size"], r["r"]) for r in rows] == [(16, 1), (16, 2)]  # tune_per_r false: one study, LR shared
+    study = optuna.load_study(study_name=rows[0]["study_name"], storage=rows[0]["storage"])
+    states = [t.state for t in study.trials]
+    assert len(states) == 6 and optuna.trial.TrialState.RUNNING not in states
+    assert states.count(optuna.trial.TrialState.PRUNED) >= 1  # ASHA stopped someone
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = min(complete, key=lambda t: t.value)
+    assert rows[0]["lr"] == rows[1]["lr"] == best.params["lr"] and rows[0]["best_val_loss"] == best.value
+    assert all(spec.tune.lr_min <= t.params["lr"] <= spec.tune.lr_max for t in study.trials)
+    for t in complete:  # every milestone 1..4 was recorded
+        assert sorted(t.intermediate_values) == [1, 2, 3, 4]
+    assert (tmp_path / "tune_lr" / "loss_vs_lr_size16.png").stat().st_size > 1000
+    assert max(trained_counts(str(tmp_path / "tune_lr" / "ray")).values()) == 1
+    # the table feeds the grid
+    lr = read_lr_table(tmp_path / "lr_table.parquet")
+    assert {c.lr for c in spec.cells(lr_table=lr)} == {best.params["lr"]}
+    # finished studies are not rerun
+    t0 = time.time()
+    again = run_tune_lr(spec, tmp_path, plot=False)
+    assert again.to_pylist() == rows and time.time() - t0 < first_s / 2
+
+
+class _T:
+    def __init__(self, lr, tid):
+        self.config, self.trial_id = {"lr": lr}, tid
+
+
+def test_persistent_asha_matches_asha_and_survives_a_new_instance(tmp_path):
+    """Rung cutoffs are ASHA's ((1 - 1/rf) quantile), and a new scheduler on the same state file returns the
+    recorded decisions (Ray 2.60 does not save the scheduler with the experiment)."""
+    path = str(tmp_path / "asha.json")
+
+    def make():
+        return PersistentASHA(path, time_attr="milestone", metric="val_loss", mode="min", max_t=8, grace_period=1,
+                              reduction_factor=2)
+
+    a = make()
+    seq = [(0.01, 1, 3.0), (0.02, 1, 2.0), (0.03, 1, 4.0), (0.02, 2, 1.9), (0.01, 2, 2.5), (0.04, 1, 2.5)]
+    got = [a.on_trial_result(None, _T(lr, str(lr)), {"milestone": m, "val_loss": v}) for lr, m, v in seq]
+    # 0.03 at rung 1: worse than the median of {3.0, 2.0} -> STOP; 0.01 at rung 2 worse than 1.9 -> STOP;
+    # 0.04 at rung 1: 2.5 vs median of {3.0, 2.0, 4.0} = 3.0 -> CONTINUE
+    assert got == ["CONTINUE", "CONTINUE", "STOP", "CONTINUE", "STOP", "CONTINUE"]
+    b = make()  # restored driver: same records, same answers, keyed by LR (new trial ids)
+    assert b.on_trial_result(None, _T(0.03, "new-id"), {"milestone": 1, "val_loss": 4.0}) == "STOP"
+    assert b.on_trial_result(None, _T(0.04, "x"), {"milestone": 8, "val_loss": 2.0}) == "STOP"  # max_t
+    st = json.loads((tmp_path / "asha.json").read_text())
+    assert st["history"]["0.02"] == {"1": 2.0, "2": 1.9}
+
+
+def test_smoothing_fits_a_line_in_log_lr_log_n():
+    rows = [dict(r=1, N_unique=n, lr_best=0.1 * n**-0.5, lr_smoothed=None) for n in (1e4, 4e4, 1.6e5)]
+    rows[1]["lr_best"] *= 1.2  # noise on the middle point
+    _smooth(rows)
+    import math
+
+    lg = [math.log(r["lr_smoothed"]) for r in rows]
+    assert lg[1] - lg[0] == pytest.approx(lg[2] - lg[1], rel=1e-9)  # equally spaced in log N -> a line
+    assert rows[0]["lr_smoothed"] != rows[0]["lr_best"]
+    single = [dict(r=2, N_unique=1e4, lr_best=0.01, lr_smoothed=None)]
+    _smooth(single)
+    assert single[0]["lr_smoothed"] == 0.01
