@@ -9,7 +9,7 @@ Behaviour (Ray 2.60, checked against ``ray/_private/worker.py``):
 * Ray already initialised in this process (e.g. a test built a ``ray.cluster_utils.Cluster`` and called
   ``ray.init(address=cluster.address)``): it is reused as is and never shut down by us.
 * ``address=None`` and no ``RAY_ADDRESS`` in the environment: start the embedded local Ray with the given
-  CPUs/GPUs, session dir ``temp_dir`` (else ``RAY_TMPDIR``, else Ray's default ``<system temp>/ray``),
+  CPUs/GPUs, session dir ``temp_dir`` (else Ray's default: ``$RAY_TMPDIR/ray``, else ``<system temp>/ray``),
   dashboard off. Shut down on exit.
 * ``address=None`` with ``RAY_ADDRESS`` set (``ray job submit`` sets it for the job's entrypoint): join
   that cluster; never shut it down.
@@ -58,7 +58,7 @@ class RayInfo:
         cpus: total ``CPU`` resource of the cluster (alive nodes) when the session was entered.
         gpus: total ``GPU`` resource of the cluster when the session was entered.
         nodes: number of alive nodes (head included) when the session was entered.
-        temp_dir: the Ray session root directory when known locally, else None.
+        temp_dir: the ``temp_dir`` we passed to Ray (None: Ray's default, ``$RAY_TMPDIR/ray`` or ``/tmp/ray``).
     """
 
     address: str
@@ -191,8 +191,8 @@ def ray_session(
             ``"auto"`` / ``"host:port"`` / ``"ray://host:port"`` → join an existing cluster.
         num_cpus: CPUs the embedded Ray offers (default: all cores). Not allowed with an address.
         num_gpus: GPUs the embedded Ray offers (default: what Ray detects). Not allowed with an address.
-        temp_dir: absolute, short path for Ray's session directory (``_temp_dir``); default
-            ``RAY_TMPDIR`` or ``<system temp>/ray``. Only for the embedded Ray.
+        temp_dir: absolute, short path for Ray's session directory (``_temp_dir``); default (Ray's own)
+            ``$RAY_TMPDIR/ray``, else ``<system temp>/ray``. Only for the embedded Ray.
         include_dashboard: start the dashboard (needs ``ray[default]``; binds to loopback).
         log_to_driver: forward worker stdout/stderr to this process.
 
@@ -215,8 +215,6 @@ def ray_session(
                 "resources; drop them, or leave address unset to start the embedded local Ray"
             )
     else:
-        if temp_dir is None and os.environ.get("RAY_TMPDIR"):
-            temp_dir = os.environ["RAY_TMPDIR"]
         _validate_local_options(num_cpus, num_gpus, temp_dir)
 
     import ray  # lazy: importing loopscale.cluster must not import ray
@@ -233,7 +231,7 @@ def ray_session(
         if temp_dir is not None:
             os.makedirs(temp_dir, exist_ok=True)
             kwargs["_temp_dir"] = temp_dir
-        ray.init(address=None, num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
     try:
         info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir)
         with driver_thread_env():

@@ -1,0 +1,249 @@
+"""The whole analysis of one sweep (the `fit` stage of ``loopscale run``), from ``runs.parquet`` alone.
+
+Per variant (paper Sec. 4): per-r Chinchilla fits (Table 1), the joint law with phi free and its block bootstrap
+over (budget, r) cells (Table 2, Eq. 3), restricted phi = 0 / phi = 1 fits, IsoFLOP parabolas (labelled
+approximate), the law's compute-optimal frontier per r, and equivalence statements (App. F.4). With several
+variants, delta-phi against the baseline with a paired bootstrap CI (Sec. 5 case studies).
+
+Everything is written under ``out_dir``: ``analysis.json`` (all numbers), ``<variant>/fit.json``,
+``<variant>/bootstrap.parquet``, ``<variant>/*.png``, ``frontier.parquet`` and ``isoflop.parquet``.
+The report (:mod:`loopscale.fit.run_report`) is rebuilt from these files without refitting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ANALYSIS_VERSION = 1
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN/inf to None, tuple keys to strings."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [_clean(v) for v in x.tolist()]
+    if isinstance(x, np.integer | np.bool_):
+        return x.item()
+    if isinstance(x, float | np.floating):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return x
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes (hex), used to skip an analysis whose input did not change."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _variant_frames(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Rows per variant; a variant without r = 1 rows borrows the baseline's (the paper reuses the r = 1 runs)."""
+    if "variant" not in df.columns:
+        return {"baseline": df}
+    names = sorted(df["variant"].astype(str).unique().tolist(), key=lambda v: (v != "baseline", v))
+    base = "baseline" if "baseline" in names else names[0]
+    r1 = df[(df["variant"].astype(str) == base) & (df["r"] == 1)]
+    out = {}
+    for v in names:
+        sub = df[df["variant"].astype(str) == v]
+        if v != base and not (sub["r"] == 1).any():
+            sub = pd.concat([sub, r1])
+        out[v] = sub.reset_index(drop=True)
+    return out
+
+
+def _equivalence_statements(frame: pd.DataFrame, phi: float) -> list[dict[str, Any]]:
+    """One statement per r > 1 at the largest width present at every r: N_unique, N_eff, FLOPs/token vs r = 1."""
+    from loopscale.fit.derived import equivalence
+
+    if "d_model" not in frame.columns:
+        return []
+    widths = [
+        w
+        for w in sorted(frame["d_model"].unique())
+        if frame.loc[frame["d_model"] == w, "r"].nunique() == frame["r"].nunique()
+    ]
+    if not widths:
+        return []
+    w = widths[-1]
+    at_w = frame[frame["d_model"] == w]
+    base = at_w[at_w["r"] == 1]
+    out = []
+    for r in sorted(at_w["r"].unique()):
+        if r == 1:
+            continue
+        row = at_w[at_w["r"] == r].iloc[0]
+        eq = equivalence(float(row["N_once"]), float(row["N_rec"]), float(r), phi)
+        item = {
+            "d_model": int(w),
+            "r": int(r),
+            "N_unique": float(eq["N_unique"]),
+            "N_eff": float(eq["N_eff"]),
+            "r_phi": float(eq["r_phi"]),
+            "flops_per_token": float(row["flops_per_token"]) if "flops_per_token" in row else None,
+        }
+        if len(base):
+            b = base.iloc[0]
+            item["N_unique_r1"] = float(b["N_once"] + b["N_rec"])
+            item["flops_per_token_r1"] = float(b["flops_per_token"]) if "flops_per_token" in b else None
+        out.append(item)
+    return out
+
+
+def analyze(
+    runs: str | Path | pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    B: int = 200,
+    starts: int = 500,
+    seed: int = 0,
+    workers: int | None = None,
+    address: str | None = None,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Fit everything the report shows and write it under ``out_dir``.
+
+    Args:
+        runs: ``runs.parquet`` path or DataFrame (the sweep's results schema: ``final_val_loss`` in nats/token,
+            ``D`` tokens, ``C`` training FLOPs, ``N_once``, ``N_rec``, ``N_unique``, ``r``, ``budget``, ``variant``,
+            ``status``, ``d_model``, ``flops_per_token``).
+        out_dir: where the analysis files go (created).
+        B: bootstrap resamples of the joint fit per variant (paper: 200). starts: multi-starts per fit (paper: 500).
+        seed: RNG seed (same seed, same CIs whatever ``workers``). workers/address: Ray for the bootstrap.
+    Returns:
+        The ``analysis.json`` content (dict).
+    Raises:
+        ValueError: no ``ok`` runs, or a table the fitter rejects (its message names the column).
+    """
+    from loopscale.fit import (
+        bootstrap,
+        compute_optimal_frontier,
+        fit_law,
+        isoflop_parabolas,
+        write_fit_outputs,
+    )
+    from loopscale.fit.io import read_table
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    df = read_table(runs)
+    if "loss" not in df.columns and "final_val_loss" in df.columns:
+        df = df.assign(loss=df["final_val_loss"])
+    status = df["status"].astype("string").fillna("missing") if "status" in df.columns else None
+    counts = status.value_counts().to_dict() if status is not None else {"ok": len(df)}
+    excluded = []
+    if status is not None:
+        bad = df[status != "ok"]
+        keep = [c for c in ("run_id", "variant", "r", "d_model", "budget", "D", "status") if c in bad.columns]
+        excluded = bad[keep].to_dict("records")
+        df = df[status == "ok"].reset_index(drop=True)
+    if df.empty:
+        raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(_clean(counts)))
+    if "budget" in df.columns and df["budget"].isna().all():
+        # token-budget specs: the cell of a run is its token budget D (all sizes trained for the same D), so the
+        # block bootstrap resamples whole (D-budget, r) cells, like the paper's (C, r) cells
+        df = df.assign(budget=df["D"].astype(float))
+        budget_kind = "D"
+    else:
+        budget_kind = "C"
+    result: dict[str, Any] = {
+        "version": ANALYSIS_VERSION,
+        "n_runs": int(sum(counts.values())),
+        "runs_by_status": _clean(counts),
+        "excluded_runs": _clean(excluded),
+        "settings": {"B": B, "starts": starts, "seed": seed},
+        "budget_kind": budget_kind,
+        "variants": {},
+    }
+    frontier_rows, iso_rows = [], []
+    for vname, frame in _variant_frames(df).items():
+        vdir = out / vname
+        v: dict[str, Any] = {"n": len(frame)}
+        # per-r Chinchilla fits (Table 1); need more points than the law's 5 parameters
+        per_r = {}
+        for r, sub in frame.groupby("r"):
+            if len(sub) >= 6 and sub["D"].nunique() >= 2 and sub["N_unique"].nunique() >= 2:
+                f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
+                per_r[str(int(r))] = _clean(f.to_dict())
+            else:
+                per_r[str(int(r))] = {
+                    "skipped": f"{len(sub)} runs; need >= 6 with >= 2 sizes and >= 2 budgets"
+                }
+        v["chinchilla_per_r"] = per_r
+        if frame["r"].nunique() < 2:
+            v["joint"] = {"skipped": "a joint fit needs at least two values of r"}
+            result["variants"][vname] = v
+            continue
+        joint = fit_law(frame, law="joint", starts=starts, seed=seed)
+        boot = (
+            bootstrap(
+                frame,
+                law="joint",
+                B=B,
+                seed=seed,
+                workers=workers,
+                address=address,
+                starts=starts,
+                point=joint,
+            )
+            if B > 0
+            else None
+        )
+        files = write_fit_outputs(vdir, joint, boot, plots=plots)
+        v["joint"] = json.loads((vdir / "fit.json").read_text())
+        v["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
+        v["restricted"] = {}
+        for phi in (0.0, 1.0):
+            rf = fit_law(frame, law="joint", phi=phi, starts=starts, seed=seed)
+            v["restricted"][f"phi={phi:g}"] = _clean(rf.to_dict())
+        phi_hat = float(joint.params["phi"])
+        v["equivalence"] = _equivalence_statements(frame, phi_hat)
+        # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
+        if "C" in frame.columns:
+            if budget_kind == "C":
+                budgets = sorted(frame["budget"].unique())
+            else:  # token budgets: evaluate the law's frontier at 4 log-spaced compute budgets spanning the grid
+                budgets = list(np.geomspace(frame["C"].min(), frame["C"].max(), 4))
+            fr = compute_optimal_frontier(joint, frame, budgets)
+            fr.insert(0, "variant", vname)
+            frontier_rows.append(fr)
+        by = ("budget", "r") if "budget" in frame.columns else ("D", "r")
+        iso = isoflop_parabolas(frame, by=by)
+        if len(iso):
+            iso.insert(0, "variant", vname)
+            iso_rows.append(iso)
+        result["variants"][vname] = v
+    if len(result["variants"]) > 1 and "variant" in df.columns:
+        from loopscale.fit import compare_variants
+
+        try:
+            result["variant_comparison"] = _clean(
+                compare_variants(df, B=B, seed=seed, starts=starts, workers=workers, address=address)
+            )
+        except ValueError as e:  # e.g. a variant with a single r: reported, not fatal
+            result["variant_comparison"] = {"skipped": str(e)}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for rows, name in ((frontier_rows, "frontier.parquet"), (iso_rows, "isoflop.parquet")):
+        if rows:
+            pq.write_table(
+                pa.Table.from_pandas(pd.concat(rows, ignore_index=True), preserve_index=False), out / name
+            )
+    tmp = out / "analysis.json.tmp"
+    tmp.write_text(json.dumps(_clean(result), indent=2))
+    tmp.replace(out / "analysis.json")
+    return result

@@ -1,0 +1,268 @@
+"""``loopscale run``: the whole measurement in one command.
+
+Stages, each skipped when its outputs already exist (so a rerun, or ``--resume`` after Ctrl-C, continues where it
+stopped and never retrains a finished run):
+
+1. ``tune-lr``: Optuna LR tuning through Ray Tune (only when the spec's ``lr`` is ``tune``) -> ``lr_table.parquet``;
+2. ``sweep``: the iso-depth grid on Ray Tune -> ``runs.parquet``, ``curves.parquet``;
+3. ``fit``: per-r Chinchilla fits, the joint law with block bootstrap, restricted phi = 0 / 1, IsoFLOP analysis,
+   frontier (:func:`loopscale.fit.analysis.analyze`) -> ``fit/``; skipped when ``runs.parquet`` and the fit settings
+   are unchanged;
+4. ``report``: ``report.md`` and PNGs (:func:`loopscale.fit.run_report.build_report`), always rebuilt (cheap).
+
+This module is the one place that chains sweep -> fit -> report.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from loopscale.cluster.options import AddressOpt, ClusterOptions, NumCpusOpt, NumGpusOpt, RayTempDirOpt
+
+#: fit settings per preset: (bootstrap resamples B, multi-starts per fit). The paper: B = 200, 500 starts.
+FIT_DEFAULTS = {"smoke": (100, 100), "cpu": (200, 500), "paper": (200, 500)}
+
+#: assumed sustained throughput for --dry-run GPU-hour estimates: 40 % MFU of an H100's dense bf16 peak.
+GPU_PEAK_FLOPS = 989e12
+ASSUMED_MFU = 0.40
+
+
+def _resolve_spec(spec_path: Path | None, preset: str | None):
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import load_spec
+
+    if spec_path is not None and preset is not None:
+        raise ValueError("give either a SPEC file or --preset, not both")
+    if spec_path is not None:
+        return load_spec(spec_path), spec_path.stem
+    name = preset or "cpu"
+    return preset_spec(name), name
+
+
+def plan(spec) -> dict:
+    """What a spec will cost, without running anything: runs, training FLOPs, tokens, LR-tuning trials and an
+    estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
+
+    FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
+    D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B).
+    """
+    from loopscale.model.accounting import flops_per_token, tokens_for_flops
+
+    lr_table = None
+    if spec.lr == "tune":
+        lr_table = {(s, None): 1.0 for s in spec.all_sizes()}
+    cells = spec.cells(lr_table=lr_table)
+    total_c, total_d = 0.0, 0
+    by_r: dict[int, int] = {}
+    for c in cells:
+        kw = c.run_kwargs
+        cfg = kw["model"]
+        f = flops_per_token(cfg)
+        d = int(kw["tokens"]) if kw.get("tokens") else tokens_for_flops(cfg, kw["target_flops"], kw["batch_tokens"])
+        total_c += f * d
+        total_d += d
+        by_r[c.r] = by_r.get(c.r, 0) + 1
+    n_studies = 0
+    if spec.lr == "tune":
+        n_studies = len(spec.all_sizes()) * (len(spec.r) if spec.tune.tune_per_r else 1)
+    gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
+    return {
+        "spec": spec.name,
+        "runs": len(cells),
+        "runs_by_r": {str(k): v for k, v in sorted(by_r.items())},
+        "variants": [v.name for v in spec.variants],
+        "train_flops_total": total_c,
+        "tokens_total": total_d,
+        "lr_studies": n_studies,
+        "lr_trials": n_studies * spec.tune.num_samples,
+        "est_gpu_hours_grid": gpu_hours,
+        "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
+    }
+
+
+def _grid_done(spec, out: Path) -> bool:
+    """True when every cell of the spec already has a row in runs.parquet (so no Ray is needed)."""
+    import pyarrow.parquet as pq
+
+    from loopscale.sweep.tune_lr import read_lr_table
+
+    runs = out / "runs.parquet"
+    if not runs.exists():
+        return False
+    lr_table = read_lr_table(out / "lr_table.parquet") if spec.lr == "tune" else None
+    want = {c.run_id for c in spec.cells(lr_table=lr_table)}
+    have = set(pq.read_table(runs, columns=["run_id"]).column("run_id").to_pylist())
+    return want <= have
+
+
+def run_pipeline(
+    spec,
+    out_dir: str | Path,
+    *,
+    spec_name: str | None = None,
+    resume: bool = False,
+    cluster: ClusterOptions | None = None,
+    bootstrap: int = 200,
+    starts: int = 500,
+    seed: int = 0,
+    command: str | None = None,
+    log=print,
+) -> dict:
+    """Run (or continue) the whole job into ``out_dir``; see the module docstring for the stages.
+
+    Returns:
+        ``run_meta.json`` content: stage wall times (s), which stages were skipped, the paths written.
+    Raises:
+        SpecError / ValueError: bad spec or options (before any compute).
+        loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.tune_lr.TuneInterrupted: stopped by Ctrl-C;
+            the state is saved, rerun with ``resume=True``.
+    """
+    from loopscale.fit.analysis import analyze, file_digest
+    from loopscale.fit.run_report import build_report
+    from loopscale.sweep.commands import run_sweep
+    from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.tune_lr import run_tune_lr
+
+    cluster = cluster or ClusterOptions()
+    cluster.validate()
+    spec.check_runtime(cluster.address)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    spec_file = out / "spec.yaml"
+    text = spec_to_yaml(spec)
+    if spec_file.exists() and spec_file.read_text() != text:
+        raise ValueError(
+            f"{out} holds a run of a different spec ({spec_file}); use another --out directory "
+            "(nothing there was changed)"
+        )
+    spec_file.write_text(text)
+    meta_path = out / "run_meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta.update({"spec_name": spec_name or spec.name, "command": command or meta.get("command")})
+    meta.setdefault("stage_wall_s", {})
+    meta["skipped"] = []
+
+    def save_meta() -> None:
+        tmp = meta_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=2))
+        tmp.replace(meta_path)
+
+    need_ray = (spec.lr == "tune" and not (out / "lr_table.parquet").exists()) or not _grid_done(spec, out)
+    fit_settings = {"B": bootstrap, "starts": starts, "seed": seed}
+
+    def stages() -> None:
+        # 1. LR tuning
+        if spec.lr == "tune":
+            if (out / "lr_table.parquet").exists():
+                meta["skipped"].append("tune-lr")
+                log("[1/4] tune-lr: lr_table.parquet exists, skipped")
+            else:
+                log("[1/4] tune-lr: Optuna studies through Ray Tune ...")
+                t0 = time.time()
+                run_tune_lr(spec, out, resume=resume, address=cluster.address)
+                meta["stage_wall_s"]["tune-lr"] = time.time() - t0
+                save_meta()
+        # 2. the grid
+        if _grid_done(spec, out):
+            meta["skipped"].append("sweep")
+            log("[2/4] sweep: every cell is in runs.parquet, skipped")
+        else:
+            log("[2/4] sweep: the iso-depth grid on Ray Tune ...")
+            t0 = time.time()
+            run_sweep(spec, out, resume=resume, address=cluster.address)
+            meta["stage_wall_s"]["sweep"] = meta["stage_wall_s"].get("sweep", 0.0) + time.time() - t0
+            save_meta()
+        # 3. fits
+        digest = file_digest(out / "runs.parquet")
+        ana = out / "fit" / "analysis.json"
+        if ana.exists() and meta.get("fit_input") == {"runs_sha256": digest, **fit_settings}:
+            meta["skipped"].append("fit")
+            log("[3/4] fit: runs.parquet and settings unchanged, skipped")
+        else:
+            log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
+            t0 = time.time()
+            analyze(out / "runs.parquet", out / "fit", B=bootstrap, starts=starts, seed=seed,
+                    address=cluster.address)
+            meta["stage_wall_s"]["fit"] = time.time() - t0
+            meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
+            save_meta()
+
+    if need_ray:
+        with cluster.session():
+            stages()
+    else:
+        stages()
+    t0 = time.time()
+    report = build_report(out)
+    meta["stage_wall_s"]["report"] = time.time() - t0
+    meta["report"] = str(report)
+    save_meta()
+    log(f"[4/4] report: {report}")
+    return meta
+
+
+def run_cmd(
+    spec_path: Path | None = typer.Argument(None, help="Sweep spec YAML (default: --preset)."),
+    preset: str | None = typer.Option(None, "--preset", help="smoke | cpu (default) | paper."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory (default: runs/<preset or spec name>)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (restores Tune state)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (runs, FLOPs, GPU-hours) and exit."),
+    bootstrap: int | None = typer.Option(None, "--bootstrap", min=0, help="Bootstrap resamples (paper: 200)."),
+    starts: int | None = typer.Option(None, "--starts", min=1, help="Multi-starts per fit (paper: 500)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the fits and the bootstrap."),
+    address: AddressOpt = None,
+    num_cpus: NumCpusOpt = None,
+    num_gpus: NumGpusOpt = None,
+    ray_temp_dir: RayTempDirOpt = None,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan or run summary)."),
+) -> None:
+    """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
+    from loopscale.sweep.commands import SweepInterrupted
+    from loopscale.sweep.spec import SpecError
+    from loopscale.sweep.tune_lr import TuneInterrupted
+
+    try:
+        spec, name = _resolve_spec(spec_path, preset)
+        cluster = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+        cluster.validate()
+        if dry_run:
+            p = plan(spec)
+            if as_json:
+                json.dump(p, sys.stdout)
+                sys.stdout.write("\n")
+            else:
+                for k, v in p.items():
+                    typer.echo(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
+            return
+        b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
+        out_dir = out or Path("runs") / name
+        meta = run_pipeline(
+            spec, out_dir, spec_name=name, resume=resume, cluster=cluster,
+            bootstrap=b_def if bootstrap is None else bootstrap, starts=s_def if starts is None else starts,
+            seed=seed, command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
+        )
+    except (SweepInterrupted, TuneInterrupted, KeyboardInterrupt):
+        typer.echo("interrupted: the state is saved; rerun the same command with --resume to continue", err=True)
+        raise typer.Exit(code=130) from None
+    except (SpecError, ValueError, FileNotFoundError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(code=2) from None
+    if as_json:
+        ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text())
+        summary = {"out": str(Path(out_dir).resolve()), "report": meta["report"], "skipped": meta["skipped"],
+                   "stage_wall_s": meta["stage_wall_s"]}
+        summary["variants"] = {
+            k: {"phi": (v.get("joint") or {}).get("params", {}).get("phi"),
+                "ci": (v.get("joint") or {}).get("ci", {}).get("phi"),
+                "r2": (v.get("joint") or {}).get("r2")}
+            for k, v in ana.get("variants", {}).items()
+        }
+        json.dump(summary, sys.stdout)
+        sys.stdout.write("\n")
