@@ -247,13 +247,17 @@ class LoopedLM(nn.Module):
 
     # --- forward, in data-flow order -------------------------------------------------------------------------
 
-    def _inject(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """Block input u [B, T, d] from prelude output e and state h (both [B, T, d])."""
+    def _inject(self, e_in: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Block input u [B, T, d] from the injected prelude term e_in and the state h (both [B, T, d]).
+
+        ``e_in`` is W_e e for linear injection (precomputed once per forward, see :meth:`forward`) and e otherwise.
+        """
         mode = self.cfg.injection
         if mode == "linear":
-            return self.inject(torch.cat((e, h), dim=-1))  # [B, T, 2d] -> [B, T, d]
+            d = self.cfg.d_model
+            return e_in + F.linear(h, self.inject.weight[:, d:])  # W [e || h] = W_e e + W_h h
         if mode == "additive":
-            return h + e
+            return h + e_in
         return h  # passthrough
 
     def _recur_once(self, u: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -294,13 +298,18 @@ class LoopedLM(nn.Module):
             h = lanes.sum(dim=0)  # [B, T, d]: the coda sees the lane sum
         else:
             h = torch.zeros_like(e) if cfg.injection == "additive" else e
+            # linear injection u = W [e || h] = W_e e + W_h h: W_e e is the same in every recurrence, so it is
+            # computed once (the FLOP accounting keeps the paper's 2 d^2 per recurrence; the executed cost is lower)
+            e_in = (
+                F.linear(e, self.inject.weight[:, : cfg.d_model]) if self.inject is not None else e
+            )  # [B, T, d]
             if n_detached > 0:
                 with torch.no_grad():  # truncated BPTT: no graph for the first r - bptt_k recurrences
                     for _ in range(n_detached):
-                        h = self._recur_once(self._inject(e, h), cos, sin)
+                        h = self._recur_once(self._inject(e_in, h), cos, sin)
                 h = h.detach()
             for _ in range(n_detached, r):
-                h = self._recur_once(self._inject(e, h), cos, sin)
+                h = self._recur_once(self._inject(e_in, h), cos, sin)
 
         x = h
         for blk in self.coda:

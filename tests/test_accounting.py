@@ -188,3 +188,26 @@ def test_cli_model_info_json():
     assert f"{out['flops_per_token']:.4e}" == "1.0473e+09"
     res = CliRunner().invoke(app, ["info", "--preset", "cpu", "--d-model", "100", "--r", "4", "--json"])
     assert res.exit_code != 0 and "d_model" in res.output
+
+
+@pytest.mark.parametrize("r,injection,bptt_k", [(1, None, None), (4, "additive", 2), (4, "linear", None)])
+def test_counted_flops_match_formula(r, injection, bptt_k):
+    """FLOPs counted by torch's FlopCounterMode over one training step (forward + backward, math attention) equal
+    flops_per_token x tokens, less the norm weights the formula counts as params, and (linear injection) less the
+    W_e e term the module computes once per forward instead of once per recurrence."""
+    torch = pytest.importorskip("torch")
+    from loopscale.model.looped import LoopedLM
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = preset_config("cpu", r=r, d_model=32, seq_len=32, injection=injection, bptt_k=bptt_k)
+    m = LoopedLM(cfg, seed=0)
+    idx = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH):
+        logits = m(idx)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten()).backward()
+    per_token = fc.get_total_flops() / idx.numel()
+    d, k = cfg.d_model, cfg.bptt_k
+    norm_flops = 6 * 2 * d * (cfg.n_prelude + cfg.n_coda) + (2 * (r - k) + 6 * k) * 2 * d * cfg.n_recur_block
+    inj_saving = (12 * r - 6 - 6 * r) * d * d if injection == "linear" else 0
+    assert per_token == flops_per_token(cfg) - norm_flops - inj_saving
