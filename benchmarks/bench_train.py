@@ -1,6 +1,6 @@
 """Benchmark of the single-run trainer (issue 3): prints one JSON object.
 
-Default mode: a full training run of the CPU preset at r in {1, 4} (each in a fresh subprocess so peak RSS is
+Default mode: a full training run of the CPU preset (d in {32, 64, 128}) at r in {1, 4} (each in a fresh subprocess so peak RSS is
 per run): tokens/s, MFU, peak RSS and the time split into data, forward/backward, optimizer and eval, with
 data loading as a share of step time (target <= 5 %).
 
@@ -10,7 +10,7 @@ entropy of the validation text (pass: at least 0.5 nats/byte below it at 2 M, an
 
 Usage::
 
-    python benchmarks/bench_train.py [--d-model 64] [--tokens 200000] [--num-threads 1]
+    python benchmarks/bench_train.py [--d-model 32 64 128] [--tokens 100000] [--num-threads 1]
     python benchmarks/bench_train.py --quality
 """
 
@@ -27,7 +27,7 @@ def one_run(args) -> dict:
     from loopscale.model.config import preset_config
     from loopscale.model.train import RunConfig, train_run
 
-    m = preset_config("cpu", r=args.r, d_model=args.d_model)
+    m = preset_config("cpu", r=args.r, d_model=args.d_model[0])
     cfg = RunConfig(
         model=m,
         corpus=args.corpus,
@@ -45,7 +45,7 @@ def one_run(args) -> dict:
     step = ts["data"] + ts["forward_backward"] + ts["optimizer"]
     return {
         "r": args.r,
-        "d_model": args.d_model,
+        "d_model": args.d_model[0],
         "status": res.status,
         "D": res.D,
         "steps": res.steps,
@@ -106,9 +106,9 @@ def quality(args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--d-model", type=int, nargs="+", default=[32, 64, 128], help="widths of the cpu preset")
     p.add_argument("--r", type=int, default=None, help="one r only (used for the per-run subprocess)")
-    p.add_argument("--tokens", type=int, default=200_000)
+    p.add_argument("--tokens", type=int, default=100_000)
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--eval-tokens", type=int, default=32768)
@@ -126,10 +126,22 @@ def main() -> None:
         out = one_run(args)
     else:
         runs = []
-        for r in (1, 4):
-            cmd = [sys.executable, __file__, "--r", str(r)] + [a for a in sys.argv[1:] if a != "--quality"]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        passthrough = []
+        skip = False
+        for a in sys.argv[1:]:  # forward every flag except --d-model's values and --quality
+            if a == "--d-model":
+                skip = True
+                continue
+            if skip and not a.startswith("--"):
+                continue
+            skip = False
+            if a != "--quality":
+                passthrough.append(a)
+        for d in args.d_model:
+            for r in (1, 4):
+                cmd = [sys.executable, __file__, "--r", str(r), "--d-model", str(d), *passthrough]
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         out = {
             "mode": "throughput",
             "note": "timings are noisy when other processes share the CPU",

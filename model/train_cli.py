@@ -150,8 +150,15 @@ def train_cmd(
             cache_dir=cache_dir,
         )
         if not as_json:
+            from loopscale.model.accounting import flops_per_token, n_once, n_rec
+            from loopscale.model.train import resolve_tokens
+
+            D = resolve_tokens(run)
+            n_eff = n_once(mcfg) + mcfg.r * n_rec(mcfg)
             typer.echo(
-                f"training {mcfg.r=} d={mcfg.d_model} on {corpus!r}: D/C derived before step one", err=True
+                f"training r={mcfg.r} d={mcfg.d_model} on {corpus!r}: D={D} tokens ({D // batch_tokens} steps), "
+                f"C={flops_per_token(mcfg) * D:.4g} FLOPs, D/(N_once + r N_rec)={D / n_eff:.3g}",
+                err=True,
             )
         res = train_run(run)
     except (ValueError, FileNotFoundError) as e:

@@ -158,7 +158,7 @@ def test_epoch_warning():
     assert D.implied_epochs(500, 1000) == 0.5
 
 
-def test_embedded_corpus(tmp_path):
+def test_embedded_corpus(tmp_path, monkeypatch):
     """The embedded corpus: 249 speeches + 38 plays, markup stripped, sha256 manifest, fixed document split."""
     docs = D.embedded_documents()
     names = [d.name for d in docs]
@@ -181,5 +181,9 @@ def test_embedded_corpus(tmp_path):
     td = D.load_tokens("embedded", cache_dir=tmp_path)
     assert (td.cache_path / "manifest.json").is_file()
     assert td.meta["n_val_docs"] == len(val) and len(td.train) > 15_000_000
+    # a second call neither re-reads the package text (manifest memo) nor re-tokenises
+    monkeypatch.setattr(D, "embedded_documents", lambda: (_ for _ in ()).throw(AssertionError("re-read")))
+    again = D.load_tokens("embedded", cache_dir=tmp_path)
+    assert not again.built and again.meta["corpus_hash"] == man["corpus_sha256"]
     ent = D.unigram_entropy(td.val, 256)
     assert 2.9 < ent < 3.4  # English bytes: about 3.2 nats/byte

@@ -36,6 +36,15 @@ def base(trainer_corpus_dir, trainer_cache_dir):
     )
 
 
+@pytest.fixture
+def one_thread():
+    """Direct model tests run single-threaded (as train_run does by default); the caller's setting is restored."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)
+
+
 class _Marker:
     """An arbitrary object whose unpickling would run code (touch a file)."""
 
@@ -111,7 +120,7 @@ def test_resume_replays_data_under_grad_accum(base, tmp_path):
         train_run(RunConfig(**{**run, "lr": 2e-2}))
 
 
-def test_accumulation_equals_full_batch_gradient():
+def test_accumulation_equals_full_batch_gradient(one_thread):
     """Case 3b: 4 x B/4 accumulation gives the gradient of 1 x B (the loss is the token mean over the batch)."""
     from loopscale.model.looped import LoopedLM
 
@@ -130,7 +139,7 @@ def test_accumulation_equals_full_batch_gradient():
     assert any(float(g.abs().max()) > 0 for g in g1)
 
 
-def test_norm_preserving_optimizer_zero_norm(base, caplog):
+def test_norm_preserving_optimizer_zero_norm(base, caplog, one_thread):
     """Case 4: Muon with a zero-initialised projection: an LR-0 step leaves every parameter bit-identical and
     finite; a normal step keeps all finite; the trainer logs which parameters each optimizer got."""
     from loopscale.model.looped import LoopedLM

@@ -225,3 +225,29 @@ def test_embedded_corpus_learns_and_larger_D_is_better(trainer_cache_dir):
         losses.append(train_run(cfg).final_val_loss)
     assert losses[1] < losses[0] - 0.2
     assert losses[1] < h - 0.3
+
+
+def test_epochs_beyond_the_corpus_warn(tmp_path, trainer_cache_dir):
+    """D above the training tokens trains on (data repeats), reports epochs > 1 and warns."""
+    (tmp_path / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 60)
+    cfg = RunConfig(
+        model=tiny(),
+        corpus=str(tmp_path / "a.txt"),
+        tokens=24 * 128,
+        batch_tokens=128,
+        eval_tokens=64,
+        cache_dir=str(trainer_cache_dir),
+    )
+    with pytest.warns(UserWarning, match="exceeds"):
+        res = train_run(cfg)
+    assert res.status == "ok" and res.epochs > 1 and "exceeds" in res.warnings[0]
+    assert len(res.micro_batch_ids) == 24
+
+
+def test_bf16_autocast_runs(base):
+    """precision='bf16' (autocast; meant for GPU, also runs on CPU) trains to a loss close to fp32's."""
+    fp32 = train_run(RunConfig(**base))
+    bf16 = train_run(RunConfig(**{**base, "precision": "bf16"}))
+    assert bf16.status == "ok" and math.isfinite(bf16.final_val_loss)
+    assert bf16.final_val_loss != fp32.final_val_loss
+    assert bf16.final_val_loss == pytest.approx(fp32.final_val_loss, abs=0.1)
