@@ -220,8 +220,8 @@ def analyze(
             fr = compute_optimal_frontier(joint, frame, budgets)
             fr.insert(0, "variant", vname)
             frontier_rows.append(fr)
-        by = ("budget", "r") if "budget" in frame.columns else ("D", "r")
-        iso = isoflop_parabolas(frame, by=by)
+        # IsoFLOP parabolas need iso-FLOP cells (all sizes at one C); token-budget grids have none
+        iso = isoflop_parabolas(frame, by=("budget", "r")) if budget_kind == "C" else pd.DataFrame()
         if len(iso):
             iso.insert(0, "variant", vname)
             iso_rows.append(iso)

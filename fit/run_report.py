@@ -231,6 +231,10 @@ def build_report(run_dir: str | Path) -> Path:
             L.append(f"| {row['variant']} | {_fmt(row['C'])} | {int(row['r'])} | {_fmt(row['N_star'], 3)} | "
                      f"{_fmt(row['N_eff_star'], 3)} | {_fmt(row['D_star'], 3)} | {_fmt(row['L_star'], 4)} |")
         L.append("")
+    if ana.get("budget_kind") == "D":
+        L.append("## IsoFLOP parabolas\n")
+        L.append("Not computed: this grid uses token budgets (every size trained for the same D), so no cell holds "
+                 "several sizes at one compute budget. Use `budgets: {C: [sizes]}` in the spec for IsoFLOP cells.\n")
     if iso is not None and len(iso):
         L.append("## IsoFLOP parabolas (approximate)\n")
         L.append("Vertices of a parabola in log N per cell (Chinchilla Approach 2). They are biased even without "

@@ -1,0 +1,147 @@
+"""End to end: `loopscale run --preset smoke` as a user runs it (the console script, real text, embedded Ray)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loopscale.sweep.presets import preset_spec
+
+LOOPSCALE = [sys.executable, "-m", "loopscale.sweep.cli"]
+
+
+def _run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(LOOPSCALE + args, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke") / "run"
+    t0 = time.time()
+    p = _run(["run", "--preset", "smoke", "--out", str(out), "--json"])
+    wall = time.time() - t0
+    assert p.returncode == 0, p.stderr[-4000:]
+    return out, json.loads(p.stdout.strip().splitlines()[-1]), wall
+
+
+def test_smoke_run_one_ok_row_per_cell(smoke_run):
+    """runs.parquet holds exactly one `ok` row per grid cell, with the accounting of the model."""
+    from loopscale.model.accounting import flops_per_token, n_once, n_rec
+
+    out, _, _ = smoke_run
+    cells = preset_spec("smoke").cells()
+    rows = pq.read_table(out / "runs.parquet").to_pylist()
+    assert len(rows) == len(cells) == 16
+    assert {r["run_id"] for r in rows} == {c.run_id for c in cells}
+    assert all(r["status"] == "ok" for r in rows)
+    by_id = {c.run_id: c for c in cells}
+    for row in rows:
+        cfg = by_id[row["run_id"]].run_kwargs["model"]
+        assert row["N_once"] == n_once(cfg) and row["N_rec"] == n_rec(cfg)
+        assert row["D"] == by_id[row["run_id"]].run_kwargs["tokens"]
+        assert math.isclose(row["C"], flops_per_token(cfg) * row["D"], rel_tol=1e-9)
+        assert 0 < row["final_val_loss"] < math.log(256) + 1
+
+
+def test_smoke_run_fit_has_phi_inside_its_interval(smoke_run):
+    """The joint fit gives a finite phi with a bootstrap CI lower < phi < upper, and R^2 is reported."""
+    out, summary, _ = smoke_run
+    fit = json.loads((out / "fit" / "baseline" / "fit.json").read_text())
+    phi = fit["params"]["phi"]
+    lo, hi = fit["ci"]["phi"]
+    assert math.isfinite(phi) and lo < phi < hi
+    assert summary["variants"]["baseline"]["phi"] == pytest.approx(phi)
+    assert 0 < fit["r2"] <= 1
+    ana = json.loads((out / "fit" / "analysis.json").read_text())
+    assert set(ana["variants"]["baseline"]["restricted"]) == {"phi=0", "phi=1"}
+
+
+def test_smoke_run_writes_report_and_figures(smoke_run):
+    """report.md exists with the joint-fit section, and every figure it links to exists as a PNG."""
+    out, _, wall = smoke_run
+    report = (out / "report.md").read_text()
+    assert "Joint law" in report and "φ =" in report and "Restricted fits" in report
+    links = [ln.split("](", 1)[1].rstrip(")") for ln in report.splitlines() if ln.startswith("![")]
+    assert len(links) >= 3
+    for link in links:
+        png = out / link
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", link
+    print(f"smoke run wall time: {wall:.1f} s")
+
+
+def test_rerun_skips_every_finished_stage(smoke_run):
+    """A second `run --resume` retrains nothing and refits nothing: runs.parquet is byte-identical."""
+    out, _, _ = smoke_run
+    before = (out / "runs.parquet").read_bytes()
+    p = _run(["run", "--preset", "smoke", "--out", str(out), "--resume", "--json"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    assert {"sweep", "fit"} <= set(summary["skipped"])
+    assert (out / "runs.parquet").read_bytes() == before
+
+
+def test_other_spec_in_same_out_dir_is_refused_without_touching_it(smoke_run, tmp_path):
+    """Pointing a different spec at an existing run directory fails before any compute and changes nothing."""
+    out, _, _ = smoke_run
+    spec = tmp_path / "other.yaml"
+    text = (Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml").read_text().replace(
+        "name: smoke", "name: other"
+    )
+    spec.write_text(text)
+    before = (out / "runs.parquet").read_bytes()
+    p = _run(["run", str(spec), "--out", str(out)])
+    assert p.returncode == 2 and "different spec" in p.stderr
+    assert (out / "runs.parquet").read_bytes() == before
+
+
+def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
+    """SIGINT mid-sweep exits with code 130; `--resume` completes with one ok row per cell, and runs that had
+    finished before the interrupt keep their original record (not retrained)."""
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(LOOPSCALE + ["run", "--preset", "smoke", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    parts = out / "parts" / "runs"
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline:
+            done = list(parts.rglob("*.parquet")) if parts.exists() else []
+            if len(done) >= 3:
+                break
+            if proc.poll() is not None:
+                pytest.fail("run finished before it could be interrupted:\n" + proc.stdout.read()[-3000:])
+            time.sleep(0.5)
+        else:
+            pytest.fail("no run finished within 300 s")
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = proc.stdout.read()
+    assert rc == 130, log[-3000:]
+    from loopscale.sweep.store import RUNS_SCHEMA, ResultsStore, read_table
+
+    store = ResultsStore(out)
+    recorded = pa.concat_tables([read_table(store.runs_parts, RUNS_SCHEMA), store.runs()]).to_pylist()
+    finished_before = {r["run_id"]: r for r in recorded}
+    assert 0 < len(finished_before) < 16
+    p = _run(["run", "--preset", "smoke", "--out", str(out), "--resume"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {r["run_id"]: r for r in pq.read_table(out / "runs.parquet").to_pylist()}
+    assert len(rows) == 16 and all(r["status"] == "ok" for r in rows.values())
+    for rid, rec in finished_before.items():
+        assert rows[rid]["finished_at"] == rec["finished_at"], "a finished run was trained again"
+        assert rows[rid]["final_val_loss"] == rec["final_val_loss"]
+    shutil.rmtree(out, ignore_errors=True)
