@@ -5,7 +5,7 @@ Public names (imported lazily: ``import loopscale.cluster`` imports neither ray 
     ray_session, RayInfo, validate_address        # loopscale.cluster.connect
     resolve_uri, join, write_bytes_atomic, read_bytes, exists, listdir, makedirs, remove,
     sync_dir, fetch_dir                           # loopscale.cluster.storage
-    ClusterOptions, AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt   # loopscale.cluster.options
+    ClusterOptions, AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, StorageOpt   # .options
     recipe_path                                   # path of a file in loopscale/cluster/recipes
     simulated_cluster, SimCluster                 # loopscale.cluster.simulate (multi-node Ray on one machine)
 
@@ -35,6 +35,7 @@ __all__ = [
     "NumCpusOpt",
     "NumGpusOpt",
     "RayTempDirOpt",
+    "StorageOpt",
     "recipe_path",
     "simulated_cluster",
     "SimCluster",
@@ -59,6 +60,7 @@ _WHERE = {
     "NumCpusOpt": "options",
     "NumGpusOpt": "options",
     "RayTempDirOpt": "options",
+    "StorageOpt": "options",
     "simulated_cluster": "simulate",
     "SimCluster": "simulate",
 }

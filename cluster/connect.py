@@ -8,7 +8,9 @@ Behaviour (Ray 2.60, checked against ``ray/_private/worker.py``):
 
 * Ray already initialised in this process (e.g. a test built a ``ray.cluster_utils.Cluster`` and called
   ``ray.init(address=cluster.address)``): it is reused as is and never shut down by us.
-* ``address=None`` and no ``RAY_ADDRESS`` in the environment: start the embedded local Ray with the given
+* ``address=None`` and no ``RAY_ADDRESS`` in the environment: start a fresh embedded local Ray
+  (``ray.init(address="local")``; a bare ``ray.init()`` would silently join any cluster registered in
+  ``<temp>/ray/ray_current_cluster`` by ``ray start`` or another process) with the given
   CPUs/GPUs, session dir ``temp_dir`` (else Ray's default: ``$RAY_TMPDIR/ray``, else ``<system temp>/ray``),
   dashboard off. Shut down on exit.
 * ``address=None`` with ``RAY_ADDRESS`` set (``ray job submit`` sets it for the job's entrypoint): join
@@ -156,14 +158,16 @@ def driver_thread_env(threads: int = 1) -> Iterator[None]:
                 os.environ.pop(k, None)
 
 
-def _cluster_info(ray, started_by_us: bool, temp_dir: str | None) -> RayInfo:
+def _cluster_info(
+    ray, started_by_us: bool, temp_dir: str | None, fallback_address: str | None = None
+) -> RayInfo:
     res = ray.cluster_resources()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     try:
         ctx = ray.get_runtime_context()
         address = ctx.gcs_address
     except Exception:  # Ray Client contexts have no gcs_address
-        address = os.environ.get("RAY_ADDRESS", "")
+        address = fallback_address or os.environ.get("RAY_ADDRESS", "")
     return RayInfo(
         address=str(address),
         started_by_us=started_by_us,
@@ -199,6 +203,9 @@ def ray_session(
     Yields:
         RayInfo: address, started_by_us, cpus, gpus, nodes.
 
+    If Ray is already initialised in this process, it is used as it is: the resource options are still
+    validated but not applied, and nothing is shut down on exit.
+
     Raises:
         ValueError: bad address; ``num_cpus``/``num_gpus``/``temp_dir`` given together with an address;
             ``num_gpus > 0`` where ``torch.cuda.is_available()`` is False; relative ``temp_dir``.
@@ -225,7 +232,10 @@ def ray_session(
         return
 
     kwargs: dict = {"include_dashboard": include_dashboard, "log_to_driver": log_to_driver}
-    if joining:
+    if address is not None and address.startswith("ray://"):
+        # Ray Client forwards extra ray.init arguments to the server's ray.init; pass none.
+        ray.init(address=address)
+    elif joining:
         ray.init(address=address, **kwargs)
     else:
         if temp_dir is not None:
@@ -233,7 +243,7 @@ def ray_session(
             kwargs["_temp_dir"] = temp_dir
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
     try:
-        info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir)
+        info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)
         with driver_thread_env():
             yield info
     finally:

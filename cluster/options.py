@@ -26,6 +26,9 @@ __all__ = [
     "NumCpusOpt",
     "NumGpusOpt",
     "RayTempDirOpt",
+    "StorageOpt",
+    "validate_storage",
+    "STORAGE_SCHEMES",
     "ClusterOptions",
     "CLUSTER_FLAGS",
 ]
@@ -51,6 +54,13 @@ NumGpusOpt = Annotated[
 RayTempDirOpt = Annotated[
     str | None, typer.Option("--ray-temp-dir", help=RAY_TEMP_DIR_HELP, rich_help_panel="Ray")
 ]
+
+STORAGE_HELP = (
+    "Where Tune state and trial checkpoints live: any pyarrow URI (local or NFS path, file://, s3://, gs://, "
+    "hdfs://). On a multi-node cluster it must be shared by every node. Default: the spec's storage_path, "
+    "else OUT/tune."
+)
+StorageOpt = Annotated[str | None, typer.Option("--storage", help=STORAGE_HELP, rich_help_panel="Ray")]
 
 #: The flag names, in order; a test pins that every Ray-using command has all of them.
 CLUSTER_FLAGS = ("--address", "--num-cpus", "--num-gpus", "--ray-temp-dir")
@@ -111,3 +121,37 @@ class ClusterOptions:
             temp_dir=self.ray_temp_dir,
             **kwargs,
         )
+
+
+#: URI schemes pyarrow 26's ``FileSystem.from_uri`` knows (plus plain local paths).
+STORAGE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+
+
+def validate_storage(storage: str | None) -> str | None:
+    """Check a ``--storage`` value before anything starts, without touching the network; returns it unchanged.
+
+    Only the form is checked (a local path, or a scheme in ``STORAGE_SCHEMES``, and no inline
+    credentials); reachability is left to the first use (``s3://`` without ``?region=`` would otherwise
+    make pyarrow query the bucket's region here).
+
+    Raises:
+        ValueError: empty, an unknown scheme (the message lists the known ones), or ``user:secret@`` in it.
+    """
+    if storage is None:
+        return None
+    if not storage.strip():
+        raise ValueError("storage must be a non-empty path or URI, e.g. '/shared/runs' or 's3://bucket/runs'")
+    if "://" in storage:
+        scheme, rest = storage.split("://", 1)
+        if scheme.lower() not in STORAGE_SCHEMES:
+            raise ValueError(
+                f"storage={storage!r}: scheme {scheme!r} is not understood by pyarrow; use a local path or one of "
+                + ", ".join(f"{x}://" for x in STORAGE_SCHEMES)
+            )
+        netloc = rest.split("/", 1)[0]
+        if "@" in netloc and ":" in netloc.split("@", 1)[0]:
+            raise ValueError(
+                f"storage for scheme {scheme!r} carries inline credentials (user:secret@); never put keys in URIs: "
+                "use the environment (instance role, AWS_*/GOOGLE_* variables)"
+            )
+    return storage

@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 import pytest
+
 from loopscale.cluster.connect import DRIVER_THREAD_VARS, ray_session, validate_address
 from loopscale.cluster.options import (
     CLUSTER_FLAGS,
@@ -115,6 +116,24 @@ def test_cluster_flags_parse_in_a_typer_command():
     assert CliRunner().invoke(app, ["--num-cpus", "0"]).exit_code == 2  # min=1
 
 
+def test_every_ray_command_takes_the_cluster_flags():
+    """tune-lr, sweep, fit and run of the console script all accept --address/--num-cpus/--num-gpus/--ray-temp-dir."""
+    import typer
+
+    try:
+        from loopscale.sweep.cli import app
+    except ImportError as e:  # pragma: no cover - only while stages are missing
+        pytest.skip(f"loopscale.sweep.cli does not import yet: {e}")
+    group = typer.main.get_command(app)
+    missing = {}
+    for name in ("tune-lr", "sweep", "fit", "run"):
+        opts = {o for p in group.commands[name].params for o in p.opts}
+        lacking = [f for f in CLUSTER_FLAGS if f not in opts]
+        if lacking:
+            missing[name] = lacking
+    assert not missing, f"Ray-using commands without the shared cluster flags: {missing}"
+
+
 def test_embedded_session_lifecycle(monkeypatch):
     """Embedded Ray: our resources and session dir, reuse when nested, driver threads capped, shut down on exit."""
     import ray
@@ -150,6 +169,7 @@ def test_embedded_session_lifecycle(monkeypatch):
 def test_caller_initialised_ray_is_left_running():
     """When the caller started Ray, ray_session neither restarts nor stops it."""
     import ray
+
     from loopscale.cluster.connect import ray_session as rs
 
     tmp = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
@@ -161,3 +181,108 @@ def test_caller_initialised_ray_is_left_running():
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_join_auto_leaves_ray_start_cluster_running(monkeypatch):
+    """address='auto' joins a `ray start --head` cluster (found through RAY_TMPDIR) and leaves it up on exit;
+    no address starts our own embedded Ray even while that cluster is registered."""
+    import signal
+    import time
+
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="lsj", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": tmp}
+    env.pop("RAY_ADDRESS", None)
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    head = subprocess.Popen(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--block",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        addr_file = os.path.join(tmp, "ray", "ray_current_cluster")
+        deadline = time.monotonic() + 90
+        while not (os.path.exists(addr_file) and os.path.getsize(addr_file) > 0):
+            assert head.poll() is None, "ray start --head exited"
+            assert time.monotonic() < deadline, "ray start --head did not come up in 90 s"
+            time.sleep(0.25)
+        monkeypatch.setenv("RAY_TMPDIR", tmp)
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        with ray_session("auto", log_to_driver=False) as info:
+            assert not info.started_by_us and info.cpus == 1.0 and info.nodes == 1
+            with open(addr_file) as f:
+                assert info.address == f.read().strip()
+        assert not ray.is_initialized()
+        # No address while that cluster is registered: still a fresh embedded Ray (ray.init(address=None)
+        # would silently connect to the registered one; ray_session uses address="local").
+        with ray_session(num_cpus=2, log_to_driver=False) as own:
+            assert own.started_by_us and own.cpus == 2.0 and own.address != info.address
+        assert not ray.is_initialized()
+        time.sleep(1.0)
+        assert head.poll() is None, "leaving the sessions stopped a cluster we only joined"
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops every process it started
+        try:
+            head.wait(30)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_driver_thread_env_keeps_user_values(monkeypatch):
+    """Unset thread variables become 1 inside the block and vanish after; a user's own value is untouched."""
+    from loopscale.cluster.connect import driver_thread_env
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with driver_thread_env():
+        assert os.environ["OMP_NUM_THREADS"] == "3" and os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert os.environ["OMP_NUM_THREADS"] == "3" and "OPENBLAS_NUM_THREADS" not in os.environ
+    with pytest.raises(ValueError, match="threads=0"):
+        with driver_thread_env(0):
+            pass
+
+
+def test_recipe_path_and_simulated_cluster_validation():
+    """recipe_path finds shipped recipes and lists them on a miss; simulated_cluster rejects bad sizes early."""
+    from loopscale.cluster import recipe_path
+    from loopscale.cluster.simulate import simulated_cluster
+
+    assert recipe_path("slurm-sbatch.sh").endswith(os.path.join("recipes", "slurm-sbatch.sh"))
+    with pytest.raises(ValueError, match="available: .*kuberay-rayjob.yaml"):
+        recipe_path("nope.yaml")
+    with pytest.raises(ValueError, match="object_store_mb=10 must be >= 80"):
+        with simulated_cluster(object_store_mb=10):
+            pass
+    with pytest.raises(ValueError, match="cpus_per_worker=0"):
+        with simulated_cluster(cpus_per_worker=0):
+            pass
+
+
+def test_storage_option_validation():
+    """--storage accepts pyarrow URIs and refuses unknown schemes and inline keys before anything runs."""
+    from loopscale.cluster.options import validate_storage
+
+    assert validate_storage(None) is None
+    assert (
+        validate_storage("s3://bucket/loopscale?region=us-east-1") == "s3://bucket/loopscale?region=us-east-1"
+    )
+    assert validate_storage("/shared/runs") == "/shared/runs"
+    with pytest.raises(ValueError, match="not understood by pyarrow.*s3://"):
+        validate_storage("nosuch://x/y")
+    with pytest.raises(ValueError, match="non-empty"):
+        validate_storage(" ")
+    with pytest.raises(ValueError, match="inline credentials"):
+        validate_storage("s3://AKIAEXAMPLE:secret@bucket/x")

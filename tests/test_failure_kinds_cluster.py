@@ -36,6 +36,7 @@ def test_restored_trial_does_not_restart_at_step_zero(sweep_on_cluster, tmp_path
     """Node lost after step 7 ⇒ steps 1..20 contiguous, restart at last checkpoint + 1 on the other node,
     loss there ≈ the uninterrupted run's (not ≈ ln 256), same final loss, one ok row."""
     import pyarrow.parquet as pq
+
     from loopscale.cluster.simulate import simulated_cluster
     from loopscale.model.train import train_run
     from loopscale.sweep.spec import parse_spec
@@ -71,8 +72,12 @@ def test_restored_trial_does_not_restart_at_step_zero(sweep_on_cluster, tmp_path
     after = [r for r in rows if r["step"] > KILL_AFTER]
     assert {r["worker"] for r in before} == {removed["worker"]}
     assert {r["worker"] for r in after} == {1 - removed["worker"]}, "trial did not move to the surviving node"
-    # Tune's own restore bookkeeping agrees: the restarted trial began at the checkpoint, not at 0
-    assert after[0]["iterations_since_restore"] == 1 and after[0]["training_iteration"] == KILL_AFTER + 1
+    # Tune restarted the trial (first report since its restore). Tune's training_iteration there may lag by
+    # one (7, not 8): the step-7 checkpoint was reported but not yet registered when the node died, so Tune
+    # restores its iteration count from checkpoint 6, while the trainer resumes from the newest checkpoint
+    # on storage (step 7), which is what this test pins.
+    assert after[0]["iterations_since_restore"] == 1
+    assert after[0]["training_iteration"] in (KILL_AFTER, KILL_AFTER + 1)
     first = after[0]
     assert first["step"] == KILL_AFTER + 1  # = last checkpoint (step 7) + 1
     assert abs(first["train_loss"] - before[-1]["train_loss"]) < 0.5

@@ -26,6 +26,7 @@ def _cli_group():
     """The click group behind ``loopscale`` (None while other stages' modules are still missing)."""
     try:
         import typer
+
         from loopscale.sweep.cli import app
     except Exception:  # the console script imports every stage; before they all exist it cannot load
         return None
@@ -110,6 +111,7 @@ def test_aws_launcher_schema_and_resources():
     for c in cmds:
         argv = check_loopscale_command(c)
         assert argv[1] == "sweep" and "--address" in argv
+        assert argv[argv.index("--storage") + 1].startswith("s3://")  # shared by all nodes
 
 
 def _containers(pod_template):
@@ -167,6 +169,7 @@ def test_kuberay_rayjob():
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
     argv = check_loopscale_command(job["spec"]["entrypoint"])
     assert argv[1] == "sweep" and "--out" in argv
+    assert argv[argv.index("--storage") + 1].startswith("s3://")  # shared by all pods
     assert job["spec"]["clusterSelector"]["ray.io/cluster"] == rc["metadata"]["name"]
     for c in _containers(job["spec"]["submitterPodTemplate"]):
         _check_token_env(c)

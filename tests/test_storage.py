@@ -6,6 +6,7 @@ import os
 
 import pyarrow.fs as pafs
 import pytest
+
 from loopscale.cluster import storage as st
 
 

@@ -3,8 +3,9 @@
 #
 #   sbatch cluster/recipes/slurm-sbatch.sh configs/paper.yaml /shared/fs/loopscale/paper
 #
-# Arguments: SPEC (a sweep YAML) and OUT (a directory on a filesystem every node mounts, or s3://...,
-# so a trial restarted on another node finds its checkpoint). Rerunning with the same OUT resumes.
+# Arguments: SPEC (a sweep YAML) and OUT (a directory on a filesystem every node mounts: Tune state and
+# trial checkpoints go to OUT/tune, so a trial restarted on another node finds its checkpoint).
+# Rerunning with the same OUT resumes (finished runs are not trained again).
 # The same spec runs on a laptop with `loopscale sweep SPEC --out ./runs/x` (embedded Ray).
 #
 # Security: Ray token auth is forced on (RAY_AUTH_MODE=token). The token is ~/.ray/auth_token in your home
