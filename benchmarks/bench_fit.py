@@ -3,7 +3,8 @@
 Protocol (paper §4.2-4.3): 116 runs (the iso-depth design, losses from the paper's joint coefficients + 0.010 nats
 noise), joint law, 500 starts for the point fit and for each of 200 (budget, r) block-bootstrap resamples (~100 k
 L-BFGS solves). Timed with 1 worker (serial, in-process) and 2 workers (embedded Ray, 2 CPUs), plus a naive baseline
-(scipy ``minimize(method="L-BFGS-B")`` per start, serial) on a subset of solves, extrapolated to the protocol.
+(scipy ``minimize(method="L-BFGS-B")`` per start, serial) timed per solve on a subset (point fit + 2 resamples),
+interleaved with our code on the same fits; the speed-up is the ratio of seconds per solve.
 
 Targets (issue 4): full protocol <= 120 s on 2 cores, >= 10x faster than naive serial, parallel efficiency >= 0.8.
 Usage: ``python benchmarks/bench_fit.py [--quick] [--resamples B] [--starts S]``. Timings on a shared machine are noisy.
@@ -55,14 +56,27 @@ def _protocol(t, starts: int, B: int, workers: int) -> dict:
     }
 
 
+def _subset_ours(t, starts: int, B_sub: int) -> dict:
+    """Our code on the naive subset (point fit + ``B_sub`` block resamples, ``starts`` starts each), serial."""
+    from loopscale.fit import bootstrap, fit_law
+
+    t0 = time.perf_counter()
+    point = fit_law(t, law="joint", starts=starts, seed=0)
+    bootstrap(t, law="joint", B=B_sub, seed=0, workers=1, starts=starts, point=point, derived=False)
+    dt = time.perf_counter() - t0
+    return {"solves": starts * (B_sub + 1), "wall_s": dt, "s_per_solve": dt / (starts * (B_sub + 1))}
+
+
 def _naive(t, n_solves: int, B_sub: int) -> dict:
-    """Naive serial code: scipy L-BFGS-B per start, finite-difference gradient (as Epoch's notebook), and the same with
-    our analytic gradient; the point fit plus ``B_sub`` block resamples, ``n_solves`` starts each."""
+    """Naive serial code: scipy L-BFGS-B per start (paper box, uniform starts, maxiter 10,000), finite-difference
+    gradient (as Epoch's notebook) and with our analytic gradient; the point fit plus ``B_sub`` block resamples,
+    ``n_solves`` starts each."""
+    from scipy.optimize import minimize
+
     from loopscale.fit.bootstrapping import cell_ids, draw_weights
     from loopscale.fit.fitter import Objective, random_starts
     from loopscale.fit.io import prepare
     from loopscale.fit.laws import make_law
-    from scipy.optimize import minimize
 
     law = make_law("joint")
     data = prepare(t, law)
@@ -76,22 +90,20 @@ def _naive(t, n_solves: int, B_sub: int) -> dict:
             obj = Objective(law, data.cols, weights=weights[k : k + 1])
             for x in random_starts(law, n_solves, np.random.default_rng(k)):
                 if mode == "numeric_grad":
-                    minimize(
-                        lambda z: float(obj(z[None, :], grad=False)[0][0]),
-                        x,
-                        method="L-BFGS-B",
-                        bounds=list(zip(lo, hi, strict=True)),
-                        options={"maxiter": 10000},
-                    )
+                    fun, jac = (lambda z, obj=obj: float(obj(z[None, :], grad=False)[0][0])), False
                 else:
-                    minimize(
-                        lambda z: (float(obj(z[None, :])[0][0]), obj(z[None, :])[1][0]),
-                        x,
-                        jac=True,
-                        method="L-BFGS-B",
-                        bounds=list(zip(lo, hi, strict=True)),
-                        options={"maxiter": 10000},
+                    fun, jac = (
+                        (lambda z, obj=obj: (float(obj(z[None, :])[0][0]), obj(z[None, :])[1][0])),
+                        True,
                     )
+                minimize(
+                    fun,
+                    x,
+                    jac=jac,
+                    method="L-BFGS-B",
+                    bounds=list(zip(lo, hi, strict=True)),
+                    options={"maxiter": 10000},
+                )
                 solves += 1
         dt = time.perf_counter() - t0
         out[mode] = {"solves": solves, "wall_s": dt, "s_per_solve": dt / solves}
@@ -103,16 +115,29 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 resamples, 100 starts")
     ap.add_argument("--resamples", type=int, default=200)
     ap.add_argument("--starts", type=int, default=500)
-    ap.add_argument("--naive-starts", type=int, default=20, help="scipy solves per fit in the naive subset")
+    ap.add_argument("--naive-starts", type=int, default=10, help="scipy solves per fit in the naive subset")
     args = ap.parse_args()
     B, S = (20, 100) if args.quick else (args.resamples, args.starts)
     t, source = _table()
     one = _protocol(t, S, B, workers=1)
     two = _protocol(t, S, B, workers=2)
     identical = bool(one.pop("_draws").equals(two.pop("_draws")))
-    naive = _naive(t, args.naive_starts, 2)
+    # speed-up: naive and ours on the same fits, interleaved (naive, ours, naive) so machine load hits both alike
+    naive_a = _naive(t, args.naive_starts, 2)
+    ours_sub = _subset_ours(t, S, 2)
+    naive_b = _naive(t, args.naive_starts, 2)
+    naive = {
+        k: {
+            "solves": naive_a[k]["solves"] + naive_b[k]["solves"],
+            "wall_s": naive_a[k]["wall_s"] + naive_b[k]["wall_s"],
+        }
+        for k in naive_a
+    }
+    for v in naive.values():
+        v["s_per_solve"] = v["wall_s"] / v["solves"]
     total_solves = S * (B + 1)
     naive_total = {k: v["s_per_solve"] * total_solves for k, v in naive.items()}
+    speed = {k: v["s_per_solve"] / ours_sub["s_per_solve"] for k, v in naive.items()}
     res = {
         "benchmark": "fit_protocol",
         "design": f"116 runs ({source}), joint law, paper coefficients + 0.010 nats noise",
@@ -126,16 +151,19 @@ def main() -> None:
         "parallel_efficiency_1_to_2": one["wall_s"] / (2 * two["wall_s"]),
         "same_draws_1_vs_2_workers": identical,
         "naive_subset": naive,
+        "ours_subset": ours_sub,
         "naive_extrapolated_wall_s": naive_total,
-        "speedup_vs_naive_numeric_grad": naive_total["numeric_grad"] / one["wall_s"],
-        "speedup_vs_naive_analytic_grad": naive_total["analytic_grad"] / one["wall_s"],
+        "speedup_vs_naive_numeric_grad": speed["numeric_grad"],
+        "speedup_vs_naive_analytic_grad": speed["analytic_grad"],
         "targets": {"full_protocol_2_cores_s": 120, "speedup_vs_naive": 10, "parallel_efficiency": 0.8},
         "meets": {
-            "full_protocol_2_cores": two["wall_s"] <= 120,
-            "speedup_vs_naive": naive_total["numeric_grad"] / one["wall_s"] >= 10,
+            "full_protocol_2_cores": (two["wall_s"] <= 120) if (B, S) == (200, 500) else None,
+            "speedup_vs_naive": speed["numeric_grad"] >= 10,
             "parallel_efficiency": one["wall_s"] / (2 * two["wall_s"]) >= 0.8,
         },
-        "note": "wall times on a shared machine are noisy; the 2-worker run includes embedded Ray start-up/shutdown",
+        "load_average_1min": os.getloadavg()[0],
+        "note": "wall times on a shared machine are noisy (see load_average_1min vs cpu_count); the 2-worker run "
+        "includes embedded Ray start-up/shutdown; full_protocol_2_cores is only judged for B=200, S=500",
     }
     print(json.dumps(res, indent=2))
 

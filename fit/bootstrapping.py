@@ -25,12 +25,15 @@ used (``loopscale.cluster.connect.ray_session``), and only what was started is s
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from loopscale.fit.fitter import POLISH_WITHIN, FitResult, Objective, build_starts, fit_data
 from loopscale.fit.io import FitData, default_block_by, prepare
 from loopscale.fit.laws import Law, make_law
@@ -219,6 +222,26 @@ def _ray_is_initialized() -> bool:
     return bool(ray is not None and ray.is_initialized())
 
 
+@contextlib.contextmanager
+def _ray_context(address: str | None, workers: int | None):
+    """Ray for the refits: a running Ray or ``address`` (or RAY_ADDRESS) via ``loopscale.cluster.connect.ray_session``;
+    otherwise a fresh embedded local Ray with ``workers`` CPUs started with ``address="local"`` (``ray.init(address=None)``
+    would silently join any other Ray cluster registered on this machine) and shut down on exit."""
+    if address is not None or _ray_is_initialized() or os.environ.get("RAY_ADDRESS"):
+        from loopscale.cluster.connect import ray_session
+
+        with ray_session(address):
+            yield
+        return
+    import ray
+
+    ray.init(address="local", num_cpus=workers, include_dashboard=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 def run_chunks(
     shared: dict[str, Any],
     chunks: list[tuple[list[int], np.ndarray]],
@@ -238,10 +261,7 @@ def run_chunks(
             if progress:
                 print(f"bootstrap: {i + 1}/{len(chunks)} chunks", file=sys.stderr)
         return out
-    from loopscale.cluster.connect import ray_session
-
-    num_cpus = None if (address is not None or _ray_is_initialized()) else workers
-    with ray_session(address, num_cpus=num_cpus):
+    with _ray_context(address, workers):
         import ray
 
         task = ray.remote(num_cpus=1)(_refit_chunk).options(
@@ -274,7 +294,7 @@ def refit_weights(
     delta: float = 1e-3,
     grid: bool = True,
     n_polish: int = 2,
-    max_iter: int = 250,
+    max_iter: int = 150,
     chunk_size: int | None = CHUNK_SIZE,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -392,7 +412,7 @@ def bootstrap_data(
     delta: float = 1e-3,
     grid: bool = True,
     n_polish: int = 2,
-    max_iter: int = 250,
+    max_iter: int = 150,
     level: float = 0.95,
     chunk_size: int | None = CHUNK_SIZE,
     progress: bool = False,
@@ -440,7 +460,7 @@ def bootstrap_data(
             if ok[k]
             else {n: float("nan") for n in law.to_public(np.zeros(law.n_params))}
         )
-        if ok[k] is False and "phi" in law.fixed:
+        if not ok[k] and "phi" in law.fixed:
             p["phi"] = law.fixed["phi"]
         rows.append(p)
     pdf = pd.DataFrame(rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
 
 
@@ -86,22 +87,23 @@ def fit_cmd(
     fit = fit_data(lw, data, starts=starts, seed=seed, delta=delta)
     boot = None
     if bootstrap:
-        serial = (workers == 1 or (workers is None and num_cpus == 1)) and address is None
-        block_arg = "iid" if block_by in ("iid", "none", "") else (bb if bb else "default")
+        block_arg = None if block_by in ("iid", "none", "") else (bb if bb else "default")
         kw = dict(
             B=bootstrap,
-            block_by=None if block_arg == "iid" else block_arg,
+            block_by=block_arg,
             seed=seed,
             starts=starts,
             point=fit,
             delta=delta,
             progress=not json_out,
         )
-        if serial:
-            boot = bootstrap_data(lw, data, workers=1, **kw)
+        n_workers = workers if workers is not None else num_cpus
+        if address is None and num_gpus is None and ray_temp_dir is None:
+            # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
+            boot = bootstrap_data(lw, data, workers=n_workers, **kw)
         else:
             with opts.session():
-                boot = bootstrap_data(lw, data, workers=workers, **kw)
+                boot = bootstrap_data(lw, data, workers=n_workers, address=None, **kw)
     summary = summary_dict(fit, boot)
     if out is not None:
         summary["outputs"] = write_fit_outputs(out, fit, boot)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+
 from loopscale.fit.io import FitData, prepare
 from loopscale.fit.laws import Law, make_law
 
@@ -443,6 +444,7 @@ class FitResult:
     def predict(self, table: Any) -> np.ndarray:
         """Predicted loss (nats/token), shape ``(n,)``, for the rows of ``table`` (same columns as the fit)."""
         import pandas as pd
+
         from loopscale.fit.io import read_table
 
         df = read_table(table) if not isinstance(table, dict) else pd.DataFrame(table)

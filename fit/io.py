@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from loopscale.fit.laws import Law
 
 LOSS_ALIASES = ("loss", "final_val_loss")

@@ -54,7 +54,9 @@ def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path
     ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
     if ok.empty or "C" not in ok.columns:
         return None
-    base = analysis.get("variants", {}).get("baseline") or next(iter(analysis.get("variants", {}).values()), {})
+    base = analysis.get("variants", {}).get("baseline") or next(
+        iter(analysis.get("variants", {}).values()), {}
+    )
     params = (base.get("joint") or {}).get("params")
     rs = sorted(ok["r"].unique())
     fig, axes = plt.subplots(1, len(rs), figsize=(3.4 * len(rs), 3.3), sharey=True, squeeze=False)
@@ -67,14 +69,19 @@ def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path
             s = sub if w is None else sub[sub["d_model"] == w]
             if s.empty:
                 continue
-            ax.scatter(s["C"], s["final_val_loss"], s=16, color=color, label=f"d={w}" if w else None, zorder=3)
+            ax.scatter(
+                s["C"], s["final_val_loss"], s=16, color=color, label=f"d={w}" if w else None, zorder=3
+            )
             if params and "phi" in params and len(s) >= 1:
                 n_once, n_rec = float(s["N_once"].iloc[0]), float(s["N_rec"].iloc[0])
                 f_tok = float((s["C"] / s["D"]).median())
                 cgrid = np.geomspace(ok["C"].min() / 1.5, ok["C"].max() * 1.5, 60)
                 neff = n_once + r ** params["phi"] * n_rec
-                pred = params["E"] + params["A"] * neff ** (-params["alpha"]) + params["B"] * (cgrid / f_tok) ** (
-                    -params["beta"])
+                pred = (
+                    params["E"]
+                    + params["A"] * neff ** (-params["alpha"])
+                    + params["B"] * (cgrid / f_tok) ** (-params["beta"])
+                )
                 ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -99,10 +106,14 @@ def build_report(run_dir: str | Path) -> Path:
     d = Path(run_dir)
     runs = _read_parquet(d / "runs.parquet")
     if runs is None:
-        raise FileNotFoundError(f"{d / 'runs.parquet'} not found: run `loopscale sweep` or `loopscale run` first")
+        raise FileNotFoundError(
+            f"{d / 'runs.parquet'} not found: run `loopscale sweep` or `loopscale run` first"
+        )
     ana_path = d / "fit" / "analysis.json"
     if not ana_path.exists():
-        raise FileNotFoundError(f"{ana_path} not found: run the fit stage (`loopscale run ... --resume`) first")
+        raise FileNotFoundError(
+            f"{ana_path} not found: run the fit stage (`loopscale run ... --resume`) first"
+        )
     ana = json.loads(ana_path.read_text())
     meta = json.loads((d / "run_meta.json").read_text()) if (d / "run_meta.json").exists() else {}
     lr = _read_parquet(d / "lr_table.parquet")
@@ -116,18 +127,26 @@ def build_report(run_dir: str | Path) -> Path:
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")
-    L.append(f"- runs: {len(runs)} ({', '.join(f'{k}: {v}' for k, v in ana.get('runs_by_status', {}).items())})")
-    L.append(f"- r values: {sorted(int(x) for x in runs['r'].unique())}; widths d_model: "
-             f"{sorted(int(x) for x in runs['d_model'].unique())}")
+    L.append(
+        f"- runs: {len(runs)} ({', '.join(f'{k}: {v}' for k, v in ana.get('runs_by_status', {}).items())})"
+    )
+    L.append(
+        f"- r values: {sorted(int(x) for x in runs['r'].unique())}; widths d_model: "
+        f"{sorted(int(x) for x in runs['d_model'].unique())}"
+    )
     if "C" in runs.columns:
-        L.append(f"- training compute: total {_fmt(float(runs['C'].sum()))} FLOPs; per run "
-                 f"{_fmt(float(runs['C'].min()))} – {_fmt(float(runs['C'].max()))} FLOPs "
-                 f"({float(runs['C'].max() / runs['C'].min()):.1f}× span)")
+        L.append(
+            f"- training compute: total {_fmt(float(runs['C'].sum()))} FLOPs; per run "
+            f"{_fmt(float(runs['C'].min()))} – {_fmt(float(runs['C'].max()))} FLOPs "
+            f"({float(runs['C'].max() / runs['C'].min()):.1f}× span)"
+        )
     L.append(f"- tokens per run D: {_fmt(int(runs['D'].min()))} – {_fmt(int(runs['D'].max()))}")
     if "wall_s" in runs.columns:
-        L.append(f"- summed training wall time: {runs['wall_s'].sum() / 60:.1f} min; "
-                 f"median tokens/s {_fmt(float(ok['tokens_per_s'].median()) if len(ok) else None)}; "
-                 f"median MFU {_fmt(float(ok['mfu'].median()) if len(ok) and 'mfu' in ok else None, 3)}")
+        L.append(
+            f"- summed training wall time: {runs['wall_s'].sum() / 60:.1f} min; "
+            f"median tokens/s {_fmt(float(ok['tokens_per_s'].median()) if len(ok) else None)}; "
+            f"median MFU {_fmt(float(ok['mfu'].median()) if len(ok) and 'mfu' in ok else None, 3)}"
+        )
     for stage, secs in meta.get("stage_wall_s", {}).items():
         L.append(f"- stage `{stage}`: {secs / 60:.1f} min wall")
     if ana.get("excluded_runs"):
@@ -141,9 +160,11 @@ def build_report(run_dir: str | Path) -> Path:
         L.append("| size | r | N_unique | best LR | best val loss | smoothed LR | LR used | trials |")
         L.append("|---|---|---|---|---|---|---|---|")
         for _, row in lr.sort_values(["size", "r"]).iterrows():
-            L.append(f"| {row['size']} | {row['r']} | {_fmt(row.get('N_unique'))} | {_fmt(row.get('lr_best'))} | "
-                     f"{_fmt(row.get('best_val_loss'))} | {_fmt(row.get('lr_smoothed'))} | {_fmt(row.get('lr'))} | "
-                     f"{_fmt(row.get('n_trials'))} |")
+            L.append(
+                f"| {row['size']} | {row['r']} | {_fmt(row.get('N_unique'))} | {_fmt(row.get('lr_best'))} | "
+                f"{_fmt(row.get('best_val_loss'))} | {_fmt(row.get('lr_smoothed'))} | {_fmt(row.get('lr'))} | "
+                f"{_fmt(row.get('n_trials'))} |"
+            )
         pngs = sorted((d / "tune_lr").glob("loss_vs_lr_size*.png")) if (d / "tune_lr").exists() else []
         for p in pngs:
             L.append(f"\n![{p.stem}]({p.relative_to(d)})")
@@ -166,9 +187,11 @@ def build_report(run_dir: str | Path) -> Path:
                 L.append(f"| {r} | skipped: {f['skipped']} ||||||||")
                 continue
             p = f["params"]
-            L.append(f"| {r} | {_fmt(p['A'], 3)} | {_fmt(p['alpha'], 3)} | {_fmt(p['B'], 3)} | {_fmt(p['beta'], 3)} | "
-                     f"{_fmt(p['E'], 4)} | {_fmt(f['objective'], 3)} | {_fmt(f['r2'], 4)} | "
-                     f"{_fmt(f['max_abs_residual'], 3)} |")
+            L.append(
+                f"| {r} | {_fmt(p['A'], 3)} | {_fmt(p['alpha'], 3)} | {_fmt(p['B'], 3)} | {_fmt(p['beta'], 3)} | "
+                f"{_fmt(p['E'], 4)} | {_fmt(f['objective'], 3)} | {_fmt(f['r2'], 4)} | "
+                f"{_fmt(f['max_abs_residual'], 3)} |"
+            )
         j = v.get("joint", {})
         if "skipped" in j:
             L.append(f"\nJoint fit skipped: {j['skipped']}\n")
@@ -176,75 +199,106 @@ def build_report(run_dir: str | Path) -> Path:
         p, ci = j["params"], j.get("ci", {})
         boot = j.get("bootstrap", {})
         L.append("\n### Joint law (paper Eq. 3): L = E + A·(N_once + r^φ·N_rec)^−α + B·D^−β\n")
-        L.append(f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi')}** "
-                 f"(block bootstrap over {boot.get('block_by')}, B = {boot.get('B')}, "
-                 f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
-                 f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n")
+        L.append(
+            f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi')}** "
+            f"(block bootstrap over {boot.get('block_by')}, B = {boot.get('B')}, "
+            f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
+            f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
+        )
         L.append("| parameter | value | 95 % CI |")
         L.append("|---|---|---|")
         for k in ("E", "A", "alpha", "B", "beta", "phi"):
             L.append(f"| {k} | {_fmt(p[k])} | {_ci(ci, k)} |")
-        L.append(f"\nR² = {_fmt(j['r2'], 4)}, RMSE = {_fmt(j['rmse'], 3)} nats, max |residual| = "
-                 f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
-                 f"n = {j['n']}, parameters on a bound: {j.get('on_bound') or 'none'}.")
+        L.append(
+            f"\nR² = {_fmt(j['r2'], 4)}, RMSE = {_fmt(j['rmse'], 3)} nats, max |residual| = "
+            f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
+            f"n = {j['n']}, parameters on a bound: {j.get('on_bound') or 'none'}."
+        )
         if j.get("on_bound"):
-            L.append("\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
-                     "treat φ and its interval with care (see the README's section on the fit's limits).")
+            L.append(
+                "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
+                "treat φ and its interval with care (see the README's section on the fit's limits)."
+            )
         L.append("\nResiduals by r (actual − predicted, nats; paper Table 7):\n")
         L.append("| r | n | mean | max abs | RMSE |")
         L.append("|---|---|---|---|---|")
         for r, s in (j.get("residuals_by_r") or {}).items():
-            L.append(f"| {r} | {s.get('n')} | {_fmt(s.get('mean'), 3)} | {_fmt(s.get('max_abs'), 3)} | "
-                     f"{_fmt(s.get('rmse'), 3)} |")
+            L.append(
+                f"| {r} | {s.get('n')} | {_fmt(s.get('mean'), 3)} | {_fmt(s.get('max_abs'), 3)} | "
+                f"{_fmt(s.get('rmse'), 3)} |"
+            )
         L.append("\n### Restricted fits\n")
         L.append("| form | α | β | E | φ | R² | Huber |")
         L.append("|---|---|---|---|---|---|---|")
-        L.append(f"| φ free | {_fmt(p['alpha'], 3)} | {_fmt(p['beta'], 3)} | {_fmt(p['E'], 4)} | {_fmt(p['phi'], 3)} | "
-                 f"{_fmt(j['r2'], 4)} | {_fmt(j['objective'], 3)} |")
+        L.append(
+            f"| φ free | {_fmt(p['alpha'], 3)} | {_fmt(p['beta'], 3)} | {_fmt(p['E'], 4)} | {_fmt(p['phi'], 3)} | "
+            f"{_fmt(j['r2'], 4)} | {_fmt(j['objective'], 3)} |"
+        )
         for name, f in v.get("restricted", {}).items():
             q = f["params"]
-            L.append(f"| {name} | {_fmt(q['alpha'], 3)} | {_fmt(q['beta'], 3)} | {_fmt(q['E'], 4)} | "
-                     f"{_fmt(q['phi'], 3)} | {_fmt(f['r2'], 4)} | {_fmt(f['objective'], 3)} |")
+            L.append(
+                f"| {name} | {_fmt(q['alpha'], 3)} | {_fmt(q['beta'], 3)} | {_fmt(q['E'], 4)} | "
+                f"{_fmt(q['phi'], 3)} | {_fmt(f['r2'], 4)} | {_fmt(f['objective'], 3)} |"
+            )
         if v.get("equivalence"):
             L.append("\n### What one recurrence is worth here\n")
             for e in v["equivalence"]:
-                s = (f"- At r = {e['r']} (d_model {e['d_model']}), a model with N_unique = {_fmt(e['N_unique'], 3)} "
-                     f"performs like a non-looped model of N_eff = {_fmt(e['N_eff'], 3)} (r^φ = {_fmt(e['r_phi'], 3)})")
+                s = (
+                    f"- At r = {e['r']} (d_model {e['d_model']}), a model with N_unique = {_fmt(e['N_unique'], 3)} "
+                    f"performs like a non-looped model of N_eff = {_fmt(e['N_eff'], 3)} (r^φ = {_fmt(e['r_phi'], 3)})"
+                )
                 if e.get("flops_per_token") is not None:
                     s += f" and costs {_fmt(e['flops_per_token'], 3)} training FLOPs/token"
                 if e.get("flops_per_token_r1") is not None:
-                    s += (f", the FLOPs of the r = 1 model of the same width with N_unique = "
-                          f"{_fmt(e['N_unique_r1'], 3)} ({_fmt(e['flops_per_token_r1'], 3)} FLOPs/token)")
+                    s += (
+                        f", the FLOPs of the r = 1 model of the same width with N_unique = "
+                        f"{_fmt(e['N_unique_r1'], 3)} ({_fmt(e['flops_per_token_r1'], 3)} FLOPs/token)"
+                    )
                 L.append(s + ".")
         files = v.get("files", {})
-        for key, cap in (("phi_bootstrap.png", "φ bootstrap"), ("residuals.png", "residuals vs prediction"),
-                         ("fit_curves.png", "data and fitted curves")):
+        for key, cap in (
+            ("phi_bootstrap.png", "φ bootstrap"),
+            ("residuals.png", "residuals vs prediction"),
+            ("fit_curves.png", "data and fitted curves"),
+        ):
             if key in files:
-                L.append(f"\n![{cap}](fit/{files[key]})" if not files[key].startswith("fit/") else
-                         f"\n![{cap}]({files[key]})")
+                L.append(
+                    f"\n![{cap}](fit/{files[key]})"
+                    if not files[key].startswith("fit/")
+                    else f"\n![{cap}]({files[key]})"
+                )
         L.append("")
     if frontier is not None and len(frontier):
         L.append("## Compute-optimal frontier of the joint law (per r)\n")
         L.append("| variant | C (FLOPs) | r | N* (unique) | N_eff* | D* (tokens) | L* (nats) |")
         L.append("|---|---|---|---|---|---|---|")
         for _, row in frontier.sort_values(["variant", "C", "r"]).iterrows():
-            L.append(f"| {row['variant']} | {_fmt(row['C'])} | {int(row['r'])} | {_fmt(row['N_star'], 3)} | "
-                     f"{_fmt(row['N_eff_star'], 3)} | {_fmt(row['D_star'], 3)} | {_fmt(row['L_star'], 4)} |")
+            L.append(
+                f"| {row['variant']} | {_fmt(row['C'])} | {int(row['r'])} | {_fmt(row['N_star'], 3)} | "
+                f"{_fmt(row['N_eff_star'], 3)} | {_fmt(row['D_star'], 3)} | {_fmt(row['L_star'], 4)} |"
+            )
         L.append("")
     if ana.get("budget_kind") == "D":
         L.append("## IsoFLOP parabolas\n")
-        L.append("Not computed: this grid uses token budgets (every size trained for the same D), so no cell holds "
-                 "several sizes at one compute budget. Use `budgets: {C: [sizes]}` in the spec for IsoFLOP cells.\n")
+        L.append(
+            "Not computed: this grid uses token budgets (every size trained for the same D), so no cell holds "
+            "several sizes at one compute budget. Use `budgets: {C: [sizes]}` in the spec for IsoFLOP cells.\n"
+        )
     if iso is not None and len(iso):
         L.append("## IsoFLOP parabolas (approximate)\n")
-        L.append("Vertices of a parabola in log N per cell (Chinchilla Approach 2). They are biased even without "
-                 "noise and are shown for comparison only; the frontier above comes from the law.\n")
+        L.append(
+            "Vertices of a parabola in log N per cell (Chinchilla Approach 2). They are biased even without "
+            "noise and are shown for comparison only; the frontier above comes from the law.\n"
+        )
         keys = [c for c in iso.columns if c in ("variant", "budget", "D", "r")]
         L.append("| " + " | ".join(keys) + " | points | N vertex | L vertex |")
         L.append("|" + "---|" * (len(keys) + 3))
         for _, row in iso.iterrows():
-            L.append("| " + " | ".join(_fmt(row[k]) if k != "variant" else str(row[k]) for k in keys) +
-                     f" | {int(row['n_points'])} | {_fmt(row['N_vertex'], 3)} | {_fmt(row['L_vertex'], 4)} |")
+            L.append(
+                "| "
+                + " | ".join(_fmt(row[k]) if k != "variant" else str(row[k]) for k in keys)
+                + f" | {int(row['n_points'])} | {_fmt(row['N_vertex'], 3)} | {_fmt(row['L_vertex'], 4)} |"
+            )
         L.append("")
     comp = ana.get("variant_comparison")
     if comp:
@@ -255,8 +309,10 @@ def build_report(run_dir: str | Path) -> Path:
             L.append("| variant | φ | Δφ | 95 % CI | share of resamples with Δφ ≤ 0 |")
             L.append("|---|---|---|---|---|")
             for name, c in comp.get("comparisons", {}).items():
-                L.append(f"| {name} | {_fmt(c.get('phi'), 3)} | {_fmt(c.get('delta_phi'), 3)} | "
-                         f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} |")
+                L.append(
+                    f"| {name} | {_fmt(c.get('phi'), 3)} | {_fmt(c.get('delta_phi'), 3)} | "
+                    f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} |"
+                )
             L.append("")
     out = d / "report.md"
     tmp = d / "report.md.tmp"
@@ -266,7 +322,9 @@ def build_report(run_dir: str | Path) -> Path:
 
 
 def report_cmd(
-    run_dir: Path = typer.Argument(..., help="Output directory of `loopscale run` (holds runs.parquet, fit/)."),
+    run_dir: Path = typer.Argument(
+        ..., help="Output directory of `loopscale run` (holds runs.parquet, fit/)."
+    ),
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
     try:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from loopscale.fit.bootstrapping import percentile_ci, refit_weights
 from loopscale.fit.fitter import fit_data
 from loopscale.fit.io import default_block_by, prepare, read_table

