@@ -101,19 +101,41 @@ def run_sweep(
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus):
             exps = _experiments(storage_path, prefix)
             if resume and exps and tune.Tuner.can_restore(uri_join(storage_path, exps[-1])):
-                plan = plan_grid(pending, spec, out, storage_path=storage_path, experiment=exps[-1],
-                                 reuse_actors=reuse_actors, max_concurrent=max_concurrent, quiet=quiet)
-                tuner = tune.Tuner.restore(uri_join(storage_path, exps[-1]), trainable=plan.trainable(),
-                                           resume_unfinished=True, resume_errored=True)
+                plan = plan_grid(
+                    pending,
+                    spec,
+                    out,
+                    storage_path=storage_path,
+                    experiment=exps[-1],
+                    reuse_actors=reuse_actors,
+                    max_concurrent=max_concurrent,
+                    quiet=quiet,
+                )
+                tuner = tune.Tuner.restore(
+                    uri_join(storage_path, exps[-1]),
+                    trainable=plan.trainable(),
+                    resume_unfinished=True,
+                    resume_errored=True,
+                )
                 grid = tuner.fit()
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
                     raise SweepInterrupted("sweep interrupted; rerun with --resume")
                 done = store.completed_ids()
-                pending = [c for c in pending if c.run_id not in done and c.run_id not in errored_run_ids(grid)]
+                pending = [
+                    c for c in pending if c.run_id not in done and c.run_id not in errored_run_ids(grid)
+                ]
             if pending:
                 n = int(exps[-1][len(prefix) :]) + 1 if exps else 1
-                plan = plan_grid(pending, spec, out, storage_path=storage_path, experiment=f"{prefix}{n:03d}",
-                                 reuse_actors=reuse_actors, max_concurrent=max_concurrent, quiet=quiet)
+                plan = plan_grid(
+                    pending,
+                    spec,
+                    out,
+                    storage_path=storage_path,
+                    experiment=f"{prefix}{n:03d}",
+                    reuse_actors=reuse_actors,
+                    max_concurrent=max_concurrent,
+                    quiet=quiet,
+                )
                 plan.build().fit()
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
                     raise SweepInterrupted("sweep interrupted; rerun with --resume")
@@ -134,7 +156,9 @@ def _fail(msg: str, code: int = 2) -> None:
 
 def sweep_cmd(
     spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
-    out: Path = typer.Option(..., "--out", help="Output directory (runs.parquet, curves.parquet, Tune state)."),
+    out: Path = typer.Option(
+        ..., "--out", help="Output directory (runs.parquet, curves.parquet, Tune state)."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Restore the interrupted experiment and finish it."),
     force: bool = typer.Option(False, "--force", help="Retrain cells whose run id already finished."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster to join ('auto', 'host:port')."),
@@ -148,8 +172,16 @@ def sweep_cmd(
     t0 = time.time()
     try:
         spec = load_spec(spec_path)
-        path = run_sweep(spec, out, resume=resume, force=force, address=address, num_cpus=num_cpus,
-                         num_gpus=num_gpus, quiet=as_json)
+        path = run_sweep(
+            spec,
+            out,
+            resume=resume,
+            force=force,
+            address=address,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            quiet=as_json,
+        )
     except SweepInterrupted as e:
         _fail(str(e), code=130)
     except (SpecError, ValueError, FileNotFoundError) as e:
@@ -160,7 +192,12 @@ def sweep_cmd(
     status = {}
     for row in t:
         status[row["status"]] = status.get(row["status"], 0) + 1
-    summary = {"runs_parquet": str(path), "rows": len(t), "status": status, "wall_s": round(time.time() - t0, 2)}
+    summary = {
+        "runs_parquet": str(path),
+        "rows": len(t),
+        "status": status,
+        "wall_s": round(time.time() - t0, 2),
+    }
     if as_json:
         json.dump(summary, sys.stdout)
         sys.stdout.write("\n")
@@ -170,7 +207,9 @@ def sweep_cmd(
 
 def tune_lr_cmd(
     spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
-    out: Path = typer.Option(Path("loopscale_out"), "--out", help="Output directory (lr_table.parquet, tune_lr/)."),
+    out: Path = typer.Option(
+        Path("loopscale_out"), "--out", help="Output directory (lr_table.parquet, tune_lr/)."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Restore an interrupted study and finish it."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster to join ('auto', 'host:port')."),
     num_cpus: int | None = typer.Option(None, "--num-cpus", help="CPUs of the embedded local Ray."),
@@ -184,8 +223,9 @@ def tune_lr_cmd(
 
     try:
         spec = load_spec(spec_path)
-        table = run_tune_lr(spec, out, resume=resume, address=address, num_cpus=num_cpus, num_gpus=num_gpus,
-                            plot=not no_plot)
+        table = run_tune_lr(
+            spec, out, resume=resume, address=address, num_cpus=num_cpus, num_gpus=num_gpus, plot=not no_plot
+        )
     except TuneInterrupted as e:
         _fail(str(e), code=130)
     except (SpecError, ValueError, FileNotFoundError) as e:

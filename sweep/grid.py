@@ -80,7 +80,11 @@ def write_json_uri(uri: str, obj: Any) -> None:
 def _ckpt_files(d: Path) -> list[Path]:
     if not d.is_dir():
         return []
-    return [p for p in d.iterdir() if p.is_file() and p.name not in ("result.json",) and not p.name.startswith(".")]
+    return [
+        p
+        for p in d.iterdir()
+        if p.is_file() and p.name not in ("result.json",) and not p.name.startswith(".")
+    ]
 
 
 class RunWorkspace:
@@ -225,7 +229,8 @@ def grid_trainable(config: dict) -> None:
     tune.report(
         {
             DONE_KEY: True,
-            RESULT_KEY: json.dumps(done),
+            # the per-micro-batch id list can be long (paper runs: ~10^5 ids); it stays in result.json only
+            RESULT_KEY: json.dumps({k: v for k, v in done.items() if k != "micro_batch_ids"}),
             "final_val_loss": done.get("final_val_loss"),
             "status": done.get("status"),
             "started_at": started,
@@ -401,7 +406,10 @@ class TunerPlan:
         from ray import tune
 
         return tune.Tuner(
-            self.trainable(), param_space=self.param_space, tune_config=self.tune_config(), run_config=self.run_config()
+            self.trainable(),
+            param_space=self.param_space,
+            tune_config=self.tune_config(),
+            run_config=self.run_config(),
         )
 
 

@@ -132,5 +132,7 @@ def preset_yaml(name: str) -> str:
 
     if name not in PRESETS:
         raise SpecError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
-    head = f"# loopscale sweep spec '{name}' (same content as loopscale.sweep.presets.preset_spec('{name}'))\n"
+    head = (
+        f"# loopscale sweep spec '{name}' (same content as loopscale.sweep.presets.preset_spec('{name}'))\n"
+    )
     return head + yaml.safe_dump(copy.deepcopy(PRESETS[name]), sort_keys=False, default_flow_style=None)

@@ -264,8 +264,14 @@ class SweepSpec(_Strict):
                     if s not in tab and str(s) not in tab:
                         raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
             else:
-                raise ValueError(f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}")
-        if self.resources.gpus > 0 and self.resources.gpus > 1 and self.resources.gpus != int(self.resources.gpus):
+                raise ValueError(
+                    f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}"
+                )
+        if (
+            self.resources.gpus > 0
+            and self.resources.gpus > 1
+            and self.resources.gpus != int(self.resources.gpus)
+        ):
             raise ValueError(f"resources.gpus above 1 must be whole, got {self.resources.gpus}")
         # every cell must build a valid model (catches e.g. d_model not divisible by head_dim) before Ray starts
         for s in self.all_sizes():
@@ -321,7 +327,9 @@ class SweepSpec(_Strict):
                 raise SpecError("lr is 'tune' but no LR table was given: run `loopscale tune-lr SPEC` first")
             key = (size, r) if (size, r) in lr_table else (size, None)
             if key not in lr_table:
-                raise SpecError(f"lr_table has no LR for size {size}, r {r}; it has {sorted(lr_table, key=str)}")
+                raise SpecError(
+                    f"lr_table has no LR for size {size}, r {r}; it has {sorted(lr_table, key=str)}"
+                )
             return float(lr_table[key])
         if "fixed" in self.lr:
             return float(self.lr["fixed"])
@@ -449,7 +457,9 @@ class Cell:
         """JSON-able form (the model config as a dict); inverse of :meth:`from_dict`."""
         kw = dict(self.run_kwargs)
         kw["model"] = kw["model"].to_dict()
-        return dict(variant=self.variant, r=self.r, size=self.size, budget=self.budget, seed=self.seed, run_kwargs=kw)
+        return dict(
+            variant=self.variant, r=self.r, size=self.size, budget=self.budget, seed=self.seed, run_kwargs=kw
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> Cell:
@@ -457,7 +467,9 @@ class Cell:
 
         kw = dict(d["run_kwargs"])
         kw["model"] = LoopedConfig(**kw["model"])
-        return cls(variant=d["variant"], r=d["r"], size=d["size"], budget=d["budget"], seed=d["seed"], run_kwargs=kw)
+        return cls(
+            variant=d["variant"], r=d["r"], size=d["size"], budget=d["budget"], seed=d["seed"], run_kwargs=kw
+        )
 
 
 def _canon(x: Any) -> Any:

@@ -39,8 +39,20 @@ _TS = pa.timestamp("us", tz="UTC")
 
 RUNS_SCHEMA = pa.schema(
     [
-        _f("run_id", pa.string(), "-", "stable hash of the run definition (loopscale.sweep.spec.run_id)", False),
-        _f("variant", pa.string(), "-", "baseline | trunc_bptt | hyperconnect (r = 1 runs are 'baseline')", False),
+        _f(
+            "run_id",
+            pa.string(),
+            "-",
+            "stable hash of the run definition (loopscale.sweep.spec.run_id)",
+            False,
+        ),
+        _f(
+            "variant",
+            pa.string(),
+            "-",
+            "baseline | trunc_bptt | hyperconnect (r = 1 runs are 'baseline')",
+            False,
+        ),
         _f("r", pa.int64(), "count", "recurrences of the shared block", False),
         _f("size", pa.int64(), "-", "grid size as written in the spec (d_model or width scale s)"),
         _f("d_model", pa.int64(), "count", "residual width d"),
@@ -111,8 +123,10 @@ def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     for i, row in enumerate(rows):
         extra = set(row) - names
         if extra:
-            raise ValueError(f"row {i} has keys not in the {schema.metadata[b'loopscale.table'].decode()} schema: "
-                             f"{sorted(extra)}")
+            raise ValueError(
+                f"row {i} has keys not in the {schema.metadata[b'loopscale.table'].decode()} schema: "
+                f"{sorted(extra)}"
+            )
         for f in schema:
             if not f.nullable and row.get(f.name) is None:
                 raise ValueError(f"row {i}: field {f.name!r} must not be null")
@@ -165,8 +179,15 @@ def _num(x: Any) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
-def run_record(cell, result: dict, *, trial_id: str | None = None, host: str | None = None,
-               started_at: Any = None, finished_at: Any = None) -> dict:
+def run_record(
+    cell,
+    result: dict,
+    *,
+    trial_id: str | None = None,
+    host: str | None = None,
+    started_at: Any = None,
+    finished_at: Any = None,
+) -> dict:
     """One ``runs.parquet`` row from a grid cell and a ``RunResult.to_dict()``.
 
     Model fields come from the cell's config; counts (N_once, N_rec, N_unique, flops_per_token, D, C), losses
@@ -295,7 +316,9 @@ class ResultsStore:
         """Rebuild ``runs.parquet`` and ``curves.parquet`` from the parts and the existing files: one row per
         run id (the newest ``finished_at`` wins), sorted by (variant, budget, size, r, seed). Returns the
         path of ``runs.parquet``."""
-        runs = pa.concat_tables([read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)])
+        runs = pa.concat_tables(
+            [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
+        )
         rows = runs.to_pylist()
         best: dict[str, dict] = {}
         for row in rows:
@@ -306,7 +329,14 @@ class ResultsStore:
                 best[row["run_id"]] = row
         ordered = sorted(
             best.values(),
-            key=lambda x: (x["variant"], x["budget"] or 0.0, x["target_tokens"] or 0, x["size"] or 0, x["r"], x["seed"] or 0),
+            key=lambda x: (
+                x["variant"],
+                x["budget"] or 0.0,
+                x["target_tokens"] or 0,
+                x["size"] or 0,
+                x["r"],
+                x["seed"] or 0,
+            ),
         )
         write_table_atomic(to_table(ordered, RUNS_SCHEMA), self.runs_path)
         # curves: parts win over the old consolidated file for a run id

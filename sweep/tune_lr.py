@@ -52,97 +52,135 @@ def _lr_key(lr: float) -> str:
 # --- the ASHA scheduler with persistent rungs -----------------------------------------------------------
 
 
-def _asha_base():
+_ASHA_CLS = None
+
+
+def __getattr__(name: str):
+    # PersistentASHA subclasses Ray's ASHAScheduler; it is built on first use so importing this module does not
+    # import Ray. Pickle (Tune's tuner.pkl) finds it again through this hook.
+    if name == "PersistentASHA":
+        return _persistent_asha_cls()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _persistent_asha_cls():
+    global _ASHA_CLS
+    if _ASHA_CLS is not None:
+        return _ASHA_CLS
     from ray.tune.schedulers import ASHAScheduler
 
-    return ASHAScheduler
+    class PersistentASHA(ASHAScheduler):
+        """``ASHAScheduler`` (one bracket) whose rungs and decisions persist in ``state_path`` (JSON).
 
+        Records are keyed by the trial's LR (``config["lr"]``), not by Tune's trial id, so a trial re-created
+        under a new id after a restore meets its own records. A result at a rung this LR has already passed gets
+        the recorded decision back; otherwise the decision is ASHA's: stop when the value is worse than the
+        (1 - 1/reduction_factor) quantile of the values recorded at that rung (Li et al. 2020, as Ray's
+        ``_Bracket.on_result``). ``time_attr`` results >= ``max_t`` stop the trial.
+        """
 
-class PersistentASHA(_asha_base()):
-    """``ASHAScheduler`` (one bracket) whose rungs and decisions persist in ``state_path`` (JSON).
+        def __init__(
+            self,
+            state_path: str,
+            *,
+            time_attr: str,
+            metric: str,
+            mode: str,
+            max_t: int,
+            grace_period: int,
+            reduction_factor: float,
+        ):
+            super().__init__(
+                time_attr=time_attr,
+                metric=metric,
+                mode=mode,
+                max_t=max_t,
+                grace_period=grace_period,
+                reduction_factor=reduction_factor,
+                brackets=1,
+            )
+            self._state_path = state_path
+            self._rung_ms = [m for m, _ in self._brackets[0]._rungs]  # descending
+            self._state: dict | None = None
 
-    Records are keyed by the trial's LR (``config["lr"]``), not by Tune's trial id, so a trial re-created
-    under a new id after a restore meets its own records. A result at a rung this LR has already passed gets
-    the recorded decision back; otherwise the decision is ASHA's: stop when the value is worse than the
-    (1 - 1/reduction_factor) quantile of the values recorded at that rung (Li et al. 2020, as Ray's
-    ``_Bracket.on_result``). ``time_attr`` results >= ``max_t`` stop the trial.
-    """
+        def _load(self) -> dict:
+            if self._state is None:
+                p = Path(self._state_path)
+                self._state = (
+                    json.loads(p.read_text()) if p.exists() else {"rungs": {}, "decisions": {}, "history": {}}
+                )
+            return self._state
 
-    def __init__(self, state_path: str, *, time_attr: str, metric: str, mode: str, max_t: int,
-                 grace_period: int, reduction_factor: float):
-        super().__init__(time_attr=time_attr, metric=metric, mode=mode, max_t=max_t, grace_period=grace_period,
-                         reduction_factor=reduction_factor, brackets=1)
-        self._state_path = state_path
-        self._rung_ms = [m for m, _ in self._brackets[0]._rungs]  # descending
-        self._state: dict | None = None
-
-    def _load(self) -> dict:
-        if self._state is None:
+        def _save(self) -> None:
             p = Path(self._state_path)
-            self._state = json.loads(p.read_text()) if p.exists() else {"rungs": {}, "decisions": {}, "history": {}}
-        return self._state
+            p.parent.mkdir(parents=True, exist_ok=True)
+            tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}")
+            tmp.write_text(json.dumps(self._state, sort_keys=True))
+            os.replace(tmp, p)
 
-    def _save(self) -> None:
-        p = Path(self._state_path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}")
-        tmp.write_text(json.dumps(self._state, sort_keys=True))
-        os.replace(tmp, p)
+        def on_trial_add(self, tune_controller, trial):
+            super().on_trial_add(tune_controller, trial)
 
-    def on_trial_add(self, tune_controller, trial):
-        super().on_trial_add(tune_controller, trial)
+        def on_trial_remove(self, tune_controller, trial):
+            self._trial_info.pop(trial.trial_id, None)
 
-    def on_trial_remove(self, tune_controller, trial):
-        self._trial_info.pop(trial.trial_id, None)
+        def _decide(self, trial, result: dict) -> str:
+            from ray.tune.schedulers import TrialScheduler
 
-    def _decide(self, trial, result: dict) -> str:
-        from ray.tune.schedulers import TrialScheduler
+            if self._time_attr not in result or self._metric not in result:
+                return TrialScheduler.CONTINUE
+            st = self._load()
+            key = _lr_key(trial.config["lr"])
+            t = int(result[self._time_attr])
+            value = float(result[self._metric])
+            st["history"].setdefault(key, {})[str(t)] = value
+            action = TrialScheduler.CONTINUE
+            if t >= self._max_t:
+                action = TrialScheduler.STOP
+            else:
+                for m in self._rung_ms:
+                    if t < m:
+                        continue
+                    rung = st["rungs"].setdefault(str(m), {})
+                    dkey = f"{key}@{m}"
+                    if key in rung:
+                        action = (
+                            st["decisions"].get(dkey, TrialScheduler.CONTINUE)
+                            if t == m
+                            else TrialScheduler.CONTINUE
+                        )
+                        break
+                    import numpy as np
 
-        if self._time_attr not in result or self._metric not in result:
-            return TrialScheduler.CONTINUE
-        st = self._load()
-        key = _lr_key(trial.config["lr"])
-        t = int(result[self._time_attr])
-        value = float(result[self._metric])
-        st["history"].setdefault(key, {})[str(t)] = value
-        action = TrialScheduler.CONTINUE
-        if t >= self._max_t:
-            action = TrialScheduler.STOP
-        else:
-            for m in self._rung_ms:
-                if t < m:
-                    continue
-                rung = st["rungs"].setdefault(str(m), {})
-                dkey = f"{key}@{m}"
-                if key in rung:
-                    action = st["decisions"].get(dkey, TrialScheduler.CONTINUE) if t == m else TrialScheduler.CONTINUE
+                    vals = list(rung.values())
+                    reward = self._metric_op * value
+                    if vals:
+                        cutoff = np.nanpercentile(vals, (1 - 1 / self._reduction_factor) * 100)
+                        if reward < cutoff:
+                            action = TrialScheduler.STOP
+                    rung[key] = reward
+                    st["decisions"][dkey] = action
                     break
-                import numpy as np
+            self._save()
+            if action == TrialScheduler.STOP:
+                self._num_stopped += 1
+            return action
 
-                vals = list(rung.values())
-                reward = self._metric_op * value
-                if vals:
-                    cutoff = np.nanpercentile(vals, (1 - 1 / self._reduction_factor) * 100)
-                    if reward < cutoff:
-                        action = TrialScheduler.STOP
-                rung[key] = reward
-                st["decisions"][dkey] = action
-                break
-        self._save()
-        if action == TrialScheduler.STOP:
-            self._num_stopped += 1
-        return action
+        def on_trial_result(self, tune_controller, trial, result):
+            return self._decide(trial, result)
 
-    def on_trial_result(self, tune_controller, trial, result):
-        return self._decide(trial, result)
+        def on_trial_complete(self, tune_controller, trial, result):
+            self._trial_info.pop(trial.trial_id, None)
 
-    def on_trial_complete(self, tune_controller, trial, result):
-        self._trial_info.pop(trial.trial_id, None)
+        def state(self) -> dict:
+            """The persisted state: rungs {milestone: {lr: reward}}, decisions {lr@milestone: action},
+            history {lr: {milestone: val_loss}}."""
+            return self._load()
 
-    def state(self) -> dict:
-        """The persisted state: rungs {milestone: {lr: reward}}, decisions {lr@milestone: action},
-        history {lr: {milestone: val_loss}}."""
-        return self._load()
+    PersistentASHA.__module__ = __name__
+    PersistentASHA.__qualname__ = "PersistentASHA"
+    _ASHA_CLS = PersistentASHA
+    return PersistentASHA
 
 
 # --- the search space (picklable define-by-run) ---------------------------------------------------------
@@ -237,7 +275,9 @@ def lr_trainable(config: dict) -> None:
                 continue
             m = milestone(float(pt["tokens"]))
             if 1 <= m < M:
-                tune.report({TIME_ATTR: m, METRIC: float(pt["val_loss"]), "tokens": pt["tokens"], "replayed": True})
+                tune.report(
+                    {TIME_ATTR: m, METRIC: float(pt["val_loss"]), "tokens": pt["tokens"], "replayed": True}
+                )
     final = done.get("final_val_loss")
     tune.report(
         {
@@ -279,8 +319,9 @@ def _mirror_cls():
     class OptunaMirror(Callback):
         """Writes each finished Tune trial once into the persistent Optuna study (deduplicated by LR)."""
 
-        def __init__(self, storage_url: str, study_name: str, space: LRSpace, num_milestones: int,
-                     history_path: str):
+        def __init__(
+            self, storage_url: str, study_name: str, space: LRSpace, num_milestones: int, history_path: str
+        ):
             self.storage_url, self.study_name = storage_url, study_name
             self.space, self.M = space, num_milestones
             self.history_path = history_path
@@ -296,7 +337,7 @@ def _mirror_cls():
                 return
             lr = float(trial.config["lr"])
             key = _lr_key(lr)
-            study = optuna.load_study(study_name=self.study_name, storage=self.storage_url)
+            study = optuna.load_study(study_name=self.study_name, storage=optuna_storage(self.storage_url))
             if any(t.user_attrs.get("lr_key") == key for t in study.get_trials(deepcopy=False)):
                 return
             hist = {int(k): v for k, v in self._history().get(key, {}).items()}
@@ -331,6 +372,20 @@ def _mirror_cls():
     return OptunaMirror
 
 
+_STORAGES: dict = {}
+
+
+def optuna_storage(url: str):
+    """One ``optuna.storages.RDBStorage`` per URL and process. SQLite connections wait up to 60 s for a lock
+    (readers such as optuna-dashboard may hold it) instead of failing the driver's write."""
+    import optuna
+
+    if url not in _STORAGES:
+        kw = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+        _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=kw)
+    return _STORAGES[url]
+
+
 def _lr_trial_dirname(trial) -> str:
     return f"lr_{trial.trial_id}"
 
@@ -351,7 +406,9 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
 
     ts = spec.tune
     lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
-    cells = [c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"]
+    cells = [
+        c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"
+    ]
     base = cells[0]
     cfg = base.run_kwargs["model"]
     B = spec.training.batch_tokens
@@ -386,7 +443,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
     sampler = optuna.samplers.TPESampler(seed=ts.seed)
     search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
-    scheduler = PersistentASHA(
+    scheduler = _persistent_asha_cls()(
         str(tune_dir / "asha" / f"{experiment}.json"),
         time_attr=TIME_ATTR,
         metric=METRIC,
@@ -422,6 +479,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         run_config=run_config,
         space=space,
         scheduler=scheduler,
+        mirror=mirror,
         study_name=study_name,
         storage_url=db,
         budget_tokens=steps * B,
@@ -441,11 +499,17 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
 
     experiment = f"tune_lr_{spec.name}_size{size}_r{r}"
     plan = study_plan(spec, size, r, tune_dir, storage_path, experiment=experiment)
-    optuna.create_study(study_name=plan["study_name"], storage=plan["storage_url"], direction="minimize",
-                        load_if_exists=True)
+    optuna.create_study(
+        study_name=plan["study_name"],
+        storage=optuna_storage(plan["storage_url"]),
+        direction="minimize",
+        load_if_exists=True,
+    )
     exp_uri = uri_join(storage_path, experiment)
     if resume and tune.Tuner.can_restore(exp_uri):
-        tuner = tune.Tuner.restore(exp_uri, trainable=plan["trainable"], resume_unfinished=True, resume_errored=True)
+        tuner = tune.Tuner.restore(
+            exp_uri, trainable=plan["trainable"], resume_unfinished=True, resume_errored=True
+        )
     else:
         if is_local_uri(storage_path) and local_path(exp_uri).exists():
             shutil.rmtree(local_path(exp_uri))
@@ -454,6 +518,13 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
     tuner.fit()
     if unfinished_trials(exp_uri):
         raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted; rerun with --resume")
+    # reconcile: a finished trial whose mirror write was lost (driver killed in between) is recorded now
+    import logging
+
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    for t in tune.ExperimentAnalysis(exp_uri).trials:
+        if t.status in ("TERMINATED", "ERROR"):
+            plan["mirror"]._record(t, failed=t.status == "ERROR")
     return plan
 
 
@@ -469,8 +540,21 @@ def _choose(study) -> tuple[float | None, float | None, int, int]:
     return float(best.params["lr"]), float(best.value), len(trials), pruned
 
 
-LR_TABLE_COLUMNS = ("size", "r", "N_unique", "N_eff", "lr_best", "best_val_loss", "lr_smoothed", "lr", "n_trials",
-                    "n_pruned", "budget_tokens", "study_name", "storage")
+LR_TABLE_COLUMNS = (
+    "size",
+    "r",
+    "N_unique",
+    "N_eff",
+    "lr_best",
+    "best_val_loss",
+    "lr_smoothed",
+    "lr",
+    "n_trials",
+    "n_pruned",
+    "budget_tokens",
+    "study_name",
+    "storage",
+)
 
 
 def _lr_table_schema():
@@ -481,11 +565,18 @@ def _lr_table_schema():
 
     return pa.schema(
         [
-            f("size", pa.int64(), "-"), f("r", pa.int64(), "count"), f("N_unique", pa.int64(), "parameters"),
-            f("N_eff", pa.int64(), "parameters"), f("lr_best", pa.float64(), "-"),
-            f("best_val_loss", pa.float64(), "nats/token"), f("lr_smoothed", pa.float64(), "-"),
-            f("lr", pa.float64(), "-"), f("n_trials", pa.int64(), "count"), f("n_pruned", pa.int64(), "count"),
-            f("budget_tokens", pa.int64(), "tokens"), f("study_name", pa.string(), "-"),
+            f("size", pa.int64(), "-"),
+            f("r", pa.int64(), "count"),
+            f("N_unique", pa.int64(), "parameters"),
+            f("N_eff", pa.int64(), "parameters"),
+            f("lr_best", pa.float64(), "-"),
+            f("best_val_loss", pa.float64(), "nats/token"),
+            f("lr_smoothed", pa.float64(), "-"),
+            f("lr", pa.float64(), "-"),
+            f("n_trials", pa.int64(), "count"),
+            f("n_pruned", pa.int64(), "count"),
+            f("budget_tokens", pa.int64(), "tokens"),
+            f("study_name", pa.string(), "-"),
             f("storage", pa.string(), "-"),
         ],
         metadata={"loopscale.table": "lr_table", "loopscale.schema_version": "1"},
@@ -544,8 +635,16 @@ def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
     return out
 
 
-def run_tune_lr(spec, out_dir: str | Path, *, resume: bool = False, address: str | None = None,
-                num_cpus: int | None = None, num_gpus: int | None = None, plot: bool = True):
+def run_tune_lr(
+    spec,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    plot: bool = True,
+):
     """Run stage 1 for ``spec`` into ``out_dir`` and return the LR table (a pyarrow Table, also written to
     ``<out_dir>/lr_table.parquet``; the studies are in ``<out_dir>/tune_lr/optuna.db``).
 
@@ -577,10 +676,13 @@ def run_tune_lr(spec, out_dir: str | Path, *, resume: bool = False, address: str
     rows = []
     pending = [(s, r) for s, r in todo if not (done_dir / f"size{s}_r{r}.json").exists()]
     if pending:
+        optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus):
             for s, r in pending:
                 plan = _run_study(spec, s, r, tune_dir, storage_path, resume)
-                info = {k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_eff")}
+                info = {
+                    k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_eff")
+                }
                 done_dir.mkdir(exist_ok=True)
                 tmp = done_dir / f".size{s}_r{r}.json.tmp"
                 tmp.write_text(json.dumps(info))
@@ -591,10 +693,23 @@ def run_tune_lr(spec, out_dir: str | Path, *, resume: bool = False, address: str
         lr, val, n, npruned = _choose(study)
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
         for rr in targets:
-            rows.append(dict(size=s, r=rr, N_unique=info["N_unique"], N_eff=info["N_eff"], lr_best=lr,
-                             best_val_loss=val, lr_smoothed=None, lr=None, n_trials=n, n_pruned=npruned,
-                             budget_tokens=info["budget_tokens"], study_name=info["study_name"],
-                             storage=info["storage_url"]))
+            rows.append(
+                dict(
+                    size=s,
+                    r=rr,
+                    N_unique=info["N_unique"],
+                    N_eff=info["N_eff"],
+                    lr_best=lr,
+                    best_val_loss=val,
+                    lr_smoothed=None,
+                    lr=None,
+                    n_trials=n,
+                    n_pruned=npruned,
+                    budget_tokens=info["budget_tokens"],
+                    study_name=info["study_name"],
+                    storage=info["storage_url"],
+                )
+            )
     _smooth(rows)
     for row in rows:
         row["lr"] = row["lr_smoothed"] if spec.tune.smooth else row["lr_best"]
@@ -620,6 +735,8 @@ def read_lr_table(path: str | Path) -> dict[tuple[int, int], float]:
     out: dict[tuple[int, int], float] = {}
     for row in pq.read_table(p).to_pylist():
         if row["lr"] is None:
-            raise ValueError(f"lr_table: no LR chosen for size {row['size']}, r {row['r']} (no complete trial)")
+            raise ValueError(
+                f"lr_table: no LR chosen for size {row['size']}, r {row['r']} (no complete trial)"
+            )
         out[(int(row["size"]), int(row["r"]))] = float(row["lr"])
     return out

@@ -78,9 +78,23 @@ def _end(pids: set[int]) -> None:
 def _tune_driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t")
     return subprocess.Popen(
-        [sys.executable, "-m", "loopscale.sweep.commands", "tune-lr", str(spec), "--out", str(out), "--num-cpus",
-         "2", "--no-plot", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "loopscale.sweep.commands",
+            "tune-lr",
+            str(spec),
+            "--out",
+            str(out),
+            "--num-cpus",
+            "2",
+            "--no-plot",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
     )
 
 
@@ -103,7 +117,9 @@ def _stop_when(proc: subprocess.Popen, cond, sig, timeout=180) -> None:
         while time.time() < deadline and proc.poll() is None and not cond():
             seen |= _descendants(proc.pid)
             time.sleep(0.1)
-        assert proc.poll() is None, "driver ended before it could be stopped: " + proc.stderr.read().decode()[-3000:]
+        assert proc.poll() is None, (
+            "driver ended before it could be stopped: " + proc.stderr.read().decode()[-3000:]
+        )
         assert cond(), "condition not reached"
         seen |= _descendants(proc.pid)
         os.kill(proc.pid, sig)
@@ -116,12 +132,20 @@ def _stop_when(proc: subprocess.Popen, cond, sig, timeout=180) -> None:
 
 
 def _n_trials(out: Path, study: str) -> int:
+    """Trials of ``study`` in the driver's SQLite file, read-only (never creates the schema under the driver)."""
+    import sqlite3
+
     db = out / "tune_lr" / "optuna.db"
     if not db.exists():
         return 0
     try:
-        return len(optuna.load_study(study_name=study, storage=f"sqlite:///{db}").trials)
-    except Exception:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            q = "select count(*) from trials join studies using (study_id) where study_name = ?"
+            return int(con.execute(q, (study,)).fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
         return 0
 
 
@@ -148,7 +172,9 @@ def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path):
     assert _n_trials(out, "kinds_size16_r2") < 8
     rc, err = _run_to_end(_tune_driver(spec, out, "--resume"))
     assert rc == 0, err
-    study = optuna.load_study(study_name="kinds_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}")
+    study = optuna.load_study(
+        study_name="kinds_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}"
+    )
     states = [t.state for t in study.trials]
     finished = [s for s in states if s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
     assert len(finished) == 8 and len(states) == 8
@@ -174,8 +200,15 @@ def _asha_outcome(out: Path, study: str):
 def test_asha_rungs_survive_restore(ray_local, tmp_path):
     """8 samples, 1 concurrent, grace 1, reduction 2, 8 milestones, seeded: uninterrupted vs SIGINT after
     trial 4 + --resume => identical stop milestone per LR, total milestones (tokens) and chosen LR."""
-    spec_path = _tune_spec(tmp_path, num_samples=8, max_concurrent=1, tokens=2048, num_milestones=8,
-                           grace_milestones=1, reduction_factor=2.0)
+    spec_path = _tune_spec(
+        tmp_path,
+        num_samples=8,
+        max_concurrent=1,
+        tokens=2048,
+        num_milestones=8,
+        grace_milestones=1,
+        reduction_factor=2.0,
+    )
     spec = parse_spec(yaml.safe_load(spec_path.read_text()))
     ref_out = tmp_path / "ref"
     run_tune_lr(spec, ref_out, plot=False)
@@ -203,6 +236,7 @@ def test_actor_reuse_does_not_leak_state(ray_local, tmp_path):
 
     d = copy.deepcopy(PRESETS["smoke"])
     d.update(r=[1, 2], sizes=[16, 32], tokens=[1024])
+    d["training"].update(checkpoint_every_steps=None)
     spec = parse_spec(d)
     cells = spec.cells()
     assert len(cells) == 4
@@ -215,7 +249,7 @@ def test_actor_reuse_does_not_leak_state(ray_local, tmp_path):
                 losses[row["run_id"]].append(row["final_val_loss"])
                 assert row["num_threads"] == 1
     for c in cells:
-        alone = train_run(c.run_config()).final_val_loss
+        alone = train_run(c.run_config(checkpoint_every_steps=None)).final_val_loss
         assert len(losses[c.run_id]) == 4
         assert all(x == alone for x in losses[c.run_id]), (c.run_id, losses[c.run_id], alone)
 
@@ -224,10 +258,22 @@ def test_actor_reuse_does_not_leak_state(ray_local, tmp_path):
 
 
 def _res(loss, status):
-    return {"status": status, "final_val_loss": loss, "best_val_loss": loss, "N_once": 1, "N_rec": 2, "N_unique": 3,
-            "flops_per_token": 10, "D": 2048, "C": 20480.0, "tokens_per_s": None if loss is None else 1e3,
-            "mfu": None if loss is None else 0.05, "wall_s": 1.0, "num_threads": 1,
-            "curve": [{"step": 8, "tokens": 2048, "train_loss": float("nan"), "val_loss": loss, "lr": 0.01}]}
+    return {
+        "status": status,
+        "final_val_loss": loss,
+        "best_val_loss": loss,
+        "N_once": 1,
+        "N_rec": 2,
+        "N_unique": 3,
+        "flops_per_token": 10,
+        "D": 2048,
+        "C": 20480.0,
+        "tokens_per_s": None if loss is None else 1e3,
+        "mfu": None if loss is None else 0.05,
+        "wall_s": 1.0,
+        "num_threads": 1,
+        "curve": [{"step": 8, "tokens": 2048, "train_loss": float("nan"), "val_loss": loss, "lr": 0.01}],
+    }
 
 
 def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
@@ -243,7 +289,9 @@ def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
     store.consolidate()
     assert pq.read_schema(store.runs_path).field("final_val_loss").type == pa.float64()
     for i, c in enumerate(cells[3:8]):
-        store.write_run(run_record(c, _res(3.0 + 0.1 * i, "ok")), curve_rows(c.run_id, _res(3.0, "ok")["curve"]))
+        store.write_run(
+            run_record(c, _res(3.0 + 0.1 * i, "ok")), curve_rows(c.run_id, _res(3.0, "ok")["curve"])
+        )
     store.consolidate()
 
     import duckdb
@@ -256,11 +304,15 @@ def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
         assert ds.dataset(files, format="parquet").to_table().num_rows == 8
         assert ds.dataset(files, format="parquet").schema.field("final_val_loss").type == pa.float64()
         df = pd.concat([pd.read_parquet(f) for f in files])
-        assert len(df) == 8 and df["final_val_loss"].isna().sum() == 3 and df["final_val_loss"].dtype.kind == "f"
+        assert (
+            len(df) == 8 and df["final_val_loss"].isna().sum() == 3 and df["final_val_loss"].dtype.kind == "f"
+        )
         pdf = pl.read_parquet(files)
         assert pdf.height == 8 and pdf.schema["final_val_loss"] == pl.Float64
         glob = str(layout) if layout.is_file() else str(layout / "*.parquet")
-        n, nn = duckdb.sql(f"select count(*), count(final_val_loss) from read_parquet('{glob}')").fetchall()[0]
+        n, nn = duckdb.sql(f"select count(*), count(final_val_loss) from read_parquet('{glob}')").fetchall()[
+            0
+        ]
         assert (n, nn) == (8, 5)
     assert store.runs().schema.field("mfu").type == pa.float64()
     assert pq.read_schema(store.curves_path).field("val_loss").type == pa.float64()

@@ -65,7 +65,9 @@ def test_variants_share_r1_runs_and_set_bptt_and_lanes():
     tb = [c for c in cells if c.variant == "trunc_bptt"]
     assert {(c.r, c.run_kwargs["model"].bptt_k) for c in tb} == {(2, 1), (4, 2), (8, 4)}
     hc = [c for c in cells if c.variant == "hyperconnect"]
-    assert all(c.run_kwargs["model"].injection == "hyperconnect" and c.run_kwargs["model"].hc_lanes == 3 for c in hc)
+    assert all(
+        c.run_kwargs["model"].injection == "hyperconnect" and c.run_kwargs["model"].hc_lanes == 3 for c in hc
+    )
 
 
 def test_run_id_is_stable_and_sensitive():
@@ -155,5 +157,7 @@ def test_load_spec_errors(tmp_path):
 def test_spec_is_frozen_and_typed():
     s = preset_spec("smoke")
     assert isinstance(s, SweepSpec)
-    with pytest.raises(Exception):
+    import pydantic
+
+    with pytest.raises(pydantic.ValidationError):
         s.name = "x"

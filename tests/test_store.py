@@ -22,18 +22,38 @@ from loopscale.sweep.store import (
 
 def _result(loss, status="ok", D=2048):
     return {
-        "status": status, "final_val_loss": loss, "best_val_loss": loss, "N_once": 10, "N_rec": 20, "N_unique": 30,
-        "flops_per_token": 1000, "D": D, "C": 1000.0 * D, "tokens_per_s": 5.0, "mfu": None if loss is None else 0.1,
-        "wall_s": 1.0, "epochs": 0.01, "num_threads": 1, "versions": {"torch": "x"},
-        "curve": [{"step": 1, "tokens": 256, "train_loss": 5.0, "val_loss": None, "lr": 0.01},
-                  {"step": 8, "tokens": 2048, "train_loss": 4.0, "val_loss": loss, "lr": 0.001}],
+        "status": status,
+        "final_val_loss": loss,
+        "best_val_loss": loss,
+        "N_once": 10,
+        "N_rec": 20,
+        "N_unique": 30,
+        "flops_per_token": 1000,
+        "D": D,
+        "C": 1000.0 * D,
+        "tokens_per_s": 5.0,
+        "mfu": None if loss is None else 0.1,
+        "wall_s": 1.0,
+        "epochs": 0.01,
+        "num_threads": 1,
+        "versions": {"torch": "x"},
+        "curve": [
+            {"step": 1, "tokens": 256, "train_loss": 5.0, "val_loss": None, "lr": 0.01},
+            {"step": 8, "tokens": 2048, "train_loss": 4.0, "val_loss": loss, "lr": 0.001},
+        ],
     }
 
 
 def test_schema_has_units_and_version():
     assert RUNS_SCHEMA.metadata[b"loopscale.schema_version"] == SCHEMA_VERSION.encode()
-    for name, unit in [("D", "tokens"), ("C", "FLOPs"), ("final_val_loss", "nats/token"), ("wall_s", "s"),
-                       ("N_once", "parameters"), ("flops_per_token", "FLOPs/token")]:
+    for name, unit in [
+        ("D", "tokens"),
+        ("C", "FLOPs"),
+        ("final_val_loss", "nats/token"),
+        ("wall_s", "s"),
+        ("N_once", "parameters"),
+        ("flops_per_token", "FLOPs/token"),
+    ]:
         assert RUNS_SCHEMA.field(name).metadata[b"unit"] == unit.encode()
     assert RUNS_SCHEMA.field("final_val_loss").type == pa.float64()
     assert RUNS_SCHEMA.field("final_val_loss").nullable
@@ -51,7 +71,9 @@ def test_write_consolidate_idempotent_one_row_per_run(tmp_path):
     cells = preset_spec("smoke").cells()[:3]
     store = ResultsStore(tmp_path)
     for i, c in enumerate(cells):
-        rec = run_record(c, _result(3.0 + i), trial_id=f"t{i}", host="h", started_at=0.0, finished_at=10.0 + i)
+        rec = run_record(
+            c, _result(3.0 + i), trial_id=f"t{i}", host="h", started_at=0.0, finished_at=10.0 + i
+        )
         store.write_run(rec, curve_rows(c.run_id, _result(3.0 + i)["curve"]))
     p = store.consolidate()
     t = pq.read_table(p)
@@ -80,7 +102,12 @@ def test_record_fields_come_from_cell_and_result(tmp_path):
     rec = run_record(c, _result(3.3))
     m = c.run_kwargs["model"]
     assert (rec["r"], rec["d_model"], rec["n_prelude"], rec["n_recur_block"], rec["n_coda"]) == (
-        m.r, m.d_model, m.n_prelude, m.n_recur_block, m.n_coda)
+        m.r,
+        m.d_model,
+        m.n_prelude,
+        m.n_recur_block,
+        m.n_coda,
+    )
     assert rec["lr"] == c.lr and rec["target_tokens"] == c.run_kwargs["tokens"]
     assert rec["D"] == 2048 and rec["C"] == 2048000.0 and rec["final_val_loss"] == 3.3
     nan = run_record(c, _result(float("nan"), status="diverged"))

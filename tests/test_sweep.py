@@ -47,7 +47,9 @@ def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
     assert {r["run_id"] for r in rows} == set(cells)
     for row in rows:
         cfg = cells[row["run_id"]].run_kwargs["model"]
-        assert row["N_once"] == n_once(cfg) and row["N_rec"] == n_rec(cfg) and row["N_unique"] == n_unique(cfg)
+        assert (
+            row["N_once"] == n_once(cfg) and row["N_rec"] == n_rec(cfg) and row["N_unique"] == n_unique(cfg)
+        )
         assert row["flops_per_token"] == flops_per_token(cfg)
         assert row["D"] == row["target_tokens"]  # multiples of the 256-token batch
         assert row["C"] == pytest.approx(flops_per_token(cfg) * row["D"], rel=1e-12)
@@ -106,7 +108,9 @@ def test_tuner_plan_is_inspectable_without_ray(tmp_path):
     from ray import tune
 
     spec = preset_spec("smoke")
-    plan = plan_grid(spec.cells(), spec, tmp_path, storage_path=str(tmp_path / "tune"), experiment="grid_x_001")
+    plan = plan_grid(
+        spec.cells(), spec, tmp_path, storage_path=str(tmp_path / "tune"), experiment="grid_x_001"
+    )
     assert plan.resources == {"cpu": 1.0}
     assert plan.reuse_actors and plan.max_failures == 2
     assert len(plan.param_space["cell"]["grid_search"]) == 16 and len(plan.cells) == 16
@@ -172,9 +176,23 @@ def _kill_spec(tmp_path: Path) -> Path:
 def _driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t")
     return subprocess.Popen(
-        [sys.executable, "-m", "loopscale.sweep.commands", "sweep", str(spec), "--out", str(out), "--num-cpus", "2",
-         "--json", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "loopscale.sweep.commands",
+            "sweep",
+            str(spec),
+            "--out",
+            str(out),
+            "--num-cpus",
+            "2",
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
     )
 
 
@@ -191,7 +209,9 @@ def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, s
         while time.time() < deadline and len(list(parts.glob("*.parquet"))) < 1:
             seen |= _descendants(proc.pid)
             time.sleep(0.2)
-        assert len(list(parts.glob("*.parquet"))) >= 1, proc.stderr.read().decode()[-3000:] if proc.poll() else ""
+        assert len(list(parts.glob("*.parquet"))) >= 1, (
+            proc.stderr.read().decode()[-3000:] if proc.poll() else ""
+        )
         seen |= _descendants(proc.pid)
         os.kill(proc.pid, sig)
         proc.wait(timeout=60)
@@ -218,3 +238,40 @@ def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, s
     cells = {c.run_id for c in parse_spec(__import__("yaml").safe_load(spec_path.read_text())).cells()}
     assert len(rows) == 4 and {r["run_id"] for r in rows} == cells
     assert {r["status"] for r in rows} == {"ok"}
+
+
+def _cli():
+    import typer
+
+    from loopscale.sweep.commands import sweep_cmd, tune_lr_cmd
+
+    app = typer.Typer()
+    app.command("sweep")(sweep_cmd)
+    app.command("tune-lr")(tune_lr_cmd)
+    return app
+
+
+def test_sweep_command_json_on_a_finished_out_dir(smoke_out, tmp_path):
+    """The command reports the 16 rows without training again; a bad spec exits 2 naming the key."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    out, _, _ = smoke_out
+    root = Path(__file__).resolve().parents[1]
+    res = CliRunner().invoke(
+        _cli(), ["sweep", str(root / "configs" / "smoke.yaml"), "--out", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["rows"] == 16 and summary["status"] == {"ok": 16}
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["r"] = [1, 3]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(d))
+    res = CliRunner().invoke(_cli(), ["sweep", str(bad), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "r=[3] must divide the looped depth" in res.output
+    assert not (tmp_path / "o").exists()  # nothing started
+    res = CliRunner().invoke(_cli(), ["tune-lr", str(bad), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "valid r: [1, 2, 4, 8]" in res.output

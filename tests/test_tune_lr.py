@@ -70,8 +70,15 @@ def test_persistent_asha_matches_asha_and_survives_a_new_instance(tmp_path):
     path = str(tmp_path / "asha.json")
 
     def make():
-        return PersistentASHA(path, time_attr="milestone", metric="val_loss", mode="min", max_t=8, grace_period=1,
-                              reduction_factor=2)
+        return PersistentASHA(
+            path,
+            time_attr="milestone",
+            metric="val_loss",
+            mode="min",
+            max_t=8,
+            grace_period=1,
+            reduction_factor=2,
+        )
 
     a = make()
     seq = [(0.01, 1, 3.0), (0.02, 1, 2.0), (0.03, 1, 4.0), (0.02, 2, 1.9), (0.01, 2, 2.5), (0.04, 1, 2.5)]
