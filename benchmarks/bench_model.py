@@ -24,6 +24,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
 from loopscale.model.accounting import flops_per_token
 from loopscale.model.config import preset_config
 from loopscale.model.looped import LoopedLM, maybe_compile

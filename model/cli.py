@@ -11,6 +11,7 @@ import json
 import sys
 
 import typer
+
 from loopscale.model.config import LoopedConfig, preset_config
 
 model_app = typer.Typer(no_args_is_help=True, help="Inspect looped model configurations.")

@@ -38,6 +38,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
 from loopscale.model.config import LoopedConfig
 
 __all__ = ["RMSNorm", "Block", "HyperConnections", "LoopedLM", "maybe_compile"]

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from loopscale.model.config import LoopedConfig
 
 log = logging.getLogger("loopscale.train")
@@ -548,6 +549,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             (all before any training compute). CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
     """
     import torch
+
     from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
     from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
     from loopscale.model.looped import LoopedLM, maybe_compile

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, StorageOpt
+
 
 class SweepInterrupted(RuntimeError):
     """The driver was stopped (SIGINT) before every cell finished; rerun with ``--resume``."""
@@ -33,6 +35,7 @@ def run_sweep(
     address: str | None = None,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
+    ray_temp_dir: str | None = None,
     lr_table: dict | None = None,
     reuse_actors: bool = True,
     max_concurrent: int = 0,
@@ -98,7 +101,7 @@ def run_sweep(
         from loopscale.cluster.connect import ray_session
 
         prefix = f"grid_{spec.name}_"
-        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus):
+        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             exps = _experiments(storage_path, prefix)
             if resume and exps and tune.Tuner.can_restore(uri_join(storage_path, exps[-1])):
                 plan = plan_grid(
@@ -149,6 +152,15 @@ def run_tune_lr(spec, out_dir: str | Path, **kwargs):
     return _run(spec, out_dir, **kwargs)
 
 
+def _with_storage(spec, storage: str | None):
+    """``spec`` with ``storage_path`` replaced by ``--storage`` (validated) when given."""
+    from loopscale.cluster.options import validate_storage
+
+    if storage is None:
+        return spec
+    return spec.model_copy(update={"storage_path": validate_storage(storage)})
+
+
 def _fail(msg: str, code: int = 2) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code=code)
@@ -161,9 +173,11 @@ def sweep_cmd(
     ),
     resume: bool = typer.Option(False, "--resume", help="Restore the interrupted experiment and finish it."),
     force: bool = typer.Option(False, "--force", help="Retrain cells whose run id already finished."),
-    address: str | None = typer.Option(None, "--address", help="Ray cluster to join ('auto', 'host:port')."),
-    num_cpus: int | None = typer.Option(None, "--num-cpus", help="CPUs of the embedded local Ray."),
-    num_gpus: int | None = typer.Option(None, "--num-gpus", help="GPUs of the embedded local Ray."),
+    address: AddressOpt = None,
+    num_cpus: NumCpusOpt = None,
+    num_gpus: NumGpusOpt = None,
+    ray_temp_dir: RayTempDirOpt = None,
+    storage: StorageOpt = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
     """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet."""
@@ -171,7 +185,7 @@ def sweep_cmd(
 
     t0 = time.time()
     try:
-        spec = load_spec(spec_path)
+        spec = _with_storage(load_spec(spec_path), storage)
         path = run_sweep(
             spec,
             out,
@@ -180,6 +194,7 @@ def sweep_cmd(
             address=address,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
+            ray_temp_dir=ray_temp_dir,
             quiet=as_json,
         )
     except SweepInterrupted as e:
@@ -211,9 +226,11 @@ def tune_lr_cmd(
         Path("loopscale_out"), "--out", help="Output directory (lr_table.parquet, tune_lr/)."
     ),
     resume: bool = typer.Option(False, "--resume", help="Restore an interrupted study and finish it."),
-    address: str | None = typer.Option(None, "--address", help="Ray cluster to join ('auto', 'host:port')."),
-    num_cpus: int | None = typer.Option(None, "--num-cpus", help="CPUs of the embedded local Ray."),
-    num_gpus: int | None = typer.Option(None, "--num-gpus", help="GPUs of the embedded local Ray."),
+    address: AddressOpt = None,
+    num_cpus: NumCpusOpt = None,
+    num_gpus: NumGpusOpt = None,
+    ray_temp_dir: RayTempDirOpt = None,
+    storage: StorageOpt = None,
     no_plot: bool = typer.Option(False, "--no-plot", help="Skip the loss-vs-LR plots."),
     as_json: bool = typer.Option(False, "--json", help="Print the LR table as JSON on stdout."),
 ) -> None:
@@ -222,9 +239,16 @@ def tune_lr_cmd(
     from loopscale.sweep.tune_lr import TuneInterrupted
 
     try:
-        spec = load_spec(spec_path)
+        spec = _with_storage(load_spec(spec_path), storage)
         table = run_tune_lr(
-            spec, out, resume=resume, address=address, num_cpus=num_cpus, num_gpus=num_gpus, plot=not no_plot
+            spec,
+            out,
+            resume=resume,
+            address=address,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            ray_temp_dir=ray_temp_dir,
+            plot=not no_plot,
         )
     except TuneInterrupted as e:
         _fail(str(e), code=130)

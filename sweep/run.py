@@ -23,7 +23,14 @@ from pathlib import Path
 
 import typer
 
-from loopscale.cluster.options import AddressOpt, ClusterOptions, NumCpusOpt, NumGpusOpt, RayTempDirOpt
+from loopscale.cluster.options import (
+    AddressOpt,
+    ClusterOptions,
+    NumCpusOpt,
+    NumGpusOpt,
+    RayTempDirOpt,
+    StorageOpt,
+)
 
 #: fit settings per preset: (bootstrap resamples B, multi-starts per fit). The paper: B = 200, 500 starts.
 FIT_DEFAULTS = {"smoke": (100, 100), "cpu": (200, 500), "paper": (200, 500)}
@@ -64,7 +71,11 @@ def plan(spec) -> dict:
         kw = c.run_kwargs
         cfg = kw["model"]
         f = flops_per_token(cfg)
-        d = int(kw["tokens"]) if kw.get("tokens") else tokens_for_flops(cfg, kw["target_flops"], kw["batch_tokens"])
+        d = (
+            int(kw["tokens"])
+            if kw.get("tokens")
+            else tokens_for_flops(cfg, kw["target_flops"], kw["batch_tokens"])
+        )
         total_c += f * d
         total_d += d
         by_r[c.r] = by_r.get(c.r, 0) + 1
@@ -135,7 +146,8 @@ def run_pipeline(
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.yaml"
-    text = spec_to_yaml(spec)
+    # where Tune state lives (--storage) may change between reruns; what is trained may not
+    text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
     if spec_file.exists() and spec_file.read_text() != text:
         raise ValueError(
             f"{out} holds a run of a different spec ({spec_file}); use another --out directory "
@@ -187,8 +199,14 @@ def run_pipeline(
         else:
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
             t0 = time.time()
-            analyze(out / "runs.parquet", out / "fit", B=bootstrap, starts=starts, seed=seed,
-                    address=cluster.address)
+            analyze(
+                out / "runs.parquet",
+                out / "fit",
+                B=bootstrap,
+                starts=starts,
+                seed=seed,
+                address=cluster.address,
+            )
             meta["stage_wall_s"]["fit"] = time.time() - t0
             meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
             save_meta()
@@ -210,16 +228,23 @@ def run_pipeline(
 def run_cmd(
     spec_path: Path | None = typer.Argument(None, help="Sweep spec YAML (default: --preset)."),
     preset: str | None = typer.Option(None, "--preset", help="smoke | cpu (default) | paper."),
-    out: Path | None = typer.Option(None, "--out", help="Output directory (default: runs/<preset or spec name>)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory (default: runs/<preset or spec name>)."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (restores Tune state)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (runs, FLOPs, GPU-hours) and exit."),
-    bootstrap: int | None = typer.Option(None, "--bootstrap", min=0, help="Bootstrap resamples (paper: 200)."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (runs, FLOPs, GPU-hours) and exit."
+    ),
+    bootstrap: int | None = typer.Option(
+        None, "--bootstrap", min=0, help="Bootstrap resamples (paper: 200)."
+    ),
     starts: int | None = typer.Option(None, "--starts", min=1, help="Multi-starts per fit (paper: 500)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the fits and the bootstrap."),
     address: AddressOpt = None,
     num_cpus: NumCpusOpt = None,
     num_gpus: NumGpusOpt = None,
     ray_temp_dir: RayTempDirOpt = None,
+    storage: StorageOpt = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan or run summary)."),
 ) -> None:
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
@@ -229,7 +254,13 @@ def run_cmd(
 
     try:
         spec, name = _resolve_spec(spec_path, preset)
-        cluster = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+        if storage is not None:
+            from loopscale.cluster.options import validate_storage
+
+            spec = spec.model_copy(update={"storage_path": validate_storage(storage)})
+        cluster = ClusterOptions(
+            address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir
+        )
         cluster.validate()
         if dry_run:
             p = plan(spec)
@@ -243,25 +274,39 @@ def run_cmd(
         b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
         out_dir = out or Path("runs") / name
         meta = run_pipeline(
-            spec, out_dir, spec_name=name, resume=resume, cluster=cluster,
-            bootstrap=b_def if bootstrap is None else bootstrap, starts=s_def if starts is None else starts,
-            seed=seed, command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            spec,
+            out_dir,
+            spec_name=name,
+            resume=resume,
+            cluster=cluster,
+            bootstrap=b_def if bootstrap is None else bootstrap,
+            starts=s_def if starts is None else starts,
+            seed=seed,
+            command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
         )
     except (SweepInterrupted, TuneInterrupted, KeyboardInterrupt):
-        typer.echo("interrupted: the state is saved; rerun the same command with --resume to continue", err=True)
+        typer.echo(
+            "interrupted: the state is saved; rerun the same command with --resume to continue", err=True
+        )
         raise typer.Exit(code=130) from None
     except (SpecError, ValueError, FileNotFoundError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=2) from None
     if as_json:
         ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text())
-        summary = {"out": str(Path(out_dir).resolve()), "report": meta["report"], "skipped": meta["skipped"],
-                   "stage_wall_s": meta["stage_wall_s"]}
+        summary = {
+            "out": str(Path(out_dir).resolve()),
+            "report": meta["report"],
+            "skipped": meta["skipped"],
+            "stage_wall_s": meta["stage_wall_s"],
+        }
         summary["variants"] = {
-            k: {"phi": (v.get("joint") or {}).get("params", {}).get("phi"),
+            k: {
+                "phi": (v.get("joint") or {}).get("params", {}).get("phi"),
                 "ci": (v.get("joint") or {}).get("ci", {}).get("phi"),
-                "r2": (v.get("joint") or {}).get("r2")}
+                "r2": (v.get("joint") or {}).get("r2"),
+            }
             for k, v in ana.get("variants", {}).items()
         }
         json.dump(summary, sys.stdout)

@@ -485,7 +485,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         budget_tokens=steps * B,
         milestone_tokens=every * B,
         N_unique=n_once(cfg) + n_rec(cfg),
-        N_eff=n_once(cfg) + r * n_rec(cfg),
+        N_usage=n_once(cfg) + r * n_rec(cfg),
     )
 
 
@@ -543,8 +543,9 @@ def _choose(study) -> tuple[float | None, float | None, int, int]:
 LR_TABLE_COLUMNS = (
     "size",
     "r",
+    "tuned_r",
     "N_unique",
-    "N_eff",
+    "N_usage",
     "lr_best",
     "best_val_loss",
     "lr_smoothed",
@@ -567,8 +568,9 @@ def _lr_table_schema():
         [
             f("size", pa.int64(), "-"),
             f("r", pa.int64(), "count"),
+            f("tuned_r", pa.int64(), "count (the r the study ran at; N_unique/N_usage are that model's)"),
             f("N_unique", pa.int64(), "parameters"),
-            f("N_eff", pa.int64(), "parameters"),
+            f("N_usage", pa.int64(), "parameters (N_once + r N_rec, applications per token)"),
             f("lr_best", pa.float64(), "-"),
             f("best_val_loss", pa.float64(), "nats/token"),
             f("lr_smoothed", pa.float64(), "-"),
@@ -643,6 +645,7 @@ def run_tune_lr(
     address: str | None = None,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
+    ray_temp_dir: str | None = None,
     plot: bool = True,
 ):
     """Run stage 1 for ``spec`` into ``out_dir`` and return the LR table (a pyarrow Table, also written to
@@ -677,11 +680,11 @@ def run_tune_lr(
     pending = [(s, r) for s, r in todo if not (done_dir / f"size{s}_r{r}.json").exists()]
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
-        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus):
+        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             for s, r in pending:
                 plan = _run_study(spec, s, r, tune_dir, storage_path, resume)
                 info = {
-                    k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_eff")
+                    k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_usage")
                 }
                 done_dir.mkdir(exist_ok=True)
                 tmp = done_dir / f".size{s}_r{r}.json.tmp"
@@ -697,8 +700,9 @@ def run_tune_lr(
                 dict(
                     size=s,
                     r=rr,
+                    tuned_r=r,
                     N_unique=info["N_unique"],
-                    N_eff=info["N_eff"],
+                    N_usage=info["N_usage"],
                     lr_best=lr,
                     best_val_loss=val,
                     lr_smoothed=None,

@@ -81,9 +81,13 @@ def sweep_on_cluster(monkeypatch):
             deadline = time.monotonic() + timeout_s
             while not tap.paused.wait(0.2):
                 if not th.is_alive():
-                    raise AssertionError(f"run_sweep ended before the pause point: {box}; results: {len(tap.rows)}")
+                    raise AssertionError(
+                        f"run_sweep ended before the pause point: {box}; results: {len(tap.rows)}"
+                    )
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"the sweep never reached the pause point; results seen: {len(tap.rows)}")
+                    raise AssertionError(
+                        f"the sweep never reached the pause point; results seen: {len(tap.rows)}"
+                    )
             on_pause(tap.paused_row)
         finally:
             tap.resume()

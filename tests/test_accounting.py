@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from loopscale.model.accounting import (
     block_params,
     flops_per_token,
@@ -196,9 +197,10 @@ def test_counted_flops_match_formula(r, injection, bptt_k):
     flops_per_token x tokens, less the norm weights the formula counts as params, and (linear injection) less the
     W_e e term the module computes once per forward instead of once per recurrence."""
     torch = pytest.importorskip("torch")
-    from loopscale.model.looped import LoopedLM
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
+
+    from loopscale.model.looped import LoopedLM
 
     cfg = preset_config("cpu", r=r, d_model=32, seq_len=32, injection=injection, bptt_k=bptt_k)
     m = LoopedLM(cfg, seed=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from loopscale.model.config import LoopedConfig
 from loopscale.model.looped import LoopedLM
 

@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+
 from loopscale.model.config import preset_config
 from loopscale.model.train import (
     CheckpointError,

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+
 from loopscale.model.accounting import n_embedding, n_once, n_rec, n_unique
 from loopscale.model.config import LoopedConfig, iso_depth, preset_config, valid_r
 from loopscale.model.looped import LoopedLM, maybe_compile

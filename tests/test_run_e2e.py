@@ -95,8 +95,10 @@ def test_other_spec_in_same_out_dir_is_refused_without_touching_it(smoke_run, tm
     """Pointing a different spec at an existing run directory fails before any compute and changes nothing."""
     out, _, _ = smoke_run
     spec = tmp_path / "other.yaml"
-    text = (Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml").read_text().replace(
-        "name: smoke", "name: other"
+    text = (
+        (Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+        .read_text()
+        .replace("name: smoke", "name: other")
     )
     spec.write_text(text)
     before = (out / "runs.parquet").read_bytes()
@@ -110,8 +112,13 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     finished before the interrupt keep their original record (not retrained)."""
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(LOOPSCALE + ["run", "--preset", "smoke", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        LOOPSCALE + ["run", "--preset", "smoke", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     parts = out / "parts" / "runs"
     deadline = time.time() + 300
     try:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from loopscale.model.accounting import flops_per_token
 from loopscale.model.config import preset_config
 from loopscale.model.train import RunConfig, train_run
@@ -149,8 +150,9 @@ def test_schedules():
 def test_train_cli_json(trainer_corpus_dir, trainer_cache_dir):
     """`loopscale train ... --json` prints the contract keys; bad flags exit 2 with the field named."""
     import typer
-    from loopscale.model.train_cli import train_cmd
     from typer.testing import CliRunner
+
+    from loopscale.model.train_cli import train_cmd
 
     app = typer.Typer()
     app.command()(train_cmd)
