@@ -45,34 +45,33 @@ PRESETS: dict[str, dict] = {
         "resources": {"cpus": 1},
         "max_failures": 2,
     },
-    # Chosen, not calibrated (cpu_scale_lessons.md): small batches (8 x 128 tokens) so every run gets
-    # hundreds of optimizer steps, head dim 16 so d = 16-96 train, widths straddling the loss-minimising
-    # width at each budget, budgets spanning 10x. The lead calibrates this grid.
+    # Calibrated on this machine kind (2 cores, 2026-11-30): at C = 1e12 FLOPs the r = 1 loss rose monotonically
+    # from d = 16 (1.86 nats/byte) to d = 64 (2.30), so an iso-FLOP grid at CPU budgets cannot straddle the optimum
+    # with head dim 16. This grid therefore uses token budgets (every size trained for the same D, 4 budgets, 8x
+    # in D and ~50x in compute), small batches (8 x 128 tokens: 244-1953 optimizer steps per run), and one LR
+    # study per size shared by every r (the paper tuned only r in {1, 4} and found the same optimum).
     "cpu": {
         "name": "cpu",
         "model": {"preset": "cpu"},
         "r": [1, 2, 4, 8],
-        "budgets": {
-            3.0e11: [16, 32, 48],
-            1.0e12: [16, 32, 48, 64],
-            3.0e12: [32, 48, 64, 96],
-        },
+        "sizes": [16, 32, 48],
+        "tokens": [250_000, 500_000, 1_000_000, 2_000_000],
         "training": {
             "batch_tokens": 1024,
             "eval_tokens": 32768,
             "schedule": "cosine",
             "warmup_frac": 0.05,
-            "checkpoint_every_steps": 100,
+            "checkpoint_every_steps": 250,
         },
         "lr": "tune",
         "tune": {
-            "num_samples": 8,
+            "num_samples": 6,
             "max_concurrent": 2,
-            "lr_min": 1e-3,
+            "lr_min": 2e-3,
             "lr_max": 5e-2,
-            "tokens_per_param": 10.0,
-            "num_milestones": 8,
-            "tune_per_r": True,
+            "tokens": 150_000,
+            "num_milestones": 4,
+            "tune_per_r": False,
             "eval_tokens": 16384,
         },
         "resources": {"cpus": 1},

@@ -1,0 +1,90 @@
+"""`loopscale run --dry-run` plans and the shape of the shipped grids (issue 7's requirements on presets)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from loopscale.model.accounting import flops_per_token
+from loopscale.sweep.presets import preset_spec
+from loopscale.sweep.run import plan
+
+
+def _compute_span(spec) -> float:
+    lr = {(s, None): 1.0 for s in spec.all_sizes()}
+    cs = []
+    for c in spec.cells(lr_table=lr):
+        kw = c.run_kwargs
+        cs.append(
+            kw["target_flops"] if kw.get("target_flops") else flops_per_token(kw["model"]) * kw["tokens"]
+        )
+    return max(cs) / min(cs)
+
+
+@pytest.mark.parametrize("name", ["cpu", "paper"])
+def test_measurement_presets_span_r_sizes_and_10x_compute(name):
+    """cpu and paper grids: r in {1,2,4,8}, >= 3 sizes, >= 3 budgets, >= 10x compute between runs."""
+    spec = preset_spec(name)
+    assert sorted(spec.r) == [1, 2, 4, 8]
+    assert len(spec.all_sizes()) >= 3
+    n_budgets = len(spec.budgets) if spec.budgets is not None else len(spec.tokens)
+    assert n_budgets >= 3
+    assert _compute_span(spec) >= 10
+
+
+def test_paper_plan_matches_the_papers_grid():
+    """116 runs, 29 per r, and the summed training FLOPs of the paper's budgets (sum over cells of C)."""
+    p = plan(preset_spec("paper"))
+    assert p["runs"] == 116 and p["runs_by_r"] == {"1": 29, "2": 29, "4": 29, "8": 29}
+    # D = round(C / (F B)) B makes each run's FLOPs within half a step of C
+    expected = sum(c * len(s) * 4 for c, s in preset_spec("paper").budgets.items())
+    assert p["train_flops_total"] == pytest.approx(expected, rel=2e-3)
+    assert p["est_gpu_hours_grid"] == pytest.approx(expected / (989e12 * 0.4) / 3600, rel=2e-3)
+
+
+def test_dry_run_cli_prints_plan_json_without_starting_anything(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopscale.sweep.cli",
+            "run",
+            "--preset",
+            "paper",
+            "--dry-run",
+            "--json",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    p = json.loads(out.stdout)
+    assert p["runs"] == 116 and p["lr_trials"] == 116 // 29 * 11 * 8
+    assert not (tmp_path / "x").exists()
+
+
+def test_run_rejects_spec_and_preset_together(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopscale.sweep.cli",
+            "run",
+            "configs/smoke.yaml",
+            "--preset",
+            "smoke",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "not both" in out.stderr
+    assert not (tmp_path / "x").exists()
