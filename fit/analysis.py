@@ -154,8 +154,8 @@ def analyze(
         raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(_clean(counts)))
     if "budget" in df.columns and df["budget"].isna().all():
         # token-budget specs: the cell of a run is its token budget D (all sizes trained for the same D), so the
-        # block bootstrap resamples whole (D-budget, r) cells, like the paper's (C, r) cells
-        df = df.assign(budget=df["D"].astype(float))
+        # block bootstrap resamples whole (D, r) cells, like the paper's (C, r) cells
+        df = df.drop(columns=["budget"])
         budget_kind = "D"
     else:
         budget_kind = "C"

@@ -32,6 +32,14 @@ def fit_cmd(
             "(joint: budget,r / C,r / D,r; chinchilla: iid).",
         ),
     ] = "default",
+    r_only: Annotated[
+        str | None,
+        typer.Option(
+            "--r",
+            help="Use only rows with these r (comma-separated, e.g. '4' for the per-architecture Chinchilla fit "
+            "of r = 4, as the paper's Table 1).",
+        ),
+    ] = None,
     starts: Annotated[int, typer.Option("--starts", min=1, help="Starts per fit (paper: 500).")] = 500,
     seed: Annotated[int, typer.Option("--seed", help="Seed for starts and resamples.")] = 0,
     workers: Annotated[
@@ -78,7 +86,22 @@ def fit_cmd(
         bb = None
         if block_by not in ("default", "iid", "none", ""):
             bb = tuple(c.strip() for c in block_by.split(","))
-        data = prepare(table, lw, block_by=bb if bootstrap else None)
+        src = table
+        if r_only is not None:
+            from loopscale.fit.io import read_table
+
+            try:
+                keep = {int(x) for x in r_only.split(",") if x.strip()}
+            except ValueError:
+                raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
+            src = read_table(table)
+            if "r" not in src.columns:
+                raise ValueError(f"--r given but the table has no 'r' column; columns: {list(src.columns)}")
+            have = sorted(int(x) for x in src["r"].dropna().unique())
+            if not keep <= set(have):
+                raise ValueError(f"--r {r_only}: the table has r = {have}")
+            src = src[src["r"].isin(keep)].reset_index(drop=True)
+        data = prepare(src, lw, block_by=bb if bootstrap else None)
         if not (delta > 0):
             raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
     except ValueError as exc:
@@ -126,6 +149,11 @@ def fit_cmd(
         lines.append(
             f"  bootstrap B = {boot.B} ({boot.block_by or 'iid'}): degenerate {boot.n_degenerate} (redrawn), "
             f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f}"
+        )
+    if fit.on_bound:
+        lines.append(
+            f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "
+            "them, so read the other parameters (and their intervals) with care"
         )
     if out is not None:
         lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")

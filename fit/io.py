@@ -165,11 +165,14 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
 
 
 def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
-    """Default bootstrap blocks: joint law -> ``(budget, r)`` if ``budget`` exists, else ``(C, r)``, else ``(D, r)``
-    (paper §4.3: whole (budget, architecture) cells); Chinchilla law -> ``None`` (iid over runs)."""
+    """Default bootstrap blocks: joint law -> ``(budget, r)`` if ``budget`` holds values (iso-FLOP grids), else
+    ``(D, r)`` (token-budget grids, where ``budget`` is null and every size at one token budget shares D), else
+    ``(C, r)`` (paper §4.3: whole (budget, architecture) cells); Chinchilla law -> ``None`` (iid over runs)."""
     if law.name != "joint":
         return None
-    for c in ("budget", "C", "D"):
+    if "budget" in frame.columns and frame["budget"].notna().any():
+        return ("budget", "r")
+    for c in ("D", "C"):
         if c in frame.columns:
             return (c, "r")
     return None

@@ -124,6 +124,8 @@ def build_report(run_dir: str | Path) -> Path:
     L.append(f"# loopscale report: {title}\n")
     if meta.get("command"):
         L.append(f"Produced by `{meta['command']}`.\n")
+    if meta.get("last_command") and meta.get("last_command") != meta.get("command"):
+        L.append(f"Last continued with `{meta['last_command']}`.\n")
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")

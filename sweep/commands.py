@@ -3,14 +3,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, StorageOpt
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
+    """While active (and ``enabled``), everything written to stdout — Python prints, Ray Tune's tables, the log
+    lines Ray forwards from workers — goes to stderr, at the file-descriptor level. ``--json`` commands wrap
+    their work in it so that stdout carries only the JSON object printed afterwards."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 class SweepInterrupted(RuntimeError):
@@ -186,17 +209,18 @@ def sweep_cmd(
     t0 = time.time()
     try:
         spec = _with_storage(load_spec(spec_path), storage)
-        path = run_sweep(
-            spec,
-            out,
-            resume=resume,
-            force=force,
-            address=address,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            ray_temp_dir=ray_temp_dir,
-            quiet=as_json,
-        )
+        with stdout_to_stderr(as_json):
+            path = run_sweep(
+                spec,
+                out,
+                resume=resume,
+                force=force,
+                address=address,
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                ray_temp_dir=ray_temp_dir,
+                quiet=as_json,
+            )
     except SweepInterrupted as e:
         _fail(str(e), code=130)
     except (SpecError, ValueError, FileNotFoundError) as e:
@@ -240,16 +264,17 @@ def tune_lr_cmd(
 
     try:
         spec = _with_storage(load_spec(spec_path), storage)
-        table = run_tune_lr(
-            spec,
-            out,
-            resume=resume,
-            address=address,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            ray_temp_dir=ray_temp_dir,
-            plot=not no_plot,
-        )
+        with stdout_to_stderr(as_json):
+            table = run_tune_lr(
+                spec,
+                out,
+                resume=resume,
+                address=address,
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                ray_temp_dir=ray_temp_dir,
+                plot=not no_plot,
+            )
     except TuneInterrupted as e:
         _fail(str(e), code=130)
     except (SpecError, ValueError, FileNotFoundError) as e:

@@ -143,6 +143,12 @@ def run_pipeline(
     cluster = cluster or ClusterOptions()
     cluster.validate()
     spec.check_runtime(cluster.address)
+    n_cells = plan(spec)["runs"]
+    if len(spec.r) < 2 or n_cells < 7:
+        raise ValueError(
+            f"the spec defines {n_cells} runs over r = {sorted(spec.r)}; the joint law (6 parameters) needs at "
+            "least 7 runs and two values of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
+        )
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.yaml"
@@ -156,7 +162,9 @@ def run_pipeline(
     spec_file.write_text(text)
     meta_path = out / "run_meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    meta.update({"spec_name": spec_name or spec.name, "command": command or meta.get("command")})
+    meta["spec_name"] = spec_name or spec.name
+    meta.setdefault("command", command)  # the command that started this run directory
+    meta["last_command"] = command
     meta.setdefault("stage_wall_s", {})
     meta["skipped"] = []
 
@@ -170,7 +178,10 @@ def run_pipeline(
 
     def stages() -> None:
         # 1. LR tuning
-        if spec.lr == "tune":
+        if spec.lr != "tune":
+            meta["skipped"].append("tune-lr")
+            log("[1/4] tune-lr: the spec fixes the LR, skipped")
+        else:
             if (out / "lr_table.parquet").exists():
                 meta["skipped"].append("tune-lr")
                 log("[1/4] tune-lr: lr_table.parquet exists, skipped")
@@ -248,7 +259,7 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan or run summary)."),
 ) -> None:
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
-    from loopscale.sweep.commands import SweepInterrupted
+    from loopscale.sweep.commands import SweepInterrupted, stdout_to_stderr
     from loopscale.sweep.spec import SpecError
     from loopscale.sweep.tune_lr import TuneInterrupted
 
@@ -273,18 +284,19 @@ def run_cmd(
             return
         b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
         out_dir = out or Path("runs") / name
-        meta = run_pipeline(
-            spec,
-            out_dir,
-            spec_name=name,
-            resume=resume,
-            cluster=cluster,
-            bootstrap=b_def if bootstrap is None else bootstrap,
-            starts=s_def if starts is None else starts,
-            seed=seed,
-            command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
-        )
+        with stdout_to_stderr(as_json):
+            meta = run_pipeline(
+                spec,
+                out_dir,
+                spec_name=name,
+                resume=resume,
+                cluster=cluster,
+                bootstrap=b_def if bootstrap is None else bootstrap,
+                starts=s_def if starts is None else starts,
+                seed=seed,
+                command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
+            )
     except (SweepInterrupted, TuneInterrupted, KeyboardInterrupt):
         typer.echo(
             "interrupted: the state is saved; rerun the same command with --resume to continue", err=True
@@ -293,8 +305,17 @@ def run_cmd(
     except (SpecError, ValueError, FileNotFoundError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=2) from None
+    ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text())
+    if not as_json:
+        for vname, v in ana.get("variants", {}).items():
+            j = v.get("joint") or {}
+            if "params" in j:
+                lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
+                typer.echo(
+                    f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
+                    f"R^2 = {j['r2']:.4f} ({j['n']} runs)"
+                )
     if as_json:
-        ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text())
         summary = {
             "out": str(Path(out_dir).resolve()),
             "report": meta["report"],
