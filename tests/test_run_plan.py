@@ -88,3 +88,21 @@ def test_run_rejects_spec_and_preset_together(tmp_path):
     )
     assert out.returncode == 2 and "not both" in out.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_run_refuses_a_grid_the_joint_law_cannot_fit_before_training(tmp_path):
+    """2 runs cannot identify 6 parameters: `run` says so before any training and writes no results."""
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        "name: tiny\nmodel: {preset: cpu, seq_len: 32}\nr: [1, 2]\nsizes: [16]\ntokens: [2048]\n"
+        "training: {batch_tokens: 256, eval_tokens: 2048}\nlr: {fixed: 0.01}\n"
+    )
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "loopscale.sweep.cli", "run", str(spec), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "nothing was trained" in p.stderr, p.stderr
+    assert not (out / "runs.parquet").exists() and not (out / "parts").exists()
