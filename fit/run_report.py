@@ -216,6 +216,13 @@ def build_report(run_dir: str | Path) -> Path:
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
             f"n = {j['n']}, parameters on a bound: {j.get('on_bound') or 'none'}."
         )
+        phi_ci = ci.get("phi")
+        if phi_ci and (phi_ci[0] <= -3 + 1e-6 or phi_ci[1] >= 3 - 1e-6):
+            L.append(
+                "\n> **Warning:** the φ interval reaches the search box edge (φ ∈ [−3, 3]): these data do "
+                "not identify φ. Widths must straddle the loss-minimising width at each budget, and each "
+                "run needs enough tokens per parameter for the N-term to show (README: the fit's limits)."
+            )
         if j.get("on_bound"):
             L.append(
                 "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
