@@ -290,12 +290,17 @@ def _recorder_cls():
             self._t0 = time.time()
             self._tps: dict[str, float] = {}
             self._done_walls: list[float] = []
+            # run ids already in the store: a trial restored after an interrupt that only re-reports its saved
+            # result must not overwrite the original record (its started/finished times, trial id)
+            self._recorded: set[str] | None = None
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             from loopscale.sweep.spec import Cell
             from loopscale.sweep.store import ResultsStore, curve_rows, run_record
 
-            if result.get(DONE_KEY):
+            if self._recorded is None:
+                self._recorded = ResultsStore(self.out_dir).completed_ids()
+            if result.get(DONE_KEY) and trial.config["cell"]["run_id"] not in self._recorded:
                 res = json.loads(result[RESULT_KEY])
                 cell = Cell.from_dict(self.cells[trial.config["cell"]["run_id"]])
                 rec = run_record(
@@ -307,6 +312,7 @@ def _recorder_cls():
                     finished_at=time.time(),
                 )
                 ResultsStore(self.out_dir).write_run(rec, curve_rows(rec["run_id"], res.get("curve")))
+                self._recorded.add(rec["run_id"])
                 self._done_walls.append(float(res.get("wall_s") or 0.0))
                 self._tps.pop(trial.trial_id, None)
             elif "tokens" in result and result.get("time_total_s"):
