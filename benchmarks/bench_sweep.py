@@ -21,7 +21,10 @@ import time
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument(
-        "--tokens", type=int, default=65536, help="tokens per trial (about 10 s each on one core)"
+        "--tokens",
+        type=int,
+        default=160000,
+        help="tokens per trial (8-12 s each on one quiet core, measured)",
     )
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument(
