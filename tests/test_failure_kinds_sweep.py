@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from proc_utils import descendants, end_processes
 
 from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
@@ -39,40 +40,6 @@ def ray_local():
 
 
 # --- helpers: a driver subprocess we can stop, and cleanup of the processes it started ----------------------
-
-
-def _descendants(pid: int) -> set[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = set(), [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            if k not in out:
-                out.add(k)
-                todo.append(k)
-    return out
-
-
-def _end(pids: set[int]) -> None:
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.time() + 10
-    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-        time.sleep(0.2)
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _tune_driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
@@ -102,11 +69,11 @@ def _run_to_end(proc: subprocess.Popen) -> tuple[int, str]:
     seen: set[int] = set()
     try:
         while proc.poll() is None:
-            seen |= _descendants(proc.pid)
+            seen |= descendants(proc.pid)
             time.sleep(0.3)
         _, err = proc.communicate()
     finally:
-        _end(seen)
+        end_processes(seen)
     return proc.returncode, err.decode()[-3000:]
 
 
@@ -115,20 +82,20 @@ def _stop_when(proc: subprocess.Popen, cond, sig, timeout=180) -> None:
     try:
         deadline = time.time() + timeout
         while time.time() < deadline and proc.poll() is None and not cond():
-            seen |= _descendants(proc.pid)
+            seen |= descendants(proc.pid)
             time.sleep(0.1)
         assert proc.poll() is None, (
             "driver ended before it could be stopped: " + proc.stderr.read().decode()[-3000:]
         )
         assert cond(), "condition not reached"
-        seen |= _descendants(proc.pid)
+        seen |= descendants(proc.pid)
         os.kill(proc.pid, sig)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        _end(seen)
+        end_processes(seen)
 
 
 def _n_trials(out: Path, study: str) -> int:

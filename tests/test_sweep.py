@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from proc_utils import descendants, end_processes
 
 from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
 from loopscale.sweep.commands import run_sweep
@@ -127,41 +128,6 @@ def test_tuner_plan_is_inspectable_without_ray(tmp_path):
 # --- driver stopped mid-sweep -------------------------------------------------------------------------------
 
 
-def _descendants(pid: int) -> set[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = set(), [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            if k not in out:
-                out.add(k)
-                todo.append(k)
-    return out
-
-
-def _end(pids: set[int]) -> None:
-    """SIGTERM processes this test started (Ray agents survive a SIGKILLed driver), then SIGKILL leftovers."""
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.time() + 10
-    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-        time.sleep(0.2)
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def _kill_spec(tmp_path: Path) -> Path:
     d = copy.deepcopy(PRESETS["smoke"])
     d.update(name="kill", sizes=[16], tokens=[8192], r=[1, 2, 4, 8])
@@ -207,19 +173,19 @@ def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, s
     try:
         deadline = time.time() + 120
         while time.time() < deadline and len(list(parts.glob("*.parquet"))) < 1:
-            seen |= _descendants(proc.pid)
+            seen |= descendants(proc.pid)
             time.sleep(0.2)
         assert len(list(parts.glob("*.parquet"))) >= 1, (
             proc.stderr.read().decode()[-3000:] if proc.poll() else ""
         )
-        seen |= _descendants(proc.pid)
+        seen |= descendants(proc.pid)
         os.kill(proc.pid, sig)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        _end(seen)
+        end_processes(seen)
     if sig == signal.SIGINT:
         assert proc.returncode == 130  # interrupted, state saved
     n_before = len(list(parts.glob("*.parquet")))
@@ -228,11 +194,11 @@ def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, s
     seen2: set[int] = set()
     try:
         while proc2.poll() is None:
-            seen2 |= _descendants(proc2.pid)
+            seen2 |= descendants(proc2.pid)
             time.sleep(0.3)
         so, se = proc2.communicate()
     finally:
-        _end(seen2)
+        end_processes(seen2)
     assert proc2.returncode == 0, se.decode()[-3000:]
     rows = pq.read_table(out / "runs.parquet").to_pylist()
     cells = {c.run_id for c in parse_spec(__import__("yaml").safe_load(spec_path.read_text())).cells()}
