@@ -172,13 +172,11 @@ def test_iso_depth_rejects_non_divisor():
 
 def test_cli_model_info_json():
     """``model info --preset paper --width-scale 10 --r 4 --json`` prints model_info of that config."""
-    typer = pytest.importorskip("typer")
+    import typer
     from typer.testing import CliRunner
 
-    try:
-        from loopscale.model.cli import info_cmd
-    except ImportError as e:  # model/cli.py re-exports train_cmd from another helper's module
-        pytest.skip(f"loopscale.model.cli not importable yet: {e}")
+    from loopscale.model.cli import info_cmd
+
     app = typer.Typer()
     app.command("info")(info_cmd)
     app.command("other")(lambda: None)  # two commands so that "info" is a subcommand

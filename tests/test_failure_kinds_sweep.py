@@ -283,11 +283,9 @@ def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
         assert (n, nn) == (8, 5)
     assert store.runs().schema.field("mfu").type == pa.float64()
     assert pq.read_schema(store.curves_path).field("val_loss").type == pa.float64()
-    try:
-        from loopscale.fit.io import prepare
-        from loopscale.fit.laws import make_law
-    except ImportError:  # pragma: no cover - the fitter is another component
-        pytest.skip("loopscale.fit not available")
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
     fd = prepare(store.runs_path, make_law("chinchilla"))
     assert fd.n_excluded == 3 and fd.excluded_by_status == {"diverged": 3}
     assert RUNS_SCHEMA.field("final_val_loss").nullable
