@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,3 +43,41 @@ def end_processes(pids: set[int]) -> None:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def start_driver(command: str, spec: Path, out: Path, *extra: str) -> subprocess.Popen:
+    """Start ``python -m loopscale.sweep.commands COMMAND SPEC --out OUT --num-cpus 2 *extra`` in its own process
+    session (so a signal reaches the driver alone), with Ray's session files under /tmp/lsray_t."""
+    env = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loopscale.sweep.commands",
+            command,
+            str(spec),
+            "--out",
+            str(out),
+            "--num-cpus",
+            "2",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def run_to_end(proc: subprocess.Popen) -> tuple[int, bytes, bytes]:
+    """Wait for ``proc``, then end every process it started (Ray agents can outlive their driver);
+    returns (exit code, stdout, stderr)."""
+    seen: set[int] = set()
+    try:
+        while proc.poll() is None:
+            seen |= descendants(proc.pid)
+            time.sleep(0.3)
+        out, err = proc.communicate()
+    finally:
+        end_processes(seen)
+    return proc.returncode, out, err

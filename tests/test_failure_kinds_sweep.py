@@ -12,7 +12,6 @@ import copy
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from proc_utils import descendants, end_processes
+from proc_utils import descendants, end_processes, run_to_end, start_driver
 
 from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
@@ -43,38 +42,12 @@ def ray_local():
 
 
 def _tune_driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loopscale.sweep.commands",
-            "tune-lr",
-            str(spec),
-            "--out",
-            str(out),
-            "--num-cpus",
-            "2",
-            "--no-plot",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
+    return start_driver("tune-lr", spec, out, "--no-plot", *extra)
 
 
 def _run_to_end(proc: subprocess.Popen) -> tuple[int, str]:
-    seen: set[int] = set()
-    try:
-        while proc.poll() is None:
-            seen |= descendants(proc.pid)
-            time.sleep(0.3)
-        _, err = proc.communicate()
-    finally:
-        end_processes(seen)
-    return proc.returncode, err.decode()[-3000:]
+    rc, _, err = run_to_end(proc)
+    return rc, err.decode()[-3000:]
 
 
 def _stop_when(proc: subprocess.Popen, cond, sig, timeout=180) -> None:

@@ -7,13 +7,12 @@ import copy
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from proc_utils import descendants, end_processes
+from proc_utils import descendants, end_processes, run_to_end, start_driver
 
 from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
 from loopscale.sweep.commands import run_sweep
@@ -140,26 +139,7 @@ def _kill_spec(tmp_path: Path) -> Path:
 
 
 def _driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loopscale.sweep.commands",
-            "sweep",
-            str(spec),
-            "--out",
-            str(out),
-            "--num-cpus",
-            "2",
-            "--json",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
+    return start_driver("sweep", spec, out, "--json", *extra)
 
 
 @pytest.mark.slow
@@ -191,15 +171,8 @@ def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, s
     n_before = len(list(parts.glob("*.parquet")))
     assert n_before < 4
     proc2 = _driver(spec_path, out, "--resume")
-    seen2: set[int] = set()
-    try:
-        while proc2.poll() is None:
-            seen2 |= descendants(proc2.pid)
-            time.sleep(0.3)
-        so, se = proc2.communicate()
-    finally:
-        end_processes(seen2)
-    assert proc2.returncode == 0, se.decode()[-3000:]
+    rc2, _, se = run_to_end(proc2)
+    assert rc2 == 0, se.decode()[-3000:]
     rows = pq.read_table(out / "runs.parquet").to_pylist()
     cells = {c.run_id for c in parse_spec(__import__("yaml").safe_load(spec_path.read_text())).cells()}
     assert len(rows) == 4 and {r["run_id"] for r in rows} == cells
