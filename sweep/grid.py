@@ -138,6 +138,18 @@ class RunWorkspace:
                 shutil.copy2(p, dst)
         return True
 
+    def prepare_resume(self) -> None:
+        """Inside a Tune trial, before training: bring this run's checkpoints into :attr:`dir` — the stored ones
+        (:meth:`pull`) and Tune's restored checkpoint when it is newer (:meth:`adopt`) — so the trainer resumes
+        from the newest of them (Tune's snapshot can lag the files on disk after a hard kill)."""
+        from ray import tune
+
+        self.pull()
+        ckpt = tune.get_checkpoint()
+        if ckpt is not None:
+            with ckpt.as_directory() as d:
+                self.adopt(d)
+
     def result(self) -> dict | None:
         """The finished ``RunResult.to_dict()`` of this run, if it finished before."""
         return read_json_uri(uri_join(self.uri, "result.json"))
@@ -220,11 +232,7 @@ def grid_trainable(config: dict) -> None:
     started = time.time()
     done = ws.result()
     if done is None:
-        ws.pull()
-        ckpt = tune.get_checkpoint()
-        if ckpt is not None:
-            with ckpt.as_directory() as d:
-                ws.adopt(d)
+        ws.prepare_resume()
         done = _train_cell(cell, ws, storage_uri, fault)
     tune.report(
         {

@@ -241,11 +241,7 @@ def lr_trainable(config: dict) -> None:
     if done is None:
         from loopscale.model.train import train_run
 
-        ws.pull()
-        ck = tune.get_checkpoint()
-        if ck is not None:
-            with ck.as_directory() as d:
-                ws.adopt(d)
+        ws.prepare_resume()
 
         def callback(event: dict) -> None:
             maybe_inject_fault(storage_uri, rid, config.get("fault_at_step"), int(event.get("step") or 0))
