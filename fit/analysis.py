@@ -14,30 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from loopscale.fit.outputs import json_safe
+
 ANALYSIS_VERSION = 1
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, NaN/inf to None, tuple keys to strings."""
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return [_clean(v) for v in x.tolist()]
-    if isinstance(x, np.integer | np.bool_):
-        return x.item()
-    if isinstance(x, float | np.floating):
-        x = float(x)
-        return x if math.isfinite(x) else None
-    return x
 
 
 def file_digest(path: str | Path) -> str:
@@ -151,7 +136,7 @@ def analyze(
         excluded = bad[keep].to_dict("records")
         df = df[status == "ok"].reset_index(drop=True)
     if df.empty:
-        raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(_clean(counts)))
+        raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(json_safe(counts)))
     if "budget" in df.columns and df["budget"].isna().all():
         # token-budget specs: the cell of a run is its token budget D (all sizes trained for the same D), so the
         # block bootstrap resamples whole (D, r) cells, like the paper's (C, r) cells
@@ -162,8 +147,8 @@ def analyze(
     result: dict[str, Any] = {
         "version": ANALYSIS_VERSION,
         "n_runs": int(sum(counts.values())),
-        "runs_by_status": _clean(counts),
-        "excluded_runs": _clean(excluded),
+        "runs_by_status": json_safe(counts),
+        "excluded_runs": json_safe(excluded),
         "settings": {"B": B, "starts": starts, "seed": seed},
         "budget_kind": budget_kind,
         "variants": {},
@@ -177,7 +162,7 @@ def analyze(
         for r, sub in frame.groupby("r"):
             if len(sub) >= 6 and sub["D"].nunique() >= 2 and sub["N_unique"].nunique() >= 2:
                 f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
-                per_r[str(int(r))] = _clean(f.to_dict())
+                per_r[str(int(r))] = json_safe(f.to_dict())
             else:
                 per_r[str(int(r))] = {
                     "skipped": f"{len(sub)} runs; need >= 6 with >= 2 sizes and >= 2 budgets"
@@ -208,7 +193,7 @@ def analyze(
         v["restricted"] = {}
         for phi in (0.0, 1.0):
             rf = fit_law(frame, law="joint", phi=phi, starts=starts, seed=seed)
-            v["restricted"][f"phi={phi:g}"] = _clean(rf.to_dict())
+            v["restricted"][f"phi={phi:g}"] = json_safe(rf.to_dict())
         phi_hat = float(joint.params["phi"])
         v["equivalence"] = _equivalence_statements(frame, phi_hat)
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
@@ -230,7 +215,7 @@ def analyze(
         from loopscale.fit import compare_variants
 
         try:
-            result["variant_comparison"] = _clean(
+            result["variant_comparison"] = json_safe(
                 compare_variants(df, B=B, seed=seed, starts=starts, workers=workers, address=address)
             )
         except ValueError as e:  # e.g. a variant with a single r: reported, not fatal
@@ -244,6 +229,6 @@ def analyze(
                 pa.Table.from_pandas(pd.concat(rows, ignore_index=True), preserve_index=False), out / name
             )
     tmp = out / "analysis.json.tmp"
-    tmp.write_text(json.dumps(_clean(result), indent=2))
+    tmp.write_text(json.dumps(json_safe(result), indent=2))
     tmp.replace(out / "analysis.json")
     return result

@@ -10,12 +10,15 @@ from typing import Any
 import pandas as pd
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe copy: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
+def json_safe(x: Any) -> Any:
+    """JSON-safe copy: NaN/inf -> None, numpy scalars and arrays -> Python numbers and lists, tuples -> lists,
+    dict keys -> strings."""
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
+    if hasattr(x, "tolist") and getattr(x, "ndim", 0) > 0:
+        return json_safe(x.tolist())
     if hasattr(x, "item") and not isinstance(x, str):
         try:
             x = x.item()
@@ -37,7 +40,7 @@ def summary_dict(fit: Any, boot: Any | None = None) -> dict[str, Any]:
         d["ci_derived"] = bd.pop("ci_derived")
         bd.pop("ci")
         d["bootstrap"] = bd
-    return _clean(d)
+    return json_safe(d)
 
 
 def write_fit_outputs(
@@ -63,7 +66,7 @@ def write_fit_outputs(
 
         p = out / "bootstrap.parquet"
         tab = pa.Table.from_pandas(boot.draws, preserve_index=False)
-        meta = {b"loopscale.bootstrap": json.dumps(_clean(boot.to_dict())).encode()}
+        meta = {b"loopscale.bootstrap": json.dumps(json_safe(boot.to_dict())).encode()}
         pq.write_table(tab.replace_schema_metadata({**(tab.schema.metadata or {}), **meta}), p)
         files["bootstrap.parquet"] = str(p)
     if plots:
