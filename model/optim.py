@@ -2,12 +2,18 @@
 
 * ``"adamw"`` (default for the CPU presets): one ``torch.optim.AdamW``, every group at the peak ``lr``,
   betas (0.9, 0.95), eps 1e-8; weight decay only on the 2-D block matrices.
-* ``"muon"`` (paper Sec. 3, "MuonH" approximated by plain Muon): ``torch.optim.Muon`` (Nesterov momentum 0.95,
+* ``"muon"`` (plain Muon; the paper uses its hyperball form, ``"muonh"`` below): ``torch.optim.Muon`` (Nesterov momentum 0.95,
   5 Newton-Schulz steps) on every 2-D matrix of the blocks and ``W_inject``, ``lr`` is the Muon LR; AdamW
   (betas (0.8, 0.95), eps 1e-10, no weight decay) on embedding, unembedding, norms and hyperconnection scalars
   at the paper's LR ratios to the Muon base 0.014 (embedding 0.3, unembedding 0.004, norm 0.005, hc 0.01; see
   ``shared/notes/paper_notes.md`` Sec. 3) times the muP width factor (d / 640) ** -0.5. So ``lr = 0`` freezes
   every parameter, and LR tuning moves one number.
+* ``"muonh"`` (the paper's actual optimizer, "MuonH" = Muon on the hyperball; the authors' released code and
+  arXiv 2603.28743): like ``"muon"`` (same groups and AdamW ratios), but each matrix W lives on the Frobenius
+  sphere of its initial norm: the orthogonalised Nesterov update O is rescaled to ``||O||_F = ||W_0||_F``,
+  ``W <- W - lr O``, then W is projected back to ``||W||_F = ||W_0||_F`` (:class:`MuonH`). No weight decay (a
+  first-order no-op on the sphere). Plain Muon lets matrix norms grow without bound; on the sphere the relative
+  step size stays ``lr`` for the whole run.
 * Zero norms: torch 2.13's Muon normalises the update by ``max(||G||_F, eps)`` before Newton-Schulz
   (``torch/optim/_muon.py``), so a zero gradient (e.g. a zero-initialised projection) gives a zero update, not
   NaN. :func:`build_optimizers` relies on that and the trainer's test checks it (issue 8, case 4).
@@ -24,7 +30,7 @@ import math
 import torch
 
 SCHEDULES = ("linear", "cosine", "wsd")
-OPTIMIZERS = ("adamw", "muon")
+OPTIMIZERS = ("adamw", "muon", "muonh")
 
 MUON_BASE_LR = 0.014
 """Paper's Muon base LR; the AdamW groups keep the paper's ratios to it in ``muon`` mode."""
@@ -110,7 +116,12 @@ def build_optimizers(
     rest = {role: list(items) for role, items in groups.items() if role != "matrix"}
     rest["norm"] = rest.get("norm", []) + [(n, p) for n, p in groups["matrix"] if p.ndim != 2]
     opts: list[torch.optim.Optimizer] = []
-    if matrices:
+    if matrices and optimizer == "muonh":
+        opts.append(
+            MuonH([{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}], lr=lr)
+        )
+        assignment["muon"] = [n for n, _ in matrices]
+    elif matrices:
         opts.append(
             torch.optim.Muon(
                 [{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}],
@@ -141,4 +152,64 @@ def build_optimizers(
     return opts, assignment
 
 
-__all__ = ["MUON_BASE_LR", "OPTIMIZERS", "PAPER_ADAMW_LR", "SCHEDULES", "build_optimizers", "lr_multiplier"]
+class MuonH(torch.optim.Optimizer):
+    """Muon on the hyperball ("MuonH"): the paper's matrix optimizer (Sec. 3 and the authors' code).
+
+    Per 2-D parameter W [A, B] with gradient G: Nesterov momentum (``buf <- lerp(buf, G, 1 - momentum)``,
+    ``U = lerp(G, buf, momentum)``), Newton-Schulz orthogonalisation of U (``ns_steps`` quintic iterations, the
+    coefficients of ``torch.optim.Muon``), rescaling to ``||O||_F = ||W_0||_F`` (the norm of W at its first
+    step, cached), ``W <- W - lr O`` and projection back to ``||W||_F = ||W_0||_F``. ``lr`` is therefore the
+    relative Frobenius step per optimizer step.
+
+    Raises:
+        ValueError: lr < 0, momentum outside [0, 1), ns_steps < 1, or a parameter that is not 2-D (at step) /
+            has zero norm at its first step (the sphere would be a point; the paper initialises every matrix
+            with a non-zero norm for this reason).
+    """
+
+    def __init__(self, params, lr: float = MUON_BASE_LR, momentum: float = 0.95, nesterov: bool = True,
+                 ns_steps: int = 5):
+        if not lr >= 0:
+            raise ValueError(f"lr must be >= 0, got {lr}")
+        if not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if int(ns_steps) < 1:
+            raise ValueError(f"ns_steps must be >= 1, got {ns_steps}")
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=int(ns_steps)))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One MuonH step for every parameter with a gradient; returns ``closure()`` if given."""
+        from torch.optim._muon import DEFAULT_A, DEFAULT_B, DEFAULT_C, EPS, _zeropower_via_newtonschulz
+
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, mom = group["lr"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.ndim != 2:
+                    raise ValueError(f"MuonH takes 2-D matrices only, got a parameter of shape {tuple(p.shape)}")
+                st = self.state[p]
+                if not st:
+                    st["momentum_buffer"] = torch.zeros_like(p)
+                    st["p_norm"] = p.norm()
+                    if not float(st["p_norm"]) > 0:
+                        raise ValueError(
+                            f"MuonH needs a matrix with non-zero norm at its first step (shape {tuple(p.shape)})"
+                        )
+                buf = st["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - mom)
+                u = p.grad.lerp(buf, mom) if group["nesterov"] else buf
+                o = _zeropower_via_newtonschulz(u, (DEFAULT_A, DEFAULT_B, DEFAULT_C), group["ns_steps"], EPS)
+                o_norm = o.norm()
+                if float(o_norm) > 0:  # a zero gradient gives a zero update, not NaN
+                    p.sub_(o, alpha=float(lr * st["p_norm"] / o_norm))
+                    p.mul_(st["p_norm"] / p.norm().clamp_min(1e-12))
+        return loss
+
+
+__all__ = ["MUON_BASE_LR", "MuonH", "OPTIMIZERS", "PAPER_ADAMW_LR", "SCHEDULES", "build_optimizers", "lr_multiplier"]

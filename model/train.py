@@ -84,7 +84,7 @@ class RunConfig:
     micro_batch_tokens: int | None = None
     """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens); None -> batch_tokens."""
     optimizer: str = "adamw"
-    """'adamw' | 'muon' (see loopscale.model.optim)."""
+    """'adamw' | 'muon' | 'muonh' (see loopscale.model.optim)."""
     lr: float = 3e-3
     """Peak LR (muon: the matrix LR; the AdamW groups follow at the paper's ratios)."""
     schedule: str = "linear"

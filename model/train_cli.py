@@ -80,7 +80,7 @@ def train_cmd(
     micro_batch_tokens: int | None = typer.Option(
         None, "--micro-batch-tokens", help="Tokens per micro-batch."
     ),
-    optimizer: str = typer.Option("adamw", help="'adamw' or 'muon'."),
+    optimizer: str = typer.Option("adamw", help="'adamw', 'muon' or 'muonh' (the paper's hyperball Muon)."),
     lr: float = typer.Option(3e-3, help="Peak learning rate."),
     schedule: str = typer.Option("linear", help="'linear' (paper), 'cosine' or 'wsd'."),
     warmup_frac: float = typer.Option(0.0, "--warmup-frac", help="Fraction of steps of warmup."),

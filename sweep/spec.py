@@ -93,7 +93,7 @@ class TrainingSpec(_Strict):
     """Tokens per optimizer step (the paper: 2^18)."""
     micro_batch_tokens: int | None = Field(None, gt=0)
     """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens)."""
-    optimizer: Literal["adamw", "muon"] = "adamw"
+    optimizer: Literal["adamw", "muon", "muonh"] = "adamw"
     schedule: Literal["linear", "cosine", "wsd"] = "linear"
     warmup_frac: float = Field(0.0, ge=0.0, lt=1.0)
     final_lr_frac: float = Field(0.1, ge=0.0, le=1.0)
