@@ -18,7 +18,7 @@ def test_muonh_keeps_frobenius_norm_and_steps_lr_relative(shape):
     w0 = w.detach().clone()
     opt = MuonH([w], lr=0.01, momentum=0.0)
     g = torch.Generator().manual_seed(1)
-    for k in range(5):
+    for _ in range(5):
         w.grad = torch.randn(*shape, generator=g, dtype=w.dtype)
         before = w.detach().clone()
         opt.step()
