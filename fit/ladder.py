@@ -1,0 +1,190 @@
+"""What a looped model is worth in unique layers: place it on a ladder of plain (r = 1) models of the same width.
+
+At fixed width d and token budget D, plain models with L = 2, 3, 4, 6, 10 unique layers ("the unique-depth
+ladder") trace loss against depth. Locally the loss is linear in log L (equivalently in log N, since
+N_unique = L (12 d^2 + 2 d) + 3 d for a plain model of the ``cpu`` / ``paper`` families; paper Sec. 3.1 accounting):
+
+    loss(L) = a + b log L,   b < 0 when depth helps.
+
+A looped model with loss l is then worth L* = exp((l - a) / b) unique layers, and its effective parameter count
+N* = L* n_b + 3 d lets the joint law's exponent be read off per r (paper Eq. 3 with the D-term equal at fixed D):
+
+    N_once + r^phi N_rec = N*   =>   phi_r = log((N* - N_once) / N_rec) / log r     (N* > N_once).
+
+A single phi exists only if phi_r agrees across r; :func:`ladder_table` gives each r its own value so the
+identification rule can test that.
+
+Uncertainty: the ladder and the looped model are each averaged over their seeds; a percentile bootstrap that
+resamples seeds within every run of the cell (the ladder rungs and the looped model independently) gives the
+95 % interval of L* and phi_r.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["LadderFit", "fit_ladder", "worth_in_layers", "phi_from_worth", "ladder_table"]
+
+
+@dataclass(frozen=True)
+class LadderFit:
+    """Least-squares line ``loss = a + b log L`` through the ladder rungs (L unique layers, loss in nats/token).
+
+    ``r2`` is the coefficient of determination over the rungs; ``layers`` the rung depths used.
+    """
+
+    a: float
+    b: float
+    r2: float
+    layers: tuple[float, ...]
+
+    def loss(self, layers: float | np.ndarray) -> float | np.ndarray:
+        """Ladder loss (nats/token) at ``layers`` unique layers."""
+        return self.a + self.b * np.log(layers)
+
+    def layers_for(self, loss: float | np.ndarray) -> float | np.ndarray:
+        """Unique layers L* whose ladder loss equals ``loss`` (inverse of :meth:`loss`)."""
+        return np.exp((np.asarray(loss, dtype=np.float64) - self.a) / self.b)
+
+
+def fit_ladder(layers, loss) -> LadderFit:
+    """Fit ``loss = a + b log L`` to ladder rungs.
+
+    Args:
+        layers: unique layers per rung, shape (k,), k >= 2 distinct values, all > 0.
+        loss: mean validation loss per rung (nats/token), shape (k,).
+    Raises:
+        ValueError: fewer than 2 distinct depths, non-positive depths, non-finite losses, or a ladder whose loss
+            does not fall with depth (b >= 0: depth does not help, so no model can be placed on it).
+    """
+    x = np.log(np.asarray(layers, dtype=np.float64))
+    y = np.asarray(loss, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"layers and loss must be 1-D of equal length, got {x.shape} and {y.shape}")
+    if not np.all(np.isfinite(x)) or not np.all(np.isfinite(y)):
+        raise ValueError("ladder layers must be > 0 and losses finite")
+    if len(np.unique(x)) < 2:
+        raise ValueError(f"a ladder needs at least 2 distinct depths, got {sorted(set(np.exp(x).round(6)))}")
+    b, a = np.polyfit(x, y, 1)
+    if not b < 0:
+        raise ValueError(
+            f"the ladder's loss does not fall with depth (slope {b:.4g} nats per log-layer): at this width and "
+            "budget deeper plain models are no better, so a looped model cannot be placed on the ladder; "
+            "train longer (more tokens) or use a wider model"
+        )
+    resid = y - (a + b * x)
+    ss = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid**2).sum()) / ss if ss > 0 else 1.0
+    return LadderFit(a=float(a), b=float(b), r2=r2, layers=tuple(float(v) for v in np.exp(x)))
+
+
+def worth_in_layers(ladder: LadderFit, loss: float) -> float:
+    """Unique layers a model with validation loss ``loss`` (nats/token) is worth on ``ladder``."""
+    return float(ladder.layers_for(loss))
+
+
+def phi_from_worth(N_star: float, N_once: float, N_rec: float, r: int) -> float:
+    """phi_r solving ``N_once + r^phi N_rec = N_star`` (paper Eq. 3 at equal D); NaN when N_star <= N_once or r = 1.
+
+    Args:
+        N_star: effective unique parameters the looped model is worth (from its worth in layers).
+        N_once, N_rec: the looped model's once-used and recurrent parameters (paper Sec. 3.1).
+        r: recurrences (>= 2 for a defined phi).
+    """
+    if r <= 1 or not N_star > N_once or not N_rec > 0:
+        return float("nan")
+    return float(np.log((N_star - N_once) / N_rec) / np.log(r))
+
+
+def _n_plain(layers: float, d: int) -> float:
+    """Unique non-embedding parameters of a plain r = 1 model with ``layers`` layers of width d (paper Table 6
+    convention: blocks 12 d^2 + 2 d each plus 3 d model-level norm weights)."""
+    return layers * (12 * d * d + 2 * d) + 3 * d
+
+
+def ladder_table(
+    runs: pd.DataFrame,
+    *,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Worth in unique layers (and phi_r) of every looped model, per (d_model, D) cell, with bootstrap intervals.
+
+    Args:
+        runs: one row per finished run with columns ``d_model``, ``D`` (tokens), ``r``, ``layers_unique``
+            (prelude + shared block + coda layers), ``N_once``, ``N_rec``, ``loss`` (nats/token) and ``seed``.
+            Rows with r = 1 form the ladder of their cell; rows with r > 1 are placed on it. A ``status`` column,
+            if present, keeps only ``"ok"`` rows.
+        n_boot: bootstrap draws (seeds resampled with replacement within every run of a cell).
+        level: interval level.
+        seed: RNG seed of the bootstrap.
+    Returns:
+        One row per (d_model, D, r > 1) with ``layers_unique``, ``worth_layers`` and its ``worth_lo`` /
+        ``worth_hi``, ``phi_r`` with ``phi_lo`` / ``phi_hi``, ``n_seeds``, ``seed_sd`` (nats/token, the looped
+        model's seed spread), ``ladder_r2`` and ``ladder_layers``.
+    Raises:
+        ValueError: missing columns, or a cell with looped runs but fewer than 2 ladder depths.
+    """
+    need = {"d_model", "D", "r", "layers_unique", "N_once", "N_rec", "loss", "seed"}
+    missing = need - set(runs.columns)
+    if missing:
+        raise ValueError(f"ladder_table needs columns {sorted(need)}; missing {sorted(missing)}")
+    df = runs
+    if "status" in df.columns:
+        df = df[df["status"] == "ok"]
+    df = df[np.isfinite(df["loss"].astype(float))]
+    rng = np.random.default_rng(seed)
+    alpha = (1 - level) / 2
+    rows = []
+    for (d, D), cell in df.groupby(["d_model", "D"], sort=True):
+        plain = cell[cell["r"] == 1]
+        looped = cell[cell["r"] > 1]
+        if looped.empty:
+            continue
+        rungs = {L: g["loss"].to_numpy(float) for L, g in plain.groupby("layers_unique")}
+        if len(rungs) < 2:
+            raise ValueError(
+                f"cell d_model={d}, D={D}: {len(rungs)} ladder depth(s) of r = 1; add at least 2 (e.g. ladder: [3, 6])"
+            )
+        depths = np.array(sorted(rungs), dtype=float)
+        lad = fit_ladder(depths, [rungs[L].mean() for L in depths])
+        # bootstrap: resample seeds within every rung once per draw (shared by all r of this cell)
+        boot_lad = []
+        for _ in range(n_boot):
+            means = [rng.choice(rungs[L], size=len(rungs[L]), replace=True).mean() for L in depths]
+            b, a = np.polyfit(np.log(depths), means, 1)
+            boot_lad.append((a, b))
+        boot_lad = np.asarray(boot_lad)
+        for (r, L), g in looped.groupby(["r", "layers_unique"], sort=True):
+            losses = g["loss"].to_numpy(float)
+            n_once, n_rec = float(g["N_once"].iloc[0]), float(g["N_rec"].iloc[0])
+            worth = worth_in_layers(lad, losses.mean())
+            bm = np.array([rng.choice(losses, size=len(losses), replace=True).mean() for _ in range(n_boot)])
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                bw = np.where(boot_lad[:, 1] < 0, np.exp((bm - boot_lad[:, 0]) / boot_lad[:, 1]), np.nan)
+            bphi = np.array([phi_from_worth(_n_plain(w, int(d)), n_once, n_rec, int(r)) for w in bw])
+            ok_w, ok_p = bw[np.isfinite(bw)], bphi[np.isfinite(bphi)]
+            rows.append(
+                dict(
+                    d_model=int(d),
+                    D=float(D),
+                    r=int(r),
+                    layers_unique=float(L),
+                    worth_layers=worth,
+                    worth_lo=float(np.quantile(ok_w, alpha)) if ok_w.size else float("nan"),
+                    worth_hi=float(np.quantile(ok_w, 1 - alpha)) if ok_w.size else float("nan"),
+                    phi_r=phi_from_worth(_n_plain(worth, int(d)), n_once, n_rec, int(r)),
+                    phi_lo=float(np.quantile(ok_p, alpha)) if ok_p.size else float("nan"),
+                    phi_hi=float(np.quantile(ok_p, 1 - alpha)) if ok_p.size else float("nan"),
+                    phi_defined_frac=float(ok_p.size / n_boot),
+                    n_seeds=int(len(losses)),
+                    seed_sd=float(losses.std(ddof=1)) if len(losses) > 1 else float("nan"),
+                    ladder_r2=lad.r2,
+                    ladder_layers=",".join(f"{v:g}" for v in lad.layers),
+                )
+            )
+    return pd.DataFrame(rows)

@@ -1,0 +1,78 @@
+"""Worth in unique layers: placing looped models on a ladder of plain models (fit/ladder.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from loopscale.fit.ladder import fit_ladder, ladder_table, phi_from_worth, worth_in_layers
+
+
+def test_fit_ladder_inverts_exactly_on_a_log_linear_ladder():
+    lad = fit_ladder([2, 3, 6, 10], [2.3 - 0.1 * math.log(L) for L in (2, 3, 6, 10)])
+    assert lad.b == pytest.approx(-0.1) and lad.a == pytest.approx(2.3) and lad.r2 == pytest.approx(1.0)
+    assert worth_in_layers(lad, 2.3 - 0.1 * math.log(4.5)) == pytest.approx(4.5)
+
+
+def test_fit_ladder_refuses_flat_or_single_depth_ladders():
+    with pytest.raises(ValueError, match="does not fall with depth"):
+        fit_ladder([3, 6], [2.0, 2.01])
+    with pytest.raises(ValueError, match="at least 2 distinct depths"):
+        fit_ladder([3, 3], [2.0, 1.9])
+
+
+def test_phi_from_worth_solves_the_joint_law():
+    n_once, n_rec, r = 1000.0, 500.0, 4
+    n_star = n_once + r**0.46 * n_rec
+    assert phi_from_worth(n_star, n_once, n_rec, r) == pytest.approx(0.46)
+    assert math.isnan(phi_from_worth(900.0, n_once, n_rec, r))  # worth less than its once-used part
+    assert math.isnan(phi_from_worth(n_star, n_once, n_rec, 1))
+
+
+def _table(noise: float, n_seeds: int, rng) -> tuple[pd.DataFrame, dict]:
+    d, D = 16, 1e6
+    nb = 12 * d * d + 2 * d
+
+    def loss_at(L):  # ladder truth, linear in log L
+        return 2.3 - 0.12 * math.log(L)
+
+    rows, truth = [], {}
+    for L in (2, 3, 4, 6, 10):
+        for s in range(n_seeds):
+            rows.append(dict(d_model=d, D=D, r=1, layers_unique=L, N_once=L * nb + 3 * d, N_rec=0,
+                             loss=loss_at(L) + noise * rng.standard_normal(), seed=s))
+    for r, L, worth in ((2, 6, 5.0), (4, 4, 3.5), (8, 3, 2.5)):
+        n_once, n_rec = 2 * nb + 3 * d, (L - 2) * nb + 2 * d * d
+        truth[r] = (worth, phi_from_worth(worth * nb + 3 * d, n_once, n_rec, r))
+        for s in range(n_seeds):
+            rows.append(dict(d_model=d, D=D, r=r, layers_unique=L, N_once=n_once, N_rec=n_rec,
+                             loss=loss_at(worth) + noise * rng.standard_normal(), seed=s))
+    return pd.DataFrame(rows), truth
+
+
+def test_ladder_table_recovers_worth_and_phi_and_intervals_cover():
+    rng = np.random.default_rng(0)
+    exact, truth = _table(0.0, 2, rng)
+    out = ladder_table(exact, n_boot=50).set_index("r")
+    for r, (worth, phi) in truth.items():
+        assert out.loc[r, "worth_layers"] == pytest.approx(worth, rel=1e-9)
+        if math.isfinite(phi):
+            assert out.loc[r, "phi_r"] == pytest.approx(phi, abs=1e-9)
+    noisy, truth = _table(0.01, 4, rng)
+    out = ladder_table(noisy, n_boot=400, seed=1).set_index("r")
+    for r in truth:
+        lo, hi = out.loc[r, "worth_lo"], out.loc[r, "worth_hi"]
+        assert lo < hi and hi - lo < 3.0
+        assert out.loc[r, "n_seeds"] == 4 and out.loc[r, "seed_sd"] > 0
+    covered = sum(out.loc[r, "worth_lo"] <= w <= out.loc[r, "worth_hi"] for r, (w, _) in truth.items())
+    assert covered >= 2  # 95 % intervals: all three miss together essentially never
+
+
+def test_ladder_table_needs_two_depths_per_cell():
+    rng = np.random.default_rng(0)
+    df, _ = _table(0.0, 1, rng)
+    with pytest.raises(ValueError, match="ladder depth"):
+        ladder_table(df[(df.r > 1) | (df.layers_unique == 3)], n_boot=10)
