@@ -1,0 +1,278 @@
+"""Identification of phi before a headline: the profile of the objective in phi, phi per r, and the rule that decides
+whether a report may say "phi = x [lo, hi]".
+
+The joint law (paper Eq. 3) ``L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta`` has one phi for every r. A grid
+can fail to identify it in three ways, each of which this module detects:
+
+``ON_BOUND``
+    a fitted parameter, or an end of phi's bootstrap interval, sits on the edge of the search box (paper Sec. 4.2
+    box; phi in [-3, 3]): the optimum is not interior, so the interval is the box's, not the data's. When every run
+    has the same D (a fixed-D design) the D-term B D^-beta is a constant folded into E: E, B and beta are then not
+    checked, and ``E_D = E + B D^-beta`` is the identified offset.
+``FLAT_PROFILE``
+    the profile objective (every other parameter refitted at each fixed phi) rises by less than one run's worth,
+    ``2 / n`` of its minimum (n runs), at phi_hat - 1 or at phi_hat + 1 (or the profile's end, if nearer): the
+    data cannot tell phi apart from values a whole unit away on that side, so any interval is an artefact of the
+    resampling, not a property of the data.
+``PER_R_DISAGREE``
+    phi fitted from each r against the r = 1 runs alone (phi_r) has intervals with no common point: the r^phi form
+    does not describe all r at once at this scale, and a single phi would average incompatible values.
+
+Otherwise the headline is "phi = x [lo, hi]"; when the interval's half-width exceeds the requested precision the
+headline says so (identified but imprecise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loopscale.fit.fitter import FitResult, fit_law
+from loopscale.fit.io import prepare
+from loopscale.fit.laws import BASE_BOUNDS, PHI_BOUNDS, make_law
+
+__all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "identify", "fixed_D"]
+
+
+class Cause(str, Enum):
+    """Why phi is not identified (see the module docstring)."""
+
+    ON_BOUND = "on_bound"
+    FLAT_PROFILE = "flat_profile"
+    PER_R_DISAGREE = "per_r_disagree"
+
+
+@dataclass(frozen=True)
+class Identification:
+    """Outcome of the identification rule.
+
+    Attributes:
+        identified: True when no cause applies.
+        causes: the causes that apply, each with a one-line reason (``reasons[cause]``).
+        headline: the sentence a report or CLI prints ("phi = x [lo, hi] ..." or "phi not identified by this grid:
+            ...").
+        phi, ci: point estimate and its interval (``None`` when unavailable).
+        half_width: (hi - lo) / 2 of ``ci``; ``precise`` is ``half_width <= target_half_width``.
+        fixed_D: every run had the same D (the D-term is a constant); ``E_D`` is then E + B D^-beta.
+    """
+
+    identified: bool
+    causes: tuple[Cause, ...]
+    reasons: dict[str, str]
+    headline: str
+    phi: float | None
+    ci: tuple[float, float] | None
+    half_width: float | None
+    precise: bool
+    fixed_D: bool
+    E_D: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (causes as their string values)."""
+        return {
+            "identified": self.identified,
+            "causes": [c.value for c in self.causes],
+            "reasons": dict(self.reasons),
+            "headline": self.headline,
+            "phi": self.phi,
+            "ci": list(self.ci) if self.ci is not None else None,
+            "half_width": self.half_width,
+            "precise": self.precise,
+            "fixed_D": self.fixed_D,
+            "E_D": self.E_D,
+            **self.details,
+        }
+
+
+def fixed_D(table: Any) -> bool:
+    """True when every ok run of ``table`` has the same D (tokens): the D-term is a constant."""
+    data = prepare(table, make_law("joint"))
+    return bool(np.unique(data.cols["D"]).size == 1)
+
+
+def phi_profile(
+    table: Any, grid: np.ndarray | None = None, *, starts: int = 60, seed: int = 0, delta: float = 1e-3
+) -> pd.DataFrame:
+    """Profile of the joint-law objective in phi: at each fixed phi every other parameter is refitted.
+
+    Args:
+        table: runs (as :func:`loopscale.fit.fitter.fit_law`).
+        grid: phi values (default -1.5 ... 2.5 in steps of 0.1, inside the paper's box [-3, 3]).
+        starts: starts per restricted fit.
+    Returns:
+        DataFrame with ``phi``, ``objective`` (Huber sum, paper Eq. 4), ``r2`` and ``rel_rise`` (objective / its
+        minimum over the grid - 1), sorted by phi.
+    Raises:
+        ValueError: bad table or a grid value outside [-3, 3].
+    """
+    grid = np.round(np.arange(-1.5, 2.5001, 0.1), 10) if grid is None else np.asarray(grid, dtype=float)
+    rows = []
+    for phi in grid:
+        f = fit_law(table, law="joint", phi=float(phi), starts=starts, seed=seed, delta=delta)
+        rows.append(dict(phi=float(phi), objective=float(f.objective), r2=float(f.r2)))
+    out = pd.DataFrame(rows).sort_values("phi").reset_index(drop=True)
+    out["rel_rise"] = out["objective"] / out["objective"].min() - 1.0
+    return out
+
+
+def per_r_phi(
+    table: Any,
+    *,
+    starts: int = 150,
+    B: int = 0,
+    block_by: Any = "iid",
+    seed: int = 0,
+    workers: int | None = 1,
+) -> pd.DataFrame:
+    """phi_r: the joint law fitted to the r = 1 runs plus the runs of one r, for every r > 1.
+
+    Args:
+        table: runs (as :func:`loopscale.fit.fitter.fit_law`, with an ``r`` column).
+        starts: starts per fit. B: bootstrap resamples for each phi_r interval (0: no interval).
+        block_by: bootstrap blocking (default iid over runs: seeds and ladder rungs are the replicates).
+        workers: bootstrap workers (1: serial, no Ray).
+    Returns:
+        DataFrame with ``r``, ``phi``, ``lo``, ``hi`` (NaN without bootstrap), ``n`` runs used, ``on_bound``.
+    Raises:
+        ValueError: no r = 1 runs, or no r > 1 runs.
+    """
+    from loopscale.fit.bootstrapping import bootstrap
+
+    df = _frame(table)
+    rs = sorted(int(v) for v in df["r"].unique())
+    if 1 not in rs or len(rs) < 2:
+        raise ValueError(f"per-r phi needs r = 1 runs and at least one r > 1; the table has r = {rs}")
+    rows = []
+    for r in rs[1:]:
+        sub = df[df["r"].isin([1, r])]
+        f = fit_law(sub, law="joint", starts=starts, seed=seed)
+        lo = hi = float("nan")
+        if B > 0:
+            bs = bootstrap(sub, law="joint", B=B, block_by=block_by, seed=seed, workers=workers,
+                           starts=max(20, starts // 5), point=f)
+            lo, hi = bs.ci.get("phi", (float("nan"), float("nan")))
+            lo = float("nan") if lo is None else float(lo)
+            hi = float("nan") if hi is None else float(hi)
+        rows.append(dict(r=r, phi=float(f.params["phi"]), lo=lo, hi=hi, n=int(f.n), on_bound=",".join(f.on_bound)))
+    return pd.DataFrame(rows)
+
+
+def _frame(table: Any) -> pd.DataFrame:
+    """The ok rows of ``table`` as a DataFrame (via the fitter's own validation)."""
+    return prepare(table, make_law("joint")).frame
+
+
+def identify(
+    point: FitResult,
+    ci: tuple[float | None, float | None] | None,
+    profile: pd.DataFrame | None,
+    per_r: pd.DataFrame | None,
+    *,
+    target_half_width: float = 0.15,
+    bound_rtol: float = 1e-3,
+) -> Identification:
+    """Apply the identification rule (module docstring) to a joint fit with phi free.
+
+    Args:
+        point: the joint-law point fit (phi free), e.g. from :func:`loopscale.fit.fitter.fit_law`.
+        ci: phi's bootstrap interval (lo, hi), or None when there is none.
+        profile: :func:`phi_profile` output (None: the flat-profile test is skipped and said so in ``details``).
+        per_r: :func:`per_r_phi` output with intervals (None or one r: the per-r test is skipped).
+        target_half_width: precision asked of phi (the headline says when the interval is wider).
+        bound_rtol: a parameter within this fraction of the box width from an edge counts as on the bound.
+    Raises:
+        ValueError: ``point`` is not a joint fit with phi free.
+    """
+    if point.law != "joint" or point.phi_fixed or "phi" not in point.params:
+        raise ValueError("identify needs the joint-law fit with phi free (law='joint', phi=None)")
+    n = int(point.n)
+    frame = point.data
+    is_fixed_D = bool(frame is not None and "D" in frame and np.unique(frame["D"]).size == 1)
+    causes: list[Cause] = []
+    reasons: dict[str, str] = {}
+    details: dict[str, Any] = {"n": n, "checks_skipped": []}
+    p = point.params
+
+    # 1. parameters (and phi's interval) on the box edge
+    box = {"E": BASE_BOUNDS["e"], "A": BASE_BOUNDS["a"], "B": BASE_BOUNDS["b"], "alpha": BASE_BOUNDS["alpha"],
+           "beta": BASE_BOUNDS["beta"], "phi": PHI_BOUNDS}
+    on_edge = []
+    for k, (lo, hi) in box.items():
+        if is_fixed_D and k in ("E", "B", "beta"):
+            continue
+        v = float(np.log(p[k])) if k in ("E", "A", "B") else float(p[k])
+        tol = bound_rtol * (hi - lo)
+        if v <= lo + tol or v >= hi - tol:
+            on_edge.append(k)
+    phi_ci = None
+    if ci is not None and ci[0] is not None and ci[1] is not None and np.isfinite(ci[0]) and np.isfinite(ci[1]):
+        phi_ci = (float(ci[0]), float(ci[1]))
+        tol = bound_rtol * (PHI_BOUNDS[1] - PHI_BOUNDS[0])
+        if phi_ci[0] <= PHI_BOUNDS[0] + tol or phi_ci[1] >= PHI_BOUNDS[1] - tol:
+            on_edge.append("phi interval")
+    if on_edge:
+        causes.append(Cause.ON_BOUND)
+        reasons[Cause.ON_BOUND.value] = f"on the search-box edge: {', '.join(on_edge)}"
+
+    # 2. flat profile
+    phi_hat = float(p["phi"])
+    if profile is not None and len(profile) >= 3:
+        prof = profile.sort_values("phi")
+        obj_min = min(float(prof["objective"].min()), float(point.objective))
+        thr = 2.0 / max(n, 1)
+        rises = []
+        for target in (phi_hat - 1.0, phi_hat + 1.0):
+            t = float(np.clip(target, prof["phi"].min(), prof["phi"].max()))
+            rises.append(float(np.interp(t, prof["phi"], prof["objective"])) / obj_min - 1.0)
+        details["profile_rise_at_pm1"] = rises
+        details["profile_threshold"] = thr
+        if min(rises) < thr:
+            side = "phi_hat - 1" if rises[0] <= rises[1] else "phi_hat + 1"
+            causes.append(Cause.FLAT_PROFILE)
+            reasons[Cause.FLAT_PROFILE.value] = (
+                f"flat profile: the objective rises by only {100 * min(rises):.2g} % at phi = {side} "
+                f"(one run's worth is {100 * thr:.2g} %)"
+            )
+    else:
+        details["checks_skipped"].append("flat_profile (no profile)")
+
+    # 3. per-r phi consistency
+    if per_r is not None and len(per_r) >= 2 and per_r[["lo", "hi"]].notna().all().all():
+        lo_max, hi_min = float(per_r["lo"].max()), float(per_r["hi"].min())
+        details["per_r"] = per_r[["r", "phi", "lo", "hi"]].to_dict("records")
+        if lo_max > hi_min:
+            causes.append(Cause.PER_R_DISAGREE)
+            parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())
+            reasons[Cause.PER_R_DISAGREE.value] = f"phi fitted per r has no common value ({parts})"
+    else:
+        details["checks_skipped"].append("per_r (fewer than 2 r > 1 with intervals)")
+
+    half = None if phi_ci is None else (phi_ci[1] - phi_ci[0]) / 2
+    precise = half is not None and half <= target_half_width
+    E_D = float(p["E"] + p["B"] * float(np.unique(frame["D"])[0]) ** (-p["beta"])) if is_fixed_D else None
+    if causes:
+        headline = "phi not identified by this grid: " + "; ".join(reasons[c.value] for c in causes)
+    elif phi_ci is None:
+        headline = f"phi = {phi_hat:.3f} (no interval: the bootstrap gave none)"
+    else:
+        headline = f"phi = {phi_hat:.3f}, 95 % CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}]"
+        if not precise:
+            headline += f" (half-width {half:.2f} > the {target_half_width:g} asked: identified but imprecise)"
+    return Identification(
+        identified=not causes,
+        causes=tuple(causes),
+        reasons=reasons,
+        headline=headline,
+        phi=phi_hat,
+        ci=phi_ci,
+        half_width=half,
+        precise=bool(precise),
+        fixed_D=is_fixed_D,
+        E_D=E_D,
+        details=details,
+    )
