@@ -25,7 +25,7 @@ headline says so (identified but imprecise).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from loopscale.fit.laws import BASE_BOUNDS, PHI_BOUNDS, make_law
 __all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "identify", "fixed_D"]
 
 
-class Cause(str, Enum):
+class Cause(StrEnum):
     """Why phi is not identified (see the module docstring)."""
 
     ON_BOUND = "on_bound"
