@@ -12,6 +12,8 @@ Groups:
   curves     d=16, D=2M, MuonH, evaluated every 98 steps: r=1 at 3/4/6/10 layers and r in {2,4,8}.
   injection  d=16, D=1M, MuonH: r in {2,8} with additive injection, and with W_inject = [I | I/2].
   lr         d=16, D=1M, MuonH: r=1 (10 layers), r=1 (3 layers) and r=8 at LR 0.01 and 0.04.
+  width32    d=32, D=1M, MuonH and the cpu preset's old recipe (AdamW 0.0117, cosine, 5 % warmup): r=1 at 3 and 6
+             layers and r=2 (the setting where looped models looked worth ~3 layers).
 """
 
 from __future__ import annotations
@@ -73,8 +75,13 @@ def _runs(group: str) -> list[dict]:
         for lr in (0.01, 0.04):
             for name, m in (("r1_L10", _cfg(16, 1)), ("r1_L3", _cfg(16, 1, 3)), ("r8", _cfg(16, 8))):
                 runs.append(dict(name=f"{name}_lr{lr}", model=m, tokens=1_000_000, optimizer="muonh", lr=lr))
+    elif group == "width32":
+        for tag, kw in (("muonh", dict(optimizer="muonh", lr=0.02)),
+                        ("adamw_cos", dict(optimizer="adamw", lr=0.0117, schedule="cosine", warmup_frac=0.05))):
+            for name, m in (("r1_L3", _cfg(32, 1, 3)), ("r1_L6", _cfg(32, 1, 6)), ("r2", _cfg(32, 2))):
+                runs.append(dict(name=f"{tag}_{name}", model=m, tokens=1_000_000, **kw))
     else:
-        raise SystemExit(f"unknown group {group!r}; valid: optimizer, curves, injection, lr")
+        raise SystemExit(f"unknown group {group!r}; valid: optimizer, curves, injection, lr, width32")
     return runs
 
 
@@ -100,8 +107,9 @@ def _train(run: dict) -> dict:
                     self.inject.weight[:, d:].copy_(gain * torch.eye(d))
 
         LoopedLM.init_weights = init_weights
-    kw = {k: run[k] for k in ("tokens", "optimizer", "lr", "eval_every_steps") if k in run}
-    cfg = RunConfig(model=mcfg, seed=run.get("seed", 0), data_seed=run.get("data_seed", 0), **BASE, **kw)
+    keys = ("tokens", "optimizer", "lr", "eval_every_steps", "schedule", "warmup_frac")
+    kw = {**BASE, **{k: run[k] for k in keys if k in run}}
+    cfg = RunConfig(model=mcfg, seed=run.get("seed", 0), data_seed=run.get("data_seed", 0), **kw)
     res = train_run(cfg)
     return dict(
         name=run["name"], spec=run, status=res.status, final_val_loss=res.final_val_loss, D=res.D,
