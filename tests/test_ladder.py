@@ -76,3 +76,18 @@ def test_ladder_table_needs_two_depths_per_cell():
     df, _ = _table(0.0, 1, rng)
     with pytest.raises(ValueError, match="ladder depth"):
         ladder_table(df[(df.r > 1) | (df.layers_unique == 3)], n_boot=10)
+
+
+def test_ladder_and_identification_figures_are_written(tmp_path):
+    from loopscale.fit.identify_plots import plot_ladder, plot_per_r, plot_phi_profile
+
+    rng = np.random.default_rng(3)
+    runs, _ = _table(0.01, 3, rng)
+    worth = ladder_table(runs, n_boot=50)
+    p1 = plot_ladder(runs, worth, tmp_path / "ladder.png")
+    prof = pd.DataFrame({"phi": [-1.0, 0.0, 0.5, 1.0, 2.0], "rel_rise": [0.3, 0.05, 0.0, 0.04, 0.4]})
+    p2 = plot_phi_profile(prof, 0.5, (0.3, 0.7), 48, tmp_path / "profile.png")
+    per_r = pd.DataFrame({"r": [2, 4, 8], "phi": [0.4, 0.5, 0.45], "lo": [0.2, 0.3, 0.3], "hi": [0.6, 0.7, 0.6]})
+    p3 = plot_per_r(per_r, 0.46, (0.4, 0.52), tmp_path / "per_r.png")
+    for p in (p1, p2, p3):
+        assert p.exists() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
