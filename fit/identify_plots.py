@@ -102,6 +102,8 @@ def plot_ladder(runs: pd.DataFrame, worth: pd.DataFrame, path: str | Path) -> Pa
                         fmt="s", color=f"C{i}", capsize=3,
                         label=f"r={row.r} ({row.layers_unique:g} unique): {row.worth_layers:.2f} layers")
         ax.set_xscale("log")
+        ax.set_xticks(list(f.layers), [f"{v:g}" for v in f.layers])
+        ax.minorticks_off()
         ax.set_xlabel("unique layers")
         ax.set_ylabel("validation loss (nats/token)")
         ax.set_title(f"d = {d}, D = {D:.3g} tokens", fontsize=9)
