@@ -96,8 +96,8 @@ def _train(run: dict) -> dict:
     m = dict(run["model"])
     mcfg = preset_config("cpu", **m)
     gain = run.get("inject_state_gain")
+    orig = LoopedLM.init_weights
     if gain is not None:  # ablation: start W_inject at [I | gain I] so the loop reads its state from step 0
-        orig = LoopedLM.init_weights
 
         def init_weights(self, seed=0):
             orig(self, seed)
@@ -110,7 +110,10 @@ def _train(run: dict) -> dict:
     keys = ("tokens", "optimizer", "lr", "eval_every_steps", "schedule", "warmup_frac")
     kw = {**BASE, **{k: run[k] for k in keys if k in run}}
     cfg = RunConfig(model=mcfg, seed=run.get("seed", 0), data_seed=run.get("data_seed", 0), **kw)
-    res = train_run(cfg)
+    try:
+        res = train_run(cfg)
+    finally:
+        LoopedLM.init_weights = orig  # worker processes are reused: never leak the ablation into the next run
     return dict(
         name=run["name"], spec=run, status=res.status, final_val_loss=res.final_val_loss, D=res.D,
         steps=res.steps, N_once=res.N_once, N_rec=res.N_rec, N_unique=res.N_unique,
