@@ -12,6 +12,7 @@ Groups:
   curves     d=16, D=2M, MuonH, evaluated every 98 steps: r=1 at 3/4/6/10 layers and r in {2,4,8}.
   injection  d=16, D=1M, MuonH: r in {2,8} with additive injection, and with W_inject = [I | I/2].
   lr         d=16, D=1M, MuonH: r=1 (10 layers), r=1 (3 layers) and r=8 at LR 0.01 and 0.04.
+  seeds      d=16, D=1M, MuonH: init seeds 1, 2, 3 (data order fixed) of r=1 at 3 layers and of r=2: run-to-run noise.
   width32    d=32, D=1M, MuonH and the cpu preset's old recipe (AdamW 0.0117, cosine, 5 % warmup): r=1 at 3 and 6
              layers and r=2 (the setting where looped models looked worth ~3 layers).
 """
@@ -75,13 +76,18 @@ def _runs(group: str) -> list[dict]:
         for lr in (0.01, 0.04):
             for name, m in (("r1_L10", _cfg(16, 1)), ("r1_L3", _cfg(16, 1, 3)), ("r8", _cfg(16, 8))):
                 runs.append(dict(name=f"{name}_lr{lr}", model=m, tokens=1_000_000, optimizer="muonh", lr=lr))
+    elif group == "seeds":
+        for seed in (1, 2, 3):
+            for name, m in (("r1_L3", _cfg(16, 1, 3)), ("r2", _cfg(16, 2))):
+                runs.append(dict(name=f"muonh_{name}_seed{seed}", model=m, tokens=1_000_000, optimizer="muonh",
+                                 lr=0.02, seed=seed))
     elif group == "width32":
         for tag, kw in (("muonh", dict(optimizer="muonh", lr=0.02)),
                         ("adamw_cos", dict(optimizer="adamw", lr=0.0117, schedule="cosine", warmup_frac=0.05))):
             for name, m in (("r1_L3", _cfg(32, 1, 3)), ("r1_L6", _cfg(32, 1, 6)), ("r2", _cfg(32, 2))):
                 runs.append(dict(name=f"{tag}_{name}", model=m, tokens=1_000_000, **kw))
     else:
-        raise SystemExit(f"unknown group {group!r}; valid: optimizer, curves, injection, lr, width32")
+        raise SystemExit(f"unknown group {group!r}; valid: optimizer, curves, injection, lr, seeds, width32")
     return runs
 
 
