@@ -116,7 +116,7 @@ def curves_figures(recs: list[dict]) -> str:
     rows.append(f"| {toks[-1] / 1e6:.2f} | " + " | ".join(f"{series[n][-1]:.2f}" for n in series) + " |")
     ax.set_xlabel("tokens (M)")
     ax.set_ylabel("worth in unique plain layers")
-    ax.set_title("looped models placed on the r = 1 ladder at each step (dotted: own unique layers)")
+    ax.set_title("looped models on the r = 1 ladder at each step\n(dotted: their own unique layers)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(HERE / "worth_vs_tokens.png", dpi=120)
