@@ -86,7 +86,9 @@ class BatchedMuon(torch.optim.Optimizer):
                 f"lr, momentum and weight_decay must be >= 0, got {lr}, {momentum}, {weight_decay}"
             )
         if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
-            raise ValueError(f"adjust_lr_fn must be None, 'original' or 'match_rms_adamw', got {adjust_lr_fn!r}")
+            raise ValueError(
+                f"adjust_lr_fn must be None, 'original' or 'match_rms_adamw', got {adjust_lr_fn!r}"
+            )
         defaults = dict(
             lr=lr,
             weight_decay=weight_decay,
@@ -101,7 +103,9 @@ class BatchedMuon(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.dim() < 2:
-                    raise ValueError(f"BatchedMuon needs parameters of shape [..., m, n], got {tuple(p.shape)}")
+                    raise ValueError(
+                        f"BatchedMuon needs parameters of shape [..., m, n], got {tuple(p.shape)}"
+                    )
 
     @staticmethod
     def _lr_ratio(adjust_lr_fn: str | None, m: int, n: int) -> float:
