@@ -22,6 +22,7 @@ import math
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -240,29 +241,37 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         seeds: init seeds, one per member (distinct).
         data_seeds: batch-order seeds, one per member, or None.
         callback: called as ``callback(event)`` after every evaluation, once per member, with train_run's keys
-            (``step``, ``tokens``, ``train_loss``, ``val_loss``, ``lr``, ``checkpoint_path`` (None), ``final``; the
-            final one also ``status``) plus ``member`` (index) and ``seed``.
+            (``step``, ``tokens``, ``train_loss``, ``val_loss``, ``lr``, ``checkpoint_path``, ``final``; the final
+            one also ``status``) plus ``member`` (index) and ``seed``; also after every checkpoint write.
+
+    Checkpoints: as train_run (``checkpoint_dir``, ``checkpoint_every_steps``, atomic, the newest two kept, resume
+    from the newest), one file for the whole ensemble (stacked weights, both optimizers, every member's curve,
+    data digest and status); a checkpoint of another run (a single run, other seeds) raises CheckpointError.
 
     Returns:
         list of k RunResults in the order of ``seeds``; a member that diverges gets status 'diverged' as in
         train_run (the others keep training).
 
     Raises:
-        ValueError: empty or repeated seeds, data_seeds of another length or negative, or checkpointing asked for
-            (``checkpoint_every_steps``, or a checkpoint already in ``checkpoint_dir``: ensembles do not write or
-            resume checkpoints; train such runs one by one with train_run). Plus train_run's corpus errors, all
-            before any training compute.
+        ValueError: empty or repeated seeds, data_seeds of another length or negative; train_run's corpus errors
+            (all before any training compute). CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
     """
     from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
     from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
     from loopscale.model.optim import build_optimizers, lr_multiplier
     from loopscale.model.train import (
+        _CKPT_RE,
+        _RUN_KEY_FIELDS,
+        CHECKPOINT_FORMAT,
+        CheckpointError,
         RunConfig,
         RunResult,
         _resolve_device,
         latest_checkpoint,
+        load_checkpoint,
         peak_flops,
         resolve_tokens,
+        save_checkpoint,
     )
 
     t_start = time.perf_counter()
@@ -279,11 +288,6 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in data_seeds
     ):
         raise ValueError(f"data_seeds must be None or {k} integers >= 0 (one per seed), got {data_seeds!r}")
-    if cfg.checkpoint_every_steps is not None or latest_checkpoint(cfg.checkpoint_dir) is not None:
-        raise ValueError(
-            "train_ensemble does not write or resume checkpoints (checkpoint_every_steps is set or checkpoint_dir "
-            "holds a checkpoint); train these runs one by one with train_run"
-        )
     member_cfgs = [
         dataclasses.replace(cfg, seed=s, data_seed=ds) for s, ds in zip(seeds, data_seeds, strict=True)
     ]
@@ -317,6 +321,10 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("ensemble of %d: D=%d tokens, %d steps of %d", k, D, steps_total, B)
+    run_key = {f: getattr(cfg, f) for f in _RUN_KEY_FIELDS if f not in ("seed", "data_seed")}
+    run_key.update(
+        model=mcfg.to_dict(), D=D, corpus_hash=data.meta["corpus_hash"], seeds=seeds, data_seeds=data_seeds
+    )
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads)
@@ -346,14 +354,59 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         micro_ids: list[int] = []
         curves: list[list[dict]] = [[] for _ in range(k)]
         best = [None] * k
-        status, div_step = ["ok"] * k, [None] * k
+        status, div_step, losses = ["ok"] * k, [None] * k, [float("nan")] * k
+        start_step, resumed_from = 0, None
+        ckpt_path = latest_checkpoint(cfg.checkpoint_dir)
+        if ckpt_path is not None:
+            st = load_checkpoint(ckpt_path)
+            if st["run_key"] != run_key:
+                diff = sorted(f for f in run_key if st["run_key"].get(f) != run_key[f])
+                raise CheckpointError(
+                    f"checkpoint {str(ckpt_path)!r} belongs to a different run (differs in {diff}); use another "
+                    "checkpoint_dir or delete it"
+                )
+            model.load_state_dict(st["model"])
+            for o, s_ in zip(opts, st["optimizers"], strict=True):
+                o.load_state_dict(s_)
+            start_step = resumed_from = st["step"]
+            micro_ids, digests, curves = list(st["micro_batch_ids"]), list(st["data_digest"]), st["curve"]
+            best, status, div_step, losses = (
+                st["best_val_loss"],
+                st["status"],
+                st["diverged_step"],
+                st["losses"],
+            )
+            log.info("resumed ensemble from %s at step %d", ckpt_path, start_step)
         times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         log_every = max(1, steps_total // 100)
         params = list(model.parameters())
-        losses, cur_lr, tok_trained, t_train = [float("nan")] * k, cfg.lr, 0, 0.0
+        cur_lr, tok_trained, t_train = cfg.lr, 0, 0.0
 
-        def emit(i: int, done: int, val, final: bool) -> None:
+        def write_ckpt(done: int):
+            t0 = time.perf_counter()
+            state = {
+                "format": CHECKPOINT_FORMAT,
+                "step": int(done),
+                "run_key": run_key,
+                "model": model.state_dict(),
+                "optimizers": [o.state_dict() for o in opts],
+                "micro_batch_ids": list(micro_ids),
+                "data_digest": list(digests),
+                "curve": curves,
+                "best_val_loss": list(best),
+                "status": list(status),
+                "diverged_step": list(div_step),
+                "losses": list(losses),
+            }
+            d_ = Path(cfg.checkpoint_dir)
+            path = save_checkpoint(d_ / f"ckpt-{done:08d}.pt", state)
+            for old in sorted(p for p in d_.iterdir() if _CKPT_RE.match(p.name) and p != path)[:-1]:
+                old.unlink(missing_ok=True)  # keep the newest two, as train_run
+            times["checkpoint"] += time.perf_counter() - t0
+            return path
+
+        def emit(i: int, done: int, val, final: bool, path=None) -> None:
             if callback is None:
                 return
             ev_ = {
@@ -362,7 +415,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 "train_loss": losses[i],
                 "val_loss": val,
                 "lr": cur_lr,
-                "checkpoint_path": None,
+                "checkpoint_path": None if path is None else str(path),
                 "final": final,
                 "member": i,
                 "seed": seeds[i],
@@ -373,7 +426,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             return {"step": done, "tokens": done * B, "train_loss": losses[i], "val_loss": val, "lr": cur_lr}
 
         model.train()
-        for step in range(steps_total):
+        for step in range(start_step, steps_total):
             t0 = time.perf_counter()
             mult = lr_multiplier(
                 step, steps_total, cfg.schedule, cfg.warmup_frac, cfg.final_lr_frac, cfg.decay_frac
@@ -426,9 +479,9 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             t_train += t2 - t0
             tok_trained += B
             done = step + 1
-            do_eval = (
-                cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0 and done != steps_total
-            )
+            is_last = done == steps_total
+            do_eval = cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0 and not is_last
+            do_ckpt = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
             vals = [None] * k
             if do_eval:
                 te = time.perf_counter()
@@ -439,10 +492,12 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                     continue
                 if do_eval:
                     best[i] = vals[i] if best[i] is None or vals[i] < best[i] else best[i]
-                if do_eval or done % log_every == 0:
+                if do_eval or done % log_every == 0 or (do_ckpt and not is_last):
                     curves[i].append(point(done, i, vals[i]))
-                if do_eval:
-                    emit(i, done, vals[i], False)
+            path = write_ckpt(done) if do_ckpt and not is_last else None
+            for i in range(k):
+                if status[i] == "ok" and (do_eval or path is not None):
+                    emit(i, done, vals[i], False, path)
 
         finals = [None] * k
         if "ok" in status:
@@ -453,7 +508,14 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 if status[i] == "ok":
                     finals[i] = vals[i]
                     best[i] = vals[i] if best[i] is None or vals[i] < best[i] else best[i]
-                    curves[i].append(point(steps_total, i, vals[i]))
+                    c = curves[i]
+                    if steps_total > start_step or not c or c[-1]["step"] != steps_total:
+                        c.append(point(steps_total, i, vals[i]))
+                    else:  # resumed from the final checkpoint: only the evaluation is new
+                        c[-1] = {**c[-1], "val_loss": vals[i]}
+        path = None
+        if "ok" in status and cfg.checkpoint_every_steps is not None and steps_total > start_step:
+            path = write_ckpt(steps_total)
         threads_used = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev_threads)
@@ -509,9 +571,9 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             optimizer_assignment=assignment,
             micro_batch_ids=micro_ids[:n_micro_done],
             data_digest=digests[i],
-            resumed_from_step=None,
+            resumed_from_step=resumed_from,
             warnings=list(run_warnings),
         )
         out.append(res)
-        emit(i, div_step[i] or steps_total, fv, True)
+        emit(i, div_step[i] or steps_total, fv, True, path if status[i] == "ok" else None)
     return out

@@ -105,16 +105,44 @@ def test_forward_equals_looped_lm_per_member(kw):
     torch.testing.assert_close(shared[1], LoopedLM(cfg, seed=9).double()(idx[0]), rtol=1e-10, atol=1e-10)
 
 
+class _Stop(Exception):
+    pass
+
+
+def test_checkpoint_resume_equals_uninterrupted(tmp_path):
+    cfg = _cfg(tmp_path, optimizer="muon", checkpoint_every_steps=2, checkpoint_dir=str(tmp_path / "a"))
+    full = train_ensemble(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "a")), [0, 1])
+    ck = dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "b"))
+    paths = []
+
+    def stop_after_4(ev):
+        if ev["checkpoint_path"]:
+            paths.append((ev["member"], ev["step"]))
+        if ev["step"] == 4 and ev["checkpoint_path"] and ev["member"] == 1:
+            raise _Stop  # the process is "killed" after the step-4 checkpoint was written
+
+    with pytest.raises(_Stop):
+        train_ensemble(ck, [0, 1], callback=stop_after_4)
+    assert paths == [(0, 2), (1, 2), (0, 4), (1, 4)]
+    resumed = train_ensemble(ck, [0, 1])
+    for a, b in zip(resumed, full, strict=True):
+        assert a.resumed_from_step == 4 and b.resumed_from_step is None
+        _assert_member_equals_single(a, b)
+    from loopscale.model.train import CheckpointError
+
+    with pytest.raises(CheckpointError, match="seeds"):  # another ensemble's checkpoints
+        train_ensemble(ck, [0, 2])
+    train_run(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "c")))
+    with pytest.raises(CheckpointError, match="different run"):  # a single run's checkpoints
+        train_ensemble(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "c")), [0, 1])
+
+
 def test_bad_input(tmp_path):
     cfg = _cfg(tmp_path)
     with pytest.raises(ValueError, match="distinct"):
         train_ensemble(cfg, [1, 1])
     with pytest.raises(ValueError, match="data_seeds"):
         train_ensemble(cfg, [1, 2], data_seeds=[0])
-    with pytest.raises(ValueError, match="checkpoint"):
-        train_ensemble(
-            dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "ck"), checkpoint_every_steps=1), [1, 2]
-        )
     ens = EnsembleLM(cfg.model, [0, 1])
     with pytest.raises(ValueError, match="idx"):
         ens(torch.zeros(3, 2, 8, dtype=torch.int64))  # 3 batches for 2 members
