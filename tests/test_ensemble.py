@@ -61,7 +61,11 @@ def test_members_equal_single_runs(tmp_path, optimizer):
     # members really differ (different init): the test would catch members that are copies of one run
     assert len({round(r.final_val_loss, 6) for r in ens}) == 3
     finals = [e for e in events if e["final"]]
-    assert [(e["member"], e["seed"], e["status"]) for e in finals] == [(0, 0, "ok"), (1, 3, "ok"), (2, 7, "ok")]
+    assert [(e["member"], e["seed"], e["status"]) for e in finals] == [
+        (0, 0, "ok"),
+        (1, 3, "ok"),
+        (2, 7, "ok"),
+    ]
     assert sum(not e["final"] for e in events) == 3 * 2  # evaluations after steps 2 and 4, per member
 
 
@@ -78,7 +82,9 @@ def test_member_divergence_matches_single_runs(tmp_path):
     """At init the seeds' first losses differ in the 4th decimal; a threshold between them makes some members
     diverge at step 1 while another trains on, exactly as their single runs do."""
     cfg = _cfg(tmp_path, tokens=3 * 512, eval_every_steps=None)
-    first = [train_run(dataclasses.replace(cfg, seed=s, tokens=512)).curve[0]["train_loss"] for s in (0, 1, 2)]
+    first = [
+        train_run(dataclasses.replace(cfg, seed=s, tokens=512)).curve[0]["train_loss"] for s in (0, 1, 2)
+    ]
     lo, hi = sorted(first)[:2]
     cfg = dataclasses.replace(cfg, diverge_loss=(lo + hi) / 2)
     ens = train_ensemble(cfg, [0, 1, 2])
