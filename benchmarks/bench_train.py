@@ -14,7 +14,8 @@ a fresh subprocess, at batch ``--batch-tokens`` (default 1024) and r = ``--r`` (
 the ensemble / single-run tokens/s (targets at K = 4: >= 3.0 at d = 16, >= 2.0 at d = 32, >= 1.5 at d = 48), both by
 wall clock (train_run's tokens/s, evaluation excluded) and by the subprocess's CPU time (less disturbed by other
 processes; includes set-up and evaluation), and the optimizer's share of step time (target for Muon at d = 32,
-r = 1: <= 10 %).
+r = 1: <= 10 %), and CPU ms per step of ``torch.optim.Muon`` against ``BatchedMuon`` on the same matrices. With
+``--compile`` every run (single and ensemble) is ``torch.compile``-d and its tokens/s includes the compilation.
 
 Usage::
 
@@ -90,6 +91,7 @@ def one_member_run(args) -> dict:
         lr=args.lr,
         eval_tokens=args.eval_tokens,
         num_threads=args.num_threads,
+        compile=args.compile,
         cache_dir=args.cache_dir,
     )
     import torch
@@ -106,6 +108,7 @@ def one_member_run(args) -> dict:
         "r": r,
         "optimizer": args.optimizer,
         "members": k,
+        "compile": args.compile,
         "final_val_loss": res.final_val_loss,
         "tokens_per_s": res.tokens_per_s,
         "tokens_per_cpu_s": res.D / cpu_s,
@@ -254,6 +257,11 @@ def main() -> None:
         "--ensemble", type=int, default=None, help="K: compare K-member seed ensembles to single runs"
     )
     p.add_argument("--optimizer", default="adamw", help="(used for the per-run subprocess of --ensemble)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="--ensemble mode: torch.compile (compile time counts in tokens/s)",
+    )
     p.add_argument("--one", action="store_true", help="(internal: one run of --ensemble mode)")
     args = p.parse_args()
     if args.quality:

@@ -331,6 +331,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     try:
         model = EnsembleLM(mcfg, seeds).to(device)
         opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+        # compiled for training steps only (one shape); evaluation runs eager, so no-grad and the last, smaller
+        # evaluation chunk do not trigger recompilation
         fwd = torch.compile(model) if cfg.compile else model
         use_bf16 = cfg.precision == "bf16"
 
@@ -343,7 +345,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             with torch.no_grad():
                 for chunk in ev.split(max(1, mb_windows)):
                     with autocast():
-                        logits = fwd(chunk[:, :-1])
+                        logits = model(chunk[:, :-1])
                     tot += member_losses(logits, chunk[:, 1:], "sum").double()
                     n += chunk[:, 1:].numel()
             model.train()
