@@ -56,13 +56,15 @@ def newton_schulz_batched(
     return x
 
 
-class BatchedMuon(torch.optim.Optimizer):
+class BatchedMuon(torch.optim.Muon):
     """Muon (momentum + Newton-Schulz orthogonalisation) over parameters of shape [..., m, n], batched by shape.
 
     Same arguments and defaults as ``torch.optim.Muon`` (lr 1e-3, weight_decay 0.1, momentum 0.95, Nesterov,
     5 NS steps, eps 1e-7, ``adjust_lr_fn`` None/'original' or 'match_rms_adamw'); see the module docstring for
     the update. One step gives the same parameters as ``torch.optim.Muon`` applied to each [m, n] slice
-    separately (tested to 1e-5).
+    separately (tested to 1e-5). A subclass of ``torch.optim.Muon`` (same state and hyperparameters, so
+    ``isinstance`` checks and checkpoints carry over) that only replaces ``step`` and accepts [..., m, n]
+    parameters (``torch.optim.Muon.__init__`` would refuse those, so ``Optimizer.__init__`` is called directly).
 
     Raises:
         ValueError: a parameter with fewer than 2 dimensions, a negative lr / momentum / weight_decay, or an
@@ -99,7 +101,7 @@ class BatchedMuon(torch.optim.Optimizer):
             ns_steps=ns_steps,
             adjust_lr_fn=adjust_lr_fn,
         )
-        super().__init__(params, defaults)
+        torch.optim.Optimizer.__init__(self, params, defaults)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.dim() < 2:

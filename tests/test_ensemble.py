@@ -147,6 +147,8 @@ def test_bad_input(tmp_path):
     cfg = _cfg(tmp_path)
     with pytest.raises(ValueError, match="distinct"):
         train_ensemble(cfg, [1, 1])
+    with pytest.raises(ValueError, match="muonh"):
+        train_ensemble(dataclasses.replace(cfg, optimizer="muonh"), [1, 2])
     with pytest.raises(ValueError, match="data_seeds"):
         train_ensemble(cfg, [1, 2], data_seeds=[0])
     ens = EnsembleLM(cfg.model, [0, 1])
