@@ -254,8 +254,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
 
     Raises:
         ValueError: empty or repeated seeds, data_seeds of another length or negative, optimizer 'muonh' (not
-            batched yet); train_run's corpus errors
-            (all before any training compute). CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
+            batched yet), and train_run's corpus errors, all before any training compute.
+        CheckpointError: an unusable checkpoint in ``checkpoint_dir`` (unreadable, or of another run).
     """
     from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
     from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
