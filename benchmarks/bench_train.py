@@ -8,10 +8,21 @@ data loading as a share of step time (target <= 5 %).
 ``--quality-tokens`` (default 0.5 M and 2 M byte tokens); reports the validation loss next to the byte-unigram
 entropy of the validation text (pass: at least 0.5 nats/byte below it at 2 M, and lower loss at the larger D).
 
+``--ensemble K``: seed ensembles against single runs. For each width in ``--d-model`` (default 16 32 48) and each
+optimizer (AdamW, Muon), one single run (``train_run``) and one ensemble of K members (``train_ensemble``), each in
+a fresh subprocess, at batch ``--batch-tokens`` (default 1024) and r = ``--r`` (default 1): the ensemble speed-up,
+K x (each member's tokens/s) / single-run tokens/s, i.e. member-tokens trained per second against one run's tokens
+per second (targets at K = 4: >= 3.0 at d = 16, >= 2.0 at d = 32, >= 1.5 at d = 48), both by
+wall clock (train_run's tokens/s, evaluation excluded) and by the subprocess's CPU time (less disturbed by other
+processes; includes set-up and evaluation), and the optimizer's share of step time (target for Muon at d = 32,
+r = 1: <= 10 %), and CPU ms per step of ``torch.optim.Muon`` against ``BatchedMuon`` on the same matrices. With
+``--compile`` every run (single and ensemble) is ``torch.compile``-d and its tokens/s includes the compilation.
+
 Usage::
 
     python benchmarks/bench_train.py [--d-model 32 64 128] [--tokens 100000] [--num-threads 1]
     python benchmarks/bench_train.py --quality
+    python benchmarks/bench_train.py --ensemble 4 --batch-tokens 1024 --tokens 65536 --eval-tokens 8192
 """
 
 from __future__ import annotations
@@ -60,6 +71,132 @@ def one_run(args) -> dict:
         "eval_share_of_wall": ts["eval"] / res.wall_s,
         "eval_tokens": res.eval_tokens,
         "num_threads": res.num_threads,
+    }
+
+
+def one_member_run(args) -> dict:
+    """One single run (``--ensemble 1``) or one ensemble (``--ensemble K``) of ``--optimizer`` at one width."""
+    import time
+
+    from loopscale.model.config import preset_config
+    from loopscale.model.ensemble import train_ensemble
+    from loopscale.model.train import RunConfig, peak_flops, train_run
+
+    r = args.r or 1
+    cfg = RunConfig(
+        model=preset_config("cpu", r=r, d_model=args.d_model[0]),
+        corpus=args.corpus,
+        tokens=args.tokens,
+        batch_tokens=args.batch_tokens,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        eval_tokens=args.eval_tokens,
+        num_threads=args.num_threads,
+        compile=args.compile,
+        cache_dir=args.cache_dir,
+    )
+    import torch
+
+    peak_flops(torch.device("cpu"), args.num_threads, args.cache_dir)  # measured (or cached) before the clock
+    k = args.ensemble
+    c0 = time.process_time()
+    res = train_run(cfg) if k == 1 else train_ensemble(cfg, list(range(k)))[0]
+    cpu_s = time.process_time() - c0
+    ts = res.time_split
+    step = ts["data"] + ts["forward_backward"] + ts["optimizer"]
+    return {
+        "d_model": args.d_model[0],
+        "r": r,
+        "optimizer": args.optimizer,
+        "members": k,
+        "compile": args.compile,
+        "final_val_loss": res.final_val_loss,
+        "tokens_per_s": res.tokens_per_s,  # each member's (train_ensemble's RunResult is per member)
+        "tokens_per_cpu_s": res.D / cpu_s,  # each member's D over the whole process's CPU time
+        "mfu": res.mfu,
+        "optimizer_share_of_step": ts["optimizer"] / step if step else None,
+        "eval_share_of_wall": ts["eval"] / res.wall_s,
+        "time_split_s": {k_: round(v, 4) for k_, v in ts.items()},
+    }
+
+
+def muon_step_ms(d_model: int, r: int, num_threads: int, reps: int = 20) -> dict:
+    """CPU ms per optimizer step of Muon's matrices of the cpu preset (random gradients): torch.optim.Muon
+    against BatchedMuon, same parameters (process CPU time, best of 3 blocks of ``reps`` steps)."""
+    import time
+
+    import torch
+
+    from loopscale.model.config import preset_config
+    from loopscale.model.looped import LoopedLM
+    from loopscale.model.muon import BatchedMuon
+
+    torch.set_num_threads(num_threads)
+    model = LoopedLM(preset_config("cpu", r=r, d_model=d_model), seed=0)
+    mats = [p for n, p in model.param_groups()["matrix"] if p.ndim == 2]
+    for p in mats:
+        p.grad = torch.randn_like(p)
+    out = {}
+    for name, cls in (("torch_muon", torch.optim.Muon), ("batched_muon", BatchedMuon)):
+        opt = cls(mats, lr=1e-4, weight_decay=0.0)
+        opt.step()
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.process_time()
+            for _ in range(reps):
+                opt.step()
+            best = min(best, (time.process_time() - t0) / reps * 1e3)
+        out[name] = best
+    return {
+        "d_model": d_model,
+        "r": r,
+        "n_matrices": len(mats),
+        **out,
+        "speedup": out["torch_muon"] / out["batched_muon"],
+    }
+
+
+def ensemble_bench(args, passthrough: list[str]) -> dict:
+    """Single runs and K-member ensembles per width and optimizer (see the module docstring)."""
+    widths = args.d_model if args.d_model != [32, 64, 128] else [16, 32, 48]
+    rows = []
+    for d in widths:
+        for opt in ("adamw", "muon"):
+            pair = {}
+            for k in (1, args.ensemble):
+                cmd = [sys.executable, __file__, "--one", "--d-model", str(d), "--optimizer", opt]
+                cmd += ["--ensemble", str(k), *passthrough]
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                pair[k] = json.loads(proc.stdout.strip().splitlines()[-1])
+            single, ens = pair[1], pair[args.ensemble]
+            rows.append(
+                {
+                    "d_model": d,
+                    "optimizer": opt,
+                    "single": single,
+                    "ensemble": ens,
+                    "ensemble_speedup_wall": args.ensemble * ens["tokens_per_s"] / single["tokens_per_s"],
+                    "ensemble_speedup_cpu": args.ensemble
+                    * ens["tokens_per_cpu_s"]
+                    / single["tokens_per_cpu_s"],
+                }
+            )
+    targets = {16: 3.0, 32: 2.0, 48: 1.5}
+    muon32 = [x["single"] for x in rows if x["d_model"] == 32 and x["optimizer"] == "muon"]
+    return {
+        "mode": "ensemble",
+        "members": args.ensemble,
+        "batch_tokens": args.batch_tokens,
+        "note": "timings are noisy when other processes share the CPU; the CPU-time ratio is less disturbed",
+        "rows": rows,
+        "pass_ratio_targets_k4": None
+        if args.ensemble != 4
+        else all(
+            x["ensemble_speedup_wall"] >= targets[x["d_model"]] for x in rows if x["d_model"] in targets
+        ),
+        "muon_step_cpu_ms": [muon_step_ms(d, args.r or 1, args.num_threads) for d in widths],
+        "muon_share_d32": muon32[0]["optimizer_share_of_step"] if muon32 else None,
+        "pass_muon_share_le_10pct": muon32[0]["optimizer_share_of_step"] <= 0.10 if muon32 else None,
     }
 
 
@@ -119,9 +256,21 @@ def main() -> None:
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--quality", action="store_true")
     p.add_argument("--quality-tokens", type=int, nargs="+", default=[500_000, 2_000_000])
+    p.add_argument(
+        "--ensemble", type=int, default=None, help="K: compare K-member seed ensembles to single runs"
+    )
+    p.add_argument("--optimizer", default="adamw", help="(used for the per-run subprocess of --ensemble)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="--ensemble mode: torch.compile (compile time counts in tokens/s)",
+    )
+    p.add_argument("--one", action="store_true", help="(internal: one run of --ensemble mode)")
     args = p.parse_args()
     if args.quality:
         out = quality(args)
+    elif args.one:
+        out = one_member_run(args)
     elif args.r is not None:
         out = one_run(args)
     else:
@@ -137,6 +286,10 @@ def main() -> None:
             skip = False
             if a != "--quality":
                 passthrough.append(a)
+        if args.ensemble is not None:
+            i = passthrough.index("--ensemble")
+            print(json.dumps(ensemble_bench(args, passthrough[:i] + passthrough[i + 2 :])))
+            return
         for d in args.d_model:
             for r in (1, 4):
                 cmd = [sys.executable, __file__, "--r", str(r), "--d-model", str(d), *passthrough]

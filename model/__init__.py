@@ -57,6 +57,8 @@ _LAZY.update(
             "loopscale.model.data",
         ),
         **dict.fromkeys(("build_optimizers", "lr_multiplier"), "loopscale.model.optim"),
+        **dict.fromkeys(("EnsembleLM", "train_ensemble"), "loopscale.model.ensemble"),
+        "BatchedMuon": "loopscale.model.muon",
     }
 )
 # --- end trainer names -------------------------------------------------------------------------------------------

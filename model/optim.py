@@ -14,6 +14,9 @@
   ``W <- W - lr O``, then W is projected back to ``||W||_F = ||W_0||_F`` (:class:`MuonH`). No weight decay (a
   first-order no-op on the sphere). Plain Muon lets matrix norms grow without bound; on the sphere the relative
   step size stays ``lr`` for the whole run.
+* ``batched_muon=True`` (default) uses :class:`loopscale.model.muon.BatchedMuon`, the same update as
+  ``torch.optim.Muon`` (tested to 1e-5) with Newton-Schulz batched over same-shaped matrices, and over the member
+  dimension of an ensemble (matrices [k, m, n]); ``False`` uses ``torch.optim.Muon`` itself (2-D matrices only).
 * Zero norms: torch 2.13's Muon normalises the update by ``max(||G||_F, eps)`` before Newton-Schulz
   (``torch/optim/_muon.py``), so a zero gradient (e.g. a zero-initialised projection) gives a zero update, not
   NaN. :func:`build_optimizers` relies on that and the trainer's test checks it (issue 8, case 4).
@@ -28,6 +31,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from loopscale.model.muon import BatchedMuon
 
 SCHEDULES = ("linear", "cosine", "wsd")
 OPTIMIZERS = ("adamw", "muon", "muonh")
@@ -75,9 +80,10 @@ def lr_multiplier(
 
 
 def build_optimizers(
-    model: torch.nn.Module, optimizer: str, lr: float, weight_decay: float = 0.0
+    model: torch.nn.Module, optimizer: str, lr: float, weight_decay: float = 0.0, *, batched_muon: bool = True
 ) -> tuple[list[torch.optim.Optimizer], dict[str, list[str]]]:
-    """Optimizers for ``model`` (a ``LoopedLM``: uses its ``param_groups()``) and which parameters each got.
+    """Optimizers for ``model`` (a ``LoopedLM`` or ``EnsembleLM``: uses its ``param_groups()``) and which
+    parameters each got. Muon takes the ``"matrix"`` group's matrices ([m, n], or [k, m, n] in an ensemble).
 
     Every param group carries ``"name"`` (role) and ``"base_lr"`` (peak LR); the trainer sets
     ``group["lr"] = group["base_lr"] * lr_multiplier(...)`` before each step.
@@ -86,7 +92,8 @@ def build_optimizers(
         (optimizers, assignment) where assignment maps ``"muon"`` / ``"adamw"`` to parameter names.
 
     Raises:
-        ValueError: unknown optimizer (valid: 'adamw', 'muon'), lr < 0 or weight_decay < 0.
+        ValueError: unknown optimizer (valid: 'adamw', 'muon', 'muonh'), lr < 0 or weight_decay < 0; an ensemble
+            (``EnsembleLM``) with 'muonh' or with ``batched_muon=False``.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
@@ -112,18 +119,24 @@ def build_optimizers(
 
     d = model.cfg.d_model
     mup = (d / 640) ** -0.5
-    matrices = [(n, p) for n, p in groups["matrix"] if p.ndim == 2]
+    mat_ndim = 2 + getattr(model, "member_dims", 0)  # an ensemble's parameters carry a leading member dim
+    matrices = [(n, p) for n, p in groups["matrix"] if p.ndim == mat_ndim]
     rest = {role: list(items) for role, items in groups.items() if role != "matrix"}
-    rest["norm"] = rest.get("norm", []) + [(n, p) for n, p in groups["matrix"] if p.ndim != 2]
+    rest["norm"] = rest.get("norm", []) + [(n, p) for n, p in groups["matrix"] if p.ndim != mat_ndim]
     opts: list[torch.optim.Optimizer] = []
     if matrices and optimizer == "muonh":
+        if mat_ndim != 2:
+            raise ValueError("optimizer 'muonh' is not batched over ensemble members; use 'muon' or 'adamw'")
         opts.append(
             MuonH([{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}], lr=lr)
         )
         assignment["muon"] = [n for n, _ in matrices]
     elif matrices:
+        if not batched_muon and mat_ndim != 2:
+            raise ValueError("an ensemble's stacked matrices need batched_muon=True")
+        muon_cls = BatchedMuon if batched_muon else torch.optim.Muon
         opts.append(
-            torch.optim.Muon(
+            muon_cls(
                 [{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}],
                 lr=lr,
                 weight_decay=weight_decay,

@@ -1,0 +1,156 @@
+"""GPU training throughput of the paper preset: tokens/s and MFU in bf16. Prints one JSON object.
+
+For each r in ``--r`` (default 1 and 4) it trains ``LoopedLM`` of the ``paper`` preset at width scale s = ``--s``
+(default 10, d = 640; V = 32064, T = 2048, depth 2 + 16 + 2) the way the trainer does on a GPU: bf16 autocast,
+``torch.compile`` of the model, fused scaled-dot-product attention (flash / cuDNN / memory-efficient kernels only:
+the math fallback is disabled, so a run that would fall back fails instead of reporting a slow figure), the paper's
+optimizer (``build_optimizers(..., "muon")``: BatchedMuon on block matrices, AdamW on the rest) and micro-batches
+of ``--micro-batch-tokens`` (default 65536 = 32 rows, the paper's device batch) accumulated to ``--batch-tokens``.
+Tokens are uniform random ids (throughput does not depend on the text).
+
+The first ``--warmup`` optimizer steps (compilation, allocator warm-up) are timed separately and excluded; the next
+``--steps`` steps are timed with ``torch.cuda.synchronize``. MFU = F x tokens/s / peak, with F the paper's training
+FLOPs/token (``loopscale.model.accounting.flops_per_token``) and peak the GPU's dense bf16 peak
+(``loopscale.model.train.GPU_BF16_PEAK``: H100/H200 SXM 989e12 FLOP/s). Target: MFU >= 0.40 on an H100/H200.
+
+Usage::
+
+    python benchmarks/bench_gpu.py                          # on a GPU machine: s = 10, r in {1, 4}
+    python benchmarks/bench_gpu.py --device cpu --preset cpu --d-model 32 --precision fp32 --no-compile \\
+        --steps 3 --warmup 1 --batch-tokens 2048 --micro-batch-tokens 1024   # smoke run of the script on a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+from loopscale.model.accounting import flops_per_token
+from loopscale.model.config import preset_config
+from loopscale.model.looped import LoopedLM, maybe_compile
+from loopscale.model.optim import build_optimizers
+from loopscale.model.train import peak_flops
+
+
+def fused_sdpa_only():
+    """Context allowing only fused attention kernels (no math fallback) on CUDA; a no-op on CPU."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    )
+
+
+def bench_one(args, r: int, device: torch.device) -> dict:
+    """Train ``--warmup`` + ``--steps`` optimizer steps at recurrence r; tokens/s, MFU and memory."""
+    kw = dict(d_model=args.d_model) if args.d_model else dict(width_scale=args.s)
+    cfg = preset_config(args.preset, r=r, **kw)
+    T = cfg.seq_len
+    if args.batch_tokens % args.micro_batch_tokens or args.micro_batch_tokens % T:
+        raise ValueError(
+            f"micro_batch_tokens={args.micro_batch_tokens} must be a multiple of T={T} dividing "
+            f"batch_tokens={args.batch_tokens}"
+        )
+    rows, n_micro = args.micro_batch_tokens // T, args.batch_tokens // args.micro_batch_tokens
+    model = LoopedLM(cfg, seed=0).to(device)
+    opts, _ = build_optimizers(model, args.optimizer, args.lr)
+    fwd = maybe_compile(model, args.compile)
+    bf16 = args.precision == "bf16"
+    g = torch.Generator(device=device).manual_seed(0)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    attn = fused_sdpa_only() if device.type == "cuda" else contextlib.nullcontext()
+
+    def step() -> float:
+        total = torch.zeros((), device=device)
+        for _ in range(n_micro):
+            x = torch.randint(0, cfg.vocab_size, (rows, T + 1), device=device, generator=g)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16), attn:
+                logits = fwd(x[:, :-1])
+            loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()) / n_micro
+            loss.backward()
+            total += loss.detach()
+        for o in opts:
+            o.step()
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        return total
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    sync()
+    t1 = time.perf_counter()
+    losses = [step() for _ in range(args.steps)]
+    sync()
+    t2 = time.perf_counter()
+    tps = args.steps * args.batch_tokens / (t2 - t1)
+    Fpt = flops_per_token(cfg)
+    peak, peak_src = peak_flops(device, torch.get_num_threads())
+    return {
+        "preset": args.preset,
+        "d_model": cfg.d_model,
+        "r": r,
+        "flops_per_token": Fpt,
+        "tokens_per_s": tps,
+        "mfu": Fpt * tps / peak if peak else None,
+        "peak_flops": peak,
+        "peak_flops_source": peak_src,
+        "warmup_s": t1 - t0,
+        "timed_s": t2 - t1,
+        "first_loss": float(losses[0]),
+        "last_loss": float(losses[-1]),
+        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="paper")
+    p.add_argument("--s", type=int, default=10, help="width scale (d = 64 s)")
+    p.add_argument("--d-model", type=int, default=None, help="width instead of --s")
+    p.add_argument("--r", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--steps", type=int, default=200, help="timed optimizer steps")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation)")
+    p.add_argument("--batch-tokens", type=int, default=65536)
+    p.add_argument("--micro-batch-tokens", type=int, default=65536)
+    p.add_argument("--optimizer", default="muon")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--device", default="cuda")
+    args = p.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("no CUDA device: run on a GPU machine (or --device cpu for a smoke run)")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    runs = [bench_one(args, r, device) for r in args.r]
+    print(
+        json.dumps(
+            {
+                "mode": "gpu_throughput",
+                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                "precision": args.precision,
+                "compile": args.compile,
+                "batch_tokens": args.batch_tokens,
+                "micro_batch_tokens": args.micro_batch_tokens,
+                "runs": runs,
+                "pass_mfu_ge_0p40": all(x["mfu"] is not None and x["mfu"] >= 0.40 for x in runs)
+                if device.type == "cuda"
+                else None,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,584 @@
+"""Seed ensembles: k replicas of one run (same architecture, different init seeds) trained as one batched model.
+
+At the CPU preset's widths (d = 16-48) one training step is dominated by per-operation overhead, not arithmetic.
+:class:`EnsembleLM` stacks the weights of k :class:`~loopscale.model.looped.LoopedLM` (one per seed) along a leading
+member dimension and runs every layer as one batched op (``torch.bmm`` for the matmuls, the member dim folded into
+the batch for attention), so k runs cost about the per-op overhead of one. Members never mix: every op acts on a
+member's own slice, the loss is the sum of the members' own token means (so each member's gradient is that of its
+own loss), AdamW is elementwise, :class:`~loopscale.model.muon.BatchedMuon` orthogonalises each member's matrices
+separately, and gradient clipping uses each member's own global norm.
+
+:func:`train_ensemble` trains the ensemble and returns one :class:`~loopscale.model.train.RunResult` per member,
+the same (up to float rounding of the batched ops) as ``train_run(dataclasses.replace(cfg, seed=s, data_seed=ds))``
+for that member: same batches in the same order, same init, same optimizer, schedule and evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from loopscale.model.config import LoopedConfig
+from loopscale.model.looped import LoopedLM
+
+log = logging.getLogger("loopscale.train")
+
+__all__ = ["EnsembleLM", "train_ensemble"]
+
+
+def _lin(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Per-member linear map: x [k, ..., d_in], w [k, d_out, d_in] -> [k, ..., d_out] (one ``torch.bmm``)."""
+    k = x.shape[0]
+    y = torch.bmm(x.reshape(k, -1, x.shape[-1]), w.mT)
+    return y.view(*x.shape[:-1], w.shape[1])
+
+
+def _norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim with a per-member weight w [k, d] (None: weightless); x [k, ..., d]."""
+    y = F.rms_norm(x, (x.size(-1),), eps=eps)
+    if w is None:
+        return y
+    return y * w.view(w.shape[0], *([1] * (x.dim() - 2)), w.shape[1]).to(x.dtype)
+
+
+class EnsembleLM(nn.Module):
+    """k LoopedLMs of one config with weights stacked on a leading member dimension.
+
+    Parameter names are LoopedLM's (``recur.0.attn.c_q.weight`` ...), each of shape [k, *LoopedLM shape]; member i
+    starts with exactly the weights of ``LoopedLM(cfg, seed=seeds[i])``. ``forward(idx)`` takes token ids
+    idx [B, T] (the same batch for every member) or [k, B, T] (one batch per member) and returns soft-capped logits
+    [k, B, T, V] (float32 or wider), member i's slice equal to LoopedLM's forward with member i's weights.
+
+    Raises:
+        ValueError: ``cfg`` is not a LoopedConfig, ``seeds`` is empty, or ``idx`` has the wrong shape / dtype /
+            length.
+    """
+
+    member_dims = 1
+    """Leading dims that index members (``build_optimizers`` gives Muon the [k, m, n] matrices)."""
+
+    def __init__(self, cfg: LoopedConfig, seeds: list[int]):
+        super().__init__()
+        if not isinstance(cfg, LoopedConfig):
+            raise ValueError(f"cfg must be a LoopedConfig, got {type(cfg)!r}")
+        seeds = [int(s) for s in seeds]
+        if not seeds:
+            raise ValueError("seeds must be a non-empty list of init seeds")
+        self.cfg, self.seeds, self.k = cfg, seeds, len(seeds)
+        holder = LoopedLM(cfg, seed=seeds[0])  # its module tree carries the stacked parameters
+        states = [holder.state_dict()] + [LoopedLM(cfg, seed=s).state_dict() for s in seeds[1:]]
+        self._roles = {n: role for role, items in holder.param_groups().items() for n, _ in items}
+        for name, _ in list(holder.named_parameters()):
+            mod_name, _, attr = name.rpartition(".")
+            mod = holder.get_submodule(mod_name)
+            setattr(mod, attr, nn.Parameter(torch.stack([st[name] for st in states])))
+        for name in (
+            "wte",
+            "norm_emb",
+            "prelude",
+            "recur",
+            "coda",
+            "inject",
+            "hc",
+            "norm_recur",
+            "norm_final",
+            "lm_head",
+        ):
+            setattr(self, name, getattr(holder, name))
+        self.register_buffer("rope_cos", holder.rope_cos, persistent=False)
+        self.register_buffer("rope_sin", holder.rope_sin, persistent=False)
+
+    # --- bookkeeping ---------------------------------------------------------------------------------------
+
+    def param_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
+        """LoopedLM's optimizer roles (``matrix``, ``embedding``, ``unembedding``, ``norm``, ``hc``) by name,
+        with the stacked [k, ...] parameters."""
+        groups: dict[str, list[tuple[str, nn.Parameter]]] = {
+            k: [] for k in ("matrix", "embedding", "unembedding", "norm", "hc")
+        }
+        for name, p in self.named_parameters():
+            groups[self._roles[name]].append((name, p))
+        return groups
+
+    def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Member i's weights as a LoopedLM state dict (detached copies)."""
+        return {n: p.detach()[i].clone() for n, p in self.named_parameters()}
+
+    # --- forward -------------------------------------------------------------------------------------------
+
+    def _block(self, blk, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """LoopedLM's Block with per-member weights: x [k, B, T, d] -> [k, B, T, d]."""
+        from loopscale.model.looped import apply_rope
+
+        k, B, T, d = x.shape
+        at, eps = blk.attn, self.cfg.norm_eps
+        H, hd = at.n_heads, at.head_dim
+        w_qkv = torch.cat((at.c_q.weight, at.c_k.weight, at.c_v.weight), dim=1)  # [k, 3d, d]
+        qkv = _lin(_norm(x, blk.n1.weight, eps), w_qkv).view(k * B, T, 3, H, hd)
+        qk = apply_rope(qkv[:, :, :2], cos.to(qkv.dtype), sin.to(qkv.dtype))
+        qk = F.rms_norm(qk, (hd,), eps=at.eps)
+        q, kk, v = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, kk, v, is_causal=True)  # [k B, H, T, hd]
+        y = y.transpose(1, 2).reshape(k, B, T, d)
+        x = x + _lin(y, at.c_proj.weight)
+        h = _lin(_norm(x, blk.n2.weight, eps), blk.mlp.c_fc.weight)
+        return x + _lin(F.relu(h).square(), blk.mlp.c_proj.weight)
+
+    def _recur_once(self, u, cos, sin):
+        for blk in self.recur:
+            u = self._block(blk, u, cos, sin)
+        return _norm(u, self.norm_recur.weight, self.cfg.norm_eps)
+
+    def _inject(self, e_in, h):
+        mode = self.cfg.injection
+        if mode == "linear":
+            return e_in + _lin(h, self.inject.weight[:, :, self.cfg.d_model :])
+        if mode == "additive":
+            return h + e_in
+        return h
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits [k, B, T, V] for idx [B, T] (shared) or [k, B, T] (per member); see the class docstring."""
+        cfg, k = self.cfg, self.k
+        if (
+            idx.dtype not in (torch.int64, torch.int32)
+            or idx.dim() not in (2, 3)
+            or (idx.dim() == 3 and idx.shape[0] != k)
+        ):
+            raise ValueError(
+                f"idx must be an int64 tensor [B, T] or [k={k}, B, T], got {tuple(idx.shape)} {idx.dtype}"
+            )
+        if idx.dim() == 2:
+            idx = idx.unsqueeze(0).expand(k, *idx.shape)
+        _, B, T = idx.shape
+        if T > cfg.seq_len:
+            raise ValueError(
+                f"sequence length T={T} exceeds seq_len={cfg.seq_len}; raise seq_len in the config"
+            )
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        V, d, eps = cfg.vocab_size, cfg.d_model, cfg.norm_eps
+        offs = (torch.arange(k, device=idx.device) * V).view(k, 1, 1)
+        x = F.embedding(idx + offs, self.wte.weight.view(k * V, d))  # [k, B, T, d]
+        x = _norm(x, self.norm_emb.weight, eps)
+        for blk in self.prelude:
+            x = self._block(blk, x, cos, sin)
+        e = x
+        r, n_detached = cfg.r, cfg.r - cfg.bptt_k
+        if self.hc is not None:
+            hc = self.hc
+            lanes = e.unsqueeze(1).expand(k, cfg.hc_lanes, *e.shape[1:])  # [k, K, B, T, d]
+            for i in range(r):
+                u = torch.einsum("mk,mkbtd->mbtd", hc.alpha[:, i].to(lanes.dtype), lanes)
+                s = self._recur_once(u, cos, sin)
+                mixed = torch.einsum("mjk,mkbtd->mjbtd", hc.M[:, i].to(lanes.dtype), lanes)
+                lanes = mixed + hc.beta[:, i].to(lanes.dtype)[:, :, None, None, None] * s.unsqueeze(1)
+            h = lanes.sum(dim=1)
+        else:
+            h = torch.zeros_like(e) if cfg.injection == "additive" else e
+            e_in = _lin(e, self.inject.weight[:, :, :d]) if self.inject is not None else e
+            if n_detached > 0:
+                with torch.no_grad():
+                    for _ in range(n_detached):
+                        h = self._recur_once(self._inject(e_in, h), cos, sin)
+                h = h.detach()
+            for _ in range(n_detached, r):
+                h = self._recur_once(self._inject(e_in, h), cos, sin)
+        x = h
+        for blk in self.coda:
+            x = self._block(blk, x, cos, sin)
+        logits = _lin(_norm(x, self.norm_final.weight, eps), self.lm_head.weight)  # [k, B, T, V]
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        c = cfg.logit_softcap
+        return c * torch.tanh(logits / c) if c > 0 else logits
+
+
+def member_losses(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Per-member cross-entropy [k] (nats/token) of logits [k, B, T, V] against targets [B, T] or [k, B, T]
+    (``reduction`` 'mean' over each member's tokens or 'sum')."""
+    k, V = logits.shape[0], logits.shape[-1]
+    if targets.dim() == 2:
+        targets = targets.unsqueeze(0).expand(k, *targets.shape)
+    logits = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+    ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").view(k, -1)
+    return ce.mean(1) if reduction == "mean" else ce.sum(1)
+
+
+def clip_member_grad_norms_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Clip each member's global gradient norm to ``max_norm`` (``torch.nn.utils.clip_grad_norm_`` per member:
+    factor min(1, max_norm / (norm + 1e-6))); params are [k, ...]. Returns the norms before clipping [k]."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads])  # [n_params, k]
+    total = norms.norm(dim=0)  # [k]
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
+    return total
+
+
+def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *, callback=None) -> list:
+    """Train ``len(seeds)`` = k members of the run ``cfg`` as one :class:`EnsembleLM` in this process.
+
+    Member i is the run ``dataclasses.replace(cfg, seed=seeds[i], data_seed=data_seeds[i])`` (``cfg.seed`` and
+    ``cfg.data_seed`` are ignored; ``data_seeds`` None -> ``cfg.data_seed`` for every member, i.e. the same batch
+    order, and one shared batch feeds all members). Its RunResult is what ``train_run`` returns for that run, up to
+    float rounding of the batched ops, except: ``wall_s`` and ``time_split`` are the ensemble's (shared),
+    ``tokens_per_s`` is per member (its D over the shared training time) and ``mfu`` is the process's
+    (k F tokens_per_s / peak).
+
+    Args:
+        cfg: the run (a :class:`~loopscale.model.train.RunConfig`).
+        seeds: init seeds, one per member (distinct).
+        data_seeds: batch-order seeds, one per member, or None.
+        callback: called as ``callback(event)`` after every evaluation, once per member, with train_run's keys
+            (``step``, ``tokens``, ``train_loss``, ``val_loss``, ``lr``, ``checkpoint_path``, ``final``; the final
+            one also ``status``) plus ``member`` (index) and ``seed``; also after every checkpoint write.
+
+    Checkpoints: as train_run (``checkpoint_dir``, ``checkpoint_every_steps``, atomic, the newest two kept, resume
+    from the newest), one file for the whole ensemble (stacked weights, both optimizers, every member's curve,
+    data digest and status); a checkpoint of another run (a single run, other seeds) raises CheckpointError.
+
+    Returns:
+        list of k RunResults in the order of ``seeds``; a member that diverges gets status 'diverged' as in
+        train_run (the others keep training).
+
+    Raises:
+        ValueError: empty or repeated seeds, data_seeds of another length or negative, optimizer 'muonh' (not
+            batched yet), and train_run's corpus errors, all before any training compute.
+        CheckpointError: an unusable checkpoint in ``checkpoint_dir`` (unreadable, or of another run).
+    """
+    from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+    from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
+    from loopscale.model.optim import build_optimizers, lr_multiplier
+    from loopscale.model.train import (
+        _CKPT_RE,
+        _RUN_KEY_FIELDS,
+        CHECKPOINT_FORMAT,
+        CheckpointError,
+        RunConfig,
+        RunResult,
+        _resolve_device,
+        latest_checkpoint,
+        load_checkpoint,
+        peak_flops,
+        resolve_tokens,
+        save_checkpoint,
+    )
+
+    t_start = time.perf_counter()
+    if not isinstance(cfg, RunConfig):
+        raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
+    seeds = list(seeds)
+    if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
+        raise ValueError(f"seeds must be a non-empty list of integers >= 0, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct (a repeated seed trains the same run twice), got {seeds!r}")
+    if cfg.optimizer == "muonh":
+        raise ValueError("optimizer 'muonh' is not batched over ensemble members; use 'muon' or 'adamw'")
+    k = len(seeds)
+    data_seeds = [cfg.data_seed] * k if data_seeds is None else list(data_seeds)
+    if len(data_seeds) != k or any(
+        not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in data_seeds
+    ):
+        raise ValueError(f"data_seeds must be None or {k} integers >= 0 (one per seed), got {data_seeds!r}")
+    member_cfgs = [
+        dataclasses.replace(cfg, seed=s, data_seed=ds) for s, ds in zip(seeds, data_seeds, strict=True)
+    ]
+    mcfg = cfg.model
+    T = mcfg.seq_len
+    device = _resolve_device(cfg.device)
+    data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
+    if mcfg.vocab_size < data.vocab_size:
+        raise ValueError(
+            f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
+            f"build the model with vocab_size={data.vocab_size}"
+        )
+    D = resolve_tokens(cfg)
+    B = cfg.batch_tokens
+    steps_total = D // B
+    n_micro = B // cfg.micro_tokens
+    mb_windows = cfg.micro_tokens // T
+    Fpt = flops_per_token(mcfg)
+    shared = len(set(data_seeds)) == 1
+    samplers = [
+        WindowSampler(data.train, T, mb_windows, ds) for ds in (data_seeds[:1] if shared else data_seeds)
+    ]
+    ev_np = eval_windows(data.val, T, cfg.eval_tokens)
+    run_warnings: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        epochs = implied_epochs(D, samplers[0].tokens_per_epoch)
+    for w in caught:
+        run_warnings.append(str(w.message))
+        warnings.warn(str(w.message), UserWarning, stacklevel=2)
+    if cfg.tokens is not None and D != cfg.tokens:
+        run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
+    log.info("ensemble of %d: D=%d tokens, %d steps of %d", k, D, steps_total, B)
+    run_key = {f: getattr(cfg, f) for f in _RUN_KEY_FIELDS if f not in ("seed", "data_seed")}
+    run_key.update(
+        model=mcfg.to_dict(), D=D, corpus_hash=data.meta["corpus_hash"], seeds=seeds, data_seeds=data_seeds
+    )
+
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.num_threads)
+    try:
+        model = EnsembleLM(mcfg, seeds).to(device)
+        opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+        # compiled for training steps only (one shape); evaluation runs eager, so no-grad and the last, smaller
+        # evaluation chunk do not trigger recompilation
+        fwd = torch.compile(model) if cfg.compile else model
+        use_bf16 = cfg.precision == "bf16"
+
+        def autocast():
+            return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+        def evaluate() -> list[float]:
+            model.eval()
+            tot, n = torch.zeros(k, dtype=torch.float64, device=device), 0
+            with torch.no_grad():
+                for chunk in ev.split(max(1, mb_windows)):
+                    with autocast():
+                        logits = model(chunk[:, :-1])
+                    tot += member_losses(logits, chunk[:, 1:], "sum").double()
+                    n += chunk[:, 1:].numel()
+            model.train()
+            return (tot / n).tolist()
+
+        ev = torch.from_numpy(ev_np).to(device)
+        digests = [hashlib.sha256(b"loopscale-data").hexdigest()] * k
+        micro_ids: list[int] = []
+        curves: list[list[dict]] = [[] for _ in range(k)]
+        best = [None] * k
+        status, div_step, losses = ["ok"] * k, [None] * k, [float("nan")] * k
+        start_step, resumed_from = 0, None
+        ckpt_path = latest_checkpoint(cfg.checkpoint_dir)
+        if ckpt_path is not None:
+            st = load_checkpoint(ckpt_path)
+            if st["run_key"] != run_key:
+                diff = sorted(f for f in run_key if st["run_key"].get(f) != run_key[f])
+                raise CheckpointError(
+                    f"checkpoint {str(ckpt_path)!r} belongs to a different run (differs in {diff}); use another "
+                    "checkpoint_dir or delete it"
+                )
+            model.load_state_dict(st["model"])
+            for o, s_ in zip(opts, st["optimizers"], strict=True):
+                o.load_state_dict(s_)
+            start_step = resumed_from = st["step"]
+            micro_ids, digests, curves = list(st["micro_batch_ids"]), list(st["data_digest"]), st["curve"]
+            best, status, div_step, losses = (
+                st["best_val_loss"],
+                st["status"],
+                st["diverged_step"],
+                st["losses"],
+            )
+            log.info("resumed ensemble from %s at step %d", ckpt_path, start_step)
+        times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        log_every = max(1, steps_total // 100)
+        params = list(model.parameters())
+        cur_lr, tok_trained, t_train = cfg.lr, 0, 0.0
+
+        def write_ckpt(done: int):
+            t0 = time.perf_counter()
+            state = {
+                "format": CHECKPOINT_FORMAT,
+                "step": int(done),
+                "run_key": run_key,
+                "model": model.state_dict(),
+                "optimizers": [o.state_dict() for o in opts],
+                "micro_batch_ids": list(micro_ids),
+                "data_digest": list(digests),
+                "curve": curves,
+                "best_val_loss": list(best),
+                "status": list(status),
+                "diverged_step": list(div_step),
+                "losses": list(losses),
+            }
+            d_ = Path(cfg.checkpoint_dir)
+            path = save_checkpoint(d_ / f"ckpt-{done:08d}.pt", state)
+            for old in sorted(p for p in d_.iterdir() if _CKPT_RE.match(p.name) and p != path)[:-1]:
+                old.unlink(missing_ok=True)  # keep the newest two, as train_run
+            times["checkpoint"] += time.perf_counter() - t0
+            return path
+
+        def emit(i: int, done: int, val, final: bool, path=None) -> None:
+            if callback is None:
+                return
+            ev_ = {
+                "step": done,
+                "tokens": done * B,
+                "train_loss": losses[i],
+                "val_loss": val,
+                "lr": cur_lr,
+                "checkpoint_path": None if path is None else str(path),
+                "final": final,
+                "member": i,
+                "seed": seeds[i],
+            }
+            callback({**ev_, "status": status[i]} if final else ev_)
+
+        def point(done, i, val):
+            return {"step": done, "tokens": done * B, "train_loss": losses[i], "val_loss": val, "lr": cur_lr}
+
+        model.train()
+        for step in range(start_step, steps_total):
+            t0 = time.perf_counter()
+            mult = lr_multiplier(
+                step, steps_total, cfg.schedule, cfg.warmup_frac, cfg.final_lr_frac, cfg.decay_frac
+            )
+            for o in opts:
+                for g in o.param_groups:
+                    g["lr"] = g["base_lr"] * mult
+            cur_lr = cfg.lr * mult
+            acc = torch.zeros(k, device=device)
+            t_data = 0.0
+            for m in range(n_micro):
+                td = time.perf_counter()
+                j = step * n_micro + m
+                got = [s.micro_batch(j) for s in samplers]
+                win = got[0][0] if shared else np.stack([w for w, _ in got])
+                x = torch.from_numpy(win).to(device, non_blocking=True)
+                for i in range(k):
+                    if status[i] == "ok":  # a diverged member's data chain stops where its run stopped
+                        ids = got[0 if shared else i][1]
+                        digests[i] = hashlib.sha256(digests[i].encode() + ids.tobytes()).hexdigest()
+                micro_ids.append(j)
+                t_data += time.perf_counter() - td
+                with autocast():
+                    logits = fwd(x[..., :-1])
+                loss = member_losses(logits, x[..., 1:]) / n_micro  # [k]
+                loss.sum().backward()
+                acc += loss.detach()
+            losses = [
+                v if st == "ok" else old for v, st, old in zip(acc.tolist(), status, losses, strict=True)
+            ]
+            t1 = time.perf_counter()
+            times["data"] += t_data
+            times["forward_backward"] += t1 - t0 - t_data
+            for i in range(k):
+                if status[i] == "ok" and (not math.isfinite(losses[i]) or losses[i] > cfg.diverge_loss):
+                    status[i], div_step[i] = "diverged", step + 1
+                    curves[i].append(point(step + 1, i, None))
+                    log.warning("member %d (seed %d) diverged at step %d", i, seeds[i], step + 1)
+            if "ok" not in status:
+                break
+            if cfg.grad_clip is not None:
+                clip_member_grad_norms_(params, cfg.grad_clip)
+            for o in opts:
+                o.step()
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            sync()
+            t2 = time.perf_counter()
+            times["optimizer"] += t2 - t1
+            t_train += t2 - t0
+            tok_trained += B
+            done = step + 1
+            is_last = done == steps_total
+            do_eval = cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0 and not is_last
+            do_ckpt = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
+            vals = [None] * k
+            if do_eval:
+                te = time.perf_counter()
+                vals = evaluate()
+                times["eval"] += time.perf_counter() - te
+            for i in range(k):
+                if status[i] != "ok":
+                    continue
+                if do_eval:
+                    best[i] = vals[i] if best[i] is None or vals[i] < best[i] else best[i]
+                if do_eval or done % log_every == 0 or (do_ckpt and not is_last):
+                    curves[i].append(point(done, i, vals[i]))
+            path = write_ckpt(done) if do_ckpt and not is_last else None
+            for i in range(k):
+                if status[i] == "ok" and (do_eval or path is not None):
+                    emit(i, done, vals[i], False, path)
+
+        finals = [None] * k
+        if "ok" in status:
+            te = time.perf_counter()
+            vals = evaluate()
+            times["eval"] += time.perf_counter() - te
+            for i in range(k):
+                if status[i] == "ok":
+                    finals[i] = vals[i]
+                    best[i] = vals[i] if best[i] is None or vals[i] < best[i] else best[i]
+                    c = curves[i]
+                    if steps_total > start_step or not c or c[-1]["step"] != steps_total:
+                        c.append(point(steps_total, i, vals[i]))
+                    else:  # resumed from the final checkpoint: only the evaluation is new
+                        c[-1] = {**c[-1], "val_loss": vals[i]}
+        path = None
+        if "ok" in status and cfg.checkpoint_every_steps is not None and steps_total > start_step:
+            path = write_ckpt(steps_total)
+        threads_used = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(prev_threads)
+
+    wall = time.perf_counter() - t_start
+    peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
+    tps = tok_trained / t_train if t_train > 0 else 0.0
+    mfu = (k * Fpt * tps / peak) if (peak and tps) else None
+    bpt = data.bytes_per_token_val
+    out = []
+    for i, mc in enumerate(member_cfgs):
+        fv = finals[i]
+        n_micro_done = (div_step[i] if div_step[i] is not None else steps_total) * n_micro
+        res = RunResult(
+            status=status[i],
+            final_val_loss=fv,
+            best_val_loss=best[i],
+            final_val_bpb=fv / math.log(2) / bpt if (fv is not None and bpt) else None,
+            diverged_step=div_step[i],
+            model=mcfg.to_dict(),
+            N_once=n_once(mcfg),
+            N_rec=n_rec(mcfg),
+            N_unique=n_unique(mcfg),
+            flops_per_token=int(Fpt),
+            D=D,
+            C=float(Fpt) * D,
+            batch_tokens=B,
+            micro_batch_tokens=cfg.micro_tokens,
+            steps=steps_total,
+            optimizer=cfg.optimizer,
+            lr=cfg.lr,
+            schedule=cfg.schedule,
+            warmup_frac=cfg.warmup_frac,
+            final_lr_frac=cfg.final_lr_frac,
+            seed=mc.seed,
+            data_seed=mc.data_seed,
+            corpus=cfg.corpus,
+            corpus_hash=data.meta["corpus_hash"],
+            tokenizer=data.tokenizer_name,
+            vocab_size=data.vocab_size,
+            epochs=epochs,
+            eval_tokens=int(ev_np.shape[0] * T),
+            curve=curves[i],
+            wall_s=wall,
+            tokens_per_s=tps,
+            mfu=mfu,
+            peak_flops=peak,
+            peak_flops_source=peak_src,
+            time_split={**times, "total": wall},
+            num_threads=threads_used,
+            device=str(device),
+            versions={"torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]},
+            optimizer_assignment=assignment,
+            micro_batch_ids=micro_ids[:n_micro_done],
+            data_digest=digests[i],
+            resumed_from_step=resumed_from,
+            warnings=list(run_warnings),
+        )
+        out.append(res)
+        emit(i, div_step[i] or steps_total, fv, True, path if status[i] == "ok" else None)
+    return out

@@ -1,0 +1,156 @@
+"""Seed ensembles (loopscale.model.ensemble): each member equals the single run with its seed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from loopscale.model.config import preset_config
+from loopscale.model.ensemble import EnsembleLM, train_ensemble
+from loopscale.model.looped import LoopedLM
+from loopscale.model.train import RunConfig, train_run
+
+
+def _cfg(tmp_path, **kw):
+    base = dict(
+        model=preset_config("cpu", r=2, d_model=16),
+        tokens=6 * 512,
+        batch_tokens=512,
+        eval_tokens=1024,
+        eval_every_steps=2,
+        lr=0.02,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    base.update(kw)
+    return RunConfig(**base)
+
+
+def _assert_member_equals_single(ens, single):
+    assert ens.status == single.status and ens.diverged_step == single.diverged_step
+    assert (ens.seed, ens.data_seed) == (single.seed, single.data_seed)
+    assert ens.data_digest == single.data_digest and ens.micro_batch_ids == single.micro_batch_ids
+    assert [c["step"] for c in ens.curve] == [c["step"] for c in single.curve]
+    for a, b in zip(ens.curve, single.curve, strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert (a["val_loss"] is None) == (b["val_loss"] is None)
+        if b["val_loss"] is not None:
+            assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+        assert a["lr"] == b["lr"]
+    if single.final_val_loss is None:
+        assert ens.final_val_loss is None
+    else:
+        assert ens.final_val_loss == pytest.approx(single.final_val_loss, rel=1e-4)
+    assert (ens.D, ens.steps, ens.C, ens.optimizer_assignment) == (
+        single.D,
+        single.steps,
+        single.C,
+        single.optimizer_assignment,
+    )
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_members_equal_single_runs(tmp_path, optimizer):
+    cfg = _cfg(tmp_path, optimizer=optimizer, weight_decay=0.1 if optimizer == "adamw" else 0.0)
+    events = []
+    ens = train_ensemble(cfg, [0, 3, 7], callback=events.append)
+    assert [r.seed for r in ens] == [0, 3, 7]
+    for res in ens:
+        _assert_member_equals_single(res, train_run(dataclasses.replace(cfg, seed=res.seed)))
+    # members really differ (different init): the test would catch members that are copies of one run
+    assert len({round(r.final_val_loss, 6) for r in ens}) == 3
+    finals = [e for e in events if e["final"]]
+    assert [(e["member"], e["seed"], e["status"]) for e in finals] == [
+        (0, 0, "ok"),
+        (1, 3, "ok"),
+        (2, 7, "ok"),
+    ]
+    assert sum(not e["final"] for e in events) == 3 * 2  # evaluations after steps 2 and 4, per member
+
+
+def test_per_member_data_seeds_clip_microbatches_hyperconnect(tmp_path):
+    model = preset_config("cpu", r=2, d_model=16, injection="hyperconnect")
+    cfg = _cfg(tmp_path, model=model, optimizer="muon", grad_clip=0.5, micro_batch_tokens=256)
+    ens = train_ensemble(cfg, [1, 2], data_seeds=[5, 6])
+    for res, ds in zip(ens, [5, 6], strict=True):
+        _assert_member_equals_single(res, train_run(dataclasses.replace(cfg, seed=res.seed, data_seed=ds)))
+    assert ens[0].data_digest != ens[1].data_digest
+
+
+def test_member_divergence_matches_single_runs(tmp_path):
+    """At init the seeds' first losses differ in the 4th decimal; a threshold between them makes some members
+    diverge at step 1 while another trains on, exactly as their single runs do."""
+    cfg = _cfg(tmp_path, tokens=3 * 512, eval_every_steps=None)
+    first = [
+        train_run(dataclasses.replace(cfg, seed=s, tokens=512)).curve[0]["train_loss"] for s in (0, 1, 2)
+    ]
+    lo, hi = sorted(first)[:2]
+    cfg = dataclasses.replace(cfg, diverge_loss=(lo + hi) / 2)
+    ens = train_ensemble(cfg, [0, 1, 2])
+    assert sorted(r.status for r in ens) == ["diverged", "diverged", "ok"]
+    for res in ens:
+        _assert_member_equals_single(res, train_run(dataclasses.replace(cfg, seed=res.seed)))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(r=1), dict(r=2, injection="additive", bptt_k=1), dict(r=4, injection="linear", bptt_k=2)],
+)
+def test_forward_equals_looped_lm_per_member(kw):
+    cfg = preset_config("cpu", d_model=32, **kw)
+    ens = EnsembleLM(cfg, [4, 9]).double()
+    idx = torch.randint(0, 256, (2, 3, 20))
+    out = ens(idx)  # [k, B, T, V]
+    assert out.shape == (2, 3, 20, 256)
+    for i, s in enumerate([4, 9]):
+        single = LoopedLM(cfg, seed=s).double()
+        assert all(torch.equal(ens.member_state_dict(i)[n].double(), p) for n, p in single.named_parameters())
+        torch.testing.assert_close(out[i], single(idx[i]), rtol=1e-10, atol=1e-10)
+    shared = ens(idx[0])  # a [B, T] batch feeds every member
+    torch.testing.assert_close(shared[1], LoopedLM(cfg, seed=9).double()(idx[0]), rtol=1e-10, atol=1e-10)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_checkpoint_resume_equals_uninterrupted(tmp_path):
+    cfg = _cfg(tmp_path, optimizer="muon", checkpoint_every_steps=2, checkpoint_dir=str(tmp_path / "a"))
+    full = train_ensemble(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "a")), [0, 1])
+    ck = dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "b"))
+    paths = []
+
+    def stop_after_4(ev):
+        if ev["checkpoint_path"]:
+            paths.append((ev["member"], ev["step"]))
+        if ev["step"] == 4 and ev["checkpoint_path"] and ev["member"] == 1:
+            raise _Stop  # the process is "killed" after the step-4 checkpoint was written
+
+    with pytest.raises(_Stop):
+        train_ensemble(ck, [0, 1], callback=stop_after_4)
+    assert paths == [(0, 2), (1, 2), (0, 4), (1, 4)]
+    resumed = train_ensemble(ck, [0, 1])
+    for a, b in zip(resumed, full, strict=True):
+        assert a.resumed_from_step == 4 and b.resumed_from_step is None
+        _assert_member_equals_single(a, b)
+    from loopscale.model.train import CheckpointError
+
+    with pytest.raises(CheckpointError, match="seeds"):  # another ensemble's checkpoints
+        train_ensemble(ck, [0, 2])
+    train_run(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "c")))
+    with pytest.raises(CheckpointError, match="different run"):  # a single run's checkpoints
+        train_ensemble(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "c")), [0, 1])
+
+
+def test_bad_input(tmp_path):
+    cfg = _cfg(tmp_path)
+    with pytest.raises(ValueError, match="distinct"):
+        train_ensemble(cfg, [1, 1])
+    with pytest.raises(ValueError, match="muonh"):
+        train_ensemble(dataclasses.replace(cfg, optimizer="muonh"), [1, 2])
+    with pytest.raises(ValueError, match="data_seeds"):
+        train_ensemble(cfg, [1, 2], data_seeds=[0])
+    ens = EnsembleLM(cfg.model, [0, 1])
+    with pytest.raises(ValueError, match="idx"):
+        ens(torch.zeros(3, 2, 8, dtype=torch.int64))  # 3 batches for 2 members
