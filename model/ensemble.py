@@ -253,8 +253,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         train_run (the others keep training).
 
     Raises:
-        ValueError: empty or repeated seeds, data_seeds of another length or negative, optimizer 'muonh' (not
-            batched yet), and train_run's corpus errors, all before any training compute.
+        ValueError: empty or repeated seeds, data_seeds of another length or negative, and train_run's corpus
+            errors, all before any training compute.
         CheckpointError: an unusable checkpoint in ``checkpoint_dir`` (unreadable, or of another run).
     """
     from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
@@ -283,8 +283,6 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         raise ValueError(f"seeds must be a non-empty list of integers >= 0, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct (a repeated seed trains the same run twice), got {seeds!r}")
-    if cfg.optimizer == "muonh":
-        raise ValueError("optimizer 'muonh' is not batched over ensemble members; use 'muon' or 'adamw'")
     k = len(seeds)
     data_seeds = [cfg.data_seed] * k if data_seeds is None else list(data_seeds)
     if len(data_seeds) != k or any(

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import torch
 
-__all__ = ["BatchedMuon", "newton_schulz_batched"]
+__all__ = ["BatchedMuon", "BatchedMuonH", "newton_schulz_batched"]
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 """Quintic Newton-Schulz coefficients (a, b, c) of torch 2.13's Muon (``torch/optim/_muon.py``)."""
@@ -145,7 +145,6 @@ class BatchedMuon(torch.optim.Muon):
             for i, p in enumerate(params):
                 m, n = p.shape[-2:]
                 by_shape[(min(m, n), max(m, n), p.dtype, p.device)].append(i)
-            lr, wd = group["lr"], group["weight_decay"]
             for (m_, n_, _, _), idx in by_shape.items():
                 mats = []
                 for i in idx:
@@ -161,8 +160,45 @@ class BatchedMuon(torch.optim.Muon):
                     off += cnt
                     if p.size(-2) > p.size(-1):
                         o = o.mT
-                    ratio = self._lr_ratio(group["adjust_lr_fn"], p.size(-2), p.size(-1))
-                    if wd:
-                        p.mul_(1 - lr * wd)
-                    p.add_(o.reshape(p.shape), alpha=-lr * ratio)
+                    self._apply(p, o.reshape(p.shape), group)
         return loss
+
+    def _apply(self, p: torch.Tensor, o: torch.Tensor, group: dict) -> None:
+        """W <- W (1 - lr lambda) - lr ratio O for one parameter and its orthogonalised update ``o`` (same shape)."""
+        lr, wd = group["lr"], group["weight_decay"]
+        ratio = self._lr_ratio(group["adjust_lr_fn"], p.size(-2), p.size(-1))
+        if wd:
+            p.mul_(1 - lr * wd)
+        p.add_(o, alpha=-lr * ratio)
+
+
+class BatchedMuonH(BatchedMuon):
+    """MuonH (Muon on the hyperball, the paper's optimizer; see :class:`loopscale.model.optim.MuonH`) batched like
+    :class:`BatchedMuon`: every trailing [m, n] slice W keeps the Frobenius norm it had at its first step.
+
+    Per slice: O (orthogonalised Nesterov update) is rescaled to ``||O||_F = ||W_0||_F``, ``W <- W - lr O``, then
+    ``W <- W ||W_0||_F / ||W||_F``. No weight decay and no LR adjustment (``lr`` is the relative step). Equal to
+    ``MuonH`` applied to each slice separately (tested).
+
+    Raises:
+        ValueError: as :class:`BatchedMuon`; a slice with zero norm at its first step.
+    """
+
+    def __init__(self, params, lr: float = 0.014, momentum: float = 0.95, nesterov: bool = True,
+                 ns_steps: int = 5) -> None:
+        super().__init__(params, lr=lr, weight_decay=0.0, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps)
+
+    def _apply(self, p: torch.Tensor, o: torch.Tensor, group: dict) -> None:
+        st = self.state[p]
+        if "p_norm" not in st:
+            st["p_norm"] = torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True)  # [..., 1, 1]
+            if not bool((st["p_norm"] > 0).all()):
+                raise ValueError(
+                    f"MuonH needs matrices with non-zero norm at their first step (shape {tuple(p.shape)})"
+                )
+        p_norm = st["p_norm"]
+        o = o.to(p.dtype)
+        o_norm = torch.linalg.vector_norm(o, dim=(-2, -1), keepdim=True)
+        scale = torch.where(o_norm > 0, p_norm / o_norm.clamp_min(1e-30), torch.zeros_like(o_norm))
+        p.sub_(group["lr"] * scale * o)
+        p.mul_(p_norm / torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True).clamp_min(1e-12))

@@ -17,6 +17,8 @@
 * ``batched_muon=True`` (default) uses :class:`loopscale.model.muon.BatchedMuon`, the same update as
   ``torch.optim.Muon`` (tested to 1e-5) with Newton-Schulz batched over same-shaped matrices, and over the member
   dimension of an ensemble (matrices [k, m, n]); ``False`` uses ``torch.optim.Muon`` itself (2-D matrices only).
+  With ``"muonh"`` the batched form is :class:`loopscale.model.muon.BatchedMuonH` (equal to :class:`MuonH` per
+  matrix, tested), and ``False`` uses :class:`MuonH`.
 * Zero norms: torch 2.13's Muon normalises the update by ``max(||G||_F, eps)`` before Newton-Schulz
   (``torch/optim/_muon.py``), so a zero gradient (e.g. a zero-initialised projection) gives a zero update, not
   NaN. :func:`build_optimizers` relies on that and the trainer's test checks it (issue 8, case 4).
@@ -32,7 +34,7 @@ import math
 
 import torch
 
-from loopscale.model.muon import BatchedMuon
+from loopscale.model.muon import BatchedMuon, BatchedMuonH
 
 SCHEDULES = ("linear", "cosine", "wsd")
 OPTIMIZERS = ("adamw", "muon", "muonh")
@@ -93,7 +95,7 @@ def build_optimizers(
 
     Raises:
         ValueError: unknown optimizer (valid: 'adamw', 'muon', 'muonh'), lr < 0 or weight_decay < 0; an ensemble
-            (``EnsembleLM``) with 'muonh' or with ``batched_muon=False``.
+            (``EnsembleLM``) with ``batched_muon=False``.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
@@ -125,10 +127,11 @@ def build_optimizers(
     rest["norm"] = rest.get("norm", []) + [(n, p) for n, p in groups["matrix"] if p.ndim != mat_ndim]
     opts: list[torch.optim.Optimizer] = []
     if matrices and optimizer == "muonh":
-        if mat_ndim != 2:
-            raise ValueError("optimizer 'muonh' is not batched over ensemble members; use 'muon' or 'adamw'")
+        if not batched_muon and mat_ndim != 2:
+            raise ValueError("an ensemble's stacked matrices need batched_muon=True")
+        muonh_cls = BatchedMuonH if batched_muon else MuonH
         opts.append(
-            MuonH([{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}], lr=lr)
+            muonh_cls([{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}], lr=lr)
         )
         assignment["muon"] = [n for n, _ in matrices]
     elif matrices:

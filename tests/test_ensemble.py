@@ -50,7 +50,7 @@ def _assert_member_equals_single(ens, single):
     )
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("optimizer", ["adamw", "muon", "muonh"])
 def test_members_equal_single_runs(tmp_path, optimizer):
     cfg = _cfg(tmp_path, optimizer=optimizer, weight_decay=0.1 if optimizer == "adamw" else 0.0)
     events = []
@@ -147,8 +147,6 @@ def test_bad_input(tmp_path):
     cfg = _cfg(tmp_path)
     with pytest.raises(ValueError, match="distinct"):
         train_ensemble(cfg, [1, 1])
-    with pytest.raises(ValueError, match="muonh"):
-        train_ensemble(dataclasses.replace(cfg, optimizer="muonh"), [1, 2])
     with pytest.raises(ValueError, match="data_seeds"):
         train_ensemble(cfg, [1, 2], data_seeds=[0])
     ens = EnsembleLM(cfg.model, [0, 1])
