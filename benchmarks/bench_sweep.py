@@ -62,7 +62,7 @@ def main() -> None:
             wall = time.perf_counter() - t1
     out = {
         "trials": len(cells),
-        "tokens_per_trial": [c.run_kwargs["tokens"] for c in cells],
+        "tokens_per_trial": [c.run.tokens for c in cells],
         "cpus": args.cpus,
         "standalone_s": [round(x, 3) for x in standalone],
         "sum_standalone_s": round(sum(standalone), 3),

@@ -37,6 +37,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -60,68 +61,93 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+DEFINES_RUN = "loopscale.defines_run"
+"""Field-metadata key: True on the :class:`RunConfig` fields that define a run (what is trained, on what data, how
+it is measured). The run id of the sweep and the trainer's checkpoint key are both derived from this one
+declaration (:func:`run_definition`)."""
+SPEC_TRAINING = "loopscale.spec_training"
+"""Field-metadata key: present on the :class:`RunConfig` fields a sweep spec's ``training:`` section may override;
+its value holds the pydantic constraints of that key (``{"gt": 0}``...)."""
+
+
+def _defines(default, *, spec: dict | None = None):
+    """A run-defining field (``spec``: the constraints when a spec's ``training:`` section may set it)."""
+    md = {DEFINES_RUN: True}
+    if spec is not None:
+        md[SPEC_TRAINING] = spec
+    return field(default=default, metadata=md)
+
+
+def _setting(default, *, spec: dict | None = None):
+    """A field that changes how, not what, is trained (threads, device, cadences, paths)."""
+    return field(default=default, metadata={} if spec is None else {SPEC_TRAINING: spec})
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    """Everything that defines one training run. Validated in ``__post_init__`` (``ValueError`` names the field).
+    """One training run. Validated in ``__post_init__`` (``ValueError`` names the field).
 
-    Exactly one horizon: ``tokens`` (D) or ``target_flops`` (C).
+    Exactly one horizon: ``tokens`` (D) or ``target_flops`` (C). Fields declared with ``_defines`` define the run
+    (see :data:`DEFINES_RUN`, :func:`run_definition`); the others (threads, device, evaluation and checkpoint
+    cadence, paths) change how, not what, is trained.
     """
 
-    model: LoopedConfig
+    model: LoopedConfig = field(metadata={DEFINES_RUN: True})
     """Model architecture (``vocab_size`` must be >= the tokenizer's)."""
-    corpus: str = "embedded"
+    corpus: str = _defines("embedded")
     """'embedded' | text file | directory | glob | .parquet file(s) | .bin/.npy token file."""
-    text_column: str = "text"
+    text_column: str = _defines("text")
     """Text column of Parquet corpora."""
-    tokenizer: str = "byte"
+    tokenizer: str = _defines("byte")
     """'byte' (vocab 256) | 'bpe:<vocab_size>' | 'pretokenized' (token files)."""
-    tokens: int | None = None
+    tokens: int | None = _defines(None)
     """D, training tokens (rounded to whole steps of batch_tokens)."""
-    target_flops: float | None = None
+    target_flops: float | None = _defines(None)
     """C, training FLOPs; D = round(C / (F B)) B."""
-    batch_tokens: int = 2048
-    """B, tokens per optimizer step (a multiple of model.seq_len)."""
-    micro_batch_tokens: int | None = None
+    batch_tokens: int = _defines(2048, spec={"gt": 0})
+    """B, tokens per optimizer step (a multiple of model.seq_len; the paper: 2^18)."""
+    micro_batch_tokens: int | None = _defines(None, spec={"gt": 0})
     """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens); None -> batch_tokens."""
-    optimizer: str = "adamw"
+    optimizer: Literal["adamw", "muon"] = _defines("adamw", spec={})
     """'adamw' | 'muon' (see loopscale.model.optim)."""
-    lr: float = 3e-3
+    lr: float = _defines(3e-3)
     """Peak LR (muon: the matrix LR; the AdamW groups follow at the paper's ratios)."""
-    schedule: str = "linear"
+    schedule: Literal["linear", "cosine", "wsd"] = _defines("linear", spec={})
     """'linear' (paper: no warmup, linear decay to final_lr_frac) | 'cosine' | 'wsd'."""
-    warmup_frac: float = 0.0
+    warmup_frac: float = _defines(0.0, spec={"ge": 0.0, "lt": 1.0})
     """Fraction of steps of linear warmup."""
-    final_lr_frac: float = 0.1
+    final_lr_frac: float = _defines(0.1, spec={"ge": 0.0, "le": 1.0})
     """LR at the end as a fraction of the peak."""
-    decay_frac: float = 0.2
+    decay_frac: float = _defines(0.2, spec={"gt": 0.0, "le": 1.0})
     """'wsd' only: fraction of steps in the final decay."""
-    weight_decay: float = 0.0
+    weight_decay: float = _defines(0.0, spec={"ge": 0.0})
     """Decoupled weight decay on 2-D matrices (paper: 0)."""
-    grad_clip: float | None = None
+    grad_clip: float | None = _defines(None, spec={"gt": 0.0})
     """Clip the global gradient norm to this value (paper: none)."""
-    seed: int = 0
+    seed: int = _defines(0)
     """Model initialisation seed."""
-    data_seed: int = 0
+    data_seed: int = _defines(0)
     """Batch-order seed (the same for every r)."""
-    eval_tokens: int = 65536
-    """Size of the fixed held-out token set (fewer if the validation split is smaller)."""
-    eval_every_steps: int | None = None
-    """Evaluate every k steps (always at the end)."""
-    checkpoint_dir: str | None = None
+    eval_tokens: int = _defines(65536, spec={"gt": 0})
+    """Size of the fixed held-out token set of the validation loss (nats/token; fewer if the validation split is
+    smaller)."""
+    eval_every_steps: int | None = _setting(None, spec={"gt": 0})
+    """Evaluate every k steps (always at the end; None: at the end only, as the paper)."""
+    checkpoint_dir: str | None = _setting(None)
     """Folder of atomic checkpoints; train_run resumes from the newest one found there."""
-    checkpoint_every_steps: int | None = None
-    """Write a checkpoint every k steps (needs checkpoint_dir)."""
-    num_threads: int = 1
+    checkpoint_every_steps: int | None = _setting(None, spec={"gt": 0})
+    """Write a checkpoint every k steps (needs checkpoint_dir when training)."""
+    num_threads: int = _setting(1)
     """torch.set_num_threads for this run (the sweep runs several runs side by side)."""
-    device: str = "cpu"
+    device: str = _setting("cpu")
     """'cpu' | 'cuda' | 'cuda:<i>' | 'auto'."""
-    precision: str = "fp32"
+    precision: Literal["fp32", "bf16"] = _defines("fp32", spec={})
     """'fp32' | 'bf16' (autocast; meant for GPU)."""
-    compile: bool = False
+    compile: bool = _setting(False)
     """torch.compile the model (GPU path)."""
-    diverge_loss: float = 20.0
+    diverge_loss: float = _setting(20.0)
     """A training loss above this (nats/token), NaN or inf ends the run with status 'diverged'."""
-    cache_dir: str | None = None
+    cache_dir: str | None = _setting(None)
     """Token cache and peak-FLOP/s cache folder (None -> $LOOPSCALE_CACHE or ~/.cache/loopscale)."""
 
     def __post_init__(self) -> None:
@@ -188,8 +214,6 @@ class RunConfig:
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
                 raise ValueError(f"{name} must be None or a positive integer, got {v!r}")
-        if self.checkpoint_every_steps is not None and self.checkpoint_dir is None:
-            raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
         if not _is_int(self.num_threads) or self.num_threads < 1:
             raise ValueError(f"num_threads must be a positive integer, got {self.num_threads!r}")
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", str(self.device)):
@@ -211,8 +235,34 @@ class RunConfig:
         return self.micro_batch_tokens or self.batch_tokens
 
     def to_dict(self) -> dict:
-        """Plain-dict form (the model config nested as a dict)."""
+        """Plain-dict form (the model config nested as a dict); inverse of :meth:`from_dict`."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunConfig:
+        """The config of :meth:`to_dict` (``model`` as a dict or a LoopedConfig). Raises ValueError like the
+        constructor."""
+        m = d["model"]
+        return cls(**{**d, "model": m if isinstance(m, LoopedConfig) else LoopedConfig(**m)})
+
+
+def run_defining_fields() -> tuple[str, ...]:
+    """Names of the :class:`RunConfig` fields that define a run (declared with :data:`DEFINES_RUN`)."""
+    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get(DEFINES_RUN))
+
+
+def run_definition(cfg: RunConfig) -> dict:
+    """The run-defining fields of ``cfg`` as a plain dict (the model config as a dict): what the sweep's run id
+    hashes and what the trainer's checkpoint key holds (with D and the corpus hash added)."""
+    out = {k: getattr(cfg, k) for k in run_defining_fields()}
+    out["model"] = cfg.model.to_dict()
+    return out
+
+
+def checkpoint_key(cfg: RunConfig, D: int, corpus_hash: str) -> dict:
+    """What a checkpoint must match to be resumed by ``cfg``: its run definition plus the resolved D (tokens)
+    and the hash of the corpus actually read."""
+    return {**run_definition(cfg), "D": int(D), "corpus_hash": corpus_hash}
 
 
 @dataclass
@@ -434,26 +484,6 @@ def latest_checkpoint(checkpoint_dir: str | Path | None) -> Path | None:
     return max(found)[1] if found else None
 
 
-_RUN_KEY_FIELDS = (
-    "corpus",
-    "text_column",
-    "tokenizer",
-    "batch_tokens",
-    "micro_batch_tokens",
-    "optimizer",
-    "lr",
-    "schedule",
-    "warmup_frac",
-    "final_lr_frac",
-    "decay_frac",
-    "weight_decay",
-    "grad_clip",
-    "seed",
-    "data_seed",
-    "precision",
-)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------------
@@ -545,8 +575,9 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         'diverged' with ``diverged_step`` and everything measured so far, it does not raise.
 
     Raises:
-        ValueError / CorpusError: bad corpus, tokenizer/model vocabulary mismatch, a stream shorter than a window
-            (all before any training compute). CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
+        ValueError / CorpusError: checkpoint_every_steps without checkpoint_dir, bad corpus, tokenizer/model
+            vocabulary mismatch, a stream shorter than a window (all before any training compute).
+        CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
     """
     import torch
 
@@ -558,6 +589,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     t_start = time.perf_counter()
     if not isinstance(cfg, RunConfig):
         raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
+    if cfg.checkpoint_every_steps is not None and cfg.checkpoint_dir is None:
+        raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
     mcfg = cfg.model
     T = mcfg.seq_len
     device = _resolve_device(cfg.device)
@@ -586,8 +619,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("run: D=%d tokens, %d steps of %d, C=%.4g FLOPs, F=%d FLOPs/token", D, steps_total, B, C, F)
-    run_key = {k: getattr(cfg, k) for k in _RUN_KEY_FIELDS}
-    run_key.update(model=mcfg.to_dict(), D=D, corpus_hash=data.meta["corpus_hash"])
+    run_key = checkpoint_key(cfg, D, data.meta["corpus_hash"])
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads)
@@ -839,12 +871,15 @@ def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_
 __all__ = [
     "CheckpointError",
     "RunConfig",
+    "checkpoint_key",
     "RunResult",
     "accumulate_gradients",
     "latest_checkpoint",
     "load_checkpoint",
     "peak_flops",
     "resolve_tokens",
+    "run_defining_fields",
+    "run_definition",
     "save_checkpoint",
     "train_run",
 ]

@@ -59,7 +59,8 @@ def plan(spec) -> dict:
     FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
     D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B).
     """
-    from loopscale.model.accounting import flops_per_token, tokens_for_flops
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.model.train import resolve_tokens
 
     lr_table = None
     if spec.lr == "tune":
@@ -68,14 +69,8 @@ def plan(spec) -> dict:
     total_c, total_d = 0.0, 0
     by_r: dict[int, int] = {}
     for c in cells:
-        kw = c.run_kwargs
-        cfg = kw["model"]
-        f = flops_per_token(cfg)
-        d = (
-            int(kw["tokens"])
-            if kw.get("tokens")
-            else tokens_for_flops(cfg, kw["target_flops"], kw["batch_tokens"])
-        )
+        f = flops_per_token(c.run.model)
+        d = resolve_tokens(c.run)
         total_c += f * d
         total_d += d
         by_r[c.r] = by_r.get(c.r, 0) + 1

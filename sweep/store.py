@@ -193,9 +193,8 @@ def run_record(
     Model fields come from the cell's config; counts (N_once, N_rec, N_unique, flops_per_token, D, C), losses
     and timings from the result. Non-finite losses are stored as null.
     """
-    kw = cell.run_kwargs
-    m = kw["model"]
-    md = m.to_dict() if hasattr(m, "to_dict") else dict(m)
+    run = cell.run
+    md = run.model.to_dict()
     versions = result.get("versions")
     rid = cell.run_id
     return {
@@ -220,15 +219,15 @@ def run_record(
         "D": result.get("D"),
         "C": _num(result.get("C")),
         "budget": cell.budget,
-        "target_tokens": kw.get("tokens"),
-        "lr": float(kw["lr"]),
-        "optimizer": kw.get("optimizer"),
-        "schedule": kw.get("schedule"),
-        "batch_tokens": kw.get("batch_tokens"),
-        "seed": kw.get("seed"),
-        "data_seed": kw.get("data_seed"),
-        "corpus": kw.get("corpus"),
-        "tokenizer": kw.get("tokenizer"),
+        "target_tokens": run.tokens,
+        "lr": float(run.lr),
+        "optimizer": run.optimizer,
+        "schedule": run.schedule,
+        "batch_tokens": run.batch_tokens,
+        "seed": run.seed,
+        "data_seed": run.data_seed,
+        "corpus": run.corpus,
+        "tokenizer": run.tokenizer,
         "status": result.get("status", "ok"),
         "final_val_loss": _num(result.get("final_val_loss")),
         "best_val_loss": _num(result.get("best_val_loss")),

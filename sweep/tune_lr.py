@@ -23,6 +23,7 @@ What survives a killed driver, and how (issue 8 cases 5 and 6):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -216,7 +217,7 @@ def _cell_with_lr(base: dict, lr: float):
     from loopscale.sweep.spec import Cell
 
     d = json.loads(json.dumps(base))
-    d["run_kwargs"]["lr"] = float(lr)
+    d["run"]["lr"] = float(lr)
     return Cell.from_dict(d)
 
 
@@ -406,7 +407,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"
     ]
     base = cells[0]
-    cfg = base.run_kwargs["model"]
+    cfg = base.run.model
     B = spec.training.batch_tokens
     if ts.tokens is not None:
         want = ts.tokens
@@ -416,8 +417,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     steps = max(M, int(round(want / B)))
     steps = int(math.ceil(steps / M) * M)
     every = steps // M
-    kw = dict(base.run_kwargs)
-    kw.update(
+    run = base.run_config(
         tokens=steps * B,
         target_flops=None,
         eval_every_steps=every,
@@ -425,9 +425,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         eval_tokens=ts.eval_tokens or spec.training.eval_tokens,
         seed=spec.seeds[0],
     )
-    base_d = base.to_dict()
-    base_d["run_kwargs"] = {**base_d["run_kwargs"], **{k: v for k, v in kw.items() if k != "model"}}
-    base_d["budget"] = None
+    base_d = dataclasses.replace(base, run=run, budget=None).to_dict()
     study_name = f"{spec.name}_size{size}_r{r}"
     constants = {
         "base": base_d,

@@ -46,7 +46,7 @@ def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
     assert len(rows) == 16 and {r["status"] for r in rows} == {"ok"}
     assert {r["run_id"] for r in rows} == set(cells)
     for row in rows:
-        cfg = cells[row["run_id"]].run_kwargs["model"]
+        cfg = cells[row["run_id"]].run.model
         assert (
             row["N_once"] == n_once(cfg) and row["N_rec"] == n_rec(cfg) and row["N_unique"] == n_unique(cfg)
         )

@@ -45,7 +45,6 @@ def base(trainer_corpus_dir, trainer_cache_dir):
         (dict(lr=float("nan")), "lr must be"),
         (dict(num_threads=0), "num_threads"),
         (dict(tokenizer="bpe:512"), "model.vocab_size=256 is smaller"),
-        (dict(checkpoint_every_steps=2), "needs checkpoint_dir"),
         (dict(device="tpu"), "device must be one of"),
     ],
 )
@@ -53,6 +52,13 @@ def test_runconfig_validation(base, change, field):
     """Bad RunConfig fields raise ValueError naming the field before any compute."""
     with pytest.raises(ValueError, match=field):
         RunConfig(**{**base, **change})
+
+
+def test_checkpointing_without_a_folder_fails_before_training(base):
+    """checkpoint_every_steps without checkpoint_dir is refused by train_run before any compute (a sweep cell
+    carries the cadence; its trial adds the folder)."""
+    with pytest.raises(ValueError, match="needs checkpoint_dir"):
+        train_run(RunConfig(**{**base, "checkpoint_every_steps": 2}))
 
 
 def test_target_flops_to_tokens(base):
