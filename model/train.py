@@ -511,14 +511,14 @@ def accumulate_gradients(model, windows, n_micro: int, autocast=None) -> float:
     b = windows.shape[0]
     if n_micro < 1 or b % n_micro:
         raise ValueError(f"n_micro={n_micro} must divide the number of windows {b}")
-    total = 0.0
+    total = None
     for chunk in windows.chunk(n_micro):
         with autocast() if autocast else torch.enable_grad():
             logits = model(chunk[:, :-1])
         loss = F.cross_entropy(_upcast(logits).flatten(0, 1), chunk[:, 1:].flatten()) / n_micro
         loss.backward()
-        total += float(loss.detach())
-    return total
+        total = loss.detach() if total is None else total + loss.detach()
+    return float(total)  # one device sync per step
 
 
 def _evaluate(model, ev, micro_windows: int, autocast) -> float:
@@ -656,10 +656,29 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         status, diverged_step, train_loss, cur_lr = "ok", None, float("nan"), cfg.lr
+        final_val = None
         log_every = max(1, steps_total // 100)
         params = [p for p in model.parameters()]
         tok_trained = 0
         t_train = 0.0
+
+        def point(done: int, val: float | None) -> dict:
+            """The curve point (and event body) after ``done`` optimizer steps."""
+            return {"step": done, "tokens": done * B, "train_loss": train_loss, "val_loss": val, "lr": cur_lr}
+
+        def evaluate() -> float:
+            nonlocal best_val
+            te = time.perf_counter()
+            val = _evaluate(fwd_model, ev, mb_windows, autocast)
+            times["eval"] += time.perf_counter() - te
+            best_val = val if best_val is None or val < best_val else best_val
+            return val
+
+        def emit(pt: dict, path: Path | None, final: bool) -> None:
+            if callback is not None:
+                event = {**pt, "checkpoint_path": None if path is None else str(path), "final": final}
+                callback({**event, "status": status} if final else event)
+
         model.train()
         for step in range(start_step, steps_total):
             t0 = time.perf_counter()
@@ -670,40 +689,24 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
                 for g in o.param_groups:
                     g["lr"] = g["base_lr"] * mult
             cur_lr = cfg.lr * mult
-            loss_acc = torch.zeros((), device=device)
-            t_data = 0.0
+            wins = []
             for m in range(n_micro):
-                td = time.perf_counter()
                 j = step * n_micro + m
                 win, ids = sampler.micro_batch(j)
-                x = torch.from_numpy(win).to(device, non_blocking=True)
+                wins.append(win)
                 digest = hashlib.sha256(digest.encode() + ids.tobytes()).hexdigest()
                 micro_ids.append(j)
-                t_data += time.perf_counter() - td
-                with autocast():
-                    logits = fwd_model(x[:, :-1])
-                loss = (
-                    torch.nn.functional.cross_entropy(_upcast(logits).flatten(0, 1), x[:, 1:].flatten())
-                    / n_micro
-                )
-                loss.backward()
-                loss_acc += loss.detach()
-            train_loss = float(loss_acc)  # one sync per step
+            x = torch.from_numpy(np.concatenate(wins)).to(device, non_blocking=True)
+            t_data = time.perf_counter() - t0
+            train_loss = accumulate_gradients(fwd_model, x, n_micro, autocast)
             t1 = time.perf_counter()
             times["data"] += t_data
             times["forward_backward"] += t1 - t0 - t_data
             if not math.isfinite(train_loss) or train_loss > cfg.diverge_loss:
                 status, diverged_step = "diverged", step + 1
-                curve.append(
-                    {
-                        "step": step + 1,
-                        "tokens": (step + 1) * B,
-                        "train_loss": train_loss,
-                        "val_loss": None,
-                        "lr": cur_lr,
-                    }
-                )
+                curve.append(point(step + 1, None))
                 log.warning("run diverged at step %d (train loss %s)", step + 1, train_loss)
+                emit(curve[-1], None, final=True)
                 break
             if cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -718,63 +721,30 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             tok_trained += B
             done = step + 1
             is_last = done == steps_total
-            do_eval = cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0 and not is_last
-            do_ckpt = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
-            val = None
-            if do_eval:
-                te = time.perf_counter()
-                val = _evaluate(fwd_model, ev, mb_windows, autocast)
-                times["eval"] += time.perf_counter() - te
-                best_val = val if best_val is None or val < best_val else best_val
-            if do_eval or done % log_every == 0 or (do_ckpt and not is_last):
-                curve.append(
-                    {
-                        "step": done,
-                        "tokens": done * B,
-                        "train_loss": train_loss,
-                        "val_loss": val,
-                        "lr": cur_lr,
-                    }
-                )
-            path = None
-            if do_ckpt and not is_last:
-                path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times)
-            if (do_eval or path is not None) and callback is not None:
-                callback(
-                    {
-                        "step": done,
-                        "tokens": done * B,
-                        "train_loss": train_loss,
-                        "val_loss": val,
-                        "lr": cur_lr,
-                        "checkpoint_path": None if path is None else str(path),
-                        "final": False,
-                    }
-                )
-
-        final_val = None
-        if status == "ok":
-            te = time.perf_counter()
-            final_val = _evaluate(fwd_model, ev, mb_windows, autocast)
-            times["eval"] += time.perf_counter() - te
-            best_val = final_val if best_val is None or final_val < best_val else best_val
-            if steps_total > start_step or not curve or curve[-1]["step"] != steps_total:
-                curve.append(
-                    {
-                        "step": steps_total,
-                        "tokens": steps_total * B,
-                        "train_loss": train_loss,
-                        "val_loss": final_val,
-                        "lr": cur_lr,
-                    }
-                )
-            else:
-                curve[-1] = {**curve[-1], "val_loss": final_val}
-        path = None
-        if status == "ok" and cfg.checkpoint_every_steps is not None and steps_total > start_step:
-            path = _write_ckpt(
-                cfg, steps_total, run_key, model, opts, micro_ids, digest, curve, best_val, times
+            do_eval = is_last or (cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0)
+            do_ckpt = cfg.checkpoint_every_steps is not None and (
+                is_last or done % cfg.checkpoint_every_steps == 0
             )
+            val = evaluate() if do_eval else None
+            if is_last:
+                final_val = val
+            pt = point(done, val)
+            if do_eval or do_ckpt or done % log_every == 0:
+                curve.append(pt)
+            path = None
+            if do_ckpt:
+                path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times)
+            if do_eval or path is not None:
+                emit(pt, path, final=is_last)
+
+        if status == "ok" and final_val is None:
+            # resumed from the checkpoint of the last step: nothing left to train, measure again
+            final_val = evaluate()
+            if curve and curve[-1]["step"] == steps_total:
+                curve[-1] = {**curve[-1], "val_loss": final_val}
+            else:
+                curve.append(point(steps_total, final_val))
+            emit(curve[-1], None, final=True)
         threads_used = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev_threads)
@@ -830,19 +800,6 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         resumed_from_step=resumed_from,
         warnings=run_warnings,
     )
-    if callback is not None:
-        callback(
-            {
-                "step": diverged_step or steps_total,
-                "tokens": (diverged_step or steps_total) * B,
-                "train_loss": train_loss,
-                "val_loss": final_val,
-                "lr": cur_lr,
-                "checkpoint_path": None if path is None else str(path),
-                "final": True,
-                "status": status,
-            }
-        )
     return res
 
 

@@ -89,6 +89,54 @@ def test_run_result_and_validation(base):
     assert d["versions"]["torch"] == torch.__version__
 
 
+def test_train_run_uses_the_tested_accumulation(base, monkeypatch):
+    """train_run trains every step through accumulate_gradients (the function tested for "accumulation equals
+    the full batch"), with the step's whole batch split into its micro-batches."""
+    import loopscale.model.train as tr
+
+    calls = []
+    real = tr.accumulate_gradients
+
+    def spy(model, windows, n_micro, autocast=None):
+        calls.append((tuple(windows.shape), n_micro))
+        return real(model, windows, n_micro, autocast)
+
+    monkeypatch.setattr(tr, "accumulate_gradients", spy)
+    train_run(RunConfig(**{**base, "micro_batch_tokens": 64}))
+    assert calls == [((4, 33), 2)] * 4  # 4 steps of 128 tokens = 4 windows of T + 1 = 33, 2 micro-batches
+
+
+def test_micro_batching_matches_one_batch(base):
+    """The same run with 4 micro-batches per step and with none: the same windows are consumed and the losses
+    agree up to float rounding."""
+    one = train_run(RunConfig(**base))
+    four = train_run(RunConfig(**{**base, "micro_batch_tokens": 32}))
+    assert one.micro_batch_ids == list(range(4)) and four.micro_batch_ids == list(range(16))
+    assert [c["step"] for c in one.curve] == [c["step"] for c in four.curve]
+    for a, b in zip(one.curve, four.curve, strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
+    assert four.final_val_loss == pytest.approx(one.final_val_loss, rel=1e-4)
+    assert four.final_val_loss != pytest.approx(math.log(256), rel=1e-2)  # it trained
+
+
+def test_last_step_is_an_ordinary_step(base, tmp_path):
+    """One curve point per step (log interval 1 here); the last one carries the final validation loss; the final
+    event comes once, with the checkpoint written at the last step."""
+    events = []
+    run = {**base, "checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every_steps": 3}
+    res = train_run(RunConfig(**run), callback=events.append)
+    assert [c["step"] for c in res.curve] == [1, 2, 3, 4]
+    assert res.curve[-1]["val_loss"] == res.final_val_loss == res.best_val_loss
+    finals = [e for e in events if e["final"]]
+    assert len(finals) == 1 and finals[0]["step"] == 4 and finals[0]["status"] == "ok"
+    assert finals[0]["checkpoint_path"].endswith("ckpt-00000004.pt")
+    assert [e["step"] for e in events] == [3, 4]
+    # resuming a finished run trains nothing and measures the same loss
+    again = train_run(RunConfig(**run))
+    assert again.resumed_from_step == 4 and again.final_val_loss == res.final_val_loss
+    assert [c["step"] for c in again.curve] == [1, 2, 3, 4]
+
+
 def test_same_seed_same_loss_and_same_data_across_r(base):
     """Same seeds -> bitwise identical loss; r = 1 and r = 4 consume identical micro-batches (same data stream)."""
     a = train_run(RunConfig(**{**base, "model": tiny(r=1)}))
