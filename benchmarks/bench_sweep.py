@@ -2,7 +2,7 @@
 
 Prints one JSON object: trials, tokens per trial, the standalone time of every trial (1 thread, in this process,
 one after another), ideal_s = sum / cpus, sweep_wall_s (run_sweep on an already started Ray), ratio =
-sweep_wall_s / ideal_s (issue 5 target <= 1.10), ray_start_s (embedded Ray start-up), and the 1-minute load
+sweep_wall_s / ideal_s (target <= 1.10), ray_start_s (embedded Ray start-up), and the 1-minute load
 average before and after (timings on a shared machine are noisy; compare runs with similar load).
 
     python benchmarks/bench_sweep.py [--tokens 65536] [--cpus 2] [--quick]

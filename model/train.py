@@ -1,4 +1,4 @@
-"""The single-run trainer: one point of a scaling law (issue 3, "Trainer").
+"""The single-run trainer: one point of a scaling law.
 
 ``train_run(RunConfig(...)) -> RunResult`` trains one :class:`~loopscale.model.looped.LoopedLM` on a tokenized
 corpus (:mod:`loopscale.model.data`) for exactly D tokens, evaluates mean cross-entropy in nats/token on a fixed
@@ -10,9 +10,9 @@ D = round(C / (F B)) B; the result records C = F D.
 
 Gradient accumulation: a step of B tokens is ``B / micro_batch_tokens`` equal micro-batches; each micro-batch loss
 is its token mean divided by the number of micro-batches, so the step's gradient is that of the token mean over
-the whole batch (identical to one B-token batch up to float rounding; issue 8 case 3).
+the whole batch (identical to one B-token batch up to float rounding; ``test_accumulation_equals_full_batch_gradient``).
 
-Checkpoints (issue 8 cases 2 and 3): ``<checkpoint_dir>/ckpt-<step>.pt`` written with ``torch.save`` to a temp
+Checkpoints: ``<checkpoint_dir>/ckpt-<step>.pt`` written with ``torch.save`` to a temp
 file then ``os.replace``; they hold only tensors and plain Python types (RNG states converted to tensors /
 lists) and are read with ``torch.load(weights_only=True)`` with no allow-listing; anything else is refused with
 :class:`CheckpointError`. The data position is the step: micro-batch j of the run is always the same windows
@@ -397,7 +397,7 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
 
 
 def _rng_state() -> dict:
-    """Global RNG states as tensors / plain types (loadable with weights_only=True; issue 8 case 2)."""
+    """Global RNG states as tensors / plain types (loadable with weights_only=True, no allow-listing)."""
     import torch
 
     kind, keys, pos, has_gauss, gauss = np.random.get_state()

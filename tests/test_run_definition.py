@@ -76,7 +76,9 @@ def test_run_defining_fields_change_both_keys_and_others_neither(name):
     key_changed = checkpoint_key(other.run, 4096, "h") != checkpoint_key(cell.run, 4096, "h")
     defining = name in run_defining_fields()
     assert id_changed == defining, f"{name}: run id changed={id_changed}, defines the run={defining}"
-    assert key_changed == defining, f"{name}: checkpoint key changed={key_changed}, defines the run={defining}"
+    assert key_changed == defining, (
+        f"{name}: checkpoint key changed={key_changed}, defines the run={defining}"
+    )
 
 
 def test_decay_and_eval_tokens_define_the_run():

@@ -1,4 +1,4 @@
-"""`loopscale run --dry-run` plans and the shape of the shipped grids (issue 7's requirements on presets)."""
+"""`loopscale run --dry-run` plans and the shape of the shipped grids (what the presets must cover)."""
 
 from __future__ import annotations
 

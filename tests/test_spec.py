@@ -57,9 +57,7 @@ def test_variants_share_r1_runs_and_set_bptt_and_lanes():
     tb = [c for c in cells if c.variant == "trunc_bptt"]
     assert {(c.r, c.run.model.bptt_k) for c in tb} == {(2, 1), (4, 2), (8, 4)}
     hc = [c for c in cells if c.variant == "hyperconnect"]
-    assert all(
-        c.run.model.injection == "hyperconnect" and c.run.model.hc_lanes == 3 for c in hc
-    )
+    assert all(c.run.model.injection == "hyperconnect" and c.run.model.hc_lanes == 3 for c in hc)
 
 
 def test_run_id_is_stable_and_sensitive():
