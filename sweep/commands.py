@@ -13,7 +13,15 @@ from pathlib import Path
 
 import typer
 
-from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, StorageOpt
+from loopscale.cluster.options import (
+    AddressOpt,
+    Interrupted,
+    NumCpusOpt,
+    NumGpusOpt,
+    RayTempDirOpt,
+    StorageOpt,
+    present_errors,
+)
 
 
 @contextlib.contextmanager
@@ -36,7 +44,7 @@ def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
         os.close(saved)
 
 
-class SweepInterrupted(RuntimeError):
+class SweepInterrupted(Interrupted):
     """The driver was stopped (SIGINT) before every cell finished; rerun with ``--resume``."""
 
 
@@ -145,7 +153,7 @@ def run_sweep(
                 )
                 grid = tuner.fit()
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
-                    raise SweepInterrupted("sweep interrupted; rerun with --resume")
+                    raise SweepInterrupted("the sweep was interrupted")
                 done = store.completed_ids()
                 pending = [
                     c for c in pending if c.run_id not in done and c.run_id not in errored_run_ids(grid)
@@ -164,7 +172,7 @@ def run_sweep(
                 )
                 plan.build().fit()
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
-                    raise SweepInterrupted("sweep interrupted; rerun with --resume")
+                    raise SweepInterrupted("the sweep was interrupted")
     return store.consolidate()
 
 
@@ -184,11 +192,6 @@ def _with_storage(spec, storage: str | None):
     return spec.model_copy(update={"storage_path": validate_storage(storage)})
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code=code)
-
-
 def sweep_cmd(
     spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
     out: Path = typer.Option(
@@ -204,27 +207,22 @@ def sweep_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
     """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet."""
-    from loopscale.sweep.spec import SpecError, load_spec
+    from loopscale.sweep.spec import load_spec
 
     t0 = time.time()
-    try:
-        spec = _with_storage(load_spec(spec_path), storage)
-        with stdout_to_stderr(as_json):
-            path = run_sweep(
-                spec,
-                out,
-                resume=resume,
-                force=force,
-                address=address,
-                num_cpus=num_cpus,
-                num_gpus=num_gpus,
-                ray_temp_dir=ray_temp_dir,
-                quiet=as_json,
-            )
-    except SweepInterrupted as e:
-        _fail(str(e), code=130)
-    except (SpecError, ValueError, FileNotFoundError) as e:
-        _fail(str(e))
+    spec = _with_storage(load_spec(spec_path), storage)
+    with stdout_to_stderr(as_json):
+        path = run_sweep(
+            spec,
+            out,
+            resume=resume,
+            force=force,
+            address=address,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            ray_temp_dir=ray_temp_dir,
+            quiet=as_json,
+        )
     import pyarrow.parquet as pq
 
     t = pq.read_table(path).to_pylist()
@@ -259,26 +257,20 @@ def tune_lr_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the LR table as JSON on stdout."),
 ) -> None:
     """Stage 1: tune the LR per size (and r) with Optuna + ASHA on Ray Tune; writes lr_table.parquet."""
-    from loopscale.sweep.spec import SpecError, load_spec
-    from loopscale.sweep.tune_lr import TuneInterrupted
+    from loopscale.sweep.spec import load_spec
 
-    try:
-        spec = _with_storage(load_spec(spec_path), storage)
-        with stdout_to_stderr(as_json):
-            table = run_tune_lr(
-                spec,
-                out,
-                resume=resume,
-                address=address,
-                num_cpus=num_cpus,
-                num_gpus=num_gpus,
-                ray_temp_dir=ray_temp_dir,
-                plot=not no_plot,
-            )
-    except TuneInterrupted as e:
-        _fail(str(e), code=130)
-    except (SpecError, ValueError, FileNotFoundError) as e:
-        _fail(str(e))
+    spec = _with_storage(load_spec(spec_path), storage)
+    with stdout_to_stderr(as_json):
+        table = run_tune_lr(
+            spec,
+            out,
+            resume=resume,
+            address=address,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            ray_temp_dir=ray_temp_dir,
+            plot=not no_plot,
+        )
     rows = table.to_pylist()
     if as_json:
         json.dump(rows, sys.stdout)
@@ -294,6 +286,6 @@ def tune_lr_cmd(
 
 if __name__ == "__main__":  # python -m loopscale.sweep.commands sweep|tune-lr ... (used by the kill tests)
     app = typer.Typer(add_completion=False)
-    app.command("sweep")(sweep_cmd)
-    app.command("tune-lr")(tune_lr_cmd)
+    app.command("sweep")(present_errors(sweep_cmd))
+    app.command("tune-lr")(present_errors(tune_lr_cmd))
     app()

@@ -4,7 +4,7 @@ Trials are the grid cells (an explicit ``tune.grid_search`` over cell dicts). Th
 it turns the dict config into a ``RunConfig``, calls ``loopscale.model.train.train_run`` with a callback that
 forwards every evaluation/checkpoint event to ``tune.report(metrics, checkpoint=tune.Checkpoint...)``, and
 reports the finished ``RunResult`` once. Only the ``ray.tune.*`` API is used (``ray.train.*`` objects fail
-inside Tune trainables on Ray 2.60, shared/notes/ray_tune_on_this_machine.md §3).
+inside Tune trainables on Ray 2.60, ``docs/ray_tune.md`` §1).
 
 Run identity and restarts:
 
@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from loopscale.sweep import _seams
 
 METRIC = "val_loss"
 """Metric name reported at each evaluation (nats/token)."""
@@ -166,23 +168,6 @@ class RunWorkspace:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def maybe_inject_fault(storage_uri: str, rid: str, fault_at_step: int | None, step: int) -> None:
-    """TEST ONLY (``test_fault_at_step``): raise once per run id at the first event with step >= the value.
-
-    Raises:
-        RuntimeError: the injected failure.
-    """
-    if fault_at_step is None or step < fault_at_step:
-        return
-    from loopscale.cluster import storage
-
-    marker = uri_join(storage_uri, "faults", rid)
-    if storage.exists(marker):
-        return
-    storage.write_bytes_atomic(marker, str(step).encode())
-    raise RuntimeError(f"injected failure at step {step} (test_fault_at_step={fault_at_step}, run {rid})")
-
-
 def event_metrics(event: dict) -> dict:
     """Tune metrics of one trainer event (None values dropped: Tune's CSV logger cannot hold them)."""
     out = {k: event.get(k) for k in ("step", "tokens", "train_loss", "val_loss", "lr")}
@@ -216,7 +201,8 @@ def tune_checkpoint_from(path: str | None):
 def grid_trainable(config: dict) -> None:
     """Ray Tune function trainable of one grid cell.
 
-    ``config``: ``{"cell": Cell.to_dict() + {"run_id"}, "storage": URI, "fault_at_step": int | None}``.
+    ``config``: ``{"cell": Cell.to_dict() + {"run_id"}, "storage": URI, "_test_seams": dict | None}`` (the
+    last: :mod:`loopscale.sweep._seams`).
     Reports ``event_metrics`` at each trainer event (with a ``tune.Checkpoint`` when one was written) and a
     final report with ``run_done=True`` and ``run_result`` (JSON of the ``RunResult``).
     """
@@ -227,13 +213,13 @@ def grid_trainable(config: dict) -> None:
     cell = Cell.from_dict(config["cell"])
     rid = config["cell"]["run_id"]
     storage_uri = config["storage"]
-    fault = config.get("fault_at_step")
+    seams = config.get(_seams.CONFIG_KEY)
     ws = RunWorkspace(storage_uri, rid)
     started = time.time()
     done = ws.result()
     if done is None:
         ws.prepare_resume()
-        done = _train_cell(cell, ws, storage_uri, fault)
+        done = _train_cell(cell, ws, storage_uri, seams)
     tune.report(
         {
             DONE_KEY: True,
@@ -247,7 +233,7 @@ def grid_trainable(config: dict) -> None:
     )
 
 
-def _train_cell(cell, ws: RunWorkspace, storage_uri: str, fault: int | None) -> dict:
+def _train_cell(cell, ws: RunWorkspace, storage_uri: str, seams: dict | None) -> dict:
     from ray import tune
 
     from loopscale.model.train import train_run
@@ -255,7 +241,7 @@ def _train_cell(cell, ws: RunWorkspace, storage_uri: str, fault: int | None) -> 
     cfg = cell.run_config(checkpoint_dir=str(ws.dir))
 
     def callback(event: dict) -> None:
-        maybe_inject_fault(storage_uri, ws.rid, fault, int(event.get("step") or 0))
+        _seams.maybe_fail(seams, storage_uri, ws.rid, int(event.get("step") or 0))
         if event.get("checkpoint_path"):
             ws.push()
         ck, stage = tune_checkpoint_from(event.get("checkpoint_path"))
@@ -280,6 +266,22 @@ def _trial_name(trial) -> str:
 
 def _trial_dirname(trial) -> str:
     return f"run_{trial.config['cell']['run_id']}_{trial.trial_id}"
+
+
+def trial_error_text(trial) -> str:
+    """The last error of a Tune trial as text: the last line of its error file (``<Type>: <message>`` of the
+    exception the trainable raised), or a note when Tune left no error file."""
+    lines: list[str] = []
+    path = getattr(trial, "error_file", None)
+    try:
+        if path and Path(path).is_file():
+            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        else:
+            lines = (trial.get_error() or "").splitlines()
+    except OSError:
+        pass
+    lines = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("Failure # ")]
+    return lines[-1][:2000] if lines else f"trial {trial.trial_id} errored (Tune kept no error text)"
 
 
 def _recorder_cls():
@@ -331,6 +333,22 @@ def _recorder_cls():
             self._progress(trials, force=True)
 
         def on_trial_error(self, iteration, trials, trial, **info):
+            """The trial errored past ``max_failures``: record the cell as ``failed`` with its last error, so
+            ``runs.parquet`` accounts for every cell (a later sweep retries it and replaces the row)."""
+            from loopscale.sweep.spec import Cell
+            from loopscale.sweep.store import ResultsStore, failed_record
+
+            rid = trial.config["cell"]["run_id"]
+            if self._recorded is None:
+                self._recorded = ResultsStore(self.out_dir).completed_ids()
+            if rid not in self._recorded:
+                rec = failed_record(
+                    Cell.from_dict(self.cells[rid]),
+                    trial_error_text(trial),
+                    trial_id=trial.trial_id,
+                    finished_at=time.time(),
+                )
+                ResultsStore(self.out_dir).write_run(rec, [])
             self._progress(trials, force=True)
 
         def _progress(self, trials, force: bool = False):
@@ -367,7 +385,7 @@ class TunerPlan:
     Attributes:
         experiment: experiment name (a folder under ``storage_path``).
         storage_path: Tune's ``storage_path`` (any pyarrow URI).
-        param_space: ``{"cell": tune.grid_search([...]), "storage": ..., "fault_at_step": ...}``.
+        param_space: ``{"cell": tune.grid_search([...]), "storage": ..., "_test_seams": ...}``.
         resources: per-trial resources for ``tune.with_resources`` (``{"cpu": .., "gpu": ..}``).
         reuse_actors, max_failures, max_concurrent: TuneConfig / FailureConfig values.
         cells: {run_id: Cell.to_dict()} of the trials.
@@ -461,7 +479,7 @@ def plan_grid(
         param_space={
             "cell": tune.grid_search(dicts),
             "storage": storage_path,
-            "fault_at_step": spec.test_fault_at_step,
+            _seams.CONFIG_KEY: _seams.from_env(),
         },
         resources=resources,
         reuse_actors=reuse_actors,

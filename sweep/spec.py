@@ -165,9 +165,6 @@ class SweepSpec(_Strict):
     storage_path: str | None = None
     """Where Tune keeps experiments and checkpoints (any pyarrow URI; None: the --out directory)."""
     max_failures: int = Field(2, ge=0)
-    test_fault_at_step: int | None = Field(None, ge=1)
-    """TEST ONLY: every trial raises once (per run id) at the first event with step >= this value, to exercise
-    retry-from-checkpoint. Never set it in a real spec."""
 
     @field_validator("variants", mode="before")
     @classmethod

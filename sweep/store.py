@@ -2,7 +2,7 @@
 
 Both tables have an explicit pyarrow schema fixed from the start (:data:`RUNS_SCHEMA`, :data:`CURVES_SCHEMA`),
 so a first batch of diverged runs whose losses are all null can never fix a ``null`` column type (apache/arrow
-#2782; issue 8 case 8). Units live in each field's metadata (key ``unit``), the schema version in the table
+#2782; ``test_all_null_first_batch_does_not_fix_a_null_column_type``). Units live in each field's metadata (key ``unit``), the schema version in the table
 metadata (key ``loopscale.schema_version``).
 
 Layouts (both with the same schema):
@@ -81,7 +81,8 @@ RUNS_SCHEMA = pa.schema(
         _f("data_seed", pa.int64(), "-", "data order seed"),
         _f("corpus", pa.string(), "-", "training corpus"),
         _f("tokenizer", pa.string(), "-", "tokenizer"),
-        _f("status", pa.string(), "-", "ok | diverged", False),
+        _f("status", pa.string(), "-", "ok | diverged | failed", False),
+        _f("error", pa.string(), "-", "status failed: the trial's last error (it errored past max_failures)"),
         _f("final_val_loss", pa.float64(), "nats/token", "validation loss at the end (null if diverged)"),
         _f("best_val_loss", pa.float64(), "nats/token", "lowest validation loss seen (null if none)"),
         _f("tokens_per_s", pa.float64(), "tokens/s", "training throughput"),
@@ -179,6 +180,16 @@ def _num(x: Any) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
+FAILED = "failed"
+"""Status of a run whose trial errored past ``max_failures`` (its row carries the error, no measurements)."""
+
+
+def failed_record(cell, error: str, *, trial_id: str | None = None, finished_at: Any = None) -> dict:
+    """The ``runs.parquet`` row of a cell whose trial errored past its retries: the cell's coordinates and
+    configuration, status ``failed`` and ``error`` (the last error's text), no losses or counts."""
+    return run_record(cell, {"status": FAILED, "error": error}, trial_id=trial_id, finished_at=finished_at)
+
+
 def run_record(
     cell,
     result: dict,
@@ -229,6 +240,7 @@ def run_record(
         "corpus": run.corpus,
         "tokenizer": run.tokenizer,
         "status": result.get("status", "ok"),
+        "error": result.get("error"),
         "final_val_loss": _num(result.get("final_val_loss")),
         "best_val_loss": _num(result.get("best_val_loss")),
         "tokens_per_s": _num(result.get("tokens_per_s")),
@@ -294,11 +306,23 @@ class ResultsStore:
         write_table_atomic(to_table(curve or [], CURVES_SCHEMA), self.curves_parts / f"{rid}.parquet")
 
     def completed_ids(self) -> set[str]:
-        """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file."""
-        ids: set[str] = set()
-        for t in (read_table(self.runs_parts, RUNS_SCHEMA), read_table(self.runs_path, RUNS_SCHEMA)):
-            ids.update(t.column("run_id").to_pylist())
-        return ids
+        """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file; a
+        ``failed`` record does not count (a later sweep retries the cell and replaces it)."""
+        return {row["run_id"] for row in self._latest().values() if row["status"] != FAILED}
+
+    def _latest(self) -> dict[str, dict]:
+        """{run id: its newest record (largest ``finished_at``)} over the parts and the consolidated file."""
+        runs = pa.concat_tables(
+            [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
+        )
+        best: dict[str, dict] = {}
+        for row in runs.to_pylist():
+            cur = best.get(row["run_id"])
+            if cur is None or (row["finished_at"] or datetime.min.replace(tzinfo=UTC)) >= (
+                cur["finished_at"] or datetime.min.replace(tzinfo=UTC)
+            ):
+                best[row["run_id"]] = row
+        return best
 
     def forget(self, run_ids: set[str]) -> None:
         """Drop the records of ``run_ids`` (used by ``--force``) from the parts and the consolidated files."""
@@ -315,17 +339,7 @@ class ResultsStore:
         """Rebuild ``runs.parquet`` and ``curves.parquet`` from the parts and the existing files: one row per
         run id (the newest ``finished_at`` wins), sorted by (variant, budget, size, r, seed). Returns the
         path of ``runs.parquet``."""
-        runs = pa.concat_tables(
-            [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
-        )
-        rows = runs.to_pylist()
-        best: dict[str, dict] = {}
-        for row in rows:
-            cur = best.get(row["run_id"])
-            if cur is None or (row["finished_at"] or datetime.min.replace(tzinfo=UTC)) >= (
-                cur["finished_at"] or datetime.min.replace(tzinfo=UTC)
-            ):
-                best[row["run_id"]] = row
+        best = self._latest()
         ordered = sorted(
             best.values(),
             key=lambda x: (

@@ -1,11 +1,11 @@
 """Stage 1: LR tuning, one Optuna study per size (and per r unless ``tune_per_r: false``), run by Ray Tune.
 
 Each study is one Tune experiment: ``OptunaSearch`` (seeded TPE over log-LR, or a categorical LR set; metric
-and mode given to ``OptunaSearch`` itself, shared/notes/ray_tune_on_this_machine.md §3) proposes LRs, and an
+and mode given to ``OptunaSearch`` itself, ``docs/ray_tune.md`` §1) proposes LRs, and an
 ASHA scheduler prunes on the validation loss reported at token milestones (time attribute: the milestone index
 1..num_milestones). Trials train the grid's model on a short budget (tokens/param ratio, paper App. D).
 
-What survives a killed driver, and how (issue 8 cases 5 and 6):
+What survives a killed driver, and how (Tune's restore behaviour: ``docs/ray_tune.md`` §2):
 
 * The sampler's study lives inside ``OptunaSearch`` and is checkpointed with Tune's experiment state, so after
   ``Tuner.restore`` the sampler and the trial list agree. A trial suggested after the last snapshot is lost
@@ -31,12 +31,13 @@ import shutil
 import uuid
 from pathlib import Path
 
+from loopscale.cluster.options import Interrupted
+from loopscale.sweep import _seams
 from loopscale.sweep.grid import (
     RunWorkspace,
     event_metrics,
     is_local_uri,
     local_path,
-    maybe_inject_fault,
     tune_checkpoint_from,
     unfinished_trials,
     uri_join,
@@ -245,7 +246,7 @@ def lr_trainable(config: dict) -> None:
         ws.prepare_resume()
 
         def callback(event: dict) -> None:
-            maybe_inject_fault(storage_uri, rid, config.get("fault_at_step"), int(event.get("step") or 0))
+            _seams.maybe_fail(config.get(_seams.CONFIG_KEY), storage_uri, rid, int(event.get("step") or 0))
             if event.get("checkpoint_path"):
                 ws.push()
             if event.get("val_loss") is None:
@@ -265,7 +266,7 @@ def lr_trainable(config: dict) -> None:
         res = train_run(cell.run_config(checkpoint_dir=str(ws.dir)), callback=callback).to_dict()
         done = json.loads(json.dumps(res, default=str))
         ws.save_result(done)
-        _mark_trained(storage_uri, rid)
+        _seams.mark_trained(config.get(_seams.CONFIG_KEY), storage_uri, rid)
     else:
         for pt in done.get("curve") or []:
             if pt.get("val_loss") is None:
@@ -284,27 +285,6 @@ def lr_trainable(config: dict) -> None:
             "status": done.get("status", "ok"),
         }
     )
-
-
-def _mark_trained(storage_uri: str, rid: str) -> None:
-    """Leave one marker per completed training of a run id (tests count them: no LR trained twice)."""
-    from loopscale.cluster import storage
-
-    storage.write_bytes_atomic(uri_join(storage_uri, "trained", f"{rid}-{uuid.uuid4().hex[:8]}"), b"1")
-
-
-def trained_counts(storage_uri: str) -> dict[str, int]:
-    """{run id: completed trainings} from the markers of :func:`lr_trainable`."""
-    from loopscale.cluster import storage
-
-    d = uri_join(storage_uri, "trained")
-    if not storage.exists(d):
-        return {}
-    out: dict[str, int] = {}
-    for name in storage.listdir(d):
-        rid = Path(name).name.rsplit("-", 1)[0]
-        out[rid] = out.get(rid, 0) + 1
-    return out
 
 
 # --- driver side: mirror finished trials into the persistent Optuna study ----------------------------
@@ -432,7 +412,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         "storage": storage_path,
         "milestone_tokens": every * B,
         "num_milestones": M,
-        "fault_at_step": spec.test_fault_at_step,
+        _seams.CONFIG_KEY: _seams.from_env(),
     }
     space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
     sampler = optuna.samplers.TPESampler(seed=ts.seed)
@@ -483,7 +463,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     )
 
 
-class TuneInterrupted(RuntimeError):
+class TuneInterrupted(Interrupted):
     """The driver was stopped (SIGINT) before every study finished; rerun with ``--resume``."""
 
 
@@ -511,7 +491,7 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
         tuner = tune.Tuner(plan["trainable"], tune_config=plan["tune_config"], run_config=plan["run_config"])
     tuner.fit()
     if unfinished_trials(exp_uri):
-        raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted; rerun with --resume")
+        raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted")
     # reconcile: a finished trial whose mirror write was lost (driver killed in between) is recorded now
     import logging
 

@@ -22,10 +22,11 @@ import pytest
 import yaml
 from proc_utils import descendants, end_processes, run_to_end, start_driver
 
+from loopscale.sweep._seams import COUNT_ENV, trained_counts
 from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
 from loopscale.sweep.store import RUNS_SCHEMA, ResultsStore, curve_rows, run_record
-from loopscale.sweep.tune_lr import run_tune_lr, trained_counts
+from loopscale.sweep.tune_lr import run_tune_lr
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -102,9 +103,10 @@ def _tune_spec(tmp_path: Path, **tune) -> Path:
 
 
 @pytest.mark.slow
-def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path):
+def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path, monkeypatch):
     """SIGKILL the tune-lr driver while 2 trials run; --resume => exactly 8 finished trials, 0 RUNNING, no LR
     trained to completion twice."""
+    monkeypatch.setenv(COUNT_ENV, "1")  # the drivers inherit it (loopscale.sweep._seams)
     spec = _tune_spec(tmp_path, num_samples=8, max_concurrent=2, tokens=4096, num_milestones=4)
     out = tmp_path / "out"
     proc = _tune_driver(spec, out)

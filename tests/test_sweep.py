@@ -15,6 +15,7 @@ import pytest
 from proc_utils import descendants, end_processes, run_to_end, start_driver
 
 from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+from loopscale.sweep._seams import FAULT_ENV
 from loopscale.sweep.commands import run_sweep
 from loopscale.sweep.grid import RunWorkspace, plan_grid
 from loopscale.sweep.presets import PRESETS, preset_spec
@@ -82,12 +83,13 @@ def test_force_retrains_and_gets_the_same_loss(smoke_out):
     assert rows[cell.run_id]["final_val_loss"] == pytest.approx(old["final_val_loss"], abs=1e-6)
 
 
-def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path):
+def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path, monkeypatch):
     """A trial raising at step 8 (after its step-8 checkpoint) is retried by Tune and resumes there; the
     final loss equals the uninterrupted run's."""
     _, path, _ = smoke_out
+    monkeypatch.setenv(FAULT_ENV, "6")
     d = copy.deepcopy(PRESETS["smoke"])
-    d.update(sizes=[16], tokens=[4096], r=[1, 2], test_fault_at_step=6)
+    d.update(sizes=[16], tokens=[4096], r=[1, 2])
     spec = parse_spec(d)
     cells = spec.cells()
     out = tmp_path / "fault"
@@ -101,6 +103,25 @@ def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path):
         assert (out / "tune" / "faults" / c.run_id).exists()
         assert rows[c.run_id]["status"] == "ok"
         assert rows[c.run_id]["final_val_loss"] == pytest.approx(ref[c.run_id]["final_val_loss"], abs=1e-6)
+
+
+def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path, monkeypatch):
+    """A trial that errors at every attempt (max_failures = 1: two attempts) is a ``failed`` row carrying the
+    error, so runs.parquet accounts for every cell; a later sweep retries the cell and replaces the row."""
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(sizes=[16], tokens=[2048], r=[1, 2], max_failures=1)
+    spec = parse_spec(d)
+    out = tmp_path / "failing"
+    monkeypatch.setenv(FAULT_ENV, "4:always")
+    rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
+    assert {r["run_id"] for r in rows} == {c.run_id for c in spec.cells()}
+    assert {r["status"] for r in rows} == {"failed"}
+    for r in rows:
+        assert r["error"].startswith("RuntimeError: injected failure at step")
+        assert r["final_val_loss"] is None and r["trial_id"]
+    monkeypatch.delenv(FAULT_ENV)
+    rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"} and {r["error"] for r in rows} == {None}
 
 
 def test_tuner_plan_is_inspectable_without_ray(tmp_path):
@@ -180,13 +201,8 @@ def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, s
 
 
 def _cli():
-    import typer
+    from loopscale.sweep.cli import app  # the console script, with its error presenter
 
-    from loopscale.sweep.commands import sweep_cmd, tune_lr_cmd
-
-    app = typer.Typer()
-    app.command("sweep")(sweep_cmd)
-    app.command("tune-lr")(tune_lr_cmd)
     return app
 
 
