@@ -321,8 +321,8 @@ def _recorder_cls():
                     started_at=result.get("started_at"),
                     finished_at=time.time(),
                 )
-                ResultsStore(self.out_dir).write_run(rec, curve_rows(rec["run_id"], res.get("curve")))
-                self._recorded.add(rec["run_id"])
+                ResultsStore(self.out_dir).write_run(rec, curve_rows(rec.run_id, res.get("curve")))
+                self._recorded.add(rec.run_id)
                 self._done_walls.append(float(res.get("wall_s") or 0.0))
                 self._tps.pop(trial.trial_id, None)
             elif "tokens" in result and result.get("time_total_s"):

@@ -18,6 +18,7 @@ the same run again replaces its part; consolidation keys rows by ``run_id``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
@@ -99,6 +100,38 @@ RUNS_SCHEMA = pa.schema(
     metadata={"loopscale.schema_version": SCHEMA_VERSION, "loopscale.table": "runs"},
 )
 """Schema of ``runs.parquet`` (version :data:`SCHEMA_VERSION`); every loss/metric column is nullable."""
+
+
+def _record_class() -> type:
+    """:class:`RunRecord`, one field per column of :data:`RUNS_SCHEMA` (same names, same order; the Python type
+    follows the Arrow type), so the schema stays the single declaration of what a run record holds."""
+    py = {pa.string(): str, pa.int64(): int, pa.float64(): float, _TS: datetime}
+
+    def __post_init__(self) -> None:
+        for f in RUNS_SCHEMA:
+            if not f.nullable and getattr(self, f.name) is None:
+                raise ValueError(f"RunRecord.{f.name} must not be null")
+
+    def to_row(self) -> dict:
+        """The ``runs.parquet`` row (column name -> value)."""
+        return {f.name: getattr(self, f.name) for f in RUNS_SCHEMA}
+
+    cls = dataclasses.make_dataclass(
+        "RunRecord",
+        [(f.name, py[f.type] | None, dataclasses.field(default=None)) for f in RUNS_SCHEMA],
+        namespace={"__post_init__": __post_init__, "to_row": to_row},
+        frozen=True,
+        kw_only=True,
+    )
+    cls.__module__ = __name__
+    cls.__doc__ = (
+        "One finished (or failed) run as the sweep hands it on: a row of ``runs.parquet`` with the units of "
+        ":data:`RUNS_SCHEMA`. Built only by :func:`run_record` / :func:`failed_record`; frozen."
+    )
+    return cls
+
+
+RunRecord = _record_class()
 
 CURVES_SCHEMA = pa.schema(
     [
@@ -184,7 +217,7 @@ FAILED = "failed"
 """Status of a run whose trial errored past ``max_failures`` (its row carries the error, no measurements)."""
 
 
-def failed_record(cell, error: str, *, trial_id: str | None = None, finished_at: Any = None) -> dict:
+def failed_record(cell, error: str, *, trial_id: str | None = None, finished_at: Any = None) -> RunRecord:
     """The ``runs.parquet`` row of a cell whose trial errored past its retries: the cell's coordinates and
     configuration, status ``failed`` and ``error`` (the last error's text), no losses or counts."""
     return run_record(cell, {"status": FAILED, "error": error}, trial_id=trial_id, finished_at=finished_at)
@@ -198,8 +231,9 @@ def run_record(
     host: str | None = None,
     started_at: Any = None,
     finished_at: Any = None,
-) -> dict:
-    """One ``runs.parquet`` row from a grid cell and a ``RunResult.to_dict()``.
+) -> RunRecord:
+    """The record of one run, from its grid cell and its ``RunResult.to_dict()`` (the one place a trainer result
+    becomes a run record).
 
     Model fields come from the cell's config; counts (N_once, N_rec, N_unique, flops_per_token, D, C), losses
     and timings from the result. Non-finite losses are stored as null.
@@ -208,7 +242,7 @@ def run_record(
     md = run.model.to_dict()
     versions = result.get("versions")
     rid = cell.run_id
-    return {
+    row = {
         "run_id": rid,
         "variant": cell.variant,
         "r": int(md["r"]),
@@ -254,6 +288,7 @@ def run_record(
         "finished_at": _utc(finished_at) or datetime.now(UTC),
         "versions": json.dumps(versions, sort_keys=True) if versions is not None else None,
     }
+    return RunRecord(**row)
 
 
 def curve_rows(rid: str, curve: list[dict] | None) -> list[dict]:
@@ -299,10 +334,10 @@ class ResultsStore:
     def curves_parts(self) -> Path:
         return self.root / "parts" / "curves"
 
-    def write_run(self, record: dict, curve: list[dict] | None = None) -> None:
+    def write_run(self, record: RunRecord, curve: list[dict] | None = None) -> None:
         """Write (or replace) the part files of one run: its ``runs`` row and its curve rows."""
-        rid = record["run_id"]
-        write_table_atomic(to_table([record], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
+        rid = record.run_id
+        write_table_atomic(to_table([record.to_row()], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
         write_table_atomic(to_table(curve or [], CURVES_SCHEMA), self.curves_parts / f"{rid}.parquet")
 
     def completed_ids(self) -> set[str]:

@@ -224,7 +224,7 @@ def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
     cells = preset_spec("smoke").cells()
     div = [run_record(c, _res(None, "diverged")) for c in cells[:3]]
     # the broken behaviour this guards against: inference from the first batch gives a null type
-    assert pa.Table.from_pylist(div).schema.field("final_val_loss").type == pa.null()
+    assert pa.Table.from_pylist([d.to_row() for d in div]).schema.field("final_val_loss").type == pa.null()
     store = ResultsStore(tmp_path)
     for c, rec in zip(cells[:3], div, strict=True):
         store.write_run(rec, curve_rows(c.run_id, _res(None, "diverged")["curve"]))
