@@ -1,4 +1,5 @@
-"""The model flags every command that builds a looped model takes (``loopscale model info``, ``loopscale train``).
+"""The flags of the commands that build a model or a run: the model flags (``loopscale model info``,
+``loopscale train``) and the run flags (``loopscale train``, one per :class:`~loopscale.model.train.RunConfig` field).
 
 They are declared once, in :data:`MODEL_FLAGS`, and added to a Typer command by :func:`with_model_flags`; the
 command receives them as one ``model_flags`` dict that :func:`config_from_flags` turns into a validated
@@ -11,15 +12,19 @@ command receives them as one ``model_flags`` dict that :func:`config_from_flags`
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import functools
 import inspect
-from typing import Annotated, Any
+import textwrap
+import typing
+from typing import Annotated, Any, Literal
 
 import typer
 
 from loopscale.model.config import LoopedConfig, preset_config
 
-__all__ = ["MODEL_FLAGS", "config_from_flags", "with_model_flags"]
+__all__ = ["MODEL_FLAGS", "config_from_flags", "run_flag_specs", "with_model_flags", "with_run_flags"]
 
 _PANEL = "Model"
 
@@ -56,24 +61,79 @@ def config_from_flags(preset: str = "cpu", r: int = 1, **flags) -> LoopedConfig:
 def with_model_flags(command):
     """Add every flag of :data:`MODEL_FLAGS` to a Typer command (in the "Model" help panel) and pass their values
     to it as one keyword argument ``model_flags`` (a dict), which the command must declare."""
+    specs = {
+        name: (typ, default, typer.Option(flag, help=help_, rich_help_panel=_PANEL))
+        for name, (typ, default, flag, help_) in MODEL_FLAGS.items()
+    }
+    return _with_flags(command, "model_flags", specs)
+
+
+def run_flag_specs() -> dict[str, tuple[Any, Any, Any]]:
+    """One flag per :class:`~loopscale.model.train.RunConfig` field except ``model``: ``--<field-name>`` with the
+    field's default, its type (a ``Literal`` is given as a string, checked by RunConfig) and its docstring as help. RunConfig stays the one
+    declaration of a run; the command line is derived from it."""
+    from loopscale.model.train import RunConfig
+
+    hints = typing.get_type_hints(RunConfig)
+    docs = _field_docs(RunConfig)
+    out = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "model":
+            continue
+        typ, help_ = hints[f.name], docs.get(f.name, "")
+        if typing.get_origin(typ) is Literal:  # RunConfig checks the value; the help lists the choices
+            typ, help_ = str, f"{help_} One of: {', '.join(typing.get_args(hints[f.name]))}."
+        flag = "--" + f.name.replace("_", "-")
+        decls = (f"{flag}/--no-{flag[2:]}",) if typ is bool else (flag,)
+        out[f.name] = (
+            typ,
+            f.default,
+            typer.Option(*decls, help=help_, rich_help_panel="Run"),
+        )
+    return out
+
+
+def with_run_flags(command):
+    """Add one flag per RunConfig field (:func:`run_flag_specs`, "Run" help panel) to a Typer command and pass their
+    values to it as one keyword argument ``run_flags`` (a dict of RunConfig keyword arguments)."""
+    return _with_flags(command, "run_flags", run_flag_specs())
+
+
+def _field_docs(cls) -> dict[str, str]:
+    """{field: its attribute docstring} of a dataclass, read from its source (one line each)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    out = {}
+    for a, b in zip(body, body[1:], strict=False):
+        if (
+            isinstance(a, ast.AnnAssign)
+            and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
+        ):
+            out[a.target.id] = " ".join(b.value.value.split())
+    return out
+
+
+def _with_flags(command, param: str, specs: dict[str, tuple[Any, Any, Any]]):
+    """``command`` with one keyword-only Typer option per entry of ``specs`` (name -> (type, default, option)),
+    their values handed to it as one dict argument named ``param``."""
     sig = inspect.signature(command, eval_str=True)
-    if "model_flags" not in sig.parameters:
-        raise TypeError(f"{command.__name__} must take a 'model_flags' parameter")
-    own = [p for p in sig.parameters.values() if p.name != "model_flags"]
+    if param not in sig.parameters:
+        raise TypeError(f"{command.__name__} must take a {param!r} parameter")
+    own = [p for p in sig.parameters.values() if p.name != param]
     added = [
         inspect.Parameter(
-            name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=default,
-            annotation=Annotated[typ, typer.Option(flag, help=help_, rich_help_panel=_PANEL)],
+            name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]
         )
-        for name, (typ, default, flag, help_) in MODEL_FLAGS.items()
+        for name, (typ, default, option) in specs.items()
     ]
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        flags = {k: kwargs.pop(k, MODEL_FLAGS[k][1]) for k in MODEL_FLAGS}
-        return command(*args, model_flags=flags, **kwargs)
+        values = {k: kwargs.pop(k, specs[k][1]) for k in specs}
+        return command(*args, **{param: values}, **kwargs)
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + added
     wrapper.__signature__ = sig.replace(parameters=params)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ import typer
 
 from loopscale.cluster.options import (
     AddressOpt,
+    ClusterOptions,
     Interrupted,
     NumCpusOpt,
     NumGpusOpt,
@@ -192,6 +194,18 @@ def _with_storage(spec, storage: str | None):
     return spec.model_copy(update={"storage_path": validate_storage(storage)})
 
 
+def _run_stage(
+    stage, spec_path: Path, out: Path, storage: str | None, as_json: bool, ray: ClusterOptions, **kw
+):
+    """Load SPEC (``--storage`` applied) and run ``stage(spec, out, <Ray flags>, **kw)``; with ``--json`` anything the
+    stage prints goes to stderr."""
+    from loopscale.sweep.spec import load_spec
+
+    spec = _with_storage(load_spec(spec_path), storage)
+    with stdout_to_stderr(as_json):
+        return stage(spec, out, **dataclasses.asdict(ray), **kw)
+
+
 def sweep_cmd(
     spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
     out: Path = typer.Option(
@@ -207,22 +221,11 @@ def sweep_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
     """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet."""
-    from loopscale.sweep.spec import load_spec
-
     t0 = time.time()
-    spec = _with_storage(load_spec(spec_path), storage)
-    with stdout_to_stderr(as_json):
-        path = run_sweep(
-            spec,
-            out,
-            resume=resume,
-            force=force,
-            address=address,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            ray_temp_dir=ray_temp_dir,
-            quiet=as_json,
-        )
+    ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+    path = _run_stage(
+        run_sweep, spec_path, out, storage, as_json, ray, resume=resume, force=force, quiet=as_json
+    )
     import pyarrow.parquet as pq
 
     t = pq.read_table(path).to_pylist()
@@ -257,20 +260,8 @@ def tune_lr_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the LR table as JSON on stdout."),
 ) -> None:
     """Stage 1: tune the LR per size (and r) with Optuna + ASHA on Ray Tune; writes lr_table.parquet."""
-    from loopscale.sweep.spec import load_spec
-
-    spec = _with_storage(load_spec(spec_path), storage)
-    with stdout_to_stderr(as_json):
-        table = run_tune_lr(
-            spec,
-            out,
-            resume=resume,
-            address=address,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            ray_temp_dir=ray_temp_dir,
-            plot=not no_plot,
-        )
+    ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+    table = _run_stage(run_tune_lr, spec_path, out, storage, as_json, ray, resume=resume, plot=not no_plot)
     rows = table.to_pylist()
     if as_json:
         json.dump(rows, sys.stdout)

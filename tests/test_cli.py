@@ -75,3 +75,18 @@ def test_one_error_presenter():
 def test_errors_are_one_line_and_exit_2(args, message):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+def test_train_takes_one_flag_per_run_config_field_with_its_default():
+    """The run flags of `loopscale train` are derived from RunConfig: every field but the model, same default."""
+    import dataclasses
+
+    from loopscale.model.train import RunConfig
+
+    opts = _options("train")
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "model":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in opts, f"train lacks {flag}"
+        assert opts[flag].default == f.default, (flag, opts[flag].default, f.default)
