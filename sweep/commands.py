@@ -91,10 +91,12 @@ def run_sweep(
             (all before Ray starts).
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
     """
-    from loopscale.sweep.grid import RunWorkspace, errored_run_ids, plan_grid, unfinished_trials, uri_join
+    from loopscale.cluster.storage import join as uri_join
+    from loopscale.sweep.grid import errored_run_ids, plan_grid, unfinished_trials
+    from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
-    from loopscale.sweep.tune_lr import read_lr_table
+    from loopscale.sweep.workspace import RunWorkspace
 
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
@@ -179,8 +181,8 @@ def run_sweep(
 
 
 def run_tune_lr(spec, out_dir: str | Path, **kwargs):
-    """Stage 1 (see :func:`loopscale.sweep.tune_lr.run_tune_lr`): returns the LR table (pyarrow Table)."""
-    from loopscale.sweep.tune_lr import run_tune_lr as _run
+    """Stage 1 (see :func:`loopscale.sweep.lr_search.run_tune_lr`): returns the LR table (pyarrow Table)."""
+    from loopscale.sweep.lr_search import run_tune_lr as _run
 
     return _run(spec, out_dir, **kwargs)
 

@@ -95,8 +95,8 @@ def plan(spec) -> dict:
 def _grid_done(spec, out: Path) -> bool:
     """True when every cell of the spec already has a finished (ok or diverged) record, so no Ray is needed; a
     ``failed`` record does not count (the cell is retried)."""
+    from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.store import ResultsStore
-    from loopscale.sweep.tune_lr import read_lr_table
 
     if not (out / "runs.parquet").exists():
         return False
@@ -124,14 +124,14 @@ def run_pipeline(
         ``run_meta.json`` content: stage wall times (s), which stages were skipped, the paths written.
     Raises:
         SpecError / ValueError: bad spec or options (before any compute).
-        loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.tune_lr.TuneInterrupted: stopped by Ctrl-C;
+        loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.lr_search.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
     from loopscale.fit.analysis import analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep.commands import run_sweep
+    from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.spec import spec_to_yaml
-    from loopscale.sweep.tune_lr import run_tune_lr
 
     cluster = cluster or ClusterOptions()
     cluster.validate()

@@ -23,10 +23,10 @@ import yaml
 from proc_utils import descendants, end_processes, run_to_end, start_driver
 
 from loopscale.sweep._seams import COUNT_ENV, trained_counts
+from loopscale.sweep.lr_search import run_tune_lr
 from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
 from loopscale.sweep.store import RUNS_SCHEMA, ResultsStore, curve_rows, run_record
-from loopscale.sweep.tune_lr import run_tune_lr
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -17,9 +17,10 @@ from proc_utils import descendants, end_processes, run_to_end, start_driver
 from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
 from loopscale.sweep._seams import FAULT_ENV
 from loopscale.sweep.commands import run_sweep
-from loopscale.sweep.grid import RunWorkspace, plan_grid
+from loopscale.sweep.grid import plan_grid
 from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
+from loopscale.sweep.workspace import RunWorkspace
 
 
 @pytest.fixture(scope="module")

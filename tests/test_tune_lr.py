@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from loopscale.sweep._seams import COUNT_ENV, trained_counts
+from loopscale.sweep.lr_search import PersistentASHA, run_tune_lr
+from loopscale.sweep.lr_table import _smooth, read_lr_table
 from loopscale.sweep.presets import PRESETS
 from loopscale.sweep.spec import parse_spec
-from loopscale.sweep.tune_lr import PersistentASHA, _smooth, read_lr_table, run_tune_lr
 
 
 @pytest.fixture(scope="module")
