@@ -51,6 +51,7 @@ class Exclusion(StrEnum):
 
     @classmethod
     def of(cls, status: Any) -> Exclusion:
+        """The exclusion of a run with this ``status`` (a runs-table value)."""
         return {"diverged": cls.DIVERGED, "failed": cls.FAILED}.get(str(status), cls.OTHER_STATUS)
 
 

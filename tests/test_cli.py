@@ -90,3 +90,27 @@ def test_train_takes_one_flag_per_run_config_field_with_its_default():
         flag = "--" + f.name.replace("_", "-")
         assert flag in opts, f"train lacks {flag}"
         assert opts[flag].default == f.default, (flag, opts[flag].default, f.default)
+
+
+def test_presenter_maps_interrupts_to_130_and_keeps_bugs_loud():
+    """Interrupted / KeyboardInterrupt -> exit 130 with a --resume hint; bad input -> 2; any other error is a bug
+    and keeps its traceback."""
+    from loopscale.cluster.options import EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, present_errors
+
+    def make(exc):
+        def cmd() -> None:
+            raise exc
+
+        sub = typer.Typer()
+        sub.command("x")(present_errors(cmd))
+        sub.command("y")(lambda: None)
+        return sub
+
+    res = CliRunner().invoke(make(Interrupted("the sweep was interrupted")), ["x"])
+    assert res.exit_code == EXIT_INTERRUPTED == 130 and "--resume" in res.output
+    res = CliRunner().invoke(make(KeyboardInterrupt()), ["x"])
+    assert res.exit_code == 130
+    res = CliRunner().invoke(make(FileNotFoundError("no such spec")), ["x"])
+    assert res.exit_code == EXIT_USAGE == 2 and "error: no such spec" in res.output
+    res = CliRunner().invoke(make(ZeroDivisionError("bug")), ["x"])
+    assert res.exit_code == 1 and isinstance(res.exception, ZeroDivisionError)
