@@ -92,7 +92,7 @@ def run_sweep(
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
     """
     from loopscale.cluster.storage import join as uri_join
-    from loopscale.sweep.grid import errored_run_ids, plan_grid, unfinished_trials
+    from loopscale.sweep.grid import errored_run_ids, lost_checkpoint_run_ids, plan_grid, unfinished_trials
     from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
@@ -159,9 +159,10 @@ def run_sweep(
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
                     raise SweepInterrupted("the sweep was interrupted")
                 done = store.completed_ids()
-                pending = [
-                    c for c in pending if c.run_id not in done and c.run_id not in errored_run_ids(grid)
-                ]
+                # errored past their retries: not run again, except trials Tune could not restore (their
+                # snapshot named a checkpoint retention had deleted); those resume from their own workspace
+                errored = set(errored_run_ids(grid)) - set(lost_checkpoint_run_ids(grid))
+                pending = [c for c in pending if c.run_id not in done and c.run_id not in errored]
             if pending:
                 n = int(exps[-1][len(prefix) :]) + 1 if exps else 1
                 plan = plan_grid(

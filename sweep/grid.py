@@ -237,3 +237,22 @@ def errored_run_ids(result_grid) -> list[str]:
     """Run ids of trials that ended in ERROR (after ``max_failures`` retries)."""
     trials = result_grid._experiment_analysis.trials
     return [t.config["cell"]["run_id"] for t in trials if t.status == "ERROR" and t.config]
+
+
+RESTORE_LOST = "Could not recover from checkpoint"
+"""Start of the error Ray 2.60 raises when a restored trial's checkpoint, as recorded in a lagging experiment
+snapshot, was already deleted by checkpoint retention (``docs/ray_tune.md`` §2)."""
+
+
+def lost_checkpoint_run_ids(result_grid) -> list[str]:
+    """Run ids of ERROR trials whose last error is Tune's lost restore checkpoint (:data:`RESTORE_LOST`): nothing
+    is wrong with such a run, and its own workspace still holds its checkpoints, so it can run again in a new
+    experiment."""
+    from loopscale.sweep.callbacks import trial_error_text
+
+    trials = result_grid._experiment_analysis.trials
+    return [
+        t.config["cell"]["run_id"]
+        for t in trials
+        if t.status == "ERROR" and t.config and RESTORE_LOST in trial_error_text(t)
+    ]

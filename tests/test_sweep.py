@@ -125,6 +125,37 @@ def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path
     assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"} and {r["error"] for r in rows} == {None}
 
 
+def test_only_trials_tune_could_not_restore_are_run_again(tmp_path):
+    """After a restore, an ERROR trial whose last error is Tune's lost restore checkpoint is run again (its own
+    workspace holds its checkpoints); a trial that failed in its own code is not."""
+    from types import SimpleNamespace
+
+    from loopscale.sweep.grid import errored_run_ids, lost_checkpoint_run_ids
+
+    def trial(rid, status, error):
+        f = tmp_path / f"{rid}.txt"
+        f.write_text(f"Failure # 1 (occurred at 2026-11-30)\n{error}\n")
+        return SimpleNamespace(
+            trial_id=rid, status=status, config={"cell": {"run_id": rid}}, error_file=str(f)
+        )
+
+    grid = SimpleNamespace(
+        _experiment_analysis=SimpleNamespace(
+            trials=[
+                trial(
+                    "a",
+                    "ERROR",
+                    "ValueError: Could not recover from checkpoint as it does not exist on storage",
+                ),
+                trial("b", "ERROR", "RuntimeError: injected failure at step 4"),
+                trial("c", "TERMINATED", ""),
+            ]
+        )
+    )
+    assert errored_run_ids(grid) == ["a", "b"]
+    assert lost_checkpoint_run_ids(grid) == ["a"]
+
+
 def test_tuner_plan_is_inspectable_without_ray(tmp_path):
     import ray
     from ray import tune
