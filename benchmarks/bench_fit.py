@@ -6,7 +6,7 @@ L-BFGS solves). Timed with 1 worker (serial, in-process) and 2 workers (embedded
 (scipy ``minimize(method="L-BFGS-B")`` per start, serial) timed per solve on a subset (point fit + 2 resamples),
 interleaved with our code on the same fits; the speed-up is the ratio of seconds per solve.
 
-Targets (issue 4): full protocol <= 120 s on 2 cores, >= 10x faster than naive serial, parallel efficiency >= 0.8.
+Targets: full protocol <= 120 s on 2 cores, >= 10x faster than naive serial, parallel efficiency >= 0.8.
 Usage: ``python benchmarks/bench_fit.py [--quick] [--resamples B] [--starts S]``. Timings on a shared machine are noisy.
 """
 

@@ -2,7 +2,7 @@
 
 Prints one JSON object: trials, tokens per trial, the standalone time of every trial (1 thread, in this process,
 one after another), ideal_s = sum / cpus, sweep_wall_s (run_sweep on an already started Ray), ratio =
-sweep_wall_s / ideal_s (issue 5 target <= 1.10), ray_start_s (embedded Ray start-up), and the 1-minute load
+sweep_wall_s / ideal_s (target <= 1.10), ray_start_s (embedded Ray start-up), and the 1-minute load
 average before and after (timings on a shared machine are noisy; compare runs with similar load).
 
     python benchmarks/bench_sweep.py [--tokens 65536] [--cpus 2] [--quick]
@@ -62,7 +62,7 @@ def main() -> None:
             wall = time.perf_counter() - t1
     out = {
         "trials": len(cells),
-        "tokens_per_trial": [c.run_kwargs["tokens"] for c in cells],
+        "tokens_per_trial": [c.run.tokens for c in cells],
         "cpus": args.cpus,
         "standalone_s": [round(x, 3) for x in standalone],
         "sum_standalone_s": round(sum(standalone), 3),

@@ -46,7 +46,7 @@ _HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port
 
 #: Thread-count variables set for the driver process (numpy/scipy/torch in the driver, e.g. the
 #: bootstrap fits, would otherwise oversubscribe the cores the trials run on; measured 3-33x slower,
-#: ``shared/notes/ray_tune_on_this_machine.md`` section 4).
+#: ``docs/ray_tune.md`` §3).
 DRIVER_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

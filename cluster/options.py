@@ -16,6 +16,7 @@ flags with the same meaning::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -31,6 +32,10 @@ __all__ = [
     "STORAGE_SCHEMES",
     "ClusterOptions",
     "CLUSTER_FLAGS",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "Interrupted",
+    "present_errors",
 ]
 
 ADDRESS_HELP = (
@@ -155,3 +160,40 @@ def validate_storage(storage: str | None) -> str | None:
                 "use the environment (instance role, AWS_*/GOOGLE_* variables)"
             )
     return storage
+
+
+# --- the one error presenter of the console script ----------------------------------------------------------
+
+EXIT_USAGE = 2
+"""Exit code of a command refused before or while running: bad input (``ValueError``, e.g. a spec error) or a
+missing file."""
+EXIT_INTERRUPTED = 130
+"""Exit code of a driver stopped by SIGINT with its state saved (128 + SIGINT, the shell's convention)."""
+
+
+class Interrupted(RuntimeError):
+    """A driver was stopped (SIGINT) before its work finished; its state is saved and ``--resume`` continues it."""
+
+
+def present_errors(command):
+    """Wrap a Typer command so that its errors reach the user as one line on stderr and an exit code:
+    :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED`;
+    ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`. Anything else is a bug
+    and keeps its traceback. The console script registers every command through it."""
+
+    @functools.wraps(command)
+    def presented(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (Interrupted, KeyboardInterrupt) as e:
+            what = str(e) or "stopped"
+            typer.echo(
+                f"interrupted: {what}; the state is saved, rerun the same command with --resume to continue",
+                err=True,
+            )
+            raise typer.Exit(code=EXIT_INTERRUPTED) from None
+        except (ValueError, FileNotFoundError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(code=EXIT_USAGE) from None
+
+    return presented

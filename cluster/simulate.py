@@ -3,7 +3,7 @@
 Each simulated node is a separate raylet with its own logical resources; all share this machine's
 filesystem (so a checkpoint written on one node is visible on another, as with NFS on a real cluster).
 
-Ray 2.60 facts this relies on (``shared/notes/ray_tune_on_this_machine.md`` section 5):
+Ray 2.60 facts this relies on (``docs/ray_tune.md`` §4):
 
 * ``Cluster.add_node`` must run in the main thread (it installs a SIGTERM handler; from another thread it
   raises ``ValueError: signal only works in main thread``). Run ``Tuner.fit()`` / ``run_sweep`` in a

@@ -17,7 +17,8 @@ import json
 import os
 import posixpath
 import uuid
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow.fs as pafs
@@ -285,3 +286,29 @@ def fetch_dir(uri: str, local_dir: str, filesystem: pafs.FileSystem | None = Non
             f.write(data)
         os.replace(tmp, dest)
     return manifest
+
+
+# --- local URIs and JSON documents (trial workspaces, finished results) --------------------------------------
+
+
+def is_local_uri(uri: str) -> bool:
+    """True for plain paths and ``file://`` URIs (checkpoints can then be used in place)."""
+    return "://" not in uri or uri.startswith("file://")
+
+
+def local_path(uri: str) -> Path:
+    """Local path of a local URI."""
+    return Path(uri[len("file://") :] if uri.startswith("file://") else uri).resolve()
+
+
+def read_json_uri(uri: str) -> dict | None:
+    """JSON at ``uri`` or None when there is no such file."""
+    try:
+        return json.loads(read_bytes(uri).decode())
+    except FileNotFoundError:
+        return None
+
+
+def write_json_uri(uri: str, obj: Any) -> None:
+    """Write JSON atomically at ``uri`` (local or any pyarrow filesystem)."""
+    write_bytes_atomic(uri, json.dumps(obj, sort_keys=True).encode())

@@ -14,15 +14,55 @@ from __future__ import annotations
 
 import hashlib
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.outputs import json_safe
+from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
+
+
+class FitOutcome(StrEnum):
+    """How one fit of the analysis ended; stored as ``outcome`` in every fit record of ``analysis.json`` (a record
+    that was not fitted also carries the human-readable ``skipped`` reason)."""
+
+    FITTED = "fitted"
+    TOO_FEW_RUNS = "too_few_runs"
+    """Per-r Chinchilla fit: fewer than 6 runs, or fewer than 2 sizes or 2 budgets (the law has 5 parameters)."""
+    SINGLE_R = "single_r"
+    """Joint fit: the variant has runs at one r only, so phi is not identified."""
+    REFUSED = "refused"
+    """The fitter refused the data (``ValueError``; the reason is its message)."""
+
+
+class Exclusion(StrEnum):
+    """Why a run is left out of every fit; stored as ``reason`` in ``analysis.json``'s ``excluded_runs``."""
+
+    DIVERGED = "diverged"
+    """The training loss became NaN/inf or exceeded the trainer's divergence threshold: no final loss."""
+    FAILED = "failed"
+    """The trial errored past its retries: no measurement at all."""
+    OTHER_STATUS = "status_not_ok"
+    """Any other (or a missing) status."""
+
+    @classmethod
+    def of(cls, status: Any) -> Exclusion:
+        """The exclusion of a run with this ``status`` (a runs-table value)."""
+        return {"diverged": cls.DIVERGED, "failed": cls.FAILED}.get(str(status), cls.OTHER_STATUS)
+
+
+def skipped(outcome: FitOutcome, reason: str) -> dict[str, str]:
+    """The record of a fit that was not made: its outcome and why."""
+    return {"outcome": outcome.value, "skipped": reason}
+
+
+def fitted(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (a fit's JSON object) marked as :attr:`FitOutcome.FITTED`."""
+    return {"outcome": FitOutcome.FITTED.value, **record}
 
 
 def file_digest(path: str | Path) -> str:
@@ -133,7 +173,9 @@ def analyze(
     if status is not None:
         bad = df[status != "ok"]
         keep = [c for c in ("run_id", "variant", "r", "d_model", "budget", "D", "status") if c in bad.columns]
-        excluded = bad[keep].to_dict("records")
+        excluded = [
+            {**row, "reason": Exclusion.of(row.get("status")).value} for row in bad[keep].to_dict("records")
+        ]
         df = df[status == "ok"].reset_index(drop=True)
     if df.empty:
         raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(json_safe(counts)))
@@ -162,14 +204,14 @@ def analyze(
         for r, sub in frame.groupby("r"):
             if len(sub) >= 6 and sub["D"].nunique() >= 2 and sub["N_unique"].nunique() >= 2:
                 f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
-                per_r[str(int(r))] = json_safe(f.to_dict())
+                per_r[str(int(r))] = fitted(json_safe(f.to_dict()))
             else:
-                per_r[str(int(r))] = {
-                    "skipped": f"{len(sub)} runs; need >= 6 with >= 2 sizes and >= 2 budgets"
-                }
+                per_r[str(int(r))] = skipped(
+                    FitOutcome.TOO_FEW_RUNS, f"{len(sub)} runs; need >= 6 with >= 2 sizes and >= 2 budgets"
+                )
         v["chinchilla_per_r"] = per_r
         if frame["r"].nunique() < 2:
-            v["joint"] = {"skipped": "a joint fit needs at least two values of r"}
+            v["joint"] = skipped(FitOutcome.SINGLE_R, "a joint fit needs at least two values of r")
             result["variants"][vname] = v
             continue
         joint = fit_law(frame, law="joint", starts=starts, seed=seed)
@@ -188,12 +230,12 @@ def analyze(
             else None
         )
         files = write_fit_outputs(vdir, joint, boot, plots=plots)
-        v["joint"] = json.loads((vdir / "fit.json").read_text())
+        v["joint"] = fitted(summary_dict(joint, boot))  # what fit.json holds; never read back
         v["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
         v["restricted"] = {}
         for phi in (0.0, 1.0):
             rf = fit_law(frame, law="joint", phi=phi, starts=starts, seed=seed)
-            v["restricted"][f"phi={phi:g}"] = json_safe(rf.to_dict())
+            v["restricted"][f"phi={phi:g}"] = fitted(json_safe(rf.to_dict()))
         phi_hat = float(joint.params["phi"])
         v["equivalence"] = _equivalence_statements(frame, phi_hat)
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
@@ -219,7 +261,7 @@ def analyze(
                 compare_variants(df, B=B, seed=seed, starts=starts, workers=workers, address=address)
             )
         except ValueError as e:  # e.g. a variant with a single r: reported, not fatal
-            result["variant_comparison"] = {"skipped": str(e)}
+            result["variant_comparison"] = skipped(FitOutcome.REFUSED, str(e))
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -7,10 +7,10 @@ the duplicated table.
 
 Each resample is refitted with the multi-start minimiser, warm-started from the point estimate plus further starts
 (sub-fit, grid and uniform random starts; see :func:`loopscale.fit.fitter.build_starts`), so refits are neither stuck at
-their start (Besiroglu et al. 2024 on early-stopped refits; issue 8 case 11: ``warm_start_share`` reports the share of
+their start (Besiroglu et al. 2024 on early-stopped refits; ``warm_start_share`` reports the share of
 refits that ended at the warm start) nor lost in a far basin. 95 % CIs are percentiles (2.5, 97.5).
 
-Degenerate resamples (issue 8 case 12): a block draw can hold a single ``r`` (phi unidentifiable), a single budget, or
+Degenerate resamples: a block draw can hold a single ``r`` (phi unidentifiable), a single budget, or
 fewer distinct runs than parameters. Such a draw is **redrawn** from the same per-resample RNG stream (up to 1000 tries;
 then the resample counts as failed) and counted in ``n_degenerate`` / ``degenerate_by_kind``. A refit whose objective
 is non-finite counts in ``n_failed`` and is **dropped** from the CI. Both are reported.

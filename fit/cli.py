@@ -72,41 +72,37 @@ def fit_cmd(
     from loopscale.fit.laws import make_law
     from loopscale.fit.outputs import summary_dict, write_fit_outputs
 
-    try:
-        if workers is not None and num_cpus is not None and workers != num_cpus:
-            raise ValueError(f"--workers {workers} and --num-cpus {num_cpus} disagree; give one of them")
-        opts = ClusterOptions(
-            address=address,
-            num_cpus=num_cpus or (workers if address is None and workers != 1 else None),
-            num_gpus=num_gpus,
-            ray_temp_dir=ray_temp_dir,
-        )
-        opts.validate()
-        lw = make_law(law, phi)
-        bb = None
-        if block_by not in ("default", "iid", "none", ""):
-            bb = tuple(c.strip() for c in block_by.split(","))
-        src = table
-        if r_only is not None:
-            from loopscale.fit.io import read_table
+    if workers is not None and num_cpus is not None and workers != num_cpus:
+        raise ValueError(f"--workers {workers} and --num-cpus {num_cpus} disagree; give one of them")
+    opts = ClusterOptions(
+        address=address,
+        num_cpus=num_cpus or (workers if address is None and workers != 1 else None),
+        num_gpus=num_gpus,
+        ray_temp_dir=ray_temp_dir,
+    )
+    opts.validate()
+    lw = make_law(law, phi)
+    bb = None
+    if block_by not in ("default", "iid", "none", ""):
+        bb = tuple(c.strip() for c in block_by.split(","))
+    src = table
+    if r_only is not None:
+        from loopscale.fit.io import read_table
 
-            try:
-                keep = {int(x) for x in r_only.split(",") if x.strip()}
-            except ValueError:
-                raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
-            src = read_table(table)
-            if "r" not in src.columns:
-                raise ValueError(f"--r given but the table has no 'r' column; columns: {list(src.columns)}")
-            have = sorted(int(x) for x in src["r"].dropna().unique())
-            if not keep <= set(have):
-                raise ValueError(f"--r {r_only}: the table has r = {have}")
-            src = src[src["r"].isin(keep)].reset_index(drop=True)
-        data = prepare(src, lw, block_by=bb if bootstrap else None)
-        if not (delta > 0):
-            raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
-    except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2) from exc
+        try:
+            keep = {int(x) for x in r_only.split(",") if x.strip()}
+        except ValueError:
+            raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
+        src = read_table(table)
+        if "r" not in src.columns:
+            raise ValueError(f"--r given but the table has no 'r' column; columns: {list(src.columns)}")
+        have = sorted(int(x) for x in src["r"].dropna().unique())
+        if not keep <= set(have):
+            raise ValueError(f"--r {r_only}: the table has r = {have}")
+        src = src[src["r"].isin(keep)].reset_index(drop=True)
+    data = prepare(src, lw, block_by=bb if bootstrap else None)
+    if not (delta > 0):
+        raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
     fit = fit_data(lw, data, starts=starts, seed=seed, delta=delta)
     boot = None
     if bootstrap:

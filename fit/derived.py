@@ -5,7 +5,8 @@
 - :func:`compute_optimal_frontier`: for each ``r`` and budget ``C`` (training FLOPs), minimise the fitted ``L(N, D=C/F(N))``
   over ``N`` (paper §4.4: per-architecture frontier), ``F`` = training FLOPs per token.
 - :func:`isoflop_parabolas`: Chinchilla Approach 2, a parabola in ``log N`` per (budget, r) cell. Its vertex is biased
-  even on noise-free data (Open-Athena/scaling-law-analysis; our issue 8 case 10: +5.8 % at +/-16x, +1.4 % at +/-4x),
+  even on noise-free data (Open-Athena/scaling-law-analysis; measured here: +5.8 % at +/-16x, +1.4 % at +/-4x,
+  ``test_isoflop_parabola_bias_is_labelled_and_law_frontier_is_exact``),
   so every row is labelled ``approximate`` and it is never substituted for the law's frontier.
 """
 

@@ -17,6 +17,9 @@ import numpy as np
 import pandas as pd
 import typer
 
+from loopscale.fit.analysis import FitOutcome
+from loopscale.fit.laws import make_law
+
 
 def _fmt(x: Any, nd: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
@@ -73,15 +76,10 @@ def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path
                 s["C"], s["final_val_loss"], s=16, color=color, label=f"d={w}" if w else None, zorder=3
             )
             if params and "phi" in params and len(s) >= 1:
-                n_once, n_rec = float(s["N_once"].iloc[0]), float(s["N_rec"].iloc[0])
                 f_tok = float((s["C"] / s["D"]).median())
                 cgrid = np.geomspace(ok["C"].min() / 1.5, ok["C"].max() * 1.5, 60)
-                neff = n_once + r ** params["phi"] * n_rec
-                pred = (
-                    params["E"]
-                    + params["A"] * neff ** (-params["alpha"])
-                    + params["B"] * (cgrid / f_tok) ** (-params["beta"])
-                )
+                cols = {k: np.full(cgrid.size, float(s[k].iloc[0])) for k in ("N_once", "N_rec", "r")}
+                pred = make_law("joint").predict(params, {**cols, "D": cgrid / f_tok})
                 ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -154,7 +152,7 @@ def build_report(run_dir: str | Path) -> Path:
     if ana.get("excluded_runs"):
         L.append(f"- excluded from the fits (status not ok): {len(ana['excluded_runs'])}")
         for e in ana["excluded_runs"]:
-            L.append(f"  - {e}")
+            L.append(f"  - {e}")  # each with its reason (loopscale.fit.analysis.Exclusion)
     L.append("")
     # --- LR
     if lr is not None and len(lr):
@@ -185,7 +183,7 @@ def build_report(run_dir: str | Path) -> Path:
         L.append("| r | A | α | B | β | E | Huber | R² | max abs res |")
         L.append("|---|---|---|---|---|---|---|---|---|")
         for r, f in v.get("chinchilla_per_r", {}).items():
-            if "skipped" in f:
+            if f.get("outcome") != FitOutcome.FITTED:
                 L.append(f"| {r} | skipped: {f['skipped']} ||||||||")
                 continue
             p = f["params"]
@@ -195,7 +193,7 @@ def build_report(run_dir: str | Path) -> Path:
                 f"{_fmt(f['max_abs_residual'], 3)} |"
             )
         j = v.get("joint", {})
-        if "skipped" in j:
+        if j.get("outcome") != FitOutcome.FITTED:
             L.append(f"\nJoint fit skipped: {j['skipped']}\n")
             continue
         p, ci = j["params"], j.get("ci", {})
@@ -336,9 +334,4 @@ def report_cmd(
     ),
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
-    try:
-        path = build_report(run_dir)
-    except FileNotFoundError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(code=2) from None
-    typer.echo(str(path))
+    typer.echo(str(build_report(run_dir)))

@@ -3,7 +3,7 @@
 Nothing here builds a module, so every function is instant even for a 1B-parameter config; the test suite checks
 that :class:`loopscale.model.looped.LoopedLM` instantiates with exactly these counts.
 
-Conventions (Schwethelm, Rueckert & Kaissis 2026, arXiv 2604.21106; notes in ``shared/notes/paper_notes.md``):
+Conventions (Schwethelm, Rueckert & Kaissis 2026, arXiv 2604.21106; the facts are collected in ``docs/paper.md`` Sec. 2):
 
 - One transformer block holds ``(4 + 2 * mlp_ratio) * d**2`` matrix weights (q, k, v, attention out, MLP in and
   out; 12 d^2 at the paper's mlp_ratio 4) plus ``2 d`` RMSNorm weights (Sec. 3, App. C).

@@ -1,6 +1,6 @@
 """Corpora, tokenizers, the memory-mapped token cache and seeded batches for the single-run trainer.
 
-Pipeline (issue 3, "Data"): documents -> tokenizer -> token cache (``train.bin`` / ``val.bin``, memory-mapped)
+Pipeline: documents -> tokenizer -> token cache (``train.bin`` / ``val.bin``, memory-mapped)
 -> fixed windows of ``seq_len + 1`` tokens drawn in a seeded order that depends only on
 (``data_seed``, ``seq_len``, micro-batch size), never on the model, so every r sees the same data stream
 (paper Sec. 3: "exactly the same data stream").

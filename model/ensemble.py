@@ -262,12 +262,12 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     from loopscale.model.optim import build_optimizers, lr_multiplier
     from loopscale.model.train import (
         _CKPT_RE,
-        _RUN_KEY_FIELDS,
         CHECKPOINT_FORMAT,
         CheckpointError,
         RunConfig,
         RunResult,
         _resolve_device,
+        checkpoint_key,
         latest_checkpoint,
         load_checkpoint,
         peak_flops,
@@ -322,10 +322,10 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("ensemble of %d: D=%d tokens, %d steps of %d", k, D, steps_total, B)
-    run_key = {f: getattr(cfg, f) for f in _RUN_KEY_FIELDS if f not in ("seed", "data_seed")}
-    run_key.update(
-        model=mcfg.to_dict(), D=D, corpus_hash=data.meta["corpus_hash"], seeds=seeds, data_seeds=data_seeds
-    )
+    run_key = {
+        f: v for f, v in checkpoint_key(cfg, D, data.meta["corpus_hash"]).items() if f not in ("seed", "data_seed")
+    }
+    run_key.update(seeds=seeds, data_seeds=data_seeds)
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads)
@@ -428,6 +428,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         def point(done, i, val):
             return {"step": done, "tokens": done * B, "train_loss": losses[i], "val_loss": val, "lr": cur_lr}
 
+        finals: list[float | None] = [None] * k
         model.train()
         for step in range(start_step, steps_total):
             t0 = time.perf_counter()
@@ -468,6 +469,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                     status[i], div_step[i] = "diverged", step + 1
                     curves[i].append(point(step + 1, i, None))
                     log.warning("member %d (seed %d) diverged at step %d", i, seeds[i], step + 1)
+                    emit(i, step + 1, None, True)
             if "ok" not in status:
                 break
             if cfg.grad_clip is not None:
@@ -482,9 +484,12 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             t_train += t2 - t0
             tok_trained += B
             done = step + 1
+            # the last step takes the same branches as every other (as train_run): evaluated, logged, checkpointed
             is_last = done == steps_total
-            do_eval = cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0 and not is_last
-            do_ckpt = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
+            do_eval = is_last or (cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0)
+            do_ckpt = cfg.checkpoint_every_steps is not None and (
+                is_last or done % cfg.checkpoint_every_steps == 0
+            )
             vals = [None] * k
             if do_eval:
                 te = time.perf_counter()
@@ -495,15 +500,17 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                     continue
                 if do_eval:
                     best[i] = vals[i] if best[i] is None or vals[i] < best[i] else best[i]
-                if do_eval or done % log_every == 0 or (do_ckpt and not is_last):
+                if is_last:
+                    finals[i] = vals[i]
+                if do_eval or do_ckpt or done % log_every == 0:
                     curves[i].append(point(done, i, vals[i]))
-            path = write_ckpt(done) if do_ckpt and not is_last else None
+            path = write_ckpt(done) if do_ckpt else None
             for i in range(k):
                 if status[i] == "ok" and (do_eval or path is not None):
-                    emit(i, done, vals[i], False, path)
+                    emit(i, done, vals[i], is_last, path)
 
-        finals = [None] * k
-        if "ok" in status:
+        if "ok" in status and all(finals[i] is None for i in range(k) if status[i] == "ok"):
+            # resumed from the checkpoint of the last step: nothing left to train, measure again
             te = time.perf_counter()
             vals = evaluate()
             times["eval"] += time.perf_counter() - te
@@ -512,13 +519,11 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                     finals[i] = vals[i]
                     best[i] = vals[i] if best[i] is None or vals[i] < best[i] else best[i]
                     c = curves[i]
-                    if steps_total > start_step or not c or c[-1]["step"] != steps_total:
-                        c.append(point(steps_total, i, vals[i]))
-                    else:  # resumed from the final checkpoint: only the evaluation is new
+                    if c and c[-1]["step"] == steps_total:
                         c[-1] = {**c[-1], "val_loss": vals[i]}
-        path = None
-        if "ok" in status and cfg.checkpoint_every_steps is not None and steps_total > start_step:
-            path = write_ckpt(steps_total)
+                    else:
+                        c.append(point(steps_total, i, vals[i]))
+                    emit(i, steps_total, vals[i], True)
         threads_used = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev_threads)
@@ -578,5 +583,4 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             warnings=list(run_warnings),
         )
         out.append(res)
-        emit(i, div_step[i] or steps_total, fv, True, path if status[i] == "ok" else None)
     return out

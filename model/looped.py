@@ -1,7 +1,7 @@
 """The looped (depth-recurrent) decoder: embedding -> prelude -> shared block x r -> coda -> head.
 
 Everything in one file, in the order data flows (Schwethelm, Rueckert & Kaissis 2026, arXiv 2604.21106, Sec. 3 and
-App. C; notes in ``shared/notes/paper_notes.md`` Sec. 1):
+App. C; the facts are collected in ``docs/paper.md`` Sec. 1):
 
 - ``RMSNorm`` (learnable weight, eps 1e-6) and ``Block``: pre-norm, causal attention with RoPE (base 10,000,
   half-split rotation) then QK-norm (weightless RMSNorm on q, k), ``scaled_dot_product_attention(is_causal=True)``,

@@ -6,7 +6,7 @@
   5 Newton-Schulz steps) on every 2-D matrix of the blocks and ``W_inject``, ``lr`` is the Muon LR; AdamW
   (betas (0.8, 0.95), eps 1e-10, no weight decay) on embedding, unembedding, norms and hyperconnection scalars
   at the paper's LR ratios to the Muon base 0.014 (embedding 0.3, unembedding 0.004, norm 0.005, hc 0.01; see
-  ``shared/notes/paper_notes.md`` Sec. 3) times the muP width factor (d / 640) ** -0.5. So ``lr = 0`` freezes
+  ``docs/paper.md`` Sec. 3) times the muP width factor (d / 640) ** -0.5. So ``lr = 0`` freezes
   every parameter, and LR tuning moves one number.
 * ``"muonh"`` (the paper's actual optimizer, "MuonH" = Muon on the hyperball; the authors' released code and
   arXiv 2603.28743): like ``"muon"`` (same groups and AdamW ratios), but each matrix W lives on the Frobenius
@@ -21,7 +21,7 @@
   matrix, tested), and ``False`` uses :class:`MuonH`.
 * Zero norms: torch 2.13's Muon normalises the update by ``max(||G||_F, eps)`` before Newton-Schulz
   (``torch/optim/_muon.py``), so a zero gradient (e.g. a zero-initialised projection) gives a zero update, not
-  NaN. :func:`build_optimizers` relies on that and the trainer's test checks it (issue 8, case 4).
+  NaN. :func:`build_optimizers` relies on that and ``test_norm_preserving_optimizer_zero_norm`` checks it.
 
 Schedules (``lr_multiplier``): ``linear`` = the paper's (no warmup, linear decay from 1 to ``final_lr_frac`` at
 the last step: lrm(it) = p + f (1 - p), p = (N - it) / N); ``cosine`` = linear warmup then cosine to

@@ -1,4 +1,4 @@
-"""The single-run trainer: one point of a scaling law (issue 3, "Trainer").
+"""The single-run trainer: one point of a scaling law.
 
 ``train_run(RunConfig(...)) -> RunResult`` trains one :class:`~loopscale.model.looped.LoopedLM` on a tokenized
 corpus (:mod:`loopscale.model.data`) for exactly D tokens, evaluates mean cross-entropy in nats/token on a fixed
@@ -10,9 +10,9 @@ D = round(C / (F B)) B; the result records C = F D.
 
 Gradient accumulation: a step of B tokens is ``B / micro_batch_tokens`` equal micro-batches; each micro-batch loss
 is its token mean divided by the number of micro-batches, so the step's gradient is that of the token mean over
-the whole batch (identical to one B-token batch up to float rounding; issue 8 case 3).
+the whole batch (identical to one B-token batch up to float rounding; ``test_accumulation_equals_full_batch_gradient``).
 
-Checkpoints (issue 8 cases 2 and 3): ``<checkpoint_dir>/ckpt-<step>.pt`` written with ``torch.save`` to a temp
+Checkpoints: ``<checkpoint_dir>/ckpt-<step>.pt`` written with ``torch.save`` to a temp
 file then ``os.replace``; they hold only tensors and plain Python types (RNG states converted to tensors /
 lists) and are read with ``torch.load(weights_only=True)`` with no allow-listing; anything else is refused with
 :class:`CheckpointError`. The data position is the step: micro-batch j of the run is always the same windows
@@ -37,6 +37,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -60,68 +61,93 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+DEFINES_RUN = "loopscale.defines_run"
+"""Field-metadata key: True on the :class:`RunConfig` fields that define a run (what is trained, on what data, how
+it is measured). The run id of the sweep and the trainer's checkpoint key are both derived from this one
+declaration (:func:`run_definition`)."""
+SPEC_TRAINING = "loopscale.spec_training"
+"""Field-metadata key: present on the :class:`RunConfig` fields a sweep spec's ``training:`` section may override;
+its value holds the pydantic constraints of that key (``{"gt": 0}``...)."""
+
+
+def _defines(default, *, spec: dict | None = None):
+    """A run-defining field (``spec``: the constraints when a spec's ``training:`` section may set it)."""
+    md = {DEFINES_RUN: True}
+    if spec is not None:
+        md[SPEC_TRAINING] = spec
+    return field(default=default, metadata=md)
+
+
+def _setting(default, *, spec: dict | None = None):
+    """A field that changes how, not what, is trained (threads, device, cadences, paths)."""
+    return field(default=default, metadata={} if spec is None else {SPEC_TRAINING: spec})
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    """Everything that defines one training run. Validated in ``__post_init__`` (``ValueError`` names the field).
+    """One training run. Validated in ``__post_init__`` (``ValueError`` names the field).
 
-    Exactly one horizon: ``tokens`` (D) or ``target_flops`` (C).
+    Exactly one horizon: ``tokens`` (D) or ``target_flops`` (C). Fields declared with ``_defines`` define the run
+    (see :data:`DEFINES_RUN`, :func:`run_definition`); the others (threads, device, evaluation and checkpoint
+    cadence, paths) change how, not what, is trained.
     """
 
-    model: LoopedConfig
+    model: LoopedConfig = field(metadata={DEFINES_RUN: True})
     """Model architecture (``vocab_size`` must be >= the tokenizer's)."""
-    corpus: str = "embedded"
+    corpus: str = _defines("embedded")
     """'embedded' | text file | directory | glob | .parquet file(s) | .bin/.npy token file."""
-    text_column: str = "text"
+    text_column: str = _defines("text")
     """Text column of Parquet corpora."""
-    tokenizer: str = "byte"
+    tokenizer: str = _defines("byte")
     """'byte' (vocab 256) | 'bpe:<vocab_size>' | 'pretokenized' (token files)."""
-    tokens: int | None = None
+    tokens: int | None = _defines(None)
     """D, training tokens (rounded to whole steps of batch_tokens)."""
-    target_flops: float | None = None
+    target_flops: float | None = _defines(None)
     """C, training FLOPs; D = round(C / (F B)) B."""
-    batch_tokens: int = 2048
-    """B, tokens per optimizer step (a multiple of model.seq_len)."""
-    micro_batch_tokens: int | None = None
+    batch_tokens: int = _defines(2048, spec={"gt": 0})
+    """B, tokens per optimizer step (a multiple of model.seq_len; the paper: 2^18)."""
+    micro_batch_tokens: int | None = _defines(None, spec={"gt": 0})
     """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens); None -> batch_tokens."""
-    optimizer: str = "adamw"
-    """'adamw' | 'muon' | 'muonh' (see loopscale.model.optim)."""
-    lr: float = 3e-3
+    optimizer: Literal["adamw", "muon", "muonh"] = _defines("adamw", spec={})
+    """'adamw' | 'muon' | 'muonh' (the paper's hyperball Muon; see loopscale.model.optim)."""
+    lr: float = _defines(3e-3)
     """Peak LR (muon: the matrix LR; the AdamW groups follow at the paper's ratios)."""
-    schedule: str = "linear"
+    schedule: Literal["linear", "cosine", "wsd"] = _defines("linear", spec={})
     """'linear' (paper: no warmup, linear decay to final_lr_frac) | 'cosine' | 'wsd'."""
-    warmup_frac: float = 0.0
+    warmup_frac: float = _defines(0.0, spec={"ge": 0.0, "lt": 1.0})
     """Fraction of steps of linear warmup."""
-    final_lr_frac: float = 0.1
+    final_lr_frac: float = _defines(0.1, spec={"ge": 0.0, "le": 1.0})
     """LR at the end as a fraction of the peak."""
-    decay_frac: float = 0.2
+    decay_frac: float = _defines(0.2, spec={"gt": 0.0, "le": 1.0})
     """'wsd' only: fraction of steps in the final decay."""
-    weight_decay: float = 0.0
+    weight_decay: float = _defines(0.0, spec={"ge": 0.0})
     """Decoupled weight decay on 2-D matrices (paper: 0)."""
-    grad_clip: float | None = None
+    grad_clip: float | None = _defines(None, spec={"gt": 0.0})
     """Clip the global gradient norm to this value (paper: none)."""
-    seed: int = 0
+    seed: int = _defines(0)
     """Model initialisation seed."""
-    data_seed: int = 0
+    data_seed: int = _defines(0)
     """Batch-order seed (the same for every r)."""
-    eval_tokens: int = 65536
-    """Size of the fixed held-out token set (fewer if the validation split is smaller)."""
-    eval_every_steps: int | None = None
-    """Evaluate every k steps (always at the end)."""
-    checkpoint_dir: str | None = None
+    eval_tokens: int = _defines(65536, spec={"gt": 0})
+    """Size of the fixed held-out token set of the validation loss (nats/token; fewer if the validation split is
+    smaller)."""
+    eval_every_steps: int | None = _setting(None, spec={"gt": 0})
+    """Evaluate every k steps (always at the end; None: at the end only, as the paper)."""
+    checkpoint_dir: str | None = _setting(None)
     """Folder of atomic checkpoints; train_run resumes from the newest one found there."""
-    checkpoint_every_steps: int | None = None
-    """Write a checkpoint every k steps (needs checkpoint_dir)."""
-    num_threads: int = 1
+    checkpoint_every_steps: int | None = _setting(None, spec={"gt": 0})
+    """Write a checkpoint every k steps (needs checkpoint_dir when training)."""
+    num_threads: int = _setting(1)
     """torch.set_num_threads for this run (the sweep runs several runs side by side)."""
-    device: str = "cpu"
+    device: str = _setting("cpu")
     """'cpu' | 'cuda' | 'cuda:<i>' | 'auto'."""
-    precision: str = "fp32"
+    precision: Literal["fp32", "bf16"] = _defines("fp32", spec={})
     """'fp32' | 'bf16' (autocast; meant for GPU)."""
-    compile: bool = False
+    compile: bool = _setting(False)
     """torch.compile the model (GPU path)."""
-    diverge_loss: float = 20.0
+    diverge_loss: float = _setting(20.0)
     """A training loss above this (nats/token), NaN or inf ends the run with status 'diverged'."""
-    cache_dir: str | None = None
+    cache_dir: str | None = _setting(None)
     """Token cache and peak-FLOP/s cache folder (None -> $LOOPSCALE_CACHE or ~/.cache/loopscale)."""
 
     def __post_init__(self) -> None:
@@ -188,8 +214,6 @@ class RunConfig:
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
                 raise ValueError(f"{name} must be None or a positive integer, got {v!r}")
-        if self.checkpoint_every_steps is not None and self.checkpoint_dir is None:
-            raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
         if not _is_int(self.num_threads) or self.num_threads < 1:
             raise ValueError(f"num_threads must be a positive integer, got {self.num_threads!r}")
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", str(self.device)):
@@ -211,8 +235,34 @@ class RunConfig:
         return self.micro_batch_tokens or self.batch_tokens
 
     def to_dict(self) -> dict:
-        """Plain-dict form (the model config nested as a dict)."""
+        """Plain-dict form (the model config nested as a dict); inverse of :meth:`from_dict`."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunConfig:
+        """The config of :meth:`to_dict` (``model`` as a dict or a LoopedConfig). Raises ValueError like the
+        constructor."""
+        m = d["model"]
+        return cls(**{**d, "model": m if isinstance(m, LoopedConfig) else LoopedConfig(**m)})
+
+
+def run_defining_fields() -> tuple[str, ...]:
+    """Names of the :class:`RunConfig` fields that define a run (declared with :data:`DEFINES_RUN`)."""
+    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get(DEFINES_RUN))
+
+
+def run_definition(cfg: RunConfig) -> dict:
+    """The run-defining fields of ``cfg`` as a plain dict (the model config as a dict): what the sweep's run id
+    hashes and what the trainer's checkpoint key holds (with D and the corpus hash added)."""
+    out = {k: getattr(cfg, k) for k in run_defining_fields()}
+    out["model"] = cfg.model.to_dict()
+    return out
+
+
+def checkpoint_key(cfg: RunConfig, D: int, corpus_hash: str) -> dict:
+    """What a checkpoint must match to be resumed by ``cfg``: its run definition plus the resolved D (tokens)
+    and the hash of the corpus actually read."""
+    return {**run_definition(cfg), "D": int(D), "corpus_hash": corpus_hash}
 
 
 @dataclass
@@ -347,7 +397,7 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
 
 
 def _rng_state() -> dict:
-    """Global RNG states as tensors / plain types (loadable with weights_only=True; issue 8 case 2)."""
+    """Global RNG states as tensors / plain types (loadable with weights_only=True, no allow-listing)."""
     import torch
 
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -434,26 +484,6 @@ def latest_checkpoint(checkpoint_dir: str | Path | None) -> Path | None:
     return max(found)[1] if found else None
 
 
-_RUN_KEY_FIELDS = (
-    "corpus",
-    "text_column",
-    "tokenizer",
-    "batch_tokens",
-    "micro_batch_tokens",
-    "optimizer",
-    "lr",
-    "schedule",
-    "warmup_frac",
-    "final_lr_frac",
-    "decay_frac",
-    "weight_decay",
-    "grad_clip",
-    "seed",
-    "data_seed",
-    "precision",
-)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------------
@@ -481,14 +511,14 @@ def accumulate_gradients(model, windows, n_micro: int, autocast=None) -> float:
     b = windows.shape[0]
     if n_micro < 1 or b % n_micro:
         raise ValueError(f"n_micro={n_micro} must divide the number of windows {b}")
-    total = 0.0
+    total = None
     for chunk in windows.chunk(n_micro):
         with autocast() if autocast else torch.enable_grad():
             logits = model(chunk[:, :-1])
         loss = F.cross_entropy(_upcast(logits).flatten(0, 1), chunk[:, 1:].flatten()) / n_micro
         loss.backward()
-        total += float(loss.detach())
-    return total
+        total = loss.detach() if total is None else total + loss.detach()
+    return float(total)  # one device sync per step
 
 
 def _evaluate(model, ev, micro_windows: int, autocast) -> float:
@@ -545,8 +575,9 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         'diverged' with ``diverged_step`` and everything measured so far, it does not raise.
 
     Raises:
-        ValueError / CorpusError: bad corpus, tokenizer/model vocabulary mismatch, a stream shorter than a window
-            (all before any training compute). CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
+        ValueError / CorpusError: checkpoint_every_steps without checkpoint_dir, bad corpus, tokenizer/model
+            vocabulary mismatch, a stream shorter than a window (all before any training compute).
+        CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
     """
     import torch
 
@@ -558,6 +589,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     t_start = time.perf_counter()
     if not isinstance(cfg, RunConfig):
         raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
+    if cfg.checkpoint_every_steps is not None and cfg.checkpoint_dir is None:
+        raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
     mcfg = cfg.model
     T = mcfg.seq_len
     device = _resolve_device(cfg.device)
@@ -586,8 +619,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("run: D=%d tokens, %d steps of %d, C=%.4g FLOPs, F=%d FLOPs/token", D, steps_total, B, C, F)
-    run_key = {k: getattr(cfg, k) for k in _RUN_KEY_FIELDS}
-    run_key.update(model=mcfg.to_dict(), D=D, corpus_hash=data.meta["corpus_hash"])
+    run_key = checkpoint_key(cfg, D, data.meta["corpus_hash"])
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads)
@@ -624,10 +656,29 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         status, diverged_step, train_loss, cur_lr = "ok", None, float("nan"), cfg.lr
+        final_val = None
         log_every = max(1, steps_total // 100)
         params = [p for p in model.parameters()]
         tok_trained = 0
         t_train = 0.0
+
+        def point(done: int, val: float | None) -> dict:
+            """The curve point (and event body) after ``done`` optimizer steps."""
+            return {"step": done, "tokens": done * B, "train_loss": train_loss, "val_loss": val, "lr": cur_lr}
+
+        def evaluate() -> float:
+            nonlocal best_val
+            te = time.perf_counter()
+            val = _evaluate(fwd_model, ev, mb_windows, autocast)
+            times["eval"] += time.perf_counter() - te
+            best_val = val if best_val is None or val < best_val else best_val
+            return val
+
+        def emit(pt: dict, path: Path | None, final: bool) -> None:
+            if callback is not None:
+                event = {**pt, "checkpoint_path": None if path is None else str(path), "final": final}
+                callback({**event, "status": status} if final else event)
+
         model.train()
         for step in range(start_step, steps_total):
             t0 = time.perf_counter()
@@ -638,40 +689,24 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
                 for g in o.param_groups:
                     g["lr"] = g["base_lr"] * mult
             cur_lr = cfg.lr * mult
-            loss_acc = torch.zeros((), device=device)
-            t_data = 0.0
+            wins = []
             for m in range(n_micro):
-                td = time.perf_counter()
                 j = step * n_micro + m
                 win, ids = sampler.micro_batch(j)
-                x = torch.from_numpy(win).to(device, non_blocking=True)
+                wins.append(win)
                 digest = hashlib.sha256(digest.encode() + ids.tobytes()).hexdigest()
                 micro_ids.append(j)
-                t_data += time.perf_counter() - td
-                with autocast():
-                    logits = fwd_model(x[:, :-1])
-                loss = (
-                    torch.nn.functional.cross_entropy(_upcast(logits).flatten(0, 1), x[:, 1:].flatten())
-                    / n_micro
-                )
-                loss.backward()
-                loss_acc += loss.detach()
-            train_loss = float(loss_acc)  # one sync per step
+            x = torch.from_numpy(np.concatenate(wins)).to(device, non_blocking=True)
+            t_data = time.perf_counter() - t0
+            train_loss = accumulate_gradients(fwd_model, x, n_micro, autocast)
             t1 = time.perf_counter()
             times["data"] += t_data
             times["forward_backward"] += t1 - t0 - t_data
             if not math.isfinite(train_loss) or train_loss > cfg.diverge_loss:
                 status, diverged_step = "diverged", step + 1
-                curve.append(
-                    {
-                        "step": step + 1,
-                        "tokens": (step + 1) * B,
-                        "train_loss": train_loss,
-                        "val_loss": None,
-                        "lr": cur_lr,
-                    }
-                )
+                curve.append(point(step + 1, None))
                 log.warning("run diverged at step %d (train loss %s)", step + 1, train_loss)
+                emit(curve[-1], None, final=True)
                 break
             if cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -686,63 +721,30 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             tok_trained += B
             done = step + 1
             is_last = done == steps_total
-            do_eval = cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0 and not is_last
-            do_ckpt = cfg.checkpoint_every_steps is not None and done % cfg.checkpoint_every_steps == 0
-            val = None
-            if do_eval:
-                te = time.perf_counter()
-                val = _evaluate(fwd_model, ev, mb_windows, autocast)
-                times["eval"] += time.perf_counter() - te
-                best_val = val if best_val is None or val < best_val else best_val
-            if do_eval or done % log_every == 0 or (do_ckpt and not is_last):
-                curve.append(
-                    {
-                        "step": done,
-                        "tokens": done * B,
-                        "train_loss": train_loss,
-                        "val_loss": val,
-                        "lr": cur_lr,
-                    }
-                )
-            path = None
-            if do_ckpt and not is_last:
-                path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times)
-            if (do_eval or path is not None) and callback is not None:
-                callback(
-                    {
-                        "step": done,
-                        "tokens": done * B,
-                        "train_loss": train_loss,
-                        "val_loss": val,
-                        "lr": cur_lr,
-                        "checkpoint_path": None if path is None else str(path),
-                        "final": False,
-                    }
-                )
-
-        final_val = None
-        if status == "ok":
-            te = time.perf_counter()
-            final_val = _evaluate(fwd_model, ev, mb_windows, autocast)
-            times["eval"] += time.perf_counter() - te
-            best_val = final_val if best_val is None or final_val < best_val else best_val
-            if steps_total > start_step or not curve or curve[-1]["step"] != steps_total:
-                curve.append(
-                    {
-                        "step": steps_total,
-                        "tokens": steps_total * B,
-                        "train_loss": train_loss,
-                        "val_loss": final_val,
-                        "lr": cur_lr,
-                    }
-                )
-            else:
-                curve[-1] = {**curve[-1], "val_loss": final_val}
-        path = None
-        if status == "ok" and cfg.checkpoint_every_steps is not None and steps_total > start_step:
-            path = _write_ckpt(
-                cfg, steps_total, run_key, model, opts, micro_ids, digest, curve, best_val, times
+            do_eval = is_last or (cfg.eval_every_steps is not None and done % cfg.eval_every_steps == 0)
+            do_ckpt = cfg.checkpoint_every_steps is not None and (
+                is_last or done % cfg.checkpoint_every_steps == 0
             )
+            val = evaluate() if do_eval else None
+            if is_last:
+                final_val = val
+            pt = point(done, val)
+            if do_eval or do_ckpt or done % log_every == 0:
+                curve.append(pt)
+            path = None
+            if do_ckpt:
+                path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times)
+            if do_eval or path is not None:
+                emit(pt, path, final=is_last)
+
+        if status == "ok" and final_val is None:
+            # resumed from the checkpoint of the last step: nothing left to train, measure again
+            final_val = evaluate()
+            if curve and curve[-1]["step"] == steps_total:
+                curve[-1] = {**curve[-1], "val_loss": final_val}
+            else:
+                curve.append(point(steps_total, final_val))
+            emit(curve[-1], None, final=True)
         threads_used = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev_threads)
@@ -798,19 +800,6 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         resumed_from_step=resumed_from,
         warnings=run_warnings,
     )
-    if callback is not None:
-        callback(
-            {
-                "step": diverged_step or steps_total,
-                "tokens": (diverged_step or steps_total) * B,
-                "train_loss": train_loss,
-                "val_loss": final_val,
-                "lr": cur_lr,
-                "checkpoint_path": None if path is None else str(path),
-                "final": True,
-                "status": status,
-            }
-        )
     return res
 
 
@@ -839,12 +828,15 @@ def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_
 __all__ = [
     "CheckpointError",
     "RunConfig",
+    "checkpoint_key",
     "RunResult",
     "accumulate_gradients",
     "latest_checkpoint",
     "load_checkpoint",
     "peak_flops",
     "resolve_tokens",
+    "run_defining_fields",
+    "run_definition",
     "save_checkpoint",
     "train_run",
 ]

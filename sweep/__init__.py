@@ -36,7 +36,7 @@ _WHERE = {
     "run_sweep": "commands",
     "run_tune_lr": "commands",
     "SweepInterrupted": "commands",
-    "read_lr_table": "tune_lr",
+    "read_lr_table": "lr_table",
 }
 
 

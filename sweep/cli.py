@@ -1,7 +1,8 @@
 """The ``loopscale`` console script: one thin command per pipeline stage.
 
 Each stage's command lives next to its library code (``loopscale.model.cli``, ``loopscale.fit.cli``,
-``loopscale.sweep.commands``) and is registered here. Heavy imports (torch, ray, matplotlib) happen inside
+``loopscale.sweep.commands``) and is registered here, through the one error presenter
+(:func:`loopscale.cluster.options.present_errors`: bad input -> "error: ..." and exit 2, SIGINT -> exit 130). Heavy imports (torch, ray, matplotlib) happen inside
 the commands, so ``loopscale --help`` is fast.
 """
 
@@ -17,19 +18,22 @@ app = typer.Typer(
 
 
 def _register() -> None:
+    from loopscale.cluster.options import present_errors
     from loopscale.fit import cli as fit_cli
     from loopscale.fit import run_report
     from loopscale.model import cli as model_cli
     from loopscale.sweep import commands as sweep_cmds
     from loopscale.sweep import run as run_pipeline
 
-    app.add_typer(model_cli.model_app, name="model")
-    app.command("train")(model_cli.train_cmd)
-    app.command("fit")(fit_cli.fit_cmd)
-    app.command("report")(run_report.report_cmd)
-    app.command("tune-lr")(sweep_cmds.tune_lr_cmd)
-    app.command("sweep")(sweep_cmds.sweep_cmd)
-    app.command("run")(run_pipeline.run_cmd)
+    model_app = typer.Typer(no_args_is_help=True, help="Inspect looped model configurations.")
+    model_app.command("info")(present_errors(model_cli.info_cmd))
+    app.add_typer(model_app, name="model")
+    app.command("train")(present_errors(model_cli.train_cmd))
+    app.command("fit")(present_errors(fit_cli.fit_cmd))
+    app.command("report")(present_errors(run_report.report_cmd))
+    app.command("tune-lr")(present_errors(sweep_cmds.tune_lr_cmd))
+    app.command("sweep")(present_errors(sweep_cmds.sweep_cmd))
+    app.command("run")(present_errors(run_pipeline.run_cmd))
 
 
 _register()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -13,7 +14,16 @@ from pathlib import Path
 
 import typer
 
-from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, StorageOpt
+from loopscale.cluster.options import (
+    AddressOpt,
+    ClusterOptions,
+    Interrupted,
+    NumCpusOpt,
+    NumGpusOpt,
+    RayTempDirOpt,
+    StorageOpt,
+    present_errors,
+)
 
 
 @contextlib.contextmanager
@@ -36,7 +46,7 @@ def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
         os.close(saved)
 
 
-class SweepInterrupted(RuntimeError):
+class SweepInterrupted(Interrupted):
     """The driver was stopped (SIGINT) before every cell finished; rerun with ``--resume``."""
 
 
@@ -81,10 +91,12 @@ def run_sweep(
             (all before Ray starts).
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
     """
-    from loopscale.sweep.grid import RunWorkspace, errored_run_ids, plan_grid, unfinished_trials, uri_join
+    from loopscale.cluster.storage import join as uri_join
+    from loopscale.sweep.grid import errored_run_ids, lost_checkpoint_run_ids, plan_grid, unfinished_trials
+    from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
-    from loopscale.sweep.tune_lr import read_lr_table
+    from loopscale.sweep.workspace import RunWorkspace
 
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
@@ -145,11 +157,12 @@ def run_sweep(
                 )
                 grid = tuner.fit()
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
-                    raise SweepInterrupted("sweep interrupted; rerun with --resume")
+                    raise SweepInterrupted("the sweep was interrupted")
                 done = store.completed_ids()
-                pending = [
-                    c for c in pending if c.run_id not in done and c.run_id not in errored_run_ids(grid)
-                ]
+                # errored past their retries: not run again, except trials Tune could not restore (their
+                # snapshot named a checkpoint retention had deleted); those resume from their own workspace
+                errored = set(errored_run_ids(grid)) - set(lost_checkpoint_run_ids(grid))
+                pending = [c for c in pending if c.run_id not in done and c.run_id not in errored]
             if pending:
                 n = int(exps[-1][len(prefix) :]) + 1 if exps else 1
                 plan = plan_grid(
@@ -164,13 +177,13 @@ def run_sweep(
                 )
                 plan.build().fit()
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
-                    raise SweepInterrupted("sweep interrupted; rerun with --resume")
+                    raise SweepInterrupted("the sweep was interrupted")
     return store.consolidate()
 
 
 def run_tune_lr(spec, out_dir: str | Path, **kwargs):
-    """Stage 1 (see :func:`loopscale.sweep.tune_lr.run_tune_lr`): returns the LR table (pyarrow Table)."""
-    from loopscale.sweep.tune_lr import run_tune_lr as _run
+    """Stage 1 (see :func:`loopscale.sweep.lr_search.run_tune_lr`): returns the LR table (pyarrow Table)."""
+    from loopscale.sweep.lr_search import run_tune_lr as _run
 
     return _run(spec, out_dir, **kwargs)
 
@@ -184,9 +197,16 @@ def _with_storage(spec, storage: str | None):
     return spec.model_copy(update={"storage_path": validate_storage(storage)})
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code=code)
+def _run_stage(
+    stage, spec_path: Path, out: Path, storage: str | None, as_json: bool, ray: ClusterOptions, **kw
+):
+    """Load SPEC (``--storage`` applied) and run ``stage(spec, out, <Ray flags>, **kw)``; with ``--json`` anything the
+    stage prints goes to stderr."""
+    from loopscale.sweep.spec import load_spec
+
+    spec = _with_storage(load_spec(spec_path), storage)
+    with stdout_to_stderr(as_json):
+        return stage(spec, out, **dataclasses.asdict(ray), **kw)
 
 
 def sweep_cmd(
@@ -204,27 +224,11 @@ def sweep_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
     """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet."""
-    from loopscale.sweep.spec import SpecError, load_spec
-
     t0 = time.time()
-    try:
-        spec = _with_storage(load_spec(spec_path), storage)
-        with stdout_to_stderr(as_json):
-            path = run_sweep(
-                spec,
-                out,
-                resume=resume,
-                force=force,
-                address=address,
-                num_cpus=num_cpus,
-                num_gpus=num_gpus,
-                ray_temp_dir=ray_temp_dir,
-                quiet=as_json,
-            )
-    except SweepInterrupted as e:
-        _fail(str(e), code=130)
-    except (SpecError, ValueError, FileNotFoundError) as e:
-        _fail(str(e))
+    ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+    path = _run_stage(
+        run_sweep, spec_path, out, storage, as_json, ray, resume=resume, force=force, quiet=as_json
+    )
     import pyarrow.parquet as pq
 
     t = pq.read_table(path).to_pylist()
@@ -259,26 +263,8 @@ def tune_lr_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the LR table as JSON on stdout."),
 ) -> None:
     """Stage 1: tune the LR per size (and r) with Optuna + ASHA on Ray Tune; writes lr_table.parquet."""
-    from loopscale.sweep.spec import SpecError, load_spec
-    from loopscale.sweep.tune_lr import TuneInterrupted
-
-    try:
-        spec = _with_storage(load_spec(spec_path), storage)
-        with stdout_to_stderr(as_json):
-            table = run_tune_lr(
-                spec,
-                out,
-                resume=resume,
-                address=address,
-                num_cpus=num_cpus,
-                num_gpus=num_gpus,
-                ray_temp_dir=ray_temp_dir,
-                plot=not no_plot,
-            )
-    except TuneInterrupted as e:
-        _fail(str(e), code=130)
-    except (SpecError, ValueError, FileNotFoundError) as e:
-        _fail(str(e))
+    ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+    table = _run_stage(run_tune_lr, spec_path, out, storage, as_json, ray, resume=resume, plot=not no_plot)
     rows = table.to_pylist()
     if as_json:
         json.dump(rows, sys.stdout)
@@ -294,6 +280,6 @@ def tune_lr_cmd(
 
 if __name__ == "__main__":  # python -m loopscale.sweep.commands sweep|tune-lr ... (used by the kill tests)
     app = typer.Typer(add_completion=False)
-    app.command("sweep")(sweep_cmd)
-    app.command("tune-lr")(tune_lr_cmd)
+    app.command("sweep")(present_errors(sweep_cmd))
+    app.command("tune-lr")(present_errors(tune_lr_cmd))
     app()

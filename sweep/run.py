@@ -59,7 +59,8 @@ def plan(spec) -> dict:
     FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
     D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B).
     """
-    from loopscale.model.accounting import flops_per_token, tokens_for_flops
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.model.train import resolve_tokens
 
     lr_table = None
     if spec.lr == "tune":
@@ -68,14 +69,8 @@ def plan(spec) -> dict:
     total_c, total_d = 0.0, 0
     by_r: dict[int, int] = {}
     for c in cells:
-        kw = c.run_kwargs
-        cfg = kw["model"]
-        f = flops_per_token(cfg)
-        d = (
-            int(kw["tokens"])
-            if kw.get("tokens")
-            else tokens_for_flops(cfg, kw["target_flops"], kw["batch_tokens"])
-        )
+        f = flops_per_token(c.run.model)
+        d = resolve_tokens(c.run)
         total_c += f * d
         total_d += d
         by_r[c.r] = by_r.get(c.r, 0) + 1
@@ -98,18 +93,16 @@ def plan(spec) -> dict:
 
 
 def _grid_done(spec, out: Path) -> bool:
-    """True when every cell of the spec already has a row in runs.parquet (so no Ray is needed)."""
-    import pyarrow.parquet as pq
+    """True when every cell of the spec already has a finished (ok or diverged) record, so no Ray is needed; a
+    ``failed`` record does not count (the cell is retried)."""
+    from loopscale.sweep.lr_table import read_lr_table
+    from loopscale.sweep.store import ResultsStore
 
-    from loopscale.sweep.tune_lr import read_lr_table
-
-    runs = out / "runs.parquet"
-    if not runs.exists():
+    if not (out / "runs.parquet").exists():
         return False
     lr_table = read_lr_table(out / "lr_table.parquet") if spec.lr == "tune" else None
     want = {c.run_id for c in spec.cells(lr_table=lr_table)}
-    have = set(pq.read_table(runs, columns=["run_id"]).column("run_id").to_pylist())
-    return want <= have
+    return want <= ResultsStore(out).completed_ids()
 
 
 def run_pipeline(
@@ -131,14 +124,14 @@ def run_pipeline(
         ``run_meta.json`` content: stage wall times (s), which stages were skipped, the paths written.
     Raises:
         SpecError / ValueError: bad spec or options (before any compute).
-        loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.tune_lr.TuneInterrupted: stopped by Ctrl-C;
+        loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.lr_search.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
     from loopscale.fit.analysis import analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep.commands import run_sweep
+    from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.spec import spec_to_yaml
-    from loopscale.sweep.tune_lr import run_tune_lr
 
     cluster = cluster or ClusterOptions()
     cluster.validate()
@@ -259,52 +252,39 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan or run summary)."),
 ) -> None:
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
-    from loopscale.sweep.commands import SweepInterrupted, stdout_to_stderr
-    from loopscale.sweep.spec import SpecError
-    from loopscale.sweep.tune_lr import TuneInterrupted
+    from loopscale.sweep.commands import stdout_to_stderr
 
-    try:
-        spec, name = _resolve_spec(spec_path, preset)
-        if storage is not None:
-            from loopscale.cluster.options import validate_storage
+    spec, name = _resolve_spec(spec_path, preset)
+    if storage is not None:
+        from loopscale.cluster.options import validate_storage
 
-            spec = spec.model_copy(update={"storage_path": validate_storage(storage)})
-        cluster = ClusterOptions(
-            address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir
+        spec = spec.model_copy(update={"storage_path": validate_storage(storage)})
+    cluster = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
+    cluster.validate()
+    if dry_run:
+        p = plan(spec)
+        if as_json:
+            json.dump(p, sys.stdout)
+            sys.stdout.write("\n")
+        else:
+            for k, v in p.items():
+                typer.echo(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
+        return
+    b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
+    out_dir = out or Path("runs") / name
+    with stdout_to_stderr(as_json):
+        meta = run_pipeline(
+            spec,
+            out_dir,
+            spec_name=name,
+            resume=resume,
+            cluster=cluster,
+            bootstrap=b_def if bootstrap is None else bootstrap,
+            starts=s_def if starts is None else starts,
+            seed=seed,
+            command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
         )
-        cluster.validate()
-        if dry_run:
-            p = plan(spec)
-            if as_json:
-                json.dump(p, sys.stdout)
-                sys.stdout.write("\n")
-            else:
-                for k, v in p.items():
-                    typer.echo(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
-            return
-        b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
-        out_dir = out or Path("runs") / name
-        with stdout_to_stderr(as_json):
-            meta = run_pipeline(
-                spec,
-                out_dir,
-                spec_name=name,
-                resume=resume,
-                cluster=cluster,
-                bootstrap=b_def if bootstrap is None else bootstrap,
-                starts=s_def if starts is None else starts,
-                seed=seed,
-                command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
-            )
-    except (SweepInterrupted, TuneInterrupted, KeyboardInterrupt):
-        typer.echo(
-            "interrupted: the state is saved; rerun the same command with --resume to continue", err=True
-        )
-        raise typer.Exit(code=130) from None
-    except (SpecError, ValueError, FileNotFoundError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(code=2) from None
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text())
     if not as_json:
         for vname, v in ana.get("variants", {}).items():

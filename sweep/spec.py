@@ -11,6 +11,7 @@ case studies, App. G): they are listed once, under variant ``baseline``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -21,30 +22,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 SPEC_VERSION = 1
-
-RUN_ID_KEYS = (
-    "model",
-    "corpus",
-    "text_column",
-    "tokenizer",
-    "tokens",
-    "target_flops",
-    "batch_tokens",
-    "micro_batch_tokens",
-    "optimizer",
-    "lr",
-    "schedule",
-    "warmup_frac",
-    "final_lr_frac",
-    "weight_decay",
-    "grad_clip",
-    "seed",
-    "data_seed",
-    "eval_tokens",
-    "precision",
-)
-"""RunConfig fields that define a run (hashed into :func:`run_id` together with the variant). Excluded on
-purpose: threads, device, evaluation cadence, checkpointing and cache paths (they change how, not what, is trained)."""
 
 
 class SpecError(ValueError):
@@ -86,26 +63,31 @@ class VariantSpec(_Strict):
     hc_lanes: int = Field(2, ge=2)
 
 
-class TrainingSpec(_Strict):
-    """Trainer settings shared by every run (see :class:`loopscale.model.train.RunConfig`)."""
+def _training_spec_model() -> type[BaseModel]:
+    """The ``training:`` section, derived from the :class:`loopscale.model.train.RunConfig` fields declared
+    settable there (field metadata :data:`loopscale.model.train.SPEC_TRAINING`): same names, types and defaults,
+    so the section is a partial override of the run configuration, not a second copy of it."""
+    import typing
 
-    batch_tokens: int = Field(2048, gt=0)
-    """Tokens per optimizer step (the paper: 2^18)."""
-    micro_batch_tokens: int | None = Field(None, gt=0)
-    """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens)."""
-    optimizer: Literal["adamw", "muon", "muonh"] = "adamw"
-    schedule: Literal["linear", "cosine", "wsd"] = "linear"
-    warmup_frac: float = Field(0.0, ge=0.0, lt=1.0)
-    final_lr_frac: float = Field(0.1, ge=0.0, le=1.0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    grad_clip: float | None = Field(None, gt=0.0)
-    eval_tokens: int = Field(65536, gt=0)
-    """Fixed held-out tokens of the final validation loss (nats/token)."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    checkpoint_every_steps: int | None = Field(None, gt=0)
-    """Trial checkpoint interval in optimizer steps (None: only evaluations and the end)."""
-    eval_every_steps: int | None = Field(None, gt=0)
-    """Validation during the run every k steps (None: at the end only, as the paper)."""
+    from pydantic import create_model
+
+    from loopscale.model.train import SPEC_TRAINING, RunConfig
+
+    hints = typing.get_type_hints(RunConfig)
+    fields = {
+        f.name: (hints[f.name], Field(f.default, **f.metadata[SPEC_TRAINING]))
+        for f in dataclasses.fields(RunConfig)
+        if SPEC_TRAINING in f.metadata
+    }
+    model = create_model("TrainingSpec", __base__=_Strict, **fields)
+    model.__doc__ = (
+        "Trainer settings shared by every run: the RunConfig fields a spec may override (defaults are "
+        "RunConfig's; see :class:`loopscale.model.train.RunConfig` for each field's meaning and unit)."
+    )
+    return model
+
+
+TrainingSpec = _training_spec_model()
 
 
 class TuneSpec(_Strict):
@@ -183,9 +165,6 @@ class SweepSpec(_Strict):
     storage_path: str | None = None
     """Where Tune keeps experiments and checkpoints (any pyarrow URI; None: the --out directory)."""
     max_failures: int = Field(2, ge=0)
-    test_fault_at_step: int | None = Field(None, ge=1)
-    """TEST ONLY: every trial raises once (per run id) at the first event with step >= this value, to exercise
-    retry-from-checkpoint. Never set it in a real spec."""
 
     @field_validator("variants", mode="before")
     @classmethod
@@ -280,6 +259,17 @@ class SweepSpec(_Strict):
                     self._model_config(s, r, "baseline", 2)
                 except ValueError as e:
                     raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
+        # ... and a valid run configuration with the training section (e.g. batch_tokens a multiple of seq_len)
+        for kind, budget, s in self._plan():
+            for r in self.r:
+                try:
+                    self._run_config(
+                        self._model_config(s, r, "baseline", 2), kind, budget, 1.0, self.seeds[0]
+                    )
+                except ValueError as e:
+                    raise ValueError(
+                        f"training: the run at size {s}, r={r}, budget {budget:g} is invalid: {e}"
+                    ) from None
         return self
 
     # --- grid -------------------------------------------------------------------------------------
@@ -313,6 +303,34 @@ class SweepSpec(_Strict):
                 over["injection"] = m.injection
         width = {"d_model": size} if m.size_unit == "d_model" else {"width_scale": size}
         return preset_config(m.preset, r=r, **width, **over)
+
+    def _run_config(self, model, kind: str, budget: float, lr: float, seed: int):
+        """The RunConfig of one cell: the grid coordinates, the spec's data and the ``training:`` overrides."""
+        from loopscale.model.train import RunConfig
+
+        return RunConfig(
+            model=model,
+            corpus=self.corpus,
+            text_column=self.text_column,
+            tokenizer=self.tokenizer,
+            tokens=int(budget) if kind == "D" else None,
+            target_flops=float(budget) if kind == "C" else None,
+            lr=lr,
+            seed=seed,
+            data_seed=self.data_seed,
+            device="cuda" if self.resources.gpus > 0 else "cpu",
+            num_threads=max(1, int(self.resources.cpus)),
+            **self.training.model_dump(),
+        )
+
+    def _plan(self) -> list[tuple[str, float, int]]:
+        """(kind 'C' | 'D', budget, size) of every grid point, in the grid's order."""
+        if self.budgets is not None:
+            return [("C", float(c), s) for c, ss in sorted(self.budgets.items()) for s in ss]
+        per = self.tokens if isinstance(self.tokens, dict) else {s: self.tokens for s in self.sizes}
+        plan = [("D", int(d), s) for s in sorted(per) for d in per[s]]
+        plan.sort(key=lambda t: (t[1], t[2]))
+        return plan
 
     def lr_for(self, size: int, r: int, lr_table: dict | None = None) -> float:
         """The LR of cell (size, r) under the spec's LR policy.
@@ -351,12 +369,7 @@ class SweepSpec(_Strict):
             SpecError: see :meth:`lr_for`.
         """
         out: list[Cell] = []
-        if self.budgets is not None:
-            plan = [("C", float(c), s) for c, ss in sorted(self.budgets.items()) for s in ss]
-        else:
-            per = self.tokens if isinstance(self.tokens, dict) else {s: self.tokens for s in self.sizes}
-            plan = [("D", int(d), s) for s in sorted(per) for d in per[s]]
-            plan.sort(key=lambda t: (t[1], t[2]))
+        plan = self._plan()
         seen: set[str] = set()
         for v in self.variants:
             for kind, budget, size in plan:
@@ -371,31 +384,7 @@ class SweepSpec(_Strict):
                             size=size,
                             budget=budget if kind == "C" else None,
                             seed=seed,
-                            run_kwargs=dict(
-                                model=cfg,
-                                corpus=self.corpus,
-                                text_column=self.text_column,
-                                tokenizer=self.tokenizer,
-                                tokens=budget if kind == "D" else None,
-                                target_flops=budget if kind == "C" else None,
-                                batch_tokens=self.training.batch_tokens,
-                                micro_batch_tokens=self.training.micro_batch_tokens,
-                                optimizer=self.training.optimizer,
-                                lr=lr,
-                                schedule=self.training.schedule,
-                                warmup_frac=self.training.warmup_frac,
-                                final_lr_frac=self.training.final_lr_frac,
-                                weight_decay=self.training.weight_decay,
-                                grad_clip=self.training.grad_clip,
-                                seed=seed,
-                                data_seed=self.data_seed,
-                                eval_tokens=self.training.eval_tokens,
-                                eval_every_steps=self.training.eval_every_steps,
-                                checkpoint_every_steps=self.training.checkpoint_every_steps,
-                                precision=self.training.precision,
-                                device="cuda" if self.resources.gpus > 0 else "cpu",
-                                num_threads=max(1, int(self.resources.cpus)),
-                            ),
+                            run=self._run_config(cfg, kind, budget, lr, seed),
                         )
                         if cell.run_id not in seen:
                             seen.add(cell.run_id)
@@ -423,10 +412,10 @@ class SweepSpec(_Strict):
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid cell: a full trainer configuration plus its grid coordinates.
+    """One grid cell: its grid coordinates and its full trainer configuration.
 
-    ``budget`` is C in training FLOPs for iso-FLOP specs (None in tokens mode); ``run_kwargs`` are the keyword
-    arguments of :class:`loopscale.model.train.RunConfig` (``model`` a LoopedConfig).
+    ``budget`` is C in training FLOPs for iso-FLOP specs (None in tokens mode); ``run`` is the cell's
+    :class:`loopscale.model.train.RunConfig` (without a checkpoint folder: the trial adds it).
     """
 
     variant: str
@@ -434,7 +423,7 @@ class Cell:
     size: int
     budget: float | None
     seed: int
-    run_kwargs: dict = field(compare=False, hash=False)
+    run: Any = field(compare=False, hash=False)
 
     @property
     def run_id(self) -> str:
@@ -443,32 +432,34 @@ class Cell:
 
     @property
     def lr(self) -> float:
-        return float(self.run_kwargs["lr"])
+        return float(self.run.lr)
 
     def run_config(self, **overrides):
         """The :class:`loopscale.model.train.RunConfig` of this cell (``overrides`` e.g. checkpoint_dir)."""
-        from loopscale.model.train import RunConfig
-
-        kw = dict(self.run_kwargs)
-        kw.update(overrides)
-        return RunConfig(**kw)
+        return dataclasses.replace(self.run, **overrides)
 
     def to_dict(self) -> dict:
-        """JSON-able form (the model config as a dict); inverse of :meth:`from_dict`."""
-        kw = dict(self.run_kwargs)
-        kw["model"] = kw["model"].to_dict()
+        """JSON-able form (the run configuration as a dict); inverse of :meth:`from_dict`."""
         return dict(
-            variant=self.variant, r=self.r, size=self.size, budget=self.budget, seed=self.seed, run_kwargs=kw
+            variant=self.variant,
+            r=self.r,
+            size=self.size,
+            budget=self.budget,
+            seed=self.seed,
+            run=self.run.to_dict(),
         )
 
     @classmethod
     def from_dict(cls, d: dict) -> Cell:
-        from loopscale.model.config import LoopedConfig
+        from loopscale.model.train import RunConfig
 
-        kw = dict(d["run_kwargs"])
-        kw["model"] = LoopedConfig(**kw["model"])
         return cls(
-            variant=d["variant"], r=d["r"], size=d["size"], budget=d["budget"], seed=d["seed"], run_kwargs=kw
+            variant=d["variant"],
+            r=d["r"],
+            size=d["size"],
+            budget=d["budget"],
+            seed=d["seed"],
+            run=RunConfig.from_dict(d["run"]),
         )
 
 
@@ -485,15 +476,15 @@ def _canon(x: Any) -> Any:
 
 
 def run_id(cell: Cell | dict) -> str:
-    """Stable 16-hex-digit id of a run: sha256 over the canonical JSON of the fields in :data:`RUN_ID_KEYS`
-    (model config, D or C, LR, seed, data, schedule, ...) plus the variant. Same definition ⇒ same id, across
-    processes and machines (floats hashed by ``repr``)."""
-    if isinstance(cell, Cell):
-        kw, variant = cell.run_kwargs, cell.variant
-    else:
-        kw, variant = cell["run_kwargs"], cell["variant"]
-    payload = {k: kw.get(k) for k in RUN_ID_KEYS}
-    payload["variant"] = variant
+    """Stable 16-hex-digit id of a run: sha256 over the canonical JSON of its run definition
+    (:func:`loopscale.model.train.run_definition`: model config, D or C, LR, seed, data, schedule, ...) plus the
+    variant. Same definition ⇒ same id, across processes and machines (floats hashed by ``repr``)."""
+    from loopscale.model.train import run_definition
+
+    if not isinstance(cell, Cell):
+        cell = Cell.from_dict(cell)
+    payload = run_definition(cell.run)
+    payload["variant"] = cell.variant
     blob = json.dumps(_canon(payload), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

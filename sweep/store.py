@@ -2,7 +2,7 @@
 
 Both tables have an explicit pyarrow schema fixed from the start (:data:`RUNS_SCHEMA`, :data:`CURVES_SCHEMA`),
 so a first batch of diverged runs whose losses are all null can never fix a ``null`` column type (apache/arrow
-#2782; issue 8 case 8). Units live in each field's metadata (key ``unit``), the schema version in the table
+#2782; ``test_all_null_first_batch_does_not_fix_a_null_column_type``). Units live in each field's metadata (key ``unit``), the schema version in the table
 metadata (key ``loopscale.schema_version``).
 
 Layouts (both with the same schema):
@@ -18,6 +18,7 @@ the same run again replaces its part; consolidation keys rows by ``run_id``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
@@ -81,7 +82,8 @@ RUNS_SCHEMA = pa.schema(
         _f("data_seed", pa.int64(), "-", "data order seed"),
         _f("corpus", pa.string(), "-", "training corpus"),
         _f("tokenizer", pa.string(), "-", "tokenizer"),
-        _f("status", pa.string(), "-", "ok | diverged", False),
+        _f("status", pa.string(), "-", "ok | diverged | failed", False),
+        _f("error", pa.string(), "-", "status failed: the trial's last error (it errored past max_failures)"),
         _f("final_val_loss", pa.float64(), "nats/token", "validation loss at the end (null if diverged)"),
         _f("best_val_loss", pa.float64(), "nats/token", "lowest validation loss seen (null if none)"),
         _f("tokens_per_s", pa.float64(), "tokens/s", "training throughput"),
@@ -98,6 +100,38 @@ RUNS_SCHEMA = pa.schema(
     metadata={"loopscale.schema_version": SCHEMA_VERSION, "loopscale.table": "runs"},
 )
 """Schema of ``runs.parquet`` (version :data:`SCHEMA_VERSION`); every loss/metric column is nullable."""
+
+
+def _record_class() -> type:
+    """:class:`RunRecord`, one field per column of :data:`RUNS_SCHEMA` (same names, same order; the Python type
+    follows the Arrow type), so the schema stays the single declaration of what a run record holds."""
+    py = {pa.string(): str, pa.int64(): int, pa.float64(): float, _TS: datetime}
+
+    def __post_init__(self) -> None:
+        for f in RUNS_SCHEMA:
+            if not f.nullable and getattr(self, f.name) is None:
+                raise ValueError(f"RunRecord.{f.name} must not be null")
+
+    def to_row(self) -> dict:
+        """The ``runs.parquet`` row (column name -> value)."""
+        return {f.name: getattr(self, f.name) for f in RUNS_SCHEMA}
+
+    cls = dataclasses.make_dataclass(
+        "RunRecord",
+        [(f.name, py[f.type] | None, dataclasses.field(default=None)) for f in RUNS_SCHEMA],
+        namespace={"__post_init__": __post_init__, "to_row": to_row},
+        frozen=True,
+        kw_only=True,
+    )
+    cls.__module__ = __name__
+    cls.__doc__ = (
+        "One finished (or failed) run as the sweep hands it on: a row of ``runs.parquet`` with the units of "
+        ":data:`RUNS_SCHEMA`. Built only by :func:`run_record` / :func:`failed_record`; frozen."
+    )
+    return cls
+
+
+RunRecord = _record_class()
 
 CURVES_SCHEMA = pa.schema(
     [
@@ -179,6 +213,16 @@ def _num(x: Any) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
+FAILED = "failed"
+"""Status of a run whose trial errored past ``max_failures`` (its row carries the error, no measurements)."""
+
+
+def failed_record(cell, error: str, *, trial_id: str | None = None, finished_at: Any = None) -> RunRecord:
+    """The ``runs.parquet`` row of a cell whose trial errored past its retries: the cell's coordinates and
+    configuration, status ``failed`` and ``error`` (the last error's text), no losses or counts."""
+    return run_record(cell, {"status": FAILED, "error": error}, trial_id=trial_id, finished_at=finished_at)
+
+
 def run_record(
     cell,
     result: dict,
@@ -187,18 +231,18 @@ def run_record(
     host: str | None = None,
     started_at: Any = None,
     finished_at: Any = None,
-) -> dict:
-    """One ``runs.parquet`` row from a grid cell and a ``RunResult.to_dict()``.
+) -> RunRecord:
+    """The record of one run, from its grid cell and its ``RunResult.to_dict()`` (the one place a trainer result
+    becomes a run record).
 
     Model fields come from the cell's config; counts (N_once, N_rec, N_unique, flops_per_token, D, C), losses
     and timings from the result. Non-finite losses are stored as null.
     """
-    kw = cell.run_kwargs
-    m = kw["model"]
-    md = m.to_dict() if hasattr(m, "to_dict") else dict(m)
+    run = cell.run
+    md = run.model.to_dict()
     versions = result.get("versions")
     rid = cell.run_id
-    return {
+    row = {
         "run_id": rid,
         "variant": cell.variant,
         "r": int(md["r"]),
@@ -220,16 +264,17 @@ def run_record(
         "D": result.get("D"),
         "C": _num(result.get("C")),
         "budget": cell.budget,
-        "target_tokens": kw.get("tokens"),
-        "lr": float(kw["lr"]),
-        "optimizer": kw.get("optimizer"),
-        "schedule": kw.get("schedule"),
-        "batch_tokens": kw.get("batch_tokens"),
-        "seed": kw.get("seed"),
-        "data_seed": kw.get("data_seed"),
-        "corpus": kw.get("corpus"),
-        "tokenizer": kw.get("tokenizer"),
+        "target_tokens": run.tokens,
+        "lr": float(run.lr),
+        "optimizer": run.optimizer,
+        "schedule": run.schedule,
+        "batch_tokens": run.batch_tokens,
+        "seed": run.seed,
+        "data_seed": run.data_seed,
+        "corpus": run.corpus,
+        "tokenizer": run.tokenizer,
         "status": result.get("status", "ok"),
+        "error": result.get("error"),
         "final_val_loss": _num(result.get("final_val_loss")),
         "best_val_loss": _num(result.get("best_val_loss")),
         "tokens_per_s": _num(result.get("tokens_per_s")),
@@ -243,6 +288,7 @@ def run_record(
         "finished_at": _utc(finished_at) or datetime.now(UTC),
         "versions": json.dumps(versions, sort_keys=True) if versions is not None else None,
     }
+    return RunRecord(**row)
 
 
 def curve_rows(rid: str, curve: list[dict] | None) -> list[dict]:
@@ -288,18 +334,30 @@ class ResultsStore:
     def curves_parts(self) -> Path:
         return self.root / "parts" / "curves"
 
-    def write_run(self, record: dict, curve: list[dict] | None = None) -> None:
+    def write_run(self, record: RunRecord, curve: list[dict] | None = None) -> None:
         """Write (or replace) the part files of one run: its ``runs`` row and its curve rows."""
-        rid = record["run_id"]
-        write_table_atomic(to_table([record], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
+        rid = record.run_id
+        write_table_atomic(to_table([record.to_row()], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
         write_table_atomic(to_table(curve or [], CURVES_SCHEMA), self.curves_parts / f"{rid}.parquet")
 
     def completed_ids(self) -> set[str]:
-        """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file."""
-        ids: set[str] = set()
-        for t in (read_table(self.runs_parts, RUNS_SCHEMA), read_table(self.runs_path, RUNS_SCHEMA)):
-            ids.update(t.column("run_id").to_pylist())
-        return ids
+        """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file; a
+        ``failed`` record does not count (a later sweep retries the cell and replaces it)."""
+        return {row["run_id"] for row in self._latest().values() if row["status"] != FAILED}
+
+    def _latest(self) -> dict[str, dict]:
+        """{run id: its newest record (largest ``finished_at``)} over the parts and the consolidated file."""
+        runs = pa.concat_tables(
+            [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
+        )
+        best: dict[str, dict] = {}
+        for row in runs.to_pylist():
+            cur = best.get(row["run_id"])
+            if cur is None or (row["finished_at"] or datetime.min.replace(tzinfo=UTC)) >= (
+                cur["finished_at"] or datetime.min.replace(tzinfo=UTC)
+            ):
+                best[row["run_id"]] = row
+        return best
 
     def forget(self, run_ids: set[str]) -> None:
         """Drop the records of ``run_ids`` (used by ``--force``) from the parts and the consolidated files."""
@@ -316,17 +374,7 @@ class ResultsStore:
         """Rebuild ``runs.parquet`` and ``curves.parquet`` from the parts and the existing files: one row per
         run id (the newest ``finished_at`` wins), sorted by (variant, budget, size, r, seed). Returns the
         path of ``runs.parquet``."""
-        runs = pa.concat_tables(
-            [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
-        )
-        rows = runs.to_pylist()
-        best: dict[str, dict] = {}
-        for row in rows:
-            cur = best.get(row["run_id"])
-            if cur is None or (row["finished_at"] or datetime.min.replace(tzinfo=UTC)) >= (
-                cur["finished_at"] or datetime.min.replace(tzinfo=UTC)
-            ):
-                best[row["run_id"]] = row
+        best = self._latest()
         ordered = sorted(
             best.values(),
             key=lambda x: (

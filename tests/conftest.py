@@ -60,13 +60,13 @@ def sweep_on_cluster(monkeypatch):
     import time
 
     def run(sim, spec, out_dir, pause_when, on_pause, timeout_s: float = 240.0, **run_sweep_kwargs):
-        import loopscale.sweep.grid as grid
+        import loopscale.sweep.callbacks as callbacks
         from loopscale.cluster.simulate import ResultTap
         from loopscale.sweep import run_sweep
 
         tap = ResultTap(sim, pause_when=pause_when)
-        real = grid._recorder_cls
-        monkeypatch.setattr(grid, "_recorder_cls", lambda: tap.wrap(real()))
+        real = callbacks._recorder_cls
+        monkeypatch.setattr(callbacks, "_recorder_cls", lambda: tap.wrap(real()))
         box: dict = {}
 
         def target():

@@ -172,21 +172,21 @@ def test_iso_depth_rejects_non_divisor():
 
 def test_cli_model_info_json():
     """``model info --preset paper --width-scale 10 --r 4 --json`` prints model_info of that config."""
-    import typer
     from typer.testing import CliRunner
 
-    from loopscale.model.cli import info_cmd
+    from loopscale.sweep.cli import app  # the console script, with its error presenter
 
-    app = typer.Typer()
-    app.command("info")(info_cmd)
-    app.command("other")(lambda: None)  # two commands so that "info" is a subcommand
-    res = CliRunner().invoke(app, ["info", "--preset", "paper", "--width-scale", "10", "--r", "4", "--json"])
+    res = CliRunner().invoke(
+        app, ["model", "info", "--preset", "paper", "--width-scale", "10", "--r", "4", "--json"]
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out == model_info(preset_config("paper", r=4, width_scale=10))
     assert f"{out['flops_per_token']:.4e}" == "1.0473e+09"
-    res = CliRunner().invoke(app, ["info", "--preset", "cpu", "--d-model", "100", "--r", "4", "--json"])
-    assert res.exit_code != 0 and "d_model" in res.output
+    res = CliRunner().invoke(
+        app, ["model", "info", "--preset", "cpu", "--d-model", "100", "--r", "4", "--json"]
+    )
+    assert res.exit_code == 2 and "d_model" in res.output
 
 
 @pytest.mark.parametrize("r,injection,bptt_k", [(1, None, None), (4, "additive", 2), (4, "linear", None)])

@@ -1,4 +1,4 @@
-"""Bootstrap CIs: block/iid resampling, coverage on the paper design, Ray determinism, variants, outputs (issue 4)."""
+"""Bootstrap CIs: block/iid resampling, coverage on the paper design, Ray determinism, variants, outputs."""
 
 from __future__ import annotations
 

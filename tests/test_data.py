@@ -1,4 +1,4 @@
-"""Corpora, tokenizers, token cache and seeded windows (issue 3, "Data")."""
+"""Corpora, tokenizers, token cache and seeded windows."""
 
 from __future__ import annotations
 

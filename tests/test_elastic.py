@@ -1,4 +1,4 @@
-"""Elasticity on a simulated multi-node cluster (issue 6), through the real ``loopscale.sweep.run_sweep``.
+"""Elasticity on a simulated multi-node cluster, through the real ``loopscale.sweep.run_sweep``.
 
 Head with 0 CPU (it runs no trials) + worker nodes with 1 CPU each (``ray.cluster_utils.Cluster``); the
 driver runs the sweep in a background thread and nodes are removed/added from the main thread (Ray 2.60

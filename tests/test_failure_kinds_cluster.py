@@ -1,4 +1,4 @@
-"""Failure kind 9 (issue 8; ray-project/ray #46814): "restored from checkpoint" but training restarts at step 0.
+"""Failure kind 9 (README "Reliability" table; ray-project/ray #46814): "restored from checkpoint" but training restarts at step 0.
 
 Head with 0 CPU + 2 workers x 1 CPU (``ray.cluster_utils.Cluster``), one 20-step trial checkpointing every
 step, its node removed after step 7, driven through the real ``loopscale.sweep.run_sweep``.

@@ -22,10 +22,11 @@ import pytest
 import yaml
 from proc_utils import descendants, end_processes, run_to_end, start_driver
 
+from loopscale.sweep._seams import COUNT_ENV, trained_counts
+from loopscale.sweep.lr_search import run_tune_lr
 from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
 from loopscale.sweep.store import RUNS_SCHEMA, ResultsStore, curve_rows, run_record
-from loopscale.sweep.tune_lr import run_tune_lr, trained_counts
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -102,9 +103,10 @@ def _tune_spec(tmp_path: Path, **tune) -> Path:
 
 
 @pytest.mark.slow
-def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path):
+def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path, monkeypatch):
     """SIGKILL the tune-lr driver while 2 trials run; --resume => exactly 8 finished trials, 0 RUNNING, no LR
     trained to completion twice."""
+    monkeypatch.setenv(COUNT_ENV, "1")  # the drivers inherit it (loopscale.sweep._seams)
     spec = _tune_spec(tmp_path, num_samples=8, max_concurrent=2, tokens=4096, num_milestones=4)
     out = tmp_path / "out"
     proc = _tune_driver(spec, out)
@@ -222,7 +224,7 @@ def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
     cells = preset_spec("smoke").cells()
     div = [run_record(c, _res(None, "diverged")) for c in cells[:3]]
     # the broken behaviour this guards against: inference from the first batch gives a null type
-    assert pa.Table.from_pylist(div).schema.field("final_val_loss").type == pa.null()
+    assert pa.Table.from_pylist([d.to_row() for d in div]).schema.field("final_val_loss").type == pa.null()
     store = ResultsStore(tmp_path)
     for c, rec in zip(cells[:3], div, strict=True):
         store.write_run(rec, curve_rows(c.run_id, _res(None, "diverged")["curve"]))

@@ -1,4 +1,4 @@
-"""Failure kinds of issue 8 that live in the trainer (cases 2, 3, 4), one test per kind."""
+"""Failure kinds (README "Reliability" table) that live in the trainer (cases 2, 3, 4), one test per kind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scaling-law fitter: published anchors, synthetic recovery, robustness, input errors, CLI (issue 4)."""
+"""Scaling-law fitter: published anchors, synthetic recovery, robustness, input errors, CLI."""
 
 from __future__ import annotations
 
@@ -200,13 +200,8 @@ def test_status_filter_counts_excluded_rows():
 
 
 def _cli_app():
-    import typer
+    from loopscale.sweep.cli import app  # the console script, with its error presenter
 
-    from loopscale.fit.cli import fit_cmd
-
-    app = typer.Typer()
-    app.command("fit")(fit_cmd)
-    app.command("noop")(lambda: None)  # keep 'fit' as a named subcommand
     return app
 
 
@@ -266,3 +261,34 @@ def test_fit_cli_bad_block_column_exits_2(tmp_path):
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "5", "--block-by", "budget,width"])
     assert res.exit_code == 2
     assert "block_by column(s) ['width'] do not exist" in res.output
+
+
+def test_analysis_keeps_its_results_in_memory(tmp_path, monkeypatch):
+    """analyze() serialises its results once: it never reads back a file it wrote (fit.json used to be written and
+    parsed again), and every fit record carries an enumerated outcome; exclusions carry a reason."""
+    import pathlib
+
+    from loopscale.fit.analysis import Exclusion, FitOutcome, analyze
+    from loopscale.fit.synthetic import paper_design_from_formulas, synth_joint
+
+    runs = synth_joint(paper_design_from_formulas(), seed=1)
+    runs = runs.assign(status="ok", variant="baseline", final_val_loss=runs["loss"]).drop(columns=["loss"])
+    runs.loc[0, "status"], runs.loc[1, "status"] = "diverged", "failed"
+    out = tmp_path / "fit"
+    reads = []
+    real = pathlib.Path.read_text
+
+    def spy(self, *a, **kw):
+        if str(self).startswith(str(out)):
+            reads.append(str(self))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", spy)
+    ana = analyze(runs, out, B=0, starts=20, seed=0, workers=1, plots=False)
+    assert reads == []
+    v = ana["variants"]["baseline"]
+    assert v["joint"]["outcome"] == FitOutcome.FITTED and 0.3 < v["joint"]["params"]["phi"] < 0.6
+    assert json.loads((out / "baseline" / "fit.json").read_text())["params"] == v["joint"]["params"]
+    assert {f["outcome"] for f in v["chinchilla_per_r"].values()} == {FitOutcome.FITTED}
+    assert all(f["outcome"] == FitOutcome.FITTED for f in v["restricted"].values())
+    assert sorted(e["reason"] for e in ana["excluded_runs"]) == [Exclusion.DIVERGED, Exclusion.FAILED]

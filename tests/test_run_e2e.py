@@ -47,9 +47,9 @@ def test_smoke_run_one_ok_row_per_cell(smoke_run):
     assert all(r["status"] == "ok" for r in rows)
     by_id = {c.run_id: c for c in cells}
     for row in rows:
-        cfg = by_id[row["run_id"]].run_kwargs["model"]
+        cfg = by_id[row["run_id"]].run.model
         assert row["N_once"] == n_once(cfg) and row["N_rec"] == n_rec(cfg)
-        assert row["D"] == by_id[row["run_id"]].run_kwargs["tokens"]
+        assert row["D"] == by_id[row["run_id"]].run.tokens
         assert math.isclose(row["C"], flops_per_token(cfg) * row["D"], rel_tol=1e-9)
         assert 0 < row["final_val_loss"] < math.log(256) + 1
 

@@ -1,4 +1,4 @@
-"""`loopscale run --dry-run` plans and the shape of the shipped grids (issue 7's requirements on presets)."""
+"""`loopscale run --dry-run` plans and the shape of the shipped grids (what the presets must cover)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ def _compute_span(spec) -> float:
     lr = {(s, None): 1.0 for s in spec.all_sizes()}
     cs = []
     for c in spec.cells(lr_table=lr):
-        kw = c.run_kwargs
-        cs.append(
-            kw["target_flops"] if kw.get("target_flops") else flops_per_token(kw["model"]) * kw["tokens"]
-        )
+        run = c.run
+        cs.append(run.target_flops if run.target_flops else flops_per_token(run.model) * run.tokens)
     return max(cs) / min(cs)
 
 

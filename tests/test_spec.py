@@ -24,10 +24,10 @@ def test_smoke_has_16_cells_over_r_sizes_budgets():
     assert len(cells) == 16
     assert sorted({c.r for c in cells}) == [1, 2, 4, 8]
     assert sorted({c.size for c in cells}) == [16, 32]
-    assert sorted({c.run_kwargs["tokens"] for c in cells}) == [2048, 4096]
+    assert sorted({c.run.tokens for c in cells}) == [2048, 4096]
     assert len({c.run_id for c in cells}) == 16
     for c in cells:
-        m = c.run_kwargs["model"]
+        m = c.run.model
         assert m.effective_depth == 10 and m.r == c.r and m.d_model == c.size
         assert c.lr == 0.01
 
@@ -40,10 +40,10 @@ def test_paper_grid_is_116_runs_with_paper_budgets():
     assert len(cells) == 116
     assert len({(c.budget, c.size) for c in cells}) == 29
     c = next(c for c in cells if c.size == 10 and c.r == 4 and c.budget == 1e18)
-    m = c.run_kwargs["model"]
+    m = c.run.model
     assert (m.d_model, m.n_prelude, m.n_recur_block, m.n_coda, m.seq_len) == (640, 2, 4, 2, 2048)
-    assert c.run_kwargs["batch_tokens"] == 2**18 and c.run_kwargs["optimizer"] == "muon"
-    assert c.run_kwargs["target_flops"] == 1e18 and c.run_kwargs["tokens"] is None
+    assert c.run.batch_tokens == 2**18 and c.run.optimizer == "muon"
+    assert c.run.target_flops == 1e18 and c.run.tokens is None
     assert spec.tune.lr_values == [0.008, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020, 0.024]
 
 
@@ -55,18 +55,16 @@ def test_variants_share_r1_runs_and_set_bptt_and_lanes():
     assert len(r1) == 4 and {c.variant for c in r1} == {"baseline"}
     assert len(cells) == 4 + 3 * 12
     tb = [c for c in cells if c.variant == "trunc_bptt"]
-    assert {(c.r, c.run_kwargs["model"].bptt_k) for c in tb} == {(2, 1), (4, 2), (8, 4)}
+    assert {(c.r, c.run.model.bptt_k) for c in tb} == {(2, 1), (4, 2), (8, 4)}
     hc = [c for c in cells if c.variant == "hyperconnect"]
-    assert all(
-        c.run_kwargs["model"].injection == "hyperconnect" and c.run_kwargs["model"].hc_lanes == 3 for c in hc
-    )
+    assert all(c.run.model.injection == "hyperconnect" and c.run.model.hc_lanes == 3 for c in hc)
 
 
 def test_run_id_is_stable_and_sensitive():
     a = preset_spec("smoke").cells()
     b = preset_spec("smoke").cells()
     assert [c.run_id for c in a] == [c.run_id for c in b]
-    assert run_id(a[0].to_dict() | {"run_kwargs": a[0].to_dict()["run_kwargs"]}) == a[0].run_id
+    assert run_id(a[0].to_dict()) == a[0].run_id
     d = copy.deepcopy(PRESETS["smoke"])
     d["lr"] = {"fixed": 0.02}
     assert parse_spec(d).cells()[0].run_id != a[0].run_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -100,15 +101,18 @@ def test_write_consolidate_idempotent_one_row_per_run(tmp_path):
 def test_record_fields_come_from_cell_and_result(tmp_path):
     c = preset_spec("smoke").cells()[5]
     rec = run_record(c, _result(3.3))
-    m = c.run_kwargs["model"]
-    assert (rec["r"], rec["d_model"], rec["n_prelude"], rec["n_recur_block"], rec["n_coda"]) == (
+    m = c.run.model
+    assert (rec.r, rec.d_model, rec.n_prelude, rec.n_recur_block, rec.n_coda) == (
         m.r,
         m.d_model,
         m.n_prelude,
         m.n_recur_block,
         m.n_coda,
     )
-    assert rec["lr"] == c.lr and rec["target_tokens"] == c.run_kwargs["tokens"]
-    assert rec["D"] == 2048 and rec["C"] == 2048000.0 and rec["final_val_loss"] == 3.3
+    assert rec.lr == c.lr and rec.target_tokens == c.run.tokens
+    assert rec.D == 2048 and rec.C == 2048000.0 and rec.final_val_loss == 3.3
     nan = run_record(c, _result(float("nan"), status="diverged"))
-    assert nan["final_val_loss"] is None and nan["status"] == "diverged"
+    assert nan.final_val_loss is None and nan.status == "diverged"
+    assert list(rec.to_row()) == RUNS_SCHEMA.names
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rec.lr = 1.0

@@ -15,10 +15,12 @@ import pytest
 from proc_utils import descendants, end_processes, run_to_end, start_driver
 
 from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+from loopscale.sweep._seams import FAULT_ENV
 from loopscale.sweep.commands import run_sweep
-from loopscale.sweep.grid import RunWorkspace, plan_grid
+from loopscale.sweep.grid import plan_grid
 from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
+from loopscale.sweep.workspace import RunWorkspace
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
     assert len(rows) == 16 and {r["status"] for r in rows} == {"ok"}
     assert {r["run_id"] for r in rows} == set(cells)
     for row in rows:
-        cfg = cells[row["run_id"]].run_kwargs["model"]
+        cfg = cells[row["run_id"]].run.model
         assert (
             row["N_once"] == n_once(cfg) and row["N_rec"] == n_rec(cfg) and row["N_unique"] == n_unique(cfg)
         )
@@ -82,12 +84,13 @@ def test_force_retrains_and_gets_the_same_loss(smoke_out):
     assert rows[cell.run_id]["final_val_loss"] == pytest.approx(old["final_val_loss"], abs=1e-6)
 
 
-def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path):
+def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path, monkeypatch):
     """A trial raising at step 8 (after its step-8 checkpoint) is retried by Tune and resumes there; the
     final loss equals the uninterrupted run's."""
     _, path, _ = smoke_out
+    monkeypatch.setenv(FAULT_ENV, "6")
     d = copy.deepcopy(PRESETS["smoke"])
-    d.update(sizes=[16], tokens=[4096], r=[1, 2], test_fault_at_step=6)
+    d.update(sizes=[16], tokens=[4096], r=[1, 2])
     spec = parse_spec(d)
     cells = spec.cells()
     out = tmp_path / "fault"
@@ -101,6 +104,56 @@ def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path):
         assert (out / "tune" / "faults" / c.run_id).exists()
         assert rows[c.run_id]["status"] == "ok"
         assert rows[c.run_id]["final_val_loss"] == pytest.approx(ref[c.run_id]["final_val_loss"], abs=1e-6)
+
+
+def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path, monkeypatch):
+    """A trial that errors at every attempt (max_failures = 1: two attempts) is a ``failed`` row carrying the
+    error, so runs.parquet accounts for every cell; a later sweep retries the cell and replaces the row."""
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(sizes=[16], tokens=[2048], r=[1, 2], max_failures=1)
+    spec = parse_spec(d)
+    out = tmp_path / "failing"
+    monkeypatch.setenv(FAULT_ENV, "4:always")
+    rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
+    assert {r["run_id"] for r in rows} == {c.run_id for c in spec.cells()}
+    assert {r["status"] for r in rows} == {"failed"}
+    for r in rows:
+        assert r["error"].startswith("RuntimeError: injected failure at step")
+        assert r["final_val_loss"] is None and r["trial_id"]
+    monkeypatch.delenv(FAULT_ENV)
+    rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"} and {r["error"] for r in rows} == {None}
+
+
+def test_only_trials_tune_could_not_restore_are_run_again(tmp_path):
+    """After a restore, an ERROR trial whose last error is Tune's lost restore checkpoint is run again (its own
+    workspace holds its checkpoints); a trial that failed in its own code is not."""
+    from types import SimpleNamespace
+
+    from loopscale.sweep.grid import errored_run_ids, lost_checkpoint_run_ids
+
+    def trial(rid, status, error):
+        f = tmp_path / f"{rid}.txt"
+        f.write_text(f"Failure # 1 (occurred at 2026-11-30)\n{error}\n")
+        return SimpleNamespace(
+            trial_id=rid, status=status, config={"cell": {"run_id": rid}}, error_file=str(f)
+        )
+
+    grid = SimpleNamespace(
+        _experiment_analysis=SimpleNamespace(
+            trials=[
+                trial(
+                    "a",
+                    "ERROR",
+                    "ValueError: Could not recover from checkpoint as it does not exist on storage",
+                ),
+                trial("b", "ERROR", "RuntimeError: injected failure at step 4"),
+                trial("c", "TERMINATED", ""),
+            ]
+        )
+    )
+    assert errored_run_ids(grid) == ["a", "b"]
+    assert lost_checkpoint_run_ids(grid) == ["a"]
 
 
 def test_tuner_plan_is_inspectable_without_ray(tmp_path):
@@ -180,13 +233,8 @@ def test_driver_stopped_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path, s
 
 
 def _cli():
-    import typer
+    from loopscale.sweep.cli import app  # the console script, with its error presenter
 
-    from loopscale.sweep.commands import sweep_cmd, tune_lr_cmd
-
-    app = typer.Typer()
-    app.command("sweep")(sweep_cmd)
-    app.command("tune-lr")(tune_lr_cmd)
     return app
 
 

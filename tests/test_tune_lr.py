@@ -10,9 +10,11 @@ import optuna
 import pyarrow.parquet as pq
 import pytest
 
+from loopscale.sweep._seams import COUNT_ENV, trained_counts
+from loopscale.sweep.lr_search import PersistentASHA, run_tune_lr
+from loopscale.sweep.lr_table import _smooth, read_lr_table
 from loopscale.sweep.presets import PRESETS
 from loopscale.sweep.spec import parse_spec
-from loopscale.sweep.tune_lr import PersistentASHA, _smooth, read_lr_table, run_tune_lr, trained_counts
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,8 @@ def _spec(**tune):
     return parse_spec(d)
 
 
-def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path):
+def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path, monkeypatch):
+    monkeypatch.setenv(COUNT_ENV, "1")  # markers of completed trainings (loopscale.sweep._seams)
     spec = _spec(num_samples=6, max_concurrent=2, seed=3)
     t0 = time.time()
     table = run_tune_lr(spec, tmp_path)

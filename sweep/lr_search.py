@@ -1,11 +1,12 @@
 """Stage 1: LR tuning, one Optuna study per size (and per r unless ``tune_per_r: false``), run by Ray Tune.
 
 Each study is one Tune experiment: ``OptunaSearch`` (seeded TPE over log-LR, or a categorical LR set; metric
-and mode given to ``OptunaSearch`` itself, shared/notes/ray_tune_on_this_machine.md §3) proposes LRs, and an
+and mode given to ``OptunaSearch`` itself, ``docs/ray_tune.md`` §1) proposes LRs, and an
 ASHA scheduler prunes on the validation loss reported at token milestones (time attribute: the milestone index
-1..num_milestones). Trials train the grid's model on a short budget (tokens/param ratio, paper App. D).
+1..num_milestones). Trials train the grid's model on a short budget (tokens/param ratio, paper App. D). The
+resulting table is :mod:`loopscale.sweep.lr_table`; the Optuna mirror callback is in :mod:`loopscale.sweep.callbacks`.
 
-What survives a killed driver, and how (issue 8 cases 5 and 6):
+What survives a killed driver, and how (Tune's restore behaviour: ``docs/ray_tune.md`` §2):
 
 * The sampler's study lives inside ``OptunaSearch`` and is checkpointed with Tune's experiment state, so after
   ``Tuner.restore`` the sampler and the trial list agree. A trial suggested after the last snapshot is lost
@@ -23,6 +24,7 @@ What survives a killed driver, and how (issue 8 cases 5 and 6):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -30,16 +32,14 @@ import shutil
 import uuid
 from pathlib import Path
 
-from loopscale.sweep.grid import (
-    RunWorkspace,
-    event_metrics,
-    is_local_uri,
-    local_path,
-    maybe_inject_fault,
-    tune_checkpoint_from,
-    unfinished_trials,
-    uri_join,
-)
+from loopscale.cluster.options import Interrupted
+from loopscale.cluster.storage import is_local_uri, local_path
+from loopscale.cluster.storage import join as uri_join
+from loopscale.sweep import _seams
+from loopscale.sweep.callbacks import _mirror_cls, optuna_storage
+from loopscale.sweep.grid import unfinished_trials
+from loopscale.sweep.lr_table import _lr_table_schema, _plot, _smooth
+from loopscale.sweep.workspace import RunWorkspace, event_metrics, tune_checkpoint_from
 
 METRIC = "val_loss"
 TIME_ATTR = "milestone"
@@ -216,7 +216,7 @@ def _cell_with_lr(base: dict, lr: float):
     from loopscale.sweep.spec import Cell
 
     d = json.loads(json.dumps(base))
-    d["run_kwargs"]["lr"] = float(lr)
+    d["run"]["lr"] = float(lr)
     return Cell.from_dict(d)
 
 
@@ -244,7 +244,7 @@ def lr_trainable(config: dict) -> None:
         ws.prepare_resume()
 
         def callback(event: dict) -> None:
-            maybe_inject_fault(storage_uri, rid, config.get("fault_at_step"), int(event.get("step") or 0))
+            _seams.maybe_fail(config.get(_seams.CONFIG_KEY), storage_uri, rid, int(event.get("step") or 0))
             if event.get("checkpoint_path"):
                 ws.push()
             if event.get("val_loss") is None:
@@ -264,7 +264,7 @@ def lr_trainable(config: dict) -> None:
         res = train_run(cell.run_config(checkpoint_dir=str(ws.dir)), callback=callback).to_dict()
         done = json.loads(json.dumps(res, default=str))
         ws.save_result(done)
-        _mark_trained(storage_uri, rid)
+        _seams.mark_trained(config.get(_seams.CONFIG_KEY), storage_uri, rid)
     else:
         for pt in done.get("curve") or []:
             if pt.get("val_loss") is None:
@@ -283,103 +283,6 @@ def lr_trainable(config: dict) -> None:
             "status": done.get("status", "ok"),
         }
     )
-
-
-def _mark_trained(storage_uri: str, rid: str) -> None:
-    """Leave one marker per completed training of a run id (tests count them: no LR trained twice)."""
-    from loopscale.cluster import storage
-
-    storage.write_bytes_atomic(uri_join(storage_uri, "trained", f"{rid}-{uuid.uuid4().hex[:8]}"), b"1")
-
-
-def trained_counts(storage_uri: str) -> dict[str, int]:
-    """{run id: completed trainings} from the markers of :func:`lr_trainable`."""
-    from loopscale.cluster import storage
-
-    d = uri_join(storage_uri, "trained")
-    if not storage.exists(d):
-        return {}
-    out: dict[str, int] = {}
-    for name in storage.listdir(d):
-        rid = Path(name).name.rsplit("-", 1)[0]
-        out[rid] = out.get(rid, 0) + 1
-    return out
-
-
-# --- driver side: mirror finished trials into the persistent Optuna study ----------------------------
-
-
-def _mirror_cls():
-    from ray.tune import Callback
-
-    class OptunaMirror(Callback):
-        """Writes each finished Tune trial once into the persistent Optuna study (deduplicated by LR)."""
-
-        def __init__(
-            self, storage_url: str, study_name: str, space: LRSpace, num_milestones: int, history_path: str
-        ):
-            self.storage_url, self.study_name = storage_url, study_name
-            self.space, self.M = space, num_milestones
-            self.history_path = history_path
-
-        def _history(self) -> dict:
-            p = Path(self.history_path)
-            return json.loads(p.read_text()).get("history", {}) if p.exists() else {}
-
-        def _record(self, trial, failed: bool) -> None:
-            import optuna
-
-            if not trial.config or "lr" not in trial.config:
-                return
-            lr = float(trial.config["lr"])
-            key = _lr_key(lr)
-            study = optuna.load_study(study_name=self.study_name, storage=optuna_storage(self.storage_url))
-            if any(t.user_attrs.get("lr_key") == key for t in study.get_trials(deepcopy=False)):
-                return
-            hist = {int(k): v for k, v in self._history().get(key, {}).items()}
-            last = trial.last_result or {}
-            if last.get(TIME_ATTR) is not None and last.get(METRIC) is not None:
-                hist.setdefault(int(last[TIME_ATTR]), float(last[METRIC]))
-            top = max(hist) if hist else 0
-            if failed:
-                state = optuna.trial.TrialState.FAIL
-            elif top >= self.M:
-                state = optuna.trial.TrialState.COMPLETE
-            else:
-                state = optuna.trial.TrialState.PRUNED
-            value = hist[top] if state == optuna.trial.TrialState.COMPLETE else None
-            study.add_trial(
-                optuna.trial.create_trial(
-                    params={"lr": lr},
-                    distributions={"lr": self.space.distribution()},
-                    value=value,
-                    state=state,
-                    intermediate_values=hist,
-                    user_attrs={"lr_key": key, "tune_trial_id": trial.trial_id, "last_milestone": top},
-                )
-            )
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            self._record(trial, failed=False)
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            self._record(trial, failed=True)
-
-    return OptunaMirror
-
-
-_STORAGES: dict = {}
-
-
-def optuna_storage(url: str):
-    """One ``optuna.storages.RDBStorage`` per URL and process. SQLite connections wait up to 60 s for a lock
-    (readers such as optuna-dashboard may hold it) instead of failing the driver's write."""
-    import optuna
-
-    if url not in _STORAGES:
-        kw = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-        _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=kw)
-    return _STORAGES[url]
 
 
 def _lr_trial_dirname(trial) -> str:
@@ -406,7 +309,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"
     ]
     base = cells[0]
-    cfg = base.run_kwargs["model"]
+    cfg = base.run.model
     B = spec.training.batch_tokens
     if ts.tokens is not None:
         want = ts.tokens
@@ -416,8 +319,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     steps = max(M, int(round(want / B)))
     steps = int(math.ceil(steps / M) * M)
     every = steps // M
-    kw = dict(base.run_kwargs)
-    kw.update(
+    run = base.run_config(
         tokens=steps * B,
         target_flops=None,
         eval_every_steps=every,
@@ -425,16 +327,14 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         eval_tokens=ts.eval_tokens or spec.training.eval_tokens,
         seed=spec.seeds[0],
     )
-    base_d = base.to_dict()
-    base_d["run_kwargs"] = {**base_d["run_kwargs"], **{k: v for k, v in kw.items() if k != "model"}}
-    base_d["budget"] = None
+    base_d = dataclasses.replace(base, run=run, budget=None).to_dict()
     study_name = f"{spec.name}_size{size}_r{r}"
     constants = {
         "base": base_d,
         "storage": storage_path,
         "milestone_tokens": every * B,
         "num_milestones": M,
-        "fault_at_step": spec.test_fault_at_step,
+        _seams.CONFIG_KEY: _seams.from_env(),
     }
     space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
     sampler = optuna.samplers.TPESampler(seed=ts.seed)
@@ -485,7 +385,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     )
 
 
-class TuneInterrupted(RuntimeError):
+class TuneInterrupted(Interrupted):
     """The driver was stopped (SIGINT) before every study finished; rerun with ``--resume``."""
 
 
@@ -513,7 +413,7 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
         tuner = tune.Tuner(plan["trainable"], tune_config=plan["tune_config"], run_config=plan["run_config"])
     tuner.fit()
     if unfinished_trials(exp_uri):
-        raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted; rerun with --resume")
+        raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted")
     # reconcile: a finished trial whose mirror write was lost (driver killed in between) is recorded now
     import logging
 
@@ -534,103 +434,6 @@ def _choose(study) -> tuple[float | None, float | None, int, int]:
         return None, None, len(trials), pruned
     best = min(complete, key=lambda t: (t.value, t.params["lr"]))
     return float(best.params["lr"]), float(best.value), len(trials), pruned
-
-
-LR_TABLE_COLUMNS = (
-    "size",
-    "r",
-    "tuned_r",
-    "N_unique",
-    "N_usage",
-    "lr_best",
-    "best_val_loss",
-    "lr_smoothed",
-    "lr",
-    "n_trials",
-    "n_pruned",
-    "budget_tokens",
-    "study_name",
-    "storage",
-)
-
-
-def _lr_table_schema():
-    import pyarrow as pa
-
-    def f(n, t, unit):
-        return pa.field(n, t, metadata={"unit": unit})
-
-    return pa.schema(
-        [
-            f("size", pa.int64(), "-"),
-            f("r", pa.int64(), "count"),
-            f("tuned_r", pa.int64(), "count (the r the study ran at; N_unique/N_usage are that model's)"),
-            f("N_unique", pa.int64(), "parameters"),
-            f("N_usage", pa.int64(), "parameters (N_once + r N_rec, applications per token)"),
-            f("lr_best", pa.float64(), "-"),
-            f("best_val_loss", pa.float64(), "nats/token"),
-            f("lr_smoothed", pa.float64(), "-"),
-            f("lr", pa.float64(), "-"),
-            f("n_trials", pa.int64(), "count"),
-            f("n_pruned", pa.int64(), "count"),
-            f("budget_tokens", pa.int64(), "tokens"),
-            f("study_name", pa.string(), "-"),
-            f("storage", pa.string(), "-"),
-        ],
-        metadata={"loopscale.table": "lr_table", "loopscale.schema_version": "1"},
-    )
-
-
-def _smooth(rows: list[dict]) -> None:
-    """Fill ``lr_smoothed`` per r with the least-squares line log LR* = a + b log N_unique across sizes
-    (needs >= 2 sizes with a best LR; otherwise lr_smoothed = lr_best)."""
-    import numpy as np
-
-    for r in sorted({row["r"] for row in rows}):
-        pts = [row for row in rows if row["r"] == r and row["lr_best"] is not None]
-        if len({row["N_unique"] for row in pts}) >= 2:
-            x = np.log([row["N_unique"] for row in pts])
-            y = np.log([row["lr_best"] for row in pts])
-            b, a = np.polyfit(x, y, 1)
-            for row in rows:
-                if row["r"] == r:
-                    row["lr_smoothed"] = float(np.exp(a + b * np.log(row["N_unique"])))
-        else:
-            for row in rows:
-                if row["r"] == r:
-                    row["lr_smoothed"] = row["lr_best"]
-
-
-def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import optuna
-
-    out = []
-    for size in sorted({row["size"] for row in rows}):
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for row in [x for x in rows if x["size"] == size]:
-            study = optuna.load_study(study_name=row["study_name"], storage=storage_url)
-            pts = sorted(
-                (t.params["lr"], t.intermediate_values[max(t.intermediate_values)])
-                for t in study.get_trials(deepcopy=False)
-                if t.intermediate_values
-            )
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"r={row['r']}")
-        ax.set_xscale("log")
-        ax.set_xlabel("learning rate")
-        ax.set_ylabel("val loss at last milestone reached (nats/token)")
-        ax.set_title(f"LR tuning, size {size}")
-        ax.legend()
-        fig.tight_layout()
-        p = tune_dir / f"loss_vs_lr_size{size}.png"
-        fig.savefig(p, dpi=100)
-        plt.close(fig)
-        out.append(p)
-    return out
 
 
 def run_tune_lr(
@@ -718,25 +521,3 @@ def run_tune_lr(
     if plot:
         _plot(tune_dir, rows[0]["storage"], rows)
     return table
-
-
-def read_lr_table(path: str | Path) -> dict[tuple[int, int], float]:
-    """{(size, r): lr} from an ``lr_table.parquet``.
-
-    Raises:
-        FileNotFoundError: no table at ``path`` (run ``loopscale tune-lr`` first).
-        ValueError: a row without a chosen LR (every trial of that study failed or was pruned).
-    """
-    import pyarrow.parquet as pq
-
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"no LR table at {p}: run `loopscale tune-lr SPEC --out {p.parent}` first")
-    out: dict[tuple[int, int], float] = {}
-    for row in pq.read_table(p).to_pylist():
-        if row["lr"] is None:
-            raise ValueError(
-                f"lr_table: no LR chosen for size {row['size']}, r {row['r']} (no complete trial)"
-            )
-        out[(int(row["size"]), int(row["r"]))] = float(row["lr"])
-    return out

@@ -1,0 +1,142 @@
+"""The flags of the commands that build a model or a run: the model flags (``loopscale model info``,
+``loopscale train``) and the run flags (``loopscale train``, one per :class:`~loopscale.model.train.RunConfig` field).
+
+They are declared once, in :data:`MODEL_FLAGS`, and added to a Typer command by :func:`with_model_flags`; the
+command receives them as one ``model_flags`` dict that :func:`config_from_flags` turns into a validated
+:class:`~loopscale.model.config.LoopedConfig` (see :func:`loopscale.model.config.preset_config`)::
+
+    @with_model_flags
+    def info_cmd(model_flags: dict, as_json: bool = typer.Option(False, "--json")) -> None:
+        cfg = config_from_flags(**model_flags)
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import typing
+from typing import Annotated, Any, Literal
+
+import typer
+
+from loopscale.model.config import LoopedConfig, preset_config
+
+__all__ = ["MODEL_FLAGS", "config_from_flags", "run_flag_specs", "with_model_flags", "with_run_flags"]
+
+_PANEL = "Model"
+
+MODEL_FLAGS: dict[str, tuple[Any, Any, str, str]] = {
+    "preset": (str, "cpu", "--preset", "Model family: 'paper' (d = 64 s, T = 2048, V = 32064) or 'cpu'."),
+    "r": (int, 1, "--r", "Recurrences of the shared block."),
+    "d_model": (int | None, None, "--d-model", "Residual width d."),
+    "width_scale": (int | None, None, "--width-scale", "Width scale s (d = 64 s)."),
+    "bptt_k": (int | None, None, "--bptt-k", "Truncated BPTT: last k recurrences get gradient."),
+    "injection": (str | None, None, "--injection", "linear | additive | passthrough | hyperconnect."),
+    "hc_lanes": (int, 2, "--hc-lanes", "Hyperconnection lanes K."),
+    "seq_len": (int | None, None, "--seq-len", "Override the preset's context length T."),
+    "vocab_size": (int | None, None, "--vocab-size", "Override the preset's vocabulary V."),
+    "head_dim": (int | None, None, "--head-dim", "Override the preset's attention head dim."),
+    "effective_depth": (int | None, None, "--effective-depth", "Override the preset's effective depth."),
+    "n_prelude": (int | None, None, "--n-prelude", "Override prelude layers (r > 1)."),
+    "n_coda": (int | None, None, "--n-coda", "Override coda layers (r > 1)."),
+}
+"""name -> (type, default, flag, help) of every model flag."""
+
+
+def config_from_flags(preset: str = "cpu", r: int = 1, **flags) -> LoopedConfig:
+    """Validated config from the model flags (keyword arguments named as in :data:`MODEL_FLAGS`).
+
+    Raises:
+        ValueError: an unknown flag or any invalid combination (the message names the field).
+    """
+    unknown = sorted(set(flags) - set(MODEL_FLAGS))
+    if unknown:
+        raise ValueError(f"unknown model flags {unknown}; known: {sorted(MODEL_FLAGS)}")
+    return preset_config(preset, r=r, **flags)
+
+
+def with_model_flags(command):
+    """Add every flag of :data:`MODEL_FLAGS` to a Typer command (in the "Model" help panel) and pass their values
+    to it as one keyword argument ``model_flags`` (a dict), which the command must declare."""
+    specs = {
+        name: (typ, default, typer.Option(flag, help=help_, rich_help_panel=_PANEL))
+        for name, (typ, default, flag, help_) in MODEL_FLAGS.items()
+    }
+    return _with_flags(command, "model_flags", specs)
+
+
+def run_flag_specs() -> dict[str, tuple[Any, Any, Any]]:
+    """One flag per :class:`~loopscale.model.train.RunConfig` field except ``model``: ``--<field-name>`` with the
+    field's default, its type (a ``Literal`` is given as a string, checked by RunConfig) and its docstring as help. RunConfig stays the one
+    declaration of a run; the command line is derived from it."""
+    from loopscale.model.train import RunConfig
+
+    hints = typing.get_type_hints(RunConfig)
+    docs = _field_docs(RunConfig)
+    out = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "model":
+            continue
+        typ, help_ = hints[f.name], docs.get(f.name, "")
+        if typing.get_origin(typ) is Literal:  # RunConfig checks the value; the help lists the choices
+            typ, help_ = str, f"{help_} One of: {', '.join(typing.get_args(hints[f.name]))}."
+        flag = "--" + f.name.replace("_", "-")
+        decls = (f"{flag}/--no-{flag[2:]}",) if typ is bool else (flag,)
+        out[f.name] = (
+            typ,
+            f.default,
+            typer.Option(*decls, help=help_, rich_help_panel="Run"),
+        )
+    return out
+
+
+def with_run_flags(command):
+    """Add one flag per RunConfig field (:func:`run_flag_specs`, "Run" help panel) to a Typer command and pass their
+    values to it as one keyword argument ``run_flags`` (a dict of RunConfig keyword arguments)."""
+    return _with_flags(command, "run_flags", run_flag_specs())
+
+
+def _field_docs(cls) -> dict[str, str]:
+    """{field: its attribute docstring} of a dataclass, read from its source (one line each)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    out = {}
+    for a, b in zip(body, body[1:], strict=False):
+        if (
+            isinstance(a, ast.AnnAssign)
+            and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
+        ):
+            out[a.target.id] = " ".join(b.value.value.split())
+    return out
+
+
+def _with_flags(command, param: str, specs: dict[str, tuple[Any, Any, Any]]):
+    """``command`` with one keyword-only Typer option per entry of ``specs`` (name -> (type, default, option)),
+    their values handed to it as one dict argument named ``param``."""
+    sig = inspect.signature(command, eval_str=True)
+    if param not in sig.parameters:
+        raise TypeError(f"{command.__name__} must take a {param!r} parameter")
+    own = [p for p in sig.parameters.values() if p.name != param]
+    added = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[typ, option]
+        )
+        for name, (typ, default, option) in specs.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        values = {k: kwargs.pop(k, specs[k][1]) for k in specs}
+        return command(*args, **{param: values}, **kwargs)
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + added
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__  # Typer must read the signature above, not the command's own
+    return wrapper

@@ -1,0 +1,204 @@
+"""Driver-side Tune callbacks: they run in the driver process, never in a trial.
+
+* ``RecordRuns`` (grid): writes each finished run into the results store once per run id, a ``failed`` row for a
+  trial that errored past its retries, and prints progress.
+* ``OptunaMirror`` (LR search): writes each finished Tune trial once into the persistent Optuna study, deduplicated
+  by LR, so the study never holds a RUNNING trial (``docs/ray_tune.md`` §2).
+
+The classes subclass ``ray.tune.Callback`` and are built on first use (``_recorder_cls()``, ``_mirror_cls()``) so
+that importing this module does not import Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from loopscale.sweep.workspace import DONE_KEY
+
+
+def trial_error_text(trial) -> str:
+    """The last error of a Tune trial as text: the last line of its error file (``<Type>: <message>`` of the
+    exception the trainable raised), or a note when Tune left no error file."""
+    lines: list[str] = []
+    path = getattr(trial, "error_file", None)
+    try:
+        if path and Path(path).is_file():
+            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        else:
+            lines = (trial.get_error() or "").splitlines()
+    except OSError:
+        pass
+    lines = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("Failure # ")]
+    return lines[-1][:2000] if lines else f"trial {trial.trial_id} errored (Tune kept no error text)"
+
+
+def _recorder_cls():
+    from ray.tune import Callback
+
+    class RecordRuns(Callback):
+        """Driver-side Tune callback: writes each finished run into the results store (once per run id) and
+        prints progress (done/running/pending/failed, tokens/s, ETA) at most every ``every_s`` seconds."""
+
+        def __init__(self, out_dir: str, cells: dict[str, dict], every_s: float = 10.0, quiet: bool = False):
+            self.out_dir = out_dir
+            self.cells = cells
+            self.every_s = every_s
+            self.quiet = quiet
+            self._last = 0.0
+            self._t0 = time.time()
+            self._tps: dict[str, float] = {}
+            self._done_walls: list[float] = []
+            # run ids already in the store: a trial restored after an interrupt that only re-reports its saved
+            # result must not overwrite the original record (its started/finished times, trial id)
+            self._recorded: set[str] | None = None
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            from loopscale.sweep.grid import RESULT_KEY
+            from loopscale.sweep.spec import Cell
+            from loopscale.sweep.store import ResultsStore, curve_rows, run_record
+
+            if self._recorded is None:
+                self._recorded = ResultsStore(self.out_dir).completed_ids()
+            if result.get(DONE_KEY) and trial.config["cell"]["run_id"] not in self._recorded:
+                res = json.loads(result[RESULT_KEY])
+                cell = Cell.from_dict(self.cells[trial.config["cell"]["run_id"]])
+                rec = run_record(
+                    cell,
+                    res,
+                    trial_id=trial.trial_id,
+                    host=result.get("host") or result.get("hostname"),
+                    started_at=result.get("started_at"),
+                    finished_at=time.time(),
+                )
+                ResultsStore(self.out_dir).write_run(rec, curve_rows(rec.run_id, res.get("curve")))
+                self._recorded.add(rec.run_id)
+                self._done_walls.append(float(res.get("wall_s") or 0.0))
+                self._tps.pop(trial.trial_id, None)
+            elif "tokens" in result and result.get("time_total_s"):
+                self._tps[trial.trial_id] = float(result["tokens"]) / float(result["time_total_s"])
+            self._progress(trials)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self._progress(trials, force=True)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            """The trial errored past ``max_failures``: record the cell as ``failed`` with its last error, so
+            ``runs.parquet`` accounts for every cell (a later sweep retries it and replaces the row)."""
+            from loopscale.sweep.spec import Cell
+            from loopscale.sweep.store import ResultsStore, failed_record
+
+            rid = trial.config["cell"]["run_id"]
+            if self._recorded is None:
+                self._recorded = ResultsStore(self.out_dir).completed_ids()
+            if rid not in self._recorded:
+                rec = failed_record(
+                    Cell.from_dict(self.cells[rid]),
+                    trial_error_text(trial),
+                    trial_id=trial.trial_id,
+                    finished_at=time.time(),
+                )
+                ResultsStore(self.out_dir).write_run(rec, [])
+            self._progress(trials, force=True)
+
+        def _progress(self, trials, force: bool = False):
+            if self.quiet:
+                return
+            now = time.time()
+            if not force and now - self._last < self.every_s:
+                return
+            self._last = now
+            st = [t.status for t in trials]
+            done, running = st.count("TERMINATED"), st.count("RUNNING")
+            pending, failed = st.count("PENDING") + st.count("PAUSED"), st.count("ERROR")
+            tps = sum(self._tps.values())
+            eta = "?"
+            if done:
+                per = (now - self._t0) / done
+                eta = f"{per * (pending + running):.0f}s"
+            import sys
+
+            print(
+                f"[loopscale sweep] done {done}, running {running}, pending {pending}, failed {failed}, "
+                f"{tps:,.0f} tokens/s, ETA {eta}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return RecordRuns
+
+
+def _mirror_cls():
+    from ray.tune import Callback
+
+    from loopscale.sweep.lr_search import METRIC, TIME_ATTR, LRSpace, _lr_key
+
+    class OptunaMirror(Callback):
+        """Writes each finished Tune trial once into the persistent Optuna study (deduplicated by LR)."""
+
+        def __init__(
+            self, storage_url: str, study_name: str, space: LRSpace, num_milestones: int, history_path: str
+        ):
+            self.storage_url, self.study_name = storage_url, study_name
+            self.space, self.M = space, num_milestones
+            self.history_path = history_path
+
+        def _history(self) -> dict:
+            p = Path(self.history_path)
+            return json.loads(p.read_text()).get("history", {}) if p.exists() else {}
+
+        def _record(self, trial, failed: bool) -> None:
+            import optuna
+
+            if not trial.config or "lr" not in trial.config:
+                return
+            lr = float(trial.config["lr"])
+            key = _lr_key(lr)
+            study = optuna.load_study(study_name=self.study_name, storage=optuna_storage(self.storage_url))
+            if any(t.user_attrs.get("lr_key") == key for t in study.get_trials(deepcopy=False)):
+                return
+            hist = {int(k): v for k, v in self._history().get(key, {}).items()}
+            last = trial.last_result or {}
+            if last.get(TIME_ATTR) is not None and last.get(METRIC) is not None:
+                hist.setdefault(int(last[TIME_ATTR]), float(last[METRIC]))
+            top = max(hist) if hist else 0
+            if failed:
+                state = optuna.trial.TrialState.FAIL
+            elif top >= self.M:
+                state = optuna.trial.TrialState.COMPLETE
+            else:
+                state = optuna.trial.TrialState.PRUNED
+            value = hist[top] if state == optuna.trial.TrialState.COMPLETE else None
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params={"lr": lr},
+                    distributions={"lr": self.space.distribution()},
+                    value=value,
+                    state=state,
+                    intermediate_values=hist,
+                    user_attrs={"lr_key": key, "tune_trial_id": trial.trial_id, "last_milestone": top},
+                )
+            )
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self._record(trial, failed=False)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._record(trial, failed=True)
+
+    return OptunaMirror
+
+
+_STORAGES: dict = {}
+
+
+def optuna_storage(url: str):
+    """One ``optuna.storages.RDBStorage`` per URL and process. SQLite connections wait up to 60 s for a lock
+    (readers such as optuna-dashboard may hold it) instead of failing the driver's write."""
+    import optuna
+
+    if url not in _STORAGES:
+        kw = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+        _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=kw)
+    return _STORAGES[url]

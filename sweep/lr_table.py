@@ -1,0 +1,124 @@
+"""The LR table of stage 1 (``lr_table.parquet``): its schema, the smoothing of the best LR across sizes, the
+loss-vs-LR plots, and reading it back as {(size, r): lr} for the grid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LR_TABLE_COLUMNS = (
+    "size",
+    "r",
+    "tuned_r",
+    "N_unique",
+    "N_usage",
+    "lr_best",
+    "best_val_loss",
+    "lr_smoothed",
+    "lr",
+    "n_trials",
+    "n_pruned",
+    "budget_tokens",
+    "study_name",
+    "storage",
+)
+
+
+def _lr_table_schema():
+    import pyarrow as pa
+
+    def f(n, t, unit):
+        return pa.field(n, t, metadata={"unit": unit})
+
+    return pa.schema(
+        [
+            f("size", pa.int64(), "-"),
+            f("r", pa.int64(), "count"),
+            f("tuned_r", pa.int64(), "count (the r the study ran at; N_unique/N_usage are that model's)"),
+            f("N_unique", pa.int64(), "parameters"),
+            f("N_usage", pa.int64(), "parameters (N_once + r N_rec, applications per token)"),
+            f("lr_best", pa.float64(), "-"),
+            f("best_val_loss", pa.float64(), "nats/token"),
+            f("lr_smoothed", pa.float64(), "-"),
+            f("lr", pa.float64(), "-"),
+            f("n_trials", pa.int64(), "count"),
+            f("n_pruned", pa.int64(), "count"),
+            f("budget_tokens", pa.int64(), "tokens"),
+            f("study_name", pa.string(), "-"),
+            f("storage", pa.string(), "-"),
+        ],
+        metadata={"loopscale.table": "lr_table", "loopscale.schema_version": "1"},
+    )
+
+
+def _smooth(rows: list[dict]) -> None:
+    """Fill ``lr_smoothed`` per r with the least-squares line log LR* = a + b log N_unique across sizes
+    (needs >= 2 sizes with a best LR; otherwise lr_smoothed = lr_best)."""
+    import numpy as np
+
+    for r in sorted({row["r"] for row in rows}):
+        pts = [row for row in rows if row["r"] == r and row["lr_best"] is not None]
+        if len({row["N_unique"] for row in pts}) >= 2:
+            x = np.log([row["N_unique"] for row in pts])
+            y = np.log([row["lr_best"] for row in pts])
+            b, a = np.polyfit(x, y, 1)
+            for row in rows:
+                if row["r"] == r:
+                    row["lr_smoothed"] = float(np.exp(a + b * np.log(row["N_unique"])))
+        else:
+            for row in rows:
+                if row["r"] == r:
+                    row["lr_smoothed"] = row["lr_best"]
+
+
+def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna
+
+    out = []
+    for size in sorted({row["size"] for row in rows}):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for row in [x for x in rows if x["size"] == size]:
+            study = optuna.load_study(study_name=row["study_name"], storage=storage_url)
+            pts = sorted(
+                (t.params["lr"], t.intermediate_values[max(t.intermediate_values)])
+                for t in study.get_trials(deepcopy=False)
+                if t.intermediate_values
+            )
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"r={row['r']}")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("val loss at last milestone reached (nats/token)")
+        ax.set_title(f"LR tuning, size {size}")
+        ax.legend()
+        fig.tight_layout()
+        p = tune_dir / f"loss_vs_lr_size{size}.png"
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        out.append(p)
+    return out
+
+
+def read_lr_table(path: str | Path) -> dict[tuple[int, int], float]:
+    """{(size, r): lr} from an ``lr_table.parquet``.
+
+    Raises:
+        FileNotFoundError: no table at ``path`` (run ``loopscale tune-lr`` first).
+        ValueError: a row without a chosen LR (every trial of that study failed or was pruned).
+    """
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no LR table at {p}: run `loopscale tune-lr SPEC --out {p.parent}` first")
+    out: dict[tuple[int, int], float] = {}
+    for row in pq.read_table(p).to_pylist():
+        if row["lr"] is None:
+            raise ValueError(
+                f"lr_table: no LR chosen for size {row['size']}, r {row['r']} (no complete trial)"
+            )
+        out[(int(row["size"]), int(row["r"]))] = float(row["lr"])
+    return out

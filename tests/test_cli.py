@@ -1,0 +1,116 @@
+"""Thin commands: shared option definitions (the model flags are the same on every command that builds a model)
+and one error presenter for every command of the console script."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from loopscale.model.options import MODEL_FLAGS
+from loopscale.sweep.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _options(*path: str) -> dict[str, object]:
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return {o: p for p in cmd.params for o in p.opts}
+
+
+@pytest.mark.parametrize("path", [("model", "info"), ("train",)])
+def test_every_model_command_takes_every_model_flag(path):
+    """`loopscale model info` and `loopscale train` take the same model flags with the same defaults
+    (train used to lack --head-dim, --n-prelude and --n-coda)."""
+    opts = _options(*path)
+    for name, (_, default, flag, _) in MODEL_FLAGS.items():
+        assert flag in opts, f"{' '.join(path)} lacks {flag}"
+        assert opts[flag].default == default, (flag, opts[flag].default)
+        assert opts[flag].name == name
+
+
+def test_model_flags_reach_the_config():
+    """--n-prelude / --n-coda / --head-dim change the model that `model info` describes."""
+    import json
+
+    args = ["model", "info", "--preset", "cpu", "--d-model", "64", "--r", "2", "--json"]
+    base = json.loads(CliRunner().invoke(app, args).stdout)
+    res = CliRunner().invoke(app, [*args, "--n-prelude", "2", "--n-coda", "2", "--head-dim", "32"])
+    assert res.exit_code == 0, res.output
+    other = json.loads(res.stdout)
+    assert other["N_once"] > base["N_once"] and other != base
+
+
+def test_one_error_presenter():
+    """No command module maps errors to exit codes itself; every console command goes through present_errors."""
+    offenders = []
+    for pkg in ("model", "sweep", "fit", "cluster"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            if f == ROOT / "cluster" / "options.py":
+                continue
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Call) and ast.unparse(node.func) == "typer.Exit":
+                    codes = [ast.unparse(k.value) for k in node.keywords if k.arg == "code"]
+                    if codes and codes[0] not in ("1",):  # 1: a finished command reporting a failed result
+                        offenders.append(f"{f.relative_to(ROOT)}:{node.lineno} typer.Exit(code={codes[0]})")
+    assert offenders == []
+    src = (ROOT / "sweep" / "cli.py").read_text()
+    registrations = [ln.strip() for ln in src.splitlines() if ".command(" in ln]
+    assert registrations and all("(present_errors(" in ln for ln in registrations), registrations
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "/nonexistent/run"], "error: "),
+        (["model", "info", "--d-model", "100", "--r", "4"], "d_model"),
+        (["fit", "/nonexistent/runs.parquet"], "error: "),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(args, message):
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+def test_train_takes_one_flag_per_run_config_field_with_its_default():
+    """The run flags of `loopscale train` are derived from RunConfig: every field but the model, same default."""
+    import dataclasses
+
+    from loopscale.model.train import RunConfig
+
+    opts = _options("train")
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "model":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in opts, f"train lacks {flag}"
+        assert opts[flag].default == f.default, (flag, opts[flag].default, f.default)
+
+
+def test_presenter_maps_interrupts_to_130_and_keeps_bugs_loud():
+    """Interrupted / KeyboardInterrupt -> exit 130 with a --resume hint; bad input -> 2; any other error is a bug
+    and keeps its traceback."""
+    from loopscale.cluster.options import EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, present_errors
+
+    def make(exc):
+        def cmd() -> None:
+            raise exc
+
+        sub = typer.Typer()
+        sub.command("x")(present_errors(cmd))
+        sub.command("y")(lambda: None)
+        return sub
+
+    res = CliRunner().invoke(make(Interrupted("the sweep was interrupted")), ["x"])
+    assert res.exit_code == EXIT_INTERRUPTED == 130 and "--resume" in res.output
+    res = CliRunner().invoke(make(KeyboardInterrupt()), ["x"])
+    assert res.exit_code == 130
+    res = CliRunner().invoke(make(FileNotFoundError("no such spec")), ["x"])
+    assert res.exit_code == EXIT_USAGE == 2 and "error: no such spec" in res.output
+    res = CliRunner().invoke(make(ZeroDivisionError("bug")), ["x"])
+    assert res.exit_code == 1 and isinstance(res.exception, ZeroDivisionError)

@@ -1,0 +1,129 @@
+"""One run definition: the fields declared run-defining on RunConfig are exactly what the sweep's run id and the
+trainer's checkpoint key depend on, and a spec's training section can set every field it declares."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from loopscale.model.config import preset_config
+from loopscale.model.train import (
+    CheckpointError,
+    RunConfig,
+    checkpoint_key,
+    run_defining_fields,
+    train_run,
+)
+from loopscale.sweep.presets import PRESETS, preset_spec
+from loopscale.sweep.spec import Cell, parse_spec
+
+# one different, valid value for every RunConfig field
+CHANGED = {
+    "model": preset_config("cpu", r=2, d_model=48),
+    "corpus": "other.txt",
+    "text_column": "body",
+    "tokenizer": "pretokenized",
+    "tokens": 8192,
+    "target_flops": None,  # with "tokens" the horizon is switched instead: see _changed
+    "batch_tokens": 1024,
+    "micro_batch_tokens": 256,
+    "optimizer": "muon",
+    "lr": 0.02,
+    "schedule": "wsd",
+    "warmup_frac": 0.1,
+    "final_lr_frac": 0.0,
+    "decay_frac": 0.5,
+    "weight_decay": 0.1,
+    "grad_clip": 1.0,
+    "seed": 7,
+    "data_seed": 3,
+    "eval_tokens": 1024,
+    "eval_every_steps": 3,
+    "checkpoint_dir": "/tmp/somewhere",
+    "checkpoint_every_steps": 5,
+    "num_threads": 2,
+    "device": "auto",
+    "precision": "bf16",
+    "compile": True,
+    "diverge_loss": 10.0,
+    "cache_dir": "/tmp/cache",
+}
+
+
+def _base_cell() -> Cell:
+    return preset_spec("smoke").cells()[0]
+
+
+def _changed(run: RunConfig, name: str) -> RunConfig:
+    if name == "target_flops":
+        return dataclasses.replace(run, tokens=None, target_flops=1e12)
+    return dataclasses.replace(run, **{name: CHANGED[name]})
+
+
+def test_every_field_is_classified():
+    """The table above covers every RunConfig field, so a new field cannot escape the key test."""
+    assert set(CHANGED) == {f.name for f in dataclasses.fields(RunConfig)}
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(RunConfig)])
+def test_run_defining_fields_change_both_keys_and_others_neither(name):
+    """Changing a run-defining field changes the run id and the checkpoint key; any other field changes neither."""
+    cell = _base_cell()
+    other = dataclasses.replace(cell, run=_changed(cell.run, name))
+    id_changed = other.run_id != cell.run_id
+    key_changed = checkpoint_key(other.run, 4096, "h") != checkpoint_key(cell.run, 4096, "h")
+    defining = name in run_defining_fields()
+    assert id_changed == defining, f"{name}: run id changed={id_changed}, defines the run={defining}"
+    assert key_changed == defining, (
+        f"{name}: checkpoint key changed={key_changed}, defines the run={defining}"
+    )
+
+
+def test_decay_and_eval_tokens_define_the_run():
+    """The two fields the old hand-written key lists disagreed on."""
+    assert {"decay_frac", "eval_tokens", "model", "lr", "seed"} <= set(run_defining_fields())
+    assert not {"num_threads", "device", "checkpoint_dir", "eval_every_steps"} & set(run_defining_fields())
+
+
+def test_spec_training_section_overrides_the_run_config():
+    """Every key of the training section reaches the cell's RunConfig (decay_frac with schedule wsd included);
+    the defaults are RunConfig's own."""
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["training"].update(schedule="wsd", decay_frac=0.4, eval_tokens=4096)
+    run = parse_spec(d).cells()[0].run
+    assert (run.schedule, run.decay_frac, run.eval_tokens) == ("wsd", 0.4, 4096)
+    assert parse_spec(d).cells()[0].run_id != _base_cell().run_id
+    defaults = RunConfig(model=run.model, tokens=2048)
+    plain = parse_spec({**copy.deepcopy(PRESETS["smoke"]), "training": {}}).training
+    for k, v in plain.model_dump().items():
+        assert v == getattr(defaults, k), k
+
+
+def test_spec_training_errors_name_the_key():
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["training"]["decay_frac"] = 0
+    with pytest.raises(ValueError, match="training.decay_frac"):
+        parse_spec(d)
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["training"]["batch_tokens"] = 100
+    with pytest.raises(ValueError, match="training: .*batch_tokens must be a positive multiple"):
+        parse_spec(d)
+
+
+def test_resuming_with_other_eval_tokens_is_refused(trainer_corpus_dir, trainer_cache_dir, tmp_path):
+    """A checkpoint of a run with another held-out set size is not resumed as if it were the same run."""
+    base = dict(
+        model=preset_config("cpu", r=2, d_model=32, seq_len=32),
+        corpus=str(trainer_corpus_dir),
+        cache_dir=str(trainer_cache_dir),
+        batch_tokens=128,
+        tokens=2 * 128,
+        eval_tokens=256,
+        checkpoint_dir=str(tmp_path / "ck"),
+        checkpoint_every_steps=1,
+    )
+    train_run(RunConfig(**base))
+    with pytest.raises(CheckpointError, match="eval_tokens"):
+        train_run(RunConfig(**{**base, "eval_tokens": 512}))
