@@ -167,6 +167,20 @@ def main() -> None:
         recs = load(g)
         print(f"\n## {g}\n")
         print(table_final(recs) if recs else "(not run)")
+    w32 = load("width32")
+    print("\n## width32\n")
+    if w32:
+        print(table_final(w32))
+        for tag in ("muonh", "adamw_cos"):
+            print(f"\n### worth, {tag}\n")
+            print(table_worth(place([x for x in w32 if x["name"].startswith(tag + "_")])))
+    seeds = load("seeds") + [x for x in opt if x["name"] in ("muonh_r1_L3", "muonh_r2")]
+    print("\n## seeds (d=16, D=1M, MuonH, data order fixed)\n")
+    for key in ("muonh_r1_L3", "muonh_r2"):
+        v = np.array([x["final_val_loss"] for x in seeds if x["name"] == key or x["name"].startswith(key + "_seed")])
+        if v.size >= 2:
+            print(f"- {key}: {v.size} seeds, losses {', '.join(f'{x:.4f}' for x in v)}; mean {v.mean():.4f}, "
+                  f"SD {v.std(ddof=1):.4f} nats ({100 * v.std(ddof=1) / v.mean():.2f} %)")
 
 
 if __name__ == "__main__":
