@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -533,9 +534,38 @@ def load_spec(path: str | Path) -> SweepSpec:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"sweep spec not found: {p}")
-    with p.open() as f:
-        data = yaml.safe_load(f)
+    with p.open(encoding="utf-8") as f:
+        data = yaml.load(f, Loader=spec_loader())
     return parse_spec(data)
+
+
+_FLOAT_RE = re.compile(
+    r"""^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+
+    |[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+"""YAML float: a dot or an exponent (the exponent's sign optional, unlike YAML 1.1), or .inf / .nan."""
+
+
+def spec_loader() -> type:
+    """The YAML loader of every spec: ``yaml.SafeLoader`` that also reads scientific notation without a dot or
+    an exponent sign (``1e-2``, ``2e6``, ``4.64e17``) as a number, as YAML 1.2 and Python do (PyYAML follows
+    YAML 1.1 and would return the string ``'1e-2'``). Integers stay integers; an integral float such as ``2e3``
+    is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``)."""
+    import yaml
+
+    class SpecLoader(yaml.SafeLoader):
+        pass
+
+    SpecLoader.yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    SpecLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+    # int resolution keeps priority: ints were registered first and stay first in each list
+    return SpecLoader
 
 
 def spec_to_yaml(spec: SweepSpec) -> str:
