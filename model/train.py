@@ -308,7 +308,7 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
 
     path = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "peak_flops.json"
     try:
-        stored = json.loads(path.read_text())
+        stored = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         stored = {}
     if key in stored:
@@ -334,7 +334,7 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
         path.parent.mkdir(parents=True, exist_ok=True)
         stored[key] = best
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(stored))
+        tmp.write_text(json.dumps(stored), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         pass
@@ -726,7 +726,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             final_val = _evaluate(fwd_model, ev, mb_windows, autocast)
             times["eval"] += time.perf_counter() - te
             best_val = final_val if best_val is None or final_val < best_val else best_val
-            if steps_total > start_step or not curve or curve[-1]["step"] != steps_total:
+            # the loop may already have logged the last step (val_loss None): one row per step, with the value
+            if not curve or curve[-1]["step"] != steps_total:
                 curve.append(
                     {
                         "step": steps_total,

@@ -246,20 +246,34 @@ def run_record(
 
 
 def curve_rows(rid: str, curve: list[dict] | None) -> list[dict]:
-    """``curves.parquet`` rows of one run from ``RunResult.curve`` (dicts with step/tokens/train_loss/val_loss/lr)."""
-    out = []
-    for pt in curve or []:
-        out.append(
-            {
-                "run_id": rid,
-                "step": int(pt["step"]),
-                "tokens": None if pt.get("tokens") is None else int(pt["tokens"]),
-                "train_loss": _num(pt.get("train_loss")),
-                "val_loss": _num(pt.get("val_loss")),
-                "lr": _num(pt.get("lr")),
-            }
-        )
-    return out
+    """``curves.parquet`` rows of one run from ``RunResult.curve`` (dicts with step/tokens/train_loss/val_loss/lr):
+    exactly one row per step, in step order. A step listed twice (e.g. logged, then evaluated; or replayed after
+    a resume) becomes one row: later values win, a null never replaces a value."""
+    rows = [
+        {
+            "run_id": rid,
+            "step": int(pt["step"]),
+            "tokens": None if pt.get("tokens") is None else int(pt["tokens"]),
+            "train_loss": _num(pt.get("train_loss")),
+            "val_loss": _num(pt.get("val_loss")),
+            "lr": _num(pt.get("lr")),
+        }
+        for pt in curve or []
+    ]
+    return one_row_per_step(rows)
+
+
+def one_row_per_step(rows: list[dict]) -> list[dict]:
+    """Curve rows merged to one per (run_id, step), sorted by (run_id, step): later rows win, but a null never
+    replaces a value (a step logged without validation and then evaluated keeps its val_loss)."""
+    by_key: dict[tuple[str, int], dict] = {}
+    for row in rows:
+        key = (row["run_id"], int(row["step"]))
+        prev = by_key.get(key)
+        if prev is not None:
+            row = {k: prev.get(k) if v is None else v for k, v in row.items()}
+        by_key[key] = row
+    return [by_key[k] for k in sorted(by_key)]
 
 
 class ResultsStore:
@@ -346,7 +360,7 @@ class ResultsStore:
         keep_ids = set(best)
         old_rows = [r for r in old.to_pylist() if r["run_id"] not in part_ids and r["run_id"] in keep_ids]
         new_rows = [r for r in parts.to_pylist() if r["run_id"] in keep_ids]
-        crow = sorted(old_rows + new_rows, key=lambda x: (x["run_id"], x["step"]))
+        crow = one_row_per_step(old_rows + new_rows)
         write_table_atomic(to_table(crow, CURVES_SCHEMA), self.curves_path)
         return self.runs_path
 
