@@ -26,6 +26,7 @@ __all__ = [
     "resolve_uri",
     "join",
     "write_bytes_atomic",
+    "write_text_atomic",
     "read_bytes",
     "exists",
     "listdir",
@@ -195,6 +196,12 @@ def write_bytes_atomic(uri: str, data: bytes, filesystem: pafs.FileSystem | None
     size = fs.get_file_info(path).size
     if size != len(data):
         raise OSError(f"write to {uri!r} incomplete: {size} of {len(data)} bytes visible after upload")
+
+
+def write_text_atomic(uri: str, text: str, filesystem: pafs.FileSystem | None = None) -> None:
+    """Write ``text`` as UTF-8, whatever the locale's codec, with :func:`write_bytes_atomic` (readers see the old
+    file or the complete new one; a failed write leaves no temporary file behind)."""
+    write_bytes_atomic(uri, text.encode("utf-8"), filesystem)
 
 
 def remove(uri: str, filesystem: pafs.FileSystem | None = None) -> None:

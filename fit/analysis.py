@@ -188,7 +188,7 @@ def analyze(
             else None
         )
         files = write_fit_outputs(vdir, joint, boot, plots=plots)
-        v["joint"] = json.loads((vdir / "fit.json").read_text())
+        v["joint"] = json.loads((vdir / "fit.json").read_text(encoding="utf-8"))
         v["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
         v["restricted"] = {}
         for phi in (0.0, 1.0):
@@ -228,7 +228,7 @@ def analyze(
             pq.write_table(
                 pa.Table.from_pandas(pd.concat(rows, ignore_index=True), preserve_index=False), out / name
             )
-    tmp = out / "analysis.json.tmp"
-    tmp.write_text(json.dumps(json_safe(result), indent=2))
-    tmp.replace(out / "analysis.json")
+    from loopscale.cluster.storage import write_text_atomic
+
+    write_text_atomic(str(out / "analysis.json"), json.dumps(json_safe(result), indent=2))
     return result

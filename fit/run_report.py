@@ -114,8 +114,8 @@ def build_report(run_dir: str | Path) -> Path:
         raise FileNotFoundError(
             f"{ana_path} not found: run the fit stage (`loopscale run ... --resume`) first"
         )
-    ana = json.loads(ana_path.read_text())
-    meta = json.loads((d / "run_meta.json").read_text()) if (d / "run_meta.json").exists() else {}
+    ana = json.loads(ana_path.read_text(encoding="utf-8"))
+    meta = json.loads((d / "run_meta.json").read_text(encoding="utf-8")) if (d / "run_meta.json").exists() else {}
     lr = _read_parquet(d / "lr_table.parquet")
     frontier = _read_parquet(d / "fit" / "frontier.parquet")
     iso = _read_parquet(d / "fit" / "isoflop.parquet")
@@ -323,10 +323,10 @@ def build_report(run_dir: str | Path) -> Path:
                     f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} |"
                 )
             L.append("")
+    from loopscale.cluster.storage import write_text_atomic
+
     out = d / "report.md"
-    tmp = d / "report.md.tmp"
-    tmp.write_text("\n".join(L) + "\n")
-    tmp.replace(out)
+    write_text_atomic(str(out), "\n".join(L) + "\n")
     return out
 
 

@@ -279,7 +279,7 @@ def _resolve_embedded(cache_dir: str | Path | None) -> CorpusSource:
     if cache_dir is not None:
         memo = Path(cache_dir).expanduser() / "embedded" / f"{_embedded_fingerprint()[:32]}.json"
         try:
-            man = json.loads(memo.read_text())
+            man = json.loads(memo.read_text(encoding="utf-8"))
             return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=None)
         except (OSError, ValueError, KeyError):
             pass
@@ -289,7 +289,7 @@ def _resolve_embedded(cache_dir: str | Path | None) -> CorpusSource:
         try:
             memo.parent.mkdir(parents=True, exist_ok=True)
             tmp = memo.with_name(f".{memo.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(man))
+            tmp.write_text(json.dumps(man), encoding="utf-8")
             os.replace(tmp, memo)
         except OSError:
             pass
@@ -581,9 +581,9 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
             sep_id=SEP_ID,
             build_version=BUILD_VERSION,
         )
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         if src.manifest is not None:
-            (tmp / "manifest.json").write_text(json.dumps(src.manifest, indent=1))
+            (tmp / "manifest.json").write_text(json.dumps(src.manifest, indent=1), encoding="utf-8")
         try:
             os.rename(tmp, final)
         except OSError:
@@ -655,7 +655,7 @@ def load_tokens(
     if not (final / "meta.json").exists():
         _tokenize_into(src, tok_kind, vocab, final)
         built = True
-    meta = json.loads((final / "meta.json").read_text())
+    meta = json.loads((final / "meta.json").read_text(encoding="utf-8"))
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(final / "train.bin", dtype=dtype, mode="r")
     val = np.memmap(final / "val.bin", dtype=dtype, mode="r")

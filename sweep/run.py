@@ -134,6 +134,7 @@ def run_pipeline(
         loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.tune_lr.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
+    from loopscale.cluster.storage import write_text_atomic
     from loopscale.fit.analysis import analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep.commands import run_sweep
@@ -154,14 +155,14 @@ def run_pipeline(
     spec_file = out / "spec.yaml"
     # where Tune state lives (--storage) may change between reruns; what is trained may not
     text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
-    if spec_file.exists() and spec_file.read_text() != text:
+    if spec_file.exists() and spec_file.read_text(encoding="utf-8") != text:
         raise ValueError(
             f"{out} holds a run of a different spec ({spec_file}); use another --out directory "
             "(nothing there was changed)"
         )
-    spec_file.write_text(text)
+    write_text_atomic(str(spec_file), text)
     meta_path = out / "run_meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
     meta["spec_name"] = spec_name or spec.name
     meta.setdefault("command", command)  # the command that started this run directory
     meta["last_command"] = command
@@ -169,9 +170,7 @@ def run_pipeline(
     meta["skipped"] = []
 
     def save_meta() -> None:
-        tmp = meta_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2))
-        tmp.replace(meta_path)
+        write_text_atomic(str(meta_path), json.dumps(meta, indent=2))
 
     need_ray = (spec.lr == "tune" and not (out / "lr_table.parquet").exists()) or not _grid_done(spec, out)
     fit_settings = {"B": bootstrap, "starts": starts, "seed": seed}
@@ -305,7 +304,7 @@ def run_cmd(
     except (SpecError, ValueError, FileNotFoundError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=2) from None
-    ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text())
+    ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
     if not as_json:
         for vname, v in ana.get("variants", {}).items():
             j = v.get("joint") or {}

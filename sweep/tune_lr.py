@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import uuid
 from pathlib import Path
@@ -107,16 +106,14 @@ def _persistent_asha_cls():
             if self._state is None:
                 p = Path(self._state_path)
                 self._state = (
-                    json.loads(p.read_text()) if p.exists() else {"rungs": {}, "decisions": {}, "history": {}}
+                    json.loads(p.read_text(encoding="utf-8")) if p.exists() else {"rungs": {}, "decisions": {}, "history": {}}
                 )
             return self._state
 
         def _save(self) -> None:
-            p = Path(self._state_path)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}")
-            tmp.write_text(json.dumps(self._state, sort_keys=True))
-            os.replace(tmp, p)
+            from loopscale.cluster.storage import write_text_atomic
+
+            write_text_atomic(str(Path(self._state_path)), json.dumps(self._state, sort_keys=True))
 
         def on_trial_add(self, tune_controller, trial):
             super().on_trial_add(tune_controller, trial)
@@ -324,7 +321,7 @@ def _mirror_cls():
 
         def _history(self) -> dict:
             p = Path(self.history_path)
-            return json.loads(p.read_text()).get("history", {}) if p.exists() else {}
+            return json.loads(p.read_text(encoding="utf-8")).get("history", {}) if p.exists() else {}
 
         def _record(self, trial, failed: bool) -> None:
             import optuna
@@ -659,6 +656,7 @@ def run_tune_lr(
     import optuna
 
     from loopscale.cluster.connect import ray_session
+    from loopscale.cluster.storage import write_text_atomic
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import to_table, write_table_atomic
 
@@ -683,11 +681,9 @@ def run_tune_lr(
                     k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_usage")
                 }
                 done_dir.mkdir(exist_ok=True)
-                tmp = done_dir / f".size{s}_r{r}.json.tmp"
-                tmp.write_text(json.dumps(info))
-                os.replace(tmp, done_dir / f"size{s}_r{r}.json")
+                write_text_atomic(str(done_dir / f"size{s}_r{r}.json"), json.dumps(info))
     for s, r in todo:
-        info = json.loads((done_dir / f"size{s}_r{r}.json").read_text())
+        info = json.loads((done_dir / f"size{s}_r{r}.json").read_text(encoding="utf-8"))
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
