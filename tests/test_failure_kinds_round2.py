@@ -1,0 +1,177 @@
+"""Failure kinds, round 2: bad input caught before Ray, total failure never exits 0, torn files never block
+recovery. One test per kind, named after it (the README's reliability table lists them with their sources)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loopscale.model.config import preset_config
+from loopscale.model.train import RunConfig, train_run
+from loopscale.sweep.spec import load_spec
+from loopscale.sweep.store import (
+    CURVES_SCHEMA,
+    ResultsStore,
+    curve_rows,
+    run_record,
+    to_table,
+    write_table_atomic,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "name": "tiny",
+    "model": {"preset": "cpu", "seq_len": 32},
+    "r": [1, 2],
+    "sizes": [16],
+    "tokens": [2048],
+    "training": {"batch_tokens": 256, "eval_tokens": 1024, "checkpoint_every_steps": 4},
+    "lr": {"fixed": 0.01},
+    "resources": {"cpus": 1},
+    "max_failures": 2,
+}
+
+
+def _write_spec(path: Path, text_or_dict) -> Path:
+    text = text_or_dict if isinstance(text_or_dict, str) else yaml.safe_dump(text_or_dict, sort_keys=False)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _cli(*args: str, env: dict | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """``loopscale ARGS`` in a subprocess (Ray's session files under /tmp/lsray_t)."""
+    e = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t", **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "loopscale.sweep.cli", *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+# --- kind 4: numbers in YAML scientific notation ---------------------------------------------------------------
+
+
+def test_yaml_scientific_notation_is_a_number_everywhere(tmp_path):
+    """PyYAML (YAML 1.1) reads ``1e-2`` as a string; the spec loader reads every numeric key written in the
+    notation people use as a number — floats (1e-2, 4.64e17) and integers written as 2e3 — one rule for the
+    whole spec."""
+    text = (
+        "name: tiny\nmodel: {preset: cpu, seq_len: 3.2e1}\nr: [1, 2]\nsizes: [1.6e1]\ntokens: [2e3, 4.096e3]\n"
+        "training: {batch_tokens: 2.56e2, eval_tokens: 1e3, checkpoint_every_steps: 4, weight_decay: 1e-1}\n"
+        "lr: {fixed: 1e-2}\n"
+        "tune: {lr_min: 1e-4, lr_max: 1E-1, tokens: 2e4, lr_values: [1e-3, 2e-3]}\nresources: {cpus: 1}\n"
+    )
+    spec = load_spec(_write_spec(tmp_path / "s.yaml", text))
+    assert spec.lr == {"fixed": 0.01}
+    assert spec.model.seq_len == 32 and spec.sizes == [16] and spec.tokens == [2000, 4096]
+    assert spec.training.batch_tokens == 256 and spec.training.eval_tokens == 1000
+    assert spec.training.weight_decay == pytest.approx(0.1)
+    assert spec.tune.lr_min == pytest.approx(1e-4) and spec.tune.lr_max == pytest.approx(0.1)
+    assert spec.tune.tokens == 20000 and spec.tune.lr_values == [1e-3, 2e-3]
+    cell = spec.cells()[0]
+    assert (
+        cell.lr == 0.01 and cell.run_kwargs["tokens"] == 2000 and isinstance(cell.run_kwargs["tokens"], int)
+    )
+    # iso-FLOP budgets and LR tables in the same notation
+    budgets = "name: b\nmodel: {preset: cpu, seq_len: 32}\nr: [1, 2]\nbudgets: {4.64e17: [16], 2e12: [16]}\n"
+    spec = load_spec(_write_spec(tmp_path / "b.yaml", budgets + "lr: {table: {16: 3e-3}}\n"))
+    assert sorted(spec.budgets) == [2e12, 4.64e17]
+    assert {c.lr for c in spec.cells()} == {0.003}
+    # strings that are not numbers stay strings; plain integers stay integers
+    spec = load_spec(_write_spec(tmp_path / "n.yaml", dict(TINY, name="1e")))
+    assert spec.name == "1e" and spec.max_failures == 2 and isinstance(spec.max_failures, int)
+    # a fractional value where an integer is meant is still refused, naming the key
+    with pytest.raises(ValueError, match="tokens"):
+        load_spec(_write_spec(tmp_path / "f.yaml", text.replace("2e3, 4.096e3", "2.5e0")))
+
+
+def test_yaml_scientific_notation_from_the_cli(tmp_path):
+    """The issue's input: ``lr: {fixed: 1e-2}`` is accepted by ``run --dry-run``."""
+    spec = _write_spec(tmp_path / "tiny.yaml", yaml.safe_dump(TINY).replace("0.01", "1e-2"))
+    assert "1e-2" in spec.read_text()
+    p = _cli("run", str(spec), "--dry-run", "--json")
+    assert p.returncode == 0, p.stderr
+    assert '"runs": 2' in p.stdout
+
+
+# --- kind 8: every run's last step appears twice in curves.parquet ---------------------------------------------
+
+
+def _curve_run(corpus: str, cache: str, **kw) -> dict:
+    cfg = RunConfig(
+        model=preset_config("cpu", r=2, d_model=16, seq_len=32),
+        corpus=corpus,
+        cache_dir=cache,
+        batch_tokens=256,
+        tokens=8 * 256,
+        eval_tokens=256,
+        lr=1e-2,
+        **kw,
+    )
+    return train_run(cfg).to_dict()
+
+
+def test_last_step_appears_once_in_the_curve(trainer_corpus_dir, trainer_cache_dir, tmp_path):
+    """The trainer logs every step of a short run and then evaluates the last one: the curve holds one point per
+    step, the last with its validation loss; the same after a resume from a mid-run checkpoint and from the final
+    one; the store never writes two rows for one (run_id, step)."""
+    c, k = str(trainer_corpus_dir), str(trainer_cache_dir)
+    res = _curve_run(c, k)
+    steps = [pt["step"] for pt in res["curve"]]
+    assert steps == list(range(1, 9))
+    assert res["curve"][-1]["val_loss"] == pytest.approx(res["final_val_loss"])
+    # interrupted at step 4 (checkpoint), then resumed; then resumed again from the final checkpoint
+    ck = tmp_path / "ck"
+    first = _curve_run(c, k, checkpoint_dir=str(ck), checkpoint_every_steps=4)
+    again = _curve_run(c, k, checkpoint_dir=str(ck), checkpoint_every_steps=4)
+    assert again["resumed_from_step"] == 8
+    for r in (first, again):
+        assert [pt["step"] for pt in r["curve"]] == list(range(1, 9))
+        assert r["curve"][-1]["val_loss"] == pytest.approx(res["final_val_loss"])
+    (ck / "ckpt-00000008.pt").unlink()
+    resumed = _curve_run(c, k, checkpoint_dir=str(ck), checkpoint_every_steps=4)
+    assert resumed["resumed_from_step"] == 4
+    assert [pt["step"] for pt in resumed["curve"]] == list(range(1, 9))
+    # the store: a curve listing a step twice (as older results do) becomes one row with the value
+    dup = res["curve"] + [{**res["curve"][-1], "val_loss": None}]
+    rows = curve_rows("abc", dup)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert rows[-1]["val_loss"] == pytest.approx(res["final_val_loss"])
+    # a consolidated curves.parquet written before the fix (last step twice) is repaired on consolidation
+    cell = load_spec(_write_spec(tmp_path / "tiny.yaml", TINY)).cells()[0]
+    store = ResultsStore(tmp_path / "out")
+    store.write_run(run_record(cell, res), [])
+    old = [dict(r, run_id=cell.run_id) for r in rows] + [dict(rows[-1], run_id=cell.run_id, val_loss=None)]
+    write_table_atomic(to_table(old, CURVES_SCHEMA), store.curves_path)
+    store.consolidate()
+    got = store.curves().to_pylist()
+    assert [r["step"] for r in got] == list(range(1, 9))
+    assert got[-1]["val_loss"] == pytest.approx(res["final_val_loss"])
+
+
+# --- kind 12: the report depends on the locale's codec ---------------------------------------------------------
+
+
+def test_report_does_not_depend_on_the_locale_codec(tmp_path):
+    """``loopscale report DIR`` under a non-UTF-8 locale (``LC_ALL=C``, UTF-8 mode off) writes report.md as
+    UTF-8 (it holds "–" and "φ"); a failed write leaves no temporary file behind."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(ROOT / "docs" / "example_cpu", run_dir)
+    (run_dir / "report.md").unlink()
+    p = _cli(
+        "report", str(run_dir), env={"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = (run_dir / "report.md").read_bytes().decode("utf-8")
+    assert "φ" in text and "–" in text
+    assert not [f.name for f in run_dir.rglob("*") if ".tmp" in f.name]
