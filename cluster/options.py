@@ -128,7 +128,9 @@ STORAGE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 
 
 def validate_storage(storage: str | None) -> str | None:
-    """Check a ``--storage`` value before anything starts, without touching the network; returns it unchanged.
+    """Check a ``--storage`` value before anything starts, without touching the network; returns it with a relative
+    local path made absolute against the current working directory (:func:`loopscale.cluster.storage.absolute_uri`),
+    anything else unchanged.
 
     Only the form is checked (a local path, or a scheme in ``STORAGE_SCHEMES``, and no inline
     credentials); reachability is left to the first use (``s3://`` without ``?region=`` would otherwise
@@ -154,4 +156,6 @@ def validate_storage(storage: str | None) -> str | None:
                 f"storage for scheme {scheme!r} carries inline credentials (user:secret@); never put keys in URIs: "
                 "use the environment (instance role, AWS_*/GOOGLE_* variables)"
             )
-    return storage
+    from loopscale.cluster.storage import absolute_uri
+
+    return absolute_uri(storage)

@@ -8,7 +8,6 @@ Inputs (all optional except ``runs.parquet`` and ``fit/analysis.json``): ``runs.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,16 @@ def _ci(ci: dict, key: str) -> str:
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     if not path.exists():
         return None
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pandas()
+    from loopscale.cluster.storage import move_aside
+
+    try:
+        return pq.read_table(path).to_pandas()
+    except (pa.ArrowException, OSError, ValueError) as e:  # torn by a crash: moved aside, read as missing
+        move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
 
 
 def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path | None:
@@ -109,13 +115,15 @@ def build_report(run_dir: str | Path) -> Path:
         raise FileNotFoundError(
             f"{d / 'runs.parquet'} not found: run `loopscale sweep` or `loopscale run` first"
         )
+    from loopscale.cluster.storage import read_json_or_aside
+
     ana_path = d / "fit" / "analysis.json"
-    if not ana_path.exists():
+    ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing
+    if ana is None:
         raise FileNotFoundError(
             f"{ana_path} not found: run the fit stage (`loopscale run ... --resume`) first"
         )
-    ana = json.loads(ana_path.read_text(encoding="utf-8"))
-    meta = json.loads((d / "run_meta.json").read_text(encoding="utf-8")) if (d / "run_meta.json").exists() else {}
+    meta = read_json_or_aside(str(d / "run_meta.json")) or {}
     lr = _read_parquet(d / "lr_table.parquet")
     frontier = _read_parquet(d / "fit" / "frontier.parquet")
     iso = _read_parquet(d / "fit" / "isoflop.parquet")

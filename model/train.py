@@ -56,6 +56,10 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: not loadable with ``weights_only=True``, or from a different run."""
 
 
+class TornCheckpointError(CheckpointError):
+    """A checkpoint file that cannot be read at all (0 bytes, truncated by a crash, not a torch archive)."""
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -417,7 +421,7 @@ def load_checkpoint(path: str | Path) -> dict:
             "(or the checkpoint_dir) to start the run afresh."
         ) from None
     except (RuntimeError, EOFError, OSError) as e:
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {e}") from None
+        raise TornCheckpointError(f"checkpoint {str(path)!r} cannot be read: {e or type(e).__name__}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{str(path)!r} is not a {CHECKPOINT_FORMAT} checkpoint")
     return state
@@ -432,6 +436,20 @@ def latest_checkpoint(checkpoint_dir: str | Path | None) -> Path | None:
         return None
     found = [(int(m.group(1)), p) for p in Path(checkpoint_dir).iterdir() if (m := _CKPT_RE.match(p.name))]
     return max(found)[1] if found else None
+
+
+def _newest_readable_checkpoint(checkpoint_dir: str | Path | None) -> tuple[Path | None, dict | None]:
+    """(path, state) of the newest checkpoint that can be read; (None, None) when there is none. A torn one
+    (:class:`TornCheckpointError`) is renamed to ``<name>.unreadable`` with a warning and the next older one is
+    tried, so a crash mid-write costs the steps since the previous checkpoint, never the run. A checkpoint
+    refused by safe loading still raises :class:`CheckpointError`."""
+    while (path := latest_checkpoint(checkpoint_dir)) is not None:
+        try:
+            return path, load_checkpoint(path)
+        except TornCheckpointError as e:
+            os.replace(path, path.with_name(path.name + ".unreadable"))
+            warnings.warn(f"{e}; moved aside to {path.name}.unreadable, resuming from an older one", stacklevel=2)
+    return None, None
 
 
 _RUN_KEY_FIELDS = (
@@ -604,9 +622,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         ev = torch.from_numpy(ev_np).to(device)
         start_step, micro_ids, digest, curve = 0, [], hashlib.sha256(b"loopscale-data").hexdigest(), []
         best_val, resumed_from = None, None
-        ckpt_path = latest_checkpoint(cfg.checkpoint_dir)
+        ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)
         if ckpt_path is not None:
-            st = load_checkpoint(ckpt_path)
             if st["run_key"] != run_key:
                 diff = sorted(k for k in run_key if st["run_key"].get(k) != run_key[k])
                 raise CheckpointError(
@@ -839,6 +856,7 @@ def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_
 
 __all__ = [
     "CheckpointError",
+    "TornCheckpointError",
     "RunConfig",
     "RunResult",
     "accumulate_gradients",

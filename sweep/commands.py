@@ -81,6 +81,7 @@ def run_sweep(
             (all before Ray starts).
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
     """
+    from loopscale.cluster.storage import absolute_uri
     from loopscale.sweep.grid import RunWorkspace, errored_run_ids, plan_grid, unfinished_trials, uri_join
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
@@ -94,7 +95,7 @@ def run_sweep(
         lr_table = read_lr_table(out / "lr_table.parquet")
     if cells is None:
         cells = spec.cells(lr_table=lr_table)
-    storage_path = spec.storage_path or str(out / "tune")
+    storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     store = ResultsStore(out)
     out.mkdir(parents=True, exist_ok=True)
     ids = {c.run_id for c in cells}

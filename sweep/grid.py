@@ -61,13 +61,11 @@ def uri_join(uri: str, *parts: str) -> str:
 
 
 def read_json_uri(uri: str) -> dict | None:
-    """JSON at ``uri`` or None when there is no such file."""
+    """JSON at ``uri`` or None when there is no such file (or an unreadable one, which is moved aside with a
+    warning: a torn ``result.json`` makes its run count as unfinished, never blocks the sweep)."""
     from loopscale.cluster import storage
 
-    try:
-        return json.loads(storage.read_bytes(uri).decode())
-    except FileNotFoundError:
-        return None
+    return storage.read_json_or_aside(uri)
 
 
 def write_json_uri(uri: str, obj: Any) -> None:

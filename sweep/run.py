@@ -99,16 +99,14 @@ def plan(spec) -> dict:
 
 def _grid_done(spec, out: Path) -> bool:
     """True when every cell of the spec already has a row in runs.parquet (so no Ray is needed)."""
-    import pyarrow.parquet as pq
+    from loopscale.sweep.store import ResultsStore
+    from loopscale.sweep.tune_lr import lr_table_present, read_lr_table
 
-    from loopscale.sweep.tune_lr import read_lr_table
-
-    runs = out / "runs.parquet"
-    if not runs.exists():
+    have = set(ResultsStore(out).runs().column("run_id").to_pylist())  # a torn runs.parquet reads as absent
+    if not have or (spec.lr == "tune" and not lr_table_present(out / "lr_table.parquet")):
         return False
     lr_table = read_lr_table(out / "lr_table.parquet") if spec.lr == "tune" else None
     want = {c.run_id for c in spec.cells(lr_table=lr_table)}
-    have = set(pq.read_table(runs, columns=["run_id"]).column("run_id").to_pylist())
     return want <= have
 
 
@@ -134,12 +132,12 @@ def run_pipeline(
         loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.tune_lr.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
-    from loopscale.cluster.storage import write_text_atomic
+    from loopscale.cluster.storage import move_aside, read_json_or_aside, write_text_atomic
     from loopscale.fit.analysis import analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.spec import spec_to_yaml
-    from loopscale.sweep.tune_lr import run_tune_lr
+    from loopscale.sweep.tune_lr import lr_table_present, run_tune_lr
 
     cluster = cluster or ClusterOptions()
     cluster.validate()
@@ -155,6 +153,8 @@ def run_pipeline(
     spec_file = out / "spec.yaml"
     # where Tune state lives (--storage) may change between reruns; what is trained may not
     text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
+    if spec_file.exists() and not spec_file.read_text(encoding="utf-8").strip():
+        move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
     if spec_file.exists() and spec_file.read_text(encoding="utf-8") != text:
         raise ValueError(
             f"{out} holds a run of a different spec ({spec_file}); use another --out directory "
@@ -162,7 +162,7 @@ def run_pipeline(
         )
     write_text_atomic(str(spec_file), text)
     meta_path = out / "run_meta.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    meta = read_json_or_aside(str(meta_path)) or {}
     meta["spec_name"] = spec_name or spec.name
     meta.setdefault("command", command)  # the command that started this run directory
     meta["last_command"] = command
@@ -172,7 +172,7 @@ def run_pipeline(
     def save_meta() -> None:
         write_text_atomic(str(meta_path), json.dumps(meta, indent=2))
 
-    need_ray = (spec.lr == "tune" and not (out / "lr_table.parquet").exists()) or not _grid_done(spec, out)
+    need_ray = (spec.lr == "tune" and not lr_table_present(out / "lr_table.parquet")) or not _grid_done(spec, out)
     fit_settings = {"B": bootstrap, "starts": starts, "seed": seed}
 
     def stages() -> None:
@@ -181,7 +181,7 @@ def run_pipeline(
             meta["skipped"].append("tune-lr")
             log("[1/4] tune-lr: the spec fixes the LR, skipped")
         else:
-            if (out / "lr_table.parquet").exists():
+            if lr_table_present(out / "lr_table.parquet"):
                 meta["skipped"].append("tune-lr")
                 log("[1/4] tune-lr: lr_table.parquet exists, skipped")
             else:
@@ -203,7 +203,7 @@ def run_pipeline(
         # 3. fits
         digest = file_digest(out / "runs.parquet")
         ana = out / "fit" / "analysis.json"
-        if ana.exists() and meta.get("fit_input") == {"runs_sha256": digest, **fit_settings}:
+        if read_json_or_aside(str(ana)) is not None and meta.get("fit_input") == {"runs_sha256": digest, **fit_settings}:
             meta["skipped"].append("fit")
             log("[3/4] fit: runs.parquet and settings unchanged, skipped")
         else:

@@ -195,6 +195,13 @@ class SweepSpec(_Strict):
             return [{"name": x} if isinstance(x, str) else x for x in v]
         return v
 
+    @field_validator("storage_path")
+    @classmethod
+    def _storage_absolute(cls, v: str | None) -> str | None:
+        from loopscale.cluster.options import validate_storage
+
+        return validate_storage(v)
+
     @field_validator("r")
     @classmethod
     def _r_positive(cls, v: list[int]) -> list[int]:

@@ -148,18 +148,27 @@ def write_table_atomic(table: pa.Table, path: str | Path) -> Path:
 
 
 def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
-    """Read a file or a directory of parts with ``schema`` (an empty table when nothing is there)."""
-    import pyarrow.dataset as ds
+    """Read a file or a directory of parts with ``schema`` (an empty table when nothing is there).
 
+    A file that cannot be read (0 bytes or torn by a crash, not Parquet, a foreign schema) is moved aside with a
+    warning (:func:`loopscale.cluster.storage.move_aside`) and read as absent, so the runs it held count as
+    unfinished and are re-recorded or retrained instead of blocking the command."""
     p = Path(path)
     if not p.exists():
         return schema.empty_table()
-    if p.is_dir():
-        files = sorted(str(f) for f in p.glob("*.parquet"))
-        if not files:
-            return schema.empty_table()
-        return ds.dataset(files, schema=schema, format="parquet").to_table()
-    return pq.read_table(p, schema=schema)
+    files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
+    tables = [t for t in (_read_or_aside(f, schema) for f in files) if t is not None]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
+    from loopscale.cluster.storage import move_aside
+
+    try:
+        return pq.read_table(path, schema=schema)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
 
 
 def _utc(x: Any) -> datetime | None:
@@ -305,15 +314,30 @@ class ResultsStore:
     def write_run(self, record: dict, curve: list[dict] | None = None) -> None:
         """Write (or replace) the part files of one run: its ``runs`` row and its curve rows."""
         rid = record["run_id"]
-        write_table_atomic(to_table([record], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
+        # the runs part is written last: it marks the run as recorded (see _drop_orphan_parts)
         write_table_atomic(to_table(curve or [], CURVES_SCHEMA), self.curves_parts / f"{rid}.parquet")
+        write_table_atomic(to_table([record], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
 
     def completed_ids(self) -> set[str]:
         """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file."""
         ids: set[str] = set()
+        self._drop_orphan_parts()
         for t in (read_table(self.runs_parts, RUNS_SCHEMA), read_table(self.runs_path, RUNS_SCHEMA)):
             ids.update(t.column("run_id").to_pylist())
         return ids
+
+    def _drop_orphan_parts(self) -> None:
+        """A runs part whose curves part is missing or unreadable (a crash between the two writes, a torn file)
+        is moved aside: its run then counts as unfinished and is re-recorded from its stored result."""
+        from loopscale.cluster.storage import move_aside
+
+        if not self.runs_parts.is_dir():
+            return
+        for part in sorted(self.runs_parts.glob("*.parquet")):
+            cpart = self.curves_parts / part.name
+            if cpart.exists() and _read_or_aside(cpart, CURVES_SCHEMA) is not None:
+                continue
+            move_aside(str(part), f"its curves part {cpart} is missing or unreadable")
 
     def forget(self, run_ids: set[str]) -> None:
         """Drop the records of ``run_ids`` (used by ``--force``) from the parts and the consolidated files."""
@@ -330,6 +354,7 @@ class ResultsStore:
         """Rebuild ``runs.parquet`` and ``curves.parquet`` from the parts and the existing files: one row per
         run id (the newest ``finished_at`` wins), sorted by (variant, budget, size, r, seed). Returns the
         path of ``runs.parquet``."""
+        self._drop_orphan_parts()
         runs = pa.concat_tables(
             [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
         )

@@ -104,10 +104,9 @@ def _persistent_asha_cls():
 
         def _load(self) -> dict:
             if self._state is None:
-                p = Path(self._state_path)
-                self._state = (
-                    json.loads(p.read_text(encoding="utf-8")) if p.exists() else {"rungs": {}, "decisions": {}, "history": {}}
-                )
+                from loopscale.cluster.storage import read_json_or_aside
+
+                self._state = read_json_or_aside(self._state_path) or {"rungs": {}, "decisions": {}, "history": {}}
             return self._state
 
         def _save(self) -> None:
@@ -320,8 +319,9 @@ def _mirror_cls():
             self.history_path = history_path
 
         def _history(self) -> dict:
-            p = Path(self.history_path)
-            return json.loads(p.read_text(encoding="utf-8")).get("history", {}) if p.exists() else {}
+            from loopscale.cluster.storage import read_json_or_aside
+
+            return (read_json_or_aside(self.history_path) or {}).get("history", {})
 
         def _record(self, trial, failed: bool) -> None:
             import optuna
@@ -656,7 +656,7 @@ def run_tune_lr(
     import optuna
 
     from loopscale.cluster.connect import ray_session
-    from loopscale.cluster.storage import write_text_atomic
+    from loopscale.cluster.storage import absolute_uri, read_json_or_aside, write_text_atomic
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import to_table, write_table_atomic
 
@@ -666,12 +666,13 @@ def run_tune_lr(
     out = Path(out_dir).resolve()
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
-    storage_path = spec.storage_path or str(tune_dir / "ray")
+    storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")
     rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
     todo = [(s, r) for s in spec.all_sizes() for r in rs]
     done_dir = tune_dir / "done"
     rows = []
-    pending = [(s, r) for s, r in todo if not (done_dir / f"size{s}_r{r}.json").exists()]
+    done_info = {(s, r): read_json_or_aside(str(done_dir / f"size{s}_r{r}.json")) for s, r in todo}
+    pending = [(s, r) for s, r in todo if done_info[(s, r)] is None]
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
@@ -682,8 +683,9 @@ def run_tune_lr(
                 }
                 done_dir.mkdir(exist_ok=True)
                 write_text_atomic(str(done_dir / f"size{s}_r{r}.json"), json.dumps(info))
+                done_info[(s, r)] = info
     for s, r in todo:
-        info = json.loads((done_dir / f"size{s}_r{r}.json").read_text(encoding="utf-8"))
+        info = done_info[(s, r)]
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
@@ -716,20 +718,34 @@ def run_tune_lr(
     return table
 
 
+def _read_lr_rows(path: Path) -> list[dict]:
+    from loopscale.sweep.store import read_table
+
+    return read_table(path, _lr_table_schema()).to_pylist()
+
+
+def lr_table_present(path: str | Path) -> bool:
+    """True when a readable ``lr_table.parquet`` is at ``path``; an unreadable one (torn, 0 bytes) is moved aside
+    with a warning and counts as absent, so stage 1 rebuilds it from its finished studies."""
+    p = Path(path)
+    if p.exists():
+        _read_lr_rows(p)
+    return p.exists()
+
+
 def read_lr_table(path: str | Path) -> dict[tuple[int, int], float]:
     """{(size, r): lr} from an ``lr_table.parquet``.
 
     Raises:
-        FileNotFoundError: no table at ``path`` (run ``loopscale tune-lr`` first).
+        FileNotFoundError: no table at ``path``, or an unreadable one (moved aside; run ``loopscale tune-lr``:
+            it rebuilds the table from the finished studies without training again).
         ValueError: a row without a chosen LR (every trial of that study failed or was pruned).
     """
-    import pyarrow.parquet as pq
-
     p = Path(path)
-    if not p.exists():
+    if not lr_table_present(p):
         raise FileNotFoundError(f"no LR table at {p}: run `loopscale tune-lr SPEC --out {p.parent}` first")
     out: dict[tuple[int, int], float] = {}
-    for row in pq.read_table(p).to_pylist():
+    for row in _read_lr_rows(p):
         if row["lr"] is None:
             raise ValueError(
                 f"lr_table: no LR chosen for size {row['size']}, r {row['r']} (no complete trial)"
