@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -140,7 +141,8 @@ def test_last_step_appears_once_in_the_curve(trainer_corpus_dir, trainer_cache_d
         assert r["curve"][-1]["val_loss"] == pytest.approx(res["final_val_loss"])
     (ck / "ckpt-00000008.pt").unlink()
     resumed = _curve_run(c, k, checkpoint_dir=str(ck), checkpoint_every_steps=4)
-    assert resumed["resumed_from_step"] == 4
+    assert resumed["resumed_from_step"] == 6
+    assert (ck / "ckpt-00000008.pt.unreadable").exists()
     assert [pt["step"] for pt in resumed["curve"]] == list(range(1, 9))
     # the store: a curve listing a step twice (as older results do) becomes one row with the value
     dup = res["curve"] + [{**res["curve"][-1], "val_loss": None}]
@@ -175,3 +177,123 @@ def test_report_does_not_depend_on_the_locale_codec(tmp_path):
     text = (run_dir / "report.md").read_bytes().decode("utf-8")
     assert "φ" in text and "–" in text
     assert not [f.name for f in run_dir.rglob("*") if ".tmp" in f.name]
+
+
+# --- kinds 3, 7 and 8 through the CLI (one Ray-using test) -----------------------------------------------------
+
+
+def _rows(path: Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def test_relative_storage_and_torn_parts_from_the_cli(tmp_path):
+    """Kind 3: ``--storage tune_rel`` (relative) is made absolute against the command's working directory and
+    the sweep finishes there. Kind 7: after a finished sweep, a part truncated to 0 bytes (and a torn
+    consolidated table and curves part) never blocks the rerun, with or without ``--resume``: unreadable files
+    are moved aside with a warning and the runs are re-recorded, every row comes back. Kind 8 end to end: one
+    curves row per (run_id, step)."""
+    spec = _write_spec(tmp_path / "tiny.yaml", TINY)
+    out = tmp_path / "OUT"
+    p = _cli("sweep", "tiny.yaml", "--out", "OUT", "--storage", "tune_rel", "--num-cpus", "2", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert spec.exists() and any(n.name.startswith("grid_tiny_") for n in (tmp_path / "tune_rel").iterdir())
+    assert len(list((tmp_path / "tune_rel" / "checkpoints").iterdir())) == 2
+    runs = _rows(out / "runs.parquet")
+    assert len(runs) == 2 and {r["status"] for r in runs} == {"ok"}
+    curves = _rows(out / "curves.parquet")
+    keys = [(r["run_id"], r["step"]) for r in curves]
+    assert len(keys) == len(set(keys)) == 16
+    last = {r["run_id"]: r["val_loss"] for r in curves if r["step"] == 8}
+    assert last == {r["run_id"]: pytest.approx(r["final_val_loss"]) for r in runs}
+    # a crash left one runs part at 0 bytes: the rerun completes with every row
+    parts = sorted((out / "parts" / "runs").glob("*.parquet"))
+    parts[0].write_bytes(b"")
+    p = _cli("sweep", "tiny.yaml", "--out", "OUT", "--storage", "tune_rel", "--num-cpus", "2", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "moved aside" in p.stderr
+    assert sorted(r["run_id"] for r in _rows(out / "runs.parquet")) == sorted(r["run_id"] for r in runs)
+    # worse: the consolidated tables and the other run's curves part are torn too; --resume re-records both runs
+    (out / "runs.parquet").write_bytes(b"PAR1")
+    (out / "curves.parquet").write_bytes(b"")
+    (out / "parts" / "curves" / parts[1].name).write_bytes(b"")
+    p = _cli(
+        "sweep",
+        "tiny.yaml",
+        "--out",
+        "OUT",
+        "--resume",
+        "--storage",
+        "tune_rel",
+        "--num-cpus",
+        "2",
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    again = {r["run_id"]: r["final_val_loss"] for r in _rows(out / "runs.parquet")}
+    assert again == {r["run_id"]: pytest.approx(r["final_val_loss"]) for r in runs}
+    curves = _rows(out / "curves.parquet")
+    assert len({(r["run_id"], r["step"]) for r in curves}) == len(curves) == 16
+    assert list((out / "parts" / "runs").glob("*.unreadable-*"))
+
+
+def test_torn_files_never_block_recovery(trainer_corpus_dir, trainer_cache_dir, tmp_path):
+    """Kind 7 without Ray, file by file: a 0-byte or truncated results part, consolidated table, result.json,
+    trainer checkpoint, LR table, or analysis.json is moved aside with a warning and read as missing; the work it
+    stood for is redone (re-recorded, resumed from the previous checkpoint, rebuilt) instead of failing."""
+    from loopscale.cluster.storage import read_json_or_aside, write_text_atomic
+    from loopscale.fit.run_report import build_report
+    from loopscale.sweep.grid import RunWorkspace
+    from loopscale.sweep.tune_lr import lr_table_present, read_lr_table
+
+    c, k = str(trainer_corpus_dir), str(trainer_cache_dir)
+    res = _curve_run(c, k)
+    cells = load_spec(_write_spec(tmp_path / "tiny.yaml", TINY)).cells()
+    store = ResultsStore(tmp_path / "out")
+    for cell in cells:
+        store.write_run(run_record(cell, res), curve_rows(cell.run_id, res["curve"]))
+    store.consolidate()
+    ids = {cell.run_id for cell in cells}
+    # a 0-byte runs part: that run still counts through the consolidated table
+    (store.runs_parts / f"{cells[0].run_id}.parquet").write_bytes(b"")
+    with pytest.warns(UserWarning, match="Parquet file size is 0 bytes"):
+        assert store.completed_ids() == ids
+    # a torn curves part and consolidated table: the run counts as unfinished, the other run stays
+    (store.curves_parts / f"{cells[1].run_id}.parquet").write_bytes(b"PAR1\x00")
+    store.runs_path.write_bytes(b"")
+    with pytest.warns(UserWarning, match="moved aside"):
+        assert store.completed_ids() == set()
+    store.write_run(run_record(cells[0], res), curve_rows(cells[0].run_id, res["curve"]))
+    store.consolidate()
+    assert [r["run_id"] for r in store.runs().to_pylist()] == [cells[0].run_id]
+    # result.json torn: the run is unfinished (trained again), not an error
+    ws = RunWorkspace(str(tmp_path / "tune"), cells[0].run_id)
+    ws.save_result({"status": "ok"})
+    (ws.dir / "result.json").write_bytes(b'{"status": "o')
+    with pytest.warns(UserWarning, match="not valid JSON"):
+        assert ws.result() is None
+    assert not (ws.dir / "result.json").exists()
+    # the newest trainer checkpoint is torn: the run resumes from the one before and ends where it would have
+    ck = tmp_path / "ck"
+    _curve_run(c, k, checkpoint_dir=str(ck), checkpoint_every_steps=2)
+    data = (ck / "ckpt-00000008.pt").read_bytes()
+    (ck / "ckpt-00000008.pt").write_bytes(data[: len(data) // 2])
+    with pytest.warns(UserWarning, match="resuming from an older one"):
+        resumed = _curve_run(c, k, checkpoint_dir=str(ck), checkpoint_every_steps=2)
+    assert resumed["resumed_from_step"] == 6
+    assert (ck / "ckpt-00000008.pt.unreadable").exists()
+    assert resumed["final_val_loss"] == pytest.approx(res["final_val_loss"], rel=1e-5)
+    # an LR table torn: absent (stage 1 rebuilds it from its finished studies)
+    lr = tmp_path / "lr_table.parquet"
+    lr.write_bytes(b"")
+    with pytest.warns(UserWarning, match="moved aside"):
+        assert not lr_table_present(lr)
+    with pytest.raises(FileNotFoundError, match="tune-lr"):
+        read_lr_table(lr)
+    # a torn analysis.json: the report says to run the fit stage (exit 2 from the CLI), no JSON traceback
+    run_dir = tmp_path / "run"
+    shutil.copytree(ROOT / "docs" / "example_cpu", run_dir)
+    (run_dir / "fit" / "analysis.json").write_text('{"variants": ', encoding="utf-8")
+    with pytest.warns(UserWarning), pytest.raises(FileNotFoundError, match="fit stage"):
+        build_report(run_dir)
+    write_text_atomic(str(tmp_path / "ok.json"), '{"a": 1}')
+    assert read_json_or_aside(str(tmp_path / "ok.json")) == {"a": 1}
