@@ -303,7 +303,9 @@ def resolve_corpus(
 
     ``corpus``: ``"embedded"``; a text file; a directory (every ``.txt``/``.md``/``.text`` file below it, one
     document per file; or its ``.parquet`` files); a glob; ``.parquet`` file(s) with a ``text_column``; or a
-    pre-tokenized ``.npy`` (uint16/uint32) or raw ``.bin`` token file (uint16; name it ``*.u32.bin`` for uint32).
+    pre-tokenized ``.npy`` (uint16/uint32, the dtype is in the file) or raw ``.bin`` token file (name it
+    ``*.u16.bin`` / ``*.u32.bin`` to state the dtype; a plain ``.bin`` is read as uint16 only after the checks
+    of :func:`_open_token_file`, with a warning).
     ``cache_dir`` (optional) memoises the embedded corpus manifest.
 
     Raises:
@@ -352,12 +354,45 @@ def _open_token_file(path: Path) -> np.ndarray:
                 f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}"
             )
         return arr
-    dtype = np.uint32 if path.name.lower().endswith((".u32.bin", ".uint32.bin")) else np.uint16
-    if path.stat().st_size % np.dtype(dtype).itemsize:
+    name = path.name.lower()
+    stated = (
+        np.uint32
+        if name.endswith((".u32.bin", ".uint32.bin"))
+        else np.uint16
+        if name.endswith((".u16.bin", ".uint16.bin"))
+        else None
+    )
+    dtype = stated or np.uint16
+    size = path.stat().st_size
+    fix = (
+        f"state the dtype in the name ({path.stem}.u16.bin or {path.stem}.u32.bin), or save it with "
+        "numpy.save as .npy (which records it)"
+    )
+    if size % np.dtype(dtype).itemsize:
         raise CorpusError(
-            f"token file {str(path)!r} size is not a multiple of {np.dtype(dtype).itemsize} ({dtype.__name__})"
+            f"token file {str(path)!r} is {size} bytes, not a multiple of {np.dtype(dtype).itemsize} "
+            f"({dtype.__name__}): torn, or not a token file of that dtype; {fix}"
         )
-    return np.memmap(path, dtype=dtype, mode="r")
+    arr = np.memmap(path, dtype=dtype, mode="r")
+    if stated is None:
+        if size % 4 == 0 and len(arr) >= 4 and _looks_like_uint32(arr):
+            raise CorpusError(
+                f"token file {str(path)!r} has no dtype suffix and looks like uint32 ids read as uint16 (every "
+                f"second 16-bit word is near 0: the high halves of 32-bit ids); {fix}"
+            )
+        warnings.warn(
+            f"token file {str(path)!r} has no dtype suffix: read as uint16 ({len(arr)} tokens); {fix}",
+            stacklevel=3,
+        )
+    return arr
+
+
+def _looks_like_uint32(words: np.ndarray, sample: int = 1 << 20) -> bool:
+    """True when 16-bit ``words`` look like little-endian uint32 ids: the odd (high) words are tiny compared with
+    the even (low) ones (ids < 2**24 give high words < 256 while the low words span the vocabulary)."""
+    w = np.asarray(words[: 2 * (min(len(words), sample) // 2)])
+    lo, hi = int(w[0::2].max()), int(w[1::2].max())
+    return hi * 256 <= lo
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -631,6 +666,7 @@ def load_tokens(
             "corpus_hash": src.corpus_hash,
             "corpus_kind": "tokens",
             "files": [str(src.files[0])],
+            "dtype": arr.dtype.name,
             "split_rule": f"token tail {VAL_TAIL_FRAC}",
             "n_train_tokens": len(arr) - n_val,
             "n_val_tokens": n_val,

@@ -252,6 +252,9 @@ class RunResult:
     corpus_hash: str
     tokenizer: str
     vocab_size: int
+    """The model's vocabulary V (as configured; the corpus's largest id + 1 is ``corpus_vocab_size``)."""
+    corpus_vocab_size: int
+    """Vocabulary the corpus needs: the tokenizer's, or the largest id + 1 of a pre-tokenized file."""
     epochs: float
     eval_tokens: int
     curve: list[dict]
@@ -797,7 +800,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         corpus=cfg.corpus,
         corpus_hash=data.meta["corpus_hash"],
         tokenizer=data.tokenizer_name,
-        vocab_size=data.vocab_size,
+        vocab_size=mcfg.vocab_size,
+        corpus_vocab_size=data.vocab_size,
         epochs=epochs,
         eval_tokens=int(ev_np.shape[0] * T),
         curve=curve,

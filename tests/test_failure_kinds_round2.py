@@ -297,3 +297,51 @@ def test_torn_files_never_block_recovery(trainer_corpus_dir, trainer_cache_dir, 
         build_report(run_dir)
     write_text_atomic(str(tmp_path / "ok.json"), '{"a": 1}')
     assert read_json_or_aside(str(tmp_path / "ok.json")) == {"a": 1}
+
+
+# --- kind 11: a token file's dtype is guessed ------------------------------------------------------------------
+
+
+def test_token_file_dtype_is_never_guessed_silently(tmp_path):
+    """200,000 uint32 ids < 70,000 in a plain ``tokens.bin`` were read as 400,000 uint16 tokens with vocab 65,536.
+    Now: a plain .bin that looks like uint32 is refused with the fix; ``.u32.bin``/``.npy`` carry the dtype; a
+    plain .bin of real uint16 ids is read with a warning; an odd byte count is refused; an explicit vocabulary
+    is never replaced by the corpus's."""
+    import numpy as np
+
+    from loopscale.model.data import CorpusError, load_tokens
+
+    ids = np.random.default_rng(0).integers(0, 70000, 200_000)
+    ids.astype(np.uint32).tofile(tmp_path / "tokens.bin")
+    with pytest.raises(CorpusError, match=r"looks like uint32.*tokens\.u32\.bin"):
+        load_tokens(str(tmp_path / "tokens.bin"), "pretokenized")
+    p = _cli(
+        "train", "--corpus", "tokens.bin", "--tokenizer", "pretokenized", "--vocab-size", "70000",
+        "--d-model", "16", "--seq-len", "32", "--tokens", "512", "--batch-tokens", "256", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 2 and "tokens.u32.bin" in p.stderr and not p.stdout
+    shutil.copy(tmp_path / "tokens.bin", tmp_path / "tokens.u32.bin")
+    np.save(tmp_path / "tokens.npy", ids.astype(np.uint32))
+    for name in ("tokens.u32.bin", "tokens.npy"):
+        td = load_tokens(str(tmp_path / name), "pretokenized")
+        assert len(td.train) + len(td.val) == 200_000 and td.vocab_size == int(ids.max()) + 1
+        assert td.meta["dtype"] == "uint32"
+    cfg = RunConfig(
+        model=preset_config("cpu", r=1, d_model=16, seq_len=32, vocab_size=70000),
+        corpus=str(tmp_path / "tokens.u32.bin"),
+        tokenizer="pretokenized",
+        batch_tokens=256,
+        tokens=512,
+        eval_tokens=256,
+    )
+    res = train_run(cfg)
+    assert res.vocab_size == 70000 and res.corpus_vocab_size == int(ids.max()) + 1
+    # real uint16 ids in a plain .bin: read, but never silently
+    small = np.random.default_rng(1).integers(0, 5000, 10_000).astype(np.uint16)
+    small.tofile(tmp_path / "u16.bin")
+    with pytest.warns(UserWarning, match="no dtype suffix: read as uint16"):
+        td = load_tokens(str(tmp_path / "u16.bin"), "pretokenized")
+    assert len(td.train) + len(td.val) == 10_000 and td.meta["dtype"] == "uint16"
+    (tmp_path / "odd.bin").write_bytes(small.tobytes()[:-1])
+    with pytest.raises(CorpusError, match="not a multiple of 2"):
+        load_tokens(str(tmp_path / "odd.bin"), "pretokenized")
