@@ -48,8 +48,9 @@ import numpy as np
 SEP_ID = 0
 """Token id of the document separator (BOS) for every tokenizer built here."""
 
-BUILD_VERSION = 1
-"""Bump when text cleaning or cache layout changes (part of every corpus hash)."""
+BUILD_VERSION = 2
+"""Bump when text cleaning, the split or tokenizer training, or the cache layout changes (part of every corpus
+hash). 2: BPE never trains on the validation side nor on an empty training side (position split)."""
 
 VAL_MODULUS = 20
 """A document is validation when ``int(sha256(name)[:8], 16) % VAL_MODULUS == 0`` (about 5 %)."""
@@ -206,6 +207,26 @@ class CorpusSource:
     def _name(self, p: Path) -> str:
         """Document name: the path relative to the files' common folder (so the split survives a move)."""
         return p.relative_to(self._root).as_posix()
+
+    def doc_names(self) -> list[str]:
+        """Names of the documents, without reading their text (Parquet: from the file metadata)."""
+        if self.kind == "embedded":
+            if self.manifest is not None:
+                return [d["name"] for d in self.manifest["documents"]]
+            return [d.name for d in self.documents()]
+        if self.kind == "text":
+            return [self._name(p) for p in self.files]
+        if self.kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return [f"{self._name(p)}:{i}" for p in self.files for i in range(pq.ParquetFile(p).metadata.num_rows)]
+        raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
+
+    def splits_by_document(self) -> bool:
+        """True when the document rule (:func:`is_validation_doc`) puts documents on both sides; otherwise the
+        corpus is too small to split by document and is split by position (the token tail is validation)."""
+        val = [is_validation_doc(n) for n in self.doc_names()]
+        return any(val) and not all(val)
 
     def documents(self) -> Iterator[Document]:
         """Stream the documents (text kinds only). Parquet is read in row-group batches with pyarrow."""
@@ -581,6 +602,7 @@ def _write_stream(docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs
         full[:-n_val].tofile(out_dir / "train.bin")
         full[-n_val:].tofile(out_dir / "val.bin")
         counts = {"train": len(full) - n_val, "val": n_val}
+        ndocs = {"train": ndocs["train"] + ndocs["val"], "val": 0}  # the tail is part of the last document
         val_bytes = len(tokenizer.decode(full[-n_val:]).encode("utf-8"))
         split_rule = f"token tail {VAL_TAIL_FRAC}"
     return {
@@ -594,18 +616,64 @@ def _write_stream(docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs
     }
 
 
+MIN_BPE_TRAIN_BYTES = 1024
+"""Fewest bytes of training text a BPE tokenizer is trained on; less is an error (it would learn next to nothing)."""
+
+
+def _bpe_training_texts(src: CorpusSource, by_document: bool, stats: dict) -> Iterator[str]:
+    """The texts BPE is trained on: the training documents, or (position split) the text before the validation
+    tail (the first 1 - VAL_TAIL_FRAC of the characters), never the validation data. Counts docs and bytes in
+    ``stats``."""
+    limit = None
+    if not by_document:
+        limit = int(sum(len(d.text) for d in src.documents()) * (1 - VAL_TAIL_FRAC))
+    used = 0
+    for d in src.documents():
+        if not d.text or (by_document and is_validation_doc(d.name)):
+            continue
+        text = d.text if limit is None else d.text[: max(0, limit - used)]
+        if not text:
+            break
+        used += len(text)
+        stats["docs"] += 1
+        stats["bytes"] += len(text.encode("utf-8"))
+        yield text
+
+
+def _train_bpe(src: CorpusSource, vocab: int) -> tuple[BPETokenizer, dict]:
+    """Train BPE on the training side of ``src`` (see :func:`_bpe_training_texts`).
+
+    Raises:
+        CorpusError: fewer than :data:`MIN_BPE_TRAIN_BYTES` bytes of training text, or no merge learned.
+    """
+    by_doc = src.splits_by_document()
+    stats = {"docs": 0, "bytes": 0, "split": "document" if by_doc else "position"}
+    tok = BPETokenizer.train(_bpe_training_texts(src, by_doc, stats), vocab)
+    merges = tok._tok.get_vocab_size() - 257  # 256 byte symbols + <|bos|>
+    stats["merges"] = merges
+    if stats["bytes"] < MIN_BPE_TRAIN_BYTES or merges < 1:
+        raise CorpusError(
+            f"BPE (bpe:{vocab}) would train on {stats['docs']} documents, {stats['bytes']} bytes "
+            f"({merges} merges learned; split by {stats['split']}): need at least {MIN_BPE_TRAIN_BYTES} bytes of "
+            "training text; give a larger corpus or use tokenizer 'byte'"
+        )
+    return tok, stats
+
+
 def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) -> None:
     """Build the cache folder ``final`` atomically (temp folder + rename)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
     try:
+        bpe_stats = None
         if tok_kind == "byte":
             tokenizer = ByteTokenizer()
         else:
-            train_texts = (d.text for d in src.documents() if d.text and not is_validation_doc(d.name))
-            tokenizer = BPETokenizer.train(train_texts, vocab)
+            tokenizer, bpe_stats = _train_bpe(src, vocab)
             tokenizer.save(tmp / "tokenizer.json")
         meta = _write_stream(src.documents(), tokenizer, tmp)
+        if bpe_stats is not None:
+            meta["bpe_training"] = bpe_stats
         meta.update(
             corpus_hash=src.corpus_hash,
             corpus_kind=src.kind,

@@ -279,6 +279,9 @@ class RunResult:
     """sha256 chain over the window ids of every consumed micro-batch."""
     resumed_from_step: int | None
     warnings: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+    """What the run trained and validated on: ``split_rule``, ``n_train_tokens``, ``n_val_tokens``,
+    ``n_train_docs``, ``n_val_docs`` and, for BPE, ``bpe_training`` (docs, bytes, merges the tokenizer learned)."""
 
     def to_dict(self) -> dict:
         """Plain JSON-serialisable dict."""
@@ -454,6 +457,8 @@ def _newest_readable_checkpoint(checkpoint_dir: str | Path | None) -> tuple[Path
             warnings.warn(f"{e}; moved aside to {path.name}.unreadable, resuming from an older one", stacklevel=2)
     return None, None
 
+
+_DATA_SUMMARY_KEYS = ("split_rule", "n_train_tokens", "n_val_tokens", "n_train_docs", "n_val_docs", "bpe_training")
 
 _RUN_KEY_FIELDS = (
     "corpus",
@@ -819,6 +824,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         data_digest=digest,
         resumed_from_step=resumed_from,
         warnings=run_warnings,
+        data={k: data.meta.get(k) for k in _DATA_SUMMARY_KEYS if k in data.meta},
     )
     if callback is not None:
         callback(

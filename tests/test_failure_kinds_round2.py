@@ -345,3 +345,39 @@ def test_token_file_dtype_is_never_guessed_silently(tmp_path):
     (tmp_path / "odd.bin").write_bytes(small.tobytes()[:-1])
     with pytest.raises(CorpusError, match="not a multiple of 2"):
         load_tokens(str(tmp_path / "odd.bin"), "pretokenized")
+
+
+# --- kind 10: the tokenizer is trained on nothing --------------------------------------------------------------
+
+
+def test_tokenizer_is_never_trained_on_nothing(tmp_path):
+    """A corpus of one ``corpus.txt`` (its name lands in the validation split) trained BPE on 0 documents: 0
+    merges, 1.00 bytes/token. Now such a corpus is split by position (BPE learns from the text before the
+    validation tail), a corpus too small for BPE is refused with the minimum, and the run's data summary states
+    the train/validation sizes."""
+    from conftest import _trainer_words_text
+
+    from loopscale.model.data import MIN_BPE_TRAIN_BYTES, CorpusError, is_validation_doc, load_tokens
+
+    assert is_validation_doc("corpus.txt")
+    text = " ".join(_trainer_words_text(i, 500) for i in range(6))
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    cache = str(tmp_path / "cache")
+    td = load_tokens(str(tmp_path / "corpus.txt"), "bpe:512", cache_dir=cache)
+    bt = td.meta["bpe_training"]
+    assert bt["split"] == "position" and bt["docs"] == 1 and bt["merges"] > 50
+    assert len(text) * 0.9 < bt["bytes"] < len(text)  # the validation tail is not trained on
+    assert td.bytes_per_token_val > 2.0 and td.meta["n_val_tokens"] > 0 and td.meta["n_train_tokens"] > 0
+    # too small to learn from: refused, the minimum is stated
+    (tmp_path / "tiny.txt").write_text("hello world " * 20, encoding="utf-8")
+    with pytest.raises(CorpusError, match=f"at least {MIN_BPE_TRAIN_BYTES} bytes"):
+        load_tokens(str(tmp_path / "tiny.txt"), "bpe:512", cache_dir=cache)
+    # the run reports what it trained and validated on, from the CLI too
+    p = _cli(
+        "train", "--corpus", "corpus.txt", "--tokenizer", "bpe:512", "--d-model", "16", "--seq-len", "32",
+        "--tokens", "512", "--batch-tokens", "256", "--eval-tokens", "256", "--cache-dir", cache, cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    n_tr, n_val = td.meta["n_train_tokens"], td.meta["n_val_tokens"]
+    assert f"{n_tr} train / {n_val} validation tokens" in p.stdout
+    assert f"BPE trained on 1 documents, {bt['bytes']} bytes, {bt['merges']} merges" in p.stdout
