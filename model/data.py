@@ -338,6 +338,14 @@ def resolve_corpus(
         raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
     if corpus == "embedded":
         return _resolve_embedded(cache_dir)
+    kind, files = _corpus_files(corpus, text_column)
+    return CorpusSource(
+        kind, files, text_column=text_column, corpus_hash=_hash_files(files, f"{kind}|{text_column}")
+    )
+
+
+def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
+    """(kind, files) of a corpus path/glob, with the cheap checks of :func:`resolve_corpus` (nothing is hashed)."""
     files = _expand(corpus)
     kinds = {
         "parquet"
@@ -362,9 +370,41 @@ def resolve_corpus(
                     f"Parquet file {str(f)!r} has no text column {text_column!r}; its columns are {names} "
                     "(set text_column to one of them)"
                 )
-    return CorpusSource(
-        kind, files, text_column=text_column, corpus_hash=_hash_files(files, f"{kind}|{text_column}")
-    )
+    return kind, files
+
+
+def check_corpus(corpus: str, tokenizer: str, vocab_size: int, text_column: str = "text") -> None:
+    """Everything about a corpus that would make every run on it fail, checked without tokenizing (cheap: file
+    names, Parquet schemas, a token file's dtype and largest id), so a sweep refuses it before Ray starts.
+
+    Raises:
+        CorpusNotFoundError, CorpusError: see :func:`resolve_corpus` and :func:`_open_token_file`.
+        ValueError: a tokenizer that does not fit the corpus kind; a token file with ids >= ``vocab_size``.
+    """
+    tok_kind, _ = parse_tokenizer(tokenizer)
+    kind = "embedded" if corpus == "embedded" else None
+    if kind is None:
+        if not isinstance(corpus, str) or not corpus:
+            raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
+        kind, files = _corpus_files(corpus, text_column)
+    if kind != "tokens":
+        if tok_kind == "pretokenized":
+            raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
+        return
+    if tok_kind == "bpe":
+        raise ValueError(
+            f"corpus {corpus!r} is already tokenized; use tokenizer='pretokenized' (or 'byte' for byte ids)"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the trial warns again, where the run's warnings are recorded
+        arr = _open_token_file(files[0])
+    vmax = int(arr.max()) + 1 if len(arr) else 0
+    limit = 256 if tok_kind == "byte" else vocab_size
+    if vmax > limit:
+        raise ValueError(
+            f"token file {corpus!r} has ids up to {vmax - 1}, but the model's vocab_size is {limit}: set "
+            f"vocab_size to at least {vmax} (and tokenizer 'pretokenized')"
+        )
 
 
 def _open_token_file(path: Path) -> np.ndarray:
@@ -870,6 +910,7 @@ __all__ = [
     "SEP_ID",
     "BPETokenizer",
     "ByteTokenizer",
+    "check_corpus",
     "CorpusError",
     "CorpusNotFoundError",
     "CorpusSource",

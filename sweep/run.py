@@ -55,12 +55,14 @@ def _resolve_spec(spec_path: Path | None, preset: str | None):
 def plan(spec) -> dict:
     """What a spec will cost, without running anything: runs, training FLOPs, tokens, LR-tuning trials and an
     estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
+    The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run).
 
     FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
     D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B).
     """
     from loopscale.model.accounting import flops_per_token, tokens_for_flops
 
+    spec.check_data()
     lr_table = None
     if spec.lr == "tune":
         lr_table = {(s, None): 1.0 for s in spec.all_sizes()}

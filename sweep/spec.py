@@ -70,7 +70,8 @@ class ModelSpec(_Strict):
     seq_len: int | None = None
     """Context length T in tokens (None: the preset's)."""
     vocab_size: int | None = None
-    """Vocabulary size V (None: the preset's; must cover the tokenizer)."""
+    """Vocabulary size V (None: the preset's, raised to the tokenizer's when that is larger, e.g. ``bpe:4096``;
+    an explicit value must cover the tokenizer)."""
     head_dim: int | None = None
     """Attention head dimension (None: the preset's)."""
     size_unit: Literal["d_model", "width_scale"] = "d_model"
@@ -288,7 +289,44 @@ class SweepSpec(_Strict):
                     self._model_config(s, r, "baseline", 2)
                 except ValueError as e:
                     raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
+        self._check_run_configs()
         return self
+
+    def _check_run_configs(self) -> None:
+        """Build the full trainer configuration (``RunConfig``) of every cell, so a value that every run would
+        reject (a vocabulary smaller than the tokenizer's, a batch that is not a multiple of seq_len, ...) is an
+        error here, before Ray starts, naming the spec keys involved, and never a trial failure."""
+        lr_table = {(s, None): 1.0 for s in self.all_sizes()} if self.lr == "tune" else None
+        for cell in self.cells(lr_table=lr_table):
+            try:
+                cell.run_config(checkpoint_dir="/nonexistent")  # validation only: nothing is written
+            except ValueError as e:
+                msg = str(e)
+                if "vocab_size" in msg and "tokenizer" in msg:
+                    msg = (
+                        f"model.vocab_size: {cell.run_kwargs['model'].vocab_size} is smaller than the vocabulary "
+                        f"of tokenizer {self.tokenizer!r}; set model.vocab_size to at least "
+                        f"{_tokenizer_vocab(self.tokenizer)}, or leave it out (then it is sized from the tokenizer)"
+                    )
+                raise ValueError(
+                    f"run (variant {cell.variant}, size {cell.size}, r={cell.r}) would fail in every trial: {msg}"
+                ) from None
+
+    def check_data(self) -> None:
+        """Cheap checks of the corpus against the tokenizer and the model's vocabulary (the corpus exists, Parquet
+        files have ``text_column``, a token file's dtype is stated and its ids fit ``vocab_size``), before Ray
+        starts and in ``--dry-run``.
+
+        Raises:
+            SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer``).
+        """
+        from loopscale.model.data import check_corpus
+
+        vocab = self._model_config(self.all_sizes()[0], min(self.r), "baseline", 2).vocab_size
+        try:
+            check_corpus(self.corpus, self.tokenizer, vocab, self.text_column)
+        except (ValueError, FileNotFoundError) as e:
+            raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}") from None
 
     # --- grid -------------------------------------------------------------------------------------
 
@@ -310,6 +348,10 @@ class SweepSpec(_Strict):
             vocab_size=m.vocab_size,
             head_dim=m.head_dim,
         )
+        if m.vocab_size is None:  # the preset's V, raised to the tokenizer's when that is larger
+            from loopscale.model.config import PRESETS
+
+            over["vocab_size"] = max(PRESETS[m.preset]["vocab_size"], _tokenizer_vocab(self.tokenizer) or 0)
         if r > 1:
             if variant == "trunc_bptt":
                 over["bptt_k"] = math.ceil(r / 2)
@@ -416,9 +458,10 @@ class SweepSpec(_Strict):
         """Checks that need the machine, run before Ray starts.
 
         Raises:
-            SpecError: ``resources.gpus`` > 0 with no cluster ``address`` on a machine where
-                ``torch.cuda.is_available()`` is False.
+            SpecError: the corpus would fail every run (:meth:`check_data`); ``resources.gpus`` > 0 with no
+                cluster ``address`` on a machine where ``torch.cuda.is_available()`` is False.
         """
+        self.check_data()
         if self.resources.gpus > 0 and address is None:
             import torch
 
@@ -478,6 +521,16 @@ class Cell:
         return cls(
             variant=d["variant"], r=d["r"], size=d["size"], budget=d["budget"], seed=d["seed"], run_kwargs=kw
         )
+
+
+def _tokenizer_vocab(tokenizer: str) -> int | None:
+    """Vocabulary a tokenizer spec needs (None for 'pretokenized' or an invalid spec, which RunConfig reports)."""
+    from loopscale.model.data import tokenizer_vocab_size
+
+    try:
+        return tokenizer_vocab_size(tokenizer)
+    except ValueError:
+        return None
 
 
 def _canon(x: Any) -> Any:

@@ -381,3 +381,50 @@ def test_tokenizer_is_never_trained_on_nothing(tmp_path):
     n_tr, n_val = td.meta["n_train_tokens"], td.meta["n_val_tokens"]
     assert f"{n_tr} train / {n_val} validation tokens" in p.stdout
     assert f"BPE trained on 1 documents, {bt['bytes']} bytes, {bt['merges']} merges" in p.stdout
+
+
+# --- kind 1: a value that every run will reject is found only inside Ray trials --------------------------------
+
+
+def test_value_every_run_rejects_is_caught_before_ray(tmp_path):
+    """``tokenizer: bpe:512`` with an explicit ``model.vocab_size: 256`` made every trial fail 3 times inside Ray.
+    Now every cell's full RunConfig is built while the spec is validated: ``run --dry-run`` and ``sweep`` exit 2
+    naming the key and the fix, before Ray starts. Without an explicit vocabulary it is sized from the tokenizer.
+    A corpus that every run would reject (missing; token ids beyond the vocabulary) is refused the same way."""
+    import numpy as np
+
+    from loopscale.sweep.spec import SpecError, parse_spec
+
+    bad = dict(TINY, tokenizer="bpe:512", model={"preset": "cpu", "seq_len": 32, "vocab_size": 256})
+    spec_path = _write_spec(tmp_path / "bad.yaml", bad)
+    for args in (
+        ["run", str(spec_path), "--dry-run"],
+        ["sweep", str(spec_path), "--out", str(tmp_path / "o")],
+    ):
+        p = _cli(*args)
+        assert p.returncode == 2, p.stderr[-2000:]
+        assert "model.vocab_size" in p.stderr and "at least 512" in p.stderr
+        assert "ray" not in p.stderr.lower().replace("every trial", "")
+    assert not (tmp_path / "o").exists()
+    # sized from the tokenizer when not given (and the preset's V kept when it is larger)
+    cells = parse_spec(dict(TINY, tokenizer="bpe:512")).cells()
+    assert {c.run_kwargs["model"].vocab_size for c in cells} == {512}
+    paper = parse_spec(
+        dict(
+            TINY,
+            tokenizer="bpe:4096",
+            model={"preset": "paper", "seq_len": 32, "size_unit": "width_scale"},
+            sizes=[6],
+        )
+    )
+    assert paper.cells()[0].run_kwargs["model"].vocab_size == 32064
+    # any trainer-level rejection, e.g. a batch that is not a multiple of seq_len
+    with pytest.raises(SpecError, match="would fail in every trial: batch_tokens"):
+        parse_spec(dict(TINY, training={"batch_tokens": 250}))
+    # the corpus: missing, or token ids beyond the vocabulary
+    p = _cli("run", str(_write_spec(tmp_path / "nc.yaml", dict(TINY, corpus="nothere.txt"))), "--dry-run")
+    assert p.returncode == 2 and "nothere.txt" in p.stderr and "does not exist" in p.stderr
+    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.u16.bin")
+    spec = parse_spec(dict(TINY, corpus=str(tmp_path / "t.u16.bin"), tokenizer="pretokenized"))
+    with pytest.raises(SpecError, match="ids up to 999.*vocab_size is 256"):
+        spec.check_data()
