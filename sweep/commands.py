@@ -80,9 +80,19 @@ def run_sweep(
         SpecError / ValueError / FileNotFoundError: bad spec, GPUs requested where none exist, no LR table
             (all before Ray starts).
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
+        NoRunFinished: not one of the cells finished with status ok ("0 of N runs finished: <most common
+            error>"); the results that exist are still consolidated first.
     """
     from loopscale.cluster.storage import absolute_uri
-    from loopscale.sweep.grid import RunWorkspace, errored_run_ids, plan_grid, unfinished_trials, uri_join
+    from loopscale.sweep.grid import (
+        RunWorkspace,
+        errored_run_ids,
+        no_run_finished,
+        plan_grid,
+        result_grid_errors,
+        unfinished_trials,
+        uri_join,
+    )
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
     from loopscale.sweep.tune_lr import read_lr_table
@@ -114,6 +124,7 @@ def run_sweep(
             store.write_run(rec, curve_rows(c.run_id, res.get("curve")))
             done.add(c.run_id)
     pending = [c for c in cells if c.run_id not in done]
+    errors: list[str] = []
     if pending:
         import os
 
@@ -145,6 +156,7 @@ def run_sweep(
                     resume_errored=True,
                 )
                 grid = tuner.fit()
+                errors += result_grid_errors(grid)
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
                     raise SweepInterrupted("sweep interrupted; rerun with --resume")
                 done = store.completed_ids()
@@ -163,10 +175,14 @@ def run_sweep(
                     max_concurrent=max_concurrent,
                     quiet=quiet,
                 )
-                plan.build().fit()
+                errors += result_grid_errors(plan.build().fit())
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
                     raise SweepInterrupted("sweep interrupted; rerun with --resume")
-    return store.consolidate()
+    path = store.consolidate()
+    status = {r["run_id"]: r["status"] for r in store.runs().to_pylist() if r["run_id"] in ids}
+    if not any(s == "ok" for s in status.values()):
+        raise no_run_finished(len(ids), errors + [f"{s} (status in runs.parquet)" for s in status.values()])
+    return path
 
 
 def run_tune_lr(spec, out_dir: str | Path, **kwargs):
@@ -204,7 +220,9 @@ def sweep_cmd(
     storage: StorageOpt = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
-    """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet."""
+    """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet. Exits 1 when
+    not one run finished ("0 of N runs finished: <most common error>")."""
+    from loopscale.sweep.grid import NoRunFinished
     from loopscale.sweep.spec import SpecError, load_spec
 
     t0 = time.time()
@@ -224,6 +242,8 @@ def sweep_cmd(
             )
     except SweepInterrupted as e:
         _fail(str(e), code=130)
+    except NoRunFinished as e:
+        _fail(str(e), code=1)
     except (SpecError, ValueError, FileNotFoundError) as e:
         _fail(str(e))
     import pyarrow.parquet as pq

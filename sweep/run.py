@@ -261,6 +261,7 @@ def run_cmd(
 ) -> None:
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
     from loopscale.sweep.commands import SweepInterrupted, stdout_to_stderr
+    from loopscale.sweep.grid import NoRunFinished
     from loopscale.sweep.spec import SpecError
     from loopscale.sweep.tune_lr import TuneInterrupted
 
@@ -303,6 +304,9 @@ def run_cmd(
             "interrupted: the state is saved; rerun the same command with --resume to continue", err=True
         )
         raise typer.Exit(code=130) from None
+    except NoRunFinished as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(code=1) from None
     except (SpecError, ValueError, FileNotFoundError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=2) from None

@@ -428,3 +428,31 @@ def test_value_every_run_rejects_is_caught_before_ray(tmp_path):
     spec = parse_spec(dict(TINY, corpus=str(tmp_path / "t.u16.bin"), tokenizer="pretokenized"))
     with pytest.raises(SpecError, match="ids up to 999.*vocab_size is 256"):
         spec.check_data()
+
+
+# --- kind 2: a sweep or run in which no run succeeded exits 0 --------------------------------------------------
+
+
+def test_no_run_finished_never_exits_zero(tmp_path):
+    """Every trial fails (an injected error, no retries): ``sweep`` and ``run`` exit non-zero with one line
+    "0 of N runs finished: <most common error>" instead of exit 0 with zero rows."""
+    failing = dict(TINY, max_failures=0, test_fault_at_step=1)
+    p = _cli(
+        "sweep",
+        str(_write_spec(tmp_path / "f.yaml", failing)),
+        "--out",
+        str(tmp_path / "s"),
+        "--num-cpus",
+        "2",
+    )
+    assert p.returncode == 1, p.stderr[-3000:]
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
+    assert line == ["error: 0 of 2 runs finished: RuntimeError: injected failure at step 4 "
+                    "(test_fault_at_step=1, run …) (2 of 2 failures)"]  # fmt: skip
+    grid = dict(failing, sizes=[16, 32], tokens=[1024, 2048])  # 8 runs: enough for the joint law's plan
+    p = _cli(
+        "run", str(_write_spec(tmp_path / "g.yaml", grid)), "--out", str(tmp_path / "r"), "--num-cpus", "2"
+    )
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "error: 0 of 8 runs finished: RuntimeError: injected failure at step 4" in p.stderr
+    assert not (tmp_path / "r" / "report.md").exists()
