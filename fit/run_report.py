@@ -29,8 +29,17 @@ def _fmt(x: Any, nd: int = 4) -> str:
 
 
 def _ci(ci: dict, key: str) -> str:
-    v = (ci or {}).get(key)
+    """``[lo, hi]``, or "–" when there is no interval (missing, or null bounds: no resample could be refitted)."""
+    v = _interval(ci, key)
     return f"[{_fmt(v[0])}, {_fmt(v[1])}]" if v else "–"
+
+
+def _interval(ci: dict, key: str) -> tuple[float, float] | None:
+    """(lo, hi) of ``ci[key]`` when both bounds are finite numbers, else None."""
+    v = (ci or {}).get(key)
+    if not v or any(x is None or not math.isfinite(float(x)) for x in v[:2]):
+        return None
+    return float(v[0]), float(v[1])
 
 
 def _read_parquet(path: Path) -> pd.DataFrame | None:
@@ -215,6 +224,8 @@ def build_report(run_dir: str | Path) -> Path:
             f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
             f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
         )
+        if boot.get("no_interval_reason"):
+            L.append(f"> **No interval** (every CI below is –): {boot['no_interval_reason']}.\n")
         L.append("| parameter | value | 95 % CI |")
         L.append("|---|---|---|")
         for k in ("E", "A", "alpha", "B", "beta", "phi"):
@@ -224,7 +235,7 @@ def build_report(run_dir: str | Path) -> Path:
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
             f"n = {j['n']}, parameters on a bound: {j.get('on_bound') or 'none'}."
         )
-        phi_ci = ci.get("phi")
+        phi_ci = _interval(ci, "phi")
         if phi_ci and (phi_ci[0] <= -3 + 1e-6 or phi_ci[1] >= 3 - 1e-6):
             L.append(
                 "\n> **Warning:** the φ interval reaches the search box edge (φ ∈ [−3, 3]): these data do "

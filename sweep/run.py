@@ -99,6 +99,33 @@ def plan(spec) -> dict:
     }
 
 
+def check_design(spec) -> None:
+    """Refuse a grid whose joint fit cannot get a bootstrap interval, before anything is trained: fewer than 7 runs
+    or a single r, or a single budget (one token budget D, or one iso-FLOP budget C) — the block bootstrap over
+    (budget, r) cells (paper Sec. 4.3) can then never vary the budget, so phi would get no interval.
+
+    Raises:
+        ValueError: the message says what to add.
+    """
+    lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None
+    cells = spec.cells(lr_table=lr_table)
+    if len(spec.r) < 2 or len(cells) < 7:
+        raise ValueError(
+            f"the spec defines {len(cells)} runs over r = {sorted(spec.r)}; the joint law (6 parameters) needs at "
+            "least 7 runs and two values of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
+        )
+    if spec.budgets is not None:
+        key, budgets = "budgets", {c.budget for c in cells}
+    else:
+        key, budgets = "tokens", {c.run_kwargs["tokens"] for c in cells}
+    if len(budgets) < 2:
+        raise ValueError(
+            f"every run has the same budget ({key}: {next(iter(budgets)):g}): the joint fit's block bootstrap over "
+            f"(budget, r) cells cannot vary it, so phi would get no interval; add a second budget to '{key}' "
+            "(nothing was trained)"
+        )
+
+
 def _grid_done(spec, out: Path) -> bool:
     """True when every cell of the spec already has a row in runs.parquet (so no Ray is needed)."""
     from loopscale.sweep.store import ResultsStore
@@ -144,12 +171,7 @@ def run_pipeline(
     cluster = cluster or ClusterOptions()
     cluster.validate()
     spec.check_runtime(cluster.address)
-    n_cells = plan(spec)["runs"]
-    if len(spec.r) < 2 or n_cells < 7:
-        raise ValueError(
-            f"the spec defines {n_cells} runs over r = {sorted(spec.r)}; the joint law (6 parameters) needs at "
-            "least 7 runs and two values of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
-        )
+    check_design(spec)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.yaml"
@@ -277,12 +299,19 @@ def run_cmd(
         cluster.validate()
         if dry_run:
             p = plan(spec)
+            try:
+                check_design(spec)
+                p["refused"] = None
+            except ValueError as e:
+                p["refused"] = str(e)
             if as_json:
                 json.dump(p, sys.stdout)
                 sys.stdout.write("\n")
             else:
                 for k, v in p.items():
                     typer.echo(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
+            if p["refused"]:
+                raise typer.Exit(code=2)
             return
         b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
         out_dir = out or Path("runs") / name

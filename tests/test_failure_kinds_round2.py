@@ -97,12 +97,14 @@ def test_yaml_scientific_notation_is_a_number_everywhere(tmp_path):
 
 
 def test_yaml_scientific_notation_from_the_cli(tmp_path):
-    """The issue's input: ``lr: {fixed: 1e-2}`` is accepted by ``run --dry-run``."""
-    spec = _write_spec(tmp_path / "tiny.yaml", yaml.safe_dump(TINY).replace("0.01", "1e-2"))
-    assert "1e-2" in spec.read_text()
+    """The issue's input: ``lr: {fixed: 1e-2}`` is accepted by ``run --dry-run`` (on a grid ``run`` accepts)."""
+    grid = dict(TINY, sizes=[16, 32], tokens=["TOK1", "TOK2"])
+    text = yaml.safe_dump(grid).replace("0.01", "1e-2").replace("TOK1", "1.024e3").replace("TOK2", "2.048e3")
+    spec = _write_spec(tmp_path / "tiny.yaml", text)
+    assert "1e-2" in spec.read_text() and "'1.024e3'" not in spec.read_text()
     p = _cli("run", str(spec), "--dry-run", "--json")
     assert p.returncode == 0, p.stderr
-    assert '"runs": 2' in p.stdout
+    assert '"runs": 8' in p.stdout and '"refused": null' in p.stdout
 
 
 # --- kind 8: every run's last step appears twice in curves.parquet ---------------------------------------------
@@ -456,3 +458,102 @@ def test_no_run_finished_never_exits_zero(tmp_path):
     assert p.returncode == 1, p.stderr[-3000:]
     assert "error: 0 of 8 runs finished: RuntimeError: injected failure at step 4" in p.stderr
     assert not (tmp_path / "r" / "report.md").exists()
+
+
+# --- kind 9: degenerate bootstrap is silent and then crashes the report ----------------------------------------
+
+
+def test_degenerate_bootstrap_says_why_and_report_renders_it(tmp_path):
+    """12 runs (r in {1,2,4,8} x 3 widths) at one token budget D: every block draw over (D, r) holds a single
+    budget, so 0 of B refits were ok, every interval was [null, null] without a word, and the report raised
+    TypeError. Now the fit says why no interval exists and which blocking would work; the report renders the
+    missing intervals as "–" with the reason; ``run`` refuses such a grid in its plan."""
+    import json
+
+    import pyarrow.compute as pc
+
+    from loopscale.fit.analysis import analyze
+    from loopscale.fit.run_report import build_report
+
+    t = pq.read_table(ROOT / "docs" / "example_cpu" / "runs.parquet")
+    one_d = t.filter(pc.equal(t["D"], max(t["D"].to_pylist())))
+    assert one_d.num_rows == 12 and len(set(one_d["r"].to_pylist())) == 4
+    table = tmp_path / "run" / "runs.parquet"
+    table.parent.mkdir()
+    pq.write_table(one_d, table)
+    p = _cli("fit", str(table), "--law", "joint", "--bootstrap", "20", "--starts", "20", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    boot = json.loads(p.stdout)["bootstrap"]
+    assert boot["n_ok"] == 0
+    assert "every run has the same D" in boot["no_interval_reason"]
+    assert "--block-by r" in boot["no_interval_reason"]
+    p = _cli("fit", str(table), "--law", "joint", "--bootstrap", "20", "--starts", "20")
+    assert "warning: no interval: every run has the same D" in p.stdout
+    # the suggested blocking gives intervals
+    p = _cli(
+        "fit", str(table), "--law", "joint", "--bootstrap", "8", "--starts", "20", "--block-by", "r", "--json"
+    )
+    assert p.returncode == 0 and json.loads(p.stdout)["bootstrap"]["n_ok"] > 0
+    # the report: "–" and the reason, no TypeError
+    with pytest.warns(UserWarning, match="no interval"):
+        analyze(table, tmp_path / "run" / "fit", B=4, starts=20, workers=1, plots=False)
+    text = build_report(tmp_path / "run").read_text(encoding="utf-8")
+    assert "95 % CI –**" in text and "**No interval**" in text and "every run has the same D" in text
+    # run refuses the grid before training anything, and its --dry-run plan says so
+    grid = dict(TINY, r=[1, 2, 4, 8], sizes=[16, 32, 48])
+    spec = _write_spec(tmp_path / "one_d.yaml", grid)
+    p = _cli("run", str(spec), "--dry-run")
+    assert (
+        p.returncode == 2
+        and "refused" in p.stdout
+        and "every run has the same budget (tokens: 2048)" in p.stdout
+    )
+    p = _cli("run", str(spec), "--out", str(tmp_path / "out"))
+    assert p.returncode == 2 and "add a second budget to 'tokens'" in p.stderr
+    assert not (tmp_path / "out" / "runs.parquet").exists()
+
+
+# --- kind 6: a diverged or collapsed LR is chosen (and kind 2 for tune-lr) -------------------------------------
+
+
+def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
+    """LR in [10, 100]: every trial collapses to the same flat loss; it used to be stored COMPLETE and LR 26.5
+    chosen (LR in [100, 1000]: NaN stored at 1e9, LR 354 chosen). Now such trials are Optuna FAIL with the
+    reason, and with no healthy trial ``tune-lr`` exits 1 with "all N trials diverged or did not learn at LR in
+    [a, b]" and writes no LR table. When every trial raises, the line is "0 of N runs finished: <error>"."""
+    import optuna
+
+    from loopscale.sweep.tune_lr import unhealthy_reason
+
+    flat = dict(TINY, lr="tune")
+    flat["tune"] = {"num_samples": 3, "lr_min": 10, "lr_max": 100, "tokens": 2048, "num_milestones": 2,
+                    "max_concurrent": 2, "tune_per_r": False}  # fmt: skip
+    out = tmp_path / "flat"
+    p = _cli("tune-lr", str(_write_spec(tmp_path / "flat.yaml", flat)), "--out", str(out), "--no-plot",
+             "--num-cpus", "2")  # fmt: skip
+    assert p.returncode == 1, p.stderr[-3000:]
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(line) == 1 and "all 3 trials diverged or did not learn at LR in [10, 100]" in line[0]
+    assert "did not learn" in line[0] and not (out / "lr_table.parquet").exists()
+    study = optuna.load_study(
+        study_name="tiny_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}"
+    )
+    assert [t.state.name for t in study.trials] == ["FAIL"] * 3
+    assert all("did not learn" in t.user_attrs["fail_reason"] for t in study.trials)
+    # every trial raises: kind 2's line for tune-lr
+    failing = dict(flat, max_failures=0, test_fault_at_step=1)
+    failing["tune"] = dict(flat["tune"], lr_min=1e-3, lr_max=1e-2)
+    p = _cli("tune-lr", str(_write_spec(tmp_path / "err.yaml", failing)), "--out", str(tmp_path / "err"),
+             "--no-plot", "--num-cpus", "2")  # fmt: skip
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "error: 0 of 3 runs finished: RuntimeError: injected failure at step" in p.stderr
+    # the rule itself: diverged, NaN, at the start level, flat; a decreasing curve is healthy
+    curve = [{"step": 4, "val_loss": 4.73}, {"step": 8, "val_loss": 4.37}]
+    ok = {"status": "ok", "final_val_loss": 4.37, "vocab_size": 256, "curve": curve}
+    assert unhealthy_reason(ok) is None
+    assert "diverged at step 3" in unhealthy_reason(dict(ok, status="diverged", diverged_step=3))
+    assert "non-finite" in unhealthy_reason(dict(ok, final_val_loss=float("nan")))
+    assert "start level" in unhealthy_reason(dict(ok, final_val_loss=5.6, curve=[]))
+    assert "flat curve" in unhealthy_reason(
+        dict(ok, final_val_loss=4.73, curve=[curve[0], dict(curve[1], val_loss=4.73)])
+    )
