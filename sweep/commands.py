@@ -280,6 +280,7 @@ def tune_lr_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the LR table as JSON on stdout."),
 ) -> None:
     """Stage 1: tune the LR per size (and r) with Optuna + ASHA on Ray Tune; writes lr_table.parquet."""
+    from loopscale.sweep.grid import NoRunFinished
     from loopscale.sweep.spec import SpecError, load_spec
     from loopscale.sweep.tune_lr import TuneInterrupted
 
@@ -298,6 +299,8 @@ def tune_lr_cmd(
             )
     except TuneInterrupted as e:
         _fail(str(e), code=130)
+    except NoRunFinished as e:
+        _fail(str(e), code=1)
     except (SpecError, ValueError, FileNotFoundError) as e:
         _fail(str(e))
     rows = table.to_pylist()

@@ -106,7 +106,11 @@ def _persistent_asha_cls():
             if self._state is None:
                 from loopscale.cluster.storage import read_json_or_aside
 
-                self._state = read_json_or_aside(self._state_path) or {"rungs": {}, "decisions": {}, "history": {}}
+                self._state = read_json_or_aside(self._state_path) or {
+                    "rungs": {},
+                    "decisions": {},
+                    "history": {},
+                }
             return self._state
 
         def _save(self) -> None:
@@ -277,8 +281,39 @@ def lr_trainable(config: dict) -> None:
             METRIC: float(final) if final is not None and math.isfinite(final) else 1e9,
             "tokens": done.get("D"),
             "status": done.get("status", "ok"),
+            UNHEALTHY_KEY: unhealthy_reason(done) or "",
         }
     )
+
+
+UNHEALTHY_KEY = "unhealthy"
+"""Final-report key of an LR trial: why it must not be chosen ("" for a healthy trial)."""
+
+
+def unhealthy_reason(result: dict) -> str | None:
+    """Why an LR trial's finished run (``RunResult.to_dict()``) must never be chosen, or None when it is healthy.
+
+    * diverged: a NaN/inf or exploding training loss (the trainer's status ``diverged``), or a non-finite
+      validation loss;
+    * did not learn: a validation loss not below the start level ln V (the loss of the uniform prediction an
+      untrained model starts at), or a loss that did not go below its value at the first milestone (a flat
+      curve: the run collapsed to a constant prediction, whatever the LR).
+    """
+    if result.get("status") == "diverged":
+        return f"diverged at step {result.get('diverged_step')} (NaN/inf or exploding training loss)"
+    vals = [pt["val_loss"] for pt in result.get("curve") or [] if pt.get("val_loss") is not None]
+    final = result.get("final_val_loss")
+    if final is None or not all(math.isfinite(v) for v in [*vals, final]):
+        return "diverged (non-finite validation loss)"
+    start = math.log(int(result.get("vocab_size") or 0) or 1)
+    if final >= start:
+        return f"did not learn: validation loss {final:.4f} is not below the start level ln V = {start:.4f}"
+    if len(vals) >= 2 and not final < vals[0] * (1 - 1e-6):
+        return (
+            f"did not learn: validation loss {final:.4f} at the end is not below {vals[0]:.4f} at the first "
+            "milestone (a flat curve)"
+        )
+    return None
 
 
 def _mark_trained(storage_uri: str, rid: str) -> None:
@@ -338,7 +373,8 @@ def _mirror_cls():
             if last.get(TIME_ATTR) is not None and last.get(METRIC) is not None:
                 hist.setdefault(int(last[TIME_ATTR]), float(last[METRIC]))
             top = max(hist) if hist else 0
-            if failed:
+            reason = _fail_reason(trial) if failed else (last.get(UNHEALTHY_KEY) or None)
+            if reason:
                 state = optuna.trial.TrialState.FAIL
             elif top >= self.M:
                 state = optuna.trial.TrialState.COMPLETE
@@ -352,7 +388,16 @@ def _mirror_cls():
                     value=value,
                     state=state,
                     intermediate_values=hist,
-                    user_attrs={"lr_key": key, "tune_trial_id": trial.trial_id, "last_milestone": top},
+                    user_attrs={
+                        "lr_key": key,
+                        "tune_trial_id": trial.trial_id,
+                        "last_milestone": top,
+                        **(
+                            {"fail_reason": reason, "fail_kind": "error" if failed else "unhealthy"}
+                            if reason
+                            else {}
+                        ),
+                    },
                 )
             )
 
@@ -363,6 +408,16 @@ def _mirror_cls():
             self._record(trial, failed=True)
 
     return OptunaMirror
+
+
+def _fail_reason(trial) -> str:
+    """One line for an LR trial that ended in error (from its Tune error file, run ids blanked)."""
+    from loopscale.sweep.grid import error_line
+
+    try:
+        return error_line(Path(trial.error_file).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, TypeError):
+        return "the trial raised an error (no error file)"
 
 
 _STORAGES: dict = {}
@@ -521,6 +576,40 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
     return plan
 
 
+def _study_failure(study) -> tuple[str, list[str]] | None:
+    """(kind, reasons) when no trial of ``study`` is complete and healthy, else None. kind is ``"error"`` when every
+    trial raised, ``"unhealthy"`` otherwise (some diverged or did not learn, see :func:`unhealthy_reason`)."""
+    import optuna
+
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == optuna.trial.TrialState.COMPLETE and t.value is not None for t in trials):
+        return None
+    reasons = [t.user_attrs.get("fail_reason") or t.state.name.lower() for t in trials]
+    raised = trials and all(t.user_attrs.get("fail_kind") == "error" for t in trials)
+    return ("error" if raised else "unhealthy"), reasons
+
+
+def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int):
+    """The error for studies without a healthy trial: "0 of N runs finished: <most common error>" when every trial
+    of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study."""
+    from collections import Counter
+
+    from loopscale.sweep.grid import NoRunFinished, no_run_finished
+
+    if len(failures) == n_studies and all(kind == "error" for kind, _ in failures.values()):
+        return no_run_finished(n_trials, [x for _, rs in failures.values() for x in rs])
+    ts = spec.tune
+    where = f"LR in {sorted(ts.lr_values)}" if ts.lr_values else f"LR in [{ts.lr_min:g}, {ts.lr_max:g}]"
+    parts = []
+    for (s, r), (_, reasons) in failures.items():
+        top, k = Counter(reasons).most_common(1)[0]
+        parts.append(
+            f"size {s}, r {r}: all {len(reasons)} trials diverged or did not learn at {where} "
+            f"({k} of {len(reasons)}: {top})"
+        )
+    return NoRunFinished("; ".join(parts) + "; no LR was chosen and lr_table.parquet was not written")
+
+
 def _choose(study) -> tuple[float | None, float | None, int, int]:
     import optuna
 
@@ -652,6 +741,9 @@ def run_tune_lr(
     Raises:
         SpecError: bad spec or runtime (GPUs requested where none exist), before Ray starts.
         TuneInterrupted: the driver was stopped (SIGINT) mid-study.
+        NoRunFinished: a study has no healthy complete trial (every trial raised, diverged or did not learn,
+            :func:`unhealthy_reason`); the message names the LR range and the most common reason, and no LR
+            table is written.
     """
     import optuna
 
@@ -673,6 +765,8 @@ def run_tune_lr(
     rows = []
     done_info = {(s, r): read_json_or_aside(str(done_dir / f"size{s}_r{r}.json")) for s, r in todo}
     pending = [(s, r) for s, r in todo if done_info[(s, r)] is None]
+    failures: dict = {}
+    n_failed_trials = 0
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
@@ -681,9 +775,17 @@ def run_tune_lr(
                 info = {
                     k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_usage")
                 }
+                study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
+                failure = _study_failure(study)
+                if failure is not None:  # no done marker: a rerun (e.g. with another LR range) tunes it again
+                    failures[(s, r)] = failure
+                    n_failed_trials += len(failure[1])
+                    continue
                 done_dir.mkdir(exist_ok=True)
                 write_text_atomic(str(done_dir / f"size{s}_r{r}.json"), json.dumps(info))
                 done_info[(s, r)] = info
+    if failures:
+        raise _no_healthy_trial(spec, failures, len(todo), n_failed_trials)
     for s, r in todo:
         info = done_info[(s, r)]
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
