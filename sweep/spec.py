@@ -120,7 +120,8 @@ class TuneSpec(_Strict):
     lr_min: float = Field(1e-4, gt=0)
     lr_max: float = Field(1e-1, gt=0)
     lr_values: list[float] | None = None
-    """A discrete LR set (categorical search, e.g. the paper's 8 values) instead of log-uniform [lr_min, lr_max]."""
+    """A discrete LR set (e.g. the paper's 8 values) instead of log-uniform [lr_min, lr_max]. With num_samples >=
+    the number of distinct values every value is tried exactly once (a grid); with fewer, TPE samples from the set."""
     tokens_per_param: float | None = Field(10.0, gt=0)
     """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D)."""
     tokens: int | None = Field(None, gt=0)

@@ -444,8 +444,10 @@ def _lr_trial_dirname(trial) -> str:
 def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, experiment: str):
     """Pure assembly of one study: the base cell, the budget, the space, scheduler and Tuner pieces.
 
-    Returns a dict with ``trainable``, ``tune_config``, ``run_config``, ``space``, ``scheduler``,
-    ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is started)."""
+    Returns a dict with ``trainable``, ``param_space`` (a ``tune.grid_search`` over the distinct ``lr_values`` when
+    ``num_samples`` covers them: each tried exactly once; else None and ``OptunaSearch`` proposes), ``tune_config``,
+    ``run_config``, ``space``, ``scheduler``, ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is
+    started)."""
     import optuna
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
@@ -489,8 +491,14 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         "fault_at_step": spec.test_fault_at_step,
     }
     space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
-    sampler = optuna.samplers.TPESampler(seed=ts.seed)
-    search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
+    values = sorted(set(ts.lr_values or []))
+    param_space, search, num_samples = None, None, ts.num_samples
+    if ts.lr_values and ts.num_samples >= len(values):
+        # a finite set that the budget covers: every value exactly once (a sampler would repeat some, miss others)
+        param_space, num_samples = {**constants, "lr": tune.grid_search(values)}, 1
+    else:
+        sampler = optuna.samplers.TPESampler(seed=ts.seed)
+        search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
     scheduler = _persistent_asha_cls()(
         str(tune_dir / "asha" / f"{experiment}.json"),
         time_attr=TIME_ATTR,
@@ -508,7 +516,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     tune_config = tune.TuneConfig(
         search_alg=search,
         scheduler=scheduler,
-        num_samples=ts.num_samples,
+        num_samples=num_samples,
         max_concurrent_trials=ts.max_concurrent,
         reuse_actors=True,
         trial_dirname_creator=_lr_trial_dirname,
@@ -523,6 +531,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     )
     return dict(
         trainable=tune.with_resources(lr_trainable, resources),
+        param_space=param_space,
         tune_config=tune_config,
         run_config=run_config,
         space=space,
@@ -562,7 +571,12 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
         if is_local_uri(storage_path) and local_path(exp_uri).exists():
             shutil.rmtree(local_path(exp_uri))
             Path(tune_dir / "asha" / f"{experiment}.json").unlink(missing_ok=True)
-        tuner = tune.Tuner(plan["trainable"], tune_config=plan["tune_config"], run_config=plan["run_config"])
+        tuner = tune.Tuner(
+            plan["trainable"],
+            param_space=plan["param_space"],
+            tune_config=plan["tune_config"],
+            run_config=plan["run_config"],
+        )
     tuner.fit()
     if unfinished_trials(exp_uri):
         raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted; rerun with --resume")

@@ -557,3 +557,43 @@ def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
     assert "flat curve" in unhealthy_reason(
         dict(ok, final_val_loss=4.73, curve=[curve[0], dict(curve[1], val_loss=4.73)])
     )
+
+
+# --- kind 5: a finite LR set is not fully tried ----------------------------------------------------------------
+
+PAPER_LRS = [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128]
+
+
+def test_finite_lr_set_is_fully_tried(tmp_path):
+    """``num_samples: 8`` over 8 ``lr_values`` tried 6 distinct LRs, two twice (TPE on a categorical). Now every
+    listed value is tried exactly once when the budget covers the set, and a listed duplicate is never trained
+    twice."""
+    import optuna
+    from ray import tune
+
+    from loopscale.sweep.tune_lr import study_plan, trained_counts
+
+    spec = dict(TINY, lr="tune", tokens=[1024])
+    spec["tune"] = {"num_samples": 8, "lr_values": PAPER_LRS, "tokens": 1024, "num_milestones": 2,
+                    "max_concurrent": 2, "tune_per_r": False}  # fmt: skip
+    out = tmp_path / "out"
+    p = _cli("tune-lr", str(_write_spec(tmp_path / "s.yaml", spec)), "--out", str(out), "--no-plot",
+             "--num-cpus", "2")  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    study = optuna.load_study(
+        study_name="tiny_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}"
+    )
+    assert sorted(t.params["lr"] for t in study.trials) == PAPER_LRS
+    counts = trained_counts(str(out / "tune_lr" / "ray"))
+    assert len(counts) == 8 and set(counts.values()) == {1}
+    # a duplicate in the list is one grid point; a budget below the set size keeps the sampler
+    s = load_spec(
+        _write_spec(
+            tmp_path / "d.yaml",
+            dict(spec, tune=dict(spec["tune"], lr_values=[0.01, 0.02, 0.01], num_samples=3)),
+        )
+    )
+    plan = study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")
+    assert plan["param_space"]["lr"] == tune.grid_search([0.01, 0.02])
+    s = load_spec(_write_spec(tmp_path / "f.yaml", dict(spec, tune=dict(spec["tune"], num_samples=4))))
+    assert study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")["param_space"] is None
