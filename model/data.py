@@ -310,8 +310,11 @@ def _resolve_embedded(cache_dir: str | Path | None) -> CorpusSource:
         try:
             memo.parent.mkdir(parents=True, exist_ok=True)
             tmp = memo.with_name(f".{memo.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(man), encoding="utf-8")
-            os.replace(tmp, memo)
+            try:
+                tmp.write_text(json.dumps(man), encoding="utf-8")
+                os.replace(tmp, memo)
+            finally:
+                tmp.unlink(missing_ok=True)
         except OSError:
             pass
     return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=docs)

@@ -344,8 +344,11 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
         path.parent.mkdir(parents=True, exist_ok=True)
         stored[key] = best
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(stored), encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(stored), encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     except OSError:
         pass
     return best, "measured fp32 matmul"
@@ -403,8 +406,11 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no temporary file
     return path
 
 

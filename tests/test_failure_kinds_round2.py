@@ -143,8 +143,7 @@ def test_last_step_appears_once_in_the_curve(trainer_corpus_dir, trainer_cache_d
         assert r["curve"][-1]["val_loss"] == pytest.approx(res["final_val_loss"])
     (ck / "ckpt-00000008.pt").unlink()
     resumed = _curve_run(c, k, checkpoint_dir=str(ck), checkpoint_every_steps=4)
-    assert resumed["resumed_from_step"] == 6
-    assert (ck / "ckpt-00000008.pt.unreadable").exists()
+    assert resumed["resumed_from_step"] == 4
     assert [pt["step"] for pt in resumed["curve"]] == list(range(1, 9))
     # the store: a curve listing a step twice (as older results do) becomes one row with the value
     dup = res["curve"] + [{**res["curve"][-1], "val_loss": None}]
