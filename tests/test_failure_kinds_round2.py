@@ -470,6 +470,57 @@ def test_no_run_finished_never_exits_zero(tmp_path, monkeypatch):
     assert not (tmp_path / "r" / "report.md").exists()
 
 
+# --- kind 9: degenerate bootstrap is silent and then crashes the report ----------------------------------------
+
+
+def test_degenerate_bootstrap_says_why_and_report_renders_it(tmp_path):
+    """12 runs (r in {1,2,4,8} x 3 widths) at one token budget D: every block draw over (D, r) holds a single
+    budget, so 0 of B refits were ok, every interval was [null, null] without a word, and the report raised
+    TypeError. Now the fit says why no interval exists and which blocking would work; the report renders the
+    missing intervals as "–" with the reason; ``run`` refuses such a grid in its plan."""
+    import json
+
+    import pyarrow.compute as pc
+
+    from loopscale.fit.analysis import analyze
+    from loopscale.fit.run_report import build_report
+
+    t = pq.read_table(ROOT / "docs" / "example_cpu" / "runs.parquet")
+    one_d = t.filter(pc.equal(t["D"], max(t["D"].to_pylist())))
+    assert one_d.num_rows == 12 and len(set(one_d["r"].to_pylist())) == 4
+    table = tmp_path / "run" / "runs.parquet"
+    table.parent.mkdir()
+    pq.write_table(one_d, table)
+    p = _cli("fit", str(table), "--law", "joint", "--bootstrap", "20", "--starts", "20", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    boot = json.loads(p.stdout)["bootstrap"]
+    assert boot["n_ok"] == 0
+    assert "every run has the same D" in boot["no_interval_reason"]
+    assert "--block-by r" in boot["no_interval_reason"]
+    # the suggested blocking gives intervals
+    p = _cli(
+        "fit", str(table), "--law", "joint", "--bootstrap", "8", "--starts", "20", "--block-by", "r", "--json"
+    )
+    assert p.returncode == 0 and json.loads(p.stdout)["bootstrap"]["n_ok"] > 0
+    # the report: "–" and the reason, no TypeError
+    with pytest.warns(UserWarning, match="no interval"):
+        analyze(table, tmp_path / "run" / "fit", B=4, starts=20, workers=1, plots=False)
+    text = build_report(tmp_path / "run").read_text(encoding="utf-8")
+    assert "95 % CI –**" in text and "**No interval**" in text and "every run has the same D" in text
+    # run refuses the grid before training anything, and its --dry-run plan says so
+    grid = dict(TINY, r=[1, 2, 4, 8], sizes=[16, 32, 48])
+    spec = _write_spec(tmp_path / "one_d.yaml", grid)
+    p = _cli("run", str(spec), "--dry-run")
+    assert (
+        p.returncode == 2
+        and "refused" in p.stdout
+        and "every run has the same budget (tokens: 2048)" in p.stdout
+    )
+    p = _cli("run", str(spec), "--out", str(tmp_path / "out"))
+    assert p.returncode == 2 and "add a second budget to 'tokens'" in p.stderr
+    assert not (tmp_path / "out" / "runs.parquet").exists()
+
+
 # --- kind 6: a diverged or collapsed LR is chosen (and kind 2 for tune-lr) -------------------------------------
 
 
