@@ -592,8 +592,10 @@ def test_finite_lr_set_is_fully_tried(tmp_path):
         study_name="tiny_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}"
     )
     assert sorted(t.params["lr"] for t in study.trials) == PAPER_LRS
+    # every trial ASHA did not stop trained to the end exactly once (a stopped one never finishes)
     counts = trained_counts(str(out / "tune_lr" / "ray"))
-    assert len(counts) == 8 and set(counts.values()) == {1}
+    finished = [t for t in study.trials if t.state.name != "PRUNED"]
+    assert len(counts) == len(finished) >= 1 and set(counts.values()) == {1}
     # a duplicate in the list is one grid point; a budget below the set size keeps the sampler
     s = load_spec(
         _write_spec(
