@@ -740,6 +740,14 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _read_meta(folder: Path) -> dict | None:
+    """A token cache folder's meta.json, or None when it cannot be parsed."""
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def load_tokens(
     corpus: str = "embedded",
     tokenizer: str = "byte",
@@ -799,6 +807,11 @@ def load_tokens(
     tok_name = "byte" if tok_kind == "byte" else f"bpe{vocab}"
     final = root / "tokens" / f"{src.corpus_hash[:20]}-{tok_name}"
     built = False
+    if (final / "meta.json").exists() and _read_meta(final) is None:
+        # a torn cache folder (unreadable meta.json): moved aside with a warning and built again
+        aside = final.with_name(f"{final.name}.unreadable-{os.getpid()}")
+        os.replace(final, aside)
+        warnings.warn(f"token cache {final} has an unreadable meta.json; moved aside to {aside}, rebuilding", stacklevel=2)
     if not (final / "meta.json").exists():
         _tokenize_into(src, tok_kind, vocab, final)
         built = True

@@ -283,6 +283,14 @@ def test_torn_files_never_block_recovery(trainer_corpus_dir, trainer_cache_dir, 
     assert resumed["resumed_from_step"] == 6
     assert (ck / "ckpt-00000008.pt.unreadable").exists()
     assert resumed["final_val_loss"] == pytest.approx(res["final_val_loss"], rel=1e-5)
+    # a token cache whose meta.json is torn: moved aside and built again
+    from loopscale.model.data import load_tokens
+
+    td = load_tokens(c, "byte", cache_dir=k)
+    (td.cache_path / "meta.json").write_bytes(b"")
+    with pytest.warns(UserWarning, match="unreadable meta.json"):
+        again = load_tokens(c, "byte", cache_dir=k)
+    assert again.built and len(again.train) == len(td.train)
     # an LR table torn: absent (stage 1 rebuilds it from its finished studies)
     lr = tmp_path / "lr_table.parquet"
     lr.write_bytes(b"")
