@@ -133,7 +133,9 @@ STORAGE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 
 
 def validate_storage(storage: str | None) -> str | None:
-    """Check a ``--storage`` value before anything starts, without touching the network; returns it unchanged.
+    """Check a ``--storage`` value before anything starts, without touching the network; returns it with a relative
+    local path made absolute against the current working directory (:func:`loopscale.cluster.storage.absolute_uri`),
+    anything else unchanged.
 
     Only the form is checked (a local path, or a scheme in ``STORAGE_SCHEMES``, and no inline
     credentials); reachability is left to the first use (``s3://`` without ``?region=`` would otherwise
@@ -159,7 +161,9 @@ def validate_storage(storage: str | None) -> str | None:
                 f"storage for scheme {scheme!r} carries inline credentials (user:secret@); never put keys in URIs: "
                 "use the environment (instance role, AWS_*/GOOGLE_* variables)"
             )
-    return storage
+    from loopscale.cluster.storage import absolute_uri
+
+    return absolute_uri(storage)
 
 
 # --- the one error presenter of the console script ----------------------------------------------------------
@@ -167,8 +171,14 @@ def validate_storage(storage: str | None) -> str | None:
 EXIT_USAGE = 2
 """Exit code of a command refused before or while running: bad input (``ValueError``, e.g. a spec error) or a
 missing file."""
+EXIT_FAILED = 1
+"""Exit code of a command that ran but produced nothing usable (:class:`CommandFailed`, e.g. not one run finished)."""
 EXIT_INTERRUPTED = 130
 """Exit code of a driver stopped by SIGINT with its state saved (128 + SIGINT, the shell's convention)."""
+
+
+class CommandFailed(RuntimeError):
+    """A command ran but nothing it produced is usable (e.g. "0 of N runs finished: <most common error>")."""
 
 
 class Interrupted(RuntimeError):
@@ -178,6 +188,7 @@ class Interrupted(RuntimeError):
 def present_errors(command):
     """Wrap a Typer command so that its errors reach the user as one line on stderr and an exit code:
     :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED`;
+    :class:`CommandFailed` -> "error: <message>" and :data:`EXIT_FAILED`;
     ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`. Anything else is a bug
     and keeps its traceback. The console script registers every command through it."""
 
@@ -192,6 +203,9 @@ def present_errors(command):
                 err=True,
             )
             raise typer.Exit(code=EXIT_INTERRUPTED) from None
+        except CommandFailed as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(code=EXIT_FAILED) from None
         except (ValueError, FileNotFoundError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(code=EXIT_USAGE) from None

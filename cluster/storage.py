@@ -25,8 +25,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "resolve_uri",
+    "absolute_uri",
     "join",
     "write_bytes_atomic",
+    "write_text_atomic",
+    "move_aside",
+    "read_json_or_aside",
     "read_bytes",
     "exists",
     "listdir",
@@ -90,6 +94,16 @@ def resolve_uri(uri: str, filesystem: pafs.FileSystem | None = None) -> tuple[pa
             f"uri={uri!r} is not understood by pyarrow ({e}); use a local path, file://, s3://, gs:// or hdfs://"
         ) from e
     return fs, (path.rstrip("/") or "/")
+
+
+def absolute_uri(uri: str) -> str:
+    """``uri`` with a relative local path made absolute against the current working directory (``~`` expanded);
+    URIs with a scheme (``file://``, ``s3://``, ...) are returned unchanged. Ray Tune and pyarrow read a relative
+    path as a URI without a scheme ("URI has empty scheme"), so every storage location we accept goes through
+    this first."""
+    if not isinstance(uri, str) or not uri.strip() or _has_scheme(uri):
+        return uri
+    return os.path.abspath(os.path.expanduser(uri))
 
 
 def join(uri: str, *parts: str) -> str:
@@ -196,6 +210,40 @@ def write_bytes_atomic(uri: str, data: bytes, filesystem: pafs.FileSystem | None
     size = fs.get_file_info(path).size
     if size != len(data):
         raise OSError(f"write to {uri!r} incomplete: {size} of {len(data)} bytes visible after upload")
+
+
+def write_text_atomic(uri: str, text: str, filesystem: pafs.FileSystem | None = None) -> None:
+    """Write ``text`` as UTF-8, whatever the locale's codec, with :func:`write_bytes_atomic` (readers see the old
+    file or the complete new one; a failed write leaves no temporary file behind)."""
+    write_bytes_atomic(uri, text.encode("utf-8"), filesystem)
+
+
+def move_aside(uri: str, reason: str, filesystem: pafs.FileSystem | None = None) -> str:
+    """Rename an unreadable file (torn by a crash, truncated, corrupt) to ``<name>.unreadable-<id>`` next to it,
+    so that nothing globbing the original names reads it again, and warn (``UserWarning``) with ``reason``.
+    Returns the new location. Nothing is deleted: the file stays there for inspection."""
+    import warnings
+
+    fs, path = resolve_uri(uri, filesystem)
+    dest = f"{path}.unreadable-{uuid.uuid4().hex[:8]}"
+    fs.move(path, dest)
+    new = dest if filesystem is not None or not _has_scheme(uri) else f"{uri}.unreadable-{dest.rsplit('-', 1)[1]}"
+    warnings.warn(f"{uri} is unreadable ({reason}); moved aside to {new} and treated as missing", stacklevel=2)
+    return new
+
+
+def read_json_or_aside(uri: str, filesystem: pafs.FileSystem | None = None):
+    """The JSON value at ``uri``; None when there is no file, or when it cannot be parsed (a torn or empty file
+    is moved aside with :func:`move_aside`, so the caller treats it as never written and redoes that work)."""
+    try:
+        data = read_bytes(uri, filesystem)
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        move_aside(uri, f"not valid JSON: {e}" if data else "0 bytes", filesystem)
+        return None
 
 
 def remove(uri: str, filesystem: pafs.FileSystem | None = None) -> None:

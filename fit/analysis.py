@@ -270,7 +270,7 @@ def analyze(
             pq.write_table(
                 pa.Table.from_pandas(pd.concat(rows, ignore_index=True), preserve_index=False), out / name
             )
-    tmp = out / "analysis.json.tmp"
-    tmp.write_text(json.dumps(json_safe(result), indent=2))
-    tmp.replace(out / "analysis.json")
+    from loopscale.cluster.storage import write_text_atomic
+
+    write_text_atomic(str(out / "analysis.json"), json.dumps(json_safe(result), indent=2))
     return result

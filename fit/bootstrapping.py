@@ -65,6 +65,9 @@ class BootstrapResult:
             non-degenerate draw in 1000 tries). warm_start_share: share of ok refits whose optimum equals the warm start.
         degenerate_handling: what was done with degenerate draws (``"redraw"``); failed refits are dropped.
         point: the point fit the refits were warm-started from.
+        no_interval_reason: why no interval exists (no resample could be refitted: a design whose blocks cannot
+            vary, too few runs, every refit failed), with the blocking that would work when there is one; None
+            when at least one refit is ok.
     """
 
     law: str
@@ -83,6 +86,7 @@ class BootstrapResult:
     starts: int = 0
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    no_interval_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no per-draw table): CIs as ``[lo, hi]`` lists and every count."""
@@ -101,6 +105,7 @@ class BootstrapResult:
             "warm_start_share": self.warm_start_share,
             "starts": self.starts,
             "seed": self.seed,
+            "no_interval_reason": self.no_interval_reason,
             **self.extra,
         }
 
@@ -382,6 +387,44 @@ def percentile_ci(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------------------------------------
 # public API
 # ----------------------------------------------------------------------------------------------------------------------
+def _working_block_by(law: Law, data: FitData, bb: tuple[str, ...] | None, seed: int) -> str | None:
+    """A blocking that gives non-degenerate draws for ``data`` when ``bb`` does not: ``bb`` without its budget
+    column, else iid. Returns it as a ``--block-by`` value ("r", "iid"), or None when none works."""
+    budget = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
+    rest = tuple(c for c in (bb or ()) if c != budget) or None
+    for cand in dict.fromkeys([rest, None]):
+        if cand == bb:
+            continue
+        bc = next((c for c in (cand or ()) if c in ("budget", "C", "D")), None)
+        _, ok, _, _ = draw_weights(law, data, cell_ids(data.frame, cand), 8, seed, bc, max_tries=200)
+        if ok.any():
+            return ",".join(cand) if cand else "iid"
+    return None
+
+
+def design_problem(law: Law, data: FitData, bb: tuple[str, ...] | None, seed: int = 0) -> str | None:
+    """Why no bootstrap resample of this design can be refitted (so no interval can exist), or None.
+
+    Checked before any refit: fewer runs than parameters; a joint law with free phi and a single r; a block
+    design whose budget column (``budget``, ``C`` or ``D``) holds one value (every block draw then holds a single
+    budget and is redrawn forever). The reason names a blocking that would work, when there is one."""
+    n, f = len(data.frame), data.frame
+    if n < law.n_params:
+        return f"{n} runs for {law.n_params} parameters: no resample can be refitted"
+    if law.name == "joint" and law.extra_names and np.unique(data.cols["r"]).size < 2:
+        return f"every run has r = {int(data.cols['r'][0])}: no resample identifies phi (needs two values of r)"
+    budget = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
+    if budget is not None and pd.unique(f[budget].to_numpy()).size < 2:
+        alt = _working_block_by(law, data, bb, seed)
+        return (
+            f"every run has the same {budget} = {float(f[budget].iloc[0]):g}: a block draw over {list(bb)} cells "
+            "always holds that single budget, so no resample can vary it and the design gives no interval"
+            + (f"; a blocking that works: --block-by {alt}" if alt else "")
+            + f" (or add a second {budget})"
+        )
+    return None
+
+
 def _resolve_block_by(block_by: Any, data: FitData, law: Law) -> tuple[str, ...] | None:
     if isinstance(block_by, str) and block_by == DEFAULT:
         return default_block_by(data.frame, law)
@@ -434,25 +477,41 @@ def bootstrap_data(
         point = fit_data(law, data, starts=point_starts or starts, seed=seed, delta=delta, grid=grid)
     cells = cell_ids(data.frame, bb)
     budget_col = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
-    W, ok_draw, kinds, tries = draw_weights(law, data, cells, B, seed, budget_col)
-    theta, objv, at_warm = refit_weights(
-        law,
-        data,
-        W,
-        ok_draw,
-        np.asarray(point.theta),
-        seed=seed,
-        starts=starts,
-        workers=workers,
-        address=address,
-        delta=delta,
-        grid=grid,
-        n_polish=n_polish,
-        max_iter=max_iter,
-        chunk_size=chunk_size,
-        progress=progress,
-    )
+    reason = design_problem(law, data, bb, seed)
+    if reason is not None:  # no draw can be refitted: spend no compute, say why
+        W, ok_draw, kinds, tries = np.zeros((B, cells.size)), np.zeros(B, bool), {}, np.zeros(B, int)
+        theta, objv, at_warm = np.full((B, law.n_params), np.nan), np.full(B, np.nan), np.zeros(B, bool)
+    else:
+        W, ok_draw, kinds, tries = draw_weights(law, data, cells, B, seed, budget_col)
+        theta, objv, at_warm = refit_weights(
+            law,
+            data,
+            W,
+            ok_draw,
+            np.asarray(point.theta),
+            seed=seed,
+            starts=starts,
+            workers=workers,
+            address=address,
+            delta=delta,
+            grid=grid,
+            n_polish=n_polish,
+            max_iter=max_iter,
+            chunk_size=chunk_size,
+            progress=progress,
+        )
     ok = ok_draw & np.isfinite(objv)
+    if reason is None and not ok.any():
+        alt = _working_block_by(law, data, bb, seed) if not ok_draw.any() else None
+        reason = (
+            f"0 of {B} resamples could be refitted ({int(B - ok_draw.sum())} without a non-degenerate draw in "
+            f"1000 tries: {kinds}; {int((ok_draw & ~np.isfinite(objv)).sum())} refits failed)"
+            + (f"; a blocking that works: --block-by {alt}" if alt else "")
+        )
+    if reason is not None:
+        import warnings
+
+        warnings.warn(f"bootstrap: no interval: {reason}", stacklevel=2)
     rows = []
     for k in range(B):
         p = (
@@ -501,6 +560,7 @@ def bootstrap_data(
         point=point,
         starts=starts,
         seed=seed,
+        no_interval_reason=reason,
     )
 
 

@@ -135,7 +135,11 @@ def fit_cmd(
         "  "
         + "  ".join(
             f"{k} = {v:.5g}"
-            + (f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]" if boot and k in boot.ci else "")
+            + (
+                f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]"
+                if boot and k in boot.ci and not boot.no_interval_reason
+                else ""
+            )
             for k, v in p.items()
         ),
         f"  R2 = {fit.r2:.5f}  RMSE = {fit.rmse:.4f}  max|res| = {fit.max_abs_residual:.4f}  objective = {fit.objective:.6g}"
@@ -146,6 +150,8 @@ def fit_cmd(
             f"  bootstrap B = {boot.B} ({boot.block_by or 'iid'}): degenerate {boot.n_degenerate} (redrawn), "
             f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f}"
         )
+        if boot.no_interval_reason:
+            lines.append(f"  warning: no interval: {boot.no_interval_reason}")
     if fit.on_bound:
         lines.append(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "

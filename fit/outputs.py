@@ -58,7 +58,9 @@ def write_fit_outputs(
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     p = out / "fit.json"
-    p.write_text(json.dumps(summary_dict(fit, boot), indent=2, allow_nan=False))
+    from loopscale.cluster.storage import write_text_atomic
+
+    write_text_atomic(str(p), json.dumps(summary_dict(fit, boot), indent=2, allow_nan=False))
     files["fit.json"] = str(p)
     if boot is not None:
         import pyarrow as pa

@@ -8,7 +8,6 @@ Inputs (all optional except ``runs.parquet`` and ``fit/analysis.json``): ``runs.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -33,16 +32,32 @@ def _fmt(x: Any, nd: int = 4) -> str:
 
 
 def _ci(ci: dict, key: str) -> str:
-    v = (ci or {}).get(key)
+    """``[lo, hi]``, or "–" when there is no interval (missing, or null bounds: no resample could be refitted)."""
+    v = _interval(ci, key)
     return f"[{_fmt(v[0])}, {_fmt(v[1])}]" if v else "–"
+
+
+def _interval(ci: dict, key: str) -> tuple[float, float] | None:
+    """(lo, hi) of ``ci[key]`` when both bounds are finite numbers, else None."""
+    v = (ci or {}).get(key)
+    if not v or any(x is None or not math.isfinite(float(x)) for x in v[:2]):
+        return None
+    return float(v[0]), float(v[1])
 
 
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     if not path.exists():
         return None
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pandas()
+    from loopscale.cluster.storage import move_aside
+
+    try:
+        return pq.read_table(path).to_pandas()
+    except (pa.ArrowException, OSError, ValueError) as e:  # torn by a crash: moved aside, read as missing
+        move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
 
 
 def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path | None:
@@ -107,13 +122,15 @@ def build_report(run_dir: str | Path) -> Path:
         raise FileNotFoundError(
             f"{d / 'runs.parquet'} not found: run `loopscale sweep` or `loopscale run` first"
         )
+    from loopscale.cluster.storage import read_json_or_aside
+
     ana_path = d / "fit" / "analysis.json"
-    if not ana_path.exists():
+    ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing
+    if ana is None:
         raise FileNotFoundError(
             f"{ana_path} not found: run the fit stage (`loopscale run ... --resume`) first"
         )
-    ana = json.loads(ana_path.read_text())
-    meta = json.loads((d / "run_meta.json").read_text()) if (d / "run_meta.json").exists() else {}
+    meta = read_json_or_aside(str(d / "run_meta.json")) or {}
     lr = _read_parquet(d / "lr_table.parquet")
     frontier = _read_parquet(d / "fit" / "frontier.parquet")
     iso = _read_parquet(d / "fit" / "isoflop.parquet")
@@ -205,6 +222,8 @@ def build_report(run_dir: str | Path) -> Path:
             f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
             f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
         )
+        if boot.get("no_interval_reason"):
+            L.append(f"> **No interval** (every CI below is –): {boot['no_interval_reason']}.\n")
         L.append("| parameter | value | 95 % CI |")
         L.append("|---|---|---|")
         for k in ("E", "A", "alpha", "B", "beta", "phi"):
@@ -214,7 +233,7 @@ def build_report(run_dir: str | Path) -> Path:
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
             f"n = {j['n']}, parameters on a bound: {j.get('on_bound') or 'none'}."
         )
-        phi_ci = ci.get("phi")
+        phi_ci = _interval(ci, "phi")
         if phi_ci and (phi_ci[0] <= -3 + 1e-6 or phi_ci[1] >= 3 - 1e-6):
             L.append(
                 "\n> **Warning:** the φ interval reaches the search box edge (φ ∈ [−3, 3]): these data do "
@@ -321,10 +340,10 @@ def build_report(run_dir: str | Path) -> Path:
                     f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} |"
                 )
             L.append("")
+    from loopscale.cluster.storage import write_text_atomic
+
     out = d / "report.md"
-    tmp = d / "report.md.tmp"
-    tmp.write_text("\n".join(L) + "\n")
-    tmp.replace(out)
+    write_text_atomic(str(out), "\n".join(L) + "\n")
     return out
 
 

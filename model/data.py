@@ -48,8 +48,9 @@ import numpy as np
 SEP_ID = 0
 """Token id of the document separator (BOS) for every tokenizer built here."""
 
-BUILD_VERSION = 1
-"""Bump when text cleaning or cache layout changes (part of every corpus hash)."""
+BUILD_VERSION = 2
+"""Bump when text cleaning, the split or tokenizer training, or the cache layout changes (part of every corpus
+hash). 2: BPE never trains on the validation side nor on an empty training side (position split)."""
 
 VAL_MODULUS = 20
 """A document is validation when ``int(sha256(name)[:8], 16) % VAL_MODULUS == 0`` (about 5 %)."""
@@ -207,6 +208,26 @@ class CorpusSource:
         """Document name: the path relative to the files' common folder (so the split survives a move)."""
         return p.relative_to(self._root).as_posix()
 
+    def doc_names(self) -> list[str]:
+        """Names of the documents, without reading their text (Parquet: from the file metadata)."""
+        if self.kind == "embedded":
+            if self.manifest is not None:
+                return [d["name"] for d in self.manifest["documents"]]
+            return [d.name for d in self.documents()]
+        if self.kind == "text":
+            return [self._name(p) for p in self.files]
+        if self.kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return [f"{self._name(p)}:{i}" for p in self.files for i in range(pq.ParquetFile(p).metadata.num_rows)]
+        raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
+
+    def splits_by_document(self) -> bool:
+        """True when the document rule (:func:`is_validation_doc`) puts documents on both sides; otherwise the
+        corpus is too small to split by document and is split by position (the token tail is validation)."""
+        val = [is_validation_doc(n) for n in self.doc_names()]
+        return any(val) and not all(val)
+
     def documents(self) -> Iterator[Document]:
         """Stream the documents (text kinds only). Parquet is read in row-group batches with pyarrow."""
         if self.kind == "embedded":
@@ -279,7 +300,7 @@ def _resolve_embedded(cache_dir: str | Path | None) -> CorpusSource:
     if cache_dir is not None:
         memo = Path(cache_dir).expanduser() / "embedded" / f"{_embedded_fingerprint()[:32]}.json"
         try:
-            man = json.loads(memo.read_text())
+            man = json.loads(memo.read_text(encoding="utf-8"))
             return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=None)
         except (OSError, ValueError, KeyError):
             pass
@@ -289,8 +310,11 @@ def _resolve_embedded(cache_dir: str | Path | None) -> CorpusSource:
         try:
             memo.parent.mkdir(parents=True, exist_ok=True)
             tmp = memo.with_name(f".{memo.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(man))
-            os.replace(tmp, memo)
+            try:
+                tmp.write_text(json.dumps(man), encoding="utf-8")
+                os.replace(tmp, memo)
+            finally:
+                tmp.unlink(missing_ok=True)
         except OSError:
             pass
     return CorpusSource("embedded", [], corpus_hash=man["corpus_sha256"], manifest=man, docs=docs)
@@ -303,7 +327,9 @@ def resolve_corpus(
 
     ``corpus``: ``"embedded"``; a text file; a directory (every ``.txt``/``.md``/``.text`` file below it, one
     document per file; or its ``.parquet`` files); a glob; ``.parquet`` file(s) with a ``text_column``; or a
-    pre-tokenized ``.npy`` (uint16/uint32) or raw ``.bin`` token file (uint16; name it ``*.u32.bin`` for uint32).
+    pre-tokenized ``.npy`` (uint16/uint32, the dtype is in the file) or raw ``.bin`` token file (name it
+    ``*.u16.bin`` / ``*.u32.bin`` to state the dtype; a plain ``.bin`` is read as uint16 only after the checks
+    of :func:`_open_token_file`, with a warning).
     ``cache_dir`` (optional) memoises the embedded corpus manifest.
 
     Raises:
@@ -315,6 +341,14 @@ def resolve_corpus(
         raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
     if corpus == "embedded":
         return _resolve_embedded(cache_dir)
+    kind, files = _corpus_files(corpus, text_column)
+    return CorpusSource(
+        kind, files, text_column=text_column, corpus_hash=_hash_files(files, f"{kind}|{text_column}")
+    )
+
+
+def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
+    """(kind, files) of a corpus path/glob, with the cheap checks of :func:`resolve_corpus` (nothing is hashed)."""
     files = _expand(corpus)
     kinds = {
         "parquet"
@@ -339,9 +373,41 @@ def resolve_corpus(
                     f"Parquet file {str(f)!r} has no text column {text_column!r}; its columns are {names} "
                     "(set text_column to one of them)"
                 )
-    return CorpusSource(
-        kind, files, text_column=text_column, corpus_hash=_hash_files(files, f"{kind}|{text_column}")
-    )
+    return kind, files
+
+
+def check_corpus(corpus: str, tokenizer: str, vocab_size: int, text_column: str = "text") -> None:
+    """Everything about a corpus that would make every run on it fail, checked without tokenizing (cheap: file
+    names, Parquet schemas, a token file's dtype and largest id), so a sweep refuses it before Ray starts.
+
+    Raises:
+        CorpusNotFoundError, CorpusError: see :func:`resolve_corpus` and :func:`_open_token_file`.
+        ValueError: a tokenizer that does not fit the corpus kind; a token file with ids >= ``vocab_size``.
+    """
+    tok_kind, _ = parse_tokenizer(tokenizer)
+    kind = "embedded" if corpus == "embedded" else None
+    if kind is None:
+        if not isinstance(corpus, str) or not corpus:
+            raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
+        kind, files = _corpus_files(corpus, text_column)
+    if kind != "tokens":
+        if tok_kind == "pretokenized":
+            raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
+        return
+    if tok_kind == "bpe":
+        raise ValueError(
+            f"corpus {corpus!r} is already tokenized; use tokenizer='pretokenized' (or 'byte' for byte ids)"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the trial warns again, where the run's warnings are recorded
+        arr = _open_token_file(files[0])
+    vmax = int(arr.max()) + 1 if len(arr) else 0
+    limit = 256 if tok_kind == "byte" else vocab_size
+    if vmax > limit:
+        raise ValueError(
+            f"token file {corpus!r} has ids up to {vmax - 1}, but the model's vocab_size is {limit}: set "
+            f"vocab_size to at least {vmax} (and tokenizer 'pretokenized')"
+        )
 
 
 def _open_token_file(path: Path) -> np.ndarray:
@@ -352,12 +418,45 @@ def _open_token_file(path: Path) -> np.ndarray:
                 f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}"
             )
         return arr
-    dtype = np.uint32 if path.name.lower().endswith((".u32.bin", ".uint32.bin")) else np.uint16
-    if path.stat().st_size % np.dtype(dtype).itemsize:
+    name = path.name.lower()
+    stated = (
+        np.uint32
+        if name.endswith((".u32.bin", ".uint32.bin"))
+        else np.uint16
+        if name.endswith((".u16.bin", ".uint16.bin"))
+        else None
+    )
+    dtype = stated or np.uint16
+    size = path.stat().st_size
+    fix = (
+        f"state the dtype in the name ({path.stem}.u16.bin or {path.stem}.u32.bin), or save it with "
+        "numpy.save as .npy (which records it)"
+    )
+    if size % np.dtype(dtype).itemsize:
         raise CorpusError(
-            f"token file {str(path)!r} size is not a multiple of {np.dtype(dtype).itemsize} ({dtype.__name__})"
+            f"token file {str(path)!r} is {size} bytes, not a multiple of {np.dtype(dtype).itemsize} "
+            f"({dtype.__name__}): torn, or not a token file of that dtype; {fix}"
         )
-    return np.memmap(path, dtype=dtype, mode="r")
+    arr = np.memmap(path, dtype=dtype, mode="r")
+    if stated is None:
+        if size % 4 == 0 and len(arr) >= 4 and _looks_like_uint32(arr):
+            raise CorpusError(
+                f"token file {str(path)!r} has no dtype suffix and looks like uint32 ids read as uint16 (every "
+                f"second 16-bit word is near 0: the high halves of 32-bit ids); {fix}"
+            )
+        warnings.warn(
+            f"token file {str(path)!r} has no dtype suffix: read as uint16 ({len(arr)} tokens); {fix}",
+            stacklevel=3,
+        )
+    return arr
+
+
+def _looks_like_uint32(words: np.ndarray, sample: int = 1 << 20) -> bool:
+    """True when 16-bit ``words`` look like little-endian uint32 ids: the odd (high) words are tiny compared with
+    the even (low) ones (ids < 2**24 give high words < 256 while the low words span the vocabulary)."""
+    w = np.asarray(words[: 2 * (min(len(words), sample) // 2)])
+    lo, hi = int(w[0::2].max()), int(w[1::2].max())
+    return hi * 256 <= lo
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -546,6 +645,7 @@ def _write_stream(docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs
         full[:-n_val].tofile(out_dir / "train.bin")
         full[-n_val:].tofile(out_dir / "val.bin")
         counts = {"train": len(full) - n_val, "val": n_val}
+        ndocs = {"train": ndocs["train"] + ndocs["val"], "val": 0}  # the tail is part of the last document
         val_bytes = len(tokenizer.decode(full[-n_val:]).encode("utf-8"))
         split_rule = f"token tail {VAL_TAIL_FRAC}"
     return {
@@ -559,18 +659,64 @@ def _write_stream(docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs
     }
 
 
+MIN_BPE_TRAIN_BYTES = 1024
+"""Fewest bytes of training text a BPE tokenizer is trained on; less is an error (it would learn next to nothing)."""
+
+
+def _bpe_training_texts(src: CorpusSource, by_document: bool, stats: dict) -> Iterator[str]:
+    """The texts BPE is trained on: the training documents, or (position split) the text before the validation
+    tail (the first 1 - VAL_TAIL_FRAC of the characters), never the validation data. Counts docs and bytes in
+    ``stats``."""
+    limit = None
+    if not by_document:
+        limit = int(sum(len(d.text) for d in src.documents()) * (1 - VAL_TAIL_FRAC))
+    used = 0
+    for d in src.documents():
+        if not d.text or (by_document and is_validation_doc(d.name)):
+            continue
+        text = d.text if limit is None else d.text[: max(0, limit - used)]
+        if not text:
+            break
+        used += len(text)
+        stats["docs"] += 1
+        stats["bytes"] += len(text.encode("utf-8"))
+        yield text
+
+
+def _train_bpe(src: CorpusSource, vocab: int) -> tuple[BPETokenizer, dict]:
+    """Train BPE on the training side of ``src`` (see :func:`_bpe_training_texts`).
+
+    Raises:
+        CorpusError: fewer than :data:`MIN_BPE_TRAIN_BYTES` bytes of training text, or no merge learned.
+    """
+    by_doc = src.splits_by_document()
+    stats = {"docs": 0, "bytes": 0, "split": "document" if by_doc else "position"}
+    tok = BPETokenizer.train(_bpe_training_texts(src, by_doc, stats), vocab)
+    merges = tok._tok.get_vocab_size() - 257  # 256 byte symbols + <|bos|>
+    stats["merges"] = merges
+    if stats["bytes"] < MIN_BPE_TRAIN_BYTES or merges < 1:
+        raise CorpusError(
+            f"BPE (bpe:{vocab}) would train on {stats['docs']} documents, {stats['bytes']} bytes "
+            f"({merges} merges learned; split by {stats['split']}): need at least {MIN_BPE_TRAIN_BYTES} bytes of "
+            "training text; give a larger corpus or use tokenizer 'byte'"
+        )
+    return tok, stats
+
+
 def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) -> None:
     """Build the cache folder ``final`` atomically (temp folder + rename)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
     try:
+        bpe_stats = None
         if tok_kind == "byte":
             tokenizer = ByteTokenizer()
         else:
-            train_texts = (d.text for d in src.documents() if d.text and not is_validation_doc(d.name))
-            tokenizer = BPETokenizer.train(train_texts, vocab)
+            tokenizer, bpe_stats = _train_bpe(src, vocab)
             tokenizer.save(tmp / "tokenizer.json")
         meta = _write_stream(src.documents(), tokenizer, tmp)
+        if bpe_stats is not None:
+            meta["bpe_training"] = bpe_stats
         meta.update(
             corpus_hash=src.corpus_hash,
             corpus_kind=src.kind,
@@ -581,9 +727,9 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
             sep_id=SEP_ID,
             build_version=BUILD_VERSION,
         )
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         if src.manifest is not None:
-            (tmp / "manifest.json").write_text(json.dumps(src.manifest, indent=1))
+            (tmp / "manifest.json").write_text(json.dumps(src.manifest, indent=1), encoding="utf-8")
         try:
             os.rename(tmp, final)
         except OSError:
@@ -592,6 +738,14 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_meta(folder: Path) -> dict | None:
+    """A token cache folder's meta.json, or None when it cannot be parsed."""
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def load_tokens(
@@ -631,6 +785,7 @@ def load_tokens(
             "corpus_hash": src.corpus_hash,
             "corpus_kind": "tokens",
             "files": [str(src.files[0])],
+            "dtype": arr.dtype.name,
             "split_rule": f"token tail {VAL_TAIL_FRAC}",
             "n_train_tokens": len(arr) - n_val,
             "n_val_tokens": n_val,
@@ -652,10 +807,15 @@ def load_tokens(
     tok_name = "byte" if tok_kind == "byte" else f"bpe{vocab}"
     final = root / "tokens" / f"{src.corpus_hash[:20]}-{tok_name}"
     built = False
+    if (final / "meta.json").exists() and _read_meta(final) is None:
+        # a torn cache folder (unreadable meta.json): moved aside with a warning and built again
+        aside = final.with_name(f"{final.name}.unreadable-{os.getpid()}")
+        os.replace(final, aside)
+        warnings.warn(f"token cache {final} has an unreadable meta.json; moved aside to {aside}, rebuilding", stacklevel=2)
     if not (final / "meta.json").exists():
         _tokenize_into(src, tok_kind, vocab, final)
         built = True
-    meta = json.loads((final / "meta.json").read_text())
+    meta = json.loads((final / "meta.json").read_text(encoding="utf-8"))
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(final / "train.bin", dtype=dtype, mode="r")
     val = np.memmap(final / "val.bin", dtype=dtype, mode="r")
@@ -766,6 +926,7 @@ __all__ = [
     "SEP_ID",
     "BPETokenizer",
     "ByteTokenizer",
+    "check_corpus",
     "CorpusError",
     "CorpusNotFoundError",
     "CorpusSource",

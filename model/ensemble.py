@@ -262,14 +262,14 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     from loopscale.model.optim import build_optimizers, lr_multiplier
     from loopscale.model.train import (
         _CKPT_RE,
+        _DATA_SUMMARY_KEYS,
         CHECKPOINT_FORMAT,
         CheckpointError,
         RunConfig,
         RunResult,
+        _newest_readable_checkpoint,
         _resolve_device,
         checkpoint_key,
-        latest_checkpoint,
-        load_checkpoint,
         peak_flops,
         resolve_tokens,
         save_checkpoint,
@@ -359,9 +359,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         best = [None] * k
         status, div_step, losses = ["ok"] * k, [None] * k, [float("nan")] * k
         start_step, resumed_from = 0, None
-        ckpt_path = latest_checkpoint(cfg.checkpoint_dir)
+        ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)  # a torn newest one is moved aside
         if ckpt_path is not None:
-            st = load_checkpoint(ckpt_path)
             if st["run_key"] != run_key:
                 diff = sorted(f for f in run_key if st["run_key"].get(f) != run_key[f])
                 raise CheckpointError(
@@ -563,7 +562,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             corpus=cfg.corpus,
             corpus_hash=data.meta["corpus_hash"],
             tokenizer=data.tokenizer_name,
-            vocab_size=data.vocab_size,
+            vocab_size=mcfg.vocab_size,
+            corpus_vocab_size=data.vocab_size,
             epochs=epochs,
             eval_tokens=int(ev_np.shape[0] * T),
             curve=curves[i],
@@ -581,6 +581,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             data_digest=digests[i],
             resumed_from_step=resumed_from,
             warnings=list(run_warnings),
+            data={k: data.meta.get(k) for k in _DATA_SUMMARY_KEYS if k in data.meta},
         )
         out.append(res)
     return out

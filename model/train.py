@@ -57,6 +57,10 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: not loadable with ``weights_only=True``, or from a different run."""
 
 
+class TornCheckpointError(CheckpointError):
+    """A checkpoint file that cannot be read at all (0 bytes, truncated by a crash, not a torch archive)."""
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -298,6 +302,9 @@ class RunResult:
     corpus_hash: str
     tokenizer: str
     vocab_size: int
+    """The model's vocabulary V (as configured; the corpus's largest id + 1 is ``corpus_vocab_size``)."""
+    corpus_vocab_size: int
+    """Vocabulary the corpus needs: the tokenizer's, or the largest id + 1 of a pre-tokenized file."""
     epochs: float
     eval_tokens: int
     curve: list[dict]
@@ -322,6 +329,9 @@ class RunResult:
     """sha256 chain over the window ids of every consumed micro-batch."""
     resumed_from_step: int | None
     warnings: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+    """What the run trained and validated on: ``split_rule``, ``n_train_tokens``, ``n_val_tokens``,
+    ``n_train_docs``, ``n_val_docs`` and, for BPE, ``bpe_training`` (docs, bytes, merges the tokenizer learned)."""
 
     def to_dict(self) -> dict:
         """Plain JSON-serialisable dict."""
@@ -358,7 +368,7 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
 
     path = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "peak_flops.json"
     try:
-        stored = json.loads(path.read_text())
+        stored = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         stored = {}
     if key in stored:
@@ -384,8 +394,11 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
         path.parent.mkdir(parents=True, exist_ok=True)
         stored[key] = best
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(stored))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(stored), encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     except OSError:
         pass
     return best, "measured fp32 matmul"
@@ -443,8 +456,11 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no temporary file
     return path
 
 
@@ -467,7 +483,7 @@ def load_checkpoint(path: str | Path) -> dict:
             "(or the checkpoint_dir) to start the run afresh."
         ) from None
     except (RuntimeError, EOFError, OSError) as e:
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {e}") from None
+        raise TornCheckpointError(f"checkpoint {str(path)!r} cannot be read: {e or type(e).__name__}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{str(path)!r} is not a {CHECKPOINT_FORMAT} checkpoint")
     return state
@@ -483,6 +499,22 @@ def latest_checkpoint(checkpoint_dir: str | Path | None) -> Path | None:
     found = [(int(m.group(1)), p) for p in Path(checkpoint_dir).iterdir() if (m := _CKPT_RE.match(p.name))]
     return max(found)[1] if found else None
 
+
+def _newest_readable_checkpoint(checkpoint_dir: str | Path | None) -> tuple[Path | None, dict | None]:
+    """(path, state) of the newest checkpoint that can be read; (None, None) when there is none. A torn one
+    (:class:`TornCheckpointError`) is renamed to ``<name>.unreadable`` with a warning and the next older one is
+    tried, so a crash mid-write costs the steps since the previous checkpoint, never the run. A checkpoint
+    refused by safe loading still raises :class:`CheckpointError`."""
+    while (path := latest_checkpoint(checkpoint_dir)) is not None:
+        try:
+            return path, load_checkpoint(path)
+        except TornCheckpointError as e:
+            os.replace(path, path.with_name(path.name + ".unreadable"))
+            warnings.warn(f"{e}; moved aside to {path.name}.unreadable, resuming from an older one", stacklevel=2)
+    return None, None
+
+
+_DATA_SUMMARY_KEYS = ("split_rule", "n_train_tokens", "n_val_tokens", "n_train_docs", "n_val_docs", "bpe_training")
 
 # --------------------------------------------------------------------------------------------------------
 # Training
@@ -636,9 +668,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         ev = torch.from_numpy(ev_np).to(device)
         start_step, micro_ids, digest, curve = 0, [], hashlib.sha256(b"loopscale-data").hexdigest(), []
         best_val, resumed_from = None, None
-        ckpt_path = latest_checkpoint(cfg.checkpoint_dir)
+        ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)
         if ckpt_path is not None:
-            st = load_checkpoint(ckpt_path)
             if st["run_key"] != run_key:
                 diff = sorted(k for k in run_key if st["run_key"].get(k) != run_key[k])
                 raise CheckpointError(
@@ -781,7 +812,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         corpus=cfg.corpus,
         corpus_hash=data.meta["corpus_hash"],
         tokenizer=data.tokenizer_name,
-        vocab_size=data.vocab_size,
+        vocab_size=mcfg.vocab_size,
+        corpus_vocab_size=data.vocab_size,
         epochs=epochs,
         eval_tokens=int(ev_np.shape[0] * T),
         curve=curve,
@@ -799,6 +831,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         data_digest=digest,
         resumed_from_step=resumed_from,
         warnings=run_warnings,
+        data={k: data.meta.get(k) for k in _DATA_SUMMARY_KEYS if k in data.meta},
     )
     return res
 
@@ -827,6 +860,7 @@ def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_
 
 __all__ = [
     "CheckpointError",
+    "TornCheckpointError",
     "RunConfig",
     "checkpoint_key",
     "RunResult",

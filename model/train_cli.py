@@ -42,6 +42,7 @@ JSON_KEYS = (
     "data_seed",
     "tokenizer",
     "vocab_size",
+    "data",
     "eval_tokens",
     "num_threads",
     "device",
@@ -103,6 +104,17 @@ def train_cmd(
         "epochs",
     ):
         typer.echo(f"{k:>16}: {out[k]}")
+    dd = out["data"]
+    typer.echo(
+        f"{'data':>16}: {dd.get('n_train_tokens')} train / {dd.get('n_val_tokens')} validation tokens "
+        f"({dd.get('n_train_docs')} / {dd.get('n_val_docs')} documents, split by {dd.get('split_rule')})"
+        + (
+            f"; BPE trained on {dd['bpe_training']['docs']} documents, {dd['bpe_training']['bytes']} bytes, "
+            f"{dd['bpe_training']['merges']} merges"
+            if dd.get("bpe_training")
+            else ""
+        )
+    )
     if res.status != "ok":
         raise typer.Exit(code=1)
 

@@ -132,7 +132,7 @@ def _recorder_cls():
 def _mirror_cls():
     from ray.tune import Callback
 
-    from loopscale.sweep.lr_search import METRIC, TIME_ATTR, LRSpace, _lr_key
+    from loopscale.sweep.lr_search import METRIC, TIME_ATTR, UNHEALTHY_KEY, LRSpace, _lr_key
 
     class OptunaMirror(Callback):
         """Writes each finished Tune trial once into the persistent Optuna study (deduplicated by LR)."""
@@ -145,8 +145,9 @@ def _mirror_cls():
             self.history_path = history_path
 
         def _history(self) -> dict:
-            p = Path(self.history_path)
-            return json.loads(p.read_text()).get("history", {}) if p.exists() else {}
+            from loopscale.cluster.storage import read_json_or_aside
+
+            return (read_json_or_aside(self.history_path) or {}).get("history", {})
 
         def _record(self, trial, failed: bool) -> None:
             import optuna
@@ -163,7 +164,8 @@ def _mirror_cls():
             if last.get(TIME_ATTR) is not None and last.get(METRIC) is not None:
                 hist.setdefault(int(last[TIME_ATTR]), float(last[METRIC]))
             top = max(hist) if hist else 0
-            if failed:
+            reason = _fail_reason(trial) if failed else (last.get(UNHEALTHY_KEY) or None)
+            if reason:
                 state = optuna.trial.TrialState.FAIL
             elif top >= self.M:
                 state = optuna.trial.TrialState.COMPLETE
@@ -177,7 +179,16 @@ def _mirror_cls():
                     value=value,
                     state=state,
                     intermediate_values=hist,
-                    user_attrs={"lr_key": key, "tune_trial_id": trial.trial_id, "last_milestone": top},
+                    user_attrs={
+                        "lr_key": key,
+                        "tune_trial_id": trial.trial_id,
+                        "last_milestone": top,
+                        **(
+                            {"fail_reason": reason, "fail_kind": "error" if failed else "unhealthy"}
+                            if reason
+                            else {}
+                        ),
+                    },
                 )
             )
 
@@ -188,6 +199,16 @@ def _mirror_cls():
             self._record(trial, failed=True)
 
     return OptunaMirror
+
+
+def _fail_reason(trial) -> str:
+    """One line for an LR trial that ended in error (from its Tune error file, run ids blanked)."""
+    from loopscale.sweep.grid import error_line
+
+    try:
+        return error_line(Path(trial.error_file).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, TypeError):
+        return "the trial raised an error (no error file)"
 
 
 _STORAGES: dict = {}

@@ -90,9 +90,20 @@ def run_sweep(
         SpecError / ValueError / FileNotFoundError: bad spec, GPUs requested where none exist, no LR table
             (all before Ray starts).
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
+        NoRunFinished: not one of the cells finished with status ok ("0 of N runs finished: <most common
+            error>"); the results that exist are still consolidated first.
     """
+    from loopscale.cluster.storage import absolute_uri
     from loopscale.cluster.storage import join as uri_join
-    from loopscale.sweep.grid import errored_run_ids, lost_checkpoint_run_ids, plan_grid, unfinished_trials
+    from loopscale.sweep.grid import (
+        error_line,
+        errored_run_ids,
+        lost_checkpoint_run_ids,
+        no_run_finished,
+        plan_grid,
+        result_grid_errors,
+        unfinished_trials,
+    )
     from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
@@ -106,7 +117,7 @@ def run_sweep(
         lr_table = read_lr_table(out / "lr_table.parquet")
     if cells is None:
         cells = spec.cells(lr_table=lr_table)
-    storage_path = spec.storage_path or str(out / "tune")
+    storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     store = ResultsStore(out)
     out.mkdir(parents=True, exist_ok=True)
     ids = {c.run_id for c in cells}
@@ -125,6 +136,7 @@ def run_sweep(
             store.write_run(rec, curve_rows(c.run_id, res.get("curve")))
             done.add(c.run_id)
     pending = [c for c in cells if c.run_id not in done]
+    errors: list[str] = []
     if pending:
         import os
 
@@ -156,6 +168,7 @@ def run_sweep(
                     resume_errored=True,
                 )
                 grid = tuner.fit()
+                errors += result_grid_errors(grid)
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
                     raise SweepInterrupted("the sweep was interrupted")
                 done = store.completed_ids()
@@ -175,10 +188,16 @@ def run_sweep(
                     max_concurrent=max_concurrent,
                     quiet=quiet,
                 )
-                plan.build().fit()
+                errors += result_grid_errors(plan.build().fit())
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
                     raise SweepInterrupted("the sweep was interrupted")
-    return store.consolidate()
+    path = store.consolidate()
+    rows = [r for r in store.runs().to_pylist() if r["run_id"] in ids]
+    if not any(r["status"] == "ok" for r in rows):
+        # one reason per run: a failed row's error (Tune's error for that trial), else its status
+        reasons = [error_line(r["error"]) if r.get("error") else f"{r['status']} (status in runs.parquet)" for r in rows]
+        raise no_run_finished(len(ids), reasons or errors)
+    return path
 
 
 def run_tune_lr(spec, out_dir: str | Path, **kwargs):
@@ -223,7 +242,8 @@ def sweep_cmd(
     storage: StorageOpt = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
-    """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet."""
+    """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet. Exits 1 when
+    not one run finished ("0 of N runs finished: <most common error>")."""
     t0 = time.time()
     ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
     path = _run_stage(

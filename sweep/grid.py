@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from loopscale.cluster.options import CommandFailed
 from loopscale.sweep import _seams
 from loopscale.sweep.workspace import DONE_KEY, RunWorkspace, event_metrics, tune_checkpoint_from
 
@@ -231,6 +232,35 @@ def unfinished_trials(experiment_path: str) -> list[str]:
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     ea = tune.ExperimentAnalysis(experiment_path)
     return [t.trial_id for t in ea.trials if t.status not in ("TERMINATED", "ERROR")]
+
+
+def error_line(err) -> str:
+    """One line for a trial's error: the last line of its traceback text (``ExcType: message``), with run ids
+    (16 hex digits) blanked so that the same failure of different runs reads the same."""
+    import re
+
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    line = lines[-1] if lines else type(err).__name__
+    return re.sub(r"\b[0-9a-f]{16}\b", "…", line)[:400]
+
+
+def result_grid_errors(result_grid) -> list[str]:
+    """:func:`error_line` of every trial of a Tune ``ResultGrid`` that ended in error."""
+    return [error_line(r.error) for r in result_grid if r.error is not None]
+
+
+class NoRunFinished(CommandFailed):
+    """Not one run of a command finished: the message is "0 of N runs finished: <most common error>"."""
+
+
+def no_run_finished(n_total: int, reasons: list[str]) -> NoRunFinished:
+    """The :class:`NoRunFinished` error for ``n_total`` runs that all failed, naming the most common reason."""
+    from collections import Counter
+
+    if not reasons:
+        return NoRunFinished(f"0 of {n_total} runs finished (no error was recorded; see the Tune logs)")
+    top, k = Counter(reasons).most_common(1)[0]
+    return NoRunFinished(f"0 of {n_total} runs finished: {top} ({k} of {len(reasons)} failures)")
 
 
 def errored_run_ids(result_grid) -> list[str]:

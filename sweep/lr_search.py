@@ -27,9 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shutil
-import uuid
 from pathlib import Path
 
 from loopscale.cluster.options import Interrupted
@@ -105,18 +103,19 @@ def _persistent_asha_cls():
 
         def _load(self) -> dict:
             if self._state is None:
-                p = Path(self._state_path)
-                self._state = (
-                    json.loads(p.read_text()) if p.exists() else {"rungs": {}, "decisions": {}, "history": {}}
-                )
+                from loopscale.cluster.storage import read_json_or_aside
+
+                self._state = read_json_or_aside(self._state_path) or {
+                    "rungs": {},
+                    "decisions": {},
+                    "history": {},
+                }
             return self._state
 
         def _save(self) -> None:
-            p = Path(self._state_path)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}")
-            tmp.write_text(json.dumps(self._state, sort_keys=True))
-            os.replace(tmp, p)
+            from loopscale.cluster.storage import write_text_atomic
+
+            write_text_atomic(str(Path(self._state_path)), json.dumps(self._state, sort_keys=True))
 
         def on_trial_add(self, tune_controller, trial):
             super().on_trial_add(tune_controller, trial)
@@ -281,8 +280,39 @@ def lr_trainable(config: dict) -> None:
             METRIC: float(final) if final is not None and math.isfinite(final) else 1e9,
             "tokens": done.get("D"),
             "status": done.get("status", "ok"),
+            UNHEALTHY_KEY: unhealthy_reason(done) or "",
         }
     )
+
+
+UNHEALTHY_KEY = "unhealthy"
+"""Final-report key of an LR trial: why it must not be chosen ("" for a healthy trial)."""
+
+
+def unhealthy_reason(result: dict) -> str | None:
+    """Why an LR trial's finished run (``RunResult.to_dict()``) must never be chosen, or None when it is healthy.
+
+    * diverged: a NaN/inf or exploding training loss (the trainer's status ``diverged``), or a non-finite
+      validation loss;
+    * did not learn: a validation loss not below the start level ln V (the loss of the uniform prediction an
+      untrained model starts at), or a loss that did not go below its value at the first milestone (a flat
+      curve: the run collapsed to a constant prediction, whatever the LR).
+    """
+    if result.get("status") == "diverged":
+        return f"diverged at step {result.get('diverged_step')} (NaN/inf or exploding training loss)"
+    vals = [pt["val_loss"] for pt in result.get("curve") or [] if pt.get("val_loss") is not None]
+    final = result.get("final_val_loss")
+    if final is None or not all(math.isfinite(v) for v in [*vals, final]):
+        return "diverged (non-finite validation loss)"
+    start = math.log(int(result.get("vocab_size") or 0) or 1)
+    if final >= start:
+        return f"did not learn: validation loss {final:.4f} is not below the start level ln V = {start:.4f}"
+    if len(vals) >= 2 and not final < vals[0] * (1 - 1e-6):
+        return (
+            f"did not learn: validation loss {final:.4f} at the end is not below {vals[0]:.4f} at the first "
+            "milestone (a flat curve)"
+        )
+    return None
 
 
 def _lr_trial_dirname(trial) -> str:
@@ -295,8 +325,10 @@ def _lr_trial_dirname(trial) -> str:
 def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, experiment: str):
     """Pure assembly of one study: the base cell, the budget, the space, scheduler and Tuner pieces.
 
-    Returns a dict with ``trainable``, ``tune_config``, ``run_config``, ``space``, ``scheduler``,
-    ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is started)."""
+    Returns a dict with ``trainable``, ``param_space`` (a ``tune.grid_search`` over the distinct ``lr_values`` when
+    ``num_samples`` covers them: each tried exactly once; else None and ``OptunaSearch`` proposes), ``tune_config``,
+    ``run_config``, ``space``, ``scheduler``, ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is
+    started)."""
     import optuna
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
@@ -337,8 +369,14 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         _seams.CONFIG_KEY: _seams.from_env(),
     }
     space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
-    sampler = optuna.samplers.TPESampler(seed=ts.seed)
-    search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
+    values = sorted(set(ts.lr_values or []))
+    param_space, search, num_samples = None, None, ts.num_samples
+    if ts.lr_values and ts.num_samples >= len(values):
+        # a finite set that the budget covers: every value exactly once (a sampler would repeat some, miss others)
+        param_space, num_samples = {**constants, "lr": tune.grid_search(values)}, 1
+    else:
+        sampler = optuna.samplers.TPESampler(seed=ts.seed)
+        search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
     scheduler = _persistent_asha_cls()(
         str(tune_dir / "asha" / f"{experiment}.json"),
         time_attr=TIME_ATTR,
@@ -356,7 +394,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     tune_config = tune.TuneConfig(
         search_alg=search,
         scheduler=scheduler,
-        num_samples=ts.num_samples,
+        num_samples=num_samples,
         max_concurrent_trials=ts.max_concurrent,
         reuse_actors=True,
         trial_dirname_creator=_lr_trial_dirname,
@@ -371,6 +409,7 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
     )
     return dict(
         trainable=tune.with_resources(lr_trainable, resources),
+        param_space=param_space,
         tune_config=tune_config,
         run_config=run_config,
         space=space,
@@ -410,7 +449,12 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
         if is_local_uri(storage_path) and local_path(exp_uri).exists():
             shutil.rmtree(local_path(exp_uri))
             Path(tune_dir / "asha" / f"{experiment}.json").unlink(missing_ok=True)
-        tuner = tune.Tuner(plan["trainable"], tune_config=plan["tune_config"], run_config=plan["run_config"])
+        tuner = tune.Tuner(
+            plan["trainable"],
+            param_space=plan["param_space"],
+            tune_config=plan["tune_config"],
+            run_config=plan["run_config"],
+        )
     tuner.fit()
     if unfinished_trials(exp_uri):
         raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted")
@@ -422,6 +466,40 @@ def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resum
         if t.status in ("TERMINATED", "ERROR"):
             plan["mirror"]._record(t, failed=t.status == "ERROR")
     return plan
+
+
+def _study_failure(study) -> tuple[str, list[str]] | None:
+    """(kind, reasons) when no trial of ``study`` is complete and healthy, else None. kind is ``"error"`` when every
+    trial raised, ``"unhealthy"`` otherwise (some diverged or did not learn, see :func:`unhealthy_reason`)."""
+    import optuna
+
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == optuna.trial.TrialState.COMPLETE and t.value is not None for t in trials):
+        return None
+    reasons = [t.user_attrs.get("fail_reason") or t.state.name.lower() for t in trials]
+    raised = trials and all(t.user_attrs.get("fail_kind") == "error" for t in trials)
+    return ("error" if raised else "unhealthy"), reasons
+
+
+def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int):
+    """The error for studies without a healthy trial: "0 of N runs finished: <most common error>" when every trial
+    of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study."""
+    from collections import Counter
+
+    from loopscale.sweep.grid import NoRunFinished, no_run_finished
+
+    if len(failures) == n_studies and all(kind == "error" for kind, _ in failures.values()):
+        return no_run_finished(n_trials, [x for _, rs in failures.values() for x in rs])
+    ts = spec.tune
+    where = f"LR in {sorted(ts.lr_values)}" if ts.lr_values else f"LR in [{ts.lr_min:g}, {ts.lr_max:g}]"
+    parts = []
+    for (s, r), (_, reasons) in failures.items():
+        top, k = Counter(reasons).most_common(1)[0]
+        parts.append(
+            f"size {s}, r {r}: all {len(reasons)} trials diverged or did not learn at {where} "
+            f"({k} of {len(reasons)}: {top})"
+        )
+    return NoRunFinished("; ".join(parts) + "; no LR was chosen and lr_table.parquet was not written")
 
 
 def _choose(study) -> tuple[float | None, float | None, int, int]:
@@ -458,10 +536,14 @@ def run_tune_lr(
     Raises:
         SpecError: bad spec or runtime (GPUs requested where none exist), before Ray starts.
         TuneInterrupted: the driver was stopped (SIGINT) mid-study.
+        NoRunFinished: a study has no healthy complete trial (every trial raised, diverged or did not learn,
+            :func:`unhealthy_reason`); the message names the LR range and the most common reason, and no LR
+            table is written.
     """
     import optuna
 
     from loopscale.cluster.connect import ray_session
+    from loopscale.cluster.storage import absolute_uri, read_json_or_aside, write_text_atomic
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import to_table, write_table_atomic
 
@@ -471,12 +553,15 @@ def run_tune_lr(
     out = Path(out_dir).resolve()
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
-    storage_path = spec.storage_path or str(tune_dir / "ray")
+    storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")
     rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
     todo = [(s, r) for s in spec.all_sizes() for r in rs]
     done_dir = tune_dir / "done"
     rows = []
-    pending = [(s, r) for s, r in todo if not (done_dir / f"size{s}_r{r}.json").exists()]
+    done_info = {(s, r): read_json_or_aside(str(done_dir / f"size{s}_r{r}.json")) for s, r in todo}
+    pending = [(s, r) for s, r in todo if done_info[(s, r)] is None]
+    failures: dict = {}
+    n_failed_trials = 0
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
@@ -485,12 +570,19 @@ def run_tune_lr(
                 info = {
                     k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_usage")
                 }
+                study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
+                failure = _study_failure(study)
+                if failure is not None:  # no done marker: a rerun (e.g. with another LR range) tunes it again
+                    failures[(s, r)] = failure
+                    n_failed_trials += len(failure[1])
+                    continue
                 done_dir.mkdir(exist_ok=True)
-                tmp = done_dir / f".size{s}_r{r}.json.tmp"
-                tmp.write_text(json.dumps(info))
-                os.replace(tmp, done_dir / f"size{s}_r{r}.json")
+                write_text_atomic(str(done_dir / f"size{s}_r{r}.json"), json.dumps(info))
+                done_info[(s, r)] = info
+    if failures:
+        raise _no_healthy_trial(spec, failures, len(todo), n_failed_trials)
     for s, r in todo:
-        info = json.loads((done_dir / f"size{s}_r{r}.json").read_text())
+        info = done_info[(s, r)]
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)

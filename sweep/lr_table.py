@@ -102,20 +102,34 @@ def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
     return out
 
 
+def _read_lr_rows(path: Path) -> list[dict]:
+    from loopscale.sweep.store import read_table
+
+    return read_table(path, _lr_table_schema()).to_pylist()
+
+
+def lr_table_present(path: str | Path) -> bool:
+    """True when a readable ``lr_table.parquet`` is at ``path``; an unreadable one (torn, 0 bytes) is moved aside
+    with a warning and counts as absent, so stage 1 rebuilds it from its finished studies."""
+    p = Path(path)
+    if p.exists():
+        _read_lr_rows(p)
+    return p.exists()
+
+
 def read_lr_table(path: str | Path) -> dict[tuple[int, int], float]:
     """{(size, r): lr} from an ``lr_table.parquet``.
 
     Raises:
-        FileNotFoundError: no table at ``path`` (run ``loopscale tune-lr`` first).
+        FileNotFoundError: no table at ``path``, or an unreadable one (moved aside; run ``loopscale tune-lr``:
+            it rebuilds the table from the finished studies without training again).
         ValueError: a row without a chosen LR (every trial of that study failed or was pruned).
     """
-    import pyarrow.parquet as pq
-
     p = Path(path)
-    if not p.exists():
+    if not lr_table_present(p):
         raise FileNotFoundError(f"no LR table at {p}: run `loopscale tune-lr SPEC --out {p.parent}` first")
     out: dict[tuple[int, int], float] = {}
-    for row in pq.read_table(p).to_pylist():
+    for row in _read_lr_rows(p):
         if row["lr"] is None:
             raise ValueError(
                 f"lr_table: no LR chosen for size {row['size']}, r {row['r']} (no complete trial)"

@@ -55,6 +55,7 @@ def _resolve_spec(spec_path: Path | None, preset: str | None):
 def plan(spec) -> dict:
     """What a spec will cost, without running anything: runs, training FLOPs, tokens, LR-tuning trials and an
     estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
+    The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run).
 
     FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
     D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B).
@@ -62,6 +63,7 @@ def plan(spec) -> dict:
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
 
+    spec.check_data()
     lr_table = None
     if spec.lr == "tune":
         lr_table = {(s, None): 1.0 for s in spec.all_sizes()}
@@ -92,13 +94,40 @@ def plan(spec) -> dict:
     }
 
 
+def check_design(spec) -> None:
+    """Refuse a grid whose joint fit cannot get a bootstrap interval, before anything is trained: fewer than 7 runs
+    or a single r, or a single budget (one token budget D, or one iso-FLOP budget C) — the block bootstrap over
+    (budget, r) cells (paper Sec. 4.3) can then never vary the budget, so phi would get no interval.
+
+    Raises:
+        ValueError: the message says what to add.
+    """
+    lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None
+    cells = spec.cells(lr_table=lr_table)
+    if len(spec.r) < 2 or len(cells) < 7:
+        raise ValueError(
+            f"the spec defines {len(cells)} runs over r = {sorted(spec.r)}; the joint law (6 parameters) needs at "
+            "least 7 runs and two values of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
+        )
+    if spec.budgets is not None:
+        key, budgets = "budgets", {c.budget for c in cells}
+    else:
+        key, budgets = "tokens", {c.run.tokens for c in cells}
+    if len(budgets) < 2:
+        raise ValueError(
+            f"every run has the same budget ({key}: {next(iter(budgets)):g}): the joint fit's block bootstrap over "
+            f"(budget, r) cells cannot vary it, so phi would get no interval; add a second budget to '{key}' "
+            "(nothing was trained)"
+        )
+
+
 def _grid_done(spec, out: Path) -> bool:
     """True when every cell of the spec already has a finished (ok or diverged) record, so no Ray is needed; a
-    ``failed`` record does not count (the cell is retried)."""
-    from loopscale.sweep.lr_table import read_lr_table
+    ``failed`` record does not count (the cell is retried). A torn runs.parquet or LR table reads as absent."""
+    from loopscale.sweep.lr_table import lr_table_present, read_lr_table
     from loopscale.sweep.store import ResultsStore
 
-    if not (out / "runs.parquet").exists():
+    if spec.lr == "tune" and not lr_table_present(out / "lr_table.parquet"):
         return False
     lr_table = read_lr_table(out / "lr_table.parquet") if spec.lr == "tune" else None
     want = {c.run_id for c in spec.cells(lr_table=lr_table)}
@@ -127,34 +156,33 @@ def run_pipeline(
         loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.lr_search.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
+    from loopscale.cluster.storage import move_aside, read_json_or_aside, write_text_atomic
     from loopscale.fit.analysis import analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.lr_search import run_tune_lr
+    from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import spec_to_yaml
 
     cluster = cluster or ClusterOptions()
     cluster.validate()
     spec.check_runtime(cluster.address)
-    n_cells = plan(spec)["runs"]
-    if len(spec.r) < 2 or n_cells < 7:
-        raise ValueError(
-            f"the spec defines {n_cells} runs over r = {sorted(spec.r)}; the joint law (6 parameters) needs at "
-            "least 7 runs and two values of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
-        )
+    check_design(spec)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.yaml"
     # where Tune state lives (--storage) may change between reruns; what is trained may not
     text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
-    if spec_file.exists() and spec_file.read_text() != text:
+    if spec_file.exists() and not spec_file.read_text(encoding="utf-8").strip():
+        move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
+    if spec_file.exists() and spec_file.read_text(encoding="utf-8") != text:
         raise ValueError(
             f"{out} holds a run of a different spec ({spec_file}); use another --out directory "
             "(nothing there was changed)"
         )
-    spec_file.write_text(text)
+    write_text_atomic(str(spec_file), text)
     meta_path = out / "run_meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = read_json_or_aside(str(meta_path)) or {}
     meta["spec_name"] = spec_name or spec.name
     meta.setdefault("command", command)  # the command that started this run directory
     meta["last_command"] = command
@@ -162,11 +190,9 @@ def run_pipeline(
     meta["skipped"] = []
 
     def save_meta() -> None:
-        tmp = meta_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2))
-        tmp.replace(meta_path)
+        write_text_atomic(str(meta_path), json.dumps(meta, indent=2))
 
-    need_ray = (spec.lr == "tune" and not (out / "lr_table.parquet").exists()) or not _grid_done(spec, out)
+    need_ray = (spec.lr == "tune" and not lr_table_present(out / "lr_table.parquet")) or not _grid_done(spec, out)
     fit_settings = {"B": bootstrap, "starts": starts, "seed": seed}
 
     def stages() -> None:
@@ -175,7 +201,7 @@ def run_pipeline(
             meta["skipped"].append("tune-lr")
             log("[1/4] tune-lr: the spec fixes the LR, skipped")
         else:
-            if (out / "lr_table.parquet").exists():
+            if lr_table_present(out / "lr_table.parquet"):
                 meta["skipped"].append("tune-lr")
                 log("[1/4] tune-lr: lr_table.parquet exists, skipped")
             else:
@@ -197,7 +223,7 @@ def run_pipeline(
         # 3. fits
         digest = file_digest(out / "runs.parquet")
         ana = out / "fit" / "analysis.json"
-        if ana.exists() and meta.get("fit_input") == {"runs_sha256": digest, **fit_settings}:
+        if read_json_or_aside(str(ana)) is not None and meta.get("fit_input") == {"runs_sha256": digest, **fit_settings}:
             meta["skipped"].append("fit")
             log("[3/4] fit: runs.parquet and settings unchanged, skipped")
         else:
@@ -263,12 +289,19 @@ def run_cmd(
     cluster.validate()
     if dry_run:
         p = plan(spec)
+        try:
+            check_design(spec)
+            p["refused"] = None
+        except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
+            p["refused"] = str(e)
         if as_json:
             json.dump(p, sys.stdout)
             sys.stdout.write("\n")
         else:
             for k, v in p.items():
                 typer.echo(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
+        if p["refused"]:
+            raise ValueError(f"run would refuse this spec: {p['refused']}")
         return
     b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
     out_dir = out or Path("runs") / name
@@ -285,7 +318,7 @@ def run_cmd(
             command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
         )
-    ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text())
+    ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
     if not as_json:
         for vname, v in ana.get("variants", {}).items():
             j = v.get("joint") or {}

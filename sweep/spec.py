@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +47,8 @@ class ModelSpec(_Strict):
     seq_len: int | None = None
     """Context length T in tokens (None: the preset's)."""
     vocab_size: int | None = None
-    """Vocabulary size V (None: the preset's; must cover the tokenizer)."""
+    """Vocabulary size V (None: the preset's, raised to the tokenizer's when that is larger, e.g. ``bpe:4096``;
+    an explicit value must cover the tokenizer)."""
     head_dim: int | None = None
     """Attention head dimension (None: the preset's)."""
     size_unit: Literal["d_model", "width_scale"] = "d_model"
@@ -100,7 +102,8 @@ class TuneSpec(_Strict):
     lr_min: float = Field(1e-4, gt=0)
     lr_max: float = Field(1e-1, gt=0)
     lr_values: list[float] | None = None
-    """A discrete LR set (categorical search, e.g. the paper's 8 values) instead of log-uniform [lr_min, lr_max]."""
+    """A discrete LR set (e.g. the paper's 8 values) instead of log-uniform [lr_min, lr_max]. With num_samples >=
+    the number of distinct values every value is tried exactly once (a grid); with fewer, TPE samples from the set."""
     tokens_per_param: float | None = Field(10.0, gt=0)
     """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D)."""
     tokens: int | None = Field(None, gt=0)
@@ -172,6 +175,13 @@ class SweepSpec(_Strict):
         if isinstance(v, list):
             return [{"name": x} if isinstance(x, str) else x for x in v]
         return v
+
+    @field_validator("storage_path")
+    @classmethod
+    def _storage_absolute(cls, v: str | None) -> str | None:
+        from loopscale.cluster.options import validate_storage
+
+        return validate_storage(v)
 
     @field_validator("r")
     @classmethod
@@ -259,18 +269,46 @@ class SweepSpec(_Strict):
                     self._model_config(s, r, "baseline", 2)
                 except ValueError as e:
                     raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
-        # ... and a valid run configuration with the training section (e.g. batch_tokens a multiple of seq_len)
+        self._check_run_configs()
+        return self
+
+    def _check_run_configs(self) -> None:
+        """Build the full trainer configuration (``RunConfig``) of every grid point, so a value that every run
+        would reject (a vocabulary smaller than the tokenizer's, a batch that is not a multiple of seq_len, ...) is
+        an error here, before Ray starts, naming the spec keys involved, and never a trial failure."""
         for kind, budget, s in self._plan():
             for r in self.r:
+                model = self._model_config(s, r, "baseline", 2)
                 try:
-                    self._run_config(
-                        self._model_config(s, r, "baseline", 2), kind, budget, 1.0, self.seeds[0]
-                    )
+                    self._run_config(model, kind, budget, 1.0, self.seeds[0])
                 except ValueError as e:
+                    msg = str(e)
+                    if "vocab_size" in msg and "tokenizer" in msg:
+                        msg = (
+                            f"model.vocab_size: {model.vocab_size} is smaller than the vocabulary of tokenizer "
+                            f"{self.tokenizer!r}; set model.vocab_size to at least "
+                            f"{_tokenizer_vocab(self.tokenizer)}, or leave it out (then it is sized from the "
+                            "tokenizer)"
+                        )
                     raise ValueError(
-                        f"training: the run at size {s}, r={r}, budget {budget:g} is invalid: {e}"
+                        f"training: the run at size {s}, r={r}, budget {budget:g} would fail in every trial: {msg}"
                     ) from None
-        return self
+
+    def check_data(self) -> None:
+        """Cheap checks of the corpus against the tokenizer and the model's vocabulary (the corpus exists, Parquet
+        files have ``text_column``, a token file's dtype is stated and its ids fit ``vocab_size``), before Ray
+        starts and in ``--dry-run``.
+
+        Raises:
+            SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer``).
+        """
+        from loopscale.model.data import check_corpus
+
+        vocab = self._model_config(self.all_sizes()[0], min(self.r), "baseline", 2).vocab_size
+        try:
+            check_corpus(self.corpus, self.tokenizer, vocab, self.text_column)
+        except (ValueError, FileNotFoundError) as e:
+            raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}") from None
 
     # --- grid -------------------------------------------------------------------------------------
 
@@ -292,6 +330,10 @@ class SweepSpec(_Strict):
             vocab_size=m.vocab_size,
             head_dim=m.head_dim,
         )
+        if m.vocab_size is None:  # the preset's V, raised to the tokenizer's when that is larger
+            from loopscale.model.config import PRESETS
+
+            over["vocab_size"] = max(PRESETS[m.preset]["vocab_size"], _tokenizer_vocab(self.tokenizer) or 0)
         if r > 1:
             if variant == "trunc_bptt":
                 over["bptt_k"] = math.ceil(r / 2)
@@ -397,9 +439,10 @@ class SweepSpec(_Strict):
         """Checks that need the machine, run before Ray starts.
 
         Raises:
-            SpecError: ``resources.gpus`` > 0 with no cluster ``address`` on a machine where
-                ``torch.cuda.is_available()`` is False.
+            SpecError: the corpus would fail every run (:meth:`check_data`); ``resources.gpus`` > 0 with no
+                cluster ``address`` on a machine where ``torch.cuda.is_available()`` is False.
         """
+        self.check_data()
         if self.resources.gpus > 0 and address is None:
             import torch
 
@@ -463,6 +506,16 @@ class Cell:
         )
 
 
+def _tokenizer_vocab(tokenizer: str) -> int | None:
+    """Vocabulary a tokenizer spec needs (None for 'pretokenized' or an invalid spec, which RunConfig reports)."""
+    from loopscale.model.data import tokenizer_vocab_size
+
+    try:
+        return tokenizer_vocab_size(tokenizer)
+    except ValueError:
+        return None
+
+
 def _canon(x: Any) -> Any:
     if isinstance(x, float):
         return repr(float(x))
@@ -524,9 +577,38 @@ def load_spec(path: str | Path) -> SweepSpec:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"sweep spec not found: {p}")
-    with p.open() as f:
-        data = yaml.safe_load(f)
+    with p.open(encoding="utf-8") as f:
+        data = yaml.load(f, Loader=spec_loader())
     return parse_spec(data)
+
+
+_FLOAT_RE = re.compile(
+    r"""^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+
+    |[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+"""YAML float: a dot or an exponent (the exponent's sign optional, unlike YAML 1.1), or .inf / .nan."""
+
+
+def spec_loader() -> type:
+    """The YAML loader of every spec: ``yaml.SafeLoader`` that also reads scientific notation without a dot or
+    an exponent sign (``1e-2``, ``2e6``, ``4.64e17``) as a number, as YAML 1.2 and Python do (PyYAML follows
+    YAML 1.1 and would return the string ``'1e-2'``). Integers stay integers; an integral float such as ``2e3``
+    is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``)."""
+    import yaml
+
+    class SpecLoader(yaml.SafeLoader):
+        pass
+
+    SpecLoader.yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    SpecLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+    # int resolution keeps priority: ints were registered first and stay first in each list
+    return SpecLoader
 
 
 def spec_to_yaml(spec: SweepSpec) -> str:

@@ -182,18 +182,27 @@ def write_table_atomic(table: pa.Table, path: str | Path) -> Path:
 
 
 def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
-    """Read a file or a directory of parts with ``schema`` (an empty table when nothing is there)."""
-    import pyarrow.dataset as ds
+    """Read a file or a directory of parts with ``schema`` (an empty table when nothing is there).
 
+    A file that cannot be read (0 bytes or torn by a crash, not Parquet, a foreign schema) is moved aside with a
+    warning (:func:`loopscale.cluster.storage.move_aside`) and read as absent, so the runs it held count as
+    unfinished and are re-recorded or retrained instead of blocking the command."""
     p = Path(path)
     if not p.exists():
         return schema.empty_table()
-    if p.is_dir():
-        files = sorted(str(f) for f in p.glob("*.parquet"))
-        if not files:
-            return schema.empty_table()
-        return ds.dataset(files, schema=schema, format="parquet").to_table()
-    return pq.read_table(p, schema=schema)
+    files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
+    tables = [t for t in (_read_or_aside(f, schema) for f in files) if t is not None]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
+    from loopscale.cluster.storage import move_aside
+
+    try:
+        return pq.read_table(path, schema=schema)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
 
 
 def _utc(x: Any) -> datetime | None:
@@ -292,20 +301,34 @@ def run_record(
 
 
 def curve_rows(rid: str, curve: list[dict] | None) -> list[dict]:
-    """``curves.parquet`` rows of one run from ``RunResult.curve`` (dicts with step/tokens/train_loss/val_loss/lr)."""
-    out = []
-    for pt in curve or []:
-        out.append(
-            {
-                "run_id": rid,
-                "step": int(pt["step"]),
-                "tokens": None if pt.get("tokens") is None else int(pt["tokens"]),
-                "train_loss": _num(pt.get("train_loss")),
-                "val_loss": _num(pt.get("val_loss")),
-                "lr": _num(pt.get("lr")),
-            }
-        )
-    return out
+    """``curves.parquet`` rows of one run from ``RunResult.curve`` (dicts with step/tokens/train_loss/val_loss/lr):
+    exactly one row per step, in step order. A step listed twice (e.g. logged, then evaluated; or replayed after
+    a resume) becomes one row: later values win, a null never replaces a value."""
+    rows = [
+        {
+            "run_id": rid,
+            "step": int(pt["step"]),
+            "tokens": None if pt.get("tokens") is None else int(pt["tokens"]),
+            "train_loss": _num(pt.get("train_loss")),
+            "val_loss": _num(pt.get("val_loss")),
+            "lr": _num(pt.get("lr")),
+        }
+        for pt in curve or []
+    ]
+    return one_row_per_step(rows)
+
+
+def one_row_per_step(rows: list[dict]) -> list[dict]:
+    """Curve rows merged to one per (run_id, step), sorted by (run_id, step): later rows win, but a null never
+    replaces a value (a step logged without validation and then evaluated keeps its val_loss)."""
+    by_key: dict[tuple[str, int], dict] = {}
+    for row in rows:
+        key = (row["run_id"], int(row["step"]))
+        prev = by_key.get(key)
+        if prev is not None:
+            row = {k: prev.get(k) if v is None else v for k, v in row.items()}
+        by_key[key] = row
+    return [by_key[k] for k in sorted(by_key)]
 
 
 class ResultsStore:
@@ -337,8 +360,9 @@ class ResultsStore:
     def write_run(self, record: RunRecord, curve: list[dict] | None = None) -> None:
         """Write (or replace) the part files of one run: its ``runs`` row and its curve rows."""
         rid = record.run_id
-        write_table_atomic(to_table([record.to_row()], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
+        # the runs part is written last: it marks the run as recorded (see _drop_orphan_parts)
         write_table_atomic(to_table(curve or [], CURVES_SCHEMA), self.curves_parts / f"{rid}.parquet")
+        write_table_atomic(to_table([record.to_row()], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
 
     def completed_ids(self) -> set[str]:
         """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file; a
@@ -346,7 +370,9 @@ class ResultsStore:
         return {row["run_id"] for row in self._latest().values() if row["status"] != FAILED}
 
     def _latest(self) -> dict[str, dict]:
-        """{run id: its newest record (largest ``finished_at``)} over the parts and the consolidated file."""
+        """{run id: its newest record (largest ``finished_at``)} over the parts and the consolidated file (parts
+        without their curves are dropped first: see :meth:`_drop_orphan_parts`)."""
+        self._drop_orphan_parts()
         runs = pa.concat_tables(
             [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
         )
@@ -358,6 +384,19 @@ class ResultsStore:
             ):
                 best[row["run_id"]] = row
         return best
+
+    def _drop_orphan_parts(self) -> None:
+        """A runs part whose curves part is missing or unreadable (a crash between the two writes, a torn file)
+        is moved aside: its run then counts as unfinished and is re-recorded from its stored result."""
+        from loopscale.cluster.storage import move_aside
+
+        if not self.runs_parts.is_dir():
+            return
+        for part in sorted(self.runs_parts.glob("*.parquet")):
+            cpart = self.curves_parts / part.name
+            if cpart.exists() and _read_or_aside(cpart, CURVES_SCHEMA) is not None:
+                continue
+            move_aside(str(part), f"its curves part {cpart} is missing or unreadable")
 
     def forget(self, run_ids: set[str]) -> None:
         """Drop the records of ``run_ids`` (used by ``--force``) from the parts and the consolidated files."""
@@ -394,7 +433,7 @@ class ResultsStore:
         keep_ids = set(best)
         old_rows = [r for r in old.to_pylist() if r["run_id"] not in part_ids and r["run_id"] in keep_ids]
         new_rows = [r for r in parts.to_pylist() if r["run_id"] in keep_ids]
-        crow = sorted(old_rows + new_rows, key=lambda x: (x["run_id"], x["step"]))
+        crow = one_row_per_step(old_rows + new_rows)
         write_table_atomic(to_table(crow, CURVES_SCHEMA), self.curves_path)
         return self.runs_path
 
