@@ -128,6 +128,58 @@ def _equivalence_statements(frame: pd.DataFrame, phi: float) -> list[dict[str, A
     return out
 
 
+def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:
+    """Columns of a run's cell when the design holds D fixed and has seeds: the bootstrap then resamples seeds
+    within every cell (a block bootstrap over (D, r) cells could never vary D). None for every other design."""
+    cols = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in frame.columns)
+    if "D" not in frame.columns or frame["D"].nunique() != 1 or not cols:
+        return None
+    return cols if int(frame.groupby(list(cols)).size().max()) >= 2 else None
+
+
+def _identification(frame, joint, boot, vdir: Path, out: Path, *, B: int, starts: int, seed: int, plots: bool):
+    """The identification rule for phi (profile, per-r phi with intervals, the verdict) and, when the grid has a
+    unique-depth ladder, every looped model's worth in unique layers. Writes the figures; returns two JSON-ready
+    values: the identification and the ladder rows (empty without a ladder)."""
+    from loopscale.fit.identify import identify, per_r_phi, phi_profile
+    from loopscale.fit.identify_plots import plot_ladder, plot_per_r, plot_phi_profile
+    from loopscale.fit.ladder import ladder_table
+
+    ci = boot.ci.get("phi") if boot is not None else None
+    fit_starts = max(10, min(starts, 30))
+    profile = phi_profile(frame, starts=fit_starts, seed=seed)
+    per_r = None
+    if frame["r"].nunique() >= 3 and (frame["r"] == 1).any():
+        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed)
+    ident = identify(joint, ci, profile, per_r)
+    outd = ident.to_dict()
+    outd["profile"] = json_safe(profile.to_dict("records"))
+    outd["per_r"] = json_safe(per_r.to_dict("records")) if per_r is not None else []
+    files = {}
+    ladder_rows: list[dict] = []
+    if plots:
+        vdir.mkdir(parents=True, exist_ok=True)
+        files["phi_profile"] = plot_phi_profile(profile, ident.phi, ident.ci, ident.details["n"], vdir / "phi_profile.png")
+        if per_r is not None:
+            files["phi_per_r"] = plot_per_r(per_r, ident.phi, ident.ci, vdir / "phi_per_r.png")
+    if "layers_unique" in frame.columns and "d_model" in frame.columns:
+        rung_counts = frame[frame["r"] == 1].groupby(["d_model", "D"])["layers_unique"].nunique()
+        if len(rung_counts) and int(rung_counts.max()) >= 2 and (frame["r"] > 1).any():
+            runs = frame.assign(seed=frame["seed"] if "seed" in frame.columns else 0)
+            keep = [int(d) for (d, _), k in rung_counts.items() if k >= 2]
+            runs = runs[runs["d_model"].isin(keep)]
+            try:
+                worth = ladder_table(runs, n_boot=1000, seed=seed)
+            except ValueError as e:  # e.g. a ladder whose loss does not fall with depth: said, not fatal
+                outd["ladder_error"] = str(e)
+                worth = pd.DataFrame()
+            ladder_rows = json_safe(worth.to_dict("records"))
+            if plots and len(worth):
+                files["ladder"] = plot_ladder(runs, worth, vdir / "ladder.png")
+    outd["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
+    return json_safe(outd), ladder_rows
+
+
 def analyze(
     runs: str | Path | pd.DataFrame,
     out_dir: str | Path,
@@ -179,6 +231,8 @@ def analyze(
         df = df[status == "ok"].reset_index(drop=True)
     if df.empty:
         raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(json_safe(counts)))
+    if {"n_prelude", "n_recur_block", "n_coda"} <= set(df.columns):
+        df = df.assign(layers_unique=df["n_prelude"] + df["n_recur_block"] + df["n_coda"])
     if "budget" in df.columns and df["budget"].isna().all():
         # token-budget specs: the cell of a run is its token budget D (all sizes trained for the same D), so the
         # block bootstrap resamples whole (D, r) cells, like the paper's (C, r) cells
@@ -215,6 +269,7 @@ def analyze(
             result["variants"][vname] = v
             continue
         joint = fit_law(frame, law="joint", starts=starts, seed=seed)
+        strata = _seed_strata(frame)
         boot = (
             bootstrap(
                 frame,
@@ -225,6 +280,7 @@ def analyze(
                 address=address,
                 starts=starts,
                 point=joint,
+                stratify_by=strata,
             )
             if B > 0
             else None
@@ -238,6 +294,11 @@ def analyze(
             v["restricted"][f"phi={phi:g}"] = fitted(json_safe(rf.to_dict()))
         phi_hat = float(joint.params["phi"])
         v["equivalence"] = _equivalence_statements(frame, phi_hat)
+        v["identification"], v["ladder"] = _identification(
+            frame, joint, boot, vdir, out, B=B, starts=starts, seed=seed, plots=plots
+        )
+        if strata:
+            v["bootstrap_stratified_by"] = list(strata)
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
         if "C" in frame.columns:
             if budget_kind == "C":

@@ -135,6 +135,25 @@ def _degenerate_kind(w: np.ndarray, law: Law, data: FitData, budget_col: str | N
     return None
 
 
+def draw_weights_within(
+    law: Law, data: FitData, strata: np.ndarray, B: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, int], np.ndarray]:
+    """Stratified resamples: within every stratum (e.g. one grid cell and its seeds) its runs are drawn with
+    replacement, so every cell stays in every resample and only the seed-to-seed spread varies.
+
+    Returns ``(W (B, n), ok (B,), degenerate counts by kind, tries (B,))`` like :func:`draw_weights`; resample ``k``
+    uses ``default_rng([seed, k])``. A stratum of one run always keeps it (weight 1)."""
+    W = np.zeros((B, strata.size))
+    ok = np.ones(B, dtype=bool)
+    groups = [np.flatnonzero(strata == s) for s in np.unique(strata)]
+    for k in range(B):
+        rng = np.random.default_rng([seed, k])
+        for idx in groups:
+            np.add.at(W[k], idx[rng.integers(0, idx.size, idx.size)], 1.0)
+        ok[k] = _degenerate_kind(W[k], law, data, None) is None
+    return W, ok, {"single_r": 0, "single_budget": 0, "too_few_runs": int((~ok).sum())}, np.ones(B, dtype=int)
+
+
 def draw_weights(
     law: Law,
     data: FitData,
@@ -460,8 +479,11 @@ def bootstrap_data(
     chunk_size: int | None = CHUNK_SIZE,
     progress: bool = False,
     derived: bool = True,
+    stratify_by: tuple[str, ...] | None = None,
 ) -> BootstrapResult:
-    """Bootstrap ``law`` on validated ``data`` (see :func:`bootstrap`)."""
+    """Bootstrap ``law`` on validated ``data`` (see :func:`bootstrap`). ``stratify_by``: resample runs with
+    replacement within each group of these columns instead of resampling blocks (:func:`draw_weights_within`;
+    for designs whose cells differ only in seed, e.g. one token budget with seeds as replicates)."""
     if B < 1:
         raise ValueError(f"B={B} must be >= 1 resamples (paper: 200)")
     if starts < 1:
@@ -472,6 +494,11 @@ def bootstrap_data(
         raise ValueError(f"level={level} must be in (0, 1), e.g. 0.95")
     if workers is not None and workers < 1:
         raise ValueError(f"workers={workers} must be >= 1 (CPUs for the bootstrap refits), e.g. workers=2")
+    if stratify_by:
+        miss = [c for c in stratify_by if c not in data.frame.columns]
+        if miss:
+            raise ValueError(f"stratify_by column(s) {miss} do not exist; table has {list(data.frame.columns)}")
+        block_by = None
     bb = _resolve_block_by(block_by, data, law)
     if point is None:
         point = fit_data(law, data, starts=point_starts or starts, seed=seed, delta=delta, grid=grid)
@@ -482,7 +509,12 @@ def bootstrap_data(
         W, ok_draw, kinds, tries = np.zeros((B, cells.size)), np.zeros(B, bool), {}, np.zeros(B, int)
         theta, objv, at_warm = np.full((B, law.n_params), np.nan), np.full(B, np.nan), np.zeros(B, bool)
     else:
-        W, ok_draw, kinds, tries = draw_weights(law, data, cells, B, seed, budget_col)
+        if stratify_by:
+            W, ok_draw, kinds, tries = draw_weights_within(
+                law, data, cell_ids(data.frame, tuple(stratify_by)), B, seed
+            )
+        else:
+            W, ok_draw, kinds, tries = draw_weights(law, data, cells, B, seed, budget_col)
         theta, objv, at_warm = refit_weights(
             law,
             data,
@@ -561,6 +593,7 @@ def bootstrap_data(
         starts=starts,
         seed=seed,
         no_interval_reason=reason,
+        extra={"stratify_by": list(stratify_by)} if stratify_by else {},
     )
 
 

@@ -110,6 +110,74 @@ def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path
     return path
 
 
+def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
+    """Markdown: the identification verdict for phi (loopscale.fit.identify), phi per r, the figures, the worth of
+    every looped model in unique layers when the grid has a ladder, and the seed spread per cell."""
+    ident = v.get("identification") or {}
+    L: list[str] = []
+    if not ident:
+        return L
+    L.append("\n### Is φ identified?\n")
+    L.append(f"**{ident['headline']}**\n")
+    L.append(
+        "Rule (`loopscale.fit.identify`): φ is reported only when no fitted parameter and no end of its interval "
+        "is on the search-box edge, the profile of the objective in φ rises by at least one run's worth (2/n) at "
+        "φ̂ ± 1, and φ fitted from each r against the r = 1 runs (φ_r) has intervals with a common value."
+        + (" Every run has the same D: the D-term is a constant folded into E "
+           f"(E + B·D^−β = {_fmt(ident.get('E_D'), 4)})." if ident.get("fixed_D") else "")
+        + "\n"
+    )
+    if ident.get("per_r"):
+        L.append("| r | φ_r | 95 % CI | r^φ_r |")
+        L.append("|---|---|---|---|")
+        for row in ident["per_r"]:
+            lo, hi = row.get("lo"), row.get("hi")
+            ci = "–" if lo is None or hi is None else f"[{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
+            rp = float(row["r"]) ** float(row["phi"])
+            L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci} | {_fmt(rp, 3)} |")
+        L.append("")
+    for key, title in (("phi_profile", "profile of the objective in φ"), ("phi_per_r", "φ and r^φ per r")):
+        f = (ident.get("files") or {}).get(key)
+        if f:
+            L.append(f"![{title}](fit/{f})\n")
+    ladder = v.get("ladder") or []
+    if ident.get("ladder_error"):
+        L.append("### Worth in unique layers (the unique-depth ladder)\n")
+        L.append(f"No looped model could be placed: {ident['ladder_error']}.\n")
+    if ladder:
+        L.append("### Worth in unique layers (the unique-depth ladder)\n")
+        L.append(
+            "Each looped model placed on the line loss = a + b·log L through the plain r = 1 models of the same "
+            "width and budget (`loopscale.fit.ladder`); intervals resample seeds within every run (95 %).\n"
+        )
+        L.append("| d | D | r | unique layers | worth (layers) | 95 % CI | φ_r | 95 % CI | seeds | seed SD (nats) |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
+        for w in ladder:
+            L.append(
+                f"| {w['d_model']} | {_fmt(w['D'])} | {w['r']} | {_fmt(w['layers_unique'], 3)} | "
+                f"{_fmt(w['worth_layers'], 3)} | [{_fmt(w['worth_lo'], 3)}, {_fmt(w['worth_hi'], 3)}] | "
+                f"{_fmt(w['phi_r'], 3)} | [{_fmt(w['phi_lo'], 3)}, {_fmt(w['phi_hi'], 3)}] | {w['n_seeds']} | "
+                f"{_fmt(w['seed_sd'], 3)} |"
+            )
+        f = (ident.get("files") or {}).get("ladder")
+        if f:
+            L.append(f"\n![worth in unique layers](fit/{f})\n")
+    if "seed" in runs.columns and runs["seed"].nunique() > 1:
+        ok = runs[runs["status"] == "ok"]
+        keys = [c for c in ("d_model", "r", "n_recur_block", "D") if c in ok.columns]
+        sd = ok.groupby(keys)["final_val_loss"].agg(n="count", avg="mean", sd="std").reset_index()
+        sd = sd[sd["n"] >= 2]
+        if len(sd):
+            L.append("### Seed spread per cell (nats/token)\n")
+            L.append("| " + " | ".join(keys) + " | seeds | mean | SD |")
+            L.append("|" + "---|" * (len(keys) + 3))
+            for row in sd.itertuples(index=False):
+                vals = [str(getattr(row, k)) for k in keys]
+                L.append(f"| {' | '.join(vals)} | {row.n} | {_fmt(row.avg, 4)} | {_fmt(row.sd, 3)} |")
+            L.append("")
+    return L
+
+
 def build_report(run_dir: str | Path) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files.
 
@@ -245,6 +313,7 @@ def build_report(run_dir: str | Path) -> Path:
                 "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
                 "treat φ and its interval with care (see the README's section on the fit's limits)."
             )
+        L.extend(_identification_section(v, runs))
         L.append("\nResiduals by r (actual − predicted, nats; paper Table 7):\n")
         L.append("| r | n | mean | max abs | RMSE |")
         L.append("|---|---|---|---|---|")

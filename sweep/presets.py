@@ -1,4 +1,5 @@
-"""Named sweep specs: ``smoke`` (CI), ``cpu`` (a first CPU-scale grid) and ``paper`` (the paper's 116-run grid).
+"""Named sweep specs: ``smoke`` (CI), ``cpu`` (the measurement on 2 CPU cores) and ``paper`` (the paper's 116-run
+grid).
 
 Each preset is plain data (a dict validated by :func:`loopscale.sweep.spec.parse_spec`); ``configs/<name>.yaml``
 holds the same content (a test checks ``load_spec("configs/X.yaml") == preset_spec("X")``).
@@ -45,31 +46,36 @@ PRESETS: dict[str, dict] = {
         "resources": {"cpus": 1},
         "max_failures": 2,
     },
-    # Calibrated on this machine kind (2 cores, 2026-11-30): at C = 1e12 FLOPs the r = 1 loss rose monotonically
-    # from d = 16 (1.86 nats/byte) to d = 64 (2.30), so an iso-FLOP grid at CPU budgets cannot straddle the optimum
-    # with head dim 16. This grid therefore uses token budgets (every size trained for the same D, 4 budgets, 8x
-    # in D and ~50x in compute), small batches (8 x 128 tokens: 244-1953 optimizer steps per run), and one LR
-    # study per size shared by every r (the paper tuned only r in {1, 4} and found the same optimum).
+    # Designed from the measurements in docs/looping_at_small_scale (2 cores, 2026-11-30): a looped model is worth
+    # its unique layers only after ~50 tokens per unique parameter, so every run gets D = 1M tokens at d = 16
+    # (D/N = 32-107); the paper's recipe (MuonH, linear decay from step 0 to 10 %, no warmup) at LR 0.02, the best
+    # of {0.01, 0.02, 0.04} for r = 1 (3 and 10 layers) and r = 8 at this width and budget; a unique-depth ladder
+    # (plain models of 2, 3, 4, 6 layers next to the 10-layer r = 1) to read each looped model as "worth k layers";
+    # 8 seeds per cell, because the seed-to-seed spread (0.7-0.8 %) is as large as the differences to measure.
+    # One D: the D-term is a constant, and the fit resamples seeds within cells (loopscale.fit.identify).
     "cpu": {
         "name": "cpu",
         "model": {"preset": "cpu"},
         "r": [1, 2, 4, 8],
-        "sizes": [16, 32, 48],
-        "tokens": [250_000, 500_000, 1_000_000, 2_000_000],
+        "sizes": [16],
+        "tokens": [1_000_000],
+        "ladder": [2, 3, 4, 6],
+        "seeds": 8,
         "training": {
             "batch_tokens": 1024,
             "eval_tokens": 32768,
-            "schedule": "cosine",
-            "warmup_frac": 0.05,
+            "optimizer": "muonh",
+            "schedule": "linear",
+            "warmup_frac": 0.0,
+            "final_lr_frac": 0.1,
             "checkpoint_every_steps": 250,
         },
-        "lr": "tune",
+        "lr": {"fixed": 0.02},
         "tune": {
-            "num_samples": 6,
+            "num_samples": 4,
             "max_concurrent": 2,
-            "lr_min": 2e-3,
-            "lr_max": 5e-2,
-            "tokens": 150_000,
+            "lr_values": [0.01, 0.014, 0.02, 0.028],
+            "tokens": 250_000,
             "num_milestones": 4,
             "tune_per_r": False,
             "eval_tokens": 16384,

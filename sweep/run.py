@@ -96,8 +96,10 @@ def plan(spec) -> dict:
 
 def check_design(spec) -> None:
     """Refuse a grid whose joint fit cannot get a bootstrap interval, before anything is trained: fewer than 7 runs
-    or a single r, or a single budget (one token budget D, or one iso-FLOP budget C) — the block bootstrap over
-    (budget, r) cells (paper Sec. 4.3) can then never vary the budget, so phi would get no interval.
+    or a single r, or a single budget (one token budget D, or one iso-FLOP budget C) with a single seed — the block
+    bootstrap over (budget, r) cells (paper Sec. 4.3) can then never vary the budget, so phi would get no interval.
+    A fixed-D design with seeds is accepted: its fit resamples the seeds within every cell instead (the D-term is
+    then a constant folded into E, see ``loopscale.fit.identify``).
 
     Raises:
         ValueError: the message says what to add.
@@ -113,10 +115,11 @@ def check_design(spec) -> None:
         key, budgets = "budgets", {c.budget for c in cells}
     else:
         key, budgets = "tokens", {c.run.tokens for c in cells}
-    if len(budgets) < 2:
+    if len(budgets) < 2 and len(spec.seeds) < 2:
         raise ValueError(
-            f"every run has the same budget ({key}: {next(iter(budgets)):g}): the joint fit's block bootstrap over "
-            f"(budget, r) cells cannot vary it, so phi would get no interval; add a second budget to '{key}' "
+            f"every run has the same budget ({key}: {next(iter(budgets)):g}) and one seed: the joint fit's block "
+            f"bootstrap over (budget, r) cells cannot vary the budget, and there are no seeds to resample instead, "
+            f"so phi would get no interval; add a second budget to '{key}' or seeds (e.g. seeds: 4) "
             "(nothing was trained)"
         )
 
@@ -323,6 +326,10 @@ def run_cmd(
         for vname, v in ana.get("variants", {}).items():
             j = v.get("joint") or {}
             if "params" in j:
+                ident = v.get("identification") or {}
+                if ident.get("headline"):  # the identification rule decides what the last line may claim
+                    typer.echo(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({j['n']} runs)")
+                    continue
                 lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
                 typer.echo(
                     f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
@@ -340,6 +347,8 @@ def run_cmd(
                 "phi": (v.get("joint") or {}).get("params", {}).get("phi"),
                 "ci": (v.get("joint") or {}).get("ci", {}).get("phi"),
                 "r2": (v.get("joint") or {}).get("r2"),
+                "identified": (v.get("identification") or {}).get("identified"),
+                "headline": (v.get("identification") or {}).get("headline"),
             }
             for k, v in ana.get("variants", {}).items()
         }

@@ -159,7 +159,13 @@ class SweepSpec(_Strict):
     """Iso-FLOP design: {C (training FLOPs): [sizes at this budget]} (paper Sec. 3.2)."""
     variants: list[VariantSpec] = [VariantSpec(name="baseline")]
     seeds: list[int] = [0]
+    """Init seeds of every cell: a list, or a count k meaning [0, ..., k-1]. Seeds are replicates: every seed of a
+    cell sees the same data order (``data_seed``); the fit's bootstrap resamples a cell together with its seeds."""
     data_seed: int = 0
+    ladder: list[int] = []
+    """Unique-depth ladder: extra plain (r = 1) models with these numbers of layers at every size and budget (e.g.
+    [2, 3, 4, 6]). They are ordinary r = 1 points of the law (N = their unique parameters) and let the report place
+    each looped model on plain depth ("worth k unique layers", ``loopscale.fit.ladder``)."""
     training: TrainingSpec = TrainingSpec()
     lr: Literal["tune"] | dict[str, Any] = "tune"
     """``tune`` (stage 1 picks it), ``{fixed: 3e-3}``, or ``{table: {size: lr | {r: lr}}}``."""
@@ -182,6 +188,22 @@ class SweepSpec(_Strict):
         from loopscale.cluster.options import validate_storage
 
         return validate_storage(v)
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_from_count(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 1:
+                raise ValueError(f"seeds as a count must be >= 1 (e.g. seeds: 4 for [0, 1, 2, 3]), got {v}")
+            return list(range(v))
+        return v
+
+    @field_validator("ladder")
+    @classmethod
+    def _ladder_depths(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v) or len(set(v)) != len(v):
+            raise ValueError(f"ladder must hold distinct layer counts >= 1, e.g. [2, 3, 4, 6]; got {v}")
+        return sorted(v)
 
     @field_validator("r")
     @classmethod
@@ -234,7 +256,13 @@ class SweepSpec(_Strict):
             if s <= 0:
                 raise ValueError(f"sizes must be positive, got {s}")
         if not self.seeds:
-            raise ValueError("seeds must be non-empty, e.g. [0]")
+            raise ValueError("seeds must be non-empty, e.g. [0] or a count such as 4")
+        if len(set(self.seeds)) != len(self.seeds) or any(x < 0 for x in self.seeds):
+            raise ValueError(f"seeds must be distinct integers >= 0, got {self.seeds}")
+        if self.ladder and 1 not in self.r:
+            raise ValueError(
+                "ladder adds plain r = 1 models next to r = 1 of the grid: put 1 in r (e.g. r: [1, 2, 4, 8])"
+            )
         if not self.variants:
             raise ValueError("variants must be non-empty, e.g. [baseline]")
         names = [v.name for v in self.variants]
@@ -276,9 +304,10 @@ class SweepSpec(_Strict):
         """Build the full trainer configuration (``RunConfig``) of every grid point, so a value that every run
         would reject (a vocabulary smaller than the tokenizer's, a batch that is not a multiple of seq_len, ...) is
         an error here, before Ray starts, naming the spec keys involved, and never a trial failure."""
+        points = [(r, None) for r in self.r] + [(1, depth) for depth in self.ladder]
         for kind, budget, s in self._plan():
-            for r in self.r:
-                model = self._model_config(s, r, "baseline", 2)
+            for r, depth in points:
+                model = self._model_config(s, r, "baseline", 2, depth=depth)
                 try:
                     self._run_config(model, kind, budget, 1.0, self.seeds[0])
                 except ValueError as e:
@@ -290,8 +319,9 @@ class SweepSpec(_Strict):
                             f"{_tokenizer_vocab(self.tokenizer)}, or leave it out (then it is sized from the "
                             "tokenizer)"
                         )
+                    where = f"r={r}" if depth is None else f"ladder depth {depth}"
                     raise ValueError(
-                        f"training: the run at size {s}, r={r}, budget {budget:g} would fail in every trial: {msg}"
+                        f"training: the run at size {s}, {where}, budget {budget:g} would fail in every trial: {msg}"
                     ) from None
 
     def check_data(self) -> None:
@@ -318,14 +348,15 @@ class SweepSpec(_Strict):
             return sorted({s for ss in self.budgets.values() for s in ss})
         return sorted(set(self.sizes))
 
-    def _model_config(self, size: int, r: int, variant: str, hc_lanes: int):
+    def _model_config(self, size: int, r: int, variant: str, hc_lanes: int, depth: int | None = None):
+        """The model of a cell; ``depth``: a ladder rung (a plain r = 1 model with this many layers)."""
         from loopscale.model.config import preset_config
 
         m = self.model
         over: dict[str, Any] = dict(
-            effective_depth=m.effective_depth,
-            n_prelude=m.n_prelude,
-            n_coda=m.n_coda,
+            effective_depth=m.effective_depth if depth is None else depth,
+            n_prelude=m.n_prelude if depth is None else 0,  # a rung has no prelude/coda (r = 1: plain layers)
+            n_coda=m.n_coda if depth is None else 0,
             seq_len=m.seq_len,
             vocab_size=m.vocab_size,
             head_dim=m.head_dim,
@@ -423,6 +454,23 @@ class SweepSpec(_Strict):
                         cell = Cell(
                             variant=variant,
                             r=r,
+                            size=size,
+                            budget=budget if kind == "C" else None,
+                            seed=seed,
+                            run=self._run_config(cfg, kind, budget, lr, seed),
+                        )
+                        if cell.run_id not in seen:
+                            seen.add(cell.run_id)
+                            out.append(cell)
+                if v.name != self.variants[0].name:
+                    continue  # the ladder is plain r = 1 models: shared by every variant, listed once
+                for depth in self.ladder:
+                    cfg = self._model_config(size, 1, "baseline", v.hc_lanes, depth=depth)
+                    lr = self.lr_for(size, 1, lr_table)
+                    for seed in self.seeds:
+                        cell = Cell(
+                            variant="baseline",
+                            r=1,
                             size=size,
                             budget=budget if kind == "C" else None,
                             seed=seed,

@@ -22,15 +22,30 @@ def _compute_span(spec) -> float:
     return max(cs) / min(cs)
 
 
-@pytest.mark.parametrize("name", ["cpu", "paper"])
-def test_measurement_presets_span_r_sizes_and_10x_compute(name):
-    """cpu and paper grids: r in {1,2,4,8}, >= 3 sizes, >= 3 budgets, >= 10x compute between runs."""
-    spec = preset_spec(name)
+def test_paper_preset_spans_r_sizes_and_10x_compute():
+    """paper grid: r in {1,2,4,8}, >= 3 sizes, >= 3 budgets, >= 10x compute between runs."""
+    spec = preset_spec("paper")
     assert sorted(spec.r) == [1, 2, 4, 8]
     assert len(spec.all_sizes()) >= 3
-    n_budgets = len(spec.budgets) if spec.budgets is not None else len(spec.tokens)
-    assert n_budgets >= 3
+    assert len(spec.budgets) >= 3
     assert _compute_span(spec) >= 10
+
+
+def test_cpu_preset_is_the_ladder_design_with_seeds():
+    """cpu: r in {1,2,4,8} plus a plain-depth ladder at one width and one D, every cell with 8 seeds, MuonH,
+    >= 50 tokens per unique parameter for the looped models (the measured threshold), and accepted by run."""
+    from loopscale.model.accounting import n_unique
+    from loopscale.sweep.run import check_design
+
+    spec = preset_spec("cpu")
+    cells = spec.cells()
+    assert sorted(spec.r) == [1, 2, 4, 8] and spec.ladder == [2, 3, 4, 6] and len(spec.seeds) == 8
+    assert len(cells) == (4 + 4) * 8
+    depths = {c.run.model.n_prelude + c.run.model.n_recur_block + c.run.model.n_coda for c in cells if c.r == 1}
+    assert depths == {2, 3, 4, 6, 10}
+    assert {c.run.optimizer for c in cells} == {"muonh"}
+    assert min(c.run.tokens / n_unique(c.run.model) for c in cells if c.r > 1) >= 50
+    check_design(spec)
 
 
 def test_paper_plan_matches_the_papers_grid():
