@@ -350,11 +350,10 @@ def local_path(uri: str) -> Path:
 
 
 def read_json_uri(uri: str) -> dict | None:
-    """JSON at ``uri`` or None when there is no such file."""
-    try:
-        return json.loads(read_bytes(uri).decode())
-    except FileNotFoundError:
-        return None
+    """JSON at ``uri`` or None when there is no such file, or an unreadable one (torn or empty: moved aside with a
+    warning by :func:`read_json_or_aside`, so a torn ``result.json`` makes its run count as unfinished and never
+    blocks a sweep)."""
+    return read_json_or_aside(uri)
 
 
 def write_json_uri(uri: str, obj: Any) -> None:

@@ -110,6 +110,14 @@ def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path
     return path
 
 
+def _is_fitted(f: dict) -> bool:
+    """A fit record that holds a fit: outcome ``fitted``, or (analysis files written before outcomes were
+    recorded) parameters and no outcome."""
+    if "outcome" in f:
+        return f["outcome"] == FitOutcome.FITTED
+    return "params" in f
+
+
 def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     """Markdown: the identification verdict for phi (loopscale.fit.identify), phi per r, the figures, the worth of
     every looped model in unique layers when the grid has a ladder, and the seed spread per cell."""
@@ -268,8 +276,8 @@ def build_report(run_dir: str | Path) -> Path:
         L.append("| r | A | α | B | β | E | Huber | R² | max abs res |")
         L.append("|---|---|---|---|---|---|---|---|---|")
         for r, f in v.get("chinchilla_per_r", {}).items():
-            if f.get("outcome") != FitOutcome.FITTED:
-                L.append(f"| {r} | skipped: {f['skipped']} ||||||||")
+            if not _is_fitted(f):
+                L.append(f"| {r} | skipped: {f.get('skipped', 'not fitted')} ||||||||")
                 continue
             p = f["params"]
             L.append(
@@ -278,8 +286,8 @@ def build_report(run_dir: str | Path) -> Path:
                 f"{_fmt(f['max_abs_residual'], 3)} |"
             )
         j = v.get("joint", {})
-        if j.get("outcome") != FitOutcome.FITTED:
-            L.append(f"\nJoint fit skipped: {j['skipped']}\n")
+        if not _is_fitted(j):
+            L.append(f"\nJoint fit skipped: {j.get('skipped', 'not fitted')}\n")
             continue
         p, ci = j["params"], j.get("ci", {})
         boot = j.get("bootstrap", {})

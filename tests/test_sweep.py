@@ -114,7 +114,11 @@ def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path
     spec = parse_spec(d)
     out = tmp_path / "failing"
     monkeypatch.setenv(FAULT_ENV, "4:always")
-    rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
+    from loopscale.sweep.grid import NoRunFinished
+
+    with pytest.raises(NoRunFinished, match="0 of 2 runs finished: RuntimeError: injected failure"):
+        run_sweep(spec, out, quiet=True)  # not one run finished: an error, after the rows are consolidated
+    rows = pq.read_table(out / "runs.parquet").to_pylist()
     assert {r["run_id"] for r in rows} == {c.run_id for c in spec.cells()}
     assert {r["status"] for r in rows} == {"failed"}
     for r in rows:
