@@ -1,10 +1,10 @@
-"""Benchmark of the single-run trainer (issue 3): prints one JSON object.
+"""Benchmark of the single-run trainer: prints one JSON object.
 
 Default mode: a full training run of the CPU preset (d in {32, 64, 128}) at r in {1, 4} (each in a fresh subprocess so peak RSS is
 per run): tokens/s, MFU, peak RSS and the time split into data, forward/backward, optimizer and eval, with
 data loading as a share of step time (target <= 5 %).
 
-``--quality``: the embedded-corpus check of issue 3: the smallest CPU preset (d = 32) at r = 2 trained for
+``--quality``: the embedded-corpus check of the trainer: the smallest CPU preset (d = 32) at r = 2 trained for
 ``--quality-tokens`` (default 0.5 M and 2 M byte tokens); reports the validation loss next to the byte-unigram
 entropy of the validation text (pass: at least 0.5 nats/byte below it at 2 M, and lower loss at the larger D).
 
