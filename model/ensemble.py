@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import logging
 import math
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -257,19 +256,18 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             errors, all before any training compute.
         CheckpointError: an unusable checkpoint in ``checkpoint_dir`` (unreadable, or of another run).
     """
-    from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+    from loopscale.model.accounting import flops_per_token
     from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
     from loopscale.model.optim import build_optimizers, lr_multiplier
     from loopscale.model.train import (
         _CKPT_RE,
-        _DATA_SUMMARY_KEYS,
         CHECKPOINT_FORMAT,
         CheckpointError,
         RunConfig,
-        RunResult,
         _newest_readable_checkpoint,
         _resolve_device,
         checkpoint_key,
+        make_result,
         peak_flops,
         resolve_tokens,
         save_checkpoint,
@@ -531,57 +529,34 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
     tps = tok_trained / t_train if t_train > 0 else 0.0
     mfu = (k * Fpt * tps / peak) if (peak and tps) else None
-    bpt = data.bytes_per_token_val
     out = []
     for i, mc in enumerate(member_cfgs):
         fv = finals[i]
         n_micro_done = (div_step[i] if div_step[i] is not None else steps_total) * n_micro
-        res = RunResult(
-            status=status[i],
-            final_val_loss=fv,
-            best_val_loss=best[i],
-            final_val_bpb=fv / math.log(2) / bpt if (fv is not None and bpt) else None,
-            diverged_step=div_step[i],
-            model=mcfg.to_dict(),
-            N_once=n_once(mcfg),
-            N_rec=n_rec(mcfg),
-            N_unique=n_unique(mcfg),
-            flops_per_token=int(Fpt),
+        res = make_result(
+            mc,
+            data,
             D=D,
-            C=float(Fpt) * D,
-            batch_tokens=B,
-            micro_batch_tokens=cfg.micro_tokens,
             steps=steps_total,
-            optimizer=cfg.optimizer,
-            lr=cfg.lr,
-            schedule=cfg.schedule,
-            warmup_frac=cfg.warmup_frac,
-            final_lr_frac=cfg.final_lr_frac,
-            seed=mc.seed,
-            data_seed=mc.data_seed,
-            corpus=cfg.corpus,
-            corpus_hash=data.meta["corpus_hash"],
-            tokenizer=data.tokenizer_name,
-            vocab_size=mcfg.vocab_size,
-            corpus_vocab_size=data.vocab_size,
-            epochs=epochs,
             eval_tokens=int(ev_np.shape[0] * T),
+            epochs=epochs,
+            status=status[i],
+            final_val=fv,
+            best_val=best[i],
+            diverged_step=div_step[i],
             curve=curves[i],
-            wall_s=wall,
-            tokens_per_s=tps,
+            wall=wall,
+            tps=tps,
             mfu=mfu,
-            peak_flops=peak,
-            peak_flops_source=peak_src,
-            time_split={**times, "total": wall},
-            num_threads=threads_used,
-            device=str(device),
-            versions={"torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]},
-            optimizer_assignment=assignment,
-            micro_batch_ids=micro_ids[:n_micro_done],
-            data_digest=digests[i],
-            resumed_from_step=resumed_from,
-            warnings=list(run_warnings),
-            data={k: data.meta.get(k) for k in _DATA_SUMMARY_KEYS if k in data.meta},
+            peak=(peak, peak_src),
+            times=times,
+            threads=threads_used,
+            device=device,
+            assignment=assignment,
+            micro_ids=micro_ids[:n_micro_done],
+            digest=digests[i],
+            resumed_from=resumed_from,
+            warnings=run_warnings,
         )
         out.append(res)
     return out

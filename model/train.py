@@ -613,7 +613,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     """
     import torch
 
-    from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+    from loopscale.model.accounting import flops_per_token
     from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
     from loopscale.model.looped import LoopedLM, maybe_compile
     from loopscale.model.optim import build_optimizers, lr_multiplier
@@ -784,13 +784,52 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
     tps = tok_trained / t_train if t_train > 0 else 0.0
     mfu = (F * tps / peak) if (peak and tps) else None
+    return make_result(
+        cfg,
+        data,
+        D=D,
+        steps=steps_total,
+        eval_tokens=int(ev_np.shape[0] * T),
+        epochs=epochs,
+        status=status,
+        final_val=final_val,
+        best_val=best_val,
+        diverged_step=diverged_step,
+        curve=curve,
+        wall=wall,
+        tps=tps,
+        mfu=mfu,
+        peak=(peak, peak_src),
+        times=times,
+        threads=threads_used,
+        device=device,
+        assignment=assignment,
+        micro_ids=micro_ids,
+        digest=digest,
+        resumed_from=resumed_from,
+        warnings=run_warnings,
+    )
+
+
+def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, epochs: float, status: str,
+                final_val, best_val, diverged_step, curve, wall: float, tps: float, mfu, peak: tuple,
+                times: dict, threads: int, device, assignment: dict, micro_ids: list, digest: str,
+                resumed_from, warnings: list) -> RunResult:
+    """The :class:`RunResult` of one run (or one ensemble member, whose ``cfg`` carries its seeds): the run's
+    definition and accounting from ``cfg`` and the corpus ``data``, its measurements from the keywords (losses in
+    nats/token, D in tokens, times in seconds; ``peak`` = (peak FLOP/s or None, its source))."""
+    import torch
+
+    from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+
+    mcfg = cfg.model
+    F = flops_per_token(mcfg)
     bpt = data.bytes_per_token_val
-    bpb = final_val / math.log(2) / bpt if (final_val is not None and bpt) else None
-    res = RunResult(
+    return RunResult(
         status=status,
         final_val_loss=final_val,
         best_val_loss=best_val,
-        final_val_bpb=bpb,
+        final_val_bpb=final_val / math.log(2) / bpt if (final_val is not None and bpt) else None,
         diverged_step=diverged_step,
         model=mcfg.to_dict(),
         N_once=n_once(mcfg),
@@ -798,10 +837,10 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         N_unique=n_unique(mcfg),
         flops_per_token=int(F),
         D=D,
-        C=C,
-        batch_tokens=B,
+        C=float(F) * D,
+        batch_tokens=cfg.batch_tokens,
         micro_batch_tokens=cfg.micro_tokens,
-        steps=steps_total,
+        steps=steps,
         optimizer=cfg.optimizer,
         lr=cfg.lr,
         schedule=cfg.schedule,
@@ -815,25 +854,24 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         vocab_size=mcfg.vocab_size,
         corpus_vocab_size=data.vocab_size,
         epochs=epochs,
-        eval_tokens=int(ev_np.shape[0] * T),
+        eval_tokens=eval_tokens,
         curve=curve,
         wall_s=wall,
         tokens_per_s=tps,
         mfu=mfu,
-        peak_flops=peak,
-        peak_flops_source=peak_src,
+        peak_flops=peak[0],
+        peak_flops_source=peak[1],
         time_split={**times, "total": wall},
-        num_threads=threads_used,
+        num_threads=threads,
         device=str(device),
         versions={"torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]},
         optimizer_assignment=assignment,
         micro_batch_ids=micro_ids,
         data_digest=digest,
         resumed_from_step=resumed_from,
-        warnings=run_warnings,
+        warnings=list(warnings),
         data={k: data.meta.get(k) for k in _DATA_SUMMARY_KEYS if k in data.meta},
     )
-    return res
 
 
 def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_val, times) -> Path:
