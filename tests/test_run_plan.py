@@ -32,15 +32,15 @@ def test_paper_preset_spans_r_sizes_and_10x_compute():
 
 
 def test_cpu_preset_is_the_ladder_design_with_seeds():
-    """cpu: r in {1,2,4,8} plus a plain-depth ladder at one width and one D, every cell with 8 seeds, MuonH,
+    """cpu: r in {1,2,4,8} plus a plain-depth ladder at one width and one D, every cell with 16 seeds, MuonH,
     >= 50 tokens per unique parameter for the looped models (the measured threshold), and accepted by run."""
     from loopscale.model.accounting import n_unique
     from loopscale.sweep.run import check_design
 
     spec = preset_spec("cpu")
     cells = spec.cells()
-    assert sorted(spec.r) == [1, 2, 4, 8] and spec.ladder == [2, 3, 4, 6] and len(spec.seeds) == 8
-    assert len(cells) == (4 + 4) * 8
+    assert sorted(spec.r) == [1, 2, 4, 8] and spec.ladder == [2, 3, 4, 6] and len(spec.seeds) == 16
+    assert len(cells) == (4 + 4) * 16
     depths = {c.run.model.n_prelude + c.run.model.n_recur_block + c.run.model.n_coda for c in cells if c.r == 1}
     assert depths == {2, 3, 4, 6, 10}
     assert {c.run.optimizer for c in cells} == {"muonh"}
