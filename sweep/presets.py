@@ -52,7 +52,7 @@ PRESETS: dict[str, dict] = {
     # of {0.01, 0.02, 0.04} for r = 1 (3 and 10 layers) and r = 8 at this width and budget; a unique-depth ladder
     # (plain models of 2, 3, 4, 6 layers next to the 10-layer r = 1) to read each looped model as "worth k layers";
     # 16 seeds per cell, because the seed-to-seed spread (0.003-0.016 nats, 0.1-0.8 %) is as large as the differences to measure: a
-    # 4-seed run of this grid gave phi = -0.25 [-0.57, -0.04] in 9 min on 2 cores; 16 seeds should halve the interval.
+    # 4-seed run of this grid took 9 min on 2 cores, the 16-seed default 33 min (docs/example_cpu_ladder).
     # One D: the D-term is a constant, and the fit resamples seeds within cells (loopscale.fit.identify).
     "cpu": {
         "name": "cpu",
