@@ -43,6 +43,44 @@ def test_seeds_count_and_ladder_cells():
         parse_spec(dict(BASE, seeds=0))
 
 
+def test_seeds_per_r():
+    spec = parse_spec(dict(BASE, seeds={1: 2, 2: 3, 8: [5, 7]}, ladder=[2]))
+    cells = spec.cells()
+    by = {}
+    for c in cells:
+        key = (c.r, c.run.model.n_recur_block)
+        by.setdefault(key, []).append(c.seed)
+    assert by[(2, 4)] == [0, 1, 2] and by[(8, 1)] == [5, 7]
+    assert by[(1, 10)] == [0, 1] and by[(1, 2)] == [0, 1]  # the ladder rung takes r = 1's seeds
+    assert spec.min_seeds() == 2
+    with pytest.raises(ValueError, match="every r of the grid"):
+        parse_spec(dict(BASE, seeds={1: 2, 2: 3}))
+    with pytest.raises(ValueError, match=r"seeds\[2\]"):
+        parse_spec(dict(BASE, seeds={1: 2, 2: 0, 8: 2}))
+
+
+def test_seeds_of_a_cell_are_packed_into_ensemble_trials():
+    from loopscale.sweep.grid import trial_groups
+    from loopscale.sweep.spec import AUTO_ENSEMBLE_CPU
+
+    spec = parse_spec(dict(BASE, seeds=5, ladder=[2]))
+    assert spec.ensemble_members() == AUTO_ENSEMBLE_CPU
+    groups = trial_groups(spec.cells(), 2)
+    # 4 cells (r = 1, 2, 8 and one rung) x 5 seeds, in chunks of at most 2 of near-equal size: 2 + 2 + 1
+    assert len(groups) == 12 and sorted(len(g) for g in groups) == [1] * 4 + [2] * 8
+    for g in groups:
+        assert len({(c.r, c.run.model.n_recur_block, c.variant) for c in g}) == 1  # one cell, several seeds
+        assert len({c.seed for c in g}) == len(g)
+    costs = [g[0].run.model.r * g[0].run.model.n_recur_block + g[0].run.model.n_prelude + g[0].run.model.n_coda
+             for g in groups]  # fmt: skip
+    assert costs[0] == max(costs) and costs[-1] == min(costs)  # the longest trials start first
+    assert sum(len(g) for g in trial_groups(spec.cells(), 16)) == 20 and len(trial_groups(spec.cells(), 16)) == 4
+    assert all(len(g) == 1 for g in trial_groups(spec.cells(), 1))
+    assert parse_spec(dict(BASE, resources={"cpus": 1, "ensemble": 1})).ensemble_members() == 1
+    with pytest.raises(ValueError, match="max_members"):
+        trial_groups(spec.cells(), 0)
+
+
 def test_fixed_D_needs_seeds():
     from loopscale.sweep.run import check_design
 
@@ -87,6 +125,16 @@ def test_ladder_and_seeds_through_sweep_fit_and_report(tmp_path):
     runs = pq.read_table(out / "runs.parquet").to_pandas()
     assert len(runs) == 10 and set(runs["status"]) == {"ok"}
     assert sorted(set(runs["seed"])) == [0, 1]
+    # on CPU the two seeds of each cell trained as one seed ensemble: one trial per cell, two rows per trial
+    assert runs.groupby("trial_id").size().tolist() == [2] * 5
+    assert (runs.groupby("trial_id")["seed"].nunique() == 2).all()
+    # ... and a member's result is its single run's
+    from loopscale.model.train import train_run
+
+    cell = next(c for c in parse_spec(spec).cells() if c.r == 2 and c.seed == 1)
+    single = train_run(cell.run)
+    member = runs.loc[runs["run_id"] == cell.run_id, "final_val_loss"].item()
+    assert member == pytest.approx(single.final_val_loss, rel=1e-4)
     layers = runs["n_prelude"] + runs["n_recur_block"] + runs["n_coda"]
     assert sorted(set(layers[runs["r"] == 1])) == [2, 3, 10]
     ana = json.loads((out / "fit" / "analysis.json").read_text(encoding="utf-8"))
