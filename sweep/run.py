@@ -321,6 +321,8 @@ def run_cmd(
             command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
         )
+    from loopscale.fit.run_report import fitted_points
+
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
     if not as_json:
         for vname, v in ana.get("variants", {}).items():
@@ -328,12 +330,12 @@ def run_cmd(
             if "params" in j:
                 ident = v.get("identification") or {}
                 if ident.get("headline"):  # the identification rule decides what the last line may claim
-                    typer.echo(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({j['n']} runs)")
+                    typer.echo(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)})")
                     continue
                 lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
                 typer.echo(
                     f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
-                    f"R^2 = {j['r2']:.4f} ({j['n']} runs)"
+                    f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)})"
                 )
     if as_json:
         summary = {
