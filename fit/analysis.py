@@ -25,6 +25,8 @@ from loopscale.fit.io import cell_means
 from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
+JOINT_PARAMS = 6
+"""Parameters of the joint law with phi free (E, A, alpha, B, beta, phi): the fewest points it is fitted to."""
 
 
 class FitOutcome(StrEnum):
@@ -273,8 +275,10 @@ def analyze(
             result["variants"][vname] = v
             continue
         strata = _seed_strata(frame)
-        # seeds as replicates: the law (expected loss per cell) is fitted to the cell means
-        fit_frame = cell_means(frame, strata) if strata else frame
+        # seeds as replicates: the law (expected loss per cell) is fitted to the cell means, when there are at least
+        # as many cells as the law has parameters (else to the runs, seeds resampled within cells all the same)
+        means = strata and len(cell_means(frame, strata)) >= JOINT_PARAMS
+        fit_frame = cell_means(frame, strata) if means else frame
         joint = fit_law(fit_frame, law="joint", starts=starts, seed=seed)
         boot = (
             bootstrap(
@@ -287,7 +291,7 @@ def analyze(
                 starts=starts,
                 point=joint,
                 stratify_by=strata,
-                cell_means=bool(strata),
+                cell_means=bool(means),
             )
             if B > 0
             else None
@@ -302,10 +306,12 @@ def analyze(
         phi_hat = float(joint.params["phi"])
         v["equivalence"] = _equivalence_statements(frame, phi_hat)
         v["identification"], v["ladder"] = _identification(
-            frame, joint, boot, vdir, out, B=B, starts=starts, seed=seed, plots=plots, strata=strata
-        )
+            frame, joint, boot, vdir, out, B=B, starts=starts, seed=seed, plots=plots,
+            strata=strata if means else None,
+        )  # fmt: skip
         if strata:
             v["bootstrap_stratified_by"] = list(strata)
+        if means:
             v["fitted_to"] = {"what": "cell_means", "cells": int(len(fit_frame)), "runs": int(len(frame))}
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
         if "C" in frame.columns:

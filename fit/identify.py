@@ -139,7 +139,8 @@ def per_r_phi(
         block_by: bootstrap blocking (default iid over runs: seeds and ladder rungs are the replicates).
         workers: bootstrap workers (1: serial, no Ray).
         stratify_by: the columns of a cell when seeds are replicates: each phi_r is fitted to cell means and its
-            bootstrap draws seeds within cells (:func:`loopscale.fit.io.cell_means`; ``block_by`` is ignored).
+            bootstrap draws seeds within cells (:func:`loopscale.fit.io.cell_means`; ``block_by`` is ignored) —
+            when the r = 1 cells plus r's cells are at least the law's 6 parameters, else to the runs.
     Returns:
         DataFrame with ``r``, ``phi``, ``lo``, ``hi`` (NaN without bootstrap), ``n`` points fitted (runs, or cells
         with ``stratify_by``), ``on_bound``.
@@ -155,10 +156,12 @@ def per_r_phi(
     rows = []
     for r in rs[1:]:
         sub = df[df["r"].isin([1, r])]
-        f = fit_law(cell_means(sub, stratify_by) if stratify_by else sub, law="joint", starts=starts, seed=seed)
+        # cell means when there are at least as many cells as the law's parameters, else the runs themselves
+        means = bool(stratify_by) and len(cell_means(sub, stratify_by)) >= make_law("joint").n_params
+        f = fit_law(cell_means(sub, stratify_by) if means else sub, law="joint", starts=starts, seed=seed)
         lo = hi = float("nan")
         if B > 0:
-            how = {"stratify_by": stratify_by, "cell_means": True} if stratify_by else {"block_by": block_by}
+            how = {"stratify_by": stratify_by, "cell_means": True} if means else {"block_by": block_by}
             bs = bootstrap(sub, law="joint", B=B, seed=seed, workers=workers, starts=max(20, starts // 5), point=f,
                            **how)  # fmt: skip
             lo, hi = bs.ci.get("phi", (float("nan"), float("nan")))
