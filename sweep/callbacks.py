@@ -55,17 +55,17 @@ def _recorder_cls():
             self._recorded: set[str] | None = None
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            from loopscale.sweep.grid import RESULT_KEY
+            from loopscale.sweep.grid import RESULT_KEY, trial_cells
             from loopscale.sweep.spec import Cell
             from loopscale.sweep.store import ResultsStore, curve_rows, run_record
 
             if self._recorded is None:
                 self._recorded = ResultsStore(self.out_dir).completed_ids()
-            if result.get(DONE_KEY) and trial.config["cell"]["run_id"] not in self._recorded:
+            rid = result.get("run_id") or trial_cells(trial.config)[0]["run_id"]
+            if result.get(DONE_KEY) and rid not in self._recorded:
                 res = json.loads(result[RESULT_KEY])
-                cell = Cell.from_dict(self.cells[trial.config["cell"]["run_id"]])
                 rec = run_record(
-                    cell,
+                    Cell.from_dict(self.cells[rid]),
                     res,
                     trial_id=trial.trial_id,
                     host=result.get("host") or result.get("hostname"),
@@ -77,27 +77,31 @@ def _recorder_cls():
                 self._done_walls.append(float(res.get("wall_s") or 0.0))
                 self._tps.pop(trial.trial_id, None)
             elif "tokens" in result and result.get("time_total_s"):
-                self._tps[trial.trial_id] = float(result["tokens"]) / float(result["time_total_s"])
+                # an ensemble trains `members` runs on every token it reports
+                members = int(result.get("members") or 1)
+                self._tps[trial.trial_id] = members * float(result["tokens"]) / float(result["time_total_s"])
             self._progress(trials)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._progress(trials, force=True)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            """The trial errored past ``max_failures``: record the cell as ``failed`` with its last error, so
-            ``runs.parquet`` accounts for every cell (a later sweep retries it and replaces the row)."""
+            """The trial errored past ``max_failures``: record each of its cells that has no row yet as ``failed``
+            with the trial's last error, so ``runs.parquet`` accounts for every cell (a later sweep retries it and
+            replaces the row)."""
+            from loopscale.sweep.grid import trial_cells
             from loopscale.sweep.spec import Cell
             from loopscale.sweep.store import ResultsStore, failed_record
 
-            rid = trial.config["cell"]["run_id"]
             if self._recorded is None:
                 self._recorded = ResultsStore(self.out_dir).completed_ids()
-            if rid not in self._recorded:
+            err = trial_error_text(trial)
+            for d in trial_cells(trial.config):
+                rid = d["run_id"]
+                if rid in self._recorded:
+                    continue
                 rec = failed_record(
-                    Cell.from_dict(self.cells[rid]),
-                    trial_error_text(trial),
-                    trial_id=trial.trial_id,
-                    finished_at=time.time(),
+                    Cell.from_dict(self.cells[rid]), err, trial_id=trial.trial_id, finished_at=time.time()
                 )
                 ResultsStore(self.out_dir).write_run(rec, [])
             self._progress(trials, force=True)
@@ -109,7 +113,11 @@ def _recorder_cls():
             if not force and now - self._last < self.every_s:
                 return
             self._last = now
-            st = [t.status for t in trials]
+            from loopscale.sweep.grid import trial_cells
+
+            st: list[str] = []
+            for t in trials:  # counted in runs: an ensemble trial holds several
+                st += [t.status] * (len(trial_cells(t.config)) if t.config else 1)
             done, running = st.count("TERMINATED"), st.count("RUNNING")
             pending, failed = st.count("PENDING") + st.count("PAUSED"), st.count("ERROR")
             tps = sum(self._tps.values())

@@ -115,7 +115,7 @@ def check_design(spec) -> None:
         key, budgets = "budgets", {c.budget for c in cells}
     else:
         key, budgets = "tokens", {c.run.tokens for c in cells}
-    if len(budgets) < 2 and len(spec.seeds) < 2:
+    if len(budgets) < 2 and spec.min_seeds() < 2:
         raise ValueError(
             f"every run has the same budget ({key}: {next(iter(budgets)):g}) and one seed: the joint fit's block "
             f"bootstrap over (budget, r) cells cannot vary the budget, and there are no seeds to resample instead, "
@@ -321,6 +321,8 @@ def run_cmd(
             command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
         )
+    from loopscale.fit.run_report import fitted_points
+
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
     if not as_json:
         for vname, v in ana.get("variants", {}).items():
@@ -328,12 +330,12 @@ def run_cmd(
             if "params" in j:
                 ident = v.get("identification") or {}
                 if ident.get("headline"):  # the identification rule decides what the last line may claim
-                    typer.echo(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({j['n']} runs)")
+                    typer.echo(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)})")
                     continue
                 lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
                 typer.echo(
                     f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
-                    f"R^2 = {j['r2']:.4f} ({j['n']} runs)"
+                    f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)})"
                 )
     if as_json:
         summary = {
