@@ -19,14 +19,14 @@ import numpy as np
 import pandas as pd
 
 from loopscale.fit.fitter import fit_data
-from loopscale.fit.io import prepare
+from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import PHI_BOUNDS, make_law
 
 __all__ = [
     "DesignPrediction",
     "simulate_phi",
     "simulate_design",
-    "cell_means",
+    "design_cell_means",
     "cell_noise",
     "match_cells",
     "seed_noise",
@@ -41,6 +41,17 @@ RUN_KEYS = ("variant", "d_model", "r", "layers_unique", "N_once", "N_rec", "D")
 
 NOISE_KEYS = ("r", "layers_unique", "d_model", "D")
 """Columns that match a planned cell to a measured one (same architecture, width and token budget)."""
+
+CELL_KEYS = ("d_model", "r", "layers_unique", "N_once", "N_rec", "D")
+"""Columns (those present) whose rows :func:`simulate_design` averages over seeds
+(:func:`loopscale.fit.io.cell_means`)."""
+
+
+def design_cell_means(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`loopscale.fit.io.cell_means` over the :data:`CELL_KEYS` columns ``table`` has (ok, finite rows)."""
+    df = _ok_rows(table)
+    df = df[np.isfinite(df["loss"].astype(float))]
+    return cell_means(df, tuple(k for k in CELL_KEYS if k in df.columns))
 
 
 @dataclass(frozen=True)
@@ -90,33 +101,6 @@ def _ok_rows(runs: pd.DataFrame) -> pd.DataFrame:
     if "loss" not in df.columns and "final_val_loss" in df.columns:
         df = df.assign(loss=df["final_val_loss"])
     return df
-
-
-def cell_means(table: pd.DataFrame, keys: tuple[str, ...] = RUN_KEYS) -> pd.DataFrame:
-    """Each cell's mean loss over its seeds: the table the joint law is fitted to when a design has replicates
-    (the law describes the expected loss of a configuration, paper Eq. 3).
-
-    Args:
-        table: one row per run with ``loss`` (or ``final_val_loss``, nats/token) and the cell columns; a ``status``
-            column keeps only ``"ok"`` rows; runs with a non-finite loss are left out.
-        keys: the columns that identify a cell (those present are used; missing values form their own group).
-    Returns:
-        One row per cell: the key columns, ``loss`` (mean over seeds, nats/token), ``n_seeds`` and, when the table
-        has it, ``C`` (mean training FLOPs per run).
-    Raises:
-        ValueError: no ``loss`` column or none of ``keys`` present.
-    """
-    df = _ok_rows(table)
-    if "loss" not in df.columns:
-        raise ValueError(f"cell_means needs a loss (or final_val_loss) column; table has {list(table.columns)}")
-    ks = [k for k in keys if k in df.columns]
-    if not ks:
-        raise ValueError(f"cell_means needs at least one cell column of {list(keys)}")
-    df = df[np.isfinite(df["loss"].astype(float))]
-    agg = {"loss": ("loss", "mean"), "n_seeds": ("loss", "size")}
-    if "C" in df.columns and "C" not in ks:
-        agg["C"] = ("C", "mean")
-    return df.groupby(ks, dropna=False, sort=True).agg(**agg).reset_index()
 
 
 def cell_noise(runs: pd.DataFrame, keys: tuple[str, ...] = NOISE_KEYS) -> pd.DataFrame:
@@ -265,8 +249,8 @@ def simulate_design(
     """Simulate a planned design run by run with per-run noise, average each cell over its seeds, and refit.
 
     Every draw: ``loss_i = L_law(run_i) + noise_sd_i * eps_i`` (eps ~ N(0, 1) independently per run, nats/token),
-    then :func:`cell_means` and the joint law (paper Eq. 3) refitted to the cell means with the product's fitter —
-    the way the analysis fits a design with replicates; with ``ladder`` and a unique-depth ladder in the design,
+    then the cell means (:func:`loopscale.fit.io.cell_means`) and the joint law (paper Eq. 3) refitted to them with
+    the product's fitter — the way the analysis fits a design with replicates; with ``ladder`` and a unique-depth ladder in the design,
     also each looped model's worth in unique layers from the simulated runs (:mod:`loopscale.fit.ladder`, as the
     report computes it). The spread of the refits over the draws predicts the half-width of the interval a real
     run of the design reports.
@@ -300,7 +284,7 @@ def simulate_design(
     cols = {c: design[c].to_numpy(dtype=float) for c in ("N_once", "N_rec", "r", "D")}
     mean = law.predict(truth, cols)
     base = design.assign(status="ok", seed=design["seed"] if "seed" in design.columns else 0)
-    noiseless = cell_means(base.assign(loss=mean))
+    noiseless = design_cell_means(base.assign(loss=mean))
     prepare(noiseless, law)  # the fitter's refusals, before any draw
     do_ladder = ladder and {"d_model", "layers_unique"} <= set(design.columns)
     worth_true = _worth_by_r(base.assign(loss=mean)) if do_ladder else {}
@@ -310,7 +294,7 @@ def simulate_design(
     for _ in range(n_sim):
         sim = base.assign(loss=mean + sd * rng.standard_normal(mean.shape))
         try:
-            f = fit_data(law, prepare(cell_means(sim), law), starts=starts, seed=int(rng.integers(1 << 31)),
+            f = fit_data(law, prepare(design_cell_means(sim), law), starts=starts, seed=int(rng.integers(1 << 31)),
                          grid=False, warm=warm, n_polish=1)
         except (RuntimeError, ValueError):
             continue

@@ -158,7 +158,7 @@ def design(
     Raises:
         ValueError / FileNotFoundError: bad arguments or pilot (before any simulation).
     """
-    from loopscale.fit.design import cell_means, cell_noise, match_cells, simulate_design, wall_time_s
+    from loopscale.fit.design import cell_noise, design_cell_means, match_cells, simulate_design, wall_time_s
     from loopscale.fit.fitter import fit_law
     from loopscale.sweep.spec import parse_spec
 
@@ -171,7 +171,7 @@ def design(
     if n_sim < 2:
         raise ValueError(f"--n-sim must be >= 2, got {n_sim}")
     runs = read_pilot(pilot)
-    truth = fit_law(cell_means(runs), law="joint", starts=fit_starts, seed=seed)
+    truth = fit_law(design_cell_means(runs), law="joint", starts=fit_starts, seed=seed)
     noise, rates = cell_noise(runs), _rates(runs)
     slots = max(1, int(cpus // spec.resources.cpus))
     first = spec.variants[0].name

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from loopscale.fit.design import cell_means, match_cells
+from loopscale.fit.design import design_cell_means, match_cells
 from loopscale.fit.laws import make_law
 from loopscale.sweep.cli import app
 from loopscale.sweep.design_cmd import design, planned_runs
@@ -56,7 +56,7 @@ def test_planned_runs_follow_the_spec_expansion():
 def test_cell_means_average_seeds_and_match_cells_falls_back_per_r():
     t = pd.DataFrame({"r": [1, 1, 2, 2, 2], "D": 1.0, "loss": [2.0, 4.0, 1.0, 2.0, 6.0],
                       "status": ["ok"] * 4 + ["failed"]})
-    m = cell_means(t)
+    m = design_cell_means(t)
     assert m["loss"].tolist() == [3.0, 1.5] and m["n_seeds"].tolist() == [2, 2]
     measured = pd.DataFrame({"r": [1, 2, 2], "layers_unique": [10, 6, 5], "sd": [0.01, 0.02, 0.04]})
     plan = pd.DataFrame({"r": [1, 2, 4], "layers_unique": [10, 4, 3]})
