@@ -33,14 +33,16 @@ DEFAULT_SEEDS = (4, 8, 16, 24, 32)
 """Seeds per cell tried when ``--seeds`` is not given."""
 
 OVERHEAD_S = 0.5
-"""Seconds added per run to its measured training time (trial start and result write; the 16-seed ``cpu`` run's
+"""Seconds added per trial to its measured training time (trial start and result write; the 16-seed ``cpu`` run's
 sweep stage took 1786 s for 1769 s of summed run time on 2 slots, about 0.3 s per run)."""
 
 WALL_ASSUMPTION = (
     "training time only (the sweep stage; the fit adds minutes): every run trains at its cell's FLOP/s measured in "
-    "the pilot (C / wall_s, median over seeds; cells without a measurement take the pilot's median at the same r), "
-    "under the pilot's threads and concurrency; floor(cpus / resources.cpus) runs at once, longest first, "
-    f"+{OVERHEAD_S:g} s per run"
+    "the pilot (k C / wall_s for a trial of k seeds, median over seeds; cells without a measurement take the "
+    "pilot's median at the same r), under the pilot's threads and concurrency; a seed-ensemble trial takes the sum "
+    "of its members' times (the pilot's own ensemble speed-up; a pilot of single runs assumes none, an upper "
+    "bound); floor(cpus / resources.cpus) trials at once, longest first, "
+    f"+{OVERHEAD_S:g} s per trial"
 )
 
 PILOT_COLUMNS = ("N_once", "N_rec", "r", "D", "C", "wall_s")
@@ -51,17 +53,21 @@ def planned_runs(spec) -> pd.DataFrame:
 
     Columns: ``variant``, ``d_model``, ``r``, ``layers_unique`` (prelude + shared block + coda), ``N_once``,
     ``N_rec`` (params), ``D`` (tokens, rounded to whole batches as the trainer does), ``flops_per_token``,
-    ``C`` (training FLOPs) and ``seed``.
+    ``C`` (training FLOPs), ``seed`` and ``trial`` (the Ray Tune trial that trains the run: seeds of one cell are
+    packed into seed ensembles of at most ``resources.ensemble`` members, :func:`loopscale.sweep.grid.trial_groups`).
 
     Raises:
         SpecError: see :meth:`loopscale.sweep.spec.SweepSpec.cells`.
     """
     from loopscale.model.accounting import flops_per_token, n_once, n_rec
     from loopscale.model.train import resolve_tokens
+    from loopscale.sweep.grid import trial_groups
 
     lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None  # the LR changes no cost
+    cells = spec.cells(lr_table=lr_table)
+    trial_of = {c.run_id: i for i, g in enumerate(trial_groups(cells, spec.ensemble_members())) for c in g}
     rows = []
-    for c in spec.cells(lr_table=lr_table):
+    for c in cells:
         m = c.run.model
         f, d = flops_per_token(m), resolve_tokens(c.run)
         rows.append(
@@ -76,6 +82,7 @@ def planned_runs(spec) -> pd.DataFrame:
                 flops_per_token=float(f),
                 C=float(f) * d,
                 seed=int(c.seed),
+                trial=trial_of[c.run_id],
             )
         )
     return pd.DataFrame(rows)
@@ -118,11 +125,13 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
 
 
 def _rates(runs: pd.DataFrame) -> pd.DataFrame:
-    """Training FLOP/s of one run per pilot cell (median of ``C / wall_s`` over its seeds)."""
+    """Training FLOP/s per run of every pilot cell: median over its seeds of ``k C / wall_s``, k the members of
+    the run's trial (a seed ensemble's members share the trial's ``wall_s``; k = 1 for single runs)."""
     from loopscale.fit.design import NOISE_KEYS
 
     keys = [k for k in NOISE_KEYS if k in runs.columns]
-    rate = (runs["C"].astype(float) / runs["wall_s"].astype(float)).replace([np.inf, -np.inf], np.nan)
+    k = runs.groupby("trial_id")["trial_id"].transform("size").fillna(1) if "trial_id" in runs.columns else 1
+    rate = (k * runs["C"].astype(float) / runs["wall_s"].astype(float)).replace([np.inf, -np.inf], np.nan)
     t = runs.assign(rate=rate).dropna(subset=["rate"])
     t = t[t["rate"] > 0]
     if t.empty:
@@ -136,7 +145,7 @@ def design(
     *,
     minutes: float,
     cpus: int = 2,
-    seeds: tuple[int, ...] = DEFAULT_SEEDS,
+    seeds: tuple[int | str, ...] = DEFAULT_SEEDS,
     n_sim: int = 40,
     starts: int = 20,
     fit_starts: int = 100,
@@ -148,13 +157,16 @@ def design(
         spec: the :class:`loopscale.sweep.spec.SweepSpec` whose seed count varies.
         pilot: a ``runs.parquet`` with >= 2 seeds in some cell and >= 2 values of r.
         minutes: time budget of the training (sweep stage), minutes. cpus: CPUs of the machine.
-        seeds: seeds per cell of the candidates. n_sim: simulated draws per candidate. starts: starts per refit.
+        seeds: the candidates besides the spec as written: ``k`` (k seeds in every cell) or ``"k1/kL"`` (k1 seeds
+            in the plain r = 1 cells, kL in the looped ones). n_sim: simulated draws per candidate. starts: starts
+            per refit.
         fit_starts: starts of the fit to the pilot. seed: RNG seed.
     Returns:
         JSON-ready dict: ``truth`` (pilot's joint law), ``cells`` (noise and throughput per planned cell with their
-        sources), ``assumptions``, ``candidates`` (best first: ``seeds``, ``runs``, ``wall_min``, ``fits``,
-        ``phi_half_width``, ``r_phi_half_width``, ``worth_true``, ``worth_half_width``, ...) and ``best`` (seeds
-        of the best candidate that fits, or None).
+        sources), ``assumptions``, ``candidates`` (best first: ``seeds`` (a label: ``"16"``, ``"16/32"``),
+        ``seeds_per_r``, ``runs``, ``trials``, ``wall_min``, ``fits``, ``phi_half_width``, ``r_phi_half_width``,
+        ``worth_true``, ``worth_half_width``, ...) and ``best`` (the label of the best candidate that fits, or
+        None).
     Raises:
         ValueError / FileNotFoundError: bad arguments or pilot (before any simulation).
     """
@@ -166,8 +178,7 @@ def design(
         raise ValueError(f"--minutes must be > 0 (the training time budget), got {minutes}")
     if cpus < 1:
         raise ValueError(f"--cpus must be >= 1, got {cpus}")
-    if not seeds or any(k < 1 for k in seeds):
-        raise ValueError(f"--seeds must list counts >= 1 (e.g. 8 16 24), got {list(seeds)}")
+    layouts = [_seed_layout(x, spec.r) for x in seeds]
     if n_sim < 2:
         raise ValueError(f"--n-sim must be >= 2, got {n_sim}")
     runs = read_pilot(pilot)
@@ -175,9 +186,14 @@ def design(
     noise, rates = cell_noise(runs), _rates(runs)
     slots = max(1, int(cpus // spec.resources.cpus))
     first = spec.variants[0].name
-    candidates, cells = [], []
-    for k in sorted(set(seeds)):
-        cand = parse_spec({**spec.model_dump(mode="python"), "seeds": k})
+    candidates, cells, seen = [], [], set()
+    own = {r: len(spec.seeds_for(r)) for r in spec.r}
+    for layout in [own, *layouts]:
+        key = tuple(sorted(layout.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        cand = parse_spec({**spec.model_dump(mode="python"), "seeds": layout})
         plan = planned_runs(cand)
         plan = plan[(plan["variant"] == first) | (plan["r"] == 1)].reset_index(drop=True)  # the first variant's fit
         plan["noise_sd"], noise_src = match_cells(plan, noise, "sd")
@@ -192,11 +208,13 @@ def design(
                      rate_source=x.rate_source)
                 for x in first_rows.itertuples()
             ]
-        wall = wall_time_s(plan, rate, slots, overhead_s=OVERHEAD_S)
+        per_trial = plan.assign(C=plan["C"] / rate).groupby("trial")["C"].sum().to_frame()  # seconds per trial
+        wall = wall_time_s(per_trial, 1.0, slots, overhead_s=OVERHEAD_S)
         pred = simulate_design(plan, truth.params, n_sim=n_sim, starts=starts, seed=seed)
-        candidates.append({"seeds": k, "runs": len(plan), "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0,
-                           **pred.to_dict()})
-    candidates.sort(key=lambda c: (not c["fits"], _nan_last(c["phi_half_width"]), -c["seeds"]))
+        candidates.append({"seeds": _label(layout), "seeds_per_r": {str(r): k for r, k in layout.items()},
+                           "spec_as_written": layout == own, "runs": len(plan), "trials": int(plan["trial"].nunique()),
+                           "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
+    candidates.sort(key=lambda c: (not c["fits"], _nan_last(c["phi_half_width"]), -c["runs"]))
     best = next((c["seeds"] for c in candidates if c["fits"]), None)
     return {
         "spec": spec.name,
@@ -219,6 +237,33 @@ def design(
         "candidates": candidates,
         "best": best,
     }
+
+
+def _seed_layout(x: int | str, rs: list[int]) -> dict[int, int]:
+    """Seeds per r of a ``--seeds`` entry: ``k`` (every cell) or ``"k1/kL"`` (plain r = 1 cells / looped cells).
+
+    Raises:
+        ValueError: not of that form, or a count < 1.
+    """
+    parts = str(x).strip().split("/")
+    try:
+        ks = [int(p) for p in parts]
+    except ValueError:
+        ks = []
+    if len(ks) not in (1, 2) or min(ks) < 1:
+        raise ValueError(f"--seeds entries must be k or k1/kL with counts >= 1 (e.g. 16 or 16/32), got {x!r}")
+    return {r: ks[0] if r == 1 or len(ks) == 1 else ks[1] for r in rs}
+
+
+def _label(layout: dict[int, int]) -> str:
+    """``"16"`` when every r has the same seeds, else ``"16/32"`` (r = 1 / looped) or ``"r1:16 r2:32 ..."``."""
+    ks = set(layout.values())
+    if len(ks) == 1:
+        return str(ks.pop())
+    looped = {k for r, k in layout.items() if r > 1}
+    if len(looped) == 1 and 1 in layout:
+        return f"{layout[1]}/{looped.pop()}"
+    return " ".join(f"r{r}:{k}" for r, k in sorted(layout.items()))
 
 
 def _nan_last(x: float) -> float:
@@ -255,7 +300,7 @@ def print_design(res: dict[str, Any]) -> None:
         tab.add_column(col, justify="right")
     for c in res["candidates"]:
         tab.add_row(
-            str(c["seeds"]), str(c["runs"]), f"{c['wall_min']:.1f}", "yes" if c["fits"] else "no",
+            c["seeds"] + ("*" if c["spec_as_written"] else ""), str(c["runs"]), f"{c['wall_min']:.1f}", "yes" if c["fits"] else "no",
             _fmt(c["phi_half_width"]),
             *[_fmt(c["r_phi_half_width"].get(str(r), math.nan)) for r in rs],
             *[_fmt(c["worth_half_width"].get(str(k), math.nan), 2) for k in worth_keys],
@@ -264,6 +309,7 @@ def print_design(res: dict[str, Any]) -> None:
     con.print("±: predicted 95 % half-width (worth in unique layers; seed SD in nats/token)")
     best = res["best"]
     con.print(f"best within {res['minutes']:g} min: " + (f"{best} seeds per cell" if best else "none fits"))
+    con.print("[dim]seeds k1/kL: k1 per plain r = 1 cell, kL per looped cell; * the spec as written[/]")
     for k, v in res["assumptions"].items():
         con.print(f"[dim]{k}: {v}[/]")
 
@@ -275,7 +321,9 @@ def design_cmd(
     minutes: float = typer.Option(..., "--minutes", help="Training time budget in minutes (sweep stage)."),
     cpus: int = typer.Option(2, "--cpus", help="CPUs of the machine that will run the sweep."),
     seeds: str = typer.Option(
-        ",".join(map(str, DEFAULT_SEEDS)), "--seeds", help="Seeds per cell of the candidates, e.g. 8,16,24,32."
+        ",".join(map(str, DEFAULT_SEEDS)),
+        "--seeds",
+        help="Candidates besides the spec as written: seeds per cell, k or k1/kL (plain/looped), e.g. 8,16,16/32.",
     ),
     n_sim: int = typer.Option(40, "--n-sim", help="Simulated draws per candidate."),
     starts: int = typer.Option(20, "--starts", min=1, help="Multi-starts per refit."),
@@ -290,10 +338,7 @@ def design_cmd(
     if spec_path is not None and not Path(spec_path).exists() and spec_path in PRESETS and preset is None:
         spec_path, preset = None, spec_path  # a preset name given as SPEC
     spec, _ = _resolve_spec(Path(spec_path) if spec_path is not None else None, preset)
-    try:
-        counts = tuple(int(x) for x in seeds.replace(",", " ").split())
-    except ValueError:
-        raise ValueError(f"--seeds must be whole numbers separated by commas (e.g. 8,16,24), got {seeds!r}") from None
+    counts = tuple(seeds.replace(",", " ").split())
     res = design(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts, seed=seed)
     if as_json:
         typer.echo(json.dumps(json_safe(res)))

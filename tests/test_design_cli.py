@@ -69,7 +69,8 @@ def test_more_seeds_predict_narrower_intervals_and_longer_runs(tmp_path):
     spec, path, runs = _pilot(tmp_path, seeds=4)
     res = design(spec, path, minutes=10, cpus=2, seeds=(2, 12), n_sim=20, starts=8, seed=0)
     by_k = {c["seeds"]: c for c in res["candidates"]}
-    few, many = by_k[2], by_k[12]
+    assert set(by_k) == {"2", "4", "12"} and by_k["4"]["spec_as_written"]  # the spec as written is a candidate
+    few, many = by_k["2"], by_k["12"]
     assert few["n_ok"] >= 18 and many["n_ok"] >= 18
     assert many["phi_half_width"] < few["phi_half_width"]
     for r in ("2", "4", "8"):
@@ -89,19 +90,22 @@ def test_more_seeds_predict_narrower_intervals_and_longer_runs(tmp_path):
 
 
 def test_cli_json_shape_and_ranking(tmp_path):
-    spec, path, _ = _pilot(tmp_path, seeds=3)
+    spec, path, _ = _pilot(tmp_path, seeds=2)
     spec_file = tmp_path / "tiny.yaml"
     spec_file.write_text(spec_to_yaml(spec))
     res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "1",
-                                   "--seeds", "2,6", "--n-sim", "6", "--starts", "6", "--json"])
+                                   "--seeds", "6,2/6", "--n-sim", "6", "--starts", "6", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert {"spec", "pilot", "truth", "cells", "assumptions", "candidates", "best", "slots"} <= set(out)
     assert out["spec"] == "tiny" and out["slots"] == 2 and len(out["cells"]) == 7
     cands = out["candidates"]
-    assert [c["seeds"] for c in cands if c["fits"]] == [2]  # 2 seeds: 0.6 min; 6 seeds: 1.8 min
-    assert cands[0]["seeds"] == 2 and out["best"] == 2
-    assert {"seeds", "runs", "wall_min", "fits", "phi_half_width", "r_phi_half_width", "worth_half_width"} <= set(
+    assert [c["seeds"] for c in cands if c["fits"]] == ["2"]  # 2 seeds: 0.6 min; 6 seeds: 1.8 min
+    assert cands[0]["seeds"] == "2" and out["best"] == "2" and cands[0]["spec_as_written"]
+    mixed = next(c for c in cands if c["seeds"] == "2/6")
+    assert mixed["seeds_per_r"] == {"1": 2, "2": 6, "4": 6, "8": 6} and mixed["runs"] == 4 * 2 + 3 * 6
+    assert {"seeds", "runs", "trials", "wall_min", "fits", "phi_half_width", "r_phi_half_width",
+            "worth_half_width"} <= set(
         cands[0]
     )
     assert set(cands[0]["worth_half_width"]) == {"2", "4", "8"}
@@ -111,13 +115,23 @@ def test_cli_json_shape_and_ranking(tmp_path):
     assert "best within 5 min: 2 seeds per cell" in table.output
 
 
+def test_ensemble_trials_count_their_measured_speed_up(tmp_path):
+    """A pilot whose seeds trained as ensembles of 4 sharing a wall time of 2 single runs: twice the FLOP/s."""
+    from loopscale.sweep.design_cmd import _rates
+
+    _, _, runs = _pilot(tmp_path, seeds=4)
+    single = _rates(runs)
+    ens = _rates(runs.assign(trial_id=runs["trial"].astype(str), wall_s=runs["wall_s"] * 2))
+    assert ens["rate"].to_numpy() == pytest.approx(2 * single["rate"].to_numpy())
+
+
 @pytest.mark.parametrize(
     "case, message",
     [
         ("missing", "pilot runs table not found"),
         ("one_seed", "one seed per cell"),
         ("minutes", "--minutes must be > 0"),
-        ("seeds", "--seeds must"),
+        ("seeds", "--seeds entries must"),
         ("preset", "preset must be one of"),
     ],
 )
