@@ -19,13 +19,39 @@ import numpy as np
 import pandas as pd
 
 from loopscale.fit.fitter import fit_data
-from loopscale.fit.io import prepare
+from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import PHI_BOUNDS, make_law
 
-__all__ = ["DesignPrediction", "simulate_phi", "seed_noise", "flop_rate", "wall_time_s", "RUN_KEYS"]
+__all__ = [
+    "DesignPrediction",
+    "simulate_phi",
+    "simulate_design",
+    "design_cell_means",
+    "cell_noise",
+    "match_cells",
+    "seed_noise",
+    "flop_rate",
+    "wall_time_s",
+    "RUN_KEYS",
+    "NOISE_KEYS",
+]
 
 RUN_KEYS = ("variant", "d_model", "r", "layers_unique", "N_once", "N_rec", "D")
 """Columns that, when present, identify a cell: runs that share them and differ only in ``seed`` are replicates."""
+
+NOISE_KEYS = ("r", "layers_unique", "d_model", "D")
+"""Columns that match a planned cell to a measured one (same architecture, width and token budget)."""
+
+CELL_KEYS = ("d_model", "r", "layers_unique", "N_once", "N_rec", "D")
+"""Columns (those present) whose rows :func:`simulate_design` averages over seeds
+(:func:`loopscale.fit.io.cell_means`)."""
+
+
+def design_cell_means(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`loopscale.fit.io.cell_means` over the :data:`CELL_KEYS` columns ``table`` has (ok, finite rows)."""
+    df = _ok_rows(table)
+    df = df[np.isfinite(df["loss"].astype(float))]
+    return cell_means(df, tuple(k for k in CELL_KEYS if k in df.columns))
 
 
 @dataclass(frozen=True)
@@ -49,10 +75,84 @@ class DesignPrediction:
     phi_bias: float
     on_bound_frac: float
     r_phi_half_width: dict[int, float] = field(default_factory=dict)
+    worth_true: dict[int, float] = field(default_factory=dict)
+    worth_half_width: dict[int, float] = field(default_factory=dict)
+    n_cells: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {**self.__dict__, "r_phi_half_width": {str(k): v for k, v in self.r_phi_half_width.items()}}
+        """JSON-ready form (dict keys r as strings)."""
+        out = dict(self.__dict__)
+        for k in ("r_phi_half_width", "worth_true", "worth_half_width"):
+            out[k] = {str(r): v for r, v in getattr(self, k).items()}
+        return out
+
+
+def _half_width(x: np.ndarray, level: float) -> float:
+    """Half the central ``level`` range of the finite values of ``x`` (NaN with fewer than 2)."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    a = (1 - level) / 2
+    return float((np.quantile(x, 1 - a) - np.quantile(x, a)) / 2) if x.size >= 2 else float("nan")
+
+
+def _ok_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """Rows with status ``ok`` (all rows without a status column) and a ``loss`` column (from final_val_loss)."""
+    df = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+    if "loss" not in df.columns and "final_val_loss" in df.columns:
+        df = df.assign(loss=df["final_val_loss"])
+    return df
+
+
+def cell_noise(runs: pd.DataFrame, keys: tuple[str, ...] = NOISE_KEYS) -> pd.DataFrame:
+    """Seed-to-seed spread of every measured cell: standard deviation of the loss (nats/token) between its seeds.
+
+    Args:
+        runs: one row per run (``runs.parquet`` schema: ``final_val_loss`` or ``loss``, ``status``, cell columns;
+            ``layers_unique`` is derived from ``n_prelude + n_recur_block + n_coda`` when absent).
+        keys: cell columns (those present are used).
+    Returns:
+        One row per cell with >= 2 finite ok runs: the key columns, ``sd`` (nats/token, ddof = 1) and ``n_seeds``.
+    """
+    df = _ok_rows(runs)
+    if "layers_unique" not in df.columns and {"n_prelude", "n_recur_block", "n_coda"} <= set(df.columns):
+        df = df.assign(layers_unique=df["n_prelude"] + df["n_recur_block"] + df["n_coda"])
+    ks = [k for k in keys if k in df.columns]
+    df = df[np.isfinite(df["loss"].astype(float))]
+    g = df.groupby(ks, dropna=False, sort=True)["loss"].agg(sd="std", n_seeds="size").reset_index()
+    return g[g["n_seeds"] >= 2].reset_index(drop=True)
+
+
+def match_cells(design: pd.DataFrame, measured: pd.DataFrame, value: str, keys: tuple[str, ...] = NOISE_KEYS):
+    """Give every planned run the ``value`` of its measured cell, matched on ``keys`` (float-tolerant).
+
+    A run without a measured cell takes the median of the measured cells with its r, else the median of all.
+
+    Args:
+        design: planned runs (one row per run) with the ``keys`` columns present in ``measured``.
+        measured: one row per measured cell with ``keys`` and ``value`` (e.g. :func:`cell_noise`'s ``sd``).
+    Returns:
+        ``(values, sources)``: an array of shape (len(design),) and, per run, ``"cell"``, ``"median of r=<r>"`` or
+        ``"median of all cells"``.
+    Raises:
+        ValueError: ``measured`` is empty.
+    """
+    if measured.empty:
+        raise ValueError(f"no measured cell to take {value!r} from")
+    ks = [k for k in keys if k in design.columns and k in measured.columns]
+    table = {tuple(round(float(x), 6) for x in row[ks]): float(row[value]) for _, row in measured.iterrows()}
+    by_r = measured.groupby("r")[value].median().to_dict() if "r" in measured.columns else {}
+    overall = float(measured[value].median())
+    vals, src = np.empty(len(design)), []
+    for i, (_, row) in enumerate(design.iterrows()):
+        key = tuple(round(float(x), 6) for x in row[ks])
+        if key in table:
+            vals[i], how = table[key], "cell"
+        elif "r" in row and float(row["r"]) in by_r:
+            vals[i], how = by_r[float(row["r"])], f"median of r={int(row['r'])}"
+        else:
+            vals[i], how = overall, "median of all cells"
+        src.append(how)
+    return vals, src
 
 
 def simulate_phi(
@@ -103,10 +203,9 @@ def simulate_phi(
         phis.append(f.params["phi"])
         on_bound += int("phi" in f.on_bound or not PHI_BOUNDS[0] < f.params["phi"] < PHI_BOUNDS[1])
     phis_a = np.asarray(phis)
-    a = (1 - level) / 2
 
     def half(x: np.ndarray) -> float:
-        return float((np.quantile(x, 1 - a) - np.quantile(x, a)) / 2) if x.size >= 2 else float("nan")
+        return _half_width(x, level)
 
     return DesignPrediction(
         n_runs=len(design),
@@ -118,6 +217,111 @@ def simulate_phi(
         phi_bias=float(phis_a.mean() - truth["phi"]) if phis_a.size else float("nan"),
         on_bound_frac=on_bound / max(1, len(phis)),
         r_phi_half_width={r: half(float(r) ** phis_a) for r in rs},
+    )
+
+
+def _worth_by_r(runs: pd.DataFrame) -> dict[Any, float]:
+    """Worth in unique layers of every looped model of ``runs`` (one row per run), keyed by r — or by
+    ``"r/d_model/D"`` when a design has several looped cells at one r — computed by the report's own
+    :func:`loopscale.fit.ladder.ladder_table` (point estimates; its bootstrap is not needed here)."""
+    from loopscale.fit.ladder import ladder_table
+
+    w = ladder_table(runs, n_boot=1)
+    if w.empty:
+        return {}
+    unique_r = not w["r"].duplicated().any()
+    return {
+        (int(row.r) if unique_r else f"{int(row.r)}/{int(row.d_model)}/{row.D:g}"): float(row.worth_layers)
+        for row in w.itertuples()
+    }
+
+
+def simulate_design(
+    design: pd.DataFrame,
+    truth: dict[str, float],
+    *,
+    n_sim: int = 40,
+    starts: int = 20,
+    seed: int = 0,
+    level: float = 0.95,
+    ladder: bool = True,
+) -> DesignPrediction:
+    """Simulate a planned design run by run with per-run noise, average each cell over its seeds, and refit.
+
+    Every draw: ``loss_i = L_law(run_i) + noise_sd_i * eps_i`` (eps ~ N(0, 1) independently per run, nats/token),
+    then the cell means (:func:`loopscale.fit.io.cell_means`) and the joint law (paper Eq. 3) refitted to them with
+    the product's fitter — the way the analysis fits a design with replicates; with ``ladder`` and a unique-depth ladder in the design,
+    also each looped model's worth in unique layers from the simulated runs (:mod:`loopscale.fit.ladder`, as the
+    report computes it). The spread of the refits over the draws predicts the half-width of the interval a real
+    run of the design reports.
+
+    Args:
+        design: planned runs, one row per run (seeds as rows): ``N_once``, ``N_rec``, ``r``, ``D`` (tokens),
+            ``noise_sd`` (nats/token, the seed SD of the run's cell); the worth needs ``d_model``,
+            ``layers_unique`` and ``seed`` too. Other :data:`RUN_KEYS` columns present define the cells.
+        truth: joint-law parameters ``E, A, alpha, B, beta, phi`` (loss in nats/token).
+        n_sim: simulated draws (>= 2). starts: starts per refit. seed: RNG seed. level: interval level.
+        ladder: also predict the worth in unique layers (when the design has a ladder).
+    Returns:
+        :class:`DesignPrediction` with ``phi_half_width``, ``r_phi_half_width`` per r > 1 and, with a ladder,
+        ``worth_true`` (the truth's worth in layers) and ``worth_half_width`` per looped cell.
+    Raises:
+        ValueError: missing columns or parameters, a negative or non-finite ``noise_sd``, n_sim < 2, or a design
+            the fitter refuses (e.g. a single r).
+    """
+    need = {"N_once", "N_rec", "r", "D", "noise_sd"}
+    if need - set(design.columns):
+        raise ValueError(f"design needs columns {sorted(need)}; missing {sorted(need - set(design.columns))}")
+    missing = {"E", "A", "alpha", "B", "beta", "phi"} - set(truth)
+    if missing:
+        raise ValueError(f"truth needs the joint-law parameters; missing {sorted(missing)}")
+    sd = design["noise_sd"].to_numpy(dtype=float)
+    if not np.all(np.isfinite(sd) & (sd >= 0)):
+        raise ValueError("noise_sd must be finite and >= 0 on every run (nats/token)")
+    if n_sim < 2:
+        raise ValueError(f"n_sim must be >= 2, got {n_sim}")
+    law = make_law("joint")
+    cols = {c: design[c].to_numpy(dtype=float) for c in ("N_once", "N_rec", "r", "D")}
+    mean = law.predict(truth, cols)
+    base = design.assign(status="ok", seed=design["seed"] if "seed" in design.columns else 0)
+    noiseless = design_cell_means(base.assign(loss=mean))
+    prepare(noiseless, law)  # the fitter's refusals, before any draw
+    do_ladder = ladder and {"d_model", "layers_unique"} <= set(design.columns)
+    worth_true = _worth_by_r(base.assign(loss=mean)) if do_ladder else {}
+    rng = np.random.default_rng(seed)
+    warm = law.from_public(truth)
+    phis, on_bound, worths = [], 0, {k: [] for k in worth_true}
+    for _ in range(n_sim):
+        sim = base.assign(loss=mean + sd * rng.standard_normal(mean.shape))
+        try:
+            f = fit_data(law, prepare(design_cell_means(sim), law), starts=starts, seed=int(rng.integers(1 << 31)),
+                         grid=False, warm=warm, n_polish=1)
+        except (RuntimeError, ValueError):
+            continue
+        phis.append(f.params["phi"])
+        on_bound += int("phi" in f.on_bound or not PHI_BOUNDS[0] < f.params["phi"] < PHI_BOUNDS[1])
+        if worth_true:
+            try:
+                w = _worth_by_r(sim)
+            except ValueError:  # a draw whose ladder does not fall with depth: no worth in this draw
+                w = {}
+            for k in worths:
+                worths[k].append(w.get(k, np.nan))
+    phis_a = np.asarray(phis)
+    rs = sorted(int(r) for r in np.unique(cols["r"]) if r > 1)
+    return DesignPrediction(
+        n_runs=len(design),
+        n_sim=n_sim,
+        n_ok=len(phis),
+        phi_true=float(truth["phi"]),
+        phi_half_width=_half_width(phis_a, level),
+        phi_sd=float(phis_a.std(ddof=1)) if phis_a.size >= 2 else float("nan"),
+        phi_bias=float(phis_a.mean() - truth["phi"]) if phis_a.size else float("nan"),
+        on_bound_frac=on_bound / max(1, len(phis)),
+        r_phi_half_width={r: _half_width(float(r) ** phis_a, level) for r in rs},
+        worth_true=worth_true,
+        worth_half_width={k: _half_width(np.asarray(v), level) for k, v in worths.items()},
+        n_cells=len(noiseless),
     )
 
 
@@ -160,19 +364,24 @@ def flop_rate(runs: pd.DataFrame) -> float:
     return float(rate.median())
 
 
-def wall_time_s(design: pd.DataFrame, rate: float, slots: int, overhead_s: float = 5.0) -> float:
+def wall_time_s(design: pd.DataFrame, rate: float | np.ndarray, slots: int, overhead_s: float = 5.0) -> float:
     """Predicted wall time (s) of ``design``: its runs' FLOPs at ``rate`` FLOP/s per slot, ``slots`` runs at once.
 
     Longest-first packing onto ``slots`` (the grid's scheduler runs whatever is free), plus ``overhead_s`` per run.
 
+    Args:
+        design: planned runs with ``C`` (training FLOPs per run).
+        rate: FLOP/s of one slot: one number, or one per run (shape (len(design),), e.g. per measured cell).
+        slots: runs trained at once. overhead_s: seconds added to every run.
     Raises:
-        ValueError: missing ``C`` column, rate <= 0, slots < 1.
+        ValueError: missing ``C`` column, a rate <= 0 (or of the wrong shape), slots < 1.
     """
     if "C" not in design.columns:
         raise ValueError("design needs a C column (training FLOPs per run)")
-    if not rate > 0 or slots < 1:
-        raise ValueError(f"rate must be > 0 and slots >= 1, got rate={rate}, slots={slots}")
-    t = np.sort(design["C"].to_numpy(dtype=float) / rate + overhead_s)[::-1]
+    rates = np.full(len(design), float(rate)) if np.ndim(rate) == 0 else np.asarray(rate, dtype=float)
+    if rates.shape != (len(design),) or not np.all(rates > 0) or slots < 1:
+        raise ValueError(f"rate must be > 0 (one or one per run) and slots >= 1, got rate={rate}, slots={slots}")
+    t = np.sort(design["C"].to_numpy(dtype=float) / rates + overhead_s)[::-1]
     load = np.zeros(int(slots))
     for x in t:
         load[np.argmin(load)] += x

@@ -23,6 +23,7 @@ def _register() -> None:
     from loopscale.fit import run_report
     from loopscale.model import cli as model_cli
     from loopscale.sweep import commands as sweep_cmds
+    from loopscale.sweep import design_cmd
     from loopscale.sweep import run as run_pipeline
 
     model_app = typer.Typer(no_args_is_help=True, help="Inspect looped model configurations.")
@@ -34,6 +35,7 @@ def _register() -> None:
     app.command("tune-lr")(present_errors(sweep_cmds.tune_lr_cmd))
     app.command("sweep")(present_errors(sweep_cmds.sweep_cmd))
     app.command("run")(present_errors(run_pipeline.run_cmd))
+    app.command("design")(present_errors(design_cmd.design_cmd))
 
 
 _register()

@@ -1,0 +1,346 @@
+"""``loopscale design``: choose a sweep design from measurements, before training it.
+
+A candidate is a sweep spec at a number of seeds per cell. For each candidate the spec's own expansion
+(:meth:`loopscale.sweep.spec.SweepSpec.cells`) gives the planned runs — widths, depths, r, token budgets, seeds and
+ladder rungs exactly as ``loopscale sweep`` would train them — with their parameters and FLOPs from the model
+accounting (paper Sec. 3.2). A pilot (a short run, or a previous run's ``runs.parquet``) supplies three
+measurements:
+
+- the truth: the joint law (paper Eq. 3) fitted to the pilot's cell means (each cell's loss averaged over seeds);
+- the seed noise per cell: the standard deviation of the loss between seeds of each measured cell (nats/token),
+  matched to the planned cells by (r, unique layers, d_model, D), else the pilot's median at the same r;
+- the throughput per cell: training FLOP/s of one run (``C / wall_s``, median over the cell's seeds), matched the
+  same way.
+
+:func:`loopscale.fit.design.simulate_design` then draws every planned run's loss, averages each cell over its
+seeds, refits with the product's fitter and reads the worth in unique layers off the ladder as the report does; the
+spread of the refits predicts the half-widths a real run reports. Candidates are listed best first (smallest phi
+half-width) among those whose predicted training time fits ``--minutes``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import typer
+
+DEFAULT_SEEDS = (4, 8, 16, 24, 32)
+"""Seeds per cell tried when ``--seeds`` is not given."""
+
+OVERHEAD_S = 0.5
+"""Seconds added per trial to its measured training time (trial start and result write; the 16-seed ``cpu`` run's
+sweep stage took 1786 s for 1769 s of summed run time on 2 slots, about 0.3 s per run)."""
+
+WALL_ASSUMPTION = (
+    "training time only (the sweep stage; the fit adds minutes): every run trains at its cell's FLOP/s measured in "
+    "the pilot (k C / wall_s for a trial of k seeds, median over seeds; cells without a measurement take the "
+    "pilot's median at the same r), under the pilot's threads and concurrency; a seed-ensemble trial takes the sum "
+    "of its members' times (the pilot's own ensemble speed-up; a pilot of single runs assumes none, an upper "
+    "bound); floor(cpus / resources.cpus) trials at once, longest first, "
+    f"+{OVERHEAD_S:g} s per trial"
+)
+
+PILOT_COLUMNS = ("N_once", "N_rec", "r", "D", "C", "wall_s")
+
+
+def planned_runs(spec) -> pd.DataFrame:
+    """Every run ``spec`` would train, one row per run (seeds and ladder rungs included).
+
+    Columns: ``variant``, ``d_model``, ``r``, ``layers_unique`` (prelude + shared block + coda), ``N_once``,
+    ``N_rec`` (params), ``D`` (tokens, rounded to whole batches as the trainer does), ``flops_per_token``,
+    ``C`` (training FLOPs), ``seed`` and ``trial`` (the Ray Tune trial that trains the run: seeds of one cell are
+    packed into seed ensembles of at most ``resources.ensemble`` members, :func:`loopscale.sweep.grid.trial_groups`).
+
+    Raises:
+        SpecError: see :meth:`loopscale.sweep.spec.SweepSpec.cells`.
+    """
+    from loopscale.model.accounting import flops_per_token, n_once, n_rec
+    from loopscale.model.train import resolve_tokens
+    from loopscale.sweep.grid import trial_groups
+
+    lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None  # the LR changes no cost
+    cells = spec.cells(lr_table=lr_table)
+    trial_of = {c.run_id: i for i, g in enumerate(trial_groups(cells, spec.ensemble_members())) for c in g}
+    rows = []
+    for c in cells:
+        m = c.run.model
+        f, d = flops_per_token(m), resolve_tokens(c.run)
+        rows.append(
+            dict(
+                variant=c.variant,
+                d_model=int(m.d_model),
+                r=int(c.r),
+                layers_unique=int(m.n_prelude + m.n_recur_block + m.n_coda),
+                N_once=float(n_once(m)),
+                N_rec=float(n_rec(m)),
+                D=float(d),
+                flops_per_token=float(f),
+                C=float(f) * d,
+                seed=int(c.seed),
+                trial=trial_of[c.run_id],
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+def read_pilot(path: str | Path) -> pd.DataFrame:
+    """The pilot's ok runs with ``loss`` (nats/token) and ``layers_unique``; refuses a pilot it cannot use.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: unreadable file, missing columns, fewer than two r among the ok runs, or no cell with two
+            seeds (the seed noise cannot be measured).
+    """
+    from loopscale.fit.design import cell_noise
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"pilot runs table not found: {p} (give a runs.parquet from a pilot or a previous run)")
+    try:
+        runs = pd.read_parquet(p)
+    except Exception as e:  # pyarrow raises several types for a file that is not Parquet
+        raise ValueError(f"pilot {p} is not a readable Parquet table: {e}") from None
+    if "status" in runs.columns:
+        runs = runs[runs["status"] == "ok"]
+    if "loss" not in runs.columns and "final_val_loss" in runs.columns:
+        runs = runs.assign(loss=runs["final_val_loss"])
+    if "layers_unique" not in runs.columns and {"n_prelude", "n_recur_block", "n_coda"} <= set(runs.columns):
+        runs = runs.assign(layers_unique=runs["n_prelude"] + runs["n_recur_block"] + runs["n_coda"])
+    missing = [c for c in ("loss", *PILOT_COLUMNS) if c not in runs.columns]
+    if missing:
+        raise ValueError(f"pilot {p} lacks column(s) {missing} (a loopscale runs.parquet has them)")
+    runs = runs[np.isfinite(runs["loss"].astype(float))].reset_index(drop=True)
+    if runs["r"].nunique() < 2:
+        raise ValueError(f"pilot {p} has ok runs at r={sorted(runs['r'].unique().tolist())} only; the joint law "
+                         "taken as truth needs at least two values of r")
+    if cell_noise(runs).empty:
+        raise ValueError(f"pilot {p} has one seed per cell, so its seed noise cannot be measured; run the pilot "
+                         "with seeds: 2 or more (e.g. seeds: 4)")
+    return runs
+
+
+def _rates(runs: pd.DataFrame) -> pd.DataFrame:
+    """Training FLOP/s per run of every pilot cell: median over its seeds of ``k C / wall_s``, k the members of
+    the run's trial (a seed ensemble's members share the trial's ``wall_s``; k = 1 for single runs)."""
+    from loopscale.fit.design import NOISE_KEYS
+
+    keys = [k for k in NOISE_KEYS if k in runs.columns]
+    k = runs.groupby("trial_id")["trial_id"].transform("size").fillna(1) if "trial_id" in runs.columns else 1
+    rate = (k * runs["C"].astype(float) / runs["wall_s"].astype(float)).replace([np.inf, -np.inf], np.nan)
+    t = runs.assign(rate=rate).dropna(subset=["rate"])
+    t = t[t["rate"] > 0]
+    if t.empty:
+        raise ValueError("no pilot run has a positive finite C / wall_s (training FLOP/s)")
+    return t.groupby(keys, sort=True)["rate"].median().reset_index()
+
+
+def design(
+    spec,
+    pilot: str | Path,
+    *,
+    minutes: float,
+    cpus: int = 2,
+    seeds: tuple[int | str, ...] = DEFAULT_SEEDS,
+    n_sim: int = 40,
+    starts: int = 20,
+    fit_starts: int = 100,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Predict every candidate's half-widths and training time; the result of ``loopscale design --json``.
+
+    Args:
+        spec: the :class:`loopscale.sweep.spec.SweepSpec` whose seed count varies.
+        pilot: a ``runs.parquet`` with >= 2 seeds in some cell and >= 2 values of r.
+        minutes: time budget of the training (sweep stage), minutes. cpus: CPUs of the machine.
+        seeds: the candidates besides the spec as written: ``k`` (k seeds in every cell) or ``"k1/kL"`` (k1 seeds
+            in the plain r = 1 cells, kL in the looped ones). n_sim: simulated draws per candidate. starts: starts
+            per refit.
+        fit_starts: starts of the fit to the pilot. seed: RNG seed.
+    Returns:
+        JSON-ready dict: ``truth`` (pilot's joint law), ``cells`` (noise and throughput per planned cell with their
+        sources), ``assumptions``, ``candidates`` (best first: ``seeds`` (a label: ``"16"``, ``"16/32"``),
+        ``seeds_per_r``, ``runs``, ``trials``, ``wall_min``, ``fits``, ``phi_half_width``, ``r_phi_half_width``,
+        ``worth_true``, ``worth_half_width``, ...) and ``best`` (the label of the best candidate that fits, or
+        None).
+    Raises:
+        ValueError / FileNotFoundError: bad arguments or pilot (before any simulation).
+    """
+    from loopscale.fit.design import cell_noise, design_cell_means, match_cells, simulate_design, wall_time_s
+    from loopscale.fit.fitter import fit_law
+    from loopscale.sweep.spec import parse_spec
+
+    if not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
+        raise ValueError(f"--minutes must be > 0 (the training time budget), got {minutes}")
+    if cpus < 1:
+        raise ValueError(f"--cpus must be >= 1, got {cpus}")
+    layouts = [_seed_layout(x, spec.r) for x in seeds]
+    if n_sim < 2:
+        raise ValueError(f"--n-sim must be >= 2, got {n_sim}")
+    runs = read_pilot(pilot)
+    truth = fit_law(design_cell_means(runs), law="joint", starts=fit_starts, seed=seed)
+    noise, rates = cell_noise(runs), _rates(runs)
+    slots = max(1, int(cpus // spec.resources.cpus))
+    first = spec.variants[0].name
+    candidates, cells, seen = [], [], set()
+    own = {r: len(spec.seeds_for(r)) for r in spec.r}
+    for layout in [own, *layouts]:
+        key = tuple(sorted(layout.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        cand = parse_spec({**spec.model_dump(mode="python"), "seeds": layout})
+        plan = planned_runs(cand)
+        plan = plan[(plan["variant"] == first) | (plan["r"] == 1)].reset_index(drop=True)  # the first variant's fit
+        plan["noise_sd"], noise_src = match_cells(plan, noise, "sd")
+        rate, rate_src = match_cells(plan, rates, "rate")
+        if not cells:
+            plan_src = plan.assign(noise_source=noise_src, rate=rate, rate_source=rate_src)
+            keys = ["r", "layers_unique", "d_model", "D"]
+            first_rows = plan_src.drop_duplicates(keys).sort_values(["r", "layers_unique"], ascending=[True, False])
+            cells = [
+                dict(r=int(x.r), layers_unique=int(x.layers_unique), d_model=int(x.d_model), D=float(x.D),
+                     noise_sd=float(x.noise_sd), noise_source=x.noise_source, s_per_run=float(x.C / x.rate),
+                     rate_source=x.rate_source)
+                for x in first_rows.itertuples()
+            ]
+        per_trial = plan.assign(C=plan["C"] / rate).groupby("trial")["C"].sum().to_frame()  # seconds per trial
+        wall = wall_time_s(per_trial, 1.0, slots, overhead_s=OVERHEAD_S)
+        pred = simulate_design(plan, truth.params, n_sim=n_sim, starts=starts, seed=seed)
+        candidates.append({"seeds": _label(layout), "seeds_per_r": {str(r): k for r, k in layout.items()},
+                           "spec_as_written": layout == own, "runs": len(plan), "trials": int(plan["trial"].nunique()),
+                           "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
+    candidates.sort(key=lambda c: (not c["fits"], _nan_last(c["phi_half_width"]), -c["runs"]))
+    best = next((c["seeds"] for c in candidates if c["fits"]), None)
+    return {
+        "spec": spec.name,
+        "pilot": str(pilot),
+        "pilot_runs": int(len(runs)),
+        "minutes": float(minutes),
+        "cpus": int(cpus),
+        "slots": slots,
+        "variant": first,
+        "truth": {**truth.params, "r2_cell_means": truth.r2, "n_cells": truth.n},
+        "assumptions": {
+            "wall_time": WALL_ASSUMPTION,
+            "noise": "per-run loss = law + N(0, sd of its cell) in nats/token; each cell averaged over its seeds "
+            "and the joint law refitted to the cell means; sd measured between the pilot's seeds of the same "
+            "(r, unique layers, d_model, D), else the pilot's median sd at that r",
+            "half_width": "half the central 95 % range of the refits over the simulated draws",
+        },
+        "cells": cells,
+        "n_sim": n_sim,
+        "candidates": candidates,
+        "best": best,
+    }
+
+
+def _seed_layout(x: int | str, rs: list[int]) -> dict[int, int]:
+    """Seeds per r of a ``--seeds`` entry: ``k`` (every cell) or ``"k1/kL"`` (plain r = 1 cells / looped cells).
+
+    Raises:
+        ValueError: not of that form, or a count < 1.
+    """
+    parts = str(x).strip().split("/")
+    try:
+        ks = [int(p) for p in parts]
+    except ValueError:
+        ks = []
+    if len(ks) not in (1, 2) or min(ks) < 1:
+        raise ValueError(f"--seeds entries must be k or k1/kL with counts >= 1 (e.g. 16 or 16/32), got {x!r}")
+    return {r: ks[0] if r == 1 or len(ks) == 1 else ks[1] for r in rs}
+
+
+def _label(layout: dict[int, int]) -> str:
+    """``"16"`` when every r has the same seeds, else ``"16/32"`` (r = 1 / looped) or ``"r1:16 r2:32 ..."``."""
+    ks = set(layout.values())
+    if len(ks) == 1:
+        return str(ks.pop())
+    looped = {k for r, k in layout.items() if r > 1}
+    if len(looped) == 1 and 1 in layout:
+        return f"{layout[1]}/{looped.pop()}"
+    return " ".join(f"r{r}:{k}" for r, k in sorted(layout.items()))
+
+
+def _nan_last(x: float) -> float:
+    return x if math.isfinite(x) else math.inf
+
+
+def _fmt(x: float, nd: int = 3) -> str:
+    return f"{x:.{nd}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+
+
+def print_design(res: dict[str, Any]) -> None:
+    """The rich table of :func:`design`'s result, best candidate first, with the assumptions under it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = res["truth"]
+    con.print(
+        f"[bold]{res['spec']}[/]: truth = joint law fitted to the cell means of {res['pilot']} "
+        f"({res['pilot_runs']} runs, {t['n_cells']} cells, R² {t['r2_cell_means']:.3f}): phi = {t['phi']:.3f}"
+    )
+    cells = Table(title="planned cells: seed noise and time per run from the pilot")
+    for col in ("r", "layers", "d", "D", "seed SD", "noise from", "s/run", "time from"):
+        cells.add_column(col, justify="right")
+    for c in res["cells"]:
+        cells.add_row(str(c["r"]), str(c["layers_unique"]), str(c["d_model"]), f"{c['D']:.3g}",
+                      f"{c['noise_sd']:.4f}", c["noise_source"], f"{c['s_per_run']:.1f}", c["rate_source"])
+    con.print(cells)
+    rs = sorted({int(r) for c in res["candidates"] for r in c["r_phi_half_width"]})
+    worth_keys = sorted({k for c in res["candidates"] for k in c["worth_half_width"]}, key=str)
+    tab = Table(title=f"candidates, best first (budget {res['minutes']:g} min on {res['cpus']} CPUs, "
+                      f"{res['slots']} runs at once; {res['n_sim']} simulated draws each)")
+    for col in ("seeds", "runs", "min", "fits", "±φ", *[f"±{r}^φ" for r in rs], *[f"±worth r={k}" for k in worth_keys]):
+        tab.add_column(col, justify="right")
+    for c in res["candidates"]:
+        tab.add_row(
+            c["seeds"] + ("*" if c["spec_as_written"] else ""), str(c["runs"]), f"{c['wall_min']:.1f}", "yes" if c["fits"] else "no",
+            _fmt(c["phi_half_width"]),
+            *[_fmt(c["r_phi_half_width"].get(str(r), math.nan)) for r in rs],
+            *[_fmt(c["worth_half_width"].get(str(k), math.nan), 2) for k in worth_keys],
+        )
+    con.print(tab)
+    con.print("±: predicted 95 % half-width (worth in unique layers; seed SD in nats/token)")
+    best = res["best"]
+    con.print(f"best within {res['minutes']:g} min: " + (f"{best} seeds per cell" if best else "none fits"))
+    con.print("[dim]seeds k1/kL: k1 per plain r = 1 cell, kL per looped cell; * the spec as written[/]")
+    for k, v in res["assumptions"].items():
+        con.print(f"[dim]{k}: {v}[/]")
+
+
+def design_cmd(
+    spec_path: str | None = typer.Argument(None, help="Sweep spec YAML or a preset name (default: --preset)."),
+    preset: str | None = typer.Option(None, "--preset", help="smoke | cpu (default) | paper."),
+    pilot: Path = typer.Option(..., "--pilot", help="runs.parquet of a pilot or a previous run (>= 2 seeds/cell)."),
+    minutes: float = typer.Option(..., "--minutes", help="Training time budget in minutes (sweep stage)."),
+    cpus: int = typer.Option(2, "--cpus", help="CPUs of the machine that will run the sweep."),
+    seeds: str = typer.Option(
+        ",".join(map(str, DEFAULT_SEEDS)),
+        "--seeds",
+        help="Candidates besides the spec as written: seeds per cell, k or k1/kL (plain/looped), e.g. 8,16,16/32.",
+    ),
+    n_sim: int = typer.Option(40, "--n-sim", help="Simulated draws per candidate."),
+    starts: int = typer.Option(20, "--starts", min=1, help="Multi-starts per refit."),
+    seed: int = typer.Option(0, "--seed", help="RNG seed of the simulation."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Predict, from a pilot, each candidate design's phi / r^phi / worth-in-layers half-widths and training time."""
+    from loopscale.fit.outputs import json_safe
+    from loopscale.sweep.presets import PRESETS
+    from loopscale.sweep.run import _resolve_spec
+
+    if spec_path is not None and not Path(spec_path).exists() and spec_path in PRESETS and preset is None:
+        spec_path, preset = None, spec_path  # a preset name given as SPEC
+    spec, _ = _resolve_spec(Path(spec_path) if spec_path is not None else None, preset)
+    counts = tuple(seeds.replace(",", " ").split())
+    res = design(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts, seed=seed)
+    if as_json:
+        typer.echo(json.dumps(json_safe(res)))
+    else:
+        print_design(res)

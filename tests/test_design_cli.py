@@ -1,0 +1,159 @@
+"""`loopscale design`: candidates from a spec and a pilot, simulated with per-cell noise (sweep/design_cmd.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from loopscale.fit.design import design_cell_means, match_cells
+from loopscale.fit.laws import make_law
+from loopscale.sweep.cli import app
+from loopscale.sweep.design_cmd import design, planned_runs
+from loopscale.sweep.spec import parse_spec, spec_to_yaml
+
+TRUTH = dict(E=1.5, A=6.0, alpha=0.3, B=1.0, beta=0.3, phi=0.5)
+SD = {1: 0.004, 2: 0.012, 4: 0.010, 8: 0.010}  # seed SD per r (nats/token): looped cells noisier, as measured
+RATE = 2e8  # training FLOP/s of one run in the synthetic pilot
+
+SPEC = {
+    "name": "tiny",
+    "model": {"preset": "cpu", "seq_len": 32},
+    "r": [1, 2, 4, 8],
+    "sizes": [16],
+    "tokens": [4096],
+    "ladder": [2, 4, 6],
+    "seeds": 4,
+    "training": {"batch_tokens": 256},
+    "lr": {"fixed": 0.01},
+}
+
+
+def _pilot(tmp_path, seeds: int, seed: int = 0):
+    """A pilot runs.parquet of the tiny spec: losses from TRUTH plus N(0, SD[r]), wall_s = C / RATE."""
+    spec = parse_spec({**SPEC, "seeds": seeds})
+    runs = planned_runs(spec)
+    mean = make_law("joint").predict(TRUTH, {c: runs[c].to_numpy(float) for c in ("N_once", "N_rec", "r", "D")})
+    sd = runs["r"].map(SD).to_numpy()
+    rng = np.random.default_rng(seed)
+    runs = runs.assign(final_val_loss=mean + sd * rng.standard_normal(len(runs)), wall_s=runs["C"] / RATE,
+                       status="ok")
+    path = tmp_path / f"pilot{seeds}.parquet"
+    runs.to_parquet(path)
+    return spec, path, runs
+
+
+def test_planned_runs_follow_the_spec_expansion():
+    runs = planned_runs(parse_spec(SPEC))
+    assert len(runs) == 4 * (4 + 3)  # 4 seeds x (r = 1, 2, 4, 8 and three ladder rungs)
+    assert sorted(runs.loc[runs["r"] == 1, "layers_unique"].unique()) == [2, 4, 6, 10]
+    assert (runs["C"] == runs["flops_per_token"] * runs["D"]).all() and (runs["D"] == 4096).all()
+
+
+def test_cell_means_average_seeds_and_match_cells_falls_back_per_r():
+    t = pd.DataFrame({"r": [1, 1, 2, 2, 2], "D": 1.0, "loss": [2.0, 4.0, 1.0, 2.0, 6.0],
+                      "status": ["ok"] * 4 + ["failed"]})
+    m = design_cell_means(t)
+    assert m["loss"].tolist() == [3.0, 1.5] and m["n_seeds"].tolist() == [2, 2]
+    measured = pd.DataFrame({"r": [1, 2, 2], "layers_unique": [10, 6, 5], "sd": [0.01, 0.02, 0.04]})
+    plan = pd.DataFrame({"r": [1, 2, 4], "layers_unique": [10, 4, 3]})
+    vals, src = match_cells(plan, measured, "sd")
+    assert vals.tolist() == [0.01, 0.03, pytest.approx(0.02)]
+    assert src == ["cell", "median of r=2", "median of all cells"]
+
+
+def test_more_seeds_predict_narrower_intervals_and_longer_runs(tmp_path):
+    spec, path, runs = _pilot(tmp_path, seeds=4)
+    res = design(spec, path, minutes=10, cpus=2, seeds=(2, 12), n_sim=20, starts=8, seed=0)
+    by_k = {c["seeds"]: c for c in res["candidates"]}
+    assert set(by_k) == {"2", "4", "12"} and by_k["4"]["spec_as_written"]  # the spec as written is a candidate
+    few, many = by_k["2"], by_k["12"]
+    assert few["n_ok"] >= 18 and many["n_ok"] >= 18
+    assert many["phi_half_width"] < few["phi_half_width"]
+    for r in ("2", "4", "8"):
+        assert many["worth_half_width"][r] < few["worth_half_width"][r]
+        assert many["r_phi_half_width"][r] < few["r_phi_half_width"][r]
+    # the truth's worth: a looped model with phi = 0.5 is worth fewer layers than it executes, more than it holds
+    assert 6 < few["worth_true"]["2"] < 10 and 3 < few["worth_true"]["8"] < 10
+    # time: 6x the runs, 6x the training (runs of C / RATE seconds each, 2 at once)
+    assert many["wall_min"] == pytest.approx(6 * few["wall_min"], rel=0.05)
+    assert few["wall_min"] * 60 == pytest.approx((runs["C"].sum() / 2 / RATE + 14 * 0.5) / 2, rel=0.1)
+    # noise per cell, from the pilot's own cells
+    cells = {(c["r"], c["layers_unique"]): c for c in res["cells"]}
+    assert {c["noise_source"] for c in res["cells"]} == {"cell"}
+    looped = [c["noise_sd"] for c in res["cells"] if c["r"] > 1]
+    assert min(looped) > cells[(1, 10)]["noise_sd"]  # the pilot's looped cells are noisier (SD 0.010-0.012 vs 0.004)
+    assert res["truth"]["phi"] == pytest.approx(0.5, abs=0.25)
+
+
+def test_cli_json_shape_and_ranking(tmp_path):
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "1",
+                                   "--seeds", "6,2/6", "--n-sim", "6", "--starts", "6", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert {"spec", "pilot", "truth", "cells", "assumptions", "candidates", "best", "slots"} <= set(out)
+    assert out["spec"] == "tiny" and out["slots"] == 2 and len(out["cells"]) == 7
+    cands = out["candidates"]
+    assert [c["seeds"] for c in cands if c["fits"]] == ["2"]  # 2 seeds: 0.6 min; 6 seeds: 1.8 min
+    assert cands[0]["seeds"] == "2" and out["best"] == "2" and cands[0]["spec_as_written"]
+    mixed = next(c for c in cands if c["seeds"] == "2/6")
+    assert mixed["seeds_per_r"] == {"1": 2, "2": 6, "4": 6, "8": 6} and mixed["runs"] == 4 * 2 + 3 * 6
+    assert {"seeds", "runs", "trials", "wall_min", "fits", "phi_half_width", "r_phi_half_width",
+            "worth_half_width"} <= set(
+        cands[0]
+    )
+    assert set(cands[0]["worth_half_width"]) == {"2", "4", "8"}
+    table = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5",
+                                     "--seeds", "2", "--n-sim", "3", "--starts", "4"])
+    assert table.exit_code == 0, table.output
+    assert "best within 5 min: 2 seeds per cell" in table.output
+
+
+def test_ensemble_trials_count_their_measured_speed_up(tmp_path):
+    """A pilot whose seeds trained as ensembles of 4 sharing a wall time of 2 single runs: twice the FLOP/s."""
+    from loopscale.sweep.design_cmd import _rates
+
+    _, _, runs = _pilot(tmp_path, seeds=4)
+    single = _rates(runs)
+    ens = _rates(runs.assign(trial_id=runs["trial"].astype(str), wall_s=runs["wall_s"] * 2))
+    assert ens["rate"].to_numpy() == pytest.approx(2 * single["rate"].to_numpy())
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "pilot runs table not found"),
+        ("one_seed", "one seed per cell"),
+        ("minutes", "--minutes must be > 0"),
+        ("seeds", "--seeds entries must"),
+        ("preset", "preset must be one of"),
+    ],
+)
+def test_cli_refuses_bad_input_before_simulating(tmp_path, monkeypatch, case, message):
+    import loopscale.fit.design as fd
+
+    def boom(*a, **k):
+        raise AssertionError("simulated despite bad input")
+
+    monkeypatch.setattr(fd, "simulate_design", boom)
+    spec, path, _ = _pilot(tmp_path, seeds=1 if case == "one_seed" else 2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    args = ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "2"]
+    if case == "missing":
+        args[3] = str(tmp_path / "nope.parquet")
+    elif case == "minutes":
+        args[5] = "0"
+    elif case == "seeds":
+        args[7] = "0,4"
+    elif case == "preset":
+        args = ["design", "--preset", "huge", *args[2:]]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output
