@@ -24,6 +24,7 @@ def _register() -> None:
     from loopscale.model import cli as model_cli
     from loopscale.sweep import commands as sweep_cmds
     from loopscale.sweep import run as run_pipeline
+    from loopscale.sweep import status
 
     model_app = typer.Typer(no_args_is_help=True, help="Inspect looped model configurations.")
     model_app.command("info")(present_errors(model_cli.info_cmd))
@@ -34,6 +35,7 @@ def _register() -> None:
     app.command("tune-lr")(present_errors(sweep_cmds.tune_lr_cmd))
     app.command("sweep")(present_errors(sweep_cmds.sweep_cmd))
     app.command("run")(present_errors(run_pipeline.run_cmd))
+    app.command("status")(present_errors(status.status_cmd))
 
 
 _register()
