@@ -91,12 +91,15 @@ class Console:
 
     Args:
         stream: a text stream (the command's original stdout, or stderr with ``--json``).
+        err: where notices (warnings and errors of captured output) go when no progress bar is on screen
+            (default: ``stream``; a session passes the original stderr).
         interactive: draw progress bars (default: ``stream.isatty()``).
         verbose: also show every line of Ray's captured output.
     """
 
-    def __init__(self, stream, *, interactive: bool | None = None, verbose: bool = False):
+    def __init__(self, stream, *, interactive: bool | None = None, verbose: bool = False, err=None):
         self.stream = stream
+        self.err = err or stream
         self.interactive = bool(stream.isatty()) if interactive is None else interactive
         self.verbose = verbose
         self.log_path: Path | None = None
@@ -106,19 +109,20 @@ class Console:
         self.hidden_notices = 0
         self.out_dir: Path | None = None
 
-    def say(self, msg: str) -> None:
-        """Print one line (above a progress bar on screen)."""
+    def say(self, msg: str, *, err: bool = False) -> None:
+        """Print one line (above a progress bar on screen); ``err``: to the error stream."""
         with self._lock:
             if self._live is not None:
                 self._live.console.print(msg, markup=False, highlight=False, soft_wrap=True)
             else:
-                self.stream.write(strip_ansi(msg) + "\n")
-                self.stream.flush()
+                f = self.err if err else self.stream
+                f.write(strip_ansi(msg) + "\n")
+                f.flush()
 
     def captured_line(self, line: str) -> None:
         """Handle one line of captured (Ray) output: every line with ``verbose``, else warnings/errors once."""
         if self.verbose:
-            self.say(strip_ansi(line.rstrip("\n")))
+            self.say(strip_ansi(line.rstrip("\n")), err=True)
             return
         note = notice_of(line)
         if note is None:
@@ -129,7 +133,7 @@ class Console:
                 self.hidden_notices += 1
                 return
             self._seen.add(key)
-        self.say(note)
+        self.say(note, err=True)
 
     def progress(self):
         """A ``rich.progress.Progress`` drawn on this console (interactive consoles only)."""
@@ -162,16 +166,14 @@ def current() -> Console:
 def _capture(log_path: Path, con: Console) -> Iterator[None]:
     """Send file descriptors 1 and 2 through a pipe: a reader thread writes each line to ``log_path`` (escape codes
     removed) and hands it to ``con.captured_line``. The descriptors are restored on exit (also on Ctrl-C)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     r, w = os.pipe()
     saved = (os.dup(1), os.dup(2))
-    log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by the reader)
-    log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {' '.join(sys.argv)}\n")
-    log.flush()
+    head = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {' '.join(sys.argv)}\n"
 
     def reader() -> None:
+        log = None  # opened at the first line: a command refused before any output leaves no folder behind
         buf = b""
         with os.fdopen(r, "rb", buffering=0) as src:
             while True:
@@ -180,6 +182,10 @@ def _capture(log_path: Path, con: Console) -> Iterator[None]:
                     break
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                if log is None and (lines or buf):
+                    log_path.parent.mkdir(parents=True, exist_ok=True)
+                    log = open(log_path, "a", encoding="utf-8", errors="replace")
+                    log.write(head)
                 for raw in lines:
                     line = raw.decode("utf-8", errors="replace")
                     log.write(strip_ansi(line) + "\n")
@@ -187,10 +193,12 @@ def _capture(log_path: Path, con: Console) -> Iterator[None]:
                         con.captured_line(line)
                     except Exception:  # the console must never stop the drain (writers would block)
                         pass
-                log.flush()
-        if buf:
-            log.write(strip_ansi(buf.decode("utf-8", errors="replace")) + "\n")
-        log.close()
+                if log is not None:
+                    log.flush()
+        if log is not None:
+            if buf:
+                log.write(strip_ansi(buf.decode("utf-8", errors="replace")) + "\n")
+            log.close()
 
     th = threading.Thread(target=reader, name="loopscale-console-capture", daemon=True)
     th.start()
@@ -216,15 +224,17 @@ def session(
 ) -> Iterator[Console]:
     """Open the console of one command writing into ``out_dir``.
 
-    Lines of the command (:meth:`Console.say`) go to the original stdout (stderr with ``json_mode``); Ray's output
-    goes to ``out_dir/logs/ray.log`` (see the module docstring). With ``out_dir`` None nothing is captured.
+    Lines of the command (:meth:`Console.say`) go to the original stdout (stderr with ``json_mode``), notices from
+    the captured output to the original stderr; Ray's output goes to ``out_dir/logs/ray.log`` (created at its first
+    line; see the module docstring). With ``out_dir`` None nothing is captured.
     Progress bars are drawn only when that stream is a terminal and ``json_mode`` is off.
     """
     global _CURRENT
     fd = 2 if json_mode else 1
     sys.stdout.flush()
     stream = os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
-    con = Console(stream, interactive=stream.isatty() and not json_mode, verbose=verbose)
+    err = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    con = Console(stream, interactive=stream.isatty() and not json_mode, verbose=verbose, err=err)
     prev = _CURRENT
     _CURRENT = con
     try:
@@ -237,7 +247,8 @@ def session(
                 yield con
             if con.hidden_notices and not verbose:
                 con.say(
-                    f"({con.hidden_notices} repeated warnings/errors not shown; all output: {con.log_path})"
+                    f"({con.hidden_notices} repeated warnings/errors not shown; all output: {con.log_path})",
+                    err=True,
                 )
     finally:
         end_view()
@@ -428,7 +439,6 @@ class GridView(_View):
             f"grid: {c['done']} runs done, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
             f"in {_fmt_s(time.time() - self.t0)}{rate}"
         )
-
 
 
 class LRView(_View):
