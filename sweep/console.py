@@ -40,6 +40,8 @@ HEARTBEAT_S = 5.0
 """Seconds between two writes of ``OUT/logs/progress.json``."""
 RATE_WINDOW_S = 60.0
 """Window over which tokens/s and FLOPs/s are averaged (s)."""
+NOTICE_MAX = 400
+"""Longest notice line (characters)."""
 LOG_NAME = "ray.log"
 PROGRESS_NAME = "progress.json"
 
@@ -62,7 +64,8 @@ def notice_of(line: str) -> str | None:
 
     A line is a notice when it carries a log level WARNING/ERROR/CRITICAL/FATAL, is the last line of a traceback
     (``SomeError: message``) or a Python warning (``file.py:12: UserWarning: message``). The notice is the line
-    without escape codes, worker prefix (``(trainable pid=..)``) and timestamp, cut to 200 characters. Traceback
+    without escape codes, worker prefix (``(trainable pid=..)``) and timestamp, at most :data:`NOTICE_MAX` characters
+    (a longer one keeps its start and its end). Traceback
     bodies (indented lines) are never notices."""
     text = strip_ansi(line).rstrip()
     if not text or text[0].isspace():
@@ -74,7 +77,11 @@ def notice_of(line: str) -> str | None:
         text = text[m.start(1) :]
     elif not (_LEVEL.search(text) or _EXC.match(text)):
         return None
-    return text[:200]
+    return (
+        text
+        if len(text) <= NOTICE_MAX
+        else text[: NOTICE_MAX // 2 - 2] + " … " + text[-(NOTICE_MAX // 2 - 1) :]
+    )
 
 
 def _fmt_s(s: float | None) -> str:

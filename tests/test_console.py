@@ -166,3 +166,9 @@ def test_session_restores_descriptors_on_interrupt(tmp_path, capfd):
     sys.__stdout__.write("visible\n")
     sys.__stdout__.flush()
     assert "visible" in capfd.readouterr().out
+
+
+def test_a_long_notice_keeps_its_start_and_end():
+    note = console.notice_of("x.py:1: UserWarning: " + "p" * 900 + " was moved aside")
+    assert len(note) <= console.NOTICE_MAX and note.startswith("UserWarning: ppp")
+    assert note.endswith("was moved aside") and " … " in note
