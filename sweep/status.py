@@ -117,22 +117,26 @@ def _alive(progress: dict | None) -> bool:
     return time.time() - float(progress.get("updated_at") or 0) < STALE_S
 
 
-def _tune_state(storage: str, prefix: str) -> dict | None:
-    """{"experiment", "trials": {status: count}, "running_ids": [...]} of the newest grid experiment, or None."""
+def _tune_state(storage: str, spec_name: str | None) -> dict | None:
+    """{"experiment", "trials": {status: count}, "running_ids", "run_ids"} of the newest grid experiment
+    (``grid_<spec name>_NNN``; any spec name when None) under ``storage``, or None when there is none."""
+    import re
+
     from loopscale.cluster import storage as st
 
+    pat = re.compile(r"^grid_(?P<name>.+)_(?P<n>\d+)$")
     try:
         if not st.exists(storage):
             return None
-        names = sorted(
-            Path(n).name
-            for n in st.listdir(storage)
-            if Path(n).name.startswith(prefix) and Path(n).name[len(prefix) :].isdigit()
-        )
+        found = [
+            (m.group("n"), m.group(0)) for m in (pat.match(Path(x).name) for x in st.listdir(storage)) if m
+        ]
     except Exception:
         return None
-    if not names:
+    found = [(n, x) for n, x in found if spec_name is None or x == f"grid_{spec_name}_{n}"]
+    if not found:
         return None
+    newest = max(found, key=lambda nx: (int(nx[0]), nx[1]))[1]
     import logging
 
     from ray import tune
@@ -141,16 +145,19 @@ def _tune_state(storage: str, prefix: str) -> dict | None:
 
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     try:
-        ea = tune.ExperimentAnalysis(st.join(storage, names[-1]))
+        ea = tune.ExperimentAnalysis(st.join(storage, newest))
     except Exception as e:  # no state written yet, or unreadable
-        return {"experiment": names[-1], "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+        return {"experiment": newest, "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
     trials: dict[str, int] = {}
     running: list[str] = []
+    every: list[str] = []
     for t in ea.trials:
         trials[t.status] = trials.get(t.status, 0) + 1
+        ids = [c["run_id"] for c in runs_of(t.config) if "run_id" in c]
+        every += ids
         if t.status == "RUNNING":
-            running += [c["run_id"] for c in runs_of(t.config) if "run_id" in c]
-    return {"experiment": names[-1], "trials": trials, "running_ids": running}
+            running += ids
+    return {"experiment": newest, "trials": trials, "running_ids": running, "run_ids": every}
 
 
 def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
@@ -186,9 +193,12 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         or (spec.storage_path if spec is not None and spec.storage_path else None)
         or str(out / "tune")
     )
-    tune_info = _tune_state(store, f"grid_{name}_") if name else None
+    tune_info = _tune_state(store, name)
     running_ids = set((tune_info or {}).get("running_ids") or []) - set(recs) if alive else set()
-    total = len(cells) if cells is not None else len(recs) + len(running_ids)
+    if name is None and tune_info:
+        name = tune_info["experiment"][len("grid_") :].rsplit("_", 1)[0]
+    # without a spec (a `loopscale sweep` folder): the runs recorded and those of the newest Tune experiment
+    total = len(cells) if cells is not None else len(set(recs) | set((tune_info or {}).get("run_ids") or []))
     runs = {"total": total, **by, "running": len(running_ids)}
     runs["pending"] = max(0, total - sum(by.values()) - len(running_ids))
     failures = [
@@ -216,10 +226,12 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         stage = {"grid": "sweep"}.get(progress.get("stage"), progress.get("stage"))
     elif spec is not None and spec.lr == "tune" and "table" not in lr:
         stage = "tune-lr"
-    elif cells is not None and by["ok"] + by["diverged"] < total:
+    elif by["ok"] + by["diverged"] < total:
         stage = "sweep"
     elif not recs and cells is None:
         stage = "none"
+    elif spec is None and not meta:  # a `loopscale sweep` / `tune-lr` folder: its work ends with the runs
+        stage = "done"
     elif ana is None:
         stage = "fit"
     elif not (out / "report.md").is_file():
@@ -246,7 +258,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "failures": failures,
         "time": tm,
         "progress": progress if alive else None,
-        "tune": {k: v for k, v in (tune_info or {}).items() if k != "running_ids"} or None,
+        "tune": {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None,
         "lr": lr or None,
         "fit": fit,
     }
@@ -276,6 +288,15 @@ def format_status(st: dict) -> list[str]:
     p = st.get("progress")
     if p and p.get("tokens_per_s"):
         lines.append(f"throughput: {p['tokens_per_s']:,.0f} tokens/s ({p.get('host')}, pid {p.get('pid')})")
+    if p and p.get("stage") == "tune-lr":
+        tr = p.get("trials") or {}
+        best = "; ".join(f"size {s} r {r}: lr {lr:.3g} ({v:.3f})" for s, r, lr, v in p.get("best") or [])
+        lines.append(
+            f"LR trials: {sum(tr.values())} of {p.get('total')} ({tr.get('PRUNED', 0)} pruned, "
+            f"{tr.get('FAIL', 0)} failed)" + (f"; best so far {best}" if best else "")
+        )
+    if p and p.get("stage") == "bootstrap":
+        lines.append(f"bootstrap: {p.get('done')} of {p.get('total')} refits")
     if st.get("tune") and st["tune"].get("trials"):
         tr = ", ".join(f"{k.lower()} {v}" for k, v in sorted(st["tune"]["trials"].items()))
         lines.append(f"tune: {st['tune']['experiment']}: {tr}")

@@ -87,6 +87,30 @@ def test_live_progress_file_makes_it_running_with_eta(half_done):
     assert collect_status(out)["state"] == "stopped"
 
 
+def test_running_lr_tuning_shows_trials_and_best_lr(half_done):
+    out, _ = half_done
+    (out / "logs").mkdir()
+    now = time.time()
+    doc = {
+        "stage": "tune-lr",
+        "finished": False,
+        "total": 12,
+        "trials": {"COMPLETE": 3, "PRUNED": 2, "FAIL": 1},
+        "best": [[16, 1, 0.02, 3.25]],
+        "started_at": now - 5,
+        "updated_at": now,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
+    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    st = collect_status(out)
+    assert (st["state"], st["stage"]) == ("running", "tune-lr")
+    assert (
+        "LR trials: 6 of 12 (2 pruned, 1 failed); best so far size 16 r 1: lr 0.02 (3.250)"
+        in format_status(st)
+    )
+
+
 def test_fit_headline_is_the_one_run_prints():
     ana = {
         "variants": {

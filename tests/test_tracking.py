@@ -136,3 +136,14 @@ def test_tensorboard_events_are_under_out_and_readable(tracked_smoke):
     )
     losses = ea.Scalars("ray/tune/train_loss")
     assert len(losses) >= 2 and all(0 < e.value < 10 for e in losses)
+
+
+def test_status_of_a_sweep_folder_reads_tunes_experiment(tracked_smoke):
+    """A `sweep` folder has no spec.yaml: status takes the spec name and the runs from Tune's experiment."""
+    from loopscale.sweep.status import collect_status
+
+    out, cells = tracked_smoke
+    st = collect_status(out)
+    assert (st["spec"], st["state"], st["stage"]) == ("smoke", "finished", "done")
+    assert st["runs"]["total"] == st["runs"]["ok"] == len(cells)
+    assert st["tune"]["experiment"].startswith("grid_smoke_") and st["tune"]["trials"] == {"TERMINATED": 16}
