@@ -146,14 +146,19 @@ class Console:
         """A ``rich.progress.Progress`` drawn on this console (interactive consoles only)."""
         from rich.console import Console as RichConsole
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Column
 
         rc = RichConsole(file=self.stream, force_terminal=True, highlight=False)
         return Progress(
-            TextColumn("{task.fields[stage]:<10}"),
-            BarColumn(bar_width=24),
+            TextColumn("{task.fields[stage]:<9}"),
+            BarColumn(bar_width=20),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.description}"),
+            # the bar keeps its width on a narrow terminal; the text is cut instead
+            TextColumn(
+                "{task.description}",
+                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=max(rc.width - 48, 12)),
+            ),
             console=rc,
             refresh_per_second=4,
             transient=False,
@@ -285,13 +290,15 @@ class _View:
             self._progress.start()
             con._live = self._progress
 
-    def show(self, completed: int, text: str, force: bool = False) -> None:
+    def show(self, completed: int, text: str, force: bool = False, short: str | None = None) -> None:
+        """Show ``completed`` of ``total`` with ``text`` (``short``: the text next to a bar, default ``text``)."""
         now = time.time()
         if now - self._beat >= HEARTBEAT_S:
             self._beat = now
             self.heartbeat()
         if self._progress is not None:
-            self._progress.update(self._task, completed=completed, total=max(self.total, 1), description=text)
+            desc = short or text
+            self._progress.update(self._task, completed=completed, total=max(self.total, 1), description=desc)
             return
         now = time.time()
         if force or now - self._plain_last >= PLAIN_EVERY_S:
@@ -428,13 +435,15 @@ class GridView(_View):
             self.tokens_per_s = sum(e[1] for e in self._events) / span
             fps = sum(e[2] for e in self._events) / span
             self.eta_s = remaining / fps if fps > 0 else None
-        text = (
-            f"done {counts['done']} · running {counts['running']} · pending {counts['pending']} · "
-            f"failed {counts['failed']} · "
-            + (f"{self.tokens_per_s:,.0f} tokens/s" if self.tokens_per_s is not None else "? tokens/s")
-            + f" · ETA {_fmt_s(self.eta_s) if counts['running'] + counts['pending'] else '0s'}"
+        rate = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s is not None else "?"
+        eta = _fmt_s(self.eta_s) if counts["running"] + counts["pending"] else "0s"
+        tail = f"running {counts['running']} · pending {counts['pending']} · failed {counts['failed']} · "
+        self.show(
+            counts["done"] + counts["failed"],
+            f"done {counts['done']} · {tail}{rate} tokens/s · ETA {eta}",
+            short=f"ETA {eta} · {rate} tok/s · {counts['running']} running · {counts['pending']} pending · "
+            f"{counts['failed']} failed",
         )
-        self.show(counts["done"] + counts["failed"], text)
 
     def state(self) -> dict:
         return {"counts": self.counts, "tokens_per_s": self.tokens_per_s, "eta_s": self.eta_s}
