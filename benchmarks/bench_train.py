@@ -8,6 +8,10 @@ data loading as a share of step time (target <= 5 %).
 ``--quality-tokens`` (default 0.5 M and 2 M byte tokens); reports the validation loss next to the byte-unigram
 entropy of the validation text (pass: at least 0.5 nats/byte below it at 2 M, and lower loss at the larger D).
 
+``--profile``: where the CPU time of a short run goes, by operator category (matmuls, attention, optimizer, the
+rest), for a single run and an ensemble of ``--ensemble`` K members at each ``--d-model`` (default 16 32), per
+member-token: what batching members shrinks and what it cannot.
+
 ``--ensemble K``: seed ensembles against single runs. For each width in ``--d-model`` (default 16 32 48) and each
 optimizer (AdamW, Muon), one single run (``train_run``) and one ensemble of K members (``train_ensemble``), each in
 a fresh subprocess, at batch ``--batch-tokens`` (default 1024) and r = ``--r`` (default 1): the ensemble speed-up,
@@ -179,6 +183,9 @@ def ensemble_bench(args, passthrough: list[str]) -> dict:
                     "ensemble_speedup_cpu": args.ensemble
                     * ens["tokens_per_cpu_s"]
                     / single["tokens_per_cpu_s"],
+                    # MFU is measured against this machine's own fp32 matmul rate: an ensemble running at that
+                    # rate (MFU 1) would be 1 / single-run MFU times faster per token, and no faster
+                    "speedup_ceiling": 1.0 / single["mfu"] if single.get("mfu") else None,
                 }
             )
     targets = {16: 3.0, 32: 2.0, 48: 1.5}
@@ -198,6 +205,56 @@ def ensemble_bench(args, passthrough: list[str]) -> dict:
         "muon_share_d32": muon32[0]["optimizer_share_of_step"] if muon32 else None,
         "pass_muon_share_le_10pct": muon32[0]["optimizer_share_of_step"] <= 0.10 if muon32 else None,
     }
+
+
+OP_CATEGORIES = (
+    ("matmul", ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")),
+    ("attention", ("scaled_dot_product", "flash_attention", "_efficient_attention")),
+    ("optimizer", ("Optimizer.step", "aten::_foreach", "newton_schulz", "aten::linalg")),
+)
+
+
+def _category(name: str) -> str:
+    for cat, keys in OP_CATEGORIES:
+        if any(k in name for k in keys):
+            return cat
+    return "elementwise_and_other"
+
+
+def profile_bench(args) -> dict:
+    """``--profile``: where a step's CPU time goes, single run vs ensemble, by operator category (torch.profiler
+    self CPU time of a short run at each width in ``--d-model``): matmuls, attention, optimizer, and the rest
+    (elementwise ops, norms, softmax, copies) — the part batching members cannot shrink per token."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from loopscale.model.config import preset_config
+    from loopscale.model.ensemble import train_ensemble
+    from loopscale.model.train import RunConfig, train_run
+
+    widths = args.d_model if args.d_model != [32, 64, 128] else [16, 32]
+    rows = []
+    for d in widths:
+        for k in (1, args.ensemble or 4):
+            cfg = RunConfig(
+                model=preset_config("cpu", r=args.r or 1, d_model=d), corpus=args.corpus, tokens=16 * args.batch_tokens,
+                batch_tokens=args.batch_tokens, optimizer=args.optimizer, lr=args.lr, eval_tokens=args.batch_tokens,
+                num_threads=args.num_threads, cache_dir=args.cache_dir,
+            )  # fmt: skip
+            torch.set_num_threads(args.num_threads)
+            (train_run(cfg) if k == 1 else train_ensemble(cfg, list(range(k))))  # warm-up (allocator, caches)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                train_run(cfg) if k == 1 else train_ensemble(cfg, list(range(k)))
+            by: dict[str, float] = {}
+            for ev in prof.key_averages():
+                by[_category(ev.key)] = by.get(_category(ev.key), 0.0) + ev.self_cpu_time_total / 1e3
+            total = sum(by.values())
+            rows.append({
+                "d_model": d, "members": k, "optimizer": args.optimizer,
+                "ms_per_member_token_x1e3": {c: 1e3 * v / (k * 16 * args.batch_tokens) for c, v in by.items()},
+                "share": {c: v / total for c, v in by.items()},
+            })  # fmt: skip
+    return {"mode": "profile", "batch_tokens": args.batch_tokens, "rows": rows}
 
 
 def quality(args) -> dict:
@@ -266,9 +323,15 @@ def main() -> None:
         help="--ensemble mode: torch.compile (compile time counts in tokens/s)",
     )
     p.add_argument("--one", action="store_true", help="(internal: one run of --ensemble mode)")
+    p.add_argument(
+        "--profile", action="store_true",
+        help="CPU self time by operator category, single run vs --ensemble K (default 4) at each --d-model",
+    )  # fmt: skip
     args = p.parse_args()
     if args.quality:
         out = quality(args)
+    elif args.profile:
+        out = profile_bench(args)
     elif args.one:
         out = one_member_run(args)
     elif args.r is not None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loopscale.fit.io import cell_means
 from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
@@ -137,9 +138,12 @@ def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:
     return cols if int(frame.groupby(list(cols)).size().max()) >= 2 else None
 
 
-def _identification(frame, joint, boot, vdir: Path, out: Path, *, B: int, starts: int, seed: int, plots: bool):
+def _identification(
+    frame, joint, boot, vdir: Path, out: Path, *, B: int, starts: int, seed: int, plots: bool, strata=None
+):
     """The identification rule for phi (profile, per-r phi with intervals, the verdict) and, when the grid has a
-    unique-depth ladder, every looped model's worth in unique layers. Writes the figures; returns two JSON-ready
+    unique-depth ladder, every looped model's worth in unique layers. With ``strata`` (seeds as replicates) the
+    profile and the per-r fits use cell means, as the joint fit. Writes the figures; returns two JSON-ready
     values: the identification and the ladder rows (empty without a ladder)."""
     from loopscale.fit.identify import identify, per_r_phi, phi_profile
     from loopscale.fit.identify_plots import plot_ladder, plot_per_r, plot_phi_profile
@@ -147,10 +151,10 @@ def _identification(frame, joint, boot, vdir: Path, out: Path, *, B: int, starts
 
     ci = boot.ci.get("phi") if boot is not None else None
     fit_starts = max(10, min(starts, 30))
-    profile = phi_profile(frame, starts=fit_starts, seed=seed)
+    profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=fit_starts, seed=seed)
     per_r = None
     if frame["r"].nunique() >= 3 and (frame["r"] == 1).any():
-        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed)
+        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata)
     ident = identify(joint, ci, profile, per_r)
     outd = ident.to_dict()
     outd["profile"] = json_safe(profile.to_dict("records"))
@@ -268,8 +272,10 @@ def analyze(
             v["joint"] = skipped(FitOutcome.SINGLE_R, "a joint fit needs at least two values of r")
             result["variants"][vname] = v
             continue
-        joint = fit_law(frame, law="joint", starts=starts, seed=seed)
         strata = _seed_strata(frame)
+        # seeds as replicates: the law (expected loss per cell) is fitted to the cell means
+        fit_frame = cell_means(frame, strata) if strata else frame
+        joint = fit_law(fit_frame, law="joint", starts=starts, seed=seed)
         boot = (
             bootstrap(
                 frame,
@@ -281,6 +287,7 @@ def analyze(
                 starts=starts,
                 point=joint,
                 stratify_by=strata,
+                cell_means=bool(strata),
             )
             if B > 0
             else None
@@ -290,15 +297,16 @@ def analyze(
         v["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
         v["restricted"] = {}
         for phi in (0.0, 1.0):
-            rf = fit_law(frame, law="joint", phi=phi, starts=starts, seed=seed)
+            rf = fit_law(fit_frame, law="joint", phi=phi, starts=starts, seed=seed)
             v["restricted"][f"phi={phi:g}"] = fitted(json_safe(rf.to_dict()))
         phi_hat = float(joint.params["phi"])
         v["equivalence"] = _equivalence_statements(frame, phi_hat)
         v["identification"], v["ladder"] = _identification(
-            frame, joint, boot, vdir, out, B=B, starts=starts, seed=seed, plots=plots
+            frame, joint, boot, vdir, out, B=B, starts=starts, seed=seed, plots=plots, strata=strata
         )
         if strata:
             v["bootstrap_stratified_by"] = list(strata)
+            v["fitted_to"] = {"what": "cell_means", "cells": int(len(fit_frame)), "runs": int(len(frame))}
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
         if "C" in frame.columns:
             if budget_kind == "C":

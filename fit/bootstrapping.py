@@ -193,12 +193,17 @@ def draw_weights(
 # ----------------------------------------------------------------------------------------------------------------------
 def _refit_chunk(shared: dict[str, Any], ks: list[int], W: np.ndarray) -> dict[str, np.ndarray]:
     """Refit the resamples ``ks`` (weights ``W``, shape ``(len(ks), n)``); all their starts advance in one batch.
+    With ``shared["losses_from_weights"]`` the rows of ``W`` are instead each resample's losses (cell means of its
+    drawn seeds) and every row has weight one.
 
     Returns ``theta`` ``(k, P)``, ``objective`` ``(k,)`` (unscaled Huber sum) and ``at_warm`` ``(k,)``."""
     from loopscale.fit.fitter import batched_lbfgs
 
     law = make_law(shared["law"], shared["phi"])
-    obj = Objective(law, shared["cols"], shared["delta"], weights=W)
+    if shared.get("losses_from_weights"):
+        obj = Objective(law, shared["cols"], shared["delta"], losses=W)
+    else:
+        obj = Objective(law, shared["cols"], shared["delta"], weights=W)
     lo, hi = law.bounds()
     warm = np.asarray(shared["theta0"], dtype=np.float64)
     x0s, wids = [], []
@@ -347,13 +352,16 @@ def refit_weights(
     max_iter: int = 150,
     chunk_size: int | None = CHUNK_SIZE,
     progress: bool = False,
+    losses: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Refit ``law`` for every weight row ``W[k]`` with ``use[k]`` (shape ``(B, n)`` / ``(B,)``), warm-started at
     ``theta0``; starts of resample ``k`` come from ``default_rng([seed, k, stream])``. Chunks of ``chunk_size``
-    resamples (fixed, independent of ``workers``) run serially or as Ray tasks (:func:`run_chunks`).
+    resamples (fixed, independent of ``workers``) run serially or as Ray tasks (:func:`run_chunks`). With
+    ``losses=True`` the rows of ``W`` are per-resample losses (nats/token) of ``data``'s rows, all weighted one.
     Returns ``(theta (B, P) NaN where unused/failed, objective (B,) inf there, at_warm (B,))``."""
     B = W.shape[0]
     shared = {
+        "losses_from_weights": bool(losses),
         "law": law.name,
         "phi": law.fixed.get("phi"),
         "cols": data.cols,
@@ -506,10 +514,14 @@ def bootstrap_data(
     progress: bool = False,
     derived: bool = True,
     stratify_by: tuple[str, ...] | None = None,
+    cell_means: bool = False,
 ) -> BootstrapResult:
     """Bootstrap ``law`` on validated ``data`` (see :func:`bootstrap`). ``stratify_by``: resample runs with
     replacement within each group of these columns instead of resampling blocks (:func:`draw_weights_within`;
-    for designs whose cells differ only in seed, e.g. one token budget with seeds as replicates)."""
+    for designs whose cells differ only in seed, e.g. one token budget with seeds as replicates). ``cell_means``
+    (with ``stratify_by``): the law is fitted to the cell means (:func:`loopscale.fit.io.cell_means`) — the point
+    fit (``point``, when given, must be that fit) and every resample, whose cell means are those of its drawn
+    seeds."""
     if B < 1:
         raise ValueError(f"B={B} must be >= 1 resamples (paper: 200)")
     if starts < 1:
@@ -525,6 +537,14 @@ def bootstrap_data(
         if miss:
             raise ValueError(f"stratify_by column(s) {miss} do not exist; table has {list(data.frame.columns)}")
         block_by = None
+    elif cell_means:
+        raise ValueError("cell_means needs stratify_by (the columns that identify a cell)")
+    if cell_means:
+        return _bootstrap_cell_means(
+            law, data, tuple(stratify_by), B=B, seed=seed, workers=workers, address=address, starts=starts,
+            point=point, delta=delta, grid=grid, n_polish=n_polish, max_iter=max_iter, level=level,
+            chunk_size=chunk_size, progress=progress, derived=derived,
+        )  # fmt: skip
     bb = _resolve_block_by(block_by, data, law)
     if point is None:
         point = fit_data(law, data, starts=point_starts or starts, seed=seed, delta=delta, grid=grid)
@@ -558,6 +578,35 @@ def bootstrap_data(
             chunk_size=chunk_size,
             progress=progress,
         )
+    return _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level,
+                   derived, starts, seed, {"stratify_by": list(stratify_by)} if stratify_by else {})  # fmt: skip
+
+
+def _bootstrap_cell_means(law: Law, data: FitData, keys: tuple[str, ...], *, B: int, seed: int, point, starts: int,
+                          level: float, derived: bool, **kw) -> BootstrapResult:  # fmt: skip
+    """:func:`bootstrap_data` with ``cell_means``: seeds drawn within cells, the law refitted to each draw's means."""
+    from loopscale.fit.io import cell_means as _means
+
+    strata = cell_ids(data.frame, keys)
+    means = _means(data.frame, keys)
+    mdata = prepare(means, law)
+    if point is None:
+        point = fit_data(law, mdata, starts=starts, seed=seed, delta=kw["delta"], grid=kw["grid"])
+    W, ok_draw, kinds, tries = draw_weights_within(law, data, strata, B, seed)
+    L = data.cols["loss"]
+    n_cells = int(strata.max()) + 1
+    onehot = np.zeros((strata.size, n_cells))
+    onehot[np.arange(strata.size), strata] = 1.0
+    M = (W * L[None, :]) @ onehot / (W @ onehot)  # (B, n_cells): each resample's cell means
+    theta, objv, at_warm = refit_weights(law, mdata, M, ok_draw, np.asarray(point.theta), seed=seed, starts=starts,
+                                         losses=True, **kw)  # fmt: skip
+    return _result(law, mdata, B, None, M, ok_draw, kinds, tries, theta, objv, at_warm, None, point, level,
+                   derived, starts, seed, {"stratify_by": list(keys), "cell_means": True, "n_runs": int(data.n)})  # fmt: skip
+
+
+def _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level, derived, starts,
+            seed, extra) -> BootstrapResult:  # fmt: skip
+    """The :class:`BootstrapResult` of refitted draws (CIs, derived quantities, failures)."""
     ok = ok_draw & np.isfinite(objv)
     if reason is None and not ok.any():
         alt = _working_block_by(law, data, bb, seed) if not ok_draw.any() else None
@@ -619,7 +668,7 @@ def bootstrap_data(
         starts=starts,
         seed=seed,
         no_interval_reason=reason,
-        extra={"stratify_by": list(stratify_by)} if stratify_by else {},
+        extra=extra,
     )
 
 

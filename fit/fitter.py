@@ -40,11 +40,18 @@ class Objective:
         delta: Huber threshold on log-loss residuals (paper: 1e-3).
         weights: optional ``(R, n)`` array of per-row-set weights (bootstrap multiplicities); row set ``k`` of
             ``weights`` is selected by ``wid`` in :meth:`__call__`. ``None`` means all ones.
+        losses: optional ``(R, n)`` array of per-row-set losses (nats/token) replacing ``cols["loss"]``, selected by
+            ``wid`` like ``weights`` (bootstrap of cell means: every resample has its own cell means).
     Call returns the objective **divided by delta** (shape ``(S,)``) and its gradient (``(S, P)``).
     """
 
     def __init__(
-        self, law: Law, cols: dict[str, np.ndarray], delta: float = 1e-3, weights: np.ndarray | None = None
+        self,
+        law: Law,
+        cols: dict[str, np.ndarray],
+        delta: float = 1e-3,
+        weights: np.ndarray | None = None,
+        losses: np.ndarray | None = None,
     ):
         if not (delta > 0 and np.isfinite(delta)):
             raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
@@ -53,6 +60,7 @@ class Objective:
         self.logD = np.log(cols["D"])
         self.n = self.logL.shape[0]
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1, self.n)
+        self.logL_sets = None if losses is None else np.log(np.asarray(losses, dtype=np.float64).reshape(-1, self.n))
 
     def __call__(self, theta: np.ndarray, wid: np.ndarray | None = None, grad: bool = True):
         theta = np.atleast_2d(theta)
@@ -64,7 +72,11 @@ class Objective:
         m = np.maximum(np.maximum(t1, t2), t3)
         e1, e2, e3 = np.exp(t1 - m), np.exp(t2 - m), np.exp(t3 - m)
         s = e1 + e2 + e3
-        res = m + np.log(s) - self.logL[None, :]
+        if self.logL_sets is None:
+            logL = self.logL[None, :]
+        else:
+            logL = self.logL_sets[np.zeros(theta.shape[0], dtype=int) if wid is None else wid]
+        res = m + np.log(s) - logL
         d = self.delta
         ar = np.abs(res)
         h = np.where(ar <= d, 0.5 * res * res, d * (ar - 0.5 * d)) / d
@@ -261,7 +273,7 @@ def subfit_starts(
     u = np.broadcast_to(u, (G, obj.n))
     X = np.exp(-AL[:, None] * u)  # (G, n)
     Y = np.exp(-BE[:, None] * obj.logD[None, :])
-    L = obj.cols["loss"]
+    L = obj.cols["loss"] if obj.logL_sets is None else np.exp(obj.logL_sets[0 if wid is None else wid])
     w = 1.0 / L**2
     if obj.weights is not None:
         w = w * obj.weights[0 if wid is None else wid]
@@ -279,7 +291,7 @@ def subfit_starts(
     Bc = np.maximum(coef[:, 2], 1e-12)
     theta = np.stack([np.log(Ac), np.log(Bc), np.log(Ec), AL, BE] + ([PH] if law.extra_names else []), axis=1)
     theta = np.clip(theta, lo, hi)
-    wids = None if obj.weights is None else np.full(G, 0 if wid is None else wid)
+    wids = None if obj.weights is None and obj.logL_sets is None else np.full(G, 0 if wid is None else wid)
     f, _ = obj(theta, wids, grad=False)
     order = np.argsort(np.where(np.isfinite(f), f, np.inf), kind="stable")
     return theta[order[:k]]

@@ -8,7 +8,8 @@ can fail to identify it in three ways, each of which this module detects:
     a fitted parameter, or an end of phi's bootstrap interval, sits on the edge of the search box (paper Sec. 4.2
     box; phi in [-3, 3]): the optimum is not interior, so the interval is the box's, not the data's. When every run
     has the same D (a fixed-D design) the D-term B D^-beta is a constant folded into E: E, B and beta are then not
-    checked, and ``E_D = E + B D^-beta`` is the identified offset.
+    checked, and ``E_D = E + B D^-beta`` is the identified offset (checked against the lower edge of E's box: an
+    offset at the floor means the N-term's curvature, alpha, is not identified either).
 ``FLAT_PROFILE``
     the profile objective (every other parameter refitted at each fixed phi) rises by less than one run's worth,
     ``2 / n`` of its minimum (n runs), at phi_hat - 1 or at phi_hat + 1 (or the profile's end, if nearer): the
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from loopscale.fit.fitter import FitResult, fit_law
-from loopscale.fit.io import prepare
+from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import BASE_BOUNDS, PHI_BOUNDS, make_law
 
 __all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "identify", "fixed_D"]
@@ -128,6 +129,7 @@ def per_r_phi(
     block_by: Any = "iid",
     seed: int = 0,
     workers: int | None = 1,
+    stratify_by: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
     """phi_r: the joint law fitted to the r = 1 runs plus the runs of one r, for every r > 1.
 
@@ -136,8 +138,11 @@ def per_r_phi(
         starts: starts per fit. B: bootstrap resamples for each phi_r interval (0: no interval).
         block_by: bootstrap blocking (default iid over runs: seeds and ladder rungs are the replicates).
         workers: bootstrap workers (1: serial, no Ray).
+        stratify_by: the columns of a cell when seeds are replicates: each phi_r is fitted to cell means and its
+            bootstrap draws seeds within cells (:func:`loopscale.fit.io.cell_means`; ``block_by`` is ignored).
     Returns:
-        DataFrame with ``r``, ``phi``, ``lo``, ``hi`` (NaN without bootstrap), ``n`` runs used, ``on_bound``.
+        DataFrame with ``r``, ``phi``, ``lo``, ``hi`` (NaN without bootstrap), ``n`` points fitted (runs, or cells
+        with ``stratify_by``), ``on_bound``.
     Raises:
         ValueError: no r = 1 runs, or no r > 1 runs.
     """
@@ -150,11 +155,12 @@ def per_r_phi(
     rows = []
     for r in rs[1:]:
         sub = df[df["r"].isin([1, r])]
-        f = fit_law(sub, law="joint", starts=starts, seed=seed)
+        f = fit_law(cell_means(sub, stratify_by) if stratify_by else sub, law="joint", starts=starts, seed=seed)
         lo = hi = float("nan")
         if B > 0:
-            bs = bootstrap(sub, law="joint", B=B, block_by=block_by, seed=seed, workers=workers,
-                           starts=max(20, starts // 5), point=f)
+            how = {"stratify_by": stratify_by, "cell_means": True} if stratify_by else {"block_by": block_by}
+            bs = bootstrap(sub, law="joint", B=B, seed=seed, workers=workers, starts=max(20, starts // 5), point=f,
+                           **how)  # fmt: skip
             lo, hi = bs.ci.get("phi", (float("nan"), float("nan")))
             lo = float("nan") if lo is None else float(lo)
             hi = float("nan") if hi is None else float(hi)
@@ -209,6 +215,11 @@ def identify(
         tol = bound_rtol * (hi - lo)
         if v <= lo + tol or v >= hi - tol:
             on_edge.append(k)
+    if is_fixed_D:  # the identified offset itself at the floor of E's box: the N-term's curvature is not identified
+        E_D0 = float(p["E"] + p["B"] * float(np.unique(frame["D"])[0]) ** (-p["beta"]))
+        lo_e, hi_e = box["E"]
+        if np.log(E_D0) <= lo_e + bound_rtol * (hi_e - lo_e):
+            on_edge.append("E_D (= E + B D^-beta, the offset of a fixed-D design)")
     phi_ci = None
     if ci is not None and ci[0] is not None and ci[1] is not None and np.isfinite(ci[0]) and np.isfinite(ci[1]):
         phi_ci = (float(ci[0]), float(ci[1]))

@@ -176,3 +176,34 @@ def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
         if c in frame.columns:
             return (c, "r")
     return None
+
+
+def cell_means(frame: pd.DataFrame, keys: tuple[str, ...], *, constant: tuple[str, ...] = ("N_once", "N_rec", "D", "r")) -> pd.DataFrame:
+    """Seeds as replicates: one row per cell (rows with equal ``keys``), ``loss`` the mean over the cell's runs.
+
+    The law describes a cell's expected loss; a cell's seeds only differ by run-to-run noise, so a design with
+    replicates is fitted to its cell means (every cell one point, whatever its number of seeds).
+
+    Args:
+        frame: runs with ``loss`` (nats/token) and ``keys``.
+        keys: the columns that identify a cell, e.g. ``("d_model", "r", "layers_unique", "D")``.
+        constant: columns that must not vary within a cell (the law's inputs).
+    Returns:
+        DataFrame, one row per cell in the order of ``frame.groupby(list(keys), sort=True)``: the first row's
+        values, ``loss`` = the cell mean, ``n_seeds`` = runs in the cell, ``loss_sd`` = their standard deviation
+        (ddof 1; NaN for one run).
+    Raises:
+        ValueError: a missing key column, or a ``constant`` column that varies within a cell.
+    """
+    miss = [c for c in (*keys, "loss") if c not in frame.columns]
+    if miss:
+        raise ValueError(f"cell_means: column(s) {miss} do not exist; table has {list(frame.columns)}")
+    g = frame.groupby(list(keys), sort=True)
+    for c in constant:
+        if c in frame.columns and int(g[c].nunique(dropna=False).max()) > 1:
+            raise ValueError(f"cell_means: {c} varies within a cell of {list(keys)}; these keys do not identify cells")
+    out = g.first().reset_index()
+    out["loss"] = g["loss"].mean().to_numpy()
+    out["n_seeds"] = g.size().to_numpy()
+    out["loss_sd"] = g["loss"].std(ddof=1).to_numpy()
+    return out[[c for c in frame.columns if c in out.columns] + ["n_seeds", "loss_sd"]]

@@ -118,6 +118,24 @@ def _is_fitted(f: dict) -> bool:
     return "params" in f
 
 
+def _resampling(boot: dict) -> str:
+    """How the bootstrap resampled, in words."""
+    if boot.get("cell_means"):
+        return (f"seeds resampled within cells {tuple(boot.get('stratify_by') or ())}, the law refitted to each "
+                "draw's cell means")  # fmt: skip
+    if boot.get("stratify_by"):
+        return f"runs resampled within cells {tuple(boot['stratify_by'])}"
+    return f"block bootstrap over {boot.get('block_by')}"
+
+
+def fitted_points(v: dict, j: dict) -> str:
+    """What the joint fit was fitted to: runs, or cell means of runs."""
+    ft = v.get("fitted_to") or {}
+    if ft.get("what") == "cell_means":
+        return f"{ft['cells']} cell means of {ft['runs']} runs"
+    return f"{j['n']} runs"
+
+
 def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     """Markdown: the identification verdict for phi (loopscale.fit.identify), phi per r, the figures, the worth of
     every looped model in unique layers when the grid has a ladder, and the seed spread per cell."""
@@ -235,8 +253,11 @@ def build_report(run_dir: str | Path) -> Path:
         )
     L.append(f"- tokens per run D: {_fmt(int(runs['D'].min()))} – {_fmt(int(runs['D'].max()))}")
     if "wall_s" in runs.columns:
+        # the members of a seed ensemble share one trial and its wall time: count it once
+        walls = runs.groupby("trial_id")["wall_s"].max() if "trial_id" in runs.columns else runs["wall_s"]
+        walls = pd.concat([walls, runs.loc[runs["trial_id"].isna(), "wall_s"]]) if "trial_id" in runs else walls
         L.append(
-            f"- summed training wall time: {runs['wall_s'].sum() / 60:.1f} min; "
+            f"- summed training wall time: {walls.sum() / 60:.1f} min over {len(walls)} trials; "
             f"median tokens/s {_fmt(float(ok['tokens_per_s'].median()) if len(ok) else None)}; "
             f"median MFU {_fmt(float(ok['mfu'].median()) if len(ok) and 'mfu' in ok else None, 3)}"
         )
@@ -294,7 +315,7 @@ def build_report(run_dir: str | Path) -> Path:
         L.append("\n### Joint law (paper Eq. 3): L = E + A·(N_once + r^φ·N_rec)^−α + B·D^−β\n")
         L.append(
             f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi')}** "
-            f"(block bootstrap over {boot.get('block_by')}, B = {boot.get('B')}, "
+            f"({_resampling(boot)}, B = {boot.get('B')}, "
             f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
             f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
         )
@@ -307,7 +328,7 @@ def build_report(run_dir: str | Path) -> Path:
         L.append(
             f"\nR² = {_fmt(j['r2'], 4)}, RMSE = {_fmt(j['rmse'], 3)} nats, max |residual| = "
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
-            f"n = {j['n']}, parameters on a bound: {j.get('on_bound') or 'none'}."
+            f"n = {fitted_points(v, j)}, parameters on a bound: {j.get('on_bound') or 'none'}."
         )
         phi_ci = _interval(ci, "phi")
         if phi_ci and (phi_ci[0] <= -3 + 1e-6 or phi_ci[1] >= 3 - 1e-6):

@@ -51,17 +51,17 @@ def _recorder_cls():
             self._recorded: set[str] | None = None
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            from loopscale.sweep.grid import RESULT_KEY
+            from loopscale.sweep.grid import RESULT_KEY, trial_cells
             from loopscale.sweep.spec import Cell
             from loopscale.sweep.store import ResultsStore, curve_rows, run_record
 
             if self._recorded is None:
                 self._recorded = ResultsStore(self.out_dir).completed_ids()
-            if result.get(DONE_KEY) and trial.config["cell"]["run_id"] not in self._recorded:
+            rid = result.get("run_id") or trial_cells(trial.config)[0]["run_id"]
+            if result.get(DONE_KEY) and rid not in self._recorded:
                 res = json.loads(result[RESULT_KEY])
-                cell = Cell.from_dict(self.cells[trial.config["cell"]["run_id"]])
                 rec = run_record(
-                    cell,
+                    Cell.from_dict(self.cells[rid]),
                     res,
                     trial_id=trial.trial_id,
                     host=result.get("host") or result.get("hostname"),
@@ -76,20 +76,22 @@ def _recorder_cls():
             self._progress(trials, force=True)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            """The trial errored past ``max_failures``: record the cell as ``failed`` with its last error, so
-            ``runs.parquet`` accounts for every cell (a later sweep retries it and replaces the row)."""
+            """The trial errored past ``max_failures``: record each of its cells that has no row yet as ``failed``
+            with the trial's last error, so ``runs.parquet`` accounts for every cell (a later sweep retries it and
+            replaces the row)."""
+            from loopscale.sweep.grid import trial_cells
             from loopscale.sweep.spec import Cell
             from loopscale.sweep.store import ResultsStore, failed_record
 
-            rid = trial.config["cell"]["run_id"]
             if self._recorded is None:
                 self._recorded = ResultsStore(self.out_dir).completed_ids()
-            if rid not in self._recorded:
+            err = trial_error_text(trial)
+            for d in trial_cells(trial.config):
+                rid = d["run_id"]
+                if rid in self._recorded:
+                    continue
                 rec = failed_record(
-                    Cell.from_dict(self.cells[rid]),
-                    trial_error_text(trial),
-                    trial_id=trial.trial_id,
-                    finished_at=time.time(),
+                    Cell.from_dict(self.cells[rid]), err, trial_id=trial.trial_id, finished_at=time.time()
                 )
                 ResultsStore(self.out_dir).write_run(rec, [])
             self._progress(trials, force=True)

@@ -116,10 +116,12 @@ def run_sweep(
     from loopscale.sweep.grid import (
         error_line,
         errored_run_ids,
+        group_id,
         lost_checkpoint_run_ids,
         no_run_finished,
         plan_grid,
         result_grid_errors,
+        trial_groups,
         unfinished_trials,
     )
     from loopscale.sweep.lr_table import read_lr_table
@@ -145,6 +147,9 @@ def run_sweep(
         store.forget(ids)
         for c in cells:
             RunWorkspace(storage_path, c.run_id).clear()
+        for g in trial_groups(cells, spec.ensemble_members()):  # an ensemble's checkpoints live under its group
+            if len(g) > 1:
+                RunWorkspace(storage_path, group_id([c.run_id for c in g])).clear()
     done = store.completed_ids()
     # runs that finished while no driver was there to record them
     for c in cells:

@@ -1,13 +1,16 @@
 """Stage 2: the grid as one Ray Tune experiment (every Tune call of the grid lives in this module).
 
-Trials are the grid cells (an explicit ``tune.grid_search`` over cell dicts). The trainable is a thin function:
-it turns the dict config into a ``RunConfig``, calls ``loopscale.model.train.train_run`` with a callback that
-forwards every evaluation/checkpoint event to ``tune.report(metrics, checkpoint=tune.Checkpoint...)``, and
-reports the finished ``RunResult`` once. Only the ``ray.tune.*`` API is used (``ray.train.*`` objects fail
+Trials are groups of grid cells (an explicit ``tune.grid_search`` over lists of cell dicts, :func:`trial_groups`):
+a cell alone, or — on CPU, by default — the seeds of one cell trained together as one seed ensemble
+(``loopscale.model.ensemble.train_ensemble``: one batched model, one optimizer step for all members, each member's
+result equal to its single run). The trainable is a thin function: it turns the dict configs into ``RunConfig``s,
+calls ``train_run`` (one cell) or ``train_ensemble`` (several) with a callback that forwards every
+evaluation/checkpoint event to ``tune.report(metrics, checkpoint=tune.Checkpoint...)``, and reports each finished
+``RunResult`` once (with its ``run_id``). Only the ``ray.tune.*`` API is used (``ray.train.*`` objects fail
 inside Tune trainables on Ray 2.60, ``docs/ray_tune.md`` §1).
 
 Run identity and restarts: each trial works in its run's workspace (:mod:`loopscale.sweep.workspace`: checkpoints
-under ``<storage>/checkpoints/<run_id>/``, the newest on disk wins over Tune's restored one, a finished run reports
+under ``<storage>/checkpoints/<run_id>/``, an ensemble's under ``<storage>/checkpoints/<group_id>/``, the newest on disk wins over Tune's restored one, a finished run reports
 its saved result instead of training again). The driver writes each finished run into the results store
 (:mod:`loopscale.sweep.store`) from a Tune callback (:mod:`loopscale.sweep.callbacks`), keyed by run id, so a run
 appears exactly once however often its trial is restarted, and a trial that errors past its retries as a
@@ -16,6 +19,7 @@ appears exactly once however often its trial is restarted, and a trial that erro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import socket
@@ -37,74 +41,175 @@ TRAINABLE_NAME = "loopscale_grid"
 # --- the trainable ------------------------------------------------------------------------------------
 
 
-def grid_trainable(config: dict) -> None:
-    """Ray Tune function trainable of one grid cell.
+def trial_cells(config: dict) -> list[dict]:
+    """The cell dicts (``Cell.to_dict()`` + ``run_id``) a grid trial trains, from its Tune config."""
+    return list(config["cells"])
 
-    ``config``: ``{"cell": Cell.to_dict() + {"run_id"}, "storage": URI, "_test_seams": dict | None}`` (the
+
+def group_id(run_ids: list[str]) -> str:
+    """Stable 16-hex-digit id of a group of runs trained as one ensemble (sha256 of the sorted run ids)."""
+    return hashlib.sha256(",".join(sorted(run_ids)).encode()).hexdigest()[:16]
+
+
+def grid_trainable(config: dict) -> None:
+    """Ray Tune function trainable of one grid trial: one cell, or several cells that differ only in their seed
+    (a seed ensemble).
+
+    ``config``: ``{"cells": [Cell.to_dict() + {"run_id"}, ...], "storage": URI, "_test_seams": dict | None}`` (the
     last: :mod:`loopscale.sweep._seams`).
-    Reports ``event_metrics`` at each trainer event (with a ``tune.Checkpoint`` when one was written) and a
-    final report with ``run_done=True`` and ``run_result`` (JSON of the ``RunResult``).
+    Reports ``event_metrics`` at each trainer event (an ensemble: once per member, with ``member``, ``seed`` and
+    ``members``; a ``tune.Checkpoint`` when one was written) and, per run, a final report with ``run_done=True``,
+    ``run_id`` and ``run_result`` (JSON of its ``RunResult``).
+
+    Raises:
+        ValueError: the cells of an ensemble trial differ in more than their seed.
     """
     from ray import tune
 
     from loopscale.sweep.spec import Cell
 
-    cell = Cell.from_dict(config["cell"])
-    rid = config["cell"]["run_id"]
+    dicts = trial_cells(config)
+    cells = [Cell.from_dict(d) for d in dicts]
+    rids = [d["run_id"] for d in dicts]
     storage_uri = config["storage"]
     seams = config.get(_seams.CONFIG_KEY)
-    ws = RunWorkspace(storage_uri, rid)
     started = time.time()
-    done = ws.result()
-    if done is None:
-        ws.prepare_resume()
-        done = _train_cell(cell, ws, storage_uri, seams)
-    tune.report(
-        {
-            DONE_KEY: True,
-            # the per-micro-batch id list can be long (paper runs: ~10^5 ids); it stays in result.json only
-            RESULT_KEY: json.dumps({k: v for k, v in done.items() if k != "micro_batch_ids"}),
-            "final_val_loss": done.get("final_val_loss"),
-            "status": done.get("status"),
-            "started_at": started,
-            "host": socket.gethostname(),
-        }
-    )
+    results = [RunWorkspace(storage_uri, rid).result() for rid in rids]
+    if any(r is None for r in results):
+        if len(cells) == 1:
+            results = [_train_cell(cells[0], RunWorkspace(storage_uri, rids[0]), storage_uri, seams)]
+        else:
+            trained = _train_group(cells, rids, storage_uri, seams)
+            results = [old if old is not None else new for old, new in zip(results, trained, strict=True)]
+    for rid, done in zip(rids, results, strict=True):
+        tune.report(
+            {
+                DONE_KEY: True,
+                "run_id": rid,
+                # the per-micro-batch id list can be long (paper runs: ~10^5 ids); it stays in result.json only
+                RESULT_KEY: json.dumps({k: v for k, v in done.items() if k != "micro_batch_ids"}),
+                "final_val_loss": done.get("final_val_loss"),
+                "status": done.get("status"),
+                "started_at": started,
+                "host": socket.gethostname(),
+            }
+        )
 
 
-def _train_cell(cell, ws: RunWorkspace, storage_uri: str, seams: dict | None) -> dict:
+def _reporter(ws: RunWorkspace, storage_uri: str, seams: dict | None, fault_id: str, members: int = 1):
+    """The trainer callback of a trial: forwards each event to ``tune.report`` (the checkpoint once per write;
+    an ensemble's events carry ``member``, ``seed`` and ``members``)."""
     from ray import tune
 
-    from loopscale.model.train import train_run
-
-    cfg = cell.run_config(checkpoint_dir=str(ws.dir))
+    last_path: list[str | None] = [None]
 
     def callback(event: dict) -> None:
-        _seams.maybe_fail(seams, storage_uri, ws.rid, int(event.get("step") or 0))
-        if event.get("checkpoint_path"):
+        _seams.maybe_fail(seams, storage_uri, fault_id, int(event.get("step") or 0))
+        path = event.get("checkpoint_path")
+        if path and path == last_path[0]:
+            path = None  # an ensemble emits the same checkpoint once per member: hand it to Tune once
+        elif path:
+            last_path[0] = path
             ws.push()
-        ck, stage = tune_checkpoint_from(event.get("checkpoint_path"))
+        ck, stage = tune_checkpoint_from(path)
+        metrics = event_metrics(event)
+        if members > 1:
+            metrics.update(member=int(event["member"]), seed=int(event["seed"]), members=members)
         try:
-            tune.report(event_metrics(event), checkpoint=ck)
+            tune.report(metrics, checkpoint=ck)
         finally:
             if stage is not None:
                 shutil.rmtree(stage, ignore_errors=True)
 
-    res = train_run(cfg, callback=callback).to_dict()
+    return callback
+
+
+def _train_cell(cell, ws: RunWorkspace, storage_uri: str, seams: dict | None) -> dict:
+    from loopscale.model.train import train_run
+
+    ws.prepare_resume()
+    cfg = cell.run_config(checkpoint_dir=str(ws.dir))
+    res = train_run(cfg, callback=_reporter(ws, storage_uri, seams, ws.rid)).to_dict()
     res = json.loads(json.dumps(res, default=str))
     ws.save_result(res)
     return res
 
 
+def _train_group(cells: list, rids: list[str], storage_uri: str, seams: dict | None) -> list[dict]:
+    """Train cells that differ only in their seed as one seed ensemble; save and return each member's result."""
+    from loopscale.model.ensemble import train_ensemble
+    from loopscale.model.train import run_definition
+
+    base = {**run_definition(cells[0].run), "seed": None}
+    for c in cells[1:]:
+        if {**run_definition(c.run), "seed": None} != base or c.variant != cells[0].variant:
+            raise ValueError(f"an ensemble trial's cells must differ only in their seed; {rids} do not")
+    gid = group_id(rids)
+    ws = RunWorkspace(storage_uri, gid)
+    ws.prepare_resume()
+    cfg = cells[0].run_config(checkpoint_dir=str(ws.dir))
+    members = train_ensemble(
+        cfg, seeds=[c.seed for c in cells], callback=_reporter(ws, storage_uri, seams, gid, len(cells))
+    )
+    out = []
+    for rid, res in zip(rids, members, strict=True):
+        d = json.loads(json.dumps(res.to_dict(), default=str))
+        d["ensemble"] = {"group_id": gid, "members": len(cells)}
+        RunWorkspace(storage_uri, rid).save_result(d)
+        out.append(d)
+    return out
+
+
+def trial_groups(cells: list, max_members: int) -> list[list]:
+    """Pack ``cells`` into trials: cells that differ only in their seed (same run definition otherwise, same
+    variant) form a group, split into chunks of at most ``max_members`` of near-equal size; a chunk of one is an
+    ordinary single-run trial. Groups are ordered by planned training FLOPs (largest first) so that two parallel
+    workers finish together; within a group, cells keep their order.
+
+    Args:
+        cells: :class:`~loopscale.sweep.spec.Cell` list.
+        max_members: most cells per trial (>= 1; 1 = every cell its own trial).
+
+    Raises:
+        ValueError: ``max_members`` < 1.
+    """
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.model.train import run_definition
+
+    if max_members < 1:
+        raise ValueError(f"max_members must be >= 1, got {max_members}")
+    by_key: dict[str, list] = {}
+    for c in cells:
+        key = json.dumps({**run_definition(c.run), "seed": None, "variant": c.variant}, sort_keys=True, default=str)
+        by_key.setdefault(key, []).append(c)
+    groups: list[list] = []
+    for members in by_key.values():
+        n_chunks = -(-len(members) // max_members)
+        size = -(-len(members) // n_chunks)
+        groups += [members[i : i + size] for i in range(0, len(members), size)]
+
+    def cost(g: list) -> float:
+        run = g[0].run
+        per_run = float(run.target_flops or 0.0) or float(flops_per_token(run.model)) * float(run.tokens or 0)
+        return per_run * len(g)
+
+    return sorted(groups, key=cost, reverse=True)
+
+
 # --- driver side --------------------------------------------------------------------------------------
 
 
+def _trial_tag(config: dict) -> str:
+    ids = [d["run_id"] for d in trial_cells(config)]
+    return f"run_{ids[0]}" if len(ids) == 1 else f"ens{len(ids)}_{group_id(ids)}"
+
+
 def _trial_name(trial) -> str:
-    return f"run_{trial.config['cell']['run_id']}"
+    return _trial_tag(trial.config)
 
 
 def _trial_dirname(trial) -> str:
-    return f"run_{trial.config['cell']['run_id']}_{trial.trial_id}"
+    return f"{_trial_tag(trial.config)}_{trial.trial_id}"
 
 
 @dataclass(frozen=True)
@@ -114,7 +219,7 @@ class TunerPlan:
     Attributes:
         experiment: experiment name (a folder under ``storage_path``).
         storage_path: Tune's ``storage_path`` (any pyarrow URI).
-        param_space: ``{"cell": tune.grid_search([...]), "storage": ..., "_test_seams": ...}``.
+        param_space: ``{"cells": tune.grid_search([[cell, ...], ...]), "storage": ..., "_test_seams": ...}``.
         resources: per-trial resources for ``tune.with_resources`` (``{"cpu": .., "gpu": ..}``).
         reuse_actors, max_failures, max_concurrent: TuneConfig / FailureConfig values.
         cells: {run_id: Cell.to_dict()} of the trials.
@@ -194,8 +299,9 @@ def plan_grid(
     quiet: bool = False,
     track: tuple = (),
 ) -> TunerPlan:
-    """Assemble the grid experiment for ``cells`` (a pure function: no Ray, no I/O). ``track``: parsed ``--track``
-    targets (:func:`loopscale.sweep.tracking.parse_track`).
+    """Assemble the grid experiment for ``cells`` (a pure function: no Ray, no I/O): one trial per group of
+    :func:`trial_groups` with ``spec.ensemble_members()`` members at most. ``track``: parsed ``--track`` targets
+    (:func:`loopscale.sweep.tracking.parse_track`).
 
     Raises:
         ValueError: no cells.
@@ -204,11 +310,10 @@ def plan_grid(
 
     if not cells:
         raise ValueError("cells must be non-empty: nothing to run")
-    dicts = []
-    for c in cells:
-        d = c.to_dict()
-        d["run_id"] = c.run_id
-        dicts.append(d)
+    trials = []
+    for group in trial_groups(cells, spec.ensemble_members()):
+        trials.append([{**c.to_dict(), "run_id": c.run_id} for c in group])
+    dicts = [d for t in trials for d in t]
     resources = {"cpu": float(spec.resources.cpus)}
     if spec.resources.gpus:
         resources["gpu"] = float(spec.resources.gpus)
@@ -216,7 +321,7 @@ def plan_grid(
         experiment=experiment,
         storage_path=storage_path,
         param_space={
-            "cell": tune.grid_search(dicts),
+            "cells": tune.grid_search(trials),
             "storage": storage_path,
             _seams.CONFIG_KEY: _seams.from_env(),
         },
@@ -276,7 +381,7 @@ def no_run_finished(n_total: int, reasons: list[str]) -> NoRunFinished:
 def errored_run_ids(result_grid) -> list[str]:
     """Run ids of trials that ended in ERROR (after ``max_failures`` retries)."""
     trials = result_grid._experiment_analysis.trials
-    return [t.config["cell"]["run_id"] for t in trials if t.status == "ERROR" and t.config]
+    return [d["run_id"] for t in trials if t.status == "ERROR" and t.config for d in trial_cells(t.config)]
 
 
 RESTORE_LOST = "Could not recover from checkpoint"
@@ -292,7 +397,8 @@ def lost_checkpoint_run_ids(result_grid) -> list[str]:
 
     trials = result_grid._experiment_analysis.trials
     return [
-        t.config["cell"]["run_id"]
+        d["run_id"]
         for t in trials
         if t.status == "ERROR" and t.config and RESTORE_LOST in trial_error_text(t)
+        for d in trial_cells(t.config)
     ]

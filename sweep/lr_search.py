@@ -361,7 +361,7 @@ def study_plan(
         eval_every_steps=every,
         checkpoint_every_steps=every,
         eval_tokens=ts.eval_tokens or spec.training.eval_tokens,
-        seed=spec.seeds[0],
+        seed=spec.seeds_for(min(spec.r))[0],
     )
     base_d = dataclasses.replace(base, run=run, budget=None).to_dict()
     study_name = f"{spec.name}_size{size}_r{r}"

@@ -51,9 +51,11 @@ PRESETS: dict[str, dict] = {
     # (D/N = 32-107); the paper's recipe (MuonH, linear decay from step 0 to 10 %, no warmup) at LR 0.02, the best
     # of {0.01, 0.02, 0.04} for r = 1 (3 and 10 layers) and r = 8 at this width and budget; a unique-depth ladder
     # (plain models of 2, 3, 4, 6 layers next to the 10-layer r = 1) to read each looped model as "worth k layers";
-    # 16 seeds per cell, because the seed-to-seed spread (0.003-0.016 nats, 0.1-0.8 %) is as large as the differences to measure: a
-    # 4-seed run of this grid took 9 min on 2 cores, the 16-seed default 33 min (docs/example_cpu_ladder).
-    # One D: the D-term is a constant, and the fit resamples seeds within cells (loopscale.fit.identify).
+    # Seeds as replicates, because the seed-to-seed spread is as large as the differences to measure: 16 seeds per
+    # plain cell (SD 0.006-0.010 nats) and 32 per looped cell, whose runs spread twice as much (SD 0.015-0.023 nats
+    # in the 16-seed run of docs/example_cpu_ladder, where r = 2's worth missed +-0.5 layers with 16). The seeds of
+    # a cell train together as one seed ensemble on CPU (resources.ensemble). One D: the D-term is a constant, and
+    # the law is fitted to cell means with seeds resampled within cells (loopscale.fit.io.cell_means).
     "cpu": {
         "name": "cpu",
         "model": {"preset": "cpu"},
@@ -61,7 +63,7 @@ PRESETS: dict[str, dict] = {
         "sizes": [16],
         "tokens": [1_000_000],
         "ladder": [2, 3, 4, 6],
-        "seeds": 16,
+        "seeds": {1: 16, 2: 32, 4: 32, 8: 32},
         "training": {
             "batch_tokens": 1024,
             "eval_tokens": 32768,

@@ -116,7 +116,7 @@ def check_design(spec) -> None:
         key, budgets = "budgets", {c.budget for c in cells}
     else:
         key, budgets = "tokens", {c.run.tokens for c in cells}
-    if len(budgets) < 2 and len(spec.seeds) < 2:
+    if len(budgets) < 2 and spec.min_seeds() < 2:
         raise ValueError(
             f"every run has the same budget ({key}: {next(iter(budgets)):g}) and one seed: the joint fit's block "
             f"bootstrap over (budget, r) cells cannot vary the budget, and there are no seeds to resample instead, "

@@ -140,6 +140,14 @@ class ResourcesSpec(_Strict):
 
     cpus: float = Field(1.0, gt=0)
     gpus: float = Field(0.0, ge=0)
+    ensemble: int = Field(0, ge=0)
+    """Seed ensembles: the most seeds of one cell trained together in one trial as one batched model
+    (``loopscale.model.ensemble``; each member's result equals its single run). 0 (default): automatic — up to
+    :data:`AUTO_ENSEMBLE_CPU` members on CPU, separate runs when trials use GPUs; 1: every seed its own trial."""
+
+
+AUTO_ENSEMBLE_CPU = 16
+"""Members per trial of an automatic seed ensemble on CPU (``resources.ensemble: 0``)."""
 
 
 class SweepSpec(_Strict):
@@ -158,9 +166,11 @@ class SweepSpec(_Strict):
     budgets: dict[float, list[int]] | None = None
     """Iso-FLOP design: {C (training FLOPs): [sizes at this budget]} (paper Sec. 3.2)."""
     variants: list[VariantSpec] = [VariantSpec(name="baseline")]
-    seeds: list[int] = [0]
-    """Init seeds of every cell: a list, or a count k meaning [0, ..., k-1]. Seeds are replicates: every seed of a
-    cell sees the same data order (``data_seed``); the fit's bootstrap resamples a cell together with its seeds."""
+    seeds: list[int] | dict[int, list[int]] = [0]
+    """Init seeds of every cell: a list, or a count k meaning [0, ..., k-1]; or per r, ``{r: count or list}``
+    for every r of the grid (ladder rungs take r = 1's), e.g. ``{1: 16, 2: 32, 4: 32, 8: 32}`` to replicate the
+    noisier looped cells more. Seeds are replicates: every seed of a cell sees the same data order
+    (``data_seed``); the fit's bootstrap resamples seeds within their cell."""
     data_seed: int = 0
     ladder: list[int] = []
     """Unique-depth ladder: extra plain (r = 1) models with these numbers of layers at every size and budget (e.g.
@@ -192,11 +202,32 @@ class SweepSpec(_Strict):
     @field_validator("seeds", mode="before")
     @classmethod
     def _seeds_from_count(cls, v: Any) -> Any:
-        if isinstance(v, int) and not isinstance(v, bool):
-            if v < 1:
-                raise ValueError(f"seeds as a count must be >= 1 (e.g. seeds: 4 for [0, 1, 2, 3]), got {v}")
-            return list(range(v))
-        return v
+        def one(x: Any, where: str) -> Any:
+            if isinstance(x, int) and not isinstance(x, bool):
+                if x < 1:
+                    raise ValueError(
+                        f"seeds{where} as a count must be >= 1 (e.g. seeds: 4 for [0, 1, 2, 3]), got {x}"
+                    )
+                return list(range(x))
+            return x
+
+        if isinstance(v, dict):
+            return {k: one(x, f"[{k}]") for k, x in v.items()}
+        return one(v, "")
+
+    def seeds_for(self, r: int) -> list[int]:
+        """The init seeds of the cells at recurrence ``r`` (ladder rungs: ``r = 1``)."""
+        return list(self.seeds[r]) if isinstance(self.seeds, dict) else list(self.seeds)
+
+    def min_seeds(self) -> int:
+        """The fewest seeds any cell of the grid has."""
+        return min(len(self.seeds_for(r)) for r in self.r)
+
+    def ensemble_members(self) -> int:
+        """Most seeds per trial (``resources.ensemble``, 0 resolved: :data:`AUTO_ENSEMBLE_CPU` on CPU, 1 with GPUs)."""
+        if self.resources.ensemble:
+            return self.resources.ensemble
+        return 1 if self.resources.gpus > 0 else AUTO_ENSEMBLE_CPU
 
     @field_validator("ladder")
     @classmethod
@@ -255,10 +286,18 @@ class SweepSpec(_Strict):
         for s in self.all_sizes():
             if s <= 0:
                 raise ValueError(f"sizes must be positive, got {s}")
-        if not self.seeds:
-            raise ValueError("seeds must be non-empty, e.g. [0] or a count such as 4")
-        if len(set(self.seeds)) != len(self.seeds) or any(x < 0 for x in self.seeds):
-            raise ValueError(f"seeds must be distinct integers >= 0, got {self.seeds}")
+        if isinstance(self.seeds, dict) and set(self.seeds) != set(self.r):
+            raise ValueError(
+                f"seeds per r must give every r of the grid exactly: r = {sorted(self.r)}, seeds has "
+                f"{sorted(self.seeds)}"
+            )
+        for r in self.r:
+            got = self.seeds_for(r)
+            where = f"[{r}]" if isinstance(self.seeds, dict) else ""
+            if not got:
+                raise ValueError(f"seeds{where} must be non-empty, e.g. [0] or a count such as 4")
+            if len(set(got)) != len(got) or any(x < 0 for x in got):
+                raise ValueError(f"seeds{where} must be distinct integers >= 0, got {got}")
         if self.ladder and 1 not in self.r:
             raise ValueError(
                 "ladder adds plain r = 1 models next to r = 1 of the grid: put 1 in r (e.g. r: [1, 2, 4, 8])"
@@ -309,7 +348,7 @@ class SweepSpec(_Strict):
             for r, depth in points:
                 model = self._model_config(s, r, "baseline", 2, depth=depth)
                 try:
-                    self._run_config(model, kind, budget, 1.0, self.seeds[0])
+                    self._run_config(model, kind, budget, 1.0, self.seeds_for(r)[0])
                 except ValueError as e:
                     msg = str(e)
                     if "vocab_size" in msg and "tokenizer" in msg:
@@ -448,7 +487,7 @@ class SweepSpec(_Strict):
             for kind, budget, size in plan:
                 for r in sorted(self.r):
                     variant = v.name if r > 1 else "baseline"  # r = 1 is shared by every variant
-                    for seed in self.seeds:
+                    for seed in self.seeds_for(r):
                         cfg = self._model_config(size, r, variant, v.hc_lanes)
                         lr = self.lr_for(size, r, lr_table)
                         cell = Cell(
@@ -467,7 +506,7 @@ class SweepSpec(_Strict):
                 for depth in self.ladder:
                     cfg = self._model_config(size, 1, "baseline", v.hc_lanes, depth=depth)
                     lr = self.lr_for(size, 1, lr_table)
-                    for seed in self.seeds:
+                    for seed in self.seeds_for(1):
                         cell = Cell(
                             variant="baseline",
                             r=1,

@@ -35,7 +35,10 @@ STALE_S = 600.0
 
 def fit_headlines(ana: dict) -> list[str]:
     """The last lines ``loopscale run`` prints: per variant with a joint fit, the identification headline (when the
-    identification rule gave one, it decides what may be claimed) or phi with its 95 % bootstrap CI, and R^2."""
+    identification rule gave one, it decides what may be claimed) or phi with its 95 % bootstrap CI, and R^2 with
+    what was fitted (runs, or cell means of runs: :func:`loopscale.fit.run_report.fitted_points`)."""
+    from loopscale.fit.run_report import fitted_points
+
     lines = []
     for vname, v in (ana.get("variants") or {}).items():
         j = v.get("joint") or {}
@@ -43,12 +46,12 @@ def fit_headlines(ana: dict) -> list[str]:
             continue
         ident = v.get("identification") or {}
         if ident.get("headline"):
-            lines.append(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({j['n']} runs)")
+            lines.append(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)})")
             continue
         lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
         lines.append(
             f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
-            f"R^2 = {j['r2']:.4f} ({j['n']} runs)"
+            f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)})"
         )
     return lines
 

@@ -12,9 +12,11 @@ Ray 2.60's logger callbacks, added to the experiment's ``RunConfig.callbacks``:
 * ``wandb[:PROJECT]`` -> ``ray.air.integrations.wandb.WandbLoggerCallback`` (needs ``wandb``; default project
   ``loopscale``; the API key comes from ``WANDB_API_KEY`` or ``wandb login``, ``WANDB_MODE=offline`` logs locally).
 
-What is logged, per Tune trial (one run; an ensemble trial logs the shared values): at every report the
-training step (Tune's ``timesteps_total``, the x axis), ``train_loss`` and ``val_loss`` (nats/token), ``lr``,
-``tokens`` and ``tokens_per_s`` (``members * tokens / time_total_s``); the final report adds ``final_val_loss``.
+What is logged, per Tune trial: at every report the training step (Tune's ``timesteps_total``, the x axis),
+``train_loss`` and ``val_loss`` (nats/token), ``lr``, ``tokens`` and ``tokens_per_s`` (``members * tokens /
+time_total_s``, the trial's rate); the final report adds ``final_val_loss``. A seed-ensemble trial (several runs
+that differ only in their seed) is one tracked run whose per-run metrics carry the member's seed
+(``train_loss/seed3``); its parameters list every run id and seed.
 The parameters of an MLflow run are the run's defining fields (:func:`run_params`: run id, variant, r, size,
 seed, lr, D or budget, the architecture). The packages are the ``track`` extra: ``pip install 'loopscale[track]'``.
 
@@ -128,6 +130,22 @@ def run_params(trial_config: dict) -> dict:
     return {k: v for k, v in p.items() if v is not None}
 
 
+def _member_suffix(trial_config: dict, result: dict) -> str:
+    """``/seed<k>`` for a result of one member of a seed-ensemble trial (its ``seed``, or the seed of the run its
+    ``run_id`` names), so that every run of the ensemble keeps its own curve; ``""`` for a single-run trial."""
+    from loopscale.sweep.console import runs_of
+
+    runs = runs_of(trial_config)
+    if len(runs) < 2:
+        return ""
+    seed = result.get("seed")
+    if seed is None and result.get("run_id"):
+        seed = next(
+            ((c.get("run") or {}).get("seed") for c in runs if c.get("run_id") == result["run_id"]), None
+        )
+    return "" if seed is None else f"/seed{int(seed)}"
+
+
 def _metrics_mixin():
     from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
 
@@ -141,10 +159,11 @@ def _metrics_mixin():
             if step is None:
                 step = steps.get(trial.trial_id, 0)
             steps[trial.trial_id] = int(step)
-            out = {k: float(result[k]) for k in METRICS if isinstance(result.get(k), int | float)}
+            suffix = _member_suffix(trial.config, result)
+            out = {k + suffix: float(result[k]) for k in METRICS if isinstance(result.get(k), int | float)}
             t = result.get("time_total_s")
-            if "tokens" in out and t:
-                out["tokens_per_s"] = int(result.get("members") or 1) * out["tokens"] / float(t)
+            if isinstance(result.get("tokens"), int | float) and t:  # the trial's rate: all its members
+                out["tokens_per_s"] = int(result.get("members") or 1) * float(result["tokens"]) / float(t)
             out[TIMESTEPS_TOTAL] = int(step)
             out[TRAINING_ITERATION] = result.get(TRAINING_ITERATION, 0)
             return out

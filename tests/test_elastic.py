@@ -28,7 +28,7 @@ SPEC = {
 
 
 def _rows(tap, run_id: str) -> list[dict]:
-    return [r for r in tap.rows if r["config"]["cell"]["run_id"] == run_id and not r.get("run_done")]
+    return [r for r in tap.rows if r["config"]["cells"][0]["run_id"] == run_id and not r.get("run_done")]
 
 
 def _ok_rows(path) -> dict[str, str]:
@@ -49,7 +49,7 @@ def test_node_loss_trial_resumes_on_other_node(sweep_on_cluster, tmp_path):
     with simulated_cluster(n_workers=2, cpus_per_worker=1) as sim:
 
         def remove_its_node(row):
-            removed.update(worker=row["worker"], run_id=row["config"]["cell"]["run_id"])
+            removed.update(worker=row["worker"], run_id=row["config"]["cells"][0]["run_id"])
             sim.remove_worker(row["worker"])
 
         tap, path = sweep_on_cluster(
@@ -93,7 +93,7 @@ def test_added_node_takes_pending_trials(sweep_on_cluster, tmp_path):
         def add_a_node(row):
             import ray
 
-            seen["first"] = row["config"]["cell"]["run_id"]
+            seen["first"] = row["config"]["cells"][0]["run_id"]
             seen["cpus_before"] = ray.cluster_resources().get("CPU")
             seen["new"] = sim.add_worker()
             seen["cpus_after"] = ray.cluster_resources().get("CPU")

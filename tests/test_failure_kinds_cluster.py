@@ -29,7 +29,7 @@ SPEC = {
 
 def training_rows(tap, run_id: str) -> list[dict]:
     """Per-step reports (not the final run_done report) of one run, in arrival order."""
-    return [r for r in tap.rows if r["config"]["cell"]["run_id"] == run_id and not r.get("run_done")]
+    return [r for r in tap.rows if r["config"]["cells"][0]["run_id"] == run_id and not r.get("run_done")]
 
 
 def test_restored_trial_does_not_restart_at_step_zero(sweep_on_cluster, tmp_path):

@@ -170,7 +170,7 @@ def test_report_does_not_depend_on_the_locale_codec(tmp_path):
     """``loopscale report DIR`` under a non-UTF-8 locale (``LC_ALL=C``, UTF-8 mode off) writes report.md as
     UTF-8 (it holds "–" and "φ"); a failed write leaves no temporary file behind."""
     run_dir = tmp_path / "run"
-    shutil.copytree(ROOT / "docs" / "example_cpu", run_dir)
+    shutil.copytree(ROOT / "docs" / "example_cpu_previous_default", run_dir)
     (run_dir / "report.md").unlink()
     p = _cli(
         "report", str(run_dir), env={"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
@@ -301,7 +301,7 @@ def test_torn_files_never_block_recovery(trainer_corpus_dir, trainer_cache_dir, 
         read_lr_table(lr)
     # a torn analysis.json: the report says to run the fit stage (exit 2 from the CLI), no JSON traceback
     run_dir = tmp_path / "run"
-    shutil.copytree(ROOT / "docs" / "example_cpu", run_dir)
+    shutil.copytree(ROOT / "docs" / "example_cpu_previous_default", run_dir)
     (run_dir / "fit" / "analysis.json").write_text('{"variants": ', encoding="utf-8")
     with pytest.warns(UserWarning), pytest.raises(FileNotFoundError, match="fit stage"):
         build_report(run_dir)
@@ -495,7 +495,7 @@ def test_degenerate_bootstrap_says_why_and_report_renders_it(tmp_path):
     from loopscale.fit.analysis import analyze
     from loopscale.fit.run_report import build_report
 
-    t = pq.read_table(ROOT / "docs" / "example_cpu" / "runs.parquet")
+    t = pq.read_table(ROOT / "docs" / "example_cpu_previous_default" / "runs.parquet")
     one_d = t.filter(pc.equal(t["D"], max(t["D"].to_pylist())))
     assert one_d.num_rows == 12 and len(set(one_d["r"].to_pylist())) == 4
     table = tmp_path / "run" / "runs.parquet"

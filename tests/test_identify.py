@@ -84,3 +84,14 @@ def test_identify_refuses_a_restricted_fit():
     df = _table({2: 0.46, 4: 0.46, 8: 0.46}, widths=(16, 32), tokens=(1e6, 2e6))
     with pytest.raises(ValueError, match="phi free"):
         identify(fit_law(df, law="joint", phi=0.0, starts=20), None, None, None)
+
+
+def test_fixed_D_offset_at_the_floor_of_E_is_on_bound():
+    """A fixed-D design whose loss keeps falling log-linearly in N drives E_D to the floor of E's box: the
+    N-term's curvature is then not identified, and the rule says so."""
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46}, tokens=(2e6,), widths=(16, 24, 32, 40, 48, 64, 80, 96))
+    n_eff = df["N_once"] + df["r"] ** 0.46 * df["N_rec"]
+    df = df.assign(loss=3.0 - 0.12 * np.log(n_eff / n_eff.min()))  # no floor: E_D -> 0
+    out = identify(fit_law(df, law="joint", starts=60), None, None, None)
+    assert out.fixed_D and out.E_D < 0.06
+    assert Cause.ON_BOUND in out.causes and "E_D" in out.reasons[Cause.ON_BOUND.value]

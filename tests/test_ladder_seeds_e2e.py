@@ -43,6 +43,44 @@ def test_seeds_count_and_ladder_cells():
         parse_spec(dict(BASE, seeds=0))
 
 
+def test_seeds_per_r():
+    spec = parse_spec(dict(BASE, seeds={1: 2, 2: 3, 8: [5, 7]}, ladder=[2]))
+    cells = spec.cells()
+    by = {}
+    for c in cells:
+        key = (c.r, c.run.model.n_recur_block)
+        by.setdefault(key, []).append(c.seed)
+    assert by[(2, 4)] == [0, 1, 2] and by[(8, 1)] == [5, 7]
+    assert by[(1, 10)] == [0, 1] and by[(1, 2)] == [0, 1]  # the ladder rung takes r = 1's seeds
+    assert spec.min_seeds() == 2
+    with pytest.raises(ValueError, match="every r of the grid"):
+        parse_spec(dict(BASE, seeds={1: 2, 2: 3}))
+    with pytest.raises(ValueError, match=r"seeds\[2\]"):
+        parse_spec(dict(BASE, seeds={1: 2, 2: 0, 8: 2}))
+
+
+def test_seeds_of_a_cell_are_packed_into_ensemble_trials():
+    from loopscale.sweep.grid import trial_groups
+    from loopscale.sweep.spec import AUTO_ENSEMBLE_CPU
+
+    spec = parse_spec(dict(BASE, seeds=5, ladder=[2]))
+    assert spec.ensemble_members() == AUTO_ENSEMBLE_CPU
+    groups = trial_groups(spec.cells(), 2)
+    # 4 cells (r = 1, 2, 8 and one rung) x 5 seeds, in chunks of at most 2 of near-equal size: 2 + 2 + 1
+    assert len(groups) == 12 and sorted(len(g) for g in groups) == [1] * 4 + [2] * 8
+    for g in groups:
+        assert len({(c.r, c.run.model.n_recur_block, c.variant) for c in g}) == 1  # one cell, several seeds
+        assert len({c.seed for c in g}) == len(g)
+    costs = [g[0].run.model.r * g[0].run.model.n_recur_block + g[0].run.model.n_prelude + g[0].run.model.n_coda
+             for g in groups]  # fmt: skip
+    assert costs[0] == max(costs) and costs[-1] == min(costs)  # the longest trials start first
+    assert sum(len(g) for g in trial_groups(spec.cells(), 16)) == 20 and len(trial_groups(spec.cells(), 16)) == 4
+    assert all(len(g) == 1 for g in trial_groups(spec.cells(), 1))
+    assert parse_spec(dict(BASE, resources={"cpus": 1, "ensemble": 1})).ensemble_members() == 1
+    with pytest.raises(ValueError, match="max_members"):
+        trial_groups(spec.cells(), 0)
+
+
 def test_fixed_D_needs_seeds():
     from loopscale.sweep.run import check_design
 
@@ -87,6 +125,16 @@ def test_ladder_and_seeds_through_sweep_fit_and_report(tmp_path):
     runs = pq.read_table(out / "runs.parquet").to_pandas()
     assert len(runs) == 10 and set(runs["status"]) == {"ok"}
     assert sorted(set(runs["seed"])) == [0, 1]
+    # on CPU the two seeds of each cell trained as one seed ensemble: one trial per cell, two rows per trial
+    assert runs.groupby("trial_id").size().tolist() == [2] * 5
+    assert (runs.groupby("trial_id")["seed"].nunique() == 2).all()
+    # ... and a member's result is its single run's
+    from loopscale.model.train import train_run
+
+    cell = next(c for c in parse_spec(spec).cells() if c.r == 2 and c.seed == 1)
+    single = train_run(cell.run)
+    member = runs.loc[runs["run_id"] == cell.run_id, "final_val_loss"].item()
+    assert member == pytest.approx(single.final_val_loss, rel=1e-4)
     layers = runs["n_prelude"] + runs["n_recur_block"] + runs["n_coda"]
     assert sorted(set(layers[runs["r"] == 1])) == [2, 3, 10]
     ana = json.loads((out / "fit" / "analysis.json").read_text(encoding="utf-8"))
@@ -106,3 +154,59 @@ def test_ladder_and_seeds_through_sweep_fit_and_report(tmp_path):
     if not ident["identified"]:
         assert "not identified" in ident["headline"] and ident["causes"]
     assert (out / "fit" / "baseline" / "phi_profile.png").exists()
+
+
+def _replicate_table(seed_sd: float = 0.003) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    rows = []
+    nb = 12 * 16 * 16 + 32
+    for r, n_once, n_rec, layers in ((1, 10 * nb, 0.0, 10), (1, 4 * nb, 0.0, 4), (1, 2 * nb, 0.0, 2),
+                                     (1, 6 * nb, 0.0, 6), (2, 2 * nb, 4 * nb, 6), (8, 2 * nb, nb, 3)):  # fmt: skip
+        for s in range(4):
+            loss = 1.6 + 20 * (n_once + r**0.4 * n_rec) ** -0.3
+            rows.append(dict(d_model=16, r=r, N_once=n_once, N_rec=n_rec, layers_unique=layers, D=1e6, seed=s,
+                             loss=loss * np.exp(seed_sd * rng.standard_normal())))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_cell_means_one_row_per_cell_and_refuses_mixed_cells():
+    from loopscale.fit.io import cell_means
+
+    df = _replicate_table()
+    keys = ("d_model", "r", "layers_unique", "D")
+    m = cell_means(df, keys)
+    assert len(m) == 6 and set(m["n_seeds"]) == {4}
+    row = m[(m["r"] == 2)].iloc[0]
+    assert row["loss"] == pytest.approx(df.loc[df["r"] == 2, "loss"].mean(), rel=1e-12)
+    assert row["loss_sd"] == pytest.approx(df.loc[df["r"] == 2, "loss"].std(ddof=1), rel=1e-12)
+    with pytest.raises(ValueError, match="N_once varies within a cell"):
+        cell_means(df, ("d_model", "r", "D"))  # the r = 1 rungs differ in depth: not one cell
+    with pytest.raises(ValueError, match="do not exist"):
+        cell_means(df, ("nope",))
+
+
+def test_cell_means_bootstrap_refits_each_draws_means():
+    """Every resample of the cell-means bootstrap is the law fitted to the means of the seeds it drew."""
+    from loopscale.fit.bootstrapping import bootstrap, cell_ids, draw_weights_within
+    from loopscale.fit.fitter import fit_law
+    from loopscale.fit.io import cell_means, prepare
+    from loopscale.fit.laws import make_law
+
+    df = _replicate_table()
+    keys = ("d_model", "r", "layers_unique", "D")
+    point = fit_law(cell_means(df, keys), law="joint", starts=60, seed=0)
+    assert point.n == 6
+    bs = bootstrap(df, law="joint", B=3, seed=5, workers=1, starts=60, point=point, stratify_by=keys,
+                   cell_means=True)  # fmt: skip
+    assert bs.extra == {"stratify_by": list(keys), "cell_means": True, "n_runs": 24}
+    data = prepare(df, make_law("joint"))
+    W, ok, _, _ = draw_weights_within(make_law("joint"), data, cell_ids(data.frame, keys), 3, 5)
+    k = 1
+    drawn = data.frame.loc[np.repeat(np.arange(len(df)), W[k].astype(int))]
+    direct = fit_law(cell_means(drawn, keys), law="joint", starts=200, seed=0)
+    got = bs.draws.loc[k]
+    # same data, same law: the same optimum (objectives equal; phi equal where the optimum is sharp)
+    assert got["objective"] == pytest.approx(direct.objective, rel=1e-3, abs=1e-9)
+    assert got["phi"] == pytest.approx(direct.params["phi"], abs=0.02)
+    with pytest.raises(ValueError, match="cell_means needs stratify_by"):
+        bootstrap(df, law="joint", B=2, workers=1, starts=10, cell_means=True)

@@ -32,15 +32,19 @@ def test_paper_preset_spans_r_sizes_and_10x_compute():
 
 
 def test_cpu_preset_is_the_ladder_design_with_seeds():
-    """cpu: r in {1,2,4,8} plus a plain-depth ladder at one width and one D, every cell with 16 seeds, MuonH,
-    >= 50 tokens per unique parameter for the looped models (the measured threshold), and accepted by run."""
+    """cpu: r in {1,2,4,8} plus a plain-depth ladder at one width and one D, 16 seeds per plain cell and 32 per
+    looped cell, MuonH, >= 50 tokens per unique parameter for the looped models (the measured threshold), packed
+    into seed ensembles of 16, and accepted by run."""
+    from loopscale.sweep.grid import trial_groups
     from loopscale.model.accounting import n_unique
     from loopscale.sweep.run import check_design
 
     spec = preset_spec("cpu")
     cells = spec.cells()
-    assert sorted(spec.r) == [1, 2, 4, 8] and spec.ladder == [2, 3, 4, 6] and len(spec.seeds) == 16
-    assert len(cells) == (4 + 4) * 16
+    assert sorted(spec.r) == [1, 2, 4, 8] and spec.ladder == [2, 3, 4, 6]
+    assert [len(spec.seeds_for(r)) for r in (1, 2, 4, 8)] == [16, 32, 32, 32]
+    assert len(cells) == (1 + 4) * 16 + 3 * 32
+    assert sorted(len(g) for g in trial_groups(cells, spec.ensemble_members())) == [16] * 11
     depths = {c.run.model.n_prelude + c.run.model.n_recur_block + c.run.model.n_coda for c in cells if c.r == 1}
     assert depths == {2, 3, 4, 6, 10}
     assert {c.run.optimizer for c in cells} == {"muonh"}

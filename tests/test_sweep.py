@@ -106,6 +106,31 @@ def test_trial_that_raises_once_resumes_from_checkpoint(smoke_out, tmp_path, mon
         assert rows[c.run_id]["final_val_loss"] == pytest.approx(ref[c.run_id]["final_val_loss"], abs=1e-6)
 
 
+def test_ensemble_trial_that_raises_once_resumes_from_its_group_checkpoint(smoke_out, tmp_path, monkeypatch):
+    """Two seeds of one cell train as one ensemble trial; raising at step 8 (after the ensemble's step-8
+    checkpoint) retries the trial from that checkpoint, and seed 0's final loss equals its single run's."""
+    from loopscale.sweep.grid import group_id
+
+    _, path, _ = smoke_out
+    monkeypatch.setenv(FAULT_ENV, "6")
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(sizes=[16], tokens=[4096], r=[2], seeds=[0, 1])
+    spec = parse_spec(d)
+    cells = spec.cells()
+    out = tmp_path / "fault_ens"
+    rows = {r["run_id"]: r for r in pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()}
+    ref = {r["run_id"]: r for r in pq.read_table(path).to_pylist()}
+    gid = group_id([c.run_id for c in cells])
+    assert (out / "tune" / "faults" / gid).exists()  # the fault fired once, in the ensemble trial
+    assert len({rows[c.run_id]["trial_id"] for c in cells}) == 1
+    for c in cells:
+        res = RunWorkspace(str(out / "tune"), c.run_id).result()
+        assert res["resumed_from_step"] == 8 and res["ensemble"] == {"group_id": gid, "members": 2}
+        assert rows[c.run_id]["status"] == "ok"
+    seed0 = next(c for c in cells if c.seed == 0)
+    assert rows[seed0.run_id]["final_val_loss"] == pytest.approx(ref[seed0.run_id]["final_val_loss"], rel=1e-4)
+
+
 def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path, monkeypatch):
     """A trial that errors at every attempt (max_failures = 1: two attempts) is a ``failed`` row carrying the
     error, so runs.parquet accounts for every cell; a later sweep retries the cell and replaces the row."""
@@ -140,7 +165,7 @@ def test_only_trials_tune_could_not_restore_are_run_again(tmp_path):
         f = tmp_path / f"{rid}.txt"
         f.write_text(f"Failure # 1 (occurred at 2026-11-30)\n{error}\n")
         return SimpleNamespace(
-            trial_id=rid, status=status, config={"cell": {"run_id": rid}}, error_file=str(f)
+            trial_id=rid, status=status, config={"cells": [{"run_id": rid}]}, error_file=str(f)
         )
 
     grid = SimpleNamespace(
@@ -170,7 +195,7 @@ def test_tuner_plan_is_inspectable_without_ray(tmp_path):
     )
     assert plan.resources == {"cpu": 1.0}
     assert plan.reuse_actors and plan.max_failures == 2
-    assert len(plan.param_space["cell"]["grid_search"]) == 16 and len(plan.cells) == 16
+    assert len(plan.param_space["cells"]["grid_search"]) == 16 and len(plan.cells) == 16
     rc, tc = plan.run_config(), plan.tune_config()
     assert isinstance(rc, tune.RunConfig) and rc.storage_path == str(tmp_path / "tune")
     assert rc.failure_config.max_failures == 2 and tc.reuse_actors is True and tc.num_samples == 1

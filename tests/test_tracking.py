@@ -147,3 +147,34 @@ def test_status_of_a_sweep_folder_reads_tunes_experiment(tracked_smoke):
     assert (st["spec"], st["state"], st["stage"]) == ("smoke", "finished", "done")
     assert st["runs"]["total"] == st["runs"]["ok"] == len(cells)
     assert st["tune"]["experiment"].startswith("grid_smoke_") and st["tune"]["trials"] == {"TERMINATED": 16}
+
+
+def test_tracked_metrics_keep_each_ensemble_member_apart():
+    """A seed-ensemble trial reports each member's events with its seed, and each run's final report with its run
+    id: both become per-seed metric keys; the trial's tokens/s counts every member; the step is the x axis."""
+    base = preset_spec("smoke").cells()[0]
+    cells = [{**base.to_dict(), "run_id": f"r{k}"} for k in range(2)]
+    for k, c in enumerate(cells):
+        c["run"] = {**c["run"], "seed": 10 + k}
+
+    class Sink:
+        def log_trial_result(self, iteration, trial, result):
+            self.got = result
+
+    logger = type("Tracked", (tracking._metrics_mixin(), Sink), {})()
+    trial = type("Trial", (), {"trial_id": "t", "config": {"cells": cells}})()
+    ev = {"step": 8, "tokens": 2048, "train_loss": 3.5, "lr": 0.01, "member": 1, "seed": 11, "members": 2}
+    logger.log_trial_result(1, trial, {**ev, "time_total_s": 4.0, "training_iteration": 3})
+    assert logger.got == {
+        "train_loss/seed11": 3.5,
+        "lr/seed11": 0.01,
+        "tokens/seed11": 2048.0,
+        "tokens_per_s": 2 * 2048 / 4.0,
+        "timesteps_total": 8,
+        "training_iteration": 3,
+    }
+    logger.log_trial_result(2, trial, {"run_id": "r0", "final_val_loss": 3.1, "training_iteration": 4})
+    assert logger.got == {"final_val_loss/seed10": 3.1, "timesteps_total": 8, "training_iteration": 4}
+    single = type("Trial", (), {"trial_id": "u", "config": {"cells": cells[:1]}})()
+    logger.log_trial_result(1, single, {"step": 4, "val_loss": 3.9, "training_iteration": 1})
+    assert logger.got == {"val_loss": 3.9, "timesteps_total": 4, "training_iteration": 1}
