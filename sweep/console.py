@@ -162,6 +162,9 @@ class Console:
             console=rc,
             refresh_per_second=4,
             transient=False,
+            # sys.stdout/sys.stderr stay on the captured descriptors: Ray's prints must not reach the screen
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
 
 
@@ -266,6 +269,7 @@ def session(
         end_view()
         _CURRENT = prev
         stream.close()
+        err.close()
 
 
 # --- progress views ------------------------------------------------------------------------------------------
@@ -300,7 +304,6 @@ class _View:
             desc = short or text
             self._progress.update(self._task, completed=completed, total=max(self.total, 1), description=desc)
             return
-        now = time.time()
         if force or now - self._plain_last >= PLAIN_EVERY_S:
             self._plain_last = now
             self.con.say(f"{self.stage}: {completed}/{self.total} {text}")
