@@ -271,6 +271,26 @@ def _ray_context(address: str | None, workers: int | None):
         ray.shutdown()
 
 
+_LISTENERS: list = []
+
+
+@contextlib.contextmanager
+def progress_listener(fn):
+    """While the block runs, call ``fn(done, total)`` after each finished chunk of refits (``done``/``total``:
+    refits, i.e. bootstrap resamples, of the current :func:`run_chunks` call; ``fn(0, total)`` first). Used by the
+    console's bootstrap display; listeners must not raise."""
+    _LISTENERS.append(fn)
+    try:
+        yield
+    finally:
+        _LISTENERS.remove(fn)
+
+
+def _notify(done: int, total: int) -> None:
+    for fn in list(_LISTENERS):
+        fn(done, total)
+
+
 def run_chunks(
     shared: dict[str, Any],
     chunks: list[tuple[list[int], np.ndarray]],
@@ -283,10 +303,13 @@ def run_chunks(
     Results are returned in chunk order. Raises ``ValueError`` for ``workers < 1``."""
     if workers is not None and workers < 1:
         raise ValueError(f"workers={workers} must be >= 1 (CPUs for the bootstrap refits), e.g. workers=2")
+    sizes = [len(ks) for ks, _ in chunks]
+    _notify(0, sum(sizes))
     if workers == 1 and address is None and not _ray_is_initialized():
         out = []
         for i, (ks, W) in enumerate(chunks):
             out.append(_refit_chunk(shared, ks, W))
+            _notify(sum(sizes[: i + 1]), sum(sizes))
             if progress:
                 print(f"bootstrap: {i + 1}/{len(chunks)} chunks", file=sys.stderr)
         return out
@@ -299,10 +322,13 @@ def run_chunks(
         ref = ray.put(shared)
         futs = [task.remote(ref, ks, W) for ks, W in chunks]
         pending = list(futs)
-        done_n = 0
+        size_of = {f: n for f, n in zip(futs, sizes, strict=True)}
+        done_n = refits = 0
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             done_n += len(ready)
+            refits += sum(size_of[f] for f in ready)
+            _notify(refits, sum(sizes))
             if progress:
                 print(f"bootstrap: {done_n}/{len(futs)} chunks", file=sys.stderr)
         return ray.get(futs)

@@ -39,17 +39,13 @@ def _recorder_cls():
 
     class RecordRuns(Callback):
         """Driver-side Tune callback: writes each finished run into the results store (once per run id) and
-        prints progress (done/running/pending/failed, tokens/s, ETA) at most every ``every_s`` seconds."""
+        updates the progress display (done/running/pending/failed, tokens/s, ETA; :mod:`loopscale.sweep.console`)."""
 
         def __init__(self, out_dir: str, cells: dict[str, dict], every_s: float = 10.0, quiet: bool = False):
             self.out_dir = out_dir
             self.cells = cells
             self.every_s = every_s
             self.quiet = quiet
-            self._last = 0.0
-            self._t0 = time.time()
-            self._tps: dict[str, float] = {}
-            self._done_walls: list[float] = []
             # run ids already in the store: a trial restored after an interrupt that only re-reports its saved
             # result must not overwrite the original record (its started/finished times, trial id)
             self._recorded: set[str] | None = None
@@ -74,13 +70,7 @@ def _recorder_cls():
                 )
                 ResultsStore(self.out_dir).write_run(rec, curve_rows(rec.run_id, res.get("curve")))
                 self._recorded.add(rec.run_id)
-                self._done_walls.append(float(res.get("wall_s") or 0.0))
-                self._tps.pop(trial.trial_id, None)
-            elif "tokens" in result and result.get("time_total_s"):
-                # an ensemble trains `members` runs on every token it reports
-                members = int(result.get("members") or 1)
-                self._tps[trial.trial_id] = members * float(result["tokens"]) / float(result["time_total_s"])
-            self._progress(trials)
+            self._progress(trials, trial, result)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._progress(trials, force=True)
@@ -106,33 +96,20 @@ def _recorder_cls():
                 ResultsStore(self.out_dir).write_run(rec, [])
             self._progress(trials, force=True)
 
-        def _progress(self, trials, force: bool = False):
+        def on_experiment_end(self, trials, **info):
+            if not self.quiet:
+                from loopscale.sweep import console
+
+                console.grid_observe(trials)  # the final statuses, then the display's summary line
+                console.end_view()
+
+        def _progress(self, trials, trial=None, result=None, force: bool = False):
+            """Update the grid's progress display (:mod:`loopscale.sweep.console`)."""
             if self.quiet:
                 return
-            now = time.time()
-            if not force and now - self._last < self.every_s:
-                return
-            self._last = now
-            from loopscale.sweep.grid import trial_cells
+            from loopscale.sweep import console
 
-            st: list[str] = []
-            for t in trials:  # counted in runs: an ensemble trial holds several
-                st += [t.status] * (len(trial_cells(t.config)) if t.config else 1)
-            done, running = st.count("TERMINATED"), st.count("RUNNING")
-            pending, failed = st.count("PENDING") + st.count("PAUSED"), st.count("ERROR")
-            tps = sum(self._tps.values())
-            eta = "?"
-            if done:
-                per = (now - self._t0) / done
-                eta = f"{per * (pending + running):.0f}s"
-            import sys
-
-            print(
-                f"[loopscale sweep] done {done}, running {running}, pending {pending}, failed {failed}, "
-                f"{tps:,.0f} tokens/s, ETA {eta}",
-                file=sys.stderr,
-                flush=True,
-            )
+            console.grid_observe(trials, trial, result)
 
     return RecordRuns
 
@@ -199,6 +176,9 @@ def _mirror_cls():
                     },
                 )
             )
+            from loopscale.sweep import console
+
+            console.lr_trial_finished(self.study_name, lr, state.name, value)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._record(trial, failed=False)

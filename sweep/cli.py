@@ -25,6 +25,7 @@ def _register() -> None:
     from loopscale.sweep import commands as sweep_cmds
     from loopscale.sweep import design_cmd
     from loopscale.sweep import run as run_pipeline
+    from loopscale.sweep import status
 
     model_app = typer.Typer(no_args_is_help=True, help="Inspect looped model configurations.")
     model_app.command("info")(present_errors(model_cli.info_cmd))
@@ -36,6 +37,7 @@ def _register() -> None:
     app.command("sweep")(present_errors(sweep_cmds.sweep_cmd))
     app.command("run")(present_errors(run_pipeline.run_cmd))
     app.command("design")(present_errors(design_cmd.design_cmd))
+    app.command("status")(present_errors(status.status_cmd))
 
 
 _register()

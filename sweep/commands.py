@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -46,6 +47,20 @@ def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
         os.close(saved)
 
 
+TrackOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--track",
+        help="Track every run with Ray Tune's logger callbacks: tensorboard (OUT/tensorboard), mlflow[:URI] "
+        "(default file:OUT/mlruns) or wandb[:PROJECT]; repeatable. Needs: pip install 'loopscale[track]'.",
+    ),
+]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option("--verbose", help="Also show Ray's and Tune's own output (always kept in OUT/logs/ray.log)."),
+]
+
+
 class SweepInterrupted(Interrupted):
     """The driver was stopped (SIGINT) before every cell finished; rerun with ``--resume``."""
 
@@ -74,6 +89,7 @@ def run_sweep(
     max_concurrent: int = 0,
     quiet: bool = False,
     cells: list | None = None,
+    track: tuple | list = (),
 ) -> Path:
     """Run the grid of ``spec`` (a SweepSpec or a YAML path) into ``out_dir``; return ``out_dir/runs.parquet``.
 
@@ -84,11 +100,13 @@ def run_sweep(
     initialised (and leaves it running), or starts an embedded local one (``num_cpus``/``num_gpus``).
 
     ``lr_table``: {(size, r): lr}; with ``lr: tune`` and none given, ``out_dir/lr_table.parquet`` is read.
-    ``cells``: run only these cells (default: all of the spec's).
+    ``cells``: run only these cells (default: all of the spec's). ``track``: ``--track`` values
+    (:mod:`loopscale.sweep.tracking`). Progress is shown on the console (:class:`loopscale.sweep.console.GridView`)
+    unless ``quiet``.
 
     Raises:
-        SpecError / ValueError / FileNotFoundError: bad spec, GPUs requested where none exist, no LR table
-            (all before Ray starts).
+        SpecError / ValueError / FileNotFoundError: bad spec, GPUs requested where none exist, no LR table, a bad
+            ``--track`` or its package missing (all before Ray starts).
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
         NoRunFinished: not one of the cells finished with status ok ("0 of N runs finished: <most common
             error>"); the results that exist are still consolidated first.
@@ -109,11 +127,13 @@ def run_sweep(
     from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
+    from loopscale.sweep.tracking import parse_track
     from loopscale.sweep.workspace import RunWorkspace
 
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
     spec.check_runtime(address)
+    track = parse_track(track)
     out = Path(out_dir).resolve()
     if spec.lr == "tune" and lr_table is None and cells is None:
         lr_table = read_lr_table(out / "lr_table.parquet")
@@ -165,6 +185,7 @@ def run_sweep(
                     reuse_actors=reuse_actors,
                     max_concurrent=max_concurrent,
                     quiet=quiet,
+                    track=track,
                 )
                 tuner = tune.Tuner.restore(
                     uri_join(storage_path, exps[-1]),
@@ -192,6 +213,7 @@ def run_sweep(
                     reuse_actors=reuse_actors,
                     max_concurrent=max_concurrent,
                     quiet=quiet,
+                    track=track,
                 )
                 errors += result_grid_errors(plan.build().fit())
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
@@ -222,15 +244,30 @@ def _with_storage(spec, storage: str | None):
 
 
 def _run_stage(
-    stage, spec_path: Path, out: Path, storage: str | None, as_json: bool, ray: ClusterOptions, **kw
+    stage,
+    spec_path: Path,
+    out: Path,
+    storage: str | None,
+    as_json: bool,
+    ray: ClusterOptions,
+    verbose: bool = False,
+    track: list[str] | None = None,
+    group: str = "",
+    **kw,
 ):
-    """Load SPEC (``--storage`` applied) and run ``stage(spec, out, <Ray flags>, **kw)``; with ``--json`` anything the
-    stage prints goes to stderr."""
+    """Load SPEC (``--storage`` applied), check ``--track``, and run ``stage(spec, out, <Ray flags>, track, **kw)`` in
+    a console session (:func:`loopscale.sweep.console.session`: Ray's output to ``OUT/logs/``); with ``--json``
+    anything the stage prints goes to stderr. At the end, one line per tracking target says where its results are."""
+    from loopscale.sweep import console, tracking
     from loopscale.sweep.spec import load_spec
 
     spec = _with_storage(load_spec(spec_path), storage)
-    with stdout_to_stderr(as_json):
-        return stage(spec, out, **dataclasses.asdict(ray), **kw)
+    targets = tracking.parse_track(track)
+    with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
+        res = stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)
+        for line in tracking.describe(targets, out, f"loopscale-{spec.name}-{group}"):
+            con.say(line)
+        return res
 
 
 def sweep_cmd(
@@ -245,6 +282,8 @@ def sweep_cmd(
     num_gpus: NumGpusOpt = None,
     ray_temp_dir: RayTempDirOpt = None,
     storage: StorageOpt = None,
+    track: TrackOpt = None,
+    verbose: VerboseOpt = False,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
     """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet. Exits 1 when
@@ -252,7 +291,18 @@ def sweep_cmd(
     t0 = time.time()
     ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
     path = _run_stage(
-        run_sweep, spec_path, out, storage, as_json, ray, resume=resume, force=force, quiet=as_json
+        run_sweep,
+        spec_path,
+        out,
+        storage,
+        as_json,
+        ray,
+        verbose,
+        track,
+        "grid",
+        resume=resume,
+        force=force,
+        quiet=as_json,
     )
     import pyarrow.parquet as pq
 
@@ -285,11 +335,15 @@ def tune_lr_cmd(
     ray_temp_dir: RayTempDirOpt = None,
     storage: StorageOpt = None,
     no_plot: bool = typer.Option(False, "--no-plot", help="Skip the loss-vs-LR plots."),
+    track: TrackOpt = None,
+    verbose: VerboseOpt = False,
     as_json: bool = typer.Option(False, "--json", help="Print the LR table as JSON on stdout."),
 ) -> None:
     """Stage 1: tune the LR per size (and r) with Optuna + ASHA on Ray Tune; writes lr_table.parquet."""
     ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
-    table = _run_stage(run_tune_lr, spec_path, out, storage, as_json, ray, resume=resume, plot=not no_plot)
+    table = _run_stage(
+        run_tune_lr, spec_path, out, storage, as_json, ray, verbose, track, "tune-lr", resume=resume, plot=not no_plot
+    )
     rows = table.to_pylist()
     if as_json:
         json.dump(rows, sys.stdout)

@@ -235,6 +235,8 @@ class TunerPlan:
     cells: dict
     out_dir: str
     quiet: bool = False
+    track: tuple = ()
+    group: str = "loopscale"
 
     def trainable(self):
         """``tune.with_resources(grid_trainable, resources)``."""
@@ -243,10 +245,11 @@ class TunerPlan:
         return tune.with_resources(grid_trainable, self.resources)
 
     def run_config(self):
-        """The ``tune.RunConfig`` (storage, failure policy, checkpoint retention, our callback)."""
+        """The ``tune.RunConfig`` (storage, failure policy, checkpoint retention, our callback, the ``--track``
+        logger callbacks of :mod:`loopscale.sweep.tracking`)."""
         from ray import tune
 
-        from loopscale.sweep import callbacks
+        from loopscale.sweep import callbacks, tracking
 
         return tune.RunConfig(
             name=self.experiment,
@@ -254,7 +257,10 @@ class TunerPlan:
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=self.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-            callbacks=[callbacks._recorder_cls()(self.out_dir, self.cells, quiet=self.quiet)],
+            callbacks=[
+                callbacks._recorder_cls()(self.out_dir, self.cells, quiet=self.quiet),
+                *tracking.callbacks(self.track, self.out_dir, self.experiment, self.group),
+            ],
         )
 
     def tune_config(self):
@@ -291,9 +297,11 @@ def plan_grid(
     reuse_actors: bool = True,
     max_concurrent: int = 0,
     quiet: bool = False,
+    track: tuple = (),
 ) -> TunerPlan:
     """Assemble the grid experiment for ``cells`` (a pure function: no Ray, no I/O): one trial per group of
-    :func:`trial_groups` with ``spec.ensemble_members()`` members at most.
+    :func:`trial_groups` with ``spec.ensemble_members()`` members at most. ``track``: parsed ``--track`` targets
+    (:func:`loopscale.sweep.tracking.parse_track`).
 
     Raises:
         ValueError: no cells.
@@ -324,6 +332,8 @@ def plan_grid(
         cells={d["run_id"]: d for d in dicts},
         out_dir=str(out_dir),
         quiet=quiet,
+        track=tuple(track),
+        group=f"loopscale-{spec.name}-grid",
     )
 
 

@@ -322,18 +322,22 @@ def _lr_trial_dirname(trial) -> str:
 # --- one study ----------------------------------------------------------------------------------------
 
 
-def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, experiment: str):
+def study_plan(
+    spec, size: int, r: int, tune_dir: Path, storage_path: str, *, experiment: str, track: tuple = ()
+):
     """Pure assembly of one study: the base cell, the budget, the space, scheduler and Tuner pieces.
 
     Returns a dict with ``trainable``, ``param_space`` (a ``tune.grid_search`` over the distinct ``lr_values`` when
     ``num_samples`` covers them: each tried exactly once; else None and ``OptunaSearch`` proposes), ``tune_config``,
     ``run_config``, ``space``, ``scheduler``, ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is
-    started)."""
+    started). ``track``: parsed ``--track`` targets, whose Ray logger callbacks join the run config
+    (:mod:`loopscale.sweep.tracking`)."""
     import optuna
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
     from loopscale.model.accounting import n_once, n_rec
+    from loopscale.sweep import tracking
 
     ts = spec.tune
     lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
@@ -405,7 +409,10 @@ def study_plan(spec, size: int, r: int, tune_dir: Path, storage_path: str, *, ex
         verbose=0,
         failure_config=tune.FailureConfig(max_failures=spec.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-        callbacks=[mirror],
+        callbacks=[
+            mirror,
+            *tracking.callbacks(track, tune_dir.parent, experiment, f"loopscale-{spec.name}-tune-lr"),
+        ],
     )
     return dict(
         trainable=tune.with_resources(lr_trainable, resources),
@@ -428,12 +435,14 @@ class TuneInterrupted(Interrupted):
     """The driver was stopped (SIGINT) before every study finished; rerun with ``--resume``."""
 
 
-def _run_study(spec, size: int, r: int, tune_dir: Path, storage_path: str, resume: bool) -> dict:
+def _run_study(
+    spec, size: int, r: int, tune_dir: Path, storage_path: str, resume: bool, track: tuple = ()
+) -> dict:
     import optuna
     from ray import tune
 
     experiment = f"tune_lr_{spec.name}_size{size}_r{r}"
-    plan = study_plan(spec, size, r, tune_dir, storage_path, experiment=experiment)
+    plan = study_plan(spec, size, r, tune_dir, storage_path, experiment=experiment, track=track)
     optuna.create_study(
         study_name=plan["study_name"],
         storage=optuna_storage(plan["storage_url"]),
@@ -524,6 +533,7 @@ def run_tune_lr(
     num_gpus: int | None = None,
     ray_temp_dir: str | None = None,
     plot: bool = True,
+    track: tuple | list = (),
 ):
     """Run stage 1 for ``spec`` into ``out_dir`` and return the LR table (a pyarrow Table, also written to
     ``<out_dir>/lr_table.parquet``; the studies are in ``<out_dir>/tune_lr/optuna.db``).
@@ -531,10 +541,12 @@ def run_tune_lr(
     One study per size and r (``tune.tune_per_r``; otherwise per size at the largest r, its LR used for
     every r). ``lr`` is ``lr_smoothed`` when ``tune.smooth`` else ``lr_best``; both are in the table.
     Studies already finished in ``out_dir`` are not rerun; ``resume`` restores an interrupted study's
-    Tune experiment.
+    Tune experiment. ``track``: ``--track`` values or parsed targets (:mod:`loopscale.sweep.tracking`). Progress
+    (trials done/pruned/failed, best LR so far) is shown on the console (:class:`loopscale.sweep.console.LRView`).
 
     Raises:
         SpecError: bad spec or runtime (GPUs requested where none exist), before Ray starts.
+        ValueError: a bad ``--track`` value or its package missing, before Ray starts.
         TuneInterrupted: the driver was stopped (SIGINT) mid-study.
         NoRunFinished: a study has no healthy complete trial (every trial raised, diverged or did not learn,
             :func:`unhealthy_reason`); the message names the LR range and the most common reason, and no LR
@@ -544,12 +556,14 @@ def run_tune_lr(
 
     from loopscale.cluster.connect import ray_session
     from loopscale.cluster.storage import absolute_uri, read_json_or_aside, write_text_atomic
+    from loopscale.sweep import console, tracking
     from loopscale.sweep.spec import load_spec
     from loopscale.sweep.store import to_table, write_table_atomic
 
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
     spec.check_runtime(address)
+    track = tracking.parse_track(track)
     out = Path(out_dir).resolve()
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
@@ -564,9 +578,13 @@ def run_tune_lr(
     n_failed_trials = 0
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
-        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
+        names = {f"{spec.name}_size{s}_r{r}": (s, r) for s, r in pending}
+        values = set(spec.tune.lr_values or [])
+        per_study = len(values) if values and spec.tune.num_samples >= len(values) else spec.tune.num_samples
+        console.start_view(console.LRView(console.current(), names, per_study))
+        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir), console.ending_view():
             for s, r in pending:
-                plan = _run_study(spec, s, r, tune_dir, storage_path, resume)
+                plan = _run_study(spec, s, r, tune_dir, storage_path, resume, track)
                 info = {
                     k: plan[k] for k in ("study_name", "storage_url", "budget_tokens", "N_unique", "N_usage")
                 }

@@ -31,6 +31,7 @@ from loopscale.cluster.options import (
     RayTempDirOpt,
     StorageOpt,
 )
+from loopscale.sweep.commands import TrackOpt, VerboseOpt
 
 #: fit settings per preset: (bootstrap resamples B, multi-starts per fit). The paper: B = 200, 500 starts.
 FIT_DEFAULTS = {"smoke": (100, 100), "cpu": (200, 500), "paper": (200, 500)}
@@ -149,28 +150,35 @@ def run_pipeline(
     seed: int = 0,
     command: str | None = None,
     log=print,
+    track: tuple | list = (),
 ) -> dict:
     """Run (or continue) the whole job into ``out_dir``; see the module docstring for the stages.
+
+    ``track``: ``--track`` values for the Tune stages (:mod:`loopscale.sweep.tracking`); ``log``: where the stage
+    lines go. Progress displays are those of :mod:`loopscale.sweep.console` (the bootstrap's included).
 
     Returns:
         ``run_meta.json`` content: stage wall times (s), which stages were skipped, the paths written.
     Raises:
-        SpecError / ValueError: bad spec or options (before any compute).
+        SpecError / ValueError: bad spec or options, a bad ``--track`` or its package missing (before any compute).
         loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.lr_search.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
     from loopscale.cluster.storage import move_aside, read_json_or_aside, write_text_atomic
     from loopscale.fit.analysis import analyze, file_digest
     from loopscale.fit.run_report import build_report
+    from loopscale.sweep import console
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.tracking import parse_track
 
     cluster = cluster or ClusterOptions()
     cluster.validate()
     spec.check_runtime(cluster.address)
     check_design(spec)
+    track = parse_track(track)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.yaml"
@@ -210,7 +218,7 @@ def run_pipeline(
             else:
                 log("[1/4] tune-lr: Optuna studies through Ray Tune ...")
                 t0 = time.time()
-                run_tune_lr(spec, out, resume=resume, address=cluster.address)
+                run_tune_lr(spec, out, resume=resume, address=cluster.address, track=track)
                 meta["stage_wall_s"]["tune-lr"] = time.time() - t0
                 save_meta()
         # 2. the grid
@@ -220,7 +228,7 @@ def run_pipeline(
         else:
             log("[2/4] sweep: the iso-depth grid on Ray Tune ...")
             t0 = time.time()
-            run_sweep(spec, out, resume=resume, address=cluster.address)
+            run_sweep(spec, out, resume=resume, address=cluster.address, track=track)
             meta["stage_wall_s"]["sweep"] = meta["stage_wall_s"].get("sweep", 0.0) + time.time() - t0
             save_meta()
         # 3. fits
@@ -232,14 +240,15 @@ def run_pipeline(
         else:
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
             t0 = time.time()
-            analyze(
-                out / "runs.parquet",
-                out / "fit",
-                B=bootstrap,
-                starts=starts,
-                seed=seed,
-                address=cluster.address,
-            )
+            with console.bootstrap_view():
+                analyze(
+                    out / "runs.parquet",
+                    out / "fit",
+                    B=bootstrap,
+                    starts=starts,
+                    seed=seed,
+                    address=cluster.address,
+                )
             meta["stage_wall_s"]["fit"] = time.time() - t0
             meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
             save_meta()
@@ -278,10 +287,14 @@ def run_cmd(
     num_gpus: NumGpusOpt = None,
     ray_temp_dir: RayTempDirOpt = None,
     storage: StorageOpt = None,
+    track: TrackOpt = None,
+    verbose: VerboseOpt = False,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan or run summary)."),
 ) -> None:
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
+    from loopscale.sweep import console, tracking
     from loopscale.sweep.commands import stdout_to_stderr
+    from loopscale.sweep.status import fit_headlines
 
     spec, name = _resolve_spec(spec_path, preset)
     if storage is not None:
@@ -290,6 +303,7 @@ def run_cmd(
         spec = spec.model_copy(update={"storage_path": validate_storage(storage)})
     cluster = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
     cluster.validate()
+    targets = tracking.parse_track(track)
     if dry_run:
         p = plan(spec)
         try:
@@ -308,7 +322,7 @@ def run_cmd(
         return
     b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
     out_dir = out or Path("runs") / name
-    with stdout_to_stderr(as_json):
+    with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:
         meta = run_pipeline(
             spec,
             out_dir,
@@ -319,24 +333,15 @@ def run_cmd(
             starts=s_def if starts is None else starts,
             seed=seed,
             command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            log=(lambda m: typer.echo(m, err=True)) if as_json else typer.echo,
+            log=con.say,
+            track=targets,
         )
-    from loopscale.fit.run_report import fitted_points
-
+        for line in tracking.describe(targets, out_dir, f"loopscale-{spec.name}-grid"):
+            con.say(line)
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
     if not as_json:
-        for vname, v in ana.get("variants", {}).items():
-            j = v.get("joint") or {}
-            if "params" in j:
-                ident = v.get("identification") or {}
-                if ident.get("headline"):  # the identification rule decides what the last line may claim
-                    typer.echo(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)})")
-                    continue
-                lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
-                typer.echo(
-                    f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
-                    f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)})"
-                )
+        for line in fit_headlines(ana):
+            typer.echo(line)
     if as_json:
         summary = {
             "out": str(Path(out_dir).resolve()),

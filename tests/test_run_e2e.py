@@ -144,10 +144,23 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     recorded = pa.concat_tables([read_table(store.runs_parts, RUNS_SCHEMA), store.runs()]).to_pylist()
     finished_before = {r["run_id"]: r for r in recorded}
     assert 0 < len(finished_before) < 16
+    # `loopscale status` of the stopped run: what was recorded is done, the rest is pending (nothing running)
+    st = json.loads(_run(["status", str(out), "--json"]).stdout)
+    assert (st["state"], st["stage"]) == ("stopped", "sweep")
+    assert st["runs"]["ok"] + st["runs"]["diverged"] == len(finished_before)
+    assert st["runs"]["running"] == 0 and st["runs"]["pending"] == 16 - len(finished_before)
     p = _run(["run", "--preset", "smoke", "--out", str(out), "--resume"])
     assert p.returncode == 0, p.stderr[-3000:]
     rows = {r["run_id"]: r for r in pq.read_table(out / "runs.parquet").to_pylist()}
     assert len(rows) == 16 and all(r["status"] == "ok" for r in rows.values())
+    # a calm console: stage lines, the displays' summaries and the result; Ray's own output only in OUT/logs
+    shown = (p.stdout + p.stderr).splitlines()
+    assert len(shown) <= 15, p.stdout + p.stderr
+    assert "\x1b" not in p.stdout + p.stderr and "Checkpoint successfully created" not in p.stdout + p.stderr
+    assert "Checkpoint successfully created" in (out / "logs" / "ray.log").read_text()
+    st = json.loads(_run(["status", str(out), "--json"]).stdout)
+    assert (st["state"], st["stage"]) == ("finished", "done") and st["fit"]
+    assert st["runs"] == {"total": 16, "ok": 16, "diverged": 0, "failed": 0, "running": 0, "pending": 0}
     for rid, rec in finished_before.items():
         assert rows[rid]["finished_at"] == rec["finished_at"], "a finished run was trained again"
         assert rows[rid]["final_val_loss"] == rec["final_val_loss"]

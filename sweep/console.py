@@ -1,0 +1,580 @@
+"""The console of the Ray-using commands (``tune-lr``, ``sweep``, ``run``): stage lines, one progress display per
+stage, and Ray's own output kept out of the way.
+
+* :func:`session` opens a command's console. Everything written to the process's stdout and stderr file
+  descriptors while it is open — Ray's and Tune's log lines, the lines Ray forwards from trial processes, Python
+  warnings — goes through a pipe into ``OUT/logs/ray.log`` (escape codes removed). Without ``verbose`` only
+  warnings and errors from it reach the console, one line each, each distinct message once (run ids and numbers
+  do not make a message distinct); with ``verbose`` every line does. The command's own lines
+  (:meth:`Console.say`) go to the terminal the command was started from.
+* Progress displays: :class:`GridView` (runs done/running/pending/failed, tokens/s smoothed over a window, ETA from
+  the planned FLOPs and the measured FLOP rate), :class:`LRView` (trials done/pruned/failed, best LR so far per
+  size), :class:`BootstrapView` (refits done of B). On a terminal they are ``rich`` progress bars; when the
+  output is piped or ``--json`` is given, a view prints a plain line at most every :data:`PLAIN_EVERY_S` seconds
+  and one at its end (no bars, no colour codes).
+* Each view also writes ``OUT/logs/progress.json`` (stage, counts, rate, ETA, pid, host, time) at most every
+  :data:`HEARTBEAT_S` seconds and at its end: ``loopscale status`` reads it to tell a running command from a
+  stopped one.
+
+Tune callbacks run in the driver process; they reach the active display through the module functions
+(:func:`grid_observe`, :func:`lr_trial_finished`), so nothing unpicklable is stored in a callback.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+PLAIN_EVERY_S = 60.0
+"""Seconds between two plain (non-terminal) progress lines of one view."""
+HEARTBEAT_S = 5.0
+"""Seconds between two writes of ``OUT/logs/progress.json``."""
+RATE_WINDOW_S = 60.0
+"""Window over which tokens/s and FLOPs/s are averaged (s)."""
+NOTICE_MAX = 400
+"""Longest notice line (characters)."""
+LOG_NAME = "ray.log"
+PROGRESS_NAME = "progress.json"
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\r")
+_PREFIX = re.compile(r"^\((?:[^()]|\([^()]*\))*?pid=\d+[^)]*\)\s*")  # "(loopscale_grid pid=123, ip=...) "
+_LOGHEAD = re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+\s+")  # "2026-11-30 17:00:00,123\t"
+_LEVEL = re.compile(r"\b(WARNING|ERROR|CRITICAL|FATAL)\b")
+_EXC = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Warning)\b:")
+_PYWARN = re.compile(r": ([A-Z]\w*Warning): ")
+_IDS = re.compile(r"\b[0-9a-f]{8,}\b|\d+")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves) and carriage returns."""
+    return _ANSI.sub("", text)
+
+
+def notice_of(line: str) -> str | None:
+    """The one-line notice a captured output line deserves on the console, or None.
+
+    A line is a notice when it carries a log level WARNING/ERROR/CRITICAL/FATAL, is the last line of a traceback
+    (``SomeError: message``) or a Python warning (``file.py:12: UserWarning: message``). The notice is the line
+    without escape codes, worker prefix (``(trainable pid=..)``) and timestamp, at most :data:`NOTICE_MAX` characters
+    (a longer one keeps its start and its end). Traceback
+    bodies (indented lines) are never notices."""
+    text = strip_ansi(line).rstrip()
+    if not text or text[0].isspace():
+        return None
+    text = _PREFIX.sub("", text)
+    text = _LOGHEAD.sub("", text)
+    m = _PYWARN.search(text)
+    if m:
+        text = text[m.start(1) :]
+    elif not (_LEVEL.search(text) or _EXC.match(text)):
+        return None
+    return (
+        text
+        if len(text) <= NOTICE_MAX
+        else text[: NOTICE_MAX // 2 - 2] + " … " + text[-(NOTICE_MAX // 2 - 1) :]
+    )
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None or s != s or s == float("inf"):
+        return "?"
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+class Console:
+    """Where a command's own lines go: the terminal (or pipe) the command was started from.
+
+    Args:
+        stream: a text stream (the command's original stdout, or stderr with ``--json``).
+        err: where notices (warnings and errors of captured output) go when no progress bar is on screen
+            (default: ``stream``; a session passes the original stderr).
+        interactive: draw progress bars (default: ``stream.isatty()``).
+        verbose: also show every line of Ray's captured output.
+    """
+
+    def __init__(self, stream, *, interactive: bool | None = None, verbose: bool = False, err=None):
+        self.stream = stream
+        self.err = err or stream
+        self.interactive = bool(stream.isatty()) if interactive is None else interactive
+        self.verbose = verbose
+        self.log_path: Path | None = None
+        self._seen: set[str] = set()
+        self._lock = threading.RLock()
+        self._live = None  # the rich Progress on screen, if any
+        self.hidden_notices = 0
+        self.out_dir: Path | None = None
+
+    def say(self, msg: str, *, err: bool = False) -> None:
+        """Print one line (above a progress bar on screen); ``err``: to the error stream."""
+        with self._lock:
+            if self._live is not None:
+                self._live.console.print(msg, markup=False, highlight=False, soft_wrap=True)
+            else:
+                f = self.err if err else self.stream
+                f.write(strip_ansi(msg) + "\n")
+                f.flush()
+
+    def captured_line(self, line: str) -> None:
+        """Handle one line of captured (Ray) output: every line with ``verbose``, else warnings/errors once."""
+        if self.verbose:
+            self.say(strip_ansi(line.rstrip("\n")), err=True)
+            return
+        note = notice_of(line)
+        if note is None:
+            return
+        key = _IDS.sub("#", note)
+        with self._lock:
+            if key in self._seen:
+                self.hidden_notices += 1
+                return
+            self._seen.add(key)
+        self.say(note, err=True)
+
+    def progress(self):
+        """A ``rich.progress.Progress`` drawn on this console (interactive consoles only)."""
+        from rich.console import Console as RichConsole
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Column
+
+        rc = RichConsole(file=self.stream, force_terminal=True, highlight=False)
+        return Progress(
+            TextColumn("{task.fields[stage]:<9}"),
+            BarColumn(bar_width=20),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            # the bar keeps its width on a narrow terminal; the text is cut instead
+            TextColumn(
+                "{task.description}",
+                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=max(rc.width - 48, 12)),
+            ),
+            console=rc,
+            refresh_per_second=4,
+            transient=False,
+            # sys.stdout/sys.stderr stay on the captured descriptors: Ray's prints must not reach the screen
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+
+
+_CURRENT: Console | None = None
+_VIEW = None  # the active progress view (GridView, LRView or BootstrapView)
+
+
+def current() -> Console:
+    """The console of the open :func:`session`, or a plain console on stderr outside one (library use)."""
+    return _CURRENT or Console(sys.stderr, interactive=False)
+
+
+@contextlib.contextmanager
+def _capture(log_path: Path, con: Console) -> Iterator[None]:
+    """Send file descriptors 1 and 2 through a pipe: a reader thread writes each line to ``log_path`` (escape codes
+    removed) and hands it to ``con.captured_line``. The descriptors are restored on exit (also on Ctrl-C)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    r, w = os.pipe()
+    saved = (os.dup(1), os.dup(2))
+    head = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {' '.join(sys.argv)}\n"
+
+    def reader() -> None:
+        log = None  # opened at the first line: a command refused before any output leaves no folder behind
+        buf = b""
+        with os.fdopen(r, "rb", buffering=0) as src:
+            while True:
+                chunk = src.read(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                if log is None and (lines or buf):
+                    log_path.parent.mkdir(parents=True, exist_ok=True)
+                    log = open(log_path, "a", encoding="utf-8", errors="replace")
+                    log.write(head)
+                for raw in lines:
+                    line = raw.decode("utf-8", errors="replace")
+                    log.write(strip_ansi(line) + "\n")
+                    try:
+                        con.captured_line(line)
+                    except Exception:  # the console must never stop the drain (writers would block)
+                        pass
+                if log is not None:
+                    log.flush()
+        if log is not None:
+            if buf:
+                log.write(strip_ansi(buf.decode("utf-8", errors="replace")) + "\n")
+            log.close()
+
+    th = threading.Thread(target=reader, name="loopscale-console-capture", daemon=True)
+    th.start()
+    os.dup2(w, 1)
+    os.dup2(w, 2)
+    os.close(w)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+        # processes Ray started may still hold the pipe; the reader drains it for as long as they live
+        th.join(timeout=2.0)
+
+
+@contextlib.contextmanager
+def session(
+    out_dir: str | Path | None, *, verbose: bool = False, json_mode: bool = False
+) -> Iterator[Console]:
+    """Open the console of one command writing into ``out_dir``.
+
+    Lines of the command (:meth:`Console.say`) go to the original stdout (stderr with ``json_mode``), notices from
+    the captured output to the original stderr; Ray's output goes to ``out_dir/logs/ray.log`` (created at its first
+    line; see the module docstring). With ``out_dir`` None nothing is captured.
+    Progress bars are drawn only when that stream is a terminal and ``json_mode`` is off.
+    """
+    global _CURRENT
+    fd = 2 if json_mode else 1
+    sys.stdout.flush()
+    stream = os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
+    err = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    con = Console(stream, interactive=stream.isatty() and not json_mode, verbose=verbose, err=err)
+    prev = _CURRENT
+    _CURRENT = con
+    try:
+        if out_dir is None:
+            yield con
+        else:
+            con.out_dir = Path(out_dir).resolve()
+            con.log_path = con.out_dir / "logs" / LOG_NAME
+            with _capture(con.log_path, con):
+                yield con
+            if con.hidden_notices and not verbose:
+                con.say(
+                    f"({con.hidden_notices} repeated warnings/errors not shown; all output: {con.log_path})",
+                    err=True,
+                )
+    finally:
+        end_view()
+        _CURRENT = prev
+        stream.close()
+        err.close()
+
+
+# --- progress views ------------------------------------------------------------------------------------------
+
+
+class _View:
+    """A progress display of one stage: a rich bar on a terminal, else a plain line now and then."""
+
+    stage = "?"
+
+    def __init__(self, con: Console, total: int):
+        self.con = con
+        self.total = int(total)
+        self.t0 = time.time()
+        self._plain_last = self.t0
+        self._beat = 0.0
+        self._progress = None
+        self._task = None
+        if con.interactive:
+            self._progress = con.progress()
+            self._task = self._progress.add_task("", total=max(self.total, 1), stage=self.stage)
+            self._progress.start()
+            con._live = self._progress
+
+    def show(self, completed: int, text: str, force: bool = False, short: str | None = None) -> None:
+        """Show ``completed`` of ``total`` with ``text`` (``short``: the text next to a bar, default ``text``)."""
+        now = time.time()
+        if now - self._beat >= HEARTBEAT_S:
+            self._beat = now
+            self.heartbeat()
+        if self._progress is not None:
+            desc = short or text
+            self._progress.update(self._task, completed=completed, total=max(self.total, 1), description=desc)
+            return
+        if force or now - self._plain_last >= PLAIN_EVERY_S:
+            self._plain_last = now
+            self.con.say(f"{self.stage}: {completed}/{self.total} {text}")
+
+    def summary(self) -> str | None:
+        return None
+
+    def state(self) -> dict:
+        """What ``progress.json`` records of this stage (besides the stage, the times, pid and host)."""
+        return {}
+
+    def heartbeat(self, finished: bool = False) -> None:
+        """Write ``OUT/logs/progress.json`` (what ``loopscale status`` shows of a running command)."""
+        out = self.con.out_dir
+        if out is None:
+            return
+        from loopscale.cluster.storage import write_text_atomic
+
+        doc = {
+            "stage": self.stage,
+            "finished": finished,
+            "total": self.total,
+            **self.state(),
+            "started_at": self.t0,
+            "updated_at": time.time(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
+        try:
+            (out / "logs").mkdir(parents=True, exist_ok=True)
+            write_text_atomic(str(out / "logs" / PROGRESS_NAME), json.dumps(doc))
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.heartbeat(finished=True)
+        if self._progress is not None:
+            self._progress.stop()
+            self.con._live = None
+            self._progress = None
+        line = self.summary()
+        if line:
+            self.con.say(line)
+
+
+def runs_of(trial_config: dict | None) -> list[dict]:
+    """The runs (cell dicts, each with its ``run_id``) a grid trial trains: ``config["cells"]`` (an ensemble trial)
+    or ``[config["cell"]]``; [] for anything else."""
+    if not trial_config:
+        return []
+    if "cells" in trial_config:
+        return list(trial_config["cells"] or [])
+    if "cell" in trial_config:
+        return [trial_config["cell"]]
+    return []
+
+
+def planned_flops(cell: dict) -> float:
+    """Training FLOPs a grid cell will spend: ``C = F * D`` (F: training FLOPs/token of the model accounting,
+    paper Sec. 3.2; D: the tokens the trainer will run)."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.model.train import resolve_tokens
+    from loopscale.sweep.spec import Cell
+
+    c = Cell.from_dict(cell)
+    return float(flops_per_token(c.run.model)) * float(resolve_tokens(c.run))
+
+
+class GridView(_View):
+    """Progress of the grid: runs done/running/pending/failed, tokens/s averaged over :data:`RATE_WINDOW_S`, and an
+    ETA = (planned FLOPs of unfinished runs - FLOPs their trials already spent) / measured FLOP rate.
+
+    Processed tokens of a trial are ``members * tokens`` (``members``: runs trained together by an ensemble trial,
+    1 otherwise; ``tokens``: tokens per run so far, as reported)."""
+
+    stage = "grid"
+
+    def __init__(self, con: Console, total: int):
+        super().__init__(con, total)
+        self._flops: dict[str, float] = {}
+        self._seen: dict[str, float] = {}  # trial id -> tokens per member last reported
+        self._spent: dict[str, float] = {}  # trial id -> FLOPs spent by its current attempt
+        self._events: collections.deque = collections.deque()  # (time, tokens, flops)
+        self.counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}
+        self.tokens_per_s: float | None = None
+        self.eta_s: float | None = None
+
+    def _cell_flops(self, cell: dict) -> float:
+        rid = cell.get("run_id", "")
+        if rid not in self._flops:
+            try:
+                self._flops[rid] = planned_flops(cell)
+            except Exception:  # a cell the accounting cannot price: no ETA contribution
+                self._flops[rid] = 0.0
+        return self._flops[rid]
+
+    def _flops_per_token(self, runs: list[dict]) -> float:
+        from loopscale.model.accounting import flops_per_token
+        from loopscale.sweep.spec import Cell
+
+        try:
+            return sum(float(flops_per_token(Cell.from_dict(c).run.model)) for c in runs) / max(len(runs), 1)
+        except Exception:
+            return 0.0
+
+    def observe(self, trials, trial=None, result: dict | None = None) -> None:
+        now = time.time()
+        if trial is not None and result and "tokens" in result and not result.get("replayed"):
+            tok = float(result["tokens"])
+            members = int(result.get("members") or 1)
+            last = self._seen.get(trial.trial_id)
+            delta = tok - last if last is not None and tok >= last else tok
+            self._seen[trial.trial_id] = tok
+            fpt = self._flops_per_token(runs_of(trial.config))
+            self._events.append((now, delta * members, delta * members * fpt))
+            self._spent[trial.trial_id] = tok * members * fpt
+        while self._events and self._events[0][0] < now - RATE_WINDOW_S:
+            self._events.popleft()
+        counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}
+        remaining = 0.0
+        for t in trials:
+            runs = runs_of(t.config)
+            key = {"TERMINATED": "done", "RUNNING": "running", "ERROR": "failed"}.get(t.status, "pending")
+            counts[key] += len(runs)
+            if key in ("running", "pending"):
+                want = sum(self._cell_flops(c) for c in runs)
+                remaining += max(0.0, want - (self._spent.get(t.trial_id, 0.0) if key == "running" else 0.0))
+        self.counts = counts
+        self.total = max(self.total, sum(counts.values()))
+        span = min(RATE_WINDOW_S, now - self.t0)
+        if span >= 1.0:
+            self.tokens_per_s = sum(e[1] for e in self._events) / span
+            fps = sum(e[2] for e in self._events) / span
+            self.eta_s = remaining / fps if fps > 0 else None
+        rate = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s is not None else "?"
+        eta = _fmt_s(self.eta_s) if counts["running"] + counts["pending"] else "0s"
+        tail = f"running {counts['running']} · pending {counts['pending']} · failed {counts['failed']} · "
+        self.show(
+            counts["done"] + counts["failed"],
+            f"done {counts['done']} · {tail}{rate} tokens/s · ETA {eta}",
+            short=f"ETA {eta} · {rate} tok/s · {counts['running']} running · {counts['pending']} pending · "
+            f"{counts['failed']} failed",
+        )
+
+    def state(self) -> dict:
+        return {"counts": self.counts, "tokens_per_s": self.tokens_per_s, "eta_s": self.eta_s}
+
+    def summary(self) -> str:
+        c = self.counts
+        rate = f", {self.tokens_per_s:,.0f} tokens/s" if self.tokens_per_s else ""
+        return (
+            f"grid: {c['done']} runs done, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
+            f"in {_fmt_s(time.time() - self.t0)}{rate}"
+        )
+
+
+class LRView(_View):
+    """Progress of LR tuning: trials done/pruned/failed over all studies and the best LR so far per (size, r).
+
+    Args:
+        studies: {study name: (size, r)} of the studies this command runs.
+        per_study: trials per study (``tune.num_samples``, or the number of ``lr_values``).
+    """
+
+    stage = "tune-lr"
+
+    def __init__(self, con: Console, studies: dict[str, tuple[int, int]], per_study: int):
+        super().__init__(con, len(studies) * per_study)
+        self.studies = studies
+        self.states = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
+        self.best: dict[tuple[int, int], tuple[float, float]] = {}  # (size, r) -> (value, lr)
+
+    def record(self, study_name: str, lr: float, state: str, value: float | None) -> None:
+        self.states[state] = self.states.get(state, 0) + 1
+        key = self.studies.get(study_name)
+        if key is not None and state == "COMPLETE" and value is not None:
+            if key not in self.best or (value, lr) < self.best[key]:
+                self.best[key] = (float(value), float(lr))
+        n = sum(self.states.values())
+        self.show(n, self._text())
+
+    def _text(self) -> str:
+        best = "; ".join(
+            f"size {s} r {r}: lr {lr:.3g} ({v:.3f})" for (s, r), (v, lr) in sorted(self.best.items())
+        )
+        return (
+            f"done {self.states['COMPLETE']} · pruned {self.states['PRUNED']} · failed {self.states['FAIL']}"
+            + (f" · best {best}" if best else "")
+        )
+
+    def summary(self) -> str:
+        return (
+            f"tune-lr: {sum(self.states.values())} trials in {_fmt_s(time.time() - self.t0)}: {self._text()}"
+        )
+
+
+class BootstrapView(_View):
+    """Progress of a bootstrap: refits done of B (one display per bootstrap call of the fit)."""
+
+    stage = "bootstrap"
+
+    def __init__(self, con: Console, total: int = 0):
+        super().__init__(con, total)
+        self.done = 0
+        self.calls: list[int] = []  # refits of each bootstrap call so far
+
+    def step(self, done: int, total: int) -> None:
+        if done == 0 or not self.calls:  # a new bootstrap call started (run_chunks reports (0, total) first)
+            self.calls.append(int(total))
+        self.total, self.done = int(total), int(done)
+        self.show(self.done, "refits")
+
+    def state(self) -> dict:
+        return {"done": self.done}
+
+    def summary(self) -> str | None:
+        if not self.calls:
+            return None
+        n = " + ".join(str(k) for k in self.calls)
+        return f"bootstrap: {sum(self.calls)} refits ({n}) in {_fmt_s(time.time() - self.t0)}"
+
+
+def start_view(view: _View) -> _View:
+    """Make ``view`` the active display (closing the previous one)."""
+    global _VIEW
+    end_view()
+    _VIEW = view
+    return view
+
+
+def end_view() -> None:
+    """Close the active display (its summary line is printed)."""
+    global _VIEW
+    v, _VIEW = _VIEW, None
+    if v is not None:
+        v.close()
+
+
+@contextlib.contextmanager
+def ending_view() -> Iterator[None]:
+    """Close the active display when the block ends (also on an error)."""
+    try:
+        yield
+    finally:
+        end_view()
+
+
+def grid_observe(trials, trial=None, result: dict | None = None) -> None:
+    """Update the grid display from a Tune callback (starts one when none is active)."""
+    v = _VIEW
+    if not isinstance(v, GridView):
+        total = sum(len(runs_of(t.config)) for t in trials)
+        v = start_view(GridView(current(), total))
+    v.observe(trials, trial, result)
+
+
+def lr_trial_finished(study_name: str, lr: float, state: str, value: float | None) -> None:
+    """Record one finished LR trial on the active LR display (no-op without one)."""
+    if isinstance(_VIEW, LRView):
+        _VIEW.record(study_name, lr, state, value)
+
+
+@contextlib.contextmanager
+def bootstrap_view() -> Iterator[None]:
+    """Show bootstrap progress (refits done of B) while the block runs (``loopscale.fit.bootstrapping`` reports
+    it through :func:`loopscale.fit.bootstrapping.progress_listener`)."""
+    from loopscale.fit.bootstrapping import progress_listener
+
+    view = start_view(BootstrapView(current()))
+    with progress_listener(view.step):
+        try:
+            yield
+        finally:
+            end_view()

@@ -1,0 +1,255 @@
+"""Experiment tracking through Ray Tune's own logger callbacks (``--track`` on ``tune-lr``, ``sweep`` and ``run``).
+
+``--track`` takes ``tensorboard``, ``mlflow[:URI]`` or ``wandb[:PROJECT]`` and may be repeated. Each target is one of
+Ray 2.60's logger callbacks, added to the experiment's ``RunConfig.callbacks``:
+
+* ``tensorboard`` -> ``ray.tune.logger.TBXLoggerCallback`` (needs ``tensorboardX``), writing one event file per trial
+  under ``OUT/tensorboard/<experiment>/<trial name>/`` instead of Tune's trial folder (which lives in Ray's temporary
+  session folder and is gone after the run);
+* ``mlflow[:URI]`` -> ``ray.air.integrations.mlflow.MLflowLoggerCallback`` (needs ``mlflow`` or ``mlflow-skinny``);
+  default URI: ``MLFLOW_TRACKING_URI``, else ``file:OUT/mlruns``. MLflow 3 refuses its file store unless
+  ``MLFLOW_ALLOW_FILE_STORE=true``; asking for a ``file:`` URI sets that for this process;
+* ``wandb[:PROJECT]`` -> ``ray.air.integrations.wandb.WandbLoggerCallback`` (needs ``wandb``; default project
+  ``loopscale``; the API key comes from ``WANDB_API_KEY`` or ``wandb login``, ``WANDB_MODE=offline`` logs locally).
+
+What is logged, per Tune trial: at every report the training step (Tune's ``timesteps_total``, the x axis),
+``train_loss`` and ``val_loss`` (nats/token), ``lr``, ``tokens`` and ``tokens_per_s`` (``members * tokens /
+time_total_s``, the trial's rate); the final report adds ``final_val_loss``. A seed-ensemble trial (several runs
+that differ only in their seed) is one tracked run whose per-run metrics carry the member's seed
+(``train_loss/seed3``); its parameters list every run id and seed.
+The parameters of an MLflow run are the run's defining fields (:func:`run_params`: run id, variant, r, size,
+seed, lr, D or budget, the architecture). The packages are the ``track`` extra: ``pip install 'loopscale[track]'``.
+
+On ``--resume`` a restored Tune experiment keeps the callbacks it was started with (Tune stores them with the
+experiment); cells run in a new experiment get the ``--track`` of the current command.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
+"""Tracking kind -> the Python module its Ray callback needs."""
+INSTALL_HINT = "pip install 'loopscale[track]'"
+METRICS = ("train_loss", "val_loss", "lr", "tokens", "tokens_per_s", "final_val_loss")
+"""Metrics sent to the trackers (besides the step)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ``--track`` value. kind: tensorboard | mlflow | wandb; arg: the MLflow URI or W&B project ('' = default)."""
+
+    kind: str
+    arg: str = ""
+
+
+def parse_track(values) -> tuple[Target, ...]:
+    """Parse and check ``--track`` values (strings, or :class:`Target` s already parsed) before any compute.
+
+    Raises:
+        ValueError: an unknown kind (the message lists the valid forms), an argument on ``tensorboard``, or the
+            package the kind needs is not installed (the message says how to install it).
+    """
+    out: list[Target] = []
+    for v in values or ():
+        if isinstance(v, Target):
+            v = f"{v.kind}:{v.arg}" if v.arg else v.kind
+        kind, _, arg = str(v).strip().partition(":")
+        kind = kind.lower()
+        if kind not in KINDS:
+            raise ValueError(
+                f"--track {v!r}: use tensorboard, mlflow[:URI] (e.g. mlflow:file:runs/x/mlruns) or "
+                "wandb[:PROJECT]"
+            )
+        if kind == "tensorboard" and arg:
+            raise ValueError(f"--track {v!r}: tensorboard takes no argument (the logs go to OUT/tensorboard)")
+        mod = KINDS[kind]
+        if importlib.util.find_spec(mod) is None:
+            raise ValueError(
+                f"--track {kind} needs the {mod} package, which is not installed: {INSTALL_HINT} "
+                f"(or pip install {mod}); nothing was run"
+            )
+        t = Target(kind, arg)
+        if t not in out:
+            out.append(t)
+    return tuple(out)
+
+
+def tensorboard_dir(out_dir: str | Path) -> Path:
+    """Where ``--track tensorboard`` writes: ``OUT/tensorboard``."""
+    return Path(out_dir).resolve() / "tensorboard"
+
+
+def mlflow_uri(target: Target, out_dir: str | Path) -> str:
+    """The MLflow tracking URI of ``target``: its argument (a relative ``file:`` path made absolute), else
+    ``MLFLOW_TRACKING_URI``, else ``file:OUT/mlruns``."""
+    uri = target.arg or os.environ.get("MLFLOW_TRACKING_URI") or f"file:{Path(out_dir).resolve() / 'mlruns'}"
+    if uri.startswith("file:") and not uri.startswith("file://"):
+        uri = "file:" + str(Path(uri[len("file:") :]).resolve())
+    elif "://" not in uri and ":" not in uri.split("/", 1)[0]:  # a plain path
+        uri = "file:" + str(Path(uri).resolve())
+    return uri
+
+
+def run_params(trial_config: dict) -> dict:
+    """The defining fields of the run(s) of a Tune trial (grid: ``config["cell"]``/``config["cells"]``; LR
+    study: ``config["base"]`` plus ``config["lr"]``), flat, as tracker parameters."""
+    from loopscale.sweep.console import runs_of
+
+    runs = runs_of(trial_config) or ([trial_config["base"]] if "base" in (trial_config or {}) else [])
+    if not runs:
+        return {}
+    c = runs[0]
+    run, model = c.get("run") or {}, (c.get("run") or {}).get("model") or {}
+    p = {
+        "run_id": ",".join(str(x.get("run_id")) for x in runs if x.get("run_id")) or None,
+        "variant": c.get("variant"),
+        "r": c.get("r", model.get("r")),
+        "size": c.get("size"),
+        "budget": c.get("budget"),
+        "seed": ",".join(str((x.get("run") or {}).get("seed")) for x in runs),
+        "lr": trial_config.get("lr", run.get("lr")),
+        "D": run.get("tokens"),
+        "optimizer": run.get("optimizer"),
+        "batch_tokens": run.get("batch_tokens"),
+    }
+    for k in (
+        "d_model",
+        "n_prelude",
+        "n_recur_block",
+        "n_coda",
+        "bptt_k",
+        "injection",
+        "seq_len",
+        "vocab_size",
+    ):
+        p[k] = model.get(k)
+    return {k: v for k, v in p.items() if v is not None}
+
+
+def _member_suffix(trial_config: dict, result: dict) -> str:
+    """``/seed<k>`` for a result of one member of a seed-ensemble trial (its ``seed``, or the seed of the run its
+    ``run_id`` names), so that every run of the ensemble keeps its own curve; ``""`` for a single-run trial."""
+    from loopscale.sweep.console import runs_of
+
+    runs = runs_of(trial_config)
+    if len(runs) < 2:
+        return ""
+    seed = result.get("seed")
+    if seed is None and result.get("run_id"):
+        seed = next(
+            ((c.get("run") or {}).get("seed") for c in runs if c.get("run_id") == result["run_id"]), None
+        )
+    return "" if seed is None else f"/seed{int(seed)}"
+
+
+def _metrics_mixin():
+    from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
+
+    class TrackedMetrics:
+        """Reduce a Tune result to :data:`METRICS` with the training step as ``timesteps_total`` before the Ray
+        logger callback it is mixed into writes it."""
+
+        def _tracked(self, trial, result: dict) -> dict:
+            steps = self.__dict__.setdefault("_last_step", {})
+            step = result.get("step")
+            if step is None:
+                step = steps.get(trial.trial_id, 0)
+            steps[trial.trial_id] = int(step)
+            suffix = _member_suffix(trial.config, result)
+            out = {k + suffix: float(result[k]) for k in METRICS if isinstance(result.get(k), int | float)}
+            t = result.get("time_total_s")
+            if isinstance(result.get("tokens"), int | float) and t:  # the trial's rate: all its members
+                out["tokens_per_s"] = int(result.get("members") or 1) * float(result["tokens"]) / float(t)
+            out[TIMESTEPS_TOTAL] = int(step)
+            out[TRAINING_ITERATION] = result.get(TRAINING_ITERATION, 0)
+            return out
+
+        def log_trial_result(self, iteration, trial, result):
+            super().log_trial_result(iteration, trial, self._tracked(trial, result))
+
+    return TrackedMetrics
+
+
+def callbacks(targets: tuple[Target, ...], out_dir: str | Path, experiment: str, group: str) -> list:
+    """The Ray Tune logger callbacks of ``targets`` for one Tune experiment (``experiment``: its name, the
+    TensorBoard subfolder; ``group``: the MLflow experiment / W&B group, e.g. ``loopscale-smoke-grid``)."""
+    if not targets:
+        return []
+    mixin = _metrics_mixin()
+    cbs = []
+    for t in targets:
+        if t.kind == "tensorboard":
+            cbs.append(_tbx_cls(mixin)(tensorboard_dir(out_dir) / experiment))
+        elif t.kind == "mlflow":
+            uri = mlflow_uri(t, out_dir)
+            if uri.startswith("file:"):
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # asked for explicitly
+            cbs.append(
+                _mlflow_cls(mixin)(tracking_uri=uri, experiment_name=group, tags={"loopscale": experiment})
+            )
+        else:
+            from ray.air.integrations.wandb import WandbLoggerCallback
+
+            cls = type("LoopscaleWandb", (mixin, WandbLoggerCallback), {})
+            cbs.append(cls(project=t.arg or "loopscale", group=group))
+    return cbs
+
+
+def _tbx_cls(mixin):
+    from ray.tune.logger import TBXLoggerCallback
+
+    class LoopscaleTBX(mixin, TBXLoggerCallback):
+        """``TBXLoggerCallback`` writing each trial's events to ``logdir/<trial name>`` (under OUT)."""
+
+        def __init__(self, logdir: Path):
+            super().__init__()
+            self.logdir = Path(logdir)
+
+        def log_trial_start(self, trial):
+            if trial in self._trial_writer:
+                self._trial_writer[trial].close()
+            path = self.logdir / str(trial)
+            path.mkdir(parents=True, exist_ok=True)
+            self._trial_writer[trial] = self._summary_writer_cls(str(path), flush_secs=30)
+            self._trial_result[trial] = {}
+
+        def _try_log_hparams(self, trial, result):
+            return None  # hparams of nested cell configs are not meaningful in TensorBoard's HParams tab
+
+    return LoopscaleTBX
+
+
+def _mlflow_cls(mixin):
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+    class LoopscaleMLflow(mixin, MLflowLoggerCallback):
+        """``MLflowLoggerCallback`` whose runs are named after the trial and carry :func:`run_params`."""
+
+        def log_trial_start(self, trial):
+            if trial not in self._trial_runs:
+                tags = {**self.tags, "trial_name": str(trial)}
+                run = self.mlflow_util.start_run(tags=tags, run_name=str(trial))
+                self._trial_runs[trial] = run.info.run_id
+            self.mlflow_util.log_params(
+                run_id=self._trial_runs[trial], params_to_log=run_params(trial.config)
+            )
+
+    return LoopscaleMLflow
+
+
+def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str) -> list[str]:
+    """One line per target saying where its results are (printed at the end of a command)."""
+    lines = []
+    for t in targets:
+        if t.kind == "tensorboard":
+            d = tensorboard_dir(out_dir)
+            lines.append(f"TensorBoard logs: {d} (view: tensorboard --logdir {d})")
+        elif t.kind == "mlflow":
+            lines.append(f"MLflow: experiment {group!r} at {mlflow_uri(t, out_dir)}")
+        else:
+            lines.append(f"W&B: project {t.arg or 'loopscale'}, group {group!r}")
+    return lines

@@ -1,0 +1,174 @@
+"""The console: captured Ray output, one-line notices, progress views (no Ray started here)."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from loopscale.sweep import console
+from loopscale.sweep.presets import preset_spec
+
+
+@pytest.mark.parametrize(
+    ("line", "note"),
+    [
+        (
+            "2026-11-30 17:08:56,037\tWARNING authentication_token_setup.py:85 -- Token auth is on.",
+            "WARNING authentication_token_setup.py:85 -- Token auth is on.",
+        ),
+        (
+            "\x1b[36m(grid_trainable pid=23756)\x1b[0m ValueError: lr must be > 0",
+            "ValueError: lr must be > 0",
+        ),
+        ("/x/y.py:12: UserWarning: something odd", "UserWarning: something odd"),
+        ("(grid_trainable pid=1, ip=10.0.0.1) Checkpoint successfully created at: Checkpoint(...)", None),
+        ("2026-11-30 17:09:05,207\tINFO worker.py:2038 -- Started a local Ray instance.", None),
+        ('  File "x.py", line 3, in f: raise ValueError("no")', None),
+    ],
+)
+def test_notice_of(line, note):
+    assert console.notice_of(line) == note
+
+
+def test_session_captures_fds_into_the_log_and_shows_each_warning_once(tmp_path, capfd):
+    with console.session(tmp_path, json_mode=False) as con:
+        assert not con.interactive  # pytest's capture is not a terminal
+        os.write(1, b"\x1b[32m(trainable pid=7)\x1b[0m Checkpoint successfully created\n")
+        os.write(2, b"2026-01-01 00:00:00,000\tWARNING tune.py:1 -- slow sync of run 0123456789abcdef\n")
+        os.write(2, b"2026-01-01 00:00:01,000\tWARNING tune.py:1 -- slow sync of run fedcba9876543210\n")
+        print("plain print to sys.stdout", file=sys.__stdout__, flush=True)  # pytest swaps sys.stdout
+        con.say("[2/4] sweep: a stage line")
+    cap = capfd.readouterr()
+    log = (tmp_path / "logs" / "ray.log").read_text()
+    assert "Checkpoint successfully created" in log and "plain print to sys.stdout" in log
+    assert "\x1b" not in log and log.count("slow sync of run") == 2
+    assert cap.out == "[2/4] sweep: a stage line\n"  # the command's own lines on stdout, nothing of Ray's
+    # notices on stderr, each distinct one once (run ids and numbers do not make a message distinct)
+    assert cap.err.splitlines()[0] == "WARNING tune.py:1 -- slow sync of run 0123456789abcdef"
+    assert "fedcba9876543210" not in cap.err and "Checkpoint" not in cap.err and "plain print" not in cap.err
+    assert "1 repeated warnings/errors not shown" in cap.err and "\x1b" not in cap.err
+    # the file descriptors are restored
+    os.write(1, b"after\n")
+    assert capfd.readouterr().out == "after\n"
+
+
+def test_verbose_session_shows_everything_without_escape_codes(tmp_path, capfd):
+    with console.session(tmp_path, verbose=True):
+        os.write(1, b"\x1b[36m(pid=3)\x1b[0m Checkpoint successfully created\n")
+    shown = capfd.readouterr().err
+    assert "(pid=3) Checkpoint successfully created" in shown and "\x1b" not in shown
+
+
+def test_json_session_writes_its_lines_to_stderr(tmp_path, capfd):
+    with console.session(tmp_path, json_mode=True) as con:
+        con.say("stage line")
+    cap = capfd.readouterr()
+    assert cap.out == "" and "stage line" in cap.err
+    assert not (tmp_path / "logs").exists()  # nothing was captured: no log folder
+
+
+def test_runs_of_accepts_single_cells_and_ensembles():
+    a, b = {"run_id": "a"}, {"run_id": "b"}
+    assert console.runs_of({"cell": a}) == [a]
+    assert console.runs_of({"cells": [a, b]}) == [a, b]
+    assert console.runs_of({"lr": 0.1}) == [] and console.runs_of(None) == []
+
+
+def _cells(n):
+    out = []
+    for c in preset_spec("smoke").cells()[:n]:
+        d = c.to_dict()
+        d["run_id"] = c.run_id
+        out.append(d)
+    return out
+
+
+def test_grid_view_counts_rate_and_eta(monkeypatch):
+    """Counts by trial status (an ensemble trial counts its members), tokens/s over the window from the token
+    deltas (members x tokens), ETA = remaining planned FLOPs / FLOP rate; plain lines carry no escape codes."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.sweep.spec import Cell
+
+    clock = [1000.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    cells = _cells(4)
+    buf = io.StringIO()
+    con = console.Console(buf, interactive=False)
+    view = console.GridView(con, total=4)
+    ens = SimpleNamespace(trial_id="t1", status="RUNNING", config={"cells": cells[:2]})
+    one = SimpleNamespace(trial_id="t2", status="PENDING", config={"cell": cells[2]})
+    done = SimpleNamespace(trial_id="t3", status="TERMINATED", config={"cell": cells[3]})
+    trials = [ens, one, done]
+    clock[0] += 10
+    view.observe(trials, ens, {"tokens": 512, "members": 2})
+    clock[0] += 10
+    view.observe(trials, ens, {"tokens": 1024, "members": 2})
+    assert view.counts == {"done": 1, "running": 2, "pending": 1, "failed": 0}
+    assert view.tokens_per_s == pytest.approx(2 * 1024 / 20)
+    # FLOPs/token of an ensemble trial: the mean over its members (seed ensembles share one model)
+    fpt = sum(float(flops_per_token(Cell.from_dict(c).run.model)) for c in cells[:2]) / 2
+    spent = 2 * 1024 * fpt
+    remaining = sum(console.planned_flops(c) for c in cells[:3]) - spent
+    assert view.eta_s == pytest.approx(remaining / (spent / 20), rel=1e-6)
+    clock[0] += console.PLAIN_EVERY_S
+    view.observe(trials)
+    view.close()
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("grid: 1/4 done 1 · running 2 · pending 1 · failed 0")
+    assert lines[-1].startswith("grid: 1 runs done, 0 failed, 3 unfinished")
+    assert "\x1b" not in buf.getvalue()
+
+
+def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    view = console.GridView(console.Console(io.StringIO(), interactive=False), total=1)
+    t = SimpleNamespace(trial_id="t", status="RUNNING", config={"cell": _cells(1)[0]})
+    for tok in (1000, 2000, 500):  # a restart from an earlier checkpoint: 500 new tokens
+        clock[0] += 5
+        view.observe([t], t, {"tokens": tok})
+    assert view.tokens_per_s == pytest.approx((1000 + 1000 + 500) / 15)
+
+
+def test_lr_view_best_lr_per_size_and_counts():
+    buf = io.StringIO()
+    view = console.LRView(console.Console(buf, interactive=False), {"s_size16_r1": (16, 1)}, per_study=3)
+    view.record("s_size16_r1", 0.01, "COMPLETE", 3.2)
+    view.record("s_size16_r1", 0.03, "COMPLETE", 3.1)
+    view.record("s_size16_r1", 0.1, "PRUNED", None)
+    assert view.best == {(16, 1): (3.1, 0.03)} and view.states == {"COMPLETE": 2, "PRUNED": 1, "FAIL": 0}
+    view.close()
+    assert "done 2 · pruned 1 · failed 0 · best size 16 r 1: lr 0.03 (3.100)" in buf.getvalue()
+
+
+def test_bootstrap_view_follows_run_chunks(monkeypatch):
+    """run_chunks (serial) reports refits through the listener; the view sums the refits of each call."""
+    from loopscale.fit import bootstrapping
+
+    monkeypatch.setattr(bootstrapping, "_refit_chunk", lambda shared, ks, W: {"n": len(ks)})
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+    with console.bootstrap_view():
+        bootstrapping.run_chunks({}, [([0, 1, 2], None), ([3, 4], None)], 1, None)
+        bootstrapping.run_chunks({}, [([0], None)], 1, None)
+        assert console._VIEW.done == 1
+    assert buf.getvalue().startswith("bootstrap: 6 refits (5 + 1)")
+    assert console._VIEW is None
+
+
+def test_session_restores_descriptors_on_interrupt(tmp_path, capfd):
+    with pytest.raises(KeyboardInterrupt), console.session(tmp_path):
+        raise KeyboardInterrupt
+    sys.__stdout__.write("visible\n")
+    sys.__stdout__.flush()
+    assert "visible" in capfd.readouterr().out
+
+
+def test_a_long_notice_keeps_its_start_and_end():
+    note = console.notice_of("x.py:1: UserWarning: " + "p" * 900 + " was moved aside")
+    assert len(note) <= console.NOTICE_MAX and note.startswith("UserWarning: ppp")
+    assert note.endswith("was moved aside") and " … " in note

@@ -1,0 +1,138 @@
+"""`loopscale status`: counts, failures, stage and state from a run directory's files (no Ray, no training)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from loopscale.sweep.presets import preset_spec
+from loopscale.sweep.spec import spec_to_yaml
+from loopscale.sweep.status import collect_status, fit_headlines, format_status
+from loopscale.sweep.store import ResultsStore, failed_record, run_record
+
+
+@pytest.fixture
+def half_done(tmp_path):
+    """A smoke run directory: spec.yaml, 5 ok runs (2 consolidated, 3 in parts), 1 diverged, 2 failed, 8 untouched."""
+    spec = preset_spec("smoke")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    cells = spec.cells()
+    store = ResultsStore(out)
+    for c in cells[:2]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time() - 60))
+    store.consolidate()
+    for c in cells[2:5]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    store.write_run(run_record(cells[5], {"status": "diverged"}))
+    store.write_run(
+        failed_record(cells[6], "Traceback ...\nRuntimeError: out of memory in run 0123456789abcdef")
+    )
+    store.write_run(failed_record(cells[7], "RuntimeError: out of memory in run fedcba9876543210"))
+    (out / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 125.0}}))
+    return out, cells
+
+
+def test_stopped_sweep_counts_every_planned_run_once(half_done):
+    out, cells = half_done
+    st = collect_status(out)
+    assert st["spec"] == "smoke" and st["state"] == "stopped" and st["stage"] == "sweep"
+    assert st["runs"] == {"total": 16, "ok": 5, "diverged": 1, "failed": 2, "running": 0, "pending": 8}
+    assert sorted(f["run_id"] for f in st["failures"]) == sorted(c.run_id for c in cells[6:8])
+    # run ids blanked: the same failure of two runs reads the same
+    assert {f["error"] for f in st["failures"]} == {"RuntimeError: out of memory in run …"}
+    assert st["time"]["total_s"] == 125.0 and st["progress"] is None
+    text = "\n".join(format_status(st))
+    assert "failed (2): RuntimeError: out of memory" in text and "5 ok, 1 diverged, 2 failed" in text
+
+
+def test_a_newer_record_replaces_a_failed_one(half_done):
+    """A failed cell retried later (newer finished_at) counts once, with its new status."""
+    out, cells = half_done
+    ResultsStore(out).write_run(run_record(cells[6], {"status": "ok"}, finished_at=time.time() + 5))
+    st = collect_status(out)
+    assert st["runs"]["ok"] == 6 and st["runs"]["failed"] == 1 and st["runs"]["pending"] == 8
+
+
+def test_live_progress_file_makes_it_running_with_eta(half_done):
+    """A progress file written by a live process (this one) shows the stage, throughput and ETA."""
+    out, _ = half_done
+    (out / "logs").mkdir()
+    now = time.time()
+    doc = {
+        "stage": "grid",
+        "finished": False,
+        "counts": {"done": 8, "running": 2, "pending": 6, "failed": 0},
+        "tokens_per_s": 1234.0,
+        "eta_s": 90.0,
+        "started_at": now - 30,
+        "updated_at": now,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
+    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    st = collect_status(out)
+    assert (st["state"], st["stage"]) == ("running", "sweep")
+    assert st["time"]["eta_s"] == 90.0 and 29 <= st["time"]["running_stage_s"] < 60
+    assert any("1,234 tokens/s" in ln for ln in format_status(st))
+    doc["finished"] = True  # the command closed its display: no longer running
+    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    assert collect_status(out)["state"] == "stopped"
+
+
+def test_running_lr_tuning_shows_trials_and_best_lr(half_done):
+    out, _ = half_done
+    (out / "logs").mkdir()
+    now = time.time()
+    doc = {
+        "stage": "tune-lr",
+        "finished": False,
+        "total": 12,
+        "trials": {"COMPLETE": 3, "PRUNED": 2, "FAIL": 1},
+        "best": [[16, 1, 0.02, 3.25]],
+        "started_at": now - 5,
+        "updated_at": now,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
+    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    st = collect_status(out)
+    assert (st["state"], st["stage"]) == ("running", "tune-lr")
+    assert (
+        "LR trials: 6 of 12 (2 pruned, 1 failed); best so far size 16 r 1: lr 0.02 (3.250)"
+        in format_status(st)
+    )
+
+
+def test_fit_headline_is_the_one_run_prints():
+    ana = {
+        "variants": {
+            "baseline": {"joint": {"params": {"phi": 0.5}, "ci": {"phi": [0.25, 0.75]}, "r2": 0.99, "n": 16}},
+            "other": {
+                "joint": {"params": {"phi": 0.1}, "r2": 0.9, "n": 8},
+                "identification": {"headline": "H"},
+            },
+            "skipped": {"joint": {"outcome": "single_r"}},
+        }
+    }
+    assert fit_headlines(ana) == [
+        "baseline: phi = 0.500, 95 % CI [0.250, 0.750], R^2 = 0.9900 (16 runs)",
+        "other: H; R^2 = 0.9000 (8 runs)",
+    ]
+
+
+def test_status_cli_json_and_missing_dir(half_done, tmp_path):
+    out, _ = half_done
+    cmd = [sys.executable, "-m", "loopscale.sweep.cli", "status"]
+    p = subprocess.run(cmd + [str(out), "--json"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["runs"]["pending"] == 8
+    p = subprocess.run(cmd + [str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "is not a directory" in p.stderr

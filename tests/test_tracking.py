@@ -1,0 +1,180 @@
+"""--track: parsing and checks before compute, and the smoke grid tracked into a real MLflow file store and
+TensorBoard event files through Ray Tune's logger callbacks."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopscale.sweep import tracking
+from loopscale.sweep.presets import preset_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+HAVE_TRACK = all(importlib.util.find_spec(m) for m in ("tensorboardX", "tensorboard", "mlflow"))
+
+
+def test_parse_track_forms():
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+    got = tracking.parse_track(["tensorboard", "mlflow", "MLflow:file:/x/mlruns", "tensorboard"])
+    assert got == (
+        tracking.Target("tensorboard"),
+        tracking.Target("mlflow"),
+        tracking.Target("mlflow", "file:/x/mlruns"),
+    )
+    assert tracking.parse_track(got) == got and tracking.parse_track(None) == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "msg"),
+    [("neptune", "use tensorboard, mlflow[:URI]"), ("tensorboard:/x", "takes no argument")],
+)
+def test_parse_track_refuses_bad_values(value, msg):
+    with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        tracking.parse_track([value])
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None if m == "wandb" else real(m, *a))
+    with pytest.raises(ValueError, match=r"needs the wandb package.*pip install 'loopscale\[track\]'"):
+        tracking.parse_track(["wandb:proj"])
+
+
+def test_mlflow_uri_defaults_and_relative_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "out"
+    assert tracking.mlflow_uri(tracking.Target("mlflow"), out) == f"file:{out / 'mlruns'}"
+    assert (
+        tracking.mlflow_uri(tracking.Target("mlflow", "file:rel/mlruns"), out)
+        == f"file:{tmp_path / 'rel/mlruns'}"
+    )
+    assert tracking.mlflow_uri(tracking.Target("mlflow", "http://host:5000"), out) == "http://host:5000"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env:5000")
+    assert tracking.mlflow_uri(tracking.Target("mlflow"), out) == "http://env:5000"
+
+
+def test_run_params_are_the_defining_fields():
+    c = preset_spec("smoke").cells()[3]
+    d = {**c.to_dict(), "run_id": c.run_id}
+    p = tracking.run_params({"cell": d, "storage": "/x"})
+    assert p["run_id"] == c.run_id and p["r"] == c.r and p["size"] == c.size and p["D"] == c.run.tokens
+    assert p["lr"] == c.run.lr and p["d_model"] == c.run.model.d_model and "storage" not in p
+    two = tracking.run_params({"cells": [d, {**d, "run_id": "x"}]})
+    assert two["run_id"] == f"{c.run_id},x"
+
+
+def test_bad_track_is_refused_before_any_compute(tmp_path):
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "loopscale.sweep.cli", "sweep", str(ROOT / "configs" / "smoke.yaml")]
+        + ["--out", str(out), "--track", "comet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "--track 'comet'" in p.stderr
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def tracked_smoke(tmp_path_factory):
+    """The smoke grid swept once with --track tensorboard and --track mlflow:file:OUT/mlruns."""
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+    from loopscale.sweep import run_sweep
+
+    out = tmp_path_factory.mktemp("tracked") / "run"
+    run_sweep(
+        preset_spec("smoke"),
+        out,
+        num_cpus=2,
+        quiet=True,
+        track=["tensorboard", f"mlflow:file:{out / 'mlruns'}"],
+    )
+    return out, preset_spec("smoke").cells()
+
+
+def test_every_smoke_run_is_in_mlflow_with_params_and_step_metrics(tracked_smoke):
+    import mlflow
+
+    out, cells = tracked_smoke
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = mlflow.tracking.MlflowClient(f"file:{out / 'mlruns'}")
+    exp = client.get_experiment_by_name("loopscale-smoke-grid")
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    by_id = {r.data.params["run_id"]: r for r in runs}
+    assert set(by_id) == {c.run_id for c in cells} and len(runs) == len(cells)
+    for c in cells:
+        run = by_id[c.run_id]
+        assert run.info.status == "FINISHED" and run.info.run_name == f"run_{c.run_id}"
+        assert int(run.data.params["r"]) == c.r and int(run.data.params["D"]) == c.run.tokens
+        hist = client.get_metric_history(run.info.run_id, "train_loss")
+        steps = [m.step for m in hist]
+        # one point per report, on the training step: the trainer reports every 4 steps (checkpoint_every_steps)
+        assert steps == sorted(steps) and len(set(steps)) >= 2 and steps[-1] == c.run.tokens // 256
+        assert {"val_loss", "lr", "tokens_per_s", "final_val_loss"} <= set(run.data.metrics)
+        assert run.data.metrics["tokens_per_s"] > 0
+
+
+def test_tensorboard_events_are_under_out_and_readable(tracked_smoke):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, cells = tracked_smoke
+    dirs = sorted((out / "tensorboard").glob("grid_smoke_*/run_*"))
+    assert {d.name for d in dirs} == {f"run_{c.run_id}" for c in cells}
+    ea = EventAccumulator(str(dirs[0]))
+    ea.Reload()
+    assert {"ray/tune/train_loss", "ray/tune/val_loss", "ray/tune/lr", "ray/tune/tokens_per_s"} <= set(
+        ea.Tags()["scalars"]
+    )
+    losses = ea.Scalars("ray/tune/train_loss")
+    assert len(losses) >= 2 and all(0 < e.value < 10 for e in losses)
+
+
+def test_status_of_a_sweep_folder_reads_tunes_experiment(tracked_smoke):
+    """A `sweep` folder has no spec.yaml: status takes the spec name and the runs from Tune's experiment."""
+    from loopscale.sweep.status import collect_status
+
+    out, cells = tracked_smoke
+    st = collect_status(out)
+    assert (st["spec"], st["state"], st["stage"]) == ("smoke", "finished", "done")
+    assert st["runs"]["total"] == st["runs"]["ok"] == len(cells)
+    assert st["tune"]["experiment"].startswith("grid_smoke_") and st["tune"]["trials"] == {"TERMINATED": 16}
+
+
+def test_tracked_metrics_keep_each_ensemble_member_apart():
+    """A seed-ensemble trial reports each member's events with its seed, and each run's final report with its run
+    id: both become per-seed metric keys; the trial's tokens/s counts every member; the step is the x axis."""
+    base = preset_spec("smoke").cells()[0]
+    cells = [{**base.to_dict(), "run_id": f"r{k}"} for k in range(2)]
+    for k, c in enumerate(cells):
+        c["run"] = {**c["run"], "seed": 10 + k}
+
+    class Sink:
+        def log_trial_result(self, iteration, trial, result):
+            self.got = result
+
+    logger = type("Tracked", (tracking._metrics_mixin(), Sink), {})()
+    trial = type("Trial", (), {"trial_id": "t", "config": {"cells": cells}})()
+    ev = {"step": 8, "tokens": 2048, "train_loss": 3.5, "lr": 0.01, "member": 1, "seed": 11, "members": 2}
+    logger.log_trial_result(1, trial, {**ev, "time_total_s": 4.0, "training_iteration": 3})
+    assert logger.got == {
+        "train_loss/seed11": 3.5,
+        "lr/seed11": 0.01,
+        "tokens/seed11": 2048.0,
+        "tokens_per_s": 2 * 2048 / 4.0,
+        "timesteps_total": 8,
+        "training_iteration": 3,
+    }
+    logger.log_trial_result(2, trial, {"run_id": "r0", "final_val_loss": 3.1, "training_iteration": 4})
+    assert logger.got == {"final_val_loss/seed10": 3.1, "timesteps_total": 8, "training_iteration": 4}
+    single = type("Trial", (), {"trial_id": "u", "config": {"cells": cells[:1]}})()
+    logger.log_trial_result(1, single, {"step": 4, "val_loss": 3.9, "training_iteration": 1})
+    assert logger.got == {"val_loss": 3.9, "timesteps_total": 4, "training_iteration": 1}
