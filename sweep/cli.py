@@ -23,9 +23,8 @@ def _register() -> None:
     from loopscale.fit import run_report
     from loopscale.model import cli as model_cli
     from loopscale.sweep import commands as sweep_cmds
-    from loopscale.sweep import design_cmd
+    from loopscale.sweep import design_cmd, status
     from loopscale.sweep import run as run_pipeline
-    from loopscale.sweep import status
 
     model_app = typer.Typer(no_args_is_help=True, help="Inspect looped model configurations.")
     model_app.command("info")(present_errors(model_cli.info_cmd))

@@ -35,8 +35,8 @@ def test_cpu_preset_is_the_ladder_design_with_seeds():
     """cpu: r in {1,2,4,8} plus a plain-depth ladder at one width and one D, 16 seeds per plain cell and 32 per
     looped cell, MuonH, >= 50 tokens per unique parameter for the looped models (the measured threshold), packed
     into seed ensembles of 16, and accepted by run."""
-    from loopscale.sweep.grid import trial_groups
     from loopscale.model.accounting import n_unique
+    from loopscale.sweep.grid import trial_groups
     from loopscale.sweep.run import check_design
 
     spec = preset_spec("cpu")
