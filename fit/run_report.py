@@ -8,6 +8,7 @@ Inputs (all optional except ``runs.parquet`` and ``fit/analysis.json``): ``runs.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,35 @@ def fitted_points(v: dict, j: dict) -> str:
     if ft.get("what") == "cell_means":
         return f"{ft['cells']} cell means of {ft['runs']} runs"
     return f"{j['n']} runs"
+
+
+def _prediction_section(pred: dict, v: dict) -> list[str]:
+    """Predicted (``loopscale design --out``, the candidate that is the spec as written) next to achieved
+    half-widths: phi's bootstrap interval and each looped model's worth in unique layers."""
+    cand = next((c for c in pred.get("candidates") or [] if c.get("spec_as_written")), None)
+    if cand is None:
+        return []
+    j = v.get("joint") or {}
+    lo_hi = (j.get("ci") or {}).get("phi")
+    rows = [("φ (joint fit)", cand.get("phi_half_width"),
+             (lo_hi[1] - lo_hi[0]) / 2 if lo_hi and None not in lo_hi else None)]  # fmt: skip
+    worth = {int(w["r"]): w for w in v.get("ladder") or []}
+    for r, hw in sorted((cand.get("worth_half_width") or {}).items(), key=lambda kv: int(kv[0])):
+        w = worth.get(int(r))
+        got = (w["worth_hi"] - w["worth_lo"]) / 2 if w and w.get("worth_lo") is not None else None
+        rows.append((f"worth in unique layers, r = {r}", hw, got))
+    L = [
+        "\n### Predicted and achieved precision\n",
+        f"`loopscale design` predicted these 95 % half-widths before the run, from the pilot `{pred.get('pilot')}` "
+        f"({cand.get('n_sim')} simulated draws of this design; its training time: {_fmt(cand.get('wall_min'), 3)} "
+        "min).\n",
+        "| quantity | predicted half-width | achieved half-width | achieved / predicted |",
+        "|---|---|---|---|",
+    ]
+    for name, p_, a_ in rows:
+        ratio = a_ / p_ if p_ and a_ is not None else None
+        L.append(f"| {name} | {_fmt(p_, 3)} | {_fmt(a_, 3)} | {_fmt(ratio, 3)} |")
+    return L
 
 
 def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
@@ -343,6 +373,9 @@ def build_report(run_dir: str | Path) -> Path:
                 "treat φ and its interval with care (see the README's section on the fit's limits)."
             )
         L.extend(_identification_section(v, runs))
+        pred_path = d / "design_prediction.json"
+        if vname == "baseline" and pred_path.is_file():
+            L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v))
         L.append("\nResiduals by r (actual − predicted, nats; paper Table 7):\n")
         L.append("| r | n | mean | max abs | RMSE |")
         L.append("|---|---|---|---|---|")

@@ -314,6 +314,10 @@ def print_design(res: dict[str, Any]) -> None:
         con.print(f"[dim]{k}: {v}[/]")
 
 
+PREDICTION_FILE = "design_prediction.json"
+"""What ``loopscale design --out OUT`` writes; the report of ``OUT`` reads it (:mod:`loopscale.fit.run_report`)."""
+
+
 def design_cmd(
     spec_path: str | None = typer.Argument(None, help="Sweep spec YAML or a preset name (default: --preset)."),
     preset: str | None = typer.Option(None, "--preset", help="smoke | cpu (default) | paper."),
@@ -329,6 +333,10 @@ def design_cmd(
     starts: int = typer.Option(20, "--starts", min=1, help="Multi-starts per refit."),
     seed: int = typer.Option(0, "--seed", help="RNG seed of the simulation."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Also write the prediction to OUT/design_prediction.json (the run folder of "
+        "`loopscale run --out OUT`: its report then sets the predicted half-widths next to the achieved ones).",
+    ),  # fmt: skip
 ) -> None:
     """Predict, from a pilot, each candidate design's phi / r^phi / worth-in-layers half-widths and training time."""
     from loopscale.fit.outputs import json_safe
@@ -340,6 +348,11 @@ def design_cmd(
     spec, _ = _resolve_spec(Path(spec_path) if spec_path is not None else None, preset)
     counts = tuple(seeds.replace(",", " ").split())
     res = design(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts, seed=seed)
+    if out is not None:
+        from loopscale.cluster.storage import write_text_atomic
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(str(out / PREDICTION_FILE), json.dumps(json_safe(res), indent=1))
     if as_json:
         typer.echo(json.dumps(json_safe(res)))
     else:
