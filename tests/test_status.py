@@ -61,23 +61,23 @@ def test_a_newer_record_replaces_a_failed_one(half_done):
     assert st["runs"]["ok"] == 6 and st["runs"]["failed"] == 1 and st["runs"]["pending"] == 8
 
 
+def _live_progress(out, age_s: float, **fields) -> dict:
+    """Write OUT/logs/progress.json as a live display of this process would (started ``age_s`` ago)."""
+    (out / "logs").mkdir(exist_ok=True)
+    now = time.time()
+    doc = {"finished": False, **fields, "started_at": now - age_s, "updated_at": now, "pid": os.getpid(),
+           "host": socket.gethostname()}  # fmt: skip
+    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    return doc
+
+
 def test_live_progress_file_makes_it_running_with_eta(half_done):
     """A progress file written by a live process (this one) shows the stage, throughput and ETA."""
     out, _ = half_done
-    (out / "logs").mkdir()
-    now = time.time()
-    doc = {
-        "stage": "grid",
-        "finished": False,
-        "counts": {"done": 8, "running": 2, "pending": 6, "failed": 0},
-        "tokens_per_s": 1234.0,
-        "eta_s": 90.0,
-        "started_at": now - 30,
-        "updated_at": now,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-    }
-    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    doc = _live_progress(
+        out, 30, stage="grid", counts={"done": 8, "running": 2, "pending": 6, "failed": 0}, tokens_per_s=1234.0,
+        eta_s=90.0,
+    )  # fmt: skip
     st = collect_status(out)
     assert (st["state"], st["stage"]) == ("running", "sweep")
     assert st["time"]["eta_s"] == 90.0 and 29 <= st["time"]["running_stage_s"] < 60
@@ -89,20 +89,9 @@ def test_live_progress_file_makes_it_running_with_eta(half_done):
 
 def test_running_lr_tuning_shows_trials_and_best_lr(half_done):
     out, _ = half_done
-    (out / "logs").mkdir()
-    now = time.time()
-    doc = {
-        "stage": "tune-lr",
-        "finished": False,
-        "total": 12,
-        "trials": {"COMPLETE": 3, "PRUNED": 2, "FAIL": 1},
-        "best": [[16, 1, 0.02, 3.25]],
-        "started_at": now - 5,
-        "updated_at": now,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-    }
-    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    _live_progress(
+        out, 5, stage="tune-lr", total=12, trials={"COMPLETE": 3, "PRUNED": 2, "FAIL": 1}, best=[[16, 1, 0.02, 3.25]]
+    )
     st = collect_status(out)
     assert (st["state"], st["stage"]) == ("running", "tune-lr")
     assert (
