@@ -305,3 +305,26 @@ def test_bf16_autocast_runs(base):
     assert bf16.status == "ok" and math.isfinite(bf16.final_val_loss)
     assert bf16.final_val_loss != fp32.final_val_loss
     assert bf16.final_val_loss == pytest.approx(fp32.final_val_loss, abs=0.1)
+
+
+def test_peak_flops_keeps_the_highest_rate_on_record(tmp_path, monkeypatch):
+    """A stale low rate in the cache (measured while the core was shared) is replaced by a new measurement; a
+    higher rate on record is kept (a loaded measurement must not make MFU read high)."""
+    import json as _json
+
+    import torch
+
+    from loopscale.model import train as tr
+
+    monkeypatch.setattr(tr, "_PEAK_CACHE", {})
+    path = tmp_path / "peak_flops.json"
+    rate, how = tr.peak_flops(torch.device("cpu"), 1, tmp_path)
+    key = next(iter(_json.loads(path.read_text())))
+    assert rate > 1e8 and how == "measured fp32 matmul"
+    path.write_text(_json.dumps({key: 1.0}))  # stale, far too low
+    monkeypatch.setattr(tr, "_PEAK_CACHE", {})
+    rate2, _ = tr.peak_flops(torch.device("cpu"), 1, tmp_path)
+    assert rate2 > 1e8 and _json.loads(path.read_text())[key] == rate2
+    path.write_text(_json.dumps({key: 1e15}))  # a higher rate on record wins
+    monkeypatch.setattr(tr, "_PEAK_CACHE", {})
+    assert tr.peak_flops(torch.device("cpu"), 1, tmp_path) == (1e15, "measured fp32 matmul (highest on record)")
