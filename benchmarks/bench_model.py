@@ -10,7 +10,7 @@ Model FLOPs are the paper's training FLOPs/token (``loopscale.model.accounting.f
 backward (no optimizer). Usage::
 
     python benchmarks/bench_model.py --quick           # d = 128, a few steps (~20 s on one thread)
-    python benchmarks/bench_model.py --widths 128 256  # issue-2 targets: r=1 >= 1.0x ref, r=8 >= 0.95x, MFU >= 0.45
+    python benchmarks/bench_model.py --widths 128 256  # targets: r=1 >= 1.0x ref, r=8 >= 0.95x, MFU >= 0.45
 """
 
 from __future__ import annotations
