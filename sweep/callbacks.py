@@ -41,10 +41,9 @@ def _recorder_cls():
         """Driver-side Tune callback: writes each finished run into the results store (once per run id) and
         updates the progress display (done/running/pending/failed, tokens/s, ETA; :mod:`loopscale.sweep.console`)."""
 
-        def __init__(self, out_dir: str, cells: dict[str, dict], every_s: float = 10.0, quiet: bool = False):
+        def __init__(self, out_dir: str, cells: dict[str, dict], quiet: bool = False):
             self.out_dir = out_dir
             self.cells = cells
-            self.every_s = every_s
             self.quiet = quiet
             # run ids already in the store: a trial restored after an interrupt that only re-reports its saved
             # result must not overwrite the original record (its started/finished times, trial id)
@@ -73,7 +72,7 @@ def _recorder_cls():
             self._progress(trials, trial, result)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            self._progress(trials, force=True)
+            self._progress(trials)
 
         def on_trial_error(self, iteration, trials, trial, **info):
             """The trial errored past ``max_failures``: record each of its cells that has no row yet as ``failed``
@@ -94,7 +93,7 @@ def _recorder_cls():
                     Cell.from_dict(self.cells[rid]), err, trial_id=trial.trial_id, finished_at=time.time()
                 )
                 ResultsStore(self.out_dir).write_run(rec, [])
-            self._progress(trials, force=True)
+            self._progress(trials)
 
         def on_experiment_end(self, trials, **info):
             if not self.quiet:
@@ -103,7 +102,7 @@ def _recorder_cls():
                 console.grid_observe(trials)  # the final statuses, then the display's summary line
                 console.end_view()
 
-        def _progress(self, trials, trial=None, result=None, force: bool = False):
+        def _progress(self, trials, trial=None, result=None):
             """Update the grid's progress display (:mod:`loopscale.sweep.console`)."""
             if self.quiet:
                 return

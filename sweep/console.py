@@ -34,6 +34,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from loopscale.sweep.grid import trial_cells
+
 PLAIN_EVERY_S = 60.0
 """Seconds between two plain (non-terminal) progress lines of one view."""
 HEARTBEAT_S = 5.0
@@ -349,18 +351,6 @@ class _View:
             self.con.say(line)
 
 
-def runs_of(trial_config: dict | None) -> list[dict]:
-    """The runs (cell dicts, each with its ``run_id``) a grid trial trains: ``config["cells"]`` (an ensemble trial)
-    or ``[config["cell"]]``; [] for anything else."""
-    if not trial_config:
-        return []
-    if "cells" in trial_config:
-        return list(trial_config["cells"] or [])
-    if "cell" in trial_config:
-        return [trial_config["cell"]]
-    return []
-
-
 def planned_flops(cell: dict) -> float:
     """Training FLOPs a grid cell will spend: ``C = F * D`` (F: training FLOPs/token of the model accounting,
     paper Sec. 3.2; D: the tokens the trainer will run)."""
@@ -417,7 +407,7 @@ class GridView(_View):
             last = self._seen.get(trial.trial_id)
             delta = tok - last if last is not None and tok >= last else tok
             self._seen[trial.trial_id] = tok
-            fpt = self._flops_per_token(runs_of(trial.config))
+            fpt = self._flops_per_token(trial_cells(trial.config))
             self._events.append((now, delta * members, delta * members * fpt))
             self._spent[trial.trial_id] = tok * members * fpt
         while self._events and self._events[0][0] < now - RATE_WINDOW_S:
@@ -425,7 +415,7 @@ class GridView(_View):
         counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}
         remaining = 0.0
         for t in trials:
-            runs = runs_of(t.config)
+            runs = trial_cells(t.config)
             key = {"TERMINATED": "done", "RUNNING": "running", "ERROR": "failed"}.get(t.status, "pending")
             counts[key] += len(runs)
             if key in ("running", "pending"):
@@ -555,7 +545,7 @@ def grid_observe(trials, trial=None, result: dict | None = None) -> None:
     """Update the grid display from a Tune callback (starts one when none is active)."""
     v = _VIEW
     if not isinstance(v, GridView):
-        total = sum(len(runs_of(t.config)) for t in trials)
+        total = sum(len(trial_cells(t.config)) for t in trials)
         v = start_view(GridView(current(), total))
     v.observe(trials, trial, result)
 

@@ -41,9 +41,17 @@ TRAINABLE_NAME = "loopscale_grid"
 # --- the trainable ------------------------------------------------------------------------------------
 
 
-def trial_cells(config: dict) -> list[dict]:
-    """The cell dicts (``Cell.to_dict()`` + ``run_id``) a grid trial trains, from its Tune config."""
-    return list(config["cells"])
+def trial_cells(config: dict | None) -> list[dict]:
+    """The cell dicts (``Cell.to_dict()`` + ``run_id``) a grid trial trains, from its Tune config:
+    ``config["cells"]``, or ``[config["cell"]]`` in an experiment saved before trials held several cells; [] for
+    a config that is not a grid trial's (e.g. an LR trial)."""
+    if not config:
+        return []
+    if "cells" in config:
+        return list(config["cells"] or [])
+    if "cell" in config:
+        return [config["cell"]]
+    return []
 
 
 def group_id(run_ids: list[str]) -> str:

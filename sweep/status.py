@@ -144,7 +144,7 @@ def _tune_state(storage: str, spec_name: str | None) -> dict | None:
 
     from ray import tune
 
-    from loopscale.sweep.console import runs_of
+    from loopscale.sweep.grid import trial_cells
 
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     try:
@@ -156,7 +156,7 @@ def _tune_state(storage: str, spec_name: str | None) -> dict | None:
     every: list[str] = []
     for t in ea.trials:
         trials[t.status] = trials.get(t.status, 0) + 1
-        ids = [c["run_id"] for c in runs_of(t.config) if "run_id" in c]
+        ids = [c["run_id"] for c in trial_cells(t.config) if "run_id" in c]
         every += ids
         if t.status == "RUNNING":
             running += ids

@@ -97,9 +97,9 @@ def mlflow_uri(target: Target, out_dir: str | Path) -> str:
 def run_params(trial_config: dict) -> dict:
     """The defining fields of the run(s) of a Tune trial (grid: ``config["cell"]``/``config["cells"]``; LR
     study: ``config["base"]`` plus ``config["lr"]``), flat, as tracker parameters."""
-    from loopscale.sweep.console import runs_of
+    from loopscale.sweep.grid import trial_cells
 
-    runs = runs_of(trial_config) or ([trial_config["base"]] if "base" in (trial_config or {}) else [])
+    runs = trial_cells(trial_config) or ([trial_config["base"]] if "base" in (trial_config or {}) else [])
     if not runs:
         return {}
     c = runs[0]
@@ -133,9 +133,9 @@ def run_params(trial_config: dict) -> dict:
 def _member_suffix(trial_config: dict, result: dict) -> str:
     """``/seed<k>`` for a result of one member of a seed-ensemble trial (its ``seed``, or the seed of the run its
     ``run_id`` names), so that every run of the ensemble keeps its own curve; ``""`` for a single-run trial."""
-    from loopscale.sweep.console import runs_of
+    from loopscale.sweep.grid import trial_cells
 
-    runs = runs_of(trial_config)
+    runs = trial_cells(trial_config)
     if len(runs) < 2:
         return ""
     seed = result.get("seed")

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from loopscale.sweep import console
+from loopscale.sweep.grid import trial_cells
 from loopscale.sweep.presets import preset_spec
 
 
@@ -71,11 +72,11 @@ def test_json_session_writes_its_lines_to_stderr(tmp_path, capfd):
     assert not (tmp_path / "logs").exists()  # nothing was captured: no log folder
 
 
-def test_runs_of_accepts_single_cells_and_ensembles():
+def test_trial_cells_accepts_single_cells_and_ensembles():
     a, b = {"run_id": "a"}, {"run_id": "b"}
-    assert console.runs_of({"cell": a}) == [a]
-    assert console.runs_of({"cells": [a, b]}) == [a, b]
-    assert console.runs_of({"lr": 0.1}) == [] and console.runs_of(None) == []
+    assert trial_cells({"cell": a}) == [a]
+    assert trial_cells({"cells": [a, b]}) == [a, b]
+    assert trial_cells({"lr": 0.1}) == [] and trial_cells(None) == []
 
 
 def _cells(n):
