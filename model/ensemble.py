@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from loopscale.model.config import LoopedConfig
-from loopscale.model.looped import LoopedLM
+from loopscale.model.looped import LoopedLM, compile_fallback, maybe_compile
 
 log = logging.getLogger("loopscale.train")
 
@@ -317,6 +317,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     for w in caught:
         run_warnings.append(str(w.message))
         warnings.warn(str(w.message), UserWarning, stacklevel=2)
+    if why := compile_fallback(cfg.compile, device):
+        run_warnings.append(why)
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("ensemble of %d: D=%d tokens, %d steps of %d", k, D, steps_total, B)
@@ -332,7 +334,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
         # compiled for training steps only (one shape); evaluation runs eager, so no-grad and the last, smaller
         # evaluation chunk do not trigger recompilation
-        fwd = torch.compile(model) if cfg.compile else model
+        fwd = maybe_compile(model, cfg.compile, device)
         use_bf16 = cfg.precision == "bf16"
 
         def autocast():

@@ -41,7 +41,15 @@ import torch.nn.functional as F
 
 from loopscale.model.config import LoopedConfig
 
-__all__ = ["RMSNorm", "Block", "HyperConnections", "LoopedLM", "maybe_compile"]
+__all__ = [
+    "RMSNorm",
+    "Block",
+    "HyperConnections",
+    "LoopedLM",
+    "maybe_compile",
+    "compile_fallback",
+    "cpu_compiler",
+]
 
 
 class RMSNorm(nn.Module):
@@ -365,11 +373,50 @@ class LoopedLM(nn.Module):
         return out
 
 
-def maybe_compile(model: nn.Module, enabled: bool, **compile_kwargs) -> nn.Module:
-    """``torch.compile(model, **compile_kwargs)`` when ``enabled`` (GPU path), else ``model`` unchanged.
+def cpu_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend (Inductor) would use, or None when it finds none.
 
-    The compiled wrapper shares parameters with ``model``; state-dict keys of ``model`` itself are unchanged.
+    Inductor turns the graph into C++ and builds it with ``$CXX`` / ``g++`` / ``clang++``; without one, the first
+    compiled step fails.
+    """
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return get_cpp_compiler()
+    except Exception:  # noqa: BLE001 - no compiler (InvalidCxxCompiler) or an Inductor without this helper
+        return None
+
+
+def compile_fallback(enabled: bool, device: str | torch.device = "cpu") -> str | None:
+    """Why ``maybe_compile(model, enabled, device)`` would run eager although asked to compile, or None.
+
+    The one reason: a CPU device without a C++ compiler (:func:`cpu_compiler`). Trainers record it in the run's
+    warnings.
+    """
+    if enabled and torch.device(device).type == "cpu" and cpu_compiler() is None:
+        return (
+            "compile: no C++ compiler found for torch.compile on CPU (set $CXX or install g++/clang++); "
+            "trained eager"
+        )
+    return None
+
+
+def maybe_compile(
+    model: nn.Module, enabled: bool, device: str | torch.device = "cpu", **compile_kwargs
+) -> nn.Module:
+    """``torch.compile(model, **compile_kwargs)`` when ``enabled``, else ``model`` unchanged.
+
+    On CPU, Inductor fuses the many small elementwise operations of a narrow model (norms, rotary, soft-cap) into
+    C++ loops; it needs a C++ compiler, and without one (:func:`compile_fallback`) the model runs eager with a
+    ``UserWarning`` instead of failing at its first step. The compiled wrapper shares parameters with ``model``;
+    state-dict keys of ``model`` itself are unchanged.
     """
     if not enabled:
+        return model
+    reason = compile_fallback(enabled, device)
+    if reason is not None:
+        import warnings
+
+        warnings.warn(reason, UserWarning, stacklevel=2)
         return model
     return torch.compile(model, **compile_kwargs)

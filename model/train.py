@@ -147,8 +147,9 @@ class RunConfig:
     """'cpu' | 'cuda' | 'cuda:<i>' | 'auto'."""
     precision: Literal["fp32", "bf16"] = _defines("fp32", spec={})
     """'fp32' | 'bf16' (autocast; meant for GPU)."""
-    compile: bool = _setting(False)
-    """torch.compile the model (GPU path)."""
+    compile: bool = _setting(False, spec={})
+    """torch.compile the model's training steps (Inductor; on CPU it needs a C++ compiler, else eager with a
+    warning). On CPU, evaluation stays eager (its no-grad graph and last, shorter chunk would recompile)."""
     diverge_loss: float = _setting(20.0)
     """A training loss above this (nats/token), NaN or inf ends the run with status 'diverged'."""
     cache_dir: str | None = _setting(None)
@@ -617,7 +618,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
 
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
-    from loopscale.model.looped import LoopedLM, maybe_compile
+    from loopscale.model.looped import LoopedLM, compile_fallback, maybe_compile
     from loopscale.model.optim import build_optimizers, lr_multiplier
 
     t_start = time.perf_counter()
@@ -650,6 +651,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     for w in caught:
         run_warnings.append(str(w.message))
         warnings.warn(str(w.message), UserWarning, stacklevel=2)
+    if why := compile_fallback(cfg.compile, device):
+        run_warnings.append(why)
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("run: D=%d tokens, %d steps of %d, C=%.4g FLOPs, F=%d FLOPs/token", D, steps_total, B, C, F)
@@ -661,7 +664,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         model = LoopedLM(mcfg, seed=cfg.seed).to(device)
         opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
         log.info("optimizer assignment: muon=%s adamw=%s", assignment["muon"], assignment["adamw"])
-        fwd_model = maybe_compile(model, cfg.compile)
+        fwd_model = maybe_compile(model, cfg.compile, device)
         use_bf16 = cfg.precision == "bf16"
 
         def autocast():
@@ -702,7 +705,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         def evaluate() -> float:
             nonlocal best_val
             te = time.perf_counter()
-            val = _evaluate(fwd_model, ev, mb_windows, autocast)
+            val = _evaluate(fwd_model if device.type == "cuda" else model, ev, mb_windows, autocast)
             times["eval"] += time.perf_counter() - te
             best_val = val if best_val is None or val < best_val else best_val
             return val

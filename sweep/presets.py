@@ -55,7 +55,9 @@ PRESETS: dict[str, dict] = {
     # plain cell (SD 0.006-0.010 nats) and 32 per looped cell, whose runs spread twice as much (SD 0.015-0.023 nats
     # in the 16-seed run of docs/example_cpu_ladder, where r = 2's worth missed +-0.5 layers with 16). The seeds of
     # a cell train together as one seed ensemble on CPU (resources.ensemble). One D: the D-term is a constant, and
-    # the law is fitted to cell means with seeds resampled within cells (loopscale.fit.io.cell_means).
+    # the law is fitted to cell means with seeds resampled within cells (loopscale.fit.io.cell_means). Training
+    # steps are torch.compile-d: Inductor fuses the elementwise work that dominates a d = 16 step (1.33x on an
+    # ensemble of 16 once compiled, about 25 s of compilation per trial shape; benchmarks/bench_train.py).
     "cpu": {
         "name": "cpu",
         "model": {"preset": "cpu"},
@@ -72,6 +74,7 @@ PRESETS: dict[str, dict] = {
             "warmup_frac": 0.0,
             "final_lr_frac": 0.1,
             "checkpoint_every_steps": 250,
+            "compile": True,
         },
         "lr": {"fixed": 0.02},
         "tune": {
@@ -106,6 +109,7 @@ PRESETS: dict[str, dict] = {
             "eval_tokens": 34560 * 2048,
             "precision": "bf16",
             "checkpoint_every_steps": 500,
+            "compile": True,
         },
         "lr": "tune",
         "tune": {
