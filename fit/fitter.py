@@ -238,16 +238,15 @@ def random_starts(law: Law, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def grid_starts(law: Law) -> np.ndarray:
     """Coarse grid over the box (Epoch-style), shape ``(G, P)``: alpha, beta in {0.2, 0.5, 1.0}, e in {0, 1},
-    a, b in {5, 15, 25}, phi in {0, 0.5, 1} (joint law, phi free)."""
+    a, b in {5, 15, 25}, phi (each phi_<r> of the per-r law) in {0, 0.5, 1}."""
     axes = {
         "a": [5.0, 15.0, 25.0],
         "b": [5.0, 15.0, 25.0],
         "e": [0.0, 1.0],
         "alpha": [0.2, 0.5, 1.0],
         "beta": [0.2, 0.5, 1.0],
-        "phi": [0.0, 0.5, 1.0],
     }
-    mesh = np.meshgrid(*[axes[k] for k in law.names], indexing="ij")
+    mesh = np.meshgrid(*[axes.get(k, [0.0, 0.5, 1.0]) for k in law.names], indexing="ij")  # phi (or phi_<r>)
     return np.stack([mm.ravel() for mm in mesh], axis=1)
 
 
@@ -269,7 +268,8 @@ def subfit_starts(
     ph = phis if law.extra_names else (0.0,)
     AL, BE, PH = (v.ravel() for v in np.meshgrid(ex, ex, np.asarray(ph), indexing="ij"))
     G = AL.size
-    u, _ = law.log_n(PH[:, None], obj.cols) if law.extra_names else law.log_n(np.zeros((G, 0)), obj.cols)
+    n_extra = len(law.extra_names)  # every phi (one, or one per r) starts at the same grid value
+    u, _ = law.log_n(np.repeat(PH[:, None], n_extra, axis=1), obj.cols)
     u = np.broadcast_to(u, (G, obj.n))
     X = np.exp(-AL[:, None] * u)  # (G, n)
     Y = np.exp(-BE[:, None] * obj.logD[None, :])
@@ -289,7 +289,7 @@ def subfit_starts(
     Ec = np.clip(coef[:, 0], np.exp(lo[2]), np.exp(hi[2]))
     Ac = np.maximum(coef[:, 1], 1e-12)
     Bc = np.maximum(coef[:, 2], 1e-12)
-    theta = np.stack([np.log(Ac), np.log(Bc), np.log(Ec), AL, BE] + ([PH] if law.extra_names else []), axis=1)
+    theta = np.stack([np.log(Ac), np.log(Bc), np.log(Ec), AL, BE] + [PH] * n_extra, axis=1)
     theta = np.clip(theta, lo, hi)
     wids = None if obj.weights is None and obj.logL_sets is None else np.full(G, 0 if wid is None else wid)
     f, _ = obj(theta, wids, grad=False)
@@ -451,6 +451,8 @@ class FitResult:
 
     def law_object(self) -> Law:
         """The :class:`~loopscale.fit.laws.Law` this result was fitted with."""
+        if self.law == "joint_per_r":
+            return make_law(self.law, rs=tuple(int(k[4:]) for k in self.params if k.startswith("phi_")))
         return make_law(self.law, self.params["phi"] if self.phi_fixed else None)
 
     def predict(self, table: Any) -> np.ndarray:
@@ -561,7 +563,7 @@ def fit_law(
         table: path (Parquet/CSV), DataFrame or pyarrow Table with ``loss`` (or ``final_val_loss``, nats/token),
             ``D`` (tokens) and ``N`` (or ``N_unique``) for ``law="chinchilla"``, or ``N_once``, ``N_rec``, ``r`` for
             ``law="joint"``. Rows with ``status != "ok"`` are excluded and counted.
-        law: ``"joint"`` (paper Eq. 3) or ``"chinchilla"``.
+        law: ``"joint"`` (paper Eq. 3), ``"joint_per_r"`` (one phi per r > 1 of the table) or ``"chinchilla"``.
         phi: fix phi (restricted joint fit, e.g. 0 or 1); ``None`` fits it.
         starts: number of starts (paper: 500 uniform in the box; here the count also includes a few sub-fit and grid
             starts, see :func:`build_starts`).
@@ -571,7 +573,11 @@ def fit_law(
     Raises:
         ValueError: bad table (see :func:`loopscale.fit.io.prepare`), unknown law, bad ``phi``/``starts``/``delta``.
     """
-    lw = make_law(law, phi)
+    if law == "joint_per_r":  # one phi for each r > 1 the table holds
+        rs = np.unique(prepare(table, make_law("joint")).cols["r"])
+        lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
+    else:
+        lw = make_law(law, phi)
     if not (delta > 0 and np.isfinite(delta)):
         raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
     data = prepare(table, lw)

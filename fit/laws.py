@@ -159,15 +159,50 @@ class JointLaw(Law):
         return u, du
 
 
-def make_law(law: str = "joint", phi: float | None = None) -> Law:
+@dataclass(frozen=True)
+class JointPerRLaw(Law):
+    """The joint law with one phi per recurrence: ``L = E + A*(N_once + r^phi_r * N_rec)^-alpha + B*D^-beta``.
+
+    Paper Eq. 3 with its single phi relaxed to ``phi_<r>`` for each r in ``rs`` (r = 1 rows need none: 1^phi = 1).
+    It is the alternative the identification rule weighs the one-phi law against: where it fits the runs and the
+    one-phi law does not, the r^phi form is what fails. ``d N_eff / d phi_r = r^phi_r * log(r) * N_rec`` on rows of
+    that r, 0 elsewhere.
+    """
+
+    name: str = "joint_per_r"
+    columns: tuple[str, ...] = ("N_once", "N_rec", "r")
+    rs: tuple[int, ...] = ()
+
+    def log_n(self, extra, data):
+        r = data["r"]
+        logr = np.log(r)
+        member = np.stack([r == v for v in self.rs], axis=1).astype(np.float64)  # (n, k): row i has r = rs[j]
+        phi = extra @ member.T  # (S, n): each row's own phi_r (0 where r is not in rs, e.g. r = 1)
+        rp = np.exp(phi * logr[None, :]) * data["N_rec"][None, :]
+        neff = data["N_once"][None, :] + rp
+        du = (rp * logr[None, :] / neff)[:, :, None] * member[None, :, :]  # (S, n, k)
+        return np.log(neff), du
+
+
+def make_law(law: str = "joint", phi: float | None = None, rs: tuple[int, ...] | None = None) -> Law:
     """Build a law by name.
 
     Args:
-        law: ``"joint"`` (paper Eq. 3) or ``"chinchilla"`` (per-architecture law).
+        law: ``"joint"`` (paper Eq. 3), ``"joint_per_r"`` (Eq. 3 with one phi per r, :class:`JointPerRLaw`) or
+            ``"chinchilla"`` (per-architecture law).
         phi: fix phi to this value (joint law only); ``None`` fits it in ``[-3, 3]``.
+        rs: the recurrences r > 1 that get their own phi (``law="joint_per_r"`` only), e.g. ``(2, 4, 8)``.
     Raises:
-        ValueError: unknown law name, phi outside ``[-3, 3]``, or phi given for the Chinchilla law.
+        ValueError: unknown law name, phi outside ``[-3, 3]``, phi given for the Chinchilla or per-r law, or
+            ``rs`` missing, empty or holding an r < 2 for the per-r law.
     """
+    if law == "joint_per_r":
+        if phi is not None:
+            raise ValueError("law='joint_per_r' fits one phi per r; phi cannot be fixed")
+        if not rs or any(int(v) != v or v < 2 for v in rs) or len(set(rs)) != len(rs):
+            raise ValueError(f"law='joint_per_r' needs rs: distinct integers r >= 2, got {rs!r}")
+        rs = tuple(sorted(int(v) for v in rs))
+        return JointPerRLaw(extra_names=tuple(f"phi_{v}" for v in rs), extra_bounds=(PHI_BOUNDS,) * len(rs), rs=rs)
     if law == "chinchilla":
         if phi is not None:
             raise ValueError("phi applies to the joint law only; use law='joint' with phi, or drop phi")
@@ -179,4 +214,4 @@ def make_law(law: str = "joint", phi: float | None = None) -> Law:
         if not (np.isfinite(phi) and PHI_BOUNDS[0] <= phi <= PHI_BOUNDS[1]):
             raise ValueError(f"phi={phi} is outside the paper's box [-3, 3]; pass e.g. phi=0.0 or phi=1.0")
         return JointLaw(fixed={"phi": phi})
-    raise ValueError(f"law={law!r} is unknown; valid: 'joint' or 'chinchilla'")
+    raise ValueError(f"law={law!r} is unknown; valid: 'joint', 'joint_per_r' or 'chinchilla'")

@@ -192,6 +192,14 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
             rp = float(row["r"]) ** float(row["phi"])
             L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci} | {_fmt(rp, 3)} |")
         L.append("")
+    lpr = ident.get("law_per_r") or {}
+    if "r2" in lpr:
+        phis = ", ".join(f"φ_{r} = {_fmt(p, 3)}" for r, p in lpr["phi"].items())
+        L.append(
+            f"The same law with φ free per r (`joint_per_r`: {phis}), fitted to the same {lpr['n']} points: "
+            f"R² = {_fmt(lpr['r2'], 4)} against {_fmt(lpr['r2_one_phi'], 4)} with one φ (largest residual "
+            f"{_fmt(lpr['max_abs_residual'], 3)} nats).\n"
+        )
     for key, title in (("phi_profile", "profile of the objective in φ"), ("phi_per_r", "φ and r^φ per r")):
         f = (ident.get("files") or {}).get(key)
         if f:

@@ -95,3 +95,25 @@ def test_fixed_D_offset_at_the_floor_of_E_is_on_bound():
     out = identify(fit_law(df, law="joint", starts=60), None, None, None)
     assert out.fixed_D and out.E_D < 0.06
     assert Cause.ON_BOUND in out.causes and "E_D" in out.reasons[Cause.ON_BOUND.value]
+
+
+def test_law_with_phi_per_r_recovers_each_phi_where_one_phi_misfits():
+    from loopscale.fit.laws import make_law
+
+    df = _table({2: -0.9, 4: -0.4, 8: 0.3}, noise=0.0005)
+    one = fit_law(df, law="joint", starts=30)
+    per_r = fit_law(df, law="joint_per_r", starts=30)
+    assert per_r.n_params == 8 and set(per_r.params) >= {"phi_2", "phi_4", "phi_8"}
+    for r, phi in ((2, -0.9), (4, -0.4), (8, 0.3)):
+        assert per_r.params[f"phi_{r}"] == pytest.approx(phi, abs=0.05)
+    assert per_r.r2 > 0.999 > one.r2  # the same law with one phi cannot fit three different phi_r
+    assert per_r.law_object().rs == (2, 4, 8)
+    np.testing.assert_allclose(per_r.predict(df), df["loss"], rtol=2e-3)
+    # with one common phi in the data, the per-r law finds it three times
+    same = fit_law(_table({2: 0.46, 4: 0.46, 8: 0.46}, noise=0.0005), law="joint_per_r", starts=30)
+    assert [round(same.params[f"phi_{r}"], 1) for r in (2, 4, 8)] == [0.5, 0.5, 0.5]
+    for bad in (None, (), (1, 2), (2, 2)):
+        with pytest.raises(ValueError, match="rs"):
+            make_law("joint_per_r", rs=bad)
+    with pytest.raises(ValueError, match="cannot be fixed"):
+        make_law("joint_per_r", phi=0.5, rs=(2,))

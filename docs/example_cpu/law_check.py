@@ -7,8 +7,8 @@ Usage (from the repository root)::
 For each run folder: the cell means (``loopscale.fit.io.cell_means`` over the seeds of each cell), R^2 of the
 joint-law fit the report shows (``fit/analysis.json``: one phi, fitted to the cell means with the product's Huber
 fitter), its residual per cell, and R^2 of the same law with phi free per r (``L = E_D + A (N_once + r^phi_r
-N_rec)^-alpha``, one D so the D-term is part of ``E_D``; least squares on log loss with scipy, the r = 1 cells
-fixing E_D, A and alpha). If the per-r form fits the means and the one-phi form does not, the misfit is the
+N_rec)^-alpha``, one D so the D-term is part of ``E_D``; the product's ``joint_per_r`` law and fitter, which
+``loopscale run`` reports next to the one-phi fit). If the per-r form fits the means and the one-phi form does not, the misfit is the
 one-phi assumption, the same failure the per-r consistency test reports.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
+from loopscale.fit.fitter import fit_law
 from loopscale.fit.io import cell_means
 from loopscale.fit.laws import make_law
 
@@ -40,27 +40,10 @@ def r2(y: np.ndarray, pred: np.ndarray) -> float:
 
 
 def per_r_phi_fit(m: pd.DataFrame) -> tuple[float, dict[int, float]]:
-    """R^2 of L = E_D + A (N_once + r^phi_r N_rec)^-alpha with one phi_r per r > 1 (least squares on log L)."""
-    rs = sorted(int(r) for r in m["r"].unique() if r > 1)
-    y = m["loss"].to_numpy()
-
-    def pred(x: np.ndarray) -> np.ndarray:
-        e, a, al = np.exp(x[0]), np.exp(x[1]), x[2]
-        phi = np.zeros(len(m))
-        for i, r in enumerate(rs):
-            phi[m["r"].to_numpy() == r] = x[3 + i]
-        n = m["N_once"].to_numpy() + m["r"].to_numpy() ** phi * m["N_rec"].to_numpy()
-        return e + a * n ** (-al)
-
-    best = None
-    for al0 in (0.05, 0.2, 0.5):
-        for e0 in (0.5, 1.5):
-            x0 = np.array([np.log(e0), np.log(2.0), al0] + [0.0] * len(rs))
-            f = least_squares(lambda x: np.log(pred(x)) - np.log(y), x0, bounds=(
-                [-3, -3, 0.0] + [-3] * len(rs), [np.log(y.min()), 10, 2.5] + [3] * len(rs)))  # fmt: skip
-            if best is None or f.cost < best.cost:
-                best = f
-    return r2(y, pred(best.x)), {r: float(best.x[3 + i]) for i, r in enumerate(rs)}
+    """R^2 of L = E_D + A (N_once + r^phi_r N_rec)^-alpha with one phi_r per r > 1: the product's ``joint_per_r``
+    law, fitted with the same Huber fitter as the one-phi law (the report shows the same numbers for new runs)."""
+    f = fit_law(m, law="joint_per_r", starts=60)
+    return float(f.r2), {int(k[4:]): float(v) for k, v in f.params.items() if k.startswith("phi_")}
 
 
 def check(run: Path) -> dict:
