@@ -51,9 +51,12 @@ PRESETS: dict[str, dict] = {
     # (D/N = 32-107); the paper's recipe (MuonH, linear decay from step 0 to 10 %, no warmup) at LR 0.02, the best
     # of {0.01, 0.02, 0.04} for r = 1 (3 and 10 layers) and r = 8 at this width and budget; a unique-depth ladder
     # (plain models of 2, 3, 4, 6 layers next to the 10-layer r = 1) to read each looped model as "worth k layers";
-    # Seeds as replicates, because the seed-to-seed spread is as large as the differences to measure: 16 seeds per
-    # plain cell (SD 0.006-0.010 nats) and 32 per looped cell, whose runs spread twice as much (SD 0.015-0.023 nats
-    # in the 16-seed run of docs/example_cpu_ladder, where r = 2's worth missed +-0.5 layers with 16). The seeds of
+    # Seeds as replicates, because the seed-to-seed spread is as large as the differences to measure: 32 seeds per
+    # plain cell (SD 0.006-0.012 nats) and 64 per looped cell, whose runs spread twice as much (SD 0.020-0.024).
+    # With half of that (16/32) the verdict on one phi flipped with the seeds (two runs found phi per r disagreeing,
+    # a third did not, with phi's interval +-0.20) and the intervals were +-0.4 / 0.26 / 0.25 layers; `loopscale
+    # design` from that third run predicted +-0.29 / 0.22 / 0.16 layers and phi +-0.11 for 32/64 in 43 min of
+    # training (docs/example_cpu). The seeds of
     # a cell train together as one seed ensemble on CPU (resources.ensemble). One D: the D-term is a constant, and
     # the law is fitted to cell means with seeds resampled within cells (loopscale.fit.io.cell_means). Training
     # steps are torch.compile-d: Inductor fuses the elementwise work that dominates a d = 16 step (1.33x on an
@@ -65,7 +68,7 @@ PRESETS: dict[str, dict] = {
         "sizes": [16],
         "tokens": [1_000_000],
         "ladder": [2, 3, 4, 6],
-        "seeds": {1: 16, 2: 32, 4: 32, 8: 32},
+        "seeds": {1: 32, 2: 64, 4: 64, 8: 64},
         "training": {
             "batch_tokens": 1024,
             "eval_tokens": 32768,

@@ -42,9 +42,10 @@ def test_cpu_preset_is_the_ladder_design_with_seeds():
     spec = preset_spec("cpu")
     cells = spec.cells()
     assert sorted(spec.r) == [1, 2, 4, 8] and spec.ladder == [2, 3, 4, 6]
-    assert [len(spec.seeds_for(r)) for r in (1, 2, 4, 8)] == [16, 32, 32, 32]
-    assert len(cells) == (1 + 4) * 16 + 3 * 32
-    assert sorted(len(g) for g in trial_groups(cells, spec.ensemble_members())) == [16] * 11
+    assert [len(spec.seeds_for(r)) for r in (1, 2, 4, 8)] == [32, 64, 64, 64]
+    assert len(cells) == (1 + 4) * 32 + 3 * 64
+    assert sorted(len(g) for g in trial_groups(cells, spec.ensemble_members())) == [16] * 22
+    assert all(c.run.compile for c in cells)
     depths = {c.run.model.n_prelude + c.run.model.n_recur_block + c.run.model.n_coda for c in cells if c.r == 1}
     assert depths == {2, 3, 4, 6, 10}
     assert {c.run.optimizer for c in cells} == {"muonh"}
