@@ -14,7 +14,7 @@ estimate lies inside the first half's interval: per quantity, and for all looped
 
 Usage (from the repository root)::
 
-    python docs/example_cpu/agreement.py docs/example_cpu docs/example_cpu/second_seeds [--splits 200] [--json]
+    python docs/example_cpu/agreement.py docs/example_cpu/half_seeds/{a,b,c,d} [--runs-per-draw 2] [--splits 200] [--json]
 
 Each argument is a run folder with ``runs.parquet``; the runs must share no (cell, seed) pair, and every cell's
 pool must split into k equal parts (k runs of one design give that). Prints a Markdown table, or one JSON object
@@ -90,7 +90,7 @@ def agreement(runs: pd.DataFrame, k: int, n_splits: int, seed: int = 0, n_boot: 
     rates = {k: float(np.mean(v)) for k, v in per_q.items()}
     return {
         "splits": n_splits,
-        "pooled_runs": k,
+        "pooled_runs": k,  # each draw holds 1/k of every cell's pooled seeds
         "seeds_per_cell": {f"r={c[2]}, layers={c[3]:g}": int(len(g)) // k for c, g in runs.groupby(CELL)},
         "rate_per_quantity": rates,
         "rate_all_worth": float(np.mean(all_worth)),
@@ -102,10 +102,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders with runs.parquet (disjoint seeds)")
     ap.add_argument("--splits", type=int, default=200)
+    ap.add_argument(
+        "--runs-per-draw", type=int, default=1,
+        help="each draw has the seeds of this many runs (2: the design with twice the seeds per cell)",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    out = agreement(pooled_runs(args.runs), len(args.runs), args.splits, args.seed)
+    k = len(args.runs) // args.runs_per_draw
+    if k < 2 or len(args.runs) % args.runs_per_draw:
+        raise SystemExit(f"{len(args.runs)} runs cannot give two draws of {args.runs_per_draw} runs' seeds each")
+    out = agreement(pooled_runs(args.runs), k, args.splits, args.seed)
     if args.json:
         print(json.dumps(out))
         return
