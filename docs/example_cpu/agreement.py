@@ -117,7 +117,7 @@ def main() -> None:
         print(json.dumps(out))
         return
     print(
-        f"{out['splits']} random pairs of disjoint seed sets of the design, from {out['pooled_runs']} runs pooled\n"
+        f"{out['splits']} random pairs of disjoint seed sets, each 1/{out['pooled_runs']} of the pooled seeds\n"
     )
     print("| quantity | second run inside the first's 95 % CI |")
     print("|---|---|")
