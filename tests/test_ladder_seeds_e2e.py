@@ -143,13 +143,18 @@ def test_ladder_and_seeds_through_sweep_fit_and_report(tmp_path):
     ident = v["identification"]
     assert ident["fixed_D"] and ident["headline"] and isinstance(ident["identified"], bool)
     assert summary["variants"]["baseline"]["headline"] == ident["headline"]
+    # next to the one-phi law: the same law with phi free per r, on the same 10 runs (5 cells < 6 parameters)
+    lpr = ident["law_per_r"]
+    assert lpr["n"] == v["joint"]["n"] == 10 and set(lpr["phi"]) == {"2", "8"}
+    assert lpr["r2_one_phi"] == v["joint"]["r2"] and lpr["r2"] >= lpr["r2_one_phi"] - 1e-3
     # 16 steps are too few for depth to help, so the ladder may refuse to place anything; it must say so
     if v["ladder"]:
         assert {w["r"] for w in v["ladder"]} == {2, 8} and all(w["n_seeds"] == 2 for w in v["ladder"])
     else:
         assert "does not fall with depth" in ident["ladder_error"]
     report = (out / "report.md").read_text(encoding="utf-8")
-    for text in ("Is φ identified?", "Worth in unique layers", "Seed spread per cell", ident["headline"]):
+    for text in ("Is φ identified?", "φ free per r", "Worth in unique layers", "Seed spread per cell",
+                 ident["headline"]):  # fmt: skip
         assert text in report
     if not ident["identified"]:
         assert "not identified" in ident["headline"] and ident["causes"]
