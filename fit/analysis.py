@@ -140,15 +140,14 @@ def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:
     return cols if int(frame.groupby(list(cols)).size().max()) >= 2 else None
 
 
-def law_per_r(frame: pd.DataFrame, joint, strata: tuple[str, ...] | None, *, starts: int, seed: int) -> dict:
-    """The joint law with one phi per r (``law="joint_per_r"``) fitted to the points the one-phi fit used (cell
-    means with ``strata``, else runs): R^2 of both forms side by side, its phi_r, and the parameters on the box
-    edge. Where it fits and one phi does not, the r^phi form is what fails, not the law's N- or D-terms."""
+def law_per_r(joint, *, starts: int, seed: int) -> dict:
+    """The joint law with one phi per r (``law="joint_per_r"``) fitted to the very points the one-phi fit ``joint``
+    used (``joint.data``: cell means or runs): R^2 of both forms side by side, its phi_r, and the parameters on the
+    box edge. Where it fits and one phi does not, the r^phi form is what fails, not the law's N- or D-terms."""
     from loopscale.fit.fitter import fit_law
 
-    means = bool(strata) and len(cell_means(frame, strata)) >= joint.n_params
     try:
-        f = fit_law(cell_means(frame, strata) if means else frame, law="joint_per_r", starts=starts, seed=seed)
+        f = fit_law(joint.data, law="joint_per_r", starts=starts, seed=seed)
     except ValueError as e:  # e.g. fewer points than the per-r law's parameters: said, not fatal
         return {"error": str(e), "r2_one_phi": float(joint.r2)}
     return {
@@ -181,8 +180,9 @@ def _identification(
         per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata)
     ident = identify(joint, ci, profile, per_r)
     outd = ident.to_dict()
-    if per_r is not None:  # the alternative to one phi: the same law with phi free per r, fitted to the same points
-        outd["law_per_r"] = law_per_r(frame, joint, strata, starts=fit_starts, seed=seed)
+    # the alternative to one phi: the same law with phi free per r, fitted to the same points
+    if per_r is not None:
+        outd["law_per_r"] = law_per_r(joint, starts=fit_starts, seed=seed)
     outd["profile"] = json_safe(profile.to_dict("records"))
     outd["per_r"] = json_safe(per_r.to_dict("records")) if per_r is not None else []
     files = {}

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from loopscale.fit.io import FitData, prepare
+from loopscale.fit.io import FitData, prepare, read_table
 from loopscale.fit.laws import Law, make_law
 
 
@@ -459,8 +459,6 @@ class FitResult:
         """Predicted loss (nats/token), shape ``(n,)``, for the rows of ``table`` (same columns as the fit)."""
         import pandas as pd
 
-        from loopscale.fit.io import read_table
-
         df = read_table(table) if not isinstance(table, dict) else pd.DataFrame(table)
         if self.law == "chinchilla" and "N" not in df.columns and "N_unique" in df.columns:
             df = df.rename(columns={"N_unique": "N"})
@@ -573,7 +571,8 @@ def fit_law(
     Raises:
         ValueError: bad table (see :func:`loopscale.fit.io.prepare`), unknown law, bad ``phi``/``starts``/``delta``.
     """
-    if law == "joint_per_r":  # one phi for each r > 1 the table holds
+    if law == "joint_per_r":  # one phi for each r > 1 the table holds (the table read once, validated twice)
+        table = read_table(table)
         rs = np.unique(prepare(table, make_law("joint")).cols["r"])
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     else:
