@@ -1,7 +1,7 @@
 """loopscale.model: the looped (depth-recurrent) decoder, its config and its exact accounting.
 
 Importing this package is cheap and has no side effects: the config and accounting names are plain Python, and the
-torch-dependent names (``LoopedLM``, ``maybe_compile``, and the trainer's) load on first attribute access.
+torch-dependent names (``LoopedLM``, ``LMLoss``, ``maybe_compile``, and the trainer's) load on first attribute access.
 
 Example::
 
@@ -31,6 +31,7 @@ from loopscale.model.config import INJECTIONS, PRESETS, LoopedConfig, iso_depth,
 # name -> module that defines it; loaded lazily by __getattr__ (these import torch)
 _LAZY: dict[str, str] = {
     "LoopedLM": "loopscale.model.looped",
+    "LMLoss": "loopscale.model.looped",
     "maybe_compile": "loopscale.model.looped",
 }
 

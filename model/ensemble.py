@@ -213,6 +213,22 @@ def member_losses(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
     return ce.mean(1) if reduction == "mean" else ce.sum(1)
 
 
+class EnsembleLoss(nn.Module):
+    """Per-member language-model loss of an :class:`EnsembleLM` as one module (the ensemble's :class:`LMLoss`),
+    so that ``torch.compile`` fuses the head, soft-cap and cross-entropy of all members into one graph.
+
+    ``forward(windows, reduction="mean")``: windows [B, T + 1] (one data order for every member) or
+    [k, B, T + 1] (one per member) int64 -> :func:`member_losses` [k] in nats/token ('mean') or nats ('sum').
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, windows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        return member_losses(self.model(windows[..., :-1]), windows[..., 1:], reduction)
+
+
 def clip_member_grad_norms_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Clip each member's global gradient norm to ``max_norm`` (``torch.nn.utils.clip_grad_norm_`` per member:
     factor min(1, max_norm / (norm + 1e-6))); params are [k, ...]. Returns the norms before clipping [k]."""
@@ -332,9 +348,10 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     try:
         model = EnsembleLM(mcfg, seeds).to(device)
         opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
-        # compiled for training steps only (one shape); evaluation runs eager, so no-grad and the last, smaller
-        # evaluation chunk do not trigger recompilation
-        fwd = maybe_compile(model, cfg.compile, device)
+        # the loss (model, head and cross-entropy in one graph) compiled for training steps only (one shape);
+        # evaluation runs eager, so no-grad and the last, smaller evaluation chunk do not trigger recompilation
+        loss_fn = maybe_compile(EnsembleLoss(model), cfg.compile, device)
+        eval_loss = EnsembleLoss(model)
         use_bf16 = cfg.precision == "bf16"
 
         def autocast():
@@ -346,8 +363,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             with torch.no_grad():
                 for chunk in ev.split(max(1, mb_windows)):
                     with autocast():
-                        logits = model(chunk[:, :-1])
-                    tot += member_losses(logits, chunk[:, 1:], "sum").double()
+                        tot += eval_loss(chunk, "sum").double()
                     n += chunk[:, 1:].numel()
             model.train()
             return (tot / n).tolist()
@@ -453,8 +469,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 micro_ids.append(j)
                 t_data += time.perf_counter() - td
                 with autocast():
-                    logits = fwd(x[..., :-1])
-                loss = member_losses(logits, x[..., 1:]) / n_micro  # [k]
+                    loss = loss_fn(x) / n_micro  # [k]
                 loss.sum().backward()
                 acc += loss.detach()
             losses = [

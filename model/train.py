@@ -148,8 +148,9 @@ class RunConfig:
     precision: Literal["fp32", "bf16"] = _defines("fp32", spec={})
     """'fp32' | 'bf16' (autocast; meant for GPU)."""
     compile: bool = _setting(False, spec={})
-    """torch.compile the model's training steps (Inductor; on CPU it needs a C++ compiler, else eager with a
-    warning). On CPU, evaluation stays eager (its no-grad graph and last, shorter chunk would recompile)."""
+    """torch.compile the training steps (Inductor; on CPU it needs a C++ compiler, else eager with a warning): the
+    loss module (``LMLoss``: model, head, soft-cap and cross-entropy as one graph) is compiled. On CPU, evaluation
+    stays eager (its no-grad graph and last, shorter chunk would recompile)."""
     diverge_loss: float = _setting(20.0)
     """A training loss above this (nats/token), NaN or inf ends the run with status 'diverged'."""
     cache_dir: str | None = _setting(None)
@@ -524,24 +525,18 @@ _DATA_SUMMARY_KEYS = ("split_rule", "n_train_tokens", "n_val_tokens", "n_train_d
 # --------------------------------------------------------------------------------------------------------
 
 
-def _upcast(x):
-    """float32 for half-precision logits (bf16 autocast); wider dtypes (float64 tests) unchanged."""
-    import torch
-
-    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
-
-
-def accumulate_gradients(model, windows, n_micro: int, autocast=None) -> float:
+def accumulate_gradients(loss_fn, windows, n_micro: int, autocast=None) -> float:
     """Forward/backward over ``windows`` (int64 tensor [b, T + 1]) split into ``n_micro`` equal micro-batches.
 
-    Each micro-batch adds grad(token-mean CE / n_micro), so the accumulated gradient is that of the token mean
-    over all b T targets (not a mean of unequal micro means). Returns the batch mean loss (nats/token).
+    ``loss_fn`` maps a micro-batch of windows [b / n_micro, T + 1] to its token-mean cross-entropy (nats/token):
+    a :class:`loopscale.model.looped.LMLoss`, compiled or not. Each micro-batch adds grad(token-mean CE /
+    n_micro), so the accumulated gradient is that of the token mean over all b T targets (not a mean of unequal
+    micro means). Returns the batch mean loss (nats/token).
 
     Raises:
         ValueError: b not divisible by n_micro.
     """
     import torch
-    import torch.nn.functional as F
 
     b = windows.shape[0]
     if n_micro < 1 or b % n_micro:
@@ -549,29 +544,25 @@ def accumulate_gradients(model, windows, n_micro: int, autocast=None) -> float:
     total = None
     for chunk in windows.chunk(n_micro):
         with autocast() if autocast else torch.enable_grad():
-            logits = model(chunk[:, :-1])
-        loss = F.cross_entropy(_upcast(logits).flatten(0, 1), chunk[:, 1:].flatten()) / n_micro
+            loss = loss_fn(chunk) / n_micro
         loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
     return float(total)  # one device sync per step
 
 
-def _evaluate(model, ev, micro_windows: int, autocast) -> float:
+def _evaluate(loss_fn, ev, micro_windows: int, autocast) -> float:
+    """Token-mean validation loss (nats/token) of the windows ev [n, T + 1] under ``loss_fn`` (an LMLoss)."""
     import torch
-    import torch.nn.functional as F
 
-    was = model.training
-    model.eval()
+    was = loss_fn.training
+    loss_fn.eval()
     total, n = 0.0, 0
     with torch.no_grad():
         for chunk in ev.split(max(1, micro_windows)):
             with autocast():
-                logits = model(chunk[:, :-1])
-            total += float(
-                F.cross_entropy(_upcast(logits).flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
-            )
+                total += float(loss_fn(chunk, "sum"))
             n += chunk[:, 1:].numel()
-    model.train(was)
+    loss_fn.train(was)
     return total / n
 
 
@@ -618,7 +609,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
 
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
-    from loopscale.model.looped import LoopedLM, compile_fallback, maybe_compile
+    from loopscale.model.looped import LMLoss, LoopedLM, compile_fallback, maybe_compile
     from loopscale.model.optim import build_optimizers, lr_multiplier
 
     t_start = time.perf_counter()
@@ -664,7 +655,10 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         model = LoopedLM(mcfg, seed=cfg.seed).to(device)
         opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
         log.info("optimizer assignment: muon=%s adamw=%s", assignment["muon"], assignment["adamw"])
-        fwd_model = maybe_compile(model, cfg.compile, device)
+        # the loss (model, head, soft-cap and cross-entropy in one graph) is what gets compiled
+        loss_fn = maybe_compile(LMLoss(model), cfg.compile, device)
+        # on CPU evaluation runs eager: no-grad and the evaluation batch shape would compile a second graph
+        eval_loss = loss_fn if device.type == "cuda" else LMLoss(model)
         use_bf16 = cfg.precision == "bf16"
 
         def autocast():
@@ -705,7 +699,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         def evaluate() -> float:
             nonlocal best_val
             te = time.perf_counter()
-            val = _evaluate(fwd_model if device.type == "cuda" else model, ev, mb_windows, autocast)
+            val = _evaluate(eval_loss, ev, mb_windows, autocast)
             times["eval"] += time.perf_counter() - te
             best_val = val if best_val is None or val < best_val else best_val
             return val
@@ -734,7 +728,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
                 micro_ids.append(j)
             x = torch.from_numpy(np.concatenate(wins)).to(device, non_blocking=True)
             t_data = time.perf_counter() - t0
-            train_loss = accumulate_gradients(fwd_model, x, n_micro, autocast)
+            train_loss = accumulate_gradients(loss_fn, x, n_micro, autocast)
             t1 = time.perf_counter()
             times["data"] += t_data
             times["forward_backward"] += t1 - t0 - t_data

@@ -123,7 +123,7 @@ def test_resume_replays_data_under_grad_accum(base, tmp_path):
 
 def test_accumulation_equals_full_batch_gradient(one_thread):
     """Case 3b: 4 x B/4 accumulation gives the gradient of 1 x B (the loss is the token mean over the batch)."""
-    from loopscale.model.looped import LoopedLM
+    from loopscale.model.looped import LMLoss, LoopedLM
 
     cfg = tiny(r=2)
     torch.manual_seed(0)
@@ -131,7 +131,7 @@ def test_accumulation_equals_full_batch_gradient(one_thread):
     grads = []
     for n_micro in (1, 4):
         model = LoopedLM(cfg, seed=3).double()
-        loss = accumulate_gradients(model, windows, n_micro)
+        loss = accumulate_gradients(LMLoss(model), windows, n_micro)
         grads.append((loss, [p.grad.clone() for p in model.parameters()]))
     (l1, g1), (l4, g4) = grads
     assert l1 == pytest.approx(l4, rel=1e-12)
@@ -143,7 +143,7 @@ def test_accumulation_equals_full_batch_gradient(one_thread):
 def test_norm_preserving_optimizer_zero_norm(base, caplog, one_thread):
     """Case 4: Muon with a zero-initialised projection: an LR-0 step leaves every parameter bit-identical and
     finite; a normal step keeps all finite; the trainer logs which parameters each optimizer got."""
-    from loopscale.model.looped import LoopedLM
+    from loopscale.model.looped import LMLoss, LoopedLM
     from loopscale.model.optim import build_optimizers
 
     cfg = tiny(r=2)
@@ -157,7 +157,7 @@ def test_norm_preserving_optimizer_zero_norm(base, caplog, one_thread):
         assert "recur.0.mlp.c_proj.weight" in assign["muon"] and "wte.weight" in assign["adamw"]
         assert not set(assign["muon"]) & set(assign["adamw"])
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
-        accumulate_gradients(model, windows, 1)
+        accumulate_gradients(LMLoss(model), windows, 1)
         assert float(model.recur[0].mlp.c_proj.weight.grad.abs().max()) == 0.0  # the zero-norm case is hit
         for o in opts:
             o.step()

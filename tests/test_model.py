@@ -209,6 +209,24 @@ def test_bf16_autocast_cpu_close_to_fp32():
     assert maybe_compile(m, False) is m
 
 
+def test_lm_loss_is_the_cross_entropy_of_the_next_token():
+    """LMLoss(model)(windows) is the CE of model(windows[:, :-1]) against windows[:, 1:], mean and sum; its
+    gradient reaches the model's parameters (it holds the model, not a copy)."""
+    from loopscale.model.looped import LMLoss
+
+    cfg = tiny(2, "linear")
+    m = LoopedLM(cfg, seed=0).double()
+    w = torch.randint(0, cfg.vocab_size, (3, 9), generator=torch.Generator().manual_seed(1))
+    logits = m(w[:, :-1])
+    ref = -logits.log_softmax(-1).gather(-1, w[:, 1:, None]).squeeze(-1)  # [3, 8] nats
+    loss = LMLoss(m)
+    assert float(loss(w)) == pytest.approx(float(ref.mean()), rel=1e-12)
+    assert float(loss(w, "sum")) == pytest.approx(float(ref.sum()), rel=1e-12)
+    loss(w).backward()
+    assert float(m.wte.weight.grad.abs().sum()) > 0
+    assert [n for n, _ in loss.named_parameters()] == [f"model.{n}" for n, _ in m.named_parameters()]
+
+
 # --- truncated BPTT --------------------------------------------------------------------------------------------
 
 

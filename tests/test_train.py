@@ -97,9 +97,9 @@ def test_train_run_uses_the_tested_accumulation(base, monkeypatch):
     calls = []
     real = tr.accumulate_gradients
 
-    def spy(model, windows, n_micro, autocast=None):
+    def spy(loss_fn, windows, n_micro, autocast=None):
         calls.append((tuple(windows.shape), n_micro))
-        return real(model, windows, n_micro, autocast)
+        return real(loss_fn, windows, n_micro, autocast)
 
     monkeypatch.setattr(tr, "accumulate_gradients", spy)
     train_run(RunConfig(**{**base, "micro_batch_tokens": 64}))
