@@ -573,7 +573,12 @@ def fit_law(
     """
     if law == "joint_per_r":  # one phi for each r > 1 the table holds (the table read once, validated twice)
         table = read_table(table)
-        rs = np.unique(prepare(table, make_law("joint")).cols["r"])
+        rs = np.unique(prepare(table, make_law("joint", 0.5)).cols["r"])  # phi fixed: no r check yet
+        if not (rs > 1).any():
+            raise ValueError(
+                f"law='joint_per_r' fits one phi per looped r > 1; the table holds only r={[int(v) for v in rs]}; "
+                "use law='chinchilla'"
+            )
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     else:
         lw = make_law(law, phi)

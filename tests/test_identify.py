@@ -117,3 +117,5 @@ def test_law_with_phi_per_r_recovers_each_phi_where_one_phi_misfits():
             make_law("joint_per_r", rs=bad)
     with pytest.raises(ValueError, match="cannot be fixed"):
         make_law("joint_per_r", phi=0.5, rs=(2,))
+    with pytest.raises(ValueError, match=r"one phi per looped r > 1; the table holds only r=\[1\]"):
+        fit_law(df[df["r"] == 1], law="joint_per_r", starts=5)
