@@ -381,7 +381,8 @@ class LMLoss(nn.Module):
     Compiling this module (:func:`maybe_compile`) rather than the model alone puts the head, the soft-cap, the
     log-softmax and the NLL into one graph, so the [B, T, V] float32 logits and their log-softmax need not be
     written out and read back: measured with ``benchmarks/bench_gpu.py`` on an H200 (paper preset, s = 10, bf16,
-    65,536 tokens per step), MFU 0.41 -> 0.45 at r = 1 and 0.43 -> 0.48 at r = 4, peak memory 64 -> 40 GiB.
+    65,536 tokens per step; ``docs/gpu_h200/``), MFU 0.397 -> 0.429 at r = 1 and 0.424 -> 0.460 at r = 4, peak
+    memory 64 -> 40 GiB and 61 -> 37 GiB.
 
     Args:
         model: a :class:`LoopedLM` (or any module mapping ids [B, T] to logits [B, T, V] of float32 or wider).
