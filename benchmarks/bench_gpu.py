@@ -34,7 +34,6 @@ import json
 import time
 
 import torch
-import torch.nn.functional as F
 
 from loopscale.model.accounting import flops_per_token
 from loopscale.model.config import preset_config
@@ -82,11 +81,7 @@ def bench_one(args, r: int, device: torch.device) -> dict:
     opts, _ = build_optimizers(model, args.optimizer, args.lr)
 
     if args.loss_outside_compile:  # the trainer before: the model compiled, the loss eager on float32 logits
-        fwd = maybe_compile(model, args.compile, device)
-
-        def loss_fn(x: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(fwd(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
-
+        loss_fn = LMLoss(maybe_compile(model, args.compile, device))
     else:  # the trainer's way: model, head, soft-cap and cross-entropy compiled as one graph
         loss_fn = maybe_compile(LMLoss(model), args.compile, device)
     bf16 = args.precision == "bf16"
