@@ -162,22 +162,28 @@ def law_per_r(joint, *, starts: int, seed: int) -> dict:
 
 
 def _identification(
-    frame, joint, boot, vdir: Path, out: Path, *, B: int, starts: int, seed: int, plots: bool, strata=None
+    frame, joint, boot, vdir: Path, out: Path, *, B: int, starts: int, seed: int, plots: bool, strata=None,
+    address: str | None = None,
 ):
     """The identification rule for phi (profile, per-r phi with intervals, the verdict) and, when the grid has a
     unique-depth ladder, every looped model's worth in unique layers. With ``strata`` (seeds as replicates) the
     profile and the per-r fits use cell means, as the joint fit. Writes the figures; returns two JSON-ready
-    values: the identification and the ladder rows (empty without a ladder)."""
+    values: the identification and the ladder rows (empty without a ladder). Inside a running Ray session (or
+    with ``address``) the profile's fits and the per-r bootstraps run as Ray tasks; otherwise serially, without
+    starting Ray for them."""
+    from loopscale.fit.bootstrapping import ray_running
     from loopscale.fit.identify import identify, per_r_phi, phi_profile
     from loopscale.fit.identify_plots import plot_ladder, plot_per_r, plot_phi_profile
     from loopscale.fit.ladder import ladder_table
 
     ci = boot.ci.get("phi") if boot is not None else None
     fit_starts = max(10, min(starts, 30))
-    profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=fit_starts, seed=seed)
+    profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=fit_starts, seed=seed,
+                          address=address)  # fmt: skip
     per_r = None
     if frame["r"].nunique() >= 3 and (frame["r"] == 1).any():
-        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata)
+        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata,
+                          workers=None if ray_running(address) else 1, address=address)  # fmt: skip
     ident = identify(joint, ci, profile, per_r)
     outd = ident.to_dict()
     # the alternative to one phi: the same law with phi free per r, fitted to the same points
@@ -331,7 +337,7 @@ def analyze(
         v["equivalence"] = _equivalence_statements(frame, phi_hat)
         v["identification"], v["ladder"] = _identification(
             frame, joint, boot, vdir, out, B=B, starts=starts, seed=seed, plots=plots,
-            strata=strata if means else None,
+            strata=strata if means else None, address=address,
         )  # fmt: skip
         if strata:
             v["bootstrap_stratified_by"] = list(strata)

@@ -18,8 +18,8 @@ is non-finite counts in ``n_failed`` and is **dropped** from the CI. Both are re
 Determinism: resample ``k`` uses ``numpy.random.default_rng([seed, k])`` for its draw and its starts, and resamples are
 split into chunks of fixed size independent of the worker count, so the same seed gives identical draws and CIs with any
 number of workers (or serially). Parallelism: one Ray task per chunk (``num_cpus=1``, BLAS/OpenMP pinned to one thread
-via the task's runtime env). ``workers=1`` with no ``address`` and no running Ray runs the chunks serially in-process
-(no Ray start-up); otherwise the embedded local Ray (``workers`` CPUs) is started, or the running/addressed cluster is
+via the task's runtime env). ``workers=1`` with no ``address`` runs the chunks serially in-process, inside a running Ray
+session too (no Ray start-up); otherwise the embedded local Ray (``workers`` CPUs) is started, or the running/addressed cluster is
 used (``loopscale.cluster.connect.ray_session``), and only what was started is shut down.
 """
 
@@ -271,6 +271,26 @@ def _ray_context(address: str | None, workers: int | None):
         ray.shutdown()
 
 
+def ray_running(address: str | None = None) -> bool:
+    """True when fits can go to Ray without starting it: ``address`` (or RAY_ADDRESS) is given, or this process is
+    already connected (e.g. inside ``loopscale run``'s session)."""
+    return address is not None or bool(os.environ.get("RAY_ADDRESS")) or _ray_is_initialized()
+
+
+def map_tasks(fn, shared: Any, items: list, address: str | None = None) -> list:
+    """``[fn(shared, item) for item in items]``, as one-CPU Ray tasks (single-threaded BLAS, ``shared`` put once)
+    when :func:`ray_running`, else serially. ``fn`` must be a module-level function; results come back in item
+    order and equal the serial ones (every fit here is deterministic given its seed)."""
+    if not items or not ray_running(address):
+        return [fn(shared, it) for it in items]
+    with _ray_context(address, None):
+        import ray
+
+        task = ray.remote(num_cpus=1)(fn).options(runtime_env={"env_vars": dict(_SINGLE_THREAD_ENV)})
+        ref = ray.put(shared)
+        return ray.get([task.remote(ref, it) for it in items])
+
+
 _LISTENERS: list = []
 
 
@@ -298,14 +318,15 @@ def run_chunks(
     address: str | None,
     progress: bool = False,
 ) -> list[dict[str, np.ndarray]]:
-    """Run ``_refit_chunk`` over ``chunks`` serially (``workers == 1``, no address, no running Ray) or as Ray tasks.
+    """Run ``_refit_chunk`` over ``chunks`` serially (``workers == 1`` and no address, even inside a running Ray
+    session or Ray task) or as Ray tasks.
 
     Results are returned in chunk order. Raises ``ValueError`` for ``workers < 1``."""
     if workers is not None and workers < 1:
         raise ValueError(f"workers={workers} must be >= 1 (CPUs for the bootstrap refits), e.g. workers=2")
     sizes = [len(ks) for ks, _ in chunks]
     _notify(0, sum(sizes))
-    if workers == 1 and address is None and not _ray_is_initialized():
+    if workers == 1 and address is None:
         out = []
         for i, (ks, W) in enumerate(chunks):
             out.append(_refit_chunk(shared, ks, W))

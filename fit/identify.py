@@ -96,8 +96,21 @@ def fixed_D(table: Any) -> bool:
     return bool(np.unique(data.cols["D"]).size == 1)
 
 
+def _profile_point(shared: dict, phi: float) -> tuple[float, float]:
+    """(objective, R^2) of the joint law refitted at fixed ``phi`` (one point of :func:`phi_profile`)."""
+    f = fit_law(shared["table"], law="joint", phi=phi, starts=shared["starts"], seed=shared["seed"],
+                delta=shared["delta"])  # fmt: skip
+    return float(f.objective), float(f.r2)
+
+
 def phi_profile(
-    table: Any, grid: np.ndarray | None = None, *, starts: int = 60, seed: int = 0, delta: float = 1e-3
+    table: Any,
+    grid: np.ndarray | None = None,
+    *,
+    starts: int = 60,
+    seed: int = 0,
+    delta: float = 1e-3,
+    address: str | None = None,
 ) -> pd.DataFrame:
     """Profile of the joint-law objective in phi: at each fixed phi every other parameter is refitted.
 
@@ -105,6 +118,8 @@ def phi_profile(
         table: runs (as :func:`loopscale.fit.fitter.fit_law`).
         grid: phi values (default -1.5 ... 2.5 in steps of 0.1, inside the paper's box [-3, 3]).
         starts: starts per restricted fit.
+        address: a Ray cluster for the fits; with it, or inside a running Ray session, the grid's fits run as
+            parallel Ray tasks (same values as serially); otherwise serially in this process.
     Returns:
         DataFrame with ``phi``, ``objective`` (Huber sum, paper Eq. 4), ``r2`` and ``rel_rise`` (objective / its
         minimum over the grid - 1), sorted by phi.
@@ -112,13 +127,36 @@ def phi_profile(
         ValueError: bad table or a grid value outside [-3, 3].
     """
     grid = np.round(np.arange(-1.5, 2.5001, 0.1), 10) if grid is None else np.asarray(grid, dtype=float)
-    rows = []
-    for phi in grid:
-        f = fit_law(table, law="joint", phi=float(phi), starts=starts, seed=seed, delta=delta)
-        rows.append(dict(phi=float(phi), objective=float(f.objective), r2=float(f.r2)))
+    if grid.size and (grid.min() < PHI_BOUNDS[0] or grid.max() > PHI_BOUNDS[1]):
+        raise ValueError(f"phi grid must lie inside {list(PHI_BOUNDS)}, got [{grid.min()}, {grid.max()}]")
+    from loopscale.fit.bootstrapping import map_tasks
+
+    shared = {"table": _frame(table), "starts": starts, "seed": seed, "delta": delta}
+    vals = map_tasks(_profile_point, shared, [float(phi) for phi in grid], address)
+    rows = [dict(phi=float(phi), objective=o, r2=r2) for phi, (o, r2) in zip(grid, vals, strict=True)]
     out = pd.DataFrame(rows).sort_values("phi").reset_index(drop=True)
     out["rel_rise"] = out["objective"] / out["objective"].min() - 1.0
     return out
+
+
+def _per_r_row(shared: dict, r: int) -> dict:
+    """One row of :func:`per_r_phi`: phi_r fitted to the r = 1 runs plus those of ``r``, with its interval."""
+    from loopscale.fit.bootstrapping import bootstrap
+
+    df, starts, B, seed, stratify_by = (shared[k] for k in ("df", "starts", "B", "seed", "stratify_by"))
+    sub = df[df["r"].isin([1, r])]
+    # cell means when there are at least as many cells as the law's parameters, else the runs themselves
+    means = bool(stratify_by) and len(cell_means(sub, stratify_by)) >= make_law("joint").n_params
+    f = fit_law(cell_means(sub, stratify_by) if means else sub, law="joint", starts=starts, seed=seed)
+    lo = hi = float("nan")
+    if B > 0:
+        how = {"stratify_by": stratify_by, "cell_means": True} if means else {"block_by": shared["block_by"]}
+        bs = bootstrap(sub, law="joint", B=B, seed=seed, workers=shared["workers"], address=shared["address"],
+                       starts=max(20, starts // 5), point=f, **how)  # fmt: skip
+        lo, hi = bs.ci.get("phi", (float("nan"), float("nan")))
+        lo = float("nan") if lo is None else float(lo)
+        hi = float("nan") if hi is None else float(hi)
+    return dict(r=r, phi=float(f.params["phi"]), lo=lo, hi=hi, n=int(f.n), on_bound=",".join(f.on_bound))
 
 
 def per_r_phi(
@@ -130,6 +168,7 @@ def per_r_phi(
     seed: int = 0,
     workers: int | None = 1,
     stratify_by: tuple[str, ...] | None = None,
+    address: str | None = None,
 ) -> pd.DataFrame:
     """phi_r: the joint law fitted to the r = 1 runs plus the runs of one r, for every r > 1.
 
@@ -137,7 +176,9 @@ def per_r_phi(
         table: runs (as :func:`loopscale.fit.fitter.fit_law`, with an ``r`` column).
         starts: starts per fit. B: bootstrap resamples for each phi_r interval (0: no interval).
         block_by: bootstrap blocking (default iid over runs: seeds and ladder rungs are the replicates).
-        workers: bootstrap workers (1: serial, no Ray).
+        workers: bootstrap workers (1: serial, no Ray). address: a Ray cluster. With it, or inside a running Ray
+            session, every r is one Ray task (its bootstrap serial inside the task); the values equal the serial
+            ones.
         stratify_by: the columns of a cell when seeds are replicates: each phi_r is fitted to cell means and its
             bootstrap draws seeds within cells (:func:`loopscale.fit.io.cell_means`; ``block_by`` is ignored) —
             when the r = 1 cells plus r's cells are at least the law's 6 parameters, else to the runs.
@@ -147,27 +188,21 @@ def per_r_phi(
     Raises:
         ValueError: no r = 1 runs, or no r > 1 runs.
     """
-    from loopscale.fit.bootstrapping import bootstrap
+    from loopscale.fit.bootstrapping import _notify, map_tasks, ray_running
 
     df = _frame(table)
     rs = sorted(int(v) for v in df["r"].unique())
     if 1 not in rs or len(rs) < 2:
         raise ValueError(f"per-r phi needs r = 1 runs and at least one r > 1; the table has r = {rs}")
-    rows = []
-    for r in rs[1:]:
-        sub = df[df["r"].isin([1, r])]
-        # cell means when there are at least as many cells as the law's parameters, else the runs themselves
-        means = bool(stratify_by) and len(cell_means(sub, stratify_by)) >= make_law("joint").n_params
-        f = fit_law(cell_means(sub, stratify_by) if means else sub, law="joint", starts=starts, seed=seed)
-        lo = hi = float("nan")
-        if B > 0:
-            how = {"stratify_by": stratify_by, "cell_means": True} if means else {"block_by": block_by}
-            bs = bootstrap(sub, law="joint", B=B, seed=seed, workers=workers, starts=max(20, starts // 5), point=f,
-                           **how)  # fmt: skip
-            lo, hi = bs.ci.get("phi", (float("nan"), float("nan")))
-            lo = float("nan") if lo is None else float(lo)
-            hi = float("nan") if hi is None else float(hi)
-        rows.append(dict(r=r, phi=float(f.params["phi"]), lo=lo, hi=hi, n=int(f.n), on_bound=",".join(f.on_bound)))
+    # one task per r when Ray runs (each bootstraps serially inside it); else one r after the other here
+    par = ray_running(address)
+    shared = dict(df=df, starts=starts, B=B, block_by=block_by, seed=seed, stratify_by=stratify_by,
+                  workers=1 if par else workers, address=None if par else address)  # fmt: skip
+    rows = map_tasks(_per_r_row, shared, rs[1:], address)
+    if par and B > 0:  # the tasks' refits, for the driver's progress listeners (the console's bootstrap line)
+        n = B * (len(rs) - 1)
+        _notify(0, n)
+        _notify(n, n)
     return pd.DataFrame(rows)
 
 

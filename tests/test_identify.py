@@ -119,3 +119,22 @@ def test_law_with_phi_per_r_recovers_each_phi_where_one_phi_misfits():
         make_law("joint_per_r", phi=0.5, rs=(2,))
     with pytest.raises(ValueError, match=r"one phi per looped r > 1; the table holds only r=\[1\]"):
         fit_law(df[df["r"] == 1], law="joint_per_r", starts=5)
+
+
+def test_profile_and_per_r_as_ray_tasks_equal_the_serial_values():
+    """Inside a running Ray session the profile's fits and the per-r fits run as Ray tasks: same values as serially
+    (and a phi grid outside the box is refused before any fit)."""
+    import ray
+
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46}, widths=(16, 32), tokens=(5e5, 2e6))
+    prof = phi_profile(df, GRID, starts=10)
+    pr = per_r_phi(df, starts=12, B=6)
+    assert np.isfinite(pr[["lo", "hi"]].to_numpy()).all()
+    with pytest.raises(ValueError, match="inside"):
+        phi_profile(df, np.array([0.0, 3.5]), starts=10)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        pd.testing.assert_frame_equal(phi_profile(df, GRID, starts=10), prof, check_exact=True)
+        pd.testing.assert_frame_equal(per_r_phi(df, starts=12, B=6, workers=None), pr, check_exact=True)
+    finally:
+        ray.shutdown()
