@@ -149,7 +149,8 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     assert (st["state"], st["stage"]) == ("stopped", "sweep")
     assert st["runs"]["ok"] + st["runs"]["diverged"] == len(finished_before)
     assert st["runs"]["running"] == 0 and st["runs"]["pending"] == 16 - len(finished_before)
-    p = _run(["run", "--preset", "smoke", "--out", str(out), "--resume"])
+    # the resume is what is tested, not the fit: a small bootstrap keeps the test short
+    p = _run(["run", "--preset", "smoke", "--out", str(out), "--resume", "--bootstrap", "20", "--starts", "10"])
     assert p.returncode == 0, p.stderr[-3000:]
     rows = {r["run_id"]: r for r in pq.read_table(out / "runs.parquet").to_pylist()}
     assert len(rows) == 16 and all(r["status"] == "ok" for r in rows.values())
