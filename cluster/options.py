@@ -17,7 +17,9 @@ flags with the same meaning::
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -164,6 +166,27 @@ def validate_storage(storage: str | None) -> str | None:
     from loopscale.cluster.storage import absolute_uri
 
     return absolute_uri(storage)
+
+
+def usable_out_dir(out: Path) -> Path:
+    """Check that ``out`` can be the command's output directory before any work starts: it is a directory or can
+    be created as one (every existing ancestor a directory) and is writable where it exists.
+
+    Raises:
+        ValueError: ``out`` or one of its ancestors is a file, or the nearest existing directory is not writable.
+    """
+    out = Path(out)
+    p = out
+    while not p.exists():
+        if p.parent == p:
+            break
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        what = "is a file" if p == out else f"cannot be created: {p} is a file"
+        raise ValueError(f"--out {out} {what}; give a directory (new or existing)")
+    if p.exists() and not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: {p} is not writable")
+    return out
 
 
 # --- the one error presenter of the console script ----------------------------------------------------------

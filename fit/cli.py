@@ -81,6 +81,10 @@ def fit_cmd(
         ray_temp_dir=ray_temp_dir,
     )
     opts.validate()
+    if out is not None:
+        from loopscale.cluster.options import usable_out_dir
+
+        usable_out_dir(out)  # before the fit, so that a file in the way costs no compute
     lw = make_law(law, phi)
     bb = None
     if block_by not in ("default", "iid", "none", ""):

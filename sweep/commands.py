@@ -258,10 +258,12 @@ def _run_stage(
     """Load SPEC (``--storage`` applied), check ``--track``, and run ``stage(spec, out, <Ray flags>, track, **kw)`` in
     a console session (:func:`loopscale.sweep.console.session`: Ray's output to ``OUT/logs/``); with ``--json``
     anything the stage prints goes to stderr. At the end, one line per tracking target says where its results are."""
+    from loopscale.cluster.options import usable_out_dir
     from loopscale.sweep import console, tracking
     from loopscale.sweep.spec import load_spec
 
     spec = _with_storage(load_spec(spec_path), storage)
+    usable_out_dir(out)
     targets = tracking.parse_track(track)
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
         res = stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)

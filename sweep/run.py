@@ -304,6 +304,9 @@ def run_cmd(
     cluster = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
     cluster.validate()
     targets = tracking.parse_track(track)
+    from loopscale.cluster.options import usable_out_dir
+
+    usable_out_dir(out or Path("runs") / name)  # a file in the way is said now, not after the sweep
     if dry_run:
         p = plan(spec)
         try:

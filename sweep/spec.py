@@ -657,7 +657,7 @@ def load_spec(path: str | Path) -> SweepSpec:
 
     Raises:
         FileNotFoundError: no such file.
-        SpecError: invalid YAML content (the message names the key).
+        SpecError: invalid YAML (the message says where) or invalid content (the message names the key).
     """
     import yaml
 
@@ -665,7 +665,10 @@ def load_spec(path: str | Path) -> SweepSpec:
     if not p.is_file():
         raise FileNotFoundError(f"sweep spec not found: {p}")
     with p.open(encoding="utf-8") as f:
-        data = yaml.load(f, Loader=spec_loader())
+        try:
+            data = yaml.load(f, Loader=spec_loader())
+        except yaml.YAMLError as e:  # a syntax error: say where, as one error line, not a parser traceback
+            raise SpecError(f"sweep spec {p} is not valid YAML: {' '.join(str(e).split())}") from None
     return parse_spec(data)
 
 

@@ -114,3 +114,29 @@ def test_presenter_maps_interrupts_to_130_and_keeps_bugs_loud():
     assert res.exit_code == EXIT_USAGE == 2 and "error: no such spec" in res.output
     res = CliRunner().invoke(make(ZeroDivisionError("bug")), ["x"])
     assert res.exit_code == 1 and isinstance(res.exception, ZeroDivisionError)
+
+
+def test_out_in_the_way_and_broken_yaml_are_refused_before_any_work(tmp_path):
+    """A file where --out (or its parent) should be a directory, and a spec with a YAML syntax error, are one
+    error line with exit 2 from every command that writes there, before any Ray start or fit; nothing is written."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep me")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nr: [1, 2\n")
+    spec = str(ROOT / "configs" / "smoke.yaml")
+    runs = tmp_path / "runs.csv"
+    runs.write_text("loss,D,N\n3.0,1e6,1e6\n")
+    cases = [
+        (["run", "--preset", "smoke", "--out", str(blocker / "sub"), "--dry-run"], "afile is a file"),
+        (["run", "--preset", "smoke", "--out", str(blocker)], "is a file"),
+        (["sweep", spec, "--out", str(blocker / "x")], "afile is a file"),
+        (["tune-lr", spec, "--out", str(blocker / "x")], "afile is a file"),
+        (["fit", str(runs), "--law", "chinchilla", "--out", str(blocker / "x")], "afile is a file"),
+        (["run", str(broken), "--out", str(tmp_path / "o")], "not valid YAML"),
+        (["sweep", str(broken), "--out", str(tmp_path / "o")], "line 2"),
+    ]
+    for args, message in cases:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert message in res.output and "Traceback" not in res.output, (args, res.output)
+    assert blocker.read_text() == "keep me" and not (tmp_path / "o").exists()
