@@ -351,9 +351,14 @@ def build_report(run_dir: str | Path) -> Path:
         p, ci = j["params"], j.get("ci", {})
         boot = j.get("bootstrap", {})
         L.append("\n### Joint law (paper Eq. 3): L = E + A·(N_once + r^φ·N_rec)^−α + B·D^−β\n")
+        ident = v.get("identification") or {}
+        if ident and not ident.get("identified", True):  # the rule comes before any headline: no bold phi here
+            phi_line = (f"Fitted φ̂ = {_fmt(p['phi'], 3)}, bootstrap 95 % CI {_ci(ci, 'phi')}: not a result, φ is "
+                        "not identified by this grid (\"Is φ identified?\" below) ")  # fmt: skip
+        else:
+            phi_line = f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi')}** "
         L.append(
-            f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi')}** "
-            f"({_resampling(boot)}, B = {boot.get('B')}, "
+            phi_line + f"({_resampling(boot)}, B = {boot.get('B')}, "
             f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
             f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
         )

@@ -72,6 +72,10 @@ def test_smoke_run_writes_report_and_figures(smoke_run):
     out, _, wall = smoke_run
     report = (out / "report.md").read_text()
     assert "Joint law" in report and "φ =" in report and "Restricted fits" in report
+    # the identification rule comes before any headline: a bold phi only where phi is identified
+    ident = json.loads((out / "fit" / "analysis.json").read_text())["variants"]["baseline"]["identification"]
+    assert ("**φ = " in report) == ident["identified"]
+    assert ("not a result, φ is not identified by this grid" in report) == (not ident["identified"])
     links = [ln.split("](", 1)[1].rstrip(")") for ln in report.splitlines() if ln.startswith("![")]
     assert len(links) >= 3
     for link in links:
