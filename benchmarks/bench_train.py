@@ -174,14 +174,14 @@ def muon_step_ms(d_model: int, r: int, num_threads: int, reps: int = 20) -> dict
 
 def ensemble_bench(args, passthrough: list[str]) -> dict:
     """Single runs and K-member ensembles per width and optimizer (see the module docstring)."""
-    widths = args.d_model if args.d_model != [32, 64, 128] else [16, 32, 48]
+    widths = args.d_model or [16, 32, 48]
     rows = []
     for d in widths:
         for opt in ("adamw", "muon"):
             pair = {}
             for k in (1, args.ensemble):
                 cmd = [sys.executable, __file__, "--one", "--d-model", str(d), "--optimizer", opt]
-                cmd += ["--ensemble", str(k), *passthrough]
+                cmd += ["--ensemble", str(k), *passthrough]  # passthrough: _forwarded(args), no optimizer
                 proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
                 pair[k] = json.loads(proc.stdout.strip().splitlines()[-1])
             single, ens = pair[1], pair[args.ensemble]
@@ -255,7 +255,7 @@ def profile_bench(args) -> dict:
         import torch._inductor.config as inductor_config
 
         inductor_config.cpp.enable_kernel_profile = True
-    widths = args.d_model if args.d_model != [32, 64, 128] else [16, 32]
+    widths = args.d_model or [16, 32]
     rows = []
     for d in widths:
         for k in (1, args.ensemble or 4):
@@ -324,7 +324,10 @@ def quality(args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d-model", type=int, nargs="+", default=[32, 64, 128], help="widths of the cpu preset")
+    p.add_argument(
+        "--d-model", type=int, nargs="+", default=None,
+        help="widths of the cpu preset (default 32 64 128; --ensemble: 16 32 48; --profile: 16 32)",
+    )  # fmt: skip
     p.add_argument("--r", type=int, default=None, help="one r only (used for the per-run subprocess)")
     p.add_argument("--tokens", type=int, default=100_000)
     p.add_argument("--batch-tokens", type=int, default=2048)
@@ -340,11 +343,12 @@ def main() -> None:
     p.add_argument(
         "--ensemble", type=int, default=None, help="K: compare K-member seed ensembles to single runs"
     )
-    p.add_argument("--optimizer", default="adamw", help="(used for the per-run subprocess of --ensemble)")
+    p.add_argument("--optimizer", default="adamw", help="adamw | muon | muonh (--ensemble runs both adamw and muon)")
     p.add_argument(
         "--compile",
         action="store_true",
-        help="--ensemble mode: torch.compile (compile time counts in tokens/s); --profile: profile compiled runs",
+        help="--ensemble: torch.compile, each run trained twice (tokens_per_s: the steady second pass; "
+        "tokens_per_s_with_compile: the first, compilation counted); --profile: profile compiled runs",
     )
     p.add_argument("--one", action="store_true", help="(internal: one run of --ensemble mode)")
     p.add_argument(
@@ -358,28 +362,16 @@ def main() -> None:
         out = profile_bench(args)
     elif args.one:
         out = one_member_run(args)
+    elif args.ensemble is not None:
+        out = ensemble_bench(args, _forwarded(args, optimizer=False))
     elif args.r is not None:
+        args.d_model = args.d_model or [32]
         out = one_run(args)
     else:
         runs = []
-        passthrough = []
-        skip = False
-        for a in sys.argv[1:]:  # forward every flag except --d-model's values and --quality
-            if a == "--d-model":
-                skip = True
-                continue
-            if skip and not a.startswith("--"):
-                continue
-            skip = False
-            if a != "--quality":
-                passthrough.append(a)
-        if args.ensemble is not None:
-            i = passthrough.index("--ensemble")
-            print(json.dumps(ensemble_bench(args, passthrough[:i] + passthrough[i + 2 :])))
-            return
-        for d in args.d_model:
+        for d in args.d_model or [32, 64, 128]:
             for r in (1, 4):
-                cmd = [sys.executable, __file__, "--r", str(r), "--d-model", str(d), *passthrough]
+                cmd = [sys.executable, __file__, "--r", str(r), "--d-model", str(d), *_forwarded(args)]
                 proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
                 runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         out = {
@@ -390,6 +382,23 @@ def main() -> None:
             "pass_data_le_5pct": all(r["data_share_of_step"] <= 0.05 for r in runs),
         }
     print(json.dumps(out))
+
+
+def _forwarded(args, optimizer: bool = True) -> list[str]:
+    """The flags a per-run subprocess inherits from this invocation (from the parsed values, so ``--x=v`` and
+    ``--x v`` forward alike): everything but the widths, the mode flags and, for --ensemble, the optimizer."""
+    out = ["--tokens", str(args.tokens), "--batch-tokens", str(args.batch_tokens), "--lr", repr(args.lr),
+           "--eval-tokens", str(args.eval_tokens), "--num-threads", str(args.num_threads), "--device", args.device,
+           "--precision", args.precision, "--corpus", args.corpus]  # fmt: skip
+    if args.cache_dir is not None:
+        out += ["--cache-dir", args.cache_dir]
+    if args.r is not None:
+        out += ["--r", str(args.r)]
+    if args.compile:
+        out.append("--compile")
+    if optimizer:
+        out += ["--optimizer", args.optimizer]
+    return out
 
 
 if __name__ == "__main__":
