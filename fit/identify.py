@@ -124,10 +124,12 @@ def phi_profile(
         DataFrame with ``phi``, ``objective`` (Huber sum, paper Eq. 4), ``r2`` and ``rel_rise`` (objective / its
         minimum over the grid - 1), sorted by phi.
     Raises:
-        ValueError: bad table or a grid value outside [-3, 3].
+        ValueError: bad table, an empty or non-finite grid, or a grid value outside [-3, 3].
     """
     grid = np.round(np.arange(-1.5, 2.5001, 0.1), 10) if grid is None else np.asarray(grid, dtype=float)
-    if grid.size and (grid.min() < PHI_BOUNDS[0] or grid.max() > PHI_BOUNDS[1]):
+    if grid.ndim != 1 or grid.size == 0 or not np.isfinite(grid).all():
+        raise ValueError(f"phi grid must be a non-empty 1-D list of finite values, got {grid.tolist()}")
+    if grid.min() < PHI_BOUNDS[0] or grid.max() > PHI_BOUNDS[1]:
         raise ValueError(f"phi grid must lie inside {list(PHI_BOUNDS)}, got [{grid.min()}, {grid.max()}]")
     from loopscale.fit.bootstrapping import map_tasks
 

@@ -132,6 +132,8 @@ def test_profile_and_per_r_as_ray_tasks_equal_the_serial_values():
     assert np.isfinite(pr[["lo", "hi"]].to_numpy()).all()
     with pytest.raises(ValueError, match="inside"):
         phi_profile(df, np.array([0.0, 3.5]), starts=10)
+    with pytest.raises(ValueError, match="non-empty"):
+        phi_profile(df, [], starts=10)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         pd.testing.assert_frame_equal(phi_profile(df, GRID, starts=10), prof, check_exact=True)
