@@ -274,13 +274,14 @@ class SweepSpec(_Strict):
                 if not ds:
                     raise ValueError(f"tokens for size {s} is empty (empty grid)")
                 if any(d <= 0 for d in ds):
-                    raise ValueError(f"tokens must be > 0 (budget <= 0), got {ds} for size {s}")
+                    where = f" for size {s}" if isinstance(self.tokens, dict) else ""
+                    raise ValueError(f"tokens must all be > 0, got {list(ds)}{where}")
         else:
             if not self.budgets:
                 raise ValueError("budgets is empty (empty grid); e.g. budgets: {1e12: [32, 64]}")
             for c, ss in self.budgets.items():
                 if not c > 0 or not math.isfinite(c):
-                    raise ValueError(f"budgets: C must be > 0 FLOPs (budget <= 0), got {c}")
+                    raise ValueError(f"budgets: every C must be a finite number of FLOPs > 0, got {c}")
                 if not ss:
                     raise ValueError(f"budgets[{c:g}] lists no sizes (empty grid)")
         for s in self.all_sizes():
@@ -632,9 +633,9 @@ def run_id(cell: Cell | dict) -> str:
 def _fmt_error(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "<spec>"
+        loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}")
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return "invalid sweep spec: " + "; ".join(parts)
 
 

@@ -151,3 +151,14 @@ def test_spec_is_frozen_and_typed():
 
     with pytest.raises(pydantic.ValidationError):
         s.name = "x"
+
+
+def test_bad_budgets_name_the_values_without_placeholders():
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["tokens"] = [-2048, 4096]
+    with pytest.raises(ValueError, match=r"tokens must all be > 0, got \[-2048, 4096\]") as e:
+        parse_spec(d)
+    assert "<spec>" not in str(e.value) and "for size" not in str(e.value)
+    d["tokens"] = {16: [2048], 32: [0]}
+    with pytest.raises(ValueError, match=r"got \[0\] for size 32"):
+        parse_spec(d)
