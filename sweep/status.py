@@ -276,7 +276,7 @@ def format_status(st: dict) -> list[str]:
     r = st["runs"]
     lines = [f"{st['out']}: {st['spec'] or '?'} — {st['state']}, stage {st['stage']}"]
     lines.append(
-        f"runs: {r['total']} planned: {r['ok']} ok, {r['diverged']} diverged, {r['failed']} failed, "
+        f"runs: {r['total']} planned — {r['ok']} ok, {r['diverged']} diverged, {r['failed']} failed, "
         f"{r['running']} running, {r['pending']} pending"
     )
     if st["failures"]:
