@@ -18,9 +18,9 @@ is non-finite counts in ``n_failed`` and is **dropped** from the CI. Both are re
 Determinism: resample ``k`` uses ``numpy.random.default_rng([seed, k])`` for its draw and its starts, and resamples are
 split into chunks of fixed size independent of the worker count, so the same seed gives identical draws and CIs with any
 number of workers (or serially). Parallelism: one Ray task per chunk (``num_cpus=1``, BLAS/OpenMP pinned to one thread
-via the task's runtime env). ``workers=1`` with no ``address`` runs the chunks serially in-process, inside a running Ray
-session too (no Ray start-up); otherwise the embedded local Ray (``workers`` CPUs) is started, or the running/addressed cluster is
-used (``loopscale.cluster.connect.ray_session``), and only what was started is shut down.
+via the task's runtime env). ``workers=1`` with no ``address`` runs the chunks serially in-process, inside a running
+Ray session too (no Ray start-up); otherwise the embedded local Ray (``workers`` CPUs) is started, or the
+running/addressed cluster is used (``loopscale.cluster.connect.ray_session``), and only what was started is shut down.
 """
 
 from __future__ import annotations
@@ -251,12 +251,18 @@ def _ray_is_initialized() -> bool:
     return bool(ray is not None and ray.is_initialized())
 
 
+def ray_running(address: str | None = None) -> bool:
+    """True when fits can go to Ray without starting it: ``address`` (or RAY_ADDRESS) is given, or this process is
+    already connected (e.g. inside ``loopscale run``'s session)."""
+    return address is not None or bool(os.environ.get("RAY_ADDRESS")) or _ray_is_initialized()
+
+
 @contextlib.contextmanager
 def _ray_context(address: str | None, workers: int | None):
     """Ray for the refits: a running Ray or ``address`` (or RAY_ADDRESS) via ``loopscale.cluster.connect.ray_session``;
     otherwise a fresh embedded local Ray with ``workers`` CPUs started with ``address="local"`` (``ray.init(address=None)``
     would silently join any other Ray cluster registered on this machine) and shut down on exit."""
-    if address is not None or _ray_is_initialized() or os.environ.get("RAY_ADDRESS"):
+    if ray_running(address):
         from loopscale.cluster.connect import ray_session
 
         with ray_session(address):
@@ -269,12 +275,6 @@ def _ray_context(address: str | None, workers: int | None):
         yield
     finally:
         ray.shutdown()
-
-
-def ray_running(address: str | None = None) -> bool:
-    """True when fits can go to Ray without starting it: ``address`` (or RAY_ADDRESS) is given, or this process is
-    already connected (e.g. inside ``loopscale run``'s session)."""
-    return address is not None or bool(os.environ.get("RAY_ADDRESS")) or _ray_is_initialized()
 
 
 def map_tasks(fn, shared: Any, items: list, address: str | None = None) -> list:

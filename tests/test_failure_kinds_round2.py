@@ -516,7 +516,10 @@ def test_degenerate_bootstrap_says_why_and_report_renders_it(tmp_path):
     with pytest.warns(UserWarning, match="no interval"):
         analyze(table, tmp_path / "run" / "fit", B=4, starts=20, workers=1, plots=False)
     text = build_report(tmp_path / "run").read_text(encoding="utf-8")
-    assert "95 % CI –" in text and "**No interval**" in text and "every run has the same D" in text
+    identified = json.loads((tmp_path / "run" / "fit" / "analysis.json").read_text())["variants"]["baseline"][
+        "identification"]["identified"]  # fmt: skip
+    assert ("95 % CI –**" if identified else "bootstrap 95 % CI –: not a result") in text
+    assert "**No interval**" in text and "every run has the same D" in text
     # run refuses the grid before training anything, and its --dry-run plan says so
     grid = dict(TINY, r=[1, 2, 4, 8], sizes=[16, 32, 48])
     spec = _write_spec(tmp_path / "one_d.yaml", grid)
