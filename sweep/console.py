@@ -417,6 +417,8 @@ class GridView(_View):
         for t in trials:
             runs = trial_cells(t.config)
             key = {"TERMINATED": "done", "RUNNING": "running", "ERROR": "failed"}.get(t.status, "pending")
+            if key == "done" and not (getattr(t, "last_result", None) or {}).get("done"):
+                key = "pending"  # stopped by Ctrl-C before its runs finished: TERMINATED too, but not done
             counts[key] += len(runs)
             if key in ("running", "pending"):
                 want = sum(self._cell_flops(c) for c in runs)

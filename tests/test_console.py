@@ -102,7 +102,7 @@ def test_grid_view_counts_rate_and_eta(monkeypatch):
     view = console.GridView(con, total=4)
     ens = SimpleNamespace(trial_id="t1", status="RUNNING", config={"cells": cells[:2]})
     one = SimpleNamespace(trial_id="t2", status="PENDING", config={"cell": cells[2]})
-    done = SimpleNamespace(trial_id="t3", status="TERMINATED", config={"cell": cells[3]})
+    done = SimpleNamespace(trial_id="t3", status="TERMINATED", config={"cell": cells[3]}, last_result={"done": True})
     trials = [ens, one, done]
     clock[0] += 10
     view.observe(trials, ens, {"tokens": 512, "members": 2})
@@ -122,6 +122,12 @@ def test_grid_view_counts_rate_and_eta(monkeypatch):
     assert lines[0].startswith("grid: 1/4 done 1 · running 2 · pending 1 · failed 0")
     assert lines[-1].startswith("grid: 1 runs done, 0 failed, 3 unfinished")
     assert "\x1b" not in buf.getvalue()
+    # Ctrl-C stops every trial as TERMINATED: one whose function had not returned is unfinished, not done
+    stopped = SimpleNamespace(trial_id="t4", status="TERMINATED", config={"cells": cells[:2]},
+                              last_result={"tokens": 512, "done": False})  # fmt: skip
+    view2 = console.GridView(con, total=2)
+    view2.observe([stopped])
+    assert view2.counts == {"done": 0, "running": 0, "pending": 2, "failed": 0}
 
 
 def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
