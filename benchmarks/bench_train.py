@@ -361,6 +361,7 @@ def main() -> None:
     elif args.profile:
         out = profile_bench(args)
     elif args.one:
+        args.ensemble, args.d_model = args.ensemble or 1, args.d_model or [32]
         out = one_member_run(args)
     elif args.ensemble is not None:
         out = ensemble_bench(args, _forwarded(args, optimizer=False))

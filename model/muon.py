@@ -15,7 +15,10 @@ Per matrix the update is exactly torch 2.13's (``torch/optim/_muon.py``, after K
 * W <- W (1 - lr lambda) - lr sqrt(max(1, m / n)) X (the "original" LR adjustment).
 
 State (``"momentum_buffer"`` per parameter) and hyperparameters are the same as ``torch.optim.Muon``'s, so a
-checkpointed optimizer state loads into either.
+checkpointed optimizer state loads into either. Inside :class:`BatchedMuon` the buffers of one shape group are
+views of one stacked [N, m, n] tensor, so the momentum and Nesterov updates are one ``lerp_`` each per group
+rather than one per matrix; a buffer that was replaced (``load_state_dict``) or is missing is copied into a new
+stack at the next step. The grouping is cached while the set of parameters with a gradient stays the same.
 """
 
 from __future__ import annotations
@@ -54,6 +57,54 @@ def newton_schulz_batched(
         upd = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
         x = torch.baddbmm(x, upd, x, beta=a)
     return x
+
+
+class _ShapeStack:
+    """One shape group of :class:`BatchedMuon`: parameters whose trailing [m, n] slices are [m_, n_] matrices
+    after Muon's transpose of tall ones (m > n), and their momentum buffers stacked as ``buf`` [sum M_i, m_, n_]
+    (M_i = slices of parameter i). ``buf_views[i]`` is parameter i's buffer, a view of ``buf`` in the parameter's
+    own shape, so ``state[p]["momentum_buffer"]`` keeps ``torch.optim.Muon``'s layout while one ``lerp_`` updates
+    the whole group."""
+
+    def __init__(self, params: list[torch.Tensor], m_: int, n_: int, adjust_lr_fn: str | None) -> None:
+        self.params, self.m_, self.n_ = params, m_, n_
+        self.tall = [p.size(-2) > p.size(-1) for p in params]
+        ndims = {p.ndim for p in params}
+        self.ndim = ndims.pop() if len(ndims) == 1 else -1  # -1: mixed ranks, reshaped to [-1, m, n] each
+        self.counts = [p.numel() // (m_ * n_) for p in params]
+        self.by_ratio: dict[float, list[int]] = defaultdict(list)
+        for j, p in enumerate(params):
+            self.by_ratio[BatchedMuon._lr_ratio(adjust_lr_fn, p.size(-2), p.size(-1))].append(j)
+        self.buf = torch.empty(0)
+        self.buf_views: list[torch.Tensor | None] = [None] * len(params)
+
+    def stack(self, ts: list[torch.Tensor]) -> torch.Tensor:
+        """Tensors shaped like the parameters -> one new [sum M_i, m_, n_] tensor (tall slices transposed)."""
+        if self.ndim == 2:  # plain matrices: one stack, no reshapes (the common case, and the cheapest)
+            return torch.stack([t.mT if tall else t for t, tall in zip(ts, self.tall, strict=True)])
+        if self.ndim != 3:  # mixed or > 3-D: flatten the leading dims
+            ts = [t.reshape(-1, *t.shape[-2:]) for t in ts]
+        return torch.cat([t.mT if tall else t for t, tall in zip(ts, self.tall, strict=True)])
+
+    def unstack(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """[sum M_i, m_, n_] -> views shaped like the parameters (tall slices transposed back)."""
+        parts = x.unbind(0) if self.ndim == 2 else x.split(self.counts)
+        outs = [o.mT if tall else o for o, tall in zip(parts, self.tall, strict=True)]
+        if self.ndim != 3:
+            outs = [o.reshape(p.shape) for o, p in zip(outs, self.params, strict=True)]
+        return outs
+
+    def restack(self, bufs: list[torch.Tensor | None]) -> None:
+        """New stacked buffer holding ``bufs`` (zeros where None) and its per-parameter views."""
+        p0 = self.params[0]
+        self.buf = torch.zeros(sum(self.counts), self.m_, self.n_, dtype=p0.dtype, device=p0.device)
+        self.buf_views = self.unstack(self.buf)
+        ptr = self.buf.untyped_storage().data_ptr()
+        if any(v.untyped_storage().data_ptr() != ptr for v in self.buf_views):  # reshape copied: never expected
+            raise RuntimeError("BatchedMuon: a momentum buffer is not a view of its group's stacked buffer")
+        for v, b in zip(self.buf_views, bufs, strict=True):
+            if b is not None:
+                v.copy_(b)
 
 
 class BatchedMuon(torch.optim.Muon):
@@ -102,6 +153,7 @@ class BatchedMuon(torch.optim.Muon):
             adjust_lr_fn=adjust_lr_fn,
         )
         torch.optim.Optimizer.__init__(self, params, defaults)
+        self._stack_cache: dict[tuple[int, ...], list[_ShapeStack]] = {}
         for group in self.param_groups:
             for p in group["params"]:
                 if p.dim() < 2:
@@ -116,6 +168,30 @@ class BatchedMuon(torch.optim.Muon):
             return math.sqrt(max(1.0, m / n))
         return 0.2 * math.sqrt(max(m, n))
 
+    def _stacks(self, group: dict, params: list[torch.Tensor]) -> list[_ShapeStack]:
+        """The shape groups of ``params`` (those of ``group`` with a gradient), cached while the parameter list
+        stays the same; each group's momentum buffers are views of one stacked tensor (re-stacked, values
+        copied, when a buffer is missing or was replaced, e.g. by ``load_state_dict``)."""
+        key = (id(group), *(id(p) for p in params))
+        stacks = self._stack_cache.get(key)
+        if stacks is None:
+            by_shape: dict[tuple[int, int, torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)
+            for p in params:
+                m, n = p.shape[-2:]
+                by_shape[(min(m, n), max(m, n), p.dtype, p.device)].append(p)
+            stacks = [_ShapeStack(ps, m_, n_, group["adjust_lr_fn"]) for (m_, n_, _, _), ps in by_shape.items()]
+            self._stack_cache = {k: v for k, v in self._stack_cache.items() if k[0] != id(group)}
+            self._stack_cache[key] = stacks
+        for sg in stacks:
+            state = [self.state[p] for p in sg.params]
+            if sg.buf.numel() == 0 or any(
+                st.get("momentum_buffer") is not v for st, v in zip(state, sg.buf_views, strict=True)
+            ):
+                sg.restack([st.get("momentum_buffer") for st in state])
+                for st, v in zip(state, sg.buf_views, strict=True):
+                    st["momentum_buffer"] = v
+        return stacks
+
     @torch.no_grad()
     def step(self, closure=None):
         """One Muon step for every parameter with a gradient (grouped by matrix shape)."""
@@ -127,49 +203,27 @@ class BatchedMuon(torch.optim.Muon):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            grads = [p.grad for p in params]
-            bufs = []
-            for p in params:
-                st = self.state[p]
-                if "momentum_buffer" not in st:
-                    st["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-                bufs.append(st["momentum_buffer"])
             mu = group["momentum"]
-            torch._foreach_lerp_(bufs, grads, 1 - mu)
-            updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
-            # group by the (m <= n) matrix shape after Muon's transpose of tall matrices
-            by_shape: dict[tuple[int, int, torch.dtype, torch.device], list[int]] = defaultdict(list)
-            for i, p in enumerate(params):
-                m, n = p.shape[-2:]
-                by_shape[(min(m, n), max(m, n), p.dtype, p.device)].append(i)
-            for (m_, n_, dtype, _), idx in by_shape.items():
-                mats = []
-                for i in idx:
-                    u = updates[i].reshape(-1, *updates[i].shape[-2:])  # [M_i, m, n]
-                    mats.append(u.mT if u.size(1) > u.size(2) else u)
-                x = torch.cat(mats, 0).bfloat16()  # [sum M_i, m_, n_]
-                x = newton_schulz_batched(x, group["ns_coefficients"], group["ns_steps"], group["eps"])
-                x = x.to(dtype)  # exact (bf16 -> fp32); one conversion for the group instead of one per parameter
-                ps = [params[i] for i in idx]
-                outs = [
-                    (o.mT if p.size(-2) > p.size(-1) else o).reshape(p.shape)
-                    for p, o in zip(ps, x.split([p.numel() // (m_ * n_) for p in ps]), strict=True)
-                ]
-                self._apply_group(ps, outs, group)
+            for sg in self._stacks(group, params):
+                g = sg.stack([p.grad for p in sg.params])  # [sum M_i, m_, n_]
+                sg.buf.lerp_(g, 1 - mu)
+                u = g.lerp_(sg.buf, mu) if group["nesterov"] else sg.buf
+                x = newton_schulz_batched(u.bfloat16(), group["ns_coefficients"], group["ns_steps"], group["eps"])
+                x = x.to(sg.buf.dtype)  # exact (bf16 -> fp32); one conversion for the group
+                self._apply_group(sg.params, sg.unstack(x), group, sg)
         return loss
 
-    def _apply_group(self, ps: list[torch.Tensor], os: list[torch.Tensor], group: dict) -> None:
+    def _apply_group(
+        self, ps: list[torch.Tensor], os: list[torch.Tensor], group: dict, sg: _ShapeStack
+    ) -> None:
         """W <- W (1 - lr lambda) - lr ratio O for parameters ``ps`` of one shape group and their orthogonalised
         updates ``os`` (same shapes): ``torch._foreach_*`` calls per LR ratio (a [m, n] and a transposed [n, m]
         matrix share a group but not their ratio) instead of two ops per matrix; the same arithmetic per
         matrix as ``torch.optim.Muon``."""
         lr, wd = group["lr"], group["weight_decay"]
-        by_ratio: dict[float, list[int]] = defaultdict(list)
-        for j, p in enumerate(ps):
-            by_ratio[self._lr_ratio(group["adjust_lr_fn"], p.size(-2), p.size(-1))].append(j)
         if wd:
             torch._foreach_mul_(ps, 1 - lr * wd)
-        for ratio, js in by_ratio.items():
+        for ratio, js in sg.by_ratio.items():
             torch._foreach_add_([ps[j] for j in js], [os[j] for j in js], alpha=-lr * ratio)
 
 
@@ -189,7 +243,9 @@ class BatchedMuonH(BatchedMuon):
                  ns_steps: int = 5) -> None:
         super().__init__(params, lr=lr, weight_decay=0.0, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps)
 
-    def _apply_group(self, ps: list[torch.Tensor], os: list[torch.Tensor], group: dict) -> None:
+    def _apply_group(
+        self, ps: list[torch.Tensor], os: list[torch.Tensor], group: dict, sg: _ShapeStack
+    ) -> None:
         for p, o in zip(ps, os, strict=True):
             self._apply(p, o, group)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 
@@ -73,3 +75,66 @@ def test_bad_input():
         BatchedMuon([torch.nn.Parameter(torch.ones(4))])
     with pytest.raises(ValueError, match="m <= n"):
         newton_schulz_batched(torch.ones(2, 8, 4), (1.0, 0.0, 0.0), 1, 1e-7)
+
+
+def _slices(p: torch.Tensor) -> list[torch.Tensor]:
+    return list(p.detach().reshape(-1, *p.shape[-2:]).unbind(0))
+
+
+def test_mixed_ranks_in_one_shape_group_and_changing_grad_subset():
+    """Matrices [16, 32], [k, 32, 16] and [2, 2, 16, 32] share a shape group (stacked momentum buffers): every slice
+    still gets torch.optim.Muon's update of that slice, over steps, also when one parameter has no gradient."""
+    g = torch.Generator().manual_seed(3)
+    params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in [(16, 32), (3, 32, 16), (2, 2, 16, 32)]]
+    singles = [torch.nn.Parameter(s.clone()) for p in params for s in _slices(p)]
+    new = BatchedMuon(params, lr=0.03, weight_decay=0.1)
+    ref = torch.optim.Muon(singles, lr=0.03, weight_decay=0.1)
+    for step in range(4):
+        skip = 1 if step == 2 else None  # step 3: parameter 1 has no gradient (a new shape-group plan)
+        for i, p in enumerate(params):
+            p.grad = None if i == skip else torch.randn(p.shape, generator=g)
+        slice_grads = [x for p in params for x in (_slices(p.grad) if p.grad is not None else [None] * len(_slices(p)))]
+        for s, grad in zip(singles, slice_grads, strict=True):
+            s.grad = None if grad is None else grad.clone()
+        new.step()
+        ref.step()
+        got = [x for p in params for x in _slices(p)]
+        for a, b in zip(got, singles, strict=True):
+            torch.testing.assert_close(a, b.detach(), rtol=0, atol=1e-5)
+    bufs = [x for p in params for x in _slices(new.state[p]["momentum_buffer"])]
+    for a, b in zip(bufs, singles, strict=True):
+        torch.testing.assert_close(a, ref.state[b]["momentum_buffer"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["batched", "torch"])
+def test_state_dict_round_trip_continues_identically(target):
+    """A BatchedMuon checkpoint loads into a new BatchedMuon (or torch.optim.Muon) and the next steps equal the
+    uninterrupted optimizer's: the momentum buffers (views of stacked tensors inside BatchedMuon) are saved with
+    their values and re-stacked after loading."""
+    shapes = [(16, 16), (64, 16), (16, 64), (16, 16)]
+    a_p, b_p = _pair(shapes)
+    kw = dict(lr=0.02, weight_decay=0.1)
+    a = BatchedMuon(a_p, **kw)
+    g = torch.Generator().manual_seed(4)
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(4)]
+    for t in range(2):
+        for p, gr in zip(a_p, grads[t], strict=True):
+            p.grad = gr.clone()
+        a.step()
+    with torch.no_grad():
+        for p, q in zip(b_p, a_p, strict=True):
+            p.copy_(q)
+    b = (BatchedMuon if target == "batched" else torch.optim.Muon)(b_p, **kw)
+    ckpt = io.BytesIO()  # through torch.save / torch.load, as the trainer's checkpoints (load_state_dict alone
+    torch.save(a.state_dict(), ckpt)  # would share a's buffer tensors with b)
+    ckpt.seek(0)
+    b.load_state_dict(torch.load(ckpt))
+    for t in range(2, 4):
+        for ps in (a_p, b_p):
+            for p, gr in zip(ps, grads[t], strict=True):
+                p.grad = gr.clone()
+        a.step()
+        b.step()
+    for p, q in zip(a_p, b_p, strict=True):
+        torch.testing.assert_close(q, p, rtol=0, atol=1e-5)
+        torch.testing.assert_close(b.state[q]["momentum_buffer"], a.state[p]["momentum_buffer"], rtol=0, atol=1e-6)
