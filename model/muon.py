@@ -90,7 +90,7 @@ class _ShapeStack:
         """[sum M_i, m_, n_] -> views shaped like the parameters (tall slices transposed back)."""
         parts = x.unbind(0) if self.ndim == 2 else x.split(self.counts)
         outs = [o.mT if tall else o for o, tall in zip(parts, self.tall, strict=True)]
-        if self.ndim != 3:
+        if self.ndim not in (2, 3):  # mixed or > 3-D: back to each parameter's own shape
             outs = [o.reshape(p.shape) for o, p in zip(outs, self.params, strict=True)]
         return outs
 
