@@ -168,6 +168,12 @@ class BatchedMuon(torch.optim.Muon):
             return math.sqrt(max(1.0, m / n))
         return 0.2 * math.sqrt(max(m, n))
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        """``torch.optim.Optimizer.load_state_dict``; the cached shape groups are dropped (the param groups are
+        new dicts, possibly with other hyperparameters), the loaded buffers are re-stacked at the next step."""
+        super().load_state_dict(state_dict)
+        self._stack_cache = {}
+
     def _stacks(self, group: dict, params: list[torch.Tensor]) -> list[_ShapeStack]:
         """The shape groups of ``params`` (those of ``group`` with a gradient), cached while the parameter list
         stays the same; each group's momentum buffers are views of one stacked tensor (re-stacked, values
