@@ -216,17 +216,15 @@ class BatchedMuon(torch.optim.Muon):
                 u = g.lerp_(sg.buf, mu) if group["nesterov"] else sg.buf
                 x = newton_schulz_batched(u.bfloat16(), group["ns_coefficients"], group["ns_steps"], group["eps"])
                 x = x.to(sg.buf.dtype)  # exact (bf16 -> fp32); one conversion for the group
-                self._apply_group(sg.params, sg.unstack(x), group, sg)
+                self._apply_group(sg, sg.unstack(x), group)
         return loss
 
-    def _apply_group(
-        self, ps: list[torch.Tensor], os: list[torch.Tensor], group: dict, sg: _ShapeStack
-    ) -> None:
-        """W <- W (1 - lr lambda) - lr ratio O for parameters ``ps`` of one shape group and their orthogonalised
+    def _apply_group(self, sg: _ShapeStack, os: list[torch.Tensor], group: dict) -> None:
+        """W <- W (1 - lr lambda) - lr ratio O for the parameters of shape group ``sg`` and their orthogonalised
         updates ``os`` (same shapes): ``torch._foreach_*`` calls per LR ratio (a [m, n] and a transposed [n, m]
         matrix share a group but not their ratio) instead of two ops per matrix; the same arithmetic per
         matrix as ``torch.optim.Muon``."""
-        lr, wd = group["lr"], group["weight_decay"]
+        ps, lr, wd = sg.params, group["lr"], group["weight_decay"]
         if wd:
             torch._foreach_mul_(ps, 1 - lr * wd)
         for ratio, js in sg.by_ratio.items():
@@ -249,10 +247,8 @@ class BatchedMuonH(BatchedMuon):
                  ns_steps: int = 5) -> None:
         super().__init__(params, lr=lr, weight_decay=0.0, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps)
 
-    def _apply_group(
-        self, ps: list[torch.Tensor], os: list[torch.Tensor], group: dict, sg: _ShapeStack
-    ) -> None:
-        for p, o in zip(ps, os, strict=True):
+    def _apply_group(self, sg: _ShapeStack, os: list[torch.Tensor], group: dict) -> None:
+        for p, o in zip(sg.params, os, strict=True):
             self._apply(p, o, group)
 
     def _apply(self, p: torch.Tensor, o: torch.Tensor, group: dict) -> None:
