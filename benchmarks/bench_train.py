@@ -356,12 +356,15 @@ def main() -> None:
         help="CPU self time by operator category, single run vs --ensemble K (default 4) at each --d-model",
     )  # fmt: skip
     args = p.parse_args()
+    if args.ensemble is not None and args.ensemble < 1:
+        p.error(f"--ensemble must be >= 1, got {args.ensemble}")
     if args.quality:
         out = quality(args)
     elif args.profile:
         out = profile_bench(args)
     elif args.one:
-        args.ensemble, args.d_model = args.ensemble or 1, args.d_model or [32]
+        args.ensemble = 1 if args.ensemble is None else args.ensemble
+        args.d_model = args.d_model or [32]
         out = one_member_run(args)
     elif args.ensemble is not None:
         out = ensemble_bench(args, _forwarded(args, optimizer=False))
