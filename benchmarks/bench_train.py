@@ -23,7 +23,11 @@ r = 1: <= 10 %), and CPU ms per step of ``torch.optim.Muon`` against ``BatchedMu
 ``--compile`` every run (single and ensemble) is ``torch.compile``-d and trained twice in its subprocess: the first
 pass compiles (``tokens_per_s_with_compile``, ``ensemble_speedup_wall_with_compile``: compilation counted, so
 they depend on ``--tokens``), the second reuses the compiled code (``tokens_per_s``, ``ensemble_speedup_wall``:
-the steady rate of a long run); the CPU-time figures are the second pass's.
+the steady rate of a long run); the CPU-time figures are the second pass's. The batching control
+``single_at_k_batch`` is one run at K x ``--batch-tokens`` and K x ``--tokens`` (the ensemble's step count, op
+count and op shapes, one weight per matmul): ``batching_speedup_wall`` = its tokens/s over the single run's, the
+speed-up that spreading per-op overhead over K x the tokens can give at all, which an ensemble can approach but
+not beat.
 
 Usage::
 
@@ -179,12 +183,19 @@ def ensemble_bench(args, passthrough: list[str]) -> dict:
     for d in widths:
         for opt in ("adamw", "muon"):
             pair = {}
+            base = [sys.executable, __file__, "--one", "--d-model", str(d), "--optimizer", opt]
             for k in (1, args.ensemble):
-                cmd = [sys.executable, __file__, "--one", "--d-model", str(d), "--optimizer", opt]
-                cmd += ["--ensemble", str(k), *passthrough]  # passthrough: _forwarded(args), no optimizer
+                cmd = base + ["--ensemble", str(k), *passthrough]  # passthrough: _forwarded(args), no optimizer
                 proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
                 pair[k] = json.loads(proc.stdout.strip().splitlines()[-1])
             single, ens = pair[1], pair[args.ensemble]
+            wide = None
+            if args.ensemble > 1:  # the batching control: one model, K x the batch and K x the tokens (same steps)
+                cmd = base + ["--ensemble", "1", *passthrough]
+                cmd += ["--batch-tokens", str(args.ensemble * args.batch_tokens)]  # argparse: the last one wins
+                cmd += ["--tokens", str(args.ensemble * args.tokens)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                wide = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append(
                 {
                     "d_model": d,
@@ -201,6 +212,11 @@ def ensemble_bench(args, passthrough: list[str]) -> dict:
                     # MFU is measured against this machine's own fp32 matmul rate: an ensemble running at that
                     # rate (MFU 1) would be 1 / single-run MFU times faster per token, and no faster
                     "speedup_ceiling": 1.0 / single["mfu"] if single.get("mfu") else None,
+                    # one model at K x the batch runs the ensemble's op shapes with the ensemble's op count (its
+                    # matmuls share one weight: no slower than the ensemble's per-member bmm): the speed-up that
+                    # amortising per-op overhead over K x the tokens gives on this machine
+                    "single_at_k_batch": wide,
+                    "batching_speedup_wall": None if wide is None else wide["tokens_per_s"] / single["tokens_per_s"],
                 }
             )
     targets = {16: 3.0, 32: 2.0, 48: 1.5}
