@@ -3,8 +3,8 @@
 At the CPU preset's widths (d = 16-48) a step has a fixed per-operation cost (dispatch, autograd, small kernels)
 beside its arithmetic. :class:`EnsembleLM` stacks the weights of k :class:`~loopscale.model.looped.LoopedLM` (one
 per seed) along a leading member dimension and runs every layer as one batched op (``torch.bmm`` for the matmuls,
-the member dim folded into the batch for attention), so k runs pay that per-op cost once. What that saves is
-the share of the step it is: about 60 % of an eager d = 16 step, a seventh to a fifth of a ``torch.compile``-d one
+the member dim folded into the batch for attention), so k runs pay that per-op cost once. The saving is bounded
+by that cost's share of a step: about 60 % of an eager d = 16 step, 15-30 % of a ``torch.compile``-d one
 (``benchmarks/bench_train.py --ensemble 4 --compile`` measures it, against one model at k x the batch as well).
 Members never mix: every op acts on a member's own slice, the loss is the sum of the members' own token means (so
 each member's gradient is that of its own loss), AdamW is elementwise, :class:`~loopscale.model.muon.BatchedMuon`
