@@ -14,7 +14,7 @@ member-token: what batching members shrinks and what it cannot.
 
 ``--ensemble K``: seed ensembles against single runs. For each width in ``--d-model`` (default 16 32 48) and each
 optimizer (AdamW, Muon), one single run (``train_run``) and one ensemble of K members (``train_ensemble``), each in
-a fresh subprocess, at batch ``--batch-tokens`` (default 1024) and r = ``--r`` (default 1): the ensemble speed-up,
+a fresh subprocess, at batch ``--batch-tokens`` (default 2048) and r = ``--r`` (default 1): the ensemble speed-up,
 K x (each member's tokens/s) / single-run tokens/s, i.e. member-tokens trained per second against one run's tokens
 per second (targets at K = 4: >= 3.0 at d = 16, >= 2.0 at d = 32, >= 1.5 at d = 48), both by
 wall clock (train_run's tokens/s, evaluation excluded) and by the subprocess's CPU time (less disturbed by other
@@ -43,6 +43,9 @@ import json
 import resource
 import subprocess
 import sys
+
+DEFAULT_WIDTHS = {"throughput": [32, 64, 128], "--ensemble": [16, 32, 48], "--profile": [16, 32], "--r": [32]}
+"""``--d-model`` when not given, per mode (``--r`` and the internal ``--one``: one run at one width)."""
 
 
 def one_run(args) -> dict:
@@ -178,7 +181,7 @@ def muon_step_ms(d_model: int, r: int, num_threads: int, reps: int = 20) -> dict
 
 def ensemble_bench(args, passthrough: list[str]) -> dict:
     """Single runs and K-member ensembles per width and optimizer (see the module docstring)."""
-    widths = args.d_model or [16, 32, 48]
+    widths = args.d_model or DEFAULT_WIDTHS["--ensemble"]
     rows = []
     for d in widths:
         for opt in ("adamw", "muon"):
@@ -271,7 +274,7 @@ def profile_bench(args) -> dict:
         import torch._inductor.config as inductor_config
 
         inductor_config.cpp.enable_kernel_profile = True
-    widths = args.d_model or [16, 32]
+    widths = args.d_model or DEFAULT_WIDTHS["--profile"]
     rows = []
     for d in widths:
         for k in (1, args.ensemble or 4):
@@ -342,7 +345,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--d-model", type=int, nargs="+", default=None,
-        help="widths of the cpu preset (default 32 64 128; --ensemble: 16 32 48; --profile: 16 32)",
+        help="widths of the cpu preset (default: "
+        + "; ".join(f"{mode} {' '.join(map(str, w))}" for mode, w in DEFAULT_WIDTHS.items())
+        + ")",
     )  # fmt: skip
     p.add_argument("--r", type=int, default=None, help="one r only (used for the per-run subprocess)")
     p.add_argument("--tokens", type=int, default=100_000)
@@ -380,16 +385,16 @@ def main() -> None:
         out = profile_bench(args)
     elif args.one:
         args.ensemble = 1 if args.ensemble is None else args.ensemble
-        args.d_model = args.d_model or [32]
+        args.d_model = args.d_model or DEFAULT_WIDTHS["--r"]
         out = one_member_run(args)
     elif args.ensemble is not None:
         out = ensemble_bench(args, _forwarded(args, optimizer=False))
     elif args.r is not None:
-        args.d_model = args.d_model or [32]
+        args.d_model = args.d_model or DEFAULT_WIDTHS["--r"]
         out = one_run(args)
     else:
         runs = []
-        for d in args.d_model or [32, 64, 128]:
+        for d in args.d_model or DEFAULT_WIDTHS["throughput"]:
             for r in (1, 4):
                 cmd = [sys.executable, __file__, "--r", str(r), "--d-model", str(d), *_forwarded(args)]
                 proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
