@@ -26,8 +26,8 @@ they depend on ``--tokens``), the second reuses the compiled code (``tokens_per_
 the steady rate of a long run); the CPU-time figures are the second pass's. The batching control
 ``single_at_k_batch`` is one run at K x ``--batch-tokens`` and K x ``--tokens`` (the ensemble's step count, op
 count and op shapes, one weight per matmul): ``batching_speedup_wall`` = its tokens/s over the single run's, the
-speed-up that spreading per-op overhead over K x the tokens can give at all, which an ensemble can approach but
-not beat.
+speed-up that spreading per-op overhead over K x the tokens gives at all; an ensemble (the same ops, a weight per
+member) is expected to reach it, not to exceed it beyond the run-to-run spread.
 
 Usage::
 
