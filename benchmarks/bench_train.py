@@ -130,6 +130,8 @@ def one_member_run(args) -> dict:
         "r": r,
         "optimizer": args.optimizer,
         "members": k,
+        "batch_tokens": args.batch_tokens,
+        "D": res.D,
         "compile": args.compile,
         "final_val_loss": res.final_val_loss,
         "tokens_per_s": res.tokens_per_s,  # each member's (train_ensemble's RunResult is per member)
@@ -179,26 +181,23 @@ def muon_step_ms(d_model: int, r: int, num_threads: int, reps: int = 20) -> dict
     }
 
 
-def ensemble_bench(args, passthrough: list[str]) -> dict:
+def ensemble_bench(args) -> dict:
     """Single runs and K-member ensembles per width and optimizer (see the module docstring)."""
     widths = args.d_model or DEFAULT_WIDTHS["--ensemble"]
     rows = []
     for d in widths:
         for opt in ("adamw", "muon"):
             pair = {}
-            base = [sys.executable, __file__, "--one", "--d-model", str(d), "--optimizer", opt]
+            base = ["--one", "--d-model", str(d), "--optimizer", opt]
             for k in (1, args.ensemble):
-                cmd = base + ["--ensemble", str(k), *passthrough]  # passthrough: _forwarded(args), no optimizer
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-                pair[k] = json.loads(proc.stdout.strip().splitlines()[-1])
+                pair[k] = _child([*base, "--ensemble", str(k), *_forwarded(args, optimizer=False)])
             single, ens = pair[1], pair[args.ensemble]
             wide = None
             if args.ensemble > 1:  # the batching control: one model, K x the batch and K x the tokens (same steps)
-                cmd = base + ["--ensemble", "1", *passthrough]
-                cmd += ["--batch-tokens", str(args.ensemble * args.batch_tokens)]  # argparse: the last one wins
-                cmd += ["--tokens", str(args.ensemble * args.tokens)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-                wide = json.loads(proc.stdout.strip().splitlines()[-1])
+                control = argparse.Namespace(
+                    **{**vars(args), "batch_tokens": args.ensemble * args.batch_tokens, "tokens": args.ensemble * args.tokens}
+                )  # fmt: skip
+                wide = _child([*base, "--ensemble", "1", *_forwarded(control, optimizer=False)])
             rows.append(
                 {
                     "d_model": d,
@@ -388,7 +387,7 @@ def main() -> None:
         args.d_model = args.d_model or DEFAULT_WIDTHS["--r"]
         out = one_member_run(args)
     elif args.ensemble is not None:
-        out = ensemble_bench(args, _forwarded(args, optimizer=False))
+        out = ensemble_bench(args)
     elif args.r is not None:
         args.d_model = args.d_model or DEFAULT_WIDTHS["--r"]
         out = one_run(args)
@@ -396,9 +395,7 @@ def main() -> None:
         runs = []
         for d in args.d_model or DEFAULT_WIDTHS["throughput"]:
             for r in (1, 4):
-                cmd = [sys.executable, __file__, "--r", str(r), "--d-model", str(d), *_forwarded(args)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-                runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                runs.append(_child(["--r", str(r), "--d-model", str(d), *_forwarded(args)]))
         out = {
             "mode": "throughput",
             "note": "timings are noisy when other processes share the CPU",
@@ -407,6 +404,13 @@ def main() -> None:
             "pass_data_le_5pct": all(r["data_share_of_step"] <= 0.05 for r in runs),
         }
     print(json.dumps(out))
+
+
+def _child(flags: list[str]) -> dict:
+    """Run this script with ``flags`` in a fresh subprocess (its own peak RSS and caches); its last stdout line,
+    parsed as JSON. Raises subprocess.CalledProcessError when it fails."""
+    proc = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _forwarded(args, optimizer: bool = True) -> list[str]:
