@@ -229,7 +229,6 @@ def test_driver_killed_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path):
     """SIGKILL (no chance to save state) after the first run is recorded; --resume ends with one ok row per cell.
     SIGINT (exit 130, then --resume) through the same presenter is tested end to end on `loopscale run`
     (tests/test_run_e2e.py) and on tune-lr (tests/test_failure_kinds_sweep.py)."""
-    sig = signal.SIGKILL
     spec_path = _kill_spec(tmp_path)
     out = tmp_path / "out"
     proc = _driver(spec_path, out)
@@ -244,7 +243,7 @@ def test_driver_killed_mid_sweep_then_resume_gives_one_row_per_cell(tmp_path):
             proc.stderr.read().decode()[-3000:] if proc.poll() else ""
         )
         seen |= descendants(proc.pid)
-        os.kill(proc.pid, sig)
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
