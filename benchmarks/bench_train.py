@@ -408,8 +408,11 @@ def main() -> None:
 
 def _child(flags: list[str]) -> dict:
     """Run this script with ``flags`` in a fresh subprocess (its own peak RSS and caches); its last stdout line,
-    parsed as JSON. Raises subprocess.CalledProcessError when it fails."""
-    proc = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, check=True)
+    parsed as JSON. Raises SystemExit (exit 1, the child's flags and the end of its stderr) when it fails."""
+    proc = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench_train.py: a child run failed (exit {proc.returncode}; flags: {' '.join(flags)}):\n"
+                 + proc.stderr[-3000:])  # fmt: skip
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

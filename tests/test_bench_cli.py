@@ -1,4 +1,4 @@
-"""benchmarks/bench_train.py refuses a member count below 1 before training anything."""
+"""benchmarks/bench_train.py: a member count below 1 is refused before training anything; a failed child run is named."""
 
 from __future__ import annotations
 
@@ -17,3 +17,17 @@ def test_bench_train_refuses_ensemble_below_one():
         )  # fmt: skip
         assert proc.returncode == 2, (args, proc.stderr)
         assert "--ensemble must be >= 1" in proc.stderr and proc.stdout == "", (args, proc.stdout)
+
+
+def test_bench_train_names_a_failed_child_run():
+    """A child run that refuses its config ends the benchmark with exit 1 and the child's reason, not a bare
+    CalledProcessError, and prints no JSON."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "--ensemble", "2", "--d-model", "16",
+         "--batch-tokens", "100", "--tokens", "1024"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "a child run failed" in proc.stderr and "--batch-tokens 100" in proc.stderr
+    assert "batch_tokens must be a positive multiple of model.seq_len=128, got 100" in proc.stderr
+    assert proc.stdout == ""
