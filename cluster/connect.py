@@ -29,12 +29,15 @@ README's cluster section: a Ray cluster must never be reachable from untrusted n
 Authentication: Ray 2.60 turns token auth on by default; the first start writes ``~/.ray/auth_token``
 and every worker/driver must present it. We leave that on. A user who wants it off (e.g. throwaway CI)
 sets ``RAY_AUTH_MODE=disabled`` in the environment of every Ray process (head, workers and driver); we
-never read, copy or log the token.
+never read, copy or log the token. With ``RAY_AUTH_MODE`` unset, Ray logs a WARNING on every start of a new local
+cluster saying that it turned token auth on; the embedded start logs that notice at INFO instead (to ``OUT/logs``
+under the console of ``loopscale run``), as it reports Ray's default, not a problem.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -178,6 +181,29 @@ def _cluster_info(
     )
 
 
+_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+_AUTH_DEFAULT_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+def _demote_auth_default_notice(record: logging.LogRecord) -> bool:
+    """Logging filter: Ray's notice that it enabled token auth by default, as INFO instead of WARNING."""
+    if record.levelno == logging.WARNING and record.getMessage().startswith(_AUTH_DEFAULT_NOTICE):
+        record.levelno, record.levelname = logging.INFO, "INFO"
+    return True
+
+
+@contextlib.contextmanager
+def _auth_default_notice_as_info() -> Iterator[None]:
+    """While the block runs, Ray's "token auth enabled by default" notice is logged at INFO (it is Ray's default,
+    which we keep; every other message of Ray's auth set-up is unchanged)."""
+    log = logging.getLogger(_AUTH_LOGGER)
+    log.addFilter(_demote_auth_default_notice)
+    try:
+        yield
+    finally:
+        log.removeFilter(_demote_auth_default_notice)
+
+
 @contextlib.contextmanager
 def ray_session(
     address: str | None = None,
@@ -241,7 +267,8 @@ def ray_session(
         if temp_dir is not None:
             os.makedirs(temp_dir, exist_ok=True)
             kwargs["_temp_dir"] = temp_dir
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+        with _auth_default_notice_as_info():
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
     try:
         info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)
         with driver_thread_env():

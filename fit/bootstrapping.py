@@ -259,22 +259,14 @@ def ray_running(address: str | None = None) -> bool:
 
 @contextlib.contextmanager
 def _ray_context(address: str | None, workers: int | None):
-    """Ray for the refits: a running Ray or ``address`` (or RAY_ADDRESS) via ``loopscale.cluster.connect.ray_session``;
-    otherwise a fresh embedded local Ray with ``workers`` CPUs started with ``address="local"`` (``ray.init(address=None)``
-    would silently join any other Ray cluster registered on this machine) and shut down on exit."""
-    if ray_running(address):
-        from loopscale.cluster.connect import ray_session
+    """Ray for the refits, through ``loopscale.cluster.connect.ray_session``: a running Ray or ``address`` (or
+    RAY_ADDRESS) is joined; otherwise a fresh embedded local Ray with ``workers`` CPUs is started (never a bare
+    ``ray.init()``, which would silently join any other Ray cluster registered on this machine) and shut down on
+    exit."""
+    from loopscale.cluster.connect import ray_session
 
-        with ray_session(address):
-            yield
-        return
-    import ray
-
-    ray.init(address="local", num_cpus=workers, include_dashboard=False)
-    try:
+    with ray_session(address, num_cpus=None if ray_running(address) else workers):
         yield
-    finally:
-        ray.shutdown()
 
 
 def map_tasks(fn, shared: Any, items: list, address: str | None = None) -> list:

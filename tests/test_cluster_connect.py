@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -137,12 +138,22 @@ def test_embedded_session_lifecycle(monkeypatch):
     import ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     for k in DRIVER_THREAD_VARS:
         monkeypatch.delenv(k, raising=False)
     assert not ray.is_initialized()
+    # Ray's token-auth set-up warns on every start of a local cluster whose RAY_AUTH_MODE is unset
+    auth_log, said = logging.getLogger("ray._private.authentication.authentication_token_setup"), []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lambda record: said.append((record.levelname, record.getMessage()))
+    auth_log.addHandler(handler)
     tmp = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
     try:
         with ray_session(num_cpus=1, temp_dir=tmp, log_to_driver=False) as info:
+            # said, but as INFO (it is Ray's default, which we keep: token auth on); nothing at WARNING
+            assert any(m.startswith("Token authentication is enabled") for lvl, m in said if lvl == "INFO"), said
+            assert not [m for lvl, m in said if lvl != "INFO"], said
+            assert os.environ["RAY_AUTH_MODE"] == "token"
             assert info.started_by_us and info.cpus == 1.0 and info.gpus == 0.0 and info.nodes == 1
             assert info.temp_dir == tmp and ":" in info.address
             assert os.path.isdir(os.path.join(tmp, "session_latest"))
@@ -159,6 +170,7 @@ def test_embedded_session_lifecycle(monkeypatch):
         assert not ray.is_initialized()
         assert all(k not in os.environ for k in DRIVER_THREAD_VARS)
     finally:
+        auth_log.removeHandler(handler)
         if ray.is_initialized():
             ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
