@@ -22,7 +22,6 @@ import hashlib
 import logging
 import math
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from loopscale.model.config import LoopedConfig
-from loopscale.model.looped import LoopedLM, compile_fallback, maybe_compile
+from loopscale.model.looped import LoopedLM, maybe_compile
 
 log = logging.getLogger("loopscale.train")
 
@@ -275,7 +274,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         CheckpointError: an unusable checkpoint in ``checkpoint_dir`` (unreadable, or of another run).
     """
     from loopscale.model.accounting import flops_per_token
-    from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
+    from loopscale.model.data import WindowSampler
     from loopscale.model.optim import build_optimizers, lr_multiplier
     from loopscale.model.train import (
         _CKPT_RE,
@@ -283,11 +282,10 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         CheckpointError,
         RunConfig,
         _newest_readable_checkpoint,
-        _resolve_device,
+        _prepare,
         checkpoint_key,
         make_result,
         peak_flops,
-        resolve_tokens,
         save_checkpoint,
     )
 
@@ -308,37 +306,15 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     member_cfgs = [
         dataclasses.replace(cfg, seed=s, data_seed=ds) for s, ds in zip(seeds, data_seeds, strict=True)
     ]
-    mcfg = cfg.model
-    T = mcfg.seq_len
-    device = _resolve_device(cfg.device)
-    data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
-    if mcfg.vocab_size < data.vocab_size:
-        raise ValueError(
-            f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
-            f"build the model with vocab_size={data.vocab_size}"
-        )
-    D = resolve_tokens(cfg)
-    B = cfg.batch_tokens
-    steps_total = D // B
-    n_micro = B // cfg.micro_tokens
-    mb_windows = cfg.micro_tokens // T
+    prep = _prepare(cfg)
+    mcfg, T = cfg.model, cfg.model.seq_len
+    device, data, ev_np, epochs, run_warnings = prep.device, prep.data, prep.ev_np, prep.epochs, prep.warnings
+    D, B, steps_total, n_micro, mb_windows = prep.D, prep.B, prep.steps, prep.n_micro, prep.micro_windows
     Fpt = flops_per_token(mcfg)
     shared = len(set(data_seeds)) == 1
     samplers = [
         WindowSampler(data.train, T, mb_windows, ds) for ds in (data_seeds[:1] if shared else data_seeds)
     ]
-    ev_np = eval_windows(data.val, T, cfg.eval_tokens)
-    run_warnings: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        epochs = implied_epochs(D, samplers[0].tokens_per_epoch)
-    for w in caught:
-        run_warnings.append(str(w.message))
-        warnings.warn(str(w.message), UserWarning, stacklevel=2)
-    if why := compile_fallback(cfg.compile, device):
-        run_warnings.append(why)
-    if cfg.tokens is not None and D != cfg.tokens:
-        run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("ensemble of %d: D=%d tokens, %d steps of %d", k, D, steps_total, B)
     run_key = {
         f: v for f, v in checkpoint_key(cfg, D, data.meta["corpus_hash"]).items() if f not in ("seed", "data_seed")

@@ -587,6 +587,76 @@ def resolve_tokens(cfg: RunConfig) -> int:
     return max(1, round(cfg.tokens / cfg.batch_tokens)) * cfg.batch_tokens
 
 
+@dataclass
+class _Prepared:
+    """What a trainer derives from a :class:`RunConfig` before any training compute (:func:`_prepare`)."""
+
+    device: object  # torch.device
+    data: object  # loopscale.model.data.TokenData
+    D: int  # training tokens
+    B: int  # tokens per optimizer step
+    steps: int  # optimizer steps, D // B
+    n_micro: int  # micro-batches per step
+    micro_windows: int  # windows of seq_len tokens per micro-batch
+    sampler: object  # WindowSampler of cfg.data_seed
+    ev_np: np.ndarray  # evaluation windows [n, seq_len + 1]
+    epochs: float  # passes over the training split implied by D
+    warnings: list  # the run's warnings (epochs, compile fallback, rounding of tokens)
+
+
+def _prepare(cfg: RunConfig) -> _Prepared:
+    """Check ``cfg`` against its corpus and derive the run's sizes; shared by ``train_run`` and ``train_ensemble``.
+
+    Raises:
+        ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, bad corpus,
+            tokenizer/model vocabulary mismatch, a stream shorter than a window (all before any training compute).
+    """
+    from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
+    from loopscale.model.looped import compile_fallback
+
+    if not isinstance(cfg, RunConfig):
+        raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
+    if cfg.checkpoint_every_steps is not None and cfg.checkpoint_dir is None:
+        raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
+    mcfg = cfg.model
+    device = _resolve_device(cfg.device)
+    data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
+    if mcfg.vocab_size < data.vocab_size:
+        raise ValueError(
+            f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
+            f"build the model with vocab_size={data.vocab_size}"
+        )
+    D = resolve_tokens(cfg)
+    B = cfg.batch_tokens
+    micro_windows = cfg.micro_tokens // mcfg.seq_len
+    sampler = WindowSampler(data.train, mcfg.seq_len, micro_windows, cfg.data_seed)
+    ev_np = eval_windows(data.val, mcfg.seq_len, cfg.eval_tokens)
+    run_warnings: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        epochs = implied_epochs(D, sampler.tokens_per_epoch)
+    for w in caught:
+        run_warnings.append(str(w.message))
+        warnings.warn(str(w.message), UserWarning, stacklevel=3)
+    if why := compile_fallback(cfg.compile, device):
+        run_warnings.append(why)
+    if cfg.tokens is not None and D != cfg.tokens:
+        run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
+    return _Prepared(
+        device=device,
+        data=data,
+        D=D,
+        B=B,
+        steps=D // B,
+        n_micro=B // cfg.micro_tokens,
+        micro_windows=micro_windows,
+        sampler=sampler,
+        ev_np=ev_np,
+        epochs=epochs,
+        warnings=run_warnings,
+    )
+
+
 def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     """Train one run and measure it.
 
@@ -608,44 +678,17 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     import torch
 
     from loopscale.model.accounting import flops_per_token
-    from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
-    from loopscale.model.looped import LMLoss, LoopedLM, compile_fallback, maybe_compile
+    from loopscale.model.looped import LMLoss, LoopedLM, maybe_compile
     from loopscale.model.optim import build_optimizers, lr_multiplier
 
     t_start = time.perf_counter()
-    if not isinstance(cfg, RunConfig):
-        raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
-    if cfg.checkpoint_every_steps is not None and cfg.checkpoint_dir is None:
-        raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
-    mcfg = cfg.model
-    T = mcfg.seq_len
-    device = _resolve_device(cfg.device)
-    data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
-    if mcfg.vocab_size < data.vocab_size:
-        raise ValueError(
-            f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
-            f"build the model with vocab_size={data.vocab_size}"
-        )
-    D = resolve_tokens(cfg)
-    B = cfg.batch_tokens
-    steps_total = D // B
-    n_micro = B // cfg.micro_tokens
-    mb_windows = cfg.micro_tokens // T
+    prep = _prepare(cfg)
+    mcfg, T = cfg.model, cfg.model.seq_len
+    device, data, sampler, ev_np, epochs = prep.device, prep.data, prep.sampler, prep.ev_np, prep.epochs
+    D, B, steps_total, n_micro, mb_windows = prep.D, prep.B, prep.steps, prep.n_micro, prep.micro_windows
+    run_warnings = prep.warnings
     F = flops_per_token(mcfg)
     C = float(F) * D
-    sampler = WindowSampler(data.train, T, mb_windows, cfg.data_seed)
-    ev_np = eval_windows(data.val, T, cfg.eval_tokens)
-    run_warnings: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        epochs = implied_epochs(D, sampler.tokens_per_epoch)
-    for w in caught:
-        run_warnings.append(str(w.message))
-        warnings.warn(str(w.message), UserWarning, stacklevel=2)
-    if why := compile_fallback(cfg.compile, device):
-        run_warnings.append(why)
-    if cfg.tokens is not None and D != cfg.tokens:
-        run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
     log.info("run: D=%d tokens, %d steps of %d, C=%.4g FLOPs, F=%d FLOPs/token", D, steps_total, B, C, F)
     run_key = checkpoint_key(cfg, D, data.meta["corpus_hash"])
 

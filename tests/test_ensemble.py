@@ -149,6 +149,9 @@ def test_bad_input(tmp_path):
         train_ensemble(cfg, [1, 1])
     with pytest.raises(ValueError, match="data_seeds"):
         train_ensemble(cfg, [1, 2], data_seeds=[0])
+    # as train_run, before any training compute (it used to fail with a TypeError at the first checkpoint step)
+    with pytest.raises(ValueError, match="checkpoint_every_steps needs checkpoint_dir"):
+        train_ensemble(dataclasses.replace(cfg, checkpoint_every_steps=2), [1, 2])
     ens = EnsembleLM(cfg.model, [0, 1])
     with pytest.raises(ValueError, match="idx"):
         ens(torch.zeros(3, 2, 8, dtype=torch.int64))  # 3 batches for 2 members
