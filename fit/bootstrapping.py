@@ -278,9 +278,17 @@ def map_tasks(fn, shared: Any, items: list, address: str | None = None) -> list:
     with _ray_context(address, None):
         import ray
 
-        task = ray.remote(num_cpus=1)(fn).options(runtime_env={"env_vars": dict(_SINGLE_THREAD_ENV)})
-        ref = ray.put(shared)
-        return ray.get([task.remote(ref, it) for it in items])
+        return ray.get(_submit(fn, shared, [(it,) for it in items]))
+
+
+def _submit(fn, shared: Any, args: list[tuple]) -> list:
+    """Submit ``fn(shared, *a)`` for each ``a`` in ``args`` as one-CPU Ray tasks with single-threaded BLAS,
+    ``shared`` put into the object store once; returns the object refs in the order of ``args``."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(fn).options(runtime_env={"env_vars": dict(_SINGLE_THREAD_ENV)})
+    ref = ray.put(shared)
+    return [task.remote(ref, *a) for a in args]
 
 
 _LISTENERS: list = []
@@ -329,11 +337,7 @@ def run_chunks(
     with _ray_context(address, workers):
         import ray
 
-        task = ray.remote(num_cpus=1)(_refit_chunk).options(
-            runtime_env={"env_vars": dict(_SINGLE_THREAD_ENV)}
-        )
-        ref = ray.put(shared)
-        futs = [task.remote(ref, ks, W) for ks, W in chunks]
+        futs = _submit(_refit_chunk, shared, chunks)
         pending = list(futs)
         size_of = {f: n for f, n in zip(futs, sizes, strict=True)}
         done_n = refits = 0
