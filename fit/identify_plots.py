@@ -4,11 +4,12 @@ phi, phi and r^phi per r, and the unique-depth ladder with the looped models pla
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["plot_phi_profile", "plot_per_r", "plot_ladder"]
+__all__ = ["plot_phi_profile", "phi_profile_figure", "profile_linthresh", "plot_per_r", "plot_ladder"]
 
 
 def _plt():
@@ -20,22 +21,53 @@ def _plt():
     return plt
 
 
-def plot_phi_profile(profile: pd.DataFrame, phi_hat: float, ci: tuple[float, float] | None, n: int,
-                     path: str | Path) -> Path:
-    """Objective (Huber sum, paper Eq. 4) relative to its minimum against fixed phi, with the point estimate, its
-    interval and the flat-profile threshold 2 / n (``loopscale.fit.identify``). Writes a PNG and returns its path."""
+def profile_linthresh(n: int) -> float:
+    """Linear range (%) of the profile figure's symlog axis: 1 %, or the power of ten below the one-run threshold
+    2 / n when that is smaller, so the threshold line always lies on the logarithmic part."""
+    return float(min(1.0, 10.0 ** np.floor(np.log10(100 * 2.0 / max(n, 1)))))
+
+
+def phi_profile_figure(profile: pd.DataFrame, phi_hat: float, ci: tuple[float, float] | None, n: int) -> Any:
+    """The figure of :func:`plot_phi_profile` (a matplotlib Figure; the caller saves and closes it)."""
+    import matplotlib.ticker as mticker
+
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    ax.plot(profile["phi"], 100 * profile["rel_rise"], "o-", color="C0", ms=3, label="profile")
+    # >= 0 by construction (objective / its minimum over the grid - 1); clip rounding below 0
+    rise = 100 * np.clip(profile["rel_rise"].to_numpy(float), 0.0, None)
+    ax.plot(profile["phi"], rise, "o-", color="C0", ms=3, label="profile")
     ax.axvline(phi_hat, color="C3", lw=1.5, label=f"phi = {phi_hat:.3f}")
     if ci is not None:
         ax.axvspan(ci[0], ci[1], color="C3", alpha=0.15, label="95 % bootstrap interval")
-    ax.axhline(100 * 2.0 / max(n, 1), color="0.4", ls=":", label="one run's worth (2/n)")
+    thr = 100 * 2.0 / max(n, 1)
+    ax.axhline(thr, color="0.4", ls=":", label="one run's worth (2/n)")
+    lin = profile_linthresh(n)
+    ax.set_yscale("symlog", linthresh=lin, linscale=0.5)
+    top = max(float(np.nanmax(rise)) if rise.size else 0.0, thr)
+    ax.set_ylim(0.0, top * 1.5 if top > 0 else 10 * lin)
+    # ticks: 0, then powers of ten (1-2-5 over few decades) from the linear threshold up; no negative side
+    # (the rise is never below 0)
+    ks = range(int(round(np.log10(lin))), int(np.ceil(np.log10(max(top * 1.5, lin)))) + 1)
+    subs = (1, 2, 5) if len(ks) <= 3 else (1,)  # 1-2-5 when there are few decades to label
+    ticks = [m * 10.0**k for k in ks for m in subs if m * 10.0**k <= top * 1.5]
+    ax.yaxis.set_major_locator(mticker.FixedLocator([0.0] + ticks))
+    ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: "0" if v == 0 else f"{v:g}"))
+    ax.yaxis.set_minor_locator(mticker.NullLocator())
     ax.set_xlabel("phi (held fixed; every other parameter refitted)")
-    ax.set_ylabel("objective above its minimum (%)")
-    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylabel(f"objective above its minimum (%)\nlog scale, linear below {lin:g} %", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot_phi_profile(profile: pd.DataFrame, phi_hat: float, ci: tuple[float, float] | None, n: int,
+                     path: str | Path) -> Path:
+    """Objective (Huber sum, paper Eq. 4) relative to its minimum against fixed phi, with the point estimate, its
+    interval and the flat-profile threshold 2 / n (``loopscale.fit.identify``). The y-axis starts at 0 and is
+    logarithmic above a small linear range (:func:`profile_linthresh`, stated on the axis). Writes a PNG and
+    returns its path."""
+    plt = _plt()
+    fig = phi_profile_figure(profile, phi_hat, ci, n)
     p = Path(path)
     fig.savefig(p, dpi=120)
     plt.close(fig)

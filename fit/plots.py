@@ -1,7 +1,11 @@
-"""Fit figures (matplotlib, Agg backend, imported lazily): data + fitted curves per r, residuals, phi histogram."""
+"""Fit figures (matplotlib, Agg backend, imported lazily): data + fitted curves per r, residuals, phi histogram.
+
+Also the axis helpers the other figures share: :func:`log_ticks` (few, readable ticks on a log axis) and
+:func:`data_ylim` (a y-range set by the data, so that an extrapolated law curve cannot squash the points)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,77 @@ def _plt():
     return plt
 
 
+def _tick_label(v: float) -> str:
+    """``m×10^k`` in mathtext (``10^k`` when m = 1), the style of matplotlib's own log labels."""
+    k = math.floor(math.log10(v) + 1e-9)
+    m = round(v / 10.0**k, 6)
+    if m == 1:
+        return f"$10^{{{k}}}$"
+    return f"${m:g}{{\\times}}10^{{{k}}}$"
+
+
+def log_ticks(axis: Any, lo: float | None = None, hi: float | None = None, max_ticks: int = 5) -> list[float]:
+    """Put at most ``max_ticks`` labelled major ticks on the log-scaled ``axis`` (``ax.xaxis`` or ``ax.yaxis``)
+    over [lo, hi] (default: its current view limits) and unlabel the minor ticks, so that labels cannot overlap.
+
+    The ticks are the first of these sets with 2 to ``max_ticks`` values in range: 1-2-5 per decade, 1-3 per
+    decade, every decade, every 2nd, 3rd ... decade. A range narrower than a 1-2-5 step gets 1 ... 9 per decade,
+    thinned to ``max_ticks``. Returns the tick values."""
+    import matplotlib.ticker as mticker
+
+    if lo is None or hi is None:
+        vlo, vhi = sorted(axis.get_view_interval())
+        lo, hi = (vlo if lo is None else lo), (vhi if hi is None else hi)
+    lo, hi = sorted((float(lo), float(hi)))
+    if not (lo > 0 and math.isfinite(hi)):
+        return []
+    k0, k1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    eps = 1e-9 * (hi - lo)
+
+    def within(subs: tuple[float, ...], step: int = 1) -> list[float]:
+        vals = [m * 10.0**k for k in range(k0, k1 + 1) if k % step == 0 for m in subs]
+        return [v for v in vals if lo - eps <= v <= hi + eps]
+
+    ticks: list[float] = []
+    for subs, step in [((1, 2, 5), 1), ((1, 3), 1)] + [((1,), s) for s in range(1, k1 - k0 + 2)]:
+        t = within(subs, step)
+        if 2 <= len(t) <= max_ticks:
+            ticks = t
+            break
+        if len(t) < 2 and subs == (1, 2, 5):  # a narrow range: every integer mantissa, thinned
+            t = within(tuple(range(1, 10)))
+            ticks = t[:: max(1, math.ceil(len(t) / max_ticks))]
+            break
+    axis.set_major_locator(mticker.FixedLocator(ticks))
+    axis.set_major_formatter(mticker.FixedFormatter([_tick_label(v) for v in ticks]))
+    axis.set_minor_formatter(mticker.NullFormatter())
+    return ticks
+
+
+def data_ylim(
+    ax: Any, y: Any, curves: Any = None, margin: float = 0.1, reach: float = 0.0
+) -> tuple[float, float]:
+    """Set ``ax``'s y-range from the data ``y`` (finite values), padded by ``margin`` × their span (at least 2 %
+    of their size); fitted ``curves`` (values) widen it by at most ``reach`` × the span on either side, and are
+    clipped by the axes beyond. Returns the limits."""
+    v = np.asarray(y, float).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return ax.get_ylim()
+    lo, hi = float(v.min()), float(v.max())
+    span = max(hi - lo, 0.02 * max(abs(lo), abs(hi), 1e-12))
+    if curves is not None and reach > 0:
+        c = np.asarray(curves, float).ravel()
+        c = c[np.isfinite(c)]
+        if c.size:
+            lo = max(min(lo, float(c.min())), lo - reach * span)
+            hi = min(max(hi, float(c.max())), hi + reach * span)
+            span = hi - lo
+    lim = (lo - margin * span, hi + margin * span)
+    ax.set_ylim(*lim)
+    return lim
+
+
 def _n_axis(frame: pd.DataFrame) -> np.ndarray:
     if "N" in frame.columns:
         return frame["N"].to_numpy(float)
@@ -26,9 +101,12 @@ def _n_axis(frame: pd.DataFrame) -> np.ndarray:
     return (frame["N_once"] + frame["N_rec"]).to_numpy(float)
 
 
-def plot_fit_curves(fit: Any, frame: pd.DataFrame, path: str | Path) -> Path:
-    """Loss (nats) vs unique params N, one panel per r; points = runs, lines = the fitted law along each budget's
-    IsoFLOP curve (D = C/F(N) with F fitted from the runs) or, without ``C``, at each run's D. Writes a PNG."""
+def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
+    """The figure of :func:`plot_fit_curves` (a matplotlib Figure; the caller saves and closes it).
+
+    The y-range is the data's (padded), widened by the curves by at most half the data's span, so that a law
+    extrapolated to the ends of the N range cannot squash the points; the N axis has at most 5 labelled ticks per
+    panel (:func:`log_ticks`)."""
     from loopscale.fit.derived import flops_model_from_table
 
     plt = _plt()
@@ -37,6 +115,7 @@ def plot_fit_curves(fit: Any, frame: pd.DataFrame, path: str | Path) -> Path:
     N = _n_axis(frame)
     law = fit.law_object()
     F, frac = flops_model_from_table(frame) if "C" in frame.columns else (None, {})
+    curve_y: list[np.ndarray] = []
     for ax, r in zip(axes[0], rs, strict=True):
         m = frame["r"].to_numpy() == r if "r" in frame.columns else np.ones(len(frame), bool)
         groups = frame.loc[m, "C"].to_numpy(float) if "C" in frame.columns else np.zeros(int(m.sum()))
@@ -50,15 +129,28 @@ def plot_fit_curves(fit: Any, frame: pd.DataFrame, path: str | Path) -> Path:
                 if law.name == "joint":
                     f = frac.get(float(r), 1.0)
                     cols.update({"N_once": f * ns, "N_rec": (1 - f) * ns, "r": np.full(ns.size, float(r))})
-                ax.plot(ns, law.predict(fit.params, cols), color=col, lw=1, label=f"C={C:.2g}")
+                pred = np.asarray(law.predict(fit.params, cols), float)
+                curve_y.append(pred)
+                ax.plot(ns, pred, color=col, lw=1, label=f"C={C:.2g}")
         ax.set_xscale("log")
+        log_ticks(ax.xaxis)
         ax.set_title(f"r = {r:g}")
         ax.set_xlabel("unique non-embedding params N")
+    data_ylim(axes[0][0], frame["loss"], np.concatenate(curve_y) if curve_y else None, reach=0.5)
     axes[0][0].set_ylabel("val loss (nats/token)")
     if F is not None:
         axes[0][-1].legend(fontsize=6)
     fig.suptitle(f"{fit.law} law fit, R² = {fit.r2:.4f}")
     fig.tight_layout()
+    return fig
+
+
+def plot_fit_curves(fit: Any, frame: pd.DataFrame, path: str | Path) -> Path:
+    """Loss (nats) vs unique params N, one panel per r; points = runs, lines = the fitted law along each budget's
+    IsoFLOP curve (D = C/F(N) with F fitted from the runs); without ``C`` in ``frame``, points only. Writes a PNG
+    (figure: :func:`fit_curves_figure`)."""
+    plt = _plt()
+    fig = fit_curves_figure(fit, frame)
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)

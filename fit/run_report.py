@@ -61,14 +61,16 @@ def _read_parquet(path: Path) -> pd.DataFrame | None:
         return None
 
 
-def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path | None:
-    """Final validation loss (nats/token) vs training compute C (FLOPs), one panel per r, points coloured by width,
-    with the joint law's prediction for every width as a curve over C (IsoFLOP style, paper Fig. 2)."""
+def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
+    """The figure of :func:`plot_loss_vs_compute` (a matplotlib Figure, or None without ok runs with ``C``; the
+    caller saves and closes it). The y-range is the runs' losses padded by 10 % of their span; the law's curves,
+    which at the small-C end of a width can reach tens of nats, are clipped to it. At most 5 labelled C ticks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
+
+    from loopscale.fit.plots import data_ylim, log_ticks
 
     ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
     if ok.empty or "C" not in ok.columns:
@@ -98,14 +100,28 @@ def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path
                 pred = make_law("joint").predict(params, {**cols, "D": cgrid / f_tok})
                 ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8)
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlim(ok["C"].min() / 1.5, ok["C"].max() * 1.5)
+        log_ticks(ax.xaxis)
         ax.set_title(f"r = {r}")
         ax.set_xlabel("C (training FLOPs)")
         ax.grid(alpha=0.3)
+    data_ylim(axes[0][0], ok["final_val_loss"])  # shared y: the data's range, not the curves'
     axes[0][0].set_ylabel("validation loss (nats/token)")
     axes[0][-1].legend(fontsize=7)
     fig.suptitle("loss vs compute per r (points: runs; lines: joint law per width)")
     fig.tight_layout()
+    return fig
+
+
+def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path | None:
+    """Final validation loss (nats/token) vs training compute C (FLOPs), one panel per r, points coloured by width,
+    with the joint law's prediction for every width as a curve over C (IsoFLOP style, paper Fig. 2), clipped to
+    the data's loss range (:func:`loss_vs_compute_figure`). None (nothing written) without ok runs with ``C``."""
+    fig = loss_vs_compute_figure(runs, analysis)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt  # after the figure: it selected the Agg backend
+
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -242,6 +258,20 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     return L
 
 
+def phi_identified(v: dict) -> bool:
+    """False when the variant ``v`` (an ``analysis.json`` variant) carries an identification check that did not
+    accept phi; True when it accepted it, or when there is no check (analysis files written before it existed)."""
+    ident = v.get("identification") or {}
+    return not ident or bool(ident.get("identified", True))
+
+
+def _unidentified_caveat(what: str) -> str:
+    """The line that opens a section computed from the law at a phi the identification check did not accept."""
+    return (f"> **Not a result:** these numbers evaluate the law at the {what}, which the identification check "
+            "(\"Is φ identified?\" above) did not accept; they illustrate the fit, they are not findings about "
+            "looping.")  # fmt: skip
+
+
 def build_report(run_dir: str | Path) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files.
 
@@ -351,8 +381,7 @@ def build_report(run_dir: str | Path) -> Path:
         p, ci = j["params"], j.get("ci", {})
         boot = j.get("bootstrap", {})
         L.append("\n### Joint law (paper Eq. 3): L = E + A·(N_once + r^φ·N_rec)^−α + B·D^−β\n")
-        ident = v.get("identification") or {}
-        if ident and not ident.get("identified", True):  # the rule comes before any headline: no bold phi here
+        if not phi_identified(v):  # the rule comes before any headline: no bold phi here
             phi_line = (f"Fitted φ̂ = {_fmt(p['phi'], 3)}, bootstrap 95 % CI {_ci(ci, 'phi')}: not a result, φ is "
                         "not identified by this grid (\"Is φ identified?\" below) ")  # fmt: skip
         else:
@@ -412,6 +441,8 @@ def build_report(run_dir: str | Path) -> Path:
             )
         if v.get("equivalence"):
             L.append("\n### What one recurrence is worth here\n")
+            if not phi_identified(v):
+                L.append(_unidentified_caveat(f"fitted point estimate φ̂ = {_fmt(p['phi'], 3)}") + "\n")
             for e in v["equivalence"]:
                 s = (
                     f"- At r = {e['r']} (d_model {e['d_model']}), a model with N_unique = {_fmt(e['N_unique'], 3)} "
@@ -440,6 +471,11 @@ def build_report(run_dir: str | Path) -> Path:
         L.append("")
     if frontier is not None and len(frontier):
         L.append("## Compute-optimal frontier of the joint law (per r)\n")
+        shown = [str(x) for x in dict.fromkeys(frontier["variant"])] if "variant" in frontier else []
+        unid = [x for x in shown if not phi_identified(ana.get("variants", {}).get(x) or {})]
+        if unid:
+            which = "" if unid == shown else f" (variant{'s' if len(unid) > 1 else ''} {', '.join(unid)})"
+            L.append(_unidentified_caveat(f"fitted point estimate of φ{which}") + "\n")
         L.append("| variant | C (FLOPs) | r | N* (unique) | N_eff* | D* (tokens) | L* (nats) |")
         L.append("|---|---|---|---|---|---|---|")
         for _, row in frontier.sort_values(["variant", "C", "r"]).iterrows():

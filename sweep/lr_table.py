@@ -4,6 +4,7 @@ loss-vs-LR plots, and reading it back as {(size, r): lr} for the grid."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 LR_TABLE_COLUMNS = (
     "size",
@@ -70,6 +71,32 @@ def _smooth(rows: list[dict]) -> None:
                     row["lr_smoothed"] = row["lr_best"]
 
 
+def lr_figure(size: int, series: dict[int, list[tuple[float, float]]]) -> Any:
+    """Val loss against LR for one size, one line per r (``series``: {r: [(lr, loss), ...]}), with at most 5
+    labelled LR ticks (:func:`loopscale.fit.plots.log_ticks`). A matplotlib Figure; the caller saves and closes it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from loopscale.fit.plots import log_ticks
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for r, pts in series.items():
+        if pts:
+            pts = sorted(pts)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"r={r}")
+    ax.set_xscale("log")
+    log_ticks(ax.xaxis)
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("val loss at last milestone reached (nats/token)")
+    ax.set_title(f"LR tuning, size {size}")
+    if any(series.values()):
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
     import matplotlib
 
@@ -79,22 +106,15 @@ def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
 
     out = []
     for size in sorted({row["size"] for row in rows}):
-        fig, ax = plt.subplots(figsize=(5, 3.5))
+        series: dict[int, list[tuple[float, float]]] = {}
         for row in [x for x in rows if x["size"] == size]:
             study = optuna.load_study(study_name=row["study_name"], storage=storage_url)
-            pts = sorted(
+            series[row["r"]] = sorted(
                 (t.params["lr"], t.intermediate_values[max(t.intermediate_values)])
                 for t in study.get_trials(deepcopy=False)
                 if t.intermediate_values
             )
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"r={row['r']}")
-        ax.set_xscale("log")
-        ax.set_xlabel("learning rate")
-        ax.set_ylabel("val loss at last milestone reached (nats/token)")
-        ax.set_title(f"LR tuning, size {size}")
-        ax.legend()
-        fig.tight_layout()
+        fig = lr_figure(size, series)
         p = tune_dir / f"loss_vs_lr_size{size}.png"
         fig.savefig(p, dpi=100)
         plt.close(fig)

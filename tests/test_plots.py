@@ -1,0 +1,203 @@
+"""Figures read as a user reads them: y-ranges set by the data (not by an extrapolated law), a non-negative profile
+axis, and tick labels that do not overlap. Each test inspects the matplotlib Figure the plotting code builds."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from loopscale.fit.laws import make_law  # noqa: E402
+
+# the joint-law point estimate of `loopscale run --preset smoke` (alpha on its bound): extrapolated to a fifth of
+# the smallest budget it reaches ~60 nats, while the runs lie between 3.4 and 4.6 nats/token
+SMOKE_PARAMS = {"E": 3.235, "A": 7.67e10, "alpha": 2.5, "B": 9.43e7, "beta": 2.431, "phi": 0.9077}
+
+
+def _smoke_runs() -> pd.DataFrame:
+    """The 16 runs of the smoke preset (r 1, 2, 4, 8 x widths 16, 32 x D 2048, 4096)."""
+    rows = []
+    loss = {(16, 2048): 4.55, (32, 2048): 4.09, (16, 4096): 3.84, (32, 4096): 3.42}
+    for (d, D), L in loss.items():
+        for i, r in enumerate((1, 2, 4, 8)):
+            n_once, n_rec = ((48, 31040), (6256, 12928), (6256, 6720), (6256, 3616))[i]
+            if d == 32:
+                n_once, n_rec = ((96, 123520), (24800, 51456), (24800, 26752), (24800, 14400))[i]
+            F = 6.0 * (n_once + r * n_rec) * (4.4 if d == 16 else 2.4)
+            rows.append(dict(status="ok", r=r, d_model=d, D=D, C=F * D, N_once=n_once, N_rec=n_rec,
+                             N_unique=n_once + n_rec, final_val_loss=L + 0.01 * i, loss=L + 0.01 * i))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _visible_labels(axis) -> list:
+    """(label, text) of the tick labels drawn inside the axis's view interval, major and minor."""
+    lo, hi = sorted(axis.get_view_interval())
+    out = []
+    for locs, labels in ((axis.get_majorticklocs(), axis.get_majorticklabels()),
+                         (axis.get_minorticklocs(), axis.get_minorticklabels())):  # fmt: skip
+        for loc, lab in zip(locs, labels, strict=False):
+            if lo * (1 - 1e-9) <= loc <= hi * (1 + 1e-9) and lab.get_visible() and lab.get_text():
+                out.append(lab)
+    return out
+
+
+def _overlapping_xlabels(fig) -> list[tuple[str, str]]:
+    """Pairs of x tick labels (per axes) whose drawn boxes overlap."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    bad = []
+    for ax in fig.axes:
+        labs = sorted(_visible_labels(ax.xaxis), key=lambda t: t.get_window_extent(r).x0)
+        boxes = [t.get_window_extent(r) for t in labs]
+        for (a, ba), (b, bb) in zip(zip(labs, boxes, strict=True), list(zip(labs, boxes, strict=True))[1:],
+                                    strict=False):  # fmt: skip
+            if ba.x1 > bb.x0:
+                bad.append((a.get_text(), b.get_text()))
+    return bad
+
+
+# --- loss vs compute: the y-range is the data's -----------------------------------------------------------------
+
+
+def test_loss_vs_compute_ylim_is_set_by_the_data_and_curves_are_clipped():
+    from loopscale.fit.run_report import loss_vs_compute_figure
+
+    runs = _smoke_runs()
+    fig = loss_vs_compute_figure(runs, {"variants": {"baseline": {"joint": {"params": SMOKE_PARAMS}}}})
+    try:
+        y = runs["final_val_loss"].to_numpy(float)
+        span = y.max() - y.min()
+        for ax in fig.axes:
+            lo, hi = ax.get_ylim()
+            assert lo < y.min() and hi > y.max()  # every point is inside, with a margin
+            assert lo > y.min() - 0.3 * span and hi < y.max() + 0.3 * span  # not blown up by the curves
+            curves = np.concatenate([ln.get_ydata() for ln in ax.get_lines()])
+            # the law does reach far above: it is clipped, it does not set the range
+            assert curves.max() > 2 * hi
+        assert not _overlapping_xlabels(fig)
+    finally:
+        plt.close(fig)
+
+
+def test_loss_vs_compute_without_compute_column_draws_nothing():
+    from loopscale.fit.run_report import loss_vs_compute_figure, plot_loss_vs_compute
+
+    runs = _smoke_runs().drop(columns="C")
+    assert loss_vs_compute_figure(runs, {}) is None
+    assert plot_loss_vs_compute(runs, {}, "/nonexistent/never_written.png") is None
+
+
+def test_data_ylim_reach_bounds_how_far_curves_widen_the_range():
+    from loopscale.fit.plots import data_ylim
+
+    fig, ax = plt.subplots()
+    try:
+        assert data_ylim(ax, [3.0, 4.0]) == pytest.approx((2.9, 4.1))
+        assert data_ylim(ax, [3.0, 4.0], curves=[1.0, 60.0], reach=0.5) == pytest.approx((2.3, 4.7))
+        assert data_ylim(ax, [3.0, 4.0], curves=[3.5, 4.2], reach=0.5) == pytest.approx((2.88, 4.32))
+        assert ax.get_ylim() == pytest.approx((2.88, 4.32))
+        lo, hi = data_ylim(ax, [2.0, 2.0])  # one value: a range around it, not a zero-height axis
+        assert lo < 2.0 < hi
+    finally:
+        plt.close(fig)
+
+
+# --- fit curves: readable N ticks, y-range not set by the extrapolated arms ---------------------------------------
+
+
+def test_fit_curves_labels_do_not_overlap_and_ylim_follows_the_data():
+    from loopscale.fit.plots import fit_curves_figure
+
+    runs = _smoke_runs()
+    fit = SimpleNamespace(params=SMOKE_PARAMS, law="joint", r2=0.99, law_object=lambda: make_law("joint"))
+    fig = fit_curves_figure(fit, runs)
+    try:
+        assert not _overlapping_xlabels(fig)
+        y = runs["loss"].to_numpy(float)
+        span = y.max() - y.min()
+        for ax in fig.axes:
+            assert len(_visible_labels(ax.xaxis)) >= 2  # still labelled
+            lo, hi = ax.get_ylim()
+            assert lo < y.min() and hi > y.max()
+            assert hi - lo <= 2.2 * span  # curves widen it by at most half the span each side, plus margins
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "lo,hi",
+    [(2e4, 2e5), (1.3e4, 6.1e4), (8.1e3, 1.2e4), (3.7e8, 6.2e9), (1e-4, 1e-1), (1e-3, 1e-1), (2.2e-3, 4.7e-2),
+     (1e3, 1e12)],
+)  # fmt: skip
+def test_log_ticks_gives_two_to_five_labels_that_do_not_overlap(lo, hi):
+    from loopscale.fit.plots import log_ticks
+
+    fig, ax = plt.subplots(figsize=(3.4, 3))
+    try:
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ticks = log_ticks(ax.xaxis)
+        assert 2 <= len(ticks) <= 5 and all(lo * 0.999 <= t <= hi * 1.001 for t in ticks)
+        assert not _overlapping_xlabels(fig)
+    finally:
+        plt.close(fig)
+
+
+def test_lr_plot_labels_do_not_overlap():
+    from loopscale.sweep.lr_table import lr_figure
+
+    lrs = np.geomspace(1.3e-3, 8e-2, 8)  # less than two decades: matplotlib labelled every minor tick
+    series = {
+        1: [(x, 4 + (np.log10(x) + 2) ** 2) for x in lrs],
+        2: [(x, 4.1 + (np.log10(x) + 2.2) ** 2) for x in lrs],
+    }
+    fig = lr_figure(16, series)
+    try:
+        assert not _overlapping_xlabels(fig)
+        assert len(_visible_labels(fig.axes[0].xaxis)) >= 2
+        assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["r=1", "r=2"]
+    finally:
+        plt.close(fig)
+
+
+# --- the profile of the objective in phi: a non-negative axis -----------------------------------------------------
+
+
+@pytest.mark.parametrize("n,scale", [(16, 1.0), (400, 1 / 300)])
+def test_phi_profile_axis_starts_at_zero_with_no_negative_ticks(n, scale):
+    from loopscale.fit.identify_plots import phi_profile_figure, profile_linthresh
+
+    phi = np.round(np.arange(-1.5, 2.5001, 0.1), 10)
+    rise = scale * np.minimum(8.0, 0.5 * np.abs(phi - 0.9) ** 1.2)
+    rise[np.argmin(np.abs(phi - 0.9))] = 0.0
+    fig = phi_profile_figure(pd.DataFrame({"phi": phi, "rel_rise": rise}), 0.908, (0.85, 0.99), n)
+    try:
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        lo, hi = ax.get_ylim()
+        assert lo == 0.0 and hi >= 100 * rise.max() and hi >= 100 * 2 / n  # the data and the 2/n line fit
+        labels = _visible_labels(ax.yaxis)
+        locs = [t for t in ax.yaxis.get_majorticklocs() if lo <= t <= hi]
+        assert min(locs) == 0.0 and len(locs) >= 3
+        assert all(t >= 0 for t in ax.yaxis.get_majorticklocs())
+        assert not any("−" in lab.get_text() or "-" in lab.get_text() for lab in labels)
+        lin = profile_linthresh(n)
+        assert lin <= 100 * 2 / n  # the threshold line is on the log part
+        assert f"linear below {lin:g} %" in ax.get_ylabel()  # the linear range is stated
+    finally:
+        plt.close(fig)
+
+
+def test_plot_phi_profile_writes_png(tmp_path):
+    from loopscale.fit.identify_plots import plot_phi_profile
+
+    prof = pd.DataFrame({"phi": [0.0, 0.5, 1.0], "rel_rise": [0.3, 0.0, 0.2]})
+    p = plot_phi_profile(prof, 0.5, None, 20, tmp_path / "profile.png")
+    assert p.read_bytes()[:4] == b"\x89PNG" and not plt.get_fignums()

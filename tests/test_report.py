@@ -1,0 +1,70 @@
+"""report.md: the sections computed from the law at the fitted phi (what one recurrence is worth, the compute-optimal
+frontier) carry a "not a result" line exactly when the identification check did not accept phi."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default"
+CAVEAT = "> **Not a result:**"
+
+
+def _section(text: str, heading: str) -> str:
+    """The text from ``heading`` to the next heading of any level."""
+    start = text.index(heading)
+    rest = text[start + len(heading) :]
+    nxt = [i for i in (rest.find("\n## "), rest.find("\n### ")) if i >= 0]
+    return heading + (rest[: min(nxt)] if nxt else rest)
+
+
+def _report(tmp_path: Path, ident: dict | None) -> str:
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    if ident is not None:
+        ana["variants"]["baseline"]["identification"] = ident
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    return build_report(run).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "ident,caveat",
+    [
+        (None, False),  # analysis written before the check existed: unchanged
+        ({"identified": True, "headline": "phi = 0.5 [0.4, 0.6] (identified)"}, False),
+        (
+            {
+                "identified": False,
+                "headline": "phi not identified by this grid: on the search-box edge: alpha",
+            },
+            True,
+        ),
+    ],
+)
+def test_law_sections_say_not_a_result_exactly_when_phi_is_not_identified(tmp_path, ident, caveat):
+    text = _report(tmp_path, ident)
+    worth = _section(text, "### What one recurrence is worth here")
+    frontier = _section(text, "## Compute-optimal frontier of the joint law (per r)")
+    assert "- At r = " in worth and "| baseline |" in frontier  # the numbers are kept either way
+    for sec in (worth, frontier):
+        body = [line for line in sec.splitlines()[1:] if line.strip()]
+        assert body[0].startswith(CAVEAT) == caveat  # the caveat, when there, opens the section
+    assert text.count(CAVEAT) == (2 if caveat else 0)
+    if caveat:
+        assert "fitted point estimate φ̂ = " in worth and "did not accept" in worth
+        assert "illustrate the fit" in frontier
+
+
+def test_phi_identified_reads_the_variant_record():
+    from loopscale.fit.run_report import phi_identified
+
+    assert phi_identified({}) and phi_identified({"identification": {}})
+    assert phi_identified({"identification": {"identified": True}})
+    assert not phi_identified({"identification": {"identified": False}})
