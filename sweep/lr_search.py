@@ -1,6 +1,7 @@
 """Stage 1: LR tuning, one Optuna study per size (and per r unless ``tune_per_r: false``), run by Ray Tune.
 
-Each study is one Tune experiment: ``OptunaSearch`` (seeded TPE over log-LR, or a categorical LR set; metric
+Each study is one Tune experiment: ``OptunaSearch`` (TPE over log-LR seeded per study from ``tune.seed`` and
+the study's name, :func:`study_seed`, or a categorical LR set; metric
 and mode given to ``OptunaSearch`` itself, ``docs/ray_tune.md`` §1) proposes LRs, and an
 ASHA scheduler prunes on the validation loss reported at token milestones (time attribute: the milestone index
 1..num_milestones). Trials train the grid's model on a short budget (tokens/param ratio, paper App. D). The
@@ -25,6 +26,7 @@ What survives a killed driver, and how (Tune's restore behaviour: ``docs/ray_tun
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import shutil
@@ -379,7 +381,7 @@ def study_plan(
         # a finite set that the budget covers: every value exactly once (a sampler would repeat some, miss others)
         param_space, num_samples = {**constants, "lr": tune.grid_search(values)}, 1
     else:
-        sampler = optuna.samplers.TPESampler(seed=ts.seed)
+        sampler = optuna.samplers.TPESampler(seed=study_seed(ts.seed, study_name))
         search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
     scheduler = _persistent_asha_cls()(
         str(tune_dir / "asha" / f"{experiment}.json"),
@@ -511,6 +513,14 @@ def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int):
     return NoRunFinished("; ".join(parts) + "; no LR was chosen and lr_table.parquet was not written")
 
 
+def study_seed(seed: int, study_name: str) -> int:
+    """The TPE sampler seed of one study: derived from ``tune.seed`` and the study's name, so that every study
+    (size, r) draws its own LRs (one seed for all would try the same LRs at every size) and a rerun of the
+    spec draws the same ones. An integer in [0, 2^32)."""
+    digest = hashlib.sha256(f"{int(seed)}:{study_name}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
 def _choose(study) -> tuple[float | None, float | None, int, int]:
     import optuna
 
@@ -521,6 +531,19 @@ def _choose(study) -> tuple[float | None, float | None, int, int]:
         return None, None, len(trials), pruned
     best = min(complete, key=lambda t: (t.value, t.params["lr"]))
     return float(best.params["lr"]), float(best.value), len(trials), pruned
+
+
+def edge_of_tried(study, lr: float | None) -> str | None:
+    """'highest' / 'lowest' when ``lr`` (the chosen LR) is the largest / smallest LR among the study's finished
+    trials (complete or pruned; at least 3 distinct LRs), else None: the best LR may then lie beyond the LRs
+    tried, and a wider range or more samples would tell."""
+    import optuna
+
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    tried = sorted({float(t.params["lr"]) for t in study.get_trials(deepcopy=False) if t.state in done})
+    if lr is None or len(tried) < 3:
+        return None
+    return "highest" if lr >= tried[-1] else ("lowest" if lr <= tried[0] else None)
 
 
 def run_tune_lr(
@@ -599,10 +622,13 @@ def run_tune_lr(
                 done_info[(s, r)] = info
     if failures:
         raise _no_healthy_trial(spec, failures, len(todo), n_failed_trials)
+    at_edge = []
     for s, r in todo:
         info = done_info[(s, r)]
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
+        if edge := edge_of_tried(study, lr):
+            at_edge.append(f"size {s}, r {r}: {lr:.3g}, the {edge} of {n} tried")
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
         for rr in targets:
             rows.append(
@@ -623,6 +649,12 @@ def run_tune_lr(
                     storage=info["storage_url"],
                 )
             )
+    if at_edge:
+        console.current().say(
+            "tune-lr: best LR at the edge of the LRs tried (the best may lie beyond them; widen tune.lr_min / "
+            "tune.lr_max or raise tune.num_samples): " + "; ".join(at_edge),
+            err=True,
+        )
     _smooth(rows)
     for row in rows:
         row["lr"] = row["lr_smoothed"] if spec.tune.smooth else row["lr_best"]

@@ -117,6 +117,8 @@ class TuneSpec(_Strict):
     smooth: bool = False
     """Use the fitted line log LR* = a + b log N across sizes instead of each size's best (both are reported)."""
     seed: int = 0
+    """Seed of the TPE samplers; each study's own seed is derived from it and the study's name, so every size and r
+    draws its own LRs (``loopscale.sweep.lr_search.study_seed``)."""
     eval_tokens: int | None = Field(None, gt=0)
     """Validation tokens at each milestone (None: the training spec's)."""
 

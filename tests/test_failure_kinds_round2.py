@@ -547,8 +547,9 @@ def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
     from loopscale.sweep.lr_search import unhealthy_reason
 
     flat = dict(TINY, lr="tune")
+    # grace = all milestones: ASHA prunes nobody, so both trials reach the health check whatever their timing
     flat["tune"] = {"num_samples": 2, "lr_min": 10, "lr_max": 100, "tokens": 2048, "num_milestones": 2,
-                    "max_concurrent": 2, "tune_per_r": False}  # fmt: skip
+                    "grace_milestones": 2, "max_concurrent": 2, "tune_per_r": False}  # fmt: skip
     out = tmp_path / "flat"
     p = _cli("tune-lr", str(_write_spec(tmp_path / "flat.yaml", flat)), "--out", str(out), "--no-plot",
              "--num-cpus", "2")  # fmt: skip

@@ -32,7 +32,7 @@ def _spec(**tune):
     return parse_spec(d)
 
 
-def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path, monkeypatch):
+def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(COUNT_ENV, "1")  # markers of completed trainings (loopscale.sweep._seams)
     spec = _spec(num_samples=6, max_concurrent=2, seed=3)
     t0 = time.time()
@@ -48,6 +48,11 @@ def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     best = min(complete, key=lambda t: t.value)
     assert rows[0]["lr"] == rows[1]["lr"] == best.params["lr"] and rows[0]["best_val_loss"] == best.value
+    # a best LR at either end of the LRs tried is said (the optimum may lie beyond them), and only then
+    from loopscale.sweep.lr_search import edge_of_tried
+
+    edge = edge_of_tried(study, best.params["lr"])
+    assert ("best LR at the edge of the LRs tried" in capsys.readouterr().err) == (edge is not None)
     assert all(spec.tune.lr_min <= t.params["lr"] <= spec.tune.lr_max for t in study.trials)
     for t in complete:  # every milestone 1..4 was recorded
         assert sorted(t.intermediate_values) == [1, 2, 3, 4]
@@ -108,3 +113,47 @@ def test_smoothing_fits_a_line_in_log_lr_log_n():
     single = [dict(r=2, N_unique=1e4, lr_best=0.01, lr_smoothed=None)]
     _smooth(single)
     assert single[0]["lr_smoothed"] == 0.01
+
+
+def _first_lrs(spec, size: int, r: int, tmp_path, n: int = 4) -> list[float]:
+    """The first ``n`` LRs the study of (size, r) proposes (its own sampler, asked on an in-memory study)."""
+    from loopscale.sweep.lr_search import study_plan
+
+    plan = study_plan(spec, size, r, tmp_path, str(tmp_path / "ray"), experiment=f"x{size}_{r}")
+    sampler = plan["tune_config"].search_alg._sampler
+    study = optuna.create_study(sampler=sampler)
+    dist = optuna.distributions.FloatDistribution(spec.tune.lr_min, spec.tune.lr_max, log=True)
+    lrs = []
+    for _ in range(n):
+        t = study.ask({"lr": dist})
+        lrs.append(t.params["lr"])
+        study.tell(t, 1.0)
+    return lrs
+
+
+def test_each_study_draws_its_own_lrs_reproducibly(tmp_path):
+    """One tune.seed, several studies: each (size, r) tries other LRs (one shared seed tried the same LRs at every
+    size, so with a few samples every study chose among identical candidates); the same study draws the same LRs
+    again, and another tune.seed draws others."""
+    spec = _spec(num_samples=4, seed=3)
+    spec2 = parse_spec({**spec.model_dump(mode="json"), "sizes": [16, 32]})
+    a, b = _first_lrs(spec2, 16, 2, tmp_path), _first_lrs(spec2, 32, 2, tmp_path)
+    assert not set(a) & set(b)
+    assert _first_lrs(spec2, 16, 2, tmp_path) == a
+    other = parse_spec({**spec2.model_dump(mode="json"), "tune": {**spec2.tune.model_dump(mode="json"), "seed": 4}})
+    assert not set(_first_lrs(other, 16, 2, tmp_path)) & set(a)
+
+
+def test_edge_of_tried_names_a_best_lr_at_either_end():
+    from loopscale.sweep.lr_search import edge_of_tried
+
+    study = optuna.create_study()
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+    for lr, loss in [(1e-3, 3.0), (1e-2, 2.5), (3e-2, 2.4)]:
+        study.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=loss))
+    assert edge_of_tried(study, 3e-2) == "highest" and edge_of_tried(study, 1e-3) == "lowest"
+    assert edge_of_tried(study, 1e-2) is None and edge_of_tried(study, None) is None
+    two = optuna.create_study()
+    for lr in (1e-3, 1e-2):
+        two.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=1.0))
+    assert edge_of_tried(two, 1e-2) is None  # two LRs: every choice is an end, nothing to say
