@@ -126,6 +126,7 @@ def run_sweep(
     )
     from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.spec import load_spec
+    from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
     from loopscale.sweep.tracking import parse_track
     from loopscale.sweep.workspace import RunWorkspace
@@ -142,6 +143,7 @@ def run_sweep(
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     store = ResultsStore(out)
     out.mkdir(parents=True, exist_ok=True)
+    mark_started(out, "sweep")  # `loopscale status`: running from here on, before Ray starts
     ids = {c.run_id for c in cells}
     if force:
         store.forget(ids)

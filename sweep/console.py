@@ -12,7 +12,8 @@ stage, and Ray's own output kept out of the way.
   size), :class:`BootstrapView` (refits done of B). On a terminal they are ``rich`` progress bars; when the
   output is piped or ``--json`` is given, a view prints a plain line at most every :data:`PLAIN_EVERY_S` seconds
   and one at its end (no bars, no colour codes).
-* Each view also writes ``OUT/logs/progress.json`` (stage, counts, rate, ETA, pid, host, time) at most every
+* Each view also writes ``OUT/logs/progress.json`` (stage, counts — of runs, and the grid's Tune trials by status
+  under ``trials`` —, rate, ETA, pid, host, time) at most every
   :data:`HEARTBEAT_S` seconds and at its end: ``loopscale status`` reads it to tell a running command from a
   stopped one.
 
@@ -377,7 +378,8 @@ class GridView(_View):
         self._seen: dict[str, float] = {}  # trial id -> tokens per member last reported
         self._spent: dict[str, float] = {}  # trial id -> FLOPs spent by its current attempt
         self._events: collections.deque = collections.deque()  # (time, tokens, flops)
-        self.counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}
+        self.counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}  # of runs
+        self.trials: dict[str, int] = {}  # Tune trials by status (an ensemble trial trains several runs)
         self.tokens_per_s: float | None = None
         self.eta_s: float | None = None
 
@@ -414,7 +416,9 @@ class GridView(_View):
             self._events.popleft()
         counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}
         remaining = 0.0
+        self.trials = {}
         for t in trials:
+            self.trials[t.status] = self.trials.get(t.status, 0) + 1
             runs = trial_cells(t.config)
             key = {"TERMINATED": "done", "RUNNING": "running", "ERROR": "failed"}.get(t.status, "pending")
             if key == "done" and not (getattr(t, "last_result", None) or {}).get("done"):
@@ -441,7 +445,13 @@ class GridView(_View):
         )
 
     def state(self) -> dict:
-        return {"counts": self.counts, "tokens_per_s": self.tokens_per_s, "eta_s": self.eta_s}
+        return {
+            "counts": self.counts,
+            "counts_of": "runs",
+            "trials": self.trials,
+            "tokens_per_s": self.tokens_per_s,
+            "eta_s": self.eta_s,
+        }
 
     def summary(self) -> str:
         c = self.counts
@@ -476,6 +486,11 @@ class LRView(_View):
                 self.best[key] = (float(value), float(lr))
         n = sum(self.states.values())
         self.show(n, self._text())
+
+    def state(self) -> dict:
+        """Trials by Optuna state (COMPLETE / PRUNED / FAIL) and [size, r, lr, val] of the best LR per (size, r)."""
+        best = [[s, r, lr, v] for (s, r), (v, lr) in sorted(self.best.items())]
+        return {"trials": dict(self.states), "best": best}
 
     def _text(self) -> str:
         best = "; ".join(

@@ -581,6 +581,7 @@ def run_tune_lr(
     from loopscale.cluster.storage import absolute_uri, read_json_or_aside, write_text_atomic
     from loopscale.sweep import console, tracking
     from loopscale.sweep.spec import load_spec
+    from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import to_table, write_table_atomic
 
     if isinstance(spec, str | Path):
@@ -590,6 +591,7 @@ def run_tune_lr(
     out = Path(out_dir).resolve()
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
+    mark_started(out, "tune-lr")  # `loopscale status`: running from here on, before Ray starts
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")
     rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
     todo = [(s, r) for s in spec.all_sizes() for r in rs]

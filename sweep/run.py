@@ -172,6 +172,7 @@ def run_pipeline(
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.status import mark_started
     from loopscale.sweep.tracking import parse_track
 
     cluster = cluster or ClusterOptions()
@@ -192,6 +193,7 @@ def run_pipeline(
             "(nothing there was changed)"
         )
     write_text_atomic(str(spec_file), text)
+    mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
     meta_path = out / "run_meta.json"
     meta = read_json_or_aside(str(meta_path)) or {}
     meta["spec_name"] = spec_name or spec.name

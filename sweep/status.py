@@ -2,20 +2,37 @@
 
 Sources (nothing is trained, started or changed; files are only read):
 
+* ``OUT/logs/command.json`` (:func:`mark_started`): written by ``loopscale run``, ``sweep`` and ``tune-lr`` when they
+  start, before Ray starts: the command line, its kind (run | sweep | tune-lr), pid, host and start time;
 * ``OUT/spec.yaml`` (written by ``loopscale run``): the planned cells, hence the number of runs;
 * ``OUT/runs.parquet`` and ``OUT/parts/runs/*.parquet`` (:mod:`loopscale.sweep.store`): one record per finished or
   failed run, the newest ``finished_at`` per run id;
-* ``OUT/logs/progress.json`` (:mod:`loopscale.sweep.console`): the stage a command is in, its counts, tokens/s and ETA,
-  its pid and host. A command counts as running while that pid is alive (same host), or, from another host, while
-  the file is younger than :data:`STALE_S`;
+* ``OUT/logs/progress.json`` (:mod:`loopscale.sweep.console`): the stage a progress display shows, its counts (of
+  runs), Tune trials, tokens/s and ETA, its pid and host;
 * Tune's experiment state under the storage (``--storage``; default ``OUT/tune``): the trials of the newest grid
   experiment and their status (``ray.tune.ExperimentAnalysis``);
-* ``OUT/run_meta.json`` (stage wall times), ``OUT/lr_table.parquet`` and ``OUT/tune_lr/done/`` (LR tuning),
+* ``OUT/run_meta.json`` (stage wall times), ``OUT/lr_table.parquet`` and ``OUT/tune_lr/`` (LR tuning),
   ``OUT/fit/analysis.json`` (the fit headline, as ``loopscale run`` prints it).
 
-Run counts: ``ok``, ``diverged`` and ``failed`` from the records; ``running``: runs of RUNNING trials of a live
-command without a record; ``pending``: the planned runs left (a stopped command's unfinished runs are pending:
-``--resume`` continues them).
+Kind of folder: ``run`` (it has ``spec.yaml``), ``sweep`` (run records or grid experiments, no spec), ``tune-lr``
+(``tune_lr/`` or ``lr_table.parquet`` only). A folder with none of these files (nor logs of a command) is not a
+loopscale output: :class:`NotAnOutput` (``loopscale status`` exits 2).
+
+States: ``running`` while a command works in OUT: the pid of ``command.json`` is alive on this host (from the
+command's start, before its first progress display); with a record of another host or a dead pid, while the
+command's newest file (``command.json`` or ``progress.json`` of an unfinished display) is younger than
+:data:`STALE_S`, or, without ``command.json``, while the pid of ``progress.json`` is alive (same host) or the file
+is younger than :data:`STALE_S` (other host). Otherwise ``finished`` when every stage of the kind is done (run:
+the report is written; sweep: every run has a record; tune-lr: ``lr_table.parquet`` is written), ``empty`` when
+nothing was planned or done yet, else ``stopped``.
+
+Run counts (training runs: one per cell and seed; an ensemble trial of Tune trains several): ``ok``,
+``diverged`` and ``failed`` from the records; ``running``: runs of the live command's running trials without a
+record (from its progress display, else Tune's saved state); ``pending``: the planned runs left (a stopped
+command's unfinished runs are pending: ``--resume`` continues them). Tune's own ``trials`` counts are trials.
+
+Time: ``command_s`` counts from the start of the running command (its process); ``running_stage_s`` from the
+start of the current stage's progress display; ``stage_wall_s`` are the stage wall times ``loopscale run`` recorded.
 """
 
 from __future__ import annotations
@@ -30,7 +47,82 @@ from pathlib import Path
 import typer
 
 STALE_S = 600.0
-"""A progress file of another host older than this (s) means the command is no longer running."""
+"""A status file of another host (or of a dead pid) older than this (s) means the command is no longer running."""
+COMMAND_NAME = "command.json"
+"""The command record in ``OUT/logs/`` (:func:`mark_started`)."""
+
+
+class NotAnOutput(ValueError):
+    """The folder holds no loopscale output (``loopscale status`` says so and exits 2)."""
+
+
+def _proc_start(pid: int) -> int | None:
+    """Start of process ``pid`` in clock ticks since boot (``/proc/<pid>/stat``, field 22), None where unknown: it
+    tells a live command from another process that got its pid later."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+
+
+def _proc_started_at(ticks: int | None) -> float | None:
+    """The wall time (s since the epoch) of a process start given in clock ticks since boot, None where unknown."""
+    if ticks is None:
+        return None
+    try:
+        btime = next(
+            float(ln.split()[1])
+            for ln in Path("/proc/stat").read_text().splitlines()
+            if ln.startswith("btime ")
+        )
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+
+
+def mark_started(out_dir: str | Path, kind: str) -> None:
+    """Write ``OUT/logs/command.json``: the command line, ``kind`` (run | sweep | tune-lr), pid, host and start time
+    of this process, so that ``loopscale status`` calls the command running from its start (before Ray starts and
+    before its first progress display). Call it once the command has checked its input and created ``out_dir``.
+
+    Only a command writes it: a process with a console session on ``out_dir`` open
+    (:func:`loopscale.sweep.console.session`); library calls (``run_sweep`` from Python, tests) write nothing, as
+    their process lives on after the call. A record of this same process is kept (``run`` calling its stages), so
+    the start stays the command's. ``stage_wall_s_at_start``: the stage wall times ``run_meta.json`` held then
+    (earlier commands' work). A failed write is ignored (status is informative)."""
+    from loopscale.sweep import console
+
+    out = Path(out_dir).resolve()
+    con = console._CURRENT
+    if con is None or con.out_dir != out:
+        return
+    path = out / "logs" / COMMAND_NAME
+    pid, host, ticks = os.getpid(), socket.gethostname(), _proc_start(os.getpid())
+    cur = _read_json(path)
+    if cur and (cur.get("pid"), cur.get("host"), cur.get("proc_start")) == (pid, host, ticks):
+        return
+    import shlex
+
+    from loopscale.cluster.storage import write_text_atomic
+
+    now = time.time()
+    meta = _read_json(out / "run_meta.json") or {}
+    doc = {
+        "kind": kind,
+        "command": "loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "pid": pid,
+        "host": host,
+        "proc_start": ticks,
+        "started_at": min(now, _proc_started_at(ticks) or now),
+        "recorded_at": now,
+        "stage_wall_s_at_start": dict(meta.get("stage_wall_s") or {}),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(str(path), json.dumps(doc))
+    except OSError:
+        pass
 
 
 def fit_headlines(ana: dict) -> list[str]:
@@ -108,16 +200,75 @@ def _planned(out: Path):
         return spec, None
 
 
+def _pid_alive(pid, proc_start=None) -> bool:
+    """Process ``pid`` of this host is alive (and, when ``proc_start`` is known on both sides, is the same process)."""
+    try:
+        os.kill(int(pid), 0)
+    except PermissionError:
+        pass  # alive, another user's
+    except (OSError, ValueError, TypeError, OverflowError):
+        return False
+    now = _proc_start(pid)
+    return proc_start is None or now is None or int(proc_start) == now
+
+
 def _alive(progress: dict | None) -> bool:
+    """A progress file of a display still open: its pid alive (same host) or the file fresh (other host)."""
     if not progress or progress.get("finished"):
         return False
     if progress.get("host") == socket.gethostname():
-        try:
-            os.kill(int(progress["pid"]), 0)
-            return True
-        except (OSError, ValueError, TypeError, KeyError):
-            return False
+        return _pid_alive(progress.get("pid"))
     return time.time() - float(progress.get("updated_at") or 0) < STALE_S
+
+
+def _liveness(cmd: dict | None, progress: dict | None) -> tuple[bool, dict | None, dict | None]:
+    """(alive, the live command record or None, the live command's open progress display or None).
+
+    With a command record: alive while its pid lives on this host; a record of another host or of a dead pid is
+    judged by its files: the newest of the record and the command's progress file younger than :data:`STALE_S`
+    (a closed display counts as not running). Without one: by the progress file alone, as before records existed.
+    """
+    here = socket.gethostname()
+    if not cmd or "pid" not in cmd:
+        return (True, None, progress) if _alive(progress) else (False, None, None)
+    mine = (
+        progress is not None
+        and (progress.get("pid"), progress.get("host")) == (cmd.get("pid"), cmd.get("host"))
+        and float(progress.get("updated_at") or 0) >= float(cmd.get("started_at") or 0) - 1.0
+    )
+    open_progress = progress if mine and not progress.get("finished") else None
+    if cmd.get("host") == here and _pid_alive(cmd["pid"], cmd.get("proc_start")):
+        return True, cmd, open_progress
+    if cmd.get("host") == here:  # the command's process is gone
+        return False, None, None
+    if mine:
+        fresh = open_progress is not None and time.time() - float(progress.get("updated_at") or 0) < STALE_S
+    else:
+        fresh = time.time() - float(cmd.get("recorded_at") or cmd.get("started_at") or 0) < STALE_S
+    return (True, cmd, open_progress) if fresh else (False, None, None)
+
+
+def _is_output(out: Path) -> bool:
+    """Whether ``out`` holds any file a loopscale command writes (it may be a run, sweep or tune-lr folder)."""
+    marks = [
+        "spec.yaml",
+        "run_meta.json",
+        "runs.parquet",
+        "parts/runs",
+        "lr_table.parquet",
+        "tune_lr",
+        "fit/analysis.json",
+        "report.md",
+        f"logs/{COMMAND_NAME}",
+        "logs/progress.json",
+        "logs/ray.log",
+    ]
+    if any((out / m).exists() for m in marks):
+        return True
+    try:
+        return any(p.name.startswith("grid_") for p in (out / "tune").iterdir())
+    except OSError:
+        return False
 
 
 def _tune_state(storage: str, spec_name: str | None) -> dict | None:
@@ -154,34 +305,54 @@ def _tune_state(storage: str, spec_name: str | None) -> dict | None:
     trials: dict[str, int] = {}
     running: list[str] = []
     every: list[str] = []
+    sizes: list[int] = []
     for t in ea.trials:
         trials[t.status] = trials.get(t.status, 0) + 1
         ids = [c["run_id"] for c in trial_cells(t.config) if "run_id" in c]
         every += ids
+        sizes.append(len(ids))
         if t.status == "RUNNING":
             running += ids
-    return {"experiment": newest, "trials": trials, "running_ids": running, "run_ids": every}
+    return {
+        "experiment": newest,
+        "trials": trials,  # Tune trials by status (a trial may train several runs)
+        "runs": len(every),
+        "runs_per_trial": [min(sizes), max(sizes)] if sizes else None,
+        "running_ids": running,
+        "run_ids": every,
+    }
 
 
 def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     """The status of the run directory ``out_dir`` as a dict (what ``loopscale status --json`` prints).
 
-    Keys: ``out``, ``spec``, ``state`` (running | stopped | finished | empty), ``stage``, ``runs`` (total, ok,
-    diverged, failed, running, pending), ``failures`` ([{run_id, error}]), ``time`` (stage wall times in s, elapsed
-    of the running stage, ``eta_s``), ``progress`` (the live command's progress file), ``tune`` (Tune's trial
-    counts), ``lr`` (LR studies done and the LR table rows) and ``fit`` (headline lines).
+    Keys: ``out``, ``spec``, ``kind`` (run | sweep | tune-lr | None), ``state`` (running | stopped | finished |
+    empty), ``stage``, ``runs`` (total, ok, diverged, failed, running, pending: training runs), ``failures``
+    ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage, ``total_s``; of a running command also
+    ``command_s`` since it started and ``started_at``; ``running_stage_s`` since the current progress display
+    started, ``eta_s``), ``command`` (the running command's record: command line, kind, pid, host, started_at),
+    ``progress`` (the running command's open progress file; its ``counts`` are runs, its ``trials`` Tune trials),
+    ``tune`` (Tune's trial counts, and ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR table rows),
+    ``fit`` (headline lines) and ``counts`` (what each count counts).
 
     Raises:
         FileNotFoundError: ``out_dir`` is not a directory.
+        NotAnOutput: ``out_dir`` holds no loopscale output.
     """
     from loopscale.sweep.grid import error_line
 
     out = Path(out_dir).resolve()
     if not out.is_dir():
         raise FileNotFoundError(f"{out} is not a directory: give the --out folder of a run or sweep")
+    if not _is_output(out) and not (storage and _tune_state(storage, None)):
+        raise NotAnOutput(
+            f"{out} is not a loopscale output folder (no spec.yaml, runs.parquet, tune_lr/, lr_table.parquet or "
+            "logs/ of a command): give the --out folder of a `loopscale run`, `sweep` or `tune-lr`"
+        )
+    now = time.time()
     meta = _read_json(out / "run_meta.json") or {}
-    progress = _read_json(out / "logs" / "progress.json")
-    alive = _alive(progress)
+    record = _read_json(out / "logs" / COMMAND_NAME)
+    alive, cmd, progress = _liveness(record, _read_json(out / "logs" / "progress.json"))
     spec, cells = _planned(out)
     recs = _records(out)
     if cells is not None and {c.run_id for c in cells} & set(recs):
@@ -197,13 +368,32 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         or str(out / "tune")
     )
     tune_info = _tune_state(store, name)
-    running_ids = set((tune_info or {}).get("running_ids") or []) - set(recs) if alive else set()
     if name is None and tune_info:
         name = tune_info["experiment"][len("grid_") :].rsplit("_", 1)[0]
+    # the kind of folder: run (spec.yaml), sweep (records or a grid experiment), tune-lr (LR tuning only)
+    live_kind = (cmd or {}).get("kind") or {"grid": "sweep"}.get((progress or {}).get("stage"))
+    if (out / "spec.yaml").is_file():
+        kind = "run"
+    elif recs or tune_info or live_kind == "sweep":
+        kind = "sweep"
+    elif live_kind == "tune-lr" or (out / "tune_lr").is_dir() or (out / "lr_table.parquet").is_file():
+        kind = "tune-lr"
+    else:  # only the logs of a command that stopped before writing anything else
+        kind = (
+            (record or {}).get("kind") if (record or {}).get("kind") in ("run", "sweep", "tune-lr") else None
+        )
     # without a spec (a `loopscale sweep` folder): the runs recorded and those of the newest Tune experiment
     total = len(cells) if cells is not None else len(set(recs) | set((tune_info or {}).get("run_ids") or []))
-    runs = {"total": total, **by, "running": len(running_ids)}
-    runs["pending"] = max(0, total - sum(by.values()) - len(running_ids))
+    left = max(0, total - sum(by.values()))
+    live_counts = (progress or {}).get("counts") if (progress or {}).get("stage") == "grid" else None
+    if not alive:
+        n_running = 0
+    elif isinstance(live_counts, dict) and "running" in live_counts:  # the driver's own view: the freshest
+        n_running = min(left, int(live_counts.get("running") or 0))
+    else:  # Tune's saved experiment state
+        n_running = len(set((tune_info or {}).get("running_ids") or []) - set(recs))
+    runs = {"total": total, **by, "running": n_running}
+    runs["pending"] = max(0, left - n_running)
     failures = [
         {"run_id": k, "error": error_line(v.get("error") or "failed")}
         for k, v in recs.items()
@@ -217,23 +407,30 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() for s in spec.all_sizes() for r in rs
         )
         lr["studies"] = {"done": n_done, "total": len(spec.all_sizes()) * len(rs)}
+    elif kind == "tune-lr":  # no spec here: the studies finished, out of a total only the command knew
+        lr["studies"] = {"done": len(list((out / "tune_lr" / "done").glob("*.json"))), "total": None}
     if (out / "lr_table.parquet").is_file():
         from loopscale.sweep.lr_table import _read_lr_rows
 
         keep = ("size", "r", "lr", "best_val_loss", "n_trials", "n_pruned")
-        lr["table"] = [{k: row.get(k) for k in keep} for row in _read_lr_rows(out / "lr_table.parquet")]
+        try:
+            lr["table"] = [{k: row.get(k) for k in keep} for row in _read_lr_rows(out / "lr_table.parquet")]
+        except Exception:  # torn while being written: the command rewrites it
+            pass
     ana = _read_json(out / "fit" / "analysis.json")
     fit = fit_headlines(ana) if ana else []
     # stage and state
-    if alive:
+    if progress:
         stage = {"grid": "sweep"}.get(progress.get("stage"), progress.get("stage"))
+    elif kind == "tune-lr":
+        stage = "done" if "table" in lr and not alive else "tune-lr"
     elif spec is not None and spec.lr == "tune" and "table" not in lr:
         stage = "tune-lr"
     elif by["ok"] + by["diverged"] < total:
         stage = "sweep"
     elif not recs and cells is None:
-        stage = "none"
-    elif spec is None and not meta:  # a `loopscale sweep` / `tune-lr` folder: its work ends with the runs
+        stage = "sweep" if alive and kind == "sweep" else "none"
+    elif spec is None and not meta:  # a `loopscale sweep` folder: its work ends with the runs
         stage = "done"
     elif ana is None:
         stage = "fit"
@@ -248,46 +445,93 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     )
     walls = dict(meta.get("stage_wall_s") or {})
     tm: dict = {"stage_wall_s": walls, "total_s": sum(walls.values())}
-    if alive:
-        tm["running_stage_s"] = time.time() - float(progress.get("started_at") or time.time())
-        tm["total_s"] += tm["running_stage_s"]
+    if cmd is not None:  # running: the command's time counts from its start
+        tm["started_at"] = float(cmd.get("started_at") or now)
+        tm["command_s"] = max(0.0, now - tm["started_at"])
+        tm["total_s"] = sum((cmd.get("stage_wall_s_at_start") or {}).values()) + tm["command_s"]
+    if progress is not None:
+        tm["running_stage_s"] = max(0.0, now - float(progress.get("started_at") or now))
+        if cmd is None:  # a command without a record (an older loopscale): its stage time is what is known
+            tm["total_s"] += tm["running_stage_s"]
         tm["eta_s"] = progress.get("eta_s")
+    tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     return {
         "out": str(out),
         "spec": name,
+        "kind": kind,
         "state": state,
         "stage": stage,
         "runs": runs,
         "failures": failures,
         "time": tm,
-        "progress": progress if alive else None,
-        "tune": {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None,
+        "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
+        "progress": progress,
+        "tune": tune_out,
         "lr": lr or None,
         "fit": fit,
+        "counts": {
+            "runs": "training runs (one per grid cell and seed); running: "
+            + (
+                "from the command's progress display"
+                if live_counts is not None and alive
+                else "from Tune's saved state"
+            ),
+            "progress.counts": "training runs, as the command's progress display counts them (live)",
+            "progress.trials": "Ray Tune trials by status, live (one trial may train several runs as an ensemble)",
+            "tune.trials": "Ray Tune trials by status in Tune's saved experiment state (written now and then: it "
+            "may lag the progress display)",
+        },
     }
 
 
 def format_status(st: dict) -> list[str]:
     """The lines ``loopscale status`` prints for :func:`collect_status`'s dict."""
+    import datetime
     from collections import Counter
 
     from loopscale.sweep.console import _fmt_s
 
     r = st["runs"]
-    lines = [f"{st['out']}: {st['spec'] or '?'} — {st['state']}, stage {st['stage']}"]
-    lines.append(
-        f"runs: {r['total']} planned — {r['ok']} ok, {r['diverged']} diverged, {r['failed']} failed, "
-        f"{r['running']} running, {r['pending']} pending"
-    )
+    kind = st.get("kind")
+    what = {"tune-lr": " (tune-lr output)", "sweep": " (sweep output)"}.get(kind, "")
+    lines = [f"{st['out']}: {st['spec'] or '?'}{what} — {st['state']}, stage {st['stage']}"]
+    cmd = st.get("command")
+    if cmd:
+        lines.append(f"command: {cmd.get('command')} (pid {cmd.get('pid')} on {cmd.get('host')})")
+    if r["total"] or kind != "tune-lr":
+        lines.append(
+            f"runs: {r['total']} planned — {r['ok']} ok, {r['diverged']} diverged, {r['failed']} failed, "
+            f"{r['running']} running, {r['pending']} pending"
+        )
     if st["failures"]:
         for err, k in Counter(f["error"] for f in st["failures"]).most_common(5):
             lines.append(f"  failed ({k}): {err}")
     tm = st["time"]
-    if tm["total_s"]:
-        parts = ", ".join(f"{k} {_fmt_s(v)}" for k, v in tm["stage_wall_s"].items())
-        eta = f", ETA {_fmt_s(tm['eta_s'])}" if tm.get("eta_s") is not None else ""
-        run_s = f", current stage {_fmt_s(tm['running_stage_s'])}" if "running_stage_s" in tm else ""
-        lines.append(f"time: {_fmt_s(tm['total_s'])}" + (f" ({parts})" if parts else "") + run_s + eta)
+    walls = ", ".join(f"{k} {_fmt_s(v)}" for k, v in tm["stage_wall_s"].items())
+    eta = f", ETA {_fmt_s(tm['eta_s'])}" if tm.get("eta_s") is not None else ""
+    stage_s = (
+        f"; current stage {st['stage']}: {_fmt_s(tm['running_stage_s'])} since its progress display started"
+        if "running_stage_s" in tm
+        else ""
+    )
+    if "command_s" in tm:
+        since = datetime.datetime.fromtimestamp(tm["started_at"]).strftime("%Y-%m-%d %H:%M:%S")
+        earlier = tm["total_s"] - tm["command_s"]
+        lines.append(
+            f"time: {_fmt_s(tm['command_s'])} since the command started ({since})"
+            + (f", {_fmt_s(tm['total_s'])} with earlier commands' stages" if earlier >= 0.5 else "")
+            + stage_s
+            + eta
+        )
+        if walls:
+            lines.append(f"  stage wall times recorded: {walls}")
+    elif tm["total_s"]:
+        lines.append(
+            f"time: {_fmt_s(tm['total_s'])}"
+            + (f" (stage wall times: {walls})" if walls else "")
+            + stage_s
+            + eta
+        )
     p = st.get("progress")
     if p and p.get("tokens_per_s"):
         lines.append(f"throughput: {p['tokens_per_s']:,.0f} tokens/s ({p.get('host')}, pid {p.get('pid')})")
@@ -300,12 +544,25 @@ def format_status(st: dict) -> list[str]:
         )
     if p and p.get("stage") == "bootstrap":
         lines.append(f"bootstrap: {p.get('done')} of {p.get('total')} refits")
-    if st.get("tune") and st["tune"].get("trials"):
-        tr = ", ".join(f"{k.lower()} {v}" for k, v in sorted(st["tune"]["trials"].items()))
-        lines.append(f"tune: {st['tune']['experiment']}: {tr}")
+    tune = st.get("tune") or {}
+    trials = (p.get("trials") if p and p.get("stage") == "grid" else None) or tune.get("trials")
+    if trials:
+        n = sum(trials.values())
+        tr = ", ".join(f"{k.lower()} {v}" for k, v in sorted(trials.items()))
+        lo, hi = tune.get("runs_per_trial") or (None, None)
+        each = (
+            ""
+            if hi is None or hi <= 1
+            else f", {lo if lo == hi else f'{lo}-{hi}'} runs each (seeds trained together as an ensemble)"
+        )
+        src = "" if trials is tune.get("trials") else ", live"
+        lines.append(f"tune trials ({tune.get('experiment', 'grid')}{src}): {n}{each}: {tr}")
     lr = st.get("lr") or {}
     if "studies" in lr:
-        lines.append(f"LR studies: {lr['studies']['done']} of {lr['studies']['total']} done")
+        tot = lr["studies"]["total"]
+        lines.append(
+            f"LR studies: {lr['studies']['done']}" + (f" of {tot}" if tot is not None else "") + " done"
+        )
     for row in lr.get("table") or []:
         val = f"{row['best_val_loss']:.4f}" if row.get("best_val_loss") is not None else "?"
         lines.append(

@@ -1,0 +1,241 @@
+"""`loopscale status` and the command record (``OUT/logs/command.json``): a command is running from its start, its
+time counts from that start, run counts agree with the live display, and tune-lr / foreign folders are named."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from loopscale.sweep import console
+from loopscale.sweep.presets import preset_spec
+from loopscale.sweep.spec import spec_to_yaml
+from loopscale.sweep.status import (
+    COMMAND_NAME,
+    STALE_S,
+    NotAnOutput,
+    collect_status,
+    format_status,
+    mark_started,
+)
+from loopscale.sweep.store import ResultsStore, run_record
+
+STATUS = [sys.executable, "-m", "loopscale.sweep.cli", "status"]
+
+
+@pytest.fixture
+def started(tmp_path):
+    """A smoke run folder as `loopscale run` leaves it before Ray starts: spec.yaml, no records, no progress."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
+    return out
+
+
+def _record(out, age_s: float, **fields) -> dict:
+    """Write OUT/logs/command.json of this process, started ``age_s`` ago."""
+    (out / "logs").mkdir(exist_ok=True)
+    now = time.time()
+    doc = {"kind": "run", "command": "loopscale run --preset smoke", "pid": os.getpid(),
+           "host": socket.gethostname(), "proc_start": None, "started_at": now - age_s, "recorded_at": now - age_s,
+           "stage_wall_s_at_start": {}, **fields}  # fmt: skip
+    (out / "logs" / COMMAND_NAME).write_text(json.dumps(doc))
+    return doc
+
+
+def _progress(out, age_s: float, **fields) -> dict:
+    (out / "logs").mkdir(exist_ok=True)
+    now = time.time()
+    doc = {"finished": False, "started_at": now - age_s, "updated_at": now, "pid": os.getpid(),
+           "host": socket.gethostname(), **fields}  # fmt: skip
+    (out / "logs" / "progress.json").write_text(json.dumps(doc))
+    return doc
+
+
+def test_a_command_is_running_from_its_start_before_any_progress_file(started):
+    """The reported bug: 100 s into `loopscale run`, before its first progress display, status said `stopped`."""
+    _record(started, 100)
+    st = collect_status(started)
+    assert (st["kind"], st["state"], st["stage"]) == ("run", "running", "sweep")
+    assert st["command"]["pid"] == os.getpid() and st["progress"] is None
+    assert 99 <= st["time"]["command_s"] < 130 and st["time"]["total_s"] == pytest.approx(
+        st["time"]["command_s"]
+    )
+    text = "\n".join(format_status(st))
+    assert "running, stage sweep" in text and "since the command started" in text
+    assert f"pid {os.getpid()}" in text
+
+
+def test_time_counts_from_the_command_start_not_the_progress_display(started):
+    """130 s into the command, the grid display started 15 s ago: time 130 s, the stage's 15 s labelled as such."""
+    _record(started, 130, stage_wall_s_at_start={"tune-lr": 60.0})
+    _progress(
+        started, 15, stage="grid", counts={"done": 0, "running": 2, "pending": 14, "failed": 0}, eta_s=50.0
+    )
+    tm = collect_status(started)["time"]
+    assert 129 <= tm["command_s"] < 160 and 14 <= tm["running_stage_s"] < 45
+    assert tm["total_s"] == pytest.approx(60.0 + tm["command_s"])  # earlier commands' stages + this command
+    line = next(ln for ln in format_status(collect_status(started)) if ln.startswith("time:"))
+    assert line.startswith("time: 2m") and "with earlier commands' stages" in line
+    assert (
+        "current stage sweep: " in line and "since its progress display started" in line and "ETA 50s" in line
+    )
+
+
+def test_running_runs_come_from_the_live_display_and_agree_with_its_counts(started):
+    """The human runs line and --json's progress counts say the same (both count runs, not Tune trials)."""
+    cells = preset_spec("smoke").cells()
+    ResultsStore(started).write_run(run_record(cells[0], {"status": "ok"}))
+    _record(started, 200)
+    _progress(
+        started, 60, stage="grid", counts={"done": 1, "running": 4, "pending": 11, "failed": 0},
+        trials={"RUNNING": 2, "PENDING": 5, "TERMINATED": 1}, counts_of="runs",
+    )  # fmt: skip
+    st = collect_status(started)
+    assert st["runs"] == {"total": 16, "ok": 1, "diverged": 0, "failed": 0, "running": 4, "pending": 11}
+    assert st["runs"]["running"] == st["progress"]["counts"]["running"]
+    assert "training runs" in st["counts"]["runs"] and "trials" in st["counts"]["tune.trials"]
+    text = format_status(st)
+    assert any("1 ok, 0 diverged, 0 failed, 4 running, 11 pending" in ln for ln in text)
+    assert any(ln.startswith("tune trials (") and "live): 8" in ln and "running 2" in ln for ln in text)
+
+
+def test_a_dead_command_or_another_process_with_its_pid_is_not_running(started):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _record(started, 30, pid=dead.pid)
+    assert collect_status(started)["state"] == "stopped"
+    # this pid, but a process that started at another time: the command's pid was reused
+    _record(started, 30, proc_start=1)
+    assert collect_status(started)["state"] == "stopped"
+    # a dead command's stale progress file does not make it running either
+    _record(started, 30, pid=dead.pid)
+    _progress(started, 20, stage="grid", pid=dead.pid)
+    st = collect_status(started)
+    assert st["state"] == "stopped" and st["progress"] is None and "command_s" not in st["time"]
+
+
+def test_a_record_of_another_host_is_judged_by_its_age(started):
+    _record(started, 30, host="elsewhere", pid=1)
+    assert collect_status(started)["state"] == "running"
+    _record(started, STALE_S + 60, host="elsewhere", pid=1)
+    assert collect_status(started)["state"] == "stopped"
+    # its progress file, fresh: running again; closed (finished): not
+    _progress(started, 10, stage="grid", host="elsewhere", pid=1)
+    assert collect_status(started)["state"] == "running"
+    _progress(started, 10, stage="grid", host="elsewhere", pid=1, finished=True)
+    assert collect_status(started)["state"] == "stopped"
+
+
+def test_a_previous_commands_progress_file_is_not_the_running_commands(started):
+    """A new command in an old folder: the last command's progress file (another pid) is not shown as its own."""
+    _progress(started, 900, stage="bootstrap", pid=1, finished=True, done=20, total=200)
+    _record(started, 5)
+    st = collect_status(started)
+    assert (st["state"], st["stage"], st["progress"]) == ("running", "sweep", None)
+
+
+def test_mark_started_writes_only_in_a_commands_session_and_keeps_the_first_start(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    mark_started(out, "sweep")  # library use (no console session): the caller's process outlives the call
+    assert not (out / "logs").exists()
+    with console.session(out):
+        mark_started(out, "run")
+        first = json.loads((out / "logs" / COMMAND_NAME).read_text())
+        mark_started(out, "sweep")  # `run` calling its sweep stage: still the same command
+        again = json.loads((out / "logs" / COMMAND_NAME).read_text())
+    assert first == again and first["kind"] == "run" and first["pid"] == os.getpid()
+    assert (
+        first["host"] == socket.gethostname() and first["started_at"] <= first["recorded_at"] <= time.time()
+    )
+
+
+def test_status_of_a_command_started_in_another_process(tmp_path):
+    """The CLI end to end: a process that opened its session and marked its start is `running` until it exits."""
+    out = tmp_path / "o"
+    out.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import time\nfrom loopscale.sweep import console\nfrom loopscale.sweep.status import mark_started\n"
+            f"with console.session({str(out)!r}):\n    mark_started({str(out)!r}, 'sweep')\n    time.sleep(120)\n"
+        )],
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 60
+        while not (out / "logs" / COMMAND_NAME).exists() and child.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert (out / "logs" / COMMAND_NAME).exists()
+        p = subprocess.run(STATUS + [str(out), "--json"], capture_output=True, text=True, timeout=120)
+        st = json.loads(p.stdout)
+        assert (st["kind"], st["state"], st["stage"]) == ("sweep", "running", "sweep")
+        assert st["command"]["pid"] == child.pid
+    finally:
+        child.kill()
+        child.wait()
+    st = json.loads(subprocess.run(STATUS + [str(out), "--json"], capture_output=True, text=True).stdout)
+    assert st["state"] == "empty" and st["command"] is None
+
+
+def _lr_folder(out, table: bool) -> None:
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    (out / "tune_lr" / "done").mkdir(parents=True)
+    (out / "tune_lr" / "done" / "size16_r1.json").write_text("{}")
+    if table:
+        row = dict(size=16, r=1, tuned_r=1, N_unique=1000, N_usage=1000, lr_best=0.02, best_val_loss=3.25,
+                   lr_smoothed=0.02, lr=0.02, n_trials=8, n_pruned=3, budget_tokens=1000, study_name="s",
+                   storage="sqlite:///x")  # fmt: skip
+        write_table_atomic(to_table([row], _lr_table_schema()), out / "lr_table.parquet")
+
+
+def test_a_finished_tune_lr_folder_is_named_so_without_a_runs_line(tmp_path):
+    _lr_folder(tmp_path, table=True)
+    st = collect_status(tmp_path)
+    assert (st["kind"], st["state"], st["stage"]) == ("tune-lr", "finished", "done")
+    text = format_status(st)
+    assert text[0].endswith("(tune-lr output) — finished, stage done")
+    assert not any(ln.startswith("runs:") for ln in text)
+    assert "LR studies: 1 done" in text and any("size 16 r 1: lr 0.02 (val 3.2500" in ln for ln in text)
+
+
+def test_a_stopped_and_a_running_tune_lr_folder(tmp_path):
+    _lr_folder(tmp_path, table=False)
+    st = collect_status(tmp_path)
+    assert (st["kind"], st["state"], st["stage"]) == ("tune-lr", "stopped", "tune-lr")
+    _record(tmp_path, 40, kind="tune-lr")
+    _progress(tmp_path, 30, stage="tune-lr", total=16, trials={"COMPLETE": 3, "PRUNED": 2, "FAIL": 0},
+              best=[[16, 1, 0.02, 3.25]])  # fmt: skip
+    st = collect_status(tmp_path)
+    assert (st["kind"], st["state"], st["stage"]) == ("tune-lr", "running", "tune-lr")
+    assert (
+        "LR trials: 5 of 16 (2 pruned, 0 failed); best so far size 16 r 1: lr 0.02 (3.250)"
+        in format_status(st)
+    )
+
+
+def test_the_lr_display_writes_what_status_shows(tmp_path):
+    """LRView's progress file holds its trials by state and the best LR so far (status's "LR trials" line)."""
+    con = console.Console(open(os.devnull, "w"), interactive=False)
+    con.out_dir = tmp_path
+    view = console.LRView(con, {"s16": (16, 1)}, 8)
+    view.record("s16", 0.02, "COMPLETE", 3.25)
+    view.record("s16", 0.5, "PRUNED", None)
+    view.heartbeat()
+    p = json.loads((tmp_path / "logs" / "progress.json").read_text())
+    assert p["trials"] == {"COMPLETE": 1, "PRUNED": 1, "FAIL": 0} and p["best"] == [[16, 1, 0.02, 3.25]]
+
+
+def test_a_folder_that_is_not_a_loopscale_output_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(NotAnOutput, match="not a loopscale output folder"):
+        collect_status(tmp_path)
+    p = subprocess.run(STATUS + [str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "not a loopscale output folder" in p.stderr, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["notes.txt"]  # nothing was created there
