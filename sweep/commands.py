@@ -51,8 +51,9 @@ TrackOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--track",
+        # "\\[": the help is rich markup, where a bare "[track]" is a style tag and vanishes
         help="Track every run with Ray Tune's logger callbacks: tensorboard (OUT/tensorboard), mlflow[:URI] "
-        "(default file:OUT/mlruns) or wandb[:PROJECT]; repeatable. Needs: pip install 'loopscale[track]'.",
+        "(default file:OUT/mlruns) or wandb[:PROJECT]; repeatable. Needs: pip install 'loopscale\\[track]'.",
     ),
 ]
 VerboseOpt = Annotated[

@@ -1,0 +1,34 @@
+"""The console script's --help texts: what is written in an option's help is what the user reads."""
+
+from __future__ import annotations
+
+import re
+
+import click
+import typer
+from typer.testing import CliRunner
+
+from loopscale.sweep.cli import app
+
+# rich markup (Typer's help renderer) takes "[word]" / "[word words]" as a style tag and drops it; "\[" escapes it
+_TAG = re.compile(r"(?<!\\)\[[A-Za-z][\w ]*\]")
+
+
+def _commands(cmd: click.Command, path: str = ""):
+    yield path or "loopscale", cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _commands(sub, f"{path} {name}".strip())
+
+
+def test_no_help_text_loses_a_bracketed_word():
+    eaten = []
+    for path, cmd in _commands(typer.main.get_command(app)):
+        for text in [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]:
+            eaten += [(path, m) for m in _TAG.findall(text)]
+    assert not eaten, f"bracketed words that --help would drop (escape as '\\['): {eaten}"
+
+
+def test_track_help_shows_the_extra_to_install():
+    res = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert res.exit_code == 0
+    assert "pip install 'loopscale[track]'" in res.output
