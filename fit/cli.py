@@ -57,6 +57,15 @@ def fit_cmd(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write fit.json, bootstrap.parquet and PNGs here.")
     ] = None,
+    check_identified: Annotated[
+        bool,
+        typer.Option(
+            "--identify",
+            help="Joint law with phi free: apply the identification rule of `loopscale run` (parameters on the "
+            "search-box edge, the profile of the objective in phi, phi fitted per r) and print its verdict. The "
+            "profile refits the law at 41 values of phi (about 1 s each for 50 runs on one core).",
+        ),
+    ] = False,
     address: AddressOpt = None,
     num_cpus: NumCpusOpt = None,
     num_gpus: NumGpusOpt = None,
@@ -64,7 +73,9 @@ def fit_cmd(
 ) -> None:
     """Fit L = E + A·N_x^-alpha + B·D^-beta (joint: N_x = N_once + r^phi·N_rec) with the paper's Huber-LSE objective;
     with --bootstrap B, percentile 95 % CIs from B block (default) or iid resamples refitted as Ray tasks. Rows whose
-    status is not 'ok' are excluded and counted (n_excluded, excluded_by_status)."""
+    status is not 'ok' are excluded and counted (n_excluded, excluded_by_status). TABLE may also be the output folder
+    of `loopscale run` or `sweep` (its runs.parquet is used). For the joint law with phi free the verdict of the
+    identification rule is printed with --identify (and is `identification` in --json)."""
     from loopscale.cluster.options import ClusterOptions
     from loopscale.fit.bootstrapping import bootstrap_data
     from loopscale.fit.fitter import fit_data
@@ -72,6 +83,13 @@ def fit_cmd(
     from loopscale.fit.laws import make_law
     from loopscale.fit.outputs import summary_dict, write_fit_outputs
 
+    if table.is_dir():
+        if not (table / "runs.parquet").is_file():
+            raise ValueError(
+                f"{str(table)!r} is a folder without runs.parquet: give a runs table (.parquet or .csv) or the "
+                "output folder of `loopscale run` / `loopscale sweep`"
+            )
+        table = table / "runs.parquet"
     if workers is not None and num_cpus is not None and workers != num_cpus:
         raise ValueError(f"--workers {workers} and --num-cpus {num_cpus} disagree; give one of them")
     opts = ClusterOptions(
@@ -128,8 +146,18 @@ def fit_cmd(
             with opts.session():
                 boot = bootstrap_data(lw, data, workers=n_workers, address=None, **kw)
     summary = summary_dict(fit, boot)
+    ident = None
+    if check_identified and law == "joint" and phi is None:
+        ident = _identification(src, fit, boot, starts=starts, seed=seed)
+        summary["identification"] = ident.to_dict()
     if out is not None:
         summary["outputs"] = write_fit_outputs(out, fit, boot)
+        if ident is not None:
+            from loopscale.cluster.storage import write_text_atomic
+
+            path = Path(out) / "identification.json"
+            write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
+            summary["outputs"]["identification.json"] = str(path)
     if json_out:
         typer.echo(json.dumps(summary, allow_nan=False))
         return
@@ -161,6 +189,32 @@ def fit_cmd(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "
             "them, so read the other parameters (and their intervals) with care"
         )
+    if ident is not None:
+        lines.append(f"  identification: {ident.headline}")
+    elif law == "joint" and phi is None:
+        lines.append(
+            "  identification: not checked; --identify applies the rule of `loopscale run` (a parameter on the "
+            "search-box edge, a flat profile in phi, per-r phi without a common value)"
+        )
     if out is not None:
         lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
     print("\n".join(lines), file=sys.stdout)
+
+
+def _identification(table, fit, boot, *, starts: int, seed: int):
+    """The identification rule (``loopscale.fit.identify``) for a joint fit with phi free, with the effort of
+    ``loopscale run``'s analysis: the profile in phi with max(10, min(starts, 30)) starts per restricted fit, phi
+    per r (when the table has r = 1 and at least two other r) with max(10, min(starts, 60)) starts and, when
+    bootstrapped, min(B, 40) resamples for its intervals; serial."""
+    import numpy as np
+
+    from loopscale.fit.identify import identify, per_r_phi, phi_profile
+
+    frame = fit.data
+    ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
+    profile = phi_profile(table, starts=max(10, min(starts, 30)), seed=seed)
+    per_r = None
+    r = np.asarray(frame["r"]) if frame is not None and "r" in frame else np.array([])
+    if np.unique(r).size >= 3 and (r == 1).any():
+        per_r = per_r_phi(table, starts=max(10, min(starts, 60)), B=min(boot.B, 40) if boot else 0, seed=seed)
+    return identify(fit, ci, profile, per_r)

@@ -147,19 +147,20 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     ):
         if c in cols and not np.all(ok(cols[c])):
             i = int(np.argmax(~ok(cols[c])))
-            raise ValueError(f"column {c!r} must be {rule}; row {i} has {cols[c][i]!r}")
+            raise ValueError(f"column {c!r} must be {rule}; row {i} has {float(cols[c][i])!r}")
     if "N_once" in cols and not np.all(cols["N_once"] + cols["N_rec"] > 0):
         raise ValueError("N_once + N_rec must be > 0 (parameters) on every row")
     n = cols["loss"].shape[0]
     if n < law.n_params:
+        fix = " or fix phi (--phi 0.5 on the command line, phi=0.5 in Python)" if "phi" in law.extra_names else ""
         raise ValueError(
             f"{n} run(s) left after filtering is fewer than the {law.n_params} parameters of law {law.name!r}; "
-            "add runs or fix phi (e.g. phi=0.5)"
+            f"add runs{fix}"
         )
     if law.name == "joint" and law.extra_names and np.unique(cols["r"]).size < 2:
         raise ValueError(
             f"a joint fit with phi free needs at least 2 distinct r values; got only r={np.unique(cols['r']).tolist()}; "
-            "use law='chinchilla' or fix phi"
+            "use law='chinchilla' (--law chinchilla) or fix phi (--phi)"
         )
     return FitData(cols=cols, frame=df, n_excluded=n_excluded, excluded_by_status=by_status)
 

@@ -211,7 +211,7 @@ def preset_config(
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     if (d_model is None) == (width_scale is None):
-        raise ValueError("give exactly one of d_model or width_scale")
+        raise ValueError("give exactly one of d_model or width_scale (--d-model / --width-scale on the command line)")
     if width_scale is not None:
         if width_scale <= 0:
             raise ValueError(f"width_scale must be positive, got {width_scale}")

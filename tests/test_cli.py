@@ -140,3 +140,53 @@ def test_out_in_the_way_and_broken_yaml_are_refused_before_any_work(tmp_path):
         assert res.exit_code == 2, (args, res.output)
         assert message in res.output and "Traceback" not in res.output, (args, res.output)
     assert blocker.read_text() == "keep me" and not (tmp_path / "o").exists()
+
+
+def test_fit_says_whether_phi_is_identified_and_takes_a_run_folder(tmp_path, monkeypatch):
+    """`loopscale fit --identify` on a joint law with phi free prints the identification rule's verdict (as
+    `loopscale run`), also as `identification` in --json and identification.json with --out; without it the fit
+    says it did not check, and restricted or Chinchilla fits have no verdict. A run folder stands for its
+    runs.parquet; a folder without one is refused."""
+    import json
+
+    import numpy as np
+
+    from loopscale.fit import identify as ident_mod
+
+    profile = ident_mod.phi_profile  # a coarse grid keeps the test short; the rule is tested in test_identify.py
+    monkeypatch.setattr(ident_mod, "phi_profile", lambda t, **kw: profile(t, np.arange(-1.5, 2.6, 0.5), **kw))
+    run_dir = ROOT / "docs" / "example_cpu_previous_default"  # 48 runs, E on the search bound there
+    args = ["fit", str(run_dir), "--starts", "10", "--identify"]
+    res = CliRunner().invoke(app, [*args, "--json", "--out", str(tmp_path / "f")])
+    assert res.exit_code == 0, res.output
+    ident = json.loads(res.stdout)["identification"]
+    assert ident["identified"] is False and ident["headline"].startswith("phi not identified by this grid")
+    assert ident["causes"] and json.loads((tmp_path / "f" / "identification.json").read_text()) == ident
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0 and f"identification: {ident['headline']}" in res.stdout
+    res = CliRunner().invoke(app, ["fit", str(run_dir / "runs.parquet"), "--starts", "10"])
+    assert res.exit_code == 0 and "identification: not checked; --identify" in res.stdout
+    for extra in ([], ["--phi", "0.5"], ["--law", "chinchilla", "--r", "4"]):
+        res = CliRunner().invoke(app, ["fit", str(run_dir), "--starts", "10", "--json", *extra])
+        assert res.exit_code == 0, (extra, res.output)
+        assert "identification" not in json.loads(res.stdout), extra
+    res = CliRunner().invoke(app, ["fit", str(tmp_path)])
+    assert res.exit_code == 2 and "is a folder without runs.parquet" in res.output
+
+
+def test_fit_and_model_errors_name_the_flags():
+    """Error hints speak the command line's language: --phi only where phi exists, plain numbers, --d-model."""
+    rows = "loss,D,N\n3.0,1e6,1e6\n3.1,2e6,1e6\n"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        few = Path(d) / "few.csv"
+        few.write_text(rows)
+        res = CliRunner().invoke(app, ["fit", str(few), "--law", "chinchilla"])
+        assert res.exit_code == 2 and "add runs" in res.output and "phi" not in res.output, res.output
+        neg = Path(d) / "neg.csv"
+        neg.write_text(rows.replace("3.1", "-1.0"))
+        res = CliRunner().invoke(app, ["fit", str(neg), "--law", "chinchilla"])
+        assert res.exit_code == 2 and "row 1 has -1.0" in res.output and "np." not in res.output, res.output
+    res = CliRunner().invoke(app, ["model", "info", "--preset", "cpu"])
+    assert res.exit_code == 2 and "--d-model" in res.output and "--width-scale" in res.output, res.output
