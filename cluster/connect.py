@@ -185,23 +185,24 @@ _AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 _AUTH_DEFAULT_NOTICE = "Token authentication is enabled for this Ray cluster"
 
 
-def _demote_auth_default_notice(record: logging.LogRecord) -> bool:
-    """Logging filter: Ray's notice that it enabled token auth by default, as INFO instead of WARNING."""
-    if record.levelno == logging.WARNING and record.getMessage().startswith(_AUTH_DEFAULT_NOTICE):
-        record.levelno, record.levelname = logging.INFO, "INFO"
-    return True
-
-
 @contextlib.contextmanager
-def _auth_default_notice_as_info() -> Iterator[None]:
-    """While the block runs, Ray's "token auth enabled by default" notice is logged at INFO (it is Ray's default,
-    which we keep; every other message of Ray's auth set-up is unchanged)."""
+def _auth_default_notice_as_info(level: int = logging.INFO) -> Iterator[None]:
+    """While the block runs, Ray's "token auth enabled by default" notice is logged at INFO, and only when
+    ``level`` (the session's ``logging_level``) lets INFO through: it is Ray's default, which we keep. Every other
+    message of Ray's auth set-up is unchanged."""
+
+    def demote(record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and record.getMessage().startswith(_AUTH_DEFAULT_NOTICE):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return level <= logging.INFO
+        return True
+
     log = logging.getLogger(_AUTH_LOGGER)
-    log.addFilter(_demote_auth_default_notice)
+    log.addFilter(demote)
     try:
         yield
     finally:
-        log.removeFilter(_demote_auth_default_notice)
+        log.removeFilter(demote)
 
 
 @contextlib.contextmanager
@@ -213,6 +214,7 @@ def ray_session(
     temp_dir: str | None = None,
     include_dashboard: bool = False,
     log_to_driver: bool = True,
+    logging_level: int = logging.INFO,
 ) -> Iterator[RayInfo]:
     """Connect to Ray for the duration of a ``with`` block; shut down only what we started.
 
@@ -225,6 +227,8 @@ def ray_session(
             ``$RAY_TMPDIR/ray``, else ``<system temp>/ray``. Only for the embedded Ray.
         include_dashboard: start the dashboard (needs ``ray[default]``; binds to loopback).
         log_to_driver: forward worker stdout/stderr to this process.
+        logging_level: level of Ray's own loggers in this process (``ray.init(logging_level=...)``); e.g.
+            ``logging.WARNING`` keeps "Started a local Ray instance" and other start-up lines off the console.
 
     Yields:
         RayInfo: address, started_by_us, cpus, gpus, nodes.
@@ -257,7 +261,11 @@ def ray_session(
             yield _cluster_info(ray, started_by_us=False, temp_dir=None)
         return
 
-    kwargs: dict = {"include_dashboard": include_dashboard, "log_to_driver": log_to_driver}
+    kwargs: dict = {
+        "include_dashboard": include_dashboard,
+        "log_to_driver": log_to_driver,
+        "logging_level": logging_level,
+    }
     if address is not None and address.startswith("ray://"):
         # Ray Client forwards extra ray.init arguments to the server's ray.init; pass none.
         ray.init(address=address)
@@ -267,7 +275,7 @@ def ray_session(
         if temp_dir is not None:
             os.makedirs(temp_dir, exist_ok=True)
             kwargs["_temp_dir"] = temp_dir
-        with _auth_default_notice_as_info():
+        with _auth_default_notice_as_info(logging_level):
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
     try:
         info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)

@@ -262,10 +262,13 @@ def _ray_context(address: str | None, workers: int | None):
     """Ray for the refits, through ``loopscale.cluster.connect.ray_session``: a running Ray or ``address`` (or
     RAY_ADDRESS) is joined; otherwise a fresh embedded local Ray with ``workers`` CPUs is started (never a bare
     ``ray.init()``, which would silently join any other Ray cluster registered on this machine) and shut down on
-    exit."""
+    exit. Ray's own INFO lines (its start-up) stay off the console of ``loopscale fit``."""
+    import logging
+
     from loopscale.cluster.connect import ray_session
 
-    with ray_session(address, num_cpus=None if ray_running(address) else workers):
+    running = ray_running(address)
+    with ray_session(address, num_cpus=None if running else workers, logging_level=logging.WARNING):
         yield
 
 

@@ -296,3 +296,21 @@ def test_storage_option_validation():
         validate_storage(" ")
     with pytest.raises(ValueError, match="inline credentials"):
         validate_storage("s3://AKIAEXAMPLE:secret@bucket/x")
+
+
+def test_logging_level_warning_keeps_ray_start_up_lines_off_the_console(monkeypatch, capfd):
+    """ray_session(logging_level=WARNING) (the bootstrap of `loopscale fit` starts Ray so): neither "Started a
+    local Ray instance" nor Ray's token-auth notice reaches stderr/stdout."""
+    import logging
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    tmp = tempfile.mkdtemp(prefix="lsq", dir="/tmp")
+    try:
+        with ray_session(num_cpus=1, temp_dir=tmp, log_to_driver=False, logging_level=logging.WARNING):
+            pass
+        said = capfd.readouterr()
+        shown = said.out + said.err
+        assert "Started a local Ray instance" not in shown and "Token authentication" not in shown, shown
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
