@@ -455,7 +455,9 @@ class GridView(_View):
 
     def summary(self) -> str:
         c = self.counts
-        rate = f", {self.tokens_per_s:,.0f} tokens/s" if self.tokens_per_s else ""
+        # the rate of all trials together over the last RATE_WINDOW_S, not a run's own tokens_per_s (the report's)
+        window = _fmt_s(min(RATE_WINDOW_S, time.time() - self.t0))
+        rate = f", {self.tokens_per_s:,.0f} tokens/s (all trials, last {window})" if self.tokens_per_s else ""
         return (
             f"grid: {c['done']} runs done, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
             f"in {_fmt_s(time.time() - self.t0)}{rate}"
@@ -530,7 +532,8 @@ class BootstrapView(_View):
         if not self.calls:
             return None
         n = " + ".join(str(k) for k in self.calls)
-        return f"bootstrap: {sum(self.calls)} refits ({n}) in {_fmt_s(time.time() - self.t0)}"
+        what = f"{len(self.calls)} bootstraps: {n}" if len(self.calls) > 1 else n
+        return f"bootstrap: {sum(self.calls)} refits ({what}) in {_fmt_s(time.time() - self.t0)}"
 
 
 def start_view(view: _View) -> _View:

@@ -121,6 +121,7 @@ def test_grid_view_counts_rate_and_eta(monkeypatch):
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("grid: 1/4 done 1 · running 2 · pending 1 · failed 0")
     assert lines[-1].startswith("grid: 1 runs done, 0 failed, 3 unfinished")
+    assert "tokens/s (all trials, last 1m00s)" in lines[-1]  # not a run's own tokens/s (the report's median)
     assert "\x1b" not in buf.getvalue()
     # Ctrl-C stops every trial as TERMINATED: one whose function had not returned is unfinished, not done
     stopped = SimpleNamespace(trial_id="t4", status="TERMINATED", config={"cells": cells[:2]},
@@ -163,7 +164,7 @@ def test_bootstrap_view_follows_run_chunks(monkeypatch):
         bootstrapping.run_chunks({}, [([0, 1, 2], None), ([3, 4], None)], 1, None)
         bootstrapping.run_chunks({}, [([0], None)], 1, None)
         assert console._VIEW.done == 1
-    assert buf.getvalue().startswith("bootstrap: 6 refits (5 + 1)")
+    assert buf.getvalue().startswith("bootstrap: 6 refits (2 bootstraps: 5 + 1)")
     assert console._VIEW is None
 
 
