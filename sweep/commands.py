@@ -143,6 +143,11 @@ def run_sweep(
         cells = spec.cells(lr_table=lr_table)
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     store = ResultsStore(out)
+    if resume and not (out.is_dir() and any(out.iterdir())):
+        from loopscale.sweep import console
+
+        console.current().say(f"--resume: nothing to resume in {out} (no earlier sweep there); starting a new one",
+                              err=True)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     mark_started(out, "sweep")  # `loopscale status`: running from here on, before Ray starts
     ids = {c.run_id for c in cells}

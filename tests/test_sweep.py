@@ -292,3 +292,19 @@ def test_sweep_command_json_on_a_finished_out_dir(smoke_out, tmp_path):
     assert not (tmp_path / "o").exists()  # nothing started
     res = CliRunner().invoke(_cli(), ["tune-lr", str(bad), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "valid r: [1, 2, 4, 8]" in res.output
+
+
+def test_resume_of_nothing_says_so(tmp_path, capsys):
+    """--resume where no sweep ran (missing or empty folder) says that a new sweep starts (a mistyped folder used
+    to start the whole grid silently); a folder with an earlier sweep gets no such line."""
+    from loopscale.sweep.grid import NoRunFinished
+
+    for out in (tmp_path / "missing", tmp_path / "empty"):
+        if out.name == "empty":
+            out.mkdir()
+        with pytest.raises(NoRunFinished):  # no cells: nothing trains, nothing starts Ray
+            run_sweep(preset_spec("smoke"), out, cells=[], resume=True, quiet=True)
+        assert f"--resume: nothing to resume in {out}" in capsys.readouterr().err
+    with pytest.raises(NoRunFinished):  # the folder now holds the earlier (empty) sweep's files
+        run_sweep(preset_spec("smoke"), tmp_path / "empty", cells=[], resume=True, quiet=True)
+    assert "nothing to resume" not in capsys.readouterr().err
