@@ -748,6 +748,64 @@ def _read_meta(folder: Path) -> dict | None:
         return None
 
 
+def _cache_folder(root: Path, corpus_hash: str, tok_kind: str, vocab: int) -> Path:
+    """The token cache folder of a corpus and tokenizer (module docstring, "Cache")."""
+    return root / "tokens" / f"{corpus_hash[:20]}-{'byte' if tok_kind == 'byte' else f'bpe{vocab}'}"
+
+
+READ_FOR_COUNT_BYTES = 256 << 20
+""":func:`train_tokens_if_cheap` reads (hashes) a text or Parquet corpus to find its token cache only up to this
+size."""
+
+
+def train_tokens_if_cheap(
+    corpus: str = "embedded",
+    tokenizer: str = "byte",
+    *,
+    text_column: str = "text",
+    cache_dir: str | Path | None = None,
+) -> tuple[int | None, int | None, str]:
+    """Training-split tokens of ``corpus`` without tokenizing it: ``(exact, at_most, how)``; ``exact`` and
+    ``at_most`` are None when unknown, ``how`` says how the count is known (or why not).
+
+    Exact for a pre-tokenized file (its length less the :data:`VAL_TAIL_FRAC` validation tail), for a corpus already
+    in the token cache (its ``meta.json``) and for the embedded corpus with byte tokens (UTF-8 bytes plus one
+    separator per training document); for the embedded corpus with BPE only an upper bound (a byte-level BPE token
+    covers at least one byte). A text or Parquet corpus larger than :data:`READ_FOR_COUNT_BYTES` is not read. The
+    embedded corpus's small record may be written to the cache, as :func:`load_tokens` does.
+
+    Raises:
+        CorpusNotFoundError, CorpusError, ValueError: as :func:`resolve_corpus` / :func:`parse_tokenizer`.
+    """
+    tok_kind, vocab = parse_tokenizer(tokenizer)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if corpus != "embedded":
+        kind, files = _corpus_files(corpus, text_column)
+        if kind == "tokens":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a missing dtype suffix is said by the run itself
+                n = len(_open_token_file(files[0]))
+            n_val = max(1, int(round(n * VAL_TAIL_FRAC)))
+            return n - n_val, None, f"token file of {n} tokens, the last {n_val} validation"
+        size = sum(f.stat().st_size for f in files)
+        if size > READ_FOR_COUNT_BYTES:
+            return None, None, f"{kind} corpus of {size / 1e6:.0f} MB, not read to count its tokens"
+    src = resolve_corpus(corpus, text_column, root)
+    folder = _cache_folder(root, src.corpus_hash, tok_kind, vocab)
+    meta = _read_meta(folder) if (folder / "meta.json").is_file() else None
+    if meta is not None and "n_train_tokens" in meta:
+        return int(meta["n_train_tokens"]), None, f"token cache {folder}"
+    if src.kind == "embedded" and src.manifest is not None:
+        n = sum(d["bytes"] + 1 for d in src.manifest["documents"] if d["split"] == "train")
+        if tok_kind == "byte":
+            return n, None, "embedded corpus: UTF-8 bytes + 1 separator per training document"
+        return None, n, (
+            f"embedded corpus not yet tokenized with {tokenizer}: at most {n} (its training documents' UTF-8 bytes "
+            "+ separators; a byte-level BPE token covers >= 1 byte)"
+        )
+    return None, None, f"{src.kind} corpus not yet tokenized with {tokenizer}"
+
+
 def load_tokens(
     corpus: str = "embedded",
     tokenizer: str = "byte",
@@ -804,8 +862,7 @@ def load_tokens(
         )
     if tok_kind == "pretokenized":
         raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
-    tok_name = "byte" if tok_kind == "byte" else f"bpe{vocab}"
-    final = root / "tokens" / f"{src.corpus_hash[:20]}-{tok_name}"
+    final = _cache_folder(root, src.corpus_hash, tok_kind, vocab)
     built = False
     if (final / "meta.json").exists() and _read_meta(final) is None:
         # a torn cache folder (unreadable meta.json): moved aside with a warning and built again
@@ -923,6 +980,8 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int) -> float:
 
 
 __all__ = [
+    "READ_FOR_COUNT_BYTES",
+    "train_tokens_if_cheap",
     "SEP_ID",
     "BPETokenizer",
     "ByteTokenizer",

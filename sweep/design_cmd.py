@@ -274,24 +274,35 @@ def _fmt(x: float, nd: int = 3) -> str:
     return f"{x:.{nd}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
 
 
-def print_design(res: dict[str, Any]) -> None:
-    """The rich table of :func:`design`'s result, best candidate first, with the assumptions under it."""
+def _console(*tables):
+    """The console that prints ``tables``: on a terminal rich's own (its width, today's look); otherwise (piped,
+    redirected, captured) at least as wide as the widest table needs, so no cell is cut to ``…`` — rich falls back
+    to 80 columns (or ``$COLUMNS``) when it cannot ask a terminal."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.measure import Measurement
 
     con = Console()
+    if con.is_terminal:
+        return con
+    wide = con.options.update(width=10_000)
+    need = max((Measurement.get(con, wide, t).maximum for t in tables), default=0)
+    return con if need <= con.width else Console(width=need)
+
+
+def print_design(res: dict[str, Any]) -> None:
+    """The rich table of :func:`design`'s result, best candidate first, with the assumptions under it.
+
+    On a terminal the tables take the terminal's width; piped or redirected, the console is widened to the
+    tables' natural width (:func:`_console`), so numbers and the ``*`` of the spec as written are never cut."""
+    from rich.table import Table
+
     t = res["truth"]
-    con.print(
-        f"[bold]{res['spec']}[/]: truth = joint law fitted to the cell means of {res['pilot']} "
-        f"({res['pilot_runs']} runs, {t['n_cells']} cells, R² {t['r2_cell_means']:.3f}): phi = {t['phi']:.3f}"
-    )
     cells = Table(title="planned cells: seed noise and time per run from the pilot")
     for col in ("r", "layers", "d", "D", "seed SD", "noise from", "s/run", "time from"):
         cells.add_column(col, justify="right")
     for c in res["cells"]:
         cells.add_row(str(c["r"]), str(c["layers_unique"]), str(c["d_model"]), f"{c['D']:.3g}",
                       f"{c['noise_sd']:.4f}", c["noise_source"], f"{c['s_per_run']:.1f}", c["rate_source"])
-    con.print(cells)
     rs = sorted({int(r) for c in res["candidates"] for r in c["r_phi_half_width"]})
     worth_keys = sorted({k for c in res["candidates"] for k in c["worth_half_width"]}, key=str)
     tab = Table(title=f"candidates, best first (budget {res['minutes']:g} min on {res['cpus']} CPUs, "
@@ -305,6 +316,12 @@ def print_design(res: dict[str, Any]) -> None:
             *[_fmt(c["r_phi_half_width"].get(str(r), math.nan)) for r in rs],
             *[_fmt(c["worth_half_width"].get(str(k), math.nan), 2) for k in worth_keys],
         )
+    con = _console(cells, tab)
+    con.print(
+        f"[bold]{res['spec']}[/]: truth = joint law fitted to the cell means of {res['pilot']} "
+        f"({res['pilot_runs']} runs, {t['n_cells']} cells, R² {t['r2_cell_means']:.3f}): phi = {t['phi']:.3f}"
+    )
+    con.print(cells)
     con.print(tab)
     con.print("±: predicted 95 % half-width (worth in unique layers; seed SD in nats/token)")
     best = res["best"]

@@ -269,6 +269,60 @@ def run_pipeline(
     return meta
 
 
+def corpus_epochs(spec) -> dict:
+    """The corpus against the largest runs, for ``--dry-run``, without tokenizing anything.
+
+    Returns ``corpus_train_tokens`` (training-split tokens, or ``"unknown until tokenized"``),
+    ``corpus_tokens_from`` (how that is known, or the upper bound used), ``tokens_max_run`` (the largest per-run D),
+    ``epochs_max_run`` (the most passes over the training split any run makes, as the trainer counts them:
+    D / (windows of seq_len in the split x seq_len); a lower bound when only an upper bound on the corpus is known;
+    None when unknown) and ``data_warning``: the trainer's epochs warning (:func:`loopscale.model.data.implied_epochs`,
+    same threshold: more than one epoch) for the run that repeats the data most, with how many runs do, else None.
+    """
+    import warnings
+
+    from loopscale.model.data import implied_epochs, train_tokens_if_cheap
+    from loopscale.model.train import resolve_tokens
+
+    lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None
+    runs = [c.run for c in spec.cells(lr_table=lr_table)]
+    d_t = [(int(resolve_tokens(r)), int(r.model.seq_len)) for r in runs]
+    exact, at_most, how = train_tokens_if_cheap(
+        spec.corpus, spec.tokenizer, text_column=spec.text_column, cache_dir=runs[0].cache_dir
+    )
+    out = {
+        "corpus_train_tokens": exact if exact is not None else "unknown until tokenized",
+        "corpus_tokens_from": how,
+        "tokens_max_run": max(d for d, _ in d_t),
+        "epochs_max_run": None,
+        "data_warning": None,
+    }
+    n = exact if exact is not None else at_most
+    if n is None:
+        return out
+    per_epoch = [((n - 1) // t) * t for _, t in d_t]
+    if min(per_epoch) <= 0:
+        out["data_warning"] = (f"the training split ({'' if exact is not None else 'at most '}{n} tokens) is shorter "
+                               "than one window of seq_len + 1 tokens: the runs would fail")
+        return out
+    epochs = [d / e for (d, _), e in zip(d_t, per_epoch, strict=True)]
+    i = max(range(len(runs)), key=epochs.__getitem__)
+    out["epochs_max_run"] = epochs[i]
+    if epochs[i] > 1:
+        if exact is not None:  # the trainer's own warning, word for word
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                implied_epochs(d_t[i][0], per_epoch[i])
+            msg = str(caught[0].message)
+        else:  # n is an upper bound on the corpus: a lower bound on the epochs
+            msg = (f"D = {d_t[i][0]} training tokens exceeds the at most {per_epoch[i]} available: at least "
+                   f"{epochs[i]:.2f} epochs (data repeats)")  # fmt: skip
+        many = sum(e > 1 for e in epochs)
+        out["data_warning"] = (f"{many} of {len(runs)} runs would repeat the training data (more than one epoch); "
+                               f"the run that repeats it most: {msg}")
+    return out
+
+
 def run_cmd(
     spec_path: Path | None = typer.Argument(None, help="Sweep spec YAML (default: --preset)."),
     preset: str | None = typer.Option(None, "--preset", help="smoke | cpu (default) | paper."),
@@ -277,7 +331,7 @@ def run_cmd(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (restores Tune state)."),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print the plan (runs, FLOPs, GPU-hours) and exit."
+        False, "--dry-run", help="Print the plan (runs, FLOPs, GPU-hours, epochs over the corpus) and exit."
     ),
     bootstrap: int | None = typer.Option(
         None, "--bootstrap", min=0, help="Bootstrap resamples (paper: 200)."
@@ -311,6 +365,7 @@ def run_cmd(
     usable_out_dir(out or Path("runs") / name)  # a file in the way is said now, not after the sweep
     if dry_run:
         p = plan(spec)
+        p.update(corpus_epochs(spec))
         try:
             check_design(spec)
             p["refused"] = None
@@ -327,7 +382,10 @@ def run_cmd(
         return
     b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
     out_dir = out or Path("runs") / name
+    fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:
+        if resume and fresh:  # e.g. a mistyped folder: say it before hours of training start
+            con.say(f"--resume: nothing to resume in {out_dir} (no earlier run there); starting a new run", err=True)
         meta = run_pipeline(
             spec,
             out_dir,

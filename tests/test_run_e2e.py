@@ -163,6 +163,7 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     assert len(shown) <= 15, p.stdout + p.stderr
     assert "\x1b" not in p.stdout + p.stderr and "Checkpoint successfully created" not in p.stdout + p.stderr
     assert "Token authentication is enabled" not in p.stdout + p.stderr  # Ray's default, not a warning
+    assert "nothing to resume" not in p.stderr  # there was something: the stopped run
     assert "Checkpoint successfully created" in (out / "logs" / "ray.log").read_text()
     st = json.loads(_run(["status", str(out), "--json"]).stdout)
     assert (st["state"], st["stage"]) == ("finished", "done") and st["fit"]

@@ -1,0 +1,110 @@
+"""`loopscale run --dry-run` states the corpus size and warns when the runs would repeat the data (sweep/run.py).
+
+Before, the ``paper`` preset's dry-run printed ``tokens_total: 285039394816`` with no word about the embedded corpus
+(~16 M training tokens), although every run would pass over it hundreds of times; only the trainer warned, at train
+time (:func:`loopscale.model.data.implied_epochs`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from loopscale.model.data import WindowSampler, load_tokens, resolve_corpus
+from loopscale.model.train import resolve_tokens
+from loopscale.sweep.cli import app
+from loopscale.sweep.presets import preset_spec
+from loopscale.sweep.spec import spec_to_yaml
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    """A token cache with nothing tokenized in it (the trainer's default cache dir follows $LOOPSCALE_CACHE)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(cache))
+    return cache
+
+
+def _dry_run(tmp_path, *args: str) -> dict:
+    res = CliRunner().invoke(app, ["run", *args, "--dry-run", "--json", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def _max_d(spec) -> int:
+    lr = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None
+    return max(resolve_tokens(c.run) for c in spec.cells(lr_table=lr))
+
+
+def _embedded_train_bytes() -> int:
+    man = resolve_corpus("embedded").manifest
+    return sum(d["bytes"] + 1 for d in man["documents"] if d["split"] == "train")
+
+
+def test_paper_dry_run_warns_that_the_embedded_corpus_repeats(tmp_path, empty_cache):
+    p = _dry_run(tmp_path, "--preset", "paper")
+    d_max = _max_d(preset_spec("paper"))
+    assert p["tokens_max_run"] == d_max and d_max > 1e9
+    # BPE 32000 is not trained yet: no exact count, but the bytes bound it (a BPE token covers >= 1 byte)
+    assert p["corpus_train_tokens"] == "unknown until tokenized"
+    assert f"at most {_embedded_train_bytes()}" in p["corpus_tokens_from"]
+    assert p["epochs_max_run"] > 100  # at least: the corpus holds at most ~16 M training tokens
+    w = p["data_warning"]
+    assert w and w.startswith("116 of 116 runs would repeat the training data")
+    assert f"D = {d_max} training tokens exceeds the at most" in w and "epochs (data repeats)" in w
+    assert "at least" in w
+    assert not (tmp_path / "out").exists()  # still nothing run, nothing written to --out
+    text = CliRunner().invoke(app, ["run", "--preset", "paper", "--dry-run", "--out", str(tmp_path / "out")])
+    assert text.exit_code == 0, text.output
+    assert "corpus_train_tokens: unknown until tokenized" in text.output
+    assert "data_warning: 116 of 116 runs would repeat" in text.output
+
+
+def test_smoke_dry_run_fits_in_the_corpus(tmp_path, empty_cache):
+    """The smoke runs (D <= 4096) fit in the embedded corpus many times over: sizes stated, no warning."""
+    p = _dry_run(tmp_path, "--preset", "smoke")
+    assert p["corpus_train_tokens"] == _embedded_train_bytes()  # byte tokens: exact without tokenizing
+    assert p["tokens_max_run"] == 4096 and p["epochs_max_run"] < 1e-3
+    assert p["data_warning"] is None
+
+
+def _small_corpus_spec(tmp_path, corpus) -> str:
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(corpus)})
+    path = tmp_path / "small.yaml"
+    path.write_text(spec_to_yaml(spec))
+    return str(path)
+
+
+def test_small_text_corpus_is_unknown_until_tokenized_then_matches_the_trainer(tmp_path, empty_cache):
+    rng = np.random.default_rng(0)
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(["ab", "cd", "efg"], 12)) for _ in range(100)))
+    spec = _small_corpus_spec(tmp_path, corpus)
+    p = _dry_run(tmp_path, spec)
+    assert p["corpus_train_tokens"] == "unknown until tokenized"
+    assert p["epochs_max_run"] is None and p["data_warning"] is None
+    # once tokenized (as the first run would), the cache gives the exact count and the trainer's own epochs
+    data = load_tokens(str(corpus), "byte", cache_dir=empty_cache)
+    p = _dry_run(tmp_path, spec)
+    n = int(data.meta["n_train_tokens"])
+    assert p["corpus_train_tokens"] == n and "token cache" in p["corpus_tokens_from"]
+    per_epoch = WindowSampler(data.train, 32, 1, 0).tokens_per_epoch
+    assert p["epochs_max_run"] == pytest.approx(4096 / per_epoch)
+    assert p["epochs_max_run"] > 1
+    w = p["data_warning"]
+    assert f"D = 4096 training tokens exceeds the {per_epoch} available" in w and "at least" not in w
+    assert w.startswith("8 of 16 runs")  # the D = 4096 half of the grid; D = 2048 fits in one pass
+
+
+def test_token_file_is_counted_without_reading_the_text(tmp_path, empty_cache):
+    tokens = tmp_path / "toks.npy"
+    np.save(tokens, (np.arange(100_000) % 200).astype(np.uint16))
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(tokens), "tokenizer": "pretokenized"})
+    path = tmp_path / "toks.yaml"
+    path.write_text(spec_to_yaml(spec))
+    p = _dry_run(tmp_path, str(path))
+    assert p["corpus_train_tokens"] == 100_000 - 5_000  # the last 5 % is validation, as load_tokens splits it
+    assert p["data_warning"] is None
