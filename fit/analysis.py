@@ -171,18 +171,13 @@ def _identification(
     values: the identification and the ladder rows (empty without a ladder). Inside a running Ray session (or
     with ``address``) the profile's fits and the per-r bootstraps run as Ray tasks; otherwise serially, without
     starting Ray for them."""
-    from loopscale.fit.identify import identify, per_r_phi, phi_profile
+    from loopscale.fit.identify import identify, rule_inputs
     from loopscale.fit.identify_plots import plot_ladder, plot_per_r, plot_phi_profile
     from loopscale.fit.ladder import ladder_table
 
     ci = boot.ci.get("phi") if boot is not None else None
     fit_starts = max(10, min(starts, 30))
-    profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=fit_starts, seed=seed,
-                          address=address)  # fmt: skip
-    per_r = None
-    if frame["r"].nunique() >= 3 and (frame["r"] == 1).any():
-        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata,
-                          address=address)  # fmt: skip
+    profile, per_r = rule_inputs(frame, starts=starts, B=B, seed=seed, strata=strata, address=address)
     ident = identify(joint, ci, profile, per_r)
     outd = ident.to_dict()
     # the alternative to one phi: the same law with phi free per r, fitted to the same points

@@ -148,7 +148,7 @@ def fit_cmd(
     summary = summary_dict(fit, boot)
     ident = None
     if check_identified and law == "joint" and phi is None:
-        ident = _identification(src, fit, boot, starts=starts, seed=seed)
+        ident = _identification(fit, boot, starts=starts, seed=seed)
         summary["identification"] = ident.to_dict()
     if out is not None:
         summary["outputs"] = write_fit_outputs(out, fit, boot)
@@ -201,20 +201,11 @@ def fit_cmd(
     print("\n".join(lines), file=sys.stdout)
 
 
-def _identification(table, fit, boot, *, starts: int, seed: int):
+def _identification(fit, boot, *, starts: int, seed: int):
     """The identification rule (``loopscale.fit.identify``) for a joint fit with phi free, with the effort of
-    ``loopscale run``'s analysis: the profile in phi with max(10, min(starts, 30)) starts per restricted fit, phi
-    per r (when the table has r = 1 and at least two other r) with max(10, min(starts, 60)) starts and, when
-    bootstrapped, min(B, 40) resamples for its intervals; serial."""
-    import numpy as np
+    ``loopscale run``'s analysis (:func:`loopscale.fit.identify.rule_inputs`); serial."""
+    from loopscale.fit.identify import identify, rule_inputs
 
-    from loopscale.fit.identify import identify, per_r_phi, phi_profile
-
-    frame = fit.data
     ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
-    profile = phi_profile(table, starts=max(10, min(starts, 30)), seed=seed)
-    per_r = None
-    r = np.asarray(frame["r"]) if frame is not None and "r" in frame else np.array([])
-    if np.unique(r).size >= 3 and (r == 1).any():
-        per_r = per_r_phi(table, starts=max(10, min(starts, 60)), B=min(boot.B, 40) if boot else 0, seed=seed)
+    profile, per_r = rule_inputs(fit.data, starts=starts, B=boot.B if boot else 0, seed=seed)
     return identify(fit, ci, profile, per_r)

@@ -213,6 +213,28 @@ def _frame(table: Any) -> pd.DataFrame:
     return prepare(table, make_law("joint")).frame
 
 
+def rule_inputs(
+    frame: pd.DataFrame,
+    *,
+    starts: int,
+    B: int,
+    seed: int = 0,
+    strata: tuple[str, ...] | None = None,
+    address: str | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The profile and the per-r phi that :func:`identify` weighs, with the effort ``loopscale run`` spends: the
+    profile with max(10, min(starts, 30)) starts per restricted fit (on cell means over ``strata`` when given), phi
+    per r (only when ``frame`` has r = 1 and at least two other r) with max(10, min(starts, 60)) starts and min(B,
+    40) bootstrap resamples for its intervals. Returns ``(profile, per_r or None)``."""
+    profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=max(10, min(starts, 30)),
+                          seed=seed, address=address)  # fmt: skip
+    per_r = None
+    if frame["r"].nunique() >= 3 and (frame["r"] == 1).any():
+        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata,
+                          address=address)  # fmt: skip
+    return profile, per_r
+
+
 def identify(
     point: FitResult,
     ci: tuple[float | None, float | None] | None,
