@@ -25,6 +25,7 @@ from loopscale.cluster.options import (
     StorageOpt,
     present_errors,
 )
+from loopscale.sweep.presets import PRESET_HELP, SPEC_HELP
 
 
 @contextlib.contextmanager
@@ -253,8 +254,9 @@ def _with_storage(spec, storage: str | None):
 
 def _run_stage(
     stage,
-    spec_path: Path,
-    out: Path,
+    spec_path: str | None,
+    preset: str | None,
+    out: Path | None,
     storage: str | None,
     as_json: bool,
     ray: ClusterOptions,
@@ -263,15 +265,21 @@ def _run_stage(
     group: str = "",
     **kw,
 ):
-    """Load SPEC (``--storage`` applied), check ``--track``, and run ``stage(spec, out, <Ray flags>, track, **kw)`` in
-    a console session (:func:`loopscale.sweep.console.session`: Ray's output to ``OUT/logs/``); with ``--json``
-    anything the stage prints goes to stderr. At the end, one line per tracking target says where its results are."""
+    """Resolve SPEC / ``--preset`` (:func:`loopscale.sweep.presets.resolve_spec`; ``--out`` defaults to
+    ``runs/<name>`` as in ``loopscale run``), apply ``--storage``, check ``--track`` and that OUT is not another
+    spec's run folder, and run ``stage(spec, out, <Ray flags>, track, **kw)`` in a console session
+    (:func:`loopscale.sweep.console.session`: Ray's output to ``OUT/logs/``); with ``--json`` anything the stage
+    prints goes to stderr. At the end, one line per tracking target says where its results are."""
     from loopscale.cluster.options import usable_out_dir
     from loopscale.sweep import console, tracking
-    from loopscale.sweep.spec import load_spec
+    from loopscale.sweep.presets import resolve_spec
+    from loopscale.sweep.run import check_same_spec
 
-    spec = _with_storage(load_spec(spec_path), storage)
+    spec, name = resolve_spec(spec_path, preset)
+    spec = _with_storage(spec, storage)
+    out = out if out is not None else Path("runs") / name
     usable_out_dir(out)
+    check_same_spec(out, spec)
     targets = tracking.parse_track(track)
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
         res = stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)
@@ -281,10 +289,12 @@ def _run_stage(
 
 
 def sweep_cmd(
-    spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
-    out: Path = typer.Option(
-        ..., "--out", help="Output directory (runs.parquet, curves.parquet, Tune state)."
-    ),
+    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
+    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory (runs.parquet, curves.parquet, Tune state; with `lr: tune` it reads "
+        "lr_table.parquet there; default: runs/<preset or spec name>).",
+    ),  # fmt: skip
     resume: bool = typer.Option(False, "--resume", help="Restore the interrupted experiment and finish it."),
     force: bool = typer.Option(False, "--force", help="Retrain cells whose run id already finished."),
     address: AddressOpt = None,
@@ -303,6 +313,7 @@ def sweep_cmd(
     path = _run_stage(
         run_sweep,
         spec_path,
+        preset,
         out,
         storage,
         as_json,
@@ -334,10 +345,12 @@ def sweep_cmd(
 
 
 def tune_lr_cmd(
-    spec_path: Path = typer.Argument(..., help="Sweep spec YAML (see configs/)."),
-    out: Path = typer.Option(
-        Path("loopscale_out"), "--out", help="Output directory (lr_table.parquet, tune_lr/)."
-    ),
+    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
+    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory (lr_table.parquet, tune_lr/; default: runs/<preset or spec name>, "
+        "where `loopscale sweep` and `run` of the same spec look for the LR table).",
+    ),  # fmt: skip
     resume: bool = typer.Option(False, "--resume", help="Restore an interrupted study and finish it."),
     address: AddressOpt = None,
     num_cpus: NumCpusOpt = None,
@@ -352,7 +365,7 @@ def tune_lr_cmd(
     """Stage 1: tune the LR per size (and r) with Optuna + ASHA on Ray Tune; writes lr_table.parquet."""
     ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
     table = _run_stage(
-        run_tune_lr, spec_path, out, storage, as_json, ray, verbose, track, "tune-lr", resume=resume, plot=not no_plot
+        run_tune_lr, spec_path, preset, out, storage, as_json, ray, verbose, track, "tune-lr", resume=resume, plot=not no_plot
     )
     rows = table.to_pylist()
     if as_json:

@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 import typer
 
+from loopscale.sweep.presets import PRESET_HELP, SPEC_HELP
+
 DEFAULT_SEEDS = (4, 8, 16, 24, 32)
 """Seeds per cell tried when ``--seeds`` is not given."""
 
@@ -336,8 +338,8 @@ PREDICTION_FILE = "design_prediction.json"
 
 
 def design_cmd(
-    spec_path: str | None = typer.Argument(None, help="Sweep spec YAML or a preset name (default: --preset)."),
-    preset: str | None = typer.Option(None, "--preset", help="smoke | cpu (default) | paper."),
+    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
+    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
     pilot: Path = typer.Option(..., "--pilot", help="runs.parquet of a pilot or a previous run (>= 2 seeds/cell)."),
     minutes: float = typer.Option(..., "--minutes", help="Training time budget in minutes (sweep stage)."),
     cpus: int = typer.Option(2, "--cpus", help="CPUs of the machine that will run the sweep."),
@@ -357,12 +359,9 @@ def design_cmd(
 ) -> None:
     """Predict, from a pilot, each candidate design's phi / r^phi / worth-in-layers half-widths and training time."""
     from loopscale.fit.outputs import json_safe
-    from loopscale.sweep.presets import PRESETS
-    from loopscale.sweep.run import _resolve_spec
+    from loopscale.sweep.presets import resolve_spec
 
-    if spec_path is not None and not Path(spec_path).exists() and spec_path in PRESETS and preset is None:
-        spec_path, preset = None, spec_path  # a preset name given as SPEC
-    spec, _ = _resolve_spec(Path(spec_path) if spec_path is not None else None, preset)
+    spec, _ = resolve_spec(spec_path, preset)
     counts = tuple(seeds.replace(",", " ").split())
     res = design(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts, seed=seed)
     if out is not None:

@@ -8,8 +8,9 @@ holds the same content (a test checks ``load_spec("configs/X.yaml") == preset_sp
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
-from loopscale.sweep.spec import SpecError, SweepSpec, parse_spec
+from loopscale.sweep.spec import SpecError, SweepSpec, load_spec, parse_spec
 
 PAPER_LRS = [0.008, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020, 0.024]
 """The paper's Muon LR sweep set (App. D; code ``lr_sweep``)."""
@@ -151,3 +152,30 @@ def preset_yaml(name: str) -> str:
         f"# loopscale sweep spec '{name}' (same content as loopscale.sweep.presets.preset_spec('{name}'))\n"
     )
     return head + yaml.safe_dump(copy.deepcopy(PRESETS[name]), sort_keys=False, default_flow_style=None)
+
+
+SPEC_HELP = "Sweep spec YAML, or a preset name: smoke | cpu | paper (default: --preset)."
+PRESET_HELP = "smoke | cpu (default) | paper."
+
+
+def resolve_spec(spec_arg: str | Path | None, preset: str | None):
+    """The spec a command runs and its name (the default ``--out`` is ``runs/<name>``), from SPEC and ``--preset``.
+
+    SPEC is a YAML path, or a preset name (``smoke``, ``cpu``, ``paper``) when no file of that name exists; neither
+    given: ``--preset``, else ``cpu``. The name is the preset's or the YAML file's stem, so ``loopscale tune-lr``,
+    ``sweep`` and ``run`` given the same SPEC (or preset) default to one folder.
+
+    Raises:
+        ValueError: both a SPEC and ``--preset`` given.
+        FileNotFoundError / SpecError: no such file (and no such preset), or an invalid spec.
+    """
+    if spec_arg is not None and not Path(spec_arg).exists() and str(spec_arg) in PRESETS:
+        if preset is not None:
+            raise ValueError(f"give either a SPEC or --preset, not both ({spec_arg!r} is a preset name)")
+        spec_arg, preset = None, str(spec_arg)
+    if spec_arg is not None and preset is not None:
+        raise ValueError("give either a SPEC file or --preset, not both")
+    if spec_arg is not None:
+        return load_spec(spec_arg), Path(spec_arg).stem
+    name = preset or "cpu"
+    return preset_spec(name), name

@@ -32,6 +32,7 @@ from loopscale.cluster.options import (
     StorageOpt,
 )
 from loopscale.sweep.commands import TrackOpt, VerboseOpt
+from loopscale.sweep.presets import PRESET_HELP, SPEC_HELP, resolve_spec
 
 #: fit settings per preset: (bootstrap resamples B, multi-starts per fit). The paper: B = 200, 500 starts.
 FIT_DEFAULTS = {"smoke": (100, 100), "cpu": (200, 500), "paper": (200, 500)}
@@ -41,16 +42,24 @@ GPU_PEAK_FLOPS = 989e12
 ASSUMED_MFU = 0.40
 
 
-def _resolve_spec(spec_path: Path | None, preset: str | None):
-    from loopscale.sweep.presets import preset_spec
-    from loopscale.sweep.spec import load_spec
+def check_same_spec(out: Path, spec) -> None:
+    """Refuse to add runs of ``spec`` to a folder whose ``spec.yaml`` (written by ``loopscale run``) is another
+    spec: runs.parquet would mix two grids. Where Tune state lives (``storage_path``) may differ.
 
-    if spec_path is not None and preset is not None:
-        raise ValueError("give either a SPEC file or --preset, not both")
-    if spec_path is not None:
-        return load_spec(spec_path), spec_path.stem
-    name = preset or "cpu"
-    return preset_spec(name), name
+    Raises:
+        ValueError: ``out/spec.yaml`` exists, is not empty and differs from ``spec``; nothing is changed.
+    """
+    from loopscale.sweep.spec import spec_to_yaml
+
+    spec_file = Path(out) / "spec.yaml"
+    if not spec_file.is_file():
+        return
+    old = spec_file.read_text(encoding="utf-8")
+    if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})):
+        raise ValueError(
+            f"{Path(out).resolve()} holds a run of a different spec ({spec_file}); use another --out directory "
+            "(nothing there was changed)"
+        )
 
 
 def plan(spec) -> dict:
@@ -187,11 +196,7 @@ def run_pipeline(
     text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
     if spec_file.exists() and not spec_file.read_text(encoding="utf-8").strip():
         move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
-    if spec_file.exists() and spec_file.read_text(encoding="utf-8") != text:
-        raise ValueError(
-            f"{out} holds a run of a different spec ({spec_file}); use another --out directory "
-            "(nothing there was changed)"
-        )
+    check_same_spec(out, spec)
     write_text_atomic(str(spec_file), text)
     mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
     meta_path = out / "run_meta.json"
@@ -324,8 +329,8 @@ def corpus_epochs(spec) -> dict:
 
 
 def run_cmd(
-    spec_path: Path | None = typer.Argument(None, help="Sweep spec YAML (default: --preset)."),
-    preset: str | None = typer.Option(None, "--preset", help="smoke | cpu (default) | paper."),
+    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
+    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
     out: Path | None = typer.Option(
         None, "--out", help="Output directory (default: runs/<preset or spec name>)."
     ),
@@ -352,7 +357,7 @@ def run_cmd(
     from loopscale.sweep.commands import stdout_to_stderr
     from loopscale.sweep.status import fit_headlines
 
-    spec, name = _resolve_spec(spec_path, preset)
+    spec, name = resolve_spec(spec_path, preset)
     if storage is not None:
         from loopscale.cluster.options import validate_storage
 

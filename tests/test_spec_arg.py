@@ -1,0 +1,113 @@
+"""SPEC, --preset and the default --out are resolved one way by tune-lr, sweep, run and design, so that the staged
+commands compose: `tune-lr smoke` writes the LR table where `sweep smoke` and `run --preset smoke` read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from loopscale.sweep import commands
+from loopscale.sweep.cli import app
+from loopscale.sweep.presets import PRESETS, preset_spec, resolve_spec
+from loopscale.sweep.spec import spec_to_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_resolve_spec_preset_name_file_and_conflicts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec, name = resolve_spec("smoke", None)
+    assert name == "smoke" and spec == preset_spec("smoke")
+    assert resolve_spec(None, "paper")[1] == "paper"
+    assert resolve_spec(None, None)[1] == "cpu"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(PRESETS["smoke"]))
+    spec, name = resolve_spec(str(mine), None)
+    assert name == "mine" and spec == preset_spec("smoke")
+    # a file named like a preset wins over the preset
+    d = dict(PRESETS["smoke"], sizes=[16])
+    (tmp_path / "smoke").write_text(yaml.safe_dump(d))
+    assert resolve_spec("smoke", None)[0].sizes == [16]
+    with pytest.raises(ValueError, match="not both"):
+        resolve_spec(str(mine), "cpu")
+    with pytest.raises(ValueError, match="not both"):
+        resolve_spec("cpu", "smoke")
+    with pytest.raises(FileNotFoundError, match="not found"):
+        resolve_spec("nosuch.yaml", None)
+
+
+def _fake_stages(monkeypatch, calls):
+    """tune-lr and sweep without Ray: record (stage, spec name, out) and write what the real stage would."""
+
+    def fake_tune_lr(spec, out, **kw):
+        calls.append(("tune-lr", spec.name, Path(out)))
+        table = pa.table({"size": [16], "r": [1], "lr": [0.01], "lr_best": [0.01], "lr_smoothed": [0.01],
+                          "best_val_loss": [3.0], "n_trials": [2], "n_pruned": [0]})  # fmt: skip
+        Path(out).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, Path(out) / "lr_table.parquet")
+        return table
+
+    def fake_sweep(spec, out, **kw):
+        calls.append(("sweep", spec.name, Path(out)))
+        Path(out).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"run_id": ["a"], "status": ["ok"]}), Path(out) / "runs.parquet")
+        return Path(out) / "runs.parquet"
+
+    monkeypatch.setattr(commands, "run_tune_lr", fake_tune_lr)
+    monkeypatch.setattr(commands, "run_sweep", fake_sweep)
+
+
+def test_staged_commands_default_to_the_run_folder(tmp_path, monkeypatch):
+    """`tune-lr smoke`, `sweep --preset smoke` and `sweep configs/smoke.yaml` all land in runs/smoke, the folder of
+    `loopscale run --preset smoke`; --out still wins."""
+    monkeypatch.chdir(tmp_path)
+    calls: list = []
+    _fake_stages(monkeypatch, calls)
+    for argv in (["tune-lr", "smoke"], ["sweep", "--preset", "smoke"], ["sweep", str(ROOT / "configs" / "smoke.yaml")],
+                 ["sweep", "smoke", "--out", "elsewhere"]):  # fmt: skip
+        res = CliRunner().invoke(app, argv)
+        assert res.exit_code == 0, (argv, res.output)
+    assert calls == [
+        ("tune-lr", "smoke", Path("runs/smoke")),
+        ("sweep", "smoke", Path("runs/smoke")),
+        ("sweep", "smoke", Path("runs/smoke")),
+        ("sweep", "smoke", Path("elsewhere")),
+    ]
+    assert (tmp_path / "runs" / "smoke" / "lr_table.parquet").is_file()
+    res = CliRunner().invoke(app, ["sweep", "smoke", "--preset", "cpu"])
+    assert res.exit_code == 2 and "not both" in res.output and len(calls) == 4
+
+
+def test_stage_refuses_another_specs_run_folder(tmp_path, monkeypatch):
+    """A sweep (or tune-lr) into the folder of a `loopscale run` of another spec would mix two grids in one
+    runs.parquet: refused before anything runs, the folder unchanged; the same spec (other storage) is accepted."""
+    monkeypatch.chdir(tmp_path)
+    calls: list = []
+    _fake_stages(monkeypatch, calls)
+    out = tmp_path / "runs" / "smoke"
+    out.mkdir(parents=True)
+    other = preset_spec("smoke").model_copy(update={"sizes": [16]})
+    (out / "spec.yaml").write_text(spec_to_yaml(other))
+    before = sorted(p.name for p in out.iterdir())
+    for argv in (["sweep", "smoke"], ["tune-lr", "smoke"]):
+        res = CliRunner().invoke(app, argv)
+        assert res.exit_code == 2 and "holds a run of a different spec" in res.output, res.output
+    assert calls == [] and sorted(p.name for p in out.iterdir()) == before
+    (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
+    res = CliRunner().invoke(app, ["sweep", "smoke", "--storage", str(tmp_path / "state")])
+    assert res.exit_code == 0, res.output
+    assert calls == [("sweep", "smoke", Path("runs/smoke"))]
+
+
+def test_run_and_design_accept_a_preset_name_as_spec(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["run", "smoke", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    assert '"runs": 16' in res.stdout
+    res = CliRunner().invoke(app, ["run", "smoke", "--preset", "cpu", "--dry-run"])
+    assert res.exit_code == 2 and "not both" in res.output
