@@ -40,7 +40,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 __all__ = ["RayInfo", "ray_session", "validate_address", "driver_thread_env"]
@@ -186,23 +186,30 @@ _AUTH_DEFAULT_NOTICE = "Token authentication is enabled for this Ray cluster"
 
 
 @contextlib.contextmanager
-def _auth_default_notice_as_info(level: int = logging.INFO) -> Iterator[None]:
-    """While the block runs, Ray's "token auth enabled by default" notice is logged at INFO, and only when
-    ``level`` (the session's ``logging_level``) lets INFO through: it is Ray's default, which we keep. Every other
-    message of Ray's auth set-up is unchanged."""
+def warning_as_info(logger: str, match: Callable[[str], bool], level: int = logging.INFO) -> Iterator[None]:
+    """While the block runs, WARNING records of ``logger`` whose message satisfies ``match`` are logged at INFO
+    (so the console, which shows warnings, leaves them in ``OUT/logs/ray.log``), and kept only when ``level`` lets
+    INFO through. Every other record of that logger is unchanged. For Ray's notices that are expected in
+    loopscale's use and say nothing to act on."""
 
     def demote(record: logging.LogRecord) -> bool:
-        if record.levelno == logging.WARNING and record.getMessage().startswith(_AUTH_DEFAULT_NOTICE):
+        if record.levelno == logging.WARNING and match(record.getMessage()):
             record.levelno, record.levelname = logging.INFO, "INFO"
             return level <= logging.INFO
         return True
 
-    log = logging.getLogger(_AUTH_LOGGER)
+    log = logging.getLogger(logger)
     log.addFilter(demote)
     try:
         yield
     finally:
         log.removeFilter(demote)
+
+
+def _auth_default_notice_as_info(level: int = logging.INFO):
+    """Ray's "token auth enabled by default" notice at INFO, shown only when ``level`` (the session's
+    ``logging_level``) lets INFO through: it is Ray's default, which we keep. Other auth messages are unchanged."""
+    return warning_as_info(_AUTH_LOGGER, lambda m: m.startswith(_AUTH_DEFAULT_NOTICE), level)
 
 
 @contextlib.contextmanager

@@ -57,6 +57,23 @@ _PYWARN = re.compile(r": ([A-Z]\w*Warning): ")
 _IDS = re.compile(r"\b[0-9a-f]{8,}\b|\d+")
 
 
+TUNE_ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
+
+
+def tune_metrics_never_written(message: str) -> bool:
+    """Whether Tune's "Failed to fetch metrics for N trial(s)" warning (logged when ``Tuner.fit`` builds its
+    ResultGrid) only lists trials whose result files were never written to the experiment folder — trials stopped
+    by Ctrl-C before their first sync. loopscale records results in its own store, not from those files, so the
+    warning is noise on the console (it stays in ``OUT/logs/ray.log``); any other failure to read them is not."""
+    head, _, rest = message.partition("\n")
+    items = [ln for ln in rest.splitlines() if ln.strip()]
+    return (
+        head.startswith("Failed to fetch metrics for")
+        and bool(items)
+        and all("FileNotFoundError" in ln and "were not found" in ln for ln in items)
+    )
+
+
 def strip_ansi(text: str) -> str:
     """``text`` without terminal escape sequences (colours, cursor moves) and carriage returns."""
     return _ANSI.sub("", text)
@@ -259,9 +276,11 @@ def session(
         if out_dir is None:
             yield con
         else:
+            from loopscale.cluster.connect import warning_as_info
+
             con.out_dir = Path(out_dir).resolve()
             con.log_path = con.out_dir / "logs" / LOG_NAME
-            with _capture(con.log_path, con):
+            with _capture(con.log_path, con), warning_as_info(TUNE_ANALYSIS_LOGGER, tune_metrics_never_written):
                 yield con
             if con.hidden_notices and not verbose:
                 con.say(

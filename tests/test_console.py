@@ -180,3 +180,69 @@ def test_a_long_notice_keeps_its_start_and_end():
     note = console.notice_of("x.py:1: UserWarning: " + "p" * 900 + " was moved aside")
     assert len(note) <= console.NOTICE_MAX and note.startswith("UserWarning: ppp")
     assert note.endswith("was moved aside") and " … " in note
+
+
+def _tune_fetch_metrics_warning(tmp_path, error: Exception | None = None) -> None:
+    """Make Ray Tune's ExperimentAnalysis log its "Failed to fetch metrics" warning, as ``Tuner.fit`` does for a trial
+    that reported but whose result files are not in the experiment folder (stopped before its first sync); with
+    ``error``, reading the files fails with that error instead."""
+    import pyarrow.fs as pafs
+    from ray.tune.analysis.experiment_analysis import ExperimentAnalysis
+
+    trial = SimpleNamespace(
+        trial_id="abc123",
+        last_result={"val_loss": 3.0},
+        storage=SimpleNamespace(trial_fs_path=str(tmp_path / "never_synced"), storage_filesystem=pafs.LocalFileSystem()),
+    )
+
+    def fetch(t):
+        if error is not None:
+            raise error
+        return ExperimentAnalysis._fetch_trial_dataframe(fake, t)
+
+    fake = SimpleNamespace(trials=[trial], _fetch_trial_dataframe=fetch)
+    ExperimentAnalysis._fetch_trial_dataframes(fake)
+
+
+def test_tune_metrics_of_interrupted_trials_stay_off_the_console(tmp_path, capfd):
+    """After Ctrl-C, Tune warns that it could not read the metrics files of trials stopped before their first sync
+    (loopscale's results do not come from them): in ray.log, not on the console. Another failure to read them, and
+    other Tune warnings, still reach the console."""
+    import logging
+
+    stream = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)  # fd 2 as it is when used
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"))  # Ray's
+    log = logging.getLogger(console.TUNE_ANALYSIS_LOGGER)
+    log.addHandler(handler)
+    old_level, old_propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)
+    log.propagate = False  # only through fd 2 (Ray's own handler writes to pytest's sys.stderr)
+    try:
+        with console.session(tmp_path, json_mode=False):
+            _tune_fetch_metrics_warning(tmp_path)
+            log.warning("Some other Tune warning")
+            stream.flush()
+        err = capfd.readouterr().err
+        assert "Failed to fetch metrics" not in err and "Some other Tune warning" in err, err
+        with console.session(tmp_path, json_mode=False):  # a new session: its notices are not repeats
+            _tune_fetch_metrics_warning(tmp_path, error=ValueError("result.json is not JSON"))
+            stream.flush()
+        assert "Failed to fetch metrics for 1 trial(s)" in capfd.readouterr().err
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+        log.propagate = old_propagate
+    assert "Failed to fetch metrics" in (tmp_path / "logs" / "ray.log").read_text()
+    assert "were not found" in (tmp_path / "logs" / "ray.log").read_text()
+    # outside a session nothing is demoted
+    assert not logging.getLogger(console.TUNE_ANALYSIS_LOGGER).filters
+
+
+def test_tune_metrics_never_written_matches_only_missing_files():
+    missing = ("Failed to fetch metrics for 2 trial(s):\n- t1: FileNotFoundError('Could not fetch metrics for t1: both "
+               "result.json and progress.csv were not found at /x')\n- t2: FileNotFoundError('... were not found at /y')")  # fmt: skip
+    assert console.tune_metrics_never_written(missing)
+    assert not console.tune_metrics_never_written(missing + "\n- t3: JSONDecodeError('Expecting value')")
+    assert not console.tune_metrics_never_written("Failed to fetch metrics for 0 trial(s):")
+    assert not console.tune_metrics_never_written("Some other warning:\n- FileNotFoundError were not found")
