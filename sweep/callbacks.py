@@ -17,6 +17,9 @@ from pathlib import Path
 
 from loopscale.sweep.workspace import DONE_KEY
 
+STEP_PROGRESS_EVERY_S = 2.0
+"""Seconds between two progress updates of the grid display from Tune's loop (besides each result)."""
+
 
 def trial_error_text(trial) -> str:
     """The last error of a Tune trial as text: the last line of its error file (``<Type>: <message>`` of the
@@ -48,6 +51,7 @@ def _recorder_cls():
             # run ids already in the store: a trial restored after an interrupt that only re-reports its saved
             # result must not overwrite the original record (its started/finished times, trial id)
             self._recorded: set[str] | None = None
+            self._last_step = float("-inf")
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             from loopscale.sweep.grid import RESULT_KEY, trial_cells
@@ -73,6 +77,15 @@ def _recorder_cls():
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._progress(trials)
+
+        def on_step_end(self, iteration, trials, **info):
+            """Between results too (Ray start-up, compilation, trials that report once a minute): the display
+            starts with the experiment, its time and ETA move, and ``progress.json`` stays fresh for
+            ``loopscale status``; at most once per :data:`STEP_PROGRESS_EVERY_S`."""
+            now = time.monotonic()
+            if now - self._last_step >= STEP_PROGRESS_EVERY_S:
+                self._last_step = now
+                self._progress(trials)
 
         def on_trial_error(self, iteration, trials, trial, **info):
             """The trial errored past ``max_failures``: record each of its cells that has no row yet as ``failed``

@@ -246,3 +246,37 @@ def test_tune_metrics_never_written_matches_only_missing_files():
     assert not console.tune_metrics_never_written(missing + "\n- t3: JSONDecodeError('Expecting value')")
     assert not console.tune_metrics_never_written("Failed to fetch metrics for 0 trial(s):")
     assert not console.tune_metrics_never_written("Some other warning:\n- FileNotFoundError were not found")
+
+
+def test_grid_display_starts_with_the_experiment_not_the_first_result(tmp_path, capfd, monkeypatch):
+    """Trials of the default job report once a minute or so, after compiling: the grid display (and progress.json,
+    which `loopscale status` reads) starts and moves from Tune's loop, before any result; at most once per
+    STEP_PROGRESS_EVERY_S; the summary counts the time from the experiment's start."""
+    import json
+
+    from loopscale.sweep import callbacks
+
+    clock = [5000.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    cells = _cells(4)
+    trials = [SimpleNamespace(trial_id="t1", status="RUNNING", config={"cells": cells[:2]}),
+              SimpleNamespace(trial_id="t2", status="PENDING", config={"cells": cells[2:]})]  # fmt: skip
+    with console.session(tmp_path, json_mode=False):
+        rec = callbacks._recorder_cls()(str(tmp_path), {c["run_id"]: c for c in cells})
+        rec.on_step_end(iteration=1, trials=trials)
+        progress = json.loads((tmp_path / "logs" / console.PROGRESS_NAME).read_text())
+        assert progress["stage"] == "grid" and progress["counts"] == {"done": 0, "running": 2, "pending": 2, "failed": 0}
+        assert progress["updated_at"] == 5000.0
+        clock[0] += callbacks.STEP_PROGRESS_EVERY_S / 2  # throttled: no update
+        trials[1].status = "RUNNING"
+        rec.on_step_end(iteration=2, trials=trials)
+        assert json.loads((tmp_path / "logs" / console.PROGRESS_NAME).read_text())["counts"]["running"] == 2
+        clock[0] += console.PLAIN_EVERY_S + console.HEARTBEAT_S
+        rec.on_step_end(iteration=3, trials=trials)
+        progress = json.loads((tmp_path / "logs" / console.PROGRESS_NAME).read_text())
+        assert progress["counts"]["running"] == 4 and progress["updated_at"] == clock[0]
+        rec.on_experiment_end(trials=trials)
+    out = capfd.readouterr().out.splitlines()
+    assert out[0].startswith("grid: 0/4 done 0 · running 4 · pending 0")  # the plain line of a running grid
+    assert out[-1].startswith("grid: 0 runs done, 0 failed, 4 unfinished in 1m06s"), out
