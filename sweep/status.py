@@ -33,6 +33,11 @@ command's unfinished runs are pending: ``--resume`` continues them). Tune's own 
 
 Time: ``command_s`` counts from the start of the running command (its process); ``running_stage_s`` from the
 start of the current stage's progress display; ``stage_wall_s`` are the stage wall times ``loopscale run`` recorded.
+A stopped command's ``ran_s`` counts from its start to its last sign of work its files show (its progress file's
+last write, the stages it finished).
+
+Tune trial counts of the grid (``tune``): Tune's saved experiment state, written now and then; while the grid
+runs, the newer of that state and the command's progress display (which the console shows).
 """
 
 from __future__ import annotations
@@ -272,8 +277,9 @@ def _is_output(out: Path) -> bool:
 
 
 def _tune_state(storage: str, spec_name: str | None) -> dict | None:
-    """{"experiment", "trials": {status: count}, "running_ids", "run_ids"} of the newest grid experiment
-    (``grid_<spec name>_NNN``; any spec name when None) under ``storage``, or None when there is none."""
+    """{"experiment", "trials": {status: count}, "updated_at" (when Tune saved that state, s since the epoch, or
+    None), "runs", "runs_per_trial", "running_ids", "run_ids"} of the newest grid experiment (``grid_<spec
+    name>_NNN``; any spec name when None) under ``storage``, or None when there is none."""
     import re
 
     from loopscale.cluster import storage as st
@@ -316,6 +322,7 @@ def _tune_state(storage: str, spec_name: str | None) -> dict | None:
     return {
         "experiment": newest,
         "trials": trials,  # Tune trials by status (a trial may train several runs)
+        "updated_at": _state_mtime(storage, newest),
         "runs": len(every),
         "runs_per_trial": [min(sizes), max(sizes)] if sizes else None,
         "running_ids": running,
@@ -323,17 +330,86 @@ def _tune_state(storage: str, spec_name: str | None) -> dict | None:
     }
 
 
+def _state_mtime(storage: str, experiment: str) -> float | None:
+    """When Tune last saved the state of ``experiment`` under ``storage`` (s since the epoch: the newest
+    ``experiment_state-*.json``), None where unknown."""
+    import pyarrow.fs as pafs
+
+    from loopscale.cluster import storage as st
+
+    try:
+        fs, path = st.resolve_uri(st.join(storage, experiment))
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except Exception:
+        return None
+    times = [
+        i.mtime.timestamp()
+        for i in infos
+        if i.base_name.startswith("experiment_state")
+        and i.base_name.endswith(".json")
+        and i.mtime is not None
+    ]
+    return max(times, default=None)
+
+
+def _live_tune(progress: dict | None, tune_info: dict | None) -> dict | None:
+    """``tune`` of :func:`collect_status` while the grid runs (``progress``: the running command's open progress
+    display, stage ``grid``): the trial counts of the newer of the display (``source`` ``progress``) and Tune's
+    saved experiment state ``tune_info`` (:func:`_tune_state`, ``source`` ``tune``); None for another stage."""
+    if (progress or {}).get("stage") != "grid":
+        return None
+    live = progress.get("trials") or None
+    live_at = float(progress.get("updated_at") or 0)
+    base = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")}
+    saved, saved_at = base.get("trials"), base.get("updated_at")
+    base["stage"] = "sweep"
+    if live and not (saved and saved_at is not None and saved_at > live_at):
+        return {**base, "trials": live, "source": "progress", "updated_at": live_at}
+    if saved:
+        return {**base, "trials": saved, "source": "tune", "updated_at": saved_at}
+    return None
+
+
+def _stopped_time(record: dict | None, progress: dict | None, walls: dict, tm: dict) -> None:
+    """Add to ``tm`` the time of a stopped command from its record (``command.json``): ``started_at``,
+    ``last_progress_at`` (its progress file's last write, None without one), ``stopped_at`` (its last sign of
+    work: that write, its record, or its start plus the stage wall times it recorded) and ``ran_s`` (from its
+    start to ``stopped_at``); ``total_s`` counts earlier commands' stages and ``ran_s``. No-op without a
+    record."""
+    if not record or record.get("started_at") is None:
+        return
+    t0 = float(record["started_at"])
+    at_start = record.get("stage_wall_s_at_start") or {}
+    mine = (
+        progress is not None
+        and (progress.get("pid"), progress.get("host")) == (record.get("pid"), record.get("host"))
+        and float(progress.get("updated_at") or 0) >= t0 - 1.0
+    )
+    last_progress = float(progress["updated_at"]) if mine else None
+    finished_stages = sum(max(0.0, float(v) - float(at_start.get(k) or 0.0)) for k, v in walls.items())
+    stopped = max(t0, float(record.get("recorded_at") or t0), last_progress or t0, t0 + finished_stages)
+    tm.update(started_at=t0, last_progress_at=last_progress, stopped_at=stopped, ran_s=stopped - t0)
+    tm["total_s"] = max(tm["total_s"], sum(float(v) for v in at_start.values()) + tm["ran_s"])
+
+
 def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     """The status of the run directory ``out_dir`` as a dict (what ``loopscale status --json`` prints).
 
     Keys: ``out``, ``spec``, ``kind`` (run | sweep | tune-lr | None), ``state`` (running | stopped | finished |
     empty), ``stage``, ``runs`` (total, ok, diverged, failed, running, pending: training runs), ``failures``
-    ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage, ``total_s``; of a running command also
-    ``command_s`` since it started and ``started_at``; ``running_stage_s`` since the current progress display
-    started, ``eta_s``), ``command`` (the running command's record: command line, kind, pid, host, started_at),
-    ``progress`` (the running command's open progress file; its ``counts`` are runs, its ``trials`` Tune trials),
-    ``tune`` (Tune's trial counts, and ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR table rows),
-    ``fit`` (headline lines) and ``counts`` (what each count counts).
+    ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage (s), ``total_s`` (s, with earlier
+    commands' stages); of a running command also ``command_s`` (s) since it started and ``started_at`` (s since
+    the epoch); ``running_stage_s`` (s) since the current progress display started, ``eta_s`` (s); of a stopped
+    command with a record (``command.json``) ``started_at``, ``last_progress_at`` (its progress file's last write,
+    None without one), ``stopped_at`` (its last sign of work: that write, or its start plus the stage wall times
+    it recorded; times in s since the epoch) and ``ran_s`` (s from its start to ``stopped_at``)), ``command`` (the
+    running command's record: command line, kind, pid, host, started_at), ``progress`` (the running command's open
+    progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
+    ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
+    Tune's saved experiment state; ``progress``: the running command's progress display, used while the grid runs
+    and it is newer than Tune's state, as the console shows it), ``updated_at`` (s since the epoch: when that source
+    was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
+    table rows), ``fit`` (headline lines) and ``counts`` (what each count counts).
 
     Raises:
         FileNotFoundError: ``out_dir`` is not a directory.
@@ -352,7 +428,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     now = time.time()
     meta = _read_json(out / "run_meta.json") or {}
     record = _read_json(out / "logs" / COMMAND_NAME)
-    alive, cmd, progress = _liveness(record, _read_json(out / "logs" / "progress.json"))
+    progress_file = _read_json(out / "logs" / "progress.json")
+    alive, cmd, progress = _liveness(record, progress_file)
     spec, cells = _planned(out)
     recs = _records(out)
     if cells is not None and {c.run_id for c in cells} & set(recs):
@@ -454,7 +531,13 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         if cmd is None:  # a command without a record (an older loopscale): its stage time is what is known
             tm["total_s"] += tm["running_stage_s"]
         tm["eta_s"] = progress.get("eta_s")
+    if state == "stopped":  # how long the stopped command ran, from what its files show
+        _stopped_time(record, progress_file, walls, tm)
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
+    if tune_out and "trials" in tune_out:
+        tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
+    if alive:
+        tune_out = _live_tune(progress, tune_info) or tune_out
     return {
         "out": str(out),
         "spec": name,
@@ -478,8 +561,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             ),
             "progress.counts": "training runs, as the command's progress display counts them (live)",
             "progress.trials": "Ray Tune trials by status, live (one trial may train several runs as an ensemble)",
-            "tune.trials": "Ray Tune trials by status in Tune's saved experiment state (written now and then: it "
-            "may lag the progress display)",
+            "tune.trials": "Ray Tune trials of the grid by status; tune.source says from where: Tune's saved "
+            "experiment state (tune; written now and then) or, while the grid runs, the progress display when it "
+            "wrote last (progress)",
         },
     }
 
@@ -514,7 +598,22 @@ def format_status(st: dict) -> list[str]:
         if "running_stage_s" in tm
         else ""
     )
-    if "command_s" in tm:
+    if "ran_s" in tm:
+        start = datetime.datetime.fromtimestamp(tm["started_at"])
+        last = tm.get("last_progress_at")
+        if last is not None:
+            last_dt = datetime.datetime.fromtimestamp(last)
+            last_s = last_dt.strftime("%H:%M:%S" if last_dt.date() == start.date() else "%Y-%m-%d %H:%M:%S")
+        earlier = tm["total_s"] - tm["ran_s"]
+        lines.append(
+            f"time: {_fmt_s(tm['ran_s'])} before it stopped (started {start.strftime('%Y-%m-%d %H:%M:%S')}"
+            + (f"; last progress {last_s}" if last is not None else "")
+            + ")"
+            + (f", {_fmt_s(tm['total_s'])} with earlier commands' stages" if earlier >= 0.5 else "")
+        )
+        if walls:
+            lines.append(f"  stage wall times recorded: {walls}")
+    elif "command_s" in tm:
         since = datetime.datetime.fromtimestamp(tm["started_at"]).strftime("%Y-%m-%d %H:%M:%S")
         earlier = tm["total_s"] - tm["command_s"]
         lines.append(
@@ -545,7 +644,12 @@ def format_status(st: dict) -> list[str]:
     if p and p.get("stage") == "bootstrap":
         lines.append(f"bootstrap: {p.get('done')} of {p.get('total')} refits")
     tune = st.get("tune") or {}
-    trials = (p.get("trials") if p and p.get("stage") == "grid" else None) or tune.get("trials")
+    if "source" in tune:
+        trials = tune.get("trials")
+        src = ", live" if tune["source"] == "progress" else ""
+    else:
+        trials = (p.get("trials") if p and p.get("stage") == "grid" else None) or tune.get("trials")
+        src = "" if trials is tune.get("trials") else ", live"
     if trials:
         n = sum(trials.values())
         tr = ", ".join(f"{k.lower()} {v}" for k, v in sorted(trials.items()))
@@ -555,7 +659,6 @@ def format_status(st: dict) -> list[str]:
             if hi is None or hi <= 1
             else f", {lo if lo == hi else f'{lo}-{hi}'} runs each (seeds trained together as an ensemble)"
         )
-        src = "" if trials is tune.get("trials") else ", live"
         lines.append(f"tune trials ({tune.get('experiment', 'grid')}{src}): {n}{each}: {tr}")
     lr = st.get("lr") or {}
     if "studies" in lr:

@@ -239,3 +239,91 @@ def test_a_folder_that_is_not_a_loopscale_output_is_refused(tmp_path):
     p = subprocess.run(STATUS + [str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "not a loopscale output folder" in p.stderr, p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["notes.txt"]  # nothing was created there
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (a command stopped, e.g. by Ctrl-C)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_stopped_command_says_how_long_it_ran_before_it_stopped(started):
+    """Ctrl-C 12m03s into the grid: the time line says how long the command ran (its start to its last progress),
+    --json has the same numbers; the finished stages of earlier commands count in the total."""
+    import datetime
+
+    pid = _dead_pid()
+    t0 = _record(started, 3600, pid=pid, stage_wall_s_at_start={"tune-lr": 60.0})["started_at"]
+    _progress(
+        started, 3000, stage="grid", pid=pid, finished=True, updated_at=t0 + 723.0,
+        counts={"done": 3, "running": 0, "pending": 13, "failed": 0},
+    )  # fmt: skip
+    (started / "run_meta.json").write_text(
+        json.dumps({"spec_name": "smoke", "stage_wall_s": {"tune-lr": 60.0}})
+    )
+    st = collect_status(started)
+    assert (st["state"], st["stage"], st["command"], st["progress"]) == ("stopped", "sweep", None, None)
+    tm = st["time"]
+    assert "command_s" not in tm and tm["ran_s"] == pytest.approx(723.0)
+    assert tm["started_at"] == pytest.approx(t0) and tm["last_progress_at"] == pytest.approx(t0 + 723.0)
+    assert tm["stopped_at"] == pytest.approx(t0 + 723.0) and tm["total_s"] == pytest.approx(60.0 + 723.0)
+    text = format_status(st)
+    line = next(ln for ln in text if ln.startswith("time:"))
+    since = datetime.datetime.fromtimestamp(t0).strftime("%Y-%m-%d %H:%M:%S")
+    last = datetime.datetime.fromtimestamp(t0 + 723.0)
+    last = last.strftime(
+        "%H:%M:%S" if last.date() == datetime.datetime.fromtimestamp(t0).date() else "%Y-%m-%d %H:%M:%S"
+    )
+    assert line == (
+        f"time: 12m03s before it stopped (started {since}; last progress {last}), "
+        "13m03s with earlier commands' stages"
+    )
+    assert "  stage wall times recorded: tune-lr 1m00s" in text
+    # stopped before any progress display, after a stage it finished (run_meta.json): that stage's time
+    (started / "logs" / "progress.json").unlink()
+    _record(started, 3600, pid=pid)
+    (started / "run_meta.json").write_text(
+        json.dumps({"spec_name": "smoke", "stage_wall_s": {"tune-lr": 300.0}})
+    )
+    st = collect_status(started)
+    assert st["time"]["ran_s"] == pytest.approx(300.0) and st["time"]["last_progress_at"] is None
+    line = next(ln for ln in format_status(st) if ln.startswith("time:"))
+    assert line.startswith("time: 5m00s before it stopped (started ") and "last progress" not in line
+
+
+def test_a_finished_or_running_commands_time_line_is_unchanged(tmp_path, started):
+    """A finished folder with its (ended) command's record prints no stopped time; a running one counts from its
+    start as before."""
+    _lr_folder(tmp_path, table=True)
+    _record(tmp_path, 600, kind="tune-lr", pid=_dead_pid())
+    st = collect_status(tmp_path)
+    assert st["state"] == "finished" and "ran_s" not in st["time"]
+    assert not any(ln.startswith("time:") for ln in format_status(st))
+    _record(started, 100)
+    st = collect_status(started)
+    assert "ran_s" not in st["time"] and "stopped_at" not in st["time"]
+    assert next(ln for ln in format_status(st) if ln.startswith("time:")).startswith("time: 1m4")
+
+
+def test_grid_trial_counts_in_json_are_the_newer_of_the_display_and_tunes_state(started, monkeypatch):
+    from loopscale.sweep import status
+
+    saved = {"experiment": "grid_smoke_000", "trials": {"RUNNING": 2, "PENDING": 6}, "runs": 16,
+             "runs_per_trial": [2, 2], "running_ids": [], "run_ids": [], "updated_at": time.time() - 300}  # fmt: skip
+    monkeypatch.setattr(status, "_tune_state", lambda storage, spec_name: dict(saved))
+    _record(started, 400)
+    live = {"RUNNING": 2, "PENDING": 3, "TERMINATED": 3}
+    _progress(
+        started, 350, stage="grid", counts={"done": 6, "running": 4, "pending": 6, "failed": 0}, trials=live
+    )
+    st = collect_status(started)
+    assert st["tune"]["trials"] == live and st["tune"]["source"] == "progress"
+    assert (st["tune"]["experiment"], st["tune"]["runs_per_trial"]) == ("grid_smoke_000", [2, 2])
+    assert any(
+        ln.startswith("tune trials (grid_smoke_000, live): 8, 2 runs each") for ln in format_status(st)
+    )
+    _record(started, 400, pid=_dead_pid())  # stopped: Tune's saved state, as before
+    st = collect_status(started)
+    assert st["tune"]["trials"] == saved["trials"] and st["tune"]["source"] == "tune"
+    assert any(ln.startswith("tune trials (grid_smoke_000): 8") for ln in format_status(st))
