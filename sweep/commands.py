@@ -135,7 +135,7 @@ def run_sweep(
 
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
-    spec.check_runtime(address)
+    spec.check_runtime(address, num_cpus, num_gpus)
     track = parse_track(track)
     out = Path(out_dir).resolve()
     if spec.lr == "tune" and lr_table is None and cells is None:

@@ -586,7 +586,7 @@ def run_tune_lr(
 
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
-    spec.check_runtime(address)
+    spec.check_runtime(address, num_cpus, num_gpus)
     track = tracking.parse_track(track)
     out = Path(out_dir).resolve()
     tune_dir = out / "tune_lr"

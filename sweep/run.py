@@ -186,7 +186,7 @@ def run_pipeline(
 
     cluster = cluster or ClusterOptions()
     cluster.validate()
-    spec.check_runtime(cluster.address)
+    spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus)
     check_design(spec)
     track = parse_track(track)
     out = Path(out_dir).resolve()

@@ -525,21 +525,46 @@ class SweepSpec(_Strict):
             raise SpecError("the spec defines an empty grid")
         return out
 
-    def check_runtime(self, address: str | None = None) -> None:
+    def check_runtime(
+        self, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
+    ) -> None:
         """Checks that need the machine, run before Ray starts.
 
+        With no cluster ``address`` (and no ``RAY_ADDRESS`` in the environment) trials run on the embedded local
+        Ray, which has ``num_cpus`` CPUs (default: this machine's cores) and ``num_gpus`` GPUs (default: the CUDA
+        devices torch sees): a trial that asks for more could never start (Tune would wait forever). On a cluster
+        more may come (autoscaler), so nothing is checked there.
+
         Raises:
-            SpecError: the corpus would fail every run (:meth:`check_data`); ``resources.gpus`` > 0 with no
-                cluster ``address`` on a machine where ``torch.cuda.is_available()`` is False.
+            SpecError: the corpus would fail every run (:meth:`check_data`); ``resources.gpus`` > 0 on the
+                embedded Ray where ``torch.cuda.is_available()`` is False; ``resources.cpus`` / ``resources.gpus``
+                per trial above what the embedded Ray has.
         """
+        import os
+
         self.check_data()
-        if self.resources.gpus > 0 and address is None:
+        if address is not None or os.environ.get("RAY_ADDRESS"):
+            return
+        cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
+        if self.resources.cpus > cpus:
+            raise SpecError(
+                f"resources.cpus={self.resources.cpus:g} per trial, but the embedded Ray has {cpus} CPUs "
+                f"({'--num-cpus' if num_cpus is not None else 'the cores of this machine'}): no trial could start; "
+                f"set resources.cpus <= {cpus} or pass --address of a larger cluster"
+            )
+        if self.resources.gpus > 0:
             import torch
 
             if not torch.cuda.is_available():
                 raise SpecError(
                     f"resources.gpus={self.resources.gpus} but no GPU is available here "
                     "(torch.cuda.is_available() is False); set resources.gpus: 0 or pass --address of a GPU cluster"
+                )
+            gpus = num_gpus if num_gpus is not None else torch.cuda.device_count()
+            if self.resources.gpus > gpus:
+                raise SpecError(
+                    f"resources.gpus={self.resources.gpus:g} per trial, but the embedded Ray has {gpus} GPUs: no "
+                    f"trial could start; set resources.gpus <= {gpus} or pass --address of a larger cluster"
                 )
 
 

@@ -135,6 +135,37 @@ def test_gpus_where_none_exist_fail_before_ray():
     spec.check_runtime(address="10.0.0.1:6379")  # a cluster may have GPUs: not checked here
 
 
+def test_trial_larger_than_the_embedded_ray_fails_before_ray(monkeypatch, tmp_path):
+    """A trial asking for more CPUs than the embedded Ray has would wait forever in Tune's queue (seen: 64 CPUs on
+    a 2-core machine, 'No trial is running' every minute): refused before Ray starts, by the CLI with exit 2."""
+    import os
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cores = os.cpu_count() or 1
+    big = parse_spec(_bad(lambda d: d.update(resources={"cpus": cores + 1})))
+    with pytest.raises(SpecError, match=rf"resources.cpus={cores + 1} per trial, but the embedded Ray has {cores} CPUs"):
+        big.check_runtime()
+    ok = parse_spec(_bad(lambda d: d.update(resources={"cpus": 2})))
+    ok.check_runtime(num_cpus=2)
+    with pytest.raises(SpecError, match="embedded Ray has 1 CPUs \\(--num-cpus\\)"):
+        ok.check_runtime(num_cpus=1)
+    big.check_runtime(address="10.0.0.1:6379")  # a cluster may grow (autoscaler): not checked
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    big.check_runtime()  # joining the cluster of RAY_ADDRESS: not checked either
+    monkeypatch.delenv("RAY_ADDRESS")
+    spec_file = tmp_path / "big.yaml"
+    spec_file.write_text(yaml.safe_dump(big.model_dump(mode="json")))
+    for cmd in (["sweep"], ["tune-lr"], ["run"]):
+        res = CliRunner().invoke(app, [*cmd, str(spec_file), "--out", str(tmp_path / "o")])
+        assert res.exit_code == 2 and "no trial could start" in res.output, (cmd, res.output)
+    assert not (tmp_path / "o").exists()
+
+
 def test_load_spec_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_spec(tmp_path / "nope.yaml")
