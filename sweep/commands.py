@@ -118,6 +118,7 @@ def run_sweep(
     from loopscale.sweep.grid import (
         error_line,
         errored_run_ids,
+        fit_tuner,
         group_id,
         lost_checkpoint_run_ids,
         no_run_finished,
@@ -202,7 +203,7 @@ def run_sweep(
                     resume_unfinished=True,
                     resume_errored=True,
                 )
-                grid = tuner.fit()
+                grid = fit_tuner(tuner)
                 errors += result_grid_errors(grid)
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
                     raise SweepInterrupted("the sweep was interrupted")
@@ -224,7 +225,7 @@ def run_sweep(
                     quiet=quiet,
                     track=track,
                 )
-                errors += result_grid_errors(plan.build().fit())
+                errors += result_grid_errors(fit_tuner(plan.build()))
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
                     raise SweepInterrupted("the sweep was interrupted")
     path = store.consolidate()

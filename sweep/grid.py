@@ -345,6 +345,29 @@ def plan_grid(
     )
 
 
+def fit_tuner(tuner):
+    """``tuner.fit()`` (a ``ray.tune.Tuner``; returns its ResultGrid), leaving the process's SIGINT and SIGUSR1
+    handlers as they were before.
+
+    Tune installs its own handlers (Ctrl-C ends the run and saves its state) and puts the previous ones back only
+    when a signal arrives; left in place after a normal end, Tune's handler swallowed the next Ctrl-C (``loopscale
+    run`` went on through its fit stage after "Stop signal received ... ending Ray Tune run" and exited 0)."""
+    import signal
+    import threading
+
+    saved = {}
+    if threading.current_thread() is threading.main_thread():  # handlers can only be set there (Tune skips too)
+        for name in ("SIGINT", "SIGUSR1"):
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) is not None:
+                saved[sig] = signal.getsignal(sig)
+    try:
+        return tuner.fit()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def unfinished_trials(experiment_path: str) -> list[str]:
     """Trial ids of the experiment saved at ``experiment_path`` that neither terminated nor errored (read back
     from Tune's saved state: after a SIGINT the in-memory ResultGrid does not show them as unfinished)."""

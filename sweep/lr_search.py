@@ -37,7 +37,7 @@ from loopscale.cluster.storage import is_local_uri, local_path
 from loopscale.cluster.storage import join as uri_join
 from loopscale.sweep import _seams
 from loopscale.sweep.callbacks import _mirror_cls, optuna_storage
-from loopscale.sweep.grid import unfinished_trials
+from loopscale.sweep.grid import fit_tuner, unfinished_trials
 from loopscale.sweep.lr_table import _lr_table_schema, _plot, _smooth
 from loopscale.sweep.workspace import RunWorkspace, event_metrics, tune_checkpoint_from
 
@@ -466,7 +466,7 @@ def _run_study(
             tune_config=plan["tune_config"],
             run_config=plan["run_config"],
         )
-    tuner.fit()
+    fit_tuner(tuner)
     if unfinished_trials(exp_uri):
         raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted")
     # reconcile: a finished trial whose mirror write was lost (driver killed in between) is recorded now
