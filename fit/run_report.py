@@ -339,13 +339,21 @@ def build_report(run_dir: str | Path) -> Path:
     # --- LR
     if lr is not None and len(lr):
         L.append("## Learning rates (stage 1: Optuna TPE through Ray Tune, ASHA pruning)\n")
-        L.append("| size | r | N_unique | best LR | best val loss | smoothed LR | LR used | trials |")
-        L.append("|---|---|---|---|---|---|---|---|")
+        L.append("| size | r | N_unique | best LR | best val loss | smoothed LR | table's LR | LR of the runs | trials |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        unused = 0
         for _, row in lr.sort_values(["size", "r"]).iterrows():
+            trained = _run_lrs(runs, row["size"], row["r"], lr)
+            unused += bool(trained) and any(not math.isclose(x, float(row["lr"]), rel_tol=1e-9) for x in trained)
             L.append(
                 f"| {row['size']} | {row['r']} | {_fmt(row.get('N_unique'))} | {_fmt(row.get('lr_best'))} | "
                 f"{_fmt(row.get('best_val_loss'))} | {_fmt(row.get('lr_smoothed'))} | {_fmt(row.get('lr'))} | "
-                f"{_fmt(row.get('n_trials'))} |"
+                f"{', '.join(_fmt(x) for x in trained) or '–'} | {_fmt(row.get('n_trials'))} |"
+            )
+        if unused:
+            L.append(
+                f"\n**The runs did not use this table** at {unused} of {len(lr)} (size, r): they were trained at the "
+                "LR of the last column (a spec with a fixed LR, or a table tuned after the sweep)."
             )
         pngs = sorted((d / "tune_lr").glob("loss_vs_lr_size*.png")) if (d / "tune_lr").exists() else []
         for p in pngs:
@@ -525,6 +533,17 @@ def build_report(run_dir: str | Path) -> Path:
     out = d / "report.md"
     write_text_atomic(str(out), "\n".join(L) + "\n")
     return out
+
+
+def _run_lrs(runs: pd.DataFrame, size, r, table: pd.DataFrame) -> list[float]:
+    """The distinct LRs the runs of ``runs`` at ``size`` were trained with, at ``r`` when the LR ``table`` has rows
+    per r (``tune.tune_per_r``), else at every r of that size (a size's one LR applies to all r)."""
+    if "lr" not in runs.columns or "size" not in runs.columns:
+        return []
+    sel = runs["size"] == size
+    if "r" in runs.columns and (table["size"] == size).sum() > 1:
+        sel &= runs["r"] == r
+    return sorted({float(x) for x in runs.loc[sel, "lr"].dropna()})
 
 
 def report_cmd(

@@ -592,6 +592,12 @@ def run_tune_lr(
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
     mark_started(out, "tune-lr")  # `loopscale status`: running from here on, before Ray starts
+    if spec.lr != "tune":  # tuning still answers "which LR?", but nothing downstream will read this table
+        console.current().say(
+            f"note: the spec fixes the LR (lr: {', '.join(f'{k}: {v}' for k, v in spec.lr.items())}); "
+            "`loopscale sweep` and `run` of it will not use this LR table (set `lr: tune` for that)",
+            err=True,
+        )
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")
     rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
     todo = [(s, r) for s in spec.all_sizes() for r in rs]

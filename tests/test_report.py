@@ -68,3 +68,23 @@ def test_phi_identified_reads_the_variant_record():
     assert phi_identified({}) and phi_identified({"identification": {}})
     assert phi_identified({"identification": {"identified": True}})
     assert not phi_identified({"identification": {"identified": False}})
+
+
+def test_lr_section_shows_the_runs_lr_and_says_when_the_table_was_not_used(tmp_path):
+    """The LR table of a folder is not always what the runs used (a fixed-LR spec, a tune-lr run afterwards): the
+    section shows the runs' own LR next to the table's and says when they differ (it called the table 'LR used')."""
+    import pandas as pd
+
+    text = _section(_report(tmp_path, None), "## Learning rates")
+    assert "| table's LR | LR of the runs |" in text and "did not use this table" not in text
+    assert "| 16 | 4 |" in text and text.count("0.01599") >= 2  # the table's LR and the runs' (size 16)
+    runs_path = tmp_path / "run" / "runs.parquet"
+    runs = pd.read_parquet(runs_path)
+    runs["lr"] = 0.01  # e.g. a spec with lr: {fixed: 0.01} trained in a folder where tune-lr had run
+    runs.to_parquet(runs_path)
+    from loopscale.fit.run_report import build_report
+
+    text = _section(build_report(tmp_path / "run").read_text(encoding="utf-8"), "## Learning rates")
+    assert "**The runs did not use this table** at 12 of 12 (size, r)" in text
+    row16 = next(line for line in text.splitlines() if line.startswith("| 16 | 4 |"))
+    assert row16.split("|")[8].strip() == "0.01"

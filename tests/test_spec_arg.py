@@ -111,3 +111,24 @@ def test_run_and_design_accept_a_preset_name_as_spec(tmp_path, monkeypatch):
     assert '"runs": 16' in res.stdout
     res = CliRunner().invoke(app, ["run", "smoke", "--preset", "cpu", "--dry-run"])
     assert res.exit_code == 2 and "not both" in res.output
+
+
+def test_tune_lr_on_a_fixed_lr_spec_says_its_table_will_not_be_used(tmp_path, monkeypatch, capsys):
+    import loopscale.cluster.connect as connect
+    from loopscale.sweep.lr_search import run_tune_lr
+
+    class Stop(Exception):
+        pass
+
+    def no_ray(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)
+    with pytest.raises(Stop):
+        run_tune_lr(preset_spec("smoke"), tmp_path / "o")  # smoke: lr: {fixed: 0.01}
+    err = capsys.readouterr().err
+    assert "note: the spec fixes the LR (lr: fixed: 0.01)" in err and "will not use this LR table" in err
+    tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
+    with pytest.raises(Stop):
+        run_tune_lr(tuned, tmp_path / "p")
+    assert "fixes the LR" not in capsys.readouterr().err
