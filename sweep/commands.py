@@ -128,7 +128,7 @@ def run_sweep(
         unfinished_trials,
     )
     from loopscale.sweep.lr_table import read_lr_table
-    from loopscale.sweep.spec import load_spec
+    from loopscale.sweep.spec import check_folder_spec, load_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
     from loopscale.sweep.tracking import parse_track
@@ -139,6 +139,7 @@ def run_sweep(
     spec.check_runtime(address, num_cpus, num_gpus)
     track = parse_track(track)
     out = Path(out_dir).resolve()
+    check_folder_spec(out, spec)  # before the LR table of the folder is read
     if spec.lr == "tune" and lr_table is None and cells is None:
         lr_table = read_lr_table(out / "lr_table.parquet")
     if cells is None:
@@ -151,6 +152,7 @@ def run_sweep(
         console.current().say(f"--resume: nothing to resume in {out} (no earlier sweep there); starting a new one",
                               err=True)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
+    record_folder_spec(out, spec)  # refuses another spec's folder (runs.parquet would mix two grids)
     mark_started(out, "sweep")  # `loopscale status`: running from here on, before Ray starts
     ids = {c.run_id for c in cells}
     if force:
@@ -274,13 +276,13 @@ def _run_stage(
     from loopscale.cluster.options import usable_out_dir
     from loopscale.sweep import console, tracking
     from loopscale.sweep.presets import resolve_spec
-    from loopscale.sweep.run import check_same_spec
+    from loopscale.sweep.spec import check_folder_spec
 
     spec, name = resolve_spec(spec_path, preset)
     spec = _with_storage(spec, storage)
     out = out if out is not None else Path("runs") / name
     usable_out_dir(out)
-    check_same_spec(out, spec)
+    check_folder_spec(out, spec)
     targets = tracking.parse_track(track)
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
         res = stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)

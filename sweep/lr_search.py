@@ -580,7 +580,7 @@ def run_tune_lr(
     from loopscale.cluster.connect import ray_session
     from loopscale.cluster.storage import absolute_uri, read_json_or_aside, write_text_atomic
     from loopscale.sweep import console, tracking
-    from loopscale.sweep.spec import load_spec
+    from loopscale.sweep.spec import check_folder_spec, load_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import to_table, write_table_atomic
 
@@ -589,8 +589,10 @@ def run_tune_lr(
     spec.check_runtime(address, num_cpus, num_gpus)
     track = tracking.parse_track(track)
     out = Path(out_dir).resolve()
+    check_folder_spec(out, spec)
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
+    record_folder_spec(out, spec)  # `sweep` and `run` of another spec will not read this folder's LR table
     mark_started(out, "tune-lr")  # `loopscale status`: running from here on, before Ray starts
     if spec.lr != "tune":  # tuning still answers "which LR?", but nothing downstream will read this table
         console.current().say(
@@ -613,7 +615,8 @@ def run_tune_lr(
         values = set(spec.tune.lr_values or [])
         per_study = len(values) if values and spec.tune.num_samples >= len(values) else spec.tune.num_samples
         console.start_view(console.LRView(console.current(), names, per_study))
-        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir), console.ending_view():
+        # ending_view first: a Ray that fails to start must not leave the LR display open
+        with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             for s, r in pending:
                 plan = _run_study(spec, s, r, tune_dir, storage_path, resume, track)
                 info = {

@@ -42,26 +42,6 @@ GPU_PEAK_FLOPS = 989e12
 ASSUMED_MFU = 0.40
 
 
-def check_same_spec(out: Path, spec) -> None:
-    """Refuse to add runs of ``spec`` to a folder whose ``spec.yaml`` (written by ``loopscale run``) is another
-    spec: runs.parquet would mix two grids. Where Tune state lives (``storage_path``) may differ.
-
-    Raises:
-        ValueError: ``out/spec.yaml`` exists, is not empty and differs from ``spec``; nothing is changed.
-    """
-    from loopscale.sweep.spec import spec_to_yaml
-
-    spec_file = Path(out) / "spec.yaml"
-    if not spec_file.is_file():
-        return
-    old = spec_file.read_text(encoding="utf-8")
-    if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})):
-        raise ValueError(
-            f"{Path(out).resolve()} holds a run of a different spec ({spec_file}); use another --out directory "
-            "(nothing there was changed)"
-        )
-
-
 def plan(spec) -> dict:
     """What a spec will cost, without running anything: runs, training FLOPs, tokens, LR-tuning trials and an
     estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
@@ -173,14 +153,14 @@ def run_pipeline(
         loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.lr_search.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
-    from loopscale.cluster.storage import move_aside, read_json_or_aside, write_text_atomic
+    from loopscale.cluster.storage import read_json_or_aside, write_text_atomic
     from loopscale.fit.analysis import analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep import console
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.lr_table import lr_table_present
-    from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.spec import record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.tracking import parse_track
 
@@ -191,13 +171,7 @@ def run_pipeline(
     track = parse_track(track)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    spec_file = out / "spec.yaml"
-    # where Tune state lives (--storage) may change between reruns; what is trained may not
-    text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
-    if spec_file.exists() and not spec_file.read_text(encoding="utf-8").strip():
-        move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
-    check_same_spec(out, spec)
-    write_text_atomic(str(spec_file), text)
+    record_folder_spec(out, spec)  # refuses another spec's folder; --storage may change between reruns
     mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
     meta_path = out / "run_meta.json"
     meta = read_json_or_aside(str(meta_path)) or {}

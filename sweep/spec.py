@@ -735,3 +735,42 @@ def spec_to_yaml(spec: SweepSpec) -> str:
 
     data = spec.model_dump(mode="python", exclude_defaults=True)
     return yaml.safe_dump(data, sort_keys=False)
+
+
+FOLDER_SPEC = "spec.yaml"
+"""The spec of an output folder, written by ``loopscale run``, ``sweep`` and ``tune-lr`` (:func:`record_folder_spec`)."""
+
+
+def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
+    """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
+    grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
+    (``storage_path``) may differ. A missing or empty (torn) ``spec.yaml`` passes.
+
+    Raises:
+        ValueError: ``out/spec.yaml`` differs from ``spec``; nothing is changed.
+    """
+    spec_file = Path(out) / FOLDER_SPEC
+    if not spec_file.is_file():
+        return
+    old = spec_file.read_text(encoding="utf-8")
+    if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})):
+        raise ValueError(
+            f"{Path(out).resolve()} holds a run of a different spec ({spec_file}); use another --out directory "
+            "(nothing there was changed)"
+        )
+
+
+def record_folder_spec(out: str | Path, spec: SweepSpec) -> None:
+    """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a 0-byte one left
+    by a crash is moved aside first. ``out`` must exist.
+
+    Raises:
+        ValueError: ``out`` holds another spec's results.
+    """
+    from loopscale.cluster.storage import move_aside, write_text_atomic
+
+    spec_file = Path(out) / FOLDER_SPEC
+    if spec_file.is_file() and not spec_file.read_text(encoding="utf-8").strip():
+        move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
+    check_folder_spec(out, spec)
+    write_text_atomic(str(spec_file), spec_to_yaml(spec.model_copy(update={"storage_path": None})))

@@ -4,7 +4,8 @@ Sources (nothing is trained, started or changed; files are only read):
 
 * ``OUT/logs/command.json`` (:func:`mark_started`): written by ``loopscale run``, ``sweep`` and ``tune-lr`` when they
   start, before Ray starts: the command line, its kind (run | sweep | tune-lr), pid, host and start time;
-* ``OUT/spec.yaml`` (written by ``loopscale run``): the planned cells, hence the number of runs;
+* ``OUT/spec.yaml`` (written by ``loopscale run``, ``sweep`` and ``tune-lr``; not by older versions' ``sweep``):
+  the planned cells, hence the number of runs;
 * ``OUT/runs.parquet`` and ``OUT/parts/runs/*.parquet`` (:mod:`loopscale.sweep.store`): one record per finished or
   failed run, the newest ``finished_at`` per run id;
 * ``OUT/logs/progress.json`` (:mod:`loopscale.sweep.console`): the stage a progress display shows, its counts (of
@@ -14,8 +15,8 @@ Sources (nothing is trained, started or changed; files are only read):
 * ``OUT/run_meta.json`` (stage wall times), ``OUT/lr_table.parquet`` and ``OUT/tune_lr/`` (LR tuning),
   ``OUT/fit/analysis.json`` (the fit headline, as ``loopscale run`` prints it).
 
-Kind of folder: ``run`` (it has ``spec.yaml``), ``sweep`` (run records or grid experiments, no spec), ``tune-lr``
-(``tune_lr/`` or ``lr_table.parquet`` only). A folder with none of these files (nor logs of a command) is not a
+Kind of folder: ``run`` (``run_meta.json``, or the record of a ``run`` command), ``sweep`` (run records or grid
+experiments), ``tune-lr`` (``tune_lr/`` or ``lr_table.parquet`` only). A folder with none of these files (nor logs of a command) is not a
 loopscale output: :class:`NotAnOutput` (``loopscale status`` exits 2).
 
 States: ``running`` while a command works in OUT: the pid of ``command.json`` is alive on this host (from the
@@ -447,9 +448,10 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     tune_info = _tune_state(store, name)
     if name is None and tune_info:
         name = tune_info["experiment"][len("grid_") :].rsplit("_", 1)[0]
-    # the kind of folder: run (spec.yaml), sweep (records or a grid experiment), tune-lr (LR tuning only)
+    # the kind of folder: run (run_meta.json, or a `run` command's record), sweep (records or a grid experiment),
+    # tune-lr (LR tuning only); every kind has a spec.yaml
     live_kind = (cmd or {}).get("kind") or {"grid": "sweep"}.get((progress or {}).get("stage"))
-    if (out / "spec.yaml").is_file():
+    if (out / "run_meta.json").is_file() or (record or {}).get("kind") == "run":
         kind = "run"
     elif recs or tune_info or live_kind == "sweep":
         kind = "sweep"

@@ -132,3 +132,37 @@ def test_tune_lr_on_a_fixed_lr_spec_says_its_table_will_not_be_used(tmp_path, mo
     with pytest.raises(Stop):
         run_tune_lr(tuned, tmp_path / "p")
     assert "fixes the LR" not in capsys.readouterr().err
+
+
+def test_sweep_and_tune_lr_folders_record_their_spec_and_refuse_another(tmp_path, monkeypatch):
+    """`sweep` and `tune-lr` record the folder's spec as `run` does: a sweep of another spec into a sweep or tune-lr
+    folder is refused before anything is written (it had mixed two grids in one runs.parquet, or trained with an LR
+    table tuned for another spec), and `loopscale status` names the spec of a tune-lr folder."""
+    import loopscale.cluster.connect as connect
+    from loopscale.sweep.commands import run_sweep
+    from loopscale.sweep.lr_search import run_tune_lr
+    from loopscale.sweep.status import collect_status
+
+    class Stop(Exception):
+        pass
+
+    def no_ray(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)
+    tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
+    out = tmp_path / "o"
+    with pytest.raises(Stop):
+        run_tune_lr(tuned, out)
+    assert (out / "spec.yaml").read_text() == spec_to_yaml(tuned)
+    st = collect_status(out)
+    assert st["spec"] == "smoke" and st["kind"] == "tune-lr"
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    other = tuned.model_copy(update={"sizes": [16]})
+    for call in (lambda: run_sweep(other, out), lambda: run_tune_lr(other, out)):
+        with pytest.raises(ValueError, match="holds a run of a different spec"):
+            call()
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    # the same spec with its Tune state elsewhere is the same folder's spec
+    with pytest.raises(Stop):
+        run_tune_lr(tuned.model_copy(update={"storage_path": str(tmp_path / "state")}), out)
