@@ -278,6 +278,7 @@ def _run_stage(
     from loopscale.sweep.presets import resolve_spec
     from loopscale.sweep.spec import check_folder_spec
 
+    ray.validate()  # --address with --num-cpus, a relative --ray-temp-dir: said before anything is written
     spec, name = resolve_spec(spec_path, preset)
     spec = _with_storage(spec, storage)
     out = out if out is not None else Path("runs") / name
@@ -326,7 +327,6 @@ def sweep_cmd(
         "grid",
         resume=resume,
         force=force,
-        quiet=as_json,
     )
     import pyarrow.parquet as pq
 

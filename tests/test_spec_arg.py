@@ -166,3 +166,12 @@ def test_sweep_and_tune_lr_folders_record_their_spec_and_refuse_another(tmp_path
     # the same spec with its Tune state elsewhere is the same folder's spec
     with pytest.raises(Stop):
         run_tune_lr(tuned.model_copy(update={"storage_path": str(tmp_path / "state")}), out)
+
+
+def test_ray_option_errors_come_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for cmd in ("sweep", "tune-lr"):
+        for extra in (["--num-cpus", "1", "--address", "auto"], ["--ray-temp-dir", "rel/tmp"]):
+            res = CliRunner().invoke(app, [cmd, "smoke", "--out", "o", *extra])
+            assert res.exit_code == 2 and "error:" in res.output, (cmd, extra, res.output)
+    assert not (tmp_path / "o").exists()

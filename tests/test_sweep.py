@@ -308,3 +308,25 @@ def test_resume_of_nothing_says_so(tmp_path, capsys):
     with pytest.raises(NoRunFinished):  # the folder now holds the earlier (empty) sweep's files
         run_sweep(preset_spec("smoke"), tmp_path / "empty", cells=[], resume=True, quiet=True)
     assert "nothing to resume" not in capsys.readouterr().err
+
+
+def test_sweep_json_keeps_progress_on_stderr_and_progress_file(ray_local, tmp_path, capfd):
+    """`sweep --json`: stdout is the JSON summary only; the grid display's lines go to stderr as the README says,
+    and progress.json is written for `loopscale status` (the display was switched off with --json)."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(r=[1, 2], sizes=[16], tokens=[2048])
+    spec_file = tmp_path / "two.yaml"
+    spec_file.write_text(yaml.safe_dump(d))
+    out = tmp_path / "o"
+    res = CliRunner().invoke(_cli(), ["sweep", str(spec_file), "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout.strip())["status"] == {"ok": 2}
+    err = capfd.readouterr().err
+    assert "grid: 2 runs done, 0 failed, 0 unfinished" in err, err
+    progress = json.loads((out / "logs" / "progress.json").read_text())
+    assert progress["stage"] == "grid" and progress["finished"] and progress["counts"]["done"] == 2
