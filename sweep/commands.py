@@ -208,6 +208,7 @@ def run_sweep(
                 grid = fit_tuner(tuner)
                 errors += result_grid_errors(grid)
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
+                    store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
                     raise SweepInterrupted("the sweep was interrupted")
                 done = store.completed_ids()
                 # errored past their retries: not run again, except trials Tune could not restore (their
@@ -229,6 +230,7 @@ def run_sweep(
                 )
                 errors += result_grid_errors(fit_tuner(plan.build()))
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
+                    store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
                     raise SweepInterrupted("the sweep was interrupted")
     path = store.consolidate()
     rows = [r for r in store.runs().to_pylist() if r["run_id"] in ids]
