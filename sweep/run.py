@@ -34,8 +34,15 @@ from loopscale.cluster.options import (
 from loopscale.sweep.commands import TrackOpt, VerboseOpt
 from loopscale.sweep.presets import PRESET_HELP, SPEC_HELP, resolve_spec
 
-#: fit settings per preset: (bootstrap resamples B, multi-starts per fit). The paper: B = 200, 500 starts.
 FIT_DEFAULTS = {"smoke": (100, 100), "cpu": (200, 500), "paper": (200, 500)}
+"""Fit defaults (bootstrap resamples B, multi-starts per fit) by the spec's ``name`` (its content, not the file
+name: a copy of configs/smoke.yaml fits like the smoke preset); any other name: the paper's (200, 500)."""
+
+def fit_defaults(spec) -> tuple[int, int]:
+    """(B, starts) of ``loopscale run``'s fit stage for ``spec`` when ``--bootstrap`` / ``--starts`` are not given
+    (:data:`FIT_DEFAULTS` by ``spec.name``)."""
+    return FIT_DEFAULTS.get(spec.name, FIT_DEFAULTS["paper"])
+
 
 #: assumed sustained throughput for --dry-run GPU-hour estimates: 40 % MFU of an H100's dense bf16 peak.
 GPU_PEAK_FLOPS = 989e12
@@ -313,9 +320,11 @@ def run_cmd(
         False, "--dry-run", help="Print the plan (runs, FLOPs, GPU-hours, epochs over the corpus) and exit."
     ),
     bootstrap: int | None = typer.Option(
-        None, "--bootstrap", min=0, help="Bootstrap resamples (paper: 200)."
+        None, "--bootstrap", min=0, help="Bootstrap resamples (default 200, the paper's; 100 for the smoke spec)."
     ),
-    starts: int | None = typer.Option(None, "--starts", min=1, help="Multi-starts per fit (paper: 500)."),
+    starts: int | None = typer.Option(
+        None, "--starts", min=1, help="Multi-starts per fit (default 500, the paper's; 100 for the smoke spec)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the fits and the bootstrap."),
     address: AddressOpt = None,
     num_cpus: NumCpusOpt = None,
@@ -359,7 +368,7 @@ def run_cmd(
         if p["refused"]:
             raise ValueError(f"run would refuse this spec: {p['refused']}")
         return
-    b_def, s_def = FIT_DEFAULTS.get(name, FIT_DEFAULTS["cpu"])
+    b_def, s_def = fit_defaults(spec)
     out_dir = out or Path("runs") / name
     fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:

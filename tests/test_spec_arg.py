@@ -175,3 +175,15 @@ def test_ray_option_errors_come_before_anything_is_written(tmp_path, monkeypatch
             res = CliRunner().invoke(app, [cmd, "smoke", "--out", "o", *extra])
             assert res.exit_code == 2 and "error:" in res.output, (cmd, extra, res.output)
     assert not (tmp_path / "o").exists()
+
+
+def test_fit_defaults_follow_the_spec_not_its_file_name(tmp_path):
+    """A copy of configs/smoke.yaml under another file name fitted with 500 starts instead of the smoke spec's 100."""
+    from loopscale.sweep.run import fit_defaults
+
+    copy = tmp_path / "smokecopy.yaml"
+    copy.write_text((ROOT / "configs" / "smoke.yaml").read_text())
+    spec, name = resolve_spec(str(copy), None)
+    assert name == "smokecopy" and fit_defaults(spec) == fit_defaults(preset_spec("smoke")) == (100, 100)
+    assert fit_defaults(preset_spec("cpu")) == (200, 500)
+    assert fit_defaults(preset_spec("smoke").model_copy(update={"name": "mine"})) == (200, 500)  # the paper's
