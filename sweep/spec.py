@@ -194,6 +194,32 @@ class SweepSpec(_Strict):
             return [{"name": x} if isinstance(x, str) else x for x in v]
         return v
 
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_plain_word(cls, v: str) -> str:
+        # it names Tune experiments (grid_<name>_NNN), Optuna studies and run folders: no paths, no spaces
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", v):
+            raise ValueError(
+                f"must be 1-100 letters, digits, '_', '-' or '.' starting with a letter or digit (it names Tune "
+                f"experiments and Optuna studies), got {v!r}"
+            )
+        return v
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_known(cls, v: str) -> str:
+        from loopscale.model.data import parse_tokenizer
+
+        parse_tokenizer(v)  # ValueError naming the accepted forms
+        return v
+
+    @field_validator("lr", mode="before")
+    @classmethod
+    def _lr_form(cls, v: Any) -> Any:
+        if isinstance(v, str) and v != "tune":
+            raise ValueError(f"must be 'tune', {{fixed: LR}} or {{table: ...}}, got {v!r}")
+        return v
+
     @field_validator("storage_path")
     @classmethod
     def _storage_absolute(cls, v: str | None) -> str | None:

@@ -111,6 +111,11 @@ def _bad(mutate):
         (lambda d: d.update(variants=["loopy"]), "variants"),
         (lambda d: d.update(sizes=[20]), "size"),
         (lambda d: d["tune"].update(lr_min=1.0, lr_max=0.1), "tune.lr_min"),
+        # a name that is a path: it trained all runs, then failed naming the Tune experiment (compute lost)
+        (lambda d: d.update(name="../../evil"), "name: must be 1-100 letters"),
+        (lambda d: d.update(name="my run"), "name: must be"),
+        (lambda d: d.update(tokenizer="bpe:10"), "tokenizer: tokenizer 'bpe:<vocab_size>' needs 260 <= vocab_size"),
+        (lambda d: d.update(lr="tuen"), "lr: must be 'tune', {fixed: LR} or {table: ...}, got 'tuen'"),
     ],
 )
 def test_bad_specs_name_the_key(mutate, key):
