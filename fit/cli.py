@@ -99,6 +99,11 @@ def fit_cmd(
         ray_temp_dir=ray_temp_dir,
     )
     opts.validate()
+    if check_identified and not (law == "joint" and phi is None):
+        raise ValueError(
+            "--identify applies to the joint law with phi free (it decides whether the data identify phi); drop "
+            + ("--phi" if phi is not None else f"--law {law}")
+        )
     if out is not None:
         from loopscale.cluster.options import usable_out_dir
 

@@ -346,7 +346,8 @@ def sweep_cmd(
         json.dump(summary, sys.stdout)
         sys.stdout.write("\n")
     else:
-        typer.echo(f"{len(t)} runs ({status}) -> {path} in {summary['wall_s']} s")
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(status.items()))
+        typer.echo(f"{len(t)} runs ({counts}) -> {path} in {summary['wall_s']} s")
 
 
 def tune_lr_cmd(

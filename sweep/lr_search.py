@@ -546,6 +546,17 @@ def edge_of_tried(study, lr: float | None) -> str | None:
     return "highest" if lr >= tried[-1] else ("lowest" if lr <= tried[0] else None)
 
 
+def edge_advice(edge: str, lr: float, tune) -> str:
+    """What would tell whether the best LR lies beyond the ``edge`` ('highest' / 'lowest') of the LRs tried, given
+    the spec's ``tune`` section: extend ``lr_values``, widen ``lr_min`` / ``lr_max`` when ``lr`` is within a factor
+    1.5 of that bound, else sample more (``num_samples``: the range goes further than the LRs tried)."""
+    if tune.lr_values:
+        return f"add {'larger' if edge == 'highest' else 'smaller'} values to tune.lr_values"
+    key, bound = ("lr_max", tune.lr_max) if edge == "highest" else ("lr_min", tune.lr_min)
+    near = lr >= bound / 1.5 if edge == "highest" else lr <= bound * 1.5
+    return f"widen tune.{key} ({bound:g})" if near else f"raise tune.num_samples (tune.{key} is {bound:g})"
+
+
 def run_tune_lr(
     spec,
     out_dir: str | Path,
@@ -639,7 +650,7 @@ def run_tune_lr(
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
         if edge := edge_of_tried(study, lr):
-            at_edge.append(f"size {s}, r {r}: {lr:.3g}, the {edge} of {n} tried")
+            at_edge.append(f"size {s}, r {r}: {lr:.3g}, the {edge} of {n} tried: {edge_advice(edge, lr, spec.tune)}")
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
         for rr in targets:
             rows.append(
@@ -662,8 +673,7 @@ def run_tune_lr(
             )
     if at_edge:
         console.current().say(
-            "tune-lr: best LR at the edge of the LRs tried (the best may lie beyond them; widen tune.lr_min / "
-            "tune.lr_max or raise tune.num_samples): " + "; ".join(at_edge),
+            "tune-lr: best LR at the edge of the LRs tried (the best may lie beyond them): " + "; ".join(at_edge),
             err=True,
         )
     _smooth(rows)

@@ -172,6 +172,11 @@ def test_fit_says_whether_phi_is_identified_and_takes_a_run_folder(tmp_path, mon
         assert "identification" not in json.loads(res.stdout), extra
     res = CliRunner().invoke(app, ["fit", str(tmp_path)])
     assert res.exit_code == 2 and "is a folder without runs.parquet" in res.output
+    # --identify where there is no phi to identify: said, not silently ignored
+    for extra, flag in ((["--phi", "0.5"], "drop --phi"), (["--law", "chinchilla", "--r", "4"], "drop --law chinchilla")):
+        res = CliRunner().invoke(app, ["fit", str(run_dir), "--identify", *extra])
+        assert res.exit_code == 2 and "--identify applies to the joint law with phi free" in res.output, res.output
+        assert flag in res.output
 
 
 def test_fit_and_model_errors_name_the_flags():

@@ -72,6 +72,8 @@ def test_staged_commands_default_to_the_run_folder(tmp_path, monkeypatch):
                  ["sweep", "smoke", "--out", "elsewhere"]):  # fmt: skip
         res = CliRunner().invoke(app, argv)
         assert res.exit_code == 0, (argv, res.output)
+        if argv[0] == "sweep":
+            assert "1 runs (ok 1) -> " in res.output, res.output  # counts, not a Python dict
     assert calls == [
         ("tune-lr", "smoke", Path("runs/smoke")),
         ("sweep", "smoke", Path("runs/smoke")),

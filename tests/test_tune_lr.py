@@ -13,7 +13,7 @@ import pytest
 from loopscale.sweep._seams import COUNT_ENV, trained_counts
 from loopscale.sweep.lr_search import PersistentASHA, run_tune_lr
 from loopscale.sweep.lr_table import _smooth, read_lr_table
-from loopscale.sweep.presets import PRESETS
+from loopscale.sweep.presets import PRESETS, preset_spec
 from loopscale.sweep.spec import parse_spec
 
 
@@ -157,3 +157,16 @@ def test_edge_of_tried_names_a_best_lr_at_either_end():
     for lr in (1e-3, 1e-2):
         two.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=1.0))
     assert edge_of_tried(two, 1e-2) is None  # two LRs: every choice is an end, nothing to say
+
+
+def test_edge_advice_names_the_setting_that_would_tell():
+    """The hint said 'widen tune.lr_min / tune.lr_max' for a best LR of 0.0212 far inside [0.001, 0.1]."""
+    from loopscale.sweep.lr_search import edge_advice
+
+    tune = preset_spec("smoke").tune  # lr_min 1e-3, lr_max 1e-1
+    assert edge_advice("highest", 0.0212, tune) == "raise tune.num_samples (tune.lr_max is 0.1)"
+    assert edge_advice("highest", 0.08, tune) == "widen tune.lr_max (0.1)"
+    assert edge_advice("lowest", 0.0012, tune) == "widen tune.lr_min (0.001)"
+    assert edge_advice("lowest", 0.01, tune) == "raise tune.num_samples (tune.lr_min is 0.001)"
+    listed = tune.model_copy(update={"lr_values": [0.01, 0.02, 0.04]})
+    assert edge_advice("highest", 0.04, listed) == "add larger values to tune.lr_values"
