@@ -175,12 +175,8 @@ def run_sweep(
     pending = [c for c in cells if c.run_id not in done]
     errors: list[str] = []
     if pending:
-        import os
 
         from ray import tune
-
-        # frequent small checkpoints are expected here; Tune's "snapshotting may become a bottleneck" warning is noise
-        os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
         from loopscale.cluster.connect import ray_session
 

@@ -347,14 +347,18 @@ def plan_grid(
 
 def fit_tuner(tuner):
     """``tuner.fit()`` (a ``ray.tune.Tuner``; returns its ResultGrid), leaving the process's SIGINT and SIGUSR1
-    handlers as they were before.
+    handlers as they were before, without Tune's warning about frequent experiment-state snapshots.
 
     Tune installs its own handlers (Ctrl-C ends the run and saves its state) and puts the previous ones back only
     when a signal arrives; left in place after a normal end, Tune's handler swallowed the next Ctrl-C (``loopscale
     run`` went on through its fit stage after "Stop signal received ... ending Ray Tune run" and exited 0)."""
+    import os
     import signal
     import threading
 
+    # frequent small checkpoints (grid trials, ASHA's LR trials) are expected here: Tune's "snapshotting has been
+    # triggered multiple times ... may become a bottleneck" warning is noise
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     saved = {}
     if threading.current_thread() is threading.main_thread():  # handlers can only be set there (Tune skips too)
         for name in ("SIGINT", "SIGUSR1"):
