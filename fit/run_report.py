@@ -277,8 +277,11 @@ def build_report(run_dir: str | Path) -> Path:
 
     Raises:
         FileNotFoundError: ``runs.parquet`` or ``fit/analysis.json`` missing (run the sweep / fit stages first).
+        ValueError: ``run_dir`` is a file.
     """
     d = Path(run_dir)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"{d} is a file: give the output folder of `loopscale run` (or `sweep`)")
     runs = _read_parquet(d / "runs.parquet")
     if runs is None:
         raise FileNotFoundError(
@@ -289,8 +292,11 @@ def build_report(run_dir: str | Path) -> Path:
     ana_path = d / "fit" / "analysis.json"
     ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing
     if ana is None:
+        spec = d / "spec.yaml"
         raise FileNotFoundError(
-            f"{ana_path} not found: run the fit stage (`loopscale run ... --resume`) first"
+            f"{ana_path} not found: the report is built from the fit stage of `loopscale run`; run it on this "
+            f"folder: `loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` (the runs there are "
+            "not trained again: only the fit stage and the report run)"
         )
     meta = read_json_or_aside(str(d / "run_meta.json")) or {}
     lr = _read_parquet(d / "lr_table.parquet")

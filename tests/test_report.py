@@ -88,3 +88,19 @@ def test_lr_section_shows_the_runs_lr_and_says_when_the_table_was_not_used(tmp_p
     assert "**The runs did not use this table** at 12 of 12 (size, r)" in text
     row16 = next(line for line in text.splitlines() if line.startswith("| 16 | 4 |"))
     assert row16.split("|")[8].strip() == "0.01"
+
+
+def test_report_of_a_sweep_folder_or_a_file_says_what_to_run(tmp_path):
+    """A folder of `loopscale sweep` has runs but no fit of `loopscale run`: the error gives the command that fits it
+    (with the folder's own spec.yaml); a file given as the folder is said to be one."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    shutil.rmtree(run / "fit")
+    res = CliRunner().invoke(app, ["report", str(run)])
+    assert res.exit_code == 2 and f"loopscale run {run / 'spec.yaml'} --out {run} --resume" in res.output, res.output
+    res = CliRunner().invoke(app, ["report", str(run / "spec.yaml")])
+    assert res.exit_code == 2 and "is a file: give the output folder" in res.output, res.output
