@@ -509,7 +509,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         stage = "sweep"
     elif not recs and cells is None:
         stage = "sweep" if alive and kind == "sweep" else "none"
-    elif spec is None and not meta:  # a `loopscale sweep` folder: its work ends with the runs
+    elif kind == "sweep":  # a `loopscale sweep` folder: its work ends with the runs
         stage = "done"
     elif ana is None:
         stage = "fit"

@@ -139,14 +139,20 @@ def test_tensorboard_events_are_under_out_and_readable(tracked_smoke):
 
 
 def test_status_of_a_sweep_folder_reads_tunes_experiment(tracked_smoke):
-    """A `sweep` folder has no spec.yaml: status takes the spec name and the runs from Tune's experiment."""
+    """A finished `sweep` folder is finished (its work ends with the runs), with or without its spec.yaml (older
+    versions wrote none: then the spec name and the runs come from Tune's experiment)."""
     from loopscale.sweep.status import collect_status
 
     out, cells = tracked_smoke
-    st = collect_status(out)
-    assert (st["spec"], st["state"], st["stage"]) == ("smoke", "finished", "done")
-    assert st["runs"]["total"] == st["runs"]["ok"] == len(cells)
-    assert st["tune"]["experiment"].startswith("grid_smoke_") and st["tune"]["trials"] == {"TERMINATED": 16}
+    assert (out / "spec.yaml").is_file()
+    for with_spec in (True, False):
+        if not with_spec:
+            (out / "spec.yaml").rename(out / "spec.yaml.kept")
+        st = collect_status(out)
+        assert (st["kind"], st["spec"], st["state"], st["stage"]) == ("sweep", "smoke", "finished", "done")
+        assert st["runs"]["total"] == st["runs"]["ok"] == len(cells)
+        assert st["tune"]["experiment"].startswith("grid_smoke_") and st["tune"]["trials"] == {"TERMINATED": 16}
+    (out / "spec.yaml.kept").rename(out / "spec.yaml")
 
 
 def test_tracked_metrics_keep_each_ensemble_member_apart():
