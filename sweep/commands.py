@@ -57,6 +57,8 @@ TrackOpt = Annotated[
         "(default file:OUT/mlruns) or wandb[:PROJECT]; repeatable. Needs: pip install 'loopscale\\[track]'.",
     ),
 ]
+SpecArg = Annotated[str | None, typer.Argument(help=SPEC_HELP)]
+PresetOpt = Annotated[str | None, typer.Option("--preset", help=PRESET_HELP)]
 VerboseOpt = Annotated[
     bool,
     typer.Option("--verbose", help="Also show Ray's and Tune's own output (always kept in OUT/logs/ray.log)."),
@@ -291,8 +293,8 @@ def _run_stage(
 
 
 def sweep_cmd(
-    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
-    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    spec_path: SpecArg = None,
+    preset: PresetOpt = None,
     out: Path | None = typer.Option(
         None, "--out", help="Output directory (runs.parquet, curves.parquet, Tune state; with `lr: tune` it reads "
         "lr_table.parquet there; default: runs/<preset or spec name>).",
@@ -347,8 +349,8 @@ def sweep_cmd(
 
 
 def tune_lr_cmd(
-    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
-    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    spec_path: SpecArg = None,
+    preset: PresetOpt = None,
     out: Path | None = typer.Option(
         None, "--out", help="Output directory (lr_table.parquet, tune_lr/; default: runs/<preset or spec name>, "
         "where `loopscale sweep` and `run` of the same spec look for the LR table).",

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from loopscale.sweep.presets import PRESET_HELP, SPEC_HELP
+from loopscale.sweep.commands import PresetOpt, SpecArg
 
 DEFAULT_SEEDS = (4, 8, 16, 24, 32)
 """Seeds per cell tried when ``--seeds`` is not given."""
@@ -338,8 +338,8 @@ PREDICTION_FILE = "design_prediction.json"
 
 
 def design_cmd(
-    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
-    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    spec_path: SpecArg = None,
+    preset: PresetOpt = None,
     pilot: Path = typer.Option(..., "--pilot", help="runs.parquet of a pilot or a previous run (>= 2 seeds/cell)."),
     minutes: float = typer.Option(..., "--minutes", help="Training time budget in minutes (sweep stage)."),
     cpus: int = typer.Option(2, "--cpus", help="CPUs of the machine that will run the sweep."),

@@ -31,8 +31,8 @@ from loopscale.cluster.options import (
     RayTempDirOpt,
     StorageOpt,
 )
-from loopscale.sweep.commands import TrackOpt, VerboseOpt
-from loopscale.sweep.presets import PRESET_HELP, SPEC_HELP, resolve_spec
+from loopscale.sweep.commands import PresetOpt, SpecArg, TrackOpt, VerboseOpt
+from loopscale.sweep.presets import resolve_spec
 
 FIT_DEFAULTS = {"smoke": (100, 100), "cpu": (200, 500), "paper": (200, 500)}
 """Fit defaults (bootstrap resamples B, multi-starts per fit) by the spec's ``name`` (its content, not the file
@@ -310,8 +310,8 @@ def corpus_epochs(spec) -> dict:
 
 
 def run_cmd(
-    spec_path: str | None = typer.Argument(None, help=SPEC_HELP),
-    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP),
+    spec_path: SpecArg = None,
+    preset: PresetOpt = None,
     out: Path | None = typer.Option(
         None, "--out", help="Output directory (default: runs/<preset or spec name>)."
     ),
