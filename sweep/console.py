@@ -384,7 +384,8 @@ def planned_flops(cell: dict) -> float:
 
 class GridView(_View):
     """Progress of the grid: runs done/running/pending/failed, tokens/s averaged over :data:`RATE_WINDOW_S`, and an
-    ETA = (planned FLOPs of unfinished runs - FLOPs their trials already spent) / measured FLOP rate.
+    ETA = (planned FLOPs of unfinished runs - FLOPs their trials already spent) / measured FLOP rate. Both are
+    computed at each report of a trial; between reports the rate is kept and the ETA counts down.
 
     Processed tokens of a trial are ``members * tokens`` (``members``: runs trained together by an ensemble trial,
     1 otherwise; ``tokens``: tokens per run so far, as reported)."""
@@ -401,6 +402,7 @@ class GridView(_View):
         self.trials: dict[str, int] = {}  # Tune trials by status (an ensemble trial trains several runs)
         self.tokens_per_s: float | None = None
         self.eta_s: float | None = None
+        self._eta_at = 0.0  # when eta_s was last set
 
     def _cell_flops(self, cell: dict) -> float:
         rid = cell.get("run_id", "")
@@ -422,7 +424,8 @@ class GridView(_View):
 
     def observe(self, trials, trial=None, result: dict | None = None) -> None:
         now = time.time()
-        if trial is not None and result and "tokens" in result and not result.get("replayed"):
+        reported = bool(trial is not None and result and "tokens" in result and not result.get("replayed"))
+        if reported:
             tok = float(result["tokens"])
             members = int(result.get("members") or 1)
             last = self._seen.get(trial.trial_id)
@@ -449,10 +452,16 @@ class GridView(_View):
         self.counts = counts
         self.total = max(self.total, sum(counts.values()))
         span = min(RATE_WINDOW_S, now - self.t0)
-        if span >= 1.0:
+        if reported and span >= 1.0:
             self.tokens_per_s = sum(e[1] for e in self._events) / span
             fps = sum(e[2] for e in self._events) / span
             self.eta_s = remaining / fps if fps > 0 else None
+            self._eta_at = now
+        elif self.eta_s is not None:
+            # between reports (trials of the default job report about once a minute, so a window may hold none):
+            # the rate stays that of the last report and the ETA counts down, instead of "0 tokens/s, ETA ?"
+            self.eta_s = max(0.0, self.eta_s - (now - self._eta_at))
+            self._eta_at = now
         rate = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s is not None else "?"
         eta = _fmt_s(self.eta_s) if counts["running"] + counts["pending"] else "0s"
         tail = f"running {counts['running']} · pending {counts['pending']} · failed {counts['failed']} · "

@@ -37,8 +37,8 @@ start of the current stage's progress display; ``stage_wall_s`` are the stage wa
 A stopped command's ``ran_s`` counts from its start to its last sign of work its files show (its progress file's
 last write, the stages it finished).
 
-Tune trial counts of the grid (``tune``): Tune's saved experiment state, written now and then; while the grid
-runs, the newer of that state and the command's progress display (which the console shows).
+Tune trial counts of the grid (``tune``): Tune's saved experiment state, written now and then (a running trial is
+saved as PENDING); while the grid runs, the command's progress display (which the console shows).
 """
 
 from __future__ import annotations
@@ -355,19 +355,20 @@ def _state_mtime(storage: str, experiment: str) -> float | None:
 
 def _live_tune(progress: dict | None, tune_info: dict | None) -> dict | None:
     """``tune`` of :func:`collect_status` while the grid runs (``progress``: the running command's open progress
-    display, stage ``grid``): the trial counts of the newer of the display (``source`` ``progress``) and Tune's
-    saved experiment state ``tune_info`` (:func:`_tune_state`, ``source`` ``tune``); None for another stage."""
+    display, stage ``grid``): the display's trial counts (``source`` ``progress``), else those of Tune's saved
+    experiment state ``tune_info`` (:func:`_tune_state`, ``source`` ``tune``); None for another stage.
+
+    The display wins even when Tune saved its state later: Tune saves a running trial as PENDING (so that a restore
+    restarts it), so its state never shows what runs now."""
     if (progress or {}).get("stage") != "grid":
         return None
     live = progress.get("trials") or None
-    live_at = float(progress.get("updated_at") or 0)
     base = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")}
-    saved, saved_at = base.get("trials"), base.get("updated_at")
     base["stage"] = "sweep"
-    if live and not (saved and saved_at is not None and saved_at > live_at):
-        return {**base, "trials": live, "source": "progress", "updated_at": live_at}
-    if saved:
-        return {**base, "trials": saved, "source": "tune", "updated_at": saved_at}
+    if live:
+        return {**base, "trials": live, "source": "progress", "updated_at": float(progress.get("updated_at") or 0)}
+    if base.get("trials"):
+        return {**base, "source": "tune"}
     return None
 
 
@@ -407,8 +408,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     running command's record: command line, kind, pid, host, started_at), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
-    Tune's saved experiment state; ``progress``: the running command's progress display, used while the grid runs
-    and it is newer than Tune's state, as the console shows it), ``updated_at`` (s since the epoch: when that source
+    Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
+    display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
     table rows), ``fit`` (headline lines) and ``counts`` (what each count counts).
 
@@ -564,8 +565,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             "progress.counts": "training runs, as the command's progress display counts them (live)",
             "progress.trials": "Ray Tune trials by status, live (one trial may train several runs as an ensemble)",
             "tune.trials": "Ray Tune trials of the grid by status; tune.source says from where: Tune's saved "
-            "experiment state (tune; written now and then) or, while the grid runs, the progress display when it "
-            "wrote last (progress)",
+            "experiment state (tune; written now and then, running trials saved as PENDING) or, while the grid runs, "
+            "the progress display (progress)",
         },
     }
 

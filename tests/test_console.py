@@ -280,3 +280,28 @@ def test_grid_display_starts_with_the_experiment_not_the_first_result(tmp_path, 
     out = capfd.readouterr().out.splitlines()
     assert out[0].startswith("grid: 0/4 done 0 · running 4 · pending 0")  # the plain line of a running grid
     assert out[-1].startswith("grid: 0 runs done, 0 failed, 4 unfinished in 1m06s"), out
+
+
+def test_grid_rate_is_kept_and_eta_counts_down_between_reports(monkeypatch):
+    """The default job's trials report about once a minute: a display update between reports (Tune's loop) found
+    no report in the last minute and showed '0 tokens/s · ETA ?'; now the last rate stays and the ETA counts down."""
+    clock = [2000.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    cells = _cells(2)
+    buf = io.StringIO()
+    view = console.GridView(console.Console(buf, interactive=False), total=2)
+    t = SimpleNamespace(trial_id="t1", status="RUNNING", config={"cells": cells})
+    view.observe([t])  # before any report: nothing measured yet
+    assert view.tokens_per_s is None and view.eta_s is None
+    clock[0] += 30
+    view.observe([t], t, {"tokens": 512, "members": 2})
+    rate, eta = view.tokens_per_s, view.eta_s
+    assert rate == pytest.approx(2 * 512 / 30) and eta > 0
+    clock[0] += console.RATE_WINDOW_S + 1  # no report in the last minute
+    view.observe([t])
+    assert view.tokens_per_s == rate and view.eta_s == pytest.approx(max(0.0, eta - console.RATE_WINDOW_S - 1))
+    clock[0] += 10 * eta
+    view.observe([t])
+    assert view.eta_s == 0.0
+    view.close()
+    assert "0 tokens/s" not in buf.getvalue() and "ETA ?" not in buf.getvalue().split("\n", 1)[1]
