@@ -148,9 +148,9 @@ def run_sweep(
         cells = spec.cells(lr_table=lr_table)
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     store = ResultsStore(out)
-    if resume and not (out.is_dir() and any(out.iterdir())):
-        from loopscale.sweep import console
+    from loopscale.sweep import console
 
+    if resume and not (out.is_dir() and any(out.iterdir())):
         console.current().say(f"--resume: nothing to resume in {out} (no earlier sweep there); starting a new one",
                               err=True)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,8 @@ def run_sweep(
                     resume_unfinished=True,
                     resume_errored=True,
                 )
-                grid = fit_tuner(tuner)
+                with console.grid_done_before(done & ids):
+                    grid = fit_tuner(tuner)
                 errors += result_grid_errors(grid)
                 if unfinished_trials(uri_join(storage_path, exps[-1])):
                     store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
@@ -226,7 +227,8 @@ def run_sweep(
                     quiet=quiet,
                     track=track,
                 )
-                errors += result_grid_errors(fit_tuner(plan.build()))
+                with console.grid_done_before(store.completed_ids() & ids):
+                    errors += result_grid_errors(fit_tuner(plan.build()))
                 if unfinished_trials(uri_join(storage_path, plan.experiment)):
                     store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
                     raise SweepInterrupted("the sweep was interrupted")

@@ -392,8 +392,12 @@ class GridView(_View):
 
     stage = "grid"
 
-    def __init__(self, con: Console, total: int):
+    def __init__(self, con: Console, total: int, done_before: set[str] | frozenset[str] = frozenset()):
         super().__init__(con, total)
+        # run ids of this sweep finished before this experiment (an earlier command, or an earlier experiment of
+        # a --resume): counted as done, so that a resumed grid shows the whole grid (32/352), not what is left (0/320)
+        self.done_before = frozenset(done_before)
+        self.prior = 0  # how many of done_before are outside this experiment's trials (set at each observe)
         self._flops: dict[str, float] = {}
         self._seen: dict[str, float] = {}  # trial id -> tokens per member last reported
         self._spent: dict[str, float] = {}  # trial id -> FLOPs spent by its current attempt
@@ -439,9 +443,11 @@ class GridView(_View):
         counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}
         remaining = 0.0
         self.trials = {}
+        in_trials: set[str] = set()
         for t in trials:
             self.trials[t.status] = self.trials.get(t.status, 0) + 1
             runs = trial_cells(t.config)
+            in_trials.update(c.get("run_id", "") for c in runs)
             key = {"TERMINATED": "done", "RUNNING": "running", "ERROR": "failed"}.get(t.status, "pending")
             if key == "done" and not (getattr(t, "last_result", None) or {}).get("done"):
                 key = "pending"  # stopped by Ctrl-C before its runs finished: TERMINATED too, but not done
@@ -449,6 +455,8 @@ class GridView(_View):
             if key in ("running", "pending"):
                 want = sum(self._cell_flops(c) for c in runs)
                 remaining += max(0.0, want - (self._spent.get(t.trial_id, 0.0) if key == "running" else 0.0))
+        self.prior = len(self.done_before - in_trials)
+        counts["done"] += self.prior
         self.counts = counts
         self.total = max(self.total, sum(counts.values()))
         span = min(RATE_WINDOW_S, now - self.t0)
@@ -486,8 +494,9 @@ class GridView(_View):
         # the rate of all trials together over the last RATE_WINDOW_S, not a run's own tokens_per_s (the report's)
         window = _fmt_s(min(RATE_WINDOW_S, time.time() - self.t0))
         rate = f", {self.tokens_per_s:,.0f} tokens/s (all trials, last {window})" if self.tokens_per_s else ""
+        before = f" ({self.prior} of them before this command)" if self.prior else ""
         return (
-            f"grid: {c['done']} runs done, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
+            f"grid: {c['done']} runs done{before}, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
             f"in {_fmt_s(time.time() - self.t0)}{rate}"
         )
 
@@ -589,12 +598,28 @@ def ending_view() -> Iterator[None]:
         end_view()
 
 
+_GRID_DONE_BEFORE: frozenset[str] = frozenset()  # see grid_done_before
+
+
+@contextlib.contextmanager
+def grid_done_before(run_ids) -> Iterator[None]:
+    """While the block runs, a grid display started by :func:`grid_observe` counts ``run_ids`` (runs of this sweep
+    already finished) as done: a resumed sweep shows its progress over the whole grid."""
+    global _GRID_DONE_BEFORE
+    saved, _GRID_DONE_BEFORE = _GRID_DONE_BEFORE, frozenset(run_ids)
+    try:
+        yield
+    finally:
+        _GRID_DONE_BEFORE = saved
+
+
 def grid_observe(trials, trial=None, result: dict | None = None) -> None:
     """Update the grid display from a Tune callback (starts one when none is active)."""
     v = _VIEW
     if not isinstance(v, GridView):
-        total = sum(len(trial_cells(t.config)) for t in trials)
-        v = start_view(GridView(current(), total))
+        cells = {c.get("run_id", "") for t in trials for c in trial_cells(t.config)}
+        total = len(cells) + len(_GRID_DONE_BEFORE - cells)
+        v = start_view(GridView(current(), total, done_before=_GRID_DONE_BEFORE))
     v.observe(trials, trial, result)
 
 

@@ -131,6 +131,28 @@ def test_grid_view_counts_rate_and_eta(monkeypatch):
     assert view2.counts == {"done": 0, "running": 0, "pending": 2, "failed": 0}
 
 
+def test_resumed_grid_counts_runs_finished_before(monkeypatch):
+    """A resumed sweep's display counts the whole grid: runs finished by an earlier command (not in this
+    experiment's trials) are done; a restored experiment's own finished trial is not counted twice."""
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "_VIEW", None)
+    monkeypatch.setattr(console, "current", lambda: console.Console(buf, interactive=False))
+    cells = _cells(5)
+    ids = [c["run_id"] for c in cells]
+    restored_done = SimpleNamespace(trial_id="t1", status="TERMINATED", config={"cell": cells[2]},
+                                    last_result={"done": True})  # fmt: skip
+    left = SimpleNamespace(trial_id="t2", status="PENDING", config={"cells": cells[3:]})
+    with console.grid_done_before(ids[:3]):
+        console.grid_observe([restored_done, left])
+    view = console._VIEW
+    assert view.total == 5 and view.prior == 2
+    assert view.counts == {"done": 3, "running": 0, "pending": 2, "failed": 0}
+    assert view.state()["counts"]["done"] == 3
+    console.end_view()
+    assert "grid: 3 runs done (2 of them before this command), 0 failed, 2 unfinished" in buf.getvalue()
+    assert console._GRID_DONE_BEFORE == frozenset()  # the context is left as it was
+
+
 def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(console.time, "time", lambda: clock[0])
