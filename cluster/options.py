@@ -17,6 +17,7 @@ flags with the same meaning::
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,21 @@ class Interrupted(RuntimeError):
     """A driver was stopped (SIGINT) before its work finished; its state is saved and ``--resume`` continues it."""
 
 
+def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None = None) -> str:
+    """The line a stopped command prints. :class:`Interrupted` (a Tune experiment saved its state) and a plain
+    Ctrl-C of a command with ``--resume`` (its finished stages and runs are kept) name ``--resume``; a command
+    without it says what is kept: ``train`` with ``--checkpoint-dir`` resumes from its newest checkpoint when rerun,
+    other commands (fit, report, design, ...) keep nothing partial and are simply rerun."""
+    what = str(exc) or "stopped"
+    if isinstance(exc, Interrupted):
+        return f"interrupted: {what}; the state is saved, rerun the same command with --resume to continue"
+    if resumable:
+        return f"interrupted: {what}; what had finished is kept, rerun the same command with --resume to continue"
+    if (kwargs or {}).get("checkpoint_dir"):
+        return f"interrupted: {what}; rerun the same command to continue from the newest checkpoint in --checkpoint-dir"
+    return f"interrupted: {what}; nothing partial was kept, rerun the command to start again"
+
+
 def present_errors(command):
     """Wrap a Typer command so that its errors reach the user as one line on stderr and an exit code:
     :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED`;
@@ -215,16 +231,14 @@ def present_errors(command):
     ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`. Anything else is a bug
     and keeps its traceback. The console script registers every command through it."""
 
+    resumable = "resume" in inspect.signature(command).parameters
+
     @functools.wraps(command)
     def presented(*args, **kwargs):
         try:
             return command(*args, **kwargs)
         except (Interrupted, KeyboardInterrupt) as e:
-            what = str(e) or "stopped"
-            typer.echo(
-                f"interrupted: {what}; the state is saved, rerun the same command with --resume to continue",
-                err=True,
-            )
+            typer.echo(interrupt_message(e, resumable, kwargs), err=True)
             raise typer.Exit(code=EXIT_INTERRUPTED) from None
         except CommandFailed as e:
             typer.echo(f"error: {e}", err=True)

@@ -109,7 +109,17 @@ def test_presenter_maps_interrupts_to_130_and_keeps_bugs_loud():
     res = CliRunner().invoke(make(Interrupted("the sweep was interrupted")), ["x"])
     assert res.exit_code == EXIT_INTERRUPTED == 130 and "--resume" in res.output
     res = CliRunner().invoke(make(KeyboardInterrupt()), ["x"])
-    assert res.exit_code == 130
+    # a command without --resume must not tell the user to rerun it with --resume (fit, design, train, ...)
+    assert res.exit_code == 130 and "--resume" not in res.output and "rerun the command to start again" in res.output
+
+    def resumable(resume: bool = typer.Option(False, "--resume")) -> None:
+        raise KeyboardInterrupt
+
+    sub = typer.Typer()
+    sub.command("x")(present_errors(resumable))
+    sub.command("y")(lambda: None)
+    res = CliRunner().invoke(sub, ["x"])
+    assert res.exit_code == 130 and "what had finished is kept, rerun the same command with --resume" in res.output
     res = CliRunner().invoke(make(FileNotFoundError("no such spec")), ["x"])
     assert res.exit_code == EXIT_USAGE == 2 and "error: no such spec" in res.output
     res = CliRunner().invoke(make(ZeroDivisionError("bug")), ["x"])
