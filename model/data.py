@@ -121,6 +121,50 @@ _MD_HEADER = re.compile(r"^#{1,6}\s*", re.MULTILINE)
 _BLANKS = re.compile(r"\n{3,}")
 
 
+NOT_TEXT_FRACTION = 0.01
+"""A text file (or the first 64 KiB of one) whose invalid UTF-8 sequences and NUL bytes exceed this fraction of its
+bytes is not text (a binary, or another encoding such as UTF-16): refused. Fewer invalid sequences are replaced by U+FFFD with a
+warning."""
+
+
+def _invalid_utf8(b: bytes) -> int:
+    """Number of invalid UTF-8 sequences in ``b`` (each becomes one U+FFFD under ``errors="replace"``) plus its NUL
+    bytes (valid UTF-8, but no text file holds them: binaries and UTF-16 text do)."""
+    return b.decode("utf-8", errors="replace").count("\ufffd") - b.count("\ufffd".encode()) + b.count(0)
+
+
+def read_text_file(path: Path) -> str:
+    """The text of a corpus file, decoded as UTF-8 (a BOM is dropped).
+
+    Raises:
+        CorpusError: more than :data:`NOT_TEXT_FRACTION` of its bytes are invalid UTF-8 (not a text file, or a
+            text file in another encoding: convert it to UTF-8).
+
+    Warns (UserWarning) with the count when fewer invalid sequences are replaced by U+FFFD."""
+    b = path.read_bytes()
+    try:
+        return b.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    bad = _invalid_utf8(b)
+    if bad > NOT_TEXT_FRACTION * len(b):
+        raise CorpusError(_not_text(path, bad, len(b)))
+    warnings.warn(
+        f"corpus file {str(path)!r} is not valid UTF-8: {bad} invalid byte sequence(s) of {len(b)} bytes replaced by "
+        "U+FFFD (convert it to UTF-8 to keep those characters)",
+        stacklevel=2,
+    )
+    return b.decode("utf-8-sig", errors="replace")
+
+
+def _not_text(path: Path, bad: int, n: int) -> str:
+    return (
+        f"corpus file {str(path)!r} does not look like UTF-8 text: {bad} invalid UTF-8 sequence(s) or NUL bytes in "
+        f"{n} bytes (over {NOT_TEXT_FRACTION:.0%}); a binary file, or text in another encoding (convert it to UTF-8, e.g. "
+        "iconv -f latin1 -t utf-8)"
+    )
+
+
 def clean_text(text: str) -> str:
     """Normalise newlines, drop NUL (the byte separator), strip trailing spaces and collapse blank runs."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
@@ -234,7 +278,7 @@ class CorpusSource:
             yield from self.docs if self.docs is not None else embedded_documents()
         elif self.kind == "text":
             for p in self.files:
-                yield Document(self._name(p), clean_text(p.read_text(encoding="utf-8", errors="replace")))
+                yield Document(self._name(p), clean_text(read_text_file(p)))
         elif self.kind == "parquet":
             import pyarrow.parquet as pq
 
@@ -364,6 +408,7 @@ def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
     if kind == "tokens" and len(files) != 1:
         raise CorpusError(f"give one pre-tokenized token file, got {len(files)} for {corpus!r}")
     if kind == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         for f in files:
@@ -373,12 +418,25 @@ def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
                     f"Parquet file {str(f)!r} has no text column {text_column!r}; its columns are {names} "
                     "(set text_column to one of them)"
                 )
+            typ = pq.ParquetFile(f).schema_arrow.field(text_column).type
+            if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)):
+                strings = [
+                    n for n in names if pa.types.is_string(t := pq.ParquetFile(f).schema_arrow.field(n).type)
+                    or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+                ]  # fmt: skip
+                others = f"its string columns are {strings} (set text_column to one of them)" if strings else (
+                    "it has no string column (store the text as UTF-8 strings)"
+                )
+                raise CorpusError(
+                    f"Parquet file {str(f)!r}: text column {text_column!r} holds {typ}, not strings; {others}"
+                )
     return kind, files
 
 
 def check_corpus(corpus: str, tokenizer: str, vocab_size: int, text_column: str = "text") -> None:
     """Everything about a corpus that would make every run on it fail, checked without tokenizing (cheap: file
-    names, Parquet schemas, a token file's dtype and largest id), so a sweep refuses it before Ray starts.
+    names, Parquet schemas and text column types, the first 64 KiB of each text file (:data:`NOT_TEXT_FRACTION`),
+    a token file's dtype and largest id), so a sweep refuses it before Ray starts.
 
     Raises:
         CorpusNotFoundError, CorpusError: see :func:`resolve_corpus` and :func:`_open_token_file`.
@@ -393,6 +451,13 @@ def check_corpus(corpus: str, tokenizer: str, vocab_size: int, text_column: str 
     if kind != "tokens":
         if tok_kind == "pretokenized":
             raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
+        if kind == "text":
+            for f in files:  # the head of each file: a binary or UTF-16 file is refused before any run starts
+                with open(f, "rb") as fh:
+                    head = fh.read(1 << 16)
+                bad = _invalid_utf8(head[:-3] if len(head) == 1 << 16 else head)  # a cut multi-byte char is fine
+                if bad > NOT_TEXT_FRACTION * len(head):
+                    raise CorpusError(_not_text(f, bad, len(head)).replace(" in ", " in the first ", 1))
         return
     if tok_kind == "bpe":
         raise ValueError(

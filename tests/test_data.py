@@ -71,6 +71,61 @@ def test_parquet_without_text_column(tmp_path):
     assert len(td.train) + len(td.val) == 6
 
 
+def test_parquet_text_column_must_hold_strings(tmp_path):
+    """A text column of numbers or raw bytes is refused by the cheap pre-run check and by loading, naming the
+    file's string columns (it crashed inside tokenisation with an AttributeError / TypeError)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name, col in (("ints", pa.array([1, 2, 3])), ("bytes", pa.array([b"a b", b"c", b"d"], pa.binary()))):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"text": col, "body": ["x y", "z", "w"]}), path)
+        with pytest.raises(D.CorpusError, match=r"text column 'text' holds .*not strings.*\['body'\]"):
+            D.check_corpus(str(path), "byte", 256)
+        with pytest.raises(D.CorpusError, match="not strings"):
+            D.load_tokens(str(path), cache_dir=tmp_path)
+    big = tmp_path / "large.parquet"
+    pq.write_table(pa.table({"text": pa.array(["one two", "three"], pa.large_string())}), big)
+    D.check_corpus(str(big), "byte", 256)
+    assert len(D.load_tokens(str(big), cache_dir=tmp_path).train) > 0
+
+
+def test_text_files_must_be_utf8(tmp_path):
+    """A binary or UTF-16 file is refused (before any run by check_corpus, and when read); a UTF-8 file with a few
+    Latin-1 bytes trains with a warning that counts the replaced sequences; a BOM is dropped."""
+    import warnings
+
+    prose = "The quick brown fox jumps over the lazy dog. " * 400
+    binary = tmp_path / "bin" / "a.txt"
+    binary.parent.mkdir()
+    binary.write_bytes(bytes(range(256)) * 200)
+    utf16 = tmp_path / "u16" / "a.txt"
+    utf16.parent.mkdir()
+    utf16.write_bytes(prose.encode("utf-16"))
+    for f in (binary, utf16):
+        with pytest.raises(D.CorpusError, match="does not look like UTF-8 text"):
+            D.check_corpus(str(f.parent), "byte", 256)
+        with pytest.raises(D.CorpusError, match="does not look like UTF-8 text"):
+            D.load_tokens(str(f.parent), cache_dir=tmp_path)
+    latin = tmp_path / "latin" / "a.txt"
+    latin.parent.mkdir()
+    latin.write_bytes(prose.encode() + "café naïve".encode("latin-1") + prose.encode())
+    D.check_corpus(str(latin.parent), "byte", 256)
+    with pytest.warns(UserWarning, match=r"not valid UTF-8: 2 invalid byte sequence\(s\)"):
+        td = D.load_tokens(str(latin.parent), cache_dir=tmp_path)
+    same = tmp_path / "same" / "a.txt"  # the text it trains on: the invalid bytes as U+FFFD, the rest unchanged
+    same.parent.mkdir()
+    same.write_text(prose + "caf\ufffd na\ufffdve" + prose, encoding="utf-8")
+    ref = D.load_tokens(str(same.parent), cache_dir=tmp_path)
+    assert np.array_equal(np.concatenate([td.train, td.val]), np.concatenate([ref.train, ref.val]))
+    bom = tmp_path / "bom" / "a.txt"
+    bom.parent.mkdir()
+    bom.write_bytes(b"\xef\xbb\xbf" + prose.encode())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert D.read_text_file(bom) == prose
+
+
 def test_token_cache_reused(trainer_corpus_dir, tmp_path, monkeypatch):
     """The second call reads the memory-mapped cache and never tokenises again."""
     first = D.load_tokens(str(trainer_corpus_dir), cache_dir=tmp_path)
