@@ -35,7 +35,9 @@ command's unfinished runs are pending: ``--resume`` continues them). Tune's own 
 Time: ``command_s`` counts from the start of the running command (its process); ``running_stage_s`` from the
 start of the current stage's progress display; ``stage_wall_s`` are the stage wall times ``loopscale run`` recorded.
 A stopped command's ``ran_s`` counts from its start to its last sign of work its files show (its progress file's
-last write, the stages it finished).
+last write, the stages it finished). ``total_s`` adds earlier commands of the folder: the stage wall times
+``run_meta.json`` recorded and, for commands that were interrupted, the time they ran outside those (carried from
+record to record by :func:`mark_started`).
 
 Tune trial counts of the grid (``tune``): Tune's saved experiment state, written now and then (a running trial is
 saved as PENDING); while the grid runs, the command's progress display (which the console shows).
@@ -96,7 +98,9 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     (:func:`loopscale.sweep.console.session`); library calls (``run_sweep`` from Python, tests) write nothing, as
     their process lives on after the call. A record of this same process is kept (``run`` calling its stages), so
     the start stays the command's. ``stage_wall_s_at_start``: the stage wall times ``run_meta.json`` held then
-    (earlier commands' work). A failed write is ignored (status is informative)."""
+    (earlier commands' work); ``earlier_unrecorded_s``: the time earlier commands of the folder ran outside those
+stage wall times (interrupted stages record none), carried on from the record this one replaces when that
+command has stopped. A failed write is ignored (status is informative)."""
     from loopscale.sweep import console
 
     out = Path(out_dir).resolve()
@@ -114,6 +118,16 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
 
     now = time.time()
     meta = _read_json(out / "run_meta.json") or {}
+    walls = dict(meta.get("stage_wall_s") or {})
+    earlier = 0.0
+    if cur and not _liveness(cur, _read_json(out / "logs" / "progress.json"))[0]:
+        # the previous command of this folder stopped: its time outside the stage wall times run_meta.json holds
+        # (an interrupted stage records none) is carried on, so that total_s counts every command's work
+        prev: dict = {"total_s": 0.0}
+        _stopped_time(cur, _read_json(out / "logs" / "progress.json"), walls, prev)
+        at_start = cur.get("stage_wall_s_at_start") or {}
+        finished = sum(max(0.0, float(v) - float(at_start.get(k) or 0.0)) for k, v in walls.items())
+        earlier = float(cur.get("earlier_unrecorded_s") or 0.0) + max(0.0, prev.get("ran_s", 0.0) - finished)
     doc = {
         "kind": kind,
         "command": "loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -122,7 +136,8 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
         "proc_start": ticks,
         "started_at": min(now, _proc_started_at(ticks) or now),
         "recorded_at": now,
-        "stage_wall_s_at_start": dict(meta.get("stage_wall_s") or {}),
+        "stage_wall_s_at_start": walls,
+        "earlier_unrecorded_s": earlier,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -376,7 +391,8 @@ def _stopped_time(record: dict | None, progress: dict | None, walls: dict, tm: d
     """Add to ``tm`` the time of a stopped command from its record (``command.json``): ``started_at``,
     ``last_progress_at`` (its progress file's last write, None without one), ``stopped_at`` (its last sign of
     work: that write, its record, or its start plus the stage wall times it recorded) and ``ran_s`` (from its
-    start to ``stopped_at``); ``total_s`` counts earlier commands' stages and ``ran_s``. No-op without a
+    start to ``stopped_at``); ``total_s`` counts earlier commands (their recorded stages and the time of
+    interrupted ones, ``earlier_unrecorded_s`` of the record) and ``ran_s``. No-op without a
     record."""
     if not record or record.get("started_at") is None:
         return
@@ -391,7 +407,8 @@ def _stopped_time(record: dict | None, progress: dict | None, walls: dict, tm: d
     finished_stages = sum(max(0.0, float(v) - float(at_start.get(k) or 0.0)) for k, v in walls.items())
     stopped = max(t0, float(record.get("recorded_at") or t0), last_progress or t0, t0 + finished_stages)
     tm.update(started_at=t0, last_progress_at=last_progress, stopped_at=stopped, ran_s=stopped - t0)
-    tm["total_s"] = max(tm["total_s"], sum(float(v) for v in at_start.values()) + tm["ran_s"])
+    earlier = sum(float(v) for v in at_start.values()) + float(record.get("earlier_unrecorded_s") or 0.0)
+    tm["total_s"] = max(tm["total_s"], earlier + tm["ran_s"])
 
 
 def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
@@ -400,7 +417,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     Keys: ``out``, ``spec``, ``kind`` (run | sweep | tune-lr | None), ``state`` (running | stopped | finished |
     empty), ``stage``, ``runs`` (total, ok, diverged, failed, running, pending: training runs), ``failures``
     ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage (s), ``total_s`` (s, with earlier
-    commands' stages); of a running command also ``command_s`` (s) since it started and ``started_at`` (s since
+    commands: their recorded stages and the time interrupted ones ran); of a running command also ``command_s`` (s) since it started and ``started_at`` (s since
     the epoch); ``running_stage_s`` (s) since the current progress display started, ``eta_s`` (s); of a stopped
     command with a record (``command.json``) ``started_at``, ``last_progress_at`` (its progress file's last write,
     None without one), ``stopped_at`` (its last sign of work: that write, or its start plus the stage wall times
@@ -524,11 +541,16 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         else ("finished" if stage == "done" else ("empty" if stage == "none" else "stopped"))
     )
     walls = dict(meta.get("stage_wall_s") or {})
-    tm: dict = {"stage_wall_s": walls, "total_s": sum(walls.values())}
+    # earlier interrupted commands' time outside the recorded stage wall times (see mark_started)
+    tm: dict = {"stage_wall_s": walls, "total_s": sum(walls.values()) + float((record or {}).get("earlier_unrecorded_s") or 0.0)}
     if cmd is not None:  # running: the command's time counts from its start
         tm["started_at"] = float(cmd.get("started_at") or now)
         tm["command_s"] = max(0.0, now - tm["started_at"])
-        tm["total_s"] = sum((cmd.get("stage_wall_s_at_start") or {}).values()) + tm["command_s"]
+        tm["total_s"] = (
+            sum((cmd.get("stage_wall_s_at_start") or {}).values())
+            + float(cmd.get("earlier_unrecorded_s") or 0.0)
+            + tm["command_s"]
+        )
     if progress is not None:
         tm["running_stage_s"] = max(0.0, now - float(progress.get("started_at") or now))
         if cmd is None:  # a command without a record (an older loopscale): its stage time is what is known
@@ -612,7 +634,7 @@ def format_status(st: dict) -> list[str]:
             f"time: {_fmt_s(tm['ran_s'])} before it stopped (started {start.strftime('%Y-%m-%d %H:%M:%S')}"
             + (f"; last progress {last_s}" if last is not None else "")
             + ")"
-            + (f", {_fmt_s(tm['total_s'])} with earlier commands' stages" if earlier >= 0.5 else "")
+            + (f", {_fmt_s(tm['total_s'])} with earlier commands" if earlier >= 0.5 else "")
         )
         if walls:
             lines.append(f"  stage wall times recorded: {walls}")
@@ -621,7 +643,7 @@ def format_status(st: dict) -> list[str]:
         earlier = tm["total_s"] - tm["command_s"]
         lines.append(
             f"time: {_fmt_s(tm['command_s'])} since the command started ({since})"
-            + (f", {_fmt_s(tm['total_s'])} with earlier commands' stages" if earlier >= 0.5 else "")
+            + (f", {_fmt_s(tm['total_s'])} with earlier commands" if earlier >= 0.5 else "")
             + stage_s
             + eta
         )

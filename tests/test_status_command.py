@@ -81,7 +81,7 @@ def test_time_counts_from_the_command_start_not_the_progress_display(started):
     assert 129 <= tm["command_s"] < 160 and 14 <= tm["running_stage_s"] < 45
     assert tm["total_s"] == pytest.approx(60.0 + tm["command_s"])  # earlier commands' stages + this command
     line = next(ln for ln in format_status(collect_status(started)) if ln.startswith("time:"))
-    assert line.startswith("time: 2m") and "with earlier commands' stages" in line
+    assert line.startswith("time: 2m") and "3m1" in line and "with earlier commands;" in line
     assert (
         "current stage sweep: " in line and "since its progress display started" in line and "ETA 50s" in line
     )
@@ -277,7 +277,7 @@ def test_a_stopped_command_says_how_long_it_ran_before_it_stopped(started):
     )
     assert line == (
         f"time: 12m03s before it stopped (started {since}; last progress {last}), "
-        "13m03s with earlier commands' stages"
+        "13m03s with earlier commands"
     )
     assert "  stage wall times recorded: tune-lr 1m00s" in text
     # stopped before any progress display, after a stage it finished (run_meta.json): that stage's time
@@ -290,6 +290,32 @@ def test_a_stopped_command_says_how_long_it_ran_before_it_stopped(started):
     assert st["time"]["ran_s"] == pytest.approx(300.0) and st["time"]["last_progress_at"] is None
     line = next(ln for ln in format_status(st) if ln.startswith("time:"))
     assert line.startswith("time: 5m00s before it stopped (started ") and "last progress" not in line
+
+
+def test_time_of_interrupted_commands_adds_up(started):
+    """Two commands interrupted in the grid (12m03s, then 5m00s) and a third running for 100 s: the total counts all
+    three (an interrupted stage records no wall time; the new command's record carries the earlier time)."""
+    pid = _dead_pid()
+    t0 = _record(started, 3600, pid=pid)["started_at"]
+    _progress(started, 3600, stage="grid", pid=pid, finished=True, updated_at=t0 + 723.0)
+    with console.session(started):
+        mark_started(started, "run")
+    rec = json.loads((started / "logs" / COMMAND_NAME).read_text())
+    assert rec["pid"] == os.getpid() and rec["earlier_unrecorded_s"] == pytest.approx(723.0)
+    # the second command, stopped after 300 s of grid progress
+    t1 = _record(started, 1800, pid=pid, earlier_unrecorded_s=rec["earlier_unrecorded_s"])["started_at"]
+    _progress(started, 1800, stage="grid", pid=pid, finished=True, updated_at=t1 + 300.0)
+    st = collect_status(started)
+    assert st["state"] == "stopped" and st["time"]["ran_s"] == pytest.approx(300.0)
+    assert st["time"]["total_s"] == pytest.approx(1023.0)
+    assert next(ln for ln in format_status(st) if ln.startswith("time:")).endswith("17m03s with earlier commands")
+    with console.session(started):
+        mark_started(started, "run")
+    rec = json.loads((started / "logs" / COMMAND_NAME).read_text())
+    assert rec["earlier_unrecorded_s"] == pytest.approx(1023.0)
+    _record(started, 100, earlier_unrecorded_s=rec["earlier_unrecorded_s"])  # this process: running, 100 s in
+    st = collect_status(started)
+    assert st["state"] == "running" and st["time"]["total_s"] == pytest.approx(1123.0, abs=2.0)
 
 
 def test_a_finished_or_running_commands_time_line_is_unchanged(tmp_path, started):
