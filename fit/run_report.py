@@ -184,7 +184,8 @@ def _prediction_section(pred: dict, v: dict) -> list[str]:
 
 def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     """Markdown: the identification verdict for phi (loopscale.fit.identify), phi per r, the figures, the worth of
-    every looped model in unique layers when the grid has a ladder, and the seed spread per cell."""
+    every looped model in unique layers when the grid has a ladder, and the seed spread per cell of ``runs`` (the
+    variant's own runs)."""
     ident = v.get("identification") or {}
     L: list[str] = []
     if not ident:
@@ -428,7 +429,8 @@ def build_report(run_dir: str | Path) -> Path:
                 "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
                 "treat φ and its interval with care (see the README's section on the fit's limits)."
             )
-        L.extend(_identification_section(v, runs))
+        mine = runs[runs["variant"] == vname] if "variant" in runs.columns else runs
+        L.extend(_identification_section(v, mine))
         pred_path = d / "design_prediction.json"
         if vname == "baseline" and pred_path.is_file():
             L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v))

@@ -104,3 +104,43 @@ def test_report_of_a_sweep_folder_or_a_file_says_what_to_run(tmp_path):
     assert res.exit_code == 2 and f"loopscale run {run / 'spec.yaml'} --out {run} --resume" in res.output, res.output
     res = CliRunner().invoke(app, ["report", str(run / "spec.yaml")])
     assert res.exit_code == 2 and "is a file: give the output folder" in res.output, res.output
+
+
+def test_seed_spread_of_a_variant_counts_only_its_own_runs(tmp_path):
+    """With two variants, each section's seed-spread table holds that variant's cells: 2 seeds and its own mean (it
+    pooled every variant: 4 'seeds' per cell, mean and SD between variants)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    base = pq.read_table(run / "runs.parquet").to_pandas()
+    parts = []
+    for variant, shift in (("baseline", 0.0), ("trunc_bptt", 1.0)):
+        for seed, noise in ((0, -0.01), (1, 0.01)):
+            df = base.copy()
+            df["variant"], df["seed"] = variant, seed
+            df["final_val_loss"] = df["final_val_loss"] + shift + noise
+            df["run_id"] = df["run_id"] + f"_{variant}_{seed}"
+            parts.append(df)
+    pq.write_table(pa.Table.from_pandas(pd.concat(parts, ignore_index=True), preserve_index=False),
+                   run / "runs.parquet")  # fmt: skip
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    ana["variants"]["baseline"]["identification"] = {"identified": True, "headline": "phi = 0.5 [0.4, 0.6]"}
+    ana["variants"]["trunc_bptt"] = ana["variants"]["baseline"]
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    text = build_report(run).read_text(encoding="utf-8")
+    cell = base[(base["d_model"] == 16) & (base["r"] == 1)].sort_values("D").iloc[0]
+    for variant, shift in (("baseline", 0.0), ("trunc_bptt", 1.0)):
+        sec = text[text.index(f"## Variant `{variant}`") :]
+        table = _section(sec, "### Seed spread per cell (nats/token)")
+        head = f"| 16 | 1 | {cell['n_recur_block']} | {cell['D']} |"
+        row = next(ln for ln in table.splitlines() if ln.startswith(head))
+        cols = [c.strip() for c in row.strip("|").split("|")]
+        assert cols[-3] == "2", row
+        assert float(cols[-2]) == pytest.approx(cell["final_val_loss"] + shift, abs=6e-4), row
+        assert float(cols[-1]) == pytest.approx(0.02 / 2**0.5, rel=1e-2), row
