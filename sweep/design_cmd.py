@@ -126,6 +126,29 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     return runs
 
 
+def pilot_variant(runs: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """The pilot rows of one variant's fit: its looped runs and the plain r = 1 runs (which every variant's fit
+    shares), as the design predicts the fit of the spec's first variant. A pilot of one variant is returned as is.
+
+    Raises:
+        ValueError: the pilot has several variants but no looped run of ``variant``, or, once the other variants
+            are left out, fewer than two r or no cell with two seeds.
+    """
+    from loopscale.fit.design import cell_noise
+
+    if "variant" not in runs.columns or runs["variant"].nunique() <= 1:
+        return runs
+    have = sorted(str(v) for v in runs["variant"].unique())
+    keep = runs[(runs["variant"] == variant) | (runs["r"] == 1)].reset_index(drop=True)
+    if not ((keep["variant"] == variant) & (keep["r"] > 1)).any():
+        raise ValueError(f"the pilot holds variants {have} but no looped run of the spec's first variant "
+                         f"{variant!r}, whose fit the design predicts (put that variant first in the spec)")
+    if keep["r"].nunique() < 2 or cell_noise(keep).empty:
+        raise ValueError(f"the pilot's runs of variant {variant!r} (and its r = 1 runs) have fewer than two r or "
+                         "one seed per cell: the design cannot take its law and noise from them")
+    return keep
+
+
 def _rates(runs: pd.DataFrame) -> pd.DataFrame:
     """Training FLOP/s per run of every pilot cell: median over its seeds of ``k C / wall_s``, k the members of
     the run's trial (a seed ensemble's members share the trial's ``wall_s``; k = 1 for single runs)."""
@@ -183,11 +206,11 @@ def design(
     layouts = [_seed_layout(x, spec.r) for x in seeds]
     if n_sim < 2:
         raise ValueError(f"--n-sim must be >= 2, got {n_sim}")
-    runs = read_pilot(pilot)
+    first = spec.variants[0].name
+    runs = pilot_variant(read_pilot(pilot), first)
     truth = fit_law(design_cell_means(runs), law="joint", starts=fit_starts, seed=seed)
     noise, rates = cell_noise(runs), _rates(runs)
     slots = max(1, int(cpus // spec.resources.cpus))
-    first = spec.variants[0].name
     candidates, cells, seen = [], [], set()
     own = {r: len(spec.seeds_for(r)) for r in spec.r}
     for layout in [own, *layouts]:
