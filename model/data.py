@@ -774,12 +774,15 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
     tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
     try:
         bpe_stats = None
-        if tok_kind == "byte":
-            tokenizer = ByteTokenizer()
-        else:
-            tokenizer, bpe_stats = _train_bpe(src, vocab)
-            tokenizer.save(tmp / "tokenizer.json")
-        meta = _write_stream(src.documents(), tokenizer, tmp)
+        with warnings.catch_warnings(record=True) as caught:  # the corpus's warnings (encoding), kept in meta.json
+            warnings.simplefilter("always")
+            if tok_kind == "byte":
+                tokenizer = ByteTokenizer()
+            else:
+                tokenizer, bpe_stats = _train_bpe(src, vocab)
+                tokenizer.save(tmp / "tokenizer.json")
+            meta = _write_stream(src.documents(), tokenizer, tmp)
+        meta["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
         if bpe_stats is not None:
             meta["bpe_training"] = bpe_stats
         meta.update(
@@ -885,9 +888,13 @@ def load_tokens(
         (id 0) before every document.
 
     Raises:
-        CorpusNotFoundError, CorpusError: see :func:`resolve_corpus`; an empty corpus.
+        CorpusNotFoundError, CorpusError: see :func:`resolve_corpus`; an empty corpus; a text file that is not
+            UTF-8 text (:func:`read_text_file`).
         ValueError: an invalid tokenizer spec, or a byte/bpe tokenizer asked for a pre-tokenized file with ids
             outside its vocabulary.
+
+    Warns (UserWarning): the corpus's warnings recorded when its cache was built (``meta["warnings"]``: invalid
+    UTF-8 replaced), on every call.
     """
     tok_kind, vocab = parse_tokenizer(tokenizer)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -938,6 +945,8 @@ def load_tokens(
         _tokenize_into(src, tok_kind, vocab, final)
         built = True
     meta = json.loads((final / "meta.json").read_text(encoding="utf-8"))
+    for msg in meta.get("warnings") or []:  # said by every run on the corpus, not only the one that built the cache
+        warnings.warn(msg, UserWarning, stacklevel=2)
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(final / "train.bin", dtype=dtype, mode="r")
     val = np.memmap(final / "val.bin", dtype=dtype, mode="r")

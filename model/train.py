@@ -620,7 +620,9 @@ def _prepare(cfg: RunConfig) -> _Prepared:
         raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
     mcfg = cfg.model
     device = _resolve_device(cfg.device)
-    data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
+    with warnings.catch_warnings(record=True) as corpus_caught:
+        warnings.simplefilter("always")
+        data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
     if mcfg.vocab_size < data.vocab_size:
         raise ValueError(
             f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
@@ -635,7 +637,7 @@ def _prepare(cfg: RunConfig) -> _Prepared:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         epochs = implied_epochs(D, sampler.tokens_per_epoch)
-    for w in caught:
+    for w in [*corpus_caught, *caught]:
         run_warnings.append(str(w.message))
         warnings.warn(str(w.message), UserWarning, stacklevel=3)
     if why := compile_fallback(cfg.compile, device):

@@ -113,6 +113,9 @@ def test_text_files_must_be_utf8(tmp_path):
     D.check_corpus(str(latin.parent), "byte", 256)
     with pytest.warns(UserWarning, match=r"not valid UTF-8: 2 invalid byte sequence\(s\)"):
         td = D.load_tokens(str(latin.parent), cache_dir=tmp_path)
+    assert td.built
+    with pytest.warns(UserWarning, match=r"not valid UTF-8: 2 invalid"):  # from the cache too: every run says it
+        assert not D.load_tokens(str(latin.parent), cache_dir=tmp_path).built
     same = tmp_path / "same" / "a.txt"  # the text it trains on: the invalid bytes as U+FFFD, the rest unchanged
     same.parent.mkdir()
     same.write_text(prose + "caf\ufffd na\ufffdve" + prose, encoding="utf-8")
