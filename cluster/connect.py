@@ -40,6 +40,8 @@ import contextlib
 import logging
 import os
 import re
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -273,6 +275,28 @@ def ray_session(
         "log_to_driver": log_to_driver,
         "logging_level": logging_level,
     }
+    stopped: list[bool] = []
+    try:
+        with _sigint_deferred(stopped):
+            _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level)
+    except BaseException:
+        # an error (or a second Ctrl-C) part-way through ray.init: stop what it had started now
+        ray.shutdown()
+        raise
+    try:
+        if stopped:  # Ctrl-C during ray.init, held until Ray was up: stop now, through the shutdown below
+            raise KeyboardInterrupt
+        info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)
+        with driver_thread_env():
+            yield info
+    finally:
+        # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
+        # Started by us: it stops every process we started.
+        ray.shutdown()
+
+
+def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level) -> None:
+    """``ray.init`` for :func:`ray_session`: Ray Client, joining, or the embedded local Ray."""
     if address is not None and address.startswith("ray://"):
         # Ray Client forwards extra ray.init arguments to the server's ray.init; pass none.
         ray.init(address=address)
@@ -284,11 +308,25 @@ def ray_session(
             kwargs["_temp_dir"] = temp_dir
         with _auth_default_notice_as_info(logging_level):
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+
+
+@contextlib.contextmanager
+def _sigint_deferred(stopped: list) -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) while the block runs: the first one is recorded in ``stopped`` and the block goes on;
+    a second one raises KeyboardInterrupt at once. ``ray.init`` runs under it: a KeyboardInterrupt raised inside
+    the core worker's constructor left a half-built Ray that crashed the process at exit (SIGSEGV, not exit 130).
+    Outside the main thread (where handlers cannot be set) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def hold(signum, frame):
+        if stopped:
+            raise KeyboardInterrupt
+        stopped.append(True)
+
+    previous = signal.signal(signal.SIGINT, hold)
     try:
-        info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)
-        with driver_thread_env():
-            yield info
+        yield
     finally:
-        # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
-        # Started by us: it stops every process we started.
-        ray.shutdown()
+        signal.signal(signal.SIGINT, previous)

@@ -314,3 +314,44 @@ def test_logging_level_warning_keeps_ray_start_up_lines_off_the_console(monkeypa
         assert "Started a local Ray instance" not in shown and "Token authentication" not in shown, shown
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_ctrl_c_during_ray_init_is_held_until_ray_is_up(monkeypatch):
+    """A Ctrl-C while ray.init runs is held: init completes, then KeyboardInterrupt is raised and Ray is shut down
+    (a KeyboardInterrupt inside the core worker's constructor left a half-built Ray that crashed at exit with
+    SIGSEGV); the SIGINT handler is put back. A second Ctrl-C raises at once."""
+    import signal
+    import time
+
+    import ray
+
+    calls: list[str] = []
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+
+    def init_interrupted_once(**kw):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler runs here
+        calls.append("init done")
+
+    monkeypatch.setattr(ray, "init", init_interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        with ray_session():
+            pytest.fail("the block must not run after a Ctrl-C")
+    assert calls == ["init done", "shutdown"]
+    assert signal.getsignal(signal.SIGINT) is before
+
+    calls.clear()
+
+    def init_interrupted_twice(**kw):
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+        calls.append("init done")
+
+    monkeypatch.setattr(ray, "init", init_interrupted_twice)
+    with pytest.raises(KeyboardInterrupt):
+        with ray_session():
+            pytest.fail("the block must not run after a Ctrl-C")
+    assert calls == ["shutdown"] and signal.getsignal(signal.SIGINT) is before
