@@ -77,8 +77,9 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _variant_frames(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Rows per variant; a variant without r = 1 rows borrows the baseline's (the paper reuses the r = 1 runs)."""
+def variant_frames(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Rows per variant (``variant`` column; all rows are ``baseline`` without one); a variant without r = 1 rows
+    borrows the baseline's (the paper reuses the r = 1 runs for every variant), so each frame is one variant's fit."""
     if "variant" not in df.columns:
         return {"baseline": df}
     names = sorted(df["variant"].astype(str).unique().tolist(), key=lambda v: (v != "baseline", v))
@@ -280,7 +281,7 @@ def analyze(
         "variants": {},
     }
     frontier_rows, iso_rows = [], []
-    for vname, frame in _variant_frames(df).items():
+    for vname, frame in variant_frames(df).items():
         vdir = out / vname
         v: dict[str, Any] = {"n": len(frame)}
         # per-r Chinchilla fits (Table 1); need more points than the law's 5 parameters

@@ -40,6 +40,14 @@ def fit_cmd(
             "of r = 4, as the paper's Table 1).",
         ),
     ] = None,
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            "--variant",
+            help="Fit this variant's runs (its looped runs and the r = 1 runs, as `loopscale run` fits each variant); "
+            "required when the table holds several variants.",
+        ),
+    ] = None,
     starts: Annotated[int, typer.Option("--starts", min=1, help="Starts per fit (paper: 500).")] = 500,
     seed: Annotated[int, typer.Option("--seed", help="Seed for starts and resamples.")] = 0,
     workers: Annotated[
@@ -112,15 +120,15 @@ def fit_cmd(
     bb = None
     if block_by not in ("default", "iid", "none", ""):
         bb = tuple(c.strip() for c in block_by.split(","))
-    src = table
-    if r_only is not None:
-        from loopscale.fit.io import read_table
+    from loopscale.fit.io import read_table
 
+    src = read_table(table)
+    src = _one_variant(src, variant)
+    if r_only is not None:
         try:
             keep = {int(x) for x in r_only.split(",") if x.strip()}
         except ValueError:
             raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
-        src = read_table(table)
         if "r" not in src.columns:
             raise ValueError(f"--r given but the table has no 'r' column; columns: {list(src.columns)}")
         have = sorted(int(x) for x in src["r"].dropna().unique())
@@ -151,6 +159,8 @@ def fit_cmd(
             with opts.session():
                 boot = bootstrap_data(lw, data, workers=n_workers, address=None, **kw)
     summary = summary_dict(fit, boot)
+    if variant is not None:
+        summary["variant"] = variant
     ident = None
     if check_identified and law == "joint" and phi is None:
         ident = _identification(fit, boot, starts=starts, seed=seed)
@@ -168,7 +178,8 @@ def fit_cmd(
         return
     p = fit.params
     lines = [
-        f"law {fit.law}: n = {fit.n} runs ({fit.n_excluded} excluded: {fit.excluded_by_status or '-'})",
+        f"law {fit.law}{f' (variant {variant})' if variant else ''}: n = {fit.n} runs ({fit.n_excluded} excluded: "
+        f"{fit.excluded_by_status or '-'})",
         "  "
         + "  ".join(
             f"{k} = {v:.5g}"
@@ -214,3 +225,31 @@ def _identification(fit, boot, *, starts: int, seed: int):
     ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
     profile, per_r = rule_inputs(fit.data, starts=starts, B=boot.B if boot else 0, seed=seed)
     return identify(fit, ci, profile, per_r)
+
+
+def _one_variant(df, variant: str | None):
+    """The rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`): ``variant``'s, or the whole
+    table when it holds one variant (or has no ``variant`` column).
+
+    Raises:
+        ValueError: several variants and no ``variant`` (pooled, they would be fitted as one law); ``variant`` not
+            in the table.
+    """
+    from loopscale.fit.analysis import variant_frames
+
+    if "variant" not in df.columns:
+        if variant not in (None, "baseline"):
+            raise ValueError(f"--variant {variant}: the table has no 'variant' column (all its runs are one variant)")
+        return df
+    frames = variant_frames(df)
+    names = list(frames)
+    if variant is None:
+        if len(names) > 1:
+            raise ValueError(
+                f"the table holds variants {names}: give --variant NAME (each variant is its own fit, its looped "
+                "runs with the r = 1 runs, as `loopscale run` fits them; pooled they would be fitted as one law)"
+            )
+        return df
+    if variant not in frames:
+        raise ValueError(f"--variant {variant}: the table's variants are {names}")
+    return frames[variant]

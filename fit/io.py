@@ -41,7 +41,11 @@ def read_table(table: Any) -> pd.DataFrame:
 
             return pq.read_table(p).to_pandas()
         if p.suffix.lower() == ".csv":
-            return pd.read_csv(p)
+            try:
+                return pd.read_csv(p)
+            except pd.errors.EmptyDataError:
+                raise ValueError(f"table {str(p)!r} is empty (no header row): a runs table needs columns such as "
+                                 "loss or final_val_loss, D, N_once, N_rec, r") from None
         raise ValueError(f"table {str(p)!r}: unknown suffix {p.suffix!r}; valid: .parquet, .pq, .csv")
     try:
         import pyarrow as pa

@@ -1,4 +1,4 @@
-"""Issue 8, fit failure kinds: biased IsoFLOP vertices (10), too-narrow bootstrap CIs (11), degenerate resamples (12)."""
+"""Fit failure kinds of the README: biased IsoFLOP vertices (10), too-narrow bootstrap CIs (11), degenerate resamples (12)."""
 
 from __future__ import annotations
 

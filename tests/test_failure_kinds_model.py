@@ -1,4 +1,4 @@
-"""Issue 8, case 1 -- hyperconnection mixing silently dropped (lucidrains/hyper-connections #8).
+"""Failure kind 1 of the README -- hyperconnection mixing silently dropped (lucidrains/hyper-connections #8).
 
 At the identity init (M_i = I, beta_i = 1) a forgotten mixing step is invisible, so these tests move away from it and
 compare against an independent reference of the recurrence (paper App. G.2, Eq. 7):

@@ -1,4 +1,4 @@
-"""Issue 8, cases 5-8: failure kinds users of Ray Tune + Optuna sweeps and Parquet stores have hit.
+"""Failure kinds 5-8 of the README: failure kinds users of Ray Tune + Optuna sweeps and Parquet stores have hit.
 
 5. resumed Optuna-driven experiments lose or duplicate trials (ray #30861, optuna #3255)
 6. ASHA forgets its rungs on restore (warprec PR #126; Ray 2.60 does not save the scheduler)

@@ -206,7 +206,7 @@ def _cli_app():
 
 
 def test_fit_cli_json_reports_excluded_diverged_rows_and_writes_outputs(tmp_path):
-    """Issue 8 case 8 (fit side): diverged rows with a null loss are excluded and counted; --out writes artefacts."""
+    """Failure kind 8 of the README (fit side): diverged rows with a null loss are excluded and counted; --out writes artefacts."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from typer.testing import CliRunner
@@ -292,3 +292,30 @@ def test_analysis_keeps_its_results_in_memory(tmp_path, monkeypatch):
     assert {f["outcome"] for f in v["chinchilla_per_r"].values()} == {FitOutcome.FITTED}
     assert all(f["outcome"] == FitOutcome.FITTED for f in v["restricted"].values())
     assert sorted(e["reason"] for e in ana["excluded_runs"]) == [Exclusion.DIVERGED, Exclusion.FAILED]
+
+
+def test_fit_cli_fits_one_variant_of_a_multi_variant_table(tmp_path):
+    """A table with two variants (the baseline at phi = 0.5, a variant's looped runs generated at phi = 0.1, r = 1
+    runs shared): without --variant it is refused (pooled, one law was fitted to both); --variant fits each one's
+    runs with the r = 1 runs and recovers its phi."""
+    from typer.testing import CliRunner
+
+    base = _base_joint().assign(variant="baseline", status="ok")
+    looped = base[base["r"] > 1]
+    n_x = looped["N_once"] + looped["r"] ** 0.1 * looped["N_rec"]
+    other = looped.assign(variant="trunc_bptt", loss=1.6 + 30 * n_x**-0.2 + 900 * looped["D"] ** -0.37)
+    path = tmp_path / "runs.parquet"
+    pd.concat([base, other], ignore_index=True).to_parquet(path)
+    args = ["fit", str(path), "--law", "joint", "--starts", "40", "--json"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 2 and "holds variants ['baseline', 'trunc_bptt']: give --variant" in res.output
+    phis = {}
+    for v in ("baseline", "trunc_bptt"):
+        res = CliRunner().invoke(_cli_app(), [*args, "--variant", v])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        assert out["variant"] == v and out["n"] == 18
+        phis[v] = out["params"]["phi"]
+    assert phis["baseline"] == pytest.approx(0.5, abs=0.1) and phis["trunc_bptt"] == pytest.approx(0.1, abs=0.1)
+    res = CliRunner().invoke(_cli_app(), [*args, "--variant", "hyperconnect"])
+    assert res.exit_code == 2 and "the table's variants are ['baseline', 'trunc_bptt']" in res.output
