@@ -69,8 +69,9 @@ def fit_cmd(
         bool,
         typer.Option(
             "--identify",
-            help="Joint law with phi free: apply the identification rule of `loopscale run` (parameters on the "
-            "search-box edge, the profile of the objective in phi, phi fitted per r) and print its verdict. The "
+            help="Joint law with phi free (needs --bootstrap): apply the identification rule of `loopscale run` "
+            "(parameters on the search-box edge, the profile of the objective in phi, phi fitted per r) and print "
+            "its verdict. The "
             "profile refits the law at 41 values of phi (about 1 s each for 50 runs on one core).",
         ),
     ] = False,
@@ -111,6 +112,11 @@ def fit_cmd(
         raise ValueError(
             "--identify applies to the joint law with phi free (it decides whether the data identify phi); drop "
             + ("--phi" if phi is not None else f"--law {law}")
+        )
+    if check_identified and not bootstrap:
+        raise ValueError(
+            "--identify needs --bootstrap B (e.g. --bootstrap 50): the rule checks the ends of phi's interval and "
+            "phi fitted per r with its intervals, both from resamples; without them it would accept phi unchecked"
         )
     if out is not None:
         from loopscale.cluster.options import usable_out_dir

@@ -20,7 +20,8 @@ can fail to identify it in three ways, each of which this module detects:
     does not describe all r at once at this scale, and a single phi would average incompatible values.
 
 Otherwise the headline is "phi = x [lo, hi]"; when the interval's half-width exceeds the requested precision the
-headline says so (identified but imprecise).
+headline says so (identified but imprecise). A check that could not be made (no profile; phi per r without
+intervals; fewer than two r > 1 beside r = 1) is named at the end of the headline ("not checked: ...").
 """
 
 from __future__ import annotations
@@ -322,8 +323,10 @@ def identify(
             causes.append(Cause.PER_R_DISAGREE)
             parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())
             reasons[Cause.PER_R_DISAGREE.value] = f"phi fitted per r has no common value ({parts})"
+    elif per_r is not None and len(per_r) >= 2:
+        details["checks_skipped"].append("per_r (phi per r has no intervals: no bootstrap resamples)")
     else:
-        details["checks_skipped"].append("per_r (fewer than 2 r > 1 with intervals)")
+        details["checks_skipped"].append("per_r (fewer than 2 r > 1 beside r = 1)")
 
     half = None if phi_ci is None else (phi_ci[1] - phi_ci[0]) / 2
     precise = half is not None and half <= target_half_width
@@ -336,6 +339,8 @@ def identify(
         headline = f"phi = {phi_hat:.3f}, 95 % CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}]"
         if not precise:
             headline += f" (half-width {half:.2f} > the {target_half_width:g} asked: identified but imprecise)"
+    if not causes and details["checks_skipped"]:
+        headline += "; not checked: " + ", ".join(details["checks_skipped"])
     return Identification(
         identified=not causes,
         causes=tuple(causes),

@@ -166,7 +166,7 @@ def test_fit_says_whether_phi_is_identified_and_takes_a_run_folder(tmp_path, mon
     profile = ident_mod.phi_profile  # a coarse grid keeps the test short; the rule is tested in test_identify.py
     monkeypatch.setattr(ident_mod, "phi_profile", lambda t, **kw: profile(t, np.arange(-1.5, 2.6, 0.5), **kw))
     run_dir = ROOT / "docs" / "example_cpu_previous_default"  # 48 runs, E on the search bound there
-    args = ["fit", str(run_dir), "--starts", "10", "--identify"]
+    args = ["fit", str(run_dir), "--starts", "10", "--identify", "--bootstrap", "4", "--workers", "1"]
     res = CliRunner().invoke(app, [*args, "--json", "--out", str(tmp_path / "f")])
     assert res.exit_code == 0, res.output
     ident = json.loads(res.stdout)["identification"]
@@ -182,6 +182,9 @@ def test_fit_says_whether_phi_is_identified_and_takes_a_run_folder(tmp_path, mon
         assert "identification" not in json.loads(res.stdout), extra
     res = CliRunner().invoke(app, ["fit", str(tmp_path)])
     assert res.exit_code == 2 and "is a folder without runs.parquet" in res.output
+    # --identify without resamples would accept phi with the interval and per-r checks unmade: refused
+    res = CliRunner().invoke(app, ["fit", str(run_dir), "--identify"])
+    assert res.exit_code == 2 and "--identify needs --bootstrap B" in res.output
     # --identify where there is no phi to identify: said, not silently ignored
     for extra, flag in ((["--phi", "0.5"], "drop --phi"), (["--law", "chinchilla", "--r", "4"], "drop --law chinchilla")):
         res = CliRunner().invoke(app, ["fit", str(run_dir), "--identify", *extra])

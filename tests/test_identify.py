@@ -48,6 +48,22 @@ def test_identified_when_the_law_holds():
     assert out.identified, out.reasons
     assert out.causes == () and out.headline.startswith("phi = ")
     assert out.ci[0] <= 0.46 <= out.ci[1] and abs(out.phi - 0.46) < 0.1
+    assert "not checked" not in out.headline and out.details["checks_skipped"] == []
+
+
+def test_identified_headline_names_the_checks_it_could_not_make():
+    """The law holds but phi per r came without intervals: phi is accepted on the other checks and the headline
+    says which one was not made (it read like a full verdict)."""
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46})
+    point = fit_law(df, law="joint", starts=30)
+    out = identify(point, None, phi_profile(df, GRID, starts=15), per_r_phi(df, starts=20, B=0))
+    assert out.identified, out.reasons
+    assert out.headline.endswith("not checked: per_r (phi per r has no intervals: no bootstrap resamples)")
+    two = df[df["r"].isin([1, 2])].reset_index(drop=True)  # one looped r: nothing to compare phi_r with
+    out = identify(fit_law(two, law="joint", starts=30), None, None, None)
+    assert out.identified and out.headline.endswith(
+        "not checked: flat_profile (no profile), per_r (fewer than 2 r > 1 beside r = 1)"
+    )
 
 
 def test_not_identified_on_bound():
