@@ -220,6 +220,16 @@ def simulate_phi(
     )
 
 
+def has_ladder(design: pd.DataFrame) -> bool:
+    """True when every (d_model, D) cell with looped runs has plain r = 1 runs at two or more depths
+    (``layers_unique``): a unique-depth ladder on which the worth in unique layers is read."""
+    if not {"d_model", "layers_unique", "r", "D"} <= set(design.columns):
+        return False
+    looped = design[design["r"] > 1][["d_model", "D"]].drop_duplicates()
+    depths = design[design["r"] == 1].groupby(["d_model", "D"])["layers_unique"].nunique()
+    return len(looped) > 0 and all(depths.get((d, D), 0) >= 2 for d, D in looped.itertuples(index=False))
+
+
 def _worth_by_r(runs: pd.DataFrame) -> dict[Any, float]:
     """Worth in unique layers of every looped model of ``runs`` (one row per run), keyed by r — or by
     ``"r/d_model/D"`` when a design has several looped cells at one r — computed by the report's own
@@ -286,7 +296,7 @@ def simulate_design(
     base = design.assign(status="ok", seed=design["seed"] if "seed" in design.columns else 0)
     noiseless = design_cell_means(base.assign(loss=mean))
     prepare(noiseless, law)  # the fitter's refusals, before any draw
-    do_ladder = ladder and {"d_model", "layers_unique"} <= set(design.columns)
+    do_ladder = ladder and has_ladder(design)
     worth_true = _worth_by_r(base.assign(loss=mean)) if do_ladder else {}
     rng = np.random.default_rng(seed)
     warm = law.from_public(truth)

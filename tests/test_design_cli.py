@@ -176,3 +176,15 @@ def test_a_pilot_with_several_variants_uses_the_first_variants_runs(tmp_path):
     bad = parse_spec({**SPEC, "seeds": 2, "variants": ["trunc_bptt"]})
     with pytest.raises(ValueError, match=r"variants \['baseline', 'other'\] but no looped run of .*'trunc_bptt'"):
         design(bad, mixed, **kw)
+
+
+def test_a_spec_without_a_ladder_is_designed_for_phi_alone(tmp_path):
+    """A spec without `ladder:` (the smoke and paper presets) has no worth in unique layers to predict: the design
+    predicts phi's and r^phi's half-widths (it refused: '1 ladder depth(s) of r = 1; add at least 2')."""
+    spec, path, _ = _pilot(tmp_path, seeds=4)
+    plain = {k: v for k, v in {**SPEC, "seeds": 2}.items() if k != "ladder"}
+    plain = parse_spec({**plain, "sizes": [16, 32], "tokens": [4096, 8192]})  # 16 cells for a 6-parameter law
+    res = design(plain, path, minutes=10, cpus=2, seeds=(2,), n_sim=6, starts=6, seed=0)
+    (cand,) = res["candidates"]
+    assert cand["worth_half_width"] == {} and cand["worth_true"] == {}
+    assert np.isfinite(cand["phi_half_width"]) and set(cand["r_phi_half_width"]) == {"2", "4", "8"}
