@@ -154,7 +154,13 @@ def test_kuberay_raycluster():
         _check_token_env(c)
     for c in _containers(head["template"]) + [c for g in groups for c in _containers(g["template"])]:
         assert "rayproject/ray:2.60" in c["image"]
-        assert "$KUBERAY_GEN_RAY_START_CMD" in " ".join(c["args"]) and "pip install" in " ".join(c["args"])
+        args = " ".join(c["args"])
+        assert "$KUBERAY_GEN_RAY_START_CMD" in args and "pip install" in args
+        # pip builds in the source folder: never install straight from a mounted (read-only) checkout
+        target = re.search(r"pip install (\S+)", args).group(1)
+        mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+        assert not any(target == m or target.startswith(m.rstrip("/") + "/") for m in mounts), (target, mounts)
+        assert f"cp -r /workspace/loopscale {target}" in args
     assert rc["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
     cmds = _submitted_commands((RECIPES / "kuberay-raycluster.yaml").read_text())
     assert cmds, "no `ray job submit ... -- loopscale ...` line in the recipe's comments"
