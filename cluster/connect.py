@@ -301,7 +301,8 @@ def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, loggi
         # Ray Client forwards extra ray.init arguments to the server's ray.init; pass none.
         ray.init(address=address)
     elif joining:
-        ray.init(address=address, **kwargs)
+        with _auth_default_notice_as_info(logging_level):  # joining a token-auth cluster says it too
+            ray.init(address=address, **kwargs)
     else:
         if temp_dir is not None:
             os.makedirs(temp_dir, exist_ok=True)

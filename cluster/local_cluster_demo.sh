@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `loopscale sweep SPEC --address auto` against a Ray cluster started on this machine with `ray start --head`.
 #
-#   bash cluster/local_cluster_demo.sh            # uses `ray` and `loopscale` from PATH
+#   bash cluster/local_cluster_demo.sh            # `ray` and `loopscale` from PATH, else from the checkout's .venv
 #   RAY=/work/venv/bin/ray LOOPSCALE=/work/venv/bin/loopscale bash cluster/local_cluster_demo.sh
 #
 # What it shows: the same spec and command as on a laptop; only `--address auto` is added, so the sweep's
@@ -14,8 +14,15 @@
 # Token auth stays at Ray's default (on when ~/.ray/auth_token exists; `ray get-auth-token --generate`).
 set -euo pipefail
 
-RAY="${RAY:-ray}"
-LOOPSCALE="${LOOPSCALE:-loopscale}"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tool() {  # $1: the command's name; PATH first, then the README's quick-start venv in this checkout
+  if command -v "$1" >/dev/null 2>&1; then command -v "$1"
+  elif [[ -x "$REPO/.venv/bin/$1" ]]; then echo "$REPO/.venv/bin/$1"
+  else echo "error: '$1' is neither on PATH nor in $REPO/.venv/bin; install loopscale (README quick start) or set ${2}=/path/to/$1" >&2; exit 2
+  fi
+}
+RAY="${RAY:-$(tool ray RAY)}"
+LOOPSCALE="${LOOPSCALE:-$(tool loopscale LOOPSCALE)}"
 WORK="$(mktemp -d /tmp/lsdemo.XXXXXX)"
 export RAY_TMPDIR="$WORK"
 

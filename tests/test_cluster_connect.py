@@ -228,6 +228,17 @@ def test_join_auto_leaves_ray_start_cluster_running(monkeypatch):
             time.sleep(0.25)
         monkeypatch.setenv("RAY_TMPDIR", tmp)
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        auth_log, said = logging.getLogger("ray._private.authentication.authentication_token_setup"), []
+        handler = logging.Handler(logging.DEBUG)
+        handler.emit = lambda record: said.append((record.levelname, record.getMessage()))
+        auth_log.addHandler(handler)
+        try:
+            with ray_session("auto", log_to_driver=False) as info:
+                assert not info.started_by_us and info.cpus == 1.0 and info.nodes == 1
+        finally:
+            auth_log.removeHandler(handler)
+        # joining says Ray's token-auth default too: at INFO, as for the embedded Ray, not as a console WARNING
+        assert not [m for lvl, m in said if lvl != "INFO"], said
         with ray_session("auto", log_to_driver=False) as info:
             assert not info.started_by_us and info.cpus == 1.0 and info.nodes == 1
             with open(addr_file) as f:
