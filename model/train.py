@@ -232,7 +232,8 @@ class RunConfig:
         if kind != "pretokenized" and self.model.vocab_size < vocab:
             raise ValueError(
                 f"model.vocab_size={self.model.vocab_size} is smaller than the tokenizer's vocabulary "
-                f"({self.tokenizer!r}: {vocab}); build the model with vocab_size={vocab}"
+                f"({self.tokenizer!r}: {vocab}); set vocab_size to {vocab} (--vocab-size on the command line, "
+                "model.vocab_size in a spec)"
             )
 
     @property
@@ -626,7 +627,7 @@ def _prepare(cfg: RunConfig) -> _Prepared:
     if mcfg.vocab_size < data.vocab_size:
         raise ValueError(
             f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
-            f"build the model with vocab_size={data.vocab_size}"
+            f"set vocab_size to {data.vocab_size} (--vocab-size on the command line, model.vocab_size in a spec)"
         )
     D = resolve_tokens(cfg)
     B = cfg.batch_tokens

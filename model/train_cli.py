@@ -107,7 +107,7 @@ def train_cmd(
     dd = out["data"]
     typer.echo(
         f"{'data':>16}: {dd.get('n_train_tokens')} train / {dd.get('n_val_tokens')} validation tokens "
-        f"({dd.get('n_train_docs')} / {dd.get('n_val_docs')} documents, split by {dd.get('split_rule')})"
+        f"({_split_text(dd)})"
         + (
             f"; BPE trained on {dd['bpe_training']['docs']} documents, {dd['bpe_training']['bytes']} bytes, "
             f"{dd['bpe_training']['merges']} merges"
@@ -120,3 +120,15 @@ def train_cmd(
 
 
 __all__ = ["JSON_KEYS", "train_cmd"]
+
+
+def _split_text(dd: dict) -> str:
+    """How the corpus was split, for the ``data`` line: by document (train / validation documents) or by position
+    (one document, or a token file: the token tail is validation)."""
+    rule = str(dd.get("split_rule") or "")
+    if rule.startswith("token tail"):
+        frac = rule.split()[-1]
+        n_docs = (dd.get("n_train_docs") or 0) + (dd.get("n_val_docs") or 0)
+        what = "a token file" if dd.get("n_train_docs") is None else f"{n_docs} document{'s' * (n_docs != 1)}"
+        return f"{what}, split by position: the last {float(frac):.0%} of the tokens are validation"
+    return f"{dd.get('n_train_docs')} train / {dd.get('n_val_docs')} validation documents, split by {rule}"

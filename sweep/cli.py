@@ -42,8 +42,18 @@ def _register() -> None:
 _register()
 
 
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """A warning as the console script shows it: ``warning: <message>`` (our UserWarnings speak to the user; the
+    source file and line of Python's default format are for developers). Other categories keep their name."""
+    kind = "warning" if category is UserWarning else category.__name__
+    return f"{kind}: {message}\n"
+
+
 def main() -> None:
     """Entry point of the ``loopscale`` console script."""
+    import warnings
+
+    warnings.formatwarning = _warning_line
     app()
 
 

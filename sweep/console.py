@@ -83,7 +83,8 @@ def notice_of(line: str) -> str | None:
     """The one-line notice a captured output line deserves on the console, or None.
 
     A line is a notice when it carries a log level WARNING/ERROR/CRITICAL/FATAL, is the last line of a traceback
-    (``SomeError: message``) or a Python warning (``file.py:12: UserWarning: message``). The notice is the line
+    (``SomeError: message``) or a Python warning (``file.py:12: UserWarning: message``, or ``warning: message`` as
+    the console script formats them). The notice is the line
     without escape codes, worker prefix (``(trainable pid=..)``) and timestamp, at most :data:`NOTICE_MAX` characters
     (a longer one keeps its start and its end). Traceback
     bodies (indented lines) are never notices."""
@@ -95,8 +96,8 @@ def notice_of(line: str) -> str | None:
     m = _PYWARN.search(text)
     if m:
         text = text[m.start(1) :]
-    elif not (_LEVEL.search(text) or _EXC.match(text)):
-        return None
+    elif not (_LEVEL.search(text) or _EXC.match(text) or text.startswith("warning: ")):
+        return None  # "warning: ..." is a Python warning as the console script formats it (loopscale.sweep.cli)
     return (
         text
         if len(text) <= NOTICE_MAX

@@ -4,6 +4,8 @@ and one error presenter for every command of the console script."""
 from __future__ import annotations
 
 import ast
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -208,3 +210,25 @@ def test_fit_and_model_errors_name_the_flags():
         assert res.exit_code == 2 and "row 1 has -1.0" in res.output and "np." not in res.output, res.output
     res = CliRunner().invoke(app, ["model", "info", "--preset", "cpu"])
     assert res.exit_code == 2 and "--d-model" in res.output and "--width-scale" in res.output, res.output
+
+
+def test_console_script_shows_a_warning_as_one_line(tmp_path):
+    """The console script prints a UserWarning as `warning: <message>` (not Python's `file.py:N: UserWarning:`
+    with the source line under it), and the run's JSON lists it among its warnings."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "c" / "a.txt"
+    corpus.parent.mkdir()
+    corpus.write_bytes(("Some plain English prose for a tiny run. " * 200).encode() + "caf\xe9".encode("latin-1"))
+    exe = str(Path(sys.executable).with_name("loopscale"))
+    p = subprocess.run(
+        [exe, "train", "--d-model", "16", "--tokens", "2048", "--eval-tokens", "512", "--batch-tokens", "512",
+         "--corpus", str(corpus.parent), "--json"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "LOOPSCALE_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "not valid UTF-8" in ln]
+    assert len(lines) == 1 and lines[0].startswith("warning: corpus file ") and "UserWarning" not in p.stderr
+    assert any("not valid UTF-8: 1 invalid" in w for w in json.loads(p.stdout)["warnings"])

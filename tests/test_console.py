@@ -26,6 +26,7 @@ from loopscale.sweep.presets import preset_spec
             "ValueError: lr must be > 0",
         ),
         ("/x/y.py:12: UserWarning: something odd", "UserWarning: something odd"),
+        ("warning: corpus file 'a.txt' is not valid UTF-8", "warning: corpus file 'a.txt' is not valid UTF-8"),
         ("(grid_trainable pid=1, ip=10.0.0.1) Checkpoint successfully created at: Checkpoint(...)", None),
         ("2026-11-30 17:09:05,207\tINFO worker.py:2038 -- Started a local Ray instance.", None),
         ('  File "x.py", line 3, in f: raise ValueError("no")', None),
