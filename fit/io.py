@@ -104,9 +104,12 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
             ``block_by`` column that does not exist.
     """
     df = read_table(table)
-    df = _resolve_alias(df, "loss", LOSS_ALIASES)
-    if law.name == "chinchilla":
-        df = _resolve_alias(df, "N", N_ALIASES)
+    given = {c: c for c in df.columns}  # the table's own name of each column, for error messages
+    for target, aliases in (("loss", LOSS_ALIASES), ("N", N_ALIASES if law.name == "chinchilla" else ())):
+        renamed = _resolve_alias(df, target, aliases)
+        if renamed is not df:
+            given[target] = next(a for a in aliases if a in df.columns)
+        df = renamed
     n_excluded, by_status = 0, {}
     if "status" in df.columns:
         st = df["status"].astype("string").fillna("<null>")
@@ -133,11 +136,12 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         try:
             arr = pd.to_numeric(df[c]).to_numpy(dtype=np.float64, na_value=np.nan)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"column {c!r} must be numeric: {exc}") from exc
+            raise ValueError(f"column {given.get(c, c)!r} must be numeric: {exc}") from exc
         bad = ~np.isfinite(arr)
         if bad.any():
             raise ValueError(
-                f"column {c!r} has {int(bad.sum())} NaN/inf value(s) (first at row {int(np.argmax(bad))})"
+                f"column {given.get(c, c)!r} has {int(bad.sum())} NaN/inf value(s) (first at row "
+                f"{int(np.argmax(bad))}; rows with a status other than 'ok' are left out before this check)"
             )
         cols[c] = arr
     for c, rule, ok in (
@@ -151,7 +155,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     ):
         if c in cols and not np.all(ok(cols[c])):
             i = int(np.argmax(~ok(cols[c])))
-            raise ValueError(f"column {c!r} must be {rule}; row {i} has {float(cols[c][i])!r}")
+            raise ValueError(f"column {given.get(c, c)!r} must be {rule}; row {i} has {float(cols[c][i])!r}")
     if "N_once" in cols and not np.all(cols["N_once"] + cols["N_rec"] > 0):
         raise ValueError("N_once + N_rec must be > 0 (parameters) on every row")
     n = cols["loss"].shape[0]

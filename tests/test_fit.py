@@ -178,7 +178,7 @@ def test_chinchilla_errors_and_aliases():
         .assign(N_unique=lambda d: d["N_once"] + d["N_rec"])
         .rename(columns={"loss": "final_val_loss"})
     )
-    with pytest.raises(ValueError, match="'N' must be > 0"):
+    with pytest.raises(ValueError, match="'N_unique' must be > 0"):
         fit_law(t.assign(N_unique=0.0), law="chinchilla", starts=5)
     with pytest.raises(ValueError, match="law='bogus' is unknown"):
         fit_law(t, law="bogus")
@@ -319,3 +319,19 @@ def test_fit_cli_fits_one_variant_of_a_multi_variant_table(tmp_path):
     assert phis["baseline"] == pytest.approx(0.5, abs=0.1) and phis["trunc_bptt"] == pytest.approx(0.1, abs=0.1)
     res = CliRunner().invoke(_cli_app(), [*args, "--variant", "hyperconnect"])
     assert res.exit_code == 2 and "the table's variants are ['baseline', 'trunc_bptt']" in res.output
+
+
+def test_fit_errors_name_the_tables_own_column():
+    """A bad value in `final_val_loss` (read as the law's `loss`) is reported under the table's own column name."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint().rename(columns={"loss": "final_val_loss"})
+    bad = t.copy()
+    bad.loc[3, "final_val_loss"] = np.nan
+    with pytest.raises(ValueError, match=r"column 'final_val_loss' has 1 NaN/inf value\(s\) \(first at row 3"):
+        prepare(bad, make_law("joint"))
+    bad.loc[3, "final_val_loss"] = -1.0
+    with pytest.raises(ValueError, match=r"column 'final_val_loss' must be > 0 \(nats/token\); row 3"):
+        prepare(bad, make_law("joint"))
+    assert prepare(t, make_law("joint")).n == len(t)
