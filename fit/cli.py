@@ -215,8 +215,8 @@ def fit_cmd(
         lines.append(f"  identification: {ident.headline}")
     elif law == "joint" and phi is None:
         lines.append(
-            "  identification: not checked; --identify applies the rule of `loopscale run` (a parameter on the "
-            "search-box edge, a flat profile in phi, per-r phi without a common value)"
+            "  identification: not checked; --identify --bootstrap B applies the rule of `loopscale run` (a "
+            "parameter on the search-box edge, a flat profile in phi, per-r phi without a common value)"
         )
     if out is not None:
         lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
@@ -234,28 +234,38 @@ def _identification(fit, boot, *, starts: int, seed: int):
 
 
 def _one_variant(df, variant: str | None):
-    """The rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`): ``variant``'s, or the whole
-    table when it holds one variant (or has no ``variant`` column).
+    """The rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`): ``variant``'s; without it the
+    one variant that has looped runs (r = 1 runs are labelled ``baseline`` in every sweep), or the whole table when
+    it holds one variant (or has no ``variant`` column).
 
     Raises:
-        ValueError: several variants and no ``variant`` (pooled, they would be fitted as one law); ``variant`` not
-            in the table.
+        ValueError: several variants with looped runs and no ``variant`` (pooled, they would be fitted as one law);
+            ``variant`` not in the table; several variants and no ``r`` column.
     """
     from loopscale.fit.analysis import variant_frames
 
-    if "variant" not in df.columns:
-        if variant not in (None, "baseline"):
-            raise ValueError(f"--variant {variant}: the table has no 'variant' column (all its runs are one variant)")
+    names = sorted(str(v) for v in df["variant"].dropna().unique()) if "variant" in df.columns else []
+    if len(names) <= 1:  # one variant (or no column): the table is its fit
+        if variant is not None and variant not in (names or ["baseline"]):
+            raise ValueError(f"--variant {variant}: the table's runs are all of variant {(names or ['baseline'])[0]!r}")
         return df
-    frames = variant_frames(df)
-    names = list(frames)
+    if "r" not in df.columns:
+        raise ValueError(f"the table holds variants {names} but no 'r' column: give one variant's rows")
+    # the variants with looped runs: r = 1 runs are labelled baseline whatever the spec's variants
+    looped = sorted(str(v) for v in df.loc[df["r"] > 1, "variant"].dropna().unique())
     if variant is None:
-        if len(names) > 1:
+        if len(looped) > 1:
             raise ValueError(
-                f"the table holds variants {names}: give --variant NAME (each variant is its own fit, its looped "
+                f"the table holds variants {looped}: give --variant NAME (each variant is its own fit, its looped "
                 "runs with the r = 1 runs, as `loopscale run` fits them; pooled they would be fitted as one law)"
             )
-        return df
+        if not looped:
+            return df
+        variant = looped[0]  # one looped variant beside the shared r = 1 runs: that variant's fit
+    frames = variant_frames(df)
     if variant not in frames:
         raise ValueError(f"--variant {variant}: the table's variants are {names}")
+    if variant not in looped:
+        raise ValueError(f"--variant {variant}: it has no looped (r > 1) runs in the table; the variants with looped "
+                         f"runs are {looped}")
     return frames[variant]

@@ -319,6 +319,19 @@ def test_fit_cli_fits_one_variant_of_a_multi_variant_table(tmp_path):
     assert phis["baseline"] == pytest.approx(0.5, abs=0.1) and phis["trunc_bptt"] == pytest.approx(0.1, abs=0.1)
     res = CliRunner().invoke(_cli_app(), [*args, "--variant", "hyperconnect"])
     assert res.exit_code == 2 and "the table's variants are ['baseline', 'trunc_bptt']" in res.output
+    # a spec of one non-baseline variant: its r = 1 runs are labelled baseline; that one variant is fitted
+    only = pd.concat([base[base["r"] == 1], other], ignore_index=True)
+    only.to_parquet(path)
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["params"]["phi"] == pytest.approx(0.1, abs=0.1)
+    res = CliRunner().invoke(_cli_app(), [*args, "--variant", "baseline"])
+    assert res.exit_code == 2 and "it has no looped (r > 1) runs" in res.output
+    # a Chinchilla table with a variant column and no r: one variant, fitted as it is
+    chin = base[base["r"] == 1].drop(columns=["r"]).assign(N=lambda d: d["N_once"] + d["N_rec"])
+    chin.to_parquet(path)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
+    assert res.exit_code == 0, res.output  # a KeyError 'r' escaped before
 
 
 def test_fit_errors_name_the_tables_own_column():
