@@ -215,7 +215,10 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
         L.append(
             f"The same law with φ free per r (`joint_per_r`: {phis}), fitted to the same {lpr['n']} points: "
             f"R² = {_fmt(lpr['r2'], 4)} against {_fmt(lpr['r2_one_phi'], 4)} with one φ (largest residual "
-            f"{_fmt(lpr['max_abs_residual'], 3)} nats).\n"
+            f"{_fmt(lpr['max_abs_residual'], 3)} nats"
+            + (f"; the fitted objective, Huber on log loss, {_fmt(lpr['objective'], 4)} against "
+               f"{_fmt(lpr['objective_one_phi'], 4)}" if "objective" in lpr else "")
+            + ").\n"
         )
     for key, title in (("phi_profile", "profile of the objective in φ"), ("phi_per_r", "φ and r^φ per r")):
         f = (ident.get("files") or {}).get(key)
@@ -289,6 +292,7 @@ def build_report(run_dir: str | Path) -> Path:
             f"{d / 'runs.parquet'} not found: run `loopscale sweep` or `loopscale run` first"
         )
     from loopscale.cluster.storage import read_json_or_aside
+    from loopscale.fit.analysis import variant_frames
 
     ana_path = d / "fit" / "analysis.json"
     ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing
@@ -429,7 +433,7 @@ def build_report(run_dir: str | Path) -> Path:
                 "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
                 "treat φ and its interval with care (see the README's section on the fit's limits)."
             )
-        mine = runs[runs["variant"] == vname] if "variant" in runs.columns else runs
+        mine = variant_frames(runs).get(vname, runs) if "r" in runs.columns else runs  # with the shared r = 1 runs
         L.extend(_identification_section(v, mine))
         pred_path = d / "design_prediction.json"
         if vname == "baseline" and pred_path.is_file():

@@ -107,8 +107,9 @@ def test_report_of_a_sweep_folder_or_a_file_says_what_to_run(tmp_path):
 
 
 def test_seed_spread_of_a_variant_counts_only_its_own_runs(tmp_path):
-    """With two variants, each section's seed-spread table holds that variant's cells: 2 seeds and its own mean (it
-    pooled every variant: 4 'seeds' per cell, mean and SD between variants)."""
+    """With two variants, each section's seed-spread table holds the cells of that variant's fit: its own looped
+    cells and the shared r = 1 cells, 2 seeds each with their own mean (it pooled every variant: 4 'seeds' per
+    looped cell, mean and SD between variants)."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -121,7 +122,7 @@ def test_seed_spread_of_a_variant_counts_only_its_own_runs(tmp_path):
     parts = []
     for variant, shift in (("baseline", 0.0), ("trunc_bptt", 1.0)):
         for seed, noise in ((0, -0.01), (1, 0.01)):
-            df = base.copy()
+            df = base.copy() if variant == "baseline" else base[base["r"] > 1].copy()  # r = 1 runs are shared
             df["variant"], df["seed"] = variant, seed
             df["final_val_loss"] = df["final_val_loss"] + shift + noise
             df["run_id"] = df["run_id"] + f"_{variant}_{seed}"
@@ -134,13 +135,16 @@ def test_seed_spread_of_a_variant_counts_only_its_own_runs(tmp_path):
     ana["variants"]["trunc_bptt"] = ana["variants"]["baseline"]
     p.write_text(json.dumps(ana), encoding="utf-8")
     text = build_report(run).read_text(encoding="utf-8")
-    cell = base[(base["d_model"] == 16) & (base["r"] == 1)].sort_values("D").iloc[0]
+    plain = base[(base["d_model"] == 16) & (base["r"] == 1)].sort_values("D").iloc[0]
+    looped = base[(base["d_model"] == 16) & (base["r"] == 2)].sort_values("D").iloc[0]
     for variant, shift in (("baseline", 0.0), ("trunc_bptt", 1.0)):
         sec = text[text.index(f"## Variant `{variant}`") :]
         table = _section(sec, "### Seed spread per cell (nats/token)")
-        head = f"| 16 | 1 | {cell['n_recur_block']} | {cell['D']} |"
-        row = next(ln for ln in table.splitlines() if ln.startswith(head))
-        cols = [c.strip() for c in row.strip("|").split("|")]
-        assert cols[-3] == "2", row
-        assert float(cols[-2]) == pytest.approx(cell["final_val_loss"] + shift, abs=6e-4), row
-        assert float(cols[-1]) == pytest.approx(0.02 / 2**0.5, rel=1e-2), row
+        # the shared r = 1 cell (the baseline's runs, in every variant's fit) and the variant's own looped cell
+        for cell, want in ((plain, plain["final_val_loss"]), (looped, looped["final_val_loss"] + shift)):
+            head = f"| 16 | {cell['r']} | {cell['n_recur_block']} | {cell['D']} |"
+            row = next(ln for ln in table.splitlines() if ln.startswith(head))
+            cols = [c.strip() for c in row.strip("|").split("|")]
+            assert cols[-3] == "2", row
+            assert float(cols[-2]) == pytest.approx(want, abs=6e-4), row
+            assert float(cols[-1]) == pytest.approx(0.02 / 2**0.5, rel=1e-2), row
