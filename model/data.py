@@ -123,45 +123,47 @@ _BLANKS = re.compile(r"\n{3,}")
 
 NOT_TEXT_FRACTION = 0.01
 """A text file (or the first 64 KiB of one) whose invalid UTF-8 sequences and NUL bytes exceed this fraction of its
-bytes is not text (a binary, or another encoding such as UTF-16): refused. Fewer invalid sequences are replaced by U+FFFD with a
-warning."""
+bytes is not text (a binary, or another encoding such as UTF-16): refused. Fewer invalid sequences are replaced by
+U+FFFD with a :class:`CorpusWarning`; fewer NUL bytes are dropped (NUL is the byte tokenizer's separator)."""
+
+
+class CorpusWarning(UserWarning):
+    """A corpus problem every run on the corpus should say (e.g. invalid UTF-8 replaced): kept in the token cache's
+    ``meta.json`` and recorded in each run's ``warnings``."""
 
 
 def _invalid_utf8(b: bytes) -> int:
-    """Number of invalid UTF-8 sequences in ``b`` (each becomes one U+FFFD under ``errors="replace"``) plus its NUL
-    bytes (valid UTF-8, but no text file holds them: binaries and UTF-16 text do)."""
-    return b.decode("utf-8", errors="replace").count("\ufffd") - b.count("\ufffd".encode()) + b.count(0)
+    """Number of invalid UTF-8 sequences in ``b`` (each becomes one U+FFFD under ``errors="replace"``)."""
+    return b.decode("utf-8", errors="replace").count("\ufffd") - b.count("\ufffd".encode())
 
 
 def read_text_file(path: Path) -> str:
     """The text of a corpus file, decoded as UTF-8 (a BOM is dropped).
 
     Raises:
-        CorpusError: more than :data:`NOT_TEXT_FRACTION` of its bytes are invalid UTF-8 (not a text file, or a
-            text file in another encoding: convert it to UTF-8).
+        CorpusError: invalid UTF-8 sequences and NUL bytes make up more than :data:`NOT_TEXT_FRACTION` of its bytes
+            (not a text file, or text in another encoding such as UTF-16: convert it to UTF-8).
 
-    Warns (UserWarning) with the count when fewer invalid sequences are replaced by U+FFFD."""
+    Warns (:class:`CorpusWarning`) with the count when fewer invalid sequences are replaced by U+FFFD."""
     b = path.read_bytes()
-    try:
-        return b.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        pass
     bad = _invalid_utf8(b)
-    if bad > NOT_TEXT_FRACTION * len(b):
-        raise CorpusError(_not_text(path, bad, len(b)))
-    warnings.warn(
-        f"corpus file {str(path)!r} is not valid UTF-8: {bad} invalid byte sequence(s) of {len(b)} bytes replaced by "
-        "U+FFFD (convert it to UTF-8 to keep those characters)",
-        stacklevel=2,
-    )
+    if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
+        raise CorpusError(_not_text(path, bad, b.count(0), len(b)))
+    if bad:
+        warnings.warn(
+            f"corpus file {str(path)!r} is not valid UTF-8: {bad} invalid byte sequence(s) of {len(b)} bytes "
+            "replaced by U+FFFD (convert it to UTF-8 to keep those characters)",
+            CorpusWarning,
+            stacklevel=2,
+        )
     return b.decode("utf-8-sig", errors="replace")
 
 
-def _not_text(path: Path, bad: int, n: int) -> str:
+def _not_text(path: Path, bad: int, nul: int, n: int, where: str = "") -> str:
     return (
-        f"corpus file {str(path)!r} does not look like UTF-8 text: {bad} invalid UTF-8 sequence(s) or NUL bytes in "
-        f"{n} bytes (over {NOT_TEXT_FRACTION:.0%}); a binary file, or text in another encoding (convert it to UTF-8, e.g. "
-        "iconv -f latin1 -t utf-8)"
+        f"corpus file {str(path)!r} does not look like UTF-8 text: {bad} invalid UTF-8 sequence(s) and {nul} NUL "
+        f"byte(s) in {where}{n} bytes (over {NOT_TEXT_FRACTION:.0%}); a binary file, or text in another encoding "
+        "(convert it to UTF-8, e.g. iconv -f utf-16 -t utf-8)"
     )
 
 
@@ -391,6 +393,16 @@ def resolve_corpus(
     )
 
 
+def _is_text_type(typ) -> bool:
+    """True for an Arrow string type (string, large_string, string_view, or a dictionary of one, as pandas
+    categoricals are stored)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)
+
+
 def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
     """(kind, files) of a corpus path/glob, with the cheap checks of :func:`resolve_corpus` (nothing is hashed)."""
     files = _expand(corpus)
@@ -408,7 +420,6 @@ def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
     if kind == "tokens" and len(files) != 1:
         raise CorpusError(f"give one pre-tokenized token file, got {len(files)} for {corpus!r}")
     if kind == "parquet":
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         for f in files:
@@ -418,12 +429,10 @@ def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
                     f"Parquet file {str(f)!r} has no text column {text_column!r}; its columns are {names} "
                     "(set text_column to one of them)"
                 )
-            typ = pq.ParquetFile(f).schema_arrow.field(text_column).type
-            if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)):
-                strings = [
-                    n for n in names if pa.types.is_string(t := pq.ParquetFile(f).schema_arrow.field(n).type)
-                    or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-                ]  # fmt: skip
+            schema = pq.ParquetFile(f).schema_arrow
+            typ = schema.field(text_column).type
+            if not _is_text_type(typ):
+                strings = [n for n in names if _is_text_type(schema.field(n).type)]
                 others = f"its string columns are {strings} (set text_column to one of them)" if strings else (
                     "it has no string column (store the text as UTF-8 strings)"
                 )
@@ -456,8 +465,8 @@ def check_corpus(corpus: str, tokenizer: str, vocab_size: int, text_column: str 
                 with open(f, "rb") as fh:
                     head = fh.read(1 << 16)
                 bad = _invalid_utf8(head[:-3] if len(head) == 1 << 16 else head)  # a cut multi-byte char is fine
-                if bad > NOT_TEXT_FRACTION * len(head):
-                    raise CorpusError(_not_text(f, bad, len(head)).replace(" in ", " in the first ", 1))
+                if bad + head.count(0) > NOT_TEXT_FRACTION * len(head):
+                    raise CorpusError(_not_text(f, bad, head.count(0), len(head), where="the first "))
         return
     if tok_kind == "bpe":
         raise ValueError(
@@ -511,6 +520,7 @@ def _open_token_file(path: Path) -> np.ndarray:
             )
         warnings.warn(
             f"token file {str(path)!r} has no dtype suffix: read as uint16 ({len(arr)} tokens); {fix}",
+            CorpusWarning,
             stacklevel=3,
         )
     return arr
@@ -775,14 +785,18 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
     try:
         bpe_stats = None
         with warnings.catch_warnings(record=True) as caught:  # the corpus's warnings (encoding), kept in meta.json
-            warnings.simplefilter("always")
+            warnings.simplefilter("always", CorpusWarning)
             if tok_kind == "byte":
                 tokenizer = ByteTokenizer()
             else:
                 tokenizer, bpe_stats = _train_bpe(src, vocab)
                 tokenizer.save(tmp / "tokenizer.json")
             meta = _write_stream(src.documents(), tokenizer, tmp)
-        meta["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
+        mine = [w for w in caught if issubclass(w.category, CorpusWarning)]
+        for w in caught:  # anything else (a library's warning) is shown as it would have been, not kept
+            if not issubclass(w.category, CorpusWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        meta["warnings"] = list(dict.fromkeys(str(w.message) for w in mine))
         if bpe_stats is not None:
             meta["bpe_training"] = bpe_stats
         meta.update(
@@ -893,8 +907,8 @@ def load_tokens(
         ValueError: an invalid tokenizer spec, or a byte/bpe tokenizer asked for a pre-tokenized file with ids
             outside its vocabulary.
 
-    Warns (UserWarning): the corpus's warnings recorded when its cache was built (``meta["warnings"]``: invalid
-    UTF-8 replaced), on every call.
+    Warns (:class:`CorpusWarning`): the corpus's warnings recorded when its cache was built (``meta["warnings"]``:
+    invalid UTF-8 replaced), on every call; a token file without a dtype suffix.
     """
     tok_kind, vocab = parse_tokenizer(tokenizer)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -946,7 +960,7 @@ def load_tokens(
         built = True
     meta = json.loads((final / "meta.json").read_text(encoding="utf-8"))
     for msg in meta.get("warnings") or []:  # said by every run on the corpus, not only the one that built the cache
-        warnings.warn(msg, UserWarning, stacklevel=2)
+        warnings.warn(msg, CorpusWarning, stacklevel=2)
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(final / "train.bin", dtype=dtype, mode="r")
     val = np.memmap(final / "val.bin", dtype=dtype, mode="r")

@@ -638,7 +638,15 @@ def _prepare(cfg: RunConfig) -> _Prepared:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         epochs = implied_epochs(D, sampler.tokens_per_epoch)
-    for w in [*corpus_caught, *caught]:
+    from loopscale.model.data import CorpusWarning
+
+    for w in corpus_caught:  # the corpus's own warnings are the run's; a library's is shown, not recorded
+        if issubclass(w.category, CorpusWarning):
+            run_warnings.append(str(w.message))
+            warnings.warn(str(w.message), CorpusWarning, stacklevel=3)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for w in caught:
         run_warnings.append(str(w.message))
         warnings.warn(str(w.message), UserWarning, stacklevel=3)
     if why := compile_fallback(cfg.compile, device):

@@ -84,6 +84,10 @@ def test_parquet_text_column_must_hold_strings(tmp_path):
             D.check_corpus(str(path), "byte", 256)
         with pytest.raises(D.CorpusError, match="not strings"):
             D.load_tokens(str(path), cache_dir=tmp_path)
+    cat = tmp_path / "categorical.parquet"  # pandas categoricals are stored as a dictionary of strings
+    pq.write_table(pa.table({"text": pa.array(["one two", "three", "one two"]).dictionary_encode()}), cat)
+    D.check_corpus(str(cat), "byte", 256)
+    assert len(D.load_tokens(str(cat), cache_dir=tmp_path).train) > 0
     big = tmp_path / "large.parquet"
     pq.write_table(pa.table({"text": pa.array(["one two", "three"], pa.large_string())}), big)
     D.check_corpus(str(big), "byte", 256)
@@ -102,7 +106,10 @@ def test_text_files_must_be_utf8(tmp_path):
     utf16 = tmp_path / "u16" / "a.txt"
     utf16.parent.mkdir()
     utf16.write_bytes(prose.encode("utf-16"))
-    for f in (binary, utf16):
+    utf16le = tmp_path / "u16le" / "a.txt"  # no BOM: valid UTF-8 byte for byte, half of them NUL
+    utf16le.parent.mkdir()
+    utf16le.write_bytes(prose.encode("utf-16-le"))
+    for f in (binary, utf16, utf16le):
         with pytest.raises(D.CorpusError, match="does not look like UTF-8 text"):
             D.check_corpus(str(f.parent), "byte", 256)
         with pytest.raises(D.CorpusError, match="does not look like UTF-8 text"):
@@ -111,7 +118,7 @@ def test_text_files_must_be_utf8(tmp_path):
     latin.parent.mkdir()
     latin.write_bytes(prose.encode() + "café naïve".encode("latin-1") + prose.encode())
     D.check_corpus(str(latin.parent), "byte", 256)
-    with pytest.warns(UserWarning, match=r"not valid UTF-8: 2 invalid byte sequence\(s\)"):
+    with pytest.warns(D.CorpusWarning, match=r"not valid UTF-8: 2 invalid byte sequence\(s\)"):
         td = D.load_tokens(str(latin.parent), cache_dir=tmp_path)
     assert td.built
     with pytest.warns(UserWarning, match=r"not valid UTF-8: 2 invalid"):  # from the cache too: every run says it
