@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -316,17 +317,24 @@ def _sigint_deferred(stopped: list) -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) while the block runs: the first one is recorded in ``stopped`` and the block goes on;
     a second one raises KeyboardInterrupt at once. ``ray.init`` runs under it: a KeyboardInterrupt raised inside
     the core worker's constructor left a half-built Ray that crashed the process at exit (SIGSEGV, not exit 130).
-    Outside the main thread (where handlers cannot be set) the block runs as it is."""
+    The first Ctrl-C is acknowledged on stderr. Outside the main thread (where handlers cannot be set), with SIGINT
+    ignored, or with a handler installed outside Python, the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN or previous is None:  # Ctrl-C ignored (nohup, `&`), or a handler set outside
+        yield  # Python that could not be put back: left as it is
         return
 
     def hold(signum, frame):
         if stopped:
             raise KeyboardInterrupt
         stopped.append(True)
+        sys.stderr.write("WARNING: Ctrl-C: stopping as soon as Ray has started (Ctrl-C again stops at once)\n")
+        sys.stderr.flush()
 
-    previous = signal.signal(signal.SIGINT, hold)
+    signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:

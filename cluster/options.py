@@ -212,15 +212,17 @@ class Interrupted(RuntimeError):
 def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None = None) -> str:
     """The line a stopped command prints. :class:`Interrupted` (a Tune experiment saved its state) and a plain
     Ctrl-C of a command with ``--resume`` (its finished stages and runs are kept) name ``--resume``; a command
-    without it says what is kept: ``train`` with ``--checkpoint-dir`` resumes from its newest checkpoint when rerun,
-    other commands (fit, report, design, ...) keep nothing partial and are simply rerun."""
+    without it says what is kept: ``train`` with ``--checkpoint-dir`` and ``--checkpoint-every-steps`` resumes from
+    its newest checkpoint when rerun, other commands (fit, report, design, ...) keep nothing partial and are simply
+    rerun."""
     what = str(exc) or "stopped"
     if isinstance(exc, Interrupted):
         return f"interrupted: {what}; the state is saved, rerun the same command with --resume to continue"
     if resumable:
         return f"interrupted: {what}; what had finished is kept, rerun the same command with --resume to continue"
-    if (kwargs or {}).get("checkpoint_dir"):
-        return f"interrupted: {what}; rerun the same command to continue from the newest checkpoint in --checkpoint-dir"
+    if (kwargs or {}).get("checkpoint_dir") and (kwargs or {}).get("checkpoint_every_steps"):
+        return (f"interrupted: {what}; rerun the same command to continue from the newest checkpoint in "
+                "--checkpoint-dir (if one was due: every --checkpoint-every-steps steps)")
     return f"interrupted: {what}; nothing partial was kept, rerun the command to start again"
 
 
