@@ -21,7 +21,7 @@ can fail to identify it in three ways, each of which this module detects:
 
 Otherwise the headline is "phi = x [lo, hi]"; when the interval's half-width exceeds the requested precision the
 headline says so (identified but imprecise). A check that could not be made (no profile; phi per r without
-intervals; fewer than two r > 1 beside r = 1) is named at the end of the headline ("not checked: ...").
+intervals; no r = 1 runs or fewer than two r > 1) is named at the end of the headline ("not checked: ...").
 """
 
 from __future__ import annotations
@@ -324,9 +324,9 @@ def identify(
             parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())
             reasons[Cause.PER_R_DISAGREE.value] = f"phi fitted per r has no common value ({parts})"
     elif per_r is not None and len(per_r) >= 2:
-        details["checks_skipped"].append("per_r (phi per r has no intervals: no bootstrap resamples)")
+        details["checks_skipped"].append("per_r (phi per r came without intervals)")
     else:
-        details["checks_skipped"].append("per_r (fewer than 2 r > 1 beside r = 1)")
+        details["checks_skipped"].append("per_r (needs r = 1 runs and at least two r > 1)")
 
     half = None if phi_ci is None else (phi_ci[1] - phi_ci[0]) / 2
     precise = half is not None and half <= target_half_width

@@ -8,6 +8,9 @@ the commands, so ``loopscale --help`` is fast.
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(
@@ -42,17 +45,24 @@ def _register() -> None:
 _register()
 
 
+_ROOT = Path(__file__).resolve().parents[1]
+_LOOPSCALE_DIRS = tuple(str(_ROOT / d) + "/" for d in ("model", "sweep", "fit", "cluster"))  # loopscale's own files
+
+
 def _warning_line(message, category, filename, lineno, line=None) -> str:
-    """A warning as the console script shows it: ``warning: <message>`` (our UserWarnings speak to the user; the
-    source file and line of Python's default format are for developers). Other categories keep their name."""
-    kind = "warning" if category is UserWarning else category.__name__
-    return f"{kind}: {message}\n"
+    """A warning as the console script shows it: loopscale's own UserWarnings (raised from a file of this package)
+    as ``warning: <message>`` (they speak to the user; file and line are for developers); any other warning (a
+    library's, a DeprecationWarning) in Python's default format."""
+    if issubclass(category, UserWarning) and str(filename).startswith(_LOOPSCALE_DIRS):
+        return f"warning: {message}\n"
+    return _PYTHON_FORMAT(message, category, filename, lineno, line)
+
+
+_PYTHON_FORMAT = warnings.formatwarning
 
 
 def main() -> None:
     """Entry point of the ``loopscale`` console script."""
-    import warnings
-
     warnings.formatwarning = _warning_line
     app()
 

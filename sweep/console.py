@@ -395,8 +395,9 @@ class GridView(_View):
 
     def __init__(self, con: Console, total: int, done_before: set[str] | frozenset[str] = frozenset()):
         super().__init__(con, total)
-        # run ids of this sweep finished before this experiment (an earlier command, or an earlier experiment of
-        # a --resume): counted as done, so that a resumed grid shows the whole grid (32/352), not what is left (0/320)
+        # run ids of this sweep finished before this experiment (by an earlier command, or by the experiment a
+        # --resume restored first): counted as done, so that a rerun shows the whole grid (32/352), not what is
+        # left (0/320)
         self.done_before = frozenset(done_before)
         self.prior = 0  # how many of done_before are outside this experiment's trials (set at each observe)
         self._flops: dict[str, float] = {}
@@ -495,7 +496,7 @@ class GridView(_View):
         # the rate of all trials together over the last RATE_WINDOW_S, not a run's own tokens_per_s (the report's)
         window = _fmt_s(min(RATE_WINDOW_S, time.time() - self.t0))
         rate = f", {self.tokens_per_s:,.0f} tokens/s (all trials, last {window})" if self.tokens_per_s else ""
-        before = f" ({self.prior} of them before this command)" if self.prior else ""
+        before = f" ({self.prior} of them in earlier Tune experiments)" if self.prior else ""
         return (
             f"grid: {c['done']} runs done{before}, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
             f"in {_fmt_s(time.time() - self.t0)}{rate}"

@@ -36,8 +36,8 @@ Time: ``command_s`` counts from the start of the running command (its process); 
 start of the current stage's progress display; ``stage_wall_s`` are the stage wall times ``loopscale run`` recorded.
 A stopped command's ``ran_s`` counts from its start to its last sign of work its files show (its progress file's
 last write, the stages it finished). ``total_s`` adds earlier commands of the folder: the stage wall times
-``run_meta.json`` recorded and, for commands that were interrupted, the time they ran outside those (carried from
-record to record by :func:`mark_started`).
+``run_meta.json`` recorded and the time each earlier command ran outside those (an interrupted stage records no
+wall time; carried from record to record by :func:`mark_started`).
 
 Tune trial counts of the grid (``tune``): Tune's saved experiment state, written now and then (a running trial is
 saved as PENDING); while the grid runs, the command's progress display (which the console shows).
@@ -99,8 +99,9 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     their process lives on after the call. A record of this same process is kept (``run`` calling its stages), so
     the start stays the command's. ``stage_wall_s_at_start``: the stage wall times ``run_meta.json`` held then
     (earlier commands' work); ``earlier_unrecorded_s``: the time earlier commands of the folder ran outside those
-stage wall times (interrupted stages record none), carried on from the record this one replaces when that
-command has stopped. A failed write is ignored (status is informative)."""
+    stage wall times (an interrupted stage records none; a finished command's start-up and the gaps between its
+    stages are counted too), carried on from the record this one replaces when that command has stopped. A failed
+    write is ignored (status is informative)."""
     from loopscale.sweep import console
 
     out = Path(out_dir).resolve()

@@ -232,3 +232,30 @@ def test_console_script_shows_a_warning_as_one_line(tmp_path):
     lines = [ln for ln in p.stderr.splitlines() if "not valid UTF-8" in ln]
     assert len(lines) == 1 and lines[0].startswith("warning: corpus file ") and "UserWarning" not in p.stderr
     assert any("not valid UTF-8: 1 invalid" in w for w in json.loads(p.stdout)["warnings"])
+
+
+def test_warning_format_shortens_only_loopscales_own_warnings():
+    """loopscale's UserWarnings read `warning: <message>`; a library's (or a DeprecationWarning) keeps Python's
+    format with its file and line, so it does not pass for one of ours."""
+    from loopscale.model.data import CorpusWarning
+    from loopscale.sweep import cli
+
+    ours = str(ROOT / "model" / "data.py")
+    assert cli._warning_line("bad bytes", CorpusWarning, ours, 3) == "warning: bad bytes\n"
+    lib = "/usr/lib/python3/site-packages/torch/x.py"
+    assert cli._warning_line("old api", UserWarning, lib, 7).startswith(f"{lib}:7: UserWarning: old api")
+    assert "DeprecationWarning" in cli._warning_line("gone", DeprecationWarning, ours, 3)
+
+
+def test_train_data_line_says_how_the_corpus_was_split():
+    from loopscale.model.train_cli import _split_text
+
+    assert _split_text({"split_rule": "token tail 0.05", "n_train_docs": 1, "n_val_docs": 0}) == (
+        "1 document, split by position: the last 5% of the tokens are validation"
+    )
+    assert _split_text({"split_rule": "token tail 0.05", "n_train_docs": None, "n_val_docs": None}).startswith(
+        "a token file, split by position"
+    )
+    assert _split_text({"split_rule": "document", "n_train_docs": 40, "n_val_docs": 2}) == (
+        "40 train / 2 validation documents, split by document"
+    )

@@ -150,7 +150,7 @@ def test_resumed_grid_counts_runs_finished_before(monkeypatch):
     assert view.counts == {"done": 3, "running": 0, "pending": 2, "failed": 0}
     assert view.state()["counts"]["done"] == 3
     console.end_view()
-    assert "grid: 3 runs done (2 of them before this command), 0 failed, 2 unfinished" in buf.getvalue()
+    assert "grid: 3 runs done (2 of them in earlier Tune experiments), 0 failed, 2 unfinished" in buf.getvalue()
     assert console._GRID_DONE_BEFORE == frozenset()  # the context is left as it was
 
 

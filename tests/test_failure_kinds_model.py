@@ -4,7 +4,7 @@ At the identity init (M_i = I, beta_i = 1) a forgotten mixing step is invisible,
 compare against an independent reference of the recurrence (paper App. G.2, Eq. 7):
 lanes <- M_i lanes + beta_i (x) block(alpha_i . lanes), the coda sees the lane sum.
 
-The issue numbers iterations from 1 (beta_1, M_2); the module's tensors are 0-based, so beta_1 is ``hc.beta[0]``
+The failure kind's description numbers iterations from 1 (beta_1, M_2); the module's tensors are 0-based, so beta_1 is ``hc.beta[0]``
 and M_2 is ``hc.M[1]``. (M_3 would be a no-op test: after the last iteration a lane permutation leaves the lane
 sum unchanged.)
 """

@@ -98,7 +98,7 @@ def test_yaml_scientific_notation_is_a_number_everywhere(tmp_path):
 
 
 def test_yaml_scientific_notation_from_the_cli(tmp_path):
-    """The issue's input: ``lr: {fixed: 1e-2}`` is accepted by ``run --dry-run`` (on a grid ``run`` accepts)."""
+    """The reported input: ``lr: {fixed: 1e-2}`` is accepted by ``run --dry-run`` (on a grid ``run`` accepts)."""
     grid = dict(TINY, sizes=[16, 32], tokens=["TOK1", "TOK2"])
     text = yaml.safe_dump(grid).replace("0.01", "1e-2").replace("TOK1", "1.024e3").replace("TOK2", "2.048e3")
     spec = _write_spec(tmp_path / "tiny.yaml", text)

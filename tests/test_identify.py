@@ -58,11 +58,11 @@ def test_identified_headline_names_the_checks_it_could_not_make():
     point = fit_law(df, law="joint", starts=30)
     out = identify(point, None, phi_profile(df, GRID, starts=15), per_r_phi(df, starts=20, B=0))
     assert out.identified, out.reasons
-    assert out.headline.endswith("not checked: per_r (phi per r has no intervals: no bootstrap resamples)")
+    assert out.headline.endswith("not checked: per_r (phi per r came without intervals)")
     two = df[df["r"].isin([1, 2])].reset_index(drop=True)  # one looped r: nothing to compare phi_r with
     out = identify(fit_law(two, law="joint", starts=30), None, None, None)
     assert out.identified and out.headline.endswith(
-        "not checked: flat_profile (no profile), per_r (fewer than 2 r > 1 beside r = 1)"
+        "not checked: flat_profile (no profile), per_r (needs r = 1 runs and at least two r > 1)"
     )
 
 
