@@ -195,7 +195,14 @@ def design(
     Raises:
         ValueError / FileNotFoundError: bad arguments or pilot (before any simulation).
     """
-    from loopscale.fit.design import cell_noise, design_cell_means, match_cells, simulate_design, wall_time_s
+    from loopscale.fit.design import (
+        cell_noise,
+        design_cell_means,
+        has_ladder,
+        match_cells,
+        simulate_design,
+        wall_time_s,
+    )
     from loopscale.fit.fitter import fit_law
     from loopscale.sweep.spec import parse_spec
 
@@ -256,6 +263,9 @@ def design(
             "and the joint law refitted to the cell means; sd measured between the pilot's seeds of the same "
             "(r, unique layers, d_model, D), else the pilot's median sd at that r",
             "half_width": "half the central 95 % range of the refits over the simulated draws",
+            "worth": "each looped model placed on the plain ladder of its width and budget in every draw, as the "
+            "report does" if has_ladder(plan_src) else "not predicted: the spec has no unique-depth ladder (ladder: "
+            "with two or more plain depths at every width and budget of the looped models)",
         },
         "cells": cells,
         "n_sim": n_sim,

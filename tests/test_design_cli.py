@@ -188,3 +188,4 @@ def test_a_spec_without_a_ladder_is_designed_for_phi_alone(tmp_path):
     (cand,) = res["candidates"]
     assert cand["worth_half_width"] == {} and cand["worth_true"] == {}
     assert np.isfinite(cand["phi_half_width"]) and set(cand["r_phi_half_width"]) == {"2", "4", "8"}
+    assert res["assumptions"]["worth"].startswith("not predicted: the spec has no unique-depth ladder")
