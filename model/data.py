@@ -132,9 +132,16 @@ class CorpusWarning(UserWarning):
     ``meta.json`` and recorded in each run's ``warnings``."""
 
 
-def _invalid_utf8(b: bytes) -> int:
-    """Number of invalid UTF-8 sequences in ``b`` (each becomes one U+FFFD under ``errors="replace"``)."""
-    return b.decode("utf-8", errors="replace").count("\ufffd") - b.count("\ufffd".encode())
+def _decode_checked(path: Path, b: bytes, where: str = "") -> tuple[str, int]:
+    """``b`` decoded as UTF-8 (BOM dropped, invalid sequences as U+FFFD) and the number of invalid sequences.
+
+    Raises:
+        CorpusError: invalid sequences and NUL bytes over :data:`NOT_TEXT_FRACTION` of ``b``."""
+    text = b.decode("utf-8-sig", errors="replace")
+    bad = text.count("\ufffd") - b.count("\ufffd".encode())
+    if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
+        raise CorpusError(_not_text(path, bad, b.count(0), len(b), where))
+    return text, bad
 
 
 def read_text_file(path: Path) -> str:
@@ -146,9 +153,7 @@ def read_text_file(path: Path) -> str:
 
     Warns (:class:`CorpusWarning`) with the count when fewer invalid sequences are replaced by U+FFFD."""
     b = path.read_bytes()
-    bad = _invalid_utf8(b)
-    if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
-        raise CorpusError(_not_text(path, bad, b.count(0), len(b)))
+    text, bad = _decode_checked(path, b)
     if bad:
         warnings.warn(
             f"corpus file {str(path)!r} is not valid UTF-8: {bad} invalid byte sequence(s) of {len(b)} bytes "
@@ -156,7 +161,7 @@ def read_text_file(path: Path) -> str:
             CorpusWarning,
             stacklevel=2,
         )
-    return b.decode("utf-8-sig", errors="replace")
+    return text
 
 
 def _not_text(path: Path, bad: int, nul: int, n: int, where: str = "") -> str:
@@ -464,9 +469,7 @@ def check_corpus(corpus: str, tokenizer: str, vocab_size: int, text_column: str 
             for f in files:  # the head of each file: a binary or UTF-16 file is refused before any run starts
                 with open(f, "rb") as fh:
                     head = fh.read(1 << 16)
-                bad = _invalid_utf8(head[:-3] if len(head) == 1 << 16 else head)  # a cut multi-byte char is fine
-                if bad + head.count(0) > NOT_TEXT_FRACTION * len(head):
-                    raise CorpusError(_not_text(f, bad, head.count(0), len(head), where="the first "))
+                _decode_checked(f, head[:-3] if len(head) == 1 << 16 else head, where="the first ")  # cut char ok
         return
     if tok_kind == "bpe":
         raise ValueError(
