@@ -127,20 +127,22 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
 
 
 def pilot_variant(runs: pd.DataFrame, variant: str) -> pd.DataFrame:
-    """The pilot rows of one variant's fit: its looped runs and the plain r = 1 runs (which every variant's fit
-    shares), as the design predicts the fit of the spec's first variant. A pilot of one variant is returned as is.
+    """The pilot rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`, the frame `run` and `fit`
+    fit): its own runs, with the baseline's r = 1 runs when it has none of its own (every variant's fit shares
+    them), as the design predicts the fit of the spec's first variant. A pilot of one variant is returned as is.
 
     Raises:
         ValueError: the pilot has several variants but no looped run of ``variant``, or, once the other variants
             are left out, fewer than two r or no cell with two seeds.
     """
+    from loopscale.fit.analysis import variant_frames
     from loopscale.fit.design import cell_noise
 
     if "variant" not in runs.columns or runs["variant"].nunique() <= 1:
         return runs
     have = sorted(str(v) for v in runs["variant"].unique())
-    keep = runs[(runs["variant"] == variant) | (runs["r"] == 1)].reset_index(drop=True)
-    if not ((keep["variant"] == variant) & (keep["r"] > 1)).any():
+    keep = variant_frames(runs).get(variant, runs.iloc[:0])
+    if not ((keep["variant"].astype(str) == variant) & (keep["r"] > 1)).any():
         raise ValueError(f"the pilot holds variants {have} but no looped run of the spec's first variant "
                          f"{variant!r}, whose fit the design predicts (put that variant first in the spec)")
     if keep["r"].nunique() < 2 or cell_noise(keep).empty:

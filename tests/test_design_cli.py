@@ -160,14 +160,15 @@ def test_cli_refuses_bad_input_before_simulating(tmp_path, monkeypatch, case, me
 
 
 def test_a_pilot_with_several_variants_uses_the_first_variants_runs(tmp_path):
-    """A pilot holding another variant's looped runs (here 0.3 nats worse and 10x noisier) predicts the same as the
-    pilot without them: the law and the noise come from the variant whose fit the design predicts (pooled, the
+    """A pilot holding another variant's runs (here 0.3 nats worse and 10x noisier, r = 1 included) predicts the same
+    as the pilot without them: the law and the noise come from the variant whose fit the design predicts (pooled, the
     other variant's runs moved the truth and the seed SD of every looped cell)."""
     spec, path, runs = _pilot(tmp_path, seeds=2)
-    looped = runs[runs["r"] > 1]
     rng = np.random.default_rng(1)
-    other = looped.assign(variant="other",
-                          final_val_loss=looped["final_val_loss"] + 0.3 + 0.1 * rng.standard_normal(len(looped)))
+    # the other variant has r = 1 runs of its own (a table not written by `run`, which labels r = 1 baseline):
+    # they belong to its fit, not to the first variant's
+    other = runs.assign(variant="other",
+                        final_val_loss=runs["final_val_loss"] + 0.3 + 0.1 * rng.standard_normal(len(runs)))
     mixed = tmp_path / "mixed.parquet"
     pd.concat([runs, other], ignore_index=True).to_parquet(mixed)
     kw = dict(minutes=10, cpus=2, seeds=(2,), n_sim=4, starts=4, seed=0)
