@@ -333,7 +333,7 @@ def analyze(
             if B > 0
             else None
         )
-        files = write_fit_outputs(vdir, joint, boot, plots=plots)
+        files = write_fit_outputs(vdir, joint, boot, plots=plots, extra={"variant": vname})
         v["joint"] = fitted(summary_dict(joint, boot))  # what fit.json holds; never read back
         v["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
         v["restricted"] = {}

@@ -129,7 +129,7 @@ def fit_cmd(
     from loopscale.fit.io import read_table
 
     src = read_table(table)
-    src = _one_variant(src, variant)
+    src, variant = _one_variant(src, variant)
     if r_only is not None:
         try:
             keep = {int(x) for x in r_only.split(",") if x.strip()}
@@ -172,7 +172,7 @@ def fit_cmd(
         ident = _identification(fit, boot, starts=starts, seed=seed)
         summary["identification"] = ident.to_dict()
     if out is not None:
-        summary["outputs"] = write_fit_outputs(out, fit, boot)
+        summary["outputs"] = write_fit_outputs(out, fit, boot, extra={"variant": variant} if variant else None)
         if ident is not None:
             from loopscale.cluster.storage import write_text_atomic
 
@@ -236,7 +236,8 @@ def _identification(fit, boot, *, starts: int, seed: int):
 def _one_variant(df, variant: str | None):
     """The rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`): ``variant``'s; without it the
     one variant that has looped runs (r = 1 runs are labelled ``baseline`` in every sweep), or the whole table when
-    it holds one variant (or has no ``variant`` column).
+    it holds one variant (or has no ``variant`` column). Returns ``(rows, name)``: ``name`` the variant fitted, None
+    for a table without a ``variant`` column and no ``variant`` given.
 
     Raises:
         ValueError: several variants with looped runs and no ``variant`` (pooled, they would be fitted as one law);
@@ -248,7 +249,7 @@ def _one_variant(df, variant: str | None):
     if len(names) <= 1:  # one variant (or no column): the table is its fit
         if variant is not None and variant not in (names or ["baseline"]):
             raise ValueError(f"--variant {variant}: the table's runs are all of variant {(names or ['baseline'])[0]!r}")
-        return df
+        return df, (names[0] if names else variant)
     if "r" not in df.columns:
         raise ValueError(f"the table holds variants {names} but no 'r' column: give one variant's rows")
     # the variants with looped runs: r = 1 runs are labelled baseline whatever the spec's variants
@@ -260,7 +261,7 @@ def _one_variant(df, variant: str | None):
                 "runs with the r = 1 runs, as `loopscale run` fits them; pooled they would be fitted as one law)"
             )
         if not looped:
-            return df
+            return df, None
         variant = looped[0]  # one looped variant beside the shared r = 1 runs: that variant's fit
     frames = variant_frames(df)
     if variant not in frames:
@@ -268,4 +269,4 @@ def _one_variant(df, variant: str | None):
     if variant not in looped:
         raise ValueError(f"--variant {variant}: it has no looped (r > 1) runs in the table; the variants with looped "
                          f"runs are {looped}")
-    return frames[variant]
+    return frames[variant], variant

@@ -311,10 +311,11 @@ def test_fit_cli_fits_one_variant_of_a_multi_variant_table(tmp_path):
     assert res.exit_code == 2 and "holds variants ['baseline', 'trunc_bptt']: give --variant" in res.output
     phis = {}
     for v in ("baseline", "trunc_bptt"):
-        res = CliRunner().invoke(_cli_app(), [*args, "--variant", v])
+        res = CliRunner().invoke(_cli_app(), [*args, "--variant", v, "--out", str(tmp_path / v)])
         assert res.exit_code == 0, res.output
         out = json.loads(res.stdout)
         assert out["variant"] == v and out["n"] == 18
+        assert json.loads((tmp_path / v / "fit.json").read_text())["variant"] == v  # the file says which fit it is
         phis[v] = out["params"]["phi"]
     assert phis["baseline"] == pytest.approx(0.5, abs=0.1) and phis["trunc_bptt"] == pytest.approx(0.1, abs=0.1)
     res = CliRunner().invoke(_cli_app(), [*args, "--variant", "hyperconnect"])
@@ -324,7 +325,8 @@ def test_fit_cli_fits_one_variant_of_a_multi_variant_table(tmp_path):
     only.to_parquet(path)
     res = CliRunner().invoke(_cli_app(), args)
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["params"]["phi"] == pytest.approx(0.1, abs=0.1)
+    out = json.loads(res.stdout)
+    assert out["params"]["phi"] == pytest.approx(0.1, abs=0.1) and out["variant"] == "trunc_bptt"  # picked, and said
     res = CliRunner().invoke(_cli_app(), [*args, "--variant", "baseline"])
     assert res.exit_code == 2 and "it has no looped (r > 1) runs" in res.output
     # a Chinchilla table with a variant column and no r: one variant, fitted as it is
