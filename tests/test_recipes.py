@@ -160,7 +160,10 @@ def test_kuberay_raycluster():
         target = re.search(r"pip install (\S+)", args).group(1)
         mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
         assert not any(target == m or target.startswith(m.rstrip("/") + "/") for m in mounts), (target, mounts)
-        assert f"cp -r /workspace/loopscale {target}" in args
+        # the copy leaves out what a checkout may hold beside the source, and is made writable before pip builds
+        copy = re.search(rf"tar -C /workspace/loopscale (.*?) -cf - \. \| tar -C {target} -xf - && "
+                         rf"chmod -R u\+w {target} && pip install {target}", args)
+        assert copy and {"--exclude=./.git", "--exclude=./.venv"} <= set(copy.group(1).split()), args
     assert rc["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
     cmds = _submitted_commands((RECIPES / "kuberay-raycluster.yaml").read_text())
     assert cmds, "no `ray job submit ... -- loopscale ...` line in the recipe's comments"
