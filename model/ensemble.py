@@ -12,7 +12,9 @@ orthogonalises each member's matrices separately, and gradient clipping uses eac
 
 :func:`train_ensemble` trains the ensemble and returns one :class:`~loopscale.model.train.RunResult` per member,
 the same (up to float rounding of the batched ops) as ``train_run(dataclasses.replace(cfg, seed=s, data_seed=ds))``
-for that member: same batches in the same order, same init, same optimizer, schedule and evaluation.
+for that member: same batches in the same order, same init, same optimizer, schedule and evaluation. With Muon /
+MuonH that rounding grows over long runs, since Newton-Schulz runs in bf16 (``loopscale.model.muon.NS_DTYPE``):
+measured up to 5e-4 relative on the final loss after 512 steps, 4e-8 with NS in fp32.
 """
 
 from __future__ import annotations
