@@ -559,6 +559,13 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         tm["eta_s"] = progress.get("eta_s")
     if state == "stopped":  # how long the stopped command ran, from what its files show
         _stopped_time(record, progress_file, walls, tm)
+    elif state == "finished" and (record or {}).get("kind") in ("sweep", "tune-lr"):
+        # a finished sweep or tune-lr command records no stage wall time (only `run` writes run_meta.json's): its
+        # time is its start to its progress display's last write, when that display was its own
+        found = {"total_s": tm["total_s"]}
+        _stopped_time(record, progress_file, walls, found)
+        if found.get("last_progress_at") is not None:
+            tm.update(found)
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
@@ -631,8 +638,9 @@ def format_status(st: dict) -> list[str]:
             last_dt = datetime.datetime.fromtimestamp(last)
             last_s = last_dt.strftime("%H:%M:%S" if last_dt.date() == start.date() else "%Y-%m-%d %H:%M:%S")
         earlier = tm["total_s"] - tm["ran_s"]
+        ended = "before it stopped" if st["state"] == "stopped" else "to finish"
         lines.append(
-            f"time: {_fmt_s(tm['ran_s'])} before it stopped (started {start.strftime('%Y-%m-%d %H:%M:%S')}"
+            f"time: {_fmt_s(tm['ran_s'])} {ended} (started {start.strftime('%Y-%m-%d %H:%M:%S')}"
             + (f"; last progress {last_s}" if last is not None else "")
             + ")"
             + (f", {_fmt_s(tm['total_s'])} with earlier commands" if earlier >= 0.5 else "")

@@ -332,6 +332,25 @@ def test_a_finished_or_running_commands_time_line_is_unchanged(tmp_path, started
     assert next(ln for ln in format_status(st) if ln.startswith("time:")).startswith("time: 1m4")
 
 
+def test_a_finished_sweep_or_tune_lr_command_counts_its_own_time(tmp_path):
+    """A tune-lr (or sweep) command records no stage wall time: once finished, its time is its start to its
+    progress display's last write (7m00s), and the total adds what an earlier interrupted command ran (30 s).
+    The folder showed only the earlier command's 30 s before."""
+    _lr_folder(tmp_path, table=True)
+    pid = _dead_pid()
+    t0 = _record(tmp_path, 600, kind="tune-lr", pid=pid, earlier_unrecorded_s=30.0)["started_at"]
+    _progress(tmp_path, 600, stage="tune-lr", pid=pid, finished=True, updated_at=t0 + 420.0)
+    st = collect_status(tmp_path)
+    assert st["state"] == "finished" and st["time"]["ran_s"] == pytest.approx(420.0)
+    assert st["time"]["total_s"] == pytest.approx(450.0)
+    line = next(ln for ln in format_status(st) if ln.startswith("time:"))
+    assert line.startswith("time: 7m00s to finish (started ") and line.endswith("), 7m30s with earlier commands")
+    # the display of another (earlier) process says nothing of this command's time
+    _progress(tmp_path, 600, stage="tune-lr", pid=_dead_pid(), finished=True, updated_at=t0 + 420.0)
+    st = collect_status(tmp_path)
+    assert "ran_s" not in st["time"] and st["time"]["total_s"] == pytest.approx(30.0)
+
+
 def test_grid_trial_counts_in_json_follow_the_display_while_the_grid_runs(started, monkeypatch):
     """While the grid runs, the display's trial counts, even when Tune saved its state later: Tune saves a running
     trial as PENDING (seen in the default job: 'pending 18, terminated 4' with 2 trials running)."""
