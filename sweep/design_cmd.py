@@ -189,11 +189,13 @@ def design(
             per refit.
         fit_starts: starts of the fit to the pilot. seed: RNG seed.
     Returns:
-        JSON-ready dict: ``truth`` (pilot's joint law), ``cells`` (noise and throughput per planned cell with their
-        sources), ``assumptions``, ``candidates`` (best first: ``seeds`` (a label: ``"16"``, ``"16/32"``),
-        ``seeds_per_r``, ``runs``, ``trials``, ``wall_min``, ``fits``, ``phi_half_width``, ``r_phi_half_width``,
-        ``worth_true``, ``worth_half_width``, ...) and ``best`` (the label of the best candidate that fits, or
-        None).
+        JSON-ready dict: ``truth`` (pilot's joint law; ``on_bound``: its parameters on the search-box edge, B and
+        beta left out for a pilot of one D, where only B D^-beta is fitted),
+        ``warnings`` (a truth with parameters on that edge: the pilot does not pin the law down), ``cells`` (noise
+        and throughput per planned cell with their sources), ``assumptions``, ``candidates`` (best first: ``seeds``
+        (a label: ``"16"``, ``"16/32"``), ``seeds_per_r``, ``runs``, ``trials``, ``wall_min``, ``fits``,
+        ``phi_half_width``, ``r_phi_half_width``, ``worth_true``, ``worth_half_width``, ...) and ``best`` (the label
+        of the best candidate that fits; None when none fits or the truth has parameters on the edge).
     Raises:
         ValueError / FileNotFoundError: bad arguments or pilot (before any simulation).
     """
@@ -218,6 +220,17 @@ def design(
     first = spec.variants[0].name
     runs = pilot_variant(read_pilot(pilot), first)
     truth = fit_law(design_cell_means(runs), law="joint", starts=fit_starts, seed=seed)
+    warnings = []
+    # with one token budget B D^-beta is one constant: B and beta trade off freely, and an edge there is harmless
+    one_D = "D" in runs.columns and runs["D"].nunique() < 2
+    edge = [p for p in truth.on_bound if not (one_D and p in ("B", "beta"))]
+    if edge:
+        warnings.append(
+            f"the law fitted to the pilot's {truth.n} cell means has {', '.join(edge)} on the fitter's "
+            "search-box edge: the pilot does not pin the law down, so the half-widths simulated from it predict "
+            "nothing (they need not even shrink with more seeds) and no candidate is recommended; use a pilot "
+            "with more cells (widths, token budgets, r or ladder depths)"
+        )
     noise, rates = cell_noise(runs), _rates(runs)
     slots = max(1, int(cpus // spec.resources.cpus))
     candidates, cells, seen = [], [], set()
@@ -249,7 +262,7 @@ def design(
                            "spec_as_written": layout == own, "runs": len(plan), "trials": int(plan["trial"].nunique()),
                            "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
     candidates.sort(key=lambda c: (not c["fits"], _nan_last(c["phi_half_width"]), -c["runs"]))
-    best = next((c["seeds"] for c in candidates if c["fits"]), None)
+    best = None if warnings else next((c["seeds"] for c in candidates if c["fits"]), None)
     return {
         "spec": spec.name,
         "pilot": str(pilot),
@@ -258,7 +271,8 @@ def design(
         "cpus": int(cpus),
         "slots": slots,
         "variant": first,
-        "truth": {**truth.params, "r2_cell_means": truth.r2, "n_cells": truth.n},
+        "truth": {**truth.params, "r2_cell_means": truth.r2, "n_cells": truth.n, "on_bound": edge},
+        "warnings": warnings,
         "assumptions": {
             "wall_time": WALL_ASSUMPTION,
             "noise": "per-run loss = law + N(0, sd of its cell) in nats/token; each cell averaged over its seeds "
@@ -362,7 +376,10 @@ def print_design(res: dict[str, Any]) -> None:
     con.print(tab)
     con.print("±: predicted 95 % half-width (worth in unique layers; seed SD in nats/token)")
     best = res["best"]
-    con.print(f"best within {res['minutes']:g} min: " + (f"{best} seeds per cell" if best else "none fits"))
+    for w in res.get("warnings") or []:
+        con.print(f"[bold yellow]warning:[/] {w}")
+    con.print(f"best within {res['minutes']:g} min: " + (
+        f"{best} seeds per cell" if best else ("none (see the warning)" if res.get("warnings") else "none fits")))
     con.print("[dim]seeds k1/kL: k1 per plain r = 1 cell, kL per looped cell; * the spec as written[/]")
     for k, v in res["assumptions"].items():
         con.print(f"[dim]{k}: {v}[/]")

@@ -159,6 +159,34 @@ def test_cli_refuses_bad_input_before_simulating(tmp_path, monkeypatch, case, me
     assert message in res.output
 
 
+def test_a_pilot_that_does_not_pin_the_law_down_gets_a_warning_and_no_recommendation(tmp_path):
+    """A pilot whose loss does not depend on N (A ~ 0: r changes nothing) fits a law with phi on the search-box
+    edge: the simulated half-widths predict nothing (with such a pilot, more seeds gave wider intervals and the
+    design still named a best candidate). A pilot of the law itself with one D has none (B and beta, one constant
+    there, are not checked)."""
+    spec = parse_spec({**SPEC, "tokens": [4096, 8192]})
+    runs = planned_runs(spec)
+    cols = {c: runs[c].to_numpy(float) for c in ("N_once", "N_rec", "r", "D")}
+    flat = make_law("joint").predict({**TRUTH, "A": 1e-12}, cols)
+    rng = np.random.default_rng(0)
+    runs = runs.assign(final_val_loss=flat + runs["r"].map(SD).to_numpy() * rng.standard_normal(len(runs)),
+                       wall_s=runs["C"] / RATE, status="ok")
+    runs.to_parquet(tmp_path / "flat.parquet")
+    kw = dict(minutes=10, cpus=2, seeds=(2,), n_sim=4, starts=4, seed=0)
+    res = design(spec, tmp_path / "flat.parquet", **kw)
+    assert "phi" in res["truth"]["on_bound"] and res["best"] is None
+    assert len(res["warnings"]) == 1 and "does not pin the law down" in res["warnings"][0]
+    spec_file = tmp_path / "flat.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    out = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(tmp_path / "flat.parquet"),
+                                   "--minutes", "10", "--seeds", "2", "--n-sim", "4", "--starts", "4"])
+    assert out.exit_code == 0, out.output
+    assert "best within 10 min: none (see the warning)" in out.output and "warning:" in out.output
+    spec1, path, _ = _pilot(tmp_path, seeds=4)
+    res = design(spec1, path, **kw)
+    assert res["warnings"] == [] and res["truth"]["on_bound"] == [] and res["best"] is not None
+
+
 def test_a_pilot_with_several_variants_uses_the_first_variants_runs(tmp_path):
     """A pilot holding another variant's runs (here 0.3 nats worse and 10x noisier, r = 1 included) predicts the same
     as the pilot without them: the law and the noise come from the variant whose fit the design predicts (pooled, the
