@@ -780,10 +780,37 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
         return
     old = spec_file.read_text(encoding="utf-8")
     if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})):
+        diff = _spec_differences(old, spec)
         raise ValueError(
-            f"{Path(out).resolve()} holds a run of a different spec ({spec_file}); use another --out directory "
-            "(nothing there was changed)"
+            f"{Path(out).resolve()} holds a run of a different spec ({spec_file}"
+            + (f"; it differs in {diff}" if diff else "")
+            + "); use another --out directory (nothing there was changed)"
         )
+
+
+def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
+    """The keys in which the spec of ``old_yaml`` differs from ``spec``, as ``key: folder's value -> this one``
+    (dotted keys, at most ``limit`` named); '' when the old spec cannot be read."""
+    import yaml
+
+    try:
+        old = parse_spec(yaml.load(old_yaml, Loader=spec_loader())).model_dump(mode="json")
+    except Exception:  # an older or hand-edited spec.yaml: the message stays without the detail
+        return ""
+    new = spec.model_dump(mode="json")
+    found: list[str] = []
+
+    def walk(a, b, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in list(a) + [k for k in b if k not in a]:
+                if k != "storage_path":
+                    walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+        elif a != b:
+            found.append(f"{path}: {a!r} -> {b!r}")
+
+    walk(old, new, "")
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return "; ".join(found[:limit]) + more
 
 
 def record_folder_spec(out: str | Path, spec: SweepSpec) -> None:
