@@ -267,7 +267,8 @@ def analyze(
     excluded = []
     if status is not None:
         bad = df[status != "ok"]
-        keep = [c for c in ("run_id", "variant", "r", "d_model", "budget", "D", "status") if c in bad.columns]
+        cols = ("run_id", "variant", "r", "d_model", "n_recur_block", "budget", "D", "seed", "status", "error")
+        keep = [c for c in cols if c in bad.columns]
         excluded = [
             {**row, "reason": Exclusion.of(row.get("status")).value} for row in bad[keep].to_dict("records")
         ]

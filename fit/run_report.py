@@ -344,8 +344,8 @@ def build_report(run_dir: str | Path) -> Path:
         L.append(f"- stage `{stage}`: {secs / 60:.1f} min wall")
     if ana.get("excluded_runs"):
         L.append(f"- excluded from the fits (status not ok): {len(ana['excluded_runs'])}")
-        for e in ana["excluded_runs"]:
-            L.append(f"  - {e}")  # each with its reason (loopscale.fit.analysis.Exclusion)
+        L.append("")
+        L.extend(_excluded_table(ana["excluded_runs"]))
     L.append("")
     # --- LR
     if lr is not None and len(lr):
@@ -565,3 +565,18 @@ def report_cmd(
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
     typer.echo(str(build_report(run_dir)))
+
+
+def _excluded_table(rows: list[dict]) -> list[str]:
+    """Markdown table of the runs left out of the fits: each run's cell, its seed, status and reason (the
+    trial's last error for a failed run, shortened to its first line)."""
+    cols = [c for c in ("run_id", "variant", "r", "d_model", "n_recur_block", "D", "budget", "seed", "status")
+            if any(e.get(c) is not None for e in rows)]
+    head = [{"n_recur_block": "layers in block"}.get(c, c) for c in cols] + ["reason"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in rows:
+        err = str(e.get("error") or "").strip().splitlines()
+        why = e.get("reason", "") + (f": {err[0][:120]}" if err else "")
+        cells = ["" if e.get(c) is None else (f"{e[c]:.3g}" if c == "budget" else str(e[c])) for c in cols]
+        out.append("| " + " | ".join(cells + [why.replace("|", "/")]) + " |")
+    return out

@@ -148,3 +148,21 @@ def test_seed_spread_of_a_variant_counts_only_its_own_runs(tmp_path):
             assert cols[-3] == "2", row
             assert float(cols[-2]) == pytest.approx(want, abs=6e-4), row
             assert float(cols[-1]) == pytest.approx(0.02 / 2**0.5, rel=1e-2), row
+
+
+def test_excluded_runs_are_a_table_with_their_seeds_and_errors():
+    """Two diverged members of one cell differ only in their seed (the report listed raw dicts without it); a
+    failed run's reason carries the first line of its error, and a '|' in it does not break the table."""
+    from loopscale.fit.run_report import _excluded_table
+
+    base = dict(variant="baseline", r=4, d_model=16, n_recur_block=2, budget=None, D=2048, status="diverged",
+                reason="diverged", error=None)  # fmt: skip
+    rows = [{**base, "run_id": "c454", "seed": 1}, {**base, "run_id": "c5fc", "seed": 4},
+            {**base, "run_id": "dd01", "seed": 0, "status": "failed", "reason": "failed",
+             "error": "RuntimeError: out of memory | at step 3\nTraceback ..."}]  # fmt: skip
+    lines = _excluded_table(rows)
+    assert lines[0] == "| run_id | variant | r | d_model | layers in block | D | seed | status | reason |"
+    assert lines[2] == "| c454 | baseline | 4 | 16 | 2 | 2048 | 1 | diverged | diverged |"
+    assert lines[3].endswith("| 4 | diverged | diverged |")
+    assert lines[4].endswith("| 0 | failed | failed: RuntimeError: out of memory / at step 3 |")
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
