@@ -244,6 +244,20 @@ def clip_member_grad_norms_(params: list[torch.Tensor], max_norm: float) -> torc
     return total
 
 
+def _int_seeds(values) -> list:
+    """Each value as a Python int when it is an integer of any kind (``int``, numpy or torch integer scalars),
+    else None (bools, floats, strings)."""
+    import operator
+
+    out = []
+    for v in values:
+        try:
+            out.append(None if isinstance(v, bool) else operator.index(v))
+        except TypeError:
+            out.append(None)
+    return out
+
+
 def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *, callback=None) -> list:
     """Train ``len(seeds)`` = k members of the run ``cfg`` as one :class:`EnsembleLM` in this process.
 
@@ -294,17 +308,17 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     t_start = time.perf_counter()
     if not isinstance(cfg, RunConfig):
         raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
-    seeds = list(seeds)
-    if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of integers >= 0, got {seeds!r}")
+    raw = list(seeds)
+    seeds = _int_seeds(raw)
+    if not seeds or any(s is None or s < 0 for s in seeds):
+        raise ValueError(f"seeds must be a non-empty list of integers >= 0, got {raw!r}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct (a repeated seed trains the same run twice), got {seeds!r}")
     k = len(seeds)
-    data_seeds = [cfg.data_seed] * k if data_seeds is None else list(data_seeds)
-    if len(data_seeds) != k or any(
-        not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in data_seeds
-    ):
-        raise ValueError(f"data_seeds must be None or {k} integers >= 0 (one per seed), got {data_seeds!r}")
+    raw = None if data_seeds is None else list(data_seeds)
+    data_seeds = [cfg.data_seed] * k if raw is None else _int_seeds(raw)
+    if len(data_seeds) != k or any(s is None or s < 0 for s in data_seeds):
+        raise ValueError(f"data_seeds must be None or {k} integers >= 0 (one per seed), got {raw!r}")
     member_cfgs = [
         dataclasses.replace(cfg, seed=s, data_seed=ds) for s, ds in zip(seeds, data_seeds, strict=True)
     ]

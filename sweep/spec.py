@@ -231,7 +231,14 @@ class SweepSpec(_Strict):
     @classmethod
     def _seeds_from_count(cls, v: Any) -> Any:
         def one(x: Any, where: str) -> Any:
-            if isinstance(x, int) and not isinstance(x, bool):
+            if isinstance(x, float) and x.is_integer():
+                x = int(x)  # 4.0, 2e3: a count written as a float
+            if isinstance(x, (float, str, bool)) or x is None:
+                raise ValueError(
+                    f"seeds{where} must be a count (an integer >= 1, e.g. 4 for [0, 1, 2, 3]) or a list of integer "
+                    f"seeds{' (or a mapping r -> either)' if not where else ''}; got {x!r}"
+                )
+            if isinstance(x, int):
                 if x < 1:
                     raise ValueError(
                         f"seeds{where} as a count must be >= 1 (e.g. seeds: 4 for [0, 1, 2, 3]), got {x}"

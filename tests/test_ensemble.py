@@ -222,3 +222,27 @@ def test_compile_without_cpu_compiler_trains_eager_and_says_so(tmp_path, monkeyp
     assert res.final_val_loss == pytest.approx(
         train_run(dataclasses.replace(cfg, compile=False)).final_val_loss, rel=1e-6
     )
+
+
+@pytest.mark.parametrize(
+    "seeds, message",
+    [([], "non-empty list"), ([0, 1.5], r"integers >= 0, got \[0, 1.5\]"), ([True, 2], "integers >= 0"),
+     ([0, -1], "integers >= 0"), ([2, 2], "distinct"), (["0"], "integers >= 0")],
+)  # fmt: skip
+def test_bad_seeds_are_refused_before_any_compute(tmp_path, seeds, message, monkeypatch):
+    import loopscale.model.ensemble as ens_mod
+
+    monkeypatch.setattr(ens_mod, "EnsembleLM", None)  # building the model would fail: nothing may get that far
+    with pytest.raises(ValueError, match=message):
+        train_ensemble(_cfg(tmp_path), seeds)
+
+
+def test_numpy_integer_seeds_are_integers(tmp_path):
+    """Seeds from numpy (np.arange) are integers: accepted, and the members carry plain ints (the message said
+    'must be integers >= 0, got [np.int64(0), ...]')."""
+    import numpy as np
+
+    cfg = _cfg(tmp_path, tokens=512, eval_every_steps=None)
+    ens = train_ensemble(cfg, np.arange(2), data_seeds=np.array([3, 4]))
+    assert [(r.seed, r.data_seed) for r in ens] == [(0, 3), (1, 4)]
+    assert all(type(r.seed) is int and type(r.data_seed) is int for r in ens)

@@ -116,12 +116,20 @@ def _bad(mutate):
         (lambda d: d.update(name="my run"), "name: must be"),
         (lambda d: d.update(tokenizer="bpe:10"), "tokenizer: tokenizer 'bpe:<vocab_size>' needs 260 <= vocab_size"),
         (lambda d: d.update(lr="tuen"), "lr: must be 'tune', {fixed: LR} or {table: ...}, got 'tuen'"),
+        # a fractional count was a pydantic union error naming list[int] and dict[int, list[int]]
+        (lambda d: d.update(seeds=2.5), "seeds: seeds must be a count (an integer >= 1, e.g. 4 for [0, 1, 2, 3]) "
+                                        "or a list of integer seeds (or a mapping r -> either); got 2.5"),
+        (lambda d: d.update(seeds={1: 2, 2: "two"}), "seeds[2] must be a count"),
     ],
 )
 def test_bad_specs_name_the_key(mutate, key):
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(mutate))
     assert key in str(e.value)
+
+
+def test_a_seed_count_written_as_a_float_is_a_count():
+    assert parse_spec({**_bad(lambda d: None), "seeds": 4.0}).seeds == [0, 1, 2, 3]
 
 
 def test_r_not_dividing_depth_lists_valid_r():
