@@ -50,8 +50,9 @@ ASSUMED_MFU = 0.40
 
 
 def plan(spec) -> dict:
-    """What a spec will cost, without running anything: runs, training FLOPs, tokens, LR-tuning trials and an
-    estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
+    """What a spec will cost, without running anything: runs, Ray Tune trials of the grid (``trials``;
+    ``runs_per_trial``: how many trials train k runs, k > 1 a seed ensemble), training FLOPs, tokens, LR-tuning
+    trials and an estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
     The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run).
 
     FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
@@ -77,10 +78,15 @@ def plan(spec) -> dict:
     if spec.lr == "tune":
         n_studies = len(spec.all_sizes()) * (len(spec.r) if spec.tune.tune_per_r else 1)
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
+    from loopscale.sweep.grid import trial_groups
+
+    sizes = [len(g) for g in trial_groups(cells, spec.ensemble_members())]
     return {
         "spec": spec.name,
         "runs": len(cells),
         "runs_by_r": {str(k): v for k, v in sorted(by_r.items())},
+        "trials": len(sizes),
+        "runs_per_trial": {str(k): sizes.count(k) for k in sorted(set(sizes), reverse=True)},
         "variants": [v.name for v in spec.variants],
         "train_flops_total": total_c,
         "tokens_total": total_d,

@@ -53,10 +53,22 @@ def test_cpu_preset_is_the_ladder_design_with_seeds():
     check_design(spec)
 
 
+def test_plan_counts_the_trials_seed_ensembles_pack():
+    """The cpu preset: 352 runs as 22 seed-ensemble trials of 16; with resources.ensemble 12 each cell's seeds
+    split into chunks of at most 12 (32 -> 11 + 11 + 10 for the 5 plain cells, 64 -> 5 x 11 + 9 for the 3 looped)."""
+    spec = preset_spec("cpu")
+    p = plan(spec)
+    assert (p["runs"], p["trials"], p["runs_per_trial"]) == (352, 22, {"16": 22})
+    p = plan(spec.model_copy(update={"resources": spec.resources.model_copy(update={"ensemble": 12})}))
+    assert p["trials"] == 5 * 3 + 3 * 6 and sum(int(k) * n for k, n in p["runs_per_trial"].items()) == 352
+    assert p["runs_per_trial"] == {"11": 5 * 2 + 3 * 5, "10": 5, "9": 3}
+
+
 def test_paper_plan_matches_the_papers_grid():
     """116 runs, 29 per r, and the summed training FLOPs of the paper's budgets (sum over cells of C)."""
     p = plan(preset_spec("paper"))
     assert p["runs"] == 116 and p["runs_by_r"] == {"1": 29, "2": 29, "4": 29, "8": 29}
+    assert p["trials"] == 116 and p["runs_per_trial"] == {"1": 116}  # one seed on GPUs: every run its own trial
     # D = round(C / (F B)) B makes each run's FLOPs within half a step of C
     expected = sum(c * len(s) * 4 for c, s in preset_spec("paper").budgets.items())
     assert p["train_flops_total"] == pytest.approx(expected, rel=2e-3)
