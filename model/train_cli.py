@@ -62,16 +62,27 @@ JSON_KEYS = (
 def train_cmd(
     model_flags: dict,
     run_flags: dict,
+    seeds: str | None = typer.Option(
+        None, "--seeds", help="Train several init seeds together as one seed ensemble (one process, batched "
+        "ops, one result per member, each equal to its single run up to float rounding): a count k (seeds "
+        "0..k-1, as a spec's seeds: k) or a comma list, e.g. 0,3,7. With --json: a JSON list, one object per member."
+    ),  # fmt: skip
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Train one looped LM for D tokens (or C FLOPs) and report its validation loss (nats/token)."""
     from loopscale.model.data import parse_tokenizer
     from loopscale.model.train import RunConfig, resolve_tokens, train_run
 
+    members = None if seeds is None else _parse_seeds(seeds)
+    if members is not None and run_flags["seed"] != 0:
+        raise ValueError(f"give --seed or --seeds, not both (--seed {run_flags['seed']}, --seeds {seeds})")
     kind, tok_vocab = parse_tokenizer(run_flags["tokenizer"])
     if model_flags["vocab_size"] is None and kind == "bpe":
         model_flags = {**model_flags, "vocab_size": tok_vocab}
     run = RunConfig(model=config_from_flags(**model_flags), **run_flags)
+    if members is not None:
+        _train_ensemble(run, members, as_json)
+        return
     if not as_json:
         from loopscale.model.accounting import flops_per_token, n_once, n_rec
 
@@ -120,6 +131,59 @@ def train_cmd(
 
 
 __all__ = ["JSON_KEYS", "train_cmd"]
+
+
+def _parse_seeds(text: str) -> list[int]:
+    """``--seeds``: ``"k"`` -> [0, ..., k-1]; ``"a,b,c"`` -> [a, b, c].
+
+    Raises:
+        ValueError: not a count >= 1 or a list of distinct integers >= 0.
+    """
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        vals = []
+    if len(vals) == 1 and "," not in text:
+        if vals[0] < 1:
+            raise ValueError(f"--seeds {text}: a count must be >= 1 (e.g. --seeds 4 for seeds 0,1,2,3)")
+        return list(range(vals[0]))
+    if not vals or min(vals) < 0 or len(set(vals)) != len(vals):
+        raise ValueError(f"--seeds {text}: give a count k (seeds 0..k-1) or distinct integers >= 0, e.g. 0,3,7")
+    return vals
+
+
+def _train_ensemble(run, members: list[int], as_json: bool) -> None:
+    """``train --seeds``: the members trained as one seed ensemble; one line (or JSON object) per member, exit 1
+    when any member did not finish ok."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.model.ensemble import train_ensemble
+    from loopscale.model.train import resolve_tokens
+
+    if not as_json:
+        D, m = resolve_tokens(run), run.model
+        typer.echo(
+            f"training {len(members)} seeds {members} of r={m.r} d={m.d_model} as one seed ensemble on "
+            f"{run.corpus!r}: D={D} tokens ({D // run.batch_tokens} steps) and C={flops_per_token(m) * D:.4g} "
+            "FLOPs per member",
+            err=True,
+        )
+    results = train_ensemble(run, members)
+    rows = [{k: r.to_dict()[k] for k in JSON_KEYS} for r in results]
+    if as_json:
+        json.dump(rows, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        for o in rows:
+            bpb = f", bpb {o['final_val_bpb']:.4f}" if o["final_val_bpb"] is not None else ""
+            loss = f"final_val_loss {o['final_val_loss']:.6f}{bpb}" if o["final_val_loss"] is not None else (
+                f"diverged at step {o['diverged_step']}")
+            typer.echo(f"seed {o['seed']:>4}: {o['status']}, {loss}")
+        o = rows[0]
+        typer.echo(f"per member: D {o['D']} tokens, C {o['C']:.4g} FLOPs, {o['tokens_per_s']:,.0f} tokens/s; "
+                   f"the ensemble: {o['wall_s']:.1f} s wall, MFU {o['mfu'] if o['mfu'] is None else round(o['mfu'], 3)}")
+    if any(r.status != "ok" for r in results):
+        raise typer.Exit(code=1)
 
 
 def _split_text(dd: dict) -> str:

@@ -240,6 +240,22 @@ def test_train_cli_json(trainer_corpus_dir, trainer_cache_dir):
     assert d["status"] == "ok" and d["D"] == 256 and d["C"] == d["flops_per_token"] * 256
     bad = CliRunner().invoke(app, [*common, "--tokens", "0", "--json"])
     assert bad.exit_code == 2 and "tokens must be a positive integer" in bad.output
+    # --seeds: the seeds as one seed ensemble, one JSON object per member, each its single run's result
+    ens = CliRunner().invoke(app, [*common, "--tokens", "256", "--seeds", "0,5", "--json"])
+    assert ens.exit_code == 0, ens.output
+    members = json.loads(ens.stdout.strip().splitlines()[-1])
+    assert [m["seed"] for m in members] == [0, 5] and all(set(m) == set(d) for m in members)
+    assert members[0]["final_val_loss"] == pytest.approx(d["final_val_loss"], rel=1e-4)
+    one = CliRunner().invoke(app, [*common, "--tokens", "256", "--seed", "5", "--json"])
+    assert members[1]["final_val_loss"] == pytest.approx(json.loads(one.stdout.strip().splitlines()[-1])["final_val_loss"], rel=1e-4)
+    assert members[0]["final_val_loss"] != members[1]["final_val_loss"]
+    text = CliRunner().invoke(app, [*common, "--tokens", "256", "--seeds", "2"])
+    assert text.exit_code == 0 and "seed    0: ok, final_val_loss " in text.output and "seed    1: ok" in text.output
+    for seeds, msg in (("0,0", "distinct integers"), ("0", "a count must be >= 1"), ("a,b", "give a count k")):
+        bad = CliRunner().invoke(app, [*common, "--tokens", "256", "--seeds", seeds])
+        assert bad.exit_code == 2 and msg in bad.output, bad.output
+    bad = CliRunner().invoke(app, [*common, "--tokens", "256", "--seeds", "2", "--seed", "1"])
+    assert bad.exit_code == 2 and "not both" in bad.output
 
 
 def test_stream_shorter_than_window_fails_before_training(tmp_path, trainer_cache_dir):
