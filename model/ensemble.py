@@ -368,7 +368,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         curves: list[list[dict]] = [[] for _ in range(k)]
         best = [None] * k
         status, div_step, losses = ["ok"] * k, [None] * k, [float("nan")] * k
-        start_step, resumed_from = 0, None
+        start_step, resumed_from, wall_before = 0, None, 0.0
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)  # a torn newest one is moved aside
         if ckpt_path is not None:
             if st["run_key"] != run_key:
@@ -388,6 +388,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 st["diverged_step"],
                 st["losses"],
             )
+            wall_before = float(st.get("wall_s") or 0.0)  # checkpoints before this field: 0
             log.info("resumed ensemble from %s at step %d", ckpt_path, start_step)
         times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -399,6 +400,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             t0 = time.perf_counter()
             state = {
                 "format": CHECKPOINT_FORMAT,
+                "wall_s": wall_before + time.perf_counter() - t_start,
                 "step": int(done),
                 "run_key": run_key,
                 "model": model.state_dict(),
@@ -536,7 +538,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     finally:
         torch.set_num_threads(prev_threads)
 
-    wall = time.perf_counter() - t_start
+    wall = wall_before + time.perf_counter() - t_start  # with the attempts before its checkpoint, as train_run
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
     tps = tok_trained / t_train if t_train > 0 else 0.0
     mfu = (k * Fpt * tps / peak) if (peak and tps) else None

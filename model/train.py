@@ -313,6 +313,8 @@ class RunResult:
     curve: list[dict]
     """Loss curve: dicts with step, tokens, train_loss, val_loss (None between evals), lr."""
     wall_s: float
+    """Wall time of the run (s) over all its attempts: a resumed run adds the time its earlier attempts took up to
+    the checkpoint it resumed from (steps redone after that checkpoint count once)."""
     tokens_per_s: float
     """Training tokens per second (eval excluded)."""
     mfu: float | None
@@ -720,7 +722,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
 
         ev = torch.from_numpy(ev_np).to(device)
         start_step, micro_ids, digest, curve = 0, [], hashlib.sha256(b"loopscale-data").hexdigest(), []
-        best_val, resumed_from = None, None
+        best_val, resumed_from, wall_before = None, None, 0.0
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)
         if ckpt_path is not None:
             if st["run_key"] != run_key:
@@ -735,6 +737,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             _set_rng_state(st["rng"])
             start_step, micro_ids, digest = st["step"], list(st["micro_batch_ids"]), st["data_digest"]
             curve, best_val, resumed_from = list(st["curve"]), st["best_val_loss"], st["step"]
+            wall_before = float(st.get("wall_s") or 0.0)  # checkpoints before this field: 0
             log.info("resumed from %s at step %d", ckpt_path, start_step)
 
         times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
@@ -817,7 +820,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
                 curve.append(pt)
             path = None
             if do_ckpt:
-                path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times)
+                path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times,
+                                   wall_before + time.perf_counter() - t_start)
             if do_eval or path is not None:
                 emit(pt, path, final=is_last)
 
@@ -833,7 +837,9 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     finally:
         torch.set_num_threads(prev_threads)
 
-    wall = time.perf_counter() - t_start  # the peak measurement below is not part of the run
+    # the run's wall time: this process's plus what the attempts before its checkpoint took (the peak measurement
+    # below is not part of it)
+    wall = wall_before + time.perf_counter() - t_start
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
     tps = tok_trained / t_train if t_train > 0 else 0.0
     mfu = (F * tps / peak) if (peak and tps) else None
@@ -927,9 +933,10 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
     )
 
 
-def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_val, times) -> Path:
+def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_val, times, wall_s) -> Path:
     t0 = time.perf_counter()
     state = {
+        "wall_s": float(wall_s),
         "format": CHECKPOINT_FORMAT,
         "step": int(step),
         "run_key": run_key,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 import torch
@@ -149,7 +150,13 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
     with pytest.raises(_Stop):
         train_ensemble(ck, [0, 1], callback=stop_after_4)
     assert paths == [(0, 2), (1, 2), (0, 4), (1, 4)]
+    from loopscale.model.train import latest_checkpoint, load_checkpoint
+
+    before = load_checkpoint(latest_checkpoint(tmp_path / "b"))["wall_s"]
+    t0 = time.perf_counter()
     resumed = train_ensemble(ck, [0, 1])
+    this = time.perf_counter() - t0
+    assert all(before > 0 and before < r.wall_s <= before + this for r in resumed)  # both attempts' time
     for a, b in zip(resumed, full, strict=True):
         assert a.resumed_from_step == 4 and b.resumed_from_step is None
         _assert_member_equals_single(a, b)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from loopscale.model.train import (
     RunConfig,
     accumulate_gradients,
     latest_checkpoint,
+    load_checkpoint,
     train_run,
 )
 
@@ -109,8 +111,12 @@ def test_resume_replays_data_under_grad_accum(base, tmp_path):
     with pytest.raises(Killed):
         train_run(RunConfig(**run), callback=kill_at_8)
     assert latest_checkpoint(ck).name == "ckpt-00000006.pt"
+    before = load_checkpoint(latest_checkpoint(ck))["wall_s"]  # the first attempt's time up to its checkpoint
+    t0 = time.perf_counter()
     res = train_run(RunConfig(**run))
+    this = time.perf_counter() - t0
     assert res.resumed_from_step == 6
+    assert before > 0 and before < res.wall_s <= before + this  # wall time over both attempts, not only the last
     assert res.micro_batch_ids == full.micro_batch_ids
     assert len(set(res.micro_batch_ids)) == 48
     assert res.data_digest == full.data_digest  # the same windows, in the same order
