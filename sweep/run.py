@@ -365,6 +365,11 @@ def run_cmd(
             p["refused"] = None
         except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
             p["refused"] = str(e)
+        try:  # what this machine would refuse (e.g. GPUs asked, none here); a plan for a cluster is still a plan
+            spec.check_runtime(address, num_cpus, num_gpus)
+            p["refused_here"] = None
+        except ValueError as e:
+            p["refused_here"] = f"{e} (with these options on this machine; the plan holds for a cluster)"
         if as_json:
             json.dump(p, sys.stdout)
             sys.stdout.write("\n")

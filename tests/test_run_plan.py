@@ -97,6 +97,18 @@ def test_dry_run_cli_prints_plan_json_without_starting_anything(tmp_path):
     p = json.loads(out.stdout)
     assert p["runs"] == 116 and p["lr_trials"] == 116 // 29 * 11 * 8
     assert not (tmp_path / "x").exists()
+    # the paper's trials ask for 8 CPUs and a GPU each: the plan holds (exit 0), and it says when this machine
+    # would refuse them
+    import os
+
+    import torch
+
+    if torch.cuda.is_available() and (os.cpu_count() or 1) >= 8:
+        assert p["refused_here"] is None
+    else:
+        assert p["refused"] is None and p["refused_here"].endswith("(with these options on this machine; the plan "
+                                                                  "holds for a cluster)")
+        assert "no GPU is available here" in p["refused_here"] or "the embedded Ray has" in p["refused_here"]
 
 
 def test_run_rejects_spec_and_preset_together(tmp_path):
