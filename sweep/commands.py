@@ -206,7 +206,7 @@ def run_sweep(
                 with console.grid_done_before(done & ids):
                     grid = fit_tuner(tuner)
                 errors += result_grid_errors(grid)
-                if unfinished_trials(uri_join(storage_path, exps[-1])):
+                if grid.stopped_by_signal or unfinished_trials(uri_join(storage_path, exps[-1])):
                     store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
                     raise SweepInterrupted("the sweep was interrupted")
                 done = store.completed_ids()
@@ -228,8 +228,9 @@ def run_sweep(
                     track=track,
                 )
                 with console.grid_done_before(store.completed_ids() & ids):
-                    errors += result_grid_errors(fit_tuner(plan.build()))
-                if unfinished_trials(uri_join(storage_path, plan.experiment)):
+                    grid = fit_tuner(plan.build())
+                errors += result_grid_errors(grid)
+                if grid.stopped_by_signal or unfinished_trials(uri_join(storage_path, plan.experiment)):
                     store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
                     raise SweepInterrupted("the sweep was interrupted")
     path = store.consolidate()

@@ -351,7 +351,11 @@ def fit_tuner(tuner):
 
     Tune installs its own handlers (Ctrl-C ends the run and saves its state) and puts the previous ones back only
     when a signal arrives; left in place after a normal end, Tune's handler swallowed the next Ctrl-C (``loopscale
-    run`` went on through its fit stage after "Stop signal received ... ending Ray Tune run" and exited 0)."""
+    run`` went on through its fit stage after "Stop signal received ... ending Ray Tune run" and exited 0).
+
+    The ResultGrid carries ``stopped_by_signal``: True when Tune's handler caught a Ctrl-C (or SIGUSR1) during the
+    run, which it then replaced by the previous handler. Callers stop on it even when every trial had finished by
+    then (a Ctrl-C landing as a study's last trial ended was otherwise ignored: the command went on and exited 0)."""
     import os
     import signal
     import threading
@@ -365,8 +369,12 @@ def fit_tuner(tuner):
             sig = getattr(signal, name, None)
             if sig is not None and signal.getsignal(sig) is not None:
                 saved[sig] = signal.getsignal(sig)
+    tune_catches = signal.SIGINT in saved and not int(os.getenv("TUNE_DISABLE_SIGINT_HANDLER", "0"))
     try:
-        return tuner.fit()
+        grid = tuner.fit()
+        # Tune's handler, installed for the run, puts the previous one back when it catches a signal
+        grid.stopped_by_signal = tune_catches and signal.getsignal(signal.SIGINT) is saved[signal.SIGINT]
+        return grid
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)

@@ -466,8 +466,8 @@ def _run_study(
             tune_config=plan["tune_config"],
             run_config=plan["run_config"],
         )
-    fit_tuner(tuner)
-    if unfinished_trials(exp_uri):
+    grid = fit_tuner(tuner)
+    if grid.stopped_by_signal or unfinished_trials(exp_uri):
         raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted")
     # reconcile: a finished trial whose mirror write was lost (driver killed in between) is recorded now
     import logging
