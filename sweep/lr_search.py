@@ -17,7 +17,8 @@ What survives a killed driver, and how (Tune's restore behaviour: ``docs/ray_tun
 * The persistent study (``<out>/tune_lr/optuna.db``, SQLite; ``optuna.load_study`` and optuna-dashboard open
   it) is written only by the driver, from a Tune callback, one finished trial at a time (COMPLETE, PRUNED or
   FAIL, with its milestone values), deduplicated by LR. It therefore never holds a RUNNING trial, and a
-  resumed study ends with exactly ``num_samples`` finished trials.
+  resumed study ends with exactly ``num_samples`` finished trials (with ``lr_values``: one per value of
+  :func:`lr_grid`).
 * Ray 2.60 does not save the scheduler with the experiment. :class:`PersistentASHA` keeps its rung records
   and decisions keyed by LR in a JSON file next to the experiment and reloads it, so a restored study makes
   the same stop decisions as an uninterrupted one.
@@ -329,8 +330,8 @@ def study_plan(
 ):
     """Pure assembly of one study: the base cell, the budget, the space, scheduler and Tuner pieces.
 
-    Returns a dict with ``trainable``, ``param_space`` (a ``tune.grid_search`` over the distinct ``lr_values`` when
-    ``num_samples`` covers them: each tried exactly once; else None and ``OptunaSearch`` proposes), ``tune_config``,
+    Returns a dict with ``trainable``, ``param_space`` (with ``lr_values``: a ``tune.grid_search`` over
+    :func:`lr_grid`, each value tried once; else None and ``OptunaSearch`` proposes), ``tune_config``,
     ``run_config``, ``space``, ``scheduler``, ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is
     started). ``track``: parsed ``--track`` targets, whose Ray logger callbacks join the run config
     (:mod:`loopscale.sweep.tracking`)."""
@@ -342,21 +343,8 @@ def study_plan(
     from loopscale.sweep import tracking
 
     ts = spec.tune
-    lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
-    cells = [
-        c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"
-    ]
-    base = cells[0]
-    cfg = base.run.model
-    B = spec.training.batch_tokens
-    if ts.tokens is not None:
-        want = ts.tokens
-    else:
-        want = ts.tokens_per_param * (n_once(cfg) + r * n_rec(cfg))
-    M = ts.num_milestones
-    steps = max(M, int(round(want / B)))
-    steps = int(math.ceil(steps / M) * M)
-    every = steps // M
+    base, steps, every = tuning_budget(spec, size, r)
+    cfg, B, M = base.run.model, spec.training.batch_tokens, ts.num_milestones
     run = base.run_config(
         tokens=steps * B,
         target_flops=None,
@@ -375,11 +363,10 @@ def study_plan(
         _seams.CONFIG_KEY: _seams.from_env(),
     }
     space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
-    values = sorted(set(ts.lr_values or []))
     param_space, search, num_samples = None, None, ts.num_samples
-    if ts.lr_values and ts.num_samples >= len(values):
-        # a finite set that the budget covers: every value exactly once (a sampler would repeat some, miss others)
-        param_space, num_samples = {**constants, "lr": tune.grid_search(values)}, 1
+    if ts.lr_values:
+        # a finite set: each value of it tried exactly once (a sampler repeats some values and misses others)
+        param_space, num_samples = {**constants, "lr": tune.grid_search(lr_grid(ts))}, 1
     else:
         sampler = optuna.samplers.TPESampler(seed=study_seed(ts.seed, study_name))
         search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
@@ -431,6 +418,44 @@ def study_plan(
         N_unique=n_once(cfg) + n_rec(cfg),
         N_usage=n_once(cfg) + r * n_rec(cfg),
     )
+
+
+def lr_grid(tune_spec) -> list[float]:
+    """The LRs a study with ``tune.lr_values`` tries, each once: all distinct values, sorted, when ``num_samples``
+    covers them; else ``num_samples`` of them spread evenly over the sorted list, its smallest and largest included
+    (7 values, 5 samples: the 1st, 3rd, 4th, 5th and 7th).
+
+    Raises:
+        ValueError: no ``lr_values``.
+    """
+    values = sorted(set(tune_spec.lr_values or []))
+    if not values:
+        raise ValueError("lr_grid needs tune.lr_values")
+    k = tune_spec.num_samples
+    if k >= len(values):
+        return values
+    if k == 1:
+        return [values[len(values) // 2]]
+    return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
+
+
+def tuning_budget(spec, size: int, r: int):
+    """The base cell of the (size, r) study and its budget: ``(cell, steps, steps_per_milestone)``. The budget is
+    ``tune.tokens`` or ``tune.tokens_per_param * (N_once + r N_rec)`` tokens, in whole steps of the training batch,
+    rounded up to a whole number of steps per milestone (at least one step per milestone)."""
+    from loopscale.model.accounting import n_once, n_rec
+
+    ts = spec.tune
+    lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
+    cells = [
+        c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"
+    ]
+    base = cells[0]
+    cfg, B, M = base.run.model, spec.training.batch_tokens, ts.num_milestones
+    want = ts.tokens if ts.tokens is not None else ts.tokens_per_param * (n_once(cfg) + r * n_rec(cfg))
+    steps = max(M, int(round(want / B)))
+    steps = int(math.ceil(steps / M) * M)
+    return base, steps, steps // M
 
 
 class TuneInterrupted(Interrupted):
@@ -598,6 +623,8 @@ def run_tune_lr(
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
     spec.check_runtime(address, num_cpus, num_gpus)
+    if spec.lr != "tune":
+        spec.cells()  # its LR table (lr: {table: ...}) is checked as `sweep` checks it, before Ray starts
     track = tracking.parse_track(track)
     out = Path(out_dir).resolve()
     check_folder_spec(out, spec)
@@ -608,7 +635,8 @@ def run_tune_lr(
     if spec.lr != "tune":  # tuning still answers "which LR?", but nothing downstream will read this table
         console.current().say(
             f"note: the spec fixes the LR (lr: {', '.join(f'{k}: {v}' for k, v in spec.lr.items())}); "
-            "`loopscale sweep` and `run` of it will not use this LR table (set `lr: tune` for that)",
+            "`loopscale sweep` and `run` of it will not use this LR table (for a sweep that does: `lr: tune` in "
+            "the spec, and another --out folder)",
             err=True,
         )
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")
@@ -623,8 +651,7 @@ def run_tune_lr(
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         names = {f"{spec.name}_size{s}_r{r}": (s, r) for s, r in pending}
-        values = set(spec.tune.lr_values or [])
-        per_study = len(values) if values and spec.tune.num_samples >= len(values) else spec.tune.num_samples
+        per_study = len(lr_grid(spec.tune)) if spec.tune.lr_values else spec.tune.num_samples
         console.start_view(console.LRView(console.current(), names, per_study))
         # ending_view first: a Ray that fails to start must not leave the LR display open
         with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):

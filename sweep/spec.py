@@ -102,8 +102,10 @@ class TuneSpec(_Strict):
     lr_min: float = Field(1e-4, gt=0)
     lr_max: float = Field(1e-1, gt=0)
     lr_values: list[float] | None = None
-    """A discrete LR set (e.g. the paper's 8 values) instead of log-uniform [lr_min, lr_max]. With num_samples >=
-    the number of distinct values every value is tried exactly once (a grid); with fewer, TPE samples from the set."""
+    """A discrete LR set (e.g. the paper's 8 values) instead of log-uniform [lr_min, lr_max] (which it then
+    replaces): a grid, each LR tried once. With num_samples >= the number of distinct values every value is
+    tried; with fewer, num_samples of them spread evenly over the sorted set, its ends included
+    (``loopscale.sweep.lr_search.lr_grid``)."""
     tokens_per_param: float | None = Field(10.0, gt=0)
     """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D)."""
     tokens: int | None = Field(None, gt=0)
@@ -126,8 +128,13 @@ class TuneSpec(_Strict):
     def _check(self) -> TuneSpec:
         if self.lr_min >= self.lr_max:
             raise ValueError(f"tune.lr_min must be < tune.lr_max, got {self.lr_min} >= {self.lr_max}")
-        if self.lr_values is not None and (not self.lr_values or min(self.lr_values) <= 0):
-            raise ValueError(f"tune.lr_values must be a non-empty list of positive LRs, got {self.lr_values}")
+        for key in ("lr_min", "lr_max"):
+            if not math.isfinite(getattr(self, key)):
+                raise ValueError(f"tune.{key} must be a finite LR, got {getattr(self, key)}")
+        if self.lr_values is not None and (
+            not self.lr_values or not all(math.isfinite(v) and v > 0 for v in self.lr_values)
+        ):
+            raise ValueError(f"tune.lr_values must be a non-empty list of finite positive LRs, got {self.lr_values}")
         if self.grace_milestones > self.num_milestones:
             raise ValueError(
                 f"tune.grace_milestones ({self.grace_milestones}) must be <= tune.num_milestones ({self.num_milestones})"

@@ -515,6 +515,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             lr["table"] = [{k: row.get(k) for k in keep} for row in _read_lr_rows(out / "lr_table.parquet")]
         except Exception:  # torn while being written: the command rewrites it
             pass
+        if spec is not None and spec.lr != "tune":  # tune-lr on a spec that fixes the LR: the runs do not use it
+            lr["table_used"] = False
     ana = _read_json(out / "fit" / "analysis.json")
     fit = fit_headlines(ana) if ana else []
     # stage and state
@@ -700,6 +702,8 @@ def format_status(st: dict) -> list[str]:
         lines.append(
             f"LR studies: {lr['studies']['done']}" + (f" of {tot}" if tot is not None else "") + " done"
         )
+    if lr.get("table") and lr.get("table_used") is False:
+        lines.append("LR table (tuned, not used: the spec fixes the LR of every run):")
     for row in lr.get("table") or []:
         val = f"{row['best_val_loss']:.4f}" if row.get("best_val_loss") is not None else "?"
         lines.append(

@@ -611,7 +611,8 @@ def test_finite_lr_set_is_fully_tried(tmp_path):
     counts = trained_counts(str(out / "tune_lr" / "ray"))
     finished = [t for t in study.trials if t.state.name != "PRUNED"]
     assert len(counts) == len(finished) >= 1 and set(counts.values()) == {1}
-    # a duplicate in the list is one grid point; a budget below the set size keeps the sampler
+    # a duplicate in the list is one grid point; a budget below the set size grids over an evenly spread subset
+    # (TPE on the set tried 0.003 and 3.0 twice each in 5 samples of 7 values, and 4 values never)
     s = load_spec(
         _write_spec(
             tmp_path / "d.yaml",
@@ -621,4 +622,10 @@ def test_finite_lr_set_is_fully_tried(tmp_path):
     plan = study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")
     assert plan["param_space"]["lr"] == tune.grid_search([0.01, 0.02])
     s = load_spec(_write_spec(tmp_path / "f.yaml", dict(spec, tune=dict(spec["tune"], num_samples=4))))
-    assert study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")["param_space"] is None
+    got = study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")
+    lrs = sorted(PAPER_LRS)
+    assert got["param_space"]["lr"] == tune.grid_search([lrs[0], lrs[2], lrs[5], lrs[7]])  # 8 values, 4 samples
+    assert got["tune_config"].num_samples == 1 and got["tune_config"].search_alg is None
+    s = load_spec(_write_spec(tmp_path / "g.yaml", dict(spec, tune=dict(spec["tune"], num_samples=1))))
+    assert study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")["param_space"]["lr"] == (
+        tune.grid_search([lrs[4]]))

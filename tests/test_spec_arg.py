@@ -189,3 +189,20 @@ def test_fit_defaults_follow_the_spec_not_its_file_name(tmp_path):
     assert name == "smokecopy" and fit_defaults(spec) == fit_defaults(preset_spec("smoke")) == (100, 100)
     assert fit_defaults(preset_spec("cpu")) == (200, 500)
     assert fit_defaults(preset_spec("smoke").model_copy(update={"name": "mine"})) == (200, 500)  # the paper's
+
+
+def test_tune_lr_checks_a_fixed_lr_table_before_ray(tmp_path, monkeypatch):
+    """tune-lr of a spec with `lr: {table: ...}` missing an r: refused before Ray starts and before the folder is
+    made (it ran 7 s of Ray, then failed); `sweep` refuses the same spec the same way."""
+    import loopscale.cluster.connect as connect
+    from loopscale.sweep.commands import run_tune_lr
+    from loopscale.sweep.spec import SpecError
+
+    def no_ray(*a, **k):
+        raise AssertionError("Ray started")
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)
+    spec = preset_spec("smoke").model_copy(update={"sizes": [16, 32], "lr": {"table": {16: {1: 0.01}, 32: 0.02}}})
+    with pytest.raises(SpecError, match=r"lr.table\[16\] has no entry for r=2"):
+        run_tune_lr(spec, tmp_path / "o")
+    assert not (tmp_path / "o").exists()

@@ -374,3 +374,19 @@ def test_grid_trial_counts_in_json_follow_the_display_while_the_grid_runs(starte
     st = collect_status(started)
     assert st["tune"]["trials"] == saved["trials"] and st["tune"]["source"] == "tune"
     assert any(ln.startswith("tune trials (grid_smoke_000): 8") for ln in format_status(st))
+
+
+def test_an_lr_table_the_spec_does_not_use_is_said_so(tmp_path):
+    """tune-lr on a spec that fixes the LR writes a table no run reads: status lists it as not used (it listed
+    the tuned LRs as if the runs had them)."""
+    spec = preset_spec("smoke").model_copy(update={"lr": {"fixed": 0.01}})
+    (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
+    _lr_folder(tmp_path, table=True)
+    st = collect_status(tmp_path)
+    assert st["lr"]["table_used"] is False
+    text = format_status(st)
+    i = text.index("LR table (tuned, not used: the spec fixes the LR of every run):")
+    assert text[i + 1].startswith("  size 16 r 1: lr 0.02")
+    (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec.model_copy(update={"lr": "tune"})))
+    st = collect_status(tmp_path)
+    assert "table_used" not in st["lr"] and not any("not used" in ln for ln in format_status(st))
