@@ -244,6 +244,11 @@ def lr_trainable(config: dict) -> None:
         from loopscale.model.train import train_run
 
         ws.prepare_resume()
+        for m, val, tokens in _milestones_passed(ws.dir, milestone, M):
+            # an earlier attempt passed these milestones (its checkpoint says so): reported again, since a stop
+            # between its checkpoint and its report kept one from the scheduler, which then skipped that rung for
+            # this LR; a rung it has recorded answers with the recorded decision, a missing one is judged now
+            tune.report({TIME_ATTR: m, METRIC: val, "tokens": tokens, "replayed": True})
 
         def callback(event: dict) -> None:
             _seams.maybe_fail(config.get(_seams.CONFIG_KEY), storage_uri, rid, int(event.get("step") or 0))
@@ -286,6 +291,25 @@ def lr_trainable(config: dict) -> None:
             UNHEALTHY_KEY: unhealthy_reason(done) or "",
         }
     )
+
+
+def _milestones_passed(ckpt_dir: Path, milestone, M: int) -> list[tuple[int, float, float]]:
+    """``(milestone, val_loss, tokens)`` of the validation points in the curve of the newest readable checkpoint in
+    ``ckpt_dir`` (milestones 1..M-1; none without a checkpoint)."""
+    from loopscale.model.train import CheckpointError, latest_checkpoint, load_checkpoint
+
+    path = latest_checkpoint(ckpt_dir)
+    if path is None:
+        return []
+    try:
+        curve = load_checkpoint(path).get("curve") or []
+    except (CheckpointError, OSError):  # torn or foreign: the trainer moves it aside and starts over
+        return []
+    out = []
+    for pt in curve:
+        if pt.get("val_loss") is not None and 1 <= milestone(float(pt["tokens"])) < M:
+            out.append((milestone(float(pt["tokens"])), float(pt["val_loss"]), pt["tokens"]))
+    return out
 
 
 UNHEALTHY_KEY = "unhealthy"

@@ -168,6 +168,52 @@ def test_asha_rungs_survive_restore(ray_local, tmp_path):
     assert got == ref
 
 
+@pytest.mark.filterwarnings("ignore:`get_checkpoint` is meant to only be called")  # the trainable outside Tune
+def test_a_resumed_lr_trial_reports_the_milestones_its_checkpoint_passed(tmp_path, monkeypatch):
+    """A trial stopped after its milestone-2 checkpoint but before the scheduler saw that report resumed at step
+    2 and never reported milestones 1-2: ASHA skipped those rungs for its LR and the study pruned differently
+    (and once chose another LR) than without the stop. The resumed trial reports them again, with the values the
+    uninterrupted trial reports."""
+    import ray.tune
+
+    from loopscale.model.train import train_run
+    from loopscale.sweep.lr_search import _cell_with_lr, lr_trainable, study_plan
+    from loopscale.sweep.workspace import RunWorkspace
+
+    spec = parse_spec(yaml.safe_load(_tune_spec(tmp_path, tokens=2048, num_milestones=4).read_text()))
+    reports: list = []
+    monkeypatch.setattr(ray.tune, "report", lambda met, checkpoint=None: reports.append(dict(met)))
+
+    def outcome(storage):
+        plan = study_plan(spec, 16, 2, tmp_path / "t", str(storage), experiment="e")
+        config = {**plan["space"].constants, "lr": 0.01}
+        return config, plan["milestone_tokens"]
+
+    config, mtok = outcome(tmp_path / "ref")
+    reports.clear()
+    lr_trainable(config)
+    ref = [(r["milestone"], r["val_loss"]) for r in reports]
+    assert [m for m, _ in ref] == [1, 2, 3, 4]
+
+    config, _ = outcome(tmp_path / "cut")
+    cell = _cell_with_lr(config["base"], 0.01)
+    ws = RunWorkspace(config["storage"], cell.run_id)
+
+    class Stopped(Exception):
+        pass
+
+    def stop_after_milestone_2(ev):
+        if ev.get("checkpoint_path") and ev["tokens"] >= 2 * mtok:
+            raise Stopped  # killed after the checkpoint, before the report reached the scheduler
+
+    with pytest.raises(Stopped):
+        train_run(cell.run_config(checkpoint_dir=str(ws.dir)), callback=stop_after_milestone_2)
+    reports.clear()
+    lr_trainable(config)
+    got = [(r["milestone"], r["val_loss"]) for r in reports]
+    assert got == ref and [r.get("replayed") for r in reports[:2]] == [True, True]
+
+
 # --- case 7 -------------------------------------------------------------------------------------------------
 
 
