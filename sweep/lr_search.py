@@ -1,8 +1,8 @@
 """Stage 1: LR tuning, one Optuna study per size (and per r unless ``tune_per_r: false``), run by Ray Tune.
 
 Each study is one Tune experiment: ``OptunaSearch`` (TPE over log-LR seeded per study from ``tune.seed`` and
-the study's name, :func:`study_seed`, or a categorical LR set; metric
-and mode given to ``OptunaSearch`` itself, ``docs/ray_tune.md`` §1) proposes LRs, and an
+the study's name, :func:`study_seed`; metric and mode given to ``OptunaSearch`` itself, ``docs/ray_tune.md`` §1)
+proposes LRs, or a Tune grid over ``tune.lr_values`` (:func:`lr_grid`) tries each listed LR once, and an
 ASHA scheduler prunes on the validation loss reported at token milestones (time attribute: the milestone index
 1..num_milestones). Trials train the grid's model on a short budget (tokens/param ratio, paper App. D). The
 resulting table is :mod:`loopscale.sweep.lr_table`; the Optuna mirror callback is in :mod:`loopscale.sweep.callbacks`.
@@ -189,8 +189,9 @@ def _persistent_asha_cls():
 
 
 class LRSpace:
-    """Define-by-run space for ``OptunaSearch``: suggests ``lr`` (log-uniform or categorical) and returns the
-    constant part of the trial config."""
+    """Define-by-run space for ``OptunaSearch``: suggests ``lr`` log-uniform in [lr_min, lr_max] and returns the
+    constant part of the trial config. With ``lr_values`` (a grid study, no sampler) its categorical
+    :meth:`distribution` is what the Optuna record of each trial carries."""
 
     def __init__(self, constants: dict, lr_min: float, lr_max: float, lr_values: list[float] | None):
         self.constants = constants
