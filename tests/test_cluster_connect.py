@@ -327,7 +327,20 @@ def test_logging_level_warning_keeps_ray_start_up_lines_off_the_console(monkeypa
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_ctrl_c_during_ray_init_is_held_until_ray_is_up(monkeypatch):
+@pytest.fixture
+def interactive_sigint():
+    """Python's default SIGINT handler for the test, as in an interactive process: a suite started in the
+    background by a non-interactive shell ignores SIGINT (ray_session then leaves it alone, as it should)."""
+    import signal
+
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, outer)
+
+
+def test_ctrl_c_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactive_sigint):
     """A Ctrl-C while ray.init runs is held: init completes, then KeyboardInterrupt is raised and Ray is shut down
     (a KeyboardInterrupt inside the core worker's constructor left a half-built Ray that crashed at exit with
     SIGSEGV); the SIGINT handler is put back. A second Ctrl-C raises at once."""
