@@ -464,6 +464,11 @@ def lr_grid(tune_spec) -> list[float]:
     return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
 
 
+def trials_per_study(tune_spec) -> int:
+    """Trials one LR study runs: one per LR of :func:`lr_grid` with ``lr_values``, else ``num_samples``."""
+    return len(lr_grid(tune_spec)) if tune_spec.lr_values else tune_spec.num_samples
+
+
 def tuning_budget(spec, size: int, r: int):
     """The base cell of the (size, r) study and its budget: ``(cell, steps, steps_per_milestone)``. The budget is
     ``tune.tokens`` or ``tune.tokens_per_param * (N_once + r N_rec)`` tokens, in whole steps of the training batch,
@@ -676,8 +681,7 @@ def run_tune_lr(
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         names = {f"{spec.name}_size{s}_r{r}": (s, r) for s, r in pending}
-        per_study = len(lr_grid(spec.tune)) if spec.tune.lr_values else spec.tune.num_samples
-        console.start_view(console.LRView(console.current(), names, per_study))
+        console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune)))
         # ending_view first: a Ray that fails to start must not leave the LR display open
         with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             for s, r in pending:

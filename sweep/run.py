@@ -79,7 +79,7 @@ def plan(spec) -> dict:
         n_studies = len(spec.all_sizes()) * (len(spec.r) if spec.tune.tune_per_r else 1)
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
     from loopscale.sweep.grid import trial_groups
-    from loopscale.sweep.lr_search import lr_grid
+    from loopscale.sweep.lr_search import trials_per_study
 
     sizes = [len(g) for g in trial_groups(cells, spec.ensemble_members())]
     return {
@@ -92,7 +92,7 @@ def plan(spec) -> dict:
         "train_flops_total": total_c,
         "tokens_total": total_d,
         "lr_studies": n_studies,
-        "lr_trials": n_studies * (len(lr_grid(spec.tune)) if spec.tune.lr_values else spec.tune.num_samples),
+        "lr_trials": n_studies * trials_per_study(spec.tune),
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
     }
