@@ -71,9 +71,12 @@ def _smooth(rows: list[dict]) -> None:
                     row["lr_smoothed"] = row["lr_best"]
 
 
-def lr_figure(size: int, series: dict[int, list[tuple[float, float]]]) -> Any:
-    """Val loss against LR for one size, one line per r (``series``: {r: [(lr, loss), ...]}), with at most 5
-    labelled LR ticks (:func:`loopscale.fit.plots.log_ticks`). A matplotlib Figure; the caller saves and closes it."""
+def lr_figure(size: int, series: dict[int, list[tuple]]) -> Any:
+    """Val loss against LR for one size, one line per r, with at most 5 labelled LR ticks
+    (:func:`loopscale.fit.plots.log_ticks`). ``series``: {r: [(lr, loss) or (lr, loss, finished), ...]}; a point
+    with ``finished`` False (a trial pruned or failed before its last milestone, so its loss is from an earlier
+    milestone and not comparable with the finished trials' final loss) is drawn as a hollow marker off the line.
+    A matplotlib Figure; the caller saves and closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,17 +85,25 @@ def lr_figure(size: int, series: dict[int, list[tuple[float, float]]]) -> Any:
     from loopscale.fit.plots import log_ticks
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
+    any_stopped = False
     for r, pts in series.items():
-        if pts:
-            pts = sorted(pts)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"r={r}")
+        done = sorted((p[0], p[1]) for p in pts if len(p) < 3 or p[2])
+        stopped = sorted((p[0], p[1]) for p in pts if len(p) >= 3 and not p[2])
+        if not (done or stopped):
+            continue
+        (line,) = ax.plot([p[0] for p in done], [p[1] for p in done], "o-", label=f"r={r}")
+        if stopped:
+            any_stopped = True
+            ax.plot([p[0] for p in stopped], [p[1] for p in stopped], "o", mfc="none", color=line.get_color())
     ax.set_xscale("log")
     log_ticks(ax.xaxis)
     ax.set_xlabel("learning rate")
-    ax.set_ylabel("val loss at last milestone reached (nats/token)")
+    ax.set_ylabel("val loss, last milestone (nats/token)")
     ax.set_title(f"LR tuning, size {size}")
+    if any_stopped:
+        ax.plot([], [], "o", mfc="none", color="0.4", label="stopped early (loss at\nthe milestone reached)")
     if any(series.values()):
-        ax.legend()
+        ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -106,14 +117,18 @@ def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
 
     out = []
     for size in sorted({row["size"] for row in rows}):
-        series: dict[int, list[tuple[float, float]]] = {}
+        series: dict[int, list[tuple[float, float, bool]]] = {}
         for row in [x for x in rows if x["size"] == size]:
             study = optuna.load_study(study_name=row["study_name"], storage=storage_url)
-            series[row["r"]] = sorted(
-                (t.params["lr"], t.intermediate_values[max(t.intermediate_values)])
+            series[row["r"]] = [
+                (
+                    t.params["lr"],
+                    t.intermediate_values[max(t.intermediate_values)],
+                    t.state == optuna.trial.TrialState.COMPLETE,
+                )
                 for t in study.get_trials(deepcopy=False)
                 if t.intermediate_values
-            )
+            ]
         fig = lr_figure(size, series)
         p = tune_dir / f"loss_vs_lr_size{size}.png"
         fig.savefig(p, dpi=100)

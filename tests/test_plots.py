@@ -167,6 +167,25 @@ def test_lr_plot_labels_do_not_overlap():
         plt.close(fig)
 
 
+def test_lr_plot_draws_stopped_trials_off_the_line():
+    """A pruned trial's loss is from an earlier milestone: it is a hollow marker, not a point of r's line."""
+    from loopscale.sweep.lr_table import lr_figure
+
+    series = {1: [(1e-3, 4.0, True), (3e-3, 3.5, True), (1e-2, 3.6, True), (3e-2, 5.2, False)]}
+    fig = lr_figure(16, series)
+    try:
+        ax = fig.axes[0]
+        line = next(ln for ln in ax.get_lines() if ln.get_label() == "r=1")
+        assert list(line.get_xdata()) == [1e-3, 3e-3, 1e-2]  # the pruned LR is not on the line
+        hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "none" and len(ln.get_xdata())]
+        assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [3e-2] and list(hollow[0].get_ydata()) == [5.2]
+        assert hollow[0].get_color() == line.get_color()
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels[0] == "r=1" and labels[1].startswith("stopped early")
+    finally:
+        plt.close(fig)
+
+
 # --- the profile of the objective in phi: a non-negative axis -----------------------------------------------------
 
 
