@@ -469,6 +469,13 @@ def trials_per_study(tune_spec) -> int:
     return len(lr_grid(tune_spec)) if tune_spec.lr_values else tune_spec.num_samples
 
 
+def study_keys(spec) -> list[tuple[int, int]]:
+    """``(size, r)`` of every LR study of ``spec``, in the order tune-lr runs them: one per size and r, or with
+    ``tune.tune_per_r: false`` one per size at the largest r."""
+    rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
+    return [(s, r) for s in spec.all_sizes() for r in rs]
+
+
 def tuning_budget(spec, size: int, r: int):
     """The base cell of the (size, r) study and its budget: ``(cell, steps, steps_per_milestone)``. The budget is
     ``tune.tokens`` or ``tune.tokens_per_param * (N_once + r N_rec)`` tokens, in whole steps of the training batch,
@@ -670,8 +677,7 @@ def run_tune_lr(
             err=True,
         )
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")
-    rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
-    todo = [(s, r) for s in spec.all_sizes() for r in rs]
+    todo = study_keys(spec)
     done_dir = tune_dir / "done"
     rows = []
     done_info = {(s, r): read_json_or_aside(str(done_dir / f"size{s}_r{r}.json")) for s, r in todo}

@@ -56,7 +56,10 @@ def plan(spec) -> dict:
     The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run).
 
     FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
-    D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B).
+    D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B). ``lr_trial_tokens`` gives
+    the tokens each LR study's trials train at most, ``{"size<s>_r<r>": tokens}``: ``tune.tokens`` (or
+    ``tune.tokens_per_param`` x N) in whole steps of ``training.batch_tokens``, rounded up to whole steps per
+    milestone (:func:`loopscale.sweep.lr_search.tuning_budget`), so it can exceed what the spec asks.
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -75,8 +78,14 @@ def plan(spec) -> dict:
         total_d += d
         by_r[c.r] = by_r.get(c.r, 0) + 1
     n_studies = 0
+    lr_trial_tokens: dict[str, int] = {}
     if spec.lr == "tune":
-        n_studies = len(spec.all_sizes()) * (len(spec.r) if spec.tune.tune_per_r else 1)
+        from loopscale.sweep.lr_search import study_keys, tuning_budget
+
+        keys = study_keys(spec)
+        n_studies = len(keys)
+        for s, r in keys:
+            lr_trial_tokens[f"size{s}_r{r}"] = tuning_budget(spec, s, r)[1] * spec.training.batch_tokens
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
     from loopscale.sweep.grid import trial_groups
     from loopscale.sweep.lr_search import trials_per_study
@@ -93,6 +102,7 @@ def plan(spec) -> dict:
         "tokens_total": total_d,
         "lr_studies": n_studies,
         "lr_trials": n_studies * trials_per_study(spec.tune),
+        "lr_trial_tokens": lr_trial_tokens,
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
     }

@@ -500,11 +500,11 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     # LR tuning
     lr: dict = {}
     if spec is not None and spec.lr == "tune":
-        rs = sorted(spec.r) if spec.tune.tune_per_r else [max(spec.r)]
-        n_done = sum(
-            (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() for s in spec.all_sizes() for r in rs
-        )
-        lr["studies"] = {"done": n_done, "total": len(spec.all_sizes()) * len(rs)}
+        from loopscale.sweep.lr_search import study_keys
+
+        keys = study_keys(spec)
+        n_done = sum((out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() for s, r in keys)
+        lr["studies"] = {"done": n_done, "total": len(keys)}
     elif kind == "tune-lr":  # no spec here: the studies finished, out of a total only the command knew
         lr["studies"] = {"done": len(list((out / "tune_lr" / "done").glob("*.json"))), "total": None}
     if (out / "lr_table.parquet").is_file():

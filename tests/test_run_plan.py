@@ -148,3 +148,25 @@ def test_run_refuses_a_grid_the_joint_law_cannot_fit_before_training(tmp_path):
     )
     assert p.returncode == 2 and "nothing was trained" in p.stderr, p.stderr
     assert not (out / "runs.parquet").exists() and not (out / "parts").exists()
+
+
+def test_plan_gives_each_lr_study_its_tokens_after_rounding():
+    """tune.tokens is trained in whole steps, a whole number per milestone: at 256 tokens per step and 4 milestones,
+    3000 tokens is 12 steps (3072 tokens) and 500 tokens is 4 steps (1024, one per milestone). One study per size at
+    the largest r without tune_per_r."""
+    import copy
+
+    from loopscale.sweep.presets import PRESETS
+    from loopscale.sweep.spec import parse_spec
+
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["lr"] = "tune"
+    d["tune"] = {**d.get("tune", {}), "tokens": 3000, "num_milestones": 4}
+    spec = parse_spec(d)
+    assert spec.training.batch_tokens == 256 and len(spec.r) > 1
+    p = plan(spec)
+    assert p["lr_trial_tokens"] == {f"size{s}_r{r}": 3072 for s in spec.all_sizes() for r in spec.r}
+    d["tune"].update(tokens=500, tune_per_r=False)
+    p = plan(parse_spec(d))
+    assert p["lr_trial_tokens"] == {f"size{s}_r{max(spec.r)}": 1024 for s in spec.all_sizes()}
+    assert p["lr_studies"] == len(spec.all_sizes())
