@@ -504,7 +504,9 @@ class GridView(_View):
 
 
 class LRView(_View):
-    """Progress of LR tuning: trials done/pruned/failed over all studies and the best LR so far per (size, r).
+    """Progress of LR tuning: trials done/pruned/failed over all studies, the best LR so far per (size, r), and an
+    ETA = time so far x trials left / trials finished in this command (pruned trials end early, so it is an
+    estimate from the mix seen so far; none before the first trial ends). Between trials the ETA counts down.
 
     Args:
         studies: {study name: (size, r)} of the studies this command runs.
@@ -518,6 +520,8 @@ class LRView(_View):
         self.studies = studies
         self.states = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
         self.best: dict[tuple[int, int], tuple[float, float]] = {}  # (size, r) -> (value, lr)
+        self._eta: float | None = None
+        self._eta_at = self.t0
 
     def record(self, study_name: str, lr: float, state: str, value: float | None) -> None:
         self.states[state] = self.states.get(state, 0) + 1
@@ -526,26 +530,36 @@ class LRView(_View):
             if key not in self.best or (value, lr) < self.best[key]:
                 self.best[key] = (float(value), float(lr))
         n = sum(self.states.values())
+        now = time.time()
+        self._eta, self._eta_at = (now - self.t0) * max(0, self.total - n) / n, now
         self.show(n, self._text())
 
-    def state(self) -> dict:
-        """Trials by Optuna state (COMPLETE / PRUNED / FAIL) and [size, r, lr, val] of the best LR per (size, r)."""
-        best = [[s, r, lr, v] for (s, r), (v, lr) in sorted(self.best.items())]
-        return {"trials": dict(self.states), "best": best}
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left (estimate), counted down since the last trial ended; None before the first."""
+        return None if self._eta is None else max(0.0, self._eta - (time.time() - self._eta_at))
 
-    def _text(self) -> str:
+    def state(self) -> dict:
+        """Trials by Optuna state (COMPLETE / PRUNED / FAIL), [size, r, lr, val] of the best LR per (size, r) and
+        ``eta_s``."""
+        best = [[s, r, lr, v] for (s, r), (v, lr) in sorted(self.best.items())]
+        return {"trials": dict(self.states), "best": best, "eta_s": self.eta_s}
+
+    def _text(self, with_eta: bool = True) -> str:
         best = "; ".join(
             f"size {s} r {r}: lr {lr:.3g} ({v:.3f})" for (s, r), (v, lr) in sorted(self.best.items())
         )
+        left = self.total - sum(self.states.values())
+        eta = f" · ETA {_fmt_s(self.eta_s)}" if with_eta and self.eta_s is not None and left > 0 else ""
         return (
             f"done {self.states['COMPLETE']} · pruned {self.states['PRUNED']} · failed {self.states['FAIL']}"
+            + eta
             + (f" · best {best}" if best else "")
         )
 
     def summary(self) -> str:
-        return (
-            f"tune-lr: {sum(self.states.values())} trials in {_fmt_s(time.time() - self.t0)}: {self._text()}"
-        )
+        n = sum(self.states.values())
+        return f"tune-lr: {n} trials in {_fmt_s(time.time() - self.t0)}: {self._text(with_eta=False)}"
 
 
 class BootstrapView(_View):

@@ -559,6 +559,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         if cmd is None:  # a command without a record (an older loopscale): its stage time is what is known
             tm["total_s"] += tm["running_stage_s"]
         tm["eta_s"] = progress.get("eta_s")
+        if alive and tm["eta_s"] is not None and progress.get("updated_at") is not None:
+            # written at the display's last update (a trial's report or end): counted down to now
+            tm["eta_s"] = max(0.0, float(tm["eta_s"]) - max(0.0, now - float(progress["updated_at"])))
     if state == "stopped":  # how long the stopped command ran, from what its files show
         _stopped_time(record, progress_file, walls, tm)
     elif state == "finished" and (record or {}).get("kind") in ("sweep", "tune-lr"):

@@ -176,6 +176,30 @@ def test_lr_view_best_lr_per_size_and_counts():
     assert "done 2 · pruned 1 · failed 0 · best size 16 r 1: lr 0.03 (3.100)" in buf.getvalue()
 
 
+def test_lr_view_eta_from_trials_finished_so_far(monkeypatch):
+    """ETA = time so far x trials left / trials finished, counted down between trials; none before the first."""
+    clock = [100.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    buf = io.StringIO()
+    view = console.LRView(console.Console(buf, interactive=False), {"a": (16, 1), "b": (16, 2)}, per_study=4)
+    assert view.eta_s is None and view.state()["eta_s"] is None
+    clock[0] += 30
+    view.record("a", 0.01, "COMPLETE", 3.2)  # 1 of 8 in 30 s: 7 left
+    assert view.eta_s == pytest.approx(210.0)
+    clock[0] += 10
+    view.record("a", 0.1, "PRUNED", None)  # 2 of 8 in 40 s: 6 left
+    assert view.state()["eta_s"] == pytest.approx(120.0)
+    clock[0] += 50  # no trial ended since: counted down
+    assert view.eta_s == pytest.approx(70.0) and "· ETA 1m10s ·" in view._text()
+    clock[0] += 500
+    assert view.eta_s == 0.0
+    for lr in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07):
+        view.record("b", lr, "COMPLETE", 3.0 + lr)
+    assert view.eta_s == 0.0 and "ETA" not in view._text()
+    view.close()
+    assert "ETA" not in buf.getvalue().splitlines()[-1]  # the summary line has none
+
+
 def test_bootstrap_view_follows_run_chunks(monkeypatch):
     """run_chunks (serial) reports refits through the listener; the view sums the refits of each call."""
     from loopscale.fit import bootstrapping

@@ -61,12 +61,13 @@ def test_a_newer_record_replaces_a_failed_one(half_done):
     assert st["runs"]["ok"] == 6 and st["runs"]["failed"] == 1 and st["runs"]["pending"] == 8
 
 
-def _live_progress(out, age_s: float, **fields) -> dict:
-    """Write OUT/logs/progress.json as a live display of this process would (started ``age_s`` ago)."""
+def _live_progress(out, age_s: float, updated_age_s: float = 0.0, **fields) -> dict:
+    """Write OUT/logs/progress.json as a live display of this process would (started ``age_s`` ago, last written
+    ``updated_age_s`` ago)."""
     (out / "logs").mkdir(exist_ok=True)
     now = time.time()
-    doc = {"finished": False, **fields, "started_at": now - age_s, "updated_at": now, "pid": os.getpid(),
-           "host": socket.gethostname()}  # fmt: skip
+    doc = {"finished": False, **fields, "started_at": now - age_s, "updated_at": now - updated_age_s,
+           "pid": os.getpid(), "host": socket.gethostname()}  # fmt: skip
     (out / "logs" / "progress.json").write_text(json.dumps(doc))
     return doc
 
@@ -75,12 +76,13 @@ def test_live_progress_file_makes_it_running_with_eta(half_done):
     """A progress file written by a live process (this one) shows the stage, throughput and ETA."""
     out, _ = half_done
     doc = _live_progress(
-        out, 30, stage="grid", counts={"done": 8, "running": 2, "pending": 6, "failed": 0}, tokens_per_s=1234.0,
+        out, 30, 20, stage="grid", counts={"done": 8, "running": 2, "pending": 6, "failed": 0}, tokens_per_s=1234.0,
         eta_s=90.0,
     )  # fmt: skip
     st = collect_status(out)
     assert (st["state"], st["stage"]) == ("running", "sweep")
-    assert st["time"]["eta_s"] == 90.0 and 29 <= st["time"]["running_stage_s"] < 60
+    # the ETA written 20 s ago is counted down to now
+    assert 65 <= st["time"]["eta_s"] <= 70 and 29 <= st["time"]["running_stage_s"] < 60
     assert any("1,234 tokens/s" in ln for ln in format_status(st))
     doc["finished"] = True  # the command closed its display: no longer running
     (out / "logs" / "progress.json").write_text(json.dumps(doc))
@@ -90,14 +92,14 @@ def test_live_progress_file_makes_it_running_with_eta(half_done):
 def test_running_lr_tuning_shows_trials_and_best_lr(half_done):
     out, _ = half_done
     _live_progress(
-        out, 5, stage="tune-lr", total=12, trials={"COMPLETE": 3, "PRUNED": 2, "FAIL": 1}, best=[[16, 1, 0.02, 3.25]]
-    )
+        out, 5, stage="tune-lr", total=12, trials={"COMPLETE": 3, "PRUNED": 2, "FAIL": 1}, best=[[16, 1, 0.02, 3.25]],
+        eta_s=300.0,
+    )  # fmt: skip
     st = collect_status(out)
     assert (st["state"], st["stage"]) == ("running", "tune-lr")
-    assert (
-        "LR trials: 6 of 12 (2 pruned, 1 failed); best so far size 16 r 1: lr 0.02 (3.250)"
-        in format_status(st)
-    )
+    text = format_status(st)
+    assert "LR trials: 6 of 12 (2 pruned, 1 failed); best so far size 16 r 1: lr 0.02 (3.250)" in text
+    assert 295 <= st["time"]["eta_s"] <= 300 and any("ETA 5m" in ln or "ETA 4m59s" in ln for ln in text)
 
 
 def test_fit_headline_is_the_one_run_prints():
