@@ -24,7 +24,6 @@ import hashlib
 import logging
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -293,16 +292,15 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     from loopscale.model.data import WindowSampler
     from loopscale.model.optim import build_optimizers, lr_multiplier
     from loopscale.model.train import (
-        _CKPT_RE,
         CHECKPOINT_FORMAT,
         CheckpointError,
         RunConfig,
         _newest_readable_checkpoint,
         _prepare,
+        _save_newest_two,
         checkpoint_key,
         make_result,
         peak_flops,
-        save_checkpoint,
     )
 
     t_start = time.perf_counter()
@@ -413,12 +411,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 "diverged_step": list(div_step),
                 "losses": list(losses),
             }
-            d_ = Path(cfg.checkpoint_dir)
-            path = save_checkpoint(d_ / f"ckpt-{done:08d}.pt", state)
-            for old in sorted(p for p in d_.iterdir() if _CKPT_RE.match(p.name) and p != path)[:-1]:
-                old.unlink(missing_ok=True)  # keep the newest two, as train_run
-            times["checkpoint"] += time.perf_counter() - t0
-            return path
+            return _save_newest_two(cfg.checkpoint_dir, done, state, times, t0)
 
         def emit(i: int, done: int, val, final: bool, path=None) -> None:
             if callback is None:

@@ -948,7 +948,14 @@ def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_
         "curve": list(curve),
         "best_val_loss": best_val,
     }
-    d = Path(cfg.checkpoint_dir)
+    return _save_newest_two(cfg.checkpoint_dir, step, state, times, t0)
+
+
+def _save_newest_two(ckpt_dir, step: int, state: dict, times: dict, t0: float) -> Path:
+    """Save ``state`` as ``ckpt_dir/ckpt-<step>.pt`` (atomically, :func:`save_checkpoint`), delete all but the
+    newest two checkpoints there, and add the time since ``t0`` (``time.perf_counter``) to ``times["checkpoint"]``.
+    Used by :func:`train_run` and ``train_ensemble``."""
+    d = Path(ckpt_dir)
     path = save_checkpoint(d / f"ckpt-{step:08d}.pt", state)
     for old in sorted(p for p in d.iterdir() if _CKPT_RE.match(p.name) and p != path)[:-1]:
         old.unlink(missing_ok=True)  # keep the newest two
