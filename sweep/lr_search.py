@@ -554,9 +554,10 @@ def _study_failure(study) -> tuple[str, list[str]] | None:
     return ("error" if raised else "unhealthy"), reasons
 
 
-def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int):
+def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plotted: list = ()):
     """The error for studies without a healthy trial: "0 of N runs finished: <most common error>" when every trial
-    of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study."""
+    of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study, with what to
+    do next (and the ``plotted`` loss-vs-LR figures' paths)."""
     from collections import Counter
 
     from loopscale.sweep.grid import NoRunFinished, no_run_finished
@@ -572,7 +573,14 @@ def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int):
             f"size {s}, r {r}: all {len(reasons)} trials diverged or did not learn at {where} "
             f"({k} of {len(reasons)}: {top})"
         )
-    return NoRunFinished("; ".join(parts) + "; no LR was chosen and lr_table.parquet was not written")
+    return NoRunFinished(
+        "; ".join(parts) + "; no LR was chosen and lr_table.parquet was not written. Next: move the LR range "
+        "(tune.lr_min / tune.lr_max or tune.lr_values: lower where the trials diverged or collapsed to a flat "
+        "loss at a high LR, higher where the loss fell too slowly) and run again with another --out folder (this "
+        "one records this spec; its trials stay in tune_lr/optuna.db"
+        + (f"; loss by LR: {', '.join(str(p) for p in plotted)}" if plotted else "")
+        + ")"
+    )
 
 
 def study_seed(seed: int, study_name: str) -> int:
@@ -683,6 +691,7 @@ def run_tune_lr(
     done_info = {(s, r): read_json_or_aside(str(done_dir / f"size{s}_r{r}.json")) for s, r in todo}
     pending = [(s, r) for s, r in todo if done_info[(s, r)] is None]
     failures: dict = {}
+    failed_info: dict = {}
     n_failed_trials = 0
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
@@ -697,15 +706,22 @@ def run_tune_lr(
                 }
                 study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
                 failure = _study_failure(study)
-                if failure is not None:  # no done marker: a rerun (e.g. with another LR range) tunes it again
+                if failure is not None:  # no done marker: the study is never read as finished
                     failures[(s, r)] = failure
+                    failed_info[(s, r)] = info
                     n_failed_trials += len(failure[1])
                     continue
                 done_dir.mkdir(exist_ok=True)
                 write_text_atomic(str(done_dir / f"size{s}_r{r}.json"), json.dumps(info))
                 done_info[(s, r)] = info
     if failures:
-        raise _no_healthy_trial(spec, failures, len(todo), n_failed_trials)
+        plotted = []
+        if plot:  # what the trials did at each LR, to choose the next range from
+            seen = [
+                {"size": s, "r": r, **i} for (s, r), i in {**done_info, **failed_info}.items() if i is not None
+            ]
+            plotted = _plot(tune_dir, seen[0]["storage_url"], seen)
+        raise _no_healthy_trial(spec, failures, len(todo), n_failed_trials, plotted)
     at_edge = []
     for s, r in todo:
         info = done_info[(s, r)]

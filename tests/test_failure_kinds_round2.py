@@ -551,12 +551,14 @@ def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
     flat["tune"] = {"num_samples": 2, "lr_min": 10, "lr_max": 100, "tokens": 2048, "num_milestones": 2,
                     "grace_milestones": 2, "max_concurrent": 2, "tune_per_r": False}  # fmt: skip
     out = tmp_path / "flat"
-    p = _cli("tune-lr", str(_write_spec(tmp_path / "flat.yaml", flat)), "--out", str(out), "--no-plot",
-             "--num-cpus", "2")  # fmt: skip
+    p = _cli("tune-lr", str(_write_spec(tmp_path / "flat.yaml", flat)), "--out", str(out), "--num-cpus", "2")
     assert p.returncode == 1, p.stderr[-3000:]
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
     assert len(line) == 1 and "all 2 trials diverged or did not learn at LR in [10, 100]" in line[0]
     assert "did not learn" in line[0] and not (out / "lr_table.parquet").exists()
+    assert "Next: move the LR range" in line[0] and "another --out folder" in line[0]
+    png = out / "tune_lr" / "loss_vs_lr_size16.png"  # what the failed trials did, to choose the next range from
+    assert f"loss by LR: {png}" in line[0] and png.read_bytes()[:4] == b"\x89PNG"
     study = optuna.load_study(
         study_name="tiny_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}"
     )
