@@ -184,7 +184,7 @@ def run_pipeline(
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.lr_table import lr_table_present
-    from loopscale.sweep.spec import record_folder_spec
+    from loopscale.sweep.spec import check_folder_corpus, check_folder_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.tracking import parse_track
 
@@ -195,6 +195,9 @@ def run_pipeline(
     track = parse_track(track)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if _grid_done(spec, out):  # the sweep stage will be skipped, and with it its check of the corpus content
+        check_folder_spec(out, spec)
+        check_folder_corpus(out, spec)
     record_folder_spec(out, spec)  # refuses another spec's folder; --storage may change between reruns
     mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
     meta_path = out / "run_meta.json"
@@ -355,6 +358,7 @@ def run_cmd(
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
     from loopscale.sweep import console, tracking
     from loopscale.sweep.commands import stdout_to_stderr
+    from loopscale.sweep.spec import check_folder_corpus, check_folder_spec
     from loopscale.sweep.status import fit_headlines
 
     spec, name = resolve_spec(spec_path, preset)
@@ -373,6 +377,9 @@ def run_cmd(
         p.update(corpus_epochs(spec))
         try:
             check_design(spec)
+            # the folder: another spec's results, or finished runs on other corpus content, are refused by `run`
+            check_folder_spec(out or Path("runs") / name, spec)
+            check_folder_corpus(out or Path("runs") / name, spec)
             p["refused"] = None
         except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
             p["refused"] = str(e)

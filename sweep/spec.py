@@ -802,6 +802,37 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
         )
 
 
+def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
+    """Refuse to add runs of ``spec`` to a folder whose finished runs read other corpus content: the same corpus
+    path with files changed in place (regenerated shards, an edited text) would put runs on two texts, with two
+    validation sets, into one grid, or keep results of the old text as if they were of the new. The finished
+    records' ``corpus_sha256`` (runs.parquet) is compared with the hash of the corpus now at ``spec.corpus``
+    (:func:`loopscale.model.data.resolve_corpus`: it reads every file once, as each trial does). A folder without
+    such records (none yet, or written before the column existed) passes.
+
+    Raises:
+        ValueError: some finished run read other content; nothing is changed.
+    """
+    from loopscale.model.data import default_cache_dir, resolve_corpus
+    from loopscale.sweep.store import ResultsStore
+
+    if not (Path(out) / "runs.parquet").exists() and not (Path(out) / "parts").is_dir():
+        return
+    hashes = ResultsStore(out).corpus_hashes()
+    if not hashes:
+        return
+    now = resolve_corpus(spec.corpus, spec.text_column, cache_dir=default_cache_dir()).corpus_hash
+    other = {h: n for h, n in hashes.items() if h != now}
+    if other:
+        n, total = sum(other.values()), sum(hashes.values())
+        raise ValueError(
+            f"the corpus {spec.corpus!r} is not the text {n} of the {total} finished runs in {Path(out).resolve()} "
+            f"were trained on (content hash {', '.join(h[:12] for h in other)} in runs.parquet, {now[:12]} now): "
+            "its files changed since, and new runs would be trained and evaluated on other text than the finished "
+            "ones; restore the corpus, or use another --out folder for the new text (nothing there was changed)"
+        )
+
+
 def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
     """The keys in which the spec of ``old_yaml`` differs from ``spec``, as ``key: folder's value -> this one``
     (dotted keys, at most ``limit`` named); '' when the old spec cannot be read."""

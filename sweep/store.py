@@ -75,12 +75,13 @@ RUNS_SCHEMA = pa.schema(
         _f("budget", pa.float64(), "FLOPs", "the cell's iso-FLOP budget C (null in tokens mode)"),
         _f("target_tokens", pa.int64(), "tokens", "the cell's token budget (null in iso-FLOP mode)"),
         _f("lr", pa.float64(), "-", "peak learning rate"),
-        _f("optimizer", pa.string(), "-", "adamw | muon"),
+        _f("optimizer", pa.string(), "-", "adamw | muon | muonh"),
         _f("schedule", pa.string(), "-", "LR schedule"),
         _f("batch_tokens", pa.int64(), "tokens", "tokens per optimizer step"),
         _f("seed", pa.int64(), "-", "model/init seed"),
         _f("data_seed", pa.int64(), "-", "data order seed"),
         _f("corpus", pa.string(), "-", "training corpus"),
+        _f("corpus_sha256", pa.string(), "-", "content hash of the corpus the run read (its files, or the embedded manifest)"),
         _f("tokenizer", pa.string(), "-", "tokenizer"),
         _f("status", pa.string(), "-", "ok | diverged | failed", False),
         _f("error", pa.string(), "-", "status failed: the trial's last error (it errored past max_failures)"),
@@ -281,6 +282,7 @@ def run_record(
         "seed": run.seed,
         "data_seed": run.data_seed,
         "corpus": run.corpus,
+        "corpus_sha256": result.get("corpus_hash"),
         "tokenizer": run.tokenizer,
         "status": result.get("status", "ok"),
         "error": result.get("error"),
@@ -368,6 +370,15 @@ class ResultsStore:
         """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file; a
         ``failed`` record does not count (a later sweep retries the cell and replaces it)."""
         return {row["run_id"] for row in self._latest().values() if row["status"] != FAILED}
+
+    def corpus_hashes(self) -> dict[str, int]:
+        """{corpus content hash: number of runs} over the finished (ok or diverged) records that name one (records
+        written before the ``corpus_sha256`` column existed name none)."""
+        out: dict[str, int] = {}
+        for row in self._latest().values():
+            if row["status"] != FAILED and row.get("corpus_sha256"):
+                out[row["corpus_sha256"]] = out.get(row["corpus_sha256"], 0) + 1
+        return out
 
     def _latest(self) -> dict[str, dict]:
         """{run id: its newest record (largest ``finished_at``)} over the parts and the consolidated file (parts

@@ -135,6 +135,7 @@ def test_ladder_and_seeds_through_sweep_fit_and_report(tmp_path):
     single = train_run(cell.run)
     member = runs.loc[runs["run_id"] == cell.run_id, "final_val_loss"].item()
     assert member == pytest.approx(single.final_val_loss, rel=1e-4)
+    assert set(runs["corpus_sha256"]) == {single.corpus_hash}  # ensemble members record the text they read
     layers = runs["n_prelude"] + runs["n_recur_block"] + runs["n_coda"]
     assert sorted(set(layers[runs["r"] == 1])) == [2, 3, 10]
     ana = json.loads((out / "fit" / "analysis.json").read_text(encoding="utf-8"))

@@ -52,6 +52,10 @@ def test_smoke_run_one_ok_row_per_cell(smoke_run):
         assert row["D"] == by_id[row["run_id"]].run.tokens
         assert math.isclose(row["C"], flops_per_token(cfg) * row["D"], rel_tol=1e-9)
         assert 0 < row["final_val_loss"] < math.log(256) + 1
+    from loopscale.model.data import default_cache_dir, resolve_corpus
+
+    # the content hash of the text every run read (sweep and run compare it with the corpus before adding runs)
+    assert {r["corpus_sha256"] for r in rows} == {resolve_corpus("embedded", cache_dir=default_cache_dir()).corpus_hash}
 
 
 def test_smoke_run_fit_has_phi_inside_its_interval(smoke_run):

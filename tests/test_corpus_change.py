@@ -1,0 +1,115 @@
+"""A corpus changed in place (same path, other content) since a folder's runs finished: refused before Ray.
+
+Regenerating shards or editing a text at the same path used to be invisible: the run id and the folder's spec name
+the path only, so finished runs were kept as runs of the new text, and a resumed sweep mixed runs on two texts (two
+validation sets) in one grid. Every run record now carries the corpus content hash (``corpus_sha256``), and
+``sweep``, ``run`` (also when every cell is done) and ``run --dry-run`` compare it with the corpus now there.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from loopscale.model.data import default_cache_dir, resolve_corpus
+from loopscale.sweep.spec import check_folder_corpus, parse_spec, record_folder_spec
+from loopscale.sweep.store import ResultsStore, failed_record, run_record
+
+TINY = {
+    "name": "tiny",
+    "model": {"preset": "cpu", "seq_len": 32},
+    "r": [1, 2],
+    "sizes": [16],
+    "tokens": [2048, 4096, 8192, 16384],
+    "training": {"batch_tokens": 256, "eval_tokens": 1024},
+    "lr": {"fixed": 0.01},
+    "resources": {"cpus": 1},
+}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RAY_TMPDIR="/tmp/lsray_t")
+    return subprocess.run(
+        [sys.executable, "-m", "loopscale.sweep.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A corpus folder of three text files, a spec on it, and an output folder whose 8 runs all finished on it
+    (records written as the sweep writes them, with the hash the trainer reports: no training here)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"doc{i}.txt").write_text(f"The {i}th document of plain English prose. " * 400, encoding="utf-8")
+    d = copy.deepcopy(TINY)
+    d["corpus"] = str(corpus)
+    spec = parse_spec(d)
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(d))
+    out = tmp_path / "out"
+    out.mkdir()
+    record_folder_spec(out, spec)
+    h = resolve_corpus(str(corpus), "text", cache_dir=default_cache_dir()).corpus_hash
+    store = ResultsStore(out)
+    cells = spec.cells()
+    for c in cells:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0, "corpus_hash": h}))
+    store.consolidate()
+    return corpus, spec, spec_path, out, h
+
+
+def test_records_carry_the_hash_and_an_unchanged_corpus_passes(folder):
+    corpus, spec, _, out, h = folder
+    rows = pq.read_table(out / "runs.parquet").to_pylist()
+    assert len(rows) == 8 and {r["corpus_sha256"] for r in rows} == {h}
+    check_folder_corpus(out, spec)  # same content: passes
+    (corpus / "doc1.txt").touch()  # a newer mtime, the same bytes: still the same text
+    check_folder_corpus(out, spec)
+
+
+def test_changed_corpus_is_refused_by_sweep_run_and_dry_run(folder):
+    corpus, spec, spec_path, out, h = folder
+    (corpus / "doc1.txt").write_text("Other words entirely, in another order. " * 400, encoding="utf-8")
+    new = resolve_corpus(str(corpus), "text", cache_dir=default_cache_dir()).corpus_hash
+    with pytest.raises(ValueError, match="not the text 8 of the 8 finished runs") as e:
+        check_folder_corpus(out, spec)
+    assert h[:12] in str(e.value) and new[:12] in str(e.value) and "another --out folder" in str(e.value)
+    before = (out / "runs.parquet").read_bytes()
+    for args in (["sweep", str(spec_path)], ["run", str(spec_path)]):  # run: every cell is done, sweep skipped
+        p = _cli(*args, "--out", str(out))
+        assert p.returncode == 2, (args, p.stderr[-2000:])
+        assert "its files changed since" in p.stderr and "Traceback" not in p.stderr
+    p = _cli("run", str(spec_path), "--out", str(out), "--dry-run", "--json")
+    assert p.returncode == 2 and "its files changed since" in json.loads(p.stdout)["refused"]
+    assert (out / "runs.parquet").read_bytes() == before and not (out / "logs" / "ray.log").exists()
+
+
+def test_records_without_a_hash_and_failed_records_are_not_compared(folder, tmp_path):
+    """A folder written before the column existed, or a failed run (it trained nothing), is not refused."""
+    corpus, spec, _, _, _ = folder
+    out = tmp_path / "old"
+    out.mkdir()
+    store = ResultsStore(out)
+    cells = spec.cells()
+    store.write_run(run_record(cells[0], {"status": "ok", "final_val_loss": 3.0}))  # no corpus_hash
+    store.write_run(failed_record(cells[1], "RuntimeError: x"))
+    assert store.corpus_hashes() == {}
+    (corpus / "doc0.txt").write_text("Changed. " * 100, encoding="utf-8")
+    check_folder_corpus(out, spec)
+    check_folder_corpus(tmp_path / "missing", spec)  # no folder: nothing to compare
+
+
+def test_corpus_sha256_is_in_the_schema_doc():
+    from loopscale.sweep.store import RUNS_SCHEMA
+
+    assert b"content hash" in RUNS_SCHEMA.field("corpus_sha256").metadata[b"doc"]
+    assert Path(__file__).resolve().parents[1].joinpath("README.md").read_text().count("corpus_sha256") >= 1
