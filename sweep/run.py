@@ -155,7 +155,6 @@ def run_pipeline(
     spec,
     out_dir: str | Path,
     *,
-    spec_name: str | None = None,
     resume: bool = False,
     cluster: ClusterOptions | None = None,
     bootstrap: int = 200,
@@ -202,7 +201,7 @@ def run_pipeline(
     mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
     meta_path = out / "run_meta.json"
     meta = read_json_or_aside(str(meta_path)) or {}
-    meta["spec_name"] = spec_name or spec.name
+    meta["spec_name"] = spec.name  # the spec's own name, as Tune's experiments and the studies have it
     meta.setdefault("command", command)  # the command that started this run directory
     meta["last_command"] = command
     meta.setdefault("stage_wall_s", {})
@@ -406,7 +405,6 @@ def run_cmd(
         meta = run_pipeline(
             spec,
             out_dir,
-            spec_name=name,
             resume=resume,
             cluster=cluster,
             bootstrap=b_def if bootstrap is None else bootstrap,
