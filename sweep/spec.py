@@ -697,11 +697,43 @@ def run_id(cell: Cell | dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _model_in(annotation) -> type[BaseModel] | None:
+    """The pydantic model inside a field's annotation (``Model``, ``Model | None``, ``list[Model]``, ...)."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _did_you_mean(loc: tuple) -> str:
+    """For an unknown key at ``loc`` (pydantic's error location from :class:`SweepSpec`): " (did you mean 'x'?)"
+    naming the closest key the spec accepts there, or ''."""
+    import difflib
+
+    cls: type[BaseModel] | None = SweepSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list: the same model
+            continue
+        field = cls.model_fields.get(part) if cls is not None else None
+        cls = _model_in(field.annotation) if field is not None else None
+        if cls is None:
+            return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _fmt_error(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and err["loc"]:
+            msg += _did_you_mean(tuple(err["loc"]))
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "invalid sweep spec: " + "; ".join(parts)
 

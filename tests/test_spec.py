@@ -209,3 +209,25 @@ def test_bad_budgets_name_the_values_without_placeholders():
     d["tokens"] = {16: [2048], 32: [0]}
     with pytest.raises(ValueError, match=r"got \[0\] for size 32"):
         parse_spec(d)
+
+
+@pytest.mark.parametrize(
+    "patch,key,hint",
+    [
+        ({"trainig": {"batch_tokens": 256}}, "trainig", "'training'"),
+        ({"training": {"batch_tokns": 256}}, "training.batch_tokns", "'batch_tokens'"),
+        ({"tune": {"lr_mni": 1e-3}}, "tune.lr_mni", "'lr_min'"),
+        ({"variants": [{"name": "hyperconnect", "hc_lane": 4}]}, "variants.0.hc_lane", "'hc_lanes'"),
+        ({"zzzz": 1}, "zzzz", None),
+    ],
+)
+def test_unknown_key_names_the_closest_known_one(patch, key, hint):
+    """A misspelt key is refused with the key the spec accepts there that it is closest to (none when none is)."""
+    d = copy.deepcopy(PRESETS["smoke"])
+    for k, v in patch.items():
+        d[k] = {**d[k], **v} if isinstance(v, dict) and isinstance(d.get(k), dict) else v
+    with pytest.raises(SpecError) as e:
+        parse_spec(d)
+    msg = str(e.value)
+    assert f"{key}: Extra inputs are not permitted" in msg
+    assert (f"(did you mean {hint}?)" in msg) if hint else "did you mean" not in msg
