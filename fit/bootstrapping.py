@@ -114,10 +114,11 @@ class BootstrapResult:
 # resampling
 # ----------------------------------------------------------------------------------------------------------------------
 def cell_ids(frame: pd.DataFrame, block_by: tuple[str, ...] | None) -> np.ndarray:
-    """Integer cell id per row (shape ``(n,)``): rows with equal ``block_by`` values share a cell; iid -> one cell/row."""
+    """Integer cell id per row (shape ``(n,)``, ids ``0 .. n_cells - 1``): rows with equal ``block_by`` values share a
+    cell, a null value being a value of its own (so every row is in a cell); iid -> one cell/row."""
     if not block_by:
         return np.arange(len(frame))
-    return frame.groupby(list(block_by), sort=True).ngroup().to_numpy()
+    return frame.groupby(list(block_by), sort=True, dropna=False).ngroup().to_numpy()
 
 
 def _degenerate_kind(w: np.ndarray, law: Law, data: FitData, budget_col: str | None) -> str | None:
@@ -462,25 +463,125 @@ def percentile_ci(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------------------------------------
 def _working_block_by(law: Law, data: FitData, bb: tuple[str, ...] | None, seed: int) -> str | None:
     """A blocking that gives non-degenerate draws for ``data`` when ``bb`` does not: ``bb`` without its budget
-    column, else iid. Returns it as a ``--block-by`` value ("r", "iid"), or None when none works."""
+    column, else the default blocking (:func:`loopscale.fit.io.default_block_by`), else iid; a blocking whose every
+    accepted draw is the whole table (:func:`_whole_table_kinds`) does not count. Returns it as a ``--block-by``
+    value ("r", "D,r", "iid"), or None when none works."""
     budget = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
     rest = tuple(c for c in (bb or ()) if c != budget) or None
-    for cand in dict.fromkeys([rest, None]):
+    for cand in dict.fromkeys([rest, default_block_by(data.frame, law), None]):
         if cand == bb:
             continue
         bc = next((c for c in (cand or ()) if c in ("budget", "C", "D")), None)
-        _, ok, _, _ = draw_weights(law, data, cell_ids(data.frame, cand), 8, seed, bc, max_tries=200)
+        cells = cell_ids(data.frame, cand)
+        if _whole_table_kinds(law, data, cells, bc) is not None:
+            continue
+        _, ok, _, _ = draw_weights(law, data, cells, 8, seed, bc, max_tries=200)
         if ok.any():
             return ",".join(cand) if cand else "iid"
     return None
 
 
-def design_problem(law: Law, data: FitData, bb: tuple[str, ...] | None, seed: int = 0) -> str | None:
+_KIND_WORDS = {
+    "too_few_runs": "fewer runs than the law's parameters",
+    "single_r": "a single r, so phi is not identified",
+    "single_budget": "a single budget",
+}
+
+
+def _whole_table_kinds(law: Law, data: FitData, cells: np.ndarray, budget_col: str | None) -> list[str] | None:
+    """Whether every accepted resample over the blocks ``cells`` (shape ``(n,)``, ids ``0 .. n_cells - 1``) is the
+    whole table, each block once. A draw of ``n_cells`` blocks that is not the whole table leaves at least one block
+    out, and whether a draw is degenerate (:func:`_degenerate_kind`) depends only on the rows it holds, a subset of
+    rows being at least as degenerate as the set. So it is enough to leave out each block in turn: when every such
+    draw is degenerate, every other one is too and only whole-table draws are accepted.
+
+    Returns None when some draw can vary the data; otherwise the degenerate kinds of the leave-one-block-out draws
+    (sorted; ``[]`` for a single block)."""
+    n_cells = int(cells.max()) + 1 if cells.size else 0
+    if n_cells <= 1:
+        return []
+    kinds = set()
+    for c in range(n_cells):
+        kind = _degenerate_kind((cells != c).astype(np.float64), law, data, budget_col)
+        if kind is None:
+            return None
+        kinds.add(kind)
+    return sorted(kinds)
+
+
+def _blocking_words(frame: pd.DataFrame, bb: tuple[str, ...] | None) -> str:
+    """What a blocking's single block holds, e.g. ``"seed = 0"`` or ``"(D, r) = (2048, 1)"``."""
+    if not bb:
+        return "one run"
+    vals = frame[list(bb)].iloc[0].tolist()
+    show = ", ".join("null" if pd.isna(v) else (f"{v:g}" if isinstance(v, float) else str(v)) for v in vals)
+    return f"{bb[0]} = {show}" if len(bb) == 1 else f"({', '.join(bb)}) = ({show})"
+
+
+def whole_table_problem(
+    law: Law,
+    data: FitData,
+    bb: tuple[str, ...] | None,
+    seed: int = 0,
+    *,
+    stratify_by: tuple[str, ...] | None = None,
+) -> str | None:
+    """Why every bootstrap resample of this design would be the whole table (so the percentile interval would only
+    show how the refits' starts land, not how the data vary), or None when the resamples can vary the data.
+
+    A block resample draws as many blocks as there are, with replacement, and redraws degenerate draws: it is
+    always the whole table when ``bb`` forms a single block (e.g. ``--block-by seed`` on runs that all have one
+    seed, or a column that is null on every run), or when every draw that leaves a block out is degenerate (e.g.
+    ``--block-by r`` with two values of r and phi free). With ``stratify_by`` the runs are drawn within each cell
+    of these columns, which is the whole table when every cell holds one run.
+
+    Args:
+        law: the law being fitted. data: its validated rows. bb: block columns (None: iid over runs).
+        seed: seeds the draws tried for a blocking that would work (named in the reason).
+        stratify_by: cell columns of a stratified bootstrap (``bb`` is then ignored).
+    Returns:
+        The reason (one sentence, naming the blocking and a working one when there is one), or None.
+    """
+    frame = data.frame
+    if stratify_by:
+        sizes = frame.groupby(list(stratify_by), sort=True, dropna=False).size()
+        if int(sizes.max()) > 1:
+            return None
+        return (
+            f"runs resampled within cells {tuple(stratify_by)}: every cell has one run (one seed), so every "
+            "resample is the whole table and no interval exists; add seeds, or block over cells"
+        )
+    budget_col = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
+    cells = cell_ids(frame, bb)
+    kinds = _whole_table_kinds(law, data, cells, budget_col)
+    if kinds is None:
+        return None
+    label = ",".join(bb) if bb else "iid"
+    n_cells = int(cells.max()) + 1
+    if n_cells == 1:
+        why = f"every run has {_blocking_words(frame, bb)}, so the table is a single block"
+    else:
+        why = (
+            f"every draw that leaves out one of its {n_cells} blocks holds "
+            + " or ".join(_KIND_WORDS.get(k, k) for k in kinds)
+            + " and is redrawn, so only draws of each block once are kept"
+        )
+    alt = _working_block_by(law, data, bb, seed)
+    return (
+        f"--block-by {label}: {why}; every resample is the whole table, so the refits could only differ by their "
+        "starts and no interval exists" + (f"; a blocking that works: --block-by {alt}" if alt else "")
+    )
+
+
+def design_problem(
+    law: Law, data: FitData, bb: tuple[str, ...] | None, seed: int = 0, *, stratify_by: tuple[str, ...] | None = None
+) -> str | None:
     """Why no bootstrap resample of this design can be refitted (so no interval can exist), or None.
 
     Checked before any refit: fewer runs than parameters; a joint law with free phi and a single r; a block
     design whose budget column (``budget``, ``C`` or ``D``) holds one value (every block draw then holds a single
-    budget and is redrawn forever). The reason names a blocking that would work, when there is one."""
+    budget and is redrawn forever); blocks whose every accepted draw is the whole table
+    (:func:`whole_table_problem`). The reason names a blocking that would work, when there is one."""
     n, f = len(data.frame), data.frame
     if n < law.n_params:
         return f"{n} runs for {law.n_params} parameters: no resample can be refitted"
@@ -495,7 +596,7 @@ def design_problem(law: Law, data: FitData, bb: tuple[str, ...] | None, seed: in
             + (f"; a blocking that works: --block-by {alt}" if alt else "")
             + f" (or add a second {budget})"
         )
-    return None
+    return whole_table_problem(law, data, bb, seed, stratify_by=stratify_by)
 
 
 def _resolve_block_by(block_by: Any, data: FitData, law: Law) -> tuple[str, ...] | None:
@@ -570,7 +671,7 @@ def bootstrap_data(
         point = fit_data(law, data, starts=point_starts or starts, seed=seed, delta=delta, grid=grid)
     cells = cell_ids(data.frame, bb)
     budget_col = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
-    reason = design_problem(law, data, bb, seed)
+    reason = design_problem(law, data, bb, seed, stratify_by=tuple(stratify_by) if stratify_by else None)
     if reason is not None:  # no draw can be refitted: spend no compute, say why
         W, ok_draw, kinds, tries = np.zeros((B, cells.size)), np.zeros(B, bool), {}, np.zeros(B, int)
         theta, objv, at_warm = np.full((B, law.n_params), np.nan), np.full(B, np.nan), np.zeros(B, bool)
@@ -612,9 +713,15 @@ def _bootstrap_cell_means(law: Law, data: FitData, keys: tuple[str, ...], *, B: 
     mdata = prepare(means, law)
     if point is None:
         point = fit_data(law, mdata, starts=starts, seed=seed, delta=kw["delta"], grid=kw["grid"])
+    reason = whole_table_problem(law, data, None, seed, stratify_by=keys)
+    n_cells = int(strata.max()) + 1
+    if reason is not None:  # every cell one seed: every draw's means are the point fit's; spend no compute
+        M, ok_draw, kinds, tries = np.zeros((B, n_cells)), np.zeros(B, bool), {}, np.zeros(B, int)
+        theta, objv, at_warm = np.full((B, law.n_params), np.nan), np.full(B, np.nan), np.zeros(B, bool)
+        return _result(law, mdata, B, None, M, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level,
+                       derived, starts, seed, {"stratify_by": list(keys), "cell_means": True, "n_runs": int(data.n)})  # fmt: skip
     W, ok_draw, kinds, tries = draw_weights_within(law, data, strata, B, seed)
     L = data.cols["loss"]
-    n_cells = int(strata.max()) + 1
     onehot = np.zeros((strata.size, n_cells))
     onehot[np.arange(strata.size), strata] = 1.0
     M = (W * L[None, :]) @ onehot / (W @ onehot)  # (B, n_cells): each resample's cell means

@@ -139,3 +139,67 @@ def test_bootstrap_bad_arguments_raise_before_work():
         bootstrap(t, B=0)
     with pytest.raises(ValueError, match="workers=0"):
         bootstrap(t, B=2, workers=0, starts=2)
+
+
+@pytest.mark.parametrize(
+    "block_by, words",
+    [
+        # one seed on every run: a single block, every draw is the whole table
+        (("seed",), "--block-by seed: every run has seed = 0, so the table is a single block"),
+        # a column null on every run: one block too (a null is a value of its own)
+        (("note",), "--block-by note: every run has note = null, so the table is a single block"),
+        # two values of r with phi free: a draw that leaves one out has a single r and is redrawn
+        (("r2",), "every draw that leaves out one of its 2 blocks holds a single r"),
+    ],
+)
+def test_blocking_whose_every_resample_is_the_whole_table_gives_no_interval(block_by, words):
+    """Blocks that cannot vary the data (every accepted resample is the whole table) used to give a zero-width
+    interval (phi = 0.93 [0.93, 0.93]) with no_interval_reason None; now the bootstrap says there is no interval,
+    why, and which blocking works, and refits nothing."""
+    from loopscale.fit.bootstrapping import bootstrap_data
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _small_joint().assign(seed=0, note=None)
+    t["r2"] = np.where(t["r"] == 1, "r1", "looped")  # two blocks, each on its own holding a single r
+    if block_by == ("r2",):
+        t = t[t["r"] <= 2].reset_index(drop=True)
+    law = make_law("joint")
+    data = prepare(t, law)
+    with pytest.warns(UserWarning, match="no interval"):
+        b = bootstrap_data(law, data, B=6, block_by=block_by, workers=1, starts=8, derived=False)
+    assert b.no_interval_reason is not None and words in b.no_interval_reason
+    assert "every resample is the whole table" in b.no_interval_reason
+    assert "a blocking that works: --block-by budget,r" in b.no_interval_reason
+    assert b.to_dict()["n_ok"] == 0 and all(np.isnan(v).all() for v in b.ci.values())
+
+
+def test_blocking_that_can_vary_the_data_keeps_its_interval():
+    """The check does not fire on blockings whose draws can vary the data: three values of r, iid runs."""
+    from loopscale.fit.bootstrapping import whole_table_problem
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    law = make_law("joint")
+    data = prepare(_small_joint().assign(seed=0), law)
+    for bb in (("r",), ("budget", "r"), None, ("seed", "r")):
+        assert whole_table_problem(law, data, bb) is None, bb
+    # iid over exactly as many runs as parameters: any draw that is not the whole table has too few runs
+    six = prepare(_small_joint().iloc[[0, 1, 4, 5, 8, 13]], law)
+    assert "fewer runs than the law's parameters" in whole_table_problem(law, six, None)
+
+
+def test_stratified_bootstrap_with_one_run_per_cell_gives_no_interval():
+    """Seeds resampled within cells that each hold one run: every resample is the whole table (also with
+    ``cell_means``); a cell with two seeds lets the draws vary."""
+    from loopscale.fit import bootstrap
+
+    t = _small_joint().assign(seed=0)
+    keys = ("budget", "r", "N_once")
+    for means in (False, True):
+        with pytest.warns(UserWarning, match="no interval"):
+            b = bootstrap(t, B=4, workers=1, starts=8, stratify_by=keys, cell_means=means, derived=False)
+        assert "every cell has one run" in b.no_interval_reason and b.to_dict()["n_ok"] == 0
+    two = pd.concat([t, t.iloc[[0]].assign(seed=1, loss=t["loss"].iloc[0] + 0.01)], ignore_index=True)
+    b = bootstrap(two, B=2, workers=1, starts=8, stratify_by=keys, derived=False)
+    assert b.no_interval_reason is None and b.to_dict()["n_ok"] == 2

@@ -350,3 +350,22 @@ def test_fit_errors_name_the_tables_own_column():
     with pytest.raises(ValueError, match=r"column 'final_val_loss' must be > 0 \(nats/token\); row 3"):
         prepare(bad, make_law("joint"))
     assert prepare(t, make_law("joint")).n == len(t)
+
+
+def test_fit_cli_single_seed_block_by_seed_says_no_interval(tmp_path):
+    """`--block-by seed` on runs that all have one seed: one block, so every resample is the whole table. The fit
+    printed phi = 0.93 [0.9319, 0.9319] with no warning; now no interval is printed, the console says why, and
+    --json carries the reason."""
+    from typer.testing import CliRunner
+
+    path = tmp_path / "runs.csv"
+    _base_joint().assign(seed=0).to_csv(path, index=False)
+    args = ["fit", str(path), "--starts", "20", "--bootstrap", "4", "--workers", "1", "--block-by", "seed"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    assert "warning: no interval: --block-by seed: every run has seed = 0" in res.output
+    params = next(ln for ln in res.output.splitlines() if "phi = " in ln)
+    assert "[" not in params  # no interval printed next to any parameter
+    res = CliRunner().invoke(_cli_app(), [*args, "--json"])
+    boot = json.loads(res.stdout.strip().splitlines()[-1])["bootstrap"]
+    assert "every resample is the whole table" in boot["no_interval_reason"]
