@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.io import cell_means
+from loopscale.fit.io import DUPLICATE_RUN_ID, cell_means, drop_duplicate_runs
 from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
@@ -51,6 +51,8 @@ class Exclusion(StrEnum):
     """The trial errored past its retries: no measurement at all."""
     OTHER_STATUS = "status_not_ok"
     """Any other (or a missing) status."""
+    DUPLICATE_RUN_ID = DUPLICATE_RUN_ID
+    """A newer row of the same ``run_id`` is in the table (:func:`loopscale.fit.io.drop_duplicate_runs`)."""
 
     @classmethod
     def of(cls, status: Any) -> Exclusion:
@@ -259,17 +261,20 @@ def analyze(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    df = read_table(runs)
+    df, dups = drop_duplicate_runs(read_table(runs))  # one row per run, as the results store keeps them
     if "loss" not in df.columns and "final_val_loss" in df.columns:
         df = df.assign(loss=df["final_val_loss"])
     status = df["status"].astype("string").fillna("missing") if "status" in df.columns else None
     counts = status.value_counts().to_dict() if status is not None else {"ok": len(df)}
-    excluded = []
+    cols = ("run_id", "variant", "r", "d_model", "n_recur_block", "budget", "D", "seed", "status", "error")
+    excluded = [
+        {**row, "reason": Exclusion.DUPLICATE_RUN_ID.value}
+        for row in dups[[c for c in cols if c in dups.columns]].to_dict("records")
+    ]
     if status is not None:
         bad = df[status != "ok"]
-        cols = ("run_id", "variant", "r", "d_model", "n_recur_block", "budget", "D", "seed", "status", "error")
         keep = [c for c in cols if c in bad.columns]
-        excluded = [
+        excluded += [
             {**row, "reason": Exclusion.of(row.get("status")).value} for row in bad[keep].to_dict("records")
         ]
         df = df[status == "ok"].reset_index(drop=True)

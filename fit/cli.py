@@ -82,7 +82,8 @@ def fit_cmd(
 ) -> None:
     """Fit L = E + A·N_x^-alpha + B·D^-beta (joint: N_x = N_once + r^phi·N_rec) with the paper's Huber-LSE objective;
     with --bootstrap B, percentile 95 % CIs from B block (default) or iid resamples refitted as Ray tasks. Rows whose
-    status is not 'ok' are excluded and counted (n_excluded, excluded_by_status). TABLE may also be the output folder
+    status is not 'ok' are excluded and counted (n_excluded, excluded_by_status), and so are older rows of a run_id
+    that appears more than once (excluded_duplicates; the newest row is fitted). TABLE may also be the output folder
     of `loopscale run` or `sweep` (its runs.parquet is used). For the joint law with phi free the verdict of the
     identification rule is printed with --identify (and is `identification` in --json)."""
     from loopscale.cluster.options import ClusterOptions
@@ -183,9 +184,14 @@ def fit_cmd(
         typer.echo(json.dumps(summary, allow_nan=False))
         return
     p = fit.params
+    from loopscale.fit.io import DUPLICATE_RUN_ID
+
+    excluded = dict(fit.excluded_by_status)
+    if fit.excluded_duplicates:
+        excluded[DUPLICATE_RUN_ID] = len(fit.excluded_duplicates)
     lines = [
         f"law {fit.law}{f' (variant {variant})' if variant else ''}: n = {fit.n} runs ({fit.n_excluded} excluded: "
-        f"{fit.excluded_by_status or '-'})",
+        f"{excluded or '-'})",
         "  "
         + "  ".join(
             f"{k} = {v:.5g}"
@@ -199,6 +205,13 @@ def fit_cmd(
         f"  R2 = {fit.r2:.5f}  RMSE = {fit.rmse:.4f}  max|res| = {fit.max_abs_residual:.4f}  objective = {fit.objective:.6g}"
         f"  on_bound = {fit.on_bound or '-'}",
     ]
+    if fit.excluded_duplicates:
+        ids = sorted(set(fit.excluded_duplicates))
+        lines.append(
+            f"  excluded ({DUPLICATE_RUN_ID}): {len(fit.excluded_duplicates)} older row(s) of a run_id that appears "
+            f"more than once (the newest row of a run is fitted: largest finished_at, else the last): {', '.join(ids[:5])}"
+            + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        )
     if boot is not None:
         lines.append(
             f"  bootstrap B = {boot.B} ({boot.block_by or 'iid'}): degenerate {boot.n_degenerate} (redrawn), "

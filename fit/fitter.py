@@ -417,7 +417,9 @@ class FitResult:
         residuals_by_r: ``{r: {"n", "mean", "max_abs", "rmse"}}`` (paper Table 7), when the table has ``r``.
         n: runs used. n_params: fitted parameters. on_bound: fitted parameters within 1e-6 of the box edge (relative).
         n_starts_at_best: starts whose end objective is within 1e-9 of the best.
-        n_excluded, excluded_by_status: rows dropped for ``status != "ok"``.
+        n_excluded: rows dropped (``status != "ok"``, or a newer row of the same ``run_id``).
+        excluded_by_status: ``{status: count}`` of the rows dropped for their status.
+        excluded_duplicates: the ``run_id`` of each row dropped for a newer row of the same run.
         data: the kept rows (DataFrame) the fit used; not part of ``to_dict``.
         phi_fixed: True when phi was held fixed (restricted fit).
         delta: Huber threshold used. starts: number of starts. theta: log-space optimum ``(a, b, e, alpha, beta[, phi])``.
@@ -436,6 +438,7 @@ class FitResult:
     n_starts_at_best: int
     n_excluded: int = 0
     excluded_by_status: dict[str, int] = field(default_factory=dict)
+    excluded_duplicates: list[str] = field(default_factory=list)
     phi_fixed: bool = False
     delta: float = 1e-3
     starts: int = 0
@@ -538,6 +541,7 @@ def fit_data(
         n_starts_at_best=out["n_starts_at_best"],
         n_excluded=data.n_excluded,
         excluded_by_status=dict(data.excluded_by_status),
+        excluded_duplicates=list(data.duplicate_run_ids),
         phi_fixed=bool(law.fixed),
         delta=float(delta),
         starts=int(x0.shape[0]),

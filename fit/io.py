@@ -3,9 +3,11 @@
 Input contract (from the sweep's ``runs.parquet``): columns ``loss`` (nats/token; ``final_val_loss`` is accepted when
 ``loss`` is absent), ``D`` (training tokens), and ``N`` (Chinchilla law; ``N_unique`` accepted when ``N`` is absent) or
 ``N_once``, ``N_rec``, ``r`` (joint law). Optional: ``C`` (training FLOPs), ``budget``, ``variant``, ``status``,
-``d_model``. Rows whose ``status`` is not ``"ok"`` (e.g. ``"diverged"`` with a null loss) are excluded *before*
-validation and counted (``n_excluded``, ``excluded_by_status``). Everything else that is wrong raises ``ValueError``
-before any compute is spent.
+``d_model``. A table with a ``run_id`` column holds one row per run: of rows that share a run id only the newest is
+kept (largest ``finished_at``, else the last row, as the results store consolidates its parts), and the others are
+excluded and listed (``duplicate_run_ids``). Rows whose ``status`` is not ``"ok"`` (e.g. ``"diverged"`` with a null
+loss) are excluded *before* validation and counted (``n_excluded``, ``excluded_by_status``). Everything else that is
+wrong raises ``ValueError`` before any compute is spent.
 """
 
 from __future__ import annotations
@@ -66,14 +68,16 @@ class FitData:
     Attributes:
         cols: law columns plus ``loss`` (nats/token) and ``D`` (tokens); optional ``C`` (FLOPs), ``r``.
         frame: the kept rows as a DataFrame (original columns, aliases resolved), index reset.
-        n_excluded: rows dropped because ``status != "ok"``.
-        excluded_by_status: ``{status: count}`` of those rows.
+        n_excluded: rows dropped because ``status != "ok"`` or because a newer row has the same ``run_id``.
+        excluded_by_status: ``{status: count}`` of the rows dropped for their status.
+        duplicate_run_ids: the ``run_id`` of each row dropped for a newer row of the same run (one entry per row).
     """
 
     cols: dict[str, np.ndarray]
     frame: pd.DataFrame
     n_excluded: int = 0
     excluded_by_status: dict[str, int] = field(default_factory=dict)
+    duplicate_run_ids: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
@@ -89,6 +93,44 @@ def _resolve_alias(df: pd.DataFrame, target: str, aliases: tuple[str, ...]) -> p
     return df
 
 
+DUPLICATE_RUN_ID = "duplicate_run_id"
+"""The reason given for a row dropped because a newer row has the same ``run_id``."""
+
+
+def drop_duplicate_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per run: of the rows that share a ``run_id`` keep the newest, as the results store does when it
+    consolidates (largest ``finished_at``, a null or unparsable time counting as oldest; among equal times, and
+    without a ``finished_at`` column, the last row).
+
+    Args:
+        df: a runs table (any columns). Without a ``run_id`` column (e.g. a user's CSV) it is returned unchanged;
+            rows with a null ``run_id`` are always kept.
+    Returns:
+        ``(kept, dropped)``: the kept rows (index reset), each run at the place of its first row, and the dropped
+        rows (original index); ``len(kept) + len(dropped) == len(df)``.
+    """
+    if "run_id" not in df.columns:
+        return df, df.iloc[:0]
+    ids = df["run_id"]
+    has_id = ids.notna().to_numpy()
+    if not ids[has_id].duplicated().any():
+        return df, df.iloc[:0]
+    pos = np.arange(len(df))
+    if "finished_at" in df.columns:
+        t = pd.to_datetime(df["finished_at"], utc=True, errors="coerce")
+    else:
+        t = pd.Series(pd.NaT, index=df.index, dtype="datetime64[ns, UTC]")
+    key = pd.DataFrame({"id": ids.to_numpy(), "t": t.to_numpy(), "pos": pos})[has_id]
+    newest = key.sort_values(["t", "pos"], na_position="first", kind="stable").drop_duplicates("id", keep="last")
+    keep = ~has_id
+    keep[newest["pos"].to_numpy()] = True
+    # a run's row stands where the run first appears: the table without its extra rows, in its own order
+    slot = pos.copy()
+    slot[newest["pos"].to_numpy()] = key.groupby("id")["pos"].min().loc[newest["id"]].to_numpy()
+    kept = np.flatnonzero(keep)
+    return df.iloc[kept[np.argsort(slot[kept], kind="stable")]].reset_index(drop=True), df.loc[~keep]
+
+
 def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) -> FitData:
     """Load, filter by ``status`` and validate a table for ``law``.
 
@@ -97,13 +139,14 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         law: the law object (its ``columns`` are required).
         block_by: optional block-bootstrap columns that must exist.
     Returns:
-        :class:`FitData`.
+        :class:`FitData`: one row per ``run_id`` (:func:`drop_duplicate_runs`), rows with ``status != "ok"`` left
+        out; both kinds of dropped rows count in ``n_excluded``.
     Raises:
         ValueError: missing columns (lists those present), NaN/inf, ``loss <= 0``, ``N``/``D`` ``<= 0``, ``N_once < 0``,
             ``N_rec < 0``, ``r < 1``, fewer runs than parameters, a joint fit with phi free on a single ``r``, or a
             ``block_by`` column that does not exist.
     """
-    df = read_table(table)
+    df, dups = drop_duplicate_runs(read_table(table))
     given = {c: c for c in df.columns}  # the table's own name of each column, for error messages
     for target, aliases in (("loss", LOSS_ALIASES), ("N", N_ALIASES if law.name == "chinchilla" else ())):
         renamed = _resolve_alias(df, target, aliases)
@@ -170,7 +213,13 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
             f"a joint fit with phi free needs at least 2 distinct r values; got only r={np.unique(cols['r']).tolist()}; "
             "use law='chinchilla' (--law chinchilla) or fix phi (--phi)"
         )
-    return FitData(cols=cols, frame=df, n_excluded=n_excluded, excluded_by_status=by_status)
+    return FitData(
+        cols=cols,
+        frame=df,
+        n_excluded=n_excluded + len(dups),
+        excluded_by_status=by_status,
+        duplicate_run_ids=tuple(str(v) for v in dups["run_id"]) if len(dups) else (),
+    )
 
 
 def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:

@@ -31,7 +31,8 @@ def json_safe(x: Any) -> Any:
 
 def summary_dict(fit: Any, boot: Any | None = None) -> dict[str, Any]:
     """The fit's JSON object: ``law``, ``n``, ``params``, ``ci`` (param -> [lo, hi] when bootstrapped), ``r2``,
-    ``rmse``, ``max_abs_residual``, ``objective``, ``on_bound``, ``n_excluded``, ``excluded_by_status`` and, when
+    ``rmse``, ``max_abs_residual``, ``objective``, ``on_bound``, ``n_excluded``, ``excluded_by_status``,
+    ``excluded_duplicates`` (run ids of rows dropped for a newer row of the same run) and, when
     bootstrapped, ``ci_derived`` and a ``bootstrap`` summary (counts, block columns, warm-start share)."""
     d = fit.to_dict()
     d["ci"] = {k: [v[0], v[1]] for k, v in boot.ci.items()} if boot is not None else {}

@@ -343,7 +343,13 @@ def build_report(run_dir: str | Path) -> Path:
     for stage, secs in meta.get("stage_wall_s", {}).items():
         L.append(f"- stage `{stage}`: {secs / 60:.1f} min wall")
     if ana.get("excluded_runs"):
-        L.append(f"- excluded from the fits (status not ok): {len(ana['excluded_runs'])}")
+        from loopscale.fit.io import DUPLICATE_RUN_ID
+
+        n_dup = sum(e.get("reason") == DUPLICATE_RUN_ID for e in ana["excluded_runs"])
+        why = [f"status not ok: {len(ana['excluded_runs']) - n_dup}"] if n_dup < len(ana["excluded_runs"]) else []
+        if n_dup:
+            why.append(f"older rows of a duplicate run_id, the newest row fitted: {n_dup}")
+        L.append(f"- excluded from the fits: {len(ana['excluded_runs'])} ({'; '.join(why)})")
         L.append("")
         L.extend(_excluded_table(ana["excluded_runs"]))
     L.append("")
@@ -569,7 +575,8 @@ def report_cmd(
 
 def _excluded_table(rows: list[dict]) -> list[str]:
     """Markdown table of the runs left out of the fits: each run's cell, its seed, status and reason (the
-    trial's last error for a failed run, shortened to its first line)."""
+    trial's last error for a failed run, shortened to its first line; ``duplicate_run_id`` for an older row of a
+    run whose newest row is fitted)."""
     cols = [c for c in ("run_id", "variant", "r", "d_model", "n_recur_block", "D", "budget", "seed", "status")
             if any(e.get(c) is not None for e in rows)]
     head = [{"n_recur_block": "layers in block"}.get(c, c) for c in cols] + ["reason"]

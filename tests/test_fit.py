@@ -369,3 +369,69 @@ def test_fit_cli_single_seed_block_by_seed_says_no_interval(tmp_path):
     res = CliRunner().invoke(_cli_app(), [*args, "--json"])
     boot = json.loads(res.stdout.strip().splitlines()[-1])["bootstrap"]
     assert "every resample is the whole table" in boot["no_interval_reason"]
+
+
+def test_duplicate_run_ids_keep_the_newest_row():
+    """One row per run_id, as the results store consolidates: the newest finished_at (a null one is oldest), else
+    the last row; each run stands where it first appears; rows without a run_id (or a table without the column)
+    are left alone."""
+    from loopscale.fit.io import drop_duplicate_runs
+
+    t = pd.DataFrame({
+        "run_id": ["a", "b", "a", None, "b", None],
+        "finished_at": ["2026-01-02", "2026-01-01", "2026-01-01", None, None, None],
+        "loss": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+    })  # fmt: skip
+    kept, dropped = drop_duplicate_runs(t)
+    assert kept["loss"].tolist() == [1.0, 2.0, 4.0, 6.0]  # a: newer first row; b: the dated row beats the null
+    assert sorted(dropped["loss"].tolist()) == [3.0, 5.0]
+    kept, dropped = drop_duplicate_runs(t.drop(columns=["finished_at"]))
+    assert kept["loss"].tolist() == [3.0, 5.0, 4.0, 6.0] and sorted(dropped["loss"].tolist()) == [1.0, 2.0]
+    kept, dropped = drop_duplicate_runs(t.drop(columns=["run_id"]))
+    assert len(kept) == 6 and dropped.empty
+
+
+def test_fit_cli_fits_a_duplicated_run_once_and_says_so(tmp_path):
+    """A runs table with one row twice (same run_id) was fitted with that run counted twice ("n = 13 runs (0
+    excluded: -)", phi moved); the fit now keeps one row per run_id, its parameters are those of the table
+    without the extra row, and the console and --json report the dropped row as excluded with its reason."""
+    from typer.testing import CliRunner
+
+    t = _base_joint().assign(status="ok", run_id=[f"run{i:02d}" for i in range(18)])
+    t.to_parquet(tmp_path / "once.parquet")
+    pd.concat([t, t.iloc[[0]]]).to_parquet(tmp_path / "dup.parquet")
+    args = ["--starts", "20", "--json"]
+    once = json.loads(CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "once.parquet"), *args]).stdout)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "dup.parquet"), *args])
+    assert res.exit_code == 0, res.output
+    dup = json.loads(res.stdout)
+    assert dup["n"] == 18 and dup["n_excluded"] == 1 and dup["excluded_duplicates"] == ["run00"]
+    assert dup["params"] == once["params"]
+    res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "dup.parquet"), "--starts", "20"])
+    assert "n = 18 runs (1 excluded: {'duplicate_run_id': 1})" in res.output
+    assert "excluded (duplicate_run_id): 1 older row(s) of a run_id that appears more than once" in res.output
+    assert "run00" in res.output
+
+
+def test_analysis_and_report_list_a_duplicated_run_among_the_excluded(tmp_path):
+    """`loopscale run`'s analysis fits one row per run_id and lists the older row in excluded_runs with reason
+    duplicate_run_id; the report's excluded-runs table shows it."""
+    import shutil
+
+    from loopscale.fit.analysis import Exclusion, analyze
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default", run)
+    runs = pd.read_parquet(run / "runs.parquet")
+    first = runs.iloc[[0]].assign(final_val_loss=runs["final_val_loss"].iloc[0] + 1.0)  # an older, worse record
+    first["finished_at"] = runs["finished_at"].iloc[0] - pd.Timedelta(days=1)
+    pd.concat([first, runs], ignore_index=True).to_parquet(run / "runs.parquet")
+    ana = analyze(run / "runs.parquet", run / "fit", B=0, starts=20, seed=0, workers=1, plots=False)
+    assert ana["n_runs"] == len(runs) and ana["variants"]["baseline"]["n"] == int((runs["status"] == "ok").sum())
+    dups = [e for e in ana["excluded_runs"] if e["reason"] == Exclusion.DUPLICATE_RUN_ID]
+    assert [e["run_id"] for e in dups] == [runs["run_id"].iloc[0]]
+    text = build_report(run).read_text(encoding="utf-8")
+    assert "older rows of a duplicate run_id, the newest row fitted: 1" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith(f"| {runs['run_id'].iloc[0]} |"))
+    assert row.endswith("| duplicate_run_id |")
