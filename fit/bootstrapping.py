@@ -68,6 +68,8 @@ class BootstrapResult:
         no_interval_reason: why no interval exists (no resample could be refitted: a design whose blocks cannot
             vary, too few runs, every refit failed), with the blocking that would work when there is one; None
             when at least one refit is ok.
+        estimate_outside_ci: the parameters whose point estimate (``point``) lies outside their own interval
+            (:func:`estimates_outside_ci`); the interval itself is not changed.
     """
 
     law: str
@@ -88,6 +90,14 @@ class BootstrapResult:
     extra: dict[str, Any] = field(default_factory=dict)
     no_interval_reason: str | None = None
 
+    @property
+    def estimate_outside_ci(self) -> list[str]:
+        """Parameters whose point estimate lies outside their percentile interval (``[]`` without a point fit or
+        without an interval)."""
+        if self.point is None or self.no_interval_reason:
+            return []
+        return estimates_outside_ci(self.point.params, self.ci)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no per-draw table): CIs as ``[lo, hi]`` lists and every count."""
         return {
@@ -106,8 +116,41 @@ class BootstrapResult:
             "starts": self.starts,
             "seed": self.seed,
             "no_interval_reason": self.no_interval_reason,
+            "estimate_outside_ci": self.estimate_outside_ci,
             **self.extra,
         }
+
+
+ESTIMATE_OUTSIDE_CI_NOTE = (
+    "estimate outside its bootstrap interval: the data do not pin this parameter down (the resamples' fits land "
+    "in another basin)"
+)
+
+
+def estimates_outside_ci(params: dict[str, Any], ci: dict[str, Any], rel_tol: float = 1e-6) -> list[str]:
+    """The names of ``params`` whose value lies outside its interval in ``ci``.
+
+    Args:
+        params: parameter -> point estimate (e.g. ``FitResult.params``; ``A``/``B`` unitless, ``E`` nats/token).
+        ci: parameter -> ``(lo, hi)`` (tuple or list); a missing key or a null/non-finite bound is no interval
+            and never counts.
+        rel_tol: a value within ``rel_tol`` of a bound (relative to the larger of ``|value|`` and ``|bound|``)
+            counts as inside (a refit that ends at the point estimate reproduces it only to the optimiser's
+            tolerance).
+    Returns:
+        The names, in the order of ``params``.
+    """
+    out = []
+    for k, v in params.items():
+        b = (ci or {}).get(k)
+        if v is None or not b or any(x is None for x in b[:2]):
+            continue
+        x, lo, hi = float(v), float(b[0]), float(b[1])
+        if not all(np.isfinite([x, lo, hi])):
+            continue
+        if x < lo - rel_tol * max(abs(x), abs(lo)) or x > hi + rel_tol * max(abs(x), abs(hi)):
+            out.append(k)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------------

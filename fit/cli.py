@@ -184,7 +184,10 @@ def fit_cmd(
         typer.echo(json.dumps(summary, allow_nan=False))
         return
     p = fit.params
+    from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE
     from loopscale.fit.io import DUPLICATE_RUN_ID
+
+    outside = set(boot.estimate_outside_ci) if boot is not None else set()
 
     excluded = dict(fit.excluded_by_status)
     if fit.excluded_duplicates:
@@ -196,7 +199,7 @@ def fit_cmd(
         + "  ".join(
             f"{k} = {v:.5g}"
             + (
-                f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]"
+                f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]" + ("*" if k in outside else "")
                 if boot and k in boot.ci and not boot.no_interval_reason
                 else ""
             )
@@ -205,6 +208,8 @@ def fit_cmd(
         f"  R2 = {fit.r2:.5f}  RMSE = {fit.rmse:.4f}  max|res| = {fit.max_abs_residual:.4f}  objective = {fit.objective:.6g}"
         f"  on_bound = {fit.on_bound or '-'}",
     ]
+    if outside:
+        lines.insert(2, f"  * {ESTIMATE_OUTSIDE_CI_NOTE}")
     if fit.excluded_duplicates:
         ids = sorted(set(fit.excluded_duplicates))
         lines.append(

@@ -420,8 +420,15 @@ def build_report(run_dir: str | Path) -> Path:
             L.append(f"> **No interval** (every CI below is –): {boot['no_interval_reason']}.\n")
         L.append("| parameter | value | 95 % CI |")
         L.append("|---|---|---|")
+        from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE, estimates_outside_ci
+
+        # analyses written before the list existed: the same test on their params and intervals
+        outside = j.get("estimate_outside_ci")
+        outside = estimates_outside_ci(p, ci) if outside is None and not boot.get("no_interval_reason") else outside
         for k in ("E", "A", "alpha", "B", "beta", "phi"):
-            L.append(f"| {k} | {_fmt(p[k])} | {_ci(ci, k)} |")
+            L.append(f"| {k} | {_fmt(p[k])} | {_ci(ci, k)}{' †' if k in (outside or ()) else ''} |")
+        if outside:
+            L.append(f"\n† {ESTIMATE_OUTSIDE_CI_NOTE}.")
         L.append(
             f"\nR² = {_fmt(j['r2'], 4)}, RMSE = {_fmt(j['rmse'], 3)} nats, max |residual| = "
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "

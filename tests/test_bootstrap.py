@@ -203,3 +203,29 @@ def test_stratified_bootstrap_with_one_run_per_cell_gives_no_interval():
     two = pd.concat([t, t.iloc[[0]].assign(seed=1, loss=t["loss"].iloc[0] + 0.01)], ignore_index=True)
     b = bootstrap(two, B=2, workers=1, starts=8, stratify_by=keys, derived=False)
     assert b.no_interval_reason is None and b.to_dict()["n_ok"] == 2
+
+
+def test_estimate_outside_its_interval_is_listed():
+    """A point estimate outside its own percentile interval (B = 24.2 [2123, 1.6e8]) was reported without a word;
+    it is now listed in ``estimate_outside_ci`` (BootstrapResult, fit.json) and the interval is unchanged."""
+    import dataclasses
+
+    from loopscale.fit.bootstrapping import bootstrap_data, estimates_outside_ci
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+    from loopscale.fit.outputs import summary_dict
+
+    p = {"E": 1.0, "B": 24.189, "beta": 0.234, "phi": 0.5, "A": 3.0}
+    ci = {"E": (0.5, 1.0 + 1e-9), "B": (2123.0, 1.573e8), "beta": [0.326, 2.5], "phi": (None, None), "A": (3.5, 4)}
+    assert estimates_outside_ci(p, ci) == ["B", "beta", "A"]  # E within tolerance of its bound; phi no interval
+    assert estimates_outside_ci({"B": 35.5}, {"B": (36.97, 1.388e8)}) == ["B"]  # a wide interval does not hide it
+
+    law = make_law("joint")
+    b = bootstrap_data(law, prepare(_small_joint(), law), B=3, workers=1, starts=10, derived=False)
+    assert b.estimate_outside_ci == estimates_outside_ci(b.point.params, b.ci)
+    lo, hi = b.ci["B"]
+    moved = dataclasses.replace(b, ci={**b.ci, "B": (2 * b.point.params["B"], 3 * b.point.params["B"])})
+    assert "B" in moved.estimate_outside_ci
+    d = summary_dict(b.point, moved)
+    assert "B" in d["estimate_outside_ci"] and d["ci"]["B"] == [2 * b.point.params["B"], 3 * b.point.params["B"]]
+    assert (lo, hi) == b.ci["B"]

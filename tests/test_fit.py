@@ -435,3 +435,30 @@ def test_analysis_and_report_list_a_duplicated_run_among_the_excluded(tmp_path):
     assert "older rows of a duplicate run_id, the newest row fitted: 1" in text
     row = next(ln for ln in text.splitlines() if ln.startswith(f"| {runs['run_id'].iloc[0]} |"))
     assert row.endswith("| duplicate_run_id |")
+
+
+def test_fit_cli_marks_an_estimate_outside_its_interval(tmp_path, monkeypatch):
+    """Where a parameter's estimate lies outside its bootstrap interval the console marks it and adds one footnote,
+    and --json lists it in estimate_outside_ci; the printed interval is the bootstrap's own."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    import loopscale.fit.bootstrapping as bs
+
+    real = bs.bootstrap_data
+
+    def shifted(law, data, **kw):  # the resamples' fits of B all land far above the point estimate
+        b = real(law, data, **kw)
+        return dataclasses.replace(b, ci={**b.ci, "B": (2123.0, 1.573e8)})
+
+    monkeypatch.setattr(bs, "bootstrap_data", shifted)
+    path = tmp_path / "runs.csv"
+    _base_joint().to_csv(path, index=False)
+    args = ["fit", str(path), "--starts", "20", "--bootstrap", "3", "--workers", "1", "--block-by", "iid"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    assert " [2123, 1.573e+08]*" in res.output
+    assert "  * estimate outside its bootstrap interval: the data do not pin this parameter down" in res.output
+    d = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
+    assert "B" in d["estimate_outside_ci"] and d["ci"]["B"] == [2123.0, 1.573e8]

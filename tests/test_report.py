@@ -166,3 +166,27 @@ def test_excluded_runs_are_a_table_with_their_seeds_and_errors():
     assert lines[3].endswith("| 4 | diverged | diverged |")
     assert lines[4].endswith("| 0 | failed | failed: RuntimeError: out of memory / at step 3 |")
     assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+
+
+def test_report_marks_an_estimate_outside_its_interval(tmp_path):
+    """The joint law's parameter table marks a parameter whose estimate lies outside its bootstrap interval and
+    explains the mark once; an analysis written before ``estimate_outside_ci`` existed gets the same mark."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    j = ana["variants"]["baseline"]["joint"]
+    b = j["params"]["B"]
+    j["ci"]["B"] = [2 * b, 3 * b]
+    j["bootstrap"]["no_interval_reason"] = None
+    for listed in (None, ["B"]):
+        j.pop("estimate_outside_ci", None)
+        if listed is not None:
+            j["estimate_outside_ci"] = listed
+        p.write_text(json.dumps(ana), encoding="utf-8")
+        text = build_report(run).read_text(encoding="utf-8")
+        rows = [ln for ln in text.splitlines() if ln.startswith("| B |") or ln.startswith("| E |")]
+        assert rows[0].endswith("] |") and rows[1].endswith("] † |"), rows
+        assert text.count("† estimate outside its bootstrap interval: the data do not pin this parameter down") == 1
