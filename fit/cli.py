@@ -17,7 +17,15 @@ def fit_cmd(
         Path,
         typer.Argument(help="Runs table (.parquet or .csv): loss/final_val_loss, D, N or N_once/N_rec/r."),
     ],
-    law: Annotated[str, typer.Option("--law", help="'joint' (paper Eq. 3) or 'chinchilla'.")] = "joint",
+    law: Annotated[
+        str,
+        typer.Option(
+            "--law",
+            help="'joint': paper Eq. 3, one phi for every r (with --phi: phi fixed); 'joint_per_r': Eq. 3 with one "
+            "phi_<r> per looped r > 1 of the table, to see whether a single phi fits (point fit, no --bootstrap); "
+            "'chinchilla': L = E + A·N^-alpha + B·D^-beta on N (or N_unique), one architecture (e.g. with --r 4).",
+        ),
+    ] = "joint",
     phi: Annotated[
         float | None, typer.Option("--phi", help="Fix phi (restricted joint fit, e.g. 0 or 1).")
     ] = None,
@@ -86,6 +94,9 @@ def fit_cmd(
     that appears more than once (excluded_duplicates; the newest row is fitted). TABLE may also be the output folder
     of `loopscale run` or `sweep` (its runs.parquet is used). For the joint law with phi free the verdict of the
     identification rule is printed with --identify (and is `identification` in --json)."""
+    import numpy as np
+    import pandas as pd
+
     from loopscale.cluster.options import ClusterOptions
     from loopscale.fit.bootstrapping import bootstrap_data
     from loopscale.fit.fitter import fit_data
@@ -109,6 +120,11 @@ def fit_cmd(
         ray_temp_dir=ray_temp_dir,
     )
     opts.validate()
+    if law == "joint_per_r" and bootstrap:
+        raise ValueError(
+            "--law joint_per_r is a point fit (a resample that misses one r would leave its phi_<r> unfitted): drop "
+            "--bootstrap, or use --law joint --identify --bootstrap B, whose check fits phi per r with intervals"
+        )
     if check_identified and not (law == "joint" and phi is None):
         raise ValueError(
             "--identify applies to the joint law with phi free (it decides whether the data identify phi); drop "
@@ -123,7 +139,9 @@ def fit_cmd(
         from loopscale.cluster.options import usable_out_dir
 
         usable_out_dir(out)  # before the fit, so that a file in the way costs no compute
-    lw = make_law(law, phi)
+    lw = make_law(law, phi) if law != "joint_per_r" else None  # joint_per_r: its r come from the table, below
+    if law == "joint_per_r" and phi is not None:
+        make_law(law, phi)  # raises: phi cannot be fixed for the per-r law
     bb = None
     if block_by not in ("default", "iid", "none", ""):
         bb = tuple(c.strip() for c in block_by.split(","))
@@ -142,6 +160,15 @@ def fit_cmd(
         if not keep <= set(have):
             raise ValueError(f"--r {r_only}: the table has r = {have}")
         src = src[src["r"].isin(keep)].reset_index(drop=True)
+    if lw is None:  # one phi per looped r of the rows fitted (status ok), as fit_law(law="joint_per_r")
+        if "r" not in src.columns:
+            raise ValueError(f"--law joint_per_r needs an 'r' column; table has {list(src.columns)}")
+        ok = src["status"].astype("string") == "ok" if "status" in src.columns else np.ones(len(src), bool)
+        rs = np.unique(pd.to_numeric(src.loc[ok, "r"], errors="coerce").dropna().to_numpy(float))
+        if not (rs > 1).any():
+            raise ValueError(f"--law joint_per_r fits one phi per looped r > 1; the table holds only r = "
+                             f"{[int(v) for v in rs]}: use --law chinchilla")  # fmt: skip
+        lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     data = prepare(src, lw, block_by=bb if bootstrap else None)
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")

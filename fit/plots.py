@@ -126,7 +126,7 @@ def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
             if F is not None:
                 ns = np.geomspace(N[m][gm].min() / 1.5, N[m][gm].max() * 1.5, 60)
                 cols = {"D": C / F(ns, float(r)), "N": ns}
-                if law.name == "joint":
+                if "r" in law.columns:  # the joint law, one phi or one per r
                     f = frac.get(float(r), 1.0)
                     cols.update({"N_once": f * ns, "N_rec": (1 - f) * ns, "r": np.full(ns.size, float(r))})
                 pred = np.asarray(law.predict(fit.params, cols), float)

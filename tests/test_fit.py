@@ -462,3 +462,38 @@ def test_fit_cli_marks_an_estimate_outside_its_interval(tmp_path, monkeypatch):
     assert "  * estimate outside its bootstrap interval: the data do not pin this parameter down" in res.output
     d = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
     assert "B" in d["estimate_outside_ci"] and d["ci"]["B"] == [2123.0, 1.573e8]
+
+
+def test_fit_cli_law_help_lists_every_law_the_fitter_accepts(tmp_path):
+    """--law's help named 'joint' and 'chinchilla' while the error for an unknown law lists 'joint_per_r' too (and
+    --law joint_per_r failed: "needs rs"). The help now has a clause for each law the error names, and
+    joint_per_r fits one phi per looped r of the table (a point fit: --bootstrap is refused with the way to get
+    per-r intervals)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(_cli_app(), ["fit", "x.csv", "--law", "foo"])
+    valid = re.findall(r"'(\w+)'", res.output.split("valid:")[1])
+    assert sorted(valid) == ["chinchilla", "joint", "joint_per_r"]
+    from loopscale.fit.cli import fit_cmd
+
+    help_text = _law_help(fit_cmd)
+    for name in valid:
+        assert f"'{name}':" in help_text, (name, help_text)
+    path = tmp_path / "runs.csv"
+    _base_joint().to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "joint_per_r", "--starts", "20", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout.strip().splitlines()[-1])
+    assert d["law"] == "joint_per_r" and {"phi_2", "phi_4"} <= set(d["params"]) and "phi" not in d["params"]
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "joint_per_r", "--bootstrap", "3"])
+    assert res.exit_code == 2 and "--law joint_per_r is a point fit" in res.output
+
+
+def _law_help(fn) -> str:
+    """The help text of ``fn``'s ``law`` option (a typer.Option inside an Annotated hint)."""
+    import typing
+
+    meta = typing.get_type_hints(fn, include_extras=True)["law"].__metadata__
+    return next(m.help for m in meta if getattr(m, "help", None))
