@@ -651,7 +651,7 @@ def _resolve_block_by(block_by: Any, data: FitData, law: Law) -> tuple[str, ...]
     miss = [c for c in cols if c not in data.frame.columns]
     if miss:
         raise ValueError(
-            f"block_by column(s) {miss} do not exist; table has {list(data.frame.columns)}; e.g. block_by=('budget', 'r') "
+            f"block_by column(s) {miss} do not exist; table has {data.table_columns()}; e.g. block_by=('budget', 'r') "
             "or None for iid"
         )
     return cols
@@ -699,7 +699,7 @@ def bootstrap_data(
     if stratify_by:
         miss = [c for c in stratify_by if c not in data.frame.columns]
         if miss:
-            raise ValueError(f"stratify_by column(s) {miss} do not exist; table has {list(data.frame.columns)}")
+            raise ValueError(f"stratify_by column(s) {miss} do not exist; table has {data.table_columns()}")
         block_by = None
     elif cell_means:
         raise ValueError("cell_means needs stratify_by (the columns that identify a cell)")

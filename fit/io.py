@@ -71,6 +71,8 @@ class FitData:
         n_excluded: rows dropped because ``status != "ok"`` or because a newer row has the same ``run_id``.
         excluded_by_status: ``{status: count}`` of the rows dropped for their status.
         duplicate_run_ids: the ``run_id`` of each row dropped for a newer row of the same run (one entry per row).
+        source_names: the table's own name of each column that ``frame`` names otherwise (e.g. ``{"loss":
+            "final_val_loss"}``), for messages.
     """
 
     cols: dict[str, np.ndarray]
@@ -78,6 +80,11 @@ class FitData:
     n_excluded: int = 0
     excluded_by_status: dict[str, int] = field(default_factory=dict)
     duplicate_run_ids: tuple[str, ...] = ()
+    source_names: dict[str, str] = field(default_factory=dict)
+
+    def table_columns(self) -> list[str]:
+        """The columns of ``frame`` as the user's table names them (``final_val_loss``, not ``loss``)."""
+        return [self.source_names.get(c, c) for c in self.frame.columns]
 
     @property
     def n(self) -> int:
@@ -167,12 +174,15 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         if "N" in missing:
             hint += " (N may be named N_unique)"
         raise ValueError(
-            f"law {law.name!r} needs columns {list(need)}; missing {missing}{hint}; table has {list(df.columns)}"
+            f"law {law.name!r} needs columns {list(need)}; missing {missing}{hint}; table has "
+            f"{[given.get(c, c) for c in df.columns]}"
         )
     if block_by:
         bmiss = [c for c in block_by if c not in df.columns]
         if bmiss:
-            raise ValueError(f"block_by column(s) {bmiss} do not exist; table has {list(df.columns)}")
+            raise ValueError(
+                f"block_by column(s) {bmiss} do not exist; table has {[given.get(c, c) for c in df.columns]}"
+            )
     cols: dict[str, np.ndarray] = {}
     extra = [c for c in ("C", "r") if c in df.columns and c not in need]
     for c in (*need, *extra):
@@ -219,6 +229,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         n_excluded=n_excluded + len(dups),
         excluded_by_status=by_status,
         duplicate_run_ids=tuple(str(v) for v in dups["run_id"]) if len(dups) else (),
+        source_names={k: v for k, v in given.items() if k != v},
     )
 
 

@@ -497,3 +497,28 @@ def _law_help(fn) -> str:
 
     meta = typing.get_type_hints(fn, include_extras=True)["law"].__metadata__
     return next(m.help for m in meta if getattr(m, "help", None))
+
+
+def test_column_errors_list_the_tables_own_column_names(tmp_path):
+    """The --block-by error listed `final_val_loss` as `loss` (the fitter's name, not the user's); the list of
+    columns in that error, in the missing-column error and in the bootstrap's own check is the table's."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.bootstrapping import bootstrap_data
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint().rename(columns={"loss": "final_val_loss"})
+    path = tmp_path / "runs.csv"
+    t.to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "2", "--block-by", "foo"])
+    assert res.exit_code == 2
+    listed = res.output.split("table has ")[1]
+    assert "'final_val_loss'" in listed and "'loss'" not in listed, res.output
+    with pytest.raises(ValueError, match=r"missing \['N'\].*'final_val_loss'") as e:
+        prepare(t, make_law("chinchilla"))
+    assert "'loss'" not in str(e.value).split("table has ")[1]
+    data = prepare(t, make_law("joint"))
+    with pytest.raises(ValueError, match="block_by column") as e:
+        bootstrap_data(make_law("joint"), data, B=2, block_by="foo", workers=1, starts=4)
+    assert "'final_val_loss'" in str(e.value) and "'loss'" not in str(e.value)
