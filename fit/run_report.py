@@ -280,11 +280,16 @@ def build_report(run_dir: str | Path) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files.
 
     Raises:
-        FileNotFoundError: ``runs.parquet`` or ``fit/analysis.json`` missing (run the sweep / fit stages first).
+        FileNotFoundError: ``run_dir`` does not exist, or ``runs.parquet`` or ``fit/analysis.json`` is missing in it
+            (run the sweep / fit stages first).
         ValueError: ``run_dir`` is a file.
     """
     d = Path(run_dir)
-    if d.exists() and not d.is_dir():
+    if not d.exists():
+        raise FileNotFoundError(
+            f"folder {d} does not exist: give the output folder of `loopscale run` (its --out)"
+        )
+    if not d.is_dir():
         raise ValueError(f"{d} is a file: give the output folder of `loopscale run` (or `sweep`)")
     runs = _read_parquet(d / "runs.parquet")
     if runs is None:

@@ -190,3 +190,14 @@ def test_report_marks_an_estimate_outside_its_interval(tmp_path):
         rows = [ln for ln in text.splitlines() if ln.startswith("| B |") or ln.startswith("| E |")]
         assert rows[0].endswith("] |") and rows[1].endswith("] † |"), rows
         assert text.count("† estimate outside its bootstrap interval: the data do not pin this parameter down") == 1
+
+
+def test_report_of_a_missing_folder_says_the_folder_does_not_exist(tmp_path):
+    """`loopscale report /nonexistent` blamed a missing runs.parquet; it now says the folder does not exist."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and f"folder {tmp_path / 'nope'} does not exist" in res.output, res.output
+    assert "runs.parquet" not in res.output
