@@ -246,7 +246,7 @@ def fit_cmd(
         )
     if boot is not None:
         lines.append(
-            f"  bootstrap B = {boot.B} ({boot.block_by or 'iid'}): degenerate {boot.n_degenerate} (redrawn), "
+            f"  bootstrap B = {boot.B} ({','.join(boot.block_by) if boot.block_by else 'iid'}): degenerate {boot.n_degenerate} (redrawn), "
             f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f}"
         )
         if boot.no_interval_reason:
