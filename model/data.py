@@ -447,15 +447,45 @@ def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
     return kind, files
 
 
-def check_corpus(corpus: str, tokenizer: str, vocab_size: int, text_column: str = "text") -> None:
-    """Everything about a corpus that would make every run on it fail, checked without tokenizing (cheap: file
-    names, Parquet schemas and text column types, the first 64 KiB of each text file (:data:`NOT_TEXT_FRACTION`),
-    a token file's dtype and largest id), so a sweep refuses it before Ray starts.
+def check_corpus(
+    corpus: str,
+    tokenizer: str,
+    vocab_size: int,
+    text_column: str = "text",
+    *,
+    seq_len: int | None = None,
+    cache_dir: str | Path | None = None,
+) -> SplitTokens | None:
+    """Everything about a corpus that would make every run on it fail, checked cheaply, so a sweep refuses it before
+    Ray starts: file names, Parquet schemas and text column types, the first 64 KiB of each text file
+    (:data:`NOT_TEXT_FRACTION`), a token file's dtype and largest id; with ``seq_len``, also the token counts where
+    :func:`split_tokens_if_cheap` knows them (a text or Parquet corpus of at most :data:`TOKENIZE_TO_CHECK_BYTES` is
+    tokenized into the token cache under ``cache_dir``, which the runs reuse): both splits must hold one window of
+    ``seq_len + 1`` tokens.
+
+    Returns:
+        The split's token counts when known (with ``seq_len``), else None.
 
     Raises:
-        CorpusNotFoundError, CorpusError: see :func:`resolve_corpus` and :func:`_open_token_file`.
+        CorpusNotFoundError, CorpusError: see :func:`resolve_corpus` and :func:`_open_token_file`; an empty corpus
+            (0 bytes, or only whitespace), too little text to train BPE on, a split shorter than one window (the
+            messages of the runs).
         ValueError: a tokenizer that does not fit the corpus kind; a token file with ids >= ``vocab_size``.
     """
+    _check_corpus_files(corpus, tokenizer, vocab_size, text_column)
+    if seq_len is None:
+        return None
+    split = split_tokens_if_cheap(corpus, tokenizer, text_column=text_column, cache_dir=cache_dir)
+    if split is not None:
+        if split.train < seq_len + 1:
+            raise CorpusError(_short_train_message(seq_len, f"{split.train} tokens"))
+        if split.val < seq_len + 1:
+            raise CorpusError(_short_val_message(seq_len, f"{split.val} tokens"))
+    return split
+
+
+def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_column: str) -> None:
+    """The checks of :func:`check_corpus` that need no token counts."""
     tok_kind, _ = parse_tokenizer(tokenizer)
     kind = "embedded" if corpus == "embedded" else None
     if kind is None:
@@ -891,6 +921,80 @@ def train_tokens_if_cheap(
     return None, None, f"{src.kind} corpus not yet tokenized with {tokenizer}"
 
 
+TOKENIZE_TO_CHECK_BYTES = 1 << 20
+""":func:`split_tokens_if_cheap` (and so the pre-flight :func:`check_corpus`) tokenizes a text or Parquet corpus not yet
+in the token cache when its files hold at most this many bytes on disk (a second or so with BPE); the runs then
+reuse that cache. A larger corpus is not tokenized before the runs."""
+
+
+@dataclass(frozen=True)
+class SplitTokens:
+    """Exact token counts of a corpus's training and validation splits (as :func:`load_tokens` splits them)."""
+
+    train: int
+    """Tokens of the training split (separators included)."""
+    val: int
+    """Tokens of the validation split."""
+    how: str
+    """How the counts are known (a token file's length, the token cache, the embedded corpus's manifest)."""
+
+
+def split_tokens_if_cheap(
+    corpus: str = "embedded",
+    tokenizer: str = "byte",
+    *,
+    text_column: str = "text",
+    cache_dir: str | Path | None = None,
+    tokenize_up_to: int | None = None,
+) -> SplitTokens | None:
+    """Exact training and validation tokens of ``corpus`` when they are cheap to know, else None.
+
+    Known from a pre-tokenized file's length (the :data:`VAL_TAIL_FRAC` tail is validation), from the token cache's
+    ``meta.json`` (a text or Parquet corpus of at most :data:`READ_FOR_COUNT_BYTES`, which is hashed to find it), from
+    the embedded corpus's manifest with byte tokens, or by tokenizing a text or Parquet corpus of at most
+    ``tokenize_up_to`` bytes (None: :data:`TOKENIZE_TO_CHECK_BYTES`) into the token cache (as :func:`load_tokens`, which the runs then reuse; the corpus's
+    :class:`CorpusWarning` s are left for the runs to say).
+
+    Raises:
+        CorpusNotFoundError, CorpusError, ValueError: as :func:`resolve_corpus` / :func:`parse_tokenizer`, and, when
+            it tokenizes, as :func:`load_tokens` (an empty corpus, too little text to train BPE on).
+    """
+    tok_kind, vocab = parse_tokenizer(tokenizer)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    size = 0
+    if corpus != "embedded":
+        kind, files = _corpus_files(corpus, text_column)
+        if kind == "tokens":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a missing dtype suffix is said by the run itself
+                n = len(_open_token_file(files[0]))
+            n_val = max(1, int(round(n * VAL_TAIL_FRAC)))
+            return SplitTokens(n - n_val, n_val, f"token file of {n} tokens, the last {n_val} validation")
+        size = sum(f.stat().st_size for f in files)
+        if size > READ_FOR_COUNT_BYTES:
+            return None
+    src = resolve_corpus(corpus, text_column, root)
+    folder = _cache_folder(root, src.corpus_hash, tok_kind, vocab)
+    meta = _read_meta(folder) if (folder / "meta.json").is_file() else None
+    if meta is not None and "n_train_tokens" in meta and "n_val_tokens" in meta:
+        return SplitTokens(int(meta["n_train_tokens"]), int(meta["n_val_tokens"]), f"token cache {folder}")
+    if src.kind == "embedded":
+        if tok_kind == "byte" and src.manifest is not None:
+            docs = src.manifest["documents"]
+            return SplitTokens(
+                sum(d["bytes"] + 1 for d in docs if d["split"] == "train"),
+                sum(d["bytes"] + 1 for d in docs if d["split"] == "val"),
+                "embedded corpus: UTF-8 bytes + 1 separator per document",
+            )
+        return None
+    if size > (TOKENIZE_TO_CHECK_BYTES if tokenize_up_to is None else tokenize_up_to) or tok_kind == "pretokenized":
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorpusWarning)  # said by every run, where its warnings are recorded
+        data = load_tokens(corpus, tokenizer, text_column=text_column, cache_dir=root)
+    return SplitTokens(len(data.train), len(data.val), f"token cache {data.cache_path}")
+
+
 def load_tokens(
     corpus: str = "embedded",
     tokenizer: str = "byte",
@@ -976,6 +1080,20 @@ def load_tokens(
 # --------------------------------------------------------------------------------------------------------
 
 
+def _short_train_message(seq_len: int, have: str) -> str:
+    return (
+        f"seq_len={seq_len} is larger than the training token stream ({have}): need at least "
+        f"seq_len + 1 = {seq_len + 1} tokens (use a shorter seq_len or a larger corpus)"
+    )
+
+
+def _short_val_message(seq_len: int, have: str) -> str:
+    return (
+        f"seq_len={seq_len} is larger than the validation token stream ({have}); use a shorter "
+        "seq_len or a larger corpus"
+    )
+
+
 class WindowSampler:
     """Seeded fixed windows of ``seq_len + 1`` tokens from a training stream (see module docstring).
 
@@ -991,10 +1109,7 @@ class WindowSampler:
 
     def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch_size: int, data_seed: int):
         if len(tokens) < seq_len + 1:
-            raise CorpusError(
-                f"seq_len={seq_len} is larger than the training token stream ({len(tokens)} tokens): need at least "
-                f"seq_len + 1 = {seq_len + 1} tokens (use a shorter seq_len or a larger corpus)"
-            )
+            raise CorpusError(_short_train_message(seq_len, f"{len(tokens)} tokens"))
         self.tokens = tokens
         self.seq_len = int(seq_len)
         self.micro_batch_size = int(micro_batch_size)
@@ -1041,10 +1156,7 @@ def eval_windows(val: np.ndarray, seq_len: int, eval_tokens: int) -> np.ndarray:
         CorpusError: the validation stream is shorter than one window.
     """
     if len(val) < seq_len + 1:
-        raise CorpusError(
-            f"seq_len={seq_len} is larger than the validation token stream ({len(val)} tokens); use a shorter "
-            "seq_len or a larger corpus"
-        )
+        raise CorpusError(_short_val_message(seq_len, f"{len(val)} tokens"))
     avail = (len(val) - 1) // seq_len
     k = max(1, min(avail, math.ceil(eval_tokens / seq_len)))
     starts = (np.linspace(0, avail - 1, k).round().astype(np.int64)) * seq_len
@@ -1072,6 +1184,9 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int) -> float:
 
 __all__ = [
     "READ_FOR_COUNT_BYTES",
+    "TOKENIZE_TO_CHECK_BYTES",
+    "SplitTokens",
+    "split_tokens_if_cheap",
     "train_tokens_if_cheap",
     "SEP_ID",
     "BPETokenizer",

@@ -407,18 +407,22 @@ class SweepSpec(_Strict):
                     ) from None
 
     def check_data(self) -> None:
-        """Cheap checks of the corpus against the tokenizer and the model's vocabulary (the corpus exists, Parquet
-        files have ``text_column``, a token file's dtype is stated and its ids fit ``vocab_size``), before Ray
-        starts and in ``--dry-run``.
+        """Cheap checks of the corpus against the tokenizer and the model (:func:`loopscale.model.data.check_corpus`:
+        the corpus exists, Parquet files have ``text_column``, a token file's dtype is stated and its ids fit
+        ``vocab_size``; where the token counts are cheap to know — a token file, a corpus already in the token cache,
+        a text or Parquet corpus of at most ``TOKENIZE_TO_CHECK_BYTES`` bytes, tokenized here into the cache the runs
+        reuse — it is not empty, BPE has enough text to train on, and both splits hold a window of ``seq_len + 1``
+        tokens), before Ray starts and in ``--dry-run``.
 
         Raises:
-            SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer``).
+            SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer`` and says
+                what the runs would have said).
         """
         from loopscale.model.data import check_corpus
 
-        vocab = self._model_config(self.all_sizes()[0], min(self.r), "baseline", 2).vocab_size
+        model = self._model_config(self.all_sizes()[0], min(self.r), "baseline", 2)
         try:
-            check_corpus(self.corpus, self.tokenizer, vocab, self.text_column)
+            check_corpus(self.corpus, self.tokenizer, model.vocab_size, self.text_column, seq_len=model.seq_len)
         except (ValueError, FileNotFoundError) as e:
             raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}") from None
 

@@ -8,11 +8,13 @@ time (:func:`loopscale.model.data.implied_epochs`).
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from loopscale.model import data as data_mod
 from loopscale.model.data import WindowSampler, load_tokens, resolve_corpus
 from loopscale.model.train import resolve_tokens
 from loopscale.sweep.cli import app
@@ -78,14 +80,17 @@ def _small_corpus_spec(tmp_path, corpus) -> str:
     return str(path)
 
 
-def test_small_text_corpus_is_unknown_until_tokenized_then_matches_the_trainer(tmp_path, empty_cache):
+def test_text_corpus_is_unknown_until_tokenized_then_matches_the_trainer(tmp_path, empty_cache, monkeypatch):
     rng = np.random.default_rng(0)
     corpus = tmp_path / "small.txt"
     corpus.write_text("\n".join(" ".join(rng.choice(["ab", "cd", "efg"], 12)) for _ in range(100)))
     spec = _small_corpus_spec(tmp_path, corpus)
-    p = _dry_run(tmp_path, spec)
+    with monkeypatch.context() as m:  # a corpus too large for the pre-flight to tokenize
+        m.setattr(data_mod, "TOKENIZE_TO_CHECK_BYTES", corpus.stat().st_size - 1)
+        p = _dry_run(tmp_path, spec)
     assert p["corpus_train_tokens"] == "unknown until tokenized"
     assert p["epochs_max_run"] is None and p["data_warning"] is None
+    assert not (empty_cache / "tokens").exists()
     # once tokenized (as the first run would), the cache gives the exact count and the trainer's own epochs
     data = load_tokens(str(corpus), "byte", cache_dir=empty_cache)
     p = _dry_run(tmp_path, spec)
@@ -108,3 +113,72 @@ def test_token_file_is_counted_without_reading_the_text(tmp_path, empty_cache):
     p = _dry_run(tmp_path, str(path))
     assert p["corpus_train_tokens"] == 100_000 - 5_000  # the last 5 % is validation, as load_tokens splits it
     assert p["data_warning"] is None
+
+
+def test_small_text_corpus_is_tokenized_by_the_dry_run_and_the_runs_reuse_it(tmp_path, empty_cache):
+    """A text corpus of at most TOKENIZE_TO_CHECK_BYTES is tokenized by the pre-flight: the dry-run's counts are
+    exact at once, and the cache it built is the one the runs load (not built again)."""
+    rng = np.random.default_rng(0)
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(["ab", "cd", "efg"], 12)) for _ in range(100)))
+    p = _dry_run(tmp_path, _small_corpus_spec(tmp_path, corpus))
+    data = load_tokens(str(corpus), "byte", cache_dir=empty_cache)
+    assert not data.built
+    assert p["corpus_train_tokens"] == len(data.train) == 3810
+
+
+def _tiny_corpus(tmp_path, name: str) -> tuple:
+    """(corpus file, tokenizer) of the corpora every run would fail on, as a new user met them."""
+    f = tmp_path / f"{name}.txt"
+    words = " ".join(["the", "cat", "sat", "on", "a", "mat", "dog", "ran"] * 80)
+    tok = "byte"
+    if name == "zero_bytes":
+        f.write_bytes(b"")
+    elif name == "whitespace":
+        f.write_text("   \n\n\t  \n")
+    elif name == "short_val":
+        f.write_text(words[:600])
+    else:  # bpe_small
+        f.write_text(words[:569])
+        tok = "bpe:512"
+    return f, tok
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("zero_bytes", "corpus contains no text (every document is empty after cleaning)"),
+        ("whitespace", "corpus contains no text (every document is empty after cleaning)"),
+        ("short_val", "seq_len=32 is larger than the validation token stream (30 tokens)"),
+        ("bpe_small", "need at least 1024 bytes of training text"),
+    ],
+)
+def test_corpus_every_run_would_fail_on_is_refused_before_ray(tmp_path, empty_cache, name, message):
+    """An empty or whitespace-only file, a file too small for one validation window, too little text for BPE: each
+    failed every Ray trial (retried: minutes lost) and is now refused by check_data, with the runs' own message,
+    before Ray starts and by --dry-run (exit 2, nothing written to --out)."""
+    from loopscale.sweep.spec import SpecError
+
+    corpus, tok = _tiny_corpus(tmp_path, name)
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(corpus), "tokenizer": tok})
+    with pytest.raises(SpecError, match=re.escape(message)):
+        spec.check_data()
+    path = tmp_path / "tiny.yaml"
+    path.write_text(spec_to_yaml(spec))
+    for extra in (["--dry-run"], []):
+        res = CliRunner().invoke(app, ["run", str(path), *extra, "--out", str(tmp_path / "out")])
+        assert res.exit_code == 2 and message in res.output, res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_token_file_shorter_than_a_validation_window_is_refused(tmp_path, empty_cache):
+    """A token file's split is known from its length: 400 tokens leave 20 for validation, less than seq_len + 1."""
+    from loopscale.sweep.spec import SpecError
+
+    f = tmp_path / "t.u16.bin"
+    (np.arange(400) % 200).astype(np.uint16).tofile(f)
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(f), "tokenizer": "pretokenized"})
+    with pytest.raises(SpecError, match=re.escape("validation token stream (20 tokens)")):
+        spec.check_data()
+    (np.arange(1000) % 200).astype(np.uint16).tofile(f)  # 50 validation tokens: one window of 33 fits
+    spec.check_data()
