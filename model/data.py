@@ -513,7 +513,7 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
     if vmax > limit:
         raise ValueError(
             f"token file {corpus!r} has ids up to {vmax - 1}, but the model's vocab_size is {limit}: set "
-            f"vocab_size to at least {vmax} (and tokenizer 'pretokenized')"
+            f"vocab_size to at least {vmax} (and tokenizer 'pretokenized'){uint16_pairs_hint(files[0], arr)}"
         )
 
 
@@ -545,6 +545,13 @@ def _open_token_file(path: Path) -> np.ndarray:
             f"({dtype.__name__}): torn, or not a token file of that dtype; {fix}"
         )
     arr = np.memmap(path, dtype=dtype, mode="r")
+    base = re.sub(r"\.(u16|uint16|u32|uint32)$", "", path.stem, flags=re.IGNORECASE)
+    if stated is np.uint16 and size % 4 == 0 and len(arr) >= MISLABEL_MIN_WORDS and _looks_like_uint32(arr):
+        raise CorpusError(
+            f"token file {str(path)!r} is named uint16 (.u16.bin) but looks like uint32 ids: every second 16-bit "
+            f"word is near 0 (the high halves of 32-bit ids), so it would read as twice as many tokens, half of them "
+            f"0; if it holds uint32 ids, name it {base}.u32.bin"
+        )
     if stated is None:
         if size % 4 == 0 and len(arr) >= 4 and _looks_like_uint32(arr):
             raise CorpusError(
@@ -559,12 +566,35 @@ def _open_token_file(path: Path) -> np.ndarray:
     return arr
 
 
-def _looks_like_uint32(words: np.ndarray, sample: int = 1 << 20) -> bool:
+MISLABEL_MIN_WORDS = 64
+"""A ``.u16.bin`` token file of at least this many 16-bit words is checked for uint32 data (:func:`_open_token_file`)."""
+MISLABEL_SAMPLE = 1 << 20
+"""Words of a token file's start sampled by the dtype checks (they stay cheap on a multi-GB file)."""
+
+
+def _looks_like_uint32(words: np.ndarray, sample: int = MISLABEL_SAMPLE) -> bool:
     """True when 16-bit ``words`` look like little-endian uint32 ids: the odd (high) words are tiny compared with
-    the even (low) ones (ids < 2**24 give high words < 256 while the low words span the vocabulary)."""
+    the even (low) ones (ids < 2**24 give high words < 256 while the low words span the vocabulary), and not all 0."""
     w = np.asarray(words[: 2 * (min(len(words), sample) // 2)])
     lo, hi = int(w[0::2].max()), int(w[1::2].max())
-    return hi * 256 <= lo
+    return lo > 0 and hi * 256 <= lo
+
+
+def uint16_pairs_hint(path: str | Path, ids: np.ndarray, sample: int = MISLABEL_SAMPLE) -> str:
+    """For a token file named uint32 whose ids exceed the vocabulary: ``"; it may hold uint16 ids ..."`` (to append
+    to that error) when the ids are 2**16 or more and their 16-bit halves do not look like uint32 ids (uint16 data
+    read two ids to a word gives ``low + 65536 * high``); else ''."""
+    path = Path(path)
+    if not path.name.lower().endswith((".u32.bin", ".uint32.bin")) or ids.dtype != np.uint32:
+        return ""
+    head = np.asarray(ids[: 2 * (min(len(ids), sample) // 2)])
+    if not len(head) or int(head.max()) < 1 << 16 or _looks_like_uint32(head.view(np.uint16)):
+        return ""
+    base = re.sub(r"\.(u32|uint32)$", "", path.stem, flags=re.IGNORECASE)
+    return (
+        f"; but ids that large suggest the file holds uint16 ids read two to a 32-bit word: if so, name it "
+        f"{base}.u16.bin"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1208,5 +1238,6 @@ __all__ = [
     "parse_tokenizer",
     "resolve_corpus",
     "tokenizer_vocab_size",
+    "uint16_pairs_hint",
     "unigram_entropy",
 ]

@@ -627,9 +627,13 @@ def _prepare(cfg: RunConfig) -> _Prepared:
         warnings.simplefilter("always")
         data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)
     if mcfg.vocab_size < data.vocab_size:
+        from loopscale.model.data import uint16_pairs_hint
+
+        hint = uint16_pairs_hint(data.meta["files"][0], data.train) if data.meta.get("corpus_kind") == "tokens" else ""
         raise ValueError(
             f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
             f"set vocab_size to {data.vocab_size} (--vocab-size on the command line, model.vocab_size in a spec)"
+            f"{hint}"
         )
     D = resolve_tokens(cfg)
     B = cfg.batch_tokens

@@ -200,6 +200,46 @@ def test_pretokenized_files(tmp_path):
         D.load_tokens(str(tmp_path / "t.npy"), "byte")
 
 
+def test_token_file_named_for_the_other_dtype(tmp_path):
+    """uint32 ids in a ``.u16.bin`` read as twice as many tokens, every second one 0 (losses falsely low): refused,
+    naming the ``.u32.bin`` it should be; uint16 ids in a ``.u32.bin`` read as ids near 2**16 x id: the vocabulary
+    error says the file may be uint16 data. Correctly named files (also uint16 data with tiny ids) are read."""
+    from loopscale.model.config import preset_config
+    from loopscale.model.train import RunConfig, train_run
+
+    ids = np.random.default_rng(0).integers(1, 240, 20_000)
+    ids.astype(np.uint32).tofile(tmp_path / "a.u16.bin")
+    for call in (
+        lambda: D.load_tokens(str(tmp_path / "a.u16.bin"), "pretokenized"),
+        lambda: D.check_corpus(str(tmp_path / "a.u16.bin"), "pretokenized", 256),
+    ):
+        with pytest.raises(D.CorpusError, match=r"named uint16 \(\.u16\.bin\) but looks like uint32.*name it a\.u32\.bin"):
+            call()
+    ids.astype(np.uint32).tofile(tmp_path / "a.u32.bin")
+    td = D.load_tokens(str(tmp_path / "a.u32.bin"), "pretokenized")
+    assert len(td.train) + len(td.val) == 20_000 and td.vocab_size == int(ids.max()) + 1
+    ids.astype(np.uint16).tofile(tmp_path / "b.u16.bin")  # uint16 data of byte-sized ids: not mistaken
+    assert len(D.load_tokens(str(tmp_path / "b.u16.bin"), "pretokenized").train) == 19_000
+    ids.astype(np.uint16).tofile(tmp_path / "b.u32.bin")
+    hint = r"file holds uint16 ids read two to a 32-bit word: if so, name it b\.u16\.bin"
+    with pytest.raises(ValueError, match=r"set vocab_size to at least \d+ .*" + hint):
+        D.check_corpus(str(tmp_path / "b.u32.bin"), "pretokenized", 256)
+    cfg = RunConfig(
+        model=preset_config("cpu", r=1, d_model=16, seq_len=32),
+        corpus=str(tmp_path / "b.u32.bin"),
+        tokenizer="pretokenized",
+        tokens=256,
+        batch_tokens=256,
+    )
+    with pytest.raises(ValueError, match=hint):
+        train_run(cfg)
+    big = np.arange(300_000, dtype=np.uint32)  # genuine uint32 ids above 2**16: no uint16 hint
+    big.tofile(tmp_path / "c.u32.bin")
+    with pytest.raises(ValueError, match="vocab_size to at least 300000") as e:
+        D.check_corpus(str(tmp_path / "c.u32.bin"), "pretokenized", 256)
+    assert "uint16" not in str(e.value)
+
+
 def test_window_sampler_epochs_and_seed():
     """One epoch visits every window once; the order depends only on data_seed; windows are contiguous text."""
     stream = np.arange(32 * 50 + 1, dtype=np.uint32)
