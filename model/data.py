@@ -1025,6 +1025,19 @@ def split_tokens_if_cheap(
     return SplitTokens(len(data.train), len(data.val), f"token cache {data.cache_path}")
 
 
+def eval_tokens_note(n_val: int, seq_len: int, eval_tokens: int) -> str | None:
+    """The warning a run gets when its validation split holds fewer windows than ``eval_tokens`` asks for
+    (:func:`eval_windows` then evaluates every window there is), saying how many tokens are evaluated; None when
+    ``eval_tokens`` fits (or not even one window does: :func:`eval_windows` raises then)."""
+    avail = (n_val - 1) // seq_len
+    if avail < 1 or avail >= math.ceil(eval_tokens / seq_len):
+        return None
+    return (
+        f"eval_tokens={eval_tokens} is more than the validation split holds ({n_val} tokens): {avail * seq_len} "
+        f"tokens ({avail} window{'s' if avail != 1 else ''} of seq_len={seq_len}) are evaluated (give a larger corpus for a steadier loss)"
+    )
+
+
 def load_tokens(
     corpus: str = "embedded",
     tokenizer: str = "byte",
@@ -1216,6 +1229,7 @@ __all__ = [
     "READ_FOR_COUNT_BYTES",
     "TOKENIZE_TO_CHECK_BYTES",
     "SplitTokens",
+    "eval_tokens_note",
     "split_tokens_if_cheap",
     "train_tokens_if_cheap",
     "SEP_ID",

@@ -614,7 +614,13 @@ def _prepare(cfg: RunConfig) -> _Prepared:
         ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, bad corpus,
             tokenizer/model vocabulary mismatch, a stream shorter than a window (all before any training compute).
     """
-    from loopscale.model.data import WindowSampler, eval_windows, implied_epochs, load_tokens
+    from loopscale.model.data import (
+        WindowSampler,
+        eval_tokens_note,
+        eval_windows,
+        implied_epochs,
+        load_tokens,
+    )
     from loopscale.model.looped import compile_fallback
 
     if not isinstance(cfg, RunConfig):
@@ -644,6 +650,8 @@ def _prepare(cfg: RunConfig) -> _Prepared:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         epochs = implied_epochs(D, sampler.tokens_per_epoch)
+        if note := eval_tokens_note(len(data.val), mcfg.seq_len, cfg.eval_tokens):
+            warnings.warn(note, UserWarning, stacklevel=2)
     from loopscale.model.data import CorpusWarning
 
     for w in corpus_caught:  # the corpus's own warnings are the run's; a library's is shown, not recorded

@@ -53,7 +53,9 @@ def plan(spec) -> dict:
     """What a spec will cost, without running anything: runs, Ray Tune trials of the grid (``trials``;
     ``runs_per_trial``: how many trials train k runs, k > 1 a seed ensemble), training FLOPs, tokens, LR-tuning
     trials and an estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
-    The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run).
+    The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run); ``eval_warning``
+    says when ``eval_tokens`` is more than the validation split holds and how many tokens the runs evaluate (None
+    when it fits or the split is not known without tokenizing a large corpus).
 
     FLOPs per run are ``C = F * D`` with F the training FLOPs/token of the model accounting (paper Sec. 3.2) and
     D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B). ``lr_trial_tokens`` gives
@@ -64,7 +66,7 @@ def plan(spec) -> dict:
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
 
-    spec.check_data()
+    eval_notes = spec.check_data(warn=False)
     lr_table = None
     if spec.lr == "tune":
         lr_table = {(s, None): 1.0 for s in spec.all_sizes()}
@@ -105,6 +107,7 @@ def plan(spec) -> dict:
         "lr_trial_tokens": lr_trial_tokens,
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
+        "eval_warning": "; ".join(eval_notes) or None,
     }
 
 
@@ -383,7 +386,7 @@ def run_cmd(
         except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
             p["refused"] = str(e)
         try:  # what this machine would refuse (e.g. GPUs asked, none here); a plan for a cluster is still a plan
-            spec.check_runtime(address, num_cpus, num_gpus)
+            spec.check_runtime(address, num_cpus, num_gpus, warn_data=False)  # the plan states them
             p["refused_here"] = None
         except ValueError as e:
             p["refused_here"] = f"{e} (with these options on this machine; the plan holds for a cluster)"

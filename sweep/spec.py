@@ -406,7 +406,7 @@ class SweepSpec(_Strict):
                         f"training: the run at size {s}, {where}, budget {budget:g} would fail in every trial: {msg}"
                     ) from None
 
-    def check_data(self) -> None:
+    def check_data(self, *, warn: bool = True) -> list[str]:
         """Cheap checks of the corpus against the tokenizer and the model (:func:`loopscale.model.data.check_corpus`:
         the corpus exists, Parquet files have ``text_column``, a token file's dtype is stated and its ids fit
         ``vocab_size``; where the token counts are cheap to know — a token file, a corpus already in the token cache,
@@ -414,17 +414,38 @@ class SweepSpec(_Strict):
         reuse — it is not empty, BPE has enough text to train on, and both splits hold a window of ``seq_len + 1``
         tokens), before Ray starts and in ``--dry-run``.
 
+        Returns:
+            Warnings about the data every run would also give (each also issued as a ``UserWarning`` when ``warn``):
+            ``training.eval_tokens`` (or ``tune.eval_tokens`` with ``lr: tune``) more than the validation split
+            holds, saying how many tokens are evaluated (the runs evaluate what there is).
+
         Raises:
             SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer`` and says
                 what the runs would have said).
         """
-        from loopscale.model.data import check_corpus
+        import warnings
+
+        from loopscale.model.data import check_corpus, eval_tokens_note
 
         model = self._model_config(self.all_sizes()[0], min(self.r), "baseline", 2)
         try:
-            check_corpus(self.corpus, self.tokenizer, model.vocab_size, self.text_column, seq_len=model.seq_len)
+            split = check_corpus(
+                self.corpus, self.tokenizer, model.vocab_size, self.text_column, seq_len=model.seq_len
+            )
         except (ValueError, FileNotFoundError) as e:
             raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}") from None
+        notes: list[str] = []
+        if split is not None:
+            asked = [self.training.eval_tokens]
+            if self.lr == "tune":
+                asked.append(self.tune.eval_tokens or self.training.eval_tokens)
+            for n in dict.fromkeys(asked):
+                if note := eval_tokens_note(split.val, model.seq_len, n):
+                    notes.append(note)
+        if warn:
+            for note in notes:
+                warnings.warn(note, UserWarning, stacklevel=2)
+        return notes
 
     # --- grid -------------------------------------------------------------------------------------
 
@@ -570,14 +591,19 @@ class SweepSpec(_Strict):
         return out
 
     def check_runtime(
-        self, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+        *,
+        warn_data: bool = True,
     ) -> None:
         """Checks that need the machine, run before Ray starts.
 
         With no cluster ``address`` (and no ``RAY_ADDRESS`` in the environment) trials run on the embedded local
         Ray, which has ``num_cpus`` CPUs (default: this machine's cores) and ``num_gpus`` GPUs (default: the CUDA
         devices torch sees): a trial that asks for more could never start (Tune would wait forever). On a cluster
-        more may come (autoscaler), so nothing is checked there.
+        more may come (autoscaler), so nothing is checked there. ``warn_data``: issue :meth:`check_data`'s warnings.
 
         Raises:
             SpecError: the corpus would fail every run (:meth:`check_data`); ``resources.gpus`` > 0 on the
@@ -586,7 +612,7 @@ class SweepSpec(_Strict):
         """
         import os
 
-        self.check_data()
+        self.check_data(warn=warn_data)
         if address is not None or os.environ.get("RAY_ADDRESS"):
             return
         cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)

@@ -181,4 +181,37 @@ def test_token_file_shorter_than_a_validation_window_is_refused(tmp_path, empty_
     with pytest.raises(SpecError, match=re.escape("validation token stream (20 tokens)")):
         spec.check_data()
     (np.arange(1000) % 200).astype(np.uint16).tofile(f)  # 50 validation tokens: one window of 33 fits
-    spec.check_data()
+    assert spec.check_data(warn=False) == [
+        "eval_tokens=2048 is more than the validation split holds (50 tokens): 32 tokens (1 window of seq_len=32) "
+        "are evaluated (give a larger corpus for a steadier loss)"
+    ]
+
+
+def test_eval_tokens_beyond_the_validation_split_is_said(tmp_path, empty_cache):
+    """A 3 KB text file has 150 validation tokens; eval_tokens 2048 at seq_len 32 evaluates 4 windows = 128 tokens.
+    That was silent; now the dry-run (and check_data before Ray) and every run say how many tokens are evaluated."""
+    from loopscale.model.config import preset_config
+    from loopscale.model.train import RunConfig, train_run
+
+    corpus = tmp_path / "three_kb.txt"
+    corpus.write_text(("the cat sat on a mat " * 200)[:3000])
+    p = _dry_run(tmp_path, _small_corpus_spec(tmp_path, corpus))
+    note = "eval_tokens=2048 is more than the validation split holds (150 tokens): 128 tokens (4 windows of seq_len=32)"
+    assert p["eval_warning"].startswith(note)
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(corpus)})
+    with pytest.warns(UserWarning, match=re.escape(note)):
+        assert spec.check_data() == [p["eval_warning"]]
+    cfg = RunConfig(
+        model=preset_config("cpu", r=1, d_model=16, seq_len=32),
+        corpus=str(corpus),
+        tokens=256,
+        batch_tokens=256,
+        eval_tokens=2048,
+    )
+    with pytest.warns(UserWarning, match=re.escape(note)):
+        res = train_run(cfg)
+    assert res.eval_tokens == 128 and any(w.startswith(note) for w in res.warnings)
+    # eval_tokens that fit: no warning anywhere
+    fits = spec.model_copy(update={"training": spec.training.model_copy(update={"eval_tokens": 128})})
+    assert fits.check_data() == []
+    assert _dry_run(tmp_path, "--preset", "smoke")["eval_warning"] is None
