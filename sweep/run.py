@@ -53,7 +53,8 @@ def plan(spec) -> dict:
     """What a spec will cost, without running anything: runs, Ray Tune trials of the grid (``trials``;
     ``runs_per_trial``: how many trials train k runs, k > 1 a seed ensemble), training FLOPs, tokens, LR-tuning
     trials and an estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
-    The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run); ``eval_warning``
+    The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run);
+    ``corpus_warning`` gives its warnings every run would give too (e.g. files a directory corpus leaves out); ``eval_warning``
     says when ``eval_tokens`` is more than the validation split holds and how many tokens the runs evaluate (None
     when it fits or the split is not known without tokenizing a large corpus).
 
@@ -66,7 +67,7 @@ def plan(spec) -> dict:
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
 
-    eval_notes = spec.check_data(warn=False)
+    corpus_notes, eval_notes = spec._data_notes()  # check_data's checks (SpecError) and warnings, not issued
     lr_table = None
     if spec.lr == "tune":
         lr_table = {(s, None): 1.0 for s in spec.all_sizes()}
@@ -107,6 +108,7 @@ def plan(spec) -> dict:
         "lr_trial_tokens": lr_trial_tokens,
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
+        "corpus_warning": "; ".join(corpus_notes) or None,
         "eval_warning": "; ".join(eval_notes) or None,
     }
 

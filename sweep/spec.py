@@ -415,9 +415,10 @@ class SweepSpec(_Strict):
         tokens), before Ray starts and in ``--dry-run``.
 
         Returns:
-            Warnings about the data every run would also give (each also issued as a ``UserWarning`` when ``warn``):
-            ``training.eval_tokens`` (or ``tune.eval_tokens`` with ``lr: tune``) more than the validation split
-            holds, saying how many tokens are evaluated (the runs evaluate what there is).
+            Warnings about the data that every run would also give (each also issued as a ``UserWarning`` when
+            ``warn``): the corpus's (files a directory corpus leaves out), then ``training.eval_tokens`` (or
+            ``tune.eval_tokens`` with ``lr: tune``) more than the validation split holds, saying how many tokens are
+            evaluated (the runs evaluate what there is).
 
         Raises:
             SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer`` and says
@@ -425,27 +426,44 @@ class SweepSpec(_Strict):
         """
         import warnings
 
-        from loopscale.model.data import check_corpus, eval_tokens_note
+        from loopscale.model.data import CorpusWarning
+
+        corpus_notes, eval_notes = self._data_notes()
+        if warn:
+            for note in corpus_notes:
+                warnings.warn(note, CorpusWarning, stacklevel=2)
+            for note in eval_notes:
+                warnings.warn(note, UserWarning, stacklevel=2)
+        return corpus_notes + eval_notes
+
+    def _data_notes(self) -> tuple[list[str], list[str]]:
+        """(the corpus's warnings, the eval_tokens warnings) of :meth:`check_data`, issued by neither."""
+        import warnings
+
+        from loopscale.model.data import CorpusWarning, check_corpus, eval_tokens_note
 
         model = self._model_config(self.all_sizes()[0], min(self.r), "baseline", 2)
-        try:
-            split = check_corpus(
-                self.corpus, self.tokenizer, model.vocab_size, self.text_column, seq_len=model.seq_len
-            )
-        except (ValueError, FileNotFoundError) as e:
-            raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}") from None
-        notes: list[str] = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CorpusWarning)
+            try:
+                split = check_corpus(
+                    self.corpus, self.tokenizer, model.vocab_size, self.text_column, seq_len=model.seq_len
+                )
+            except (ValueError, FileNotFoundError) as e:
+                raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}") from None
+        for w in caught:  # a library's warning is shown as it would have been
+            if not issubclass(w.category, CorpusWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        corpus_notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, CorpusWarning)))
+        eval_notes: list[str] = []
         if split is not None:
             asked = [self.training.eval_tokens]
             if self.lr == "tune":
                 asked.append(self.tune.eval_tokens or self.training.eval_tokens)
             for n in dict.fromkeys(asked):
                 if note := eval_tokens_note(split.val, model.seq_len, n):
-                    notes.append(note)
-        if warn:
-            for note in notes:
-                warnings.warn(note, UserWarning, stacklevel=2)
-        return notes
+                    eval_notes.append(note)
+        return corpus_notes, eval_notes
 
     # --- grid -------------------------------------------------------------------------------------
 

@@ -293,3 +293,34 @@ def test_embedded_corpus(tmp_path, monkeypatch):
     assert not again.built and again.meta["corpus_hash"] == man["corpus_sha256"]
     ent = D.unigram_entropy(td.val, 256)
     assert 2.9 < ent < 3.4  # English bytes: about 3.2 nats/byte
+
+
+def test_directory_corpus_says_which_files_it_leaves_out(tmp_path):
+    """A directory corpus reads .txt/.md/.text (or .parquet) and skipped a .rst silently, while a glob or a single
+    .rst file is read as text: the files it leaves out are now named by suffix and count (hidden ones aside), by
+    the pre-flight and by every run; a directory of only other suffixes is an error that lists them."""
+    import warnings
+
+    prose = "The quick brown fox jumps over the lazy dog. " * 50
+    d = tmp_path / "docs"
+    (d / "sub").mkdir(parents=True)
+    (d / ".git").mkdir()
+    for name in ("a.txt", "c.rst", "sub/b.rst", "notes.json", ".hidden.rst", ".git/config"):
+        (d / name).write_text(prose)
+    with pytest.warns(D.CorpusWarning) as rec:
+        src = D.resolve_corpus(str(d))
+    assert [f.name for f in src.files] == ["a.txt"]
+    msgs = [str(w.message) for w in rec if issubclass(w.category, D.CorpusWarning)]
+    assert msgs == [
+        f"ignored 3 files (.rst: 2, .json: 1) in {d}: a directory corpus reads .txt/.md/.text (or .parquet); name "
+        f"them in a glob to include them (e.g. '{d}/**/*' reads every file below it as text)"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        D.resolve_corpus(str(d), warn=False)
+        assert len(D.resolve_corpus(str(d / "**" / "*.rst")).files) == 2  # a glob reads them, no warning
+    with pytest.warns(D.CorpusWarning, match=r"ignored 3 files \(\.rst: 2, \.json: 1\)"):
+        D.check_corpus(str(d), "byte", 256)
+    (d / "a.txt").unlink()
+    with pytest.raises(D.CorpusError, match=r"holds no \.txt/\.md/\.text/\.parquet files \(it holds \.rst: 2, \.json: 1"):
+        D.resolve_corpus(str(d))

@@ -215,3 +215,26 @@ def test_eval_tokens_beyond_the_validation_split_is_said(tmp_path, empty_cache):
     fits = spec.model_copy(update={"training": spec.training.model_copy(update={"eval_tokens": 128})})
     assert fits.check_data() == []
     assert _dry_run(tmp_path, "--preset", "smoke")["eval_warning"] is None
+
+
+def test_directory_corpus_skipped_files_are_in_the_plan_and_every_run(tmp_path, empty_cache):
+    from loopscale.model.config import preset_config
+    from loopscale.model.train import RunConfig, train_run
+
+    d = tmp_path / "docs"
+    d.mkdir()
+    for name in ("a.txt", "b.rst"):
+        (d / name).write_text("the cat sat on a mat " * 300)
+    note = f"ignored 1 file (.rst) in {d}: a directory corpus reads .txt/.md/.text (or .parquet)"
+    p = _dry_run(tmp_path, _small_corpus_spec(tmp_path, d))
+    assert p["corpus_warning"].startswith(note)
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(d)})
+    spec = spec.model_copy(update={"training": spec.training.model_copy(update={"eval_tokens": 256})})
+    with pytest.warns(UserWarning, match=re.escape(note)):
+        assert spec.check_data() == [p["corpus_warning"]]
+    cfg = RunConfig(model=preset_config("cpu", r=1, d_model=16, seq_len=32), corpus=str(d), tokens=256,
+                    batch_tokens=256, eval_tokens=32)  # fmt: skip
+    with pytest.warns(UserWarning, match=re.escape(note)):
+        res = train_run(cfg)
+    assert [w for w in res.warnings if w.startswith("ignored")] == [p["corpus_warning"]]
+    assert _dry_run(tmp_path, "--preset", "smoke")["corpus_warning"] is None
