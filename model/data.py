@@ -438,6 +438,13 @@ def _is_text_type(typ) -> bool:
     return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)
 
 
+def _columns_with_types(schema, limit: int = 8) -> str:
+    """``"id: int64, score: double"`` (at most ``limit`` columns named, then how many more)."""
+    cols = [f"{f.name}: {f.type}" for f in schema]
+    more = f" and {len(cols) - limit} more" if len(cols) > limit else ""
+    return ", ".join(cols[:limit]) + more
+
+
 def _corpus_files(corpus: str, text_column: str, warn: bool = False) -> tuple[str, list[Path]]:
     """(kind, files) of a corpus path/glob, with the cheap checks of :func:`resolve_corpus` (nothing is hashed);
     ``warn``: say which files a directory corpus leaves out (:func:`_expand`)."""
@@ -459,19 +466,17 @@ def _corpus_files(corpus: str, text_column: str, warn: bool = False) -> tuple[st
         import pyarrow.parquet as pq
 
         for f in files:
-            names = pq.ParquetFile(f).schema_arrow.names
-            if text_column not in names:
-                raise CorpusError(
-                    f"Parquet file {str(f)!r} has no text column {text_column!r}; its columns are {names} "
-                    "(set text_column to one of them)"
-                )
             schema = pq.ParquetFile(f).schema_arrow
+            names = schema.names
+            strings = [n for n in names if _is_text_type(schema.field(n).type)]
+            others = f"its string columns are {strings} (set text_column to one of them)" if strings else (
+                f"it has no string column (its columns: {_columns_with_types(schema)}; store the text as UTF-8 "
+                "strings)"
+            )
+            if text_column not in names:
+                raise CorpusError(f"Parquet file {str(f)!r} has no text column {text_column!r}; {others}")
             typ = schema.field(text_column).type
             if not _is_text_type(typ):
-                strings = [n for n in names if _is_text_type(schema.field(n).type)]
-                others = f"its string columns are {strings} (set text_column to one of them)" if strings else (
-                    "it has no string column (store the text as UTF-8 strings)"
-                )
                 raise CorpusError(
                     f"Parquet file {str(f)!r}: text column {text_column!r} holds {typ}, not strings; {others}"
                 )

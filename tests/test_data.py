@@ -71,6 +71,29 @@ def test_parquet_without_text_column(tmp_path):
     assert len(td.train) + len(td.val) == 6
 
 
+def test_missing_parquet_text_column_suggests_only_string_columns(tmp_path):
+    """The error for a missing text column suggested every column, numeric ones included ("its columns are ['id',
+    'score'] (set text_column to one of them)"): it now lists only string columns, or says there is none."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    nums = tmp_path / "nums.parquet"
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "score": [0.5, 0.25]}), nums)
+    with pytest.raises(D.CorpusError) as e:
+        D.check_corpus(str(nums), "byte", 256)
+    assert str(e.value) == (
+        f"Parquet file {str(nums)!r} has no text column 'text'; it has no string column (its columns: id: int64, "
+        "score: double; store the text as UTF-8 strings)"
+    )
+    mixed = tmp_path / "mixed.parquet"
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "body": ["a b", "c"], "title": ["x", "y"]}), mixed)
+    with pytest.raises(D.CorpusError) as e:
+        D.load_tokens(str(mixed), cache_dir=tmp_path)
+    assert str(e.value).endswith(
+        "has no text column 'text'; its string columns are ['body', 'title'] (set text_column to one of them)"
+    )
+
+
 def test_parquet_text_column_must_hold_strings(tmp_path):
     """A text column of numbers or raw bytes is refused by the cheap pre-run check and by loading, naming the
     file's string columns (it crashed inside tokenisation with an AttributeError / TypeError)."""
