@@ -55,6 +55,12 @@ _LEVEL = re.compile(r"\b(WARNING|ERROR|CRITICAL|FATAL)\b")
 _EXC = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Warning)\b:")
 _PYWARN = re.compile(r": ([A-Z]\w*Warning): ")
 _IDS = re.compile(r"\b[0-9a-f]{8,}\b|\d+")
+_RAY_DEDUP = re.compile(r"\s*\[repeated \d+x across cluster\](?:\s*\(Ray deduplicates logs by default\..*)?$")
+"""The suffix Ray's log deduplication appends to a line repeated by several processes (the first time with an
+explanation of RAY_DEDUP_LOGS)."""
+_WARN_HEAD = re.compile(r"^(?:warning|[A-Z]\w*Warning): ")
+"""The head of a warning: ``warning: `` as the console script prints this process's own, ``CorpusWarning: `` as a
+trial process prints it (Python's format); the same message either way."""
 
 
 TUNE_ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
@@ -85,14 +91,15 @@ def notice_of(line: str) -> str | None:
     A line is a notice when it carries a log level WARNING/ERROR/CRITICAL/FATAL, is the last line of a traceback
     (``SomeError: message``) or a Python warning (``file.py:12: UserWarning: message``, or ``warning: message`` as
     the console script formats them). The notice is the line
-    without escape codes, worker prefix (``(trainable pid=..)``) and timestamp, at most :data:`NOTICE_MAX` characters
-    (a longer one keeps its start and its end). Traceback
-    bodies (indented lines) are never notices."""
+    without escape codes, worker prefix (``(trainable pid=..)``), timestamp and the suffix of Ray's log
+    deduplication (``[repeated 3x across cluster]``), at most :data:`NOTICE_MAX` characters (a longer one keeps its
+    start and its end). Traceback bodies (indented lines) are never notices."""
     text = strip_ansi(line).rstrip()
     if not text or text[0].isspace():
         return None
     text = _PREFIX.sub("", text)
     text = _LOGHEAD.sub("", text)
+    text = _RAY_DEDUP.sub("", text)  # a repeat: the same notice as the line Ray forwarded first
     m = _PYWARN.search(text)
     if m:
         text = text[m.start(1) :]
@@ -155,7 +162,7 @@ class Console:
         note = notice_of(line)
         if note is None:
             return
-        key = _IDS.sub("#", note)
+        key = _IDS.sub("#", _WARN_HEAD.sub("", note))  # this process's warning and a trial's are one message
         with self._lock:
             if key in self._seen:
                 self.hidden_notices += 1

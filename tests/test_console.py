@@ -26,6 +26,12 @@ from loopscale.sweep.presets import preset_spec
             "ValueError: lr must be > 0",
         ),
         ("/x/y.py:12: UserWarning: something odd", "UserWarning: something odd"),
+        (
+            "(t pid=2) /x/y.py:12: UserWarning: odd \x1b[32m [repeated 4x across cluster] (Ray deduplicates logs by "
+            "default. Set RAY_DEDUP_LOGS=0 to disable log deduplication.)\x1b[0m",
+            "UserWarning: odd",
+        ),
+        ("(t pid=2) /x/y.py:12: UserWarning: odd [repeated 2x across cluster]", "UserWarning: odd"),
         ("warning: corpus file 'a.txt' is not valid UTF-8", "warning: corpus file 'a.txt' is not valid UTF-8"),
         ("(grid_trainable pid=1, ip=10.0.0.1) Checkpoint successfully created at: Checkpoint(...)", None),
         ("2026-11-30 17:09:05,207\tINFO worker.py:2038 -- Started a local Ray instance.", None),
@@ -56,6 +62,33 @@ def test_session_captures_fds_into_the_log_and_shows_each_warning_once(tmp_path,
     # the file descriptors are restored
     os.write(1, b"after\n")
     assert capfd.readouterr().out == "after\n"
+
+
+def test_a_corpus_warning_from_this_process_and_from_trials_is_shown_once(tmp_path, capfd):
+    """A corpus warning said by the driver (``warning: ...``), by the first trial (``file.py:N: CorpusWarning:
+    ...``) and by Ray's log deduplication for the others (the same line plus ``[repeated 10x across cluster] (Ray
+    deduplicates logs by default. ...)``, which the notice cut mid-word) was shown three times; now once."""
+    msg = (
+        "corpus file '/data/latin.txt' is not valid UTF-8: 2 invalid byte sequence(s) of 54010 bytes replaced by "
+        "U+FFFD (convert it to UTF-8 to keep those characters)"
+    )
+    dedup = (
+        " (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see "
+        "https://docs.ray.io/en/master/ray-observability/user-guides/configure-logging.html#log-deduplication "
+        "for more options.)"
+    )
+    with console.session(tmp_path, json_mode=False):
+        os.write(2, f"warning: {msg}\n".encode())
+        os.write(1, f"\x1b[36m(grid_trainable pid=11)\x1b[0m /x/model/data.py:200: CorpusWarning: {msg}\n".encode())
+        os.write(1, f"(grid_trainable pid=12) /x/model/data.py:200: CorpusWarning: {msg}"
+                    f"\x1b[32m [repeated 10x across cluster]{dedup}\x1b[0m\n".encode())  # fmt: skip
+        os.write(1, f"(grid_trainable pid=13) /x/model/data.py:200: CorpusWarning: {msg} [repeated 5x across "
+                    "cluster]\n".encode())  # fmt: skip
+        os.write(2, b"warning: another message\n")
+    err = capfd.readouterr().err.splitlines()
+    assert err[:2] == [f"warning: {msg}", "warning: another message"]
+    assert "3 repeated warnings/errors not shown" in err[2] and len(err) == 3
+    assert (tmp_path / "logs" / "ray.log").read_text().count(msg) == 4  # the log keeps every line
 
 
 def test_verbose_session_shows_everything_without_escape_codes(tmp_path, capfd):
