@@ -54,7 +54,8 @@ _LOGHEAD = re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+\s+")  # "2026-11-30 17:00:0
 _LEVEL = re.compile(r"\b(WARNING|ERROR|CRITICAL|FATAL)\b")
 _EXC = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Warning)\b:")
 _PYWARN = re.compile(r": ([A-Z]\w*Warning): ")
-_IDS = re.compile(r"\b[0-9a-f]{8,}\b|\d+")
+_IDS = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{8,}(?![0-9A-Za-z])|\d+")
+"""Run ids, hashes and numbers: not what makes a notice distinct (an id may follow '_', as in ``run_<hex>``)."""
 _RAY_DEDUP = re.compile(r"\s*\[repeated \d+x across cluster\](?:\s*\(Ray deduplicates logs by default\..*)?$")
 """The suffix Ray's log deduplication appends to a line repeated by several processes (the first time with an
 explanation of RAY_DEDUP_LOGS)."""

@@ -91,6 +91,21 @@ def test_a_corpus_warning_from_this_process_and_from_trials_is_shown_once(tmp_pa
     assert (tmp_path / "logs" / "ray.log").read_text().count(msg) == 4  # the log keeps every line
 
 
+def test_trial_failures_differing_only_in_the_run_id_are_one_notice(tmp_path, capfd):
+    """Tune names trials ``run_<16 hex>``: the '_' joined the id to the word before it, so every failed trial's
+    "Trial task failed" line was a distinct notice (16 lines for the 16 trials of a smoke grid on an empty corpus)."""
+    with console.session(tmp_path, json_mode=False):
+        for rid in ("392102c2325fc74a", "2dafe8ee91ccb153", "c0e8508de8c72332"):
+            os.write(2, f"ERROR tune_controller.py:1336 -- Trial task failed for trial run_{rid}\n".encode())
+        os.write(2, b"ERROR tune_controller.py:1336 -- Trial task failed for trial grid_cafe\n")  # not an id
+    err = capfd.readouterr().err.splitlines()
+    assert err == [
+        "ERROR tune_controller.py:1336 -- Trial task failed for trial run_392102c2325fc74a",
+        "ERROR tune_controller.py:1336 -- Trial task failed for trial grid_cafe",
+        f"(2 repeated warnings/errors not shown; all output: {tmp_path.resolve() / 'logs' / 'ray.log'})",
+    ]
+
+
 def test_verbose_session_shows_everything_without_escape_codes(tmp_path, capfd):
     with console.session(tmp_path, verbose=True):
         os.write(1, b"\x1b[36m(pid=3)\x1b[0m Checkpoint successfully created\n")
