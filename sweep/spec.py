@@ -906,9 +906,9 @@ def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
     if other:
         n, total = sum(other.values()), sum(hashes.values())
         raise ValueError(
-            f"the corpus {spec.corpus!r} is not the text {n} of the {total} finished runs in {Path(out).resolve()} "
-            f"were trained on (content hash {', '.join(h[:12] for h in other)} in runs.parquet, {now[:12]} now): "
-            "its files changed since, and new runs would be trained and evaluated on other text than the finished "
+            f"{n} of the {total} finished runs in {Path(out).resolve()} read other content at the corpus path "
+            f"{spec.corpus!r} (content hash {', '.join(h[:12] for h in other)} in runs.parquet, {now[:12]} now): its "
+            "files changed since, and new runs would be trained and evaluated on other text than the finished "
             "ones; restore the corpus, or use another --out folder for the new text (nothing there was changed)"
         )
 

@@ -80,7 +80,7 @@ def test_changed_corpus_is_refused_by_sweep_run_and_dry_run(folder):
     corpus, spec, spec_path, out, h = folder
     (corpus / "doc1.txt").write_text("Other words entirely, in another order. " * 400, encoding="utf-8")
     new = resolve_corpus(str(corpus), "text", cache_dir=default_cache_dir()).corpus_hash
-    with pytest.raises(ValueError, match="not the text 8 of the 8 finished runs") as e:
+    with pytest.raises(ValueError, match="8 of the 8 finished runs in .* read other content at the corpus path") as e:
         check_folder_corpus(out, spec)
     assert h[:12] in str(e.value) and new[:12] in str(e.value) and "another --out folder" in str(e.value)
     before = (out / "runs.parquet").read_bytes()
