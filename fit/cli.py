@@ -245,10 +245,14 @@ def fit_cmd(
             + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
         )
     if boot is not None:
-        lines.append(
-            f"  bootstrap B = {boot.B} ({','.join(boot.block_by) if boot.block_by else 'iid'}): degenerate {boot.n_degenerate} (redrawn), "
-            f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f}"
-        )
+        blocking = ",".join(boot.block_by) if boot.block_by else "iid"
+        if boot.no_interval_reason:  # no resample was refitted: counts of failed refits would mislead
+            lines.append(f"  bootstrap B = {boot.B} ({blocking}): 0 of {boot.B} resamples refitted, so no interval")
+        else:
+            lines.append(
+                f"  bootstrap B = {boot.B} ({blocking}): degenerate {boot.n_degenerate} (redrawn), "
+                f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f}"
+            )
         if boot.no_interval_reason:
             lines.append(f"  warning: no interval: {boot.no_interval_reason}")
     if fit.on_bound:
