@@ -939,6 +939,16 @@ READ_FOR_COUNT_BYTES = 256 << 20
 size."""
 
 
+def _token_file_split(path: Path) -> tuple[int, int, str]:
+    """``(train, val, how)`` token counts of a pre-tokenized file as :func:`load_tokens` splits it (the last
+    :data:`VAL_TAIL_FRAC` of its tokens are validation), from its length alone."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a missing dtype suffix is said by the run itself
+        n = len(_open_token_file(path))
+    n_val = max(1, int(round(n * VAL_TAIL_FRAC)))
+    return n - n_val, n_val, f"token file of {n} tokens, the last {n_val} validation"
+
+
 def train_tokens_if_cheap(
     corpus: str = "embedded",
     tokenizer: str = "byte",
@@ -963,11 +973,8 @@ def train_tokens_if_cheap(
     if corpus != "embedded":
         kind, files = _corpus_files(corpus, text_column)
         if kind == "tokens":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # a missing dtype suffix is said by the run itself
-                n = len(_open_token_file(files[0]))
-            n_val = max(1, int(round(n * VAL_TAIL_FRAC)))
-            return n - n_val, None, f"token file of {n} tokens, the last {n_val} validation"
+            n_train, _, how = _token_file_split(files[0])
+            return n_train, None, how
         size = sum(f.stat().st_size for f in files)
         if size > READ_FOR_COUNT_BYTES:
             return None, None, f"{kind} corpus of {size / 1e6:.0f} MB, not read to count its tokens"
@@ -1031,11 +1038,7 @@ def split_tokens_if_cheap(
     if corpus != "embedded":
         kind, files = _corpus_files(corpus, text_column)
         if kind == "tokens":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # a missing dtype suffix is said by the run itself
-                n = len(_open_token_file(files[0]))
-            n_val = max(1, int(round(n * VAL_TAIL_FRAC)))
-            return SplitTokens(n - n_val, n_val, f"token file of {n} tokens, the last {n_val} validation")
+            return SplitTokens(*_token_file_split(files[0]))
         size = sum(f.stat().st_size for f in files)
         if size > READ_FOR_COUNT_BYTES:
             return None
