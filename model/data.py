@@ -48,9 +48,11 @@ import numpy as np
 SEP_ID = 0
 """Token id of the document separator (BOS) for every tokenizer built here."""
 
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 """Bump when text cleaning, the split or tokenizer training, or the cache layout changes (part of every corpus
-hash). 2: BPE never trains on the validation side nor on an empty training side (position split)."""
+hash). 2: BPE never trains on the validation side nor on an empty training side (position split). 3: the hash
+covers each file's path relative to the corpus's common folder (the document name the split is decided by), not
+its bare name; a directory corpus leaves out hidden files and folders."""
 
 VAL_MODULUS = 20
 """A document is validation when ``int(sha256(name)[:8], 16) % VAL_MODULUS == 0`` (about 5 %)."""
@@ -305,9 +307,12 @@ class CorpusSource:
 
 
 def _hash_files(files: list[Path], extra: str) -> str:
+    """sha256 of the files' bytes and their paths relative to their common folder: the paths name the documents
+    (:meth:`CorpusSource._name`) and so decide the split, so a file moved to another subfolder changes the hash."""
     h = hashlib.sha256(f"v{BUILD_VERSION}|{extra}".encode())
+    root = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
     for p in files:
-        h.update(str(p.name).encode() + b"\0")
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
         with open(p, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
@@ -326,11 +331,11 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
     if p.is_dir():
         files, skipped = [], {}
         for x in sorted(p.rglob("*")):
-            if not x.is_file():
-                continue
+            if not x.is_file() or any(part.startswith(".") for part in x.relative_to(p).parts):
+                continue  # hidden files and folders (.git, an editor's swap file) are not corpus
             if x.suffix.lower() in DIRECTORY_SUFFIXES:
                 files.append(x)
-            elif not any(part.startswith(".") for part in x.relative_to(p).parts):
+            else:
                 key = x.suffix.lower() or "no suffix"
                 skipped[key] = skipped.get(key, 0) + 1
         if not files:

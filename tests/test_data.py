@@ -347,3 +347,28 @@ def test_directory_corpus_says_which_files_it_leaves_out(tmp_path):
     (d / "a.txt").unlink()
     with pytest.raises(D.CorpusError, match=r"holds no \.txt/\.md/\.text/\.parquet files \(it holds \.rst: 2, \.json: 1"):
         D.resolve_corpus(str(d))
+
+
+def test_corpus_hash_follows_the_document_names_that_decide_the_split(tmp_path):
+    """Documents are named by their path below the corpus's common folder, and the name decides the split: a file
+    moved to another subfolder kept the hash (it hashed the bare name), so a cached split of the old layout was
+    served for the new one. Hidden files and folders of a directory corpus (an editor's .swp.txt, .git) are not read."""
+    import shutil
+
+    d = tmp_path / "c"
+    for sub in ("a", "b"):
+        (d / sub).mkdir(parents=True)
+    (d / "a" / "x.txt").write_text("Some prose here. " * 40)
+    (d / "a" / "y.txt").write_text("Other prose there. " * 40)
+    (d / "b" / "z.txt").write_text("Third prose. " * 40)
+    h0 = D.resolve_corpus(str(d)).corpus_hash
+    assert D.resolve_corpus(str(d)).corpus_hash == h0  # stable
+    names0 = D.resolve_corpus(str(d)).doc_names()
+    shutil.move(str(d / "a" / "y.txt"), str(d / "b" / "y.txt"))  # same bytes, same bare name, another document name
+    src = D.resolve_corpus(str(d))
+    assert src.doc_names() != names0 and src.corpus_hash != h0
+    (d / ".x.txt.swp.txt").write_text("half-saved editor copy " * 40)
+    (d / ".git").mkdir()
+    (d / ".git" / "notes.txt").write_text("not corpus " * 40)
+    src2 = D.resolve_corpus(str(d))
+    assert [f.name for f in src2.files] == ["x.txt", "y.txt", "z.txt"] and src2.corpus_hash == src.corpus_hash
