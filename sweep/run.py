@@ -199,9 +199,8 @@ def run_pipeline(
     track = parse_track(track)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if _grid_done(spec, out):  # the sweep stage will be skipped, and with it its check of the corpus content
-        check_folder_spec(out, spec)
-        check_folder_corpus(out, spec)
+    check_folder_spec(out, spec)
+    check_folder_corpus(out, spec)  # before any stage (the sweep's own check then reuses the hash)
     record_folder_spec(out, spec)  # refuses another spec's folder; --storage may change between reruns
     mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
     meta_path = out / "run_meta.json"

@@ -882,35 +882,93 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
         )
 
 
-def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
-    """Refuse to add runs of ``spec`` to a folder whose finished runs read other corpus content: the same corpus
-    path with files changed in place (regenerated shards, an edited text) would put runs on two texts, with two
-    validation sets, into one grid, or keep results of the old text as if they were of the new. The finished
-    records' ``corpus_sha256`` (runs.parquet) is compared with the hash of the corpus now at ``spec.corpus``
-    (:func:`loopscale.model.data.resolve_corpus`: it reads every file once, as each trial does). A folder without
-    such records (none yet, or written before the column existed) passes.
+FOLDER_CORPUS = "corpus.json"
+"""The content hash of the corpus an output folder's first command read (``corpus_sha256``; written by
+:func:`record_folder_spec`, compared by :func:`check_folder_corpus`)."""
+
+_HASH_MEMO: dict[tuple, str] = {}
+
+
+def corpus_hash_now(spec: SweepSpec) -> str:
+    """The content hash of the corpus now at ``spec.corpus`` (:func:`loopscale.model.data.resolve_corpus`: it reads
+    every file once, as each trial does; the embedded corpus's is memoised on disk), memoised in this process while
+    the files' paths, sizes and modification times stay the same (one command hashes the corpus once).
 
     Raises:
-        ValueError: some finished run read other content; nothing is changed.
+        CorpusError / FileNotFoundError: as :func:`loopscale.model.data.resolve_corpus`.
     """
-    from loopscale.model.data import default_cache_dir, resolve_corpus
+    from loopscale.model.data import _corpus_files, default_cache_dir, resolve_corpus
+
+    key: tuple = (spec.corpus, spec.text_column)
+    if spec.corpus != "embedded":
+        _, files = _corpus_files(spec.corpus, spec.text_column)
+        key += tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key not in _HASH_MEMO:
+        _HASH_MEMO[key] = resolve_corpus(spec.corpus, spec.text_column, cache_dir=default_cache_dir()).corpus_hash
+    return _HASH_MEMO[key]
+
+
+def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
+    """Refuse to work in a folder whose runs read other corpus content than the corpus now at ``spec.corpus``: the
+    same path with files changed in place (regenerated shards, an edited text, a file moved between subfolders)
+    would put runs on two texts, with two validation sets, into one grid, keep results of the old text as if they
+    were of the new, resume checkpoints of the old text (every such trial then fails) or reuse an LR table tuned on
+    it. Compared with the hash now (:func:`corpus_hash_now`): the finished records' ``corpus_sha256``
+    (runs.parquet) and the hash the folder's first command recorded (``corpus.json``). A folder with neither (new,
+    or written before they existed) passes. The hash is of the files' bytes: a Parquet shard rewritten with the
+    same rows but another compression counts as changed; a newer modification time alone does not.
+
+    Raises:
+        ValueError: the corpus changed since; nothing is changed.
+    """
+    from loopscale.cluster.storage import read_json_or_aside
     from loopscale.sweep.store import ResultsStore
 
-    if not (Path(out) / "runs.parquet").exists() and not (Path(out) / "parts").is_dir():
+    out = Path(out)
+    hashes = {}
+    if (out / "runs.parquet").exists() or (out / "parts").is_dir():
+        hashes = ResultsStore(out).corpus_hashes()
+    first = read_json_or_aside(str(out / FOLDER_CORPUS)) if (out / FOLDER_CORPUS).is_file() else None
+    first_hash = (first or {}).get("corpus_sha256")
+    if not hashes and not first_hash:
         return
-    hashes = ResultsStore(out).corpus_hashes()
-    if not hashes:
-        return
-    now = resolve_corpus(spec.corpus, spec.text_column, cache_dir=default_cache_dir()).corpus_hash
+    now = corpus_hash_now(spec)
     other = {h: n for h, n in hashes.items() if h != now}
     if other:
         n, total = sum(other.values()), sum(hashes.values())
         raise ValueError(
-            f"{n} of the {total} finished runs in {Path(out).resolve()} read other content at the corpus path "
+            f"{n} of the {total} finished runs in {out.resolve()} read other content at the corpus path "
             f"{spec.corpus!r} (content hash {', '.join(h[:12] for h in other)} in runs.parquet, {now[:12]} now): its "
-            "files changed since, and new runs would be trained and evaluated on other text than the finished "
+            "files' bytes changed since, and new runs would be trained and evaluated on other text than the finished "
             "ones; restore the corpus, or use another --out folder for the new text (nothing there was changed)"
         )
+    if first_hash and first_hash != now:
+        raise ValueError(
+            f"the corpus at {spec.corpus!r} is not the one {out.resolve()} was started on (content hash "
+            f"{first_hash[:12]} in {FOLDER_CORPUS}, recorded {first.get('recorded_at', '?')}; {now[:12]} now): its "
+            "files' bytes changed since, and this folder's unfinished runs' checkpoints (and its LR table, if any) "
+            "are of the old text; restore the corpus, or use another --out folder for the new text (nothing there "
+            "was changed)"
+        )
+
+
+def record_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
+    """Write ``out/corpus.json`` (the corpus path and its content hash now, :func:`corpus_hash_now`) when the folder
+    has none: the first command in a folder records what later ones compare with (:func:`check_folder_corpus`)."""
+    import datetime as _dt
+
+    from loopscale.cluster.storage import write_text_atomic
+
+    path = Path(out) / FOLDER_CORPUS
+    if path.is_file() and path.stat().st_size > 0:
+        return
+    doc = {
+        "corpus": spec.corpus,
+        "text_column": spec.text_column,
+        "corpus_sha256": corpus_hash_now(spec),
+        "recorded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    write_text_atomic(str(path), json.dumps(doc, indent=1))
 
 
 def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
@@ -940,7 +998,8 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
 
 def record_folder_spec(out: str | Path, spec: SweepSpec) -> None:
     """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a 0-byte one left
-    by a crash is moved aside first. ``out`` must exist.
+    by a crash is moved aside first. ``out`` must exist. The folder's first command also records the corpus's
+    content hash (:func:`record_folder_corpus`).
 
     Raises:
         ValueError: ``out`` holds another spec's results.
@@ -952,3 +1011,4 @@ def record_folder_spec(out: str | Path, spec: SweepSpec) -> None:
         move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
     check_folder_spec(out, spec)
     write_text_atomic(str(spec_file), spec_to_yaml(spec.model_copy(update={"storage_path": None})))
+    record_folder_corpus(out, spec)

@@ -87,9 +87,9 @@ def test_changed_corpus_is_refused_by_sweep_run_and_dry_run(folder):
     for args in (["sweep", str(spec_path)], ["run", str(spec_path)]):  # run: every cell is done, sweep skipped
         p = _cli(*args, "--out", str(out))
         assert p.returncode == 2, (args, p.stderr[-2000:])
-        assert "its files changed since" in p.stderr and "Traceback" not in p.stderr
+        assert "files' bytes changed since" in p.stderr and "Traceback" not in p.stderr
     p = _cli("run", str(spec_path), "--out", str(out), "--dry-run", "--json")
-    assert p.returncode == 2 and "its files changed since" in json.loads(p.stdout)["refused"]
+    assert p.returncode == 2 and "files' bytes changed since" in json.loads(p.stdout)["refused"]
     assert (out / "runs.parquet").read_bytes() == before and not (out / "logs" / "ray.log").exists()
 
 
@@ -113,3 +113,45 @@ def test_corpus_sha256_is_in_the_schema_doc():
 
     assert b"content hash" in RUNS_SCHEMA.field("corpus_sha256").metadata[b"doc"]
     assert Path(__file__).resolve().parents[1].joinpath("README.md").read_text().count("corpus_sha256") >= 1
+
+
+def test_a_folder_with_no_finished_run_remembers_the_corpus_it_started_on(tmp_path, monkeypatch):
+    """An interrupted sweep with no finished run, then a changed corpus: its checkpoints are of the old text, and
+    every resumed trial failed after training ("checkpoint ... differs in ['corpus_hash']"). The folder's first
+    command records the hash (corpus.json); a later command on other content is refused before Ray."""
+    import loopscale.model.data as D
+    import loopscale.sweep.spec as S
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("Plain English prose for a test corpus. " * 300, encoding="utf-8")
+    d = copy.deepcopy(TINY)
+    d["corpus"] = str(corpus)
+    spec = parse_spec(d)
+    out = tmp_path / "out"
+    out.mkdir()
+    calls = []
+    real = D.resolve_corpus
+    monkeypatch.setattr(D, "resolve_corpus", lambda *a, **k: calls.append(a) or real(*a, **k))
+    record_folder_spec(out, spec)  # what tune-lr, sweep and run do first
+    doc = json.loads((out / "corpus.json").read_text())
+    assert doc["corpus"] == str(corpus) and doc["corpus_sha256"] == real(str(corpus)).corpus_hash
+    check_folder_corpus(out, spec)
+    record_folder_spec(out, spec)  # a second command: the record is kept, not rewritten
+    assert json.loads((out / "corpus.json").read_text()) == doc
+    assert len(calls) == 1  # one hash for the unchanged files in this process
+    (corpus / "a.txt").write_text("Another text altogether, longer than before. " * 300, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"is not the one .* was started on \(content hash .* in corpus.json"):
+        check_folder_corpus(out, spec)
+    assert json.loads((out / "corpus.json").read_text()) == doc and S.FOLDER_CORPUS == "corpus.json"
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(d))
+    tune = dict(d, lr="tune", tune={"num_samples": 2, "tokens": 1024, "num_milestones": 2})
+    (tmp_path / "tune.yaml").write_text(yaml.safe_dump(tune))
+    for args in (["sweep", str(spec_path), "--resume"], ["tune-lr", str(tmp_path / "tune.yaml")]):
+        target = out if args[0] == "sweep" else tmp_path / "out_tune"
+        if args[0] == "tune-lr":  # a tune-lr folder started on the old text (its LR table would be of it)
+            target.mkdir()
+            (target / "corpus.json").write_text(json.dumps(doc))
+        p = _cli(*args, "--out", str(target))
+        assert p.returncode == 2 and "was started on" in p.stderr, (args, p.stderr[-2000:])
