@@ -1169,15 +1169,15 @@ def load_tokens(
 
 def _short_train_message(seq_len: int, have: str) -> str:
     return (
-        f"seq_len={seq_len} is larger than the training token stream ({have}): need at least "
+        f"the training token stream ({have}) is shorter than one window: seq_len={seq_len} needs at least "
         f"seq_len + 1 = {seq_len + 1} tokens (use a shorter seq_len or a larger corpus)"
     )
 
 
 def _short_val_message(seq_len: int, have: str) -> str:
     return (
-        f"seq_len={seq_len} is larger than the validation token stream ({have}); use a shorter "
-        "seq_len or a larger corpus"
+        f"the validation token stream ({have}) is shorter than one window: seq_len={seq_len} needs at least "
+        f"seq_len + 1 = {seq_len + 1} tokens (use a shorter seq_len or a larger corpus)"
     )
 
 

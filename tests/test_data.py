@@ -205,7 +205,7 @@ def test_clear_errors(tmp_path):
     (tmp_path / "short.txt").write_text("tiny document")
     td = D.load_tokens(str(tmp_path / "short.txt"), cache_dir=tmp_path)
     assert td.meta["split_rule"].startswith("token tail")  # one document: split the token stream
-    with pytest.raises(D.CorpusError, match="seq_len=32 is larger than the training token stream"):
+    with pytest.raises(D.CorpusError, match=r"the training token stream \(.*\) is shorter than one window: seq_len=32 needs at least seq_len \+ 1 = 33 tokens"):
         D.WindowSampler(td.train, 32, 1, 0)
 
 

@@ -149,7 +149,7 @@ def _tiny_corpus(tmp_path, name: str) -> tuple:
     [
         ("zero_bytes", "corpus contains no text (every document is empty after cleaning)"),
         ("whitespace", "corpus contains no text (every document is empty after cleaning)"),
-        ("short_val", "seq_len=32 is larger than the validation token stream (30 tokens)"),
+        ("short_val", "the validation token stream (30 tokens) is shorter than one window: seq_len=32 needs at least seq_len + 1 = 33"),
         ("bpe_small", "need at least 1024 bytes of training text"),
     ],
 )

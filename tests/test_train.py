@@ -268,7 +268,7 @@ def test_stream_shorter_than_window_fails_before_training(tmp_path, trainer_cach
         batch_tokens=128,
         cache_dir=str(trainer_cache_dir),
     )
-    with pytest.raises(ValueError, match="seq_len=32 is larger than the training token stream"):
+    with pytest.raises(ValueError, match=r"the training token stream \(.*\) is shorter than one window: seq_len=32 needs at least seq_len \+ 1 = 33 tokens"):
         train_run(cfg)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         train_run(RunConfig(model=tiny(), corpus=str(tmp_path / "missing.txt"), tokens=128, batch_tokens=128))
