@@ -540,7 +540,7 @@ class LRView(_View):
         n = sum(self.states.values())
         now = time.time()
         self._eta, self._eta_at = (now - self.t0) * max(0, self.total - n) / n, now
-        self.show(n, self._text())
+        self.show(n, self._text(), short=self._short())
 
     @property
     def eta_s(self) -> float | None:
@@ -564,6 +564,12 @@ class LRView(_View):
             + eta
             + (f" · best {best}" if best else "")
         )
+
+    def _short(self) -> str:
+        """The text next to a progress bar: the ETA first (as the grid's), so a narrow terminal cuts the rest."""
+        left = self.total - sum(self.states.values())
+        eta = f"ETA {_fmt_s(self.eta_s)} · " if self.eta_s is not None and left > 0 else ""
+        return f"{eta}done {self.states['COMPLETE']} · pruned {self.states['PRUNED']} · failed {self.states['FAIL']}"
 
     def summary(self) -> str:
         n = sum(self.states.values())

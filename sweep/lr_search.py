@@ -39,7 +39,7 @@ from loopscale.cluster.storage import join as uri_join
 from loopscale.sweep import _seams
 from loopscale.sweep.callbacks import _mirror_cls, optuna_storage
 from loopscale.sweep.grid import fit_tuner, unfinished_trials
-from loopscale.sweep.lr_table import _lr_table_schema, _plot, _smooth
+from loopscale.sweep.lr_table import DIVERGED_LOSS, _lr_table_schema, _plot, _smooth
 from loopscale.sweep.workspace import RunWorkspace, event_metrics, tune_checkpoint_from
 
 METRIC = "val_loss"
@@ -286,7 +286,7 @@ def lr_trainable(config: dict) -> None:
     tune.report(
         {
             TIME_ATTR: M,
-            METRIC: float(final) if final is not None and math.isfinite(final) else 1e9,
+            METRIC: float(final) if final is not None and math.isfinite(final) else DIVERGED_LOSS,
             "tokens": done.get("D"),
             "status": done.get("status", "ok"),
             UNHEALTHY_KEY: unhealthy_reason(done) or "",

@@ -3,8 +3,13 @@ loss-vs-LR plots, and reading it back as {(size, r): lr} for the grid."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
+
+DIVERGED_LOSS = 1e9
+"""The loss an LR trial reports at its last milestone when its run ended without a finite validation loss (a
+finite stand-in, so that ASHA and Optuna rank it last); never drawn or chosen as a loss."""
 
 LR_TABLE_COLUMNS = (
     "size",
@@ -75,8 +80,9 @@ def lr_figure(size: int, series: dict[int, list[tuple]]) -> Any:
     """Val loss against LR for one size, one line per r, with at most 5 labelled LR ticks
     (:func:`loopscale.fit.plots.log_ticks`). ``series``: {r: [(lr, loss) or (lr, loss, finished), ...]}; a point
     with ``finished`` False (a trial pruned or failed before its last milestone, so its loss is from an earlier
-    milestone and not comparable with the finished trials' final loss) is drawn as a hollow marker off the line.
-    A matplotlib Figure; the caller saves and closes it."""
+    milestone and not comparable with the finished trials' final loss) is drawn as a hollow marker off the line;
+    a loss that is None or not finite (the trial diverged before any finite validation loss) is an x at the top
+    of the axes, so that it does not stretch the loss axis. A matplotlib Figure; the caller saves and closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,17 +90,24 @@ def lr_figure(size: int, series: dict[int, list[tuple]]) -> Any:
 
     from loopscale.fit.plots import log_ticks
 
+    def finite(v) -> bool:
+        return v is not None and math.isfinite(v)
+
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    any_stopped = False
+    any_stopped = any_diverged = False
     for r, pts in series.items():
-        done = sorted((p[0], p[1]) for p in pts if len(p) < 3 or p[2])
-        stopped = sorted((p[0], p[1]) for p in pts if len(p) >= 3 and not p[2])
-        if not (done or stopped):
+        done = sorted((p[0], p[1]) for p in pts if (len(p) < 3 or p[2]) and finite(p[1]))
+        stopped = sorted((p[0], p[1]) for p in pts if len(p) >= 3 and not p[2] and finite(p[1]))
+        diverged = sorted(p[0] for p in pts if not finite(p[1]))
+        if not (done or stopped or diverged):
             continue
         (line,) = ax.plot([p[0] for p in done], [p[1] for p in done], "o-", label=f"r={r}")
         if stopped:
             any_stopped = True
             ax.plot([p[0] for p in stopped], [p[1] for p in stopped], "o", mfc="none", color=line.get_color())
+        if diverged:
+            any_diverged = True
+            ax.plot(diverged, [0.97] * len(diverged), "x", color=line.get_color(), transform=ax.get_xaxis_transform())
     ax.set_xscale("log")
     log_ticks(ax.xaxis)
     ax.set_xlabel("learning rate")
@@ -102,10 +115,19 @@ def lr_figure(size: int, series: dict[int, list[tuple]]) -> Any:
     ax.set_title(f"LR tuning, size {size}")
     if any_stopped:
         ax.plot([], [], "o", mfc="none", color="0.4", label="stopped early (loss at\nthe milestone reached)")
+    if any_diverged:
+        ax.plot([], [], "x", color="0.4", label="no finite loss (diverged)")
     if any(series.values()):
         ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def _last_real_loss(values: dict[int, float]) -> float | None:
+    """The loss at the last milestone with a real one: a diverged trial reports a stand-in loss of 1e9 (a finite
+    number for the scheduler) at its end, which is not a loss; None when no milestone has a real one."""
+    real = [values[m] for m in sorted(values) if math.isfinite(values[m]) and values[m] < DIVERGED_LOSS]
+    return real[-1] if real else None
 
 
 def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
@@ -121,11 +143,7 @@ def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
         for row in [x for x in rows if x["size"] == size]:
             study = optuna.load_study(study_name=row["study_name"], storage=storage_url)
             series[row["r"]] = [
-                (
-                    t.params["lr"],
-                    t.intermediate_values[max(t.intermediate_values)],
-                    t.state == optuna.trial.TrialState.COMPLETE,
-                )
+                (t.params["lr"], _last_real_loss(t.intermediate_values), t.state == optuna.trial.TrialState.COMPLETE)
                 for t in study.get_trials(deepcopy=False)
                 if t.intermediate_values
             ]

@@ -186,6 +186,27 @@ def test_lr_plot_draws_stopped_trials_off_the_line():
         plt.close(fig)
 
 
+def test_lr_plot_keeps_a_diverged_trial_off_the_loss_axis():
+    """A trial that diverged reports a 1e9 stand-in at its end: the figure used it as a loss, so the real losses
+    (about 6.9) were squashed to the bottom of a 0-1e9 axis. Now its last real loss is used, and a trial with none
+    is an x at the top of the axes."""
+    from loopscale.sweep.lr_table import DIVERGED_LOSS, _last_real_loss, lr_figure
+
+    assert _last_real_loss({1: 6.95, 2: 6.91, 3: DIVERGED_LOSS}) == 6.91
+    assert _last_real_loss({3: DIVERGED_LOSS}) is None and _last_real_loss({1: float("nan")}) is None
+    series = {1: [(1e-2, 3.5, True), (3e-2, 3.4, True), (50.0, 6.91, False), (200.0, None, False)]}
+    fig = lr_figure(16, series)
+    try:
+        ax = fig.axes[0]
+        lo, hi = ax.get_ylim()
+        assert hi < 10  # the loss axis holds the losses, not the stand-in
+        xs = [ln for ln in ax.get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
+        assert len(xs) == 1 and list(xs[0].get_xdata()) == [200.0] and list(xs[0].get_ydata()) == [0.97]
+        assert "no finite loss (diverged)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+
+
 # --- the profile of the objective in phi: a non-negative axis -----------------------------------------------------
 
 
