@@ -169,7 +169,8 @@ def fit_cmd(
             raise ValueError(f"--law joint_per_r fits one phi per looped r > 1; the table holds only r = "
                              f"{[int(v) for v in rs]}: use --law chinchilla")  # fmt: skip
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
-    data = prepare(src, lw, block_by=bb if bootstrap else None)
+    # the blocking's columns are checked also without --bootstrap (a typo there would otherwise pass unseen)
+    data = prepare(src, lw, block_by=bb)
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
     fit = fit_data(lw, data, starts=starts, seed=seed, delta=delta)

@@ -180,8 +180,13 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     if block_by:
         bmiss = [c for c in block_by if c not in df.columns]
         if bmiss:
+            import difflib
+
+            names = [given.get(c, c) for c in df.columns]
+            close = {c: difflib.get_close_matches(c, names, n=1, cutoff=0.6) for c in bmiss}
+            hint = "; ".join(f"did you mean {m[0]!r} for {c!r}?" for c, m in close.items() if m)
             raise ValueError(
-                f"block_by column(s) {bmiss} do not exist; table has {[given.get(c, c) for c in df.columns]}"
+                f"block_by column(s) {bmiss} do not exist" + (f" ({hint})" if hint else "") + f"; table has {names}"
             )
     cols: dict[str, np.ndarray] = {}
     extra = [c for c in ("C", "r") if c in df.columns and c not in need]

@@ -524,3 +524,19 @@ def test_column_errors_list_the_tables_own_column_names(tmp_path):
     with pytest.raises(ValueError, match="block_by column") as e:
         bootstrap_data(make_law("joint"), data, B=2, block_by="foo", workers=1, starts=4)
     assert "'final_val_loss'" in str(e.value) and "'loss'" not in str(e.value)
+
+
+def test_fit_cli_checks_the_block_by_columns_without_bootstrap_too():
+    """A misspelt --block-by passed unseen without --bootstrap; it is now refused either way, naming the column
+    the table has that is closest."""
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "runs.csv"
+        _base_joint().assign(seed=0).to_csv(path, index=False)
+        for extra in ([], ["--bootstrap", "4"]):
+            res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "5", "--block-by", "sed", *extra])
+            assert res.exit_code == 2, res.output
+            assert "block_by column(s) ['sed'] do not exist (did you mean 'seed' for 'sed'?)" in res.output
