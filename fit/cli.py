@@ -187,12 +187,16 @@ def fit_cmd(
             progress=not json_out,
         )
         n_workers = workers if workers is not None else num_cpus
-        if address is None and num_gpus is None and ray_temp_dir is None:
-            # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
-            boot = bootstrap_data(lw, data, workers=n_workers, **kw)
-        else:
-            with opts.session():
-                boot = bootstrap_data(lw, data, workers=n_workers, address=None, **kw)
+        import warnings
+
+        with warnings.catch_warnings():  # its "no interval" warning is the summary's own line (below), said once
+            warnings.filterwarnings("ignore", message="bootstrap: no interval")
+            if address is None and num_gpus is None and ray_temp_dir is None:
+                # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
+                boot = bootstrap_data(lw, data, workers=n_workers, **kw)
+            else:
+                with opts.session():
+                    boot = bootstrap_data(lw, data, workers=n_workers, address=None, **kw)
     summary = summary_dict(fit, boot)
     if variant is not None:
         summary["variant"] = variant

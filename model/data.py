@@ -875,7 +875,8 @@ def _train_bpe(src: CorpusSource, vocab: int) -> tuple[BPETokenizer, dict]:
     stats["merges"] = merges
     if stats["bytes"] < MIN_BPE_TRAIN_BYTES or merges < 1:
         raise CorpusError(
-            f"BPE (bpe:{vocab}) would train on {stats['docs']} documents, {stats['bytes']} bytes "
+            f"BPE (bpe:{vocab}) would train on {stats['docs']} document{'s' if stats['docs'] != 1 else ''}, "
+            f"{stats['bytes']} bytes "
             f"({merges} merges learned; split by {stats['split']}): need at least {MIN_BPE_TRAIN_BYTES} bytes of "
             "training text; give a larger corpus or use tokenizer 'byte'"
         )

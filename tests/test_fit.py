@@ -363,6 +363,11 @@ def test_fit_cli_single_seed_block_by_seed_says_no_interval(tmp_path):
     args = ["fit", str(path), "--starts", "20", "--bootstrap", "4", "--workers", "1", "--block-by", "seed"]
     res = CliRunner().invoke(_cli_app(), args)
     assert res.exit_code == 0, res.output
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", *args], capture_output=True, text=True)
+    assert p.returncode == 0 and (p.stdout + p.stderr).count("no interval: --block-by seed: every run has") == 1
     assert "warning: no interval: --block-by seed: every run has seed = 0" in res.output
     # the blocking as given, not a tuple's repr; no "failed 4 (dropped)": nothing was refitted
     assert "bootstrap B = 4 (seed): 0 of 4 resamples refitted, so no interval" in res.output
