@@ -363,8 +363,12 @@ class SweepSpec(_Strict):
                     if s not in tab and str(s) not in tab:
                         raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
             else:
+                import difflib
+
+                close = [m for k in sorted(keys) for m in difflib.get_close_matches(str(k), ["fixed", "table"], 1, 0.6)]
                 raise ValueError(
                     f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}"
+                    + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else "")
                 )
         if (
             self.resources.gpus > 0

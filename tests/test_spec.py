@@ -219,15 +219,16 @@ def test_bad_budgets_name_the_values_without_placeholders():
         ({"tune": {"lr_mni": 1e-3}}, "tune.lr_mni", "'lr_min'"),
         ({"variants": [{"name": "hyperconnect", "hc_lane": 4}]}, "variants.0.hc_lane", "'hc_lanes'"),
         ({"zzzz": 1}, "zzzz", None),
+        ({"lr": {"fixd": 0.01}}, "", "'fixed'"),
     ],
 )
 def test_unknown_key_names_the_closest_known_one(patch, key, hint):
     """A misspelt key is refused with the key the spec accepts there that it is closest to (none when none is)."""
     d = copy.deepcopy(PRESETS["smoke"])
     for k, v in patch.items():
-        d[k] = {**d[k], **v} if isinstance(v, dict) and isinstance(d.get(k), dict) else v
+        d[k] = {**d[k], **v} if k in ("training", "tune") and isinstance(d.get(k), dict) else v
     with pytest.raises(SpecError) as e:
         parse_spec(d)
     msg = str(e.value)
-    assert f"{key}: Extra inputs are not permitted" in msg
+    assert f"{key}: Extra inputs are not permitted" in msg if key else "lr must be 'tune'" in msg
     assert (f"(did you mean {hint}?)" in msg) if hint else "did you mean" not in msg
