@@ -552,9 +552,11 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
     vmax = int(arr.max()) + 1 if len(arr) else 0
     limit = 256 if tok_kind == "byte" else vocab_size
     if vmax > limit:
+        fix = f"set vocab_size to at least {vmax} (and tokenizer 'pretokenized')"
+        hint = uint16_pairs_hint(files[0], arr)
         raise ValueError(
-            f"token file {corpus!r} has ids up to {vmax - 1}, but the model's vocab_size is {limit}: set "
-            f"vocab_size to at least {vmax} (and tokenizer 'pretokenized'){uint16_pairs_hint(files[0], arr)}"
+            f"token file {corpus!r} has ids up to {vmax - 1}, but the model's vocab_size is {limit}: "
+            + (f"{hint}; if the ids are real, {fix}" if hint else fix)
         )
 
 
@@ -622,9 +624,9 @@ def _looks_like_uint32(words: np.ndarray, sample: int = MISLABEL_SAMPLE) -> bool
 
 
 def uint16_pairs_hint(path: str | Path, ids: np.ndarray, sample: int = MISLABEL_SAMPLE) -> str:
-    """For a token file named uint32 whose ids exceed the vocabulary: ``"; it may hold uint16 ids ..."`` (to append
-    to that error) when the ids are 2**16 or more and their 16-bit halves do not look like uint32 ids (uint16 data
-    read two ids to a word gives ``low + 65536 * high``); else ''."""
+    """For a token file named uint32 whose ids exceed the vocabulary: ``"ids that large suggest ... name it
+    X.u16.bin"`` (the likelier fix, put first in that error) when the ids are 2**16 or more and their 16-bit halves
+    do not look like uint32 ids (uint16 data read two ids to a word gives ``low + 65536 * high``); else ''."""
     path = Path(path)
     if not path.name.lower().endswith((".u32.bin", ".uint32.bin")) or ids.dtype != np.uint32:
         return ""
@@ -633,8 +635,7 @@ def uint16_pairs_hint(path: str | Path, ids: np.ndarray, sample: int = MISLABEL_
         return ""
     base = re.sub(r"\.(u32|uint32)$", "", path.stem, flags=re.IGNORECASE)
     return (
-        f"; but ids that large suggest the file holds uint16 ids read two to a 32-bit word: if so, name it "
-        f"{base}.u16.bin"
+        f"ids that large suggest the file holds uint16 ids read two to a 32-bit word: if so, name it {base}.u16.bin"
     )
 
 

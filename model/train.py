@@ -636,10 +636,10 @@ def _prepare(cfg: RunConfig) -> _Prepared:
         from loopscale.model.data import uint16_pairs_hint
 
         hint = uint16_pairs_hint(data.meta["files"][0], data.train) if data.meta.get("corpus_kind") == "tokens" else ""
+        fix = f"set vocab_size to {data.vocab_size} (--vocab-size on the command line, model.vocab_size in a spec)"
         raise ValueError(
             f"model.vocab_size={mcfg.vocab_size} is smaller than the corpus vocabulary {data.vocab_size}; "
-            f"set vocab_size to {data.vocab_size} (--vocab-size on the command line, model.vocab_size in a spec)"
-            f"{hint}"
+            + (f"{hint}; if the ids are real, {fix}" if hint else fix)
         )
     D = resolve_tokens(cfg)
     B = cfg.batch_tokens

@@ -245,8 +245,8 @@ def test_token_file_named_for_the_other_dtype(tmp_path):
     assert len(D.load_tokens(str(tmp_path / "b.u16.bin"), "pretokenized").train) == 19_000
     ids.astype(np.uint16).tofile(tmp_path / "b.u32.bin")
     hint = r"file holds uint16 ids read two to a 32-bit word: if so, name it b\.u16\.bin"
-    with pytest.raises(ValueError, match=r"set vocab_size to at least \d+ .*" + hint):
-        D.check_corpus(str(tmp_path / "b.u32.bin"), "pretokenized", 256)
+    with pytest.raises(ValueError, match=hint + r"; if the ids are real, set vocab_size to at least \d+"):
+        D.check_corpus(str(tmp_path / "b.u32.bin"), "pretokenized", 256)  # the likelier fix first
     cfg = RunConfig(
         model=preset_config("cpu", r=1, d_model=16, seq_len=32),
         corpus=str(tmp_path / "b.u32.bin"),
@@ -254,7 +254,7 @@ def test_token_file_named_for_the_other_dtype(tmp_path):
         tokens=256,
         batch_tokens=256,
     )
-    with pytest.raises(ValueError, match=hint):
+    with pytest.raises(ValueError, match=hint + "; if the ids are real, set vocab_size to"):
         train_run(cfg)
     big = np.arange(300_000, dtype=np.uint32)  # genuine uint32 ids above 2**16: no uint16 hint
     big.tofile(tmp_path / "c.u32.bin")
