@@ -12,6 +12,7 @@ case studies, App. G): they are listed once, under variant ``baseline``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -675,9 +676,10 @@ class Cell:
     seed: int
     run: Any = field(compare=False, hash=False)
 
-    @property
+    @functools.cached_property
     def run_id(self) -> str:
-        """Stable hash of everything that defines the run (see :func:`run_id`)."""
+        """Stable hash of everything that defines the run (see :func:`run_id`); computed once per cell (the cell
+        and its frozen run configuration do not change)."""
         return run_id(self)
 
     @property
