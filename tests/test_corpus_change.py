@@ -4,6 +4,7 @@ Regenerating shards or editing a text at the same path used to be invisible: the
 the path only, so finished runs were kept as runs of the new text, and a resumed sweep mixed runs on two texts (two
 validation sets) in one grid. Every run record now carries the corpus content hash (``corpus_sha256``), and
 ``sweep``, ``run`` (also when every cell is done) and ``run --dry-run`` compare it with the corpus now there.
+Also here, on such a folder of finished records: ``run`` names the folder by the spec's name.
 """
 
 from __future__ import annotations
@@ -155,3 +156,35 @@ def test_a_folder_with_no_finished_run_remembers_the_corpus_it_started_on(tmp_pa
             (target / "corpus.json").write_text(json.dumps(doc))
         p = _cli(*args, "--out", str(target))
         assert p.returncode == 2 and "was started on" in p.stderr, (args, p.stderr[-2000:])
+
+
+def test_run_names_its_folder_by_the_specs_name_not_its_file(tmp_path):
+    """run_meta.json's spec_name (the report's title; status's key to the grid's Tune experiments, grid_<name>_NNN)
+    was the spec file's stem ("mygrid" for mygrid.yaml) while the experiments carried the spec's name."""
+    from loopscale.model.accounting import flops_per_token, n_once, n_rec
+
+    d = copy.deepcopy(TINY)
+    d["name"] = "tinyname"
+    d["sizes"] = [16, 32]
+    spec = parse_spec(d)
+    spec_path = tmp_path / "mygrid.yaml"
+    spec_path.write_text(yaml.safe_dump(d))
+    out = tmp_path / "out"
+    out.mkdir()
+    record_folder_spec(out, spec)
+    store = ResultsStore(out)
+    h = resolve_corpus("embedded", cache_dir=default_cache_dir()).corpus_hash
+    for i, c in enumerate(spec.cells()):  # finished runs whose losses follow the joint law: the run only fits them
+        m, D = c.run.model, c.run.tokens
+        N = n_once(m) + c.r**0.5 * n_rec(m)
+        loss = 1.5 + 40 * N**-0.3 + 300 * D**-0.35 + 0.002 * ((i * 7) % 5 - 2)
+        store.write_run(
+            run_record(c, {"status": "ok", "final_val_loss": loss, "N_once": n_once(m), "N_rec": n_rec(m),
+                           "N_unique": n_once(m) + n_rec(m), "D": D, "C": flops_per_token(m) * D,
+                           "flops_per_token": flops_per_token(m), "corpus_hash": h})  # fmt: skip
+        )
+    store.consolidate()
+    p = _cli("run", str(spec_path), "--out", str(out), "--bootstrap", "0", "--starts", "5")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((out / "run_meta.json").read_text())["spec_name"] == "tinyname"
+    assert (out / "report.md").read_text().startswith("# loopscale report: tinyname")
