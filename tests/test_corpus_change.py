@@ -43,6 +43,16 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _spec_and_folder(tmp_path: Path, d: dict, file_name: str = "tiny.yaml"):
+    """The spec of ``d``, its YAML file ``tmp_path/file_name`` and an empty output folder ``tmp_path/out``."""
+    spec = parse_spec(d)
+    spec_path = tmp_path / file_name
+    spec_path.write_text(yaml.safe_dump(d))
+    out = tmp_path / "out"
+    out.mkdir()
+    return spec, spec_path, out
+
+
 @pytest.fixture
 def folder(tmp_path):
     """A corpus folder of three text files, a spec on it, and an output folder whose 8 runs all finished on it
@@ -53,11 +63,7 @@ def folder(tmp_path):
         (corpus / f"doc{i}.txt").write_text(f"The {i}th document of plain English prose. " * 400, encoding="utf-8")
     d = copy.deepcopy(TINY)
     d["corpus"] = str(corpus)
-    spec = parse_spec(d)
-    spec_path = tmp_path / "tiny.yaml"
-    spec_path.write_text(yaml.safe_dump(d))
-    out = tmp_path / "out"
-    out.mkdir()
+    spec, spec_path, out = _spec_and_folder(tmp_path, d)
     record_folder_spec(out, spec)
     h = resolve_corpus(str(corpus), "text", cache_dir=default_cache_dir()).corpus_hash
     store = ResultsStore(out)
@@ -128,9 +134,7 @@ def test_a_folder_with_no_finished_run_remembers_the_corpus_it_started_on(tmp_pa
     (corpus / "a.txt").write_text("Plain English prose for a test corpus. " * 300, encoding="utf-8")
     d = copy.deepcopy(TINY)
     d["corpus"] = str(corpus)
-    spec = parse_spec(d)
-    out = tmp_path / "out"
-    out.mkdir()
+    spec, spec_path, out = _spec_and_folder(tmp_path, d)
     calls = []
     real = D.resolve_corpus
     monkeypatch.setattr(D, "resolve_corpus", lambda *a, **k: calls.append(a) or real(*a, **k))
@@ -145,8 +149,6 @@ def test_a_folder_with_no_finished_run_remembers_the_corpus_it_started_on(tmp_pa
     with pytest.raises(ValueError, match=r"is not the one .* was started on \(content hash .* in corpus.json"):
         check_folder_corpus(out, spec)
     assert json.loads((out / "corpus.json").read_text()) == doc and S.FOLDER_CORPUS == "corpus.json"
-    spec_path = tmp_path / "tiny.yaml"
-    spec_path.write_text(yaml.safe_dump(d))
     tune = dict(d, lr="tune", tune={"num_samples": 2, "tokens": 1024, "num_milestones": 2})
     (tmp_path / "tune.yaml").write_text(yaml.safe_dump(tune))
     for args in (["sweep", str(spec_path), "--resume"], ["tune-lr", str(tmp_path / "tune.yaml")]):
@@ -166,11 +168,7 @@ def test_run_names_its_folder_by_the_specs_name_not_its_file(tmp_path):
     d = copy.deepcopy(TINY)
     d["name"] = "tinyname"
     d["sizes"] = [16, 32]
-    spec = parse_spec(d)
-    spec_path = tmp_path / "mygrid.yaml"
-    spec_path.write_text(yaml.safe_dump(d))
-    out = tmp_path / "out"
-    out.mkdir()
+    spec, spec_path, out = _spec_and_folder(tmp_path, d, "mygrid.yaml")
     record_folder_spec(out, spec)
     store = ResultsStore(out)
     h = resolve_corpus("embedded", cache_dir=default_cache_dir()).corpus_hash
