@@ -553,23 +553,25 @@ class LRView(_View):
         best = [[s, r, lr, v] for (s, r), (v, lr) in sorted(self.best.items())]
         return {"trials": dict(self.states), "best": best, "eta_s": self.eta_s}
 
+    def _counts(self) -> str:
+        return f"done {self.states['COMPLETE']} · pruned {self.states['PRUNED']} · failed {self.states['FAIL']}"
+
+    def _eta_text(self) -> str | None:
+        """``ETA 1m10s`` while trials are left and an estimate exists, else None."""
+        left = self.total - sum(self.states.values())
+        return f"ETA {_fmt_s(self.eta_s)}" if self.eta_s is not None and left > 0 else None
+
     def _text(self, with_eta: bool = True) -> str:
         best = "; ".join(
             f"size {s} r {r}: lr {lr:.3g} ({v:.3f})" for (s, r), (v, lr) in sorted(self.best.items())
         )
-        left = self.total - sum(self.states.values())
-        eta = f" · ETA {_fmt_s(self.eta_s)}" if with_eta and self.eta_s is not None and left > 0 else ""
-        return (
-            f"done {self.states['COMPLETE']} · pruned {self.states['PRUNED']} · failed {self.states['FAIL']}"
-            + eta
-            + (f" · best {best}" if best else "")
-        )
+        eta = self._eta_text() if with_eta else None
+        return self._counts() + (f" · {eta}" if eta else "") + (f" · best {best}" if best else "")
 
     def _short(self) -> str:
         """The text next to a progress bar: the ETA first (as the grid's), so a narrow terminal cuts the rest."""
-        left = self.total - sum(self.states.values())
-        eta = f"ETA {_fmt_s(self.eta_s)} · " if self.eta_s is not None and left > 0 else ""
-        return f"{eta}done {self.states['COMPLETE']} · pruned {self.states['PRUNED']} · failed {self.states['FAIL']}"
+        eta = self._eta_text()
+        return (f"{eta} · " if eta else "") + self._counts()
 
     def summary(self) -> str:
         n = sum(self.states.values())
