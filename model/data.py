@@ -560,6 +560,23 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
         )
 
 
+def _stated_dtype(path: Path):
+    """The dtype a raw token file's name states: ``np.uint32`` for ``*.u32.bin`` / ``*.uint32.bin``, ``np.uint16``
+    for ``*.u16.bin`` / ``*.uint16.bin``, else None."""
+    name = path.name.lower()
+    if name.endswith((".u32.bin", ".uint32.bin")):
+        return np.uint32
+    if name.endswith((".u16.bin", ".uint16.bin")):
+        return np.uint16
+    return None
+
+
+def _name_without_dtype(path: Path) -> str:
+    """A token file's name without ``.bin`` and its dtype suffix (``tokens.u16.bin`` -> ``tokens``), to suggest
+    the name with the other dtype."""
+    return re.sub(r"\.(u16|uint16|u32|uint32)$", "", path.stem, flags=re.IGNORECASE)
+
+
 def _open_token_file(path: Path) -> np.ndarray:
     if path.suffix.lower() == ".npy":
         arr = np.load(path, mmap_mode="r")
@@ -568,14 +585,7 @@ def _open_token_file(path: Path) -> np.ndarray:
                 f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}"
             )
         return arr
-    name = path.name.lower()
-    stated = (
-        np.uint32
-        if name.endswith((".u32.bin", ".uint32.bin"))
-        else np.uint16
-        if name.endswith((".u16.bin", ".uint16.bin"))
-        else None
-    )
+    stated = _stated_dtype(path)
     dtype = stated or np.uint16
     size = path.stat().st_size
     fix = (
@@ -588,12 +598,11 @@ def _open_token_file(path: Path) -> np.ndarray:
             f"({dtype.__name__}): torn, or not a token file of that dtype; {fix}"
         )
     arr = np.memmap(path, dtype=dtype, mode="r")
-    base = re.sub(r"\.(u16|uint16|u32|uint32)$", "", path.stem, flags=re.IGNORECASE)
     if stated is np.uint16 and size % 4 == 0 and len(arr) >= MISLABEL_MIN_WORDS and _looks_like_uint32(arr):
         raise CorpusError(
             f"token file {str(path)!r} is named uint16 (.u16.bin) but looks like uint32 ids: every second 16-bit "
             f"word is near 0 (the high halves of 32-bit ids), so it would read as twice as many tokens, half of them "
-            f"0; if it holds uint32 ids, name it {base}.u32.bin"
+            f"0; if it holds uint32 ids, name it {_name_without_dtype(path)}.u32.bin"
         )
     if stated is None:
         if size % 4 == 0 and len(arr) >= 4 and _looks_like_uint32(arr):
@@ -628,14 +637,14 @@ def uint16_pairs_hint(path: str | Path, ids: np.ndarray, sample: int = MISLABEL_
     X.u16.bin"`` (the likelier fix, put first in that error) when the ids are 2**16 or more and their 16-bit halves
     do not look like uint32 ids (uint16 data read two ids to a word gives ``low + 65536 * high``); else ''."""
     path = Path(path)
-    if not path.name.lower().endswith((".u32.bin", ".uint32.bin")) or ids.dtype != np.uint32:
+    if _stated_dtype(path) is not np.uint32 or ids.dtype != np.uint32:
         return ""
     head = np.asarray(ids[: 2 * (min(len(ids), sample) // 2)])
     if not len(head) or int(head.max()) < 1 << 16 or _looks_like_uint32(head.view(np.uint16)):
         return ""
-    base = re.sub(r"\.(u32|uint32)$", "", path.stem, flags=re.IGNORECASE)
     return (
-        f"ids that large suggest the file holds uint16 ids read two to a 32-bit word: if so, name it {base}.u16.bin"
+        "ids that large suggest the file holds uint16 ids read two to a 32-bit word: if so, name it "
+        f"{_name_without_dtype(path)}.u16.bin"
     )
 
 
