@@ -364,9 +364,7 @@ class SweepSpec(_Strict):
                     if s not in tab and str(s) not in tab:
                         raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
             else:
-                import difflib
-
-                close = [m for k in sorted(keys) for m in difflib.get_close_matches(str(k), ["fixed", "table"], 1, 0.6)]
+                close = [m for k in sorted(keys) if (m := _closest(str(k), ["fixed", "table"]))]
                 raise ValueError(
                     f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}"
                     + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else "")
@@ -767,8 +765,6 @@ def _model_in(annotation) -> type[BaseModel] | None:
 def _did_you_mean(loc: tuple) -> str:
     """For an unknown key at ``loc`` (pydantic's error location from :class:`SweepSpec`): " (did you mean 'x'?)"
     naming the closest key the spec accepts there, or ''."""
-    import difflib
-
     cls: type[BaseModel] | None = SweepSpec
     for part in loc[:-1]:
         if isinstance(part, int):  # an item of a list: the same model
@@ -777,8 +773,16 @@ def _did_you_mean(loc: tuple) -> str:
         cls = _model_in(field.annotation) if field is not None else None
         if cls is None:
             return ""
-    close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = _closest(str(loc[-1]), list(cls.model_fields))
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def _closest(word: str, options: list[str]) -> str | None:
+    """The option most like a misspelt ``word`` (difflib ratio >= 0.6), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _fmt_error(e: ValidationError) -> str:
@@ -908,7 +912,7 @@ def corpus_hash_now(spec: SweepSpec) -> str:
     key: tuple = (spec.corpus, spec.text_column)
     if spec.corpus != "embedded":
         _, files = _corpus_files(spec.corpus, spec.text_column)
-        key += tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+        key += tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
     if key not in _HASH_MEMO:
         _HASH_MEMO[key] = resolve_corpus(spec.corpus, spec.text_column, cache_dir=default_cache_dir()).corpus_hash
     return _HASH_MEMO[key]
