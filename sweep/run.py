@@ -374,15 +374,16 @@ def run_cmd(
     targets = tracking.parse_track(track)
     from loopscale.cluster.options import usable_out_dir
 
-    usable_out_dir(out or Path("runs") / name)  # a file in the way is said now, not after the sweep
+    out_dir = out or Path("runs") / name
+    usable_out_dir(out_dir)  # a file in the way is said now, not after the sweep
     if dry_run:
         p = plan(spec)
         p.update(corpus_epochs(spec))
         try:
             check_design(spec)
             # the folder: another spec's results, or finished runs on other corpus content, are refused by `run`
-            check_folder_spec(out or Path("runs") / name, spec)
-            check_folder_corpus(out or Path("runs") / name, spec)
+            check_folder_spec(out_dir, spec)
+            check_folder_corpus(out_dir, spec)
             p["refused"] = None
         except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
             p["refused"] = str(e)
@@ -401,7 +402,6 @@ def run_cmd(
             raise ValueError(f"run would refuse this spec: {p['refused']}")
         return
     b_def, s_def = fit_defaults(spec)
-    out_dir = out or Path("runs") / name
     fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:
         if resume and fresh:  # e.g. a mistyped folder: say it before hours of training start
