@@ -130,7 +130,7 @@ def run_sweep(
         unfinished_trials,
     )
     from loopscale.sweep.lr_table import read_lr_table
-    from loopscale.sweep.spec import check_folder_corpus, check_folder_spec, load_spec, record_folder_spec
+    from loopscale.sweep.spec import check_folder_spec, load_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record
     from loopscale.sweep.tracking import parse_track
@@ -142,7 +142,6 @@ def run_sweep(
     track = parse_track(track)
     out = Path(out_dir).resolve()
     check_folder_spec(out, spec)  # before the LR table of the folder is read
-    check_folder_corpus(out, spec)  # the finished runs read the text now at spec.corpus
     if spec.lr == "tune" and lr_table is None and cells is None:
         lr_table = read_lr_table(out / "lr_table.parquet")
     if cells is None:

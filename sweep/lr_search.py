@@ -661,7 +661,7 @@ def run_tune_lr(
     from loopscale.cluster.connect import ray_session
     from loopscale.cluster.storage import absolute_uri, read_json_or_aside, write_text_atomic
     from loopscale.sweep import console, tracking
-    from loopscale.sweep.spec import check_folder_corpus, check_folder_spec, load_spec, record_folder_spec
+    from loopscale.sweep.spec import check_folder_spec, load_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import to_table, write_table_atomic
 
@@ -673,7 +673,6 @@ def run_tune_lr(
     track = tracking.parse_track(track)
     out = Path(out_dir).resolve()
     check_folder_spec(out, spec)
-    check_folder_corpus(out, spec)  # the folder's runs, checkpoints and LR table are of the text now there
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec)  # `sweep` and `run` of another spec will not read this folder's LR table

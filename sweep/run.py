@@ -188,7 +188,7 @@ def run_pipeline(
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.lr_table import lr_table_present
-    from loopscale.sweep.spec import check_folder_corpus, check_folder_spec, record_folder_spec
+    from loopscale.sweep.spec import record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.tracking import parse_track
 
@@ -199,8 +199,6 @@ def run_pipeline(
     track = parse_track(track)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    check_folder_spec(out, spec)
-    check_folder_corpus(out, spec)  # before any stage (the sweep's own check then reuses the hash)
     record_folder_spec(out, spec)  # refuses another spec's folder; --storage may change between reruns
     mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
     meta_path = out / "run_meta.json"
@@ -361,7 +359,7 @@ def run_cmd(
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
     from loopscale.sweep import console, tracking
     from loopscale.sweep.commands import stdout_to_stderr
-    from loopscale.sweep.spec import check_folder_corpus, check_folder_spec
+    from loopscale.sweep.spec import check_folder_spec
     from loopscale.sweep.status import fit_headlines
 
     spec, name = resolve_spec(spec_path, preset)
@@ -381,9 +379,8 @@ def run_cmd(
         p.update(corpus_epochs(spec))
         try:
             check_design(spec)
-            # the folder: another spec's results, or finished runs on other corpus content, are refused by `run`
+            # the folder: another spec's results, or runs on other corpus content, are refused by `run`
             check_folder_spec(out_dir, spec)
-            check_folder_corpus(out_dir, spec)
             p["refused"] = None
         except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
             p["refused"] = str(e)

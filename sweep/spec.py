@@ -874,15 +874,14 @@ FOLDER_SPEC = "spec.yaml"
 def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
     """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
     grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
-    (``storage_path``) may differ. A missing or empty (torn) ``spec.yaml`` passes.
+    (``storage_path``) may differ. A missing or empty (torn) ``spec.yaml`` passes. The folder's corpus is checked
+    too (:func:`check_folder_corpus`: its runs, checkpoints and LR table are of the text now at ``spec.corpus``).
 
     Raises:
-        ValueError: ``out/spec.yaml`` differs from ``spec``; nothing is changed.
+        ValueError: ``out/spec.yaml`` differs from ``spec``, or the corpus changed since; nothing is changed.
     """
     spec_file = Path(out) / FOLDER_SPEC
-    if not spec_file.is_file():
-        return
-    old = spec_file.read_text(encoding="utf-8")
+    old = spec_file.read_text(encoding="utf-8") if spec_file.is_file() else ""
     if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})):
         diff = _spec_differences(old, spec)
         raise ValueError(
@@ -890,6 +889,7 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
             + (f"; it differs in {diff}" if diff else "")
             + "); use another --out directory (nothing there was changed)"
         )
+    check_folder_corpus(out, spec)
 
 
 FOLDER_CORPUS = "corpus.json"
