@@ -257,7 +257,9 @@ def analyze(
         isoflop_parabolas,
         write_fit_outputs,
     )
-    from loopscale.fit.io import read_table
+    from loopscale.fit.fitter import fit_fixed_phis
+    from loopscale.fit.io import prepare, read_table
+    from loopscale.fit.laws import make_law
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -343,8 +345,8 @@ def analyze(
         v["joint"] = fitted(summary_dict(joint, boot))  # what fit.json holds; never read back
         v["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
         v["restricted"] = {}
-        for phi in (0.0, 1.0):
-            rf = fit_law(fit_frame, law="joint", phi=phi, starts=starts, seed=seed)
+        restricted = fit_fixed_phis(prepare(fit_frame, make_law("joint", 0.0)), (0.0, 1.0), starts=starts, seed=seed)
+        for phi, rf in zip((0.0, 1.0), restricted, strict=True):
             v["restricted"][f"phi={phi:g}"] = fitted(json_safe(rf.to_dict()))
         phi_hat = float(joint.params["phi"])
         v["equivalence"] = _equivalence_statements(frame, phi_hat)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.fitter import FitResult, fit_law
+from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import BASE_BOUNDS, PHI_BOUNDS, make_law
 
@@ -97,11 +97,16 @@ def fixed_D(table: Any) -> bool:
     return bool(np.unique(data.cols["D"]).size == 1)
 
 
-def _profile_point(shared: dict, phi: float) -> tuple[float, float]:
-    """(objective, R^2) of the joint law refitted at fixed ``phi`` (one point of :func:`phi_profile`)."""
-    f = fit_law(shared["table"], law="joint", phi=phi, starts=shared["starts"], seed=shared["seed"],
-                delta=shared["delta"])  # fmt: skip
-    return float(f.objective), float(f.r2)
+#: Ray tasks the profile's fits are split into inside a Ray session (each task fits its phi values in one batch)
+PROFILE_TASKS = 4
+
+
+def _profile_chunk(shared: dict, phis: list[float]) -> list[tuple[float, float]]:
+    """(objective, R^2) of the joint law refitted at each fixed phi of ``phis`` (points of :func:`phi_profile`), in
+    one batch (:func:`loopscale.fit.fitter.fit_fixed_phis`: the same values as one ``fit_law(phi=...)`` each)."""
+    data = prepare(shared["table"], make_law("joint", 0.0))
+    fits = fit_fixed_phis(data, phis, starts=shared["starts"], seed=shared["seed"], delta=shared["delta"])
+    return [(float(f.objective), float(f.r2)) for f in fits]
 
 
 def phi_profile(
@@ -119,8 +124,9 @@ def phi_profile(
         table: runs (as :func:`loopscale.fit.fitter.fit_law`).
         grid: phi values (default -1.5 ... 2.5 in steps of 0.1, inside the paper's box [-3, 3]).
         starts: starts per restricted fit.
-        address: a Ray cluster for the fits; with it, or inside a running Ray session, the grid's fits run as
-            parallel Ray tasks (same values as serially); otherwise serially in this process.
+        address: a Ray cluster for the fits; with it, or inside a running Ray session, the grid is split into
+            ``PROFILE_TASKS`` parallel Ray tasks (same values as serially); otherwise it is fitted in this process.
+            Either way the fits of a task advance together (:func:`loopscale.fit.fitter.fit_fixed_phis`).
     Returns:
         DataFrame with ``phi``, ``objective`` (Huber sum, paper Eq. 4), ``r2`` and ``rel_rise`` (objective / its
         minimum over the grid - 1), sorted by phi.
@@ -132,10 +138,12 @@ def phi_profile(
         raise ValueError(f"phi grid must be a non-empty 1-D list of finite values, got {grid.tolist()}")
     if grid.min() < PHI_BOUNDS[0] or grid.max() > PHI_BOUNDS[1]:
         raise ValueError(f"phi grid must lie inside {list(PHI_BOUNDS)}, got [{grid.min()}, {grid.max()}]")
-    from loopscale.fit.bootstrapping import map_tasks
+    from loopscale.fit.bootstrapping import map_tasks, ray_running
 
     shared = {"table": _frame(table), "starts": starts, "seed": seed, "delta": delta}
-    vals = map_tasks(_profile_point, shared, [float(phi) for phi in grid], address)
+    n_tasks = min(PROFILE_TASKS, grid.size) if ray_running(address) else 1
+    chunks = [[float(phi) for phi in part] for part in np.array_split(grid, n_tasks)]
+    vals = [v for part in map_tasks(_profile_chunk, shared, chunks, address) for v in part]
     rows = [dict(phi=float(phi), objective=o, r2=r2) for phi, (o, r2) in zip(grid, vals, strict=True)]
     out = pd.DataFrame(rows).sort_values("phi").reset_index(drop=True)
     out["rel_rise"] = out["objective"] / out["objective"].min() - 1.0

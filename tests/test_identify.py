@@ -182,3 +182,28 @@ def test_law_per_r_starts_from_the_one_phi_optimum():
         fitter.build_starts = real
     assert out["objective"] <= out["objective_one_phi"] * (1 + 1e-9), out
     assert out["r2"] >= out["r2_one_phi"] - 1e-3, out
+
+
+def test_fixed_phi_fits_in_one_batch_equal_one_fit_each():
+    """The profile fits every fixed phi in one batch: each phi's result is the one fit_law(phi=...) gives alone
+    (same objective, parameters and R^2), and a profile point is that restricted fit's objective."""
+    from loopscale.fit.fitter import Objective, fit_fixed_phis
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    df = _table({2: 0.3, 4: 0.5, 8: 0.6}, noise=0.01, seed=5)
+    phis = [-1.0, 0.0, 0.37, 1.0, 2.5]
+    many = fit_fixed_phis(prepare(df, make_law("joint", 0.0)), phis, starts=12, seed=3)
+    for phi, got in zip(phis, many, strict=True):
+        one = fit_law(df, law="joint", phi=phi, starts=12, seed=3)
+        assert got.params == one.params and got.objective == one.objective and got.r2 == one.r2
+        assert got.phi_fixed and got.params["phi"] == phi and got.starts == one.starts
+    # different phi, different fits (a batch that ignored its rows' phi would give one answer five times)
+    assert len({round(f.objective, 12) for f in many}) == len(phis)
+    prof = phi_profile(df, np.array(phis[:3]), starts=12, seed=3)
+    assert prof["objective"].tolist() == [f.objective for f in many[:3]]
+    with pytest.raises(ValueError, match="starts"):
+        fit_fixed_phis(prepare(df, make_law("joint", 0.0)), phis, starts=0)
+    data = prepare(df, make_law("joint", 0.0))
+    with pytest.raises(ValueError, match="u_sets needs a law without fitted extra parameters"):
+        Objective(make_law("joint"), data.cols, u_sets=np.zeros((2, data.n)))
