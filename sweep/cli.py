@@ -33,10 +33,15 @@ def _register() -> None:
     model_app.command("info")(present_errors(model_cli.info_cmd))
     app.add_typer(model_app, name="model")
     app.command("train")(present_errors(model_cli.train_cmd))
-    app.command("fit")(present_errors(fit_cli.fit_cmd))
+    # the list of commands shows a help's first paragraph with its source line breaks: a one-line summary instead
+    app.command("fit", short_help="Fit a scaling law (joint: phi) to a table of runs, with bootstrap CIs.")(
+        present_errors(fit_cli.fit_cmd)
+    )
     app.command("report")(present_errors(run_report.report_cmd))
     app.command("tune-lr")(present_errors(sweep_cmds.tune_lr_cmd))
-    app.command("sweep")(present_errors(sweep_cmds.sweep_cmd))
+    app.command("sweep", short_help="Stage 2: train every grid cell of SPEC on Ray Tune; writes runs.parquet.")(
+        present_errors(sweep_cmds.sweep_cmd)
+    )
     app.command("run")(present_errors(run_pipeline.run_cmd))
     app.command("design")(present_errors(design_cmd.design_cmd))
     app.command("status")(present_errors(status.status_cmd))

@@ -32,3 +32,20 @@ def test_track_help_shows_the_extra_to_install():
     res = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert res.exit_code == 0
     assert "pip install 'loopscale[track]'" in res.output
+
+
+def test_the_list_of_commands_shows_each_summary_as_one_flowing_line():
+    """`loopscale --help` lists each command with its help's first paragraph, line breaks as written in the source
+    (Typer's rich mode): fit's and sweep's listed as ragged 5- and 3-line fragments ("Rows whose" / "status is
+    not 'ok' ..."). Every listed summary is one paragraph without a line break, and the listing has no cut line."""
+    import inspect
+
+    listed = {}
+    for path, cmd in _commands(typer.main.get_command(app)):
+        if path != "loopscale":
+            listed[path] = inspect.cleandoc(cmd.short_help or cmd.help or "").split("\n\n")[0]
+    assert {"fit", "sweep", "run", "status"} <= set(listed)
+    assert not {p: s for p, s in listed.items() if "\n" in s or not s}, listed
+    res = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith("│ fit ")]
+    assert rows and "table of runs" in rows[0]
