@@ -80,7 +80,7 @@ def fit_cmd(
             help="Joint law with phi free (needs --bootstrap): apply the identification rule of `loopscale run` "
             "(parameters on the search-box edge, the profile of the objective in phi, phi fitted per r) and print "
             "its verdict. The "
-            "profile refits the law at 41 values of phi (about 1 s each for 50 runs on one core).",
+            "profile refits the law at 41 values of phi, in one batch (about 3 s for 50 runs on one core).",
         ),
     ] = False,
     address: AddressOpt = None,
