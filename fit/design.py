@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.fitter import fit_data
+from loopscale.fit.fitter import fit_many
 from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import PHI_BOUNDS, make_law
 
@@ -193,12 +193,17 @@ def simulate_phi(
     base = pd.DataFrame({**cols, "status": "ok"})
     law = make_law("joint")
     warm = law.from_public(truth)  # the truth is one start; the others are the fitter's usual sub-fit/random ones
+    datas, seeds = [], []
     for _ in range(n_sim):
         sim = base.assign(loss=mean * np.exp(noise_rel * rng.standard_normal(mean.shape)))
         try:
-            f = fit_data(law, prepare(sim, law), starts=starts, seed=int(rng.integers(1 << 31)), grid=False,
-                         warm=warm, n_polish=1)
-        except (RuntimeError, ValueError):
+            datas.append(prepare(sim, law))
+        except ValueError:  # a draw the fitter refuses: skipped
+            continue
+        seeds.append(int(rng.integers(1 << 31)))
+    # every draw's refit advances in one batch (the values of one fit_data each)
+    for f in fit_many(law, datas, seeds, starts=starts, grid=False, warm=warm, n_polish=1):
+        if f is None:
             continue
         phis.append(f.params["phi"])
         on_bound += int("phi" in f.on_bound or not PHI_BOUNDS[0] < f.params["phi"] < PHI_BOUNDS[1])
@@ -301,12 +306,19 @@ def simulate_design(
     rng = np.random.default_rng(seed)
     warm = law.from_public(truth)
     phis, on_bound, worths = [], 0, {k: [] for k in worth_true}
+    datas, seeds, sims = [], [], []
     for _ in range(n_sim):
         sim = base.assign(loss=mean + sd * rng.standard_normal(mean.shape))
         try:
-            f = fit_data(law, prepare(design_cell_means(sim), law), starts=starts, seed=int(rng.integers(1 << 31)),
-                         grid=False, warm=warm, n_polish=1)
-        except (RuntimeError, ValueError):
+            datas.append(prepare(design_cell_means(sim), law))
+        except ValueError:  # a draw the fitter refuses (e.g. a loss <= 0): skipped
+            continue
+        seeds.append(int(rng.integers(1 << 31)))
+        sims.append(sim)
+    # every draw's refit advances in one batch (the values of one fit_data each)
+    for f, sim in zip(fit_many(law, datas, seeds, starts=starts, grid=False, warm=warm, n_polish=1), sims,
+                      strict=True):  # fmt: skip
+        if f is None:
             continue
         phis.append(f.params["phi"])
         on_bound += int("phi" in f.on_bound or not PHI_BOUNDS[0] < f.params["phi"] < PHI_BOUNDS[1])

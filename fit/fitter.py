@@ -67,7 +67,8 @@ class Objective:
         self.logD = np.log(cols["D"])
         self.n = self.logL.shape[0]
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1, self.n)
-        self.logL_sets = None if losses is None else np.log(np.asarray(losses, dtype=np.float64).reshape(-1, self.n))
+        self.loss_sets = None if losses is None else np.asarray(losses, dtype=np.float64).reshape(-1, self.n)
+        self.logL_sets = None if losses is None else np.log(self.loss_sets)
         self.u_sets = None
         if u_sets is not None:
             if law.extra_names or weights is not None or losses is not None:
@@ -290,7 +291,7 @@ def subfit_starts(
     u = np.broadcast_to(u, (G, obj.n))
     X = np.exp(-AL[:, None] * u)  # (G, n)
     Y = np.exp(-BE[:, None] * obj.logD[None, :])
-    L = obj.cols["loss"] if obj.logL_sets is None else np.exp(obj.logL_sets[0 if wid is None else wid])
+    L = obj.cols["loss"] if obj.loss_sets is None else obj.loss_sets[0 if wid is None else wid]
     w = 1.0 / L**2
     if obj.weights is not None:
         w = w * obj.weights[0 if wid is None else wid]
@@ -605,6 +606,59 @@ def fit_fixed_phis(
         rows = wid == k
         out = best_of_batch(lw, ob, x[rows], f[rows], n_polish=n_polish)
         results.append(_fit_result(lw, data, out, n_starts=int(x0s[k].shape[0]), delta=delta))
+    return results
+
+
+def fit_many(
+    law: Law,
+    datas: list[FitData],
+    seeds: list[int],
+    *,
+    starts: int = 500,
+    delta: float = 1e-3,
+    grid: bool = True,
+    warm: np.ndarray | None = None,
+    n_polish: int = 3,
+) -> list[FitResult | None]:
+    """``law`` fitted to several data sets that differ only in their losses (simulated draws of one design), in one
+    batch.
+
+    Equal to ``[fit_data(law, data, starts=starts, seed=seed, ...) for data, seed in zip(datas, seeds)]`` (each
+    set's own starts from its own seed, every start row on its own trajectory in the batched L-BFGS, each set's end
+    points polished as :func:`fit_data` does), with ``None`` where :func:`fit_data` raises ``RuntimeError`` (every
+    start non-finite). Used by ``loopscale design``, whose simulated draws refit one design many times.
+
+    Args:
+        law: the law. datas: validated data sets (:func:`loopscale.fit.io.prepare`) with the same rows: equal ``D``
+            and law columns, losses (nats/token) of their own. seeds: one start seed per data set.
+        starts, delta, grid, warm, n_polish: as :func:`fit_data`, per data set.
+    Returns:
+        One :class:`FitResult` (or ``None``) per data set, in order.
+    Raises:
+        ValueError: ``starts`` < 1, as many seeds as data sets not given, or data sets whose columns other than
+            ``loss`` differ.
+    """
+    if starts < 1:
+        raise ValueError(f"starts={starts} must be >= 1 (paper: 500)")
+    if len(seeds) != len(datas):
+        raise ValueError(f"fit_many needs one seed per data set: {len(datas)} data sets, {len(seeds)} seeds")
+    if not datas:
+        return []
+    cols = datas[0].cols
+    for d in datas[1:]:
+        if d.n != datas[0].n or any(not np.array_equal(d.cols[c], cols[c]) for c in ("D", *law.columns)):
+            raise ValueError("fit_many: the data sets must differ only in their losses (same runs, D and law columns)")
+    obj = Objective(law, cols, delta, losses=np.stack([d.cols["loss"] for d in datas]))
+    x0s = [build_starts(law, obj, starts, np.random.default_rng(s), warm=warm, wid=j, grid=grid)
+           for j, s in enumerate(seeds)]  # fmt: skip
+    wid = np.concatenate([np.full(x0.shape[0], j) for j, x0 in enumerate(x0s)])
+    lo, hi = law.bounds()
+    x, f, _ = batched_lbfgs(obj, np.concatenate(x0s), lo, hi, wid, max_iter=MULTISTART_MAX_ITER)
+    results: list[FitResult | None] = []
+    for j, d in enumerate(datas):
+        rows = wid == j
+        out = best_of_batch(law, obj, x[rows], f[rows], wid=j, n_polish=n_polish)
+        results.append(None if out["theta"] is None else _fit_result(law, d, out, n_starts=int(x0s[j].shape[0]), delta=delta))
     return results
 
 

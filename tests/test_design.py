@@ -52,3 +52,30 @@ def test_wall_time_packs_runs_onto_slots():
     assert flop_rate(runs) == pytest.approx(1e11)
     with pytest.raises(ValueError, match="slots"):
         wall_time_s(d, rate=10.0, slots=0)
+
+
+def test_simulated_draws_are_refitted_in_one_batch_with_the_values_of_one_fit_each():
+    """`loopscale design` refits every simulated draw of a candidate in one batch: each draw's fit equals fit_data
+    on that draw alone (parameters, objective, starts reaching the best), with its own seed."""
+    from loopscale.fit.fitter import fit_data, fit_many
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    law = make_law("joint")
+    design = _design(1)
+    mean = law.predict(TRUTH, {c: design[c].to_numpy(dtype=float) for c in ("N_once", "N_rec", "r", "D")})
+    rng = np.random.default_rng(7)
+    datas = [prepare(design.assign(loss=mean * np.exp(0.01 * rng.standard_normal(mean.shape))), law) for _ in range(4)]
+    seeds = [11, 12, 13, 14]
+    warm = law.from_public(TRUTH)
+    many = fit_many(law, datas, seeds, starts=15, grid=False, warm=warm, n_polish=1)
+    for data, seed, got in zip(datas, seeds, many, strict=True):
+        one = fit_data(law, data, starts=15, seed=seed, grid=False, warm=warm, n_polish=1)
+        assert got.params == one.params and got.objective == one.objective and got.r2 == one.r2
+        assert got.n_starts_at_best == one.n_starts_at_best
+    assert len({f.params["phi"] for f in many}) == 4  # each draw its own fit, not the first one four times
+    with pytest.raises(ValueError, match="one seed per data set"):
+        fit_many(law, datas, seeds[:3], starts=15)
+    other = prepare(_design(1, tokens=(5e5, 1e6, 8e6)).assign(loss=mean), law)
+    with pytest.raises(ValueError, match="differ only in their losses"):
+        fit_many(law, [datas[0], other], [1, 2], starts=15)
