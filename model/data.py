@@ -546,9 +546,7 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
         raise ValueError(
             f"corpus {corpus!r} is already tokenized; use tokenizer='pretokenized' (or 'byte' for byte ids)"
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the trial warns again, where the run's warnings are recorded
-        arr = _open_token_file(files[0])
+    arr = _open_token_file(files[0])  # a plain .bin's "no dtype suffix" warning: the pre-flight and --dry-run say it
     vmax = int(arr.max()) + 1 if len(arr) else 0
     limit = 256 if tok_kind == "byte" else vocab_size
     if vmax > limit:

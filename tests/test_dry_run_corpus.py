@@ -238,3 +238,25 @@ def test_directory_corpus_skipped_files_are_in_the_plan_and_every_run(tmp_path, 
         res = train_run(cfg)
     assert [w for w in res.warnings if w.startswith("ignored")] == [p["corpus_warning"]]
     assert _dry_run(tmp_path, "--preset", "smoke")["corpus_warning"] is None
+
+
+def test_a_token_file_without_dtype_suffix_is_said_by_the_plan_and_every_run(tmp_path, empty_cache):
+    """A plain .bin is read as uint16 with a warning. The runs said it, the dry-run did not (corpus_warning None):
+    now the plan and the pre-flight say it too, with the same words as the runs."""
+    ids = np.random.default_rng(0).integers(0, 200, 100_000).astype(np.uint16)
+    corpus = tmp_path / "tokens.bin"
+    ids.tofile(corpus)
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(corpus), "tokenizer": "byte"})
+    path = tmp_path / "bin.yaml"
+    path.write_text(spec_to_yaml(spec))
+    p = _dry_run(tmp_path, str(path))
+    note = f"token file {str(corpus)!r} has no dtype suffix: read as uint16 (100000 tokens)"
+    assert p["corpus_warning"] and p["corpus_warning"].startswith(note)
+    with pytest.warns(UserWarning, match=re.escape(note)):
+        assert spec.check_data() == [p["corpus_warning"]]
+    with pytest.warns(UserWarning, match=re.escape(note)):
+        td = load_tokens(str(corpus), "byte")
+    assert len(td.train) + len(td.val) == 100_000
+    ids.tofile(tmp_path / "tokens.u16.bin")  # the dtype stated: nothing to say
+    named = spec.model_copy(update={"corpus": str(tmp_path / "tokens.u16.bin")})
+    assert named.check_data() == []
