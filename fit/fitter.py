@@ -594,18 +594,15 @@ def fit_fixed_phis(
     laws = [make_law("joint", float(phi)) for phi in np.atleast_1d(np.asarray(phis, dtype=np.float64))]
     if not laws:
         return []
-    objs = [Objective(lw, data.cols, delta) for lw in laws]
-    x0s = [build_starts(lw, ob, starts, np.random.default_rng(seed), grid=grid) for lw, ob in zip(laws, objs, strict=True)]
     u_sets = np.concatenate([lw.log_n(np.empty((1, 0)), data.cols)[0] for lw in laws])  # (K, n)
     batch = Objective(laws[0], data.cols, delta, u_sets=u_sets)
-    wid = np.concatenate([np.full(x0.shape[0], k) for k, x0 in enumerate(x0s)])
-    lo, hi = laws[0].bounds()
-    x, f, _ = batched_lbfgs(batch, np.concatenate(x0s), lo, hi, wid, max_iter=MULTISTART_MAX_ITER)
-    results = []
-    for k, (lw, ob) in enumerate(zip(laws, objs, strict=True)):
-        rows = wid == k
-        out = best_of_batch(lw, ob, x[rows], f[rows], n_polish=n_polish)
-        results.append(_fit_result(lw, data, out, n_starts=int(x0s[k].shape[0]), delta=delta))
+    sets = []
+    for lw in laws:  # each phi polished on its own objective, as fit_data
+        ob = Objective(lw, data.cols, delta)
+        sets.append((lw, ob, None, data, build_starts(lw, ob, starts, np.random.default_rng(seed), grid=grid)))
+    results = _fit_batch(batch, sets, n_polish=n_polish, delta=delta)
+    if any(r is None for r in results):
+        raise RuntimeError("every start gave a non-finite objective; check the table's loss/N/D values")
     return results
 
 
@@ -649,16 +646,26 @@ def fit_many(
         if d.n != datas[0].n or any(not np.array_equal(d.cols[c], cols[c]) for c in ("D", *law.columns)):
             raise ValueError("fit_many: the data sets must differ only in their losses (same runs, D and law columns)")
     obj = Objective(law, cols, delta, losses=np.stack([d.cols["loss"] for d in datas]))
-    x0s = [build_starts(law, obj, starts, np.random.default_rng(s), warm=warm, wid=j, grid=grid)
-           for j, s in enumerate(seeds)]  # fmt: skip
-    wid = np.concatenate([np.full(x0.shape[0], j) for j, x0 in enumerate(x0s)])
-    lo, hi = law.bounds()
-    x, f, _ = batched_lbfgs(obj, np.concatenate(x0s), lo, hi, wid, max_iter=MULTISTART_MAX_ITER)
+    sets = [(law, obj, j, d, build_starts(law, obj, starts, np.random.default_rng(s), warm=warm, wid=j, grid=grid))
+            for j, (d, s) in enumerate(zip(datas, seeds, strict=True))]  # fmt: skip
+    return _fit_batch(obj, sets, n_polish=n_polish, delta=delta)
+
+
+def _fit_batch(
+    batch: Objective, sets: list[tuple[Law, Objective, int | None, FitData, np.ndarray]], *, n_polish: int, delta: float
+) -> list[FitResult | None]:
+    """Fit several sets in one batch: ``sets`` holds ``(law, objective, wid, data, starts)`` per set; the starts of
+    set ``j`` advance together in ``batch`` (called with ``wid = j`` on their rows), then each set's end points are
+    polished on its own objective and ``wid`` (:func:`best_of_batch`). ``None`` for a set whose every start gave a
+    non-finite objective."""
+    wid = np.concatenate([np.full(x0.shape[0], j) for j, (*_, x0) in enumerate(sets)])
+    lo, hi = sets[0][0].bounds()
+    x, f, _ = batched_lbfgs(batch, np.concatenate([x0 for *_, x0 in sets]), lo, hi, wid, max_iter=MULTISTART_MAX_ITER)
     results: list[FitResult | None] = []
-    for j, d in enumerate(datas):
+    for j, (law, obj, pw, data, x0) in enumerate(sets):
         rows = wid == j
-        out = best_of_batch(law, obj, x[rows], f[rows], wid=j, n_polish=n_polish)
-        results.append(None if out["theta"] is None else _fit_result(law, d, out, n_starts=int(x0s[j].shape[0]), delta=delta))
+        out = best_of_batch(law, obj, x[rows], f[rows], wid=pw, n_polish=n_polish)
+        results.append(None if out["theta"] is None else _fit_result(law, data, out, n_starts=int(x0.shape[0]), delta=delta))
     return results
 
 
