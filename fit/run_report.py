@@ -303,10 +303,12 @@ def build_report(run_dir: str | Path) -> Path:
     ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing
     if ana is None:
         spec = d / "spec.yaml"
+        n_done = int((runs["status"] == "ok").sum()) if "status" in runs.columns else len(runs)
         raise FileNotFoundError(
             f"{ana_path} not found: the report is built from the fit stage of `loopscale run`; run it on this "
-            f"folder: `loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` (the runs there are "
-            "not trained again: only the fit stage and the report run)"
+            f"folder: `loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` (the {n_done} "
+            "finished runs there are not trained again; runs not finished yet are trained first, then the fit "
+            f"stage and the report run; `loopscale status {d}` says how many are pending)"
         )
     meta = read_json_or_aside(str(d / "run_meta.json")) or {}
     lr = _read_parquet(d / "lr_table.parquet")

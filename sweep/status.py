@@ -423,7 +423,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     command with a record (``command.json``) ``started_at``, ``last_progress_at`` (its progress file's last write,
     None without one), ``stopped_at`` (its last sign of work: that write, or its start plus the stage wall times
     it recorded; times in s since the epoch) and ``ran_s`` (s from its start to ``stopped_at``)), ``command`` (the
-    running command's record: command line, kind, pid, host, started_at), ``progress`` (the running command's open
+    running command's record: command line, kind, pid, host, started_at; None when none runs), ``last_command``
+    (when none runs: the command line of the folder's newest command record, else None), ``resume_with`` (of a
+    stopped folder: that command line with ``--resume``, which continues it; else None), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
     Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
@@ -586,6 +588,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "failures": failures,
         "time": tm,
         "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
+        "last_command": None if cmd else (record or {}).get("command"),
+        "resume_with": resume_command((record or {}).get("command")) if state == "stopped" else None,
         "progress": progress,
         "tune": tune_out,
         "lr": lr or None,
@@ -604,6 +608,14 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             "the progress display (progress)",
         },
     }
+
+
+def resume_command(command: str | None) -> str | None:
+    """The command line that continues a stopped ``command`` (``loopscale run|sweep|tune-lr ...``): the same line
+    with ``--resume`` (added once); None without a command line."""
+    if not command:
+        return None
+    return command if "--resume" in command.split() else f"{command} --resume"
 
 
 def format_status(st: dict) -> list[str]:
@@ -714,6 +726,8 @@ def format_status(st: dict) -> list[str]:
             f"{row['n_pruned']} pruned)"
         )
     lines += [f"fit: {h}" for h in st["fit"]]
+    if st.get("resume_with"):
+        lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
     return lines
 
 

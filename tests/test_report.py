@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default"
@@ -102,6 +103,12 @@ def test_report_of_a_sweep_folder_or_a_file_says_what_to_run(tmp_path):
     shutil.rmtree(run / "fit")
     res = CliRunner().invoke(app, ["report", str(run)])
     assert res.exit_code == 2 and f"loopscale run {run / 'spec.yaml'} --out {run} --resume" in res.output, res.output
+    # what --resume does there: it said "the runs there are not trained again: only the fit stage and the report
+    # run", also of a folder stopped before its runs finished (they are trained first)
+    n_ok = int((pq.read_table(run / "runs.parquet").column("status").to_numpy(zero_copy_only=False) == "ok").sum())
+    text = " ".join(res.output.split())
+    assert f"the {n_ok} finished runs there are not trained again; runs not finished yet are trained first" in text
+    assert "only the fit stage" not in text and f"loopscale status {run}" in text
     res = CliRunner().invoke(app, ["report", str(run / "spec.yaml")])
     assert res.exit_code == 2 and "is a file: give the output folder" in res.output, res.output
 

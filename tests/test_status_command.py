@@ -390,3 +390,21 @@ def test_an_lr_table_the_spec_does_not_use_is_said_so(tmp_path):
     (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec.model_copy(update={"lr": "tune"})))
     st = collect_status(tmp_path)
     assert "table_used" not in st["lr"] and not any("not used" in ln for ln in format_status(st))
+
+
+def test_a_stopped_folder_says_the_command_that_continues_it(started):
+    """Status of a stopped run said what was pending but not how to go on: it now gives the stopped command with
+    --resume (line and JSON); a running one gives none, and a finished one names its last command."""
+    pid = _dead_pid()
+    _record(started, 600, pid=pid, command="loopscale run --preset smoke --out /x/run")
+    st = collect_status(started)
+    assert st["state"] == "stopped" and st["command"] is None
+    assert st["resume_with"] == "loopscale run --preset smoke --out /x/run --resume"
+    assert st["last_command"] == "loopscale run --preset smoke --out /x/run"
+    assert format_status(st)[-1] == "to continue (finished runs are kept): loopscale run --preset smoke --out /x/run --resume"
+    _record(started, 600, pid=pid, command="loopscale sweep s.yaml --out o --resume")  # --resume once, not twice
+    assert collect_status(started)["resume_with"] == "loopscale sweep s.yaml --out o --resume"
+    _record(started, 5)  # this process: running
+    st = collect_status(started)
+    assert st["state"] == "running" and st["resume_with"] is None and st["last_command"] is None
+    assert not any(ln.startswith("to continue") for ln in format_status(st))
