@@ -201,13 +201,13 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
         + "\n"
     )
     if ident.get("per_r"):
-        L.append("| r | φ_r | 95 % CI | r^φ_r |")
-        L.append("|---|---|---|---|")
+        L.append("| r | φ_r | 95 % CI | r^φ_r | on a bound |")
+        L.append("|---|---|---|---|---|")
         for row in ident["per_r"]:
             lo, hi = row.get("lo"), row.get("hi")
             ci = "–" if lo is None or hi is None else f"[{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
             rp = float(row["r"]) ** float(row["phi"])
-            L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci} | {_fmt(rp, 3)} |")
+            L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci} | {_fmt(rp, 3)} | {_bound_cell(row.get('on_bound'))} |")
         L.append("")
     lpr = ident.get("law_per_r") or {}
     if "r2" in lpr:
@@ -267,6 +267,13 @@ def phi_identified(v: dict) -> bool:
     accept phi; True when it accepted it, or when there is no check (analysis files written before it existed)."""
     ident = v.get("identification") or {}
     return not ident or bool(ident.get("identified", True))
+
+
+def _bound_cell(on_bound: Any) -> str:
+    """A table cell naming the fitted parameters on the search-box edge (a list, or a comma-separated string as the
+    per-r rows store it), or "–" when none is."""
+    names = [n for n in (on_bound.split(",") if isinstance(on_bound, str) else on_bound or []) if n]
+    return ", ".join(names) if names else "–"
 
 
 def _unidentified_caveat(what: str) -> str:
@@ -394,17 +401,17 @@ def build_report(run_dir: str | Path) -> Path:
     for vname, v in ana.get("variants", {}).items():
         L.append(f"## Variant `{vname}` ({v.get('n')} runs)\n")
         L.append("### Per-r Chinchilla fits (L = E + A·N^−α + B·D^−β, N = unique non-embedding params)\n")
-        L.append("| r | A | α | B | β | E | Huber | R² | max abs res |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
+        L.append("| r | A | α | B | β | E | Huber | R² | max abs res | on a bound |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
         for r, f in v.get("chinchilla_per_r", {}).items():
             if not _is_fitted(f):
-                L.append(f"| {r} | skipped: {f.get('skipped', 'not fitted')} ||||||||")
+                L.append(f"| {r} | skipped: {f.get('skipped', 'not fitted')} |||||||||")
                 continue
             p = f["params"]
             L.append(
                 f"| {r} | {_fmt(p['A'], 3)} | {_fmt(p['alpha'], 3)} | {_fmt(p['B'], 3)} | {_fmt(p['beta'], 3)} | "
                 f"{_fmt(p['E'], 4)} | {_fmt(f['objective'], 3)} | {_fmt(f['r2'], 4)} | "
-                f"{_fmt(f['max_abs_residual'], 3)} |"
+                f"{_fmt(f['max_abs_residual'], 3)} | {_bound_cell(f.get('on_bound'))} |"
             )
         j = v.get("joint", {})
         if not _is_fitted(j):
@@ -467,17 +474,23 @@ def build_report(run_dir: str | Path) -> Path:
                 f"{_fmt(s.get('rmse'), 3)} |"
             )
         L.append("\n### Restricted fits\n")
-        L.append("| form | α | β | E | φ | R² | Huber |")
-        L.append("|---|---|---|---|---|---|---|")
+        L.append("| form | α | β | E | φ | R² | Huber | on a bound |")
+        L.append("|---|---|---|---|---|---|---|---|")
         L.append(
             f"| φ free | {_fmt(p['alpha'], 3)} | {_fmt(p['beta'], 3)} | {_fmt(p['E'], 4)} | {_fmt(p['phi'], 3)} | "
-            f"{_fmt(j['r2'], 4)} | {_fmt(j['objective'], 3)} |"
+            f"{_fmt(j['r2'], 4)} | {_fmt(j['objective'], 3)} | {_bound_cell(j.get('on_bound'))} |"
         )
         for name, f in v.get("restricted", {}).items():
             q = f["params"]
             L.append(
                 f"| {name} | {_fmt(q['alpha'], 3)} | {_fmt(q['beta'], 3)} | {_fmt(q['E'], 4)} | "
-                f"{_fmt(q['phi'], 3)} | {_fmt(f['r2'], 4)} | {_fmt(f['objective'], 3)} |"
+                f"{_fmt(q['phi'], 3)} | {_fmt(f['r2'], 4)} | {_fmt(f['objective'], 3)} | "
+                f"{_bound_cell(f.get('on_bound'))} |"
+            )
+        if any(f.get("on_bound") for f in v.get("restricted", {}).values()):
+            L.append(
+                "\nA restricted fit with a parameter on the search-box edge is the best the box allows, not an "
+                "optimum: compare its R² with care.\n"
             )
         if v.get("equivalence"):
             L.append("\n### What one recurrence is worth here\n")

@@ -208,3 +208,28 @@ def test_report_of_a_missing_folder_says_the_folder_does_not_exist(tmp_path):
     res = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert res.exit_code == 2 and f"folder {tmp_path / 'nope'} does not exist" in res.output, res.output
     assert "runs.parquet" not in res.output
+
+
+def test_fits_with_a_parameter_on_the_box_edge_say_so_in_every_table(tmp_path):
+    """analysis.json records the parameters each fit left on the search-box edge; the report's restricted-fit,
+    per-r Chinchilla and per-r phi tables dropped them (E = 0.0498 = e^-3 read like an estimate)."""
+    text = _report(tmp_path, None)
+    ana = json.loads((tmp_path / "run" / "fit" / "analysis.json").read_text(encoding="utf-8"))["variants"]["baseline"]
+    restricted = _section(text, "### Restricted fits")
+    marked = 0
+    for name, f in ana["restricted"].items():
+        row = next(ln for ln in restricted.splitlines() if ln.startswith(f"| {name} |"))
+        want = ", ".join(f["on_bound"]) if f["on_bound"] else "–"
+        assert row.rstrip(" |").endswith(want), (row, want)
+        marked += bool(f["on_bound"])
+    assert marked and "is the best the box allows, not an optimum" in restricted
+    chin = _section(text, "### Per-r Chinchilla fits")
+    for r, f in ana["chinchilla_per_r"].items():
+        if f.get("on_bound") is not None:
+            row = next(ln for ln in chin.splitlines() if ln.startswith(f"| {r} |"))
+            assert row.rstrip(" |").endswith(", ".join(f["on_bound"]) or "–"), row
+    # the per-r phi rows store on_bound as a comma-separated string
+    per_r = [{"r": 2, "phi": 0.3, "lo": 0.1, "hi": 0.5, "on_bound": "alpha,E"}, {"r": 4, "phi": 0.4, "lo": None,
+             "hi": None, "on_bound": ""}]  # fmt: skip
+    text = _report(tmp_path / "b", {"identified": False, "headline": "phi not identified", "per_r": per_r})
+    assert "| 2 | 0.3 | [0.1, 0.5] | 1.23 | alpha, E |" in text and "| 4 | 0.4 | – | 1.74 | – |" in text
