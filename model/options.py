@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import re
 import textwrap
 import typing
 from typing import Annotated, Any, Literal
@@ -29,7 +30,14 @@ __all__ = ["MODEL_FLAGS", "config_from_flags", "run_flag_specs", "with_model_fla
 _PANEL = "Model"
 
 MODEL_FLAGS: dict[str, tuple[Any, Any, str, str]] = {
-    "preset": (str, "cpu", "--preset", "Model family: 'paper' (d = 64 s, T = 2048, V = 32064) or 'cpu'."),
+    "preset": (
+        str,
+        "cpu",
+        "--preset",
+        "Model family: 'paper' (d = 64 s, T = 2048, V = 32064) or 'cpu'. The architecture only: training settings "
+        "are this command's own flags (--optimizer, --lr, ...), not those of the sweep preset of the same name "
+        "(configs/cpu.yaml trains with MuonH at a fixed LR 0.02).",
+    ),
     "r": (int, 1, "--r", "Recurrences of the shared block."),
     "d_model": (int | None, None, "--d-model", "Residual width d."),
     "width_scale": (int | None, None, "--width-scale", "Width scale s (d = 64 s)."),
@@ -80,7 +88,7 @@ def run_flag_specs() -> dict[str, tuple[Any, Any, Any]]:
     for f in dataclasses.fields(RunConfig):
         if f.name == "model":
             continue
-        typ, help_ = hints[f.name], docs.get(f.name, "")
+        typ, help_ = hints[f.name], console_help(docs.get(f.name, ""))
         if typing.get_origin(typ) is Literal:  # RunConfig checks the value; the help lists the choices
             typ, help_ = str, f"{help_} One of: {', '.join(typing.get_args(hints[f.name]))}."
         flag = "--" + f.name.replace("_", "-")
@@ -97,6 +105,13 @@ def with_run_flags(command):
     """Add one flag per RunConfig field (:func:`run_flag_specs`, "Run" help panel) to a Typer command and pass their
     values to it as one keyword argument ``run_flags`` (a dict of RunConfig keyword arguments)."""
     return _with_flags(command, "run_flags", run_flag_specs())
+
+
+def console_help(doc: str) -> str:
+    """A field docstring as ``--help`` shows it: reST literals (````x````) as plain words and the Python default
+    ``None`` as what leaving the flag out means (``None -> x`` and ``None: x`` become ``if not given: x``)."""
+    doc = re.sub(r"``([^`]+)``", r"\1", doc)
+    return re.sub(r"\bNone(?: ->|:) ", "if not given: ", doc)
 
 
 def _field_docs(cls) -> dict[str, str]:

@@ -49,3 +49,16 @@ def test_the_list_of_commands_shows_each_summary_as_one_flowing_line():
     res = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     rows = [ln for ln in res.stdout.splitlines() if ln.startswith("│ fit ")]
     assert rows and "table of runs" in rows[0]
+
+
+def test_train_help_has_no_source_markup_and_says_what_its_preset_is():
+    """`train --help` showed reST literals (``LMLoss``) and Python defaults ("None -> batch_tokens"); its --preset
+    (a model family) read like the sweep preset of the same name, whose training settings differ."""
+    from loopscale.sweep.presets import preset_spec
+
+    helps = {p.name: p.help or "" for p in typer.main.get_command(app).commands["train"].params}
+    assert not [n for n, h in helps.items() if "``" in h or "None ->" in h or "None:" in h]
+    assert "if not given: batch_tokens" in helps["micro_batch_tokens"] and "(LMLoss: model" in helps["compile"]
+    cpu = preset_spec("cpu")
+    said = f"trains with {cpu.training.optimizer.replace('muonh', 'MuonH')} at a fixed LR {cpu.lr['fixed']:g}"
+    assert said in helps["preset"]
