@@ -95,7 +95,7 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: unreadable file, missing columns, fewer than two r among the ok runs, or no cell with two
+        ValueError: unreadable file (Parquet or CSV, :func:`loopscale.fit.io.read_table`), missing columns, fewer than two r among the ok runs, or no cell with two
             seeds (the seed noise cannot be measured).
     """
     from loopscale.fit.design import cell_noise
@@ -103,10 +103,12 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"pilot runs table not found: {p} (give a runs.parquet from a pilot or a previous run)")
+    from loopscale.fit.io import read_table
+
     try:
-        runs = pd.read_parquet(p)
-    except Exception as e:  # pyarrow raises several types for a file that is not Parquet
-        raise ValueError(f"pilot {p} is not a readable Parquet table: {e}") from None
+        runs = read_table(p)
+    except Exception as e:  # pyarrow and pandas raise several types for a file that is not a table
+        raise ValueError(f"pilot {p} is not a readable table (.parquet, .pq or .csv): {e}") from None
     if "status" in runs.columns:
         runs = runs[runs["status"] == "ok"]
     if "loss" not in runs.columns and "final_val_loss" in runs.columns:
@@ -115,7 +117,8 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
         runs = runs.assign(layers_unique=runs["n_prelude"] + runs["n_recur_block"] + runs["n_coda"])
     missing = [c for c in ("loss", *PILOT_COLUMNS) if c not in runs.columns]
     if missing:
-        raise ValueError(f"pilot {p} lacks column(s) {missing} (a loopscale runs.parquet has them)")
+        hint = " (loss may be named final_val_loss)" if "loss" in missing else ""
+        raise ValueError(f"pilot {p} lacks column(s) {missing}{hint} (a loopscale runs.parquet has them)")
     runs = runs[np.isfinite(runs["loss"].astype(float))].reset_index(drop=True)
     if runs["r"].nunique() < 2:
         raise ValueError(f"pilot {p} has ok runs at r={sorted(runs['r'].unique().tolist())} only; the joint law "
@@ -392,7 +395,7 @@ PREDICTION_FILE = "design_prediction.json"
 def design_cmd(
     spec_path: SpecArg = None,
     preset: PresetOpt = None,
-    pilot: Path = typer.Option(..., "--pilot", help="runs.parquet of a pilot or a previous run (>= 2 seeds/cell)."),
+    pilot: Path = typer.Option(..., "--pilot", help="runs.parquet (or .csv) of a pilot or a previous run (>= 2 seeds/cell)."),
     minutes: float = typer.Option(..., "--minutes", help="Training time budget in minutes (sweep stage)."),
     cpus: int = typer.Option(2, "--cpus", help="CPUs of the machine that will run the sweep."),
     seeds: str = typer.Option(

@@ -167,7 +167,8 @@ def resolve_spec(spec_arg: str | Path | None, preset: str | None):
 
     Raises:
         ValueError: both a SPEC and ``--preset`` given.
-        FileNotFoundError / SpecError: no such file (and no such preset), or an invalid spec.
+        FileNotFoundError / SpecError: no such file (and no such preset; the message lists the presets), or an
+            invalid spec.
     """
     if spec_arg is not None and not Path(spec_arg).exists() and str(spec_arg) in PRESETS:
         if preset is not None:
@@ -176,6 +177,9 @@ def resolve_spec(spec_arg: str | Path | None, preset: str | None):
     if spec_arg is not None and preset is not None:
         raise ValueError("give either a SPEC file or --preset, not both")
     if spec_arg is not None:
+        if not Path(spec_arg).is_file():
+            raise FileNotFoundError(f"sweep spec not found: {spec_arg} (give a YAML file, or a preset name: "
+                                    f"{', '.join(PRESETS)})")
         return load_spec(spec_arg), Path(spec_arg).stem
     name = preset or "cpu"
     return preset_spec(name), name

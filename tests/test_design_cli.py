@@ -215,3 +215,20 @@ def test_a_spec_without_a_ladder_is_designed_for_phi_alone(tmp_path):
     assert cand["worth_half_width"] == {} and cand["worth_true"] == {}
     assert np.isfinite(cand["phi_half_width"]) and set(cand["r_phi_half_width"]) == {"2", "4", "8"}
     assert res["assumptions"]["worth"].startswith("not predicted: the spec has no unique-depth ladder")
+
+
+def test_pilot_messages_csv_and_unknown_spec(tmp_path):
+    """A pilot without its loss column is told the loss may be named final_val_loss (as `fit` says); a CSV pilot
+    is read like the Parquet one; an unknown SPEC lists the presets (the message of every command's spec loader)."""
+    spec, path, runs = _pilot(tmp_path, seeds=2)
+    runs.drop(columns=["final_val_loss"]).to_parquet(tmp_path / "noloss.parquet")
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['loss'\] \(loss may be named final_val_loss\)"):
+        design(spec, tmp_path / "noloss.parquet", minutes=10, seeds=(2,), n_sim=2, starts=2)
+    runs.to_csv(tmp_path / "pilot.csv", index=False)
+    kw = dict(minutes=10, cpus=2, seeds=(2,), n_sim=3, starts=3, seed=0, fit_starts=20)
+    from_csv, from_parquet = design(spec, tmp_path / "pilot.csv", **kw), design(spec, path, **kw)
+    assert from_csv["truth"]["phi"] == pytest.approx(from_parquet["truth"]["phi"], rel=1e-9)
+    assert from_csv["cells"] == from_parquet["cells"]
+    res = CliRunner().invoke(app, ["design", "foo", "--pilot", str(path), "--minutes", "5"])
+    assert res.exit_code == 2, res.output
+    assert "sweep spec not found: foo" in res.output and "smoke, cpu, paper" in res.output
