@@ -34,6 +34,10 @@ __all__ = [
     "wall_time_s",
     "RUN_KEYS",
     "NOISE_KEYS",
+    "common_normals",
+    "boot_index",
+    "boot_half_widths",
+    "half_width_se",
 ]
 
 RUN_KEYS = ("variant", "d_model", "r", "layers_unique", "N_once", "N_rec", "D")
@@ -64,6 +68,10 @@ class DesignPrediction:
         phi_sd: standard deviation of the refitted phi. phi_bias: mean refitted phi minus the truth.
         on_bound_frac: share of refits with phi on the search-box edge (a design that cannot identify phi has a
             large share). r_phi_half_width: the same half-width for r^phi, per r > 1.
+        phi_half_width_se, worth_half_width_se: Monte-Carlo standard error of ``phi_half_width`` and of each
+            ``worth_half_width`` (:func:`half_width_se`: a bootstrap over the draws; NaN where not computed).
+        phi_draws, worth_draws: the refitted phi and worth of every draw, draw i at index i (NaN where the draw
+            gave none), so that candidates simulated with the same ``seed`` can be compared draw by draw.
     """
 
     n_runs: int
@@ -78,11 +86,16 @@ class DesignPrediction:
     worth_true: dict[int, float] = field(default_factory=dict)
     worth_half_width: dict[int, float] = field(default_factory=dict)
     n_cells: int = 0
+    phi_half_width_se: float = float("nan")
+    worth_half_width_se: dict[int, float] = field(default_factory=dict)
+    phi_draws: tuple[float, ...] = ()
+    worth_draws: dict[Any, tuple[float, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (dict keys r as strings)."""
-        out = dict(self.__dict__)
-        for k in ("r_phi_half_width", "worth_true", "worth_half_width"):
+        """JSON-ready form (dict keys r as strings; the per-draw values ``phi_draws`` and ``worth_draws`` are left
+        out)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("phi_draws", "worth_draws")}
+        for k in ("r_phi_half_width", "worth_true", "worth_half_width", "worth_half_width_se"):
             out[k] = {str(r): v for r, v in getattr(self, k).items()}
         return out
 
@@ -93,6 +106,44 @@ def _half_width(x: np.ndarray, level: float) -> float:
     x = x[np.isfinite(x)]
     a = (1 - level) / 2
     return float((np.quantile(x, 1 - a) - np.quantile(x, a)) / 2) if x.size >= 2 else float("nan")
+
+
+MC_BOOT = 400
+"""Bootstrap resamples of the draws behind a half-width's Monte-Carlo standard error (:func:`half_width_se`)."""
+
+
+def boot_index(n_sim: int, seed: int = 0, n_boot: int = MC_BOOT) -> np.ndarray:
+    """Resampled draw indices, shape (n_boot, n_sim): the same for every candidate simulated with one ``seed`` and
+    ``n_sim``, so that half-widths of candidates (whose draw i shares its normal deviates) are resampled in pairs."""
+    return np.random.default_rng([int(seed), 0x5E]).integers(0, n_sim, size=(n_boot, n_sim))
+
+
+def boot_half_widths(draws: np.ndarray, idx: np.ndarray, level: float = 0.95) -> np.ndarray:
+    """Half-width (half the central ``level`` range of the finite values) of every resample ``draws[idx[b]]``.
+
+    Args:
+        draws: per-draw values, shape (n_sim,) (NaN: no value in that draw). idx: :func:`boot_index`'s indices.
+    Returns:
+        Shape (n_boot,); NaN for a resample with fewer than 2 finite values.
+    """
+    x = np.asarray(draws, dtype=float)[idx]
+    a = (1 - level) / 2
+    ok = np.isfinite(x).sum(axis=1) >= 2
+    out = np.full(x.shape[0], np.nan)
+    if ok.any():
+        q = np.nanquantile(x[ok], [a, 1 - a], axis=1)
+        out[ok] = (q[1] - q[0]) / 2
+    return out
+
+
+def half_width_se(draws: np.ndarray, seed: int = 0, level: float = 0.95) -> float:
+    """Monte-Carlo standard error of :func:`_half_width` of ``draws`` (shape (n_sim,)): the standard deviation of
+    the half-width over :data:`MC_BOOT` bootstrap resamples of the draws (NaN with fewer than 2 finite draws)."""
+    x = np.asarray(draws, dtype=float)
+    if np.isfinite(x).sum() < 2:
+        return float("nan")
+    hw = boot_half_widths(x, boot_index(x.size, seed), level)
+    return float(np.nanstd(hw, ddof=1))
 
 
 def _ok_rows(runs: pd.DataFrame) -> pd.DataFrame:
@@ -215,12 +266,12 @@ def simulate_phi(
     return DesignPrediction(
         n_runs=len(design),
         n_sim=n_sim,
-        n_ok=len(phis),
+        n_ok=int(phis_a.size),
         phi_true=float(truth["phi"]),
         phi_half_width=half(phis_a),
         phi_sd=float(phis_a.std(ddof=1)) if phis_a.size >= 2 else float("nan"),
         phi_bias=float(phis_a.mean() - truth["phi"]) if phis_a.size else float("nan"),
-        on_bound_frac=on_bound / max(1, len(phis)),
+        on_bound_frac=on_bound / max(1, int(phis_a.size)),
         r_phi_half_width={r: half(float(r) ** phis_a) for r in rs},
     )
 
@@ -263,7 +314,9 @@ def simulate_design(
 ) -> DesignPrediction:
     """Simulate a planned design run by run with per-run noise, average each cell over its seeds, and refit.
 
-    Every draw: ``loss_i = L_law(run_i) + noise_sd_i * eps_i`` (eps ~ N(0, 1) independently per run, nats/token),
+    Every draw: ``loss_i = L_law(run_i) + noise_sd_i * eps_i`` (eps ~ N(0, 1) independently per run, nats/token;
+    :func:`common_normals`: a run's eps in draw i is fixed by the seed, i, its cell and its seed number, so designs
+    that share seeds share their deviates),
     then the cell means (:func:`loopscale.fit.io.cell_means`) and the joint law (paper Eq. 3) refitted to them with
     the product's fitter — the way the analysis fits a design with replicates; with ``ladder`` and a unique-depth ladder in the design,
     also each looped model's worth in unique layers from the simulated runs (:mod:`loopscale.fit.ladder`, as the
@@ -278,8 +331,10 @@ def simulate_design(
         n_sim: simulated draws (>= 2). starts: starts per refit. seed: RNG seed. level: interval level.
         ladder: also predict the worth in unique layers (when the design has a ladder).
     Returns:
-        :class:`DesignPrediction` with ``phi_half_width``, ``r_phi_half_width`` per r > 1 and, with a ladder,
-        ``worth_true`` (the truth's worth in layers) and ``worth_half_width`` per looped cell.
+        :class:`DesignPrediction` with ``phi_half_width`` (and its Monte-Carlo standard error
+        ``phi_half_width_se``), ``r_phi_half_width`` per r > 1 and, with a ladder, ``worth_true`` (the truth's
+        worth in layers) and ``worth_half_width`` (with ``worth_half_width_se``) per looped cell; the per-draw
+        values in ``phi_draws`` and ``worth_draws``.
     Raises:
         ValueError: missing columns or parameters, a negative or non-finite ``noise_sd``, n_sim < 2, or a design
             the fitter refuses (e.g. a single r).
@@ -303,48 +358,91 @@ def simulate_design(
     prepare(noiseless, law)  # the fitter's refusals, before any draw
     do_ladder = ladder and has_ladder(design)
     worth_true = _worth_by_r(base.assign(loss=mean)) if do_ladder else {}
-    rng = np.random.default_rng(seed)
     warm = law.from_public(truth)
-    phis, on_bound, worths = [], 0, {k: [] for k in worth_true}
-    datas, seeds, sims = [], [], []
-    for _ in range(n_sim):
-        sim = base.assign(loss=mean + sd * rng.standard_normal(mean.shape))
+    phi_d = np.full(n_sim, np.nan)
+    worth_d = {k: np.full(n_sim, np.nan) for k in worth_true}
+    on_bound = 0
+    datas, seeds, sims, which = [], [], [], []
+    eps = common_normals(base, n_sim, seed)
+    for i in range(n_sim):
+        sim = base.assign(loss=mean + sd * eps[i])
         try:
             datas.append(prepare(design_cell_means(sim), law))
         except ValueError:  # a draw the fitter refuses (e.g. a loss <= 0): skipped
             continue
-        seeds.append(int(rng.integers(1 << 31)))
+        seeds.append(int(np.random.default_rng([int(seed), i, 0xF17]).integers(1 << 31)))
         sims.append(sim)
+        which.append(i)
     # every draw's refit advances in one batch (the values of one fit_data each)
-    for f, sim in zip(fit_many(law, datas, seeds, starts=starts, grid=False, warm=warm, n_polish=1), sims,
-                      strict=True):  # fmt: skip
+    for f, sim, i in zip(fit_many(law, datas, seeds, starts=starts, grid=False, warm=warm, n_polish=1), sims, which,
+                         strict=True):  # fmt: skip
         if f is None:
             continue
-        phis.append(f.params["phi"])
+        phi_d[i] = f.params["phi"]
         on_bound += int("phi" in f.on_bound or not PHI_BOUNDS[0] < f.params["phi"] < PHI_BOUNDS[1])
         if worth_true:
             try:
                 w = _worth_by_r(sim)
             except ValueError:  # a draw whose ladder does not fall with depth: no worth in this draw
                 w = {}
-            for k in worths:
-                worths[k].append(w.get(k, np.nan))
-    phis_a = np.asarray(phis)
+            for k in worth_d:
+                worth_d[k][i] = w.get(k, np.nan)
+    phis_a = phi_d[np.isfinite(phi_d)]
     rs = sorted(int(r) for r in np.unique(cols["r"]) if r > 1)
     return DesignPrediction(
         n_runs=len(design),
         n_sim=n_sim,
-        n_ok=len(phis),
+        n_ok=int(phis_a.size),
         phi_true=float(truth["phi"]),
         phi_half_width=_half_width(phis_a, level),
         phi_sd=float(phis_a.std(ddof=1)) if phis_a.size >= 2 else float("nan"),
         phi_bias=float(phis_a.mean() - truth["phi"]) if phis_a.size else float("nan"),
-        on_bound_frac=on_bound / max(1, len(phis)),
+        on_bound_frac=on_bound / max(1, int(phis_a.size)),
         r_phi_half_width={r: _half_width(float(r) ** phis_a, level) for r in rs},
         worth_true=worth_true,
-        worth_half_width={k: _half_width(np.asarray(v), level) for k, v in worths.items()},
+        worth_half_width={k: _half_width(v, level) for k, v in worth_d.items()},
         n_cells=len(noiseless),
+        phi_half_width_se=half_width_se(phi_d, seed, level),
+        worth_half_width_se={k: half_width_se(v, seed, level) for k, v in worth_d.items()},
+        phi_draws=tuple(float(x) for x in phi_d),
+        worth_draws={k: tuple(float(x) for x in v) for k, v in worth_d.items()},
     )
+
+
+def common_normals(runs: pd.DataFrame, n_sim: int, seed: int = 0) -> np.ndarray:
+    """Standard normal deviates for every draw and run, common to all designs simulated with one ``seed``.
+
+    A run's deviate in draw i depends only on (seed, i, its cell, its seed number): two candidates that differ in
+    their seeds per cell share the deviates of the seeds they have in common (common random numbers), so their
+    difference in half-width is far less noisy than with independent draws.
+
+    Args:
+        runs: planned runs, one row per run; the cell is given by the :data:`NOISE_KEYS` columns present (and
+            ``variant``), the seed number by ``seed`` (0 when absent; non-negative integers).
+        n_sim: draws. seed: RNG seed.
+    Returns:
+        Shape (n_sim, len(runs)).
+    """
+    keys = [k for k in ("variant", *NOISE_KEYS) if k in runs.columns]
+    sn = runs["seed"].to_numpy(dtype=np.int64) if "seed" in runs.columns else np.zeros(len(runs), dtype=np.int64)
+    out = np.empty((n_sim, len(runs)))
+    if not keys:
+        groups = {(): np.arange(len(runs))}
+    else:
+        groups = runs.reset_index(drop=True).groupby(keys, sort=False, dropna=False).indices
+    for key, rows in groups.items():
+        key = key if isinstance(key, tuple) else (key,)
+        # the cell's own stream: integer entropy from its key (strings by their bytes, numbers rounded)
+        ent = [int(seed) & 0xFFFFFFFF]
+        for v in key:
+            if isinstance(v, str):
+                ent += list(v.encode())
+            else:
+                ent.append(int(round(float(v) * 1000)) & 0xFFFFFFFFFFFF)
+        top = int(sn[rows].max()) + 1
+        for i in range(n_sim):
+            out[i, rows] = np.random.default_rng([*ent, 7, i]).standard_normal(top)[sn[rows]]
+    return out
 
 
 def seed_noise(runs: pd.DataFrame) -> tuple[float, int]:

@@ -169,6 +169,98 @@ def _rates(runs: pd.DataFrame) -> pd.DataFrame:
     return t.groupby(keys, sort=True)["rate"].median().reset_index()
 
 
+D_RTOL = 0.02
+"""Relative tolerance when comparing token budgets (the trainer rounds D to whole batches)."""
+
+TIE_SE = 2.0
+"""Candidates whose ±phi exceeds the narrowest affordable one's by at most this many Monte-Carlo standard errors
+of the difference (paired over the common draws) tie with it; among ties the one with the most runs is best."""
+
+PER_R_B, PER_R_STARTS = 20, 30
+"""Bootstrap resamples and starts of the per-r phi check of the pilot (:func:`pilot_phi_per_r`)."""
+
+
+def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) -> list[str]:
+    """What of the planned design the pilot does not cover (empty: it covers it).
+
+    Three gaps: a planned token budget outside the pilot's range of D (beyond :data:`D_RTOL`; with a pilot of one
+    D, any other D: there the law's B D^-beta is one fitted constant, so the pilot says nothing about how the loss
+    moves with D), a planned width outside the pilot's range of ``d_model``, and no planned cell measured by the
+    pilot (its noise and speed then come from medians per r).
+
+    Args:
+        plan: planned runs (``D`` tokens, ``d_model``). runs: the pilot's runs (``D``, ``d_model`` if present).
+        measured_cells: planned cells whose noise the pilot measured (noise source ``cell``).
+    Returns:
+        One phrase per gap.
+    """
+    gaps = []
+    pd_, qd = np.unique(runs["D"].astype(float)), np.unique(plan["D"].astype(float))
+    out_D = [D for D in qd if D < pd_.min() * (1 - D_RTOL) or D > pd_.max() * (1 + D_RTOL)]
+    if out_D:
+        have = (f"its one D = {pd_[0]:.3g} (B D^-beta is then one constant: the pilot cannot tell how the loss "
+                "moves with D)") if pd_.size == 1 else f"its D = {pd_.min():.3g} to {pd_.max():.3g}"
+        gaps.append(f"planned D = {', '.join(f'{D:.3g}' for D in out_D)} outside the pilot's ({have})")
+    if "d_model" in runs.columns and "d_model" in plan.columns:
+        pw, qw = np.unique(runs["d_model"].astype(int)), np.unique(plan["d_model"].astype(int))
+        out_w = [int(w) for w in qw if w < pw.min() or w > pw.max()]
+        if out_w:
+            gaps.append(f"planned widths d = {', '.join(map(str, out_w))} outside the pilot's d = "
+                        f"{', '.join(map(str, pw.tolist()))}")
+    if measured_cells == 0:
+        gaps.append("none of the planned cells (r, unique layers, d_model, D) is in the pilot, so every cell's "
+                    "noise and time per run are the pilot's medians per r")
+    return gaps
+
+
+def pilot_phi_per_r(runs: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame | None, str | None]:
+    """phi fitted per r to the pilot (the r = 1 runs with those of one r, cell means with seeds resampled within
+    cells, :data:`PER_R_B` resamples) and whether the intervals have no common value — the per-r test of
+    :func:`loopscale.fit.identify.identify` that ``loopscale run`` applies.
+
+    Args:
+        runs: the pilot's ok runs (``loss``, ``N_once``, ``N_rec``, ``r``, ``D``, cell columns).
+    Returns:
+        ``(per_r, reason)``: :func:`loopscale.fit.identify.per_r_phi`'s table (None when the pilot lacks r = 1 or
+        two r > 1) and the identification rule's sentence when the per-r intervals disagree, else None.
+    """
+    from loopscale.fit.identify import per_r_phi
+
+    if not ((runs["r"] == 1).any() and runs.loc[runs["r"] > 1, "r"].nunique() >= 2):
+        return None, None
+    strata = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in runs.columns)
+    per_r = per_r_phi(runs, starts=PER_R_STARTS, B=PER_R_B, seed=seed, stratify_by=strata)
+    if not per_r[["lo", "hi"]].notna().all().all() or float(per_r["lo"].max()) <= float(per_r["hi"].min()):
+        return per_r, None
+    parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())
+    return per_r, f"phi fitted per r has no common value ({parts})"
+
+
+def choose_best(candidates: list[dict], draws: dict[str, tuple], n_sim: int, seed: int) -> str | None:
+    """The recommended candidate: among those that fit, the narrowest ±phi and every candidate tied with it —
+    whose ±phi exceeds it by at most :data:`TIE_SE` Monte-Carlo standard errors of the difference, from a paired
+    bootstrap over the draws the candidates share (:func:`loopscale.fit.design.boot_index`) — and among the ties
+    the one with the most runs (more seeds never widen the true interval), then the narrower.
+
+    Sets ``tie`` (bool: tied with the narrowest affordable candidate) and ``diff_se`` (the standard error of its
+    difference to it) on every candidate that fits. Returns the best label, None when none fits.
+    """
+    from loopscale.fit.design import boot_half_widths, boot_index
+
+    ok = [c for c in candidates if c["fits"] and math.isfinite(c["phi_half_width"])]
+    if not ok:
+        return None
+    narrow = min(ok, key=lambda c: (c["phi_half_width"], -c["runs"]))
+    idx = boot_index(n_sim, seed)
+    ref = boot_half_widths(np.asarray(draws[narrow["seeds"]]), idx)
+    for c in ok:
+        diff = boot_half_widths(np.asarray(draws[c["seeds"]]), idx) - ref
+        se = float(np.nanstd(diff, ddof=1)) if np.isfinite(diff).sum() >= 2 else math.nan
+        c["diff_se"] = 0.0 if c is narrow else se
+        c["tie"] = c is narrow or (math.isfinite(se) and c["phi_half_width"] - narrow["phi_half_width"] <= TIE_SE * se)
+    return max((c for c in ok if c["tie"]), key=lambda c: (c["runs"], -c["phi_half_width"]))["seeds"]
+
+
 def design(
     spec,
     pilot: str | Path,
@@ -194,15 +286,21 @@ def design(
     Returns:
         JSON-ready dict: ``truth`` (pilot's joint law; ``on_bound``: its parameters on the search-box edge, B and
         beta left out for a pilot of one D, where only B D^-beta is fitted),
-        ``warnings`` (a truth with parameters on that edge: the pilot does not pin the law down), ``cells`` (noise
+        ``warnings`` (a truth with parameters on that edge: the pilot does not pin the law down; a pilot that does
+        not cover the planned D, widths or cells, :func:`pilot_coverage`; a pilot whose phi per r disagrees,
+        :func:`pilot_phi_per_r`), ``pilot_phi_per_r`` (r, phi, lo, hi), ``cells`` (noise
         and throughput per planned cell with their sources), ``assumptions``, ``candidates`` (best first: ``seeds``
         (a label: ``"16"``, ``"16/32"``), ``seeds_per_r``, ``runs``, ``trials``, ``wall_min``, ``fits``,
-        ``phi_half_width``, ``r_phi_half_width``, ``worth_true``, ``worth_half_width``, ...) and ``best`` (the label
-        of the best candidate that fits; None when none fits or the truth has parameters on the edge).
+        ``phi_half_width`` with its Monte-Carlo standard error ``phi_half_width_se``, ``r_phi_half_width``,
+        ``worth_true``, ``worth_half_width`` (``worth_half_width_se``), ``tie``/``diff_se`` for those that fit,
+        ...) and ``best`` (:func:`choose_best`'s label; None when none fits, or a warning says the predictions do
+        not hold: parameters on the edge, a pilot that does not cover the design, or phi per r disagreeing in a
+        spec without a ladder).
     Raises:
         ValueError / FileNotFoundError: bad arguments or pilot (before any simulation).
     """
     from loopscale.fit.design import (
+        MC_BOOT,
         cell_noise,
         design_cell_means,
         has_ladder,
@@ -223,7 +321,7 @@ def design(
     first = spec.variants[0].name
     runs = pilot_variant(read_pilot(pilot), first)
     truth = fit_law(design_cell_means(runs), law="joint", starts=fit_starts, seed=seed)
-    warnings = []
+    warnings, blocking = [], False
     # with one token budget B D^-beta is one constant: B and beta trade off freely, and an edge there is harmless
     one_D = "D" in runs.columns and runs["D"].nunique() < 2
     edge = [p for p in truth.on_bound if not (one_D and p in ("B", "beta"))]
@@ -234,9 +332,10 @@ def design(
             "nothing (they need not even shrink with more seeds) and no candidate is recommended; use a pilot "
             "with more cells (widths, token budgets, r or ladder depths)"
         )
+        blocking = True
     noise, rates = cell_noise(runs), _rates(runs)
     slots = max(1, int(cpus // spec.resources.cpus))
-    candidates, cells, seen = [], [], set()
+    candidates, cells, seen, draws = [], [], set(), {}
     own = {r: len(spec.seeds_for(r)) for r in spec.r}
     for layout in [own, *layouts]:
         key = tuple(sorted(layout.items()))
@@ -261,11 +360,32 @@ def design(
         per_trial = plan.assign(C=plan["C"] / rate).groupby("trial")["C"].sum().to_frame()  # seconds per trial
         wall = wall_time_s(per_trial, 1.0, slots, overhead_s=OVERHEAD_S)
         pred = simulate_design(plan, truth.params, n_sim=n_sim, starts=starts, seed=seed)
+        draws[_label(layout)] = pred.phi_draws
         candidates.append({"seeds": _label(layout), "seeds_per_r": {str(r): k for r, k in layout.items()},
                            "spec_as_written": layout == own, "runs": len(plan), "trials": int(plan["trial"].nunique()),
                            "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
-    candidates.sort(key=lambda c: (not c["fits"], _nan_last(c["phi_half_width"]), -c["runs"]))
-    best = None if warnings else next((c["seeds"] for c in candidates if c["fits"]), None)
+    gaps = pilot_coverage(plan_src, runs, sum(c["noise_source"] == "cell" for c in cells))
+    if gaps:
+        warnings.append(
+            "the pilot does not cover the planned design: " + "; ".join(gaps) + ". The law fitted to it is "
+            "extrapolated there and the half-widths and times predict nothing, so no candidate is recommended; "
+            "take a pilot of this spec itself (the same widths, D, r and ladder at a few seeds, e.g. seeds: 4)"
+        )
+        blocking = True
+    ladder = has_ladder(plan_src)
+    per_r, disagree = pilot_phi_per_r(runs, seed=seed)
+    if disagree:
+        warnings.append(
+            "the pilot's runs do not identify one phi the way `loopscale run` checks it: " + disagree + "; ±φ is "
+            "then the predicted precision of a number the fit may refuse to report ('phi not identified')"
+            + (", while the worth in unique layers, read per r off the ladder, stays meaningful (the ±worth "
+               "columns; candidates are still ranked by ±φ)" if ladder else
+               ", and this spec has no ladder to report a worth instead, so no candidate is recommended")
+        )
+        blocking = blocking or not ladder
+    best = choose_best(candidates, draws, n_sim, seed)
+    best = None if blocking else best
+    candidates.sort(key=lambda c: (c["seeds"] != best, not c["fits"], _nan_last(c["phi_half_width"]), -c["runs"]))
     return {
         "spec": spec.name,
         "pilot": str(pilot),
@@ -276,12 +396,19 @@ def design(
         "variant": first,
         "truth": {**truth.params, "r2_cell_means": truth.r2, "n_cells": truth.n, "on_bound": edge},
         "warnings": warnings,
+        "pilot_phi_per_r": [] if per_r is None else per_r[["r", "phi", "lo", "hi"]].to_dict("records"),
         "assumptions": {
             "wall_time": WALL_ASSUMPTION,
             "noise": "per-run loss = law + N(0, sd of its cell) in nats/token; each cell averaged over its seeds "
             "and the joint law refitted to the cell means; sd measured between the pilot's seeds of the same "
             "(r, unique layers, d_model, D), else the pilot's median sd at that r",
-            "half_width": "half the central 95 % range of the refits over the simulated draws",
+            "half_width": "half the central 95 % range of the refits over the simulated draws; its Monte-Carlo "
+            f"standard error (se) is the SD of that half-width over {MC_BOOT} bootstrap resamples of the draws; "
+            "every candidate's draw i uses the same normal deviates for the seeds it shares with the others "
+            "(common random numbers)",
+            "best": "among the candidates that fit, the narrowest ±φ and those within "
+            f"{TIE_SE:g} Monte-Carlo standard errors of it (of the difference, paired over the common draws) tie; "
+            "the tie with the most runs is best (more seeds never widen the true interval)",
             "worth": "each looped model placed on the plain ladder of its width and budget in every draw, as the "
             "report does" if has_ladder(plan_src) else "not predicted: the spec has no unique-depth ladder (ladder: "
             "with two or more plain depths at every width and budget of the looped models)",
@@ -361,12 +488,14 @@ def print_design(res: dict[str, Any]) -> None:
     worth_keys = sorted({k for c in res["candidates"] for k in c["worth_half_width"]}, key=str)
     tab = Table(title=f"candidates, best first (budget {res['minutes']:g} min on {res['cpus']} CPUs, "
                       f"{res['slots']} runs at once; {res['n_sim']} simulated draws each)")
-    for col in ("seeds", "runs", "min", "fits", "±φ", *[f"±{r}^φ" for r in rs], *[f"±worth r={k}" for k in worth_keys]):
+    for col in ("seeds", "runs", "min", "fits", "±φ", "se", *[f"±{r}^φ" for r in rs],
+                *[f"±worth r={k}" for k in worth_keys]):  # fmt: skip
         tab.add_column(col, justify="right")
     for c in res["candidates"]:
+        fits = ("yes, tie" if c.get("tie") and c.get("diff_se") else "yes") if c["fits"] else "no"
         tab.add_row(
-            c["seeds"] + ("*" if c["spec_as_written"] else ""), str(c["runs"]), f"{c['wall_min']:.1f}", "yes" if c["fits"] else "no",
-            _fmt(c["phi_half_width"]),
+            c["seeds"] + ("*" if c["spec_as_written"] else ""), str(c["runs"]), f"{c['wall_min']:.1f}", fits,
+            _fmt(c["phi_half_width"]), _fmt(c.get("phi_half_width_se", math.nan)),
             *[_fmt(c["r_phi_half_width"].get(str(r), math.nan)) for r in rs],
             *[_fmt(c["worth_half_width"].get(str(k), math.nan), 2) for k in worth_keys],
         )
@@ -377,7 +506,10 @@ def print_design(res: dict[str, Any]) -> None:
     )
     con.print(cells)
     con.print(tab)
-    con.print("±: predicted 95 % half-width (worth in unique layers; seed SD in nats/token)")
+    con.print("±: predicted 95 % half-width (worth in unique layers; seed SD in nats/token); se: Monte-Carlo "
+              "standard error of ±φ (bootstrap over the draws)")
+    con.print(f"best: among the candidates that fit, the narrowest ±φ and those within {TIE_SE:g} se of it (the "
+              "difference's, paired over common draws) tie ('yes, tie'); the tie with the most runs is best")
     best = res["best"]
     for w in res.get("warnings") or []:
         con.print(f"[bold yellow]warning:[/] {w}")

@@ -79,3 +79,34 @@ def test_simulated_draws_are_refitted_in_one_batch_with_the_values_of_one_fit_ea
     other = prepare(_design(1, tokens=(5e5, 1e6, 8e6)).assign(loss=mean), law)
     with pytest.raises(ValueError, match="differ only in their losses"):
         fit_many(law, [datas[0], other], [1, 2], starts=15)
+
+
+def test_common_normals_share_the_seeds_designs_have_in_common():
+    """Candidates that differ in seeds per cell get the same deviates for the seeds they share (common random
+    numbers), and a cell's deviates do not depend on which other cells the design holds."""
+    from loopscale.fit.design import common_normals
+
+    few, many = _design(2), _design(4)
+    a, b = common_normals(few, 5, seed=3), common_normals(many, 5, seed=3)
+    key = ["d_model", "r", "D", "seed"]
+    ia = few.set_index(key).index
+    ib = many.reset_index(drop=True).set_index(key).index
+    assert a.shape == (5, len(few))
+    assert np.array_equal(a, b[:, ib.get_indexer(ia)])
+    sub = many[many["d_model"] == 32].reset_index(drop=True)
+    c = common_normals(sub, 5, seed=3)
+    assert np.array_equal(c, b[:, ib.get_indexer(sub.set_index(key).index)])
+    assert not np.array_equal(a, common_normals(few, 5, seed=4))
+    assert abs(b.mean()) < 0.05 and b.std() == pytest.approx(1.0, abs=0.05)
+
+
+def test_half_width_monte_carlo_error_matches_its_spread():
+    """The bootstrap standard error of a half-width from 40 draws is close to the half-width's actual spread over
+    independent sets of 40 draws."""
+    from loopscale.fit.design import _half_width, half_width_se
+
+    rng = np.random.default_rng(0)
+    sets = rng.standard_normal((400, 40))
+    actual = np.std([_half_width(x, 0.95) for x in sets])
+    se = np.median([half_width_se(x, seed=i) for i, x in enumerate(sets[:40])])
+    assert se == pytest.approx(actual, rel=0.35) and 0.1 < actual < 0.3

@@ -232,3 +232,62 @@ def test_pilot_messages_csv_and_unknown_spec(tmp_path):
     res = CliRunner().invoke(app, ["design", "foo", "--pilot", str(path), "--minutes", "5"])
     assert res.exit_code == 2, res.output
     assert "sweep spec not found: foo" in res.output and "smoke, cpu, paper" in res.output
+
+
+def test_a_pilot_of_another_grid_gets_a_warning_and_no_recommendation(tmp_path):
+    """A pilot at one D and one width, for a spec at other D and widths: none of the planned cells is measured and
+    the law (B D^-beta one constant at one D) would be extrapolated in D; a design was still recommended."""
+    spec1, path, _ = _pilot(tmp_path, seeds=4)
+    other = parse_spec({**SPEC, "seeds": 2, "sizes": [32], "tokens": [8192, 16384]})
+    kw = dict(minutes=10, cpus=2, seeds=(2,), n_sim=3, starts=3, seed=0, fit_starts=20)
+    res = design(other, path, **kw)
+    assert res["best"] is None
+    (w,) = [w for w in res["warnings"] if "does not cover" in w]
+    assert "planned D = 8.19e+03, 1.64e+04 outside the pilot's (its one D = 4.1e+03" in w
+    assert "planned widths d = 32 outside the pilot's d = 16" in w and "none of the planned cells" in w
+    assert design(spec1, path, **kw)["warnings"] == []  # the pilot's own spec: covered
+
+
+def test_a_pilot_whose_phi_per_r_disagrees_is_flagged(tmp_path):
+    """Losses made with phi = 0.9 for r = 2 and 0.1 for r = 4, 8: phi per r has no common value, as `run`'s
+    identification rule says; design said nothing ("warnings": []). The ladder spec keeps its recommendation (the
+    worth stays meaningful), a spec without a ladder gets none."""
+    spec = parse_spec({**SPEC, "seeds": 4, "tokens": [4096, 8192]})
+    runs = planned_runs(spec)
+    law = make_law("joint")
+    mean = np.empty(len(runs))
+    for phi, rows in ((0.9, runs["r"] <= 2), (0.1, runs["r"] > 2)):
+        sub = runs[rows]
+        mean[rows.to_numpy()] = law.predict({**TRUTH, "phi": phi},
+                                            {c: sub[c].to_numpy(float) for c in ("N_once", "N_rec", "r", "D")})
+    rng = np.random.default_rng(0)
+    runs = runs.assign(final_val_loss=mean + 0.001 * rng.standard_normal(len(runs)), wall_s=runs["C"] / RATE,
+                       status="ok")
+    runs.to_parquet(tmp_path / "split.parquet")
+    kw = dict(minutes=10, cpus=2, seeds=(2,), n_sim=3, starts=3, seed=0, fit_starts=20)
+    res = design(spec, tmp_path / "split.parquet", **kw)
+    (w,) = [w for w in res["warnings"] if "phi fitted per r has no common value" in w]
+    assert "worth in unique layers" in w and res["best"] is not None
+    phis = {int(x["r"]): x["phi"] for x in res["pilot_phi_per_r"]}
+    assert phis[2] > phis[8] + 0.4
+    plain = parse_spec({k: v for k, v in {**SPEC, "seeds": 2, "tokens": [4096, 8192]}.items() if k != "ladder"})
+    res = design(plain, tmp_path / "split.parquet", **kw)
+    assert res["best"] is None and any("no ladder" in w for w in res["warnings"])
+
+
+def test_best_is_the_largest_of_the_candidates_tied_with_the_narrowest():
+    """Half-widths within Monte-Carlo error of the narrowest tie, and the tie with the most runs wins (before, the
+    narrowest by a noise-sized margin won, and the choice flipped with the simulation's seed)."""
+    from loopscale.sweep.design_cmd import choose_best
+
+    rng = np.random.default_rng(0)
+    eps = rng.standard_normal(40)
+    draws = {"16": tuple(0.10 * eps), "24": tuple(0.095 * eps + 0.02 * rng.standard_normal(40)),
+             "8": tuple(0.2 * eps), "32": tuple(0.09 * eps)}
+    cands = [dict(seeds=k, runs=int(k) * 8, fits=k != "32",
+                  phi_half_width=float(np.quantile(v, 0.975) - np.quantile(v, 0.025)) / 2) for k, v in draws.items()]
+    assert cands[0]["phi_half_width"] < cands[1]["phi_half_width"]  # 16 is the narrowest that fits
+    assert choose_best(cands, draws, 40, seed=0) == "24"
+    by = {c["seeds"]: c for c in cands}
+    assert by["24"]["tie"] and not by["8"]["tie"] and "tie" not in by["32"]
+    assert 0 < by["24"]["diff_se"] < 0.02
