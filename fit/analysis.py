@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,56 @@ def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:
     if "D" not in frame.columns or frame["D"].nunique() != 1 or not cols:
         return None
     return cols if int(frame.groupby(list(cols)).size().max()) >= 2 else None
+
+
+def with_layers_unique(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``layers_unique`` (unique layers of a run: ``n_prelude + n_recur_block + n_coda``) when the runs
+    table has those three columns (the sweep's results schema), so that a ladder's plain models of different depth
+    are different cells; ``df`` unchanged otherwise."""
+    if {"n_prelude", "n_recur_block", "n_coda"} <= set(df.columns):
+        return df.assign(layers_unique=df["n_prelude"] + df["n_recur_block"] + df["n_coda"])
+    return df
+
+
+@dataclass(frozen=True)
+class SeedReplicates:
+    """A design whose seeds are replicates (one D, at least one cell with two or more seeds), as the joint fit of
+    ``loopscale run``'s analysis and of ``loopscale fit`` treat it: the law is fitted to the cell means when there
+    are at least as many cells as the joint law's parameters (else to the runs), and the bootstrap resamples seeds
+    within cells.
+
+    Attributes:
+        strata: the columns of a run's cell, e.g. ``("d_model", "r", "layers_unique", "D")``.
+        cells: number of cells. runs: number of runs (rows of the frame it was detected on).
+    """
+
+    strata: tuple[str, ...]
+    cells: int
+    runs: int
+
+    @property
+    def means(self) -> bool:
+        """True when the law is fitted to the cell means (at least ``JOINT_PARAMS`` cells)."""
+        return self.cells >= JOINT_PARAMS
+
+    def fit_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The points the law is fitted to: :func:`loopscale.fit.io.cell_means` of ``frame`` (runs with ``loss``)
+        over ``strata`` when :attr:`means`, else ``frame`` itself. Raises ValueError as ``cell_means``."""
+        return cell_means(frame, self.strata) if self.means else frame
+
+    def fitted_to(self) -> dict[str, Any] | None:
+        """``analysis.json``'s ``fitted_to``: ``{"what": "cell_means", "cells", "runs"}``; None when fitted to runs."""
+        return {"what": "cell_means", "cells": self.cells, "runs": self.runs} if self.means else None
+
+
+def seed_replicates(frame: pd.DataFrame) -> SeedReplicates | None:
+    """The :class:`SeedReplicates` of ``frame`` (the runs of one fit, status ok, one row per run; ``layers_unique``
+    added by :func:`with_layers_unique`), or None when its seeds are not replicates (several D, no ``D`` column, or
+    one run per cell): then the joint law is fitted to the runs and bootstrapped in blocks."""
+    strata = _seed_strata(frame)
+    if not strata:
+        return None
+    return SeedReplicates(strata=strata, cells=int(frame.groupby(list(strata)).ngroups), runs=int(len(frame)))
 
 
 def law_per_r(joint, *, starts: int, seed: int) -> dict:
@@ -282,8 +333,7 @@ def analyze(
         df = df[status == "ok"].reset_index(drop=True)
     if df.empty:
         raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(json_safe(counts)))
-    if {"n_prelude", "n_recur_block", "n_coda"} <= set(df.columns):
-        df = df.assign(layers_unique=df["n_prelude"] + df["n_recur_block"] + df["n_coda"])
+    df = with_layers_unique(df)
     if "budget" in df.columns and df["budget"].isna().all():
         # token-budget specs: the cell of a run is its token budget D (all sizes trained for the same D), so the
         # block bootstrap resamples whole (D, r) cells, like the paper's (C, r) cells
@@ -319,11 +369,12 @@ def analyze(
             v["joint"] = skipped(FitOutcome.SINGLE_R, "a joint fit needs at least two values of r")
             result["variants"][vname] = v
             continue
-        strata = _seed_strata(frame)
         # seeds as replicates: the law (expected loss per cell) is fitted to the cell means, when there are at least
         # as many cells as the law has parameters (else to the runs, seeds resampled within cells all the same)
-        means = strata and len(cell_means(frame, strata)) >= JOINT_PARAMS
-        fit_frame = cell_means(frame, strata) if means else frame
+        rep = seed_replicates(frame)
+        strata = rep.strata if rep else None
+        means = bool(rep and rep.means)
+        fit_frame = rep.fit_frame(frame) if rep else frame
         joint = fit_law(fit_frame, law="joint", starts=starts, seed=seed)
         boot = (
             bootstrap(
@@ -357,7 +408,7 @@ def analyze(
         if strata:
             v["bootstrap_stratified_by"] = list(strata)
         if means:
-            v["fitted_to"] = {"what": "cell_means", "cells": int(len(fit_frame)), "runs": int(len(frame))}
+            v["fitted_to"] = rep.fitted_to()
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
         if "C" in frame.columns:
             if budget_kind == "C":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -36,10 +37,21 @@ def fit_cmd(
         str,
         typer.Option(
             "--block-by",
-            help="Bootstrap cells: comma-separated columns (e.g. 'budget,r'), 'iid', or 'default' "
-            "(joint: budget,r / C,r / D,r; chinchilla: iid).",
+            help="Bootstrap cells of a per-run fit: comma-separated columns (e.g. 'budget,r'), 'iid', or 'default' "
+            "(joint: budget,r / C,r / D,r; chinchilla: iid). A joint fit to cell means (seeds as replicates, see "
+            "--per-run) resamples seeds within cells instead; there --block-by needs --per-run.",
         ),
     ] = "default",
+    per_run: Annotated[
+        bool,
+        typer.Option(
+            "--per-run",
+            help="Joint laws on a table whose seeds are replicates (one D, several seeds per cell, as `loopscale "
+            "run`'s analysis detects them): fit every run as its own point and bootstrap blocks (--block-by) "
+            "instead of fitting the cell means (seeds averaged) and resampling seeds within cells, as the "
+            "analysis does (the default). No effect on other tables or on --law chinchilla (always per run).",
+        ),
+    ] = False,
     r_only: Annotated[
         str | None,
         typer.Option(
@@ -169,11 +181,27 @@ def fit_cmd(
             raise ValueError(f"--law joint_per_r fits one phi per looped r > 1; the table holds only r = "
                              f"{[int(v) for v in rs]}: use --law chinchilla")  # fmt: skip
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
+    from loopscale.fit.analysis import seed_replicates, with_layers_unique
+
     # the blocking's columns are checked also without --bootstrap (a typo there would otherwise pass unseen)
-    data = prepare(src, lw, block_by=bb)
+    data = prepare(with_layers_unique(src), lw, block_by=bb)
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
-    fit = fit_data(lw, data, starts=starts, seed=seed, delta=delta)
+    # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
+    # fits them, to the cell means, seeds resampled within cells; --per-run keeps one point per run
+    rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
+    by_cell = rep is not None and not per_run
+    if by_cell and block_by != "default":
+        raise ValueError(
+            f"--block-by {block_by}: the table's seeds are replicates ({rep.cells} cells of {rep.runs} runs at one "
+            "D), so the joint law is fitted as `loopscale run` fits it, its bootstrap resampling seeds within cells; "
+            "add --per-run to fit every run and bootstrap the blocks you chose"
+        )
+    fit_input = data
+    if by_cell and rep.means:  # the exclusions stay those of the runs table
+        fit_input = replace(prepare(rep.fit_frame(data.frame), lw), n_excluded=data.n_excluded,
+                            excluded_by_status=data.excluded_by_status, duplicate_run_ids=data.duplicate_run_ids)  # fmt: skip
+    fit = fit_data(lw, fit_input, starts=starts, seed=seed, delta=delta)
     boot = None
     if bootstrap:
         block_arg = None if block_by in ("iid", "none", "") else (bb if bb else "default")
@@ -186,6 +214,8 @@ def fit_cmd(
             delta=delta,
             progress=not json_out,
         )
+        if by_cell:  # as the analysis: seeds drawn within cells (the law refitted to each draw's means)
+            kw.update(block_by=None, stratify_by=rep.strata, cell_means=rep.means)
         n_workers = workers if workers is not None else num_cpus
         import warnings
 
@@ -200,9 +230,13 @@ def fit_cmd(
     summary = summary_dict(fit, boot)
     if variant is not None:
         summary["variant"] = variant
+    fitted_to, fitted_line = _fitted_to(rep, per_run, data.n, bootstrap > 0)
+    if fitted_to is not None:
+        summary["fitted_to"] = fitted_to
     ident = None
     if check_identified and law == "joint" and phi is None:
-        ident = _identification(fit, boot, starts=starts, seed=seed)
+        strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too
+        ident = _identification(fit, boot, data.frame, strata=strata, starts=starts, seed=seed)
         summary["identification"] = ident.to_dict()
     if out is not None:
         summary["outputs"] = write_fit_outputs(out, fit, boot, extra={"variant": variant} if variant else None)
@@ -225,7 +259,7 @@ def fit_cmd(
     if fit.excluded_duplicates:
         excluded[DUPLICATE_RUN_ID] = len(fit.excluded_duplicates)
     lines = [
-        f"law {fit.law}{f' (variant {variant})' if variant else ''}: n = {fit.n} runs ({fit.n_excluded} excluded: "
+        f"law {fit.law}{f' (variant {variant})' if variant else ''}: n = {data.n} runs ({fit.n_excluded} excluded: "
         f"{excluded or '-'})",
         "  "
         + "  ".join(
@@ -242,6 +276,8 @@ def fit_cmd(
     ]
     if outside:
         lines.insert(2, f"  * {ESTIMATE_OUTSIDE_CI_NOTE}")
+    if fitted_line:
+        lines.insert(1, f"  {fitted_line}")
     if fit.excluded_duplicates:
         ids = sorted(set(fit.excluded_duplicates))
         lines.append(
@@ -251,6 +287,8 @@ def fit_cmd(
         )
     if boot is not None:
         blocking = ",".join(boot.block_by) if boot.block_by else "iid"
+        if boot.extra.get("stratify_by"):
+            blocking = "seeds within cells"
         if boot.no_interval_reason:  # no resample was refitted: counts of failed refits would mislead
             lines.append(f"  bootstrap B = {boot.B} ({blocking}): 0 of {boot.B} resamples refitted, so no interval")
         else:
@@ -277,14 +315,42 @@ def fit_cmd(
     print("\n".join(lines), file=sys.stdout)
 
 
-def _identification(fit, boot, *, starts: int, seed: int):
+def _identification(fit, boot, runs, *, strata, starts: int, seed: int):
     """The identification rule (``loopscale.fit.identify``) for a joint fit with phi free, with the effort of
-    ``loopscale run``'s analysis (:func:`loopscale.fit.identify.rule_inputs`); serial."""
+    ``loopscale run``'s analysis (:func:`loopscale.fit.identify.rule_inputs`): ``runs`` the runs fitted (status
+    ok), ``strata`` the cell columns when the fit is to cell means (the profile and the per-r fits then use cell
+    means and resample seeds within cells, as the analysis), else None; serial."""
     from loopscale.fit.identify import identify, rule_inputs
 
     ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
-    profile, per_r = rule_inputs(fit.data, starts=starts, B=boot.B if boot else 0, seed=seed)
+    profile, per_r = rule_inputs(runs, starts=starts, B=boot.B if boot else 0, seed=seed, strata=strata)
     return identify(fit, ci, profile, per_r)
+
+
+def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dict | None, str | None]:
+    """What a joint fit was fitted to, for --json (``fitted_to``) and the console (one line), given the table's
+    :class:`~loopscale.fit.analysis.SeedReplicates` (None: seeds are not replicates; the fit is per run, nothing
+    said)."""
+    if rep is None:
+        return None, None
+    cols = ", ".join(rep.strata)
+    d = {"runs": n_runs, "cells": rep.cells, "cell_columns": list(rep.strata), "per_run": per_run}
+    if per_run:
+        return {**d, "what": "runs", "bootstrap": "blocks"}, (
+            f"fitted to {n_runs} runs, one point each (--per-run); their seeds are replicates of {rep.cells} cells "
+            f"({cols}), which `loopscale run` fits as cell means"
+        )
+    boot = "; bootstrap resamples seeds within cells" if bootstrapped else ""
+    d["bootstrap"] = "seeds_within_cells"
+    if rep.means:
+        return {**d, "what": "cell_means"}, (
+            f"fitted to {rep.cells} cell means of {n_runs} runs (seeds averaged){boot}, as `loopscale run` (cells: "
+            f"{cols}; --per-run fits every run)"
+        )
+    return {**d, "what": "runs"}, (
+        f"fitted to {n_runs} runs: their seeds are replicates, but {rep.cells} cells are fewer than the law's "
+        f"parameters, so the runs are fitted{boot}, as `loopscale run` (cells: {cols})"
+    )
 
 
 def _one_variant(df, variant: str | None):

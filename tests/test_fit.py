@@ -545,3 +545,76 @@ def test_fit_cli_checks_the_block_by_columns_without_bootstrap_too():
             res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "5", "--block-by", "sed", *extra])
             assert res.exit_code == 2, res.output
             assert "block_by column(s) ['sed'] do not exist (did you mean 'seed' for 'sed'?)" in res.output
+
+
+def _replicate_runs() -> pd.DataFrame:
+    """One D (a token budget), 8 cells (r = 1, 2, 4, 8 at iso-depth, two widths) of 3 seeds: seeds are
+    replicates, as in `loopscale run`'s cpu preset (the sweep's n_prelude/n_recur_block/n_coda give the depth)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for d, r, rec in ((16, 1, 8), (16, 2, 4), (16, 4, 2), (16, 8, 1), (24, 1, 8), (24, 2, 4), (24, 4, 2), (24, 8, 1)):
+        nb = 12 * d * d
+        n_once, n_rec = (2 * nb, rec * nb) if r > 1 else ((2 + rec) * nb, 0)
+        for s in range(3):
+            loss = 1.5 + 30 * (n_once + r**0.4 * n_rec) ** -0.35 * np.exp(0.004 * rng.standard_normal())
+            rows.append(dict(run_id=f"{d}-{r}-{rec}-{s}", variant="baseline", status="ok", d_model=d, r=r,
+                             n_prelude=1, n_recur_block=rec, n_coda=1, N_once=float(n_once), N_rec=float(n_rec),
+                             N_unique=float(n_once + n_rec), D=1e6, budget=None, seed=s, final_val_loss=loss))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_fit_cli_fits_seed_replicates_to_cell_means_as_the_run_analysis(tmp_path, monkeypatch):
+    """On a table whose seeds are replicates (one D), `fit` fitted every run as a point and blocked its bootstrap
+    over (D, r) cells: no interval, another phi and R^2 than `loopscale run`'s analysis of the same runs. It now
+    fits the cell means and resamples seeds within cells, identification included: the analysis's numbers, to the
+    last digit, at the same B, starts and seed; --per-run keeps the per-run fit, which --block-by needs."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit import identify as ident_mod
+    from loopscale.fit.analysis import analyze
+
+    profile = ident_mod.phi_profile  # a coarse grid keeps the test short (both sides use it)
+    monkeypatch.setattr(ident_mod, "phi_profile", lambda t, **kw: profile(t, np.arange(-1.5, 2.6, 0.5), **kw))
+    path = tmp_path / "runs.parquet"
+    _replicate_runs().to_parquet(path)
+    a = analyze(path, tmp_path / "a", B=4, starts=10, seed=0, workers=1, plots=False)["variants"]["baseline"]
+    args = ["fit", str(path), "--starts", "10", "--bootstrap", "4", "--workers", "1"]
+    res = CliRunner().invoke(_cli_app(), [*args, "--identify", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["fitted_to"]["what"] == "cell_means" and out["n"] == 8 and out["fitted_to"]["runs"] == 24
+    assert out["fitted_to"]["bootstrap"] == "seeds_within_cells"
+    assert out["params"] == a["joint"]["params"] and out["r2"] == a["joint"]["r2"]
+    assert out["ci"] == a["joint"]["ci"] and out["bootstrap"]["cell_means"] is True
+    per_r = {row["r"]: (row["phi"], row["lo"], row["hi"]) for row in a["identification"]["per_r"]}
+    assert {row["r"]: (row["phi"], row["lo"], row["hi"]) for row in out["identification"]["per_r"]} == per_r
+    assert out["identification"]["headline"] == a["identification"]["headline"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    assert "n = 24 runs" in res.output
+    assert ("fitted to 8 cell means of 24 runs (seeds averaged); bootstrap resamples seeds within cells, as "
+            "`loopscale run`") in res.output  # fmt: skip
+    assert "bootstrap B = 4 (seeds within cells)" in res.output
+    # the per-run fit, asked for: every run a point, blocks as chosen
+    res = CliRunner().invoke(_cli_app(), [*args, "--per-run", "--block-by", "r", "--json"])
+    assert res.exit_code == 0, res.output
+    pr = json.loads(res.stdout.strip().splitlines()[-1])
+    assert pr["n"] == 24 and pr["fitted_to"]["what"] == "runs" and pr["fitted_to"]["per_run"] is True
+    assert pr["bootstrap"]["block_by"] == ["r"] and pr["params"]["phi"] != out["params"]["phi"]
+    res = CliRunner().invoke(_cli_app(), [*args, "--block-by", "r"])
+    assert res.exit_code == 2 and "add --per-run" in res.output, res.output
+
+
+def test_fit_cli_reproduces_the_example_runs_joint_point_fit():
+    """`fit docs/example_cpu` (352 runs, 8 cells) gives the point fit of its analysis.json (phi, R^2), not the
+    per-run fit (phi -0.5818, R^2 0.827) it printed before."""
+    from typer.testing import CliRunner
+
+    run = Path(__file__).resolve().parents[1] / "docs" / "example_cpu"
+    want = json.loads((run / "fit" / "analysis.json").read_text())
+    starts = want["settings"]["starts"]
+    res = CliRunner().invoke(_cli_app(), ["fit", str(run), "--starts", str(starts), "--json"])
+    assert res.exit_code == 0, res.output
+    got, joint = json.loads(res.stdout.strip().splitlines()[-1]), want["variants"]["baseline"]["joint"]
+    assert got["params"]["phi"] == pytest.approx(joint["params"]["phi"], rel=1e-9)
+    assert got["r2"] == pytest.approx(joint["r2"], rel=1e-9) and got["n"] == joint["n"] == 8
