@@ -294,7 +294,8 @@ def fit_cmd(
         else:
             lines.append(
                 f"  bootstrap B = {boot.B} ({blocking}): degenerate {boot.n_degenerate} (redrawn), "
-                f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f}"
+                f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f} (refits that "
+                "ended at their warm start, the point estimate; a high share can mean stuck refits)"
             )
         if boot.no_interval_reason:
             lines.append(f"  warning: no interval: {boot.no_interval_reason}")

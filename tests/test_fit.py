@@ -618,3 +618,17 @@ def test_fit_cli_reproduces_the_example_runs_joint_point_fit():
     got, joint = json.loads(res.stdout.strip().splitlines()[-1]), want["variants"]["baseline"]["joint"]
     assert got["params"]["phi"] == pytest.approx(joint["params"]["phi"], rel=1e-9)
     assert got["r2"] == pytest.approx(joint["r2"], rel=1e-9) and got["n"] == joint["n"] == 8
+
+
+def test_fit_cli_says_what_the_warm_start_share_is(tmp_path):
+    """The bootstrap line printed `warm-start share 0.220` unexplained; it now says what the share counts."""
+    from typer.testing import CliRunner
+
+    path = tmp_path / "runs.csv"
+    _base_joint().to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "10", "--bootstrap", "3", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if "warm-start share" in ln)
+    share = float(line.split("warm-start share ")[1].split()[0])
+    assert 0 <= share <= 1
+    assert "(refits that ended at their warm start, the point estimate; a high share can mean stuck refits)" in line
