@@ -233,6 +233,15 @@ def fit_cmd(
     fitted_to, fitted_line = _fitted_to(rep, per_run, data.n, bootstrap > 0)
     if fitted_to is not None:
         summary["fitted_to"] = fitted_to
+    pooled = sorted({int(v) for v in data.cols["r"]}) if lw.name == "chinchilla" and "r" in data.cols else []
+    pooled_note = None
+    if len(pooled) > 1:  # one architecture's law fitted to several: said, with the way to fit one
+        summary["pooled_r"] = pooled
+        pooled_note = (
+            f"the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, as one "
+            f"architecture (on N_unique that is the joint law at --phi 0); --r R fits one, e.g. --r {pooled[-1]}"
+        )
+        summary["pooled_r_note"] = pooled_note
     ident = None
     if check_identified and law == "joint" and phi is None:
         strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too
@@ -304,6 +313,8 @@ def fit_cmd(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "
             "them, so read the other parameters (and their intervals) with care"
         )
+    if pooled_note:
+        lines.append(f"  note: {pooled_note}")
     if ident is not None:
         lines.append(f"  identification: {ident.headline}")
     elif law == "joint" and phi is None:

@@ -632,3 +632,21 @@ def test_fit_cli_says_what_the_warm_start_share_is(tmp_path):
     share = float(line.split("warm-start share ")[1].split()[0])
     assert 0 <= share <= 1
     assert "(refits that ended at their warm start, the point estimate; a high share can mean stuck refits)" in line
+
+
+def test_fit_cli_says_when_the_chinchilla_law_pools_several_r(tmp_path):
+    """`--law chinchilla` on a table of several r fitted them all as one architecture, with no word; it now says
+    so (console and `pooled_r` in --json) and names --r; with --r 4 there is nothing to say."""
+    from typer.testing import CliRunner
+
+    path = tmp_path / "runs.csv"
+    _base_joint().assign(N_unique=lambda d: d["N_once"] + d["N_rec"]).to_csv(path, index=False)
+    args = ["fit", str(path), "--law", "chinchilla", "--starts", "10"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    assert "note: the Chinchilla law was fitted to the runs of r = 1, 2, 4 pooled" in res.output
+    assert "--r R fits one, e.g. --r 4" in res.output
+    out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
+    assert out["pooled_r"] == [1, 2, 4] and "--r R" in out["pooled_r_note"]
+    res = CliRunner().invoke(_cli_app(), [*args, "--r", "4", "--json"])
+    assert res.exit_code == 0 and "pooled_r" not in json.loads(res.stdout.strip().splitlines()[-1])
