@@ -233,3 +233,20 @@ def test_fits_with_a_parameter_on_the_box_edge_say_so_in_every_table(tmp_path):
              "hi": None, "on_bound": ""}]  # fmt: skip
     text = _report(tmp_path / "b", {"identified": False, "headline": "phi not identified", "per_r": per_r})
     assert "| 2 | 0.3 | [0.1, 0.5] | 1.23 | alpha, E |" in text and "| 4 | 0.4 | – | 1.74 | – |" in text
+
+
+@pytest.mark.parametrize("name", ["example_cpu", "example_cpu_ladder", "example_cpu_previous_default",
+                                  "example_cpu_seeds4"])  # fmt: skip
+def test_committed_example_reports_are_what_the_report_command_renders_now(tmp_path, name):
+    """The example runs under docs/ show their report.md as `loopscale report DIR` renders it from the committed
+    files today: a change to the report (a new column, a caveat) without re-rendering them left readers with
+    tables and caveats the tool no longer prints (an 'on a bound' column and the 'Not a result' lines were
+    missing, a bootstrap line read 'block bootstrap over None')."""
+    from loopscale.fit.run_report import build_report
+
+    src = EXAMPLE.parent / name
+    run = tmp_path / name
+    shutil.copytree(src, run)
+    want = (src / "report.md").read_text(encoding="utf-8")
+    got = build_report(run).read_text(encoding="utf-8")
+    assert got == want, f"docs/{name}/report.md is stale: re-render it with `loopscale report docs/{name}`"
