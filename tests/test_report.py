@@ -236,7 +236,7 @@ def test_fits_with_a_parameter_on_the_box_edge_say_so_in_every_table(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["example_cpu", "example_cpu_ladder", "example_cpu_previous_default",
-                                  "example_cpu_seeds4"])  # fmt: skip
+                                  "example_cpu_seeds4", *(f"example_cpu/half_seeds/{x}" for x in "abcd")])  # fmt: skip
 def test_committed_example_reports_are_what_the_report_command_renders_now(tmp_path, name):
     """The example runs under docs/ show their report.md as `loopscale report DIR` renders it from the committed
     files today: a change to the report (a new column, a caveat) without re-rendering them left readers with
@@ -245,7 +245,7 @@ def test_committed_example_reports_are_what_the_report_command_renders_now(tmp_p
     from loopscale.fit.run_report import build_report
 
     src = EXAMPLE.parent / name
-    run = tmp_path / name
+    run = tmp_path / "run"
     shutil.copytree(src, run)
     want = (src / "report.md").read_text(encoding="utf-8")
     got = build_report(run).read_text(encoding="utf-8")
