@@ -606,6 +606,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             "tune.trials": "Ray Tune trials of the grid by status; tune.source says from where: Tune's saved "
             "experiment state (tune; written now and then, running trials saved as PENDING) or, while the grid runs, "
             "the progress display (progress)",
+            "tune.runs": "training runs in the grid's Tune trials (its saved experiment state)",
+            "tune.runs_per_trial": "[fewest, most] training runs in one Tune trial of the grid (more than 1: that "
+            "trial trains a cell's seeds together as a seed ensemble)",
         },
     }
 

@@ -100,6 +100,8 @@ def test_running_runs_come_from_the_live_display_and_agree_with_its_counts(start
     assert st["runs"] == {"total": 16, "ok": 1, "diverged": 0, "failed": 0, "running": 4, "pending": 11}
     assert st["runs"]["running"] == st["progress"]["counts"]["running"]
     assert "training runs" in st["counts"]["runs"] and "trials" in st["counts"]["tune.trials"]
+    # every count --json gives under tune is explained (runs_per_trial is a [fewest, most] pair, not a histogram)
+    assert "[fewest, most]" in st["counts"]["tune.runs_per_trial"] and "tune.runs" in st["counts"]
     text = format_status(st)
     assert any("1 ok, 0 diverged, 0 failed, 4 running, 11 pending" in ln for ln in text)
     assert any(ln.startswith("tune trials (") and "live): 8" in ln and "running 2" in ln for ln in text)
