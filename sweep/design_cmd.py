@@ -156,11 +156,18 @@ def pilot_variant(runs: pd.DataFrame, variant: str) -> pd.DataFrame:
 
 def _rates(runs: pd.DataFrame) -> pd.DataFrame:
     """Training FLOP/s per run of every pilot cell: median over its seeds of ``k C / wall_s``, k the members of
-    the run's trial (a seed ensemble's members share the trial's ``wall_s``; k = 1 for single runs)."""
+    the run's seed ensemble (they share the trial's ``wall_s``; k = 1 for single runs): the run's
+    ``ensemble_size`` where the table records it, else the rows of the table with its ``trial_id`` (which counts
+    too few members in a pilot filtered to some of a trial's seeds), else 1."""
     from loopscale.fit.design import NOISE_KEYS
 
     keys = [k for k in NOISE_KEYS if k in runs.columns]
-    k = runs.groupby("trial_id")["trial_id"].transform("size").fillna(1) if "trial_id" in runs.columns else 1
+    k = pd.Series(np.nan, index=runs.index)
+    if "ensemble_size" in runs.columns:
+        k = pd.to_numeric(runs["ensemble_size"], errors="coerce")
+    if "trial_id" in runs.columns:
+        k = k.fillna(runs.groupby("trial_id")["trial_id"].transform("size").astype(float))
+    k = k.fillna(1.0)
     rate = (k * runs["C"].astype(float) / runs["wall_s"].astype(float)).replace([np.inf, -np.inf], np.nan)
     t = runs.assign(rate=rate).dropna(subset=["rate"])
     t = t[t["rate"] > 0]

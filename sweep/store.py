@@ -94,6 +94,8 @@ RUNS_SCHEMA = pa.schema(
         _f("num_threads", pa.int64(), "threads", "torch threads used (= CPUs given to the trial)"),
         _f("host", pa.string(), "-", "host that finished the run"),
         _f("trial_id", pa.string(), "-", "Ray Tune trial id (null outside Tune)"),
+        _f("ensemble_size", pa.int64(), "count", "runs trained together as one seed ensemble, this one included "
+           "(1: a single run; they share wall_s); null in tables written before it was recorded"),
         _f("started_at", _TS, "UTC", "start of the (last) attempt"),
         _f("finished_at", _TS, "UTC", "end of the run"),
         _f("versions", pa.string(), "JSON", "library versions as a JSON object"),
@@ -295,6 +297,8 @@ def run_record(
         "num_threads": result.get("num_threads"),
         "host": host,
         "trial_id": trial_id,
+        # a seed-ensemble trial adds {"group_id", "members"} to each member's result (loopscale.sweep.grid)
+        "ensemble_size": None if "D" not in result else int((result.get("ensemble") or {}).get("members", 1)),
         "started_at": _utc(started_at),
         "finished_at": _utc(finished_at) or datetime.now(UTC),
         "versions": json.dumps(versions, sort_keys=True) if versions is not None else None,

@@ -125,6 +125,21 @@ def test_ensemble_trials_count_their_measured_speed_up(tmp_path):
     assert ens["rate"].to_numpy() == pytest.approx(2 * single["rate"].to_numpy())
 
 
+def test_a_pilot_filtered_to_some_seeds_keeps_its_ensembles_rates(tmp_path):
+    """A pilot of ensemble trials, filtered to half of each trial's seeds: counted by trial_id rows, each trial
+    had half its members and every cell trained at half its FLOP/s (with 16 members cut to 2, at 1/8); the
+    recorded ``ensemble_size`` gives the rate of the whole table."""
+    from loopscale.sweep.design_cmd import _rates
+
+    _, _, runs = _pilot(tmp_path, seeds=4)
+    ens = runs.assign(trial_id=runs["trial"].astype(str), wall_s=runs["wall_s"] * 2, ensemble_size=4)
+    whole = _rates(ens)
+    half = _rates(ens[ens["seed"] % 2 == 0])
+    assert half["rate"].to_numpy() == pytest.approx(whole["rate"].to_numpy())
+    # a table written before ensemble_size was recorded (null) falls back to the trial's rows
+    assert _rates(ens.assign(ensemble_size=None))["rate"].to_numpy() == pytest.approx(whole["rate"].to_numpy())
+
+
 @pytest.mark.parametrize(
     "case, message",
     [

@@ -57,6 +57,7 @@ def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
         assert row["C"] == pytest.approx(flops_per_token(cfg) * row["D"], rel=1e-12)
         assert row["num_threads"] == 1  # = resources.cpus
         assert 0 < row["final_val_loss"] < 6.0 and row["trial_id"]
+        assert row["ensemble_size"] == 1  # one run per trial (smoke: one seed per cell)
     curves = pq.read_table(out / "curves.parquet").to_pylist()
     assert {c["run_id"] for c in curves} == set(cells)
 
@@ -126,7 +127,7 @@ def test_ensemble_trial_that_raises_once_resumes_from_its_group_checkpoint(smoke
     for c in cells:
         res = RunWorkspace(str(out / "tune"), c.run_id).result()
         assert res["resumed_from_step"] == 8 and res["ensemble"] == {"group_id": gid, "members": 2}
-        assert rows[c.run_id]["status"] == "ok"
+        assert rows[c.run_id]["status"] == "ok" and rows[c.run_id]["ensemble_size"] == 2
     seed0 = next(c for c in cells if c.seed == 0)
     assert rows[seed0.run_id]["final_val_loss"] == pytest.approx(ref[seed0.run_id]["final_val_loss"], rel=1e-4)
 
@@ -148,7 +149,7 @@ def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path
     assert {r["status"] for r in rows} == {"failed"}
     for r in rows:
         assert r["error"].startswith("RuntimeError: injected failure at step")
-        assert r["final_val_loss"] is None and r["trial_id"]
+        assert r["final_val_loss"] is None and r["trial_id"] and r["ensemble_size"] is None
     monkeypatch.delenv(FAULT_ENV)
     rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
     assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"} and {r["error"] for r in rows} == {None}
