@@ -97,8 +97,20 @@ def variant_frames(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
+def _effective_depth(frame: pd.DataFrame) -> pd.Series | None:
+    """Layers a token passes through per run (``n_prelude + r n_recur_block + n_coda``), from ``effective_depth``
+    or the three layer columns; None when the table has neither."""
+    if "effective_depth" in frame.columns:
+        return frame["effective_depth"]
+    if {"n_prelude", "n_recur_block", "n_coda"} <= set(frame.columns):
+        return frame["n_prelude"] + frame["r"] * frame["n_recur_block"] + frame["n_coda"]
+    return None
+
+
 def _equivalence_statements(frame: pd.DataFrame, phi: float) -> list[dict[str, Any]]:
-    """One statement per r > 1 at the largest width present at every r: N_unique, N_eff, FLOPs/token vs r = 1."""
+    """One statement per r > 1 at the largest width present at every r: N_unique, N_eff, FLOPs/token, against
+    the r = 1 model of that width and the same effective depth (its iso-depth partner, paper Sec. 3; with a
+    unique-depth ladder there are shallower r = 1 models too), else the r = 1 model nearest in FLOPs/token."""
     from loopscale.fit.derived import equivalence
 
     if "d_model" not in frame.columns:
@@ -128,11 +140,26 @@ def _equivalence_statements(frame: pd.DataFrame, phi: float) -> list[dict[str, A
             "flops_per_token": float(row["flops_per_token"]) if "flops_per_token" in row else None,
         }
         if len(base):
-            b = base.iloc[0]
+            b = _iso_depth_partner(base, row)
             item["N_unique_r1"] = float(b["N_once"] + b["N_rec"])
             item["flops_per_token_r1"] = float(b["flops_per_token"]) if "flops_per_token" in b else None
         out.append(item)
     return out
+
+
+def _iso_depth_partner(base: pd.DataFrame, row: pd.Series) -> pd.Series:
+    """The r = 1 run of ``base`` (one width) to set beside the looped run ``row``: one of the same effective depth
+    when there is one, else the one nearest in FLOPs/token (the deepest without that column)."""
+    depth = _effective_depth(base)
+    if depth is not None:
+        want = _effective_depth(row.to_frame().T)
+        same = base[depth.to_numpy() == int(want.iloc[0])] if want is not None else base.iloc[:0]
+        if len(same):
+            return same.iloc[0]
+    if "flops_per_token" in base.columns and pd.notna(row.get("flops_per_token")):
+        gap = (base["flops_per_token"].astype(float) - float(row["flops_per_token"])).abs()
+        return base.loc[gap.idxmin()]
+    return base.loc[(base["N_once"] + base["N_rec"]).idxmax()]
 
 
 def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:

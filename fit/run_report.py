@@ -505,8 +505,8 @@ def build_report(run_dir: str | Path) -> Path:
                     s += f" and costs {_fmt(e['flops_per_token'], 3)} training FLOPs/token"
                 if e.get("flops_per_token_r1") is not None:
                     s += (
-                        f", the FLOPs of the r = 1 model of the same width with N_unique = "
-                        f"{_fmt(e['N_unique_r1'], 3)} ({_fmt(e['flops_per_token_r1'], 3)} FLOPs/token)"
+                        f", against the r = 1 model of the same width and effective depth: N_unique = "
+                        f"{_fmt(e['N_unique_r1'], 3)}, {_fmt(e['flops_per_token_r1'], 3)} FLOPs/token"
                     )
                 L.append(s + ".")
         files = v.get("files", {})

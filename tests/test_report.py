@@ -250,3 +250,23 @@ def test_committed_example_reports_are_what_the_report_command_renders_now(tmp_p
     want = (src / "report.md").read_text(encoding="utf-8")
     got = build_report(run).read_text(encoding="utf-8")
     assert got == want, f"docs/{name}/report.md is stale: re-render it with `loopscale report docs/{name}`"
+
+
+def test_what_one_recurrence_is_worth_sets_a_looped_model_beside_its_iso_depth_r1_partner():
+    """With a unique-depth ladder the r = 1 runs have several depths; the statements compared every looped model
+    with the first r = 1 row (a 4-layer rung: 1.97e5 FLOPs/token against the looped model's 4.6e5), not with the
+    10-layer r = 1 model of the same effective depth (4.57e5)."""
+    import pandas as pd
+
+    from loopscale.fit.analysis import _equivalence_statements
+
+    runs = pd.read_parquet(EXAMPLE.parent / "example_cpu" / "runs.parquet")
+    iso = runs[(runs["r"] == 1) & (runs["effective_depth"] == 10)].iloc[0]
+    assert runs.loc[runs["r"] == 1, "effective_depth"].nunique() > 1  # the ladder
+    for e in _equivalence_statements(runs[runs["status"] == "ok"], 0.4):
+        assert e["N_unique_r1"] == iso["N_once"] + iso["N_rec"]
+        assert e["flops_per_token_r1"] == iso["flops_per_token"]
+        assert abs(e["flops_per_token"] / e["flops_per_token_r1"] - 1) < 0.1  # iso-depth: about the same FLOPs
+    # a table without layer columns: the r = 1 run nearest in FLOPs/token
+    bare = runs[runs["status"] == "ok"].drop(columns=["effective_depth", "n_prelude", "n_recur_block", "n_coda"])
+    assert {e["N_unique_r1"] for e in _equivalence_statements(bare, 0.4)} == {iso["N_once"] + iso["N_rec"]}
