@@ -170,9 +170,10 @@ def _prediction_section(pred: dict, v: dict) -> list[str]:
         rows.append((f"worth in unique layers, r = {r}", hw, got))
     L = [
         "\n### Predicted and achieved precision\n",
-        f"`loopscale design` predicted these 95 % half-widths before the run, from the pilot `{pred.get('pilot')}` "
+        f"`loopscale design` predicted these 95 % half-widths from the pilot `{pred.get('pilot')}` "
         f"({cand.get('n_sim')} simulated draws of this design; its training time: {_fmt(cand.get('wall_min'), 3)} "
         "min).\n",
+        *(f"> **The design warned:** {w}\n" for w in pred.get("warnings") or []),
         "| quantity | predicted half-width | achieved half-width | achieved / predicted |",
         "|---|---|---|---|",
     ]

@@ -548,7 +548,8 @@ def design_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     out: Path | None = typer.Option(
         None, "--out", help="Also write the prediction to OUT/design_prediction.json (the run folder of "
-        "`loopscale run --out OUT`: its report then sets the predicted half-widths next to the achieved ones).",
+        "`loopscale run --out OUT`: its report then sets the predicted half-widths next to the achieved ones) and "
+        "records the spec there, as `run` does; a folder of another spec is refused before anything is simulated.",
     ),  # fmt: skip
 ) -> None:
     """Predict, from a pilot, each candidate design's phi / r^phi / worth-in-layers half-widths and training time."""
@@ -557,11 +558,17 @@ def design_cmd(
 
     spec, _ = resolve_spec(spec_path, preset)
     counts = tuple(seeds.replace(",", " ").split())
+    if out is not None:  # before simulating: a folder of another spec would show this prediction as its own
+        from loopscale.sweep.spec import check_folder_spec
+
+        check_folder_spec(out, spec)
     res = design(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts, seed=seed)
     if out is not None:
         from loopscale.cluster.storage import write_text_atomic
+        from loopscale.sweep.spec import record_folder_spec
 
         out.mkdir(parents=True, exist_ok=True)
+        record_folder_spec(out, spec)  # `loopscale run --out OUT` then refuses any other spec there
         write_text_atomic(str(out / PREDICTION_FILE), json.dumps(json_safe(res), indent=1))
     if as_json:
         typer.echo(json.dumps(json_safe(res)))

@@ -109,10 +109,29 @@ def test_cli_json_shape_and_ranking(tmp_path):
         cands[0]
     )
     assert set(cands[0]["worth_half_width"]) == {"2", "4", "8"}
+    run_dir = tmp_path / "run"
     table = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5",
-                                     "--seeds", "2", "--n-sim", "3", "--starts", "4"])
+                                     "--seeds", "2", "--n-sim", "3", "--starts", "4", "--out", str(run_dir)])
     assert table.exit_code == 0, table.output
     assert "best within 5 min: 2 seeds per cell" in table.output
+    # --out: the prediction and the folder's spec, so `loopscale run --out` refuses any other spec there
+    assert json.loads((run_dir / "design_prediction.json").read_text())["spec"] == "tiny"
+    assert (run_dir / "spec.yaml").read_text() == spec_to_yaml(spec)
+
+
+def test_design_out_refuses_a_folder_of_another_spec_before_simulating(tmp_path):
+    """`design --out` into the run folder of another spec wrote its prediction there, and that run's report showed
+    it as its own prediction; it now refuses, before the simulation, and writes nothing."""
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "spec.yaml").write_text(spec_to_yaml(parse_spec({**SPEC, "seeds": 5, "name": "other"})))
+    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5",
+                                   "--seeds", "2", "--n-sim", "3", "--starts", "4", "--out", str(other)])
+    assert res.exit_code == 2 and "holds a run of a different spec" in res.output, res.output
+    assert sorted(p.name for p in other.iterdir()) == ["spec.yaml"]
 
 
 def test_ensemble_trials_count_their_measured_speed_up(tmp_path):

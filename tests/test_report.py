@@ -270,3 +270,20 @@ def test_what_one_recurrence_is_worth_sets_a_looped_model_beside_its_iso_depth_r
     # a table without layer columns: the r = 1 run nearest in FLOPs/token
     bare = runs[runs["status"] == "ok"].drop(columns=["effective_depth", "n_prelude", "n_recur_block", "n_coda"])
     assert {e["N_unique_r1"] for e in _equivalence_statements(bare, 0.4)} == {iso["N_once"] + iso["N_rec"]}
+
+
+def test_the_report_carries_the_design_predictions_warnings(tmp_path):
+    """A prediction whose design warned (e.g. the pilot does not pin the law down: its half-widths predict nothing)
+    was set beside the achieved half-widths with no word of the warning."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE.parent / "example_cpu", run)
+    p = run / "design_prediction.json"
+    pred = json.loads(p.read_text(encoding="utf-8"))
+    assert not pred.get("warnings")
+    section = _section(build_report(run).read_text(encoding="utf-8"), "### Predicted and achieved precision")
+    assert "The design warned" not in section and "| φ (joint fit) |" in section
+    p.write_text(json.dumps({**pred, "warnings": ["the pilot does not pin the law down"]}), encoding="utf-8")
+    section = _section(build_report(run).read_text(encoding="utf-8"), "### Predicted and achieved precision")
+    assert "> **The design warned:** the pilot does not pin the law down" in section
