@@ -187,6 +187,7 @@ def fit_cmd(
     data = prepare(with_layers_unique(src), lw, block_by=bb)
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
+    flat_terms = _chinchilla_flat_terms(data) if lw.name == "chinchilla" else []
     # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
     # fits them, to the cell means, seeds resampled within cells; --per-run keeps one point per run
     rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
@@ -242,6 +243,8 @@ def fit_cmd(
             f"architecture (on N_unique that is the joint law at --phi 0); --r R fits one, e.g. --r {pooled[-1]}"
         )
         summary["pooled_r_note"] = pooled_note
+    if flat_terms:
+        summary["not_identified"] = flat_terms
     ident = None
     if check_identified and law == "joint" and phi is None:
         strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too
@@ -315,6 +318,8 @@ def fit_cmd(
         )
     if pooled_note:
         lines.append(f"  note: {pooled_note}")
+    for term in flat_terms:
+        lines.append(f"  warning: {term}")
     if ident is not None:
         lines.append(f"  identification: {ident.headline}")
     elif law == "joint" and phi is None:
@@ -337,6 +342,29 @@ def _identification(fit, boot, runs, *, strata, starts: int, seed: int):
     ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
     profile, per_r = rule_inputs(runs, starts=starts, B=boot.B if boot else 0, seed=seed, strata=strata)
     return identify(fit, ci, profile, per_r)
+
+
+def _chinchilla_flat_terms(data) -> list[str]:
+    """What a Chinchilla fit (L = E + A N^-alpha + B D^-beta) cannot tell apart in ``data``: with one N the term
+    A N^-alpha is one constant (E, A, alpha not identified), with one D the term B D^-beta (E, B, beta). Raises
+    ValueError when both are single (one point: nothing to fit; the report skips such per-r fits too)."""
+    import numpy as np
+
+    n, d = (np.unique(data.cols[k]) for k in ("N", "D"))
+    if n.size < 2 and d.size < 2:
+        raise ValueError(
+            f"--law chinchilla: the {data.n} runs fitted share one N ({n[0]:.6g}) and one D ({d[0]:.6g}), one point "
+            "of the law: its parameters cannot be fitted (the report skips such fits: it needs >= 6 runs with >= 2 "
+            "sizes and >= 2 budgets); fit a table with several sizes or budgets, or --law joint across r"
+        )
+    out = []
+    if n.size < 2:
+        out.append(f"every run has one N = {n[0]:.6g}: A N^-alpha is one constant, so E, A and alpha are not "
+                   "identified (only E + A N^-alpha is)")  # fmt: skip
+    if d.size < 2:
+        out.append(f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not "
+                   "identified (only E + B D^-beta is)")  # fmt: skip
+    return out
 
 
 def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dict | None, str | None]:

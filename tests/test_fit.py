@@ -650,3 +650,22 @@ def test_fit_cli_says_when_the_chinchilla_law_pools_several_r(tmp_path):
     assert out["pooled_r"] == [1, 2, 4] and "--r R" in out["pooled_r_note"]
     res = CliRunner().invoke(_cli_app(), [*args, "--r", "4", "--json"])
     assert res.exit_code == 0 and "pooled_r" not in json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_fit_cli_chinchilla_on_one_N_or_one_D_says_what_it_cannot_identify(tmp_path):
+    """`fit --law chinchilla --r 4` on the example run (64 runs of one N and one D) printed E, A, alpha, B, beta
+    for one point of the law with no warning; it is now refused before fitting. With several N but one D (the
+    r = 1 runs: a ladder of depths) it fits and says that B and beta are not identified."""
+    from typer.testing import CliRunner
+
+    run = Path(__file__).resolve().parents[1] / "docs" / "example_cpu"
+    args = ["fit", str(run), "--law", "chinchilla", "--starts", "10"]
+    res = CliRunner().invoke(_cli_app(), [*args, "--r", "4"])
+    assert res.exit_code == 2, res.output
+    assert "share one N (12976) and one D (1.00045e+06), one point" in res.output
+    res = CliRunner().invoke(_cli_app(), [*args, "--r", "1"])
+    assert res.exit_code == 0, res.output
+    assert "warning: every run has one D = 1.00045e+06: B D^-beta is one constant, so E, B and beta" in res.output
+    assert "one N" not in res.output
+    out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--r", "1", "--json"]).stdout.strip().splitlines()[-1])
+    assert len(out["not_identified"]) == 1 and "one D" in out["not_identified"][0]
