@@ -379,6 +379,12 @@ def design(
             "take a pilot of this spec itself (the same widths, D, r and ladder at a few seeds, e.g. seeds: 4)"
         )
         blocking = True
+    if plan_src["D"].nunique() > 1:  # the fit stage averages seeds into cells only at one D (analysis._seed_strata)
+        warnings.append(
+            f"this spec has {plan_src['D'].nunique()} token budgets: `loopscale run` fits the joint law to every run "
+            "there (block bootstrap over (D, r) cells), while this design refits each draw's cell means; with "
+            "the same seeds in every cell the two estimates are close, but the half-widths describe the cell-mean fit"
+        )
     ladder = has_ladder(plan_src)
     per_r, disagree = pilot_phi_per_r(runs, seed=seed)
     if disagree:
