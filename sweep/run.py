@@ -54,6 +54,7 @@ def plan(spec) -> dict:
     ``runs_per_trial``: how many trials train k runs, k > 1 a seed ensemble), training FLOPs, tokens, LR-tuning
     trials and an estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
     The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run);
+    ``design_warning`` what the grid lacks for the identification rule (:func:`design_warning`; None when nothing);
     ``corpus_warning`` gives its warnings every run would give too (e.g. files a directory corpus leaves out); ``eval_warning``
     says when ``eval_tokens`` is more than the validation split holds and how many tokens the runs evaluate (None
     when it fits or the split is not known without tokenizing a large corpus).
@@ -110,7 +111,20 @@ def plan(spec) -> dict:
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
         "corpus_warning": "; ".join(corpus_notes) or None,
         "eval_warning": "; ".join(eval_notes) or None,
+        "design_warning": design_warning(spec),
     }
+
+
+def design_warning(spec) -> str | None:
+    """What a grid the joint law can fit still lacks for the identification rule (``loopscale.fit.identify``), or
+    None: without r = 1 runs phi cannot be fitted per r (each looped r against the r = 1 runs), so that check and
+    the report's per-r phi table are missing and identification rests on the profile and the parameter bounds
+    alone; the paper's grid has r = 1 at every size (Sec. 3)."""
+    if 1 not in spec.r:
+        return (f"the grid has no r = 1 runs (r = {sorted(spec.r)}): phi cannot be fitted per r against r = 1, so the "
+                "identification rule's per-r check and the report's per-r phi table are left out; add 1 to r "
+                "(the paper's grid has it at every size)")  # fmt: skip
+    return None
 
 
 def check_design(spec) -> None:
@@ -196,6 +210,10 @@ def run_pipeline(
     cluster.validate()
     spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus)
     check_design(spec)
+    if design_warning(spec):
+        import warnings
+
+        warnings.warn(design_warning(spec), UserWarning, stacklevel=2)
     track = parse_track(track)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -170,3 +170,14 @@ def test_plan_gives_each_lr_study_its_tokens_after_rounding():
     p = plan(parse_spec(d))
     assert p["lr_trial_tokens"] == {f"size{s}_r{max(spec.r)}": 1024 for s in spec.all_sizes()}
     assert p["lr_studies"] == len(spec.all_sizes())
+
+
+def test_a_grid_without_r1_is_planned_with_a_warning(tmp_path):
+    """A grid of r = 2, 4, 8 only was accepted without a word, and its report silently lacked the per-r phi
+    check (each r against the r = 1 runs); the plan (--dry-run) and `run` now say so. The presets have r = 1."""
+    from loopscale.sweep.run import design_warning
+
+    spec = preset_spec("smoke")
+    assert plan(spec)["design_warning"] is None and design_warning(preset_spec("cpu")) is None
+    no_r1 = spec.model_copy(update={"r": [2, 4, 8]})
+    assert plan(no_r1)["design_warning"].startswith("the grid has no r = 1 runs (r = [2, 4, 8]): phi cannot be")
