@@ -314,7 +314,7 @@ def fit_cmd(
     if fit.on_bound:
         lines.append(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "
-            "them, so read the other parameters (and their intervals) with care"
+            f"{'them' if len(fit.on_bound) > 1 else 'it'}, so read the other parameters (and their intervals) with care"
         )
     if pooled_note:
         lines.append(f"  note: {pooled_note}")

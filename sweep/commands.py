@@ -300,7 +300,7 @@ def sweep_cmd(
     preset: PresetOpt = None,
     out: Path | None = typer.Option(
         None, "--out", help="Output directory (runs.parquet, curves.parquet, Tune state; with `lr: tune` it reads "
-        "lr_table.parquet there; default: runs/<preset or spec name>).",
+        "lr_table.parquet there; default: runs/<preset name or spec file name>).",
     ),  # fmt: skip
     resume: bool = typer.Option(False, "--resume", help="Restore the interrupted experiment and finish it."),
     force: bool = typer.Option(False, "--force", help="Retrain cells whose run id already finished."),
@@ -355,7 +355,7 @@ def tune_lr_cmd(
     spec_path: SpecArg = None,
     preset: PresetOpt = None,
     out: Path | None = typer.Option(
-        None, "--out", help="Output directory (lr_table.parquet, tune_lr/; default: runs/<preset or spec name>, "
+        None, "--out", help="Output directory (lr_table.parquet, tune_lr/; default: runs/<preset name or spec file name>, "
         "where `loopscale sweep` and `run` of the same spec look for the LR table).",
     ),  # fmt: skip
     resume: bool = typer.Option(False, "--resume", help="Restore an interrupted study and finish it."),

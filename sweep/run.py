@@ -352,7 +352,7 @@ def run_cmd(
     spec_path: SpecArg = None,
     preset: PresetOpt = None,
     out: Path | None = typer.Option(
-        None, "--out", help="Output directory (default: runs/<preset or spec name>)."
+        None, "--out", help="Output directory (default: runs/<preset name or spec file name>)."
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (restores Tune state)."),
     dry_run: bool = typer.Option(
