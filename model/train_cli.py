@@ -73,6 +73,11 @@ def train_cmd(
     from loopscale.model.data import parse_tokenizer
     from loopscale.model.train import RunConfig, resolve_tokens, train_run
 
+    # the run's own checks, said with the flags' names and before the "training ..." line
+    if (run_flags.get("tokens") is None) == (run_flags.get("target_flops") is None):
+        raise ValueError("give exactly one of --tokens D (training tokens) or --target-flops C (training FLOPs)")
+    if run_flags.get("checkpoint_every_steps") and not run_flags.get("checkpoint_dir"):
+        raise ValueError("--checkpoint-every-steps needs --checkpoint-dir DIR (a folder for the checkpoints)")
     members = None if seeds is None else _parse_seeds(seeds)
     if members is not None and run_flags["seed"] != 0:
         raise ValueError(f"give --seed or --seeds, not both (--seed {run_flags['seed']}, --seeds {seeds})")

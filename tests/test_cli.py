@@ -259,3 +259,20 @@ def test_train_data_line_says_how_the_corpus_was_split():
     assert _split_text({"split_rule": "document", "n_train_docs": 40, "n_val_docs": 2}) == (
         "40 train / 2 validation documents, split by document"
     )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--d-model", "16"], "give exactly one of --tokens D (training tokens) or --target-flops C"),
+        (["--d-model", "16", "--tokens", "4096", "--target-flops", "1e9"], "give exactly one of --tokens D"),
+        (["--d-model", "16", "--r", "2", "--tokens", "4096", "--seeds", "2", "--checkpoint-every-steps", "1"],
+         "--checkpoint-every-steps needs --checkpoint-dir DIR"),
+    ],
+)
+def test_train_names_the_flags_of_a_bad_run_before_training(args, message):
+    """`train` said 'give exactly one of tokens (D) or target_flops (C)' (field names, not flags), and a missing
+    --checkpoint-dir came after the 'training 2 seeds ...' line; both are said first, with the flags' names."""
+    res = CliRunner().invoke(app, ["train", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "training" not in res.output.split("error:")[0]
