@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,6 +359,26 @@ def _notify(done: int, total: int) -> None:
         fn(done, total)
 
 
+PROGRESS_EVERY_S = 60.0
+"""Piped (stderr not a terminal), ``progress`` prints its ``bootstrap: i/n chunks`` line at most this often, plus
+the last one, as the other commands' plain progress lines."""
+
+
+class _ChunkLines:
+    """``bootstrap: i/n chunks`` on stderr: every chunk on a terminal; piped, the first, then at most once per
+    :data:`PROGRESS_EVERY_S`, and the last."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.last = n, None
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, i: int) -> None:
+        now = time.monotonic()
+        if self.tty or i == self.n or self.last is None or now - self.last >= PROGRESS_EVERY_S:
+            print(f"bootstrap: {i}/{self.n} chunks", file=sys.stderr)
+            self.last = now
+
+
 def run_chunks(
     shared: dict[str, Any],
     chunks: list[tuple[list[int], np.ndarray]],
@@ -373,13 +394,14 @@ def run_chunks(
         raise ValueError(f"workers={workers} must be >= 1 (CPUs for the bootstrap refits), e.g. workers=2")
     sizes = [len(ks) for ks, _ in chunks]
     _notify(0, sum(sizes))
+    line = _ChunkLines(len(chunks)) if progress else None
     if workers == 1 and address is None:
         out = []
         for i, (ks, W) in enumerate(chunks):
             out.append(_refit_chunk(shared, ks, W))
             _notify(sum(sizes[: i + 1]), sum(sizes))
-            if progress:
-                print(f"bootstrap: {i + 1}/{len(chunks)} chunks", file=sys.stderr)
+            if line:
+                line(i + 1)
         return out
     with _ray_context(address, workers):
         import ray
@@ -393,8 +415,8 @@ def run_chunks(
             done_n += len(ready)
             refits += sum(size_of[f] for f in ready)
             _notify(refits, sum(sizes))
-            if progress:
-                print(f"bootstrap: {done_n}/{len(futs)} chunks", file=sys.stderr)
+            if line:
+                line(done_n)
         return ray.get(futs)
 
 

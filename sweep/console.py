@@ -583,9 +583,10 @@ class BootstrapView(_View):
 
     stage = "bootstrap"
 
-    def __init__(self, con: Console, total: int = 0):
+    def __init__(self, con: Console, total: int = 0, B: int | None = None):
         super().__init__(con, total)
         self.done = 0
+        self.B = B  # the joint fit's resamples (``loopscale run``'s --bootstrap), to name the calls in the summary
         self.calls: list[int] = []  # refits of each bootstrap call so far
 
     def step(self, done: int, total: int) -> None:
@@ -602,6 +603,11 @@ class BootstrapView(_View):
             return None
         n = " + ".join(str(k) for k in self.calls)
         what = f"{len(self.calls)} bootstraps: {n}" if len(self.calls) > 1 else n
+        joint = [k for k in self.calls if k == self.B]
+        if self.B and joint:  # a run's analysis: each variant's joint fit (B), then the per-r phi intervals
+            rest = sum(self.calls) - sum(joint)
+            what = (f"joint fit B = {self.B}" if len(joint) == 1 else f"{len(joint)} joint fits, B = {self.B} each") + (
+                f"; {rest} for the intervals of phi per r, the identification check's" if rest else "")
         return f"bootstrap: {sum(self.calls)} refits ({what}) in {_fmt_s(time.time() - self.t0)}"
 
 
@@ -662,12 +668,13 @@ def lr_trial_finished(study_name: str, lr: float, state: str, value: float | Non
 
 
 @contextlib.contextmanager
-def bootstrap_view() -> Iterator[None]:
+def bootstrap_view(B: int | None = None) -> Iterator[None]:
     """Show bootstrap progress (refits done of B) while the block runs (``loopscale.fit.bootstrapping`` reports
-    it through :func:`loopscale.fit.bootstrapping.progress_listener`)."""
+    it through :func:`loopscale.fit.bootstrapping.progress_listener`); ``B``, the joint fit's resamples, names the
+    calls in the summary line (joint fits, then the per-r intervals)."""
     from loopscale.fit.bootstrapping import progress_listener
 
-    view = start_view(BootstrapView(current()))
+    view = start_view(BootstrapView(current(), B=B))
     with progress_listener(view.step):
         try:
             yield

@@ -267,7 +267,7 @@ def run_pipeline(
         else:
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
             t0 = time.time()
-            with console.bootstrap_view():
+            with console.bootstrap_view(B=bootstrap):
                 analyze(
                     out / "runs.parquet",
                     out / "fit",

@@ -229,3 +229,18 @@ def test_estimate_outside_its_interval_is_listed():
     d = summary_dict(b.point, moved)
     assert "B" in d["estimate_outside_ci"] and d["ci"]["B"] == [2 * b.point.params["B"], 3 * b.point.params["B"]]
     assert (lo, hi) == b.ci["B"]
+
+
+def test_piped_bootstrap_progress_prints_first_last_and_at_most_once_a_minute(monkeypatch, capsys):
+    """Piped, `fit --bootstrap 200 --workers 2` printed 50 'bootstrap: i/50 chunks' lines; like the other
+    commands' plain progress it now prints the first, then at most one a minute, and the last."""
+    from loopscale.fit import bootstrapping as bs
+
+    clock = iter([0.0, 1.0, 2.0, 61.0, 62.0, 63.0])
+    monkeypatch.setattr(bs.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(bs.sys.stderr, "isatty", lambda: False, raising=False)
+    line = bs._ChunkLines(6)
+    for i in range(1, 7):
+        line(i)
+    assert capsys.readouterr().err.splitlines() == ["bootstrap: 1/6 chunks", "bootstrap: 4/6 chunks",
+                                                    "bootstrap: 6/6 chunks"]  # fmt: skip

@@ -264,6 +264,24 @@ def test_bootstrap_view_follows_run_chunks(monkeypatch):
     assert console._VIEW is None
 
 
+def test_bootstrap_summary_names_the_joint_fit_and_the_per_r_intervals(monkeypatch):
+    """`run` printed 'bootstrap: 220 refits (2 bootstraps: 100 + 120)' for B = 100, and after a resume
+    '(4 bootstraps: 100 + 40 + 40 + 40)', with nothing saying what the refits beyond B are."""
+    from loopscale.fit import bootstrapping
+
+    monkeypatch.setattr(bootstrapping, "_refit_chunk", lambda shared, ks, W: {"n": len(ks)})
+    for per_r in ([list(range(12))], [list(range(4))] * 3):
+        buf = io.StringIO()
+        monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+        with console.bootstrap_view(B=10):
+            bootstrapping.run_chunks({}, [(list(range(10)), None)], 1, None)
+            for ks in per_r:
+                bootstrapping.run_chunks({}, [(ks, None)], 1, None)
+        assert buf.getvalue().startswith(
+            "bootstrap: 22 refits (joint fit B = 10; 12 for the intervals of phi per r, the identification check's)"
+        ), buf.getvalue()
+
+
 def test_session_restores_descriptors_on_interrupt(tmp_path, capfd):
     with pytest.raises(KeyboardInterrupt), console.session(tmp_path):
         raise KeyboardInterrupt
