@@ -54,6 +54,8 @@ def plan(spec) -> dict:
     ``runs_per_trial``: how many trials train k runs, k > 1 a seed ensemble), training FLOPs, tokens, LR-tuning
     trials and an estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
     The corpus is checked first (``SweepSpec.check_data``: SpecError when it would fail every run);
+    ``lr_flops_max`` the LR studies' training FLOPs if every trial ran its full budget (``train_flops_total`` and
+    the GPU-hours are the grid's alone) and ``lr_warning`` when that exceeds the grid's (else None);
     ``design_warning`` what the grid lacks for the identification rule (:func:`design_warning`; None when nothing);
     ``corpus_warning`` gives its warnings every run would give too (e.g. files a directory corpus leaves out); ``eval_warning``
     says when ``eval_tokens`` is more than the validation split holds and how many tokens the runs evaluate (None
@@ -83,13 +85,16 @@ def plan(spec) -> dict:
         by_r[c.r] = by_r.get(c.r, 0) + 1
     n_studies = 0
     lr_trial_tokens: dict[str, int] = {}
+    lr_flops = 0.0
     if spec.lr == "tune":
-        from loopscale.sweep.lr_search import study_keys, tuning_budget
+        from loopscale.sweep.lr_search import study_keys, trials_per_study, tuning_budget
 
         keys = study_keys(spec)
         n_studies = len(keys)
         for s, r in keys:
-            lr_trial_tokens[f"size{s}_r{r}"] = tuning_budget(spec, s, r)[1] * spec.training.batch_tokens
+            base, steps, _ = tuning_budget(spec, s, r)
+            lr_trial_tokens[f"size{s}_r{r}"] = steps * spec.training.batch_tokens
+            lr_flops += flops_per_token(base.run.model) * steps * spec.training.batch_tokens * trials_per_study(spec.tune)
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
     from loopscale.sweep.grid import trial_groups
     from loopscale.sweep.lr_search import trials_per_study
@@ -107,6 +112,11 @@ def plan(spec) -> dict:
         "lr_studies": n_studies,
         "lr_trials": n_studies * trials_per_study(spec.tune),
         "lr_trial_tokens": lr_trial_tokens,
+        "lr_flops_max": lr_flops,
+        "lr_warning": (f"LR tuning may cost up to {lr_flops / total_c:.3g}x the grid's training FLOPs ({lr_flops:.3g} "
+                       f"against {total_c:.3g}; every trial trained to its full budget, ASHA stops some early): lower "
+                       "tune.tokens (or tune.tokens_per_param) or tune.num_samples, or fix lr"
+                       if total_c > 0 and lr_flops > total_c else None),  # fmt: skip
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
         "corpus_warning": "; ".join(corpus_notes) or None,

@@ -181,3 +181,17 @@ def test_a_grid_without_r1_is_planned_with_a_warning(tmp_path):
     assert plan(spec)["design_warning"] is None and design_warning(preset_spec("cpu")) is None
     no_r1 = spec.model_copy(update={"r": [2, 4, 8]})
     assert plan(no_r1)["design_warning"].startswith("the grid has no r = 1 runs (r = [2, 4, 8]): phi cannot be")
+
+
+def test_the_plan_counts_lr_tuning_flops_and_warns_when_they_exceed_the_grids():
+    """`lr: tune` on a small grid can cost more than the grid (a user's smoke-sized spec: 64 LR trials of 0.3-1.4 M
+    tokens, ~100x the grid's tokens; the smoke preset itself: 2x its FLOPs), while the plan's FLOPs and GPU-hours
+    counted the grid alone, without a word."""
+    spec = preset_spec("smoke")
+    assert spec.lr != "tune" and plan(spec)["lr_flops_max"] == 0 and plan(spec)["lr_warning"] is None
+    tuned = spec.model_copy(update={"lr": "tune"})
+    p = plan(tuned)
+    assert p["lr_flops_max"] == pytest.approx(2 * p["train_flops_total"], rel=0.01)
+    assert p["lr_warning"].startswith("LR tuning may cost up to ")
+    cheap = tuned.model_copy(update={"tune": tuned.tune.model_copy(update={"tokens": 256, "num_samples": 2})})
+    assert plan(cheap)["lr_warning"] is None and plan(cheap)["lr_flops_max"] < p["lr_flops_max"]
