@@ -139,10 +139,15 @@ def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
 
     out = []
     for size in sorted({row["size"] for row in rows}):
-        series: dict[int, list[tuple[float, float, bool]]] = {}
+        series: dict[Any, list[tuple[float, float, bool]]] = {}
+        by_study: dict[str, list[int]] = {}
         for row in [x for x in rows if x["size"] == size]:
-            study = optuna.load_study(study_name=row["study_name"], storage=storage_url)
-            series[row["r"]] = [
+            by_study.setdefault(row["study_name"], []).append(int(row["r"]))
+        for name, rs in by_study.items():
+            study = optuna.load_study(study_name=name, storage=storage_url)
+            # one line per study: with tune_per_r false one study (at the largest r) gives every r its LR
+            key = rs[0] if len(rs) == 1 else f"{max(rs)} (its LR used for r = {', '.join(map(str, sorted(rs)))})"
+            series[key] = [
                 (t.params["lr"], _last_real_loss(t.intermediate_values), t.state == optuna.trial.TrialState.COMPLETE)
                 for t in study.get_trials(deepcopy=False)
                 if t.intermediate_values

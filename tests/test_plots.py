@@ -241,3 +241,23 @@ def test_plot_phi_profile_writes_png(tmp_path):
     prof = pd.DataFrame({"phi": [0.0, 0.5, 1.0], "rel_rise": [0.3, 0.0, 0.2]})
     p = plot_phi_profile(prof, 0.5, None, 20, tmp_path / "profile.png")
     assert p.read_bytes()[:4] == b"\x89PNG" and not plt.get_fignums()
+
+
+def test_lr_plot_of_one_study_for_every_r_has_one_line_named_for_it(tmp_path, monkeypatch):
+    """With tune.tune_per_r false one study at the largest r gives every r its LR; the plot drew that study once
+    per r (four identical lines, a legend of r = 1, 2, 4, 8 as if each had been tuned). Now: one line, named."""
+    import optuna
+
+    from loopscale.sweep import lr_table
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="size16_r8", storage=url)
+    for loss in (4.0, 3.5):
+        t = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})
+        t.report(loss, 1)
+        study.tell(t, loss)
+    rows = [{"size": 16, "r": r, "study_name": "size16_r8"} for r in (1, 2, 4, 8)]
+    seen = {}
+    monkeypatch.setattr(lr_table, "lr_figure", lambda size, series: seen.update(series) or plt.figure())
+    lr_table._plot(tmp_path, url, rows)
+    assert list(seen) == ["8 (its LR used for r = 1, 2, 4, 8)"] and len(seen["8 (its LR used for r = 1, 2, 4, 8)"]) == 2
