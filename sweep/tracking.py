@@ -246,8 +246,17 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str) -> li
     lines = []
     for t in targets:
         if t.kind == "tensorboard":
+            import importlib.util
+
             d = tensorboard_dir(out_dir)
-            lines.append(f"TensorBoard logs: {d} (view: tensorboard --logdir {d})")
+            if not d.is_dir():  # e.g. every cell was done already: no trial ran, so no event file was written
+                lines.append(f"TensorBoard: no logs in {d}: no trial ran in this command")
+                continue
+            # tensorboardX (installed with Ray) writes the event files; viewing them needs the tensorboard package
+            view = f"tensorboard --logdir {d}"
+            if importlib.util.find_spec("tensorboard") is None:
+                view = f"pip install tensorboard, then {view}"
+            lines.append(f"TensorBoard logs: {d} (view: {view})")
         elif t.kind == "mlflow":
             lines.append(f"MLflow: experiment {group!r} at {mlflow_uri(t, out_dir)}")
         else:

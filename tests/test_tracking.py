@@ -184,3 +184,17 @@ def test_tracked_metrics_keep_each_ensemble_member_apart():
     single = type("Trial", (), {"trial_id": "u", "config": {"cells": cells[:1]}})()
     logger.log_trial_result(1, single, {"step": 4, "val_loss": 3.9, "training_iteration": 1})
     assert logger.got == {"val_loss": 3.9, "timesteps_total": 4, "training_iteration": 1}
+
+
+def test_describe_tensorboard_says_when_nothing_was_written_and_how_to_view(tmp_path, monkeypatch):
+    """`sweep --track tensorboard` on a finished folder printed 'TensorBoard logs: OUT/tensorboard (view: ...)'
+    for a folder never created, and the view command needs the tensorboard package, which Ray does not install."""
+    (target,) = tracking.parse_track(("tensorboard",))
+    (line,) = tracking.describe((target,), tmp_path, "g")
+    assert line == f"TensorBoard: no logs in {tmp_path.resolve() / 'tensorboard'}: no trial ran in this command"
+    (tmp_path / "tensorboard").mkdir()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "tensorboard" else real(n, *a))
+    (line,) = tracking.describe((target,), tmp_path, "g")
+    assert line.endswith("(view: pip install tensorboard, then tensorboard --logdir "
+                         f"{tmp_path.resolve() / 'tensorboard'})")  # fmt: skip
