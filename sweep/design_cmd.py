@@ -386,7 +386,9 @@ def design(
             "the same seeds in every cell the two estimates are close, but the half-widths describe the cell-mean fit"
         )
     ladder = has_ladder(plan_src)
-    per_r, disagree = pilot_phi_per_r(runs, seed=seed)
+    # phi on the edge of the pilot's own fit: the warning above already says no phi is pinned down, and fitting phi
+    # per r to such a pilot (slow: a flat law) adds nothing
+    per_r, disagree = pilot_phi_per_r(runs, seed=seed) if "phi" not in edge else (None, None)
     if disagree:
         warnings.append(
             "the pilot's runs do not identify one phi the way `loopscale run` checks it: " + disagree + "; ±φ is "

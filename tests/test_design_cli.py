@@ -209,6 +209,7 @@ def test_a_pilot_that_does_not_pin_the_law_down_gets_a_warning_and_no_recommenda
     kw = dict(minutes=10, cpus=2, seeds=(2,), n_sim=4, starts=4, seed=0, fit_starts=30)
     res = design(spec, tmp_path / "flat.parquet", **kw)
     assert "phi" in res["truth"]["on_bound"] and res["best"] is None
+    assert res["pilot_phi_per_r"] == []  # phi on the edge: not fitted per r either (the warning says why)
     assert len(res["warnings"]) == 2 and "does not pin the law down" in res["warnings"][0]
     # two token budgets: `run` fits every run there, the design cell means (said, not blocking)
     assert "this spec has 2 token budgets: `loopscale run` fits the joint law to every run" in res["warnings"][1]
