@@ -170,7 +170,7 @@ def test_grid_view_counts_rate_and_eta(monkeypatch):
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("grid: 1/4 done 1 · running 2 · pending 1 · failed 0")
     assert lines[-1].startswith("grid: 1 runs done, 0 failed, 3 unfinished")
-    assert "tokens/s (all trials, last 1m00s)" in lines[-1]  # not a run's own tokens/s (the report's median)
+    assert "tokens/s (all running trials, at their last reports)" in lines[-1]  # not a run's own tokens/s (the report's median)
     assert "\x1b" not in buf.getvalue()
     # Ctrl-C stops every trial as TERMINATED: one whose function had not returned is unfinished, not done
     stopped = SimpleNamespace(trial_id="t4", status="TERMINATED", config={"cells": cells[:2]},
@@ -210,7 +210,7 @@ def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
     for tok in (1000, 2000, 500):  # a restart from an earlier checkpoint: 500 new tokens
         clock[0] += 5
         view.observe([t], t, {"tokens": tok})
-    assert view.tokens_per_s == pytest.approx((1000 + 1000 + 500) / 15)
+    assert view.tokens_per_s == pytest.approx(500 / 5)  # the restart's 500 new tokens over the 5 s since
 
 
 def test_lr_view_best_lr_per_size_and_counts():
@@ -411,11 +411,34 @@ def test_grid_rate_is_kept_and_eta_counts_down_between_reports(monkeypatch):
     view.observe([t], t, {"tokens": 512, "members": 2})
     rate, eta = view.tokens_per_s, view.eta_s
     assert rate == pytest.approx(2 * 512 / 30) and eta > 0
-    clock[0] += console.RATE_WINDOW_S + 1  # no report in the last minute
+    clock[0] += 61  # no report in the last minute
     view.observe([t])
-    assert view.tokens_per_s == rate and view.eta_s == pytest.approx(max(0.0, eta - console.RATE_WINDOW_S - 1))
+    assert view.tokens_per_s == rate and view.eta_s == pytest.approx(max(0.0, eta - 61))
     clock[0] += 10 * eta
     view.observe([t])
     assert view.eta_s == 0.0
     view.close()
     assert "0 tokens/s" not in buf.getvalue() and "ETA ?" not in buf.getvalue().split("\n", 1)[1]
+
+
+def test_grid_rate_is_each_running_trials_rate_since_its_previous_report(monkeypatch):
+    """The default job: two ensemble trials of 16 report 256,000 tokens per member every ~75 s. A 60 s window held
+    both trials' reports at each report and showed 2 x 16 x 256,000 / 60 = 136,533 tokens/s all sweep long, 25 %
+    above the true 109,227; each trial's rate is now its new tokens over the time since its previous report."""
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    cells = _cells(4)
+    view = console.GridView(console.Console(io.StringIO(), interactive=False), total=4)
+    a = SimpleNamespace(trial_id="a", status="RUNNING", config={"cells": cells[:2]})
+    b = SimpleNamespace(trial_id="b", status="RUNNING", config={"cells": cells[2:]})
+    view.observe([a, b])  # Tune's loop sees both running from the start
+    for k in range(1, 5):
+        clock[0] = 75.0 * k
+        view.observe([a, b], a, {"tokens": 256_000 * k, "members": 16})
+        clock[0] += 0.5
+        view.observe([a, b], b, {"tokens": 256_000 * k, "members": 16})
+    assert view.tokens_per_s == pytest.approx(2 * 16 * 256_000 / 75.0, rel=1e-3)
+    b.status = "TERMINATED"  # a finished trial's rate no longer counts
+    clock[0] = 375.0
+    view.observe([a, b], a, {"tokens": 256_000 * 5, "members": 16})
+    assert view.tokens_per_s == pytest.approx(16 * 256_000 / 75.0, rel=1e-3)
