@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.io import DUPLICATE_RUN_ID, cell_means, drop_duplicate_runs
+from loopscale.fit.io import DUPLICATE_RUN_ID, cell_means, drop_duplicate_runs, with_layers_unique
 from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
@@ -171,15 +171,6 @@ def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:
     return cols if int(frame.groupby(list(cols)).size().max()) >= 2 else None
 
 
-def with_layers_unique(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with ``layers_unique`` (unique layers of a run: ``n_prelude + n_recur_block + n_coda``) when the runs
-    table has those three columns (the sweep's results schema), so that a ladder's plain models of different depth
-    are different cells; ``df`` unchanged otherwise."""
-    if {"n_prelude", "n_recur_block", "n_coda"} <= set(df.columns):
-        return df.assign(layers_unique=df["n_prelude"] + df["n_recur_block"] + df["n_coda"])
-    return df
-
-
 @dataclass(frozen=True)
 class SeedReplicates:
     """A design whose seeds are replicates (one D, at least one cell with two or more seeds), as the joint fit of
@@ -213,7 +204,7 @@ class SeedReplicates:
 
 def seed_replicates(frame: pd.DataFrame) -> SeedReplicates | None:
     """The :class:`SeedReplicates` of ``frame`` (the runs of one fit, status ok, one row per run; ``layers_unique``
-    added by :func:`with_layers_unique`), or None when its seeds are not replicates (several D, no ``D`` column, or
+    added by :func:`loopscale.fit.io.with_layers_unique`), or None when its seeds are not replicates (several D, no ``D`` column, or
     one run per cell): then the joint law is fitted to the runs and bootstrapped in blocks."""
     strata = _seed_strata(frame)
     if not strata:

@@ -181,7 +181,8 @@ def fit_cmd(
             raise ValueError(f"--law joint_per_r fits one phi per looped r > 1; the table holds only r = "
                              f"{[int(v) for v in rs]}: use --law chinchilla")  # fmt: skip
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
-    from loopscale.fit.analysis import seed_replicates, with_layers_unique
+    from loopscale.fit.analysis import seed_replicates
+    from loopscale.fit.io import with_layers_unique
 
     # the blocking's columns are checked also without --bootstrap (a typo there would otherwise pass unseen)
     data = prepare(with_layers_unique(src), lw, block_by=bb)

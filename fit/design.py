@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from loopscale.fit.fitter import fit_many
-from loopscale.fit.io import cell_means, prepare
+from loopscale.fit.io import cell_means, prepare, with_layers_unique
 from loopscale.fit.laws import PHI_BOUNDS, make_law
 
 __all__ = [
@@ -164,9 +164,7 @@ def cell_noise(runs: pd.DataFrame, keys: tuple[str, ...] = NOISE_KEYS) -> pd.Dat
     Returns:
         One row per cell with >= 2 finite ok runs: the key columns, ``sd`` (nats/token, ddof = 1) and ``n_seeds``.
     """
-    df = _ok_rows(runs)
-    if "layers_unique" not in df.columns and {"n_prelude", "n_recur_block", "n_coda"} <= set(df.columns):
-        df = df.assign(layers_unique=df["n_prelude"] + df["n_recur_block"] + df["n_coda"])
+    df = with_layers_unique(_ok_rows(runs))
     ks = [k for k in keys if k in df.columns]
     df = df[np.isfinite(df["loss"].astype(float))]
     g = df.groupby(ks, dropna=False, sort=True)["loss"].agg(sd="std", n_seeds="size").reset_index()

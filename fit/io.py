@@ -252,6 +252,15 @@ def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
     return None
 
 
+def with_layers_unique(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``layers_unique`` (unique layers of a run: ``n_prelude + n_recur_block + n_coda``) when it has no
+    such column and has those three (the sweep's results schema), so that a ladder's plain models of different
+    depth are different cells; ``df`` unchanged otherwise."""
+    if "layers_unique" not in df.columns and {"n_prelude", "n_recur_block", "n_coda"} <= set(df.columns):
+        return df.assign(layers_unique=df["n_prelude"] + df["n_recur_block"] + df["n_coda"])
+    return df
+
+
 def cell_means(frame: pd.DataFrame, keys: tuple[str, ...], *, constant: tuple[str, ...] = ("N_once", "N_rec", "D", "r")) -> pd.DataFrame:
     """Seeds as replicates: one row per cell (rows with equal ``keys``), ``loss`` the mean over the cell's runs.
 

@@ -103,7 +103,7 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"pilot runs table not found: {p} (give a runs.parquet from a pilot or a previous run)")
-    from loopscale.fit.io import read_table
+    from loopscale.fit.io import read_table, with_layers_unique
 
     try:
         runs = read_table(p)
@@ -113,8 +113,7 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
         runs = runs[runs["status"] == "ok"]
     if "loss" not in runs.columns and "final_val_loss" in runs.columns:
         runs = runs.assign(loss=runs["final_val_loss"])
-    if "layers_unique" not in runs.columns and {"n_prelude", "n_recur_block", "n_coda"} <= set(runs.columns):
-        runs = runs.assign(layers_unique=runs["n_prelude"] + runs["n_recur_block"] + runs["n_coda"])
+    runs = with_layers_unique(runs)
     missing = [c for c in ("loss", *PILOT_COLUMNS) if c not in runs.columns]
     if missing:
         hint = " (loss may be named final_val_loss)" if "loss" in missing else ""
