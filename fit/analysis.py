@@ -125,6 +125,7 @@ def _equivalence_statements(frame: pd.DataFrame, phi: float) -> list[dict[str, A
     w = widths[-1]
     at_w = frame[frame["d_model"] == w]
     base = at_w[at_w["r"] == 1]
+    depth = _effective_depth(at_w)
     out = []
     for r in sorted(at_w["r"].unique()):
         if r == 1:
@@ -140,20 +141,19 @@ def _equivalence_statements(frame: pd.DataFrame, phi: float) -> list[dict[str, A
             "flops_per_token": float(row["flops_per_token"]) if "flops_per_token" in row else None,
         }
         if len(base):
-            b = _iso_depth_partner(base, row)
+            b = _iso_depth_partner(base, row, depth)
             item["N_unique_r1"] = float(b["N_once"] + b["N_rec"])
             item["flops_per_token_r1"] = float(b["flops_per_token"]) if "flops_per_token" in b else None
         out.append(item)
     return out
 
 
-def _iso_depth_partner(base: pd.DataFrame, row: pd.Series) -> pd.Series:
-    """The r = 1 run of ``base`` (one width) to set beside the looped run ``row``: one of the same effective depth
+def _iso_depth_partner(base: pd.DataFrame, row: pd.Series, depth: pd.Series | None) -> pd.Series:
+    """The r = 1 run of ``base`` (one width) to set beside the looped run ``row`` (a row of the same frame):
+    one of the same effective depth (``depth``, :func:`_effective_depth` of that frame, None without layer columns)
     when there is one, else the one nearest in FLOPs/token (the deepest without that column)."""
-    depth = _effective_depth(base)
     if depth is not None:
-        want = _effective_depth(row.to_frame().T)
-        same = base[depth.to_numpy() == int(want.iloc[0])] if want is not None else base.iloc[:0]
+        same = base[depth.loc[base.index] == depth.loc[row.name]]
         if len(same):
             return same.iloc[0]
     if "flops_per_token" in base.columns and pd.notna(row.get("flops_per_token")):

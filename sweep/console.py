@@ -458,8 +458,10 @@ class GridView(_View):
         remaining = 0.0
         self.trials = {}
         in_trials: set[str] = set()
+        running: set[str] = set()
         for t in trials:
             if t.status == "RUNNING":
+                running.add(t.trial_id)
                 self._first_seen.setdefault(t.trial_id, now)
             self.trials[t.status] = self.trials.get(t.status, 0) + 1
             runs = trial_cells(t.config)
@@ -475,7 +477,7 @@ class GridView(_View):
         counts["done"] += self.prior
         self.counts = counts
         self.total = max(self.total, sum(counts.values()))
-        rates = [v for tid, v in self._rate.items() if tid in {t.trial_id for t in trials if t.status == "RUNNING"}]
+        rates = [v for tid, v in self._rate.items() if tid in running]
         if reported and rates:
             self.tokens_per_s = sum(v[0] for v in rates)
             fps = sum(v[1] for v in rates)

@@ -424,7 +424,7 @@ def design(
             f"{TIE_SE:g} Monte-Carlo standard errors of it (of the difference, paired over the common draws) tie; "
             "the tie with the most runs is best (more seeds never widen the true interval)",
             "worth": "each looped model placed on the plain ladder of its width and budget in every draw, as the "
-            "report does" if has_ladder(plan_src) else "not predicted: the spec has no unique-depth ladder (ladder: "
+            "report does" if ladder else "not predicted: the spec has no unique-depth ladder (ladder: "
             "with two or more plain depths at every width and budget of the looped models)",
         },
         "cells": cells,

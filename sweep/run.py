@@ -86,8 +86,10 @@ def plan(spec) -> dict:
     n_studies = 0
     lr_trial_tokens: dict[str, int] = {}
     lr_flops = 0.0
+    from loopscale.sweep.lr_search import trials_per_study
+
     if spec.lr == "tune":
-        from loopscale.sweep.lr_search import study_keys, trials_per_study, tuning_budget
+        from loopscale.sweep.lr_search import study_keys, tuning_budget
 
         keys = study_keys(spec)
         n_studies = len(keys)
@@ -97,7 +99,6 @@ def plan(spec) -> dict:
             lr_flops += flops_per_token(base.run.model) * steps * spec.training.batch_tokens * trials_per_study(spec.tune)
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
     from loopscale.sweep.grid import trial_groups
-    from loopscale.sweep.lr_search import trials_per_study
 
     sizes = [len(g) for g in trial_groups(cells, spec.ensemble_members())]
     return {
@@ -220,10 +221,11 @@ def run_pipeline(
     cluster.validate()
     spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus)
     check_design(spec)
-    if design_warning(spec):
+    lacking = design_warning(spec)
+    if lacking:
         import warnings
 
-        warnings.warn(design_warning(spec), UserWarning, stacklevel=2)
+        warnings.warn(lacking, UserWarning, stacklevel=2)
     track = parse_track(track)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
