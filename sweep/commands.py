@@ -99,8 +99,9 @@ def run_sweep(
 
     Completed run ids (in the results store, or with a finished ``result.json`` under
     ``<storage>/checkpoints/<run_id>/``) are never trained again unless ``force``. ``resume`` restores the
-    newest grid experiment of this spec with ``Tuner.restore`` and finishes its unfinished trials; cells that
-    no experiment holds then run in a new experiment. Ray: joins ``address``, reuses a Ray the caller already
+    newest grid experiment of this spec with ``Tuner.restore`` and finishes its unfinished trials (unless Tune's
+    saved state of it is torn or mixed, :func:`loopscale.sweep.grid.tune_state_problem`: then it is left as it is);
+    cells that no experiment holds then run in a new experiment. Ray: joins ``address``, reuses a Ray the caller already
     initialised (and leaves it running), or starts an embedded local one (``num_cpus``/``num_gpus``).
 
     ``lr_table``: {(size, r): lr}; with ``lr: tune`` and none given, ``out_dir/lr_table.parquet`` is read.
@@ -127,6 +128,7 @@ def run_sweep(
         plan_grid,
         result_grid_errors,
         trial_groups,
+        tune_state_problem,
         unfinished_trials,
     )
     from loopscale.sweep.lr_table import read_lr_table
@@ -185,7 +187,16 @@ def run_sweep(
         prefix = f"grid_{spec.name}_"
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             exps = _experiments(storage_path, prefix)
-            if resume and exps and tune.Tuner.can_restore(uri_join(storage_path, exps[-1])):
+            restorable = resume and exps and tune.Tuner.can_restore(uri_join(storage_path, exps[-1]))
+            if restorable and (torn := tune_state_problem(uri_join(storage_path, exps[-1]))):
+                # Tune would half-restore it and hang or drop trials: its pending cells run in a new experiment
+                console.current().say(
+                    f"--resume: Tune's saved state of {exps[-1]} is unreadable ({torn}: the driver was stopped "
+                    "while Tune copied it); its unfinished runs go on in a new experiment, from their checkpoints",
+                    err=True,
+                )
+                restorable = False
+            if restorable:
                 plan = plan_grid(
                     pending,
                     spec,

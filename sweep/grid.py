@@ -380,6 +380,111 @@ def fit_tuner(tuner):
             signal.signal(sig, handler)
 
 
+TUNE_STATE_FILES = (
+    "tuner.pkl",
+    "experiment_state-*.json",
+    "search_gen_state-*.json",
+    "searcher-state-*.pkl",
+    "basic-variant-state-*.json",
+    "callback-states-*.pkl",
+)
+"""The files Ray 2.60's ``Tuner.restore`` reads from an experiment folder (the newest of each pattern, by name):
+the tuner, the trial list (JSON), the search algorithm and its wrappers, the base searcher, a grid's variant
+generator, the callbacks (cloudpickle)."""
+
+
+def tune_state_problem(experiment_path: str) -> str | None:
+    """Why Tune cannot restore the experiment saved at ``experiment_path`` (a local path or URI), or None when every
+    state file it would read (:data:`TUNE_STATE_FILES`, the newest of each pattern) loads.
+
+    Tune copies these files from the driver's staging folder to the storage path in a background thread, so a
+    driver killed (SIGKILL, a lost node) during a copy can leave one empty or truncated. ``Tuner.restore`` then logs
+    "Failed to restore the run state", keeps what it had restored so far and starts the experiment over: with a
+    half-restored concurrency limiter that still counts the old trials as running it never starts another trial
+    (the driver waited forever), and with a restored trial counter it ran fewer trials than asked. Callers start a
+    new experiment instead (the runs' own checkpoints and results survive in their workspaces).
+
+    Returns:
+        "<file>: <what is wrong>" for the first unreadable file, None when all load (or there is no experiment).
+    """
+    import fnmatch
+    import json as _json
+
+    import ray.cloudpickle as cloudpickle
+
+    from loopscale.cluster import storage
+
+    try:
+        names = storage.listdir(experiment_path)
+    except FileNotFoundError:
+        return None
+    loaded: dict[str, tuple[str, object]] = {}
+    for pattern in TUNE_STATE_FILES:
+        found = sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
+        if not found:
+            continue
+        name = found[-1]
+        try:
+            data = storage.read_bytes(storage.join(experiment_path, name))
+            if not data:
+                return f"{name}: 0 bytes"
+            if pattern.startswith("experiment_state-"):
+                loaded[pattern] = (name, _json.loads(data.decode("utf-8")))
+            else:
+                loaded[pattern] = (name, cloudpickle.loads(data))
+        except Exception as e:  # torn JSON or pickle, or a class that no longer exists
+            return f"{name}: {type(e).__name__}: {e}"[:300]
+    return _mixed_snapshots(loaded)
+
+
+def _mixed_snapshots(loaded: dict) -> str | None:
+    """Whether the trial list and the search algorithm's state come from different snapshots, the search algorithm
+    being the newer: it created or holds as running a trial the list lacks. Tune's background copy can mix two
+    snapshots when the driver dies during it; restored, such a search algorithm waits for that trial forever (its
+    concurrency limit stays reached) or never creates the trial again. None when consistent or not checkable."""
+    if "experiment_state-*.json" not in loaded:
+        return None
+    name, state = loaded["experiment_state-*.json"]
+    try:
+        ids = {json.loads(t[0])["trial_id"] for t in state["trial_data"]}
+    except (KeyError, TypeError, IndexError, ValueError):  # a layout this check does not know: Tune decides
+        return None
+    for pattern in ("search_gen_state-*.json", "basic-variant-state-*.json"):
+        if pattern not in loaded or not isinstance(loaded[pattern][1], dict):
+            continue
+        alg_name, alg = loaded[pattern]
+        live = set(alg.get("_live_trials") or ())
+        for key, sub in alg.items():
+            if key.startswith("name:") and isinstance(sub, dict):
+                live |= set(sub.get("live_trials") or ())
+        counter = alg.get("counter")
+        if live - ids or (isinstance(counter, int) and counter > len(ids)):
+            return (
+                f"{alg_name} is newer than {name}: it created {counter if isinstance(counter, int) else '?'} "
+                f"trials and holds {sorted(live - ids) or 'none'} as running, the trial list has {len(ids)}"
+            )
+    return None
+
+
+def set_aside_tune_state(experiment_path: str) -> list[str]:
+    """Rename every Tune state file of the experiment at ``experiment_path`` (:data:`TUNE_STATE_FILES`, all of each
+    pattern) to ``<name>.unreadable-<id>``, so that a new experiment can start in the same folder and nothing reads
+    the old state again; the trial folders stay. Nothing is deleted. Returns the new names (base names)."""
+    import fnmatch
+    import uuid
+
+    from loopscale.cluster import storage
+
+    tag = uuid.uuid4().hex[:8]
+    moved = []
+    for name in storage.listdir(experiment_path):
+        if any(fnmatch.fnmatchcase(name, p) for p in TUNE_STATE_FILES):
+            fs, path = storage.resolve_uri(storage.join(experiment_path, name))
+            fs.move(path, f"{path}.unreadable-{tag}")
+            moved.append(f"{name}.unreadable-{tag}")
+    return moved
+
+
 def unfinished_trials(experiment_path: str) -> list[str]:
     """Trial ids of the experiment saved at ``experiment_path`` that neither terminated nor errored (read back
     from Tune's saved state: after a SIGINT the in-memory ResultGrid does not show them as unfinished)."""

@@ -19,6 +19,11 @@ What survives a killed driver, and how (Tune's restore behaviour: ``docs/ray_tun
   FAIL, with its milestone values), deduplicated by LR. It therefore never holds a RUNNING trial, and a
   resumed study ends with exactly ``num_samples`` finished trials (with ``lr_values``: one per value of
   :func:`lr_grid`).
+* A driver killed while Tune copied its state to the storage path can leave a state file empty or truncated;
+  ``Tuner.restore`` then half-restores and waits forever or runs too few trials. Such an experiment
+  (:func:`loopscale.sweep.grid.tune_state_problem`) is not restored: its state files are set aside and the study
+  goes on in a new experiment, which meets the finished and interrupted LRs through their run ids as above. Past
+  TPE's random start-up trials its proposals may then differ, which can add finished trials; none is lost.
 * Ray 2.60 does not save the scheduler with the experiment. :class:`PersistentASHA` keeps its rung records
   and decisions keyed by LR in a JSON file next to the experiment and reloads it, so a restored study makes
   the same stop decisions as an uninterrupted one.
@@ -38,7 +43,7 @@ from loopscale.cluster.storage import is_local_uri, local_path
 from loopscale.cluster.storage import join as uri_join
 from loopscale.sweep import _seams
 from loopscale.sweep.callbacks import _mirror_cls, optuna_storage
-from loopscale.sweep.grid import fit_tuner, unfinished_trials
+from loopscale.sweep.grid import fit_tuner, set_aside_tune_state, tune_state_problem, unfinished_trials
 from loopscale.sweep.lr_table import DIVERGED_LOSS, _lr_table_schema, _plot, _smooth
 from loopscale.sweep.workspace import RunWorkspace, event_metrics, tune_checkpoint_from
 
@@ -514,12 +519,28 @@ def _run_study(
         load_if_exists=True,
     )
     exp_uri = uri_join(storage_path, experiment)
-    if resume and tune.Tuner.can_restore(exp_uri):
+    restorable = resume and tune.Tuner.can_restore(exp_uri)
+    torn = tune_state_problem(exp_uri) if restorable else None
+    if restorable and not torn:
         tuner = tune.Tuner.restore(
             exp_uri, trainable=plan["trainable"], resume_unfinished=True, resume_errored=True
         )
     else:
-        if is_local_uri(storage_path) and local_path(exp_uri).exists():
+        if torn:
+            # the study goes on in a new experiment: the seeded sampler proposes the same LRs in the same order
+            # while it samples at random (TPE's first 10 trials; later ones may differ), finished LRs replay their
+            # saved results, interrupted ones continue from their checkpoints, and the rung records (keyed by LR)
+            # are kept, so ASHA decides as it did
+            set_aside_tune_state(exp_uri)
+            from loopscale.sweep import console
+
+            console.current().say(
+                f"tune-lr: Tune's saved state of size {size}, r {r} is unreadable ({torn}: the driver was stopped "
+                "while Tune copied it); the study goes on in a new experiment in the same folder (its old state "
+                "files are kept as *.unreadable-*)",
+                err=True,
+            )
+        elif is_local_uri(storage_path) and local_path(exp_uri).exists():
             shutil.rmtree(local_path(exp_uri))
             Path(tune_dir / "asha" / f"{experiment}.json").unlink(missing_ok=True)
         tuner = tune.Tuner(
@@ -645,7 +666,7 @@ def run_tune_lr(
     One study per size and r (``tune.tune_per_r``; otherwise per size at the largest r, its LR used for
     every r). ``lr`` is ``lr_smoothed`` when ``tune.smooth`` else ``lr_best``; both are in the table.
     Studies already finished in ``out_dir`` are not rerun; ``resume`` restores an interrupted study's
-    Tune experiment. ``track``: ``--track`` values or parsed targets (:mod:`loopscale.sweep.tracking`). Progress
+    Tune experiment (or, when Tune's saved state of it is torn or mixed, goes on in a new one). ``track``: ``--track`` values or parsed targets (:mod:`loopscale.sweep.tracking`). Progress
     (trials done/pruned/failed, best LR so far) is shown on the console (:class:`loopscale.sweep.console.LRView`).
 
     Raises:

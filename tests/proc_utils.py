@@ -69,13 +69,19 @@ def start_driver(command: str, spec: Path, out: Path, *extra: str) -> subprocess
     )
 
 
-def run_to_end(proc: subprocess.Popen) -> tuple[int, bytes, bytes]:
+def run_to_end(proc: subprocess.Popen, timeout: float | None = None) -> tuple[int, bytes, bytes]:
     """Wait for ``proc``, then end every process it started (Ray agents can outlive their driver);
-    returns (exit code, stdout, stderr)."""
+    returns (exit code, stdout, stderr). With ``timeout`` (s), a driver still running then is killed and the test
+    fails with the end of its stderr (a hung driver must fail the test, not the CI job)."""
     seen: set[int] = set()
+    deadline = None if timeout is None else time.time() + timeout
     try:
         while proc.poll() is None:
             seen |= descendants(proc.pid)
+            if deadline is not None and time.time() > deadline:
+                proc.kill()
+                _, err = proc.communicate()
+                raise AssertionError(f"driver still running after {timeout:.0f} s; stderr: {err.decode()[-3000:]}")
             time.sleep(0.3)
         out, err = proc.communicate()
     finally:

@@ -46,8 +46,8 @@ def _tune_driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
     return start_driver("tune-lr", spec, out, "--no-plot", *extra)
 
 
-def _run_to_end(proc: subprocess.Popen) -> tuple[int, str]:
-    rc, _, err = run_to_end(proc)
+def _run_to_end(proc: subprocess.Popen, timeout: float | None = None) -> tuple[int, str]:
+    rc, _, err = run_to_end(proc, timeout)
     return rc, err.decode()[-3000:]
 
 
@@ -103,17 +103,28 @@ def _tune_spec(tmp_path: Path, **tune) -> Path:
 
 
 @pytest.mark.slow
-def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path, monkeypatch):
+@pytest.mark.parametrize("torn", [False, True], ids=["saved", "torn"])
+def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path, monkeypatch, torn):
     """SIGKILL the tune-lr driver while 2 trials run; --resume => exactly 8 finished trials, 0 RUNNING, no LR
-    trained to completion twice."""
+    trained to completion twice. ``torn``: the kill also left Tune's saved searcher state empty, as a SIGKILL during
+    Tune's background copy of its state did under load; Tune half-restored it and the resumed driver waited
+    forever (or ran 7 trials). The resume must set that state aside and still end with the 8 trials."""
     monkeypatch.setenv(COUNT_ENV, "1")  # the drivers inherit it (loopscale.sweep._seams)
     spec = _tune_spec(tmp_path, num_samples=8, max_concurrent=2, tokens=4096, num_milestones=4)
     out = tmp_path / "out"
     proc = _tune_driver(spec, out)
     _stop_when(proc, lambda: _n_trials(out, "kinds_size16_r2") >= 2, signal.SIGKILL)
     assert _n_trials(out, "kinds_size16_r2") < 8
-    rc, err = _run_to_end(_tune_driver(spec, out, "--resume"))
+    exp = out / "tune_lr" / "ray" / "tune_lr_kinds_size16_r2"
+    if torn:
+        saved = sorted(exp.glob("searcher-state-*.pkl"))
+        assert saved, sorted(p.name for p in exp.iterdir())
+        saved[-1].write_bytes(b"")
+    rc, err = _run_to_end(_tune_driver(spec, out, "--resume"), timeout=420)
     assert rc == 0, err
+    if torn:  # (the kill itself can tear the state too: "saved" does not assert that it was restored)
+        assert "Tune's saved state of size 16, r 2 is unreadable" in err, err
+        assert sorted(exp.glob("searcher-state-*.pkl.unreadable-*"))  # set aside, not deleted
     study = optuna.load_study(
         study_name="kinds_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}"
     )
@@ -126,6 +137,116 @@ def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path, monkey
     counts = trained_counts(str(out / "tune_lr" / "ray"))
     assert counts and max(counts.values()) == 1  # no LR trained to completion twice
     assert (out / "lr_table.parquet").exists()
+
+
+def test_tune_state_problem_names_the_torn_file_and_set_aside_keeps_it(tmp_path):
+    """The check before a restore reads each of Tune's state files as Tune would (the newest of each pattern): a
+    complete set passes, an empty pickle or a truncated trial list is named; setting the state aside renames every
+    state file (older ones too) and leaves the trial folders."""
+    import json
+
+    import ray.cloudpickle as cloudpickle
+
+    from loopscale.sweep.grid import set_aside_tune_state, tune_state_problem
+
+    exp = tmp_path / "tune_lr_x"
+    (exp / "lr_0001").mkdir(parents=True)
+    state = json.dumps({"trial_data": [], "runner_data": {}, "stats": {}})
+    for stamp in ("2026-01-01_00-00-00", "2026-01-02_00-00-00"):
+        (exp / f"experiment_state-{stamp}.json").write_text(state)
+        (exp / f"search_gen_state-{stamp}.json").write_bytes(cloudpickle.dumps({"counter": 0}))
+        (exp / f"searcher-state-{stamp}.pkl").write_bytes(cloudpickle.dumps({"_ot_trials": {}}))
+    (exp / "tuner.pkl").write_bytes(cloudpickle.dumps({"tuner": 1}))
+    assert tune_state_problem(str(exp)) is None
+    assert tune_state_problem(str(tmp_path / "absent")) is None
+    (exp / "searcher-state-2026-01-01_00-00-00.pkl").write_bytes(b"")  # an older file is not read
+    assert tune_state_problem(str(exp)) is None
+    (exp / "searcher-state-2026-01-02_00-00-00.pkl").write_bytes(b"")
+    assert tune_state_problem(str(exp)) == "searcher-state-2026-01-02_00-00-00.pkl: 0 bytes"
+    (exp / "searcher-state-2026-01-02_00-00-00.pkl").write_bytes(cloudpickle.dumps({"_ot_trials": {}})[:-5])
+    assert tune_state_problem(str(exp)).startswith("searcher-state-2026-01-02_00-00-00.pkl: ")
+    (exp / "experiment_state-2026-01-02_00-00-00.json").write_text(state[:-3])
+    assert tune_state_problem(str(exp)).startswith("experiment_state-2026-01-02_00-00-00.json: JSONDecodeError")
+    moved = set_aside_tune_state(str(exp))
+    assert len(moved) == 7 and all(".unreadable-" in m for m in moved)
+    assert sorted(p.name for p in exp.iterdir() if ".unreadable-" not in p.name) == ["lr_0001"]
+    assert tune_state_problem(str(exp)) is None  # nothing left to restore from
+
+
+def test_tune_state_problem_finds_a_search_algorithm_newer_than_the_trial_list(tmp_path):
+    """Two complete files from different snapshots (Tune's copy mixed them when the driver died): a search
+    algorithm that created more trials than the list holds, or holds as running a trial the list lacks, is named;
+    one that is older than the list (it will propose again what the list has) is not a problem."""
+    import json
+
+    import ray.cloudpickle as cloudpickle
+
+    from loopscale.sweep.grid import tune_state_problem
+
+    exp = tmp_path / "tune_lr_x"
+    exp.mkdir()
+    stamp = "2026-01-02_00-00-00"
+
+    def save(ids, counter, live, limiter=True):
+        trials = [[json.dumps({"trial_id": i, "status": "RUNNING"}), "{}"] for i in ids]
+        (exp / f"experiment_state-{stamp}.json").write_text(json.dumps({"trial_data": trials, "runner_data": {}}))
+        alg = {"counter": counter, "total_samples": 8, "finished": False}
+        if limiter:
+            alg["name:ConcurrencyLimiter"] = {"max_concurrent": 2, "live_trials": set(live)}
+        (exp / f"search_gen_state-{stamp}.json").write_bytes(cloudpickle.dumps(alg))
+
+    save(["a", "b", "c"], 3, {"b", "c"})
+    assert tune_state_problem(str(exp)) is None
+    save(["a", "b", "c"], 2, {"b"})  # the searcher is older: Tune proposes again, the run ids dedupe
+    assert tune_state_problem(str(exp)) is None
+    save(["a", "b", "c"], 4, {"c"})
+    assert "created 4 trials" in tune_state_problem(str(exp)) and "the trial list has 3" in tune_state_problem(str(exp))
+    save(["a", "b"], 2, {"b", "d"})
+    assert "holds ['d'] as running" in tune_state_problem(str(exp))
+    (exp / f"search_gen_state-{stamp}.json").unlink()
+    (exp / f"basic-variant-state-{stamp}.json").write_bytes(cloudpickle.dumps({"_live_trials": {"z"}}))
+    assert "holds ['z'] as running" in tune_state_problem(str(exp))
+
+
+def test_a_sweep_with_torn_tune_state_resumes_its_pending_runs_in_a_new_experiment(ray_local, tmp_path, capfd):
+    """The grid's resume checks Tune's saved state too: with the newest variant-generator state empty (a driver
+    killed during Tune's copy of it), the experiment is not half-restored (Tune then restarted it and trained
+    again whatever it held) but its pending run goes on in a new experiment, and every run ends ok once."""
+    from loopscale.sweep.commands import run_sweep
+    from loopscale.sweep.workspace import RunWorkspace
+
+    spec = parse_spec(
+        {
+            "name": "torn",
+            "model": {"preset": "cpu", "seq_len": 32},
+            "r": [1, 2],
+            "sizes": [16],
+            "tokens": [2048],
+            "training": {"batch_tokens": 256, "eval_tokens": 1024, "checkpoint_every_steps": 4},
+            "lr": {"fixed": 0.01},
+            "resources": {"cpus": 1},
+        }
+    )
+    out = tmp_path / "out"
+    run_sweep(spec, out, quiet=True)
+    first = {r["run_id"]: r["final_val_loss"] for r in pq.read_table(out / "runs.parquet").to_pylist()}
+    assert len(first) == 2
+    lost = sorted(first)[0]  # its record and result gone: pending for the resume
+    ResultsStore(out).forget({lost})
+    RunWorkspace(str(out / "tune"), lost).clear()
+    states = sorted((out / "tune" / "grid_torn_001").glob("basic-variant-state-*.json"))
+    assert states, sorted(p.name for p in (out / "tune" / "grid_torn_001").iterdir())
+    states[-1].write_bytes(b"")
+    before = sorted(p.name for p in (out / "tune" / "grid_torn_001").iterdir())
+    capfd.readouterr()
+    run_sweep(spec, out, resume=True, quiet=True)
+    err = capfd.readouterr().err
+    assert "Tune's saved state of grid_torn_001 is unreadable" in err, err[-3000:]
+    assert sorted(p.name for p in (out / "tune" / "grid_torn_001").iterdir()) == before  # not restarted
+    assert (out / "tune" / "grid_torn_002").is_dir()
+    again = {r["run_id"]: (r["status"], r["final_val_loss"]) for r in pq.read_table(out / "runs.parquet").to_pylist()}
+    assert {k: v[0] for k, v in again.items()} == {k: "ok" for k in first}
+    assert again[lost][1] == pytest.approx(first[lost], rel=1e-5)  # trained again from scratch, same result
 
 
 # --- case 6 -------------------------------------------------------------------------------------------------
