@@ -69,10 +69,10 @@ def start_driver(command: str, spec: Path, out: Path, *extra: str) -> subprocess
     )
 
 
-def run_to_end(proc: subprocess.Popen, timeout: float | None = None) -> tuple[int, bytes, bytes]:
+def run_to_end(proc: subprocess.Popen, timeout: float | None = 600) -> tuple[int, bytes, bytes]:
     """Wait for ``proc``, then end every process it started (Ray agents can outlive their driver);
-    returns (exit code, stdout, stderr). With ``timeout`` (s), a driver still running then is killed and the test
-    fails with the end of its stderr (a hung driver must fail the test, not the CI job)."""
+    returns (exit code, stdout, stderr). A driver still running after ``timeout`` (s; None: no limit) is killed
+    and the test fails with the end of its stderr (a hung driver must fail the test, not the CI job)."""
     seen: set[int] = set()
     deadline = None if timeout is None else time.time() + timeout
     try:

@@ -46,7 +46,7 @@ def _tune_driver(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
     return start_driver("tune-lr", spec, out, "--no-plot", *extra)
 
 
-def _run_to_end(proc: subprocess.Popen, timeout: float | None = None) -> tuple[int, str]:
+def _run_to_end(proc: subprocess.Popen, timeout: float | None = 600) -> tuple[int, str]:
     rc, _, err = run_to_end(proc, timeout)
     return rc, err.decode()[-3000:]
 
