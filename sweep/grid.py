@@ -437,11 +437,23 @@ def tune_state_problem(experiment_path: str) -> str | None:
     return _mixed_snapshots(loaded)
 
 
+def _created(alg: dict) -> int | None:
+    """Trials a saved search algorithm has created: a ``SearchGenerator``'s ``counter``, or a
+    ``BasicVariantGenerator``'s (grid) last trial iterator's ``counter`` (cumulative over its iterators); None when
+    the state does not say."""
+    if isinstance(alg.get("counter"), int):
+        return alg["counter"]
+    counts = [getattr(it, "counter", None) for it in alg.get("_iterators") or ()]
+    counts = [c for c in counts if isinstance(c, int)]
+    return max(counts) if counts else None
+
+
 def _mixed_snapshots(loaded: dict) -> str | None:
-    """Whether the trial list and the search algorithm's state come from different snapshots, the search algorithm
-    being the newer: it created or holds as running a trial the list lacks. Tune's background copy can mix two
-    snapshots when the driver dies during it; restored, such a search algorithm waits for that trial forever (its
-    concurrency limit stays reached) or never creates the trial again. None when consistent or not checkable."""
+    """Whether the trial list and the search algorithm's state come from different snapshots (Tune's background
+    copy can mix two when the driver dies during it): the algorithm created another number of trials than the list
+    holds, or holds as running a trial the list lacks. Restored, a newer algorithm waits for a missing trial forever
+    (its concurrency limit stays reached) or never creates that trial again; an older one creates again trials the
+    list holds, which then train the same run twice at once. None when consistent or not checkable."""
     if "experiment_state-*.json" not in loaded:
         return None
     name, state = loaded["experiment_state-*.json"]
@@ -457,11 +469,12 @@ def _mixed_snapshots(loaded: dict) -> str | None:
         for key, sub in alg.items():
             if key.startswith("name:") and isinstance(sub, dict):
                 live |= set(sub.get("live_trials") or ())
-        counter = alg.get("counter")
-        if live - ids or (isinstance(counter, int) and counter > len(ids)):
+        created = _created(alg)
+        if live - ids or (created is not None and created != len(ids)):
             return (
-                f"{alg_name} is newer than {name}: it created {counter if isinstance(counter, int) else '?'} "
-                f"trials and holds {sorted(live - ids) or 'none'} as running, the trial list has {len(ids)}"
+                f"{alg_name} and {name} are from different snapshots: the search algorithm created "
+                f"{'?' if created is None else created} trials and holds {sorted(live - ids) or 'none'} as running "
+                f"that the list lacks, the trial list has {len(ids)}"
             )
     return None
 

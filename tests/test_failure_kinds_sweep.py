@@ -175,8 +175,9 @@ def test_tune_state_problem_names_the_torn_file_and_set_aside_keeps_it(tmp_path)
 
 def test_tune_state_problem_finds_a_search_algorithm_newer_than_the_trial_list(tmp_path):
     """Two complete files from different snapshots (Tune's copy mixed them when the driver died): a search
-    algorithm that created more trials than the list holds, or holds as running a trial the list lacks, is named;
-    one that is older than the list (it will propose again what the list has) is not a problem."""
+    algorithm that created more trials than the list holds (it would never create the missing one again), fewer (it
+    would create again trials the list holds, training their runs twice at once), or that holds as running a trial
+    the list lacks, is named; a grid's variant generator counts its trials in its iterators."""
     import json
 
     import ray.cloudpickle as cloudpickle
@@ -197,15 +198,28 @@ def test_tune_state_problem_finds_a_search_algorithm_newer_than_the_trial_list(t
 
     save(["a", "b", "c"], 3, {"b", "c"})
     assert tune_state_problem(str(exp)) is None
-    save(["a", "b", "c"], 2, {"b"})  # the searcher is older: Tune proposes again, the run ids dedupe
-    assert tune_state_problem(str(exp)) is None
+    save(["a", "b", "c"], 2, {"b"})
+    assert "created 2 trials" in tune_state_problem(str(exp)) and "the trial list has 3" in tune_state_problem(str(exp))
     save(["a", "b", "c"], 4, {"c"})
-    assert "created 4 trials" in tune_state_problem(str(exp)) and "the trial list has 3" in tune_state_problem(str(exp))
+    assert "created 4 trials" in tune_state_problem(str(exp))
     save(["a", "b"], 2, {"b", "d"})
     assert "holds ['d'] as running" in tune_state_problem(str(exp))
     (exp / f"search_gen_state-{stamp}.json").unlink()
-    (exp / f"basic-variant-state-{stamp}.json").write_bytes(cloudpickle.dumps({"_live_trials": {"z"}}))
-    assert "holds ['z'] as running" in tune_state_problem(str(exp))
+
+    from ray.tune.search.basic_variant import _TrialIterator
+
+    def grid_state(counter, live):
+        it = _TrialIterator(uuid_prefix="g_", num_samples=1, unresolved_spec={"config": {}}, start=counter)
+        return cloudpickle.dumps({"_live_trials": set(live), "_iterators": [it]})
+
+    save(["g_00000", "g_00001"], 0, (), limiter=False)
+    (exp / f"search_gen_state-{stamp}.json").unlink()
+    (exp / f"basic-variant-state-{stamp}.json").write_bytes(grid_state(2, {"g_00001"}))
+    assert tune_state_problem(str(exp)) is None
+    (exp / f"basic-variant-state-{stamp}.json").write_bytes(grid_state(3, {"g_00001"}))
+    assert "created 3 trials" in tune_state_problem(str(exp))
+    (exp / f"basic-variant-state-{stamp}.json").write_bytes(grid_state(2, {"g_00002"}))
+    assert "holds ['g_00002'] as running" in tune_state_problem(str(exp))
 
 
 def test_a_sweep_with_torn_tune_state_resumes_its_pending_runs_in_a_new_experiment(ray_local, tmp_path, capfd):
@@ -213,6 +227,7 @@ def test_a_sweep_with_torn_tune_state_resumes_its_pending_runs_in_a_new_experime
     killed during Tune's copy of it), the experiment is not half-restored (Tune then restarted it and trained
     again whatever it held) but its pending run goes on in a new experiment, and every run ends ok once."""
     from loopscale.sweep.commands import run_sweep
+    from loopscale.sweep.grid import tune_state_problem
     from loopscale.sweep.workspace import RunWorkspace
 
     spec = parse_spec(
@@ -234,6 +249,7 @@ def test_a_sweep_with_torn_tune_state_resumes_its_pending_runs_in_a_new_experime
     lost = sorted(first)[0]  # its record and result gone: pending for the resume
     ResultsStore(out).forget({lost})
     RunWorkspace(str(out / "tune"), lost).clear()
+    assert tune_state_problem(str(out / "tune" / "grid_torn_001")) is None  # a finished experiment is consistent
     states = sorted((out / "tune" / "grid_torn_001").glob("basic-variant-state-*.json"))
     assert states, sorted(p.name for p in (out / "tune" / "grid_torn_001").iterdir())
     states[-1].write_bytes(b"")
@@ -283,6 +299,10 @@ def test_asha_rungs_survive_restore(ray_local, tmp_path):
     # had finished before the signal took effect, so there was nothing to resume); 3 leaves more of it to interrupt
     _stop_when(proc, lambda: _n_trials(out, "kinds_size16_r2") >= 3, signal.SIGINT)
     assert proc.returncode == 130 and _n_trials(out, "kinds_size16_r2") < 8
+    # a SIGINT saves a consistent state (trial list, limiter, sampler): restored, not set aside
+    from loopscale.sweep.grid import tune_state_problem
+
+    assert tune_state_problem(str(out / "tune_lr" / "ray" / "tune_lr_kinds_size16_r2")) is None
     rc, err = _run_to_end(_tune_driver(spec_path, out, "--resume"))
     assert rc == 0, err
     got = _asha_outcome(out, "kinds_size16_r2")

@@ -161,6 +161,11 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     assert (st["state"], st["stage"]) == ("stopped", "sweep")
     assert st["runs"]["ok"] + st["runs"]["diverged"] == len(finished_before)
     assert st["runs"]["running"] == 0 and st["runs"]["pending"] == 16 - len(finished_before)
+    # a SIGINT saves a consistent state, which the check before a restore must accept (else nothing is restored)
+    from loopscale.sweep.grid import tune_state_problem
+
+    exps = sorted((out / "tune").glob("grid_*"))
+    assert exps and tune_state_problem(str(exps[-1])) is None
     # the resume is what is tested, not the fit: a small bootstrap keeps the test short
     p = _run(["run", "--preset", "smoke", "--out", str(out), "--resume", "--bootstrap", "20", "--starts", "10"])
     assert p.returncode == 0, p.stderr[-3000:]
@@ -172,6 +177,7 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     assert "\x1b" not in p.stdout + p.stderr and "Checkpoint successfully created" not in p.stdout + p.stderr
     assert "Token authentication is enabled" not in p.stdout + p.stderr  # Ray's default, not a warning
     assert "nothing to resume" not in p.stderr  # there was something: the stopped run
+    assert "unreadable" not in p.stderr
     assert "Checkpoint successfully created" in (out / "logs" / "ray.log").read_text()
     st = json.loads(_run(["status", str(out), "--json"]).stdout)
     assert (st["state"], st["stage"]) == ("finished", "done") and st["fit"]
