@@ -226,22 +226,13 @@ def test_a_sweep_with_torn_tune_state_resumes_its_pending_runs_in_a_new_experime
     """The grid's resume checks Tune's saved state too: with the newest variant-generator state empty (a driver
     killed during Tune's copy of it), the experiment is not half-restored (Tune then restarted it and trained
     again whatever it held) but its pending run goes on in a new experiment, and every run ends ok once."""
+    from test_failure_kinds_round2 import TINY  # two cells (r 1, 2), 8 steps each
+
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.grid import tune_state_problem
     from loopscale.sweep.workspace import RunWorkspace
 
-    spec = parse_spec(
-        {
-            "name": "torn",
-            "model": {"preset": "cpu", "seq_len": 32},
-            "r": [1, 2],
-            "sizes": [16],
-            "tokens": [2048],
-            "training": {"batch_tokens": 256, "eval_tokens": 1024, "checkpoint_every_steps": 4},
-            "lr": {"fixed": 0.01},
-            "resources": {"cpus": 1},
-        }
-    )
+    spec = parse_spec({**TINY, "name": "torn"})
     out = tmp_path / "out"
     run_sweep(spec, out, quiet=True)
     first = {r["run_id"]: r["final_val_loss"] for r in pq.read_table(out / "runs.parquet").to_pylist()}
