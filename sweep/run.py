@@ -215,6 +215,7 @@ def run_pipeline(
     from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import record_folder_spec
     from loopscale.sweep.status import mark_started
+    from loopscale.sweep.store import ResultsStore
     from loopscale.sweep.tracking import parse_track
 
     cluster = cluster or ClusterOptions()
@@ -263,6 +264,9 @@ def run_pipeline(
         # 2. the grid
         if _grid_done(spec, out):
             meta["skipped"].append("sweep")
+            store = ResultsStore(out)
+            if not store.is_consolidated():  # the grid was stopped after its last run's record, before this
+                store.consolidate()
             log("[2/4] sweep: every cell is in runs.parquet, skipped")
         else:
             log("[2/4] sweep: the iso-depth grid on Ray Tune ...")

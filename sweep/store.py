@@ -452,6 +452,15 @@ class ResultsStore:
         write_table_atomic(to_table(crow, CURVES_SCHEMA), self.curves_path)
         return self.runs_path
 
+    def is_consolidated(self) -> bool:
+        """True when ``runs.parquet`` exists and holds the newest record of every run (no part is newer): a stop
+        between a run's part and :meth:`consolidate` (a SIGKILL, or a Ctrl-C just after the grid's last run) leaves
+        records in the parts only."""
+        if not self.runs_path.exists():
+            return False
+        have = {row["run_id"]: row["finished_at"] for row in self.runs().to_pylist()}
+        return all(rid in have and have[rid] == row["finished_at"] for rid, row in self._latest().items())
+
     def runs(self) -> pa.Table:
         """The consolidated runs table (empty with the fixed schema when there is none yet)."""
         return read_table(self.runs_path, RUNS_SCHEMA)

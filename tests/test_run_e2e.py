@@ -99,6 +99,26 @@ def test_rerun_skips_every_finished_stage(smoke_run):
     assert (out / "runs.parquet").read_bytes() == before
 
 
+def test_resume_after_a_stop_between_the_last_run_and_runs_parquet(smoke_run, tmp_path):
+    """A Ctrl-C or kill just after the grid's last run was recorded (its part written, runs.parquet not yet) left a
+    folder of parts only; `run --resume` skipped the grid ("every cell is in runs.parquet") and then failed on the
+    missing runs.parquet, every time. The resume consolidates the parts first and finishes with every run."""
+    out, _, _ = smoke_run
+    stopped = tmp_path / "run"
+    shutil.copytree(out, stopped)
+    for name in ("runs.parquet", "curves.parquet", "run_meta.json", "report.md"):
+        (stopped / name).unlink()
+    shutil.rmtree(stopped / "fit")
+    p = _run(["run", "--preset", "smoke", "--out", str(stopped), "--resume", "--bootstrap", "20", "--starts", "10"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "every cell is in runs.parquet, skipped" in p.stdout + p.stderr
+    want = {r["run_id"]: r["final_val_loss"] for r in pq.read_table(out / "runs.parquet").to_pylist()}
+    got = {r["run_id"]: r["final_val_loss"] for r in pq.read_table(stopped / "runs.parquet").to_pylist()}
+    assert got == want and len(got) == 16
+    assert pq.read_table(stopped / "curves.parquet").num_rows == pq.read_table(out / "curves.parquet").num_rows
+    assert (stopped / "report.md").exists()
+
+
 def test_other_spec_in_same_out_dir_is_refused_without_touching_it(smoke_run, tmp_path):
     """Pointing a different spec at an existing run directory fails before any compute and changes nothing."""
     out, _, _ = smoke_run
