@@ -301,6 +301,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         checkpoint_key,
         make_result,
         peak_flops,
+        throughput,
     )
 
     t_start = time.perf_counter()
@@ -367,6 +368,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         best = [None] * k
         status, div_step, losses = ["ok"] * k, [None] * k, [float("nan")] * k
         start_step, resumed_from, wall_before = 0, None, 0.0
+        train_before = (0, 0.0)  # (tokens per member, s) of training steps before the checkpoint
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)  # a torn newest one is moved aside
         if ckpt_path is not None:
             if st["run_key"] != run_key:
@@ -387,6 +389,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 st["losses"],
             )
             wall_before = float(st.get("wall_s") or 0.0)  # checkpoints before this field: 0
+            train_before = (int(st.get("train_tokens") or 0), float(st.get("train_s") or 0.0))
             log.info("resumed ensemble from %s at step %d", ckpt_path, start_step)
         times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -399,6 +402,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             state = {
                 "format": CHECKPOINT_FORMAT,
                 "wall_s": wall_before + time.perf_counter() - t_start,
+                "train_tokens": int(train_before[0] + tok_trained),
+                "train_s": float(train_before[1] + t_train),
                 "step": int(done),
                 "run_key": run_key,
                 "model": model.state_dict(),
@@ -533,8 +538,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
 
     wall = wall_before + time.perf_counter() - t_start  # with the attempts before its checkpoint, as train_run
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
-    tps = tok_trained / t_train if t_train > 0 else 0.0
-    mfu = (k * Fpt * tps / peak) if (peak and tps) else None
+    tps = throughput(train_before, tok_trained, t_train)
+    mfu = (k * Fpt * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
     out = []
     for i, mc in enumerate(member_cfgs):
         fv = finals[i]

@@ -316,7 +316,8 @@ class RunResult:
     """Wall time of the run (s) over all its attempts: a resumed run adds the time its earlier attempts took up to
     the checkpoint it resumed from (steps redone after that checkpoint count once)."""
     tokens_per_s: float
-    """Training tokens per second (eval excluded)."""
+    """Training tokens per second (eval excluded) over the training steps of all attempts (a resumed run adds those
+    its checkpoint recorded); NaN when no step was timed (:func:`throughput`)."""
     mfu: float | None
     """Achieved training FLOP/s / peak_flops."""
     peak_flops: float | None
@@ -735,6 +736,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         ev = torch.from_numpy(ev_np).to(device)
         start_step, micro_ids, digest, curve = 0, [], hashlib.sha256(b"loopscale-data").hexdigest(), []
         best_val, resumed_from, wall_before = None, None, 0.0
+        train_before = (0, 0.0)  # (tokens, s) of training steps in the attempts before the checkpoint
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)
         if ckpt_path is not None:
             if st["run_key"] != run_key:
@@ -750,6 +752,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             start_step, micro_ids, digest = st["step"], list(st["micro_batch_ids"]), st["data_digest"]
             curve, best_val, resumed_from = list(st["curve"]), st["best_val_loss"], st["step"]
             wall_before = float(st.get("wall_s") or 0.0)  # checkpoints before this field: 0
+            train_before = (int(st.get("train_tokens") or 0), float(st.get("train_s") or 0.0))
             log.info("resumed from %s at step %d", ckpt_path, start_step)
 
         times = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0, "checkpoint": 0.0}
@@ -833,7 +836,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             path = None
             if do_ckpt:
                 path = _write_ckpt(cfg, done, run_key, model, opts, micro_ids, digest, curve, best_val, times,
-                                   wall_before + time.perf_counter() - t_start)
+                                   wall_before + time.perf_counter() - t_start,
+                                   (train_before[0] + tok_trained, train_before[1] + t_train))
             if do_eval or path is not None:
                 emit(pt, path, final=is_last)
 
@@ -853,8 +857,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     # below is not part of it)
     wall = wall_before + time.perf_counter() - t_start
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
-    tps = tok_trained / t_train if t_train > 0 else 0.0
-    mfu = (F * tps / peak) if (peak and tps) else None
+    tps = throughput(train_before, tok_trained, t_train)
+    mfu = (F * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
     return make_result(
         cfg,
         data,
@@ -945,10 +949,21 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
     )
 
 
-def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_val, times, wall_s) -> Path:
+def throughput(before: tuple[int, float], tokens: int, seconds: float) -> float:
+    """Training tokens/s of a run over all its attempts: ``before`` = (tokens, s) of the training steps of the
+    attempts before its checkpoint (saved in it as ``train_tokens``, ``train_s``), plus this attempt's. NaN when no
+    step was timed (a run resumed from the checkpoint of its last step, under a checkpoint without those fields)."""
+    tok, sec = before[0] + tokens, before[1] + seconds
+    return tok / sec if sec > 0 else float("nan")
+
+
+def _write_ckpt(cfg, step, run_key, model, opts, micro_ids, digest, curve, best_val, times, wall_s,
+                train: tuple[int, float]) -> Path:
     t0 = time.perf_counter()
     state = {
         "wall_s": float(wall_s),
+        "train_tokens": int(train[0]),
+        "train_s": float(train[1]),
         "format": CHECKPOINT_FORMAT,
         "step": int(step),
         "run_key": run_key,

@@ -253,3 +253,23 @@ def test_numpy_integer_seeds_are_integers(tmp_path):
     ens = train_ensemble(cfg, np.arange(2), data_seeds=np.array([3, 4]))
     assert [(r.seed, r.data_seed) for r in ens] == [(0, 3), (1, 4)]
     assert all(type(r.seed) is int and type(r.data_seed) is int for r in ens)
+
+
+@pytest.mark.parametrize("trainer", ["single", "ensemble"])
+def test_a_run_resumed_after_its_last_step_keeps_its_throughput(tmp_path, trainer):
+    """A run whose trial is restarted after its last checkpoint (a driver stopped just after the run ended)
+    trains no step in the new attempt; its tokens/s and MFU were 0.0 and NaN in runs.parquet (this attempt's
+    steps only) and skewed the report's median. They now count every attempt's training steps, saved in the
+    checkpoint: the resumed result equals the first attempt's."""
+    cfg = _cfg(tmp_path, checkpoint_every_steps=2, checkpoint_dir=str(tmp_path / "ck"))
+
+    def train():
+        return [train_run(cfg)] if trainer == "single" else train_ensemble(cfg, [0, 1])
+
+    first, again = train(), train()
+    for a, b in zip(first, again, strict=True):
+        assert b.resumed_from_step == 6 and a.resumed_from_step is None
+        assert a.tokens_per_s > 0 and b.tokens_per_s == pytest.approx(a.tokens_per_s, rel=1e-9)
+        assert (a.mfu is None) == (b.mfu is None)
+        if a.mfu is not None:
+            assert b.mfu == pytest.approx(a.mfu, rel=1e-9)
