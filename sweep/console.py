@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from loopscale.sweep.grid import trial_cells
+from loopscale.sweep.workspace import DONE_KEY
 
 PLAIN_EVERY_S = 60.0
 """Seconds between two plain (non-terminal) progress lines of one view."""
@@ -414,6 +415,9 @@ class GridView(_View):
         self._first_seen: dict[str, float] = {}  # trial id -> when this display first saw it RUNNING
         self._rate: dict[str, tuple[float, float]] = {}  # trial id -> (tokens/s, FLOP/s) at its last report
         self.counts = {"done": 0, "running": 0, "pending": 0, "failed": 0}  # of runs
+        # run ids whose final report this display saw (the results store records a run at that report): done even
+        # while Tune does not call their trial done, e.g. one stopped by Ctrl-C between that report and its end
+        self._runs_done: set[str] = set()
         self.trials: dict[str, int] = {}  # Tune trials by status (an ensemble trial trains several runs)
         self.tokens_per_s: float | None = None
         self.eta_s: float | None = None
@@ -439,6 +443,8 @@ class GridView(_View):
 
     def observe(self, trials, trial=None, result: dict | None = None) -> None:
         now = time.time()
+        if result and result.get(DONE_KEY) and result.get("run_id"):
+            self._runs_done.add(str(result["run_id"]))
         reported = bool(trial is not None and result and "tokens" in result and not result.get("replayed"))
         if reported:
             tok = float(result["tokens"])
@@ -459,6 +465,7 @@ class GridView(_View):
         self.trials = {}
         in_trials: set[str] = set()
         running: set[str] = set()
+        finished = self.done_before | self._runs_done
         for t in trials:
             if t.status == "RUNNING":
                 running.add(t.trial_id)
@@ -469,6 +476,10 @@ class GridView(_View):
             key = {"TERMINATED": "done", "RUNNING": "running", "ERROR": "failed"}.get(t.status, "pending")
             if key == "done" and not (getattr(t, "last_result", None) or {}).get("done"):
                 key = "pending"  # stopped by Ctrl-C before its runs finished: TERMINATED too, but not done
+            if key != "done":  # its runs recorded already (this command's reports, or before it) are done
+                ended = [c for c in runs if c.get("run_id", "") in finished]
+                counts["done"] += len(ended)
+                runs = [c for c in runs if c.get("run_id", "") not in finished]
             counts[key] += len(runs)
             if key in ("running", "pending"):
                 want = sum(self._cell_flops(c) for c in runs)

@@ -202,6 +202,33 @@ def test_resumed_grid_counts_runs_finished_before(monkeypatch):
     assert console._GRID_DONE_BEFORE == frozenset()  # the context is left as it was
 
 
+def test_grid_counts_a_run_done_at_its_final_report_whatever_its_trial_status(monkeypatch):
+    """A trial stopped by Ctrl-C after its run's final report (the store has the run) but before Tune called the
+    trial done is saved TERMINATED without done; restored, it stays so. The resumed display said "15 runs done, 1
+    unfinished" while runs.parquet held all 16 (and an interrupted display one run fewer than was recorded). A run
+    whose final report this display saw, or that was recorded before, counts as done whatever its trial's status."""
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "_VIEW", None)
+    monkeypatch.setattr(console, "current", lambda: console.Console(buf, interactive=False))
+    cells = _cells(4)
+    ids = [c["run_id"] for c in cells]
+    stopped = SimpleNamespace(trial_id="t0", status="TERMINATED", config={"cell": cells[0]}, last_result={})
+    ens = SimpleNamespace(trial_id="t1", status="RUNNING", config={"cells": cells[1:3]}, last_result={})
+    left = SimpleNamespace(trial_id="t2", status="PENDING", config={"cell": cells[3]})
+    with console.grid_done_before(ids[:1]):  # the stopped trial's run was recorded by the interrupted command
+        console.grid_observe([stopped, ens, left])
+        view = console._VIEW
+        assert view.counts == {"done": 1, "running": 2, "pending": 1, "failed": 0}
+        # the ensemble trial's first member ends: its final report (the store records it now)
+        console.grid_observe([stopped, ens, left], ens, {"run_done": True, "run_id": ids[1], "status": "ok"})
+        assert view.counts == {"done": 2, "running": 1, "pending": 1, "failed": 0}
+        ens.status = "TERMINATED"  # stopped before Tune called it done: its second run never reported
+        console.grid_observe([stopped, ens, left])
+        assert view.counts == {"done": 2, "running": 0, "pending": 2, "failed": 0}
+    console.end_view()
+    assert "grid: 2 runs done, 0 failed, 2 unfinished" in buf.getvalue()
+
+
 def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(console.time, "time", lambda: clock[0])
