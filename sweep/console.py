@@ -606,11 +606,14 @@ class BootstrapView(_View):
         self.done = 0
         self.B = B  # the joint fit's resamples (``loopscale run``'s --bootstrap), to name the calls in the summary
         self.calls: list[int] = []  # refits of each bootstrap call so far
+        self.calls_done: list[int] = []  # of them done (less than planned when the fit was stopped)
 
     def step(self, done: int, total: int) -> None:
         if done == 0 or not self.calls:  # a new bootstrap call started (run_chunks reports (0, total) first)
             self.calls.append(int(total))
+            self.calls_done.append(0)
         self.total, self.done = int(total), int(done)
+        self.calls_done[-1] = self.done
         self.show(self.done, "refits")
 
     def state(self) -> dict:
@@ -626,7 +629,11 @@ class BootstrapView(_View):
             rest = sum(self.calls) - sum(joint)
             what = (f"joint fit B = {self.B}" if len(joint) == 1 else f"{len(joint)} joint fits, B = {self.B} each") + (
                 f"; {rest} for the intervals of phi per r, the identification check's" if rest else "")
-        return f"bootstrap: {sum(self.calls)} refits ({what}) in {_fmt_s(time.time() - self.t0)}"
+        took = _fmt_s(time.time() - self.t0)
+        done, planned = sum(self.calls_done), sum(self.calls)
+        if done < planned:  # stopped (Ctrl-C) before the last call ended: what was done, not what was planned
+            return f"bootstrap: stopped after {done} of {planned} refits ({what}) in {took}"
+        return f"bootstrap: {planned} refits ({what}) in {took}"
 
 
 def start_view(view: _View) -> _View:

@@ -309,6 +309,27 @@ def test_bootstrap_summary_names_the_joint_fit_and_the_per_r_intervals(monkeypat
         ), buf.getvalue()
 
 
+def test_bootstrap_summary_after_a_stop_says_what_was_done(monkeypatch):
+    """A Ctrl-C in the bootstrap's first chunk printed 'bootstrap: 100 refits (joint fit B = 100) in 2s' although
+    none had been done: the summary summed the planned refits. It now says how many of them were done."""
+    from loopscale.fit import bootstrapping
+
+    calls = []
+
+    def chunk(shared, ks, W):
+        calls.append(len(ks))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"n": len(ks)}
+
+    monkeypatch.setattr(bootstrapping, "_refit_chunk", chunk)
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+    with pytest.raises(KeyboardInterrupt), console.bootstrap_view(B=10):
+        bootstrapping.run_chunks({}, [(list(range(4)), None), (list(range(4, 10)), None)], 1, None)
+    assert buf.getvalue().startswith("bootstrap: stopped after 4 of 10 refits (joint fit B = 10)"), buf.getvalue()
+
+
 def test_session_restores_descriptors_on_interrupt(tmp_path, capfd):
     with pytest.raises(KeyboardInterrupt), console.session(tmp_path):
         raise KeyboardInterrupt
