@@ -277,13 +277,18 @@ def ray_session(
         "logging_level": logging_level,
     }
     stopped: list[bool] = []
+    main = threading.current_thread() is threading.main_thread()
+    term_before = signal.getsignal(signal.SIGTERM) if main else None
     try:
         with _sigint_deferred(stopped):
             _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level)
     except BaseException:
         # an error (or a second Ctrl-C) part-way through ray.init: stop what it had started now
         ray.shutdown()
+        _restore_sigterm(term_before)
         raise
+    if main:  # ray.init made SIGTERM a bare sys.exit(15): the driver stopped without saving Tune's state
+        signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     try:
         if stopped:  # Ctrl-C during ray.init, held until Ray was up: stop now, through the shutdown below
             raise KeyboardInterrupt
@@ -294,6 +299,34 @@ def ray_session(
         # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
         # Started by us: it stops every process we started.
         ray.shutdown()
+        _restore_sigterm(term_before)
+
+
+_SIGTERM_SEEN: list[bool] = []
+
+
+def sigterm_as_ctrl_c(signum, frame) -> None:
+    """SIGTERM handler of a driver inside :func:`ray_session`: a SIGTERM (SLURM at the time limit or on preemption,
+    Kubernetes deleting a pod, ``kill``) stops the driver as a Ctrl-C does, so Tune saves its state and ``--resume``
+    continues. It calls the SIGINT handler in place (Tune's while an experiment runs, else Python's, which raises
+    KeyboardInterrupt); with SIGINT ignored or not a Python handler it raises KeyboardInterrupt.
+    :func:`stopped_by_sigterm` tells afterwards."""
+    _SIGTERM_SEEN.append(True)
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+def stopped_by_sigterm() -> bool:
+    """True once this process received a SIGTERM inside :func:`ray_session`."""
+    return bool(_SIGTERM_SEEN)
+
+
+def _restore_sigterm(handler) -> None:
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level) -> None:

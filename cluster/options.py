@@ -36,6 +36,7 @@ __all__ = [
     "ClusterOptions",
     "CLUSTER_FLAGS",
     "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "Interrupted",
     "present_errors",
@@ -199,6 +200,8 @@ EXIT_FAILED = 1
 """Exit code of a command that ran but produced nothing usable (:class:`CommandFailed`, e.g. not one run finished)."""
 EXIT_INTERRUPTED = 130
 """Exit code of a driver stopped by SIGINT with its state saved (128 + SIGINT, the shell's convention)."""
+EXIT_TERMINATED = 143
+"""Exit code of a driver stopped by SIGTERM, which it handles as a Ctrl-C (128 + SIGTERM)."""
 
 
 class CommandFailed(RuntimeError):
@@ -228,7 +231,8 @@ def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None =
 
 def present_errors(command):
     """Wrap a Typer command so that its errors reach the user as one line on stderr and an exit code:
-    :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED`;
+    :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED` (after a SIGTERM
+    inside a Ray session, handled as a Ctrl-C: "interrupted (SIGTERM): ..." and :data:`EXIT_TERMINATED`);
     :class:`CommandFailed` -> "error: <message>" and :data:`EXIT_FAILED`;
     ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`. Anything else is a bug
     and keeps its traceback. The console script registers every command through it."""
@@ -240,8 +244,12 @@ def present_errors(command):
         try:
             return command(*args, **kwargs)
         except (Interrupted, KeyboardInterrupt) as e:
-            typer.echo(interrupt_message(e, resumable, kwargs), err=True)
-            raise typer.Exit(code=EXIT_INTERRUPTED) from None
+            from loopscale.cluster.connect import stopped_by_sigterm
+
+            term = stopped_by_sigterm()
+            msg = interrupt_message(e, resumable, kwargs)
+            typer.echo(msg.replace("interrupted: ", "interrupted (SIGTERM): ", 1) if term else msg, err=True)
+            raise typer.Exit(code=EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
         except CommandFailed as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(code=EXIT_FAILED) from None

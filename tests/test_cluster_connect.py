@@ -379,3 +379,42 @@ def test_ctrl_c_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactive
         with ray_session():
             pytest.fail("the block must not run after a Ctrl-C")
     assert calls == ["shutdown"] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_sigterm_in_a_ray_session_stops_the_driver_as_a_ctrl_c(monkeypatch, interactive_sigint):
+    """ray.init makes SIGTERM a bare sys.exit(15): `kill`, SLURM at its time limit or Kubernetes deleting a pod
+    stopped the driver with exit 15, no message and no last save of Tune's state. Inside ray_session a SIGTERM now
+    goes to the SIGINT handler (Tune's while an experiment runs; here Python's: KeyboardInterrupt), the command
+    presenter says "interrupted (SIGTERM)" with the resume hint and exits 143, and the SIGTERM handler from before
+    the session is put back."""
+    import signal
+    import sys
+    import time
+
+    import ray
+    import typer
+
+    from loopscale.cluster import connect
+    from loopscale.cluster.options import EXIT_TERMINATED, present_errors
+
+    monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "init", lambda **kw: signal.signal(signal.SIGTERM, lambda s, f: sys.exit(s)))
+    monkeypatch.setattr(connect, "_cluster_info", lambda *a, **kw: None)
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+
+        def sweep(resume: bool = False):
+            with ray_session():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.5)  # the handler runs here
+                pytest.fail("the block must not go on after a SIGTERM")
+
+        with pytest.raises(typer.Exit) as exc:
+            present_errors(sweep)()
+        assert exc.value.exit_code == EXIT_TERMINATED == 143
+        assert connect.stopped_by_sigterm()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, outer)
