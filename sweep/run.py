@@ -15,6 +15,7 @@ This module is the one place that chains sweep -> fit -> report.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -246,6 +247,17 @@ def run_pipeline(
     need_ray = (spec.lr == "tune" and not lr_table_present(out / "lr_table.parquet")) or not _grid_done(spec, out)
     fit_settings = {"B": bootstrap, "starts": starts, "seed": seed}
 
+    @contextlib.contextmanager
+    def timed(stage: str):
+        """Add the block's wall time to the stage's, also when it is interrupted (a resumed stage then counts both
+        attempts: status and the report showed only the resumed part)."""
+        t0 = time.time()
+        try:
+            yield
+        finally:
+            meta["stage_wall_s"][stage] = meta["stage_wall_s"].get(stage, 0.0) + time.time() - t0
+            save_meta()
+
     def stages() -> None:
         # 1. LR tuning
         if spec.lr != "tune":
@@ -257,10 +269,8 @@ def run_pipeline(
                 log("[1/4] tune-lr: lr_table.parquet exists, skipped")
             else:
                 log("[1/4] tune-lr: Optuna studies through Ray Tune ...")
-                t0 = time.time()
-                run_tune_lr(spec, out, resume=resume, address=cluster.address, track=track)
-                meta["stage_wall_s"]["tune-lr"] = time.time() - t0
-                save_meta()
+                with timed("tune-lr"):
+                    run_tune_lr(spec, out, resume=resume, address=cluster.address, track=track)
         # 2. the grid
         if _grid_done(spec, out):
             meta["skipped"].append("sweep")
@@ -270,10 +280,8 @@ def run_pipeline(
             log("[2/4] sweep: every cell is in runs.parquet, skipped")
         else:
             log("[2/4] sweep: the iso-depth grid on Ray Tune ...")
-            t0 = time.time()
-            run_sweep(spec, out, resume=resume, address=cluster.address, track=track)
-            meta["stage_wall_s"]["sweep"] = meta["stage_wall_s"].get("sweep", 0.0) + time.time() - t0
-            save_meta()
+            with timed("sweep"):
+                run_sweep(spec, out, resume=resume, address=cluster.address, track=track)
         # 3. fits
         digest = file_digest(out / "runs.parquet")
         ana = out / "fit" / "analysis.json"
@@ -282,8 +290,7 @@ def run_pipeline(
             log("[3/4] fit: runs.parquet and settings unchanged, skipped")
         else:
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
-            t0 = time.time()
-            with console.bootstrap_view(B=bootstrap):
+            with timed("fit"), console.bootstrap_view(B=bootstrap):
                 analyze(
                     out / "runs.parquet",
                     out / "fit",
@@ -292,9 +299,7 @@ def run_pipeline(
                     seed=seed,
                     address=cluster.address,
                 )
-            meta["stage_wall_s"]["fit"] = time.time() - t0
-            meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
-            save_meta()
+                meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
 
     if need_ray:
         with cluster.session():

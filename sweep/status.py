@@ -36,7 +36,7 @@ Time: ``command_s`` counts from the start of the running command (its process); 
 start of the current stage's progress display; ``stage_wall_s`` are the stage wall times ``loopscale run`` recorded.
 A stopped command's ``ran_s`` counts from its start to its last sign of work its files show (its progress file's
 last write, the stages it finished). ``total_s`` adds earlier commands of the folder: the stage wall times
-``run_meta.json`` recorded and the time each earlier command ran outside those (an interrupted stage records no
+``run_meta.json`` recorded and the time each earlier command ran outside those (a stage killed outright records no
 wall time; carried from record to record by :func:`mark_started`).
 
 Tune trial counts of the grid (``tune``): Tune's saved experiment state, written now and then (a running trial is
@@ -99,7 +99,7 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     their process lives on after the call. A record of this same process is kept (``run`` calling its stages), so
     the start stays the command's. ``stage_wall_s_at_start``: the stage wall times ``run_meta.json`` held then
     (earlier commands' work); ``earlier_unrecorded_s``: the time earlier commands of the folder ran outside those
-    stage wall times (an interrupted stage records none; a finished command's start-up and the gaps between its
+    stage wall times (a stage killed outright records none; a finished command's start-up and the gaps between its
     stages are counted too), carried on from the record this one replaces when that command has stopped. A failed
     write is ignored (status is informative)."""
     from loopscale.sweep import console
@@ -123,7 +123,7 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     earlier = 0.0
     if cur and not _liveness(cur, _read_json(out / "logs" / "progress.json"))[0]:
         # the previous command of this folder stopped: its time outside the stage wall times run_meta.json holds
-        # (an interrupted stage records none) is carried on, so that total_s counts every command's work
+        # (a stage killed outright records none) is carried on, so that total_s counts every command's work
         prev: dict = {"total_s": 0.0}
         _stopped_time(cur, _read_json(out / "logs" / "progress.json"), walls, prev)
         at_start = cur.get("stage_wall_s_at_start") or {}

@@ -176,8 +176,12 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     # before their result files were written stays in the log
     assert {r["run_id"] for r in pq.read_table(out / "runs.parquet").to_pylist()} == set(finished_before)
     assert "Failed to fetch metrics" not in log and " in 0s" not in log, log[-3000:]
+    # the interrupted stage's time is recorded (a resumed stage showed only its resumed part)
+    swept = json.loads((out / "run_meta.json").read_text())["stage_wall_s"]["sweep"]
+    assert swept > 0
     # `loopscale status` of the stopped run: what was recorded is done, the rest is pending (nothing running)
     st = json.loads(_run(["status", str(out), "--json"]).stdout)
+    assert st["time"]["stage_wall_s"]["sweep"] == pytest.approx(swept)
     assert (st["state"], st["stage"]) == ("stopped", "sweep")
     assert st["runs"]["ok"] + st["runs"]["diverged"] == len(finished_before)
     assert st["runs"]["running"] == 0 and st["runs"]["pending"] == 16 - len(finished_before)
@@ -191,6 +195,7 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     rows = {r["run_id"]: r for r in pq.read_table(out / "runs.parquet").to_pylist()}
     assert len(rows) == 16 and all(r["status"] == "ok" for r in rows.values())
+    assert json.loads((out / "run_meta.json").read_text())["stage_wall_s"]["sweep"] > swept  # both attempts
     # a calm console: stage lines, the displays' summaries and the result; Ray's own output only in OUT/logs
     shown = (p.stdout + p.stderr).splitlines()
     assert len(shown) <= 15, p.stdout + p.stderr
