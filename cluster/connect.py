@@ -189,15 +189,27 @@ _AUTH_DEFAULT_NOTICE = "Token authentication is enabled for this Ray cluster"
 
 
 @contextlib.contextmanager
-def warning_as_info(logger: str, match: Callable[[str], bool], level: int = logging.INFO) -> Iterator[None]:
-    """While the block runs, WARNING records of ``logger`` whose message satisfies ``match`` are logged at INFO
-    (so the console, which shows warnings, leaves them in ``OUT/logs/ray.log``), and kept only when ``level`` lets
-    INFO through. Every other record of that logger is unchanged. For Ray's notices that are expected in
-    loopscale's use and say nothing to act on."""
+def warning_as_info(
+    logger: str, match: Callable[[str], bool], level: int = logging.INFO, levels: tuple[int, ...] = (logging.WARNING,)
+) -> Iterator[None]:
+    """While the block runs, WARNING records (or records of ``levels``) of ``logger`` whose message satisfies
+    ``match`` are logged at INFO (so the console, which shows warnings, leaves them in ``OUT/logs/ray.log``), and
+    kept only when ``level`` lets INFO through. A record with an exception gives ``match`` its message, a newline
+    and ``<ExceptionType>: <exception>``; demoted, such a record keeps that exception on its message line, without
+    the traceback (whose last line the console would show). Every other record of that logger is unchanged. For Ray's notices that
+    are expected in loopscale's use and say nothing to act on."""
+
+    def text(record: logging.LogRecord) -> str:
+        exc = record.exc_info[1] if record.exc_info else None
+        return record.getMessage() + (f"\n{type(exc).__name__}: {exc}" if exc is not None else "")
 
     def demote(record: logging.LogRecord) -> bool:
-        if record.levelno == logging.WARNING and match(record.getMessage()):
+        if record.levelno in levels and match(text(record)):
             record.levelno, record.levelname = logging.INFO, "INFO"
+            if record.exc_info:  # one line: a traceback's last line would still reach the console as a notice
+                exc = record.exc_info[1]
+                record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
+                record.exc_info, record.exc_text = None, None
             return level <= logging.INFO
         return True
 

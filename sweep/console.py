@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import socket
@@ -76,6 +77,24 @@ def tune_metrics_never_written(message: str) -> bool:
         head.startswith("Failed to fetch metrics for")
         and bool(items)
         and all("FileNotFoundError" in ln and "were not found" in ln for ln in items)
+    )
+
+
+TUNE_SYNC_LOGGER = "ray.tune.execution.experiment_state"
+
+
+def tune_sync_met_a_renamed_temp_file(message: str) -> bool:
+    """Whether Tune's "Saving experiment state to storage ... failed" error only says that its background copy of the
+    driver's staging folder listed the temporary file of an atomic save (``.<uuid>-tmp-<name>``) that the save had
+    renamed before the copy reached it (``FileNotFoundError``). Tune copies the state again at the next snapshot
+    and at the end of the experiment, so nothing is lost (if the driver dies first, ``--resume`` finds the state
+    torn or mixed and goes on in a new experiment): noise on the console, kept in ``OUT/logs/ray.log``."""
+    head, _, exc = message.partition("\n")
+    return (
+        head.startswith("Saving experiment state to storage at")
+        and exc.startswith("FileNotFoundError:")
+        and "driver_artifacts/" in exc
+        and "-tmp-" in exc
     )
 
 
@@ -287,7 +306,11 @@ def session(
 
             con.out_dir = Path(out_dir).resolve()
             con.log_path = con.out_dir / "logs" / LOG_NAME
-            with _capture(con.log_path, con), warning_as_info(TUNE_ANALYSIS_LOGGER, tune_metrics_never_written):
+            with (
+                _capture(con.log_path, con),
+                warning_as_info(TUNE_ANALYSIS_LOGGER, tune_metrics_never_written),
+                warning_as_info(TUNE_SYNC_LOGGER, tune_sync_met_a_renamed_temp_file, levels=(logging.ERROR,)),
+            ):
                 yield con
             if con.hidden_notices and not verbose:
                 con.say(

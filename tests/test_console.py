@@ -410,6 +410,48 @@ def test_tune_metrics_never_written_matches_only_missing_files():
     assert not console.tune_metrics_never_written("Some other warning:\n- FileNotFoundError were not found")
 
 
+def test_tune_sync_racing_a_temp_file_stays_off_the_console(tmp_path, capfd):
+    """Tune's background copy of its state sometimes lists the temporary file of an atomic save that is renamed
+    before the copy reaches it; Tune logs an ERROR with a FileNotFoundError traceback (seen in 1 of ~40 smoke runs),
+    and copies again at the next snapshot. In ray.log, not on the console; another failure to save still shows."""
+    import logging
+
+    stream = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(filename)s:%(lineno)s -- %(message)s"))
+    log = logging.getLogger(console.TUNE_SYNC_LOGGER)
+    log.addHandler(handler)
+    old_level, old_propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    at = f"Saving experiment state to storage at '{tmp_path}/tune/grid_x_001' failed with exception: "
+    staged = "/tmp/ray/session_1/artifacts/2026/grid_x_001/driver_artifacts/"
+
+    def fail(exc):
+        try:
+            raise exc
+        except Exception:
+            log.error(at, exc_info=True)
+
+    try:
+        with console.session(tmp_path, json_mode=False):
+            fail(FileNotFoundError(f"Failed to open local file '{staged}.aa4d-tmp-basic-variant-state-1.json'"))
+            stream.flush()
+        err = capfd.readouterr().err
+        assert "Saving experiment state" not in err and "FileNotFoundError" not in err, err
+        with console.session(tmp_path, json_mode=False):
+            fail(PermissionError(f"Permission denied: '{tmp_path}/tune/grid_x_001'"))
+            stream.flush()
+        err = capfd.readouterr().err
+        assert "Saving experiment state" in err and "PermissionError" in err, err
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+        log.propagate = old_propagate
+    assert "tmp-basic-variant-state" in (tmp_path / "logs" / "ray.log").read_text()
+    assert not logging.getLogger(console.TUNE_SYNC_LOGGER).filters
+
+
 def test_grid_display_starts_with_the_experiment_not_the_first_result(tmp_path, capfd, monkeypatch):
     """Trials of the default job report once a minute or so, after compiling: the grid display (and progress.json,
     which `loopscale status` reads) starts and moves from Tune's loop, before any result; at most once per
