@@ -190,13 +190,18 @@ _AUTH_DEFAULT_NOTICE = "Token authentication is enabled for this Ray cluster"
 
 @contextlib.contextmanager
 def warning_as_info(
-    logger: str, match: Callable[[str], bool], level: int = logging.INFO, levels: tuple[int, ...] = (logging.WARNING,)
+    logger: str,
+    match: Callable[[str], bool],
+    level: int = logging.INFO,
+    levels: tuple[int, ...] = (logging.WARNING,),
+    one_line: bool = False,
 ) -> Iterator[None]:
     """While the block runs, WARNING records (or records of ``levels``) of ``logger`` whose message satisfies
     ``match`` are logged at INFO (so the console, which shows warnings, leaves them in ``OUT/logs/ray.log``), and
     kept only when ``level`` lets INFO through. A record with an exception gives ``match`` its message, a newline
     and ``<ExceptionType>: <exception>``; demoted, such a record keeps that exception on its message line, without
-    the traceback (whose last line the console would show). Every other record of that logger is unchanged. For Ray's notices that
+    the traceback (whose last line the console would show); with ``one_line`` a demoted message that spans lines
+    (a traceback inside the message) keeps its first and last line, on one. Every other record of that logger is unchanged. For Ray's notices that
     are expected in loopscale's use and say nothing to act on."""
 
     def text(record: logging.LogRecord) -> str:
@@ -210,6 +215,9 @@ def warning_as_info(
                 exc = record.exc_info[1]
                 record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
                 record.exc_info, record.exc_text = None, None
+            lines = [ln for ln in record.getMessage().splitlines() if ln.strip()]
+            if one_line and len(lines) > 1:
+                record.msg, record.args = f"{lines[0]} ... {lines[-1]}", None
             return level <= logging.INFO
         return True
 
@@ -310,8 +318,10 @@ def ray_session(
     finally:
         # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
         # Started by us: it stops every process we started.
-        ray.shutdown()
-        _restore_sigterm(term_before)
+        try:
+            ray.shutdown()
+        finally:
+            _restore_sigterm(term_before)
 
 
 _SIGTERM_SEEN: list[bool] = []
@@ -337,8 +347,9 @@ def stopped_by_sigterm() -> bool:
 
 
 def _restore_sigterm(handler) -> None:
-    if handler is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
+    """Put back the SIGTERM handler from before the session (one set outside Python, None: the default action)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
 
 
 def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level) -> None:

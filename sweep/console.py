@@ -81,20 +81,25 @@ def tune_metrics_never_written(message: str) -> bool:
 
 
 TUNE_SYNC_LOGGER = "ray.tune.execution.experiment_state"
+SYNCER_LOGGER = "ray.train._internal.syncer"
 
 
 def tune_sync_met_a_renamed_temp_file(message: str) -> bool:
-    """Whether Tune's "Saving experiment state to storage ... failed" error only says that its background copy of the
-    driver's staging folder listed the temporary file of an atomic save (``.<uuid>-tmp-<name>``) that the save had
-    renamed before the copy reached it (``FileNotFoundError``). Tune copies the state again at the next snapshot
-    and at the end of the experiment, so nothing is lost (if the driver dies first, ``--resume`` finds the state
-    torn or mixed and goes on in a new experiment): noise on the console, kept in ``OUT/logs/ray.log``."""
-    head, _, exc = message.partition("\n")
+    """Whether Tune's report of a failed background copy of its state only says that the copy listed the temporary
+    file of an atomic save (``driver_artifacts/.<uuid>-tmp-<name>``) that the save renamed before the copy reached
+    it (``FileNotFoundError``): the ERROR "Saving experiment state to storage at ... failed" (a forced snapshot
+    waiting for the copy) or the syncer's WARNING "Last sync command failed" (the next copy finding the last one
+    failed). Tune copies the state again at the next snapshot and at the end of the experiment, so nothing is lost
+    (if the driver dies first, ``--resume`` finds the state torn or mixed and goes on in a new experiment): noise on
+    the console, kept in ``OUT/logs/ray.log``. ``message``: the record's message, with its exception as a last line
+    ``<Type>: <text>`` when it has one (:func:`loopscale.cluster.connect.warning_as_info`)."""
+    lines = [ln for ln in message.splitlines() if ln.strip()]
     return (
-        head.startswith("Saving experiment state to storage at")
-        and exc.startswith("FileNotFoundError:")
-        and "driver_artifacts/" in exc
-        and "-tmp-" in exc
+        bool(lines)
+        and lines[0].startswith(("Saving experiment state to storage at", "Last sync command failed"))
+        and lines[-1].startswith("FileNotFoundError:")
+        and "driver_artifacts/" in lines[-1]
+        and "-tmp-" in lines[-1]
     )
 
 
@@ -310,6 +315,7 @@ def session(
                 _capture(con.log_path, con),
                 warning_as_info(TUNE_ANALYSIS_LOGGER, tune_metrics_never_written),
                 warning_as_info(TUNE_SYNC_LOGGER, tune_sync_met_a_renamed_temp_file, levels=(logging.ERROR,)),
+                warning_as_info(SYNCER_LOGGER, tune_sync_met_a_renamed_temp_file, one_line=True),
             ):
                 yield con
             if con.hidden_notices and not verbose:

@@ -439,8 +439,8 @@ def tune_state_problem(experiment_path: str) -> str | None:
 
 def _created(alg: dict) -> int | None:
     """Trials a saved search algorithm has created: a ``SearchGenerator``'s ``counter``, or a
-    ``BasicVariantGenerator``'s (grid) last trial iterator's ``counter`` (cumulative over its iterators); None when
-    the state does not say."""
+    ``BasicVariantGenerator``'s (grid) trial iterator's ``counter`` (the largest, for a generator with several
+    iterators; loopscale's experiments have one); None when the state does not say."""
     if isinstance(alg.get("counter"), int):
         return alg["counter"]
     counts = [getattr(it, "counter", None) for it in alg.get("_iterators") or ()]
@@ -448,19 +448,38 @@ def _created(alg: dict) -> int | None:
     return max(counts) if counts else None
 
 
+_ENDED = ("TERMINATED", "ERROR")
+
+
 def _mixed_snapshots(loaded: dict) -> str | None:
     """Whether the trial list and the search algorithm's state come from different snapshots (Tune's background
-    copy can mix two when the driver dies during it): the algorithm created another number of trials than the list
-    holds, or holds as running a trial the list lacks. Restored, a newer algorithm waits for a missing trial forever
-    (its concurrency limit stays reached) or never creates that trial again; an older one creates again trials the
-    list holds, which then train the same run twice at once. None when consistent or not checkable."""
+    copy can mix two when the driver dies during it), or None when they agree (or the layout is not one this check
+    knows: Tune then decides). They disagree when the algorithm
+
+    * created another number of trials than the list holds: restored, a newer one never creates the missing trial
+      again, an older one creates again trials the list holds, which then train the same run twice at once;
+    * holds as running (its concurrency limit's ``live_trials``) a trial the list lacks, or one the list has ended
+      while the algorithm is not finished: that trial never reports its end again, so the limit stays taken (with
+      ``max_concurrent: 1`` the driver waited forever);
+    * (``OptunaSearch``, ``searcher-state-*.pkl``) lacks a trial the list has not ended: its first result after
+      the restore raised KeyError in the searcher.
+    """
     if "experiment_state-*.json" not in loaded:
         return None
     name, state = loaded["experiment_state-*.json"]
     try:
-        ids = {json.loads(t[0])["trial_id"] for t in state["trial_data"]}
-    except (KeyError, TypeError, IndexError, ValueError):  # a layout this check does not know: Tune decides
+        status = {}
+        for t in state["trial_data"]:
+            d = json.loads(t[0])
+            status[d["trial_id"]] = d.get("status")
+    except (KeyError, TypeError, IndexError, ValueError):
         return None
+    ids = set(status)
+    ended = {i for i, st in status.items() if st in _ENDED}
+
+    def mixed(what: str, why: str) -> str:
+        return f"{what} and {name} are from different snapshots: {why}"
+
     for pattern in ("search_gen_state-*.json", "basic-variant-state-*.json"):
         if pattern not in loaded or not isinstance(loaded[pattern][1], dict):
             continue
@@ -470,12 +489,20 @@ def _mixed_snapshots(loaded: dict) -> str | None:
             if key.startswith("name:") and isinstance(sub, dict):
                 live |= set(sub.get("live_trials") or ())
         created = _created(alg)
-        if live - ids or (created is not None and created != len(ids)):
-            return (
-                f"{alg_name} and {name} are from different snapshots: the search algorithm created "
-                f"{'?' if created is None else created} trials and holds {sorted(live - ids) or 'none'} as running "
-                f"that the list lacks, the trial list has {len(ids)}"
-            )
+        if created is not None and created != len(ids):
+            return mixed(alg_name, f"the search algorithm created {created} trials, the trial list has {len(ids)}")
+        if live - ids:
+            return mixed(alg_name, f"the search algorithm holds {sorted(live - ids)} as running, the list lacks them")
+        finished = bool(alg.get("finished") or alg.get("_finished"))
+        if live & ended and not finished:
+            return mixed(alg_name, f"the search algorithm holds {sorted(live & ended)} as running, the list has ended them")
+    if "searcher-state-*.pkl" in loaded and isinstance(loaded["searcher-state-*.pkl"][1], dict):
+        sname, searcher = loaded["searcher-state-*.pkl"]
+        known = searcher.get("_ot_trials")
+        if isinstance(known, dict):
+            missing = sorted(ids - ended - set(known))
+            if missing:
+                return mixed(sname, f"the searcher does not know {missing}, which the list has not ended")
     return None
 
 

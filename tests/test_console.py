@@ -444,12 +444,34 @@ def test_tune_sync_racing_a_temp_file_stays_off_the_console(tmp_path, capfd):
             stream.flush()
         err = capfd.readouterr().err
         assert "Saving experiment state" in err and "PermissionError" in err, err
+        # the same failure reported by the next copy: the syncer's WARNING with the traceback inside its message
+        syncer = logging.getLogger(console.SYNCER_LOGGER)
+        syncer.addHandler(handler)
+        syncer_propagate, syncer.propagate = syncer.propagate, False
+        tb = ('Traceback (most recent call last):\n  File "syncer.py", line 69, in entrypoint\n'
+              f"FileNotFoundError: [Errno 2] Failed to open local file '{staged}.bb5e-tmp-searcher-state-1.pkl'")  # fmt: skip
+        with console.session(tmp_path, json_mode=False):
+            syncer.warning(f"Last sync command failed with the following error:\n{tb}")
+            stream.flush()
+        err = capfd.readouterr().err
+        assert "Last sync command failed" not in err and "FileNotFoundError" not in err, err
+        with console.session(tmp_path, json_mode=False):
+            syncer.warning("Last sync command failed with the following error:\nOSError: disk full")
+            stream.flush()
+        assert "OSError: disk full" in capfd.readouterr().err
     finally:
         log.removeHandler(handler)
+        syncer = logging.getLogger(console.SYNCER_LOGGER)
+        if handler in syncer.handlers:
+            syncer.removeHandler(handler)
+            syncer.propagate = syncer_propagate
         log.setLevel(old_level)
         log.propagate = old_propagate
-    assert "tmp-basic-variant-state" in (tmp_path / "logs" / "ray.log").read_text()
+    text = (tmp_path / "logs" / "ray.log").read_text()
+    assert "tmp-basic-variant-state" in text
+    assert "Last sync command failed with the following error: ... FileNotFoundError" in text
     assert not logging.getLogger(console.TUNE_SYNC_LOGGER).filters
+    assert not logging.getLogger(console.SYNCER_LOGGER).filters
 
 
 def test_grid_display_starts_with_the_experiment_not_the_first_result(tmp_path, capfd, monkeypatch):

@@ -188,10 +188,10 @@ def test_tune_state_problem_finds_a_search_algorithm_newer_than_the_trial_list(t
     exp.mkdir()
     stamp = "2026-01-02_00-00-00"
 
-    def save(ids, counter, live, limiter=True):
-        trials = [[json.dumps({"trial_id": i, "status": "RUNNING"}), "{}"] for i in ids]
+    def save(ids, counter, live, limiter=True, ended=(), finished=False):
+        trials = [[json.dumps({"trial_id": i, "status": "TERMINATED" if i in ended else "RUNNING"}), "{}"] for i in ids]
         (exp / f"experiment_state-{stamp}.json").write_text(json.dumps({"trial_data": trials, "runner_data": {}}))
-        alg = {"counter": counter, "total_samples": 8, "finished": False}
+        alg = {"counter": counter, "total_samples": 8, "finished": finished}
         if limiter:
             alg["name:ConcurrencyLimiter"] = {"max_concurrent": 2, "live_trials": set(live)}
         (exp / f"search_gen_state-{stamp}.json").write_bytes(cloudpickle.dumps(alg))
@@ -204,6 +204,19 @@ def test_tune_state_problem_finds_a_search_algorithm_newer_than_the_trial_list(t
     assert "created 4 trials" in tune_state_problem(str(exp))
     save(["a", "b"], 2, {"b", "d"})
     assert "holds ['d'] as running" in tune_state_problem(str(exp))
+    # the list newer by a trial's end: the limiter would count b as running forever (max_concurrent 1: a hang)
+    save(["a", "b"], 2, {"b"}, ended={"a", "b"})
+    assert "holds ['b'] as running, the list has ended them" in tune_state_problem(str(exp))
+    save(["a", "b"], 2, {"b"}, ended={"a", "b"}, finished=True)  # stopped by Tune itself: finished, consistent
+    assert tune_state_problem(str(exp)) is None
+    # OptunaSearch's own state older than the list: the resumed trial c's first result raised KeyError
+    save(["a", "b", "c"], 3, {"b", "c"}, ended={"a"})
+    searcher = exp / f"searcher-state-{stamp}.pkl"
+    searcher.write_bytes(cloudpickle.dumps({"_ot_trials": {"a": 0, "b": 1}}))
+    assert "the searcher does not know ['c']" in tune_state_problem(str(exp))
+    searcher.write_bytes(cloudpickle.dumps({"_ot_trials": {"a": 0, "b": 1, "c": 2}}))
+    assert tune_state_problem(str(exp)) is None
+    searcher.unlink()
     (exp / f"search_gen_state-{stamp}.json").unlink()
 
     from ray.tune.search.basic_variant import _TrialIterator
