@@ -215,8 +215,8 @@ def warning_as_info(
                 exc = record.exc_info[1]
                 record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
                 record.exc_info, record.exc_text = None, None
-            lines = [ln for ln in record.getMessage().splitlines() if ln.strip()]
-            if one_line and len(lines) > 1:
+            lines = [ln for ln in record.getMessage().splitlines() if ln.strip()] if one_line else []
+            if len(lines) > 1:
                 record.msg, record.args = f"{lines[0]} ... {lines[-1]}", None
             return level <= logging.INFO
         return True

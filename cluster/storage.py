@@ -218,17 +218,19 @@ def write_text_atomic(uri: str, text: str, filesystem: pafs.FileSystem | None = 
     write_bytes_atomic(uri, text.encode("utf-8"), filesystem)
 
 
-def move_aside(uri: str, reason: str, filesystem: pafs.FileSystem | None = None) -> str:
+def move_aside(uri: str, reason: str, filesystem: pafs.FileSystem | None = None, *, warn: bool = True) -> str:
     """Rename an unreadable file (torn by a crash, truncated, corrupt) to ``<name>.unreadable-<id>`` next to it,
-    so that nothing globbing the original names reads it again, and warn (``UserWarning``) with ``reason``.
-    Returns the new location. Nothing is deleted: the file stays there for inspection."""
+    so that nothing globbing the original names reads it again, and warn (``UserWarning``) with ``reason`` (unless
+    ``warn`` is False: the caller says it once for several files). Returns the new location. Nothing is deleted:
+    the file stays there for inspection."""
     import warnings
 
     fs, path = resolve_uri(uri, filesystem)
     dest = f"{path}.unreadable-{uuid.uuid4().hex[:8]}"
     fs.move(path, dest)
     new = dest if filesystem is not None or not _has_scheme(uri) else f"{uri}.unreadable-{dest.rsplit('-', 1)[1]}"
-    warnings.warn(f"{uri} is unreadable ({reason}); moved aside to {new} and treated as missing", stacklevel=2)
+    if warn:
+        warnings.warn(f"{uri} is unreadable ({reason}); moved aside to {new} and treated as missing", stacklevel=2)
     return new
 
 

@@ -404,11 +404,13 @@ def tune_state_problem(experiment_path: str) -> str | None:
     (the driver waited forever), and with a restored trial counter it ran fewer trials than asked. Callers start a
     new experiment instead (the runs' own checkpoints and results survive in their workspaces).
 
+    Files that load can still come from two snapshots (:func:`_mixed_snapshots`), which Tune restores as badly.
+
     Returns:
-        "<file>: <what is wrong>" for the first unreadable file, None when all load (or there is no experiment).
+        "<file>: <what is wrong>" for the first unreadable file, else what the snapshots disagree on; None when all
+        load and agree (or there is no experiment).
     """
     import fnmatch
-    import json as _json
 
     import ray.cloudpickle as cloudpickle
 
@@ -429,7 +431,7 @@ def tune_state_problem(experiment_path: str) -> str | None:
             if not data:
                 return f"{name}: 0 bytes"
             if pattern.startswith("experiment_state-"):
-                loaded[pattern] = (name, _json.loads(data.decode("utf-8")))
+                loaded[pattern] = (name, json.loads(data.decode("utf-8")))
             else:
                 loaded[pattern] = (name, cloudpickle.loads(data))
         except Exception as e:  # torn JSON or pickle, or a class that no longer exists
@@ -448,7 +450,7 @@ def _created(alg: dict) -> int | None:
     return max(counts) if counts else None
 
 
-_ENDED = ("TERMINATED", "ERROR")
+_ENDED = ("TERMINATED", "ERROR")  # the statuses of an ended trial in Tune's trial list
 
 
 def _mixed_snapshots(loaded: dict) -> str | None:
@@ -507,22 +509,19 @@ def _mixed_snapshots(loaded: dict) -> str | None:
 
 
 def set_aside_tune_state(experiment_path: str) -> list[str]:
-    """Rename every Tune state file of the experiment at ``experiment_path`` (:data:`TUNE_STATE_FILES`, all of each
-    pattern) to ``<name>.unreadable-<id>``, so that a new experiment can start in the same folder and nothing reads
-    the old state again; the trial folders stay. Nothing is deleted. Returns the new names (base names)."""
+    """Move every Tune state file of the experiment at ``experiment_path`` (:data:`TUNE_STATE_FILES`, all of each
+    pattern) aside to ``<name>.unreadable-<id>`` (:func:`loopscale.cluster.storage.move_aside`, without a warning per
+    file: the caller says it once), so that a new experiment can start in the same folder and nothing reads the old
+    state again; the trial folders stay. Nothing is deleted. Returns the new locations."""
     import fnmatch
-    import uuid
 
     from loopscale.cluster import storage
 
-    tag = uuid.uuid4().hex[:8]
-    moved = []
-    for name in storage.listdir(experiment_path):
-        if any(fnmatch.fnmatchcase(name, p) for p in TUNE_STATE_FILES):
-            fs, path = storage.resolve_uri(storage.join(experiment_path, name))
-            fs.move(path, f"{path}.unreadable-{tag}")
-            moved.append(f"{name}.unreadable-{tag}")
-    return moved
+    return [
+        storage.move_aside(storage.join(experiment_path, name), "Tune state set aside", warn=False)
+        for name in storage.listdir(experiment_path)
+        if any(fnmatch.fnmatchcase(name, p) for p in TUNE_STATE_FILES)
+    ]
 
 
 def unfinished_trials(experiment_path: str) -> list[str]:
@@ -534,7 +533,7 @@ def unfinished_trials(experiment_path: str) -> list[str]:
 
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     ea = tune.ExperimentAnalysis(experiment_path)
-    return [t.trial_id for t in ea.trials if t.status not in ("TERMINATED", "ERROR")]
+    return [t.trial_id for t in ea.trials if t.status not in _ENDED]
 
 
 def error_line(err) -> str:
