@@ -392,10 +392,20 @@ def tune_lr_cmd(
     else:
         for row in rows:
             typer.echo(
-                f"size {row['size']:>5} r {row['r']:>2}: lr {row['lr']} (best {row['lr_best']}, "
-                f"smoothed {row['lr_smoothed']}, val {row['best_val_loss']}, {row['n_trials']} trials, "
+                f"size {row['size']:>5} r {row['r']:>2}: lr {_g4(row['lr'])} (best {_g4(row['lr_best'])}, "
+                f"smoothed {_g4(row['lr_smoothed'])}, val {_f4(row['best_val_loss'])}, {row['n_trials']} trials, "
                 f"{row['n_pruned']} pruned)"
             )
+
+
+def _g4(x: float | None) -> str:
+    """An LR as printed: 4 significant digits (the table keeps every digit), '-' for None."""
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _f4(x: float | None) -> str:
+    """A loss (nats/token) as printed: 4 decimals, '-' for None."""
+    return "-" if x is None else f"{x:.4f}"
 
 
 if __name__ == "__main__":  # python -m loopscale.sweep.commands sweep|tune-lr ... (used by the kill tests)

@@ -62,6 +62,26 @@ def _fake_stages(monkeypatch, calls):
     monkeypatch.setattr(commands, "run_sweep", fake_sweep)
 
 
+def test_tune_lr_prints_its_table_rounded(tmp_path, monkeypatch):
+    """The LR table lines round the LR to 4 significant digits and the loss to 4 decimals (the Parquet table keeps
+    every digit)."""
+    monkeypatch.chdir(tmp_path)
+
+    def fake_tune_lr(spec, out, **kw):
+        table = pa.table({"size": [16], "r": [1], "lr": [0.021180064223925408], "lr_best": [0.021180064223925408],
+                          "lr_smoothed": [0.021180064223925398], "best_val_loss": [3.687917172908783],
+                          "n_trials": [6], "n_pruned": [2]})  # fmt: skip
+        Path(out).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, Path(out) / "lr_table.parquet")
+        return table
+
+    monkeypatch.setattr(commands, "run_tune_lr", fake_tune_lr)
+    res = CliRunner().invoke(app, ["tune-lr", "smoke"])
+    assert res.exit_code == 0, res.output
+    assert "size    16 r  1: lr 0.02118 (best 0.02118, smoothed 0.02118, val 3.6879, 6 trials, 2 pruned)" in res.output
+    assert pq.read_table(tmp_path / "runs" / "smoke" / "lr_table.parquet")["lr"][0].as_py() == 0.021180064223925408
+
+
 def test_staged_commands_default_to_the_run_folder(tmp_path, monkeypatch):
     """`tune-lr smoke`, `sweep --preset smoke` and `sweep configs/smoke.yaml` all land in runs/smoke, the folder of
     `loopscale run --preset smoke`; --out still wins."""

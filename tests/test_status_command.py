@@ -192,7 +192,7 @@ def _lr_folder(out, table: bool) -> None:
     (out / "tune_lr" / "done" / "size16_r1.json").write_text("{}")
     if table:
         row = dict(size=16, r=1, tuned_r=1, N_unique=1000, N_usage=1000, lr_best=0.02, best_val_loss=3.25,
-                   lr_smoothed=0.02, lr=0.02, n_trials=8, n_pruned=3, budget_tokens=1000, study_name="s",
+                   lr_smoothed=0.02, lr=0.020000000000000004, n_trials=8, n_pruned=3, budget_tokens=1000, study_name="s",
                    storage="sqlite:///x")  # fmt: skip
         write_table_atomic(to_table([row], _lr_table_schema()), out / "lr_table.parquet")
 
