@@ -300,7 +300,7 @@ def ray_session(
     main = threading.current_thread() is threading.main_thread()
     term_before = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        with _sigint_deferred(stopped):
+        with _sigint_deferred(stopped), _sigterm_deferred(stopped, ray):
             _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level)
     except BaseException:
         # an error (or a second Ctrl-C) part-way through ray.init: stop what it had started now
@@ -310,7 +310,7 @@ def ray_session(
     if main:  # ray.init made SIGTERM a bare sys.exit(15): the driver stopped without saving Tune's state
         signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     try:
-        if stopped:  # Ctrl-C during ray.init, held until Ray was up: stop now, through the shutdown below
+        if stopped:  # Ctrl-C or SIGTERM during ray.init, held until Ray was up: stop now, through the shutdown below
             raise KeyboardInterrupt
         info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)
         with driver_thread_env():
@@ -366,6 +366,44 @@ def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, loggi
             kwargs["_temp_dir"] = temp_dir
         with _auth_default_notice_as_info(logging_level):
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+
+
+@contextlib.contextmanager
+def _sigterm_deferred(stopped: list, ray) -> Iterator[None]:
+    """Hold a SIGTERM while the block (``ray.init``) runs, as :func:`_sigint_deferred` holds a Ctrl-C: the first
+    is recorded in ``stopped`` (and for :func:`stopped_by_sigterm`) and acknowledged on stderr, and the session
+    stops as soon as Ray is up, as after a Ctrl-C; a second raises KeyboardInterrupt at once. ``ray.init`` sets
+    its own SIGTERM handler part-way (``sys.exit(15)``: the driver stopped silently with exit 15, whatever the
+    command was doing); it is not set while the block runs (``ray._private.utils.set_sigterm_handler`` is a no-op
+    there; without that function in this Ray, Ray's handler is set as before). Outside the main thread, or with
+    SIGTERM ignored or handled outside Python, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN or previous is None:
+        yield
+        return
+
+    def hold(signum, frame):
+        _SIGTERM_SEEN.append(True)
+        if stopped:
+            raise KeyboardInterrupt
+        stopped.append(True)
+        sys.stderr.write("WARNING: SIGTERM: stopping as soon as Ray has started (a second SIGTERM stops at once)\n")
+        sys.stderr.flush()
+
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    ray_sets = getattr(utils, "set_sigterm_handler", None)
+    signal.signal(signal.SIGTERM, hold)
+    if ray_sets is not None:
+        utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        if ray_sets is not None:
+            utils.set_sigterm_handler = ray_sets
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

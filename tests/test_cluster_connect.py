@@ -418,3 +418,50 @@ def test_sigterm_in_a_ray_session_stops_the_driver_as_a_ctrl_c(monkeypatch, inte
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, outer)
+
+
+def test_sigterm_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactive_sigint):
+    """A SIGTERM while ray.init runs (before it, ray.init's own handler made it a silent sys.exit(15)) is held as a
+    Ctrl-C is: init completes, Ray is shut down, the command presenter says "interrupted (SIGTERM)" and exits 143;
+    Ray's set_sigterm_handler and the SIGTERM handler from before the session are put back."""
+    import signal
+    import sys
+    import time
+
+    import ray
+    import ray._private.utils as ray_utils
+    import typer
+
+    from loopscale.cluster import connect
+    from loopscale.cluster.options import EXIT_TERMINATED, present_errors
+
+    calls: list[str] = []
+    ray_sets = ray_utils.set_sigterm_handler
+    monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(connect, "_cluster_info", lambda *a, **kw: None)
+
+    def init_terminated(**kw):
+        ray._private.utils.set_sigterm_handler(lambda s, f: sys.exit(s))  # as ray.init does part-way
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handler runs here
+        calls.append("init done")
+
+    monkeypatch.setattr(ray, "init", init_terminated)
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+
+        def sweep(resume: bool = False):
+            with ray_session():
+                pytest.fail("the block must not run after a SIGTERM")
+
+        with pytest.raises(typer.Exit) as exc:
+            present_errors(sweep)()
+        assert exc.value.exit_code == EXIT_TERMINATED
+        assert calls == ["init done", "shutdown"]
+        assert connect.stopped_by_sigterm()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert ray_utils.set_sigterm_handler is ray_sets
+    finally:
+        signal.signal(signal.SIGTERM, outer)
