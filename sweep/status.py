@@ -100,8 +100,10 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     the start stays the command's. ``stage_wall_s_at_start``: the stage wall times ``run_meta.json`` held then
     (earlier commands' work); ``earlier_unrecorded_s``: the time earlier commands of the folder ran outside those
     stage wall times (a stage killed outright records none; a finished command's start-up and the gaps between its
-    stages are counted too), carried on from the record this one replaces when that command has stopped. A failed
-    write is ignored (status is informative)."""
+    stages are counted too), carried on from the record this one replaces when that command has stopped;
+    ``earlier_commands``: the earlier commands of the folder, oldest first, each with its ``kind``, ``command``,
+    ``started_at`` (s since the epoch) and ``ran_s`` (s from its start to its last sign of work). A failed write is
+    ignored (status is informative)."""
     from loopscale.sweep import console
 
     out = Path(out_dir).resolve()
@@ -121,6 +123,7 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     meta = _read_json(out / "run_meta.json") or {}
     walls = dict(meta.get("stage_wall_s") or {})
     earlier = 0.0
+    history: list = []
     if cur and not _liveness(cur, _read_json(out / "logs" / "progress.json"))[0]:
         # the previous command of this folder stopped: its time outside the stage wall times run_meta.json holds
         # (a stage killed outright records none) is carried on, so that total_s counts every command's work
@@ -129,6 +132,10 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
         at_start = cur.get("stage_wall_s_at_start") or {}
         finished = sum(max(0.0, float(v) - float(at_start.get(k) or 0.0)) for k, v in walls.items())
         earlier = float(cur.get("earlier_unrecorded_s") or 0.0) + max(0.0, prev.get("ran_s", 0.0) - finished)
+        history = list(cur.get("earlier_commands") or [])
+        if "ran_s" in prev:
+            history.append({"kind": cur.get("kind"), "command": cur.get("command"),
+                            "started_at": prev["started_at"], "ran_s": prev["ran_s"]})  # fmt: skip
     doc = {
         "kind": kind,
         "command": "loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -139,6 +146,7 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
         "recorded_at": now,
         "stage_wall_s_at_start": walls,
         "earlier_unrecorded_s": earlier,
+        "earlier_commands": history,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -418,7 +426,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     Keys: ``out``, ``spec``, ``kind`` (run | sweep | tune-lr | None), ``state`` (running | stopped | finished |
     empty), ``stage``, ``runs`` (total, ok, diverged, failed, running, pending: training runs), ``failures``
     ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage (s), ``total_s`` (s, with earlier
-    commands: their recorded stages and the time interrupted ones ran); of a running command also ``command_s`` (s) since it started and ``started_at`` (s since
+    commands: their recorded stages and the time interrupted ones ran); ``earlier_commands`` (the folder's earlier
+    commands as the newest record lists them, oldest first: ``kind``, ``command``, ``started_at``, ``ran_s``); of a running command also ``command_s`` (s) since it started and ``started_at`` (s since
     the epoch); ``running_stage_s`` (s) since the current progress display started, ``eta_s`` (s); of a stopped
     command with a record (``command.json``) ``started_at``, ``last_progress_at`` (its progress file's last write,
     None without one), ``stopped_at`` (its last sign of work: that write, or its start plus the stage wall times
@@ -564,6 +573,10 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         if alive and tm["eta_s"] is not None and progress.get("updated_at") is not None:
             # written at the display's last update (a trial's report or end): counted down to now
             tm["eta_s"] = max(0.0, float(tm["eta_s"]) - max(0.0, now - float(progress["updated_at"])))
+    if (record or {}).get("earlier_commands"):
+        tm["earlier_commands"] = [
+            {k: c.get(k) for k in ("kind", "command", "started_at", "ran_s")} for c in record["earlier_commands"]
+        ]
     if state == "stopped":  # how long the stopped command ran, from what its files show
         _stopped_time(record, progress_file, walls, tm)
     elif state == "finished" and (record or {}).get("kind") in ("sweep", "tune-lr"):
@@ -685,6 +698,9 @@ def format_status(st: dict) -> list[str]:
             + stage_s
             + eta
         )
+    if tm.get("earlier_commands"):
+        runs_of = [f"{c.get('kind') or '?'} {_fmt_s(float(c.get('ran_s') or 0.0))}" for c in tm["earlier_commands"]]
+        lines.append(f"  earlier commands in this folder, oldest first: {', '.join(runs_of)}")
     p = st.get("progress")
     if p and p.get("tokens_per_s"):
         lines.append(f"throughput: {p['tokens_per_s']:,.0f} tokens/s ({p.get('host')}, pid {p.get('pid')})")

@@ -410,3 +410,36 @@ def test_a_stopped_folder_says_the_command_that_continues_it(started):
     st = collect_status(started)
     assert st["state"] == "running" and st["resume_with"] is None and st["last_command"] is None
     assert not any(ln.startswith("to continue") for ln in format_status(st))
+
+
+def test_commands_run_one_by_one_are_each_timed(started):
+    """tune-lr (7m00s), then sweep (2m00s), then run (fit and report): each new command's record lists the folder's
+    earlier commands with the time each ran, and status prints them (before, a finished `run` after the stages
+    run one by one showed only its own stage wall times: fit, report)."""
+    pid = _dead_pid()
+    t0 = _record(started, 3600, kind="tune-lr", command="loopscale tune-lr smoke", pid=pid)["started_at"]
+    _progress(started, 3600, stage="tune-lr", pid=pid, finished=True, updated_at=t0 + 420.0)
+    with console.session(started):
+        mark_started(started, "sweep")
+    rec = json.loads((started / "logs" / COMMAND_NAME).read_text())
+    assert [(c["kind"], c["command"]) for c in rec["earlier_commands"]] == [("tune-lr", "loopscale tune-lr smoke")]
+    assert rec["earlier_commands"][0]["ran_s"] == pytest.approx(420.0)
+    # the sweep ran 120 s
+    t1 = _record(started, 1800, kind="sweep", pid=pid, earlier_commands=rec["earlier_commands"],
+                 earlier_unrecorded_s=rec["earlier_unrecorded_s"])["started_at"]  # fmt: skip
+    _progress(started, 1800, stage="grid", pid=pid, finished=True, updated_at=t1 + 120.0)
+    with console.session(started):
+        mark_started(started, "run")
+    rec = json.loads((started / "logs" / COMMAND_NAME).read_text())
+    assert [c["kind"] for c in rec["earlier_commands"]] == ["tune-lr", "sweep"]
+    assert [c["ran_s"] for c in rec["earlier_commands"]] == [pytest.approx(420.0), pytest.approx(120.0)]
+    st = collect_status(started)
+    assert [c["kind"] for c in st["time"]["earlier_commands"]] == ["tune-lr", "sweep"]
+    assert "  earlier commands in this folder, oldest first: tune-lr 7m00s, sweep 2m00s" in format_status(st)
+    # a folder's first command lists none
+    (started / "logs" / COMMAND_NAME).unlink()
+    with console.session(started):
+        mark_started(started, "run")
+    st = collect_status(started)
+    assert "earlier_commands" not in st["time"]
+    assert not any("earlier commands in this folder" in ln for ln in format_status(st))
