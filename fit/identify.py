@@ -21,7 +21,8 @@ can fail to identify it in three ways, each of which this module detects:
 
 Otherwise the headline is "phi = x [lo, hi]"; when the interval's half-width exceeds the requested precision the
 headline says so (identified but imprecise). A check that could not be made (no profile; phi per r without
-intervals; no r = 1 runs or fewer than two r > 1) is named at the end of the headline ("not checked: ...").
+intervals; no r = 1 runs or fewer than two r > 1 with enough runs to fit phi_r) is named at the end of the headline
+("not checked: ...").
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import BASE_BOUNDS, PHI_BOUNDS, make_law
 
-__all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "identify", "fixed_D"]
+__all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "per_r_fittable", "identify", "fixed_D"]
 
 
 class Cause(StrEnum):
@@ -205,6 +206,13 @@ def per_r_phi(
     rs = sorted(int(v) for v in df["r"].unique())
     if 1 not in rs or len(rs) < 2:
         raise ValueError(f"per-r phi needs r = 1 runs and at least one r > 1; the table has r = {rs}")
+    short = sorted(set(rs[1:]) - set(per_r_fittable(df)))
+    if short:
+        k = make_law("joint").n_params
+        raise ValueError(
+            f"per-r phi at r = {short}: the runs of each with the r = 1 runs are fewer than the joint law's {k} "
+            "parameters; add seeds, widths or token budgets"
+        )
     # one task per r when Ray runs (each bootstraps serially inside it); else one r after the other here
     par = ray_running(address)
     shared = dict(df=df, starts=starts, B=B, block_by=block_by, seed=seed, stratify_by=stratify_by,
@@ -215,6 +223,17 @@ def per_r_phi(
         _notify(0, n)
         _notify(n, n)
     return pd.DataFrame(rows)
+
+
+def per_r_fittable(table: Any) -> list[int]:
+    """The r > 1 of ``table`` (its ok runs) whose phi_r :func:`per_r_phi` can fit: those whose runs, with the r = 1
+    runs, are at least the joint law's parameters (two cells of two seeds each are 4 runs for 6 parameters). Empty
+    without r = 1 runs."""
+    r = _frame(table)["r"].astype(int)
+    n1, k = int((r == 1).sum()), make_law("joint").n_params
+    if not n1:
+        return []
+    return [int(x) for x in sorted(r[r > 1].unique()) if n1 + int((r == x).sum()) >= k]
 
 
 def _frame(table: Any) -> pd.DataFrame:
@@ -234,12 +253,14 @@ def rule_inputs(
     """The profile and the per-r phi that :func:`identify` weighs, with the effort ``loopscale run`` spends: the
     profile with max(10, min(starts, 30)) starts per restricted fit (on cell means over ``strata`` when given), phi
     per r (only when ``frame`` has r = 1 and at least two other r) with max(10, min(starts, 60)) starts and min(B,
-    40) bootstrap resamples for its intervals. Returns ``(profile, per_r or None)``."""
+    40) bootstrap resamples for its intervals, over the r of :func:`per_r_fittable` (at least two of them). Returns
+    ``(profile, per_r or None)``."""
     profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=max(10, min(starts, 30)),
                           seed=seed, address=address)  # fmt: skip
     per_r = None
-    if frame["r"].nunique() >= 3 and (frame["r"] == 1).any():
-        per_r = per_r_phi(frame, starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata,
+    fittable = per_r_fittable(frame)
+    if len(fittable) >= 2:  # r whose runs are too few for the law beside r = 1's are left out, not an error
+        per_r = per_r_phi(frame[frame["r"].isin([1, *fittable])], starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata,
                           address=address)  # fmt: skip
     return profile, per_r
 
@@ -334,7 +355,10 @@ def identify(
     elif per_r is not None and len(per_r) >= 2:
         details["checks_skipped"].append("per_r (phi per r came without intervals)")
     else:
-        details["checks_skipped"].append("per_r (needs r = 1 runs and at least two r > 1)")
+        details["checks_skipped"].append(
+            f"per_r (needs r = 1 runs and at least two r > 1, each with at least {make_law('joint').n_params} runs "
+            "together with the r = 1 runs)"
+        )
 
     half = None if phi_ci is None else (phi_ci[1] - phi_ci[0]) / 2
     precise = half is not None and half <= target_half_width

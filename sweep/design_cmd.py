@@ -228,14 +228,15 @@ def pilot_phi_per_r(runs: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame | N
         runs: the pilot's ok runs (``loss``, ``N_once``, ``N_rec``, ``r``, ``D``, cell columns).
     Returns:
         ``(per_r, reason)``: :func:`loopscale.fit.identify.per_r_phi`'s table (None when the pilot lacks r = 1 or
-        two r > 1) and the identification rule's sentence when the per-r intervals disagree, else None.
+        two r > 1 with enough runs, :func:`loopscale.fit.identify.per_r_fittable`) and the identification rule's sentence when the per-r intervals disagree, else None.
     """
-    from loopscale.fit.identify import per_r_phi
+    from loopscale.fit.identify import per_r_fittable, per_r_phi
 
-    if not ((runs["r"] == 1).any() and runs.loc[runs["r"] > 1, "r"].nunique() >= 2):
+    fittable = per_r_fittable(runs)  # the r whose runs, with r = 1's, are enough for the law (as `run` checks)
+    if len(fittable) < 2:
         return None, None
     strata = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in runs.columns)
-    per_r = per_r_phi(runs, starts=PER_R_STARTS, B=PER_R_B, seed=seed, stratify_by=strata)
+    per_r = per_r_phi(runs[runs["r"].isin([1, *fittable])], starts=PER_R_STARTS, B=PER_R_B, seed=seed, stratify_by=strata)
     if not per_r[["lo", "hi"]].notna().all().all() or float(per_r["lo"].max()) <= float(per_r["hi"].min()):
         return per_r, None
     parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())

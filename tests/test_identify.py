@@ -8,7 +8,7 @@ import pytest
 
 from loopscale.fit.bootstrapping import bootstrap
 from loopscale.fit.fitter import fit_law
-from loopscale.fit.identify import Cause, identify, per_r_phi, phi_profile
+from loopscale.fit.identify import Cause, identify, per_r_fittable, per_r_phi, phi_profile, rule_inputs
 
 TRUTH = dict(E=1.5, A=20.0, alpha=0.3, B=50.0, beta=0.35)
 GRID = np.array([-2.5, -1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.5])
@@ -62,7 +62,8 @@ def test_identified_headline_names_the_checks_it_could_not_make():
     two = df[df["r"].isin([1, 2])].reset_index(drop=True)  # one looped r: nothing to compare phi_r with
     out = identify(fit_law(two, law="joint", starts=30), None, None, None)
     assert out.identified and out.headline.endswith(
-        "not checked: flat_profile (no profile), per_r (needs r = 1 runs and at least two r > 1)"
+        "not checked: flat_profile (no profile), per_r (needs r = 1 runs and at least two r > 1, each with at least 6 "
+        "runs together with the r = 1 runs)"
     )
 
 
@@ -85,6 +86,27 @@ def test_not_identified_per_r_disagree():
     out = _rule(_table({2: 1.0, 4: 0.0, 8: -0.6}), per_r_B=8, full=False)
     assert not out.identified and Cause.PER_R_DISAGREE in out.causes
     assert "r=2" in out.reasons[Cause.PER_R_DISAGREE.value]
+
+
+def test_per_r_check_skips_r_with_fewer_runs_than_the_law_has_parameters():
+    """One width, one D, two seeds per cell: 8 runs fit the joint law, but r = 1's runs with one looped r's are 4,
+    fewer than its 6 parameters. The per-r check is skipped and said so (`loopscale run` and `fit --identify` died
+    after training with the fitter's 'fewer than the 6 parameters' error)."""
+    one = _table({2: 0.46, 4: 0.46, 8: 0.46}, widths=(32,), tokens=(1e6,))
+    rng = np.random.default_rng(1)
+    df = pd.concat([one.assign(seed=k, loss=one["loss"] * np.exp(0.002 * rng.standard_normal(len(one))))
+                    for k in (0, 1)], ignore_index=True)  # fmt: skip
+    assert per_r_fittable(df) == []
+    with pytest.raises(ValueError, match=r"per-r phi at r = \[2, 4, 8\].*fewer than the joint law's 6 parameters"):
+        per_r_phi(df, starts=10)
+    profile, per_r = rule_inputs(df, starts=10, B=4)
+    assert per_r is None and len(profile)
+    out = identify(fit_law(df, law="joint", starts=20), None, profile, per_r)
+    assert any(x.startswith("per_r (needs r = 1 runs and at least two r > 1, each with at least 6 runs")
+               for x in out.details["checks_skipped"])
+    # r = 1 with four seeds: every looped r has 6 runs with them, and the check is made
+    df2 = pd.concat([df, df[df["r"] == 1].assign(seed=lambda t: t["seed"] + 2)], ignore_index=True)
+    assert per_r_fittable(df2) == [2, 4, 8]
 
 
 def test_fixed_D_design_does_not_flag_the_D_term():
