@@ -304,7 +304,8 @@ def design(
         not hold: parameters on the edge, a pilot that does not cover the design, or phi per r disagreeing in a
         spec without a ladder).
     Raises:
-        ValueError / FileNotFoundError: bad arguments or pilot (before any simulation).
+        ValueError / FileNotFoundError: bad arguments or pilot (before any simulation), e.g. a pilot of fewer cells
+            than the joint law's parameters.
     """
     from loopscale.fit.design import (
         MC_BOOT,
@@ -316,6 +317,7 @@ def design(
         wall_time_s,
     )
     from loopscale.fit.fitter import fit_law
+    from loopscale.fit.laws import make_law
     from loopscale.sweep.spec import parse_spec
 
     if not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
@@ -327,7 +329,14 @@ def design(
         raise ValueError(f"--n-sim must be >= 2, got {n_sim}")
     first = spec.variants[0].name
     runs = pilot_variant(read_pilot(pilot), first)
-    truth = fit_law(design_cell_means(runs), law="joint", starts=fit_starts, seed=seed)
+    means, n_params = design_cell_means(runs), make_law("joint").n_params
+    if len(means) < n_params:
+        raise ValueError(
+            f"pilot {pilot} has {len(means)} cells (r, unique layers, d_model, D), fewer than the joint law's "
+            f"{n_params} parameters, so no law can be taken as truth from its cell means; use a pilot with more "
+            "cells: widths, token budgets, r or ladder depths (e.g. this spec itself at a few seeds)"
+        )
+    truth = fit_law(means, law="joint", starts=fit_starts, seed=seed)
     warnings, blocking = [], False
     # with one token budget B D^-beta is one constant: B and beta trade off freely, and an edge there is harmless
     one_D = "D" in runs.columns and runs["D"].nunique() < 2

@@ -164,6 +164,7 @@ def test_a_pilot_filtered_to_some_seeds_keeps_its_ensembles_rates(tmp_path):
     [
         ("missing", "pilot runs table not found"),
         ("one_seed", "one seed per cell"),
+        ("few_cells", "has 4 cells (r, unique layers, d_model, D), fewer than the joint law's 6 parameters"),
         ("minutes", "--minutes must be > 0"),
         ("seeds", "--seeds entries must"),
         ("preset", "preset must be one of"),
@@ -176,7 +177,9 @@ def test_cli_refuses_bad_input_before_simulating(tmp_path, monkeypatch, case, me
         raise AssertionError("simulated despite bad input")
 
     monkeypatch.setattr(fd, "simulate_design", boom)
-    spec, path, _ = _pilot(tmp_path, seeds=1 if case == "one_seed" else 2)
+    spec, path, runs = _pilot(tmp_path, seeds=1 if case == "one_seed" else 2)
+    if case == "few_cells":  # no ladder rungs: r = 1, 2, 4, 8 at one width and one D are 4 cells
+        runs[(runs["r"] > 1) | (runs["layers_unique"] == 10)].to_parquet(path)
     spec_file = tmp_path / "tiny.yaml"
     spec_file.write_text(spec_to_yaml(spec))
     args = ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "2"]
