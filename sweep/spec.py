@@ -165,6 +165,8 @@ class SweepSpec(_Strict):
 
     name: str = "sweep"
     corpus: str = "embedded"
+    """``embedded``, or a path or glob (:func:`loopscale.model.data.resolve_corpus`); a relative one is made absolute
+    against the working directory when the spec is read (the trials run in their own folders)."""
     text_column: str = "text"
     tokenizer: str = "byte"
     model: ModelSpec = ModelSpec()
@@ -212,6 +214,17 @@ class SweepSpec(_Strict):
                 f"experiments and Optuna studies), got {v!r}"
             )
         return v
+
+    @field_validator("corpus")
+    @classmethod
+    def _corpus_absolute(cls, v: str) -> str:
+        # the trials read it in their own working directory (Tune's trial folder, another node): a relative path or
+        # glob is taken from this one, as storage_path is; 'embedded', '~/...' and an absolute path stay as given
+        import os
+
+        if not v or v == "embedded" or os.path.isabs(os.path.expanduser(v)):
+            return v
+        return os.path.abspath(v)
 
     @field_validator("tokenizer")
     @classmethod

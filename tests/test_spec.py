@@ -245,3 +245,18 @@ def test_a_cell_hashes_its_run_definition_once(monkeypatch):
     monkeypatch.setattr(S, "run_id", lambda c: calls.append(1) or real(c))
     fresh = S.Cell(cell.variant, cell.r, cell.size, cell.budget, cell.seed, cell.run)
     assert fresh.run_id == fresh.run_id == real(cell) and len(calls) == 1
+
+
+def test_relative_corpus_is_taken_from_the_working_directory(tmp_path, monkeypatch):
+    """Tune runs every trial in its own folder: a relative corpus passed the driver's pre-flight and then every
+    trial failed with 'corpus file ... does not exist'. The spec makes it absolute, as it does storage_path."""
+    monkeypatch.chdir(tmp_path)
+    base = {"r": [1, 2], "sizes": [16], "tokens": [4096], "lr": {"fixed": 0.01}}
+    spec = parse_spec({**base, "corpus": "data/train.txt"})
+    assert spec.corpus == str(tmp_path / "data" / "train.txt")
+    assert {c.run.corpus for c in spec.cells()} == {spec.corpus}
+    assert parse_spec({**base, "corpus": "./shards/*.parquet"}).corpus == str(tmp_path / "shards" / "*.parquet")
+    for kept in ("embedded", "/abs/corpus.txt", "~/corpus.txt"):
+        assert parse_spec({**base, "corpus": kept}).corpus == kept
+    # read back from the folder's spec.yaml in the same directory: the same spec (and run ids)
+    assert parse_spec(spec.model_dump(mode="python")) == spec
