@@ -1126,7 +1126,12 @@ def load_tokens(
             raise CorpusError(f"token file {corpus!r} holds {len(arr)} tokens; need at least 2")
         vmax = int(arr.max()) + 1
         if tok_kind == "byte" and vmax > 256:
-            raise ValueError(f"token file {corpus!r} has ids up to {vmax - 1}; use tokenizer='pretokenized'")
+            hint = uint16_pairs_hint(src.files[0], arr)  # a mislabelled .u32.bin: the likelier fix first
+            fix = "use tokenizer='pretokenized'"
+            raise ValueError(
+                f"token file {corpus!r} has ids up to {vmax - 1}, more than byte ids (< 256): "
+                + (f"{hint}; if the ids are real, {fix}" if hint else fix)
+            )
         n_val = max(1, int(round(len(arr) * VAL_TAIL_FRAC)))
         meta = {
             "corpus_hash": src.corpus_hash,

@@ -227,6 +227,8 @@ def test_token_file_named_for_the_other_dtype(tmp_path):
     """uint32 ids in a ``.u16.bin`` read as twice as many tokens, every second one 0 (losses falsely low): refused,
     naming the ``.u32.bin`` it should be; uint16 ids in a ``.u32.bin`` read as ids near 2**16 x id: the vocabulary
     error says the file may be uint16 data. Correctly named files (also uint16 data with tiny ids) are read."""
+    import dataclasses
+
     from loopscale.model.config import preset_config
     from loopscale.model.train import RunConfig, train_run
 
@@ -256,6 +258,9 @@ def test_token_file_named_for_the_other_dtype(tmp_path):
     )
     with pytest.raises(ValueError, match=hint + "; if the ids are real, set vocab_size to"):
         train_run(cfg)
+    # with byte tokens (the default of `loopscale train`) too, not only 'use tokenizer=pretokenized'
+    with pytest.raises(ValueError, match=hint + "; if the ids are real, use tokenizer='pretokenized'"):
+        train_run(dataclasses.replace(cfg, tokenizer="byte"))
     big = np.arange(300_000, dtype=np.uint32)  # genuine uint32 ids above 2**16: no uint16 hint
     big.tofile(tmp_path / "c.u32.bin")
     with pytest.raises(ValueError, match="vocab_size to at least 300000") as e:
