@@ -127,8 +127,7 @@ _BLANKS = re.compile(r"\n{3,}")
 
 
 NOT_TEXT_FRACTION = 0.01
-"""A text file (or the first 64 KiB of one) whose invalid UTF-8 sequences and NUL bytes exceed this fraction of its
-bytes is not text (a binary, or another encoding such as UTF-16): refused. Fewer invalid sequences are replaced by
+"""A text file whose invalid UTF-8 sequences and NUL bytes exceed this fraction of its bytes is not text (a binary, or another encoding such as UTF-16): refused. Fewer invalid sequences are replaced by
 U+FFFD with a :class:`CorpusWarning`; fewer NUL bytes are dropped (NUL is the byte tokenizer's separator)."""
 
 
@@ -147,6 +146,29 @@ def _decode_checked(path: Path, b: bytes, where: str = "") -> tuple[str, int]:
     if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
         raise CorpusError(_not_text(path, bad, b.count(0), len(b), where))
     return text, bad
+
+
+def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
+    """Refuse a file :func:`read_text_file` would refuse (invalid UTF-8 sequences and NUL bytes over
+    :data:`NOT_TEXT_FRACTION` of its bytes), decoding it in chunks of ``chunk`` bytes instead of whole.
+
+    Raises:
+        CorpusError: the message of :func:`read_text_file`."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+    fffd = "\ufffd".encode()
+    bad = nul = n = 0
+    tail = b""  # the end of the previous chunk: a literal U+FFFD split between two chunks is counted once
+    with open(path, "rb") as fh:
+        while b := fh.read(chunk):
+            n += len(b)
+            nul += b.count(0)
+            bad += dec.decode(b).count("\ufffd") - ((tail + b).count(fffd) - tail.count(fffd))
+            tail = b[-(len(fffd) - 1) :]
+        bad += dec.decode(b"", final=True).count("\ufffd")
+    if bad + nul > NOT_TEXT_FRACTION * n:
+        raise CorpusError(_not_text(path, bad, nul, n))
 
 
 def read_text_file(path: Path) -> str:
@@ -498,8 +520,8 @@ def check_corpus(
     cache_dir: str | Path | None = None,
 ) -> SplitTokens | None:
     """Everything about a corpus that would make every run on it fail, checked cheaply, so a sweep refuses it before
-    Ray starts: file names, Parquet schemas and text column types, the first 64 KiB of each text file
-    (:data:`NOT_TEXT_FRACTION`), a token file's dtype and largest id; with ``seq_len``, also the token counts where
+    Ray starts: file names, Parquet schemas and text column types, every text file's encoding (read in chunks,
+    :data:`NOT_TEXT_FRACTION`), a token file's dtype and largest id; with ``seq_len``, also the token counts where
     :func:`split_tokens_if_cheap` knows them (a text or Parquet corpus of at most :data:`TOKENIZE_TO_CHECK_BYTES` is
     tokenized into the token cache under ``cache_dir``, which the runs reuse): both splits must hold one window of
     ``seq_len + 1`` tokens.
@@ -537,10 +559,8 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
         if tok_kind == "pretokenized":
             raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
         if kind == "text":
-            for f in files:  # the head of each file: a binary or UTF-16 file is refused before any run starts
-                with open(f, "rb") as fh:
-                    head = fh.read(1 << 16)
-                _decode_checked(f, head[:-3] if len(head) == 1 << 16 else head, where="the first ")  # cut char ok
+            for f in files:  # every byte, as the runs read it: a file that is not UTF-8 past its head is refused too
+                _check_text_file(f)
         return
     if tok_kind == "bpe":
         raise ValueError(

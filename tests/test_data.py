@@ -209,6 +209,24 @@ def test_clear_errors(tmp_path):
         D.WindowSampler(td.train, 32, 1, 0)
 
 
+def test_text_file_not_utf8_past_its_head_is_refused_before_any_run(tmp_path):
+    """check_corpus read only a text file's first 64 KiB: a file of UTF-8 prose followed by Latin-1 text passed the
+    pre-flight (and --dry-run; a file over 1 MiB is not tokenized there) and then every run failed on it. The whole
+    file is checked now, in chunks, with the runs' own count (a literal U+FFFD across two chunks is not invalid)."""
+    prose = "The quick brown fox jumps over the lazy dog. " * 2000  # 90 kB of UTF-8 first
+    f = tmp_path / "mixed.txt"
+    f.write_bytes(prose.encode() + ("caf\xe9 na\xefve r\xe9sum\xe9 " * 4000).encode("latin-1"))
+    with pytest.raises(D.CorpusError, match="does not look like UTF-8 text: 16000 invalid UTF-8 sequence"):
+        D.check_corpus(str(f), "byte", 256)
+    ok = tmp_path / "fffd.txt"  # valid UTF-8 whose characters are U+FFFD themselves: read as text
+    ok.write_text(prose[:500] + "\ufffd" * 3000, encoding="utf-8")
+    D.read_text_file(ok)
+    for chunk in (7, 1000, 1 << 20):
+        D._check_text_file(ok, chunk=chunk)
+        with pytest.raises(D.CorpusError, match="16000 invalid UTF-8 sequence"):
+            D._check_text_file(f, chunk=chunk)
+
+
 def test_pretokenized_files(tmp_path):
     """uint16 .npy and uint32 .bin token files are memory-mapped; vocab comes from the ids; the tail is val."""
     ids = (np.arange(5000) % 700).astype(np.uint16)
