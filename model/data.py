@@ -873,12 +873,14 @@ MIN_BPE_TRAIN_BYTES = 1024
 def _bpe_training_texts(src: CorpusSource, by_document: bool, stats: dict) -> Iterator[str]:
     """The texts BPE is trained on: the training documents, or (position split) the text before the validation
     tail (the first 1 - VAL_TAIL_FRAC of the characters), never the validation data. Counts docs and bytes in
-    ``stats``."""
+    ``stats`` (and, split by document, the non-empty validation documents left out: ``val_docs``)."""
     limit = None
     if not by_document:
         limit = int(sum(len(d.text) for d in src.documents()) * (1 - VAL_TAIL_FRAC))
     used = 0
     for d in src.documents():
+        if d.text and by_document and is_validation_doc(d.name):
+            stats["val_docs"] = stats.get("val_docs", 0) + 1
         if not d.text or (by_document and is_validation_doc(d.name)):
             continue
         text = d.text if limit is None else d.text[: max(0, limit - used)]
@@ -899,6 +901,11 @@ def _train_bpe(src: CorpusSource, vocab: int) -> tuple[BPETokenizer, dict]:
     by_doc = src.splits_by_document()
     stats = {"docs": 0, "bytes": 0, "split": "document" if by_doc else "position"}
     tok = BPETokenizer.train(_bpe_training_texts(src, by_doc, stats), vocab)
+    if by_doc and not (stats["docs"] and stats.pop("val_docs", 0)):
+        # the names split by document, but every document of one side is empty: the token stream is then split by
+        # position (_write_stream), and BPE, trained on all the text, would have seen the validation tail
+        stats = {"docs": 0, "bytes": 0, "split": "position"}
+        tok = BPETokenizer.train(_bpe_training_texts(src, False, stats), vocab)
     merges = tok._tok.get_vocab_size() - 257  # 256 byte symbols + <|bos|>
     stats["merges"] = merges
     if stats["bytes"] < MIN_BPE_TRAIN_BYTES or merges < 1:

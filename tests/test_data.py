@@ -227,6 +227,23 @@ def test_text_file_not_utf8_past_its_head_is_refused_before_any_run(tmp_path):
             D._check_text_file(f, chunk=chunk)
 
 
+def test_bpe_never_trains_on_the_tail_when_the_validation_documents_are_empty(tmp_path):
+    """A directory whose only validation-named file is empty: the names split by document, so BPE learned from
+    every byte, but the token stream, its validation side empty, was then split by position, and the validation
+    tail was text BPE had trained on. BPE now learns from the text before that tail, as for one file."""
+    assert D.is_validation_doc("d3.txt") and not D.is_validation_doc("d0.txt") and not D.is_validation_doc("d1.txt")
+    words = "the quick brown fox jumps over the lazy dog while seven wizards quietly judge boxing matches "
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "d0.txt").write_text(words * 30, encoding="utf-8")
+    (tmp_path / "c" / "d1.txt").write_text(words.upper() * 30, encoding="utf-8")
+    (tmp_path / "c" / "d3.txt").write_text("  \n", encoding="utf-8")  # empty after cleaning
+    td = D.load_tokens(str(tmp_path / "c"), "bpe:300", cache_dir=tmp_path / "cache")
+    assert td.meta["split_rule"].startswith("token tail")
+    bt = td.meta["bpe_training"]
+    total = 2 * len((words * 30).strip())  # both files' text, stripped
+    assert bt["split"] == "position" and bt["bytes"] < 0.96 * total, bt
+
+
 def test_pretokenized_files(tmp_path):
     """uint16 .npy and uint32 .bin token files are memory-mapped; vocab comes from the ids; the tail is val."""
     ids = (np.arange(5000) % 700).astype(np.uint16)
