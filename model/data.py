@@ -144,7 +144,7 @@ def _decode_checked(path: Path, b: bytes, where: str = "") -> tuple[str, int]:
     text = b.decode("utf-8-sig", errors="replace")
     bad = text.count("\ufffd") - b.count("\ufffd".encode())
     if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
-        raise CorpusError(_not_text(path, bad, b.count(0), len(b), where))
+        raise CorpusError(_not_text(path, bad, b.count(0), len(b), _n_ctrl(b), where))
     return text, bad
 
 
@@ -158,17 +158,18 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
 
     dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
     fffd = "\ufffd".encode()
-    bad = nul = n = 0
+    bad = nul = n = ctrl = 0
     tail = b""  # the end of the previous chunk: a literal U+FFFD split between two chunks is counted once
     with open(path, "rb") as fh:
         while b := fh.read(chunk):
             n += len(b)
             nul += b.count(0)
+            ctrl += _n_ctrl(b)
             bad += dec.decode(b).count("\ufffd") - ((tail + b).count(fffd) - tail.count(fffd))
             tail = b[-(len(fffd) - 1) :]
         bad += dec.decode(b"", final=True).count("\ufffd")
     if bad + nul > NOT_TEXT_FRACTION * n:
-        raise CorpusError(_not_text(path, bad, nul, n))
+        raise CorpusError(_not_text(path, bad, nul, n, ctrl))
 
 
 def read_text_file(path: Path) -> str:
@@ -191,11 +192,32 @@ def read_text_file(path: Path) -> str:
     return text
 
 
-def _not_text(path: Path, bad: int, nul: int, n: int, where: str = "") -> str:
+_CTRL = bytes([*range(1, 9), 0x0B, *range(0x0E, 0x20), 0x7F])
+"""Control bytes that text does not hold (tab, newline, form feed and carriage return are text): with NUL, over
+:data:`NOT_TEXT_FRACTION` of a refused file's bytes they make it a binary file rather than text in another encoding."""
+
+
+def _n_ctrl(b: bytes) -> int:
+    """The number of :data:`_CTRL` bytes in ``b``."""
+    return len(b) - len(b.translate(None, _CTRL))
+
+
+def _not_text(path: Path, bad: int, nul: int, n: int, ctrl: int, where: str = "") -> str:
+    """The message that refuses a file that is not UTF-8 text, with what it most likely is: text in UTF-16/32 (a
+    quarter or more of its bytes NUL), a binary file (NUL and control bytes over :data:`NOT_TEXT_FRACTION`), else
+    text in a single-byte encoding such as Latin-1; each with the conversion to try."""
+    if 4 * nul >= n:
+        what = "text in UTF-16 or UTF-32 (convert it to UTF-8, e.g. iconv -f utf-16 -t utf-8)"
+    elif nul + ctrl > NOT_TEXT_FRACTION * n:
+        what = f"a binary file ({nul + ctrl} NUL and control bytes), not text"
+    else:
+        what = (
+            "text in another encoding, such as Latin-1 or Windows-1252 (convert it to UTF-8, e.g. iconv -f latin1 "
+            "-t utf-8; `file -i` guesses the encoding)"
+        )
     return (
         f"corpus file {str(path)!r} does not look like UTF-8 text: {bad} invalid UTF-8 sequence(s) and {nul} NUL "
-        f"byte(s) in {where}{n} bytes (over {NOT_TEXT_FRACTION:.0%}); a binary file, or text in another encoding "
-        "(convert it to UTF-8, e.g. iconv -f utf-16 -t utf-8)"
+        f"byte(s) in {where}{n} bytes (over {NOT_TEXT_FRACTION:.0%}): most likely {what}"
     )
 
 

@@ -132,11 +132,17 @@ def test_text_files_must_be_utf8(tmp_path):
     utf16le = tmp_path / "u16le" / "a.txt"  # no BOM: valid UTF-8 byte for byte, half of them NUL
     utf16le.parent.mkdir()
     utf16le.write_bytes(prose.encode("utf-16-le"))
-    for f in (binary, utf16, utf16le):
-        with pytest.raises(D.CorpusError, match="does not look like UTF-8 text"):
+    latin_only = tmp_path / "latin1" / "a.txt"  # a whole file in Latin-1: refused, with the conversion for it
+    latin_only.parent.mkdir()
+    latin_only.write_bytes(("Café au lait, naïve façade. " * 400).encode("latin-1"))
+    for f, likely in ((binary, "a binary file"), (utf16, "UTF-16"), (utf16le, "UTF-16"),
+                      (latin_only, "iconv -f latin1")):  # fmt: skip
+        with pytest.raises(D.CorpusError, match="does not look like UTF-8 text") as err:
             D.check_corpus(str(f.parent), "byte", 256)
-        with pytest.raises(D.CorpusError, match="does not look like UTF-8 text"):
+        assert likely in str(err.value), (f, str(err.value))
+        with pytest.raises(D.CorpusError, match="does not look like UTF-8 text") as err:
             D.load_tokens(str(f.parent), cache_dir=tmp_path)
+        assert likely in str(err.value), (f, str(err.value))
     latin = tmp_path / "latin" / "a.txt"
     latin.parent.mkdir()
     latin.write_bytes(prose.encode() + "café naïve".encode("latin-1") + prose.encode())
