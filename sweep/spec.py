@@ -895,7 +895,7 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
     """
     spec_file = Path(out) / FOLDER_SPEC
     old = spec_file.read_text(encoding="utf-8") if spec_file.is_file() else ""
-    if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})):
+    if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec):
         diff = _spec_differences(old, spec)
         raise ValueError(
             f"{Path(out).resolve()} holds a run of a different spec ({spec_file}"
@@ -992,6 +992,19 @@ def record_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
         "recorded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     write_text_atomic(str(path), json.dumps(doc, indent=1))
+
+
+def _same_spec(old_yaml: str, spec: SweepSpec) -> bool:
+    """Whether the spec of ``old_yaml`` (a folder's ``spec.yaml``), read as this version reads a spec, is ``spec``
+    (``storage_path`` aside) although its text differs: e.g. a relative corpus path, written before the spec made it
+    absolute against the working directory, read from that same directory. False when it cannot be read."""
+    import yaml
+
+    try:
+        old = parse_spec(yaml.load(old_yaml, Loader=spec_loader()))
+    except Exception:
+        return False
+    return old.model_copy(update={"storage_path": None}) == spec.model_copy(update={"storage_path": None})
 
 
 def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:

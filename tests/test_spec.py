@@ -260,3 +260,30 @@ def test_relative_corpus_is_taken_from_the_working_directory(tmp_path, monkeypat
         assert parse_spec({**base, "corpus": kept}).corpus == kept
     # read back from the folder's spec.yaml in the same directory: the same spec (and run ids)
     assert parse_spec(spec.model_dump(mode="python")) == spec
+
+
+def test_a_folder_spec_with_a_relative_corpus_is_read_against_the_working_directory(tmp_path, monkeypatch):
+    """A folder's spec.yaml written with a relative corpus (before the spec made it absolute) is read as this version
+    reads a spec, against the working directory: from the same one it is the same spec (and rewritten absolute);
+    a spec whose corpus is elsewhere is refused naming the corpus. Before, it was refused either way, naming no
+    key."""
+    import yaml
+
+    from loopscale.sweep.spec import FOLDER_SPEC, check_folder_spec, record_folder_spec
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.txt").write_text("Plain prose for a tiny corpus. " * 200)
+    raw = {"r": [1, 2], "sizes": [16], "tokens": [4096], "lr": {"fixed": 0.01}, "corpus": "data/train.txt"}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / FOLDER_SPEC).write_text(yaml.safe_dump(raw, sort_keys=False))
+    spec = parse_spec(raw)
+    record_folder_spec(out, spec)
+    assert yaml.safe_load((out / FOLDER_SPEC).read_text())["corpus"] == str(tmp_path / "data" / "train.txt")
+    (out / FOLDER_SPEC).write_text(yaml.safe_dump(raw, sort_keys=False))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ValueError, match=r"it differs in corpus: '.*/elsewhere/data/train.txt' -> '.*/data/train"):
+        check_folder_spec(out, spec)
