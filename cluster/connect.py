@@ -46,7 +46,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["RayInfo", "ray_session", "validate_address", "driver_thread_env"]
+__all__ = ["RayInfo", "ray_session", "validate_address", "check_reachable", "driver_thread_env"]
 
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5})$")
 
@@ -106,6 +106,40 @@ def validate_address(address: str | None) -> str | None:
             "'ray://head:10001'), or leave it unset for the embedded local Ray"
         )
     return a
+
+
+#: Seconds a TCP connection to a cluster's ``host:port`` may take before :func:`check_reachable` gives up.
+REACH_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str | None, timeout: float = REACH_TIMEOUT_S) -> None:
+    """Check that something accepts a TCP connection at a ``host:port`` (or ``ray://host:port``) address, without
+    starting Ray: joining an address nobody serves made ``ray.init`` wait for ever (Ray 2.60 retries the GCS every
+    30 s and says so only in its log). ``None``, ``"auto"`` and anything :func:`validate_address` refuses pass
+    unchecked (``"auto"`` is checked by ``ray.init``, see :func:`ray_session`).
+
+    Raises:
+        ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s).
+    """
+    if address is None:
+        return
+    a = address.strip()
+    m = _HOST_PORT.match(a[len("ray://") :] if a.startswith("ray://") else a)
+    if m is None:
+        return
+    import socket
+
+    host, port = m.group("host").strip("[]"), int(m.group("port"))
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as e:
+        why = f"no answer within {timeout:g} s" if isinstance(e, TimeoutError) else (e.strerror or str(e) or type(e).__name__)
+        raise ValueError(
+            f"no Ray cluster answers at {a} ({why}); check the address (the head's `ray start --head` prints it), "
+            "that the cluster is running and that its port is open to this machine, or leave --address unset for "
+            "the embedded local Ray"
+        ) from None
 
 
 def _validate_local_options(num_cpus: int | None, num_gpus: int | None, temp_dir: str | None) -> None:
@@ -269,7 +303,8 @@ def ray_session(
     Raises:
         ValueError: bad address; ``num_cpus``/``num_gpus``/``temp_dir`` given together with an address;
             ``num_gpus > 0`` where ``torch.cuda.is_available()`` is False; relative ``temp_dir``.
-            All checked before Ray starts.
+            All checked before Ray starts. Also an address (or ``RAY_ADDRESS``) where nothing answers
+            (:func:`check_reachable`, before Ray starts) and ``"auto"`` with no cluster on this machine.
     """
     address = validate_address(address)
     joining = address is not None or bool(os.environ.get("RAY_ADDRESS"))
@@ -281,6 +316,7 @@ def ray_session(
                 f"(address={address or os.environ.get('RAY_ADDRESS')!r}): the cluster's nodes decide their "
                 "resources; drop them, or leave address unset to start the embedded local Ray"
             )
+        check_reachable(address if address is not None else os.environ.get("RAY_ADDRESS"))
     else:
         _validate_local_options(num_cpus, num_gpus, temp_dir)
 
@@ -359,7 +395,14 @@ def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, loggi
         ray.init(address=address)
     elif joining:
         with _auth_default_notice_as_info(logging_level):  # joining a token-auth cluster says it too
-            ray.init(address=address, **kwargs)
+            try:
+                ray.init(address=address, **kwargs)
+            except ConnectionError as e:  # 'auto' with no cluster on this machine: Ray's own words, one line
+                first = str(e).split(". ")[0].strip() or type(e).__name__
+                raise ValueError(
+                    f"address={address or os.environ.get('RAY_ADDRESS')!r}: {first}; start one with `ray start "
+                    "--head`, give its host:port, or leave --address unset for the embedded local Ray"
+                ) from None
     else:
         if temp_dir is not None:
             os.makedirs(temp_dir, exist_ok=True)

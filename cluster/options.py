@@ -95,10 +95,11 @@ class ClusterOptions:
         """Check the combination without starting Ray.
 
         Raises:
-            ValueError: bad address; num_cpus/num_gpus/ray_temp_dir together with an address;
-                num_gpus > 0 without CUDA; relative or overlong ray_temp_dir.
+            ValueError: bad address, or a ``host:port`` where nothing answers (a TCP connection, no Ray);
+                num_cpus/num_gpus/ray_temp_dir together with an address; num_gpus > 0 without CUDA; relative or
+                overlong ray_temp_dir.
         """
-        from loopscale.cluster.connect import _validate_local_options, validate_address
+        from loopscale.cluster.connect import _validate_local_options, check_reachable, validate_address
 
         address = validate_address(self.address)
         if address is not None:
@@ -116,6 +117,7 @@ class ClusterOptions:
                     f"{', '.join(given)} cannot be combined with --address {address!r}: the cluster's nodes "
                     "decide their resources; drop them, or drop --address to use the embedded local Ray"
                 )
+            check_reachable(address)
         else:
             _validate_local_options(self.num_cpus, self.num_gpus, self.ray_temp_dir)
 

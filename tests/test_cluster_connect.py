@@ -92,6 +92,70 @@ def test_cluster_options_validate():
     assert CLUSTER_FLAGS == ("--address", "--num-cpus", "--num-gpus", "--ray-temp-dir")
 
 
+def _unserved_port() -> int:
+    """A local TCP port that nothing listens on (bound once to find a free one, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_address_nobody_serves_is_one_error_before_ray_starts(monkeypatch, tmp_path):
+    """--address host:port where nothing listens: one line and exit 2 at once. ray.init used to wait for ever
+    (retrying the GCS every 30 s, said only in Ray's log), e.g. `loopscale fit ... --bootstrap 2 --address` and
+    `loopscale sweep --address` with a mistyped port."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    addr = f"127.0.0.1:{_unserved_port()}"
+    with pytest.raises(ValueError, match=rf"no Ray cluster answers at {addr} \(.*\).*leave --address unset"):
+        ClusterOptions(address=addr).validate()
+    for a in (addr, f"ray://{addr}"):
+        with pytest.raises(ValueError, match="no Ray cluster answers at"):
+            with ray_session(a):
+                pass
+    monkeypatch.setenv("RAY_ADDRESS", addr)  # as `ray job submit` sets it, here stale
+    with pytest.raises(ValueError, match=f"no Ray cluster answers at {addr}"):
+        with ray_session():
+            pass
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert not _ray_initialized()
+    table = tmp_path / "runs.csv"
+    table.write_text("N,D,loss\n" + "".join(f"{n},{d},{2 + 1e3 / n + 1e2 / d}\n" for n in (1e4, 3e4, 1e5)
+                                            for d in (1e5, 3e5, 1e6)))  # fmt: skip
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["fit", str(table), "--law", "chinchilla", "--bootstrap", "2", "--starts", "5",
+                                   "--address", addr])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert time.monotonic() - t0 < 30
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: no Ray cluster answers at {addr}"), res.stderr
+
+
+def test_auto_without_a_cluster_is_one_error(monkeypatch):
+    """--address auto with no cluster on this machine: Ray's ConnectionError (a traceback, exit 1) becomes one
+    line naming what to do (a ValueError, exit 2 from the console script)."""
+    import ray
+
+    def no_cluster(*a, **k):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to by "
+                              "setting `--address` flag or `RAY_ADDRESS` environment variable.")  # fmt: skip
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "init", no_cluster)
+    with pytest.raises(ValueError) as e:
+        with ray_session("auto"):
+            pass
+    msg = str(e.value)
+    assert msg.startswith("address='auto': Could not find any running Ray instance; start one with `ray start")
+    assert "\n" not in msg
+
+
 def test_cluster_flags_parse_in_a_typer_command():
     """The Annotated option aliases give every command the same four flags."""
     import typer
