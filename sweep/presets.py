@@ -161,7 +161,8 @@ PRESET_HELP = "smoke | cpu (default) | paper."
 def resolve_spec(spec_arg: str | Path | None, preset: str | None):
     """The spec a command runs and its name (the default ``--out`` is ``runs/<name>``), from SPEC and ``--preset``.
 
-    SPEC is a YAML path, or a preset name (``smoke``, ``cpu``, ``paper``) when no file of that name exists; neither
+    SPEC is a YAML path, or a preset name (``smoke``, ``cpu``, ``paper``) when no file of that name exists (a folder
+    of that name, such as a run folder, does not count); neither
     given: ``--preset``, else ``cpu``. The name is the preset's or the YAML file's stem, so ``loopscale tune-lr``,
     ``sweep`` and ``run`` given the same SPEC (or preset) default to one folder.
 
@@ -170,13 +171,17 @@ def resolve_spec(spec_arg: str | Path | None, preset: str | None):
         FileNotFoundError / SpecError: no such file (and no such preset; the message lists the presets), or an
             invalid spec.
     """
-    if spec_arg is not None and not Path(spec_arg).exists() and str(spec_arg) in PRESETS:
+    if spec_arg is not None and not Path(spec_arg).is_file() and str(spec_arg) in PRESETS:
+        # a folder of that name (e.g. the run folder of `--out smoke`) cannot be a spec: the preset is meant
         if preset is not None:
             raise ValueError(f"give either a SPEC or --preset, not both ({spec_arg!r} is a preset name)")
         spec_arg, preset = None, str(spec_arg)
     if spec_arg is not None and preset is not None:
         raise ValueError("give either a SPEC file or --preset, not both")
     if spec_arg is not None:
+        if Path(spec_arg).is_dir():
+            raise FileNotFoundError(f"sweep spec {spec_arg} is a folder; give a YAML file (a run folder's spec is "
+                                    f"{Path(spec_arg) / 'spec.yaml'}) or a preset name: {', '.join(PRESETS)}")
         if not Path(spec_arg).is_file():
             raise FileNotFoundError(f"sweep spec not found: {spec_arg} (give a YAML file, or a preset name: "
                                     f"{', '.join(PRESETS)})")

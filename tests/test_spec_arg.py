@@ -41,6 +41,21 @@ def test_resolve_spec_preset_name_file_and_conflicts(tmp_path, monkeypatch):
         resolve_spec("nosuch.yaml", None)
 
 
+def test_a_folder_named_like_a_preset_does_not_hide_the_preset(tmp_path, monkeypatch):
+    """`loopscale run smoke` where the working directory holds a folder `smoke` (e.g. the run folder of an earlier
+    `--out smoke`) runs the preset: it said "sweep spec not found: smoke" (the folder existed, so the preset name was
+    not looked up). A folder named otherwise is refused saying it is a folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smoke").mkdir()
+    spec, name = resolve_spec("smoke", None)
+    assert name == "smoke" and spec == preset_spec("smoke")
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"sweep spec mine is a folder; give a YAML file .*mine/spec.yaml"):
+        resolve_spec("mine", None)
+    res = CliRunner().invoke(app, ["run", "smoke", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+
+
 def _fake_stages(monkeypatch, calls):
     """tune-lr and sweep without Ray: record (stage, spec name, out) and write what the real stage would."""
 
