@@ -94,11 +94,13 @@ def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
                 s["C"], s["final_val_loss"], s=16, color=color, label=f"d={w}" if w else None, zorder=3
             )
             if params and "phi" in params and len(s) >= 1:
-                f_tok = float((s["C"] / s["D"]).median())
                 cgrid = np.geomspace(ok["C"].min() / 1.5, ok["C"].max() * 1.5, 60)
-                cols = {k: np.full(cgrid.size, float(s[k].iloc[0])) for k in ("N_once", "N_rec", "r")}
-                pred = make_law("joint").predict(params, {**cols, "D": cgrid / f_tok})
-                ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8)
+                # one curve per model: a unique-depth ladder puts plain models of several depths at one width
+                for _, m in s.groupby(["N_once", "N_rec"], sort=True):
+                    f_tok = float((m["C"] / m["D"]).median())
+                    cols = {k: np.full(cgrid.size, float(m[k].iloc[0])) for k in ("N_once", "N_rec", "r")}
+                    pred = make_law("joint").predict(params, {**cols, "D": cgrid / f_tok})
+                    ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8)
         ax.set_xscale("log")
         ax.set_xlim(ok["C"].min() / 1.5, ok["C"].max() * 1.5)
         log_ticks(ax.xaxis)
@@ -108,14 +110,14 @@ def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
     data_ylim(axes[0][0], ok["final_val_loss"])  # shared y: the data's range, not the curves'
     axes[0][0].set_ylabel("validation loss (nats/token)")
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle("loss vs compute per r (points: runs; lines: joint law per width)")
+    fig.suptitle("loss vs compute per r (points: runs; lines: joint law per model)")
     fig.tight_layout()
     return fig
 
 
 def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path | None:
     """Final validation loss (nats/token) vs training compute C (FLOPs), one panel per r, points coloured by width,
-    with the joint law's prediction for every width as a curve over C (IsoFLOP style, paper Fig. 2), clipped to
+    with the joint law's prediction for every model (width, and depth where a ladder has several) as a curve over C (IsoFLOP style, paper Fig. 2), clipped to
     the data's loss range (:func:`loss_vs_compute_figure`). None (nothing written) without ok runs with ``C``."""
     fig = loss_vs_compute_figure(runs, analysis)
     if fig is None:

@@ -86,6 +86,39 @@ def test_loss_vs_compute_ylim_is_set_by_the_data_and_curves_are_clipped():
         plt.close(fig)
 
 
+def test_loss_vs_compute_draws_one_curve_per_model_of_a_ladder():
+    """A unique-depth ladder (plain r = 1 models of several depths at one width, the `cpu` preset's) gets one law
+    curve per depth, each through its own model's prediction: one curve per width was drawn, for whichever depth
+    came first, so the r = 1 panel showed a line that belonged to one of five models."""
+    from loopscale.fit.run_report import loss_vs_compute_figure
+
+    params = {"E": 1.5, "A": 3.0, "alpha": 0.2, "B": 1e5, "beta": 1.0, "phi": -0.4}
+    rows = []
+    for layers in (4, 2, 10):  # the first row is not the deepest or the shallowest
+        n = 3100.0 * layers
+        for seed in range(2):
+            rows.append(dict(status="ok", r=1, d_model=16, D=1e6, C=6 * n * 1e6, N_once=48.0, N_rec=n - 48,
+                             final_val_loss=2.2 - 0.03 * layers + 0.001 * seed))  # fmt: skip
+    rows.append(dict(status="ok", r=2, d_model=16, D=1e6, C=6 * 2e4 * 1e6, N_once=6000.0, N_rec=6600.0,
+                     final_val_loss=1.95))  # fmt: skip
+    runs = pd.DataFrame(rows)
+    fig = loss_vs_compute_figure(runs, {"variants": {"baseline": {"joint": {"params": params}}}})
+    try:
+        ax = fig.axes[0]
+        lines = ax.get_lines()
+        assert len(lines) == 3
+        law = make_law("joint")
+        for layers in (2, 4, 10):
+            m = runs[(runs["r"] == 1) & (runs["N_rec"] == 3100.0 * layers - 48)]
+            C = float(m["C"].iloc[0])
+            want = float(law.predict(params, {"N_once": np.array([48.0]), "N_rec": np.array([m["N_rec"].iloc[0]]),
+                                              "r": np.array([1.0]), "D": np.array([1e6])})[0])  # fmt: skip
+            got = [float(np.interp(np.log(C), np.log(ln.get_xdata()), ln.get_ydata())) for ln in lines]
+            assert min(abs(g - want) for g in got) < 1e-3, (layers, want, got)
+    finally:
+        plt.close(fig)
+
+
 def test_loss_vs_compute_without_compute_column_draws_nothing():
     from loopscale.fit.run_report import loss_vs_compute_figure, plot_loss_vs_compute
 
