@@ -136,10 +136,10 @@ def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
         log_ticks(ax.xaxis)
         ax.set_title(f"r = {r:g}")
         ax.set_xlabel("unique non-embedding params N")
+        if F is not None:  # each panel its own: C differs between r on a token-budget grid or a ladder
+            ax.legend(fontsize=6)
     data_ylim(axes[0][0], frame["loss"], np.concatenate(curve_y) if curve_y else None, reach=0.5)
     axes[0][0].set_ylabel("val loss (nats/token)")
-    if F is not None:
-        axes[0][-1].legend(fontsize=6)
     fig.suptitle(f"{fit.law} law fit, R² = {fit.r2:.4f}")
     fig.tight_layout()
     return fig

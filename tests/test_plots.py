@@ -164,6 +164,24 @@ def test_fit_curves_labels_do_not_overlap_and_ylim_follows_the_data():
         plt.close(fig)
 
 
+def test_fit_curves_every_panel_names_its_own_budgets():
+    """Each r panel's legend names the C of its own curves. There was one legend, in the last panel, so on a
+    token-budget grid (C differs between r: the smoke preset's r = 1 runs start at C = 5.6e8, r = 8's at 6.1e8) or
+    a ladder (five C at r = 1, one at r = 8) the other panels' colours were explained by r = 8's budgets."""
+    from loopscale.fit.plots import fit_curves_figure
+
+    runs = _smoke_runs()
+    fit = SimpleNamespace(params=SMOKE_PARAMS, law="joint", r2=0.99, law_object=lambda: make_law("joint"))
+    fig = fit_curves_figure(fit, runs)
+    try:
+        for ax, r in zip(fig.axes, (1, 2, 4, 8), strict=True):
+            assert ax.get_legend() is not None, r
+            labels = [t.get_text() for t in ax.get_legend().get_texts()]
+            assert labels == [f"C={c:.2g}" for c in sorted(runs.loc[runs["r"] == r, "C"])], (r, labels)
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize(
     "lo,hi",
     [(2e4, 2e5), (1.3e4, 6.1e4), (8.1e3, 1.2e4), (3.7e8, 6.2e9), (1e-4, 1e-1), (1e-3, 1e-1), (2.2e-3, 4.7e-2),
