@@ -655,8 +655,13 @@ def design_problem(
     budget = next((c for c in (bb or ()) if c in ("budget", "C", "D")), None)
     if budget is not None and pd.unique(f[budget].to_numpy()).size < 2:
         alt = _working_block_by(law, data, bb, seed)
+        same = (
+            f"no run has a {budget} (null on every run: only an iso-FLOP spec, `budgets:`, records one)"
+            if f[budget].isna().all()
+            else f"every run has the same {budget} = {float(f[budget].iloc[0]):g}"
+        )
         return (
-            f"every run has the same {budget} = {float(f[budget].iloc[0]):g}: a block draw over {list(bb)} cells "
+            f"{same}: a block draw over {list(bb)} cells "
             "always holds that single budget, so no resample can vary it and the design gives no interval"
             + (f"; a blocking that works: --block-by {alt}" if alt else "")
             + f" (or add a second {budget})"

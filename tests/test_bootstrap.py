@@ -174,6 +174,20 @@ def test_blocking_whose_every_resample_is_the_whole_table_gives_no_interval(bloc
     assert b.to_dict()["n_ok"] == 0 and all(np.isnan(v).all() for v in b.ci.values())
 
 
+def test_blocking_by_a_budget_column_null_on_every_run_says_so():
+    """--block-by budget on a token-budget grid (budget is null on every run) said "every run has the same budget =
+    nan"; it now says that no run has a budget, and names a blocking that works."""
+    from loopscale.fit.bootstrapping import design_problem
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    law = make_law("joint")
+    data = prepare(_small_joint().assign(budget=np.nan), law)
+    why = design_problem(law, data, ("budget",))
+    assert why.startswith("no run has a budget (null on every run"), why
+    assert "nan" not in why and "a blocking that works: --block-by" in why
+
+
 def test_blocking_that_can_vary_the_data_keeps_its_interval():
     """The check does not fire on blockings whose draws can vary the data: three values of r, iid runs."""
     from loopscale.fit.bootstrapping import whole_table_problem
