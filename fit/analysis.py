@@ -294,6 +294,43 @@ def _identification(
     return json_safe(outd), ladder_rows
 
 
+def _fit_ready(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The ok runs ``df`` (one row per run, with ``loss``) as :func:`analyze` fits them: ``layers_unique`` added, and
+    on a token-budget grid (``budget`` null on every run) without ``budget``: the cell of a run is its token budget
+    D (all sizes trained for the same D), so the block bootstrap resamples whole (D, r) cells, like the paper's
+    (C, r) cells. Returns ``(frame, budget_kind)`` (``"D"`` or ``"C"``)."""
+    df = with_layers_unique(df)
+    if "budget" in df.columns and df["budget"].isna().all():
+        return df.drop(columns=["budget"]), "D"
+    return df, "C"
+
+
+def joint_fit_points(runs: Any) -> dict[str, pd.DataFrame]:
+    """Per variant, the points :func:`analyze` fits its joint law to: the cell means of its ok runs when their
+    seeds are replicates (:func:`seed_replicates`), else the runs (one row per run id, the newest). For redrawing a
+    fit's figures from its ``fit.json`` without refitting (``loopscale report``).
+
+    Args:
+        runs: ``runs.parquet`` path or DataFrame (the sweep's results schema).
+    Returns:
+        ``{variant: DataFrame}`` (empty without ok runs)."""
+    from loopscale.fit.io import read_table
+
+    df, _ = drop_duplicate_runs(read_table(runs))
+    if "loss" not in df.columns and "final_val_loss" in df.columns:
+        df = df.assign(loss=df["final_val_loss"])
+    if "status" in df.columns:
+        df = df[df["status"].astype("string").fillna("missing") == "ok"].reset_index(drop=True)
+    if df.empty:
+        return {}
+    df, _ = _fit_ready(df)
+    out = {}
+    for vname, frame in variant_frames(df).items():
+        rep = seed_replicates(frame)
+        out[vname] = rep.fit_frame(frame) if rep else frame
+    return out
+
+
 def analyze(
     runs: str | Path | pd.DataFrame,
     out_dir: str | Path,
@@ -351,14 +388,7 @@ def analyze(
         df = df[status == "ok"].reset_index(drop=True)
     if df.empty:
         raise ValueError("no runs with status 'ok' to fit; runs by status: " + json.dumps(json_safe(counts)))
-    df = with_layers_unique(df)
-    if "budget" in df.columns and df["budget"].isna().all():
-        # token-budget specs: the cell of a run is its token budget D (all sizes trained for the same D), so the
-        # block bootstrap resamples whole (D, r) cells, like the paper's (C, r) cells
-        df = df.drop(columns=["budget"])
-        budget_kind = "D"
-    else:
-        budget_kind = "C"
+    df, budget_kind = _fit_ready(df)
     result: dict[str, Any] = {
         "version": ANALYSIS_VERSION,
         "n_runs": int(sum(counts.values())),

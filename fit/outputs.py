@@ -88,3 +88,38 @@ def write_fit_outputs(
                 pl.plot_phi_bootstrap(boot, out / "phi_bootstrap.png", fit.params["phi"])
             )
     return files
+
+
+def redraw_fit_figures(fit_json: str | Path, frame: pd.DataFrame) -> dict[str, str]:
+    """Redraw ``fit_curves.png`` and ``residuals.png`` beside ``fit_json`` (a ``fit.json`` of
+    :func:`write_fit_outputs`) from its parameters and ``frame``, the points the law was fitted to, without
+    refitting (``loopscale report`` after a change to the figures). Drawn only when ``frame`` is those points: as
+    many as the fit's ``n`` and the same R² from its parameters (to 1e-9); else nothing is written.
+
+    Returns:
+        ``{name: path}`` of the figures written (empty when ``frame`` is not the fit's points or the file holds no
+        fit)."""
+    from dataclasses import fields
+
+    from loopscale.fit import plots as pl
+    from loopscale.fit.fitter import FitResult, goodness
+    from loopscale.fit.io import prepare
+
+    p = Path(fit_json)
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+        kw = {f.name: d[f.name] for f in fields(FitResult) if f.name in d and f.name != "data"}
+        fit = FitResult(**{**kw, "theta": tuple(kw.get("theta") or ())})
+        law = fit.law_object()
+        data = prepare(frame, law)
+        same = len(data.cols["loss"]) == int(fit.n) and math.isclose(
+            goodness(law, fit.params, data)["r2"], float(fit.r2), rel_tol=1e-9, abs_tol=1e-12
+        )
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+    if not same:
+        return {}
+    return {
+        "fit_curves.png": str(pl.plot_fit_curves(fit, frame, p.parent / "fit_curves.png")),
+        "residuals.png": str(pl.plot_residuals(fit, frame, p.parent / "residuals.png")),
+    }

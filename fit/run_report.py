@@ -32,10 +32,11 @@ def _fmt(x: Any, nd: int = 4) -> str:
     return f"{x:.{nd}g}"
 
 
-def _ci(ci: dict, key: str) -> str:
-    """``[lo, hi]``, or "–" when there is no interval (missing, or null bounds: no resample could be refitted)."""
+def _ci(ci: dict, key: str, nd: int = 4) -> str:
+    """``[lo, hi]`` to ``nd`` significant digits (as :func:`_fmt`; give the estimate's), or "–" when there is no
+    interval (missing, or null bounds: no resample could be refitted)."""
     v = _interval(ci, key)
-    return f"[{_fmt(v[0])}, {_fmt(v[1])}]" if v else "–"
+    return f"[{_fmt(v[0], nd)}, {_fmt(v[1], nd)}]" if v else "–"
 
 
 def _interval(ci: dict, key: str) -> tuple[float, float] | None:
@@ -286,8 +287,11 @@ def _unidentified_caveat(what: str) -> str:
             "looping.")  # fmt: skip
 
 
-def build_report(run_dir: str | Path) -> Path:
-    """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files.
+def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
+    """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files. With ``redraw_fits`` (the
+    ``loopscale report`` command) each variant's ``fit_curves.png`` and ``residuals.png`` are drawn again too, from
+    its ``fit.json`` and the points it was fitted to (:func:`loopscale.fit.outputs.redraw_fit_figures`; no
+    refitting), so a folder written by an earlier version shows today's figures.
 
     Raises:
         FileNotFoundError: ``run_dir`` does not exist, or ``runs.parquet`` or ``fit/analysis.json`` is missing in it
@@ -396,6 +400,8 @@ def build_report(run_dir: str | Path) -> Path:
     elif "lr" in runs.columns:
         L.append("## Learning rates\n")
         L.append(f"Fixed by the spec: {sorted(set(float(x) for x in runs['lr']))}\n")
+    if redraw_fits:
+        _redraw_fit_figures(d, runs, ana)
     # --- loss vs compute figure
     fig = plot_loss_vs_compute(runs, ana, d / "loss_vs_compute.png")
     if fig:
@@ -424,10 +430,10 @@ def build_report(run_dir: str | Path) -> Path:
         boot = j.get("bootstrap", {})
         L.append("\n### Joint law (paper Eq. 3): L = E + A·(N_once + r^φ·N_rec)^−α + B·D^−β\n")
         if not phi_identified(v):  # the rule comes before any headline: no bold phi here
-            phi_line = (f"Fitted φ̂ = {_fmt(p['phi'], 3)}, bootstrap 95 % CI {_ci(ci, 'phi')}: not a result, φ is "
+            phi_line = (f"Fitted φ̂ = {_fmt(p['phi'], 3)}, bootstrap 95 % CI {_ci(ci, 'phi', 3)}: not a result, φ is "
                         "not identified by this grid (\"Is φ identified?\" below) ")  # fmt: skip
         else:
-            phi_line = f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi')}** "
+            phi_line = f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi', 3)}** "
         L.append(
             phi_line + f"({_resampling(boot)}, B = {boot.get('B')}, "
             f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
@@ -600,7 +606,24 @@ def report_cmd(
     ),
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
-    typer.echo(str(build_report(run_dir)))
+    typer.echo(str(build_report(run_dir, redraw_fits=True)))
+
+
+def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:
+    """Redraw each variant's joint-fit figures (``fit/<variant>/fit_curves.png``, ``residuals.png``) from its
+    ``fit.json`` and the points :func:`loopscale.fit.analysis.joint_fit_points` gives; a variant whose points do not
+    match its fit (another version's fit rule) keeps its figures."""
+    from loopscale.fit.analysis import joint_fit_points
+    from loopscale.fit.outputs import redraw_fit_figures
+
+    points = None
+    for vname, v in ana.get("variants", {}).items():
+        files = v.get("files") or {}
+        if "fit.json" not in files or "fit_curves.png" not in files:
+            continue
+        points = joint_fit_points(runs) if points is None else points
+        if vname in points:
+            redraw_fit_figures(d / "fit" / files["fit.json"], points[vname])
 
 
 def _excluded_table(rows: list[dict]) -> list[str]:

@@ -287,3 +287,43 @@ def test_the_report_carries_the_design_predictions_warnings(tmp_path):
     p.write_text(json.dumps({**pred, "warnings": ["the pilot does not pin the law down"]}), encoding="utf-8")
     section = _section(build_report(run).read_text(encoding="utf-8"), "### Predicted and achieved precision")
     assert "> **The design warned:** the pilot does not pin the law down" in section
+
+
+def test_the_phi_line_gives_its_interval_to_the_estimates_digits(tmp_path):
+    """The joint law's phi line printed the estimate to 3 significant digits and its interval to 4
+    ("φ̂ = 0.908, bootstrap 95 % CI [0.846, 0.9881]"); both are to 3 now, as the identification headline."""
+    import re
+
+    text = _report(tmp_path, {"identified": False, "headline": "phi not identified by this grid: flat profile"})
+    line = next(ln for ln in text.splitlines() if ln.startswith("Fitted φ̂ = "))
+    m = re.match(r"Fitted φ̂ = (\S+), bootstrap 95 % CI \[(\S+), (\S+)\]", line)
+    assert m, line
+    ana = json.loads((EXAMPLE / "fit" / "analysis.json").read_text(encoding="utf-8"))
+    joint = ana["variants"]["baseline"]["joint"]
+    lo, hi = joint["ci"]["phi"][:2]
+    assert m.groups() == (f"{joint['params']['phi']:.3g}", f"{lo:.3g}", f"{hi:.3g}"), line
+
+
+def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
+    """`loopscale report DIR` draws each variant's fit_curves.png and residuals.png again from its fit.json and the
+    points the law was fitted to, without refitting (a folder of an earlier version showed figures the tool no
+    longer draws: one legend for every panel, overlapping ticks); a fit.json whose parameters do not give its R²
+    on those points (another version's fit rule) keeps its figures."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    vdir = run / "fit" / "baseline"
+    for name in ("fit_curves.png", "residuals.png"):
+        (vdir / name).unlink()
+    build_report(run)  # the run's own report stage: the fit stage has just drawn them
+    assert not (vdir / "fit_curves.png").exists()
+    build_report(run, redraw_fits=True)
+    assert (vdir / "fit_curves.png").stat().st_size > 10_000 and (vdir / "residuals.png").stat().st_size > 10_000
+    fit = json.loads((vdir / "fit.json").read_text(encoding="utf-8"))
+    fit["params"]["E"] += 0.05  # not the optimum of these points any more: R² differs
+    (vdir / "fit.json").write_text(json.dumps(fit), encoding="utf-8")
+    for name in ("fit_curves.png", "residuals.png"):
+        (vdir / name).unlink()
+    build_report(run, redraw_fits=True)
+    assert not (vdir / "fit_curves.png").exists() and not (vdir / "residuals.png").exists()
