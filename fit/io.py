@@ -104,6 +104,15 @@ DUPLICATE_RUN_ID = "duplicate_run_id"
 """The reason given for a row dropped because a newer row has the same ``run_id``."""
 
 
+def _dropped(by_status: dict, n_dups: int) -> str:
+    """What was left out before a fit, in words: each status other than 'ok' with its count, and older rows of a
+    run id listed twice."""
+    parts = [f"{v} {k}" for k, v in sorted(by_status.items())]
+    if n_dups:
+        parts.append(f"{n_dups} older row(s) of a run id listed twice")
+    return "left out: " + ", ".join(parts)
+
+
 def drop_duplicate_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per run: of the rows that share a ``run_id`` keep the newest, as the results store does when it
     consolidates (largest ``finished_at``, a null or unparsable time counting as oldest; among equal times, and
@@ -217,16 +226,20 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     if "N_once" in cols and not np.all(cols["N_once"] + cols["N_rec"] > 0):
         raise ValueError("N_once + N_rec must be > 0 (parameters) on every row")
     n = cols["loss"].shape[0]
+    if n == 0 and not (n_excluded or len(dups)):
+        raise ValueError(f"the table holds no runs (no rows); law {law.name!r} needs at least {law.n_params}")
     if n < law.n_params:
         fix = " or fix phi (--phi 0.5 on the command line, phi=0.5 in Python)" if "phi" in law.extra_names else ""
+        left = f" of {n + n_excluded + len(dups)} ({_dropped(by_status, len(dups))})" if n_excluded or len(dups) else ""
         raise ValueError(
-            f"{n} run(s) left after filtering is fewer than the {law.n_params} parameters of law {law.name!r}; "
-            f"add runs{fix}"
+            f"{n} run(s) left{left} is fewer than the {law.n_params} parameters of law {law.name!r}; add runs{fix}"
         )
     if law.name == "joint" and law.extra_names and np.unique(cols["r"]).size < 2:
+        only = ", ".join(f"{v:g}" for v in np.unique(cols["r"]))
         raise ValueError(
-            f"a joint fit with phi free needs at least 2 distinct r values; got only r={np.unique(cols['r']).tolist()}; "
-            "use law='chinchilla' (--law chinchilla) or fix phi (--phi)"
+            f"a joint fit with phi free needs at least 2 distinct r values; every run has r = {only}; fit one "
+            "architecture's law instead (--law chinchilla; law='chinchilla' in Python) or fix phi (--phi 0.5; "
+            "phi=0.5 in Python)"
         )
     return FitData(
         cols=cols,

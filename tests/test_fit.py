@@ -155,8 +155,11 @@ def _base_joint() -> pd.DataFrame:
         (lambda t: t.assign(loss=np.where(np.arange(len(t)) == 0, -1.0, t["loss"])), "'loss' must be > 0"),
         (lambda t: t.assign(D=np.where(np.arange(len(t)) == 0, 0.0, t["D"])), "'D' must be > 0"),
         (lambda t: t.assign(N_once=-t["N_once"]), "'N_once' must be >= 0"),
-        (lambda t: t.head(5), "fewer than the 6 parameters"),
-        (lambda t: t[t["r"] == 2], "at least 2 distinct r"),
+        (lambda t: t.head(5), r"^5 run\(s\) left is fewer than the 6 parameters"),
+        (lambda t: t.head(0), r"^the table holds no runs \(no rows\)"),  # said '0 run(s) left after filtering'
+        (lambda t: t.head(7).assign(status=["ok"] * 3 + ["diverged"] * 3 + ["failed"]),
+         r"^3 run\(s\) left of 7 \(left out: 3 diverged, 1 failed\) is fewer than the 6"),  # fmt: skip
+        (lambda t: t[t["r"] == 2], r"every run has r = 2; fit one architecture's law instead \(--law chinchilla"),
     ],
 )
 def test_bad_tables_raise_clear_errors_before_fitting(mutate, match, monkeypatch):
