@@ -205,7 +205,10 @@ def make_law(law: str = "joint", phi: float | None = None, rs: tuple[int, ...] |
         return JointPerRLaw(extra_names=tuple(f"phi_{v}" for v in rs), extra_bounds=(PHI_BOUNDS,) * len(rs), rs=rs)
     if law == "chinchilla":
         if phi is not None:
-            raise ValueError("phi applies to the joint law only; use law='joint' with phi, or drop phi")
+            raise ValueError(
+                "phi applies to the joint law only; fit the joint law with phi fixed (--law joint --phi 0.5; "
+                "law='joint', phi=0.5 in Python), or drop phi"
+            )
         return ChinchillaLaw()
     if law == "joint":
         if phi is None:

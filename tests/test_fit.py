@@ -185,7 +185,7 @@ def test_chinchilla_errors_and_aliases():
         fit_law(t.assign(N_unique=0.0), law="chinchilla", starts=5)
     with pytest.raises(ValueError, match="law='bogus' is unknown"):
         fit_law(t, law="bogus")
-    with pytest.raises(ValueError, match="phi applies to the joint law"):
+    with pytest.raises(ValueError, match=r"phi applies to the joint law only; fit the joint law with phi fixed \(--law joint"):
         fit_law(t, law="chinchilla", phi=0.5)
     fit = fit_law(t[t["r"] == 1], law="chinchilla", starts=20)
     assert fit.n == 6 and fit.params["E"] > 0
