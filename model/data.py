@@ -28,6 +28,7 @@ Conventions (chosen, documented here once):
 
 from __future__ import annotations
 
+import codecs
 import functools
 import glob as _glob
 import hashlib
@@ -144,7 +145,7 @@ def _decode_checked(path: Path, b: bytes, where: str = "") -> tuple[str, int]:
     text = b.decode("utf-8-sig", errors="replace")
     bad = text.count("\ufffd") - b.count("\ufffd".encode())
     if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
-        raise CorpusError(_not_text(path, bad, b.count(0), len(b), _n_ctrl(b), where))
+        raise CorpusError(_not_text(path, bad, b.count(0), len(b), _n_ctrl(b), where, head=b[:_HEAD]))
     return text, bad
 
 
@@ -154,14 +155,14 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
 
     Raises:
         CorpusError: the message of :func:`read_text_file`."""
-    import codecs
-
     dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
     fffd = "\ufffd".encode()
     bad = nul = n = ctrl = 0
-    tail = b""  # the end of the previous chunk: a literal U+FFFD split between two chunks is counted once
+    tail = head = b""  # the end of the previous chunk: a literal U+FFFD split between two chunks is counted once
     with open(path, "rb") as fh:
         while b := fh.read(chunk):
+            if len(head) < _HEAD:
+                head += b[: _HEAD - len(head)]
             n += len(b)
             nul += b.count(0)
             ctrl += _n_ctrl(b)
@@ -169,7 +170,7 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
             tail = b[-(len(fffd) - 1) :]
         bad += dec.decode(b"", final=True).count("\ufffd")
     if bad + nul > NOT_TEXT_FRACTION * n:
-        raise CorpusError(_not_text(path, bad, nul, n, ctrl))
+        raise CorpusError(_not_text(path, bad, nul, n, ctrl, head=head))
 
 
 def read_text_file(path: Path) -> str:
@@ -202,11 +203,42 @@ def _n_ctrl(b: bytes) -> int:
     return len(b) - len(b.translate(None, _CTRL))
 
 
-def _not_text(path: Path, bad: int, nul: int, n: int, ctrl: int, where: str = "") -> str:
+_HEAD = 1 << 16
+"""Bytes from the start of a refused file that :func:`_not_text` looks at for a byte-order mark or UTF-16's pattern."""
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16's: FF FE 00 00 starts with FF FE
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def _wide_encoding(head: bytes) -> str | None:
+    """``"utf-16"`` or ``"utf-32"`` when the start of a file says it is text in that encoding: its byte-order mark,
+    or (UTF-16 without one) NUL and control bytes nearly all at even or nearly all at odd offsets, as the high bytes
+    of Latin, Greek or Cyrillic characters are; else None."""
+    for bom, enc in _BOMS:
+        if head.startswith(bom):
+            return enc
+    even, odd = head[0::2], head[1::2]
+    k_even, k_odd = even.count(0) + _n_ctrl(even), odd.count(0) + _n_ctrl(odd)
+    k = k_even + k_odd
+    if k >= 64 and k > NOT_TEXT_FRACTION * len(head) and max(k_even, k_odd) >= 0.95 * k:
+        return "utf-16"
+    return None
+
+
+def _not_text(path: Path, bad: int, nul: int, n: int, ctrl: int, where: str = "", head: bytes = b"") -> str:
     """The message that refuses a file that is not UTF-8 text, with what it most likely is: text in UTF-16/32 (a
     quarter or more of its bytes NUL), a binary file (NUL and control bytes over :data:`NOT_TEXT_FRACTION`), else
-    text in a single-byte encoding such as Latin-1; each with the conversion to try."""
-    if 4 * nul >= n:
+    text in a single-byte encoding such as Latin-1; each with the conversion to try. ``head``: the file's first
+    bytes; a UTF-16/32 byte-order mark there, or UTF-16's pattern (:func:`_wide_encoding`), names that encoding
+    (Cyrillic or CJK text in UTF-16 has few NUL bytes)."""
+    wide = _wide_encoding(head)
+    if wide is not None:
+        what = f"text in {wide.upper()} (convert it to UTF-8, e.g. iconv -f {wide} -t utf-8)"
+    elif 4 * nul >= n:
         what = "text in UTF-16 or UTF-32 (convert it to UTF-8, e.g. iconv -f utf-16 -t utf-8)"
     elif nul + ctrl > NOT_TEXT_FRACTION * n:
         what = f"a binary file ({nul + ctrl} NUL and control bytes), not text"

@@ -215,6 +215,28 @@ def test_clear_errors(tmp_path):
         D.WindowSampler(td.train, 32, 1, 0)
 
 
+def test_utf16_text_with_few_nul_bytes_is_named_utf16(tmp_path):
+    """Cyrillic or CJK text in UTF-16 (what Windows calls "Unicode", with a byte-order mark) has few NUL bytes: it
+    was called "a binary file, not text", with no conversion to try. Its byte-order mark, or its NUL and control
+    bytes all at one parity, name UTF-16 (or UTF-32) and the iconv line for it; a binary file stays a binary file."""
+    ru = "Привет, мир! Это тестовый корпус на русском языке. " * 300
+    zh = "这是一个用于测试的中文语料库。我们希望它能被正确识别。" * 200
+    cases = [(ru.encode("utf-16"), "utf-16"), (ru.encode("utf-16-le"), "utf-16"), (ru.encode("utf-16-be"), "utf-16"),
+             (zh.encode("utf-16"), "utf-16"), (ru.encode("utf-32"), "utf-32")]  # fmt: skip
+    for i, (b, enc) in enumerate(cases):
+        f = tmp_path / f"c{i}.txt"
+        f.write_bytes(b)
+        for check, arg in ((lambda p: D.check_corpus(str(p), "byte", 256), f), (D.read_text_file, f)):
+            with pytest.raises(D.CorpusError, match="does not look like UTF-8 text") as err:
+                check(arg)
+            msg = str(err.value)
+            assert f"most likely text in {enc.upper()} " in msg and f"iconv -f {enc} -t utf-8" in msg, (i, msg)
+    binary = tmp_path / "b.txt"
+    binary.write_bytes(bytes(range(256)) * 200)
+    with pytest.raises(D.CorpusError, match="most likely a binary file"):
+        D.check_corpus(str(binary), "byte", 256)
+
+
 def test_text_file_not_utf8_past_its_head_is_refused_before_any_run(tmp_path):
     """check_corpus read only a text file's first 64 KiB: a file of UTF-8 prose followed by Latin-1 text passed the
     pre-flight (and --dry-run; a file over 1 MiB is not tokenized there) and then every run failed on it. The whole
