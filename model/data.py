@@ -149,12 +149,22 @@ def _decode_checked(path: Path, b: bytes, where: str = "") -> tuple[str, int]:
     return text, bad
 
 
+_TEXT_CHECKED: set[tuple] = set()
+"""The text files :func:`_check_text_file` passed in this process: (path, size, modification time)."""
+
+
 def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
     """Refuse a file :func:`read_text_file` would refuse (invalid UTF-8 sequences and NUL bytes over
-    :data:`NOT_TEXT_FRACTION` of its bytes), decoding it in chunks of ``chunk`` bytes instead of whole.
+    :data:`NOT_TEXT_FRACTION` of its bytes), decoding it in chunks of ``chunk`` bytes instead of whole. A file that
+    passed is not read again in this process while its size and modification time stay the same (``loopscale run``
+    checks the corpus before each of its stages).
 
     Raises:
         CorpusError: the message of :func:`read_text_file`."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    if key in _TEXT_CHECKED:
+        return
     dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
     fffd = "\ufffd".encode()
     bad = nul = n = ctrl = 0
@@ -171,6 +181,7 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
         bad += dec.decode(b"", final=True).count("\ufffd")
     if bad + nul > NOT_TEXT_FRACTION * n:
         raise CorpusError(_not_text(path, bad, nul, n, ctrl, head=head))
+    _TEXT_CHECKED.add(key)
 
 
 def read_text_file(path: Path) -> str:

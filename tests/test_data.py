@@ -255,6 +255,27 @@ def test_text_file_not_utf8_past_its_head_is_refused_before_any_run(tmp_path):
             D._check_text_file(f, chunk=chunk)
 
 
+def test_the_pre_flight_reads_a_text_file_once_per_process(tmp_path, monkeypatch):
+    """The pre-flight decodes every byte of a text file (seconds per GB); `loopscale run` checks the corpus before
+    each stage (run, tune-lr, sweep), which read a large corpus three times. A file that passed is not read again
+    while its size and modification time stay the same; a changed file is read again (and refused if need be)."""
+    monkeypatch.setattr(D, "_TEXT_CHECKED", set(), raising=False)
+    f = tmp_path / "c.txt"
+    f.write_text("The quick brown fox jumps over the lazy dog. " * 50_000, encoding="utf-8")
+    chunks: list[int] = []
+    n_ctrl = D._n_ctrl
+    monkeypatch.setattr(D, "_n_ctrl", lambda b: chunks.append(len(b)) or n_ctrl(b))
+    D.check_corpus(str(f), "byte", 256)
+    n_first = len(chunks)
+    assert n_first >= 2
+    D.check_corpus(str(f), "byte", 256)
+    assert len(chunks) == n_first  # not read again
+    f.write_bytes(f.read_bytes() + ("caf\xe9 " * 200_000).encode("latin-1"))  # changed: read again, refused
+    with pytest.raises(D.CorpusError, match="does not look like UTF-8 text"):
+        D.check_corpus(str(f), "byte", 256)
+    assert len(chunks) > n_first
+
+
 def test_bpe_never_trains_on_the_tail_when_the_validation_documents_are_empty(tmp_path):
     """A directory whose only validation-named file is empty: the names split by document, so BPE learned from
     every byte, but the token stream, its validation side empty, was then split by position, and the validation
