@@ -740,8 +740,9 @@ def format_status(st: dict) -> list[str]:
         lines.append("LR table (tuned, not used: the spec fixes the LR of every run):")
     for row in lr.get("table") or []:
         val = f"{row['best_val_loss']:.4f}" if row.get("best_val_loss") is not None else "?"
+        lr_s = f"{row['lr']:.4g}" if row.get("lr") is not None else "-"
         lines.append(
-            f"  size {row['size']} r {row['r']}: lr {row['lr']:.4g} (val {val}, {row['n_trials']} trials, "
+            f"  size {row['size']} r {row['r']}: lr {lr_s} (val {val}, {row['n_trials']} trials, "
             f"{row['n_pruned']} pruned)"
         )
     lines += [f"fit: {h}" for h in st["fit"]]

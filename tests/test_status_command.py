@@ -207,6 +207,21 @@ def test_a_finished_tune_lr_folder_is_named_so_without_a_runs_line(tmp_path):
     assert "LR studies: 1 done" in text and any("size 16 r 1: lr 0.02 (val 3.2500" in ln for ln in text)
 
 
+def test_an_lr_table_row_without_an_lr_does_not_stop_status(tmp_path):
+    """The LR table's lr column may be null (a study with no complete trial: tune-lr prints '-' for it); status
+    printed it rounded and died with "unsupported format string passed to NoneType.__format__"."""
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    _lr_folder(tmp_path, table=False)
+    row = dict(size=16, r=1, tuned_r=1, N_unique=1000, N_usage=1000, lr_best=None, best_val_loss=None,
+               lr_smoothed=None, lr=None, n_trials=8, n_pruned=8, budget_tokens=1000, study_name="s",
+               storage="sqlite:///x")  # fmt: skip
+    write_table_atomic(to_table([row], _lr_table_schema()), tmp_path / "lr_table.parquet")
+    text = format_status(collect_status(tmp_path))
+    assert any("size 16 r 1: lr - (val ?, 8 trials, 8 pruned)" in ln for ln in text), text
+
+
 def test_a_stopped_and_a_running_tune_lr_folder(tmp_path):
     _lr_folder(tmp_path, table=False)
     st = collect_status(tmp_path)
