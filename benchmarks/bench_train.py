@@ -58,6 +58,7 @@ def one_run(args) -> dict:
         corpus=args.corpus,
         tokens=args.tokens,
         batch_tokens=args.batch_tokens,
+        optimizer=args.optimizer,
         lr=args.lr,
         eval_tokens=args.eval_tokens,
         num_threads=args.num_threads,
@@ -71,6 +72,7 @@ def one_run(args) -> dict:
     return {
         "r": args.r,
         "d_model": args.d_model[0],
+        "optimizer": args.optimizer,
         "status": res.status,
         "D": res.D,
         "steps": res.steps,
@@ -363,7 +365,10 @@ def main() -> None:
     p.add_argument(
         "--ensemble", type=int, default=None, help="K: compare K-member seed ensembles to single runs"
     )
-    p.add_argument("--optimizer", default="adamw", help="adamw | muon | muonh (--ensemble runs both adamw and muon)")
+    p.add_argument(
+        "--optimizer", default="adamw", choices=["adamw", "muon", "muonh"],
+        help="adamw | muon | muonh (--ensemble runs both adamw and muon)",
+    )  # fmt: skip
     p.add_argument(
         "--compile",
         action="store_true",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,24 @@ def test_bench_train_names_a_failed_child_run():
     assert "a child run failed" in proc.stderr and "--batch-tokens 100" in proc.stderr
     assert "batch_tokens must be a positive multiple of model.seq_len=128, got 100" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_bench_train_single_run_trains_with_the_optimizer_asked_for():
+    """``--r`` (the throughput mode's per-run child) trains with ``--optimizer`` and says which; before, it trained
+    AdamW whatever was asked. An optimizer the trainer does not know is refused by the option parser."""
+    out = {}
+    for opt in ("adamw", "muon"):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "--r", "1", "--d-model", "16",
+             "--tokens", "1024", "--batch-tokens", "512", "--eval-tokens", "512", "--optimizer", opt],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[opt] = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out[opt]["optimizer"] == opt
+    assert out["adamw"]["final_val_loss"] != out["muon"]["final_val_loss"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "--r", "1", "--optimizer", "sgd"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--optimizer" in proc.stderr and proc.stdout == ""
