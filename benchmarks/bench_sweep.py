@@ -35,7 +35,7 @@ def main() -> None:
 
     from loopscale.cluster.connect import ray_session
     from loopscale.model.train import train_run
-    from loopscale.sweep.commands import run_sweep
+    from loopscale.sweep.commands import run_sweep, stdout_to_stderr
     from loopscale.sweep.presets import PRESETS
     from loopscale.sweep.spec import parse_spec
 
@@ -53,7 +53,8 @@ def main() -> None:
         train_run(c.run_config(checkpoint_every_steps=None))
         standalone.append(time.perf_counter() - t0)
     ideal = sum(standalone) / args.cpus
-    with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
+    # Tune's experiment table and the lines Ray forwards from the trials go to stderr: stdout is the JSON alone
+    with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp, stdout_to_stderr():
         t0 = time.perf_counter()
         with ray_session(num_cpus=args.cpus, temp_dir="/tmp/lsray_bench"):
             ray_start = time.perf_counter() - t0

@@ -1,4 +1,5 @@
-"""benchmarks/bench_train.py: a member count below 1 is refused before training anything; a failed child run is named."""
+"""benchmarks/: bench_train.py refuses a member count below 1, names a failed child run and trains with the
+optimizer asked for; bench_sweep.py prints only its JSON on stdout."""
 
 from __future__ import annotations
 
@@ -53,3 +54,36 @@ def test_bench_train_single_run_trains_with_the_optimizer_asked_for():
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "--optimizer" in proc.stderr and proc.stdout == ""
+
+
+def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd):
+    """Tune's experiment table (printed by the driver) and the lines Ray forwards from trials (written to fd 1)
+    go to stderr: stdout is the one JSON object the docstring promises, so ``bench_sweep.py | jq`` works.
+    Training and Ray are stubbed: what is checked is where the sweep's own output goes."""
+    import contextlib
+    import importlib.util
+    import os
+
+    import loopscale.cluster.connect as connect
+    import loopscale.model.train as train
+    import loopscale.sweep.commands as commands
+
+    @contextlib.contextmanager
+    def fake_ray_session(**kw):
+        os.write(1, b"(grid_trainable pid=1) a line Ray forwards\n")
+        yield
+
+    def fake_sweep(spec, out, **kw):
+        print("| Configuration for experiment grid_bench_001 |")
+
+    monkeypatch.setattr(connect, "ray_session", fake_ray_session)
+    monkeypatch.setattr(commands, "run_sweep", fake_sweep)
+    monkeypatch.setattr(train, "train_run", lambda cfg: None)
+    monkeypatch.setattr(sys, "argv", ["bench_sweep.py", "--quick"])
+    spec = importlib.util.spec_from_file_location("bench_sweep", ROOT / "benchmarks" / "bench_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main()
+    out, err = capfd.readouterr()
+    assert json.loads(out)["trials"] == 16, out
+    assert "Configuration for experiment" in err and "a line Ray forwards" in err
