@@ -150,7 +150,7 @@ def run_sweep(
         cells = spec.cells(lr_table=lr_table)
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     store = ResultsStore(out)
-    from loopscale.sweep import console
+    from loopscale.sweep import console, tracking
 
     if resume and not (out.is_dir() and any(out.iterdir())):
         console.current().say(f"--resume: nothing to resume in {out} (no earlier sweep there); starting a new one",
@@ -214,6 +214,8 @@ def run_sweep(
                     resume_unfinished=True,
                     resume_errored=True,
                 )
+                if note := tracking.check_restored(tuner, tuple(track), exps[-1]):
+                    console.current().say(note, err=True)
                 with console.grid_done_before(done & ids):
                     grid = fit_tuner(tuner)
                 errors += result_grid_errors(grid)

@@ -525,6 +525,10 @@ def _run_study(
         tuner = tune.Tuner.restore(
             exp_uri, trainable=plan["trainable"], resume_unfinished=True, resume_errored=True
         )
+        from loopscale.sweep import console, tracking
+
+        if note := tracking.check_restored(tuner, tuple(track), experiment):
+            console.current().say(note, err=True)
     else:
         if torn:
             # the study goes on in a new experiment: the seeded sampler proposes the same LRs in the same order

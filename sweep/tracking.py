@@ -21,7 +21,9 @@ The parameters of an MLflow run are the run's defining fields (:func:`run_params
 seed, lr, D or budget, the architecture). The packages are the ``track`` extra: ``pip install 'loopscale[track]'``.
 
 On ``--resume`` a restored Tune experiment keeps the callbacks it was started with (Tune stores them with the
-experiment); cells run in a new experiment get the ``--track`` of the current command.
+experiment); cells run in a new experiment get the ``--track`` of the current command. A ``--track`` target the
+restored experiment was started without logs nothing for it: :func:`check_restored` warns, and :func:`describe` says so
+instead of naming where its logs would be.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
+_LABEL = {"tensorboard": "TensorBoard", "mlflow": "MLflow", "wandb": "W&B"}
 """Tracking kind -> the Python module its Ray callback needs."""
 INSTALL_HINT = "pip install 'loopscale[track]'"
 METRICS = ("train_loss", "val_loss", "lr", "tokens", "tokens_per_s", "final_val_loss")
@@ -76,6 +79,45 @@ def parse_track(values) -> tuple[Target, ...]:
         if t not in out:
             out.append(t)
     return tuple(out)
+
+
+_NOT_TRACKED: dict[Target, list[str]] = {}
+"""``--track`` targets of this command that a resumed experiment did not get -> those experiments' names (see
+:func:`check_restored`; :func:`describe` says so instead of pointing at logs that were not written)."""
+
+
+def _callback_kind(cb) -> str | None:
+    """The tracking kind of a Ray logger callback (a restored experiment's), or None for any other callback."""
+    names = {c.__name__ for c in type(cb).__mro__}
+    for kind, base in (("tensorboard", "TBXLoggerCallback"), ("mlflow", "MLflowLoggerCallback"),
+                       ("wandb", "WandbLoggerCallback")):  # fmt: skip
+        if base in names:
+            return kind
+    return None
+
+
+def check_restored(tuner, targets: tuple[Target, ...], experiment: str) -> str | None:
+    """After ``Tuner.restore`` of ``experiment``: Tune keeps the callbacks the experiment was started with, so a
+    ``--track`` target of this command that it was not started with logs nothing for it. Returns the warning to print
+    (None when every target is tracked, or the restored callbacks cannot be read, e.g. through Ray Client) and
+    records those targets for :func:`describe`."""
+    try:
+        restored = tuner._local_tuner.get_run_config().callbacks or []
+    except Exception:  # Ray Client (no local tuner) or another Ray: nothing to compare
+        return None
+    kinds = {k for k in map(_callback_kind, restored) if k}
+    missing = [t for t in targets if t.kind not in kinds]
+    if not missing:
+        return None
+    for t in missing:
+        _NOT_TRACKED.setdefault(t, []).append(experiment)
+    had = ", ".join(sorted(kinds)) or "no --track"
+    names = ", ".join(t.kind for t in missing)
+    return (
+        f"--resume: {experiment} goes on with the tracking it was started with ({had}); Tune keeps an experiment's "
+        f"callbacks, so --track {names} logs nothing for its runs (runs in a new experiment, without --resume or "
+        "in a new --out folder, are tracked)"
+    )
 
 
 def tensorboard_dir(out_dir: str | Path) -> Path:
@@ -245,6 +287,13 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str) -> li
     """One line per target saying where its results are (printed at the end of a command)."""
     lines = []
     for t in targets:
+        if t in _NOT_TRACKED:
+            exps = ", ".join(_NOT_TRACKED.pop(t))
+            lines.append(
+                f"{_LABEL[t.kind]}: nothing logged for the resumed experiment {exps} (Tune keeps the tracking "
+                f"an experiment was started with, and it was started without --track {t.kind})"
+            )
+            continue
         if t.kind == "tensorboard":
             import importlib.util
 
@@ -261,4 +310,5 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str) -> li
             lines.append(f"MLflow: experiment {group!r} at {mlflow_uri(t, out_dir)}")
         else:
             lines.append(f"W&B: project {t.arg or 'loopscale'}, group {group!r}")
+    _NOT_TRACKED.clear()
     return lines

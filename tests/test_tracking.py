@@ -198,3 +198,32 @@ def test_describe_tensorboard_says_when_nothing_was_written_and_how_to_view(tmp_
     (line,) = tracking.describe((target,), tmp_path, "g")
     assert line.endswith("(view: pip install tensorboard, then tensorboard --logdir "
                          f"{tmp_path.resolve() / 'tensorboard'})")  # fmt: skip
+
+
+def test_resume_says_which_track_targets_the_restored_experiment_lacks(tmp_path):
+    """Tune restores an experiment with the callbacks it was started with: ``--track mlflow`` on a ``--resume`` of
+    an experiment started with ``--track tensorboard`` logs nothing for it. The command says so (a warning, and the
+    last lines do not point at an MLflow experiment that was never written)."""
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+    from ray import tune
+
+    def trainable(config):
+        pass
+
+    started = tracking.parse_track(["tensorboard"])
+    tune.Tuner(trainable, run_config=tune.RunConfig(
+        name="grid_x_001", storage_path=str(tmp_path / "tune"),
+        callbacks=tracking.callbacks(started, tmp_path, "grid_x_001", "loopscale-x-grid"),
+    ))  # fmt: skip  (writes the experiment's tuner.pkl with its callbacks)
+    restored = tune.Tuner.restore(str(tmp_path / "tune" / "grid_x_001"), trainable=trainable)
+    now = tracking.parse_track(["tensorboard", f"mlflow:file:{tmp_path / 'mlruns'}"])
+    assert tracking.check_restored(restored, started, "grid_x_001") is None
+    note = tracking.check_restored(restored, now, "grid_x_001")
+    assert "grid_x_001 goes on with the tracking it was started with (tensorboard)" in note
+    assert "--track mlflow logs nothing" in note
+    lines = tracking.describe(now, tmp_path, "loopscale-x-grid")
+    assert lines[0].startswith("TensorBoard")
+    assert lines[1].startswith("MLflow: nothing logged for the resumed experiment grid_x_001"), lines
+    # said once: a later command's last lines are not affected
+    assert tracking.describe(now, tmp_path, "loopscale-x-grid")[1].startswith("MLflow: experiment 'loopscale-x-grid'")
