@@ -217,10 +217,13 @@ def per_r_phi(
     par = ray_running(address)
     shared = dict(df=df, starts=starts, B=B, block_by=block_by, seed=seed, stratify_by=stratify_by,
                   workers=1 if par else workers, address=None if par else address)  # fmt: skip
-    rows = map_tasks(_per_r_row, shared, rs[1:], address)
-    if par and B > 0:  # the tasks' refits, for the driver's progress listeners (the console's bootstrap line)
-        n = B * (len(rs) - 1)
+    # the tasks' refits, for the driver's progress listeners (the console's bootstrap line): announced before the
+    # tasks run, so the display shows this phase (0 of n, its clock running) rather than the last call's full bar
+    n = B * (len(rs) - 1) if par and B > 0 else 0
+    if n:
         _notify(0, n)
+    rows = map_tasks(_per_r_row, shared, rs[1:], address)
+    if n:
         _notify(n, n)
     return pd.DataFrame(rows)
 

@@ -229,3 +229,25 @@ def test_fixed_phi_fits_in_one_batch_equal_one_fit_each():
     data = prepare(df, make_law("joint", 0.0))
     with pytest.raises(ValueError, match="u_sets needs a law without fitted extra parameters"):
         Objective(make_law("joint"), data.cols, u_sets=np.zeros((2, data.n)))
+
+
+def test_per_r_tasks_announce_their_refits_before_they_run(monkeypatch):
+    """On Ray the per-r fits run as tasks and report their refits to the driver's progress listeners: (0, n) before
+    the tasks start, so the console's bootstrap display shows this phase with its clock running instead of the
+    previous bootstrap's full bar, frozen, until every task is done; (n, n) after."""
+    import loopscale.fit.bootstrapping as bs
+
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46}, widths=(16, 32), tokens=(5e5, 2e6))
+    seen: list[tuple[int, int]] = []
+    at_start: list[list] = []
+
+    def fake_map(fn, shared, items, address=None):  # the tasks, serially; what the listeners had heard by then
+        at_start.append(list(seen))
+        return [fn(shared, it) for it in items]
+
+    monkeypatch.setattr(bs, "ray_running", lambda address=None: True)
+    monkeypatch.setattr(bs, "map_tasks", fake_map)
+    with bs.progress_listener(lambda done, total: seen.append((done, total))):
+        per_r_phi(df, starts=10, B=2, workers=None)
+    assert at_start == [[(0, 6)]], at_start
+    assert seen[-1] == (6, 6)
