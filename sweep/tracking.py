@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
-_LABEL = {"tensorboard": "TensorBoard", "mlflow": "MLflow", "wandb": "W&B"}
 """Tracking kind -> the Python module its Ray callback needs."""
+_LABEL = {"tensorboard": "TensorBoard", "mlflow": "MLflow", "wandb": "W&B"}
+"""Tracking kind -> its name in the command's last lines."""
 INSTALL_HINT = "pip install 'loopscale[track]'"
 METRICS = ("train_loss", "val_loss", "lr", "tokens", "tokens_per_s", "final_val_loss")
 """Metrics sent to the trackers (besides the step)."""
