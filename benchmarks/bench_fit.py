@@ -112,12 +112,16 @@ def _naive(t, n_solves: int, B_sub: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 20 resamples, 100 starts")
-    ap.add_argument("--resamples", type=int, default=200)
-    ap.add_argument("--starts", type=int, default=500)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 20 resamples, 100 starts (unless given)")
+    ap.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default 200; --quick 20)")
+    ap.add_argument("--starts", type=int, default=None, help="multi-starts per fit (default 500; --quick 100)")
     ap.add_argument("--naive-starts", type=int, default=10, help="scipy solves per fit in the naive subset")
     args = ap.parse_args()
-    B, S = (20, 100) if args.quick else (args.resamples, args.starts)
+    B = args.resamples if args.resamples is not None else (20 if args.quick else 200)
+    S = args.starts if args.starts is not None else (100 if args.quick else 500)
+    for name, v in (("--resamples", B), ("--starts", S), ("--naive-starts", args.naive_starts)):
+        if v < 1:
+            ap.error(f"{name} must be >= 1, got {v}")
     t, source = _table()
     one = _protocol(t, S, B, workers=1)
     two = _protocol(t, S, B, workers=2)

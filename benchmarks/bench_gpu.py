@@ -159,7 +159,24 @@ def main() -> None:
     p.add_argument("--matmul-check", action="store_true", help="also measure the bf16 matmul rate (8192^3)")
     p.add_argument("--device", default="cuda")
     args = p.parse_args()
-    device = torch.device(args.device)
+    for name, v, lo in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--batch-tokens", args.batch_tokens, 1),
+                        ("--micro-batch-tokens", args.micro_batch_tokens, 1)):  # fmt: skip
+        if v < lo:
+            p.error(f"{name} must be >= {lo}, got {v}")
+    for r in args.r:  # every run's config, before any device work
+        try:
+            cfg = preset_config(args.preset, r=r, **(dict(d_model=args.d_model) if args.d_model else dict(width_scale=args.s)))
+        except (ValueError, TypeError, KeyError) as e:
+            p.error(f"--preset {args.preset} --r {r}: {e}")
+        if args.batch_tokens % args.micro_batch_tokens or args.micro_batch_tokens % cfg.seq_len:
+            p.error(
+                f"--micro-batch-tokens {args.micro_batch_tokens} must be a multiple of the sequence length "
+                f"{cfg.seq_len} that divides --batch-tokens {args.batch_tokens}"
+            )
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:
+        p.error(f"--device {args.device}: {e}")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device: run on a GPU machine (or --device cpu for a smoke run)")

@@ -162,9 +162,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if device == "cpu" and args.threads == 1:
         CLOCK.update(fn=time.process_time, name="process CPU time (time.process_time), one thread")
-    widths = args.widths or ([128] if args.quick else [128, 256])
-    batch = args.batch or (8 if args.quick else 16)
-    steps = args.steps or (3 if args.quick else 7)
+    widths = args.widths if args.widths is not None else ([128] if args.quick else [128, 256])
+    batch = args.batch if args.batch is not None else (8 if args.quick else 16)
+    steps = args.steps if args.steps is not None else (3 if args.quick else 7)
+    for name, v in (("--batch", batch), ("--steps", steps), ("--threads", args.threads), ("--seq-len", args.seq_len)):
+        if v is not None and v < 1:
+            ap.error(f"{name} must be >= 1, got {v}")
+    for d in widths:  # every model is buildable before any is timed
+        for r in sorted({1, *args.rs}):  # r = 1 is the reference's layout
+            try:
+                preset_config(args.preset, r=r, d_model=d, **({"seq_len": args.seq_len} if args.seq_len else {}))
+            except (ValueError, TypeError) as e:
+                ap.error(f"--widths {d} --rs {r}: {e}")
     n_mm = 512 if args.quick else 1024
     if device == "cuda":
         name = torch.cuda.get_device_name()

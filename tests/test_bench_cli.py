@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -87,3 +89,22 @@ def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd):
     out, err = capfd.readouterr()
     assert json.loads(out)["trials"] == 16, out
     assert "Configuration for experiment" in err and "a line Ray forwards" in err
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "says"),
+    [
+        ("bench_fit.py", ["--quick", "--resamples", "0"], "--resamples must be >= 1, got 0"),  # --quick replaced it
+        ("bench_model.py", ["--steps", "0"], "--steps must be >= 1, got 0"),  # fell back to the default
+        ("bench_model.py", ["--rs", "3"], "--widths 128 --rs 3: r=3 must divide the looped depth"),  # traceback
+        ("bench_gpu.py", ["--preset", "foo"], "--preset foo --r 1: preset must be one of"),  # traceback
+        ("bench_gpu.py", ["--device", "cpu", "--steps", "0"], "--steps must be >= 1, got 0"),  # IndexError
+    ],
+)
+def test_benchmarks_refuse_bad_options_before_any_work(script, args, says):
+    """A bad option is one argparse error line and exit 2 before anything is built or timed; before, some ended in
+    a traceback, and others were silently replaced by a default."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, (script, args, proc.stderr[-2000:])
+    assert f"error: {says}" in proc.stderr and "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
