@@ -550,7 +550,11 @@ class GridView(_View):
     def summary(self) -> str:
         c = self.counts
         # the rate of all running trials together at their last reports, not a run's own tokens_per_s (the report's)
-        rate = f", {self.tokens_per_s:,.0f} tokens/s (all running trials, at their last reports)" if self.tokens_per_s else ""
+        rate = (
+            f", last rate {self.tokens_per_s:,.0f} tokens/s (the trials running at the last reports, together)"
+            if self.tokens_per_s
+            else ""
+        )
         before = f" ({self.prior} of them in earlier Tune experiments)" if self.prior else ""
         return (
             f"grid: {c['done']} runs done{before}, {c['failed']} failed, {c['running'] + c['pending']} unfinished "

@@ -170,7 +170,8 @@ def test_grid_view_counts_rate_and_eta(monkeypatch):
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("grid: 1/4 done 1 · running 2 · pending 1 · failed 0")
     assert lines[-1].startswith("grid: 1 runs done, 0 failed, 3 unfinished")
-    assert "tokens/s (all running trials, at their last reports)" in lines[-1]  # not a run's own tokens/s (the report's median)
+    # not a run's own tokens/s (the report's median), nor "running" trials once the grid is over
+    assert "last rate " in lines[-1] and "tokens/s (the trials running at the last reports, together)" in lines[-1]
     assert "\x1b" not in buf.getvalue()
     # Ctrl-C stops every trial as TERMINATED: one whose function had not returned is unfinished, not done
     stopped = SimpleNamespace(trial_id="t4", status="TERMINATED", config={"cells": cells[:2]},
