@@ -205,8 +205,11 @@ def _metrics_mixin():
             suffix = _member_suffix(trial.config, result)
             out = {k + suffix: float(result[k]) for k in METRICS if isinstance(result.get(k), int | float)}
             t = result.get("time_total_s")
-            if isinstance(result.get("tokens"), int | float) and t:  # the trial's rate: all its members
+            rated = self.__dict__.setdefault("_rated_step", {})
+            if isinstance(result.get("tokens"), int | float) and t and rated.get(trial.trial_id) != int(step):
+                # the trial's rate, of all its members: once per step (every member of an ensemble reports it)
                 out["tokens_per_s"] = int(result.get("members") or 1) * float(result["tokens"]) / float(t)
+                rated[trial.trial_id] = int(step)
             out[TIMESTEPS_TOTAL] = int(step)
             out[TRAINING_ITERATION] = result.get(TRAINING_ITERATION, 0)
             return out

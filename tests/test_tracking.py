@@ -157,7 +157,8 @@ def test_status_of_a_sweep_folder_reads_tunes_experiment(tracked_smoke):
 
 def test_tracked_metrics_keep_each_ensemble_member_apart():
     """A seed-ensemble trial reports each member's events with its seed, and each run's final report with its run
-    id: both become per-seed metric keys; the trial's tokens/s counts every member; the step is the x axis."""
+    id: both become per-seed metric keys; the trial's tokens/s counts every member and is logged once per step
+    (every member reported it: two points at each step); the step is the x axis."""
     base = preset_spec("smoke").cells()[0]
     cells = [{**base.to_dict(), "run_id": f"r{k}"} for k in range(2)]
     for k, c in enumerate(cells):
@@ -179,8 +180,15 @@ def test_tracked_metrics_keep_each_ensemble_member_apart():
         "timesteps_total": 8,
         "training_iteration": 3,
     }
+    # the other member at the same step: its own metrics, and no second point of the trial's tokens/s
+    logger.log_trial_result(1, trial, {**ev, "member": 0, "seed": 10, "train_loss": 3.6, "time_total_s": 4.0,
+                                       "training_iteration": 3})  # fmt: skip
+    assert "tokens_per_s" not in logger.got and logger.got["train_loss/seed10"] == 3.6
+    logger.log_trial_result(1, trial, {**ev, "step": 16, "tokens": 4096, "time_total_s": 8.0,
+                                       "training_iteration": 5})  # fmt: skip
+    assert logger.got["tokens_per_s"] == 2 * 4096 / 8.0  # the next step has its point
     logger.log_trial_result(2, trial, {"run_id": "r0", "final_val_loss": 3.1, "training_iteration": 4})
-    assert logger.got == {"final_val_loss/seed10": 3.1, "timesteps_total": 8, "training_iteration": 4}
+    assert logger.got == {"final_val_loss/seed10": 3.1, "timesteps_total": 16, "training_iteration": 4}
     single = type("Trial", (), {"trial_id": "u", "config": {"cells": cells[:1]}})()
     logger.log_trial_result(1, single, {"step": 4, "val_loss": 3.9, "training_iteration": 1})
     assert logger.got == {"val_loss": 3.9, "timesteps_total": 4, "training_iteration": 1}
