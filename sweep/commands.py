@@ -288,7 +288,8 @@ def _run_stage(
     ``runs/<name>`` as in ``loopscale run``), apply ``--storage``, check ``--track`` and that OUT is not another
     spec's run folder, and run ``stage(spec, out, <Ray flags>, track, **kw)`` in a console session
     (:func:`loopscale.sweep.console.session`: Ray's output to ``OUT/logs/``); with ``--json`` anything the stage
-    prints goes to stderr. At the end, one line per tracking target says where its results are."""
+    prints goes to stderr. At the end, also after a Ctrl-C (not after an error), one line per tracking target says
+    where its results are."""
     from loopscale.cluster.options import usable_out_dir
     from loopscale.sweep import console, tracking
     from loopscale.sweep.presets import resolve_spec
@@ -302,7 +303,12 @@ def _run_stage(
     check_folder_spec(out, spec)
     targets = tracking.parse_track(track)
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
-        res = stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)
+        try:
+            res = stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)
+        except (KeyboardInterrupt, Interrupted):  # what was logged before the stop is there
+            for line in tracking.describe(targets, out, f"loopscale-{spec.name}-{group}"):
+                con.say(line)
+            raise
         for line in tracking.describe(targets, out, f"loopscale-{spec.name}-{group}"):
             con.say(line)
         return res

@@ -27,6 +27,7 @@ import typer
 from loopscale.cluster.options import (
     AddressOpt,
     ClusterOptions,
+    Interrupted,
     NumCpusOpt,
     NumGpusOpt,
     RayTempDirOpt,
@@ -442,18 +443,23 @@ def run_cmd(
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:
         if resume and fresh:  # e.g. a mistyped folder: say it before hours of training start
             con.say(f"--resume: nothing to resume in {out_dir} (no earlier run there); starting a new run", err=True)
-        meta = run_pipeline(
-            spec,
-            out_dir,
-            resume=resume,
-            cluster=cluster,
-            bootstrap=b_def if bootstrap is None else bootstrap,
-            starts=s_def if starts is None else starts,
-            seed=seed,
-            command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            log=con.say,
-            track=targets,
-        )
+        try:
+            meta = run_pipeline(
+                spec,
+                out_dir,
+                resume=resume,
+                cluster=cluster,
+                bootstrap=b_def if bootstrap is None else bootstrap,
+                starts=s_def if starts is None else starts,
+                seed=seed,
+                command="loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                log=con.say,
+                track=targets,
+            )
+        except (KeyboardInterrupt, Interrupted):  # what was logged before the stop is there
+            for line in tracking.describe(targets, out_dir, f"loopscale-{spec.name}-grid"):
+                con.say(line)
+            raise
         for line in tracking.describe(targets, out_dir, f"loopscale-{spec.name}-grid"):
             con.say(line)
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))

@@ -241,3 +241,34 @@ def test_tune_lr_checks_a_fixed_lr_table_before_ray(tmp_path, monkeypatch):
     with pytest.raises(SpecError, match=r"lr.table\[16\] has no entry for r=2"):
         run_tune_lr(spec, tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def test_tracking_lines_come_also_after_a_ctrl_c(tmp_path, monkeypatch, capfd):
+    """`sweep` and `run` with --track say where the logs are also when the command is interrupted (what was logged
+    before the Ctrl-C is there); before, the TensorBoard line came only after a finished command. An error (bad
+    input) stays one line."""
+    from loopscale.sweep import run as run_mod
+
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(spec, out, **kw):
+        (Path(out) / "tensorboard" / "grid_smoke_001").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "run_sweep", interrupted)
+    monkeypatch.setattr(run_mod, "run_pipeline", interrupted)
+    for argv in (["sweep", "smoke", "--out", "a", "--track", "tensorboard"],
+                 ["run", "smoke", "--out", "b", "--track", "tensorboard"]):  # fmt: skip
+        res = CliRunner().invoke(app, argv)
+        assert res.exit_code == 130 and "interrupted" in res.output, (argv, res.output)
+        out = (tmp_path / argv[3]).resolve() / "tensorboard"
+        said = capfd.readouterr().out  # the console session writes to the process's own stdout
+        assert f"TensorBoard logs: {out} (view: " in said, (argv, said)
+
+    def refused(spec, out, **kw):  # bad input found by the stage: its one error line, no tracking line
+        raise ValueError("corpus file 'x' does not exist")
+
+    monkeypatch.setattr(commands, "run_sweep", refused)
+    res = CliRunner().invoke(app, ["sweep", "smoke", "--out", "c", "--track", "tensorboard"])
+    assert res.exit_code == 2 and "corpus file 'x' does not exist" in res.output, res.output
+    assert "TensorBoard" not in capfd.readouterr().out
