@@ -303,15 +303,8 @@ def _run_stage(
     check_folder_spec(out, spec)
     targets = tracking.parse_track(track)
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
-        try:
-            res = stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)
-        except (KeyboardInterrupt, Interrupted):  # what was logged before the stop is there
-            for line in tracking.describe(targets, out, f"loopscale-{spec.name}-{group}"):
-                con.say(line)
-            raise
-        for line in tracking.describe(targets, out, f"loopscale-{spec.name}-{group}"):
-            con.say(line)
-        return res
+        with tracking.described(targets, out, f"loopscale-{spec.name}-{group}", con.say):
+            return stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)
 
 
 def sweep_cmd(

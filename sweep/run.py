@@ -27,7 +27,6 @@ import typer
 from loopscale.cluster.options import (
     AddressOpt,
     ClusterOptions,
-    Interrupted,
     NumCpusOpt,
     NumGpusOpt,
     RayTempDirOpt,
@@ -443,7 +442,7 @@ def run_cmd(
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:
         if resume and fresh:  # e.g. a mistyped folder: say it before hours of training start
             con.say(f"--resume: nothing to resume in {out_dir} (no earlier run there); starting a new run", err=True)
-        try:
+        with tracking.described(targets, out_dir, f"loopscale-{spec.name}-grid", con.say):
             meta = run_pipeline(
                 spec,
                 out_dir,
@@ -456,12 +455,6 @@ def run_cmd(
                 log=con.say,
                 track=targets,
             )
-        except (KeyboardInterrupt, Interrupted):  # what was logged before the stop is there
-            for line in tracking.describe(targets, out_dir, f"loopscale-{spec.name}-grid"):
-                con.say(line)
-            raise
-        for line in tracking.describe(targets, out_dir, f"loopscale-{spec.name}-grid"):
-            con.say(line)
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
     if not as_json:
         for line in fit_headlines(ana):

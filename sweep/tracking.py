@@ -28,8 +28,10 @@ instead of naming where its logs would be.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -316,3 +318,21 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str) -> li
             lines.append(f"W&B: project {t.arg or 'loopscale'}, group {group!r}")
     _NOT_TRACKED.clear()
     return lines
+
+
+@contextlib.contextmanager
+def described(targets: tuple[Target, ...], out_dir: str | Path, group: str, say: Callable[[str], None]) -> Iterator[None]:
+    """Say :func:`describe`'s lines (with ``say``) when the block ends, and also when it is stopped by a Ctrl-C or
+    SIGTERM (what was logged before the stop is there); not after an error, whose one line stays the last."""
+    from loopscale.cluster.options import Interrupted
+
+    def say_all() -> None:
+        for line in describe(targets, out_dir, group):
+            say(line)
+
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted):
+        say_all()
+        raise
+    say_all()
