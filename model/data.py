@@ -137,7 +137,7 @@ class CorpusWarning(UserWarning):
     ``meta.json`` and recorded in each run's ``warnings``."""
 
 
-def _decode_checked(path: Path, b: bytes, where: str = "") -> tuple[str, int]:
+def _decode_checked(path: Path, b: bytes) -> tuple[str, int]:
     """``b`` decoded as UTF-8 (BOM dropped, invalid sequences as U+FFFD) and the number of invalid sequences.
 
     Raises:
@@ -145,7 +145,7 @@ def _decode_checked(path: Path, b: bytes, where: str = "") -> tuple[str, int]:
     text = b.decode("utf-8-sig", errors="replace")
     bad = text.count("\ufffd") - b.count("\ufffd".encode())
     if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
-        raise CorpusError(_not_text(path, bad, b.count(0), len(b), _n_ctrl(b), where, head=b[:_HEAD]))
+        raise CorpusError(_not_text(path, bad, b.count(0), len(b), _n_ctrl(b), head=b[:_HEAD]))
     return text, bad
 
 
@@ -240,7 +240,7 @@ def _wide_encoding(head: bytes) -> str | None:
     return None
 
 
-def _not_text(path: Path, bad: int, nul: int, n: int, ctrl: int, where: str = "", head: bytes = b"") -> str:
+def _not_text(path: Path, bad: int, nul: int, n: int, ctrl: int, head: bytes = b"") -> str:
     """The message that refuses a file that is not UTF-8 text, with what it most likely is: text in UTF-16/32 (a
     quarter or more of its bytes NUL), a binary file (NUL and control bytes over :data:`NOT_TEXT_FRACTION`), else
     text in a single-byte encoding such as Latin-1; each with the conversion to try. ``head``: the file's first
@@ -260,7 +260,7 @@ def _not_text(path: Path, bad: int, nul: int, n: int, ctrl: int, where: str = ""
         )
     return (
         f"corpus file {str(path)!r} does not look like UTF-8 text: {bad} invalid UTF-8 sequence(s) and {nul} NUL "
-        f"byte(s) in {where}{n} bytes (over {NOT_TEXT_FRACTION:.0%}): most likely {what}"
+        f"byte(s) in {n} bytes (over {NOT_TEXT_FRACTION:.0%}): most likely {what}"
     )
 
 
