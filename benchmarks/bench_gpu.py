@@ -66,16 +66,16 @@ def measured_matmul_flops(device: torch.device, n: int = 8192, reps: int = 10) -
     return 2 * n**3 * reps / (time.perf_counter() - t0)
 
 
+def _config(args, r: int):
+    """The model config of the run at recurrence r (``--preset`` at ``--d-model`` or ``--s``)."""
+    return preset_config(args.preset, r=r, **(dict(d_model=args.d_model) if args.d_model else dict(width_scale=args.s)))
+
+
 def bench_one(args, r: int, device: torch.device) -> dict:
-    """Train ``--warmup`` + ``--steps`` optimizer steps at recurrence r; tokens/s, MFU and memory."""
-    kw = dict(d_model=args.d_model) if args.d_model else dict(width_scale=args.s)
-    cfg = preset_config(args.preset, r=r, **kw)
+    """Train ``--warmup`` + ``--steps`` optimizer steps at recurrence r; tokens/s, MFU and memory (the options were
+    checked in :func:`main`: ``--micro-batch-tokens`` a multiple of T dividing ``--batch-tokens``)."""
+    cfg = _config(args, r)
     T = cfg.seq_len
-    if args.batch_tokens % args.micro_batch_tokens or args.micro_batch_tokens % T:
-        raise ValueError(
-            f"micro_batch_tokens={args.micro_batch_tokens} must be a multiple of T={T} dividing "
-            f"batch_tokens={args.batch_tokens}"
-        )
     rows, n_micro = args.micro_batch_tokens // T, args.batch_tokens // args.micro_batch_tokens
     model = LoopedLM(cfg, seed=0).to(device)
     opts, _ = build_optimizers(model, args.optimizer, args.lr)
@@ -165,7 +165,7 @@ def main() -> None:
             p.error(f"{name} must be >= {lo}, got {v}")
     for r in args.r:  # every run's config, before any device work
         try:
-            cfg = preset_config(args.preset, r=r, **(dict(d_model=args.d_model) if args.d_model else dict(width_scale=args.s)))
+            cfg = _config(args, r)
         except (ValueError, TypeError, KeyError) as e:
             p.error(f"--preset {args.preset} --r {r}: {e}")
         if args.batch_tokens % args.micro_batch_tokens or args.micro_batch_tokens % cfg.seq_len:
