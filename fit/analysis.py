@@ -294,6 +294,19 @@ def _identification(
     return json_safe(outd), ladder_rows
 
 
+def _read_runs(runs: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]:
+    """The runs of ``runs`` (``runs.parquet`` path or DataFrame) one row per run id, the newest, as the results store
+    keeps them, with ``loss`` (``final_val_loss`` when the table has no ``loss``); the older rows of a run id listed
+    twice; each kept row's status (a null one as ``"missing"``; None without a ``status`` column)."""
+    from loopscale.fit.io import read_table
+
+    df, dups = drop_duplicate_runs(read_table(runs))
+    if "loss" not in df.columns and "final_val_loss" in df.columns:
+        df = df.assign(loss=df["final_val_loss"])
+    status = df["status"].astype("string").fillna("missing") if "status" in df.columns else None
+    return df, dups, status
+
+
 def _fit_ready(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The ok runs ``df`` (one row per run, with ``loss``) as :func:`analyze` fits them: ``layers_unique`` added, and
     on a token-budget grid (``budget`` null on every run) without ``budget``: the cell of a run is its token budget
@@ -314,13 +327,9 @@ def joint_fit_points(runs: Any) -> dict[str, pd.DataFrame]:
         runs: ``runs.parquet`` path or DataFrame (the sweep's results schema).
     Returns:
         ``{variant: DataFrame}`` (empty without ok runs)."""
-    from loopscale.fit.io import read_table
-
-    df, _ = drop_duplicate_runs(read_table(runs))
-    if "loss" not in df.columns and "final_val_loss" in df.columns:
-        df = df.assign(loss=df["final_val_loss"])
-    if "status" in df.columns:
-        df = df[df["status"].astype("string").fillna("missing") == "ok"].reset_index(drop=True)
+    df, _, status = _read_runs(runs)
+    if status is not None:
+        df = df[status == "ok"].reset_index(drop=True)
     if df.empty:
         return {}
     df, _ = _fit_ready(df)
@@ -364,15 +373,12 @@ def analyze(
         write_fit_outputs,
     )
     from loopscale.fit.fitter import fit_fixed_phis
-    from loopscale.fit.io import prepare, read_table
+    from loopscale.fit.io import prepare
     from loopscale.fit.laws import make_law
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    df, dups = drop_duplicate_runs(read_table(runs))  # one row per run, as the results store keeps them
-    if "loss" not in df.columns and "final_val_loss" in df.columns:
-        df = df.assign(loss=df["final_val_loss"])
-    status = df["status"].astype("string").fillna("missing") if "status" in df.columns else None
+    df, dups, status = _read_runs(runs)
     counts = status.value_counts().to_dict() if status is not None else {"ok": len(df)}
     cols = ("run_id", "variant", "r", "d_model", "n_recur_block", "budget", "D", "seed", "status", "error")
     excluded = [
