@@ -994,29 +994,34 @@ def record_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
     write_text_atomic(str(path), json.dumps(doc, indent=1))
 
 
+def _read_folder_spec(old_yaml: str) -> SweepSpec | None:
+    """The spec of ``old_yaml`` (a folder's ``spec.yaml``) as this version reads a spec; None when it cannot be read
+    (an older or hand-edited file)."""
+    import yaml
+
+    try:
+        return parse_spec(yaml.load(old_yaml, Loader=spec_loader()))
+    except Exception:
+        return None
+
+
 def _same_spec(old_yaml: str, spec: SweepSpec) -> bool:
     """Whether the spec of ``old_yaml`` (a folder's ``spec.yaml``), read as this version reads a spec, is ``spec``
     (``storage_path`` aside) although its text differs: e.g. a relative corpus path, written before the spec made it
     absolute against the working directory, read from that same directory. False when it cannot be read."""
-    import yaml
-
-    try:
-        old = parse_spec(yaml.load(old_yaml, Loader=spec_loader()))
-    except Exception:
-        return False
-    return old.model_copy(update={"storage_path": None}) == spec.model_copy(update={"storage_path": None})
+    old = _read_folder_spec(old_yaml)
+    return old is not None and old.model_copy(update={"storage_path": None}) == spec.model_copy(
+        update={"storage_path": None}
+    )
 
 
 def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
     """The keys in which the spec of ``old_yaml`` differs from ``spec``, as ``key: folder's value -> this one``
     (dotted keys, at most ``limit`` named); '' when the old spec cannot be read."""
-    import yaml
-
-    try:
-        old = parse_spec(yaml.load(old_yaml, Loader=spec_loader())).model_dump(mode="json")
-    except Exception:  # an older or hand-edited spec.yaml: the message stays without the detail
+    parsed = _read_folder_spec(old_yaml)
+    if parsed is None:  # an older or hand-edited spec.yaml: the message stays without the detail
         return ""
-    new = spec.model_dump(mode="json")
+    old, new = parsed.model_dump(mode="json"), spec.model_dump(mode="json")
     found: list[str] = []
 
     def walk(a, b, path: str) -> None:
