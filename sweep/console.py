@@ -166,6 +166,7 @@ class Console:
         self._live = None  # the rich Progress on screen, if any
         self.hidden_notices = 0
         self.out_dir: Path | None = None
+        self.text_width: int | None = None  # characters left for a progress bar's text (set by progress())
 
     def say(self, msg: str, *, err: bool = False) -> None:
         """Print one line (above a progress bar on screen); ``err``: to the error stream."""
@@ -200,15 +201,18 @@ class Console:
         from rich.table import Column
 
         rc = RichConsole(file=self.stream, force_terminal=True, highlight=False)
+        # a terminal under 100 columns gets a bar of 10 cells, leaving the text 42 on 80 columns; the views give
+        # shorter texts that fit it (see _View.show), so the counts are not cut
+        bar = 20 if rc.width >= 100 else 10
+        self.text_width = max(rc.width - _BAR_RESERVE - bar, 12)
         return Progress(
             TextColumn("{task.fields[stage]:<9}"),
-            BarColumn(bar_width=20),
+            BarColumn(bar_width=bar),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            # the bar keeps its width on a narrow terminal; the text is cut instead
             TextColumn(
                 "{task.description}",
-                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=max(rc.width - 48, 12)),
+                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=self.text_width),
             ),
             console=rc,
             refresh_per_second=4,
@@ -333,6 +337,22 @@ def session(
 # --- progress views ------------------------------------------------------------------------------------------
 
 
+_BAR_RESERVE = 28
+"""Columns of a progress line besides the bar and the text: the stage (9), ``M/N`` (up to 9 for 4-digit
+totals), the elapsed time (7) and the separators."""
+
+
+def _fitting(texts: str | tuple[str, ...], width: int | None) -> str:
+    """The first of ``texts`` (longest first) of at most ``width`` characters; the last when none fits."""
+    if isinstance(texts, str):
+        return texts
+    if width is not None:
+        for t in texts:
+            if len(t) <= width:
+                return t
+    return texts[-1] if width is not None else texts[0]
+
+
 class _View:
     """A progress display of one stage: a rich bar on a terminal, else a plain line now and then."""
 
@@ -352,14 +372,18 @@ class _View:
             self._progress.start()
             con._live = self._progress
 
-    def show(self, completed: int, text: str, force: bool = False, short: str | None = None) -> None:
-        """Show ``completed`` of ``total`` with ``text`` (``short``: the text next to a bar, default ``text``)."""
+    def show(
+        self, completed: int, text: str, force: bool = False, short: str | tuple[str, ...] | None = None
+    ) -> None:
+        """Show ``completed`` of ``total`` with ``text``. ``short``: the text next to a bar (default ``text``), or
+        alternatives from the longest to the shortest, of which the first that fits the terminal is shown (the last
+        one, cut, when none fits)."""
         now = time.time()
         if now - self._beat >= HEARTBEAT_S:
             self._beat = now
             self.heartbeat()
         if self._progress is not None:
-            desc = short or text
+            desc = _fitting(short or text, self.con.text_width)
             self._progress.update(self._task, completed=completed, total=max(self.total, 1), description=desc)
             return
         if force or now - self._plain_last >= PLAIN_EVERY_S:
@@ -534,8 +558,20 @@ class GridView(_View):
         self.show(
             counts["done"] + counts["failed"],
             f"done {counts['done']} · {tail}{rate} tokens/s · ETA {eta}",
-            short=f"ETA {eta} · {rate} tok/s · {counts['running']} running · {counts['pending']} pending · "
-            f"{counts['failed']} failed",
+            short=self._short(eta, rate, counts),
+        )
+
+    @staticmethod
+    def _short(eta: str, rate: str, c: dict) -> tuple[str, ...]:
+        """Texts next to the bar, longest first: the ETA and the failed count stay on any terminal; the rate goes
+        first, then the words shrink (80 columns show ``ETA 25m · run 32 · wait 320 · failed 0``)."""
+        run, wait, fail = c["running"], c["pending"], c["failed"]
+        return (
+            f"ETA {eta} · {rate} tok/s · {run} running · {wait} pending · {fail} failed",
+            f"ETA {eta} · {run} running · {wait} pending · {fail} failed",
+            f"ETA {eta} · run {run} · wait {wait} · failed {fail}",
+            f"ETA {eta} · failed {fail} · run {run}",
+            f"ETA {eta} · failed {fail}",
         )
 
     def state(self) -> dict:
@@ -619,10 +655,11 @@ class LRView(_View):
         eta = self._eta_text() if with_eta else None
         return self._counts() + (f" · {eta}" if eta else "") + (f" · best {best}" if best else "")
 
-    def _short(self) -> str:
-        """The text next to a progress bar: the ETA first (as the grid's), so a narrow terminal cuts the rest."""
-        eta = self._eta_text()
-        return (f"{eta} · " if eta else "") + self._counts()
+    def _short(self) -> tuple[str, str]:
+        """Texts next to a progress bar, longest first: the ETA and the counts, or on a narrow terminal (under 80
+        columns) the ETA and the failed count."""
+        eta = f"{self._eta_text()} · " if self._eta_text() else ""
+        return eta + self._counts(), f"{eta}failed {self.states['FAIL']}"
 
     def summary(self) -> str:
         n = sum(self.states.values())

@@ -555,3 +555,32 @@ def test_grid_rate_is_each_running_trials_rate_since_its_previous_report(monkeyp
     clock[0] = 375.0
     view.observe([a, b], a, {"tokens": 256_000 * 5, "members": 16})
     assert view.tokens_per_s == pytest.approx(16 * 256_000 / 75.0, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("columns", "shows"), [(80, "run 32 · wait 319 · failed 1"), (120, "32 running · 319 pending · 1 failed")]
+)
+def test_grid_bar_keeps_its_counts_on_a_narrow_terminal(monkeypatch, columns, shows):
+    """On an 80-column terminal the text beside the bar was cut to "ETA 25m · 160,000 tok/s · 32 r…": the
+    pending and failed counts were lost. The bar now narrows and a shorter text is shown, whole."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    clock = [1000.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    cells = []
+    for c in preset_spec("cpu").cells():
+        d = c.to_dict()
+        d["run_id"] = c.run_id
+        cells.append(d)
+    status = ["RUNNING"] * 32 + ["ERROR"] + ["PENDING"] * (len(cells) - 33)
+    trials = [SimpleNamespace(trial_id=f"t{i}", status=s, config={"cell": c})
+              for i, (s, c) in enumerate(zip(status, cells, strict=True))]  # fmt: skip
+    buf = io.StringIO()
+    view = console.GridView(console.Console(buf, interactive=True), total=len(cells))
+    clock[0] += 30
+    view.observe(trials, trials[0], {"tokens": 65536})
+    view._progress.refresh()
+    view._progress.stop()
+    lines = [console.strip_ansi(x).rstrip() for x in buf.getvalue().splitlines() if "grid" in x]
+    assert lines and all(len(x) <= columns for x in lines), lines
+    assert lines[-1].endswith(shows) and "ETA " in lines[-1], lines[-1]
+    assert len(cells) == 352 and "…" not in lines[-1]
