@@ -34,6 +34,7 @@ Usage::
     python benchmarks/bench_train.py [--d-model 32 64 128] [--tokens 100000] [--num-threads 1]
     python benchmarks/bench_train.py --quality
     python benchmarks/bench_train.py --ensemble 4 --batch-tokens 1024 --tokens 65536 --eval-tokens 8192
+    python benchmarks/bench_train.py --quick [mode flags]    # a fast check of the harness, not a measurement
 """
 
 from __future__ import annotations
@@ -351,17 +352,25 @@ def main() -> None:
         + ")",
     )  # fmt: skip
     p.add_argument("--r", type=int, default=None, help="one r only (used for the per-run subprocess)")
-    p.add_argument("--tokens", type=int, default=100_000)
+    p.add_argument("--tokens", type=int, default=None, help="tokens per run (default 100000; --quick 8192)")
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--eval-tokens", type=int, default=32768)
+    p.add_argument("--eval-tokens", type=int, default=None, help="validation tokens (default 32768; --quick 2048)")
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", default="fp32")
     p.add_argument("--corpus", default="embedded")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--quality", action="store_true")
-    p.add_argument("--quality-tokens", type=int, nargs="+", default=[500_000, 2_000_000])
+    p.add_argument(
+        "--quality-tokens", type=int, nargs="+", default=None,
+        help="--quality: D of each run (default 500000 2000000; --quick 65536 131072)",
+    )  # fmt: skip
+    p.add_argument(
+        "--quick", action="store_true",
+        help="a fast check of the harness (a minute or two, figures not meaningful): the mode's smallest default "
+        "width, 8192 tokens per run, 2048 validation tokens, unless given",
+    )  # fmt: skip
     p.add_argument(
         "--ensemble", type=int, default=None, help="K: compare K-member seed ensembles to single runs"
     )
@@ -383,6 +392,7 @@ def main() -> None:
     args = p.parse_args()
     if args.ensemble is not None and args.ensemble < 1:
         p.error(f"--ensemble must be >= 1, got {args.ensemble}")
+    _resolve_defaults(args)
     if args.quality:
         out = quality(args)
     elif args.profile:
@@ -409,6 +419,23 @@ def main() -> None:
             "pass_data_le_5pct": all(r["data_share_of_step"] <= 0.05 for r in runs),
         }
     print(json.dumps(out))
+
+
+FULL = {"tokens": 100_000, "eval_tokens": 32768, "quality_tokens": [500_000, 2_000_000]}
+QUICK = {"tokens": 8192, "eval_tokens": 2048, "quality_tokens": [65536, 131072]}
+"""Values of the options not given: a full benchmark, and ``--quick``."""
+
+
+def _resolve_defaults(args) -> None:
+    """Fill in the options not given (``FULL``, or ``QUICK`` with ``--quick``, which also keeps only the mode's
+    smallest default width when ``--d-model`` is not given)."""
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.quick and args.d_model is None:
+        mode = ("--profile" if args.profile else "--ensemble" if args.ensemble is not None and not args.one
+                else "--r" if args.r is not None or args.one else "throughput")  # fmt: skip
+        args.d_model = DEFAULT_WIDTHS[mode][:1]
 
 
 def _child(flags: list[str]) -> dict:

@@ -1,5 +1,5 @@
-"""benchmarks/: bench_train.py refuses a member count below 1, names a failed child run and trains with the
-optimizer asked for; bench_sweep.py prints only its JSON on stdout."""
+"""benchmarks/: bench_train.py refuses a member count below 1, names a failed child run, trains with the
+optimizer asked for and has a quick mode; bench_sweep.py prints only its JSON on stdout."""
 
 from __future__ import annotations
 
@@ -108,3 +108,20 @@ def test_benchmarks_refuse_bad_options_before_any_work(script, args, says):
                           text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 2, (script, args, proc.stderr[-2000:])
     assert f"error: {says}" in proc.stderr and "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
+
+
+def test_bench_train_quick_is_a_short_run_of_each_mode():
+    """``--quick`` (the other benchmarks had one; this one trained 100,000 tokens per run at three widths):
+    the throughput mode trains its smallest width at r = 1 and 4 on 8192 tokens each, and given options win."""
+    script = str(ROOT / "benchmarks" / "bench_train.py")
+    proc = subprocess.run([sys.executable, script, "--quick"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(proc.stdout)["runs"]
+    assert [(x["d_model"], x["r"], x["D"]) for x in runs] == [(32, 1, 8192), (32, 4, 8192)]
+    proc = subprocess.run(
+        [sys.executable, script, "--quick", "--r", "2", "--d-model", "16", "--tokens", "4096", "--batch-tokens", "1024"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    one = json.loads(proc.stdout)
+    assert (one["d_model"], one["r"], one["D"], one["steps"]) == (16, 2, 4096, 4)
