@@ -18,7 +18,8 @@ Conventions (chosen, documented here once):
 * **Cache.** ``<cache_dir>/tokens/<corpus_hash[:20]>-<tokenizer>/`` holds ``train.bin``, ``val.bin``, ``meta.json``
   and, for BPE, ``tokenizer.json``. It is built in a temporary folder and renamed into place (atomic; a
   concurrent builder that loses the race uses the winner's folder). ``cache_dir`` defaults to
-  ``$LOOPSCALE_CACHE`` or ``~/.cache/loopscale``.
+  ``$LOOPSCALE_CACHE`` or ``~/.cache/loopscale``. A folder with an unreadable ``meta.json``, or a BPE cache an
+  older version built with a tokenizer that saw the validation tail, is moved aside with a warning and rebuilt.
 * **Windows.** The training stream of n tokens holds ``(n - 1) // seq_len`` windows starting at multiples of
   ``seq_len`` (consecutive windows share one boundary token, so each target is predicted once per epoch). Epoch e
   visits them in ``numpy.random.default_rng([data_seed, e]).permutation``; micro-batch j takes the global
@@ -1035,6 +1036,16 @@ def _read_meta(folder: Path) -> dict | None:
         return None
 
 
+def _bpe_saw_the_tail(meta: dict) -> bool:
+    """A BPE token cache whose tokenizer trained on every training-named document while its token stream was split
+    by position (its validation-named documents all empty): the validation tail was text BPE had learned from.
+    Caches built since are retrained on the text before the tail (``bpe_training.split`` "position")."""
+    bt = meta.get("bpe_training")
+    return isinstance(bt, dict) and bt.get("split") == "document" and str(meta.get("split_rule", "")).startswith(
+        "token tail"
+    )
+
+
 def _cache_folder(root: Path, corpus_hash: str, tok_kind: str, vocab: int) -> Path:
     """The token cache folder of a corpus and tokenizer (module docstring, "Cache")."""
     return root / "tokens" / f"{corpus_hash[:20]}-{'byte' if tok_kind == 'byte' else f'bpe{vocab}'}"
@@ -1255,6 +1266,15 @@ def load_tokens(
         aside = final.with_name(f"{final.name}.unreadable-{os.getpid()}")
         os.replace(final, aside)
         warnings.warn(f"token cache {final} has an unreadable meta.json; moved aside to {aside}, rebuilding", stacklevel=2)
+    elif (final / "meta.json").exists() and _bpe_saw_the_tail(_read_meta(final) or {}):
+        aside = final.with_name(f"{final.name}.bpe-saw-val-{os.getpid()}")
+        os.replace(final, aside)
+        warnings.warn(
+            f"token cache {final} was built by an older loopscale whose BPE trained on the validation tail "
+            f"(every validation-named document of the corpus is empty); moved aside to {aside}, rebuilding",
+            CorpusWarning,
+            stacklevel=2,
+        )
     if not (final / "meta.json").exists():
         _tokenize_into(src, tok_kind, vocab, final)
         built = True

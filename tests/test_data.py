@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -291,6 +293,17 @@ def test_bpe_never_trains_on_the_tail_when_the_validation_documents_are_empty(tm
     bt = td.meta["bpe_training"]
     total = 2 * len((words * 30).strip())  # both files' text, stripped
     assert bt["split"] == "position" and bt["bytes"] < 0.96 * total, bt
+    # a cache an older loopscale built of this corpus (BPE on every byte, recorded as a document split) is
+    # rebuilt with a warning, under the same corpus hash (run folders that recorded it stay valid)
+    meta_path = td.cache_path / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["bpe_training"]["split"] = "document"
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.warns(D.CorpusWarning, match="BPE trained on the validation tail.*rebuilding"):
+        again = D.load_tokens(str(tmp_path / "c"), "bpe:300", cache_dir=tmp_path / "cache")
+    assert again.built and again.cache_path == td.cache_path
+    assert again.meta["bpe_training"]["split"] == "position" and again.meta["corpus_hash"] == td.meta["corpus_hash"]
+    assert not D.load_tokens(str(tmp_path / "c"), "bpe:300", cache_dir=tmp_path / "cache").built
 
 
 def test_pretokenized_files(tmp_path):
