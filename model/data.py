@@ -672,8 +672,9 @@ def _open_token_file(path: Path) -> np.ndarray:
     stated = _stated_dtype(path)
     dtype = stated or np.uint16
     size = path.stat().st_size
+    stem = _name_without_dtype(path)
     fix = (
-        f"state the dtype in the name ({path.stem}.u16.bin or {path.stem}.u32.bin), or save it with "
+        f"state the dtype in the name ({stem}.u16.bin or {stem}.u32.bin), or save it with "
         "numpy.save as .npy (which records it)"
     )
     if size % np.dtype(dtype).itemsize:

@@ -474,3 +474,12 @@ def test_corpus_hash_follows_the_document_names_that_decide_the_split(tmp_path):
     (d / ".git" / "notes.txt").write_text("not corpus " * 40)
     src2 = D.resolve_corpus(str(d))
     assert [f.name for f in src2.files] == ["x.txt", "y.txt", "z.txt"] and src2.corpus_hash == src.corpus_hash
+
+
+def test_torn_token_file_suggests_names_without_its_own_dtype_suffix(tmp_path):
+    """A ``.u16.bin`` of an odd byte count is refused suggesting ``tokens.u16.bin`` / ``tokens.u32.bin``, not
+    ``tokens.u16.u16.bin`` (the suffix it already has, doubled)."""
+    (tmp_path / "tokens.u16.bin").write_bytes(b"\x01\x00\x02")
+    with pytest.raises(D.CorpusError, match="not a multiple of 2") as e:
+        D.check_corpus(str(tmp_path / "tokens.u16.bin"), "pretokenized", 256)
+    assert "(tokens.u16.bin or tokens.u32.bin)" in str(e.value) and ".u16.u" not in str(e.value)
