@@ -927,7 +927,9 @@ def corpus_hash_now(spec: SweepSpec) -> str:
         _, files = _corpus_files(spec.corpus, spec.text_column)
         key += tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
     if key not in _HASH_MEMO:
-        _HASH_MEMO[key] = resolve_corpus(spec.corpus, spec.text_column, cache_dir=default_cache_dir()).corpus_hash
+        _HASH_MEMO[key] = resolve_corpus(  # the files a directory leaves out are check_data's to say, once
+            spec.corpus, spec.text_column, cache_dir=default_cache_dir(), warn=False
+        ).corpus_hash
     return _HASH_MEMO[key]
 
 

@@ -100,6 +100,16 @@ def test_changed_corpus_is_refused_by_sweep_run_and_dry_run(folder):
     assert (out / "runs.parquet").read_bytes() == before and not (out / "logs" / "ray.log").exists()
 
 
+def test_a_left_out_file_is_said_once_on_a_folder_with_finished_runs(folder):
+    """Comparing the corpus with a folder's runs hashes it again; the files a directory corpus leaves out are said
+    once all the same (they were said twice on any folder with earlier results)."""
+    corpus, _, spec_path, out, _ = folder
+    (corpus / "notes.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+    p = _cli("sweep", str(spec_path), "--out", str(out))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stderr.count("ignored 1 file (.csv)") == 1, p.stderr
+
+
 def test_records_without_a_hash_and_failed_records_are_not_compared(folder, tmp_path):
     """A folder written before the column existed, or a failed run (it trained nothing), is not refused."""
     corpus, spec, _, _, _ = folder
