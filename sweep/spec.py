@@ -367,7 +367,7 @@ class SweepSpec(_Strict):
         if self.lr != "tune":
             keys = set(self.lr)
             if keys == {"fixed"}:
-                if not isinstance(self.lr["fixed"], int | float) or self.lr["fixed"] <= 0:
+                if not _positive_lr(self.lr["fixed"]):
                     raise ValueError(f"lr.fixed must be a positive number, got {self.lr['fixed']!r}")
             elif keys == {"table"}:
                 tab = self.lr["table"]
@@ -376,6 +376,11 @@ class SweepSpec(_Strict):
                 for s in self.all_sizes():
                     if s not in tab and str(s) not in tab:
                         raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
+                    v = tab.get(s, tab.get(str(s)))
+                    for where, w in v.items() if isinstance(v, dict) else [("", v)]:
+                        if not _positive_lr(w):
+                            key = f"[{s}][{where}]" if isinstance(v, dict) else f"[{s}]"
+                            raise ValueError(f"lr.table{key} must be a positive number, got {w!r}")
             else:
                 close = [m for k in sorted(keys) if (m := _closest(str(k), ["fixed", "table"]))]
                 raise ValueError(
@@ -746,6 +751,11 @@ def _canon(x: Any) -> Any:
     if hasattr(x, "to_dict"):
         return _canon(x.to_dict())
     return x
+
+
+def _positive_lr(v) -> bool:
+    """True for a positive finite number (a YAML ``true``, a string, a list or ``.nan`` is not an LR)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 def run_id(cell: Cell | dict) -> str:

@@ -89,6 +89,26 @@ def test_lr_table_policy():
         parse_spec(d).cells()
 
 
+@pytest.mark.parametrize(
+    "lr, where",
+    [
+        ({"table": {16: 0.02, 32: 0}}, r"lr\.table\[32\] must be a positive number, got 0"),
+        ({"table": {16: 0.02, 32: None}}, r"lr\.table\[32\] must be a positive number, got None"),
+        ({"table": {16: [0.02], 32: 0.01}}, r"lr\.table\[16\] must be a positive number, got \[0\.02\]"),
+        ({"table": {16: 0.02, 32: {1: "x", 2: 0.1, 4: 0.1, 8: 0.1}}}, r"lr\.table\[32\]\[1\] .* got 'x'"),
+        ({"fixed": True}, "lr.fixed must be a positive number, got True"),
+        ({"fixed": float("nan")}, "lr.fixed must be a positive number, got nan"),
+    ],
+)
+def test_lr_that_is_not_a_positive_number_is_refused_naming_the_entry(lr, where):
+    """An LR of 0, null, a list, a string, YAML ``true`` or ``.nan`` is refused by the spec, naming the entry (it
+    raised a TypeError traceback, 'could not convert string to float', or trained at LR 0 or 1.0)."""
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["lr"] = lr
+    with pytest.raises(SpecError, match=where):
+        parse_spec(d)
+
+
 def _bad(mutate):
     d = copy.deepcopy(PRESETS["smoke"])
     mutate(d)
