@@ -427,9 +427,15 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
                 key = x.suffix.lower() or "no suffix"
                 skipped[key] = skipped.get(key, 0) + 1
         if not files:
+            # a glob reads .bin/.npy files as token files, not as text, and a token corpus is one file
+            fix = (
+                "a pre-tokenized corpus is one .bin/.npy file: give its path"
+                if set(skipped) <= {".bin", ".npy"}
+                else "name them in a glob to read them as text"
+            )
             raise CorpusError(
                 f"corpus directory {corpus!r} holds no {'/'.join(DIRECTORY_SUFFIXES)} files"
-                + (f" (it holds {_skipped_list(skipped)}: name them in a glob to read them as text)" if skipped else "")
+                + (f" (it holds {_skipped_list(skipped)}: {fix})" if skipped else "")
             )
         if skipped and warn:
             n = sum(skipped.values())

@@ -451,6 +451,17 @@ def test_directory_corpus_says_which_files_it_leaves_out(tmp_path):
         D.resolve_corpus(str(d))
 
 
+def test_directory_of_token_files_is_not_told_to_read_them_as_text(tmp_path):
+    """A directory of .bin/.npy token files was told to "name them in a glob to read them as text", but a glob reads
+    them as token files, and a token corpus is one file (a glob of two is refused): it is told to give that file."""
+    ids = np.arange(200, dtype=np.uint16)
+    for name in ("a.u16.bin", "b.u16.bin"):
+        ids.tofile(tmp_path / name)
+    with pytest.raises(D.CorpusError, match=r"it holds \.bin: 2: a pre-tokenized corpus is one \.bin/\.npy file") as e:
+        D.resolve_corpus(str(tmp_path))
+    assert "as text" not in str(e.value)
+
+
 def test_corpus_hash_follows_the_document_names_that_decide_the_split(tmp_path):
     """Documents are named by their path below the corpus's common folder, and the name decides the split: a file
     moved to another subfolder kept the hash (it hashed the bare name), so a cached split of the old layout was
