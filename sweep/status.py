@@ -158,13 +158,16 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
 def fit_headlines(ana: dict) -> list[str]:
     """The last lines ``loopscale run`` prints: per variant with a joint fit, the identification headline (when the
     identification rule gave one, it decides what may be claimed) or phi with its 95 % bootstrap CI, and R^2 with
-    what was fitted (runs, or cell means of runs: :func:`loopscale.fit.run_report.fitted_points`)."""
+    what was fitted (runs, or cell means of runs: :func:`loopscale.fit.run_report.fitted_points`); a variant whose
+    joint fit was skipped gets why (e.g. its only runs with status ok are of one r), not nothing."""
     from loopscale.fit.run_report import fitted_points
 
     lines = []
     for vname, v in (ana.get("variants") or {}).items():
         j = v.get("joint") or {}
         if "params" not in j:
+            if j.get("skipped"):
+                lines.append(f"{vname}: no joint fit, so no phi: {j['skipped']} ({v.get('n', '?')} runs with status ok)")
             continue
         ident = v.get("identification") or {}
         if ident.get("headline"):

@@ -119,6 +119,15 @@ def test_fit_headline_is_the_one_run_prints():
     ]
 
 
+def test_fit_headline_says_why_a_variant_has_no_joint_fit():
+    """A run whose looped runs all diverged (the r = 1 runs left) ended without a last line: no phi and no reason."""
+    ana = {"variants": {"baseline": {"n": 2, "joint": {"outcome": "single_r",
+                                                      "skipped": "a joint fit needs at least two values of r"}}}}  # fmt: skip
+    assert fit_headlines(ana) == [
+        "baseline: no joint fit, so no phi: a joint fit needs at least two values of r (2 runs with status ok)"
+    ]
+
+
 def test_status_cli_json_and_missing_dir(half_done, tmp_path):
     out, _ = half_done
     cmd = [sys.executable, "-m", "loopscale.sweep.cli", "status"]
