@@ -248,6 +248,20 @@ def run_sweep(
                     raise SweepInterrupted("the sweep was interrupted")
     path = store.consolidate()
     rows = [r for r in store.runs().to_pylist() if r["run_id"] in ids]
+    # the folder's runs matched the corpus when this command started (check_folder_spec): more than one content
+    # hash now means the corpus changed while the grid trained, and its runs read two texts (two validation sets)
+    read: dict[str, int] = {}
+    for r in rows:
+        if r["status"] != "failed" and r.get("corpus_sha256"):
+            read[r["corpus_sha256"]] = read.get(r["corpus_sha256"], 0) + 1
+    if len(read) > 1:
+        counts = ", ".join(f"{n} runs {h[:12]}" for h, n in sorted(read.items(), key=lambda kv: -kv[1]))
+        raise ValueError(
+            f"the corpus at {spec.corpus!r} changed while the grid trained: its finished runs in {out} read "
+            f"{len(read)} different contents (content hash: {counts}), i.e. two texts with two validation sets, "
+            "so they are not one grid and are not fitted; leave the corpus unchanged while a sweep runs and train "
+            "the grid again in another --out folder"
+        )
     if not any(r["status"] == "ok" for r in rows):
         # one reason per run: a failed row's error (Tune's error for that trial), else its status
         reasons = [error_line(r["error"]) if r.get("error") else f"{r['status']} (status in runs.parquet)" for r in rows]

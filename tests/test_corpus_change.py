@@ -110,6 +110,21 @@ def test_a_left_out_file_is_said_once_on_a_folder_with_finished_runs(folder):
     assert p.stderr.count("ignored 1 file (.csv)") == 1, p.stderr
 
 
+def test_a_corpus_changed_while_the_grid_trained_is_not_returned_as_one_grid(folder, monkeypatch):
+    """The corpus is compared with the folder's runs when a command starts; one changed while the sweep trained left
+    runs of two texts (two validation sets) in runs.parquet, which `run` then fitted as one grid without a word."""
+    import loopscale.sweep.spec as spec_mod
+    from loopscale.sweep.commands import run_sweep
+
+    _, spec, _, out, _ = folder
+    store = ResultsStore(out)
+    for c in spec.cells()[:4]:  # these trained after the corpus was regenerated in place
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.1, "corpus_hash": "f" * 64}))
+    monkeypatch.setattr(spec_mod, "check_folder_corpus", lambda out, spec: None)  # the change came after the start
+    with pytest.raises(ValueError, match="changed while the grid trained: .* 2 different contents .*4 runs ffffffffffff"):
+        run_sweep(spec, out, quiet=True)
+
+
 def test_records_without_a_hash_and_failed_records_are_not_compared(folder, tmp_path):
     """A folder written before the column existed, or a failed run (it trained nothing), is not refused."""
     corpus, spec, _, _, _ = folder
