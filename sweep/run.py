@@ -398,7 +398,7 @@ def run_cmd(
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
     from loopscale.sweep import console, tracking
     from loopscale.sweep.commands import stdout_to_stderr
-    from loopscale.sweep.spec import check_folder_spec
+    from loopscale.sweep.spec import check_folder_spec, check_out_outside_corpus
     from loopscale.sweep.status import fit_headlines
 
     spec, name = resolve_spec(spec_path, preset)
@@ -437,6 +437,7 @@ def run_cmd(
         if p["refused"]:
             raise ValueError(f"run would refuse this spec: {p['refused']}")
         return
+    check_out_outside_corpus(out_dir, spec)  # before the console session writes its logs there
     b_def, s_def = fit_defaults(spec)
     fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:

@@ -894,6 +894,28 @@ FOLDER_SPEC = "spec.yaml"
 """The spec of an output folder, written by ``loopscale run``, ``sweep`` and ``tune-lr`` (:func:`record_folder_spec`)."""
 
 
+def check_out_outside_corpus(out: str | Path, spec: SweepSpec) -> None:
+    """Refuse an output folder that is a directory corpus or lies below it: what the commands write there
+    (runs.parquet and its parts, report.md) would be read as corpus files by the runs that start after them, which
+    then fail (a directory of text and Parquet files mixes kinds) or train on other text.
+
+    Raises:
+        ValueError: ``out`` is ``spec.corpus``, a directory, or a folder below it; nothing is written.
+    """
+    if spec.corpus == "embedded" or any(ch in spec.corpus for ch in "*?["):
+        return
+    corpus = Path(spec.corpus).expanduser()
+    if not corpus.is_dir():
+        return
+    out_abs, root = Path(out).resolve(), corpus.resolve()
+    if out_abs == root or root in out_abs.parents:
+        raise ValueError(
+            f"--out {out} is inside the corpus directory {spec.corpus!r}: the files written there (runs.parquet, "
+            "report.md, ...) would be read as corpus by the runs that start after them; give an --out folder "
+            "outside it"
+        )
+
+
 def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
     """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
     grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
@@ -903,6 +925,7 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
     Raises:
         ValueError: ``out/spec.yaml`` differs from ``spec``, or the corpus changed since; nothing is changed.
     """
+    check_out_outside_corpus(out, spec)
     spec_file = Path(out) / FOLDER_SPEC
     old = spec_file.read_text(encoding="utf-8") if spec_file.is_file() else ""
     if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec):

@@ -125,6 +125,16 @@ def test_a_corpus_changed_while_the_grid_trained_is_not_returned_as_one_grid(fol
         run_sweep(spec, out, quiet=True)
 
 
+def test_an_out_folder_inside_the_corpus_directory_is_refused_before_anything_is_written(folder):
+    """runs.parquet's parts written inside a directory corpus made every run that started after them fail ("mixes
+    file kinds ['parquet', 'text']"), and report.md would have become corpus text: refused, nothing written."""
+    corpus, spec, spec_path, _, _ = folder
+    for args in (["sweep", str(spec_path)], ["run", str(spec_path)], ["run", str(spec_path), "--dry-run"]):
+        p = _cli(*args, "--out", str(corpus / "out"))
+        assert p.returncode == 2 and "is inside the corpus directory" in p.stderr, (args, p.stderr[-2000:])
+    assert sorted(f.name for f in corpus.iterdir()) == ["doc0.txt", "doc1.txt", "doc2.txt"]
+
+
 def test_records_without_a_hash_and_failed_records_are_not_compared(folder, tmp_path):
     """A folder written before the column existed, or a failed run (it trained nothing), is not refused."""
     corpus, spec, _, _, _ = folder
