@@ -160,6 +160,21 @@ AUTO_ENSEMBLE_CPU = 16
 """Members per trial of an automatic seed ensemble on CPU (``resources.ensemble: 0``)."""
 
 
+def _distinct(what: str, values: list) -> None:
+    """Refuse a list of grid values holding one twice (a cell is trained once; the repeat was dropped silently
+    while repeated ``r``, ``seeds`` and ``ladder`` values were refused).
+
+    Raises:
+        ValueError: naming ``what`` and the repeated values."""
+    seen, twice = set(), []
+    for v in values:
+        if v in seen and v not in twice:
+            twice.append(v)
+        seen.add(v)
+    if twice:
+        raise ValueError(f"{what} must hold distinct values, got {list(values)} ({', '.join(map(str, twice))} twice)")
+
+
 class SweepSpec(_Strict):
     """A whole sweep: the grid (stage 2) and its LR tuning (stage 1). See ``configs/*.yaml``."""
 
@@ -321,6 +336,7 @@ class SweepSpec(_Strict):
         if self.tokens is not None:
             if not self.sizes:
                 raise ValueError("sizes must be non-empty with 'tokens' (empty grid)")
+            _distinct("sizes", self.sizes)
             per = self.tokens if isinstance(self.tokens, dict) else {s: self.tokens for s in self.sizes}
             if isinstance(self.tokens, dict):
                 extra = sorted(set(per) - set(self.sizes))
@@ -329,9 +345,10 @@ class SweepSpec(_Strict):
             for s, ds in per.items():
                 if not ds:
                     raise ValueError(f"tokens for size {s} is empty (empty grid)")
+                where = f" for size {s}" if isinstance(self.tokens, dict) else ""
                 if any(d <= 0 for d in ds):
-                    where = f" for size {s}" if isinstance(self.tokens, dict) else ""
                     raise ValueError(f"tokens must all be > 0, got {list(ds)}{where}")
+                _distinct(f"tokens{where}", ds)
         else:
             if not self.budgets:
                 raise ValueError("budgets is empty (empty grid); e.g. budgets: {1e12: [32, 64]}")
@@ -340,6 +357,7 @@ class SweepSpec(_Strict):
                     raise ValueError(f"budgets: every C must be a finite number of FLOPs > 0, got {c}")
                 if not ss:
                     raise ValueError(f"budgets[{c:g}] lists no sizes (empty grid)")
+                _distinct(f"budgets[{c:g}]", ss)
         for s in self.all_sizes():
             if s <= 0:
                 raise ValueError(f"sizes must be positive, got {s}")

@@ -143,6 +143,11 @@ def _bad(mutate):
         # a NaN LR failed inside Ray (and the command still exited 0); an infinite bound crashed the sampler
         (lambda d: d["tune"].update(lr_values=[0.01, float("nan")]), "tune.lr_values must be a non-empty list of finite"),
         (lambda d: d["tune"].update(lr_max=float("inf")), "tune.lr_max must be a finite LR, got inf"),
+        # a repeated size or D was dropped without a word (repeated r, seeds and ladder values were refused)
+        (lambda d: d.update(sizes=[16, 16]), "sizes must hold distinct values, got [16, 16] (16 twice)"),
+        (lambda d: d.update(tokens=[4096, 8192, 4096]), "tokens must hold distinct values"),
+        (lambda d: d.update(sizes=[16], tokens={16: [4096, 4096]}), "tokens for size 16 must hold distinct"),
+        (lambda d: d.update(tokens=None, budgets={1e9: [16, 32, 16]}), "budgets[1e+09] must hold distinct values"),
     ],
 )
 def test_bad_specs_name_the_key(mutate, key):
