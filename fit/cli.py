@@ -246,6 +246,9 @@ def fit_cmd(
         summary["pooled_r_note"] = pooled_note
     if flat_terms:
         summary["not_identified"] = flat_terms
+    loss_note = _loss_column_note(data)
+    if loss_note:
+        summary["loss_column_note"] = loss_note
     ident = None
     if check_identified and law == "joint" and phi is None:
         strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too
@@ -319,6 +322,8 @@ def fit_cmd(
         )
     if pooled_note:
         lines.append(f"  note: {pooled_note}")
+    if loss_note:
+        lines.append(f"  note: {loss_note}")
     for term in flat_terms:
         lines.append(f"  warning: {term}")
     if ident is not None:
@@ -431,3 +436,21 @@ def _one_variant(df, variant: str | None):
         raise ValueError(f"--variant {variant}: it has no looped (r > 1) runs in the table; the variants with looped "
                          f"runs are {looped}")
     return frames[variant], variant
+
+
+def _loss_column_note(data) -> str | None:
+    """A table with both ``loss`` and ``final_val_loss`` whose values differ: which one was fitted (``loss``; the
+    other is read only when a table has no ``loss`` column), since the choice changes every parameter."""
+    frame = data.frame
+    if "loss" in data.source_names or "final_val_loss" not in frame.columns:
+        return None
+    import numpy as np
+    import pandas as pd
+
+    other = pd.to_numeric(frame["final_val_loss"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    if np.allclose(other, data.cols["loss"], rtol=1e-9, atol=0.0, equal_nan=False):
+        return None
+    return (
+        "the table has both loss and final_val_loss, and they differ: the loss column was fitted (final_val_loss "
+        "is read only when a table has no loss column)"
+    )

@@ -285,3 +285,26 @@ def test_train_names_the_flags_of_a_bad_run_before_training(args, message):
     res = CliRunner().invoke(app, ["train", *args])
     assert res.exit_code == 2, res.output
     assert message in res.output and "training" not in res.output.split("error:")[0]
+
+
+def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
+    """A table with both ``loss`` and ``final_val_loss`` was fitted on ``loss`` without a word; when the two differ
+    the fit now says which one it used (also as ``loss_column_note`` in --json), and says nothing when they agree."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    N = np.repeat([1e6, 3e6, 1e7, 3e7], 3)
+    D = np.tile([1e8, 3e8, 1e9], 4)
+    loss = 1.8 + 400 * N**-0.34 + 400 * D**-0.28 + rng.normal(0, 0.005, N.size)
+    for other, says in ((loss + 0.3, True), (loss, False)):
+        path = tmp_path / f"t{int(says)}.csv"
+        pd.DataFrame({"N": N, "D": D, "loss": loss, "final_val_loss": other}).to_csv(path, index=False)
+        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20"])
+        assert res.exit_code == 0, res.output
+        assert ("note: the table has both loss and final_val_loss, and they differ: the loss column was fitted"
+                in res.stdout) is says, res.stdout  # fmt: skip
+        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
+        assert ("loss_column_note" in json.loads(res.stdout)) is says
