@@ -439,10 +439,25 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
             )
         if skipped and warn:
             n = sum(skipped.values())
+            not_text = sorted(set(skipped) & NOT_TEXT_SUFFIXES)
+            texty = [k for k in sorted(skipped, key=lambda k: -skipped[k]) if k not in NOT_TEXT_SUFFIXES]
+            if not texty:  # token or Parquet files beside text: a corpus of their own, never read as text
+                alone = ["a token file: give its path"] if set(not_text) & {".bin", ".npy"} else []
+                alone += ["Parquet files: a directory or glob of them alone"] if ".parquet" in not_text else []
+                how = f"; {'/'.join(not_text)} files are a corpus of their own ({'; '.join(alone)}), not read with text"
+            elif not_text or any(f.suffix.lower() == ".parquet" for f in files):
+                # '**/*' would read those too, and a glob mixing text with Parquet or token files is refused
+                eg = f"e.g. '{p}/**/*{texty[0]}' the {texty[0]} files alone; " if texty[0] != "no suffix" else ""
+                how = (
+                    f"; name them in a glob to read them (a glob reads only what it matches: {eg}'{p}/**/*' would also "
+                    f"match the {'/'.join(not_text or ['.parquet'])} files and is refused for mixing kinds, so move "
+                    "those out to read every file as text)"
+                )
+            else:
+                how = f"; name them in a glob to include them (e.g. '{p}/**/*' reads every file below it as text)"
             warnings.warn(
                 f"ignored {n} file{'s' if n != 1 else ''} ({_skipped_list(skipped, counts=len(skipped) > 1)}) in "
-                f"{corpus}: a directory corpus reads {'/'.join(TEXT_SUFFIXES)} (or .parquet); name them in a glob to "
-                f"include them (e.g. '{p}/**/*' reads every file below it as text)",
+                f"{corpus}: a directory corpus reads {'/'.join(TEXT_SUFFIXES)} (or .parquet){how}",
                 CorpusWarning,
                 stacklevel=3,
             )
@@ -453,6 +468,10 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
             "a .parquet file, or a .bin/.npy token file)"
         )
     return [p]
+
+
+NOT_TEXT_SUFFIXES = frozenset({".bin", ".npy", ".parquet"})
+"""Suffixes a glob reads as Parquet or token files, never as text."""
 
 
 def _skipped_list(skipped: dict[str, int], counts: bool = True) -> str:

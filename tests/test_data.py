@@ -494,3 +494,34 @@ def test_torn_token_file_suggests_names_without_its_own_dtype_suffix(tmp_path):
     with pytest.raises(D.CorpusError, match="not a multiple of 2") as e:
         D.check_corpus(str(tmp_path / "tokens.u16.bin"), "pretokenized", 256)
     assert "(tokens.u16.bin or tokens.u32.bin)" in str(e.value) and ".u16.u" not in str(e.value)
+
+
+def test_left_out_files_warning_gives_advice_that_works(tmp_path):
+    """The warning for files a directory corpus leaves out said "'DIR/**/*' reads every file below it as text",
+    also when that glob would match token files beside the text and be refused for mixing kinds; and it told a
+    directory of text with one token file to "name them in a glob" (a glob reads .bin as tokens, never as text)."""
+    import warnings
+
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "a.txt").write_text("hello world " * 100)
+    np.arange(300, dtype=np.uint16).tofile(d / "t.u16.bin")
+
+    def said() -> str:
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            D.resolve_corpus(str(d))
+        return " ".join(str(w.message) for w in rec if issubclass(w.category, D.CorpusWarning))
+
+    msg = said()
+    assert "ignored 1 file (.bin)" in msg and ".bin files are a corpus of their own (a token file: give its path)" in msg
+    assert "glob" not in msg
+    (d / "b.rst").write_text("rst text " * 100)
+    msg = said()
+    assert f"'{d}/**/*.rst' the .rst files alone" in msg and "refused for mixing kinds" in msg
+    with pytest.raises(D.CorpusError, match="mixes file kinds"):  # what the old advice led to
+        D.resolve_corpus(str(d / "**" / "*"))
+    assert [f.name for f in D.resolve_corpus(str(d / "**" / "*.rst")).files] == ["b.rst"]
+    (d / "t.u16.bin").unlink()
+    assert f"(e.g. '{d}/**/*' reads every file below it as text)" in said()
+    assert len(D.resolve_corpus(str(d / "**" / "*")).files) == 2
