@@ -395,6 +395,14 @@ class SweepSpec(_Strict):
                     if s not in tab and str(s) not in tab:
                         raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
                     v = tab.get(s, tab.get(str(s)))
+                    if isinstance(v, dict):  # per r: every r of the grid (the ladder's plain models take r = 1's)
+                        missing = [r for r in sorted({*self.r, *([1] if self.ladder else [])})
+                                   if r not in v and str(r) not in v]  # fmt: skip
+                        if missing:
+                            raise ValueError(
+                                f"lr.table[{s}] has no entry for r = {', '.join(map(str, missing))}; it gives r = "
+                                f"{', '.join(map(str, v))} and the grid has r = {sorted(self.r)}"
+                            )
                     for where, w in v.items() if isinstance(v, dict) else [("", v)]:
                         if not _positive_lr(w):
                             key = f"[{s}][{where}]" if isinstance(v, dict) else f"[{s}]"

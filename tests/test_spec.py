@@ -143,6 +143,9 @@ def _bad(mutate):
         # a NaN LR failed inside Ray (and the command still exited 0); an infinite bound crashed the sampler
         (lambda d: d["tune"].update(lr_values=[0.01, float("nan")]), "tune.lr_values must be a non-empty list of finite"),
         (lambda d: d["tune"].update(lr_max=float("inf")), "tune.lr_max must be a finite LR, got inf"),
+        # a per-r LR table missing an r of the grid was found when the cells were built, without the spec prefix
+        (lambda d: d.update(sizes=[16], lr={"table": {16: {1: 0.01, 2: 0.01}}}),
+         "lr.table[16] has no entry for r = 4, 8; it gives r = 1, 2 and the grid has r = [1, 2, 4, 8]"),
         # a repeated size or D was dropped without a word (repeated r, seeds and ladder values were refused)
         (lambda d: d.update(sizes=[16, 16]), "sizes must hold distinct values, got [16, 16] (16 twice)"),
         (lambda d: d.update(tokens=[4096, 8192, 4096]), "tokens must hold distinct values"),
