@@ -267,7 +267,8 @@ def test_lr_view_eta_from_trials_finished_so_far(monkeypatch):
     assert view.state()["eta_s"] == pytest.approx(120.0)
     clock[0] += 50  # no trial ended since: counted down
     assert view.eta_s == pytest.approx(70.0) and "· ETA 1m10s ·" in view._text()
-    assert view._short() == "ETA 1m10s · done 1 · pruned 1 · failed 0"  # next to a bar: the ETA first
+    # next to a bar: the ETA first; on a terminal under 80 columns only the ETA and the failed count
+    assert view._short() == ("ETA 1m10s · done 1 · pruned 1 · failed 0", "ETA 1m10s · failed 0")
     clock[0] += 500
     assert view.eta_s == 0.0
     for lr in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07):
