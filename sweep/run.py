@@ -7,7 +7,9 @@ stopped and never retrains a finished run):
 2. ``sweep``: the iso-depth grid on Ray Tune -> ``runs.parquet``, ``curves.parquet``;
 3. ``fit``: per-r Chinchilla fits, the joint law with block bootstrap, restricted phi = 0 / 1, IsoFLOP analysis,
    frontier (:func:`loopscale.fit.analysis.analyze`) -> ``fit/``; skipped when ``runs.parquet`` and the fit settings
-   are unchanged;
+   are those of the last fit that ended (``run_meta.json``'s ``fit_input``); while the stage runs, and after it was
+   stopped, ``run_meta.json`` holds ``fit_unfinished`` (its settings) instead, so ``loopscale status`` says the fit
+   stage is not done although ``fit/`` and ``report.md`` hold an earlier fit's;
 4. ``report``: ``report.md`` and PNGs (:func:`loopscale.fit.run_report.build_report`), always rebuilt (cheap).
 
 This module is the one place that chains sweep -> fit -> report.
@@ -290,6 +292,11 @@ def run_pipeline(
             log("[3/4] fit: runs.parquet and settings unchanged, skipped")
         else:
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
+            # until the fit ends, fit/ is no finished fit's (the analysis rewrites a variant's files as it goes): a
+            # rerun refits whatever its settings, and status calls the fit stage unfinished, also after Ctrl-C
+            meta.pop("fit_input", None)
+            meta["fit_unfinished"] = fit_settings
+            save_meta()
             with timed("fit"), console.bootstrap_view(B=bootstrap):
                 analyze(
                     out / "runs.parquet",
@@ -300,6 +307,7 @@ def run_pipeline(
                     address=cluster.address,
                 )
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
+                del meta["fit_unfinished"]
 
     if need_ray:
         with cluster.session():

@@ -12,7 +12,8 @@ Sources (nothing is trained, started or changed; files are only read):
   runs), Tune trials, tokens/s and ETA, its pid and host;
 * Tune's experiment state under the storage (``--storage``; default ``OUT/tune``): the trials of the newest grid
   experiment and their status (``ray.tune.ExperimentAnalysis``);
-* ``OUT/run_meta.json`` (stage wall times), ``OUT/lr_table.parquet`` and ``OUT/tune_lr/`` (LR tuning),
+* ``OUT/run_meta.json`` (stage wall times; ``fit_unfinished`` while a fit stage runs or after it was stopped),
+  ``OUT/lr_table.parquet`` and ``OUT/tune_lr/`` (LR tuning),
   ``OUT/fit/analysis.json`` (the fit headline, as ``loopscale run`` prints it).
 
 Kind of folder: ``run`` (``run_meta.json``, or the record of a ``run`` command), ``sweep`` (run records or grid
@@ -24,8 +25,9 @@ command's start, before its first progress display); with a record of another ho
 command's newest file (``command.json`` or ``progress.json`` of an unfinished display) is younger than
 :data:`STALE_S`, or, without ``command.json``, while the pid of ``progress.json`` is alive (same host) or the file
 is younger than :data:`STALE_S` (other host). Otherwise ``finished`` when every stage of the kind is done (run:
-the report is written; sweep: every run has a record; tune-lr: ``lr_table.parquet`` is written), ``empty`` when
-nothing was planned or done yet, else ``stopped``.
+the report is written and the last fit stage ended: one stopped midway leaves the stage at ``fit``, although an
+earlier fit's ``fit/analysis.json`` and report may still be there; sweep: every run has a record; tune-lr:
+``lr_table.parquet`` is written), ``empty`` when nothing was planned or done yet, else ``stopped``.
 
 Run counts (training runs: one per cell and seed; an ensemble trial of Tune trains several): ``ok``,
 ``diverged`` and ``failed`` from the records; ``running``: runs of the live command's running trials without a
@@ -443,7 +445,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
     display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
-    table rows), ``fit`` (headline lines) and ``counts`` (what each count counts).
+    table rows), ``fit`` (headline lines), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
+    since has not ended) and ``counts`` (what each count counts).
 
     Raises:
         FileNotFoundError: ``out_dir`` is not a directory.
@@ -546,7 +549,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         stage = "sweep" if alive and kind == "sweep" else "none"
     elif kind == "sweep":  # a `loopscale sweep` folder: its work ends with the runs
         stage = "done"
-    elif ana is None:
+    elif ana is None or meta.get("fit_unfinished") is not None:  # no fit yet, or one started that never ended
         stage = "fit"
     elif not (out / "report.md").is_file():
         stage = "report"
@@ -610,6 +613,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "tune": tune_out,
         "lr": lr or None,
         "fit": fit,
+        "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
         "counts": {
             "runs": "training runs (one per grid cell and seed); running: "
             + (
@@ -748,7 +752,8 @@ def format_status(st: dict) -> list[str]:
             f"  size {row['size']} r {row['r']}: lr {lr_s} (val {val}, {row['n_trials']} trials, "
             f"{row['n_pruned']} pruned)"
         )
-    lines += [f"fit: {h}" for h in st["fit"]]
+    head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
+    lines += [f"{head}: {h}" for h in st["fit"]]
     if st.get("resume_with"):
         lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
     return lines

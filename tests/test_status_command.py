@@ -458,3 +458,40 @@ def test_commands_run_one_by_one_are_each_timed(started):
     st = collect_status(started)
     assert "earlier_commands" not in st["time"]
     assert not any("earlier commands in this folder" in ln for ln in format_status(st))
+
+
+def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
+    """Ctrl-C in the fit stage of a rerun with other fit settings: the earlier fit's analysis.json and report.md
+    are still there, but status says the run stopped in the fit stage and gives the command that continues it
+    (it said "finished, stage done", with the earlier fit's headline as if it were the new one's)."""
+    spec = preset_spec("smoke")
+    store = ResultsStore(started)
+    for c in spec.cells():
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    store.consolidate()
+    (started / "fit").mkdir()
+    earlier = {"variants": {"baseline": {"n": 16, "joint": {"params": {"phi": 0.5}, "ci": {"phi": [0.4, 0.6]},
+                                                             "r2": 0.99, "n": 16}}}}  # fmt: skip
+    (started / "fit" / "analysis.json").write_text(json.dumps(earlier))
+    (started / "report.md").write_text("# an earlier fit's report\n")
+    (started / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"fit": 5.0},
+                                                       "fit_input": {"runs_sha256": "0" * 64, "B": 10}}))  # fmt: skip
+    stop_in_fit = (
+        "import sys, loopscale.fit.analysis as a\n"
+        "def stop(*args, **kwargs):\n    raise KeyboardInterrupt\n"
+        "a.analyze = stop\n"
+        "from loopscale.sweep.cli import main\n"
+        f"sys.argv = ['loopscale', 'run', '--preset', 'smoke', '--out', {str(started)!r}, '--resume',"
+        " '--bootstrap', '200', '--starts', '300']\n"
+        "main()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", stop_in_fit], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 130, p.stderr[-3000:]
+    assert "[3/4] fit" in p.stdout + p.stderr
+    st = collect_status(started)
+    assert (st["state"], st["stage"]) == ("stopped", "fit")
+    assert st["resume_with"].endswith("--resume --bootstrap 200 --starts 300")
+    text = format_status(st)
+    assert text[0].endswith("— stopped, stage fit")
+    assert text[-1].startswith("to continue (finished runs are kept): loopscale run --preset smoke")
+    assert "fit (an earlier fit's; the fit stage started since has not ended): baseline: phi = 0.500" in text[-2]
