@@ -945,11 +945,13 @@ def check_out_outside_corpus(out: str | Path, spec: SweepSpec) -> None:
 def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
     """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
     grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
-    (``storage_path``) may differ. A missing or empty (torn) ``spec.yaml`` passes. The folder's corpus is checked
-    too (:func:`check_folder_corpus`: its runs, checkpoints and LR table are of the text now at ``spec.corpus``).
+    (``storage_path``) may differ. A missing or empty (torn) ``spec.yaml`` passes when the folder's run records are
+    all of cells of ``spec`` (:func:`check_folder_runs`). The folder's corpus is checked too
+    (:func:`check_folder_corpus`: its runs, checkpoints and LR table are of the text now at ``spec.corpus``).
 
     Raises:
-        ValueError: ``out/spec.yaml`` differs from ``spec``, or the corpus changed since; nothing is changed.
+        ValueError: ``out/spec.yaml`` differs from ``spec``, its runs are not all cells of ``spec`` (without a
+            ``spec.yaml``), or the corpus changed since; nothing is changed.
     """
     check_out_outside_corpus(out, spec)
     spec_file = Path(out) / FOLDER_SPEC
@@ -961,7 +963,57 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
             + (f"; it differs in {diff}" if diff else "")
             + "); use another --out directory (nothing there was changed)"
         )
+    if not old.strip():  # deleted, torn by a crash, or an older sweep's folder: the run records tell the grid
+        check_folder_runs(out, spec)
     check_folder_corpus(out, spec)
+
+
+def check_folder_runs(out: str | Path, spec: SweepSpec) -> None:
+    """Refuse a folder whose run records (``runs.parquet`` and its parts; any status) include runs that are not
+    cells of ``spec``: ``run`` would fit them with the spec's as one grid, and ``status`` would count fewer planned
+    than the report fitted. For ``lr: tune`` the cells are those of the folder's LR table; without a readable one
+    the runs' LRs are not known and the folder passes.
+
+    Raises:
+        ValueError: naming how many runs are not cells of ``spec`` and a few of them; nothing is changed.
+    """
+    from loopscale.sweep.lr_table import lr_table_present, read_lr_table
+    from loopscale.sweep.store import ResultsStore
+
+    out = Path(out)
+    if not ((out / "runs.parquet").exists() or (out / "parts").is_dir()):
+        return
+    recorded = ResultsStore(out).recorded()
+    if not recorded:
+        return
+    lr_table = None
+    if spec.lr == "tune":
+        try:
+            if not lr_table_present(out / "lr_table.parquet"):
+                return
+            lr_table = read_lr_table(out / "lr_table.parquet")
+        except (OSError, ValueError):  # unreadable, or a study without an LR: the runs' LRs are not known
+            return
+    try:
+        want = {c.run_id for c in spec.cells(lr_table=lr_table)}
+    except SpecError as e:  # the folder's LR table lacks a (size, r) of this spec: it was tuned for another grid
+        raise ValueError(
+            f"{out.resolve()} has no spec.yaml and its LR table is not one for this spec ({e}): its runs are of "
+            "another grid; use another --out directory (nothing there was changed)"
+        ) from None
+    foreign = [row for rid, row in sorted(recorded.items()) if rid not in want]
+    if foreign:
+        def what(row: dict) -> str:
+            budget = f"C {row['budget']:g}" if row.get("budget") is not None else f"{row.get('target_tokens')} tokens"
+            return f"{row['run_id']} (r {row['r']}, size {row['size']}, {budget}, seed {row['seed']})"
+
+        named = ", ".join(what(row) for row in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ValueError(
+            f"{out.resolve()} has no spec.yaml and {len(foreign)} of its {len(recorded)} recorded runs are not cells "
+            f"of this spec ({named}{more}): they are another grid's, and the fit would mix both; use another --out "
+            f"directory, or the spec they were run with (nothing there was changed)"
+        )
 
 
 FOLDER_CORPUS = "corpus.json"

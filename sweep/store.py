@@ -375,6 +375,10 @@ class ResultsStore:
         ``failed`` record does not count (a later sweep retries the cell and replaces it)."""
         return {row["run_id"] for row in self._latest().values() if row["status"] != FAILED}
 
+    def recorded(self) -> dict[str, dict]:
+        """{run id: its newest record} of every run with a record (ok, diverged or failed)."""
+        return self._latest()
+
     def corpus_hashes(self) -> dict[str, int]:
         """{corpus content hash: number of runs} over the finished (ok or diverged) records that name one (records
         written before the ``corpus_sha256`` column existed name none)."""

@@ -315,3 +315,42 @@ def test_a_folder_spec_with_a_relative_corpus_is_read_against_the_working_direct
     monkeypatch.chdir(elsewhere)
     with pytest.raises(ValueError, match=r"it differs in corpus: '.*/elsewhere/data/train.txt' -> '.*/data/train"):
         check_folder_spec(out, spec)
+
+
+def test_a_folder_without_its_spec_yaml_takes_only_a_spec_whose_cells_its_runs_are(tmp_path):
+    """A folder whose spec.yaml was deleted took another spec, and `run` then fitted the runs of both grids as one
+    (the report counted 22 runs, status 12 planned). Without spec.yaml the recorded runs must all be cells of the
+    spec given: another spec is refused naming the runs, before anything runs; the same spec still passes, with
+    the spec.yaml deleted or torn (0 bytes) by a crash."""
+    import subprocess
+    import sys
+
+    from loopscale.sweep.spec import FOLDER_SPEC, check_folder_spec, record_folder_spec, spec_to_yaml
+    from loopscale.sweep.store import ResultsStore, failed_record, run_record
+
+    smoke = preset_spec("smoke")
+    out = tmp_path / "o2"
+    out.mkdir()
+    store = ResultsStore(out)
+    for c in smoke.cells()[:-1]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    store.write_run(failed_record(smoke.cells()[-1], "RuntimeError: out of memory"))
+    store.consolidate()
+    other = smoke.model_copy(update={"name": "other", "sizes": [16, 48], "r": [1, 2, 4]})
+    with pytest.raises(ValueError, match=r"has no spec.yaml and 10 of its 16 recorded runs are not cells of this "
+                                         r"spec \([0-9a-f]{16} \(r \d, size 32, \d+ tokens, seed 0\), .* and 7 more\)"):
+        check_folder_spec(out, other)
+    assert not (out / FOLDER_SPEC).exists()
+    record_folder_spec(out, smoke)  # the same spec: its runs are all cells of it
+    (out / FOLDER_SPEC).write_text("")  # torn by a crash
+    with pytest.warns(UserWarning, match="0 bytes"):
+        record_folder_spec(out, smoke)
+    assert (out / FOLDER_SPEC).read_text() == spec_to_yaml(smoke)
+    # `loopscale run` refuses before any compute (exit 2) and changes nothing
+    (out / FOLDER_SPEC).unlink()
+    (tmp_path / "other.yaml").write_text(spec_to_yaml(other))
+    before = (out / "runs.parquet").read_bytes()
+    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(tmp_path / "other.yaml"), "--out",
+                        str(out)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 2 and "recorded runs are not cells of this spec" in p.stderr, p.stderr[-2000:]
+    assert (out / "runs.parquet").read_bytes() == before and not (out / FOLDER_SPEC).exists()
