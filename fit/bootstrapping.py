@@ -339,24 +339,51 @@ def _submit(fn, shared: Any, args: list[tuple]) -> list:
     return [task.remote(ref, *a) for a in args]
 
 
-_LISTENERS: list = []
+_LISTENERS: list = []  # (progress fn, result fn or None)
+_QUIET_RESULTS: list = []  # non-empty while a caller reports its bootstraps' results itself (per_r_phi)
 
 
 @contextlib.contextmanager
-def progress_listener(fn):
+def progress_listener(fn, result=None):
     """While the block runs, call ``fn(done, total)`` after each finished chunk of refits (``done``/``total``:
-    refits, i.e. bootstrap resamples, of the current :func:`run_chunks` call; ``fn(0, total)`` first). Used by the
-    console's bootstrap display; listeners must not raise."""
-    _LISTENERS.append(fn)
+    refits, i.e. bootstrap resamples, of the current :func:`run_chunks` call; ``fn(0, total)`` first), and
+    ``result(planned, ok, phase)`` when a bootstrap ends: its resamples, how many were refitted ok (the others
+    failed: no non-degenerate draw in 1000 tries, or a non-finite refit; :func:`run_chunks` sees only the
+    refits it runs) and what it was for (None: a bootstrap of its own; ``"per_r"``: the intervals of
+    :func:`loopscale.fit.identify.per_r_phi`, all r together; ``"variants"``: one variant's refits of
+    :func:`loopscale.fit.variants.compare_variants`). Used by the console's bootstrap display; listeners must
+    not raise."""
+    entry = (fn, result)
+    _LISTENERS.append(entry)
     try:
         yield
     finally:
-        _LISTENERS.remove(fn)
+        _LISTENERS.remove(entry)
 
 
 def _notify(done: int, total: int) -> None:
-    for fn in list(_LISTENERS):
+    for fn, _ in list(_LISTENERS):
         fn(done, total)
+
+
+def _notify_result(planned: int, ok: int, phase: str | None = None) -> None:
+    """Tell the result listeners (:func:`progress_listener`) that a bootstrap of ``planned`` resamples ended
+    with ``ok`` of them refitted; nothing while :func:`_own_results` is on."""
+    if _QUIET_RESULTS:
+        return
+    for _, fn in list(_LISTENERS):
+        if fn is not None:
+            fn(int(planned), int(ok), phase)
+
+
+@contextlib.contextmanager
+def _own_results():
+    """While the block runs, bootstraps report no result to the listeners (the caller reports them)."""
+    _QUIET_RESULTS.append(True)
+    try:
+        yield
+    finally:
+        _QUIET_RESULTS.pop()
 
 
 PROGRESS_EVERY_S = 60.0
@@ -849,6 +876,7 @@ def _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, re
         draws = pd.concat([draws, dfull], axis=1)
         ci_derived = {c: percentile_ci(dcols[c].to_numpy(), level) for c in dcols.columns}
     n_ok = int(ok.sum())
+    _notify_result(B, n_ok)
     return BootstrapResult(
         law=law.name,
         B=B,

@@ -152,8 +152,9 @@ def phi_profile(
 
 
 def _per_r_row(shared: dict, r: int) -> dict:
-    """One row of :func:`per_r_phi`: phi_r fitted to the r = 1 runs plus those of ``r``, with its interval."""
-    from loopscale.fit.bootstrapping import bootstrap
+    """One row of :func:`per_r_phi`: phi_r fitted to the r = 1 runs plus those of ``r``, with its interval,
+    and ``boot_ok``: its bootstrap resamples refitted ok (``per_r_phi`` reports them, then drops the key)."""
+    from loopscale.fit.bootstrapping import _own_results, bootstrap
 
     df, starts, B, seed, stratify_by = (shared[k] for k in ("df", "starts", "B", "seed", "stratify_by"))
     sub = df[df["r"].isin([1, r])]
@@ -161,14 +162,18 @@ def _per_r_row(shared: dict, r: int) -> dict:
     means = bool(stratify_by) and len(cell_means(sub, stratify_by)) >= make_law("joint").n_params
     f = fit_law(cell_means(sub, stratify_by) if means else sub, law="joint", starts=starts, seed=seed)
     lo = hi = float("nan")
+    n_ok = 0
     if B > 0:
         how = {"stratify_by": stratify_by, "cell_means": True} if means else {"block_by": shared["block_by"]}
-        bs = bootstrap(sub, law="joint", B=B, seed=seed, workers=shared["workers"], address=shared["address"],
-                       starts=max(20, starts // 5), point=f, **how)  # fmt: skip
+        with _own_results():
+            bs = bootstrap(sub, law="joint", B=B, seed=seed, workers=shared["workers"], point=f,
+                           address=shared["address"], starts=max(20, starts // 5), **how)  # fmt: skip
         lo, hi = bs.ci.get("phi", (float("nan"), float("nan")))
         lo = float("nan") if lo is None else float(lo)
         hi = float("nan") if hi is None else float(hi)
-    return dict(r=r, phi=float(f.params["phi"]), lo=lo, hi=hi, n=int(f.n), on_bound=",".join(f.on_bound))
+        n_ok = int(B - bs.n_failed)
+    return dict(r=r, phi=float(f.params["phi"]), lo=lo, hi=hi, n=int(f.n), on_bound=",".join(f.on_bound),
+                boot_ok=n_ok)  # fmt: skip
 
 
 def per_r_phi(
@@ -200,7 +205,7 @@ def per_r_phi(
     Raises:
         ValueError: no r = 1 runs, or no r > 1 runs.
     """
-    from loopscale.fit.bootstrapping import _notify, map_tasks, ray_running
+    from loopscale.fit.bootstrapping import _notify, _notify_result, map_tasks, ray_running
 
     df = _frame(table)
     rs = sorted(int(v) for v in df["r"].unique())
@@ -225,6 +230,9 @@ def per_r_phi(
     rows = map_tasks(_per_r_row, shared, rs[1:], address)
     if n:
         _notify(n, n)
+    ok = sum(row.pop("boot_ok") for row in rows)
+    if B > 0:  # all r together: run here or as tasks (whose listeners are not the driver's)
+        _notify_result(B * len(rows), ok, "per_r")
     return pd.DataFrame(rows)
 
 

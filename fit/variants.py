@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.bootstrapping import percentile_ci, refit_weights
+from loopscale.fit.bootstrapping import _notify_result, percentile_ci, refit_weights
 from loopscale.fit.fitter import fit_data
 from loopscale.fit.io import default_block_by, prepare, read_table
 from loopscale.fit.laws import make_law
@@ -128,6 +128,7 @@ def compare_variants(
             **kwargs,
         )
         phis[v] = np.where(np.isfinite(ob), th[:, 5], np.nan)
+        _notify_result(B, int(np.isfinite(ob).sum()), "variants")
     comps = {}
     for v in names:
         if v == baseline:

@@ -667,9 +667,17 @@ class LRView(_View):
 
 
 class BootstrapView(_View):
-    """Progress of a bootstrap: refits done of B (one display per bootstrap call of the fit)."""
+    """Progress of a bootstrap: refits done of B (one display per bootstrap call of the fit). The summary line
+    counts the refits each bootstrap planned (its B) and, when some failed, how many were ok (the bootstraps'
+    results, :meth:`result`); without results, the refits run."""
 
     stage = "bootstrap"
+
+    _PHASES = {
+        "per_r": "for the intervals of phi per r, the identification check's",
+        "variants": "for the variant comparison",
+    }
+    """What the bootstraps of a phase (``progress_listener``'s ``phase``) were for, as the summary says."""
 
     def __init__(self, con: Console, total: int = 0, B: int | None = None):
         super().__init__(con, total)
@@ -677,6 +685,7 @@ class BootstrapView(_View):
         self.B = B  # the joint fit's resamples (``loopscale run``'s --bootstrap), to name the calls in the summary
         self.calls: list[int] = []  # refits of each bootstrap call so far
         self.calls_done: list[int] = []  # of them done (less than planned when the fit was stopped)
+        self.results: list[tuple[int, int, str | None]] = []  # (planned, ok, phase) of each ended bootstrap
 
     def step(self, done: int, total: int) -> None:
         if done == 0 or not self.calls:  # a new bootstrap call started (run_chunks reports (0, total) first)
@@ -686,24 +695,59 @@ class BootstrapView(_View):
         self.calls_done[-1] = self.done
         self.show(self.done, "refits")
 
+    def result(self, planned: int, ok: int, phase: str | None = None) -> None:
+        """A bootstrap ended: ``planned`` resamples, ``ok`` of them refitted (``progress_listener``'s)."""
+        self.results.append((int(planned), int(ok), phase))
+
     def state(self) -> dict:
         return {"done": self.done}
 
-    def summary(self) -> str | None:
-        if not self.calls:
-            return None
+    def _named_calls(self) -> str:
+        """The refit calls by their sizes: each variant's joint fit (B), then the per-r phi intervals."""
         n = " + ".join(str(k) for k in self.calls)
         what = f"{len(self.calls)} bootstraps: {n}" if len(self.calls) > 1 else n
         joint = [k for k in self.calls if k == self.B]
         if self.B and joint:  # a run's analysis: each variant's joint fit (B), then the per-r phi intervals
             rest = sum(self.calls) - sum(joint)
             what = (f"joint fit B = {self.B}" if len(joint) == 1 else f"{len(joint)} joint fits, B = {self.B} each") + (
-                f"; {rest} for the intervals of phi per r, the identification check's" if rest else "")
+                f"; {rest} {self._PHASES['per_r']}" if rest else "")
+        return what
+
+    def _named_results(self) -> str:
+        """The ended bootstraps by what they were for, each with its failed refits if any: the joint fits
+        (bootstraps of their own; without ``B``, "bootstraps"), the per-r intervals, the variants'."""
+        parts = []
+        own = [(p, k) for p, k, ph in self.results if ph not in self._PHASES]
+        if own:
+            sizes = {p for p, _ in own}
+            name = "joint fit" if self.B else "bootstrap"
+            if len(own) == 1:
+                text = f"{name} B = {own[0][0]}"
+            elif len(sizes) == 1:
+                text = f"{len(own)} {name}s, B = {own[0][0]} each"
+            else:
+                text = f"{len(own)} {name}s: " + " + ".join(str(p) for p, _ in own)
+            parts.append((text, sum(p - k for p, k in own)))
+        for phase, words in self._PHASES.items():
+            group = [(p, k) for p, k, ph in self.results if ph == phase]
+            if group:
+                parts.append((f"{sum(p for p, _ in group)} {words}", sum(p - k for p, k in group)))
+        return "; ".join(text + (f": {failed} failed" if failed else "") for text, failed in parts)
+
+    def summary(self) -> str | None:
+        if not self.calls and not self.results:
+            return None
         took = _fmt_s(time.time() - self.t0)
-        done, planned = sum(self.calls_done), sum(self.calls)
-        if done < planned:  # stopped (Ctrl-C) before the last call ended: what was done, not what was planned
-            return f"bootstrap: stopped after {done} of {planned} refits ({what}) in {took}"
-        return f"bootstrap: {planned} refits ({what}) in {took}"
+        done, run = sum(self.calls_done), sum(self.calls)
+        if done < run:  # stopped (Ctrl-C) before the last call ended: what was done, not what was planned
+            return f"bootstrap: stopped after {done} of {run} refits ({self._named_calls()}) in {took}"
+        if not self.results:  # refits without their bootstraps' results (run_chunks alone)
+            return f"bootstrap: {run} refits ({self._named_calls()}) in {took}"
+        planned, ok = sum(p for p, _, _ in self.results), sum(k for _, k, _ in self.results)
+        if ok < planned:  # no non-degenerate draw, or a non-finite refit: dropped from the CIs
+            what = self._named_results()
+            return f"bootstrap: {ok} of {planned} refits ok, {planned - ok} failed ({what}) in {took}"
+        return f"bootstrap: {planned} refits ({self._named_results()}) in {took}"
 
 
 def start_view(view: _View) -> _View:
@@ -765,12 +809,13 @@ def lr_trial_finished(study_name: str, lr: float, state: str, value: float | Non
 @contextlib.contextmanager
 def bootstrap_view(B: int | None = None) -> Iterator[None]:
     """Show bootstrap progress (refits done of B) while the block runs (``loopscale.fit.bootstrapping`` reports
-    it through :func:`loopscale.fit.bootstrapping.progress_listener`); ``B``, the joint fit's resamples, names the
-    calls in the summary line (joint fits, then the per-r intervals)."""
+    it, and each bootstrap's planned and ok refits, through
+    :func:`loopscale.fit.bootstrapping.progress_listener`); ``B``, the joint fit's resamples, names the calls
+    in the summary line (joint fits, then the per-r intervals), which says how many refits failed, if any."""
     from loopscale.fit.bootstrapping import progress_listener
 
     view = start_view(BootstrapView(current(), B=B))
-    with progress_listener(view.step):
+    with progress_listener(view.step, view.result):
         try:
             yield
         finally:

@@ -585,3 +585,64 @@ def test_grid_bar_keeps_its_counts_on_a_narrow_terminal(monkeypatch, columns, sh
     assert lines and all(len(x) <= columns for x in lines), lines
     assert lines[-1].endswith(shows) and "ETA " in lines[-1], lines[-1]
     assert len(cells) == 352 and "…" not in lines[-1]
+
+
+def test_bootstrap_summary_says_how_many_planned_refits_failed(monkeypatch):
+    """B = 20 with 5 resamples that found no non-degenerate draw in 1000 tries printed 'bootstrap: 15 refits (15)':
+    the view counted the refits run, not the B planned, and said nothing of the failures (only the report did). It
+    now says how many of the planned refits were ok and how many failed, and still names the joint fit; the per-r
+    intervals' refits are counted once, whether run here or as tasks."""
+    import numpy as np
+    import pandas as pd
+
+    from loopscale.fit import bootstrapping
+    from loopscale.fit.identify import per_r_phi
+
+    rows = []
+    for D in (1e6, 3e6, 1e7):
+        for r in (1, 2, 4):
+            for d in (64, 96, 128):
+                n_once, n_rec = 4.0 * d * d, 8.0 * d * d
+                loss = 1.7 + 30 * (n_once + r**0.5 * n_rec) ** -0.3 + 400 * D**-0.3 + 0.001 * ((d + r) % 3)
+                rows.append({"budget": D, "r": r, "N_once": n_once, "N_rec": n_rec, "D": D, "loss": loss})
+    table = pd.DataFrame(rows)
+    real = bootstrapping.draw_weights
+
+    def five_fail(*args, **kwargs):
+        W, ok, kinds, tries = real(*args, **kwargs)
+        ok[:5] = False  # as if no non-degenerate draw was found in 1000 tries
+        return W, ok, kinds, tries
+
+    monkeypatch.setattr(bootstrapping, "draw_weights", five_fail)
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+    with console.bootstrap_view(B=20):
+        res = bootstrapping.bootstrap(table, B=20, starts=5, workers=1)
+    assert res.n_failed >= 5
+    line = buf.getvalue().splitlines()[-1]
+    ok = 20 - res.n_failed
+    assert line.startswith(f"bootstrap: {ok} of 20 refits ok, {res.n_failed} failed (joint fit B = 20: "
+                           f"{res.n_failed} failed) in "), line  # fmt: skip
+    # the per-r intervals (B = 4 each for r = 2 and 4), serially and as tasks: counted once each
+    monkeypatch.setattr(bootstrapping, "draw_weights", real)
+
+    def as_tasks(fn, shared, items, address=None):  # in-process, but as a worker: the driver's listeners unheard
+        saved = list(bootstrapping._LISTENERS)
+        bootstrapping._LISTENERS.clear()
+        try:
+            return [fn(shared, it) for it in items]
+        finally:
+            bootstrapping._LISTENERS.extend(saved)
+
+    for on_ray in (False, True):
+        if on_ray:
+            monkeypatch.setattr(bootstrapping, "ray_running", lambda address=None: True)
+            monkeypatch.setattr(bootstrapping, "map_tasks", as_tasks)
+        buf = io.StringIO()
+        monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+        with console.bootstrap_view(B=20):
+            out = per_r_phi(table, starts=5, B=4, workers=1)
+        assert "boot_ok" not in out.columns
+        line = buf.getvalue().splitlines()[-1]
+        assert line.startswith("bootstrap: 8 refits (8 for the intervals of phi per r, the identification check's)")
+        assert np.isfinite(out["phi"]).all()
