@@ -438,7 +438,7 @@ class SweepSpec(_Strict):
             for r, depth in points:
                 model = self._model_config(s, r, "baseline", 2, depth=depth)
                 try:
-                    self._run_config(model, kind, budget, 1.0, self.seeds_for(r)[0])
+                    run = self._run_config(model, kind, budget, 1.0, self.seeds_for(r)[0])
                 except ValueError as e:
                     msg = str(e)
                     if "vocab_size" in msg and "tokenizer" in msg:
@@ -452,6 +452,31 @@ class SweepSpec(_Strict):
                     raise ValueError(
                         f"training: the run at size {s}, {where}, budget {budget:g} would fail in every trial: {msg}"
                     ) from None
+                if kind == "C":
+                    self._check_budget(budget, s, r, depth, run)
+
+    def _check_budget(self, C: float, size: int, r: int, depth: int | None, run) -> None:
+        """Refuse a FLOP budget that buys less than one optimizer step of a model of the grid (paper Sec. 2's
+        ``steps = round(C / (F * batch_tokens))`` is 0), naming the model and the smallest C that every model at
+        this budget can use (looped models cost more FLOPs per token, so it is set by the costliest)."""
+        from loopscale.model.accounting import flops_per_token
+
+        per_step = float(flops_per_token(run.model)) * run.batch_tokens
+        if round(C / per_step) >= 1:
+            return
+        need = 0.0
+        for s in self.budgets[C] if self.budgets and C in self.budgets else [size]:
+            for rr, dd in [(x, None) for x in self.r] + [(1, d) for d in self.ladder]:
+                m = self._model_config(s, rr, "baseline", 2, depth=dd)
+                need = max(need, 0.5 * float(flops_per_token(m)) * run.batch_tokens)
+        where = f"r = {r}" if depth is None else f"ladder depth {depth}"
+        unit = 10.0 ** (math.floor(math.log10(need)) - 3)
+        need = (math.floor(need / unit) + 1) * unit  # 4 significant digits, above the need (round(0.5) is 0)
+        raise ValueError(
+            f"budgets[{C:g}]: size {size} at {where} gets {C / per_step:.3f} optimizer steps of {run.batch_tokens} "
+            f"tokens (C / (FLOPs per token x batch_tokens)), and a run needs at least one; every model at this "
+            f"budget needs C >= {need:.4g} (or a smaller training.batch_tokens)"
+        )
 
     def check_data(self, *, warn: bool = True) -> list[str]:
         """Cheap checks of the corpus against the tokenizer and the model (:func:`loopscale.model.data.check_corpus`:

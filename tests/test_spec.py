@@ -354,3 +354,19 @@ def test_a_folder_without_its_spec_yaml_takes_only_a_spec_whose_cells_its_runs_a
                         str(out)], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 2 and "recorded runs are not cells of this spec" in p.stderr, p.stderr[-2000:]
     assert (out / "runs.parquet").read_bytes() == before and not (out / FOLDER_SPEC).exists()
+
+
+def test_a_budget_too_small_for_one_step_names_the_model_and_the_c_every_model_needs():
+    """A FLOP budget that buys less than one optimizer step was an error without the spec prefix, naming neither the
+    size nor r, and its "use C >= X" was the need of whichever model failed first (r = 1): a budget of X was then
+    refused for r = 2. Now it is refused when the spec is read, with the C that every model at the budget can use."""
+    base = {"name": "b", "r": [1, 2, 4, 8], "budgets": {1e9: [16, 32]}}
+    with pytest.raises(SpecError) as e:
+        parse_spec(base)
+    msg = str(e.value)
+    assert "budgets[1e+09]: size 32 at r = 1 gets 0.381 optimizer steps of 2048 tokens" in msg
+    need = float(msg.split("needs C >= ")[1].split()[0])
+    parse_spec({**base, "budgets": {need: [16, 32]}})  # enough for every model there
+    with pytest.raises(SpecError, match=r"size 32 at r = 8 gets 0\.4"):
+        parse_spec({**base, "budgets": {0.98 * need: [16, 32]}})
+

@@ -68,8 +68,11 @@ def _fake_stages(monkeypatch, calls):
         return table
 
     def fake_sweep(spec, out, **kw):
+        from loopscale.sweep.spec import record_folder_spec
+
         calls.append(("sweep", spec.name, Path(out)))
         Path(out).mkdir(parents=True, exist_ok=True)
+        record_folder_spec(out, spec)  # as the real stage does before training
         pq.write_table(pa.table({"run_id": ["a"], "status": ["ok"]}), Path(out) / "runs.parquet")
         return Path(out) / "runs.parquet"
 
