@@ -172,6 +172,31 @@ def validate_storage(storage: str | None) -> str | None:
     return absolute_uri(storage)
 
 
+def reachable_storage(storage: str | None) -> None:
+    """Check that a remote storage location (``s3://``, ``gs://``, ``hdfs://``, ...) answers, once, before anything
+    is written or Ray starts: without this a bucket that cannot be reached (no network, a mistyped name, no
+    credentials) stops the command at its first read with pyarrow's traceback (``s3://``), or after Google's
+    15-minute retry policy (``gs://``, probed here with a 20 s one). Local paths and ``file://`` pass unread.
+
+    Raises:
+        ValueError: the location cannot be reached; the message carries pyarrow's reason.
+    """
+    if storage is None or "://" not in storage or storage.lower().startswith("file://"):
+        return
+    from loopscale.cluster import storage as st
+
+    probe = storage
+    if storage.split("://", 1)[0].lower() in ("gs", "gcs") and "retry_limit_seconds=" not in storage:
+        probe += ("&" if "?" in storage else "?") + "retry_limit_seconds=20"
+    try:
+        st.exists(probe)
+    except OSError as e:
+        raise ValueError(
+            f"storage {storage!r} cannot be reached: {e}; check the network, the bucket's name and this machine's "
+            "credentials (instance role, AWS_*/GOOGLE_* variables)"
+        ) from None
+
+
 def usable_out_dir(out: Path) -> Path:
     """Check that ``out`` can be the command's output directory before any work starts: it is a directory or can
     be created as one (every existing ancestor a directory) and is writable where it exists.

@@ -304,7 +304,7 @@ def _run_stage(
     (:func:`loopscale.sweep.console.session`: Ray's output to ``OUT/logs/``); with ``--json`` anything the stage
     prints goes to stderr. At the end, also after a Ctrl-C (not after an error), one line per tracking target says
     where its results are."""
-    from loopscale.cluster.options import usable_out_dir
+    from loopscale.cluster.options import reachable_storage, usable_out_dir
     from loopscale.sweep import console, tracking
     from loopscale.sweep.presets import resolve_spec
     from loopscale.sweep.spec import check_folder_spec
@@ -316,6 +316,7 @@ def _run_stage(
     usable_out_dir(out)
     check_folder_spec(out, spec)
     targets = tracking.parse_track(track)
+    reachable_storage(spec.storage_path)  # a bucket out of reach is one line, before the folder is written
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
         with tracking.described(targets, out, f"loopscale-{spec.name}-{group}", con.say):
             return stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)

@@ -446,6 +446,9 @@ def run_cmd(
             raise ValueError(f"run would refuse this spec: {p['refused']}")
         return
     check_out_outside_corpus(out_dir, spec)  # before the console session writes its logs there
+    from loopscale.cluster.options import reachable_storage
+
+    reachable_storage(spec.storage_path)  # a bucket out of reach is one line, before the folder is written
     b_def, s_def = fit_defaults(spec)
     fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:

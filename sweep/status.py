@@ -767,9 +767,11 @@ def status_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """What a run or sweep has done and is doing: stage, runs per status, failures, time and ETA, LR table, fit."""
-    from loopscale.cluster.options import validate_storage
+    from loopscale.cluster.options import reachable_storage, validate_storage
 
-    st = collect_status(out, validate_storage(storage))
+    storage = validate_storage(storage)
+    reachable_storage(storage)  # else an unreadable --storage would read as a sweep with no Tune state
+    st = collect_status(out, storage)
     if as_json:
         json.dump(st, sys.stdout, default=str)
         sys.stdout.write("\n")
