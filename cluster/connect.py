@@ -112,7 +112,18 @@ def validate_address(address: str | None) -> str | None:
 REACH_TIMEOUT_S = 5.0
 
 
-def check_reachable(address: str | None, timeout: float = REACH_TIMEOUT_S) -> None:
+def _embedded_hint(address: str | None) -> str:
+    """How to get the embedded local Ray instead of joining: drop ``--address``, or, when the address came from the
+    environment (``address`` None), unset ``RAY_ADDRESS``: "leave --address unset" misled whoever had not given
+    one."""
+    if address is None and os.environ.get("RAY_ADDRESS"):
+        return "unset RAY_ADDRESS (set in this environment; --address was not given)"
+    return "leave --address unset"
+
+
+def check_reachable(
+    address: str | None, timeout: float = REACH_TIMEOUT_S, *, hint: str = "leave --address unset"
+) -> None:
     """Check that something accepts a TCP connection at a ``host:port`` (or ``ray://host:port``) address, without
     starting Ray: joining an address nobody serves made ``ray.init`` wait for ever (Ray 2.60 retries the GCS every
     30 s and says so only in its log). ``None``, ``"auto"`` and anything :func:`validate_address` refuses pass
@@ -137,8 +148,8 @@ def check_reachable(address: str | None, timeout: float = REACH_TIMEOUT_S) -> No
         why = f"no answer within {timeout:g} s" if isinstance(e, TimeoutError) else (e.strerror or str(e) or type(e).__name__)
         raise ValueError(
             f"no Ray cluster answers at {a} ({why}); check the address (the head's `ray start --head` prints it), "
-            "that the cluster is running and that its port is open to this machine, or leave --address unset for "
-            "the embedded local Ray"
+            f"that the cluster is running and that its port is open to this machine, or {hint} for the embedded "
+            "local Ray"
         ) from None
 
 
@@ -314,9 +325,9 @@ def ray_session(
             raise ValueError(
                 f"{', '.join(given)} cannot be set when joining an existing cluster "
                 f"(address={address or os.environ.get('RAY_ADDRESS')!r}): the cluster's nodes decide their "
-                "resources; drop them, or leave address unset to start the embedded local Ray"
+                f"resources; drop them, or {_embedded_hint(address)} to start the embedded local Ray"
             )
-        check_reachable(address if address is not None else os.environ.get("RAY_ADDRESS"))
+        check_reachable(address if address is not None else os.environ.get("RAY_ADDRESS"), hint=_embedded_hint(address))
     else:
         _validate_local_options(num_cpus, num_gpus, temp_dir)
 
@@ -401,7 +412,7 @@ def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, loggi
                 first = str(e).split(". ")[0].strip() or type(e).__name__
                 raise ValueError(
                     f"address={address or os.environ.get('RAY_ADDRESS')!r}: {first}; start one with `ray start "
-                    "--head`, give its host:port, or leave --address unset for the embedded local Ray"
+                    f"--head`, give its host:port, or {_embedded_hint(address)} for the embedded local Ray"
                 ) from None
     else:
         if temp_dir is not None:

@@ -556,3 +556,16 @@ def test_unreachable_storage_is_one_line_before_anything_is_written(tmp_path, mo
         assert "Traceback" not in res.output and not out.exists()
     res = CliRunner().invoke(app, ["status", str(tmp_path), "--storage", "s3://b/x"])
     assert res.exit_code == 2 and "storage 's3://b/x' cannot be reached" in res.output
+
+
+def test_a_stale_ray_address_in_the_environment_is_named_as_such(monkeypatch):
+    """With RAY_ADDRESS set and no --address, the refusals say to unset RAY_ADDRESS for the embedded Ray: they said
+    'leave --address unset', which it already was."""
+    addr = f"127.0.0.1:{_unserved_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", addr)
+    for kw in ({}, {"num_cpus": 2}):
+        with pytest.raises(ValueError, match="unset RAY_ADDRESS") as e:
+            with ray_session(**kw):
+                pass
+        assert "leave --address unset" not in str(e.value)
+    assert not _ray_initialized()
