@@ -168,6 +168,10 @@ def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:
     cols = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in frame.columns)
     if "D" not in frame.columns or frame["D"].nunique() != 1 or not cols:
         return None
+    law = [c for c in ("N_once", "N_rec") if c in frame.columns]
+    if law and int(frame.groupby(list(cols))[law].nunique().to_numpy().max()) > 1:
+        # a table without the columns that tell its models apart (e.g. no d_model): a cell is one model, not one r
+        cols = (*cols, *law)
     return cols if int(frame.groupby(list(cols)).size().max()) >= 2 else None
 
 

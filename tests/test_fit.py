@@ -608,6 +608,21 @@ def test_fit_cli_fits_seed_replicates_to_cell_means_as_the_run_analysis(tmp_path
     assert res.exit_code == 2 and "add --per-run" in res.output, res.output
 
 
+def test_seed_cells_tell_models_apart_without_a_d_model_column():
+    """A table without d_model (N_once, N_rec, r, D and seeds, as a hand-made one) has several models per (r, D):
+    they were taken for seeds of one cell, averaged together and resampled as replicates. A cell is now one model."""
+    from loopscale.fit.analysis import seed_replicates
+
+    runs = _replicate_runs()
+    rep = seed_replicates(runs)
+    assert rep is not None and rep.cells == 8 and rep.runs == 24
+    plain = runs.drop(columns=["d_model", "n_prelude", "n_recur_block", "n_coda"])
+    got = seed_replicates(plain)
+    assert got is not None and got.cells == 8 and set(got.strata) >= {"r", "D", "N_once", "N_rec"}
+    one_seed = plain[plain["seed"] == 0]  # one run per model: no replicates at all
+    assert seed_replicates(one_seed) is None
+
+
 def test_fit_cli_reproduces_the_example_runs_joint_point_fit():
     """`fit docs/example_cpu` (352 runs, 8 cells) gives the point fit of its analysis.json (phi, R^2), not the
     per-run fit (phi -0.5818, R^2 0.827) it printed before."""
