@@ -312,6 +312,11 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         )
     from loopscale.cluster.storage import read_json_or_aside
     from loopscale.fit.analysis import variant_frames
+    from loopscale.fit.io import drop_duplicate_runs
+
+    # one row per run, the newest, as the fits read them: a run id listed twice (tables concatenated) counted twice
+    # in the summary, beside the fits' status counts of one row per run
+    runs = drop_duplicate_runs(runs)[0]
 
     ana_path = d / "fit" / "analysis.json"
     ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing

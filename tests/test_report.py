@@ -157,6 +157,26 @@ def test_seed_spread_of_a_variant_counts_only_its_own_runs(tmp_path):
             assert float(cols[-1]) == pytest.approx(0.02 / 2**0.5, rel=1e-2), row
 
 
+def test_sweep_summary_counts_a_run_listed_twice_once(tmp_path):
+    """runs.parquet with a run id listed twice (tables concatenated, a rerun's newer row): the summary said 'runs: 51
+    (ok: 48)' for 48 runs, its count of rows beside the fits' status counts of one row per run, and summed the
+    duplicate's compute twice."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    base = pq.read_table(run / "runs.parquet").to_pandas()
+    before = _section(build_report(run).read_text(encoding="utf-8"), "## Sweep summary")
+    pq.write_table(pa.Table.from_pandas(pd.concat([base, base.iloc[:3]], ignore_index=True), preserve_index=False),
+                   run / "runs.parquet")  # fmt: skip
+    after = _section(build_report(run).read_text(encoding="utf-8"), "## Sweep summary")
+    assert f"- runs: {len(base)} (ok: {len(base)})" in after
+    assert after == before
+
+
 def test_excluded_runs_are_a_table_with_their_seeds_and_errors():
     """Two diverged members of one cell differ only in their seed (the report listed raw dicts without it); a
     failed run's reason carries the first line of its error, and a '|' in it does not break the table."""
