@@ -170,11 +170,19 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
             given[target] = next(a for a in aliases if a in df.columns)
         df = renamed
     n_excluded, by_status = 0, {}
+    rows = np.arange(len(df))  # each row's place in the table as read (when no duplicate was dropped)
+
+    def where(i: int) -> str:
+        """Row ``i`` of the rows left, named as the user finds it: its row in the table and its run_id."""
+        at = f"row {int(rows[i])}" if not len(dups) else f"row {i} of the rows left"
+        return at + (f" (run_id {df['run_id'].iloc[i]!r})" if "run_id" in df.columns else "")
+
     if "status" in df.columns:
         st = df["status"].astype("string").fillna("<null>")
         bad = st != "ok"
         n_excluded = int(bad.sum())
         by_status = dict(Counter(st[bad].tolist()))
+        rows = rows[~bad.to_numpy()]
         df = df.loc[~bad.to_numpy()].reset_index(drop=True)
     need = ("loss", "D", *law.columns)
     missing = [c for c in need if c not in df.columns]
@@ -207,8 +215,8 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         bad = ~np.isfinite(arr)
         if bad.any():
             raise ValueError(
-                f"column {given.get(c, c)!r} has {int(bad.sum())} NaN/inf value(s) (first at row "
-                f"{int(np.argmax(bad))}; rows with a status other than 'ok' are left out before this check)"
+                f"column {given.get(c, c)!r} has {int(bad.sum())} NaN/inf value(s) (first at "
+                f"{where(int(np.argmax(bad)))}; rows with a status other than 'ok' are left out before this check)"
             )
         cols[c] = arr
     for c, rule, ok in (
@@ -222,7 +230,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     ):
         if c in cols and not np.all(ok(cols[c])):
             i = int(np.argmax(~ok(cols[c])))
-            raise ValueError(f"column {given.get(c, c)!r} must be {rule}; row {i} has {float(cols[c][i])!r}")
+            raise ValueError(f"column {given.get(c, c)!r} must be {rule}; {where(i)} has {float(cols[c][i])!r}")
     if "N_once" in cols and not np.all(cols["N_once"] + cols["N_rec"] > 0):
         raise ValueError("N_once + N_rec must be > 0 (parameters) on every row")
     n = cols["loss"].shape[0]

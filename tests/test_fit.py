@@ -355,6 +355,27 @@ def test_fit_errors_name_the_tables_own_column():
     assert prepare(t, make_law("joint")).n == len(t)
 
 
+def test_fit_errors_name_the_row_of_the_table_as_read():
+    """A bad value after rows of another status: the error named its row among the ok rows left ('row 7' for the
+    table's row 10, whose row 7 was fine); it now names the table's own row and the run_id."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint().rename(columns={"loss": "final_val_loss"})
+    t["run_id"], t["status"] = [f"run{i}" for i in range(len(t))], "ok"
+    t.loc[0:2, "status"] = "diverged"
+    bad = t.copy()
+    bad.loc[10, "final_val_loss"] = np.nan
+    with pytest.raises(ValueError, match=r"NaN/inf value\(s\) \(first at row 10 \(run_id 'run10'\)"):
+        prepare(bad, make_law("joint"))
+    bad.loc[10, "final_val_loss"] = -1.0
+    with pytest.raises(ValueError, match=r"must be > 0 \(nats/token\); row 10 \(run_id 'run10'\) has -1.0"):
+        prepare(bad, make_law("joint"))
+    bad.loc[10, "final_val_loss"] = np.inf
+    with pytest.raises(ValueError, match=r"first at row 10;"):  # a table without run ids: its row alone
+        prepare(bad.drop(columns=["run_id"]), make_law("joint"))
+
+
 def test_fit_cli_single_seed_block_by_seed_says_no_interval(tmp_path):
     """`--block-by seed` on runs that all have one seed: one block, so every resample is the whole table. The fit
     printed phi = 0.93 [0.9319, 0.9319] with no warning; now no interval is printed, the console says why, and
