@@ -399,19 +399,37 @@ def _restore_sigterm(handler) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
 
 
+#: What a driver joining a cluster with token authentication (Ray 2.60's default) needs, said when it is refused.
+_TOKEN_HINT = (
+    "; a cluster with token authentication (Ray 2.60's default) needs RAY_AUTH_MODE=token in this environment too, "
+    "and the cluster's token in ~/.ray/auth_token (or RAY_AUTH_TOKEN)"
+)
+
+
 def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level) -> None:
     """``ray.init`` for :func:`ray_session`: Ray Client, joining, or the embedded local Ray."""
+    where = f"address={address or os.environ.get('RAY_ADDRESS')!r}"
     if address is not None and address.startswith("ray://"):
         # Ray Client forwards extra ray.init arguments to the server's ray.init; pass none.
-        ray.init(address=address)
+        try:
+            ray.init(address=address)
+        except ConnectionError as e:  # e.g. "ray client connection timeout", after 30 s: one line, not a traceback
+            raise ValueError(
+                f"{where}: the Ray Client did not connect ({e}); check that the head runs a Ray Client server "
+                f"there (port 10001 by default){_TOKEN_HINT}"
+            ) from None
     elif joining:
         with _auth_default_notice_as_info(logging_level):  # joining a token-auth cluster says it too
             try:
                 ray.init(address=address, **kwargs)
             except ConnectionError as e:  # 'auto' with no cluster on this machine: Ray's own words, one line
                 first = str(e).split(". ")[0].strip() or type(e).__name__
+                if "InvalidAuthToken" in str(e.__cause__ or ""):  # a cluster is there: it wants the token
+                    raise ValueError(
+                        f"{where}: {first}: the cluster refused this process's Ray auth token{_TOKEN_HINT}"
+                    ) from None
                 raise ValueError(
-                    f"address={address or os.environ.get('RAY_ADDRESS')!r}: {first}; start one with `ray start "
+                    f"{where}: {first}; start one with `ray start "
                     f"--head`, give its host:port, or {_embedded_hint(address)} for the embedded local Ray"
                 ) from None
     else:

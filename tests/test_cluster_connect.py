@@ -569,3 +569,26 @@ def test_a_stale_ray_address_in_the_environment_is_named_as_such(monkeypatch):
                 pass
         assert "leave --address unset" not in str(e.value)
     assert not _ray_initialized()
+
+
+def test_a_cluster_that_refuses_the_auth_token_is_said_so():
+    """Joining a token-auth cluster (Ray 2.60's default) without RAY_AUTH_MODE=token: host:port said 'Failed to
+    connect ...; start one with `ray start --head`' of a cluster that was running, and ray:// ended in the Ray
+    Client's ConnectionError traceback after 30 s. Both now say what a joining driver needs."""
+    from loopscale.cluster import connect
+
+    class FakeRay:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def init(self, **kw):
+            raise self.exc
+
+    refused = ConnectionError("Failed to connect to Ray cluster at 10.0.0.5:6379")
+    refused.__cause__ = RuntimeError("RPC error: InvalidAuthToken: Authentication token is missing or incorrect.")
+    with pytest.raises(ValueError, match="refused this process's Ray auth token.*RAY_AUTH_MODE=token") as e:
+        connect._ray_init(FakeRay(refused), "10.0.0.5:6379", True, {}, None, None, None, logging.WARNING)
+    assert "ray start --head" not in str(e.value)
+    timeout = ConnectionError("ray client connection timeout")
+    with pytest.raises(ValueError, match=r"Ray Client did not connect \(ray client connection timeout\).*RAY_AUTH"):
+        connect._ray_init(FakeRay(timeout), "ray://10.0.0.5:10001", True, {}, None, None, None, logging.WARNING)
