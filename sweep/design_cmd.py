@@ -103,12 +103,13 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"pilot runs table not found: {p} (give a runs.parquet from a pilot or a previous run)")
-    from loopscale.fit.io import read_table, with_layers_unique
+    from loopscale.fit.io import drop_duplicate_runs, read_table, with_layers_unique
 
     try:
         runs = read_table(p)
     except Exception as e:  # pyarrow and pandas raise several types for a file that is not a table
         raise ValueError(f"pilot {p} is not a readable table (.parquet, .pq or .csv): {e}") from None
+    runs = drop_duplicate_runs(runs)[0]  # a run id listed twice is one run, its newest row, as the fits read it
     if "status" in runs.columns:
         runs = runs[runs["status"] == "ok"]
     if "loss" not in runs.columns and "final_val_loss" in runs.columns:

@@ -331,3 +331,18 @@ def test_best_is_the_largest_of_the_candidates_tied_with_the_narrowest():
     by = {c["seeds"]: c for c in cands}
     assert by["24"]["tie"] and not by["8"]["tie"] and "tie" not in by["32"]
     assert 0 < by["24"]["diff_se"] < 0.02
+
+
+def test_a_run_listed_twice_in_the_pilot_is_one_run_its_newest_row(tmp_path):
+    """A pilot whose run ids repeat (tables concatenated, a rerun's newer row) counted every row as a seed: a copy
+    of a run was one more replicate (a smaller seed SD), and a run whose newer row diverged stayed in with its older
+    ok row. As the fits read runs: one row per run id, the newest."""
+    from loopscale.sweep.design_cmd import read_pilot
+
+    spec, path, runs = _pilot(tmp_path, seeds=2)
+    runs = runs.assign(run_id=[f"run{i}" for i in range(len(runs))])
+    pd.concat([runs, runs]).to_parquet(tmp_path / "twice.parquet")
+    assert len(read_pilot(tmp_path / "twice.parquet")) == len(runs)
+    diverged = runs.iloc[:4].assign(status="diverged", final_val_loss=np.nan)
+    pd.concat([runs, diverged]).to_parquet(tmp_path / "rerun.parquet")
+    assert len(read_pilot(tmp_path / "rerun.parquet")) == len(runs) - 4
