@@ -446,7 +446,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
     table rows), ``fit`` (headline lines), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
-    since has not ended) and ``counts`` (what each count counts).
+    since has not ended), ``storage_error`` (why the Tune state's storage could not be read, else None) and
+    ``counts`` (what each count counts).
 
     Raises:
         FileNotFoundError: ``out_dir`` is not a directory.
@@ -481,7 +482,14 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         or (spec.storage_path if spec is not None and spec.storage_path else None)
         or str(out / "tune")
     )
-    tune_info = _tune_state(store, name)
+    from loopscale.cluster.options import reachable_storage
+
+    storage_error = None
+    try:  # a remote storage out of reach: said, not a silent gap (a gs:// one hung for 15 minutes)
+        reachable_storage(store)
+        tune_info = _tune_state(store, name)
+    except ValueError as e:
+        tune_info, storage_error = None, str(e)
     if name is None and tune_info:
         name = tune_info["experiment"][len("grid_") :].rsplit("_", 1)[0]
     # the kind of folder: run (run_meta.json, or a `run` command's record), sweep (records or a grid experiment),
@@ -611,6 +619,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "resume_with": resume_command((record or {}).get("command")) if state == "stopped" else None,
         "progress": progress,
         "tune": tune_out,
+        "storage_error": storage_error,
         "lr": lr or None,
         "fit": fit,
         "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
@@ -737,6 +746,8 @@ def format_status(st: dict) -> list[str]:
             else f", {lo if lo == hi else f'{lo}-{hi}'} runs each (seeds trained together as an ensemble)"
         )
         lines.append(f"tune trials ({tune.get('experiment', 'grid')}{src}): {n}{each}: {tr}")
+    if st.get("storage_error"):
+        lines.append(f"tune state: not read: {st['storage_error']}")
     lr = st.get("lr") or {}
     if "studies" in lr:
         tot = lr["studies"]["total"]
