@@ -153,7 +153,12 @@ def check_reachable(
         ) from None
 
 
-def _validate_local_options(num_cpus: int | None, num_gpus: int | None, temp_dir: str | None) -> None:
+def _validate_local_options(
+    num_cpus: int | None, num_gpus: int | None, temp_dir: str | None, *, flags: bool = False
+) -> None:
+    """Check the embedded Ray's options; ``flags``: name them as the command line does (``--num-gpus 0``, not
+    ``num_gpus=0``), for :meth:`loopscale.cluster.options.ClusterOptions.validate`."""
+    gpus, tmp, addr = ("--num-gpus ", "--ray-temp-dir ", "--address") if flags else ("num_gpus=", "temp_dir=", "address=")
     if num_cpus is not None:
         if isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1:
             raise ValueError(f"num_cpus={num_cpus!r} must be a whole number >= 1 (e.g. num_cpus=2), or None")
@@ -165,22 +170,22 @@ def _validate_local_options(num_cpus: int | None, num_gpus: int | None, temp_dir
 
             if not torch.cuda.is_available():
                 raise ValueError(
-                    f"num_gpus={num_gpus} but torch.cuda.is_available() is False on this machine; "
-                    "use num_gpus=0 (or leave it unset) here, or pass address= to join a cluster with GPUs"
+                    f"{gpus}{num_gpus} but torch.cuda.is_available() is False on this machine; "
+                    f"use {gpus}0 (or leave it unset) here, or give {addr} to join a cluster with GPUs"
                 )
             have = torch.cuda.device_count()
             if num_gpus > have:
                 raise ValueError(
-                    f"num_gpus={num_gpus} but this machine has {have} CUDA device(s); use <= {have}"
+                    f"{gpus}{num_gpus} but this machine has {have} CUDA device(s); use <= {have}"
                 )
     if temp_dir is not None and not os.path.isabs(temp_dir):
         raise ValueError(
-            f"temp_dir={temp_dir!r} must be an absolute path (Ray requires it), e.g. {os.path.abspath(temp_dir)!r}"
+            f"{tmp}{temp_dir!r} must be an absolute path (Ray requires it), e.g. {os.path.abspath(temp_dir)!r}"
         )
     if temp_dir is not None and len(temp_dir) > 60:
         # Ray's raylet/plasma UNIX socket paths live under it; AF_UNIX paths are limited to 107 bytes.
         raise ValueError(
-            f"temp_dir={temp_dir!r} is {len(temp_dir)} characters; Ray puts UNIX sockets under it, whose "
+            f"{tmp}{temp_dir!r} is {len(temp_dir)} characters; Ray puts UNIX sockets under it, whose "
             "paths are limited to 107 bytes: use a short absolute path (<= 60 characters), e.g. '/tmp/lsray'"
         )
 

@@ -119,7 +119,7 @@ class ClusterOptions:
                 )
             check_reachable(address)
         else:
-            _validate_local_options(self.num_cpus, self.num_gpus, self.ray_temp_dir)
+            _validate_local_options(self.num_cpus, self.num_gpus, self.ray_temp_dir, flags=True)
 
     def session(self, **kwargs):
         """``ray_session(...)`` with these options (extra keyword arguments are passed through)."""

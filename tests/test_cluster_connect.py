@@ -592,3 +592,19 @@ def test_a_cluster_that_refuses_the_auth_token_is_said_so():
     timeout = ConnectionError("ray client connection timeout")
     with pytest.raises(ValueError, match=r"Ray Client did not connect \(ray client connection timeout\).*RAY_AUTH"):
         connect._ray_init(FakeRay(timeout), "ray://10.0.0.5:10001", True, {}, None, None, None, logging.WARNING)
+
+
+def test_the_command_line_is_told_its_own_flags(monkeypatch):
+    """The embedded Ray's option errors, through the commands' ClusterOptions, name the flags (--ray-temp-dir,
+    --num-gpus, --address); they said temp_dir=..., num_gpus=... and 'pass address=', the Python keywords."""
+    import torch
+
+    with pytest.raises(ValueError, match=r"^--ray-temp-dir 'rel/x' must be an absolute path"):
+        ClusterOptions(ray_temp_dir="rel/x").validate()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"^--num-gpus 1 but .*use --num-gpus 0 .*give --address to join") as e:
+        ClusterOptions(num_gpus=1).validate()
+    assert "=" not in str(e.value).split("is False")[1]
+    with pytest.raises(ValueError, match=r"^temp_dir='rel' must be"):  # Python callers keep the keywords
+        with ray_session(temp_dir="rel"):
+            pass
