@@ -236,6 +236,12 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     n = cols["loss"].shape[0]
     if n == 0 and not (n_excluded or len(dups)):
         raise ValueError(f"the table holds no runs (no rows); law {law.name!r} needs at least {law.n_params}")
+    near = sorted(k for k in by_status if str(k).strip().lower() == "ok")
+    if n == 0 and near:  # 'OK', ' ok': the runs are there, their status is spelled otherwise
+        raise ValueError(
+            f"no row has status 'ok' ({_dropped(by_status, len(dups))}); the fits take the rows whose status is "
+            f"exactly 'ok' (lower case, no spaces): write {', '.join(repr(k) for k in near)} as 'ok'"
+        )
     if n < law.n_params:
         fix = " or fix phi (--phi 0.5 on the command line, phi=0.5 in Python)" if "phi" in law.extra_names else ""
         left = f" of {n + n_excluded + len(dups)} ({_dropped(by_status, len(dups))})" if n_excluded or len(dups) else ""

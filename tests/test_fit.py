@@ -376,6 +376,38 @@ def test_fit_errors_name_the_row_of_the_table_as_read():
         prepare(bad.drop(columns=["run_id"]), make_law("joint"))
 
 
+
+
+
+def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
+    """A second fit into the same --out (no --bootstrap) left the first one's bootstrap.parquet, phi_bootstrap.png
+    and identification.json beside the new fit.json, to be read as this fit's; they are removed, and said so."""
+    from typer.testing import CliRunner
+
+    path, out = tmp_path / "runs.csv", tmp_path / "fit"
+    _base_joint().to_csv(path, index=False)
+    args = ["fit", str(path), "--starts", "10", "--workers", "1", "--out", str(out)]
+    res = CliRunner().invoke(_cli_app(), [*args, "--bootstrap", "3"])
+    assert res.exit_code == 0, res.output
+    assert (out / "bootstrap.parquet").is_file() and (out / "phi_bootstrap.png").is_file()
+    res = CliRunner().invoke(_cli_app(), [*args, "--r", "1,2"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["fit.json", "fit_curves.png", "residuals.png"]
+    assert "removed bootstrap.parquet, phi_bootstrap.png there: an earlier fit's" in res.output
+
+
+def test_a_status_spelled_OK_is_named_not_taken_for_too_few_runs():
+    """Every row's status 'OK' (a hand-made table): the fit said '0 run(s) left of 18 (left out: 18 OK) is fewer
+    than the 6 parameters ...; add runs or fix phi'; it now says the status must read 'ok'."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint().assign(status="OK")
+    with pytest.raises(ValueError, match=r"no row has status 'ok' \(left out: 18 OK\).*write 'OK' as 'ok'") as e:
+        prepare(t, make_law("joint"))
+    assert "add runs" not in str(e.value)
+
+
 def test_fit_cli_single_seed_block_by_seed_says_no_interval(tmp_path):
     """`--block-by seed` on runs that all have one seed: one block, so every resample is the whole table. The fit
     printed phi = 0.93 [0.9319, 0.9319] with no warning; now no interval is printed, the console says why, and
