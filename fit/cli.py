@@ -12,6 +12,9 @@ import typer
 
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
 
+#: What ``--out`` may hold from a fit besides ``fit.json``; those a fit does not write are an earlier fit's.
+_FIT_FILES = ("bootstrap.parquet", "phi_bootstrap.png", "identification.json", "fit_curves.png", "residuals.png")
+
 
 def fit_cmd(
     table: Annotated[
@@ -83,7 +86,10 @@ def fit_cmd(
         bool, typer.Option("--json", help="Print the fit as one JSON object on stdout.")
     ] = False,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write fit.json, bootstrap.parquet and PNGs here.")
+        Path | None, typer.Option(
+            "--out", help="Write fit.json, bootstrap.parquet and PNGs here (an earlier fit's files there that this fit "
+            "does not write, e.g. its bootstrap.parquet, are moved into a folder earlier_fit_<UTC time> there).",
+        )
     ] = None,
     check_identified: Annotated[
         bool,
@@ -262,6 +268,17 @@ def fit_cmd(
             path = Path(out) / "identification.json"
             write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
             summary["outputs"]["identification.json"] = str(path)
+        # an earlier fit's files that this one did not write (its bootstrap, its verdict) would read as this fit's:
+        # moved into a folder of their own (nothing written is lost)
+        stale = [n for n in _FIT_FILES if n not in summary["outputs"] and (Path(out) / n).is_file()]
+        if stale:
+            import time
+
+            aside = Path(out) / f"earlier_fit_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+            aside.mkdir(exist_ok=True)
+            for name in stale:
+                (Path(out) / name).replace(aside / name)
+            summary["moved_aside"] = {"files": stale, "to": str(aside)}
     if json_out:
         typer.echo(json.dumps(summary, allow_nan=False))
         return
@@ -335,6 +352,9 @@ def fit_cmd(
         )
     if out is not None:
         lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
+        if summary.get("moved_aside"):
+            m = summary["moved_aside"]
+            lines.append(f"  moved {', '.join(m['files'])} (an earlier fit's, not this one's) to {m['to']}")
     print("\n".join(lines), file=sys.stdout)
 
 

@@ -376,12 +376,10 @@ def test_fit_errors_name_the_row_of_the_table_as_read():
         prepare(bad.drop(columns=["run_id"]), make_law("joint"))
 
 
-
-
-
 def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
     """A second fit into the same --out (no --bootstrap) left the first one's bootstrap.parquet, phi_bootstrap.png
-    and identification.json beside the new fit.json, to be read as this fit's; they are removed, and said so."""
+    and identification.json beside the new fit.json, to be read as this fit's; they are moved into a folder of their
+    own (nothing is lost), and said so."""
     from typer.testing import CliRunner
 
     path, out = tmp_path / "runs.csv", tmp_path / "fit"
@@ -392,8 +390,11 @@ def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
     assert (out / "bootstrap.parquet").is_file() and (out / "phi_bootstrap.png").is_file()
     res = CliRunner().invoke(_cli_app(), [*args, "--r", "1,2"])
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir()) == ["fit.json", "fit_curves.png", "residuals.png"]
-    assert "removed bootstrap.parquet, phi_bootstrap.png there: an earlier fit's" in res.output
+    aside = [p for p in out.iterdir() if p.is_dir()]
+    assert len(aside) == 1 and aside[0].name.startswith("earlier_fit_")
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["fit.json", "fit_curves.png", "residuals.png"]
+    assert sorted(p.name for p in aside[0].iterdir()) == ["bootstrap.parquet", "phi_bootstrap.png"]
+    assert f"moved bootstrap.parquet, phi_bootstrap.png (an earlier fit's, not this one's) to {aside[0]}" in res.output
 
 
 def test_a_status_spelled_OK_is_named_not_taken_for_too_few_runs():
