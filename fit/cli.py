@@ -131,6 +131,11 @@ def fit_cmd(
         table = table / "runs.parquet"
     if workers is not None and num_cpus is not None and workers != num_cpus:
         raise ValueError(f"--workers {workers} and --num-cpus {num_cpus} disagree; give one of them")
+    if workers == 1 and address is not None:
+        raise ValueError(
+            f"--workers 1 runs the bootstrap serially, without Ray, and --address {address} joins a Ray cluster for "
+            "it: drop --address, or drop --workers to use the cluster's CPUs"
+        )
     opts = ClusterOptions(
         address=address,
         num_cpus=num_cpus or (workers if address is None and workers != 1 else None),
@@ -163,6 +168,13 @@ def fit_cmd(
     bb = None
     if block_by not in ("default", "iid", "none", ""):
         bb = tuple(c.strip() for c in block_by.split(","))
+        twice = sorted({c for c in bb if bb.count(c) > 1})
+        if twice or "" in bb:
+            raise ValueError(
+                f"--block-by {block_by}: "
+                + (f"{', '.join(twice)} given twice" if twice else "an empty column name")
+                + "; give each column once, comma-separated (e.g. --block-by budget,r)"
+            )
     from loopscale.fit.io import read_table
 
     src = read_table(table)

@@ -81,6 +81,12 @@ def test_one_error_presenter():
         (["report", "/nonexistent/run"], "error: "),
         (["model", "info", "--d-model", "100", "--r", "4"], "d_model"),
         (["fit", "/nonexistent/runs.parquet"], "error: "),
+        # a column given twice was used twice ("(D,r,D)" in the summary)
+        (["fit", str(ROOT / "docs" / "example_cpu_previous_default"), "--bootstrap", "3", "--block-by", "D,r,D"],
+         "error: --block-by D,r,D: D given twice"),
+        # joined the cluster (or failed to find one) although --workers 1 says serial, no Ray
+        (["fit", str(ROOT / "docs" / "example_cpu_previous_default"), "--bootstrap", "3", "--workers", "1",
+          "--address", "auto"], "error: --workers 1 runs the bootstrap serially, without Ray"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(args, message):
