@@ -95,8 +95,9 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: unreadable file (Parquet or CSV, :func:`loopscale.fit.io.read_table`), missing columns, fewer than two r among the ok runs, or no cell with two
-            seeds (the seed noise cannot be measured).
+        ValueError: unreadable file (Parquet or CSV, :func:`loopscale.fit.io.read_table`), missing columns, an ok
+            run without a finite loss (as the fits), fewer than two r among the ok runs, or no cell with two seeds
+            (the seed noise cannot be measured).
     """
     from loopscale.fit.design import cell_noise
 
@@ -112,14 +113,21 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     runs = drop_duplicate_runs(runs)[0]  # a run id listed twice is one run, its newest row, as the fits read it
     if "status" in runs.columns:
         runs = runs[runs["status"] == "ok"]
+    loss_name = "loss"  # the table's own name of the loss column, for messages
     if "loss" not in runs.columns and "final_val_loss" in runs.columns:
-        runs = runs.assign(loss=runs["final_val_loss"])
+        runs, loss_name = runs.assign(loss=runs["final_val_loss"]), "final_val_loss"
     runs = with_layers_unique(runs)
     missing = [c for c in ("loss", *PILOT_COLUMNS) if c not in runs.columns]
     if missing:
         hint = " (loss may be named final_val_loss)" if "loss" in missing else ""
         raise ValueError(f"pilot {p} lacks column(s) {missing}{hint} (a loopscale runs.parquet has them)")
-    runs = runs[np.isfinite(runs["loss"].astype(float))].reset_index(drop=True)
+    loss = pd.to_numeric(runs["loss"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    if not np.isfinite(loss).all():  # as the fits: an ok run without a finite loss is a broken table, not a run
+        bad = int((~np.isfinite(loss)).sum())
+        raise ValueError(
+            f"pilot {p}: column {loss_name!r} has {bad} NaN/inf value(s) among the runs whose status is 'ok' (the fits "
+            "refuse such a table too): give them another status (e.g. 'diverged') or remove them"
+        )
     if runs["r"].nunique() < 2:
         raise ValueError(f"pilot {p} has ok runs at r={sorted(runs['r'].unique().tolist())} only; the joint law "
                          "taken as truth needs at least two values of r")

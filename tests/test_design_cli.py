@@ -346,3 +346,18 @@ def test_a_run_listed_twice_in_the_pilot_is_one_run_its_newest_row(tmp_path):
     diverged = runs.iloc[:4].assign(status="diverged", final_val_loss=np.nan)
     pd.concat([runs, diverged]).to_parquet(tmp_path / "rerun.parquet")
     assert len(read_pilot(tmp_path / "rerun.parquet")) == len(runs) - 4
+
+
+def test_a_pilot_with_an_ok_run_without_a_loss_is_refused_as_the_fits_refuse_it(tmp_path):
+    """An ok run whose loss is NaN was dropped from the pilot without a word (the fits refuse the same table): a
+    design then rested on fewer runs than the table claimed. Now it is refused, naming the column and the count."""
+    from loopscale.sweep.design_cmd import read_pilot
+
+    spec, path, runs = _pilot(tmp_path, seeds=2)
+    broken = runs.copy()
+    broken.loc[broken.index[::5], "final_val_loss"] = np.nan
+    broken.to_parquet(tmp_path / "nan.parquet")
+    n = int(broken["final_val_loss"].isna().sum())
+    with pytest.raises(ValueError, match=rf"column 'final_val_loss' has {n} NaN/inf value\(s\) among the runs whose"):
+        read_pilot(tmp_path / "nan.parquet")
+    assert len(read_pilot(path)) == len(runs)
