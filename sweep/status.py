@@ -141,6 +141,7 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     doc = {
         "kind": kind,
         "command": "loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "cwd": os.getcwd(),  # where a relative --storage of the command line is
         "pid": pid,
         "host": host,
         "proc_start": ticks,
@@ -480,6 +481,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     store = (
         storage
         or (spec.storage_path if spec is not None and spec.storage_path else None)
+        or recorded_storage(record)
         or str(out / "tune")
     )
     from loopscale.cluster.options import reachable_storage
@@ -642,6 +644,30 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     }
 
 
+def recorded_storage(record: dict | None) -> str | None:
+    """The ``--storage`` of the command line a folder's ``command.json`` records (the Tune state of a sweep run
+    with ``--storage`` is not under ``OUT/tune``, and the folder's spec.yaml does not keep it): a URI as given, a
+    local path made absolute against the command's working directory; None without one."""
+    import shlex
+
+    try:
+        argv = shlex.split((record or {}).get("command") or "")
+    except ValueError:
+        return None
+    value = None
+    for i, a in enumerate(argv):
+        if a == "--storage" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith("--storage="):
+            value = a.split("=", 1)[1]
+    if not value:
+        return None
+    if "://" in value or Path(value).expanduser().is_absolute():
+        return str(Path(value).expanduser()) if "://" not in value else value
+    cwd = (record or {}).get("cwd")
+    return str(Path(cwd) / value) if cwd else None
+
+
 def resume_command(command: str | None) -> str | None:
     """The command line that continues a stopped ``command`` (``loopscale run|sweep|tune-lr ...``): the same line
     with ``--resume`` (added once); None without a command line."""
@@ -773,7 +799,7 @@ def format_status(st: dict) -> list[str]:
 def status_cmd(
     out: Path = typer.Argument(..., help="The --out folder of a `loopscale run`, `sweep` or `tune-lr`."),
     storage: str | None = typer.Option(
-        None, "--storage", help="Where the Tune state lives when not in OUT/tune (the run's --storage)."
+        None, "--storage", help="Where the Tune state lives when not in OUT/tune (default: the --storage of the folder's last command, from logs/command.json)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:

@@ -136,3 +136,27 @@ def test_status_cli_json_and_missing_dir(half_done, tmp_path):
     assert json.loads(p.stdout)["runs"]["pending"] == 8
     p = subprocess.run(cmd + [str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "is not a directory" in p.stderr
+
+
+def test_status_reads_the_tune_state_where_the_recorded_command_put_it(half_done, tmp_path, monkeypatch):
+    """A sweep run with --storage keeps Tune's state there, and neither the folder nor its spec.yaml recorded that:
+    status looked under OUT/tune only and left the trials out without a word. It now takes the --storage of the
+    command line command.json records (a relative path against that command's working directory)."""
+    from loopscale.sweep import status as status_mod
+
+    out, _ = half_done
+    asked: list = []
+    monkeypatch.setattr(status_mod, "_tune_state", lambda storage, name: asked.append(storage))
+    (out / "logs").mkdir()
+    for command, want in (
+        (f"loopscale sweep smoke --out {out} --storage file:///bucket/x", "file:///bucket/x"),
+        (f"loopscale sweep smoke --out {out} --storage=st", str(tmp_path / "st")),
+        (f"loopscale sweep smoke --out {out} --storage {tmp_path / 'abs'}", str(tmp_path / "abs")),
+        (f"loopscale sweep smoke --out {out}", str(out / "tune")),
+    ):
+        record = {"kind": "sweep", "command": command, "cwd": str(tmp_path), "pid": -1, "host": "elsewhere",
+                  "started_at": time.time() - 100, "recorded_at": time.time() - 100}  # fmt: skip
+        (out / "logs" / "command.json").write_text(json.dumps(record))
+        asked.clear()
+        collect_status(out)
+        assert asked and asked[-1] == want, (command, asked)
