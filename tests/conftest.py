@@ -99,3 +99,19 @@ def sweep_on_cluster(monkeypatch):
         return tap, box["path"]
 
     return run
+
+
+@pytest.fixture
+def s3_offline(monkeypatch):
+    """``s3://`` storage out of reach (no network): resolving an s3 URI raises pyarrow's offline OSError; other URIs
+    resolve as usual."""
+    from loopscale.cluster import storage as st
+
+    real = st.resolve_uri
+
+    def offline(uri, filesystem=None):
+        if filesystem is None and uri.startswith("s3://"):
+            raise OSError("When resolving region for bucket 'b': AWS Error NETWORK_CONNECTION during HeadBucket")
+        return real(uri, filesystem)
+
+    monkeypatch.setattr(st, "resolve_uri", offline)

@@ -531,23 +531,14 @@ def test_sigterm_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactiv
         signal.signal(signal.SIGTERM, outer)
 
 
-def test_unreachable_storage_is_one_line_before_anything_is_written(tmp_path, monkeypatch):
+def test_unreachable_storage_is_one_line_before_anything_is_written(tmp_path, s3_offline):
     """sweep / run / tune-lr / status with a --storage bucket that cannot be reached (no network, a mistyped bucket)
     say so in one line and exit 2 before the --out folder is written (sweep died at its first read of the storage
     with pyarrow's OSError traceback, exit 1, after writing the folder's spec, corpus and logs)."""
     from typer.testing import CliRunner
 
-    from loopscale.cluster import storage as st
     from loopscale.sweep.cli import app
 
-    real = st.resolve_uri
-
-    def offline(uri, filesystem=None):
-        if filesystem is None and uri.startswith("s3://"):
-            raise OSError("When resolving region for bucket 'b': AWS Error NETWORK_CONNECTION during HeadBucket")
-        return real(uri, filesystem)
-
-    monkeypatch.setattr(st, "resolve_uri", offline)
     for cmd in (["sweep", "smoke"], ["run", "smoke"], ["tune-lr", "smoke"]):
         out = tmp_path / cmd[0]
         res = CliRunner().invoke(app, [*cmd, "--out", str(out), "--storage", "s3://b/x"])

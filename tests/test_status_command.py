@@ -497,20 +497,10 @@ def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
     assert "fit (an earlier fit's; the fit stage started since has not ended): baseline: phi = 0.500" in text[-2]
 
 
-def test_a_spec_storage_out_of_reach_is_said_not_skipped(tmp_path, monkeypatch):
+def test_a_spec_storage_out_of_reach_is_said_not_skipped(tmp_path, s3_offline):
     """A folder whose spec keeps Tune's state on a remote storage that cannot be reached (offline, no credentials):
     status left the Tune state out without a word (s3://, after pyarrow's retries) or hung (gs://, for Google's
     15-minute retry policy); it now shows what the folder holds and says why the Tune state is not there."""
-    from loopscale.cluster import storage as st
-
-    real = st.resolve_uri
-
-    def offline(uri, filesystem=None):
-        if filesystem is None and uri.startswith("s3://"):
-            raise OSError("When resolving region for bucket 'b': AWS Error NETWORK_CONNECTION during HeadBucket")
-        return real(uri, filesystem)
-
-    monkeypatch.setattr(st, "resolve_uri", offline)
     out = tmp_path / "run"
     out.mkdir()
     (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke").model_copy(update={"storage_path": "s3://b/x"})))
