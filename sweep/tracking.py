@@ -79,9 +79,33 @@ def parse_track(values) -> tuple[Target, ...]:
                 f"(or pip install {mod}); nothing was run"
             )
         t = Target(kind, arg)
+        if kind == "mlflow":
+            _check_mlflow_server(arg or os.environ.get("MLFLOW_TRACKING_URI", ""))
         if t not in out:
             out.append(t)
     return tuple(out)
+
+
+def _check_mlflow_server(uri: str, timeout: float = 5.0) -> None:
+    """Refuse an ``http(s)`` MLflow tracking URI whose server does not answer a TCP connection within ``timeout``
+    seconds (MLflow's client retries such a server for minutes, with nothing on the console, before any trial runs).
+
+    Raises:
+        ValueError: the server cannot be reached (the message names the URI and why)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname or "", port), timeout=timeout).close()
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"--track mlflow: the MLflow server {uri} cannot be reached ({e}); start it, or give another URI "
+            "(e.g. mlflow:file:runs/x/mlruns); nothing was run"
+        ) from None
 
 
 _NOT_TRACKED: dict[Target, list[str]] = {}

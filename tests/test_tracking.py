@@ -235,3 +235,24 @@ def test_resume_says_which_track_targets_the_restored_experiment_lacks(tmp_path)
     assert lines[1].startswith("MLflow: nothing logged for the resumed experiment grid_x_001"), lines
     # said once: a later command's last lines are not affected
     assert tracking.describe(now, tmp_path, "loopscale-x-grid")[1].startswith("MLflow: experiment 'loopscale-x-grid'")
+
+
+def test_unreachable_mlflow_server_is_refused_before_any_compute(monkeypatch):
+    # MLflow's client retries a server that refuses connections for minutes before the first trial, silently
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ValueError, match=rf"MLflow server http://127.0.0.1:{port} cannot be reached.*nothing was run"):
+        tracking.parse_track([f"mlflow:http://127.0.0.1:{port}"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    with pytest.raises(ValueError, match="cannot be reached"):
+        tracking.parse_track(["mlflow"])
+    with socket.socket() as s:  # a server that listens is accepted
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        uri = f"http://127.0.0.1:{s.getsockname()[1]}"
+        assert tracking.parse_track([f"mlflow:{uri}"]) == (tracking.Target("mlflow", uri),)
