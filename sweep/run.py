@@ -454,7 +454,9 @@ def run_cmd(
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:
         if resume and fresh:  # e.g. a mistyped folder: say it before hours of training start
             con.say(f"--resume: nothing to resume in {out_dir} (no earlier run there); starting a new run", err=True)
-        with tracking.described(targets, out_dir, f"loopscale-{spec.name}-grid", con.say):
+        # with `lr: tune` the LR studies log into their own MLflow experiment / W&B group before the grid's
+        groups = ("tune-lr", "grid") if spec.lr == "tune" else ("grid",)
+        with tracking.described(targets, out_dir, tuple(f"loopscale-{spec.name}-{g}" for g in groups), con.say):
             meta = run_pipeline(
                 spec,
                 out_dir,

@@ -313,8 +313,12 @@ def _mlflow_cls(mixin):
     return LoopscaleMLflow
 
 
-def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str) -> list[str]:
-    """One line per target saying where its results are (printed at the end of a command)."""
+def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str | tuple[str, ...]) -> list[str]:
+    """One line per target saying where its results are (printed at the end of a command). ``group``: the MLflow
+    experiment / W&B group the command logged into, or several (``loopscale run``: its LR studies' and its grid's)."""
+    groups = (group,) if isinstance(group, str) else tuple(group)
+    named = ", ".join(repr(g) for g in groups)
+    plural = "s" if len(groups) > 1 else ""
     lines = []
     for t in targets:
         if t in _NOT_TRACKED:
@@ -337,15 +341,15 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str) -> li
                 view = f"pip install tensorboard, then {view}"
             lines.append(f"TensorBoard logs: {d} (view: {view})")
         elif t.kind == "mlflow":
-            lines.append(f"MLflow: experiment {group!r} at {mlflow_uri(t, out_dir)}")
+            lines.append(f"MLflow: experiment{plural} {named} at {mlflow_uri(t, out_dir)}")
         else:
-            lines.append(f"W&B: project {t.arg or 'loopscale'}, group {group!r}")
+            lines.append(f"W&B: project {t.arg or 'loopscale'}, group{plural} {named}")
     _NOT_TRACKED.clear()
     return lines
 
 
 @contextlib.contextmanager
-def described(targets: tuple[Target, ...], out_dir: str | Path, group: str, say: Callable[[str], None]) -> Iterator[None]:
+def described(targets: tuple[Target, ...], out_dir: str | Path, group: str | tuple[str, ...], say: Callable[[str], None]) -> Iterator[None]:
     """Say :func:`describe`'s lines (with ``say``) when the block ends, and also when it is stopped by a Ctrl-C or
     SIGTERM (what was logged before the stop is there); not after an error, whose one line stays the last."""
     from loopscale.cluster.options import Interrupted

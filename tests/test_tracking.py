@@ -256,3 +256,34 @@ def test_unreachable_mlflow_server_is_refused_before_any_compute(monkeypatch):
         s.listen(1)
         uri = f"http://127.0.0.1:{s.getsockname()[1]}"
         assert tracking.parse_track([f"mlflow:{uri}"]) == (tracking.Target("mlflow", uri),)
+
+
+def test_run_names_the_mlflow_experiments_of_its_lr_studies_and_its_grid(tmp_path, monkeypatch, capfd):
+    """`loopscale run` with `lr: tune` logs its LR studies into `loopscale-<spec>-tune-lr` and its grid into
+    `-grid`; its last lines named only the grid's experiment."""
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+    import yaml
+    from typer.testing import CliRunner
+
+    from loopscale.sweep import run as run_mod
+    from loopscale.sweep.cli import app
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt  # the last lines are said after a Ctrl-C too; nothing is trained
+
+    monkeypatch.setattr(run_mod, "run_pipeline", stopped)
+    spec = preset_spec("smoke").model_dump(mode="json")
+    for lr, want in (
+        ("tune", "experiments 'loopscale-t-tune-lr', 'loopscale-t-grid'"),
+        ({"fixed": 0.01}, "experiment 'loopscale-t-grid'"),
+    ):
+        spec.update(name="t", lr=lr)
+        path = tmp_path / f"{'tune' if lr == 'tune' else 'fixed'}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        out = tmp_path / path.stem
+        track = f"mlflow:file:{out / 'mlruns'}"
+        res = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--track", track])
+        assert res.exit_code == 130, res.output
+        said = res.output + "".join(capfd.readouterr())  # the console writes to the process's own streams
+        assert f"MLflow: {want} at file:{out / 'mlruns'}" in said
