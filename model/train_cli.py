@@ -144,7 +144,10 @@ def _parse_seeds(text: str) -> list[int]:
     Raises:
         ValueError: not a count >= 1 or a list of distinct integers >= 0.
     """
-    parts = [p.strip() for p in text.split(",") if p.strip()]
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > 1 and "" in parts:  # "1,,2" or "1,2,": a missing entry, not a list of two
+        raise ValueError(f"--seeds {text}: an empty entry; give a count k (seeds 0..k-1) or distinct integers >= 0, "
+                         "e.g. 0,3,7")  # fmt: skip
     try:
         vals = [int(p) for p in parts]
     except ValueError:

@@ -283,6 +283,7 @@ def test_train_data_line_says_how_the_corpus_was_split():
         (["--d-model", "16", "--tokens", "4096", "--target-flops", "1e9"], "give exactly one of --tokens D"),
         (["--d-model", "16", "--r", "2", "--tokens", "4096", "--seeds", "2", "--checkpoint-every-steps", "1"],
          "--checkpoint-every-steps needs --checkpoint-dir DIR"),
+        (["--d-model", "16", "--tokens", "4096", "--seeds", "1,,2"], "--seeds 1,,2: an empty entry"),  # was [1, 2]
     ],
 )
 def test_train_names_the_flags_of_a_bad_run_before_training(args, message):
