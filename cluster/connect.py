@@ -361,6 +361,7 @@ def ray_session(
         raise
     if main:  # ray.init made SIGTERM a bare sys.exit(15): the driver stopped without saving Tune's state
         signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
+    _SHUTTING_DOWN.clear()  # a head started now is watched after a SIGTERM until this session shuts it down
     try:
         if stopped:  # Ctrl-C or SIGTERM during ray.init, held until Ray was up: stop now, through the shutdown below
             raise KeyboardInterrupt
@@ -369,7 +370,8 @@ def ray_session(
             yield info
     finally:
         # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
-        # Started by us: it stops every process we started.
+        # Started by us: it stops every process we started (so a SIGTERM's head watch stands down first).
+        _SHUTTING_DOWN.append(True)
         try:
             ray.shutdown()
         finally:
@@ -385,12 +387,81 @@ def sigterm_as_ctrl_c(signum, frame) -> None:
     continues. It calls the SIGINT handler in place (Tune's while an experiment runs, else Python's, which raises
     KeyboardInterrupt); with SIGINT ignored or not a Python handler it raises KeyboardInterrupt.
     :func:`stopped_by_sigterm` tells afterwards."""
+    first = not _SIGTERM_SEEN
     _SIGTERM_SEEN.append(True)
+    if first:
+        threading.Thread(target=_exit_if_ray_head_lost, name="loopscale-sigterm-watch", daemon=True).start()
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
         handler(signal.SIGINT, frame)
     else:
         raise KeyboardInterrupt
+
+
+HEAD_LOST_WATCH_S = 30.0
+"""Seconds after a SIGTERM during which :func:`_exit_if_ray_head_lost` watches the Ray head this driver started
+(a raylet takes a few seconds to exit on SIGTERM)."""
+
+_SHUTTING_DOWN: list[bool] = []  # set by ray_session before its ray.shutdown(), which stops the head itself
+
+
+def _ray_head_lost() -> bool:
+    """True when the local Ray head this driver started has lost its GCS server or raylet (exited); False when it
+    has not, when this driver joined a cluster, or when Ray's node is not known."""
+    try:
+        import ray._private.worker as worker
+        from ray._private import ray_constants
+
+        node = worker._global_node
+        if node is None or not getattr(node, "head", False):
+            return False
+        for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET):
+            if any(info.process.poll() is not None for info in node.all_processes.get(kind) or []):
+                return True
+    except Exception:  # Ray's private API moved: the driver shuts down as usual
+        return False
+    return False
+
+
+def _exit_if_ray_head_lost(watch_s: float | None = None) -> None:
+    """After a SIGTERM: when the same signal also stopped the Ray head this driver started (sent to the whole
+    process group: SLURM's ``scancel``, ``kill -- -PGID``), the driver cannot stop Tune's trials in order: every
+    call to the dead head blocks, and after 60 s Ray's core ends the process with exit 1 and no message. Tune saves
+    its state at once when the signal arrives, so once the head is seen gone (watched for ``watch_s``,
+    :data:`HEAD_LOST_WATCH_S`, and not by this driver's own ``ray.shutdown()``) the driver says so and exits with
+    :data:`~loopscale.cluster.options.EXIT_TERMINATED`; ``--resume`` continues from that state."""
+    import time
+
+    from loopscale.cluster.options import EXIT_TERMINATED
+
+    end = time.monotonic() + (HEAD_LOST_WATCH_S if watch_s is None else watch_s)
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        if _SHUTTING_DOWN:
+            return
+        if _ray_head_lost():
+            time.sleep(1.0)  # Tune's last state write, begun when the signal arrived, has long ended
+            if not _SHUTTING_DOWN:
+                break
+            return
+    else:
+        return
+    msg = (
+        "interrupted (SIGTERM): Ray's own processes were stopped by the same signal (sent to the whole process "
+        "group), so the run could not end in order; the state Tune saved is kept, rerun the same command with "
+        "--resume to continue"
+    )
+    try:
+        from loopscale.sweep import console
+
+        con = console._CURRENT
+        if con is not None:
+            con.say(msg, err=True)
+        else:
+            sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+    finally:
+        os._exit(EXIT_TERMINATED)
 
 
 def stopped_by_sigterm() -> bool:

@@ -67,3 +67,36 @@ def test_a_ctrl_c_tune_caught_is_reported_even_when_every_trial_finished(tmp_pat
                 assert signal.getsignal(signal.SIGINT) is mine
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_sigterm_that_also_stopped_the_ray_head_ends_the_driver_with_its_message(monkeypatch):
+    """A SIGTERM to the whole process group (SLURM's scancel, ``kill -- -PGID``) stops the Ray head the driver
+    started too; every later call to it blocked, and 60 s on Ray's core ended the driver with exit 1 and no
+    message. Once the head is seen gone (and not by the driver's own ray.shutdown) the driver says so and exits
+    143; with the head alive, or while the session shuts it down, the watch stands down."""
+    import io
+
+    from loopscale.cluster import connect
+    from loopscale.sweep import console
+
+    exits: list[int] = []
+
+    def fake_exit(code):
+        exits.append(code)
+
+    buf = io.StringIO()
+    monkeypatch.setattr(connect.os, "_exit", fake_exit)
+    monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+    monkeypatch.setattr(connect, "_ray_head_lost", lambda: True)
+    monkeypatch.setattr(connect, "_SHUTTING_DOWN", [])
+    connect._exit_if_ray_head_lost(watch_s=5)
+    assert exits == [143]
+    assert buf.getvalue().startswith("interrupted (SIGTERM): Ray's own processes were stopped by the same signal")
+    assert "--resume" in buf.getvalue()
+    exits.clear()
+    monkeypatch.setattr(connect, "_SHUTTING_DOWN", [True])  # the session's own ray.shutdown stops the head
+    connect._exit_if_ray_head_lost(watch_s=3)
+    monkeypatch.setattr(connect, "_SHUTTING_DOWN", [])
+    monkeypatch.setattr(connect, "_ray_head_lost", lambda: False)  # a SIGTERM to the driver alone
+    connect._exit_if_ray_head_lost(watch_s=2)
+    assert exits == []
