@@ -452,16 +452,18 @@ def _exit_if_ray_head_lost(watch_s: float | None = None) -> None:
         "--resume to continue"
     )
     try:
-        from loopscale.sweep import console
-
-        con = console._CURRENT
-        if con is not None:
-            con.say(msg, err=True)
+        if say_stop is not None:
+            say_stop(msg)
         else:
             sys.stderr.write(msg + "\n")
             sys.stderr.flush()
     finally:
         os._exit(EXIT_TERMINATED)
+
+
+say_stop: Callable[[str], None] | None = None
+"""Where :func:`_exit_if_ray_head_lost` says its line (a command's console sets it to its error stream, as fd 2 is
+captured into the command's log while it runs); None: ``sys.stderr``."""
 
 
 def stopped_by_sigterm() -> bool:

@@ -316,6 +316,7 @@ def session(
             con.out_dir = Path(out_dir).resolve()
             con.log_path = con.out_dir / "logs" / LOG_NAME
             with (
+                _stop_notices_to(con),
                 _capture(con.log_path, con),
                 warning_as_info(TUNE_ANALYSIS_LOGGER, tune_metrics_never_written),
                 warning_as_info(TUNE_SYNC_LOGGER, tune_sync_met_a_renamed_temp_file, levels=(logging.ERROR,)),
@@ -332,6 +333,19 @@ def session(
         _CURRENT = prev
         stream.close()
         err.close()
+
+
+@contextlib.contextmanager
+def _stop_notices_to(con: Console) -> Iterator[None]:
+    """While the block runs, the driver's last line after a SIGTERM that also stopped Ray
+    (:data:`loopscale.cluster.connect.say_stop`) goes to ``con``'s error stream, not to the captured fd 2."""
+    from loopscale.cluster import connect
+
+    saved, connect.say_stop = connect.say_stop, (lambda msg: con.say(msg, err=True))
+    try:
+        yield
+    finally:
+        connect.say_stop = saved
 
 
 # --- progress views ------------------------------------------------------------------------------------------

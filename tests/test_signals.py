@@ -86,7 +86,7 @@ def test_a_sigterm_that_also_stopped_the_ray_head_ends_the_driver_with_its_messa
 
     buf = io.StringIO()
     monkeypatch.setattr(connect.os, "_exit", fake_exit)
-    monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+    monkeypatch.setattr(connect, "say_stop", console.Console(buf, interactive=False).say)
     monkeypatch.setattr(connect, "_ray_head_lost", lambda: True)
     monkeypatch.setattr(connect, "_SHUTTING_DOWN", [])
     connect._exit_if_ray_head_lost(watch_s=5)
