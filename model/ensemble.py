@@ -272,8 +272,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         seeds: init seeds, one per member (distinct).
         data_seeds: batch-order seeds, one per member, or None.
         callback: called as ``callback(event)`` after every evaluation, once per member, with train_run's keys
-            (``step``, ``tokens``, ``train_loss``, ``val_loss``, ``lr``, ``checkpoint_path``, ``final``; the final
-            one also ``status``) plus ``member`` (index) and ``seed``; also after every checkpoint write.
+            (``step``, ``tokens``, ``train_loss``, ``val_loss``, ``lr``, ``checkpoint_path``, ``final``,
+            ``start_tokens``; the final one also ``status``) plus ``member`` (index) and ``seed``; also after every checkpoint write.
 
     Checkpoints: as train_run (``checkpoint_dir``, ``checkpoint_every_steps``, atomic, the newest two kept, resume
     from the newest), one file for the whole ensemble (stacked weights, both optimizers, every member's curve,
@@ -429,6 +429,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 "lr": cur_lr,
                 "checkpoint_path": None if path is None else str(path),
                 "final": final,
+                "start_tokens": start_step * B,
                 "member": i,
                 "seed": seeds[i],
             }

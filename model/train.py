@@ -690,7 +690,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         cfg: the run (validated).
         callback: called as ``callback(event)`` after every evaluation and every checkpoint write, with
             ``step``, ``tokens``, ``train_loss``, ``val_loss`` (or None), ``lr``, ``checkpoint_path`` (or None),
-            ``final`` (bool). Exceptions it raises propagate (Ray Tune stops trials that way).
+            ``final`` (bool), ``start_tokens`` (tokens per member already trained when this attempt began: 0, or
+            the resumed checkpoint's). Exceptions it raises propagate (Ray Tune stops trials that way).
 
     Returns:
         :class:`RunResult`; a diverged run (NaN/inf loss or loss > ``diverge_loss``) returns status
@@ -779,6 +780,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         def emit(pt: dict, path: Path | None, final: bool) -> None:
             if callback is not None:
                 event = {**pt, "checkpoint_path": None if path is None else str(path), "final": final}
+                event["start_tokens"] = start_step * B
                 callback({**event, "status": status} if final else event)
 
         model.train()

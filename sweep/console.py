@@ -517,7 +517,9 @@ class GridView(_View):
             tok = float(result["tokens"])
             members = int(result.get("members") or 1)
             last = self._seen.get(trial.trial_id)
-            delta = tok - last if last is not None and tok >= last else tok
+            if last is None or tok < last:  # first report here, or a restart: this attempt began at start_tokens
+                last = min(tok, float(result.get("start_tokens") or 0.0))
+            delta = tok - last
             self._seen[trial.trial_id] = tok
             fpt = self._flops_per_token(trial_cells(trial.config))
             self._spent[trial.trial_id] = tok * members * fpt

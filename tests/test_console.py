@@ -239,6 +239,23 @@ def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
         clock[0] += 5
         view.observe([t], t, {"tokens": tok})
     assert view.tokens_per_s == pytest.approx(500 / 5)  # the restart's 500 new tokens over the 5 s since
+    for tok in (1000, 600):  # a restart that says it began at its checkpoint's 400 tokens: 200 new tokens
+        clock[0] += 5
+        view.observe([t], t, {"tokens": tok, "start_tokens": 400})
+    assert view.tokens_per_s == pytest.approx(200 / 5)
+
+
+def test_grid_view_resumed_trial_rate_counts_only_this_attempts_tokens(monkeypatch):
+    # a trial resumed from its checkpoint at 40,000 tokens reports 44,000 ten seconds after the display first saw
+    # it: 4,000 tokens trained in 10 s, not 44,000 (the rate read 3x the true one after every --resume)
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    view = console.GridView(console.Console(io.StringIO(), interactive=False), total=1)
+    t = SimpleNamespace(trial_id="t", status="RUNNING", config={"cell": _cells(1)[0]})
+    view.observe([t])
+    clock[0] += 10
+    view.observe([t], t, {"tokens": 44_000, "start_tokens": 40_000})
+    assert view.tokens_per_s == pytest.approx(4_000 / 10)
 
 
 def test_lr_view_best_lr_per_size_and_counts():

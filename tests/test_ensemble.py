@@ -154,8 +154,11 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
 
     before = load_checkpoint(latest_checkpoint(tmp_path / "b"))["wall_s"]
     t0 = time.perf_counter()
-    resumed = train_ensemble(ck, [0, 1])
+    events = []
+    resumed = train_ensemble(ck, [0, 1], callback=events.append)
     this = time.perf_counter() - t0
+    per_step = events[0]["tokens"] // events[0]["step"]
+    assert {ev["start_tokens"] for ev in events} == {4 * per_step}  # the resumed attempt began at step 4's tokens
     assert all(before > 0 and before < r.wall_s <= before + this for r in resumed)  # both attempts' time
     for a, b in zip(resumed, full, strict=True):
         assert a.resumed_from_step == 4 and b.resumed_from_step is None
@@ -263,10 +266,19 @@ def test_a_run_resumed_after_its_last_step_keeps_its_throughput(tmp_path, traine
     checkpoint: the resumed result equals the first attempt's."""
     cfg = _cfg(tmp_path, checkpoint_every_steps=2, checkpoint_dir=str(tmp_path / "ck"))
 
-    def train():
-        return [train_run(cfg)] if trainer == "single" else train_ensemble(cfg, [0, 1])
+    events: list[dict] = []
 
-    first, again = train(), train()
+    def train():
+        events.clear()
+        if trainer == "single":
+            return [train_run(cfg, callback=events.append)]
+        return train_ensemble(cfg, [0, 1], callback=events.append)
+
+    first = train()
+    assert {ev["start_tokens"] for ev in events} == {0}
+    per_step = events[0]["tokens"] // events[0]["step"]
+    again = train()
+    assert events and {ev["start_tokens"] for ev in events} == {6 * per_step}  # where this attempt began
     for a, b in zip(first, again, strict=True):
         assert b.resumed_from_step == 6 and a.resumed_from_step is None
         assert a.tokens_per_s > 0 and b.tokens_per_s == pytest.approx(a.tokens_per_s, rel=1e-9)
