@@ -12,6 +12,7 @@ unless ``--vocab-size`` is given.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import typer
@@ -102,8 +103,9 @@ def train_cmd(
     d = res.to_dict()
     out = {k: d[k] for k in JSON_KEYS}
     if as_json:
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        _dump_json(out)
+        if res.status != "ok":
+            raise typer.Exit(code=1)
         return
     for k in (
         "status",
@@ -179,8 +181,7 @@ def _train_ensemble(run, members: list[int], as_json: bool) -> None:
     results = train_ensemble(run, members)
     rows = [{k: r.to_dict()[k] for k in JSON_KEYS} for r in results]
     if as_json:
-        json.dump(rows, sys.stdout)
-        sys.stdout.write("\n")
+        _dump_json(rows)
     else:
         for o in rows:
             bpb = f", bpb {o['final_val_bpb']:.4f}" if o["final_val_bpb"] is not None else ""
@@ -192,6 +193,23 @@ def _train_ensemble(run, members: list[int], as_json: bool) -> None:
                    f"the ensemble: {o['wall_s']:.1f} s wall, MFU {o['mfu'] if o['mfu'] is None else round(o['mfu'], 3)}")
     if any(r.status != "ok" for r in results):
         raise typer.Exit(code=1)
+
+
+def _finite_or_none(v):
+    """``v`` with every non-finite float (NaN, inf: e.g. a diverged run's tokens/s) replaced by None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite_or_none(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite_or_none(x) for x in v]
+    return v
+
+
+def _dump_json(obj) -> None:
+    """Print ``obj`` as strict JSON (NaN and inf as null, which strict parsers accept) and a newline."""
+    json.dump(_finite_or_none(obj), sys.stdout, allow_nan=False)
+    sys.stdout.write("\n")
 
 
 def _split_text(dd: dict) -> str:

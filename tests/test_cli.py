@@ -315,3 +315,23 @@ def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
                 in res.stdout) is says, res.stdout  # fmt: skip
         res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
         assert ("loss_column_note" in json.loads(res.stdout)) is says
+
+
+@pytest.mark.parametrize("seeds", [[], ["--seeds", "2"]])
+def test_train_json_of_a_diverged_run_is_strict_json_and_exits_1(tmp_path, monkeypatch, seeds):
+    """`train --json` on a run that diverges exits 1 as the text output does (it exited 0), and prints strict
+    JSON: the diverged run's NaN tokens/s is null (json.loads(parse_constant=...) refused `NaN`)."""
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("Some plain English prose for a tiny run, said again and again. " * 300)
+    args = ["train", "--d-model", "16", "--tokens", "8192", "--eval-tokens", "512", "--batch-tokens", "1024",
+            "--diverge-loss", "3", "--corpus", str(corpus), "--json", *seeds]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1, res.output
+
+    def refuse(c):
+        raise AssertionError(f"non-strict JSON constant {c}")
+
+    out = json.loads(res.stdout.strip().splitlines()[-1], parse_constant=refuse)
+    rows = out if isinstance(out, list) else [out]
+    assert rows and all(r["status"] == "diverged" for r in rows)
