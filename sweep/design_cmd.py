@@ -128,6 +128,12 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
             f"pilot {p}: column {loss_name!r} has {bad} NaN/inf value(s) among the runs whose status is 'ok' (the fits "
             "refuse such a table too): give them another status (e.g. 'diverged') or remove them"
         )
+    if (loss <= 0).any():  # a loss in nats/token is > 0; the fits refuse such a table too
+        rows = [str(x) for x in runs.loc[loss <= 0, "run_id"]] if "run_id" in runs.columns else []
+        raise ValueError(
+            f"pilot {p}: column {loss_name!r} must be > 0 (nats/token); {int((loss <= 0).sum())} ok run(s) have a "
+            f"value <= 0{' (' + ', '.join(rows[:5]) + ')' if rows else ''}"
+        )
     if runs["r"].nunique() < 2:
         raise ValueError(f"pilot {p} has ok runs at r={sorted(runs['r'].unique().tolist())} only; the joint law "
                          "taken as truth needs at least two values of r")
