@@ -94,7 +94,7 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     """The pilot's ok runs with ``loss`` (nats/token) and ``layers_unique``; refuses a pilot it cannot use.
 
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file (``path`` may be a run folder holding ``runs.parquet``).
         ValueError: unreadable file (Parquet or CSV, :func:`loopscale.fit.io.read_table`), missing columns, an ok
             run without a finite loss (as the fits), fewer than two r among the ok runs, or no cell with two seeds
             (the seed noise cannot be measured).
@@ -102,8 +102,13 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     from loopscale.fit.design import cell_noise
 
     p = Path(path)
+    if p.is_dir() and (p / "runs.parquet").is_file():  # a run folder, as `fit` takes one
+        p = p / "runs.parquet"
     if not p.is_file():
-        raise FileNotFoundError(f"pilot runs table not found: {p} (give a runs.parquet from a pilot or a previous run)")
+        what = "has no runs.parquet" if p.is_dir() else "not found"
+        raise FileNotFoundError(
+            f"pilot runs table {what}: {p} (give a runs.parquet, or the folder of a pilot or a previous run)"
+        )
     from loopscale.fit.io import drop_duplicate_runs, read_table, with_layers_unique
 
     try:
@@ -566,7 +571,7 @@ PREDICTION_FILE = "design_prediction.json"
 def design_cmd(
     spec_path: SpecArg = None,
     preset: PresetOpt = None,
-    pilot: Path = typer.Option(..., "--pilot", help="runs.parquet (or .csv) of a pilot or a previous run (>= 2 seeds/cell)."),
+    pilot: Path = typer.Option(..., "--pilot", help="runs.parquet (or .csv, or the run folder) of a pilot or a previous run (>= 2 seeds/cell)."),
     minutes: float = typer.Option(..., "--minutes", help="Training time budget in minutes (sweep stage)."),
     cpus: int = typer.Option(2, "--cpus", help="CPUs of the machine that will run the sweep."),
     seeds: str = typer.Option(

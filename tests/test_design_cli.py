@@ -361,6 +361,13 @@ def test_a_pilot_with_an_ok_run_without_a_loss_is_refused_as_the_fits_refuse_it(
     with pytest.raises(ValueError, match=rf"column 'final_val_loss' has {n} NaN/inf value\(s\) among the runs whose"):
         read_pilot(tmp_path / "nan.parquet")
     assert len(read_pilot(path)) == len(runs)
+    folder = tmp_path / "pilot_run"  # a run folder, as `fit` takes one: its runs.parquet
+    folder.mkdir()
+    runs.to_parquet(folder / "runs.parquet")
+    assert len(read_pilot(folder)) == len(runs)
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no runs.parquet"):
+        read_pilot(tmp_path / "empty_dir")
     negative = runs.copy()
     negative.loc[negative.index[3], "final_val_loss"] = -1.0  # the fits refuse it; design fitted phi = -3 on it
     negative.to_parquet(tmp_path / "negative.parquet")
