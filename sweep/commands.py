@@ -126,6 +126,7 @@ def run_sweep(
         lost_checkpoint_run_ids,
         no_run_finished,
         plan_grid,
+        recorded_storage,
         result_grid_errors,
         trial_groups,
         tune_state_problem,
@@ -193,6 +194,15 @@ def run_sweep(
                 console.current().say(
                     f"--resume: Tune's saved state of {exps[-1]} is unreadable ({torn}: the driver was stopped "
                     "while Tune copied it); its unfinished runs go on in a new experiment, from their checkpoints",
+                    err=True,
+                )
+                restorable = False
+            if restorable and (was := recorded_storage(uri_join(storage_path, exps[-1]))) not in (None, storage_path):
+                # its trials would write into the old place (Tune's state holds absolute paths) and the runs
+                # they trained be trained again here: the pending runs go on in a new experiment instead
+                console.current().say(
+                    f"--resume: Tune's saved state of {exps[-1]} belongs to the storage {was} (the folder was moved "
+                    "or copied since); its unfinished runs go on here in a new experiment, from their checkpoints",
                     err=True,
                 )
                 restorable = False

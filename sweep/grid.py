@@ -508,6 +508,25 @@ def _mixed_snapshots(loaded: dict) -> str | None:
     return None
 
 
+def recorded_storage(experiment_path: str) -> str | None:
+    """The storage path the trials of the experiment saved at ``experiment_path`` write their runs to (their
+    config's ``storage``, read from a trial's ``params.json``), or None when no local trial folder records one.
+
+    Tune's saved state holds absolute paths: a folder moved (or copied) after a stop restores trials that write
+    into the old place, so a caller compares this with the storage path it was given."""
+    root = Path(experiment_path)
+    if "://" in experiment_path or not root.is_dir():
+        return None
+    for params in sorted(root.glob("*/params.json")):
+        try:
+            storage = json.loads(params.read_text()).get("storage")
+        except (OSError, ValueError):
+            continue
+        if isinstance(storage, str) and storage:
+            return storage
+    return None
+
+
 def set_aside_tune_state(experiment_path: str) -> list[str]:
     """Move every Tune state file of the experiment at ``experiment_path`` (:data:`TUNE_STATE_FILES`, all of each
     pattern) aside to ``<name>.unreadable-<id>`` (:func:`loopscale.cluster.storage.move_aside`, without a warning per

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -458,3 +459,21 @@ def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
     fd = prepare(store.runs_path, make_law("chinchilla"))
     assert fd.n_excluded == 3 and fd.excluded_by_status == {"diverged": 3}
     assert RUNS_SCHEMA.field("final_val_loss").nullable
+
+
+def test_recorded_storage_names_where_a_saved_experiments_trials_write(tmp_path):
+    """A run folder moved after a stop: Tune's saved state restores trials whose config names the old storage,
+    which wrote runs into the old place and trained them again in the new one. `--resume` compares the storage
+    the trials record with its own and starts a new experiment when they differ (checked by hand: a smoke run
+    stopped, moved and resumed trained each run once and recreated nothing at the old path)."""
+    from loopscale.sweep.grid import recorded_storage
+
+    exp = tmp_path / "tune" / "grid_smoke_001"
+    assert recorded_storage(str(exp)) is None  # no such folder
+    (exp / "ens_a").mkdir(parents=True)
+    (exp / "ens_a" / "params.json").write_text("{not json")
+    assert recorded_storage(str(exp)) is None  # unreadable: no claim
+    (exp / "ens_b").mkdir()
+    (exp / "ens_b" / "params.json").write_text(json.dumps({"cells": [], "storage": "/old/place/tune"}))
+    assert recorded_storage(str(exp)) == "/old/place/tune"
+    assert recorded_storage("s3://bucket/tune/grid_smoke_001") is None  # remote: not read
