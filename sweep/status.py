@@ -618,7 +618,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "time": tm,
         "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
         "last_command": None if cmd else (record or {}).get("command"),
-        "resume_with": resume_command((record or {}).get("command")) if state == "stopped" else None,
+        "resume_with": resume_command((record or {}).get("command"), out, (record or {}).get("cwd"))
+        if state == "stopped"
+        else None,
         "progress": progress,
         "tune": tune_out,
         "storage_error": storage_error,
@@ -668,11 +670,28 @@ def recorded_storage(record: dict | None) -> str | None:
     return str(Path(cwd) / value) if cwd else None
 
 
-def resume_command(command: str | None) -> str | None:
+def resume_command(command: str | None, folder: Path | None = None, cwd: str | None = None) -> str | None:
     """The command line that continues a stopped ``command`` (``loopscale run|sweep|tune-lr ...``): the same line
-    with ``--resume`` (added once); None without a command line."""
+    with ``--resume`` (added once); None without a command line. When its ``--out`` (read against the command's
+    working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it."""
     if not command:
         return None
+    if folder is not None:
+        import shlex
+
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = []
+        for i, w in enumerate(words):
+            value = words[i + 1] if w == "--out" and i + 1 < len(words) else w[6:] if w.startswith("--out=") else None
+            if value is None:
+                continue
+            was = Path(value) if Path(value).is_absolute() or not cwd else Path(cwd) / value
+            if was.resolve() != Path(folder).resolve():
+                words[i : i + (2 if w == "--out" else 1)] = ["--out", str(Path(folder).resolve())]
+                command = shlex.join(words)
+            break
     return command if "--resume" in command.split() else f"{command} --resume"
 
 

@@ -160,3 +160,17 @@ def test_status_reads_the_tune_state_where_the_recorded_command_put_it(half_done
         asked.clear()
         collect_status(out)
         assert asked and asked[-1] == want, (command, asked)
+
+
+def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
+    """A folder moved after a stop: the resume line named the old --out (resuming there would start over)."""
+    from loopscale.sweep.status import resume_command
+
+    here = tmp_path / "dst"
+    here.mkdir()
+    line = "loopscale run --preset smoke --out src --seed 3"
+    assert resume_command(line, here, str(tmp_path)) == f"loopscale run --preset smoke --out {here} --seed 3 --resume"
+    assert resume_command("loopscale run --out=src", here, str(tmp_path)) == f"loopscale run --out {here} --resume"
+    same = "loopscale run --out dst --resume"  # not moved: the line as it was run
+    assert resume_command(same, here, str(tmp_path)) == same
+    assert resume_command(line) == f"{line} --resume"
