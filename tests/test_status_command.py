@@ -413,14 +413,17 @@ def test_a_stopped_folder_says_the_command_that_continues_it(started):
     """Status of a stopped run said what was pending but not how to go on: it now gives the stopped command with
     --resume (line and JSON); a running one gives none, and a finished one names its last command."""
     pid = _dead_pid()
-    _record(started, 600, pid=pid, command="loopscale run --preset smoke --out /x/run")
+    _record(started, 600, pid=pid, command=f"loopscale run --preset smoke --out {started}")
     st = collect_status(started)
     assert st["state"] == "stopped" and st["command"] is None
-    assert st["resume_with"] == "loopscale run --preset smoke --out /x/run --resume"
-    assert st["last_command"] == "loopscale run --preset smoke --out /x/run"
-    assert format_status(st)[-1] == "to continue (finished runs are kept): loopscale run --preset smoke --out /x/run --resume"
-    _record(started, 600, pid=pid, command="loopscale sweep s.yaml --out o --resume")  # --resume once, not twice
-    assert collect_status(started)["resume_with"] == "loopscale sweep s.yaml --out o --resume"
+    assert st["resume_with"] == f"loopscale run --preset smoke --out {started} --resume"
+    assert st["last_command"] == f"loopscale run --preset smoke --out {started}"
+    assert format_status(st)[-1] == f"to continue (finished runs are kept): loopscale run --preset smoke --out {started} --resume"
+    # recorded with another --out (the folder was moved since): the resume line names where it is now
+    _record(started, 600, pid=pid, command="loopscale run --preset smoke --out /x/run")
+    assert collect_status(started)["resume_with"] == f"loopscale run --preset smoke --out {started.resolve()} --resume"
+    _record(started, 600, pid=pid, command=f"loopscale sweep s.yaml --out {started} --resume")  # --resume once
+    assert collect_status(started)["resume_with"] == f"loopscale sweep s.yaml --out {started} --resume"
     _record(started, 5)  # this process: running
     st = collect_status(started)
     assert st["state"] == "running" and st["resume_with"] is None and st["last_command"] is None
