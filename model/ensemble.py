@@ -273,7 +273,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         data_seeds: batch-order seeds, one per member, or None.
         callback: called as ``callback(event)`` after every evaluation, once per member, with train_run's keys
             (``step``, ``tokens``, ``train_loss``, ``val_loss``, ``lr``, ``checkpoint_path``, ``final``,
-            ``start_tokens``; the final one also ``status``) plus ``member`` (index) and ``seed``; also after every checkpoint write.
+            ``start_tokens``; the final one also ``status``) plus ``member`` (index) and ``seed``; also after every
+            checkpoint write.
 
     Checkpoints: as train_run (``checkpoint_dir``, ``checkpoint_every_steps``, atomic, the newest two kept, resume
     from the newest), one file for the whole ensemble (stacked weights, both optimizers, every member's curve,

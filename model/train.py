@@ -779,8 +779,12 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
 
         def emit(pt: dict, path: Path | None, final: bool) -> None:
             if callback is not None:
-                event = {**pt, "checkpoint_path": None if path is None else str(path), "final": final}
-                event["start_tokens"] = start_step * B
+                event = {
+                    **pt,
+                    "checkpoint_path": None if path is None else str(path),
+                    "final": final,
+                    "start_tokens": start_step * B,
+                }
                 callback({**event, "status": status} if final else event)
 
         model.train()

@@ -126,9 +126,9 @@ def run_sweep(
         lost_checkpoint_run_ids,
         no_run_finished,
         plan_grid,
-        recorded_storage,
         result_grid_errors,
         trial_groups,
+        trials_storage,
         tune_state_problem,
         unfinished_trials,
     )
@@ -197,7 +197,7 @@ def run_sweep(
                     err=True,
                 )
                 restorable = False
-            if restorable and (was := recorded_storage(uri_join(storage_path, exps[-1]))) not in (None, storage_path):
+            if restorable and (was := trials_storage(uri_join(storage_path, exps[-1]))) not in (None, storage_path):
                 # its trials would write into the old place (Tune's state holds absolute paths) and the runs
                 # they trained be trained again here: the pending runs go on in a new experiment instead
                 console.current().say(

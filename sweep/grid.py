@@ -508,7 +508,7 @@ def _mixed_snapshots(loaded: dict) -> str | None:
     return None
 
 
-def recorded_storage(experiment_path: str) -> str | None:
+def trials_storage(experiment_path: str) -> str | None:
     """The storage path the trials of the experiment saved at ``experiment_path`` write their runs to (their
     config's ``storage``, read from a trial's ``params.json``), or None when no local trial folder records one.
 

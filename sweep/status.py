@@ -646,22 +646,34 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     }
 
 
+def _flag_value(argv: list[str], flag: str) -> tuple[int, int, str] | None:
+    """The last ``flag VALUE`` or ``flag=VALUE`` of a split command line (the one Typer reads), as (index, number of
+    words it takes, value); None without one."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            found = (i, 2, argv[i + 1])
+        elif a.startswith(f"{flag}="):
+            found = (i, 1, a.split("=", 1)[1])
+    return found
+
+
+def _split_command(command: str | None) -> list[str]:
+    """``command`` split as a shell would; [] for none or one shlex cannot split."""
+    import shlex
+
+    try:
+        return shlex.split(command or "")
+    except ValueError:
+        return []
+
+
 def recorded_storage(record: dict | None) -> str | None:
     """The ``--storage`` of the command line a folder's ``command.json`` records (the Tune state of a sweep run
     with ``--storage`` is not under ``OUT/tune``, and the folder's spec.yaml does not keep it): a URI as given, a
     local path made absolute against the command's working directory; None without one."""
-    import shlex
-
-    try:
-        argv = shlex.split((record or {}).get("command") or "")
-    except ValueError:
-        return None
-    value = None
-    for i, a in enumerate(argv):
-        if a == "--storage" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif a.startswith("--storage="):
-            value = a.split("=", 1)[1]
+    found = _flag_value(_split_command((record or {}).get("command")), "--storage")
+    value = found[2] if found else None
     if not value:
         return None
     if "://" in value or Path(value).expanduser().is_absolute():
@@ -676,22 +688,18 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
     working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it."""
     if not command:
         return None
-    if folder is not None:
-        import shlex
+    argv = _split_command(command)
+    found = _flag_value(argv, "--out") if folder is not None else None
+    if found:
+        i, width, value = found
+        was = Path(value).expanduser()
+        was = was if was.is_absolute() or not cwd else Path(cwd) / was
+        here = Path(folder).resolve()
+        if was.resolve() != here:
+            import shlex
 
-        try:
-            words = shlex.split(command)
-        except ValueError:
-            words = []
-        for i, w in enumerate(words):
-            value = words[i + 1] if w == "--out" and i + 1 < len(words) else w[6:] if w.startswith("--out=") else None
-            if value is None:
-                continue
-            was = Path(value) if Path(value).is_absolute() or not cwd else Path(cwd) / value
-            if was.resolve() != Path(folder).resolve():
-                words[i : i + (2 if w == "--out" else 1)] = ["--out", str(Path(folder).resolve())]
-                command = shlex.join(words)
-            break
+            argv[i : i + width] = ["--out", str(here)]
+            command = shlex.join(argv)
     return command if "--resume" in command.split() else f"{command} --resume"
 
 

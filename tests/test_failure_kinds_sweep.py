@@ -461,19 +461,19 @@ def test_all_null_first_batch_does_not_fix_a_null_column_type(tmp_path):
     assert RUNS_SCHEMA.field("final_val_loss").nullable
 
 
-def test_recorded_storage_names_where_a_saved_experiments_trials_write(tmp_path):
+def test_trials_storage_names_where_a_saved_experiments_trials_write(tmp_path):
     """A run folder moved after a stop: Tune's saved state restores trials whose config names the old storage,
     which wrote runs into the old place and trained them again in the new one. `--resume` compares the storage
     the trials record with its own and starts a new experiment when they differ (checked by hand: a smoke run
     stopped, moved and resumed trained each run once and recreated nothing at the old path)."""
-    from loopscale.sweep.grid import recorded_storage
+    from loopscale.sweep.grid import trials_storage
 
     exp = tmp_path / "tune" / "grid_smoke_001"
-    assert recorded_storage(str(exp)) is None  # no such folder
+    assert trials_storage(str(exp)) is None  # no such folder
     (exp / "ens_a").mkdir(parents=True)
     (exp / "ens_a" / "params.json").write_text("{not json")
-    assert recorded_storage(str(exp)) is None  # unreadable: no claim
+    assert trials_storage(str(exp)) is None  # unreadable: no claim
     (exp / "ens_b").mkdir()
     (exp / "ens_b" / "params.json").write_text(json.dumps({"cells": [], "storage": "/old/place/tune"}))
-    assert recorded_storage(str(exp)) == "/old/place/tune"
-    assert recorded_storage("s3://bucket/tune/grid_smoke_001") is None  # remote: not read
+    assert trials_storage(str(exp)) == "/old/place/tune"
+    assert trials_storage("s3://bucket/tune/grid_smoke_001") is None  # remote: not read
