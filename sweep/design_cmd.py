@@ -341,7 +341,8 @@ def design(
     from loopscale.sweep.spec import parse_spec
 
     if not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
-        raise ValueError(f"--minutes must be > 0 (the training time budget), got {minutes}")
+        raise ValueError(f"--minutes must be a positive finite number of minutes (the training time budget), "
+                         f"got {minutes}")
     if cpus < 1:
         raise ValueError(f"--cpus must be >= 1, got {cpus}")
     layouts = [_seed_layout(x, spec.r) for x in seeds]

@@ -165,7 +165,9 @@ def test_a_pilot_filtered_to_some_seeds_keeps_its_ensembles_rates(tmp_path):
         ("missing", "pilot runs table not found"),
         ("one_seed", "one seed per cell"),
         ("few_cells", "has 4 cells (r, unique layers, d_model, D), fewer than the joint law's 6 parameters"),
-        ("minutes", "--minutes must be > 0"),
+        ("minutes", "--minutes must be a positive finite number of minutes (the training time budget), got 0"),
+        ("minutes_inf", "--minutes must be a positive finite number of minutes (the training time budget), got inf"),
+        ("minutes_nan", "--minutes must be a positive finite number of minutes (the training time budget), got nan"),
         ("seeds", "--seeds entries must"),
         ("preset", "preset must be one of"),
     ],
@@ -185,8 +187,8 @@ def test_cli_refuses_bad_input_before_simulating(tmp_path, monkeypatch, case, me
     args = ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "2"]
     if case == "missing":
         args[3] = str(tmp_path / "nope.parquet")
-    elif case == "minutes":
-        args[5] = "0"
+    elif case.startswith("minutes"):  # 0, and inf / nan, which are not "<= 0" but no budget either
+        args[5] = {"minutes": "0", "minutes_inf": "inf", "minutes_nan": "nan"}[case]
     elif case == "seeds":
         args[7] = "0,4"
     elif case == "preset":
