@@ -309,7 +309,7 @@ def design(
         seeds: the candidates besides the spec as written: ``k`` (k seeds in every cell) or ``"k1/kL"`` (k1 seeds
             in the plain r = 1 cells, kL in the looped ones). n_sim: simulated draws per candidate. starts: starts
             per refit.
-        fit_starts: starts of the fit to the pilot. seed: RNG seed.
+        fit_starts: starts of the fit to the pilot. seed: RNG seed (>= 0).
     Returns:
         JSON-ready dict: ``truth`` (pilot's joint law; ``on_bound``: its parameters on the search-box edge, B and
         beta left out for a pilot of one D, where only B D^-beta is fitted),
@@ -345,6 +345,8 @@ def design(
                          f"got {minutes}")
     if cpus < 1:
         raise ValueError(f"--cpus must be >= 1, got {cpus}")
+    if seed < 0:  # numpy's generators refuse it later with a message that names no option
+        raise ValueError(f"--seed must be >= 0 (the simulation's RNG seed), got {seed}")
     layouts = [_seed_layout(x, spec.r) for x in seeds]
     if n_sim < 2:
         raise ValueError(f"--n-sim must be >= 2, got {n_sim}")
@@ -582,7 +584,7 @@ def design_cmd(
     ),
     n_sim: int = typer.Option(40, "--n-sim", help="Simulated draws per candidate."),
     starts: int = typer.Option(20, "--starts", min=1, help="Multi-starts per refit."),
-    seed: int = typer.Option(0, "--seed", help="RNG seed of the simulation."),
+    seed: int = typer.Option(0, "--seed", min=0, help="RNG seed of the simulation."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     out: Path | None = typer.Option(
         None, "--out", help="Also write the prediction to OUT/design_prediction.json (the run folder of "

@@ -169,6 +169,7 @@ def test_a_pilot_filtered_to_some_seeds_keeps_its_ensembles_rates(tmp_path):
         ("minutes_inf", "--minutes must be a positive finite number of minutes (the training time budget), got inf"),
         ("minutes_nan", "--minutes must be a positive finite number of minutes (the training time budget), got nan"),
         ("seeds", "--seeds entries must"),
+        ("seed", "Invalid value for '--seed'"),  # was numpy's bare "expected non-negative integer"
         ("preset", "preset must be one of"),
     ],
 )
@@ -191,11 +192,27 @@ def test_cli_refuses_bad_input_before_simulating(tmp_path, monkeypatch, case, me
         args[5] = {"minutes": "0", "minutes_inf": "inf", "minutes_nan": "nan"}[case]
     elif case == "seeds":
         args[7] = "0,4"
+    elif case == "seed":
+        args += ["--seed", "-1"]
     elif case == "preset":
         args = ["design", "--preset", "huge", *args[2:]]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     assert message in res.output
+
+
+def test_design_refuses_a_negative_seed_naming_it(tmp_path, monkeypatch):
+    """design() called from Python with a negative seed: a ValueError naming the seed, before the pilot is fitted
+    (numpy refused it there with "expected non-negative integer", naming nothing)."""
+    import loopscale.fit.fitter as ff
+
+    def boom(*a, **k):
+        raise AssertionError("fitted the pilot despite a negative seed")
+
+    monkeypatch.setattr(ff, "fit_law", boom)
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    with pytest.raises(ValueError, match=r"--seed must be >= 0 \(the simulation's RNG seed\), got -1"):
+        design(spec, path, minutes=5, seeds=(2,), n_sim=3, starts=4, seed=-1)
 
 
 def test_a_pilot_that_does_not_pin_the_law_down_gets_a_warning_and_no_recommendation(tmp_path, capsys):
