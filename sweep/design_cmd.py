@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +300,7 @@ def design(
     starts: int = 20,
     fit_starts: int = 100,
     seed: int = 0,
+    progress: Callable[[str, int, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Predict every candidate's half-widths and training time; the result of ``loopscale design --json``.
 
@@ -310,6 +312,10 @@ def design(
             in the plain r = 1 cells, kL in the looped ones). n_sim: simulated draws per candidate. starts: starts
             per refit.
         fit_starts: starts of the fit to the pilot. seed: RNG seed (>= 0).
+        progress: called as ``progress(label, runs, index, total)`` before candidate ``index`` (0-based, of
+            ``total``) is expanded and simulated: its label (e.g. ``"16"``, ``"16/32"``) and its planned runs, counted
+            beforehand from the one-seed plan (cells per r times seeds per r), so a huge seed count is named before
+            its expansion starts. It changes nothing in the result.
     Returns:
         JSON-ready dict: ``truth`` (pilot's joint law; ``on_bound``: its parameters on the search-box edge, B and
         beta left out for a pilot of one D, where only B D^-beta is fitted),
@@ -376,11 +382,19 @@ def design(
     slots = max(1, int(cpus // spec.resources.cpus))
     candidates, cells, seen, draws = [], [], set(), {}
     own = {r: len(spec.seeds_for(r)) for r in spec.r}
+    todo = []  # the distinct layouts, the spec as written first
     for layout in [own, *layouts]:
         key = tuple(sorted(layout.items()))
-        if key in seen:
-            continue
-        seen.add(key)
+        if key not in seen:
+            seen.add(key)
+            todo.append(layout)
+    cells_per_r = {}
+    if progress is not None:  # the runs of a candidate are its one-seed plan's cells per r times its seeds per r
+        one = planned_runs(parse_spec({**spec.model_dump(mode="python"), "seeds": {r: 1 for r in spec.r}}))
+        cells_per_r = one[(one["variant"] == first) | (one["r"] == 1)].groupby("r").size().to_dict()
+    for index, layout in enumerate(todo):
+        if progress is not None:
+            progress(_label(layout), sum(int(n) * layout[r] for r, n in cells_per_r.items()), index, len(todo))
         cand = parse_spec({**spec.model_dump(mode="python"), "seeds": layout})
         plan = planned_runs(cand)
         plan = plan[(plan["variant"] == first) | (plan["r"] == 1)].reset_index(drop=True)  # the first variant's fit
@@ -567,6 +581,32 @@ def print_design(res: dict[str, Any]) -> None:
         con.print(f"[dim]{k}: {v}[/]")
 
 
+def _design_with_progress(spec, pilot, **kw) -> dict[str, Any]:
+    """:func:`design` with a progress display on stderr naming the candidate being simulated and its planned runs
+    (a huge ``--seeds`` count expands millions of runs, for minutes). Transient: it is erased when done, and shows
+    nothing when stderr is not a terminal (piped, redirected, captured)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    con = Console(stderr=True)  # disabled off a terminal: rich's Progress then still prints an empty line
+    with Progress(*columns, transient=True, console=con, disable=not con.is_terminal) as bar:
+        task = bar.add_task("fitting the pilot", total=None)
+
+        def progress(label: str, runs: int, index: int, total: int) -> None:
+            bar.update(task, description=f"candidate {label} seeds/cell ({runs:,} runs)", completed=index, total=total)
+
+        return design(spec, pilot, progress=progress, **kw)
+
+
 PREDICTION_FILE = "design_prediction.json"
 """What ``loopscale design --out OUT`` writes; the report of ``OUT`` reads it (:mod:`loopscale.fit.run_report`)."""
 
@@ -602,7 +642,8 @@ def design_cmd(
         from loopscale.sweep.spec import check_folder_spec
 
         check_folder_spec(out, spec)
-    res = design(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts, seed=seed)
+    res = _design_with_progress(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts,
+                                seed=seed)
     if out is not None:
         from loopscale.cluster.storage import write_text_atomic
         from loopscale.sweep.spec import record_folder_spec

@@ -119,6 +119,37 @@ def test_cli_json_shape_and_ranking(tmp_path):
     assert (run_dir / "spec.yaml").read_text() == spec_to_yaml(spec)
 
 
+def test_progress_names_each_candidate_and_its_runs_before_simulating_it(tmp_path, monkeypatch):
+    """A huge --seeds count expanded and simulated for minutes with nothing on the console: design() now calls
+    ``progress(label, runs, index, total)`` before each candidate, its runs counted from the one-seed plan, and the
+    results are the same with or without it."""
+    import loopscale.fit.design as fd
+
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    kw = dict(minutes=5, cpus=2, seeds=(6, "2/6", 6), n_sim=3, starts=4, seed=0)
+    plain = design(spec, path, **kw)
+    events, simulate = [], fd.simulate_design
+
+    def logged(plan, *a, **k):
+        events.append(("simulate", len(plan)))
+        return simulate(plan, *a, **k)
+
+    monkeypatch.setattr(fd, "simulate_design", logged)
+    res = design(spec, path, progress=lambda *a: events.append(a), **kw)
+    # 7 cells (r = 1, 2, 4, 8 and three ladder rungs at r = 1): 4 plain and 3 looped; the repeated 6 is one candidate
+    assert events == [("2", 14, 0, 3), ("simulate", 14), ("6", 42, 1, 3), ("simulate", 42),
+                      ("2/6", 4 * 2 + 3 * 6, 2, 3), ("simulate", 26)]
+    assert {c["seeds"]: c["runs"] for c in res["candidates"]} == {"2": 14, "6": 42, "2/6": 26}
+    assert json.dumps(res, sort_keys=True, default=str) == json.dumps(plain, sort_keys=True, default=str)
+    # the command's progress display goes to stderr and shows nothing when stderr is not a terminal
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    cli = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5",
+                                   "--seeds", "6,2/6", "--n-sim", "3", "--starts", "4", "--json"])
+    assert cli.exit_code == 0 and cli.stderr == "", cli.output
+    assert json.loads(cli.stdout)["candidates"] == json.loads(json.dumps(plain["candidates"], default=str))
+
+
 def test_design_out_refuses_a_folder_of_another_spec_before_simulating(tmp_path):
     """`design --out` into the run folder of another spec wrote its prediction there, and that run's report showed
     it as its own prediction; it now refuses, before the simulation, and writes nothing."""
