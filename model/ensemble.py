@@ -322,7 +322,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     member_cfgs = [
         dataclasses.replace(cfg, seed=s, data_seed=ds) for s, ds in zip(seeds, data_seeds, strict=True)
     ]
-    prep = _prepare(cfg)
+    prep = _prepare(cfg, members=k)
     mcfg, T = cfg.model, cfg.model.seq_len
     device, data, ev_np, epochs, run_warnings = prep.device, prep.data, prep.ev_np, prep.epochs, prep.warnings
     D, B, steps_total, n_micro, mb_windows = prep.D, prep.B, prep.steps, prep.n_micro, prep.micro_windows

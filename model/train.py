@@ -476,11 +476,26 @@ def load_checkpoint(path: str | Path) -> dict:
     """Load a checkpoint with ``torch.load(weights_only=True)`` (no allow-listing).
 
     Raises:
+        TornCheckpointError: the file cannot be read at all: empty, not a ``torch.save`` zip archive (cut short by
+            a crash, or a file of another kind under a checkpoint's name), or an archive torch cannot read.
         CheckpointError: the file holds objects other than tensors and plain types (e.g. an arbitrary pickled
-            object), is not a loopscale checkpoint, or cannot be read.
+            object), or is not a loopscale checkpoint.
     """
+    import zipfile
+
     import torch
 
+    try:
+        size = Path(path).stat().st_size
+    except OSError as e:
+        raise TornCheckpointError(f"checkpoint {str(path)!r} cannot be read: {e}") from None
+    if size == 0:
+        raise TornCheckpointError(f"checkpoint {str(path)!r} cannot be read: it is empty (0 bytes)")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; a file cut short loses its end record
+        raise TornCheckpointError(
+            f"checkpoint {str(path)!r} cannot be read: it is not a torch.save archive ({size} bytes; cut short "
+            "by a crash, or another file under a checkpoint's name)"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -490,8 +505,8 @@ def load_checkpoint(path: str | Path) -> dict:
             f"tensors or plain Python types ({first}). loopscale never turns safe loading off; delete the file "
             "(or the checkpoint_dir) to start the run afresh."
         ) from None
-    except (RuntimeError, EOFError, OSError) as e:
-        raise TornCheckpointError(f"checkpoint {str(path)!r} cannot be read: {e or type(e).__name__}") from None
+    except (RuntimeError, EOFError, OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        raise TornCheckpointError(f"checkpoint {str(path)!r} cannot be read: {str(e) or type(e).__name__}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{str(path)!r} is not a {CHECKPOINT_FORMAT} checkpoint")
     return state
@@ -581,6 +596,48 @@ def _resolve_device(name: str):
     return dev
 
 
+TRAIN_STATE_BYTES_PER_PARAM = 12
+"""Least memory a trained parameter takes, in bytes: fp32 weight, gradient and one optimizer state (AdamW keeps
+two, Muon one momentum); activations come on top."""
+
+
+def device_memory_bytes(device) -> int | None:
+    """Total memory of ``device`` in bytes: the GPU's (``torch.cuda.get_device_properties``), or the machine's
+    physical memory for CPU (``os.sysconf``); None when it cannot be read."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return None
+
+
+def check_fits_memory(mcfg: LoopedConfig, device, members: int = 1) -> None:
+    """Refuse a model whose weights, gradients and optimizer state alone exceed the device's memory, before it is
+    built (a d_model of 100000 asked torch for 40 GB and ended in an allocator traceback). A lower bound:
+    :data:`TRAIN_STATE_BYTES_PER_PARAM` bytes per parameter (``n_total``, embeddings included) times ``members``;
+    a model under it may still not fit once activations are counted.
+
+    Raises:
+        ValueError: the bound exceeds :func:`device_memory_bytes` (the message gives both in GiB).
+    """
+    from loopscale.model.accounting import n_total
+
+    total = device_memory_bytes(device)
+    need = TRAIN_STATE_BYTES_PER_PARAM * n_total(mcfg) * members
+    if total is not None and need > total:
+        gib = 2.0**30
+        who = f"{members} models of {n_total(mcfg):,} parameters" if members > 1 else f"{n_total(mcfg):,} parameters"
+        raise ValueError(
+            f"the model does not fit in memory: {who} (d_model={mcfg.d_model}) need at least {need / gib:,.1f} GiB "
+            f"for fp32 weights, gradients and one optimizer state ({TRAIN_STATE_BYTES_PER_PARAM} bytes per "
+            f"parameter, activations not counted), and this {device.type} device has {total / gib:,.1f} GiB; use a "
+            "smaller d_model (or width_scale)"
+        )
+
+
 def resolve_tokens(cfg: RunConfig) -> int:
     """D in tokens: ``tokens`` rounded to whole batches, or round(C / (F B)) B from ``target_flops``
     (paper Sec. 2; :func:`loopscale.model.accounting.tokens_for_flops`)."""
@@ -608,11 +665,13 @@ class _Prepared:
     warnings: list  # the run's warnings (epochs, compile fallback, rounding of tokens)
 
 
-def _prepare(cfg: RunConfig) -> _Prepared:
-    """Check ``cfg`` against its corpus and derive the run's sizes; shared by ``train_run`` and ``train_ensemble``.
+def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
+    """Check ``cfg`` against its corpus and the machine and derive the run's sizes; shared by ``train_run`` and
+    ``train_ensemble`` (``members``: the models trained together).
 
     Raises:
-        ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, bad corpus,
+        ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, a checkpoint_dir
+            that is a file, a model too large for the device's memory (:func:`check_fits_memory`), bad corpus,
             tokenizer/model vocabulary mismatch, a stream shorter than a window (all before any training compute).
     """
     from loopscale.model.data import (
@@ -628,8 +687,14 @@ def _prepare(cfg: RunConfig) -> _Prepared:
         raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
     if cfg.checkpoint_every_steps is not None and cfg.checkpoint_dir is None:
         raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
+    if cfg.checkpoint_dir is not None and Path(cfg.checkpoint_dir).exists() and not Path(cfg.checkpoint_dir).is_dir():
+        raise ValueError(
+            f"checkpoint_dir {cfg.checkpoint_dir!r} is a file, not a folder: give a folder for the checkpoints "
+            "(created when missing)"
+        )
     mcfg = cfg.model
     device = _resolve_device(cfg.device)
+    check_fits_memory(mcfg, device, members)
     with warnings.catch_warnings(record=True) as corpus_caught:
         warnings.simplefilter("always")
         data = load_tokens(cfg.corpus, cfg.tokenizer, text_column=cfg.text_column, cache_dir=cfg.cache_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import time
 
 import numpy as np
@@ -181,3 +182,48 @@ def test_norm_preserving_optimizer_zero_norm(base, caplog, one_thread):
     assert "optimizer assignment: muon=" in caplog.text
     assert "inject.weight" in res.optimizer_assignment["muon"]
     assert {"wte.weight", "lm_head.weight", "norm_final.weight"} <= set(res.optimizer_assignment["adamw"])
+
+
+def test_a_checkpoint_dir_that_is_a_file_is_refused_before_training(base, tmp_path):
+    """A file given as checkpoint_dir ended in FileExistsError at the first checkpoint write, after training; it is
+    refused before any compute, and the file is left as it was."""
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    with pytest.raises(ValueError, match="checkpoint_dir .*notes.txt' is a file, not a folder"):
+        train_run(RunConfig(**{**base, "checkpoint_dir": str(f), "checkpoint_every_steps": 1}))
+    assert f.read_text() == "mine"
+
+
+def test_a_model_too_large_for_memory_is_refused_before_it_is_built(base, monkeypatch):
+    """d_model = 100000 asked torch for 40 GB and ended in the allocator's traceback. The weights, gradients and one
+    optimizer state (12 bytes per parameter) are checked against the device's memory first; an ensemble counts
+    every member."""
+    import loopscale.model.train as train_mod
+    from loopscale.model.accounting import n_total
+    from loopscale.model.ensemble import train_ensemble
+
+    big = RunConfig(**{**base, "model": preset_config("cpu", r=1, d_model=100_000, seq_len=32)})
+    with pytest.raises(ValueError, match=r"does not fit in memory: 1,200,053,500,000 parameters .* GiB"):
+        train_run(big)
+    # the bound itself, on a small model and a made-up memory size: a model just under it trains, k members do not
+    need = 12 * n_total(base["model"])
+    monkeypatch.setattr(train_mod, "device_memory_bytes", lambda device: need)
+    assert train_run(RunConfig(**base)).status == "ok"
+    with pytest.raises(ValueError, match="2 models of"):
+        train_ensemble(RunConfig(**base), [0, 1])
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, not a checkpoint\n", b"PK\x03\x04 cut short"])
+def test_an_unreadable_newest_checkpoint_is_moved_aside_with_its_reason(base, tmp_path, content):
+    """A checkpoint file of plain text was refused as "not tensors" and stopped the run; an empty one was moved
+    aside with no reason given. Both are unreadable files (torch.save writes a zip archive): moved aside with the
+    reason, and the run resumes from the older checkpoint."""
+    ck = tmp_path / "ck"
+    run = {**base, "checkpoint_dir": str(ck), "checkpoint_every_steps": 6}
+    full = train_run(RunConfig(**run))
+    (ck / "ckpt-00000099.pt").write_bytes(content)
+    why = "it is empty (0 bytes)" if not content else f"it is not a torch.save archive ({len(content)} bytes"
+    with pytest.warns(UserWarning, match=re.escape(f"cannot be read: {why}")):
+        again = train_run(RunConfig(**run))
+    assert again.resumed_from_step == 12 and again.final_val_loss == full.final_val_loss
+    assert (ck / "ckpt-00000099.pt.unreadable").read_bytes() == content
