@@ -273,7 +273,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         data_seeds: batch-order seeds, one per member, or None.
         callback: called as ``callback(event)`` after every evaluation, once per member, with train_run's keys
             (``step``, ``tokens``, ``train_loss``, ``val_loss``, ``lr``, ``checkpoint_path``, ``final``,
-            ``start_tokens``; the final one also ``status``) plus ``member`` (index) and ``seed``; also after every
+            ``start_tokens``, ``attempt_s``; the final one also ``status``) plus ``member`` (index) and ``seed``; also after every
             checkpoint write.
 
     Checkpoints: as train_run (``checkpoint_dir``, ``checkpoint_every_steps``, atomic, the newest two kept, resume
@@ -431,6 +431,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                 "checkpoint_path": None if path is None else str(path),
                 "final": final,
                 "start_tokens": start_step * B,
+                "attempt_s": time.perf_counter() - t_loop,
                 "member": i,
                 "seed": seeds[i],
             }
@@ -440,6 +441,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             return {"step": done, "tokens": done * B, "train_loss": losses[i], "val_loss": val, "lr": cur_lr}
 
         finals: list[float | None] = [None] * k
+        t_loop = time.perf_counter()  # this attempt's first step begins (after data, model and resume)
         model.train()
         for step in range(start_step, steps_total):
             t0 = time.perf_counter()

@@ -756,7 +756,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         callback: called as ``callback(event)`` after every evaluation and every checkpoint write, with
             ``step``, ``tokens``, ``train_loss``, ``val_loss`` (or None), ``lr``, ``checkpoint_path`` (or None),
             ``final`` (bool), ``start_tokens`` (tokens per member already trained when this attempt began: 0, or
-            the resumed checkpoint's). Exceptions it raises propagate (Ray Tune stops trials that way).
+            the resumed checkpoint's), ``attempt_s`` (seconds since this attempt's first step began: training
+            only, without the start-up before it). Exceptions it raises propagate (Ray Tune stops trials that way).
 
     Returns:
         :class:`RunResult`; a diverged run (NaN/inf loss or loss > ``diverge_loss``) returns status
@@ -849,9 +850,11 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
                     "checkpoint_path": None if path is None else str(path),
                     "final": final,
                     "start_tokens": start_step * B,
+                    "attempt_s": time.perf_counter() - t_loop,
                 }
                 callback({**event, "status": status} if final else event)
 
+        t_loop = time.perf_counter()  # this attempt's first step begins (after data, model and resume)
         model.train()
         for step in range(start_step, steps_total):
             t0 = time.perf_counter()

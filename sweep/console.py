@@ -458,7 +458,8 @@ def planned_flops(cell: dict) -> float:
 
 class GridView(_View):
     """Progress of the grid: runs done/running/pending/failed, tokens/s of all running trials (each trial's tokens
-    since its previous report over the time since then, summed), and an ETA = (planned FLOPs of unfinished runs -
+    since its previous report over the time since then, summed; at the first report of an attempt, its tokens over
+    the trainer's ``attempt_s``, so that the trial's start-up (Ray worker, imports, data) is not counted), and an ETA = (planned FLOPs of unfinished runs -
     FLOPs their trials already spent) / measured FLOP rate. Both are computed at each report of a trial; between
     reports the rate is kept and the ETA counts down. (A fixed 60 s window read the default job 25 % high: its
     trials report every ~75 s, so each window held both trials' reports, the same 136,533 tokens/s all sweep long.)
@@ -517,7 +518,8 @@ class GridView(_View):
             tok = float(result["tokens"])
             members = int(result.get("members") or 1)
             last = self._seen.get(trial.trial_id)
-            if last is None or tok < last:  # first report here, or a restart: this attempt began at start_tokens
+            first = last is None or tok < last
+            if first:  # first report here, or a restart: this attempt began at start_tokens
                 last = min(tok, float(result.get("start_tokens") or 0.0))
             delta = tok - last
             self._seen[trial.trial_id] = tok
@@ -526,6 +528,9 @@ class GridView(_View):
             if delta > 0:
                 tid = trial.trial_id
                 since = self._last_report.get(tid, self._first_seen.get(tid, self.t0))
+                attempt_s = result.get("attempt_s")
+                if first and isinstance(attempt_s, int | float) and attempt_s > 0:
+                    since = now - float(attempt_s)  # from its first step: the trial's start-up is not training
                 if now - since > 0:
                     self._rate[tid] = (delta * members / (now - since), delta * members * fpt / (now - since))
                 self._last_report[tid] = now

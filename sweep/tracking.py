@@ -14,8 +14,9 @@ Ray 2.60's logger callbacks, added to the experiment's ``RunConfig.callbacks``:
 
 What is logged, per Tune trial: at every report the training step (Tune's ``timesteps_total``, the x axis),
 ``train_loss`` and ``val_loss`` (nats/token), ``lr``, ``tokens`` and ``tokens_per_s`` (the trial's rate since its
-previous report, ``members * Δtokens / Δtime_total_s``, evaluation included; none at the first report, whose time
-holds the trial's start-up); the final report adds ``final_val_loss``. A seed-ensemble trial (several runs
+previous report, ``members * Δtokens / Δtime_total_s``, evaluation included; at the first report, the tokens
+trained over the trainer's ``attempt_s``, the time since its first step, as ``time_total_s`` then holds the trial's
+start-up); the final report adds ``final_val_loss``. A seed-ensemble trial (several runs
 that differ only in their seed) is one tracked run whose per-run metrics carry the member's seed
 (``train_loss/seed3``); its parameters list every run id and seed.
 The parameters of an MLflow run are the run's defining fields (:func:`run_params`: run id, variant, r, size,
@@ -236,11 +237,16 @@ def _metrics_mixin():
             tok = result.get("tokens")
             if isinstance(tok, int | float) and isinstance(t, int | float) and (rated.get(trial.trial_id) or (None,))[0] != int(step):
                 # the trial's rate since its previous report, of all its members, once per step (every member of an
-                # ensemble reports it); none at the first report, whose time holds the trial's start-up (imports,
-                # data, model build): tokens / time_total_s read 1,029 tokens/s for a smoke run training at 22,347
+                # ensemble reports it); at the first report time_total_s holds the trial's start-up (imports, data,
+                # model build): tokens / time_total_s read 1,029 tokens/s for a smoke run training at 22,347
                 prev = rated.get(trial.trial_id)
+                members = int(result.get("members") or 1)
+                attempt_s, start = result.get("attempt_s"), float(result.get("start_tokens") or 0.0)
                 if prev is not None and t > prev[2] and tok > prev[1]:
-                    out["tokens_per_s"] = int(result.get("members") or 1) * (float(tok) - prev[1]) / (float(t) - prev[2])
+                    out["tokens_per_s"] = members * (float(tok) - prev[1]) / (float(t) - prev[2])
+                elif prev is None and isinstance(attempt_s, int | float) and attempt_s > 0 and tok > start:
+                    # the first report: the trainer's own clock from its first step (start-up left out)
+                    out["tokens_per_s"] = members * (float(tok) - start) / float(attempt_s)
                 rated[trial.trial_id] = (int(step), float(tok), float(t))
             out[TIMESTEPS_TOTAL] = int(step)
             out[TRAINING_ITERATION] = result.get(TRAINING_ITERATION, 0)

@@ -109,9 +109,11 @@ class RunWorkspace:
 def event_metrics(event: dict) -> dict:
     """Tune metrics of one trainer event (None values dropped: Tune's CSV logger cannot hold them).
 
-    ``start_tokens`` (tokens per member trained before this attempt: a resumed run's checkpoint) lets a progress
-    display measure the first rate of a resumed trial from where it started, not from zero."""
-    out = {k: event.get(k) for k in ("step", "tokens", "train_loss", "val_loss", "lr", "start_tokens")}
+    ``start_tokens`` (tokens per member trained before this attempt: a resumed run's checkpoint) and ``attempt_s``
+    (seconds since the attempt's first step) let a progress display measure the first rate of a trial from where
+    and when it started training, not from zero and not from the trial's start-up."""
+    keys = ("step", "tokens", "train_loss", "val_loss", "lr", "start_tokens", "attempt_s")
+    out = {k: event.get(k) for k in keys}
     out = {k: (float(v) if isinstance(v, float) else v) for k, v in out.items() if v is not None}
     out[DONE_KEY] = False
     return out

@@ -258,6 +258,25 @@ def test_grid_view_resumed_trial_rate_counts_only_this_attempts_tokens(monkeypat
     assert view.tokens_per_s == pytest.approx(4_000 / 10)
 
 
+def test_grid_view_first_rate_leaves_out_the_trials_start_up(monkeypatch):
+    # the trial is seen RUNNING at t = 0 but spends 30 s starting (Ray worker, imports, data) before its first step;
+    # its first report at t = 40 says it trained 10 s (attempt_s): 20,000 tokens in 10 s, not in 40 s
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    view = console.GridView(console.Console(io.StringIO(), interactive=False), total=1)
+    t = SimpleNamespace(trial_id="t", status="RUNNING", config={"cell": _cells(1)[0]})
+    view.observe([t])
+    clock[0] = 40.0
+    view.observe([t], t, {"tokens": 20_000, "attempt_s": 10.0})
+    assert view.tokens_per_s == pytest.approx(20_000 / 10)
+    clock[0] = 50.0  # the next report: the time since the previous one, as before
+    view.observe([t], t, {"tokens": 25_000, "attempt_s": 20.0})
+    assert view.tokens_per_s == pytest.approx(5_000 / 10)
+    clock[0] = 100.0  # restarted from its checkpoint at 10,000 tokens: 4,000 new tokens in its 8 s of training
+    view.observe([t], t, {"tokens": 14_000, "start_tokens": 10_000, "attempt_s": 8.0})
+    assert view.tokens_per_s == pytest.approx(4_000 / 8)
+
+
 def test_lr_view_best_lr_per_size_and_counts():
     buf = io.StringIO()
     view = console.LRView(console.Console(buf, interactive=False), {"s_size16_r1": (16, 1)}, per_study=3)

@@ -274,8 +274,13 @@ def test_a_run_resumed_after_its_last_step_keeps_its_throughput(tmp_path, traine
             return [train_run(cfg, callback=events.append)]
         return train_ensemble(cfg, [0, 1], callback=events.append)
 
+    t0 = time.perf_counter()
     first = train()
+    took = time.perf_counter() - t0
     assert {ev["start_tokens"] for ev in events} == {0}
+    # attempt_s: the time since this attempt's first step, growing over the run and within the whole call
+    spans = [ev["attempt_s"] for ev in events]
+    assert spans == sorted(spans) and 0 < spans[0] and spans[-1] < took
     per_step = events[0]["tokens"] // events[0]["step"]
     again = train()
     assert events and {ev["start_tokens"] for ev in events} == {6 * per_step}  # where this attempt began

@@ -196,6 +196,12 @@ def test_tracked_metrics_keep_each_ensemble_member_apart():
     assert logger.got["tokens_per_s"] == 2 * 2048 / 1.0
     logger.log_trial_result(2, trial, {"run_id": "r0", "final_val_loss": 3.1, "training_iteration": 4})
     assert logger.got == {"final_val_loss/seed10": 3.1, "timesteps_total": 24, "training_iteration": 4}
+    # a trial whose first report says how long it trained (attempt_s): its rate from its first step, start-up left
+    # out, counting only the tokens of this attempt (resumed at 1024 tokens)
+    first = type("Trial", (), {"trial_id": "v", "config": {"cells": cells}})()
+    logger.log_trial_result(1, first, {**ev, "start_tokens": 1024, "attempt_s": 2.0, "time_total_s": 30.0,
+                                       "training_iteration": 1})  # fmt: skip
+    assert logger.got["tokens_per_s"] == 2 * (2048 - 1024) / 2.0
     single = type("Trial", (), {"trial_id": "u", "config": {"cells": cells[:1]}})()
     logger.log_trial_result(1, single, {"step": 4, "val_loss": 3.9, "training_iteration": 1})
     assert logger.got == {"val_loss": 3.9, "timesteps_total": 4, "training_iteration": 1}
