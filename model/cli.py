@@ -12,11 +12,12 @@ import sys
 
 import typer
 
-from loopscale.model.options import config_from_flags, with_model_flags
+from loopscale.model.options import config_from_flags, given_flags, no_effect_notes, with_model_flags
 
 
 @with_model_flags
 def info_cmd(
+    ctx: typer.Context,
     model_flags: dict,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -27,7 +28,10 @@ def info_cmd(
     """
     from loopscale.model.accounting import model_info
 
-    info = model_info(config_from_flags(**model_flags))
+    cfg = config_from_flags(**model_flags)
+    for note in no_effect_notes(given_flags(ctx), cfg):
+        typer.echo(f"warning: {note}", err=True)
+    info = model_info(cfg)
     if as_json:
         json.dump(info, sys.stdout)
         sys.stdout.write("\n")

@@ -25,7 +25,15 @@ import typer
 
 from loopscale.model.config import LoopedConfig, preset_config
 
-__all__ = ["MODEL_FLAGS", "config_from_flags", "run_flag_specs", "with_model_flags", "with_run_flags"]
+__all__ = [
+    "MODEL_FLAGS",
+    "config_from_flags",
+    "given_flags",
+    "no_effect_notes",
+    "run_flag_specs",
+    "with_model_flags",
+    "with_run_flags",
+]
 
 _PANEL = "Model"
 
@@ -64,6 +72,37 @@ def config_from_flags(preset: str = "cpu", r: int = 1, **flags) -> LoopedConfig:
     if unknown:
         raise ValueError(f"unknown model flags {unknown}; known: {sorted(MODEL_FLAGS)}")
     return preset_config(preset, r=r, **flags)
+
+
+def given_flags(ctx) -> set[str]:
+    """Names of the parameters of a command's click context ``ctx`` given on the command line or through an
+    environment variable (not left at their defaults)."""
+    given = ("COMMANDLINE", "ENVIRONMENT")  # by name: Typer ships its own copy of click's ParameterSource
+    return {name for name in ctx.params if getattr(ctx.get_parameter_source(name), "name", None) in given}
+
+
+def no_effect_notes(given: set[str], model: LoopedConfig, run=None) -> list[str]:
+    """One line per flag in ``given`` (parameter names, :func:`given_flags`) that changes nothing in the model
+    ``model`` or the run ``run`` (a :class:`~loopscale.model.train.RunConfig`, optional) it was given with:
+    ``--hc-lanes`` without hyperconnections, ``--n-prelude`` / ``--n-coda`` at r = 1 (the plain iso-depth baseline
+    has neither, paper Sec. 3.1), ``--decay-frac`` without the 'wsd' schedule, ``--checkpoint-dir`` without
+    ``--checkpoint-every-steps`` (no checkpoint is written; one already there is resumed from)."""
+    notes = []
+    if "hc_lanes" in given and model.injection != "hyperconnect":
+        notes.append(f"--hc-lanes {model.hc_lanes} has no effect: the lanes belong to --injection hyperconnect, "
+                     f"and this model's injection is {model.injection}")
+    for name in ("n_prelude", "n_coda"):
+        if name in given and model.r == 1:
+            notes.append(f"--{name.replace('_', '-')} has no effect at r = 1: the plain baseline is effective_depth "
+                         "unique layers with no prelude or coda (it sets the layout of the r > 1 models)")
+    if run is not None:
+        if "decay_frac" in given and run.schedule != "wsd":
+            notes.append(f"--decay-frac {run.decay_frac} has no effect: it is the final decay of --schedule wsd, "
+                         f"and this run's schedule is {run.schedule}")
+        if "checkpoint_dir" in given and run.checkpoint_every_steps is None:
+            notes.append("--checkpoint-dir without --checkpoint-every-steps writes no checkpoint (the run resumes "
+                         "from one already there); add --checkpoint-every-steps K to write one every K steps")
+    return notes
 
 
 def with_model_flags(command):

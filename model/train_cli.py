@@ -17,7 +17,13 @@ import sys
 
 import typer
 
-from loopscale.model.options import config_from_flags, with_model_flags, with_run_flags
+from loopscale.model.options import (
+    config_from_flags,
+    given_flags,
+    no_effect_notes,
+    with_model_flags,
+    with_run_flags,
+)
 
 JSON_KEYS = (
     "status",
@@ -61,6 +67,7 @@ JSON_KEYS = (
 @with_model_flags
 @with_run_flags
 def train_cmd(
+    ctx: typer.Context,
     model_flags: dict,
     run_flags: dict,
     seeds: str | None = typer.Option(
@@ -86,8 +93,11 @@ def train_cmd(
     if model_flags["vocab_size"] is None and kind == "bpe":
         model_flags = {**model_flags, "vocab_size": tok_vocab}
     run = RunConfig(model=config_from_flags(**model_flags), **run_flags)
+    notes = no_effect_notes(given_flags(ctx), run.model, run)  # said, and kept with the run's own warnings
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
     if members is not None:
-        _train_ensemble(run, members, as_json)
+        _train_ensemble(run, members, as_json, notes)
         return
     if not as_json:
         from loopscale.model.accounting import flops_per_token, n_once, n_rec
@@ -102,6 +112,7 @@ def train_cmd(
     res = train_run(run)
     d = res.to_dict()
     out = {k: d[k] for k in JSON_KEYS}
+    out["warnings"] = [*notes, *out["warnings"]]
     if as_json:
         _dump_json(out)
         if res.status != "ok":
@@ -163,9 +174,9 @@ def _parse_seeds(text: str) -> list[int]:
     return vals
 
 
-def _train_ensemble(run, members: list[int], as_json: bool) -> None:
+def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) -> None:
     """``train --seeds``: the members trained as one seed ensemble; one line (or JSON object) per member, exit 1
-    when any member did not finish ok."""
+    when any member did not finish ok. ``notes``: flags without effect, put first in each member's warnings."""
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.ensemble import train_ensemble
     from loopscale.model.train import resolve_tokens
@@ -180,6 +191,8 @@ def _train_ensemble(run, members: list[int], as_json: bool) -> None:
         )
     results = train_ensemble(run, members)
     rows = [{k: r.to_dict()[k] for k in JSON_KEYS} for r in results]
+    for o in rows:
+        o["warnings"] = [*notes, *o["warnings"]]
     if as_json:
         _dump_json(rows)
     else:

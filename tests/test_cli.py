@@ -335,3 +335,50 @@ def test_train_json_of_a_diverged_run_is_strict_json_and_exits_1(tmp_path, monke
     out = json.loads(res.stdout.strip().splitlines()[-1], parse_constant=refuse)
     rows = out if isinstance(out, list) else [out]
     assert rows and all(r["status"] == "diverged" for r in rows)
+
+
+def test_train_and_model_info_name_the_flags_that_change_nothing(trainer_corpus_dir, trainer_cache_dir, tmp_path):
+    """Flags the model or run ignores were recorded without a word: --hc-lanes without hyperconnections,
+    --n-prelude at r = 1, --decay-frac without the wsd schedule, --checkpoint-dir without a checkpoint cadence.
+    Each is now a warning, also in the --json warnings; a flag that acts (or one left at its default) is not."""
+    runner = CliRunner()
+    info = runner.invoke(app, ["model", "info", "--d-model", "16", "--r", "1", "--hc-lanes", "4", "--n-prelude", "2"])
+    assert info.exit_code == 0, info.output
+    assert "warning: --hc-lanes 4 has no effect: the lanes belong to --injection hyperconnect" in info.output
+    assert "warning: --n-prelude has no effect at r = 1" in info.output
+    quiet = runner.invoke(app, ["model", "info", "--d-model", "16", "--r", "2", "--injection", "hyperconnect",
+                                "--hc-lanes", "4", "--n-prelude", "2", "--n-coda", "2"])  # fmt: skip
+    assert quiet.exit_code == 0 and "warning" not in quiet.output, quiet.output
+    run = ["train", "--d-model", "16", "--r", "2", "--seq-len", "32", "--tokens", "512", "--batch-tokens", "256",
+           "--eval-tokens", "256", "--corpus", str(trainer_corpus_dir), "--cache-dir", str(trainer_cache_dir)]  # fmt: skip
+    res = runner.invoke(app, [*run, "--json", "--hc-lanes", "3", "--decay-frac", "0.3"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [w.split(":")[0] for w in out["warnings"][:2]] == ["--hc-lanes 3 has no effect", "--decay-frac 0.3 has no effect"]
+    assert "this run's schedule is linear" in out["warnings"][1]
+    res = runner.invoke(app, [*run, "--schedule", "wsd", "--decay-frac", "0.3", "--checkpoint-dir", str(tmp_path / "ck")])
+    assert res.exit_code == 0, res.output
+    assert "decay-frac" not in res.output and "warning: --checkpoint-dir without --checkpoint-every-steps" in res.output
+
+
+def test_train_stopped_by_sigterm_says_so_and_exits_143(trainer_corpus_dir, trainer_cache_dir, tmp_path):
+    """`train` ended on a SIGTERM (a scheduler's stop, `kill`) without a word; it now stops as on Ctrl-C, says how
+    to continue from its checkpoints, and exits 143."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-c", "from loopscale.sweep.cli import main; main()", "train", "--d-model", "32",
+           "--seq-len", "32", "--tokens", "20000000", "--batch-tokens", "256", "--eval-tokens", "256",
+           "--corpus", str(trainer_corpus_dir), "--cache-dir", str(trainer_cache_dir),
+           "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every-steps", "5"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list((tmp_path / "ck").glob("ckpt-*.pt")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert "interrupted (SIGTERM): stopped; rerun the same command to continue from the newest checkpoint" in err
+    assert "Traceback" not in err and out == ""
