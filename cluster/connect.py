@@ -467,8 +467,31 @@ captured into the command's log while it runs); None: ``sys.stderr``."""
 
 
 def stopped_by_sigterm() -> bool:
-    """True once this process received a SIGTERM inside :func:`ray_session`."""
+    """True once this process received a SIGTERM inside :func:`ray_session` or :func:`sigterm_interrupts`."""
     return bool(_SIGTERM_SEEN)
+
+
+def _sigterm_raises(signum, frame) -> None:
+    """SIGTERM handler of a command outside a Ray session: a KeyboardInterrupt, remembered as a SIGTERM."""
+    _SIGTERM_SEEN.append(True)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """While the block runs, a SIGTERM stops this process as a Ctrl-C does (a ``KeyboardInterrupt``, and
+    :func:`stopped_by_sigterm` True), so a command without Ray (``train``, ``fit``, ``design``, a pipeline between
+    its Ray sessions) ends with its "interrupted (SIGTERM)" line and exit code instead of dying without a word.
+    Only where SIGTERM has Python's default action and only in the main thread; :func:`ray_session` puts its own
+    handler in place for its block and this one back after it."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _sigterm_raises)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _restore_sigterm(handler) -> None:

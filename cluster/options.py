@@ -258,8 +258,9 @@ def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None =
 
 def present_errors(command):
     """Wrap a Typer command so that its errors reach the user as one line on stderr and an exit code:
-    :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED` (after a SIGTERM
-    inside a Ray session, handled as a Ctrl-C: "interrupted (SIGTERM): ..." and :data:`EXIT_TERMINATED`);
+    :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED` (a SIGTERM
+    is handled as a Ctrl-C, by :func:`loopscale.cluster.connect.sigterm_interrupts` or inside a Ray session:
+    "interrupted (SIGTERM): ..." and :data:`EXIT_TERMINATED`);
     :class:`CommandFailed` -> "error: <message>" and :data:`EXIT_FAILED`;
     ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`. Anything else is a bug
     and keeps its traceback. The console script registers every command through it."""
@@ -268,8 +269,11 @@ def present_errors(command):
 
     @functools.wraps(command)
     def presented(*args, **kwargs):
+        from loopscale.cluster.connect import sigterm_interrupts
+
         try:
-            return command(*args, **kwargs)
+            with sigterm_interrupts():
+                return command(*args, **kwargs)
         except (Interrupted, KeyboardInterrupt) as e:
             from loopscale.cluster.connect import stopped_by_sigterm
 
