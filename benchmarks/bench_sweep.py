@@ -2,18 +2,22 @@
 
 Prints one JSON object: trials, tokens per trial, the standalone time of every trial (1 thread, in this process,
 one after another), ideal_s = sum / cpus, sweep_wall_s (run_sweep on an already started Ray), ratio =
-sweep_wall_s / ideal_s (target <= 1.10), ray_start_s (embedded Ray start-up), and the 1-minute load
-average before and after (timings on a shared machine are noisy; compare runs with similar load).
+sweep_wall_s / ideal_s (target <= 1.10), ray_start_s (embedded Ray start-up), the 1-minute load
+average before and after (timings on a shared machine are noisy; compare runs with similar load), and sweep_folder:
+the sweep's run folder, kept with ``--out DIR`` (null without it: the sweep then runs in a temporary folder, removed
+at the end, although Tune's lines on stderr name it; a line on stderr says so).
 
-    python benchmarks/bench_sweep.py [--tokens 65536] [--cpus 2] [--quick]
+    python benchmarks/bench_sweep.py [--tokens 65536] [--cpus 2] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -30,7 +34,15 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="8192 tokens per trial (a fast check of the harness)"
     )
+    ap.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write the sweep folder to DIR (new or empty: runs completed there would not be trained again) and "
+        "keep it; without it the sweep runs in a temporary folder removed at the end",
+    )
     args = ap.parse_args()
+    if args.out and os.path.exists(args.out) and (not os.path.isdir(args.out) or os.listdir(args.out)):
+        ap.error(f"--out {args.out} must be a new or empty folder (a sweep skips the runs completed there)")
     tokens = 8192 if args.quick else args.tokens
 
     from loopscale.cluster.connect import ray_session
@@ -54,13 +66,18 @@ def main() -> None:
         standalone.append(time.perf_counter() - t0)
     ideal = sum(standalone) / args.cpus
     # Tune's experiment table and the lines Ray forwards from the trials go to stderr: stdout is the JSON alone
-    with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp, stdout_to_stderr():
-        t0 = time.perf_counter()
-        with ray_session(num_cpus=args.cpus, temp_dir="/tmp/lsray_bench"):
-            ray_start = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            run_sweep(spec, tmp, quiet=True)
-            wall = time.perf_counter() - t1
+    with contextlib.ExitStack() as stack:
+        folder = args.out or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_sweep_"))
+        with stdout_to_stderr():
+            t0 = time.perf_counter()
+            with ray_session(num_cpus=args.cpus, temp_dir="/tmp/lsray_bench"):
+                ray_start = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                run_sweep(spec, folder, quiet=True)
+                wall = time.perf_counter() - t1
+    if not args.out:  # Tune's "View detailed results here: ..." named it
+        print(f"bench_sweep: the sweep folder {folder} named in Tune's lines above was temporary and has been "
+              "removed; --out DIR keeps it", file=sys.stderr)
     out = {
         "trials": len(cells),
         "tokens_per_trial": [c.run.tokens for c in cells],
@@ -75,6 +92,7 @@ def main() -> None:
         "ray_start_s": round(ray_start, 3),
         "load_avg_1min_before": load0,
         "load_avg_1min_after": os.getloadavg()[0],
+        "sweep_folder": os.path.abspath(args.out) if args.out else None,
     }
     print(json.dumps(out))
 

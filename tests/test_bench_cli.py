@@ -58,10 +58,14 @@ def test_bench_train_single_run_trains_with_the_optimizer_asked_for():
     assert proc.returncode == 2 and "--optimizer" in proc.stderr and proc.stdout == ""
 
 
-def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd):
+@pytest.mark.parametrize("keep", [False, True])
+def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd, tmp_path, keep):
     """Tune's experiment table (printed by the driver) and the lines Ray forwards from trials (written to fd 1)
     go to stderr: stdout is the one JSON object the docstring promises, so ``bench_sweep.py | jq`` works.
-    Training and Ray are stubbed: what is checked is where the sweep's own output goes."""
+    Training and Ray are stubbed: what is checked is where the sweep's own output goes.
+
+    The sweep folder that Tune's lines name: with ``--out DIR`` it is DIR, kept, and the JSON's sweep_folder; without,
+    a temporary folder that is gone at the end, which a line on stderr says (sweep_folder null)."""
     import contextlib
     import importlib.util
     import os
@@ -75,20 +79,36 @@ def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd):
         os.write(1, b"(grid_trainable pid=1) a line Ray forwards\n")
         yield
 
+    folders = []
+
     def fake_sweep(spec, out, **kw):
         print("| Configuration for experiment grid_bench_001 |")
+        print(f"View detailed results here: {out}/grid_bench_001", file=sys.stderr)
+        Path(out).mkdir(parents=True, exist_ok=True)  # as run_sweep makes it
+        (Path(out) / "runs.parquet").write_text("stub")
+        folders.append(Path(out))
 
     monkeypatch.setattr(connect, "ray_session", fake_ray_session)
     monkeypatch.setattr(commands, "run_sweep", fake_sweep)
     monkeypatch.setattr(train, "train_run", lambda cfg: None)
-    monkeypatch.setattr(sys, "argv", ["bench_sweep.py", "--quick"])
+    keep_dir = tmp_path / "sweep"
+    monkeypatch.setattr(sys, "argv", ["bench_sweep.py", "--quick", *(["--out", str(keep_dir)] if keep else [])])
     spec = importlib.util.spec_from_file_location("bench_sweep", ROOT / "benchmarks" / "bench_sweep.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.main()
     out, err = capfd.readouterr()
-    assert json.loads(out)["trials"] == 16, out
+    res = json.loads(out)
+    assert res["trials"] == 16, out
     assert "Configuration for experiment" in err and "a line Ray forwards" in err
+    note = "was temporary and has been removed; --out DIR keeps it"
+    [folder] = folders
+    if keep:
+        assert folder == keep_dir and (keep_dir / "runs.parquet").read_text() == "stub"
+        assert res["sweep_folder"] == str(keep_dir) and note not in err
+    else:
+        assert not folder.exists() and res["sweep_folder"] is None
+        assert f"the sweep folder {folder} named in Tune's lines above {note}" in err
 
 
 @pytest.mark.parametrize(
@@ -99,6 +119,8 @@ def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd):
         ("bench_model.py", ["--rs", "3"], "--widths 128 --rs 3: r=3 must divide the looped depth"),  # traceback
         ("bench_gpu.py", ["--preset", "foo"], "--preset foo --r 1: preset must be one of"),  # traceback
         ("bench_gpu.py", ["--device", "cpu", "--steps", "0"], "--steps must be >= 1, got 0"),  # IndexError
+        ("bench_sweep.py", ["--out", str(ROOT / "benchmarks")],  # its completed runs would not be trained again
+         f"--out {ROOT / 'benchmarks'} must be a new or empty folder"),
     ],
 )
 def test_benchmarks_refuse_bad_options_before_any_work(script, args, says):
