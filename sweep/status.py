@@ -32,7 +32,9 @@ earlier fit's ``fit/analysis.json`` and report may still be there; sweep: every 
 Run counts (training runs: one per cell and seed; an ensemble trial of Tune trains several): ``ok``,
 ``diverged`` and ``failed`` from the records; ``running``: runs of the live command's running trials without a
 record (from its progress display, else Tune's saved state); ``pending``: the planned runs left (a stopped
-command's unfinished runs are pending: ``--resume`` continues them). Tune's own ``trials`` counts are trials.
+command's unfinished runs are pending: ``--resume`` continues them). Tune's own ``trials`` counts are trials. A
+tune-lr folder with a spec counts its grid's runs pending, as the JSON has them; the printed status says instead
+that tune-lr trains none of them (``loopscale sweep`` or ``run`` of the spec with that ``--out`` does).
 
 Time: ``command_s`` counts from the start of the running command (its process); ``running_stage_s`` from the
 start of the current stage's progress display; ``stage_wall_s`` are the stage wall times ``loopscale run`` recorded.
@@ -717,7 +719,20 @@ def format_status(st: dict) -> list[str]:
     cmd = st.get("command")
     if cmd:
         lines.append(f"command: {cmd.get('command')} (pid {cmd.get('pid')} on {cmd.get('host')})")
-    if r["total"] or kind != "tune-lr":
+    if kind == "tune-lr":  # tune-lr trains no run of the grid: "N pending" read as runs it left undone
+        if r["total"]:  # a folder with a spec.yaml: the grid it plans
+            lr = st.get("lr") or {}
+            if (lr.get("studies") or {}).get("total") is None:  # the spec (whose grid gave the total) fixes the LR
+                how = "at the spec's fixed LR: lr_table.parquet is not read"
+            elif "table" in lr:
+                how = "with the LRs of its lr_table.parquet"
+            else:
+                how = "with the LRs of the lr_table.parquet tune-lr writes here when its studies end"
+            lines.append(
+                f"runs: the spec's grid plans {r['total']} runs; tune-lr trains none of them (`loopscale sweep` or "
+                f"`loopscale run` of the same spec with --out this folder trains them, {how})"
+            )
+    else:
         lines.append(
             f"runs: {r['total']} planned — {r['ok']} ok, {r['diverged']} diverged, {r['failed']} failed, "
             f"{r['running']} running, {r['pending']} pending"

@@ -207,6 +207,39 @@ def test_a_finished_tune_lr_folder_is_named_so_without_a_runs_line(tmp_path):
     assert "LR studies: 1 done" in text and any("size 16 r 1: lr 0.02 (val 3.2500" in ln for ln in text)
 
 
+@pytest.mark.parametrize("lr", ["tune", "fixed"])
+def test_a_tune_lr_folder_with_a_spec_says_tune_lr_trains_none_of_its_runs(tmp_path, lr):
+    """A finished tune-lr folder with its spec.yaml printed "runs: 16 planned — 0 ok, ..., 16 pending", as if
+    tune-lr had left 16 runs undone; it trains none of the grid. The JSON keeps its counts."""
+    from loopscale.sweep.lr_search import study_keys
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.spec import record_folder_spec
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    spec = preset_spec("smoke").model_copy(update={"lr": "tune" if lr == "tune" else {"fixed": 0.01}})
+    record_folder_spec(tmp_path, spec)
+    _lr_folder(tmp_path, table=False)
+    rows = [dict(size=s, r=r, tuned_r=r, N_unique=1000, N_usage=1000, lr_best=0.02, best_val_loss=3.25, lr_smoothed=0.02,
+                 lr=0.02, n_trials=8, n_pruned=3, budget_tokens=1000, study_name="s", storage="sqlite:///x")
+            for s, r in study_keys(spec.model_copy(update={"lr": "tune"}))]  # fmt: skip
+    write_table_atomic(to_table(rows, _lr_table_schema()), tmp_path / "lr_table.parquet")  # one LR per (size, r)
+    st = collect_status(tmp_path)
+    n = len(spec.cells(lr_table={(s, None): 1.0 for s in spec.all_sizes()}))
+    assert (st["kind"], st["state"]) == ("tune-lr", "finished") and n == 16
+    assert st["runs"] == {"total": n, "ok": 0, "diverged": 0, "failed": 0, "running": 0, "pending": n}
+    text = format_status(st)
+    [line] = [ln for ln in text if ln.startswith("runs:")]
+    how = ("with the LRs of its lr_table.parquet" if lr == "tune" else
+           "at the spec's fixed LR: lr_table.parquet is not read")  # fmt: skip
+    assert line == (f"runs: the spec's grid plans {n} runs; tune-lr trains none of them (`loopscale sweep` or "
+                    f"`loopscale run` of the same spec with --out this folder trains them, {how})")
+    assert not any("pending" in ln for ln in text), text
+    if lr == "tune":  # stopped before its table: the LRs it will write
+        (tmp_path / "lr_table.parquet").unlink()
+        line = next(ln for ln in format_status(collect_status(tmp_path)) if ln.startswith("runs:"))
+        assert line.endswith("with the LRs of the lr_table.parquet tune-lr writes here when its studies end)")
+
+
 def test_an_lr_table_row_without_an_lr_does_not_stop_status(tmp_path):
     """The LR table's lr column may be null (a study with no complete trial: tune-lr prints '-' for it); status
     printed it rounded and died with "unsupported format string passed to NoneType.__format__"."""
