@@ -108,9 +108,11 @@ class TuneSpec(_Strict):
     tried; with fewer, num_samples of them spread evenly over the sorted set, its ends included
     (``loopscale.sweep.lr_search.lr_grid``)."""
     tokens_per_param: float | None = Field(10.0, gt=0)
-    """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D)."""
+    """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D); unused when
+    ``tokens`` is set, and then refused unless left at its default 10 (or null)."""
     tokens: int | None = Field(None, gt=0)
-    """Absolute tuning budget in tokens (overrides tokens_per_param)."""
+    """Absolute tuning budget in tokens, instead of ``tokens_per_param`` (a spec giving both, with tokens_per_param
+    other than its default 10, is refused: keep one)."""
     num_milestones: int = Field(8, ge=1)
     """Validation points per trial; ASHA's time attribute is the milestone index 1..num_milestones."""
     grace_milestones: int = Field(1, ge=1)
@@ -142,6 +144,19 @@ class TuneSpec(_Strict):
             )
         if self.tokens is None and self.tokens_per_param is None:
             raise ValueError("tune needs a budget: set tune.tokens or tune.tokens_per_param")
+        # both given: tokens would win without a word. The default 10 is let through, as model_dump() writes it
+        # next to tokens and a dumped spec (spec.yaml, design's candidates) must parse again
+        default = type(self).model_fields["tokens_per_param"].default
+        if (
+            self.tokens is not None
+            and "tokens_per_param" in self.model_fields_set
+            and self.tokens_per_param not in (None, default)
+        ):
+            raise ValueError(
+                f"tune.tokens ({self.tokens}) and tune.tokens_per_param ({self.tokens_per_param:g}) both set the LR "
+                "trials' token budget, and tune.tokens would be used: keep one (tune.tokens: absolute tokens; "
+                "tune.tokens_per_param: tokens per parameter of each model)"
+            )
         return self
 
 

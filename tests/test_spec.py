@@ -151,12 +151,37 @@ def _bad(mutate):
         (lambda d: d.update(tokens=[4096, 8192, 4096]), "tokens must hold distinct values"),
         (lambda d: d.update(sizes=[16], tokens={16: [4096, 4096]}), "tokens for size 16 must hold distinct"),
         (lambda d: d.update(tokens=None, budgets={1e9: [16, 32, 16]}), "budgets[1e+09] must hold distinct values"),
+        # two tuning budgets: tune.tokens was used and tune.tokens_per_param dropped without a word
+        (lambda d: d["tune"].update(tokens_per_param=20.0),
+         "tune.tokens (2048) and tune.tokens_per_param (20) both set the LR trials' token budget, and tune.tokens "
+         "would be used: keep one"),
     ],
 )
 def test_bad_specs_name_the_key(mutate, key):
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(mutate))
     assert key in str(e.value)
+
+
+def test_tune_tokens_with_the_default_tokens_per_param_parses_again_after_a_dump(tmp_path):
+    """tune.tokens next to tokens_per_param other than its default is refused; model_dump() writes the default 10
+    next to tokens, so a dumped spec (spec.yaml of a folder, design's candidates) must still parse, as must a spec
+    that writes the default or null by hand, or tokens_per_param alone."""
+    from loopscale.sweep.spec import spec_to_yaml
+
+    spec = preset_spec("smoke")
+    assert spec.tune.tokens == 2048 and spec.tune.tokens_per_param == 10.0
+    dumped = spec.model_dump(mode="python")
+    assert dumped["tune"]["tokens"] == 2048 and dumped["tune"]["tokens_per_param"] == 10.0
+    assert parse_spec(dumped) == spec
+    assert parse_spec({**dumped, "seeds": {r: 3 for r in spec.r}}).tune == spec.tune  # as `design` re-parses it
+    (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
+    assert load_spec(tmp_path / "spec.yaml") == spec
+    for tpp in (10, 10.0, None):
+        assert parse_spec(_bad(lambda d, v=tpp: d["tune"].update(tokens_per_param=v))).tune.tokens == 2048
+    alone = parse_spec(_bad(lambda d: d["tune"].update(tokens=None, tokens_per_param=20.0)))
+    assert (alone.tune.tokens, alone.tune.tokens_per_param) == (None, 20.0)
+    assert parse_spec(alone.model_dump(mode="python")) == alone
 
 
 def test_a_seed_count_written_as_a_float_is_a_count():
