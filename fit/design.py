@@ -90,6 +90,7 @@ class DesignPrediction:
     worth_half_width_se: dict[int, float] = field(default_factory=dict)
     phi_draws: tuple[float, ...] = ()
     worth_draws: dict[Any, tuple[float, ...]] = field(default_factory=dict)
+    worth_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (dict keys r as strings; the per-draw values ``phi_draws`` and ``worth_draws`` are left
@@ -331,8 +332,9 @@ def simulate_design(
     Returns:
         :class:`DesignPrediction` with ``phi_half_width`` (and its Monte-Carlo standard error
         ``phi_half_width_se``), ``r_phi_half_width`` per r > 1 and, with a ladder, ``worth_true`` (the truth's
-        worth in layers) and ``worth_half_width`` (with ``worth_half_width_se``) per looped cell; the per-draw
-        values in ``phi_draws`` and ``worth_draws``.
+        worth in layers) and ``worth_half_width`` (with ``worth_half_width_se``) per looped cell — or, when the
+        truth's own ladder does not fall with depth, none and ``worth_note`` saying why; the per-draw values in
+        ``phi_draws`` and ``worth_draws``.
     Raises:
         ValueError: missing columns or parameters, a negative or non-finite ``noise_sd``, n_sim < 2, or a design
             the fitter refuses (e.g. a single r).
@@ -355,7 +357,17 @@ def simulate_design(
     noiseless = design_cell_means(base.assign(loss=mean))
     prepare(noiseless, law)  # the fitter's refusals, before any draw
     do_ladder = ladder and has_ladder(design)
-    worth_true = _worth_by_r(base.assign(loss=mean)) if do_ladder else {}
+    worth_true, worth_note = {}, None
+    if do_ladder:
+        try:
+            worth_true = _worth_by_r(base.assign(loss=mean))
+        except ValueError as e:  # the truth's own ladder does not fall with depth: no worth to predict
+            worth_note = (
+                "the worth in unique layers is not predicted: the law taken as truth (fitted to the pilot) gives "
+                f"this design's plain ladder a loss that does not fall with depth ({_slope_words(str(e))}), so no "
+                "looped model can be placed on it; the pilot's own ladder (see its report) says whether depth helps "
+                "at these widths and budgets"
+            )
     warm = law.from_public(truth)
     phi_d = np.full(n_sim, np.nan)
     worth_d = {k: np.full(n_sim, np.nan) for k in worth_true}
@@ -404,7 +416,17 @@ def simulate_design(
         worth_half_width_se={k: half_width_se(v, seed, level) for k, v in worth_d.items()},
         phi_draws=tuple(float(x) for x in phi_d),
         worth_draws={k: tuple(float(x) for x in v) for k, v in worth_d.items()},
+        worth_note=worth_note,
     )
+
+
+def _slope_words(message: str) -> str:
+    """The ``slope ... nats per log-layer`` part of :func:`loopscale.fit.ladder.ladder_table`'s refusal, else the
+    whole message."""
+    import re
+
+    m = re.search(r"slope [^)]*", message)
+    return m.group(0) if m else message
 
 
 def common_normals(runs: pd.DataFrame, n_sim: int, seed: int = 0) -> np.ndarray:

@@ -417,6 +417,8 @@ def design(
         candidates.append({"seeds": _label(layout), "seeds_per_r": {str(r): k for r, k in layout.items()},
                            "spec_as_written": layout == own, "runs": len(plan), "trials": int(plan["trial"].nunique()),
                            "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
+    for note in dict.fromkeys(c["worth_note"] for c in candidates if c.get("worth_note")):  # once, in order
+        warnings.append(note)
     gaps = pilot_coverage(plan_src, runs, sum(c["noise_source"] == "cell" for c in cells))
     if gaps:
         warnings.append(

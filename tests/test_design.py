@@ -110,3 +110,27 @@ def test_half_width_monte_carlo_error_matches_its_spread():
     actual = np.std([_half_width(x, 0.95) for x in sets])
     se = np.median([half_width_se(x, seed=i) for i, x in enumerate(sets[:40])])
     assert se == pytest.approx(actual, rel=0.35) and 0.1 < actual < 0.3
+
+
+def test_a_truth_whose_ladder_is_flat_predicts_phi_and_says_why_there_is_no_worth():
+    """A pilot whose fitted law is flat in depth (A = 0 here) gives a ladder whose loss does not fall with depth:
+    the design ended with the ladder's own refusal, quoting a slope of 5.9e-16 as if measured (the run's report
+    said 0.047 for the same runs). It now predicts phi and says why the worth is not predicted."""
+    from loopscale.fit.design import simulate_design
+
+    rows = []
+    d = 32
+    nb = 12 * d * d
+    for D in (1e6, 4e6):
+        for r, layers in ((1, 2), (1, 4), (1, 10), (2, 6), (4, 4)):
+            n_once, n_rec = (layers * nb, 0.0) if r == 1 else (2 * nb, (layers - 2) * nb)
+            for s in range(3):
+                rows.append(dict(d_model=d, r=r, layers_unique=layers, N_once=n_once, N_rec=n_rec, D=D, seed=s,
+                                 noise_sd=0.01))  # fmt: skip
+    flat = {**TRUTH, "A": 0.0}
+    pred = simulate_design(pd.DataFrame(rows), flat, n_sim=3, starts=3, seed=0)
+    assert pred.worth_true == {} and pred.worth_half_width == {}
+    assert pred.worth_note.startswith("the worth in unique layers is not predicted: the law taken as truth")
+    assert "does not fall with depth (slope " in pred.worth_note and pred.n_ok >= 1
+    steep = simulate_design(pd.DataFrame(rows), TRUTH, n_sim=3, starts=3, seed=0)  # a law where depth helps
+    assert steep.worth_note is None and len(steep.worth_true) == 4  # r = 2 and 4 at each D
