@@ -158,6 +158,33 @@ SPEC_HELP = "Sweep spec YAML, or a preset name: smoke | cpu | paper (default: --
 PRESET_HELP = "smoke | cpu (default) | paper."
 
 
+def _check_corpus_beside_spec(corpus: str, spec_file: Path) -> None:
+    """A relative ``corpus:`` is read from the working directory (as documented); when nothing is there but the
+    same relative path exists beside the spec file, say so instead of only "does not exist".
+
+    Raises:
+        FileNotFoundError: that case, naming both places and the fixes.
+    """
+    import glob
+    import os
+
+    if corpus == "embedded" or not os.path.isabs(corpus):  # embedded, or ~/...: not made from a relative path
+        return
+    try:
+        rel = Path(corpus).relative_to(Path.cwd().resolve())
+    except ValueError:  # absolute as written, or outside the working directory: not a relative path
+        return
+    beside = spec_file.resolve().parent / rel
+    if glob.glob(corpus) or not glob.glob(str(beside)) or beside == Path(corpus):
+        return
+    shown = os.path.relpath(beside)
+    raise FileNotFoundError(
+        f"corpus {str(rel)!r} of {spec_file} does not exist in the working directory ({Path.cwd()}), where a "
+        f"relative corpus path is read; {shown} beside the spec exists: write corpus: {shown} (or an absolute "
+        "path), or run the command from the spec's folder"
+    )
+
+
 def resolve_spec(spec_arg: str | Path | None, preset: str | None):
     """The spec a command runs and its name (the default ``--out`` is ``runs/<name>``), from SPEC and ``--preset``.
 
@@ -168,8 +195,8 @@ def resolve_spec(spec_arg: str | Path | None, preset: str | None):
 
     Raises:
         ValueError: both a SPEC and ``--preset`` given.
-        FileNotFoundError / SpecError: no such file (and no such preset; the message lists the presets), or an
-            invalid spec.
+        FileNotFoundError / SpecError: no such file (and no such preset; the message lists the presets), an
+            invalid spec, or a relative corpus path missing from the working directory but present beside the spec.
     """
     if spec_arg is not None and not Path(spec_arg).is_file() and str(spec_arg) in PRESETS:
         # a folder of that name (e.g. the run folder of `--out smoke`) cannot be a spec: the preset is meant
@@ -185,6 +212,8 @@ def resolve_spec(spec_arg: str | Path | None, preset: str | None):
         if not Path(spec_arg).is_file():
             raise FileNotFoundError(f"sweep spec not found: {spec_arg} (give a YAML file, or a preset name: "
                                     f"{', '.join(PRESETS)})")
-        return load_spec(spec_arg), Path(spec_arg).stem
+        spec = load_spec(spec_arg)
+        _check_corpus_beside_spec(spec.corpus, Path(spec_arg))
+        return spec, Path(spec_arg).stem
     name = preset or "cpu"
     return preset_spec(name), name

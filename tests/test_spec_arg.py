@@ -275,3 +275,25 @@ def test_tracking_lines_come_also_after_a_ctrl_c(tmp_path, monkeypatch, capfd):
     res = CliRunner().invoke(app, ["sweep", "smoke", "--out", "c", "--track", "tensorboard"])
     assert res.exit_code == 2 and "corpus file 'x' does not exist" in res.output, res.output
     assert "TensorBoard" not in capfd.readouterr().out
+
+
+def test_a_relative_corpus_found_only_beside_the_spec_is_named_with_the_fix(tmp_path, monkeypatch):
+    """`corpus: data.txt` is read from the working directory (documented); run from the spec's parent folder, the
+    error said only that <cwd>/data.txt does not exist. It now names the file beside the spec and the fixes, before
+    anything is written; from the spec's folder, or with the file in the working directory, the spec is read."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "data.txt").write_text("some prose " * 200)
+    (proj / "spec.yaml").write_text(yaml.safe_dump({**PRESETS["smoke"], "corpus": "data.txt"}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"corpus 'data.txt' of proj/spec.yaml does not exist in the working "
+                                                r"directory .*; proj/data.txt beside the spec exists: write corpus: "
+                                                r"proj/data.txt"):  # fmt: skip
+        resolve_spec("proj/spec.yaml", None)
+    res = CliRunner().invoke(app, ["run", "proj/spec.yaml", "--out", str(tmp_path / "o"), "--dry-run"])
+    assert res.exit_code == 2 and "beside the spec exists" in res.output and not (tmp_path / "o").exists()
+    monkeypatch.chdir(proj)
+    assert resolve_spec("spec.yaml", None)[0].corpus == str(proj / "data.txt")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.txt").write_text("other prose " * 200)  # a file where the path is read: that one is meant
+    assert resolve_spec("proj/spec.yaml", None)[0].corpus == str(tmp_path / "data.txt")
