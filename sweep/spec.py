@@ -204,9 +204,11 @@ class SweepSpec(_Strict):
     sizes: list[int] = []
     """Sizes of ``tokens`` mode (d_model, or width scales when model.size_unit = width_scale)."""
     tokens: list[int] | dict[int, list[int]] | None = None
-    """D in tokens: a list applied to every size, or {size: [D, ...]}."""
+    """D in tokens: a list applied to every size, or {size: [D, ...]}. The trainer rounds each to whole batches of
+    ``training.batch_tokens``; two values of one size that round to the same D are refused."""
     budgets: dict[float, list[int]] | None = None
-    """Iso-FLOP design: {C (training FLOPs): [sizes at this budget]} (paper Sec. 3.2)."""
+    """Iso-FLOP design: {C (training FLOPs): [sizes at this budget]} (paper Sec. 3.2). Each run trains
+    D = round(C / (F B)) B tokens; two budgets that give one model (size, r, variant) the same D are refused."""
     variants: list[VariantSpec] = [VariantSpec(name="baseline")]
     seeds: list[int] | dict[int, list[int]] = [0]
     """Init seeds of every cell: a list, or a count k meaning [0, ..., k-1]; or per r, ``{r: count or list}``
@@ -447,8 +449,12 @@ class SweepSpec(_Strict):
     def _check_run_configs(self) -> None:
         """Build the full trainer configuration (``RunConfig``) of every grid point, so a value that every run
         would reject (a vocabulary smaller than the tokenizer's, a batch that is not a multiple of seq_len, ...) is
-        an error here, before Ray starts, naming the spec keys involved, and never a trial failure."""
+        an error here, before Ray starts, naming the spec keys involved, and never a trial failure. Two budgets of
+        one model that train the same D (:func:`loopscale.model.train.resolve_tokens`) are refused too."""
+        from loopscale.model.train import resolve_tokens
+
         points = [(r, None) for r in self.r] + [(1, depth) for depth in self.ladder]
+        trained: dict[tuple, dict[int, float]] = {}  # (size, model) -> {D trained: the budget written}
         for kind, budget, s in self._plan():
             for r, depth in points:
                 model = self._model_config(s, r, "baseline", 2, depth=depth)
@@ -469,6 +475,43 @@ class SweepSpec(_Strict):
                     ) from None
                 if kind == "C":
                     self._check_budget(budget, s, r, depth, run)
+                # each variant's looped model costs its own FLOPs per token: one D per budget for each
+                models = {"baseline": run.model}
+                if kind == "C" and r > 1 and depth is None:
+                    models |= {
+                        v.name: self._model_config(s, r, v.name, v.hc_lanes) for v in self.variants
+                    }
+                for variant, m in models.items():
+                    D = resolve_tokens(dataclasses.replace(run, model=m))
+                    seen = trained.setdefault((s, r, depth, variant), {})
+                    if D in seen:
+                        self._refuse_same_d(kind, seen[D], budget, D, s, r, depth, variant, run.batch_tokens)
+                    seen[D] = budget
+
+    def _refuse_same_d(
+        self, kind: str, first: float, second: float, D: int, size: int, r: int, depth: int | None, variant: str, B: int
+    ) -> None:
+        """Refuse two budgets of one model that the trainer rounds to the same D (``resolve_tokens``): they would be
+        two runs (two run ids) of one training, and the fit would count that point twice.
+
+        Raises:
+            ValueError: naming both budgets, the D they give and ``training.batch_tokens``.
+        """
+        if kind == "D":
+            where = f" for size {size}" if isinstance(self.tokens, dict) else ""
+            raise ValueError(
+                f"tokens{where}: {int(first)} and {int(second)} both round to D = {D} tokens (whole batches of "
+                f"training.batch_tokens = {B}: D = max(1, round(tokens / {B})) x {B}), so the same training would "
+                f"run twice and be fitted as two points; keep one (runs train whole multiples of {B} tokens)"
+            )
+        model = f"r = {r}" if depth is None else f"ladder depth {depth}"
+        if r > 1 and depth is None and (len(self.variants) > 1 or variant != "baseline"):
+            model += f", variant {variant}"
+        raise ValueError(
+            f"budgets: {first:g} and {second:g} FLOPs both give size {size} at {model} the same D = {D} tokens (D = "
+            f"round(C / (FLOPs per token x B)) x B, B = training.batch_tokens = {B}), so the same training would "
+            f"run twice and be fitted as two points; keep one, or space the budgets further apart"
+        )
 
     def _check_budget(self, C: float, size: int, r: int, depth: int | None, run) -> None:
         """Refuse a FLOP budget that buys less than one optimizer step of a model of the grid (paper Sec. 2's

@@ -395,3 +395,43 @@ def test_a_budget_too_small_for_one_step_names_the_model_and_the_c_every_model_n
     with pytest.raises(SpecError, match=r"size 32 at r = 8 gets 0\.4"):
         parse_spec({**base, "budgets": {0.98 * need: [16, 32]}})
 
+
+
+BASE = {
+    "name": "x",
+    "model": {"preset": "cpu", "seq_len": 32},
+    "r": [1, 2, 4, 8],
+    "training": {"batch_tokens": 256, "eval_tokens": 2048},
+    "lr": {"fixed": 0.01},
+}
+"""A small spec of laptop runs (batch of 256 tokens) without a grid: each test adds sizes and tokens, or budgets."""
+
+
+def test_token_budgets_that_round_to_one_d_are_refused_naming_both_values_d_and_the_batch():
+    """The trainer rounds tokens to whole batches (D = max(1, round(tokens / B)) B): 300 and 350 at B = 256 both train
+    D = 256 tokens. They were two runs (two run ids) of one training, fitted as two points; now the spec is refused,
+    naming both values, the D and training.batch_tokens, for a list, a per-size mapping and FLOP budgets."""
+    with pytest.raises(SpecError) as e:
+        parse_spec({**BASE, "sizes": [16, 32], "tokens": [300, 350, 2048]})
+    assert (
+        "tokens: 300 and 350 both round to D = 256 tokens (whole batches of training.batch_tokens = 256" in str(e.value)
+    )
+    # Python rounds halves to even: 384 and 640 tokens are 1.5 and 2.5 batches, both 2 batches
+    with pytest.raises(SpecError, match=r"tokens: 384 and 640 both round to D = 512 tokens"):
+        parse_spec({**BASE, "sizes": [16], "tokens": [384, 640]})
+    with pytest.raises(SpecError, match=r"tokens for size 32: 300 and 350 both round to D = 256 tokens"):
+        parse_spec({**BASE, "sizes": [16, 32], "tokens": {16: [2048, 4096], 32: [350, 2048, 300]}})
+    # two FLOP budgets of one model: round(C / (F B)) B; 1e9 and 1.01e9 are 14.3 and 14.5 steps of size 16 at r = 1
+    with pytest.raises(SpecError) as e:
+        parse_spec({**BASE, "budgets": {1e9: [16, 32], 1.01e9: [16, 32]}})
+    assert "budgets: 1e+09 and 1.01e+09 FLOPs both give size 16 at r = 1 the same D = 3584 tokens" in str(e.value)
+    assert "training.batch_tokens = 256" in str(e.value)
+    # each variant's model has its own FLOPs per token: these two budgets are distinct for the baseline models
+    # (8 and 9 steps at r = 1, 7 and 8 at r = 8) and both 10 steps of truncated BPTT at r = 8
+    budgets = {**BASE, "r": [1, 8], "budgets": {5.65e8: [16], 5.95e8: [16]}}
+    assert len(parse_spec(budgets).cells()) == 4
+    with pytest.raises(SpecError, match=r"both give size 16 at r = 8, variant trunc_bptt the same D = 2560 tokens"):
+        parse_spec({**budgets, "variants": ["baseline", "trunc_bptt"]})
+    # values a batch apart, and budgets of different sizes, stay a grid
+    assert {c.run.tokens for c in parse_spec({**BASE, "sizes": [16], "tokens": [300, 2048]}).cells()} == {300, 2048}
+    parse_spec({**BASE, "budgets": {1e9: [32], 1.01e9: [16]}})
