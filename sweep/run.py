@@ -18,6 +18,7 @@ This module is the one place that chains sweep -> fit -> report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shlex
 import sys
@@ -199,8 +200,12 @@ def run_pipeline(
 ) -> dict:
     """Run (or continue) the whole job into ``out_dir``; see the module docstring for the stages.
 
-    ``track``: ``--track`` values for the Tune stages (:mod:`loopscale.sweep.tracking`); ``log``: where the stage
-    lines go. Progress displays are those of :mod:`loopscale.sweep.console` (the bootstrap's included).
+    ``cluster``: the Ray options (``--address``, ``--num-cpus``, ``--num-gpus``, ``--ray-temp-dir``); the spec's
+    ``resources`` are checked against them before ``out_dir`` is written, and the tune-lr and sweep stages get them
+    as ``loopscale tune-lr`` / ``sweep`` do (the fit stage runs in the Ray they started, or, on a fit-only rerun
+    with any of the last three given, in an embedded Ray started with them). ``track``: ``--track`` values for the
+    Tune stages (:mod:`loopscale.sweep.tracking`); ``log``: where the stage lines go. Progress displays are those of
+    :mod:`loopscale.sweep.console` (the bootstrap's included).
 
     Returns:
         ``run_meta.json`` content: stage wall times (s), which stages were skipped, the paths written.
@@ -247,6 +252,9 @@ def run_pipeline(
         write_text_atomic(str(meta_path), json.dumps(meta, indent=2))
 
     need_ray = (spec.lr == "tune" and not lr_table_present(out / "lr_table.parquet")) or not _grid_done(spec, out)
+    # every stage gets the Ray options as `loopscale tune-lr` / `sweep` give them: their checks of resources.cpus /
+    # gpus against the embedded Ray count --num-cpus / --num-gpus, not this machine's cores
+    ray_opts = dataclasses.asdict(cluster)
     fit_settings = {"B": bootstrap, "starts": starts, "seed": seed}
 
     @contextlib.contextmanager
@@ -272,7 +280,7 @@ def run_pipeline(
             else:
                 log("[1/4] tune-lr: Optuna studies through Ray Tune ...")
                 with timed("tune-lr"):
-                    run_tune_lr(spec, out, resume=resume, address=cluster.address, track=track)
+                    run_tune_lr(spec, out, resume=resume, **ray_opts, track=track)
         # 2. the grid
         if _grid_done(spec, out):
             meta["skipped"].append("sweep")
@@ -283,7 +291,7 @@ def run_pipeline(
         else:
             log("[2/4] sweep: the iso-depth grid on Ray Tune ...")
             with timed("sweep"):
-                run_sweep(spec, out, resume=resume, address=cluster.address, track=track)
+                run_sweep(spec, out, resume=resume, **ray_opts, track=track)
         # 3. fits
         digest = file_digest(out / "runs.parquet")
         ana = out / "fit" / "analysis.json"
@@ -297,7 +305,11 @@ def run_pipeline(
             meta.pop("fit_input", None)
             meta["fit_unfinished"] = fit_settings
             save_meta()
-            with timed("fit"), console.bootstrap_view(B=bootstrap):
+            # a fit-only rerun starts no Ray for the stages above: the fit's embedded Ray is then started here with
+            # --num-cpus / --num-gpus / --ray-temp-dir, when given (else the bootstrap starts one on all cores)
+            own_ray = not need_ray and any(v is not None for k, v in ray_opts.items() if k != "address")
+            fit_ray = cluster.session() if own_ray else contextlib.nullcontext()
+            with timed("fit"), console.bootstrap_view(B=bootstrap), fit_ray:
                 analyze(
                     out / "runs.parquet",
                     out / "fit",

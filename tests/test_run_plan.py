@@ -195,3 +195,136 @@ def test_the_plan_counts_lr_tuning_flops_and_warns_when_they_exceed_the_grids():
     assert p["lr_warning"].startswith("LR tuning may cost up to ")
     cheap = tuned.model_copy(update={"tune": tuned.tune.model_copy(update={"tokens": 256, "num_samples": 2})})
     assert plan(cheap)["lr_warning"] is None and plan(cheap)["lr_flops_max"] < p["lr_flops_max"]
+
+
+_CPUS4 = (
+    "name: x\nmodel: {preset: cpu, seq_len: 32}\nr: [1, 2, 4, 8]\ntraining: {batch_tokens: 256, eval_tokens: 2048}\n"
+    "sizes: [16]\ntokens: [2048, 4096]\n"
+)
+
+
+def _stages_stopped_in_ray(monkeypatch):
+    """Ray replaced by a recorder of each ``ray_session`` call's options; the tune-lr and sweep stages stopped (Stop)
+    at their first step inside it, after their own checks ran."""
+    import contextlib
+
+    import loopscale.cluster.connect as connect
+    import loopscale.sweep.commands as commands
+    import loopscale.sweep.lr_search as lr_search
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    @contextlib.contextmanager
+    def recorded(address=None, *, num_cpus=None, num_gpus=None, temp_dir=None, **kw):
+        calls.append((address, num_cpus, num_gpus, temp_dir))
+        yield None
+
+    def stop(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(connect, "ray_session", recorded)
+    monkeypatch.setattr(connect, "check_reachable", lambda *a, **k: None)
+    monkeypatch.setattr(lr_search, "_run_study", stop)
+    monkeypatch.setattr(commands, "_experiments", stop)
+    return Stop, calls
+
+
+@pytest.mark.parametrize("lr", ["tune", "{fixed: 0.01}"])
+def test_run_gives_its_ray_options_to_the_tune_lr_and_sweep_stages(tmp_path, monkeypatch, lr):
+    """`run --num-cpus 8` of a spec whose trials ask for 4 CPUs, on a 2-core machine: the tune-lr and sweep stages
+    check resources.cpus against the 8 CPUs and start their Ray with the options, as `loopscale tune-lr` / `sweep`
+    do. They were called with the address alone: their check counted this machine's cores ("error: resources.cpus=4
+    per trial, but the embedded Ray has 2 CPUs (the cores of this machine)") after the folder was written."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    Stop, calls = _stages_stopped_in_ray(monkeypatch)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    spec = tmp_path / "cpus4.yaml"
+    spec.write_text(_CPUS4 + f"lr: {lr}\nresources: {{cpus: 4}}\n")
+    temp = "/tmp/lsray_opts"
+    options = (["--num-cpus", "8", "--num-gpus", "0", "--ray-temp-dir", temp], (None, 8, 0, temp))
+    cluster = (["--address", "127.0.0.1:6379"], ("127.0.0.1:6379", None, None, None))  # the cluster decides
+    for flags, want in (options, cluster):
+        calls.clear()
+        res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / f"o{len(flags)}"), *flags])
+        assert isinstance(res.exception, Stop), res.output
+        # run's own session, then the stage's (tune-lr's with lr: tune, else the sweep's)
+        assert calls == [want, want], (flags, res.output)
+
+
+def test_a_fit_only_rerun_starts_its_ray_with_the_options(tmp_path, monkeypatch):
+    """When the grid is done and only the fit runs (no Ray for the stages above), `run --num-cpus N` (or
+    --num-gpus / --ray-temp-dir) fits in an embedded Ray started with them, as the stages would have; without them
+    the fit is left to start its own Ray (the bootstrap's, on all cores)."""
+    from typer.testing import CliRunner
+
+    import loopscale.fit.analysis as analysis
+    from loopscale.sweep import run as run_mod
+    from loopscale.sweep.cli import app
+
+    Stop, calls = _stages_stopped_in_ray(monkeypatch)
+    seen = []
+
+    def analyze(*a, **k):
+        seen.append(list(calls))
+        raise Stop
+
+    monkeypatch.setattr(run_mod, "_grid_done", lambda spec, out: True)
+    monkeypatch.setattr(analysis, "file_digest", lambda p: "digest")
+    monkeypatch.setattr(analysis, "analyze", analyze)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(_CPUS4 + "lr: {fixed: 0.01}\n")
+    for flags, want in ((["--num-cpus", "2"], [(None, 2, None, None)]), ([], [])):
+        calls.clear()
+        res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"), *flags])
+        assert isinstance(res.exception, Stop), res.output
+        assert seen.pop() == want
+
+
+def test_run_refuses_resources_no_embedded_ray_has_before_writing_the_folder(tmp_path, monkeypatch):
+    """A trial asking for more CPUs / GPUs than the embedded Ray would have (--num-cpus / --num-gpus, else this
+    machine's cores and CUDA devices) is refused by `run` before its folder is written, with the line its
+    --dry-run gives as refused_here; with --address the cluster decides (not refused)."""
+    import os
+
+    import torch
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr("loopscale.cluster.connect.check_reachable", lambda *a, **k: None)
+    cases = [
+        ("{cpus: 4}", ["--num-cpus", "3"], "resources.cpus=4 per trial, but the embedded Ray has 3 CPUs (--num-cpus)"),
+        ("{cpus: 4}", [], "resources.cpus=4 per trial, but the embedded Ray has 2 CPUs (the cores of this machine)"),
+        ("{cpus: 1, gpus: 1}", ["--num-gpus", "0"], "resources.gpus=1 per trial, but the embedded Ray has 0 GPUs"),
+        ("{cpus: 1, gpus: 2}", [], "resources.gpus=2 per trial, but the embedded Ray has 1 GPUs"),
+        ("{cpus: 4, gpus: 2}", ["--address", "127.0.0.1:6379"], None),
+    ]
+    for i, (resources, flags, said) in enumerate(cases):
+        spec = tmp_path / f"s{i}.yaml"
+        spec.write_text(_CPUS4 + f"lr: {{fixed: 0.01}}\nresources: {resources}\n")
+        out = tmp_path / f"o{i}"
+        res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out), "--dry-run", "--json", *flags])
+        assert res.exit_code == 0, res.output
+        here = json.loads(res.stdout)["refused_here"]
+        if said is None:
+            assert here is None, here
+            continue
+        assert here.startswith(said) and here.endswith(" (with these options on this machine; the plan holds for a "
+                                                       "cluster)"), here  # fmt: skip
+        res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out), *flags])
+        assert res.exit_code == 2, res.output
+        assert f"error: {here.removesuffix(' (with these options on this machine; the plan holds for a cluster)')}" in (
+            res.output
+        )
+        assert not out.exists()
