@@ -2,8 +2,9 @@
 
 A spec names the model family (``cpu`` | ``paper``), the iso-depth layout (``effective_depth``, ``n_prelude``,
 ``n_coda``), the recurrences ``r``, the sizes, and either token budgets (``tokens``: D in tokens) or iso-FLOP
-budgets (``budgets: {C: [sizes]}``, the paper's design, Sec. 3.2 / ``scaling_laws.sh``). Every unknown key and
-every bad value is an error that names the key (``extra="forbid"``); everything is checked before Ray starts.
+budgets (``budgets: {C: [sizes]}``, the paper's design, Sec. 3.2 / ``scaling_laws.sh``). Every unknown key, every
+key given twice (:func:`spec_loader`) and every bad value is an error that names the key (``extra="forbid"``);
+everything is checked before Ray starts.
 
 Cells: one per (variant, budget, size, r, seed). The r = 1 runs are shared by all variants (as in the paper's
 case studies, App. G): they are listed once, under variant ``baseline``.
@@ -959,6 +960,8 @@ def load_spec(path: str | Path) -> SweepSpec:
             data = yaml.load(f, Loader=spec_loader())
         except yaml.YAMLError as e:  # a syntax error: say where, as one error line, not a parser traceback
             raise SpecError(f"sweep spec {p} is not valid YAML: {' '.join(str(e).split())}") from None
+        except SpecError as e:  # a key given twice
+            raise SpecError(f"sweep spec {p}: {e}") from None
     return parse_spec(data)
 
 
@@ -976,11 +979,46 @@ def spec_loader() -> type:
     """The YAML loader of every spec: ``yaml.SafeLoader`` that also reads scientific notation without a dot or
     an exponent sign (``1e-2``, ``2e6``, ``4.64e17``) as a number, as YAML 1.2 and Python do (PyYAML follows
     YAML 1.1 and would return the string ``'1e-2'``). Integers stay integers; an integral float such as ``2e3``
-    is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``)."""
+    is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``).
+
+    A key given twice in one mapping, at any depth (``lr:`` twice, or ``1e9`` and ``1.0e9`` in ``budgets``), raises
+    :class:`SpecError` naming the key and both lines: PyYAML keeps the last one without a word. Keys that a merge
+    (``<<: *anchor``) brings in may be overridden, as YAML intends."""
     import yaml
 
     class SpecLoader(yaml.SafeLoader):
-        pass
+        def construct_document(self, node):
+            self._refuse_repeated_keys(node, "", set())
+            return super().construct_document(node)
+
+        def _refuse_repeated_keys(self, node, where: str, done: set) -> None:
+            if id(node) in done:  # an alias of a node already checked
+                return
+            done.add(id(node))
+            if isinstance(node, yaml.SequenceNode):
+                for i, item in enumerate(node.value):
+                    self._refuse_repeated_keys(item, f"{where}.{i}" if where else str(i), done)
+            if not isinstance(node, yaml.MappingNode):
+                return
+            first: dict[Any, yaml.Node] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # keys a merge brings in may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    other = first.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: the constructor says so
+                    continue
+                name = f"{where}.{key_node.value}" if where else str(key_node.value)
+                if other is not key_node:
+                    same = "" if other.value == key_node.value else f" (as {other.value!r} and {key_node.value!r})"
+                    a, b = other.start_mark.line + 1, key_node.start_mark.line + 1
+                    raise SpecError(
+                        f"key {name!r} is given twice{same}, "
+                        + (f"both on line {a}" if a == b else f"on lines {a} and {b}")
+                        + "; YAML would keep only the last without a word: keep one"
+                    )
+                self._refuse_repeated_keys(value_node, name, done)
 
     SpecLoader.yaml_implicit_resolvers = {
         k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]

@@ -435,3 +435,62 @@ def test_token_budgets_that_round_to_one_d_are_refused_naming_both_values_d_and_
     # values a batch apart, and budgets of different sizes, stay a grid
     assert {c.run.tokens for c in parse_spec({**BASE, "sizes": [16], "tokens": [300, 2048]}).cells()} == {300, 2048}
     parse_spec({**BASE, "budgets": {1e9: [32], 1.01e9: [16]}})
+
+
+BASE_YAML = """\
+name: x
+model: {preset: cpu, seq_len: 32}
+r: [1, 2, 4, 8]
+training: {batch_tokens: 256, eval_tokens: 2048}
+lr: {fixed: 0.01}
+"""
+"""BASE as the YAML a user writes."""
+
+
+def _refused_by_the_cli(tmp_path, text: str) -> str:
+    """Write ``text`` as a spec and run ``loopscale run`` on it with and without --dry-run: both must exit 2 with
+    one ``error:`` line and write nothing. Returns the error line."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    out = tmp_path / "out"
+    lines = []
+    for flags in (["--dry-run"], []):
+        res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out), *flags])
+        assert res.exit_code == 2, res.output
+        assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+        assert not out.exists()
+        lines.append(res.output)
+    assert lines[0] == lines[1]
+    return lines[0]
+
+
+def test_a_key_given_twice_in_the_yaml_is_refused_naming_it_and_both_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys without a word: ``lr:`` twice trained at the second LR, ``sizes:``
+    twice dropped the first list. Now the spec is refused naming the key (dotted, at any depth) and both lines."""
+    msg = _refused_by_the_cli(tmp_path, BASE_YAML + "sizes: [16, 32]\ntokens: [2048]\nlr: {fixed: 0.02}\n")
+    assert "key 'lr' is given twice, on lines 5 and 8" in msg
+    p = tmp_path / "s.yaml"
+    p.write_text(BASE_YAML + "sizes: [16, 32]\ntokens: [2048, 4096]\nsizes: [16]\n")
+    with pytest.raises(SpecError, match=r"key 'sizes' is given twice, on lines 6 and 8; YAML would keep only the last"):
+        load_spec(p)
+    nested = BASE_YAML.replace("training: {batch_tokens: 256, eval_tokens: 2048}", "training:\n  batch_tokens: 256\n"
+                               "  eval_tokens: 2048\n  batch_tokens: 512")
+    p.write_text(nested + "sizes: [16, 32]\ntokens: [2048]\n")
+    with pytest.raises(SpecError, match=r"key 'training.batch_tokens' is given twice, on lines 5 and 7"):
+        load_spec(p)
+    p.write_text(BASE_YAML + "sizes: [16, 32]\ntokens: [2048]\nvariants:\n- baseline\n- {name: hyperconnect, "
+                 "hc_lanes: 2, hc_lanes: 4}\n")
+    with pytest.raises(SpecError, match=r"key 'variants.1.hc_lanes' is given twice, both on line 10"):
+        load_spec(p)
+    # two spellings of one number are one key
+    p.write_text(BASE_YAML + "budgets: {1e9: [16], 1.0e9: [32]}\n")
+    with pytest.raises(SpecError, match=r"key 'budgets.1.0e9' is given twice \(as '1e9' and '1.0e9'\), both on line 6"):
+        load_spec(p)
+    # a key a merge brings in may be overridden (YAML's intent), and distinct keys stay a spec
+    p.write_text(BASE_YAML + "sizes: [16, 32]\ntokens: [2048]\n"
+                 "tune: {<<: {num_samples: 3, seed: 1}, seed: 2}\n")
+    assert load_spec(p).tune.seed == 2 and load_spec(p).tune.num_samples == 3
