@@ -205,7 +205,7 @@ class SweepSpec(_Strict):
     sizes: list[int] = []
     """Sizes of ``tokens`` mode (d_model, or width scales when model.size_unit = width_scale)."""
     tokens: list[int] | dict[int, list[int]] | None = None
-    """D in tokens: a list applied to every size, or {size: [D, ...]}. The trainer rounds each to whole batches of
+    """D in tokens: a list applied to every size, or {size: [D, ...]} for every size of ``sizes``. The trainer rounds each to whole batches of
     ``training.batch_tokens``; two values of one size that round to the same D are refused."""
     budgets: dict[float, list[int]] | None = None
     """Iso-FLOP design: {C (training FLOPs): [sizes at this budget]} (paper Sec. 3.2). Each run trains
@@ -360,6 +360,14 @@ class SweepSpec(_Strict):
                 extra = sorted(set(per) - set(self.sizes))
                 if extra:
                     raise ValueError(f"tokens has sizes {extra} not in sizes {self.sizes}")
+                missing = [s for s in self.sizes if s not in per]
+                if missing:  # its runs would not be trained, without a word
+                    raise ValueError(
+                        f"tokens gives no token budgets for size{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(str, missing))} of sizes {self.sizes}: add {'them' if len(missing) > 1 else 'it'}"
+                        f" to tokens (e.g. {missing[0]}: [...]), or remove {'them' if len(missing) > 1 else 'it'} from "
+                        "sizes"
+                    )
             for s, ds in per.items():
                 if not ds:
                     raise ValueError(f"tokens for size {s} is empty (empty grid)")

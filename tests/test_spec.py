@@ -494,3 +494,15 @@ def test_a_key_given_twice_in_the_yaml_is_refused_naming_it_and_both_lines(tmp_p
     p.write_text(BASE_YAML + "sizes: [16, 32]\ntokens: [2048]\n"
                  "tune: {<<: {num_samples: 3, seed: 1}, seed: 2}\n")
     assert load_spec(p).tune.seed == 2 and load_spec(p).tune.num_samples == 3
+
+
+def test_a_size_the_per_size_tokens_leave_out_is_refused_naming_it():
+    """``sizes: [16, 32]`` with ``tokens: {16: [...]}`` trained size 16 only, without a word; now the spec is
+    refused naming the size(s) the mapping leaves out (a size in tokens but not in sizes already was)."""
+    with pytest.raises(SpecError) as e:
+        parse_spec({**BASE, "sizes": [16, 32], "tokens": {16: [2048, 4096]}})
+    assert "tokens gives no token budgets for size 32 of sizes [16, 32]: add it to tokens" in str(e.value)
+    with pytest.raises(SpecError, match=r"no token budgets for sizes 16, 64 of sizes \[16, 32, 64\]: add them"):
+        parse_spec({**BASE, "sizes": [16, 32, 64], "tokens": {32: [2048, 4096]}})
+    spec = parse_spec({**BASE, "sizes": [16, 32], "tokens": {16: [2048, 4096], 32: [2048]}})
+    assert sorted({(c.size, c.run.tokens) for c in spec.cells()}) == [(16, 2048), (16, 4096), (32, 2048)]
