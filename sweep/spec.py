@@ -203,7 +203,8 @@ class SweepSpec(_Strict):
     model: ModelSpec = ModelSpec()
     r: list[int] = [1, 2, 4, 8]
     sizes: list[int] = []
-    """Sizes of ``tokens`` mode (d_model, or width scales when model.size_unit = width_scale)."""
+    """Sizes of ``tokens`` mode (d_model, or width scales when model.size_unit = width_scale); refused with
+    ``budgets``, which list their own sizes."""
     tokens: list[int] | dict[int, list[int]] | None = None
     """D in tokens: a list applied to every size, or {size: [D, ...]} for every size of ``sizes``. The trainer rounds each to whole batches of
     ``training.batch_tokens``; two values of one size that round to the same D are refused."""
@@ -376,6 +377,11 @@ class SweepSpec(_Strict):
                     raise ValueError(f"tokens must all be > 0, got {list(ds)}{where}")
                 _distinct(f"tokens{where}", ds)
         else:
+            if self.sizes:  # every use of the sizes (grid, LR tuning, lr.table) takes those budgets list
+                raise ValueError(
+                    f"sizes {self.sizes} is not used with budgets: each budget lists its own sizes (budgets: {{C: "
+                    "[sizes]}), and only those are trained; remove sizes, or put the sizes in budgets"
+                )
             if not self.budgets:
                 raise ValueError("budgets is empty (empty grid); e.g. budgets: {1e12: [32, 64]}")
             for c, ss in self.budgets.items():

@@ -123,8 +123,8 @@ def _bad(mutate):
         (lambda d: d.update(sizes=[]), "sizes"),
         (lambda d: d.update(tokens=[]), "tokens"),
         (lambda d: d.update(tokens=[0, 4096]), "tokens"),
-        (lambda d: d.update(tokens=None, budgets={-1.0: [16]}), "budgets"),
-        (lambda d: d.update(tokens=None, budgets={}), "budgets"),
+        (lambda d: d.update(sizes=[], tokens=None, budgets={-1.0: [16]}), "budgets"),
+        (lambda d: d.update(sizes=[], tokens=None, budgets={}), "budgets"),
         (lambda d: d["model"].update(preset="gpt5"), "model.preset"),
         (lambda d: d.update(learning_rate=0.1), "learning_rate"),
         (lambda d: d["training"].update(batch_tokens=0), "training.batch_tokens"),
@@ -150,7 +150,7 @@ def _bad(mutate):
         (lambda d: d.update(sizes=[16, 16]), "sizes must hold distinct values, got [16, 16] (16 twice)"),
         (lambda d: d.update(tokens=[4096, 8192, 4096]), "tokens must hold distinct values"),
         (lambda d: d.update(sizes=[16], tokens={16: [4096, 4096]}), "tokens for size 16 must hold distinct"),
-        (lambda d: d.update(tokens=None, budgets={1e9: [16, 32, 16]}), "budgets[1e+09] must hold distinct values"),
+        (lambda d: d.update(sizes=[], tokens=None, budgets={1e9: [16, 32, 16]}), "budgets[1e+09] must hold distinct values"),
         # two tuning budgets: tune.tokens was used and tune.tokens_per_param dropped without a word
         (lambda d: d["tune"].update(tokens_per_param=20.0),
          "tune.tokens (2048) and tune.tokens_per_param (20) both set the LR trials' token budget, and tune.tokens "
@@ -506,3 +506,13 @@ def test_a_size_the_per_size_tokens_leave_out_is_refused_naming_it():
         parse_spec({**BASE, "sizes": [16, 32, 64], "tokens": {32: [2048, 4096]}})
     spec = parse_spec({**BASE, "sizes": [16, 32], "tokens": {16: [2048, 4096], 32: [2048]}})
     assert sorted({(c.size, c.run.tokens) for c in spec.cells()}) == [(16, 2048), (16, 4096), (32, 2048)]
+
+
+def test_sizes_next_to_budgets_are_refused_as_unused():
+    """``sizes`` was ignored when ``budgets`` was given: ``sizes: [64, 128]`` next to ``budgets: {1e9: [16, 32], ...}``
+    trained 16 and 32 only. The grid, the LR tuning and lr.table all take the budgets' sizes, so sizes is refused."""
+    with pytest.raises(SpecError) as e:
+        parse_spec({**BASE, "sizes": [64, 128], "budgets": {1e9: [16, 32], 2e9: [16, 32]}})
+    assert "sizes [64, 128] is not used with budgets: each budget lists its own sizes" in str(e.value)
+    spec = parse_spec({**BASE, "budgets": {1e9: [16, 32], 2e9: [16, 32]}})
+    assert spec.all_sizes() == [16, 32] and {c.size for c in spec.cells()} == {16, 32}
