@@ -71,6 +71,20 @@ def fitted(record: dict[str, Any]) -> dict[str, Any]:
     return {"outcome": FitOutcome.FITTED.value, **record}
 
 
+def phi_identified(v: dict) -> bool:
+    """False when the variant ``v`` (an ``analysis.json`` variant) carries an identification check that did not
+    accept phi; True when it accepted it, or when there is no check (analysis files written before it existed)."""
+    ident = v.get("identification") or {}
+    return not ident or bool(ident.get("identified", True))
+
+
+def phi_not_identified(names: Any, variants: dict) -> list[str]:
+    """Those of the variants ``names`` whose phi the identification check did not accept (:func:`phi_identified`;
+    ``variants``: ``analysis.json``'s), in order, each once: for a Δφ row (its baseline and its variant) empty
+    exactly when its Δφ is a result."""
+    return [n for n in dict.fromkeys(names) if not phi_identified(variants.get(n) or {})]
+
+
 def file_digest(path: str | Path) -> str:
     """sha256 of a file's bytes (hex), used to skip an analysis whose input did not change."""
     h = hashlib.sha256()
@@ -365,7 +379,10 @@ def analyze(
         B: bootstrap resamples of the joint fit per variant (paper: 200). starts: multi-starts per fit (paper: 500).
         seed: RNG seed (same seed, same CIs whatever ``workers``). workers/address: Ray for the bootstrap.
     Returns:
-        The ``analysis.json`` content (dict).
+        The ``analysis.json`` content (dict). With more than one variant, ``variant_comparison`` is
+        :func:`loopscale.fit.variants.compare_variants`'s result, each of its ``comparisons`` with ``identified``
+        (False when the identification check did not accept phi of the variant or of the baseline: the Δφ is
+        then not a result) and, when False, ``not_identified`` (those variants' names).
     Raises:
         ValueError: no ``ok`` runs, or a table the fitter rejects (its message names the column).
     """
@@ -486,11 +503,16 @@ def analyze(
         from loopscale.fit import compare_variants
 
         try:
-            result["variant_comparison"] = json_safe(
-                compare_variants(df, B=B, seed=seed, starts=starts, workers=workers, address=address)
-            )
+            comp = json_safe(compare_variants(df, B=B, seed=seed, starts=starts, workers=workers, address=address))
         except ValueError as e:  # e.g. a variant with a single r: reported, not fatal
-            result["variant_comparison"] = skipped(FitOutcome.REFUSED, str(e))
+            comp = skipped(FitOutcome.REFUSED, str(e))
+        for name, c in comp.get("comparisons", {}).items():
+            # a difference of phi values the grid does not identify is not a result (as phi itself is not)
+            unid = phi_not_identified((comp["baseline"], name), result["variants"])
+            c["identified"] = not unid
+            if unid:
+                c["not_identified"] = unid
+        result["variant_comparison"] = comp
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from loopscale.fit.analysis import FitOutcome
+from loopscale.fit.analysis import FitOutcome, phi_identified, phi_not_identified
 from loopscale.fit.laws import make_law
 
 
@@ -266,13 +266,6 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     return L
 
 
-def phi_identified(v: dict) -> bool:
-    """False when the variant ``v`` (an ``analysis.json`` variant) carries an identification check that did not
-    accept phi; True when it accepted it, or when there is no check (analysis files written before it existed)."""
-    ident = v.get("identification") or {}
-    return not ident or bool(ident.get("identified", True))
-
-
 def _bound_cell(on_bound: Any) -> str:
     """A table cell naming the fitted parameters on the search-box edge (a list, or a comma-separated string as the
     per-r rows store it), or "–" when none is."""
@@ -280,9 +273,10 @@ def _bound_cell(on_bound: Any) -> str:
     return ", ".join(names) if names else "–"
 
 
-def _unidentified_caveat(what: str) -> str:
-    """The line that opens a section computed from the law at a phi the identification check did not accept."""
-    return (f"> **Not a result:** these numbers evaluate the law at the {what}, which the identification check "
+def _unidentified_caveat(what: str, use: str = "these numbers evaluate the law at") -> str:
+    """The line that opens a section computed from a phi the identification check did not accept (``use``: what the
+    section's numbers, or some of its rows, do with it)."""
+    return (f"> **Not a result:** {use} the {what}, which the identification check "
             "(\"Is φ identified?\" above) did not accept; they illustrate the fit, they are not findings about "
             "looping.")  # fmt: skip
 
@@ -579,12 +573,23 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         if "skipped" in comp:
             L.append(f"Skipped: {comp['skipped']}\n")
         else:
-            L.append("| variant | φ | Δφ | 95 % CI | share of resamples with Δφ ≤ 0 |")
-            L.append("|---|---|---|---|---|")
-            for name, c in comp.get("comparisons", {}).items():
+            rows = comp.get("comparisons", {})
+            # computed from the variants' verdicts (analysis files written before the rows carried the flag too)
+            unid = {n: phi_not_identified((comp.get("baseline"), n), ana.get("variants", {})) for n in rows}
+            named = list(dict.fromkeys(x for n in rows for x in unid[n]))
+            if named:
+                s_ = "s" if len(named) > 1 else ""
+                which = f"fitted point estimate{s_} of φ (variant{s_} {', '.join(named)})"
+                use = ("these numbers are differences involving" if all(unid.values())
+                       else "the rows marked \"not a result\" are differences involving")  # fmt: skip
+                L.append(_unidentified_caveat(which, use) + "\n")
+            L.append("| variant | φ | Δφ | 95 % CI | share of resamples with Δφ ≤ 0 | a result? |")
+            L.append("|---|---|---|---|---|---|")
+            for name, c in rows.items():
+                verdict = f"not a result: φ not identified ({', '.join(unid[name])})" if unid[name] else "yes"
                 L.append(
                     f"| {name} | {_fmt(c.get('phi'), 3)} | {_fmt(c.get('delta_phi'), 3)} | "
-                    f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} |"
+                    f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} | {verdict} |"
                 )
             L.append("")
     from loopscale.cluster.storage import write_text_atomic

@@ -347,3 +347,75 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
         (vdir / name).unlink()
     build_report(run, redraw_fits=True)
     assert not (vdir / "fit_curves.png").exists() and not (vdir / "residuals.png").exists()
+
+
+def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool]) -> str:
+    """The example run with a second variant (`trunc_bptt`, the baseline's record copied) and a Δφ row against the
+    baseline, each variant's identification verdict as ``verdicts`` says; the report's Δφ section."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    ana["variants"]["trunc_bptt"] = json.loads(json.dumps(ana["variants"]["baseline"]))
+    for name, ok in verdicts.items():
+        ana["variants"][name]["identification"] = {
+            "identified": ok,
+            "headline": "phi = 0.5 [0.4, 0.6] (identified)" if ok else "phi not identified by this grid: flat profile",
+        }
+    row = {"phi": 0.98, "delta_phi": 0.00276, "ci": [-0.05203, 0.09559], "frac_delta_le_0": 0.35, "n_ok": 20}
+    ana["variant_comparison"] = {"baseline": "baseline", "B": 20, "comparisons": {"trunc_bptt": row}}
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    return _section(build_report(run).read_text(encoding="utf-8"), "## Variants: Δφ against the baseline")
+
+
+@pytest.mark.parametrize(
+    "verdicts,caveat,cell",
+    [
+        ({"baseline": True, "trunc_bptt": True}, None, "yes"),
+        ({"baseline": True, "trunc_bptt": False}, "(variant trunc_bptt)", "not a result: φ not identified (trunc_bptt)"),
+        ({"baseline": False, "trunc_bptt": True}, "(variant baseline)", "not a result: φ not identified (baseline)"),
+        ({"baseline": False, "trunc_bptt": False}, "(variants baseline, trunc_bptt)",
+         "not a result: φ not identified (baseline, trunc_bptt)"),
+    ],
+)  # fmt: skip
+def test_delta_phi_between_unidentified_phi_is_marked_not_a_result(tmp_path, verdicts, caveat, cell):
+    """The Δφ table printed its numbers without a word when the variants' φ were not identified by the grid (the
+    frontier of the same report said "Not a result"): a Δφ involving such a φ is now opened by the report's "Not a
+    result" line naming the variants, and its row says so."""
+    sec = _with_variant_comparison(tmp_path, verdicts)
+    body = [line for line in sec.splitlines()[1:] if line.strip()]
+    if caveat is None:
+        assert CAVEAT not in sec
+    else:
+        assert body[0].startswith(CAVEAT + " these numbers are differences involving the fitted point estimate")
+        assert caveat + ", which the identification check" in body[0] and "not findings" in body[0]
+    assert f"| trunc_bptt | 0.98 | 0.00276 | [-0.05203, 0.09559] | 0.35 | {cell} |" in body
+
+
+def test_analysis_flags_a_delta_phi_between_unidentified_phi(tmp_path, monkeypatch):
+    """analysis.json's Δφ rows say whether they are a result: ``identified`` False and ``not_identified`` naming the
+    variants whose φ the identification check did not accept (the rows carried Δφ and its interval unflagged)."""
+    import pandas as pd
+
+    from loopscale.fit import analysis
+
+    runs = pq.read_table(EXAMPLE / "runs.parquet").to_pandas()
+    other = runs[runs["r"] > 1].assign(
+        variant="trunc_bptt", run_id=lambda f: f["run_id"] + "_t", final_val_loss=lambda f: f["final_val_loss"] + 0.01
+    )
+    verdict = {"baseline": True, "trunc_bptt": False}  # the check's, per variant (its folder's name)
+    monkeypatch.setattr(
+        analysis, "_identification", lambda frame, joint, boot, vdir, *a, **k: ({"identified": verdict[vdir.name]}, [])
+    )
+    ana = analysis.analyze(pd.concat([runs, other]), tmp_path / "fit", B=3, starts=4, workers=1, plots=False)
+    row = ana["variant_comparison"]["comparisons"]["trunc_bptt"]
+    assert row["identified"] is False and row["not_identified"] == ["trunc_bptt"]
+    assert json.loads((tmp_path / "fit" / "analysis.json").read_text())["variant_comparison"]["comparisons"][
+        "trunc_bptt"
+    ]["not_identified"] == ["trunc_bptt"]
+    verdict["trunc_bptt"] = True
+    ana = analysis.analyze(pd.concat([runs, other]), tmp_path / "fit2", B=3, starts=4, workers=1, plots=False)
+    row = ana["variant_comparison"]["comparisons"]["trunc_bptt"]
+    assert row["identified"] is True and "not_identified" not in row
