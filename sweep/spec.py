@@ -40,12 +40,13 @@ class ModelSpec(_Strict):
 
     preset: Literal["cpu", "paper"] = "cpu"
     """Model family of :func:`loopscale.model.config.preset_config`."""
-    effective_depth: int | None = None
+    effective_depth: int | None = Field(None, ge=1)
     """Executed layers per token (None: the preset's, 10 for cpu, 20 for paper)."""
-    n_prelude: int | None = None
+    n_prelude: int | None = Field(None, ge=0)
     """Unique layers before the loop for r > 1 (None: the preset's)."""
-    n_coda: int | None = None
-    """Unique layers after the loop for r > 1 (None: the preset's)."""
+    n_coda: int | None = Field(None, ge=0)
+    """Unique layers after the loop for r > 1 (None: the preset's). n_prelude + n_coda must be less than
+    effective_depth (the looped block needs a layer), checked for r = 1 grids too."""
     seq_len: int | None = None
     """Context length T in tokens (None: the preset's)."""
     vocab_size: int | None = None
@@ -340,10 +341,20 @@ class SweepSpec(_Strict):
         from loopscale.model.config import PRESETS, valid_r
 
         base = dict(PRESETS[self.model.preset])
-        depth = self.model.effective_depth or base["effective_depth"]
+        depth = base["effective_depth"] if self.model.effective_depth is None else self.model.effective_depth
         pre = base["n_prelude"] if self.model.n_prelude is None else self.model.n_prelude
         coda = base["n_coda"] if self.model.n_coda is None else self.model.n_coda
-        ok = valid_r(depth, pre, coda) if depth - pre - coda > 0 else [1]
+        if depth - pre - coda <= 0:  # no looped block: every model of the grid would fail, r = 1 included
+
+            def given(key: str, value: int) -> str:
+                return f"{value}" + ("" if getattr(self.model, key) is not None else f" (the {self.model.preset} preset's)")
+
+            raise ValueError(
+                f"model.n_prelude + model.n_coda = {given('n_prelude', pre)} + {given('n_coda', coda)} = {pre + coda} "
+                f"must be less than model.effective_depth = {given('effective_depth', depth)}: the looped block "
+                f"needs at least one layer; lower model.n_prelude or model.n_coda, or raise model.effective_depth"
+            )
+        ok = valid_r(depth, pre, coda)
         bad = [x for x in self.r if x not in ok]
         if bad:
             raise ValueError(

@@ -516,3 +516,29 @@ def test_sizes_next_to_budgets_are_refused_as_unused():
     assert "sizes [64, 128] is not used with budgets: each budget lists its own sizes" in str(e.value)
     spec = parse_spec({**BASE, "budgets": {1e9: [16, 32], 2e9: [16, 32]}})
     assert spec.all_sizes() == [16, 32] and {c.size for c in spec.cells()} == {16, 32}
+
+
+def test_too_many_prelude_and_coda_layers_are_refused_naming_the_model_keys():
+    """``model: {n_prelude: 6, n_coda: 6}`` at the cpu preset's depth 10 was refused as "sizes: size 16 at r=1 is
+    invalid" (r = [1]) or "r=[2] must divide the looped depth (... = -2)" (r = [1, 2]), naming keys the user had
+    right. Now the model keys are named, with the preset's value where one is not given."""
+    model = {"preset": "cpu", "seq_len": 32, "n_prelude": 6, "n_coda": 6}
+    for r in ([1], [1, 2]):
+        with pytest.raises(SpecError) as e:
+            parse_spec({**BASE, "model": model, "r": r, "sizes": [16], "tokens": [2048]})
+        msg = str(e.value)
+        assert (
+            "model.n_prelude + model.n_coda = 6 + 6 = 12 must be less than model.effective_depth = 10 (the cpu "
+            "preset's): the looped block needs at least one layer" in msg
+        ), msg
+        assert "sizes:" not in msg and "r=" not in msg
+    with pytest.raises(SpecError, match=r"= 1 \(the cpu preset's\) \+ 1 \(the cpu preset's\) = 2 must be less than "
+                                        r"model.effective_depth = 2:"):
+        parse_spec({**BASE, "model": {"preset": "cpu", "effective_depth": 2}, "r": [1], "sizes": [16], "tokens": [2048]})
+    # a negative count, or a depth of 0 (read as "the preset's" before), names its key
+    for key, value, least in (("n_prelude", -1, 0), ("n_coda", -1, 0), ("effective_depth", 0, 1)):
+        with pytest.raises(SpecError, match=rf"model.{key}: Input should be greater than or equal to {least}"):
+            parse_spec({**BASE, "model": {"preset": "cpu", key: value}, "sizes": [16], "tokens": [2048]})
+    spec = parse_spec({**BASE, "model": {**model, "n_prelude": 4, "n_coda": 4}, "r": [1, 2], "sizes": [16],
+                       "tokens": [2048]})
+    assert {c.run.model.n_recur_block for c in spec.cells() if c.r == 2} == {1}
