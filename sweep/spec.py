@@ -269,13 +269,6 @@ class SweepSpec(_Strict):
         parse_tokenizer(v)  # ValueError naming the accepted forms
         return v
 
-    @field_validator("lr", mode="before")
-    @classmethod
-    def _lr_form(cls, v: Any) -> Any:
-        if isinstance(v, str) and v != "tune":
-            raise ValueError(f"must be 'tune', {{fixed: LR}} or {{table: ...}}, got {v!r}")
-        return v
-
     @field_validator("storage_path")
     @classmethod
     def _storage_absolute(cls, v: str | None) -> str | None:
@@ -943,15 +936,111 @@ def _closest(word: str, options: list[str]) -> str | None:
     return close[0] if close else None
 
 
+_UNION_FORMS = {
+    "lr": "'tune', {fixed: LR} or {table: ...}",
+    "tokens": "a list of integers (D in tokens, e.g. [100000, 200000]) or a per-size mapping {size: [D, ...]}",
+    "seeds": "a count, a list of integer seeds, or a mapping r -> either",
+}
+"""What each field typed as a union of forms accepts, in the spec's words (pydantic names each form by its type)."""
+
+
+def _union_at(loc: tuple) -> int | None:
+    """The index in ``loc`` (pydantic's error location from :class:`SweepSpec`) of the form's name that pydantic puts
+    after a field typed as a union of forms (``lr``: ``literal['tune']``, ``dict[str,any]``), or None."""
+    import types
+    import typing
+
+    cls: type[BaseModel] | None = SweepSpec
+    for i, part in enumerate(loc):
+        if isinstance(part, int):  # an item of a list: the same model
+            continue
+        field = cls.model_fields.get(part) if cls is not None else None
+        if field is None:
+            return None
+        ann = field.annotation
+        forms = [a for a in typing.get_args(ann) if a is not type(None)]
+        if typing.get_origin(ann) in (typing.Union, types.UnionType) and len(forms) > 1:
+            return i + 1 if i + 1 < len(loc) else None
+        cls = _model_in(ann)
+    return None
+
+
+def _as_number(x: Any) -> float | None:
+    """``x`` as a finite number when it is one or is text that reads as one ('1e5'), else None."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, str):
+        try:
+            x = float(x.replace("_", ""))
+        except ValueError:
+            return None
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def _number_text(x: float) -> str:
+    """A number as a spec would write it: 100000 for 1e5, 0.01 for 1e-2."""
+    return str(int(x)) if x.is_integer() else f"{x:g}"
+
+
+def _loc_text(loc: tuple) -> str:
+    return ".".join(str(x) for x in loc if x != "[key]") + (" (a key)" if loc and loc[-1] == "[key]" else "")
+
+
+def _fmt_one(err: dict, loc: tuple) -> str:
+    """One pydantic error as ``key: message``, saying what to write for a number given as quoted text."""
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden" and loc:
+        msg += _did_you_mean(loc)
+    value = err.get("input")
+    num = _as_number(value) if isinstance(value, str) else None
+    if err["type"] in ("int_parsing", "float_parsing") and num is not None:
+        if err["type"] == "float_parsing" or num.is_integer():
+            msg += f" ({value!r} is quoted, so YAML reads it as text: write {_number_text(num)} without quotes)"
+        else:
+            msg += f" ({value!r} is quoted, so YAML reads it as text, and is not a whole number)"
+    where = _loc_text(loc)
+    return f"{where}: {msg}" if where else msg
+
+
+def _fmt_union(where: tuple, errors: list[tuple[str, tuple, dict]]) -> str:
+    """The errors of one field typed as a union of forms, ``errors`` as (form, location below the field, error), as one
+    message saying what the field accepts in the spec's words: the errors inside the one form whose container the
+    value has (a list of which an item is not an integer), else the value given, with what to write for a number."""
+    field = str(where[-1])
+    forms = list(dict.fromkeys(form for form, _, _ in errors))
+    text = f"{_loc_text(where)}: must be {_UNION_FORMS.get(field, ' or '.join(forms))}"
+    inside = {form for form, rest, _ in errors if rest}
+    if len(inside) == 1:  # the value is that form's container: say what inside it is wrong
+        return text + "; " + "; ".join(_fmt_one(err, where + rest) for form, rest, err in errors if form in inside)
+    value = next((err.get("input") for _, rest, err in errors if not rest), None)
+    text += f", got {value!r}"
+    num = _as_number(value)
+    if num is not None:
+        quoted = " (quoted, so YAML reads it as text)" if isinstance(value, str) else ""
+        if field == "lr" and num > 0:
+            text += f"{quoted}: for a fixed LR write lr: {{fixed: {_number_text(num)}}}"
+        elif field == "tokens" and num.is_integer() and num > 0:
+            text += f"{quoted}: for one budget write tokens: [{_number_text(num)}]"
+    return text
+
+
 def _fmt_error(e: ValidationError) -> str:
-    parts = []
+    """A pydantic error of :class:`SweepSpec` as one line naming each key; the errors of a field typed as a union of
+    forms are one message in the spec's words (:func:`_fmt_union`), not one per form under pydantic's type names."""
+    parts: list[str | tuple] = []
+    unions: dict[tuple, list[tuple[str, tuple, dict]]] = {}
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden" and err["loc"]:
-            msg += _did_you_mean(tuple(err["loc"]))
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "invalid sweep spec: " + "; ".join(parts)
+        loc = tuple(err["loc"])
+        i = _union_at(loc)
+        if i is None:
+            parts.append(_fmt_one(err, loc))
+            continue
+        if loc[:i] not in unions:
+            unions[loc[:i]] = []
+            parts.append(loc[:i])
+        unions[loc[:i]].append((loc[i], loc[i + 1 :], err))
+    text = [p if isinstance(p, str) else _fmt_union(p, unions[p]) for p in parts]
+    return "invalid sweep spec: " + "; ".join(text)
 
 
 def parse_spec(data: dict) -> SweepSpec:

@@ -542,3 +542,45 @@ def test_too_many_prelude_and_coda_layers_are_refused_naming_the_model_keys():
     spec = parse_spec({**BASE, "model": {**model, "n_prelude": 4, "n_coda": 4}, "r": [1, 2], "sizes": [16],
                        "tokens": [2048]})
     assert {c.run.model.n_recur_block for c in spec.cells() if c.r == 2} == {1}
+
+
+@pytest.mark.parametrize(
+    "patch, message",
+    [
+        # a bare number was "lr.literal['tune']: Input should be 'tune'; lr.dict[str,any]: ..."
+        ({"lr": 0.01}, "lr: must be 'tune', {fixed: LR} or {table: ...}, got 0.01: for a fixed LR write "
+                       "lr: {fixed: 0.01}"),
+        ({"lr": "1e-2"}, "lr: must be 'tune', {fixed: LR} or {table: ...}, got '1e-2' (quoted, so YAML reads it as "
+                         "text): for a fixed LR write lr: {fixed: 0.01}"),
+        ({"lr": "tuen"}, "lr: must be 'tune', {fixed: LR} or {table: ...}, got 'tuen'"),
+        # "tokens.list[int].0: ... unable to parse string as an integer; tokens.dict[int,list[int]]: ..."
+        ({"tokens": ["1e5"]}, "tokens: must be a list of integers (D in tokens, e.g. [100000, 200000]) or a per-size "
+                              "mapping {size: [D, ...]}; tokens.0: Input should be a valid integer, unable to parse "
+                              "string as an integer ('1e5' is quoted, so YAML reads it as text: write 100000 without "
+                              "quotes)"),
+        ({"tokens": "1e5"}, "tokens: must be a list of integers (D in tokens, e.g. [100000, 200000]) or a per-size "
+                            "mapping {size: [D, ...]}, got '1e5' (quoted, so YAML reads it as text): for one budget "
+                            "write tokens: [100000]"),
+        ({"tokens": 1e5}, "got 100000.0: for one budget write tokens: [100000]"),
+        ({"tokens": {16: ["1e5"]}}, "mapping {size: [D, ...]}; tokens.16.0: Input should be a valid integer, unable "
+                                    "to parse string as an integer ('1e5' is quoted, so YAML reads it as text: write "
+                                    "100000 without quotes)"),
+        ({"seeds": {1: [0.5], 2: 1, 4: 1, 8: 1}}, "seeds: must be a count, a list of integer seeds, or a mapping r -> "
+                                                  "either; seeds.1.0: Input should be a valid integer, got a number "
+                                                  "with a fractional part"),
+        # the same rule for every key: a quoted number says what to write
+        ({"training": {"batch_tokens": "2.56e2"}}, "training.batch_tokens: Input should be a valid integer, unable to "
+                                                   "parse string as an integer ('2.56e2' is quoted, so YAML reads it "
+                                                   "as text: write 256 without quotes)"),
+    ],
+)
+def test_a_value_of_the_wrong_form_is_refused_in_the_specs_words(patch, message):
+    """A value of the wrong form for a key that takes several (lr, tokens, seeds) was one pydantic error per form,
+    named by its Python type (``lr.literal['tune']``, ``tokens.dict[int,list[int]]``); now it is one message saying
+    what the key takes and, for a number written as text or without its list, what to write."""
+    d = {**BASE, "sizes": [16, 32], "tokens": [2048], **patch}
+    with pytest.raises(SpecError) as e:
+        parse_spec(d)
+    msg = str(e.value)
+    assert message in msg, msg
+    assert "literal[" not in msg and "list[int]" not in msg and "dict[" not in msg, msg
