@@ -66,6 +66,19 @@ class VariantSpec(_Strict):
 
     name: Literal["baseline", "trunc_bptt", "hyperconnect"]
     hc_lanes: int = Field(2, ge=2)
+    """Lanes K of ``hyperconnect`` (the only injection that has lanes; model.injection cannot be hyperconnect):
+    another value on ``baseline`` or ``trunc_bptt`` is refused, as it would change nothing."""
+
+    @model_validator(mode="after")
+    def _lanes_only_for_hyperconnect(self) -> VariantSpec:
+        # the default is let through: model_dump() writes it for every variant, and a dumped spec must parse again
+        default = type(self).model_fields["hc_lanes"].default
+        if self.name != "hyperconnect" and self.hc_lanes != default:
+            raise ValueError(
+                f"hc_lanes ({self.hc_lanes}) has no effect on variant {self.name!r}: only hyperconnect has lanes "
+                f"(its injection); remove hc_lanes there, or use {{name: hyperconnect, hc_lanes: {self.hc_lanes}}}"
+            )
+        return self
 
 
 def _training_spec_model() -> type[BaseModel]:

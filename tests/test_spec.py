@@ -584,3 +584,17 @@ def test_a_value_of_the_wrong_form_is_refused_in_the_specs_words(patch, message)
     msg = str(e.value)
     assert message in msg, msg
     assert "literal[" not in msg and "list[int]" not in msg and "dict[" not in msg, msg
+
+
+def test_hc_lanes_on_a_variant_without_lanes_is_refused_naming_the_variant():
+    """``hc_lanes`` only reaches the model of the hyperconnect variant (model.injection cannot be hyperconnect):
+    ``{name: baseline, hc_lanes: 4}`` or ``{name: trunc_bptt, hc_lanes: 4}`` was accepted and changed nothing.
+    The default 2, which a dumped spec writes for every variant, is let through."""
+    for name in ("baseline", "trunc_bptt"):
+        with pytest.raises(SpecError) as e:
+            parse_spec({**BASE, "sizes": [16, 32], "tokens": [2048], "variants": [{"name": name, "hc_lanes": 4}]})
+        assert f"variants.0: hc_lanes (4) has no effect on variant {name!r}: only hyperconnect has lanes" in str(e.value)
+    spec = parse_spec({**BASE, "sizes": [16], "tokens": [2048], "variants": [
+        {"name": "baseline", "hc_lanes": 2}, "trunc_bptt", {"name": "hyperconnect", "hc_lanes": 4}]})
+    assert {c.run.model.hc_lanes for c in spec.cells() if c.variant == "hyperconnect"} == {4}
+    assert parse_spec(spec.model_dump(mode="python")) == spec  # every variant dumped with hc_lanes
