@@ -598,3 +598,24 @@ def test_hc_lanes_on_a_variant_without_lanes_is_refused_naming_the_variant():
         {"name": "baseline", "hc_lanes": 2}, "trunc_bptt", {"name": "hyperconnect", "hc_lanes": 4}]})
     assert {c.run.model.hc_lanes for c in spec.cells() if c.variant == "hyperconnect"} == {4}
     assert parse_spec(spec.model_dump(mode="python")) == spec  # every variant dumped with hc_lanes
+
+
+def test_the_readme_key_list_names_every_spec_and_model_key_and_hc_lanes():
+    """README's "Spec keys:" paragraph lacked ``model.injection``, the variant key ``hc_lanes`` (and ``name``,
+    ``text_column``, ``data_seed``, ``model.vocab_size``, ``model.size_unit``): every key of the spec's top level,
+    of ``model`` and of a variant is named there, in backticks, and the choices it names are the code's."""
+    import typing
+
+    from loopscale.sweep.spec import ModelSpec, VariantSpec
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    para = text[text.index("Spec keys:"):]
+    para = para[:para.index("\n\n")]
+    for cls in (SweepSpec, ModelSpec, VariantSpec):
+        missing = [k for k in cls.model_fields if f"`{k}" not in para]
+        assert not missing, f"README's spec keys lack {cls.__name__}'s {missing}"
+    for key in ("preset", "size_unit", "injection"):
+        choices = "|".join(typing.get_args(ModelSpec.model_fields[key].annotation))
+        assert f"`{key}: {choices}`" in para, key
+    variants = typing.get_args(VariantSpec.model_fields["name"].annotation)
+    assert all(f"`{v}`" in para for v in variants)
