@@ -281,6 +281,24 @@ def _unidentified_caveat(what: str, use: str = "these numbers evaluate the law a
             "looping.")  # fmt: skip
 
 
+def _provenance(meta: dict) -> list[str]:
+    """The lines under the title naming the commands of ``run_meta.json``: "Produced by" the command whose fit the
+    report shows (``fit_command``), then the command that started the folder and the last one that ran in it when
+    they are others. A folder written before ``fit_command`` was recorded: "Produced by" the command that started
+    it, and the last one when another."""
+    first, last, fit = meta.get("command"), meta.get("last_command"), meta.get("fit_command")
+    if not fit:
+        return [f"Produced by `{first}`.\n"] * bool(first) + [f"Last continued with `{last}`.\n"] * bool(
+            last and last != first
+        )
+    L = [f"Produced by `{fit}` (the fit shown here).\n"]
+    if first and first != fit:
+        L.append(f"Started with `{first}`.\n")
+    if last and last not in (fit, first):
+        L.append(f"Last continued with `{last}`.\n")
+    return L
+
+
 def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files. With ``redraw_fits`` (the
     ``loopscale report`` command) each variant's ``fit_curves.png`` and ``residuals.png`` are drawn again too, from
@@ -330,10 +348,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     L: list[str] = []
     title = meta.get("spec_name", d.name)
     L.append(f"# loopscale report: {title}\n")
-    if meta.get("command"):
-        L.append(f"Produced by `{meta['command']}`.\n")
-    if meta.get("last_command") and meta.get("last_command") != meta.get("command"):
-        L.append(f"Last continued with `{meta['last_command']}`.\n")
+    L.extend(_provenance(meta))
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")

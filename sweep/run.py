@@ -9,7 +9,8 @@ stopped and never retrains a finished run):
    frontier (:func:`loopscale.fit.analysis.analyze`) -> ``fit/``; skipped when ``runs.parquet`` and the fit settings
    are those of the last fit that ended (``run_meta.json``'s ``fit_input``); while the stage runs, and after it was
    stopped, ``run_meta.json`` holds ``fit_unfinished`` (its settings) instead, so ``loopscale status`` says the fit
-   stage is not done although ``fit/`` and ``report.md`` hold an earlier fit's;
+   stage is not done although ``fit/`` and ``report.md`` hold an earlier fit's; ``fit_command`` is the command whose
+   fit ended last (the one ``fit/`` holds, named by the report's "Produced by" line);
 4. ``report``: ``report.md`` and PNGs (:func:`loopscale.fit.run_report.build_report`), always rebuilt (cheap).
 
 This module is the one place that chains sweep -> fit -> report.
@@ -319,6 +320,7 @@ def run_pipeline(
                     address=cluster.address,
                 )
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
+                meta["fit_command"] = command  # the report names it: the fit it shows is this command's
                 del meta["fit_unfinished"]
 
     if need_ray:

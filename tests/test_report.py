@@ -419,3 +419,35 @@ def test_analysis_flags_a_delta_phi_between_unidentified_phi(tmp_path, monkeypat
     ana = analysis.analyze(pd.concat([runs, other]), tmp_path / "fit2", B=3, starts=4, workers=1, plots=False)
     row = ana["variant_comparison"]["comparisons"]["trunc_bptt"]
     assert row["identified"] is True and "not_identified" not in row
+
+
+def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monkeypatch):
+    """`run A --out O`, then `run B --out O --bootstrap 20 --starts 50` (the same grid; only the fit is redone): the
+    report said "Produced by `A`" over B's fit. It names the command whose fit it shows, then the one that started
+    the folder, and a later command that left the fit as it was."""
+    from loopscale.fit import analysis
+    from loopscale.fit.run_report import build_report
+    from loopscale.sweep import run as run_mod
+    from loopscale.sweep.spec import load_spec
+
+    out = tmp_path / "O"
+    shutil.copytree(EXAMPLE, out)
+    for name in ("run_meta.json", "report.md"):  # a folder of the example's spec, no command run in it yet
+        (out / name).unlink()
+    spec_path = out / "spec.yaml"
+    fits = []
+    monkeypatch.setattr(run_mod, "_grid_done", lambda spec, o: True)  # the example's runs stand for the grid's
+    monkeypatch.setattr(analysis, "analyze", lambda runs, o, **k: fits.append(k["B"]))  # its fit/ stands for each
+    a = f"loopscale run my1.yaml --out {out}"
+    b = f"loopscale run my1c.yaml --out {out} --bootstrap 20 --starts 50"
+    for cmd, B, starts in ((a, 100, 100), (b, 20, 50), (b + " --resume", 20, 50)):
+        run_mod.run_pipeline(load_spec(spec_path), out, bootstrap=B, starts=starts, command=cmd, log=lambda s: None)
+        head = build_report(out).read_text(encoding="utf-8").split("## Sweep summary")[0]
+        lines = [ln for ln in head.splitlines()[1:] if ln]
+        assert lines[0].startswith(f"Produced by `{a if cmd == a else b}`"), lines
+        if cmd == a:
+            assert len(lines) == 1
+        else:
+            assert lines[0] == f"Produced by `{b}` (the fit shown here)."
+            assert lines[1:] == [f"Started with `{a}`."] + [f"Last continued with `{cmd}`."] * (cmd != b)
+    assert fits == [100, 20]  # the third command's fit settings were the second's: its fit was not redone
