@@ -21,6 +21,30 @@ from loopscale.fit.analysis import FitOutcome, phi_identified, phi_not_identifie
 from loopscale.fit.laws import make_law
 
 
+def _variant_model_line(runs, vname: str) -> str | None:
+    """How the looped runs (r > 1) of variant ``vname`` were built, from their ``runs.parquet`` columns: the
+    injection, the hyperconnection lanes K, and full or truncated backpropagation through time (``bptt_k`` per r);
+    None when the table has no such runs or columns."""
+    need = {"variant", "r", "injection", "bptt_k"}
+    if not need <= set(runs.columns):
+        return None
+    rows = runs[(runs["variant"].astype(str) == vname) & (runs["r"] > 1)]
+    if rows.empty:
+        return None
+    inj = sorted(str(x) for x in rows["injection"].dropna().unique())
+    parts = [f"injection {', '.join(inj)}"]
+    if "hyperconnect" in inj and "hc_lanes" in rows.columns:
+        lanes = sorted(int(x) for x in rows.loc[rows["injection"] == "hyperconnect", "hc_lanes"].dropna().unique())
+        parts.append(f"K = {', '.join(map(str, lanes))} lanes")
+    by_r = rows.groupby("r")["bptt_k"].agg(lambda k: sorted(set(int(x) for x in k.dropna())))
+    if all(ks == [int(r)] for r, ks in by_r.items()):
+        parts.append("full backpropagation through time (bptt_k = r)")
+    else:
+        ks = ", ".join("/".join(map(str, k)) for k in by_r)
+        rs = ", ".join(str(int(r)) for r in by_r.index)
+        parts.append(f"truncated backpropagation through time: bptt_k = {ks} at r = {rs}")
+    return "Looped runs (r > 1): " + "; ".join(parts) + "."
+
 def _fmt(x: Any, nd: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
@@ -421,8 +445,11 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     if fig:
         L.append("## Loss vs compute\n")
         L.append("![loss vs compute](loss_vs_compute.png)\n")
+    several = len(ana.get("variants", {})) > 1
     for vname, v in ana.get("variants", {}).items():
         L.append(f"## Variant `{vname}` ({v.get('n')} runs)\n")
+        if several and (what := _variant_model_line(runs, vname)):  # what tells the variants apart
+            L.append(what + "\n")
         L.append("### Per-r Chinchilla fits (L = E + A·N^−α + B·D^−β, N = unique non-embedding params)\n")
         L.append("| r | A | α | B | β | E | Huber | R² | max abs res | on a bound |")
         L.append("|---|---|---|---|---|---|---|---|---|---|")

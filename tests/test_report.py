@@ -451,3 +451,43 @@ def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monk
             assert lines[0] == f"Produced by `{b}` (the fit shown here)."
             assert lines[1:] == [f"Started with `{a}`."] + [f"Last continued with `{cmd}`."] * (cmd != b)
     assert fits == [100, 20]  # the third command's fit settings were the second's: its fit was not redone
+
+
+def test_each_variant_section_says_how_its_looped_runs_were_built(tmp_path):
+    """With several variants the report never said what told them apart (injection, lanes, full or truncated
+    BPTT): each variant's section now opens with it, read from runs.parquet. A one-variant report has no such line
+    (the committed examples render as before)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    base = pq.read_table(run / "runs.parquet").to_pandas()
+    assert "Looped runs (r > 1)" not in build_report(run).read_text(encoding="utf-8")
+    trunc = base[base["r"] > 1].assign(variant="trunc_bptt", run_id=lambda x: x["run_id"] + "_t")
+    trunc["bptt_k"] = (trunc["r"] + 1) // 2
+    hyper = base[base["r"] > 1].assign(variant="hyperconnect", injection="hyperconnect", hc_lanes=3,
+                                       run_id=lambda x: x["run_id"] + "_h")  # fmt: skip
+    pq.write_table(pa.Table.from_pandas(pd.concat([base, trunc, hyper], ignore_index=True), preserve_index=False),
+                   run / "runs.parquet")  # fmt: skip
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    for name in ("trunc_bptt", "hyperconnect"):
+        ana["variants"][name] = ana["variants"]["baseline"]
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    text = build_report(run).read_text(encoding="utf-8")
+    inj = base.loc[base["r"] > 1, "injection"].iloc[0]
+    rs = sorted(int(r) for r in base["r"].unique() if r > 1)
+    want = {
+        "baseline": f"Looped runs (r > 1): injection {inj}; full backpropagation through time (bptt_k = r).",
+        "trunc_bptt": f"Looped runs (r > 1): injection {inj}; truncated backpropagation through time: bptt_k = "
+        f"{', '.join(str((r + 1) // 2) for r in rs)} at r = {', '.join(map(str, rs))}.",
+        "hyperconnect": "Looped runs (r > 1): injection hyperconnect; K = 3 lanes; full backpropagation through time "
+        "(bptt_k = r).",
+    }
+    for name, line in want.items():
+        sec = text[text.index(f"## Variant `{name}`") :].split("\n## ")[0]
+        assert line in sec, (name, sec[:400])
