@@ -1062,8 +1062,14 @@ def parse_spec(data: dict) -> SweepSpec:
     Raises:
         SpecError: unknown keys or invalid values; the message names each key ("model.preset: ...").
     """
+    if data is None:  # an empty YAML file, or one of comments only
+        raise SpecError("the sweep spec is empty: it needs at least tokens (with sizes) or budgets; the presets "
+                        "in configs/ (smoke.yaml, cpu.yaml, paper.yaml) are complete specs to start from, and the "
+                        "README's 'Configs and presets' section lists every key")
     if not isinstance(data, dict):
-        raise SpecError(f"a sweep spec must be a mapping, got {type(data).__name__}")
+        what = {"list": "a list", "str": "a single string", "int": "a number", "float": "a number"}
+        raise SpecError(f"a sweep spec must be a mapping of keys (name:, r:, sizes:, ...), got "
+                        f"{what.get(type(data).__name__, type(data).__name__)}")
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:

@@ -619,3 +619,23 @@ def test_the_readme_key_list_names_every_spec_and_model_key_and_hc_lanes():
         assert f"`{key}: {choices}`" in para, key
     variants = typing.get_args(VariantSpec.model_fields["name"].annotation)
     assert all(f"`{v}`" in para for v in variants)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "the sweep spec is empty: it needs at least tokens (with sizes) or budgets"),
+        ("# only a comment\n", "the sweep spec is empty"),
+        ("- 1\n- 2\n", "a sweep spec must be a mapping of keys (name:, r:, sizes:, ...), got a list"),
+        ("smoke\n", "got a single string"),
+    ],
+)
+def test_an_empty_or_non_mapping_spec_file_says_what_it_is(tmp_path, text, message):
+    """An empty spec file said 'a sweep spec must be a mapping, got NoneType' (a Python type name)."""
+    from loopscale.sweep.spec import load_spec
+
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(SpecError) as e:
+        load_spec(f)
+    assert message in str(e.value) and "NoneType" not in str(e.value)
