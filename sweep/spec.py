@@ -1108,13 +1108,29 @@ _FLOAT_RE = re.compile(
 """YAML float: a dot or an exponent (the exponent's sign optional, unlike YAML 1.1), or .inf / .nan."""
 
 
+def _as_number(key):
+    """A mapping key as the spec reads it: a number, or a string that spells one (``'16'``, ``'1e9'``; pydantic
+    takes both for a numeric key), as its float value; any other key as it is."""
+    if isinstance(key, bool):
+        return key
+    if isinstance(key, int | float):
+        return float(key)
+    if isinstance(key, str):
+        try:
+            return float(key.strip())
+        except ValueError:
+            return key
+    return key
+
+
 def spec_loader() -> type:
     """The YAML loader of every spec: ``yaml.SafeLoader`` that also reads scientific notation without a dot or
     an exponent sign (``1e-2``, ``2e6``, ``4.64e17``) as a number, as YAML 1.2 and Python do (PyYAML follows
     YAML 1.1 and would return the string ``'1e-2'``). Integers stay integers; an integral float such as ``2e3``
     is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``).
 
-    A key given twice in one mapping, at any depth (``lr:`` twice, or ``1e9`` and ``1.0e9`` in ``budgets``), raises
+    A key given twice in one mapping, at any depth (``lr:`` twice, ``1e9`` and ``1.0e9`` in ``budgets``, ``16`` and
+    ``'16'`` in ``tokens``), raises
     :class:`SpecError` naming the key and both lines: PyYAML keeps the last one without a word. Keys that a merge
     (``<<: *anchor``) brings in may be overridden, as YAML intends."""
     import yaml
@@ -1137,7 +1153,7 @@ def spec_loader() -> type:
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":  # keys a merge brings in may be overridden
                     continue
-                key = self.construct_object(key_node, deep=True)
+                key = _as_number(self.construct_object(key_node, deep=True))  # 16 and '16' are one size
                 try:
                     other = first.setdefault(key, key_node)
                 except TypeError:  # an unhashable key: the constructor says so

@@ -490,6 +490,10 @@ def test_a_key_given_twice_in_the_yaml_is_refused_naming_it_and_both_lines(tmp_p
     p.write_text(BASE_YAML + "budgets: {1e9: [16], 1.0e9: [32]}\n")
     with pytest.raises(SpecError, match=r"key 'budgets.1.0e9' is given twice \(as '1e9' and '1.0e9'\), both on line 6"):
         load_spec(p)
+    # a number and the same number quoted are one size too (the spec reads both as 16): the quoted one was merged
+    p.write_text(BASE_YAML + "sizes: [16, 32]\ntokens: {16: [2048], '16': [4096], 32: [2048]}\n")
+    with pytest.raises(SpecError, match=r"key 'tokens.16' is given twice, both on line 7"):
+        load_spec(p)
     # a key a merge brings in may be overridden (YAML's intent), and distinct keys stay a spec
     p.write_text(BASE_YAML + "sizes: [16, 32]\ntokens: [2048]\n"
                  "tune: {<<: {num_samples: 3, seed: 1}, seed: 2}\n")
