@@ -1108,7 +1108,7 @@ _FLOAT_RE = re.compile(
 """YAML float: a dot or an exponent (the exponent's sign optional, unlike YAML 1.1), or .inf / .nan."""
 
 
-def _as_number(key):
+def _key_number(key):
     """A mapping key as the spec reads it: a number, or a string that spells one (``'16'``, ``'1e9'``; pydantic
     takes both for a numeric key), as its float value; any other key as it is."""
     if isinstance(key, bool):
@@ -1153,7 +1153,7 @@ def spec_loader() -> type:
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":  # keys a merge brings in may be overridden
                     continue
-                key = _as_number(self.construct_object(key_node, deep=True))  # 16 and '16' are one size
+                key = _key_number(self.construct_object(key_node, deep=True))  # 16 and '16' are one size
                 try:
                     other = first.setdefault(key, key_node)
                 except TypeError:  # an unhashable key: the constructor says so
