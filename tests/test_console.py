@@ -230,11 +230,16 @@ def test_grid_counts_a_run_done_at_its_final_report_whatever_its_trial_status(mo
     assert "grid: 2 runs done, 0 failed, 2 unfinished" in buf.getvalue()
 
 
-def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
+def _one_running_trial(monkeypatch):
+    """A grid display of one RUNNING trial on a clock the test sets: (clock, view, trial)."""
     clock = [0.0]
     monkeypatch.setattr(console.time, "time", lambda: clock[0])
     view = console.GridView(console.Console(io.StringIO(), interactive=False), total=1)
-    t = SimpleNamespace(trial_id="t", status="RUNNING", config={"cell": _cells(1)[0]})
+    return clock, view, SimpleNamespace(trial_id="t", status="RUNNING", config={"cell": _cells(1)[0]})
+
+
+def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
+    clock, view, t = _one_running_trial(monkeypatch)
     for tok in (1000, 2000, 500):  # a restart from an earlier checkpoint: 500 new tokens
         clock[0] += 5
         view.observe([t], t, {"tokens": tok})
@@ -248,10 +253,7 @@ def test_grid_view_restarted_trial_does_not_count_negative_tokens(monkeypatch):
 def test_grid_view_resumed_trial_rate_counts_only_this_attempts_tokens(monkeypatch):
     # a trial resumed from its checkpoint at 40,000 tokens reports 44,000 ten seconds after the display first saw
     # it: 4,000 tokens trained in 10 s, not 44,000 (the rate read 3x the true one after every --resume)
-    clock = [0.0]
-    monkeypatch.setattr(console.time, "time", lambda: clock[0])
-    view = console.GridView(console.Console(io.StringIO(), interactive=False), total=1)
-    t = SimpleNamespace(trial_id="t", status="RUNNING", config={"cell": _cells(1)[0]})
+    clock, view, t = _one_running_trial(monkeypatch)
     view.observe([t])
     clock[0] += 10
     view.observe([t], t, {"tokens": 44_000, "start_tokens": 40_000})
@@ -261,10 +263,7 @@ def test_grid_view_resumed_trial_rate_counts_only_this_attempts_tokens(monkeypat
 def test_grid_view_first_rate_leaves_out_the_trials_start_up(monkeypatch):
     # the trial is seen RUNNING at t = 0 but spends 30 s starting (Ray worker, imports, data) before its first step;
     # its first report at t = 40 says it trained 10 s (attempt_s): 20,000 tokens in 10 s, not in 40 s
-    clock = [0.0]
-    monkeypatch.setattr(console.time, "time", lambda: clock[0])
-    view = console.GridView(console.Console(io.StringIO(), interactive=False), total=1)
-    t = SimpleNamespace(trial_id="t", status="RUNNING", config={"cell": _cells(1)[0]})
+    clock, view, t = _one_running_trial(monkeypatch)
     view.observe([t])
     clock[0] = 40.0
     view.observe([t], t, {"tokens": 20_000, "attempt_s": 10.0})
