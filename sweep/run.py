@@ -71,6 +71,8 @@ def plan(spec) -> dict:
     the tokens each LR study's trials train at most, ``{"size<s>_r<r>": tokens}``: ``tune.tokens`` (or
     ``tune.tokens_per_param`` x N) in whole steps of ``training.batch_tokens``, rounded up to whole steps per
     milestone (:func:`loopscale.sweep.lr_search.tuning_budget`), so it can exceed what the spec asks.
+    ``tokens_rounding`` lists the written token budgets the trainer rounds to whole batches (``300 -> D = 256``;
+    None when every one is a whole number of batches).
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -82,12 +84,15 @@ def plan(spec) -> dict:
     cells = spec.cells(lr_table=lr_table)
     total_c, total_d = 0.0, 0
     by_r: dict[int, int] = {}
+    rounded: dict[int, int] = {}  # tokens as written -> D trained, where they differ
     for c in cells:
         f = flops_per_token(c.run.model)
         d = resolve_tokens(c.run)
         total_c += f * d
         total_d += d
         by_r[c.r] = by_r.get(c.r, 0) + 1
+        if c.run.tokens is not None and c.run.tokens != d:
+            rounded[int(c.run.tokens)] = int(d)
     n_studies = 0
     lr_trial_tokens: dict[str, int] = {}
     lr_flops = 0.0
@@ -123,6 +128,10 @@ def plan(spec) -> dict:
                        f"against {total_c:.3g}; every trial trained to its full budget, ASHA stops some early): lower "
                        "tune.tokens (or tune.tokens_per_param) or tune.num_samples, or fix lr"
                        if total_c > 0 and lr_flops > total_c else None),  # fmt: skip
+        "tokens_rounding": (f"tokens are trained in whole batches of training.batch_tokens = "
+                            f"{spec.training.batch_tokens}: " + ", ".join(f"{k} -> D = {v}" for k, v in
+                                                                         sorted(rounded.items()))
+                            if rounded else None),  # fmt: skip
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
         "corpus_warning": "; ".join(corpus_notes) or None,

@@ -172,6 +172,22 @@ def test_plan_gives_each_lr_study_its_tokens_after_rounding():
     assert p["lr_studies"] == len(spec.all_sizes())
 
 
+def test_the_plan_lists_the_token_budgets_the_trainer_rounds():
+    """A token budget that is not a whole number of batches was rounded without a word, in the dry run too: the
+    plan now lists each written value and the D it trains (None when all are whole batches)."""
+    import copy
+
+    from loopscale.sweep.presets import PRESETS
+    from loopscale.sweep.spec import parse_spec
+
+    d = copy.deepcopy(PRESETS["smoke"])
+    assert plan(parse_spec(d))["tokens_rounding"] is None
+    d["tokens"] = [300, 2048, 700]
+    p = plan(parse_spec(d))
+    assert p["tokens_rounding"] == ("tokens are trained in whole batches of training.batch_tokens = 256: "
+                                    "300 -> D = 256, 700 -> D = 768")  # fmt: skip
+
+
 def test_a_grid_without_r1_is_planned_with_a_warning(tmp_path):
     """A grid of r = 2, 4, 8 only was accepted without a word, and its report silently lacked the per-r phi
     check (each r against the r = 1 runs); the plan (--dry-run) and `run` now say so. The presets have r = 1."""
