@@ -325,6 +325,9 @@ def _run_stage(
     out = out if out is not None else Path("runs") / name
     usable_out_dir(out)
     check_folder_spec(out, spec)
+    from loopscale.sweep.status import refuse_busy_folder
+
+    refuse_busy_folder(out, f"`loopscale {'sweep' if group == 'grid' else group}`")
     targets = tracking.parse_track(track)
     reachable_storage(spec.storage_path)  # a bucket out of reach is one line, before the folder is written
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:

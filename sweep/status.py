@@ -160,6 +160,31 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
         pass
 
 
+def refuse_busy_folder(out_dir: str | Path, what: str) -> None:
+    """Refuse to start ``what`` (a command about to write into ``out_dir``) while another command works there: the
+    folder's command record (:func:`mark_started`) names a live process (this host: its pid lives; another host: its
+    files are fresh, :func:`_liveness`). Two commands in one folder trained every run twice (two Tune experiments
+    sharing the runs' checkpoints), a second ``tune-lr`` deleted the live study of a running ``run``, and a short
+    second command replaced the record, so that ``status`` called the running one stopped. A record of this same
+    process (``run`` calling its stages) is not another command.
+
+    Raises:
+        ValueError: another command is working in ``out_dir`` (the message names it, its pid and host).
+    """
+    out = Path(out_dir).resolve()
+    rec = _read_json(out / "logs" / COMMAND_NAME)
+    if not rec or (rec.get("pid"), rec.get("host")) == (os.getpid(), socket.gethostname()):
+        return
+    alive, cmd, _ = _liveness(rec, _read_json(out / "logs" / "progress.json"))
+    if not alive or cmd is None:
+        return
+    raise ValueError(
+        f"{out} is in use: `{cmd.get('command')}` (pid {cmd.get('pid')} on {cmd.get('host')}) is working there; "
+        f"{what} would run beside it (two commands in one folder train every run twice and replace each other's "
+        f"files): wait until it ends (`loopscale status {out}` shows its progress), or stop it first"
+    )
+
+
 def fit_headlines(ana: dict) -> list[str]:
     """The last lines ``loopscale run`` prints: per variant with a joint fit, the identification headline (when the
     identification rule gave one, it decides what may be claimed) or phi with its 95 % bootstrap CI, and R^2 with

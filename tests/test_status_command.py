@@ -543,3 +543,33 @@ def test_a_spec_storage_out_of_reach_is_said_not_skipped(tmp_path, s3_offline):
     s = collect_status(out)
     assert s["storage_error"].startswith("storage 's3://b/x' cannot be reached: When resolving region")
     assert any(line.startswith("tune state: not read: storage 's3://b/x'") for line in format_status(s))
+
+
+def test_a_second_command_in_a_folder_in_use_is_refused_before_it_writes(tmp_path):
+    """Two `loopscale run` on one --out both trained every run (two Tune experiments sharing the runs'
+    checkpoints), a second tune-lr deleted the live study of a running `run`, and a short second command replaced
+    the record so that status called the running one stopped. A command whose record names a live process is now
+    refused, for run, sweep and tune-lr, before anything is written; a stopped one's folder is taken as before."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.status import refuse_busy_folder
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        rec = _record(out, 30, pid=live.pid, command="loopscale run smoke --out busy")
+        before = sorted(p.relative_to(out) for p in out.rglob("*"))
+        for cmd in (["run", "smoke"], ["sweep", "smoke"], ["tune-lr", "smoke"]):
+            res = CliRunner().invoke(app, [*cmd, "--out", str(out)])
+            assert res.exit_code == 2, res.output
+            assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid} on {rec['host']})" in res.output
+            assert f"`loopscale {cmd[0]}` would run beside it" in res.output
+            assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing written
+    finally:
+        live.kill()
+        live.wait()
+    refuse_busy_folder(out, "`loopscale run`")  # its process has ended: the folder is free
+    _record(out, 30)  # this process's own record (`run` calling its stages) is not another command
+    refuse_busy_folder(out, "`loopscale sweep`")
