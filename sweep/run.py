@@ -469,9 +469,10 @@ def run_cmd(
             raise ValueError(f"run would refuse this spec: {p['refused']}")
         return
     check_out_outside_corpus(out_dir, spec)  # before the console session writes its logs there
-    from loopscale.sweep.status import refuse_busy_folder
+    from loopscale.sweep.status import refuse_busy_folder, refuse_foreign_files
 
     refuse_busy_folder(out_dir, "`loopscale run`")
+    refuse_foreign_files(out_dir)
     from loopscale.cluster.options import reachable_storage
 
     reachable_storage(spec.storage_path)  # a bucket out of reach is one line, before the folder is written

@@ -218,8 +218,17 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
+RUNS_TABLE_KEYS = ("run_id", "status")
+"""The columns every loopscale runs table (``runs.parquet``, a part file) has, and :func:`_records` reads."""
+
+
 def _records(out: Path) -> dict[str, dict]:
-    """{run id: newest record} over ``runs.parquet`` and the part files (unreadable files are skipped, not moved)."""
+    """{run id: newest record} over ``runs.parquet`` and the part files (unreadable files are skipped, not moved).
+
+    Raises:
+        NotAnOutput: a readable file there without the columns ``run_id`` and ``status`` (e.g. a table another
+            program wrote as ``runs.parquet``): it is not a loopscale runs table, and its rows are no runs.
+    """
     import pyarrow.parquet as pq
 
     files = [out / "runs.parquet", *sorted((out / "parts" / "runs").glob("*.parquet"))]
@@ -228,9 +237,18 @@ def _records(out: Path) -> dict[str, dict]:
         if not f.is_file():
             continue
         try:
-            rows = pq.read_table(f).to_pylist()
+            table = pq.read_table(f)
         except Exception:  # a torn file: the writing command moves it aside itself
             continue
+        lacks = [c for c in RUNS_TABLE_KEYS if c not in table.column_names]
+        if lacks:
+            cols = ", ".join(table.column_names[:10]) + (", ..." if table.num_columns > 10 else "")
+            raise NotAnOutput(
+                f"{f} is not a loopscale runs table: it has no {' or '.join(lacks)} column (its columns: "
+                f"{cols or 'none'}); give the --out folder of a `loopscale run`, `sweep` or `tune-lr`, or move that "
+                "file out of the folder"
+            )
+        rows = table.to_pylist()
         for row in rows:
             cur = best.get(row["run_id"])
             t = row.get("finished_at")
@@ -309,6 +327,33 @@ def _liveness(cmd: dict | None, progress: dict | None) -> tuple[bool, dict | Non
     else:
         fresh = time.time() - float(cmd.get("recorded_at") or cmd.get("started_at") or 0) < STALE_S
     return (True, cmd, open_progress) if fresh else (False, None, None)
+
+
+RUN_WRITES = ("report.md", "loss_vs_compute.png", "fit/fit.json", "fit/analysis.json", "curves.parquet")
+"""Files of a run folder that ``loopscale run`` replaces whole (its report and fit outputs)."""
+
+OWN_MARKS = ("spec.yaml", "run_meta.json", f"logs/{COMMAND_NAME}", "logs/progress.json", "parts/runs", "tune")
+"""Files and folders only a loopscale command writes: a folder holding one of them is a loopscale folder."""
+
+
+def refuse_foreign_files(out_dir: str | Path) -> None:
+    """Refuse to start ``loopscale run`` in a folder that holds files it would replace (:data:`RUN_WRITES`, e.g. a
+    ``report.md``) but nothing only loopscale writes (:data:`OWN_MARKS`): they are someone else's, and a run
+    overwrote a user's own ``report.md`` without a word. A missing or empty folder, and loopscale's own, pass.
+
+    Raises:
+        ValueError: such files, named, with what to do.
+    """
+    out = Path(out_dir)
+    if not out.is_dir() or any((out / m).exists() for m in OWN_MARKS):
+        return
+    theirs = [m for m in RUN_WRITES if (out / m).exists()]
+    if theirs:
+        raise ValueError(
+            f"--out {out} holds {', '.join(theirs)}, which `loopscale run` writes, but no loopscale output (no "
+            f"{', '.join(OWN_MARKS[:3])}): they are not from a run and would be replaced; give another --out, or "
+            "move them away"
+        )
 
 
 def _is_output(out: Path) -> bool:
@@ -711,11 +756,17 @@ def recorded_storage(record: dict | None) -> str | None:
 
 def resume_command(command: str | None, folder: Path | None = None, cwd: str | None = None) -> str | None:
     """The command line that continues a stopped ``command`` (``loopscale run|sweep|tune-lr ...``): the same line
-    with ``--resume`` (added once); None without a command line. When its ``--out`` (read against the command's
+    with ``--resume`` (added once) and without ``--force`` (which would retrain the runs already redone); None
+    without a command line. When its ``--out`` (read against the command's
     working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it."""
     if not command:
         return None
     argv = _split_command(command)
+    if "--force" in argv:
+        import shlex
+
+        argv = [a for a in argv if a != "--force"]
+        command = shlex.join(argv)
     found = _flag_value(argv, "--out") if folder is not None else None
     if found:
         i, width, value = found

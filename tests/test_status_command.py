@@ -573,3 +573,25 @@ def test_a_second_command_in_a_folder_in_use_is_refused_before_it_writes(tmp_pat
     refuse_busy_folder(out, "`loopscale run`")  # its process has ended: the folder is free
     _record(out, 30)  # this process's own record (`run` calling its stages) is not another command
     refuse_busy_folder(out, "`loopscale sweep`")
+
+
+def test_run_refuses_a_folder_of_someone_elses_report_before_writing(tmp_path):
+    """`loopscale run smoke --out u3` replaced a user's own report.md in a folder holding no loopscale output,
+    without a word. It is refused now, naming the file, and nothing is written; a loopscale folder (its spec.yaml)
+    with a report.md is not."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.status import refuse_foreign_files
+
+    out = tmp_path / "u3"
+    (out / "fit").mkdir(parents=True)
+    (out / "report.md").write_text("MY OWN REPORT")
+    (out / "fit" / "fit.json").write_text("{}")
+    res = CliRunner().invoke(app, ["run", "smoke", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "holds report.md, fit/fit.json, which `loopscale run` writes, but no loopscale output" in res.output
+    assert (out / "report.md").read_text() == "MY OWN REPORT" and sorted(p.name for p in out.iterdir()) == ["fit", "report.md"]
+    (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
+    refuse_foreign_files(out)  # a run folder's own report
+    refuse_foreign_files(tmp_path / "new")  # a folder not made yet
