@@ -6,8 +6,9 @@ Input contract (from the sweep's ``runs.parquet``): columns ``loss`` (nats/token
 ``d_model``. A table with a ``run_id`` column holds one row per run: of rows that share a run id only the newest is
 kept (largest ``finished_at``, else the last row, as the results store consolidates its parts), and the others are
 excluded and listed (``duplicate_run_ids``). Rows whose ``status`` is not ``"ok"`` (e.g. ``"diverged"`` with a null
-loss) are excluded *before* validation and counted (``n_excluded``, ``excluded_by_status``). Everything else that is
-wrong raises ``ValueError`` before any compute is spent.
+loss) are excluded *before* validation and counted (``n_excluded``, ``excluded_by_status``). Ok runs that read
+different corpus contents (two values of ``corpus_sha256``) are not one grid and are refused (:func:`one_corpus`).
+Everything else that is wrong raises ``ValueError`` before any compute is spent.
 """
 
 from __future__ import annotations
@@ -147,6 +148,29 @@ def drop_duplicate_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df.iloc[kept[np.argsort(slot[kept], kind="stable")]].reset_index(drop=True), df.loc[~keep]
 
 
+def one_corpus(runs: pd.DataFrame, what: str = "the table") -> None:
+    """Refuse runs that read different corpus contents: two texts, two validation sets, so not one grid to fit.
+
+    Args:
+        runs: the runs to be fitted (already left to the ok ones). Without a ``corpus_sha256`` column, or with one
+            value in it (null values, from records that name no hash, are not compared), nothing is checked.
+        what: the table's name in the message.
+    Raises:
+        ValueError: two or more hashes, each with its number of runs (hash shortened to 12 characters).
+    """
+    if "corpus_sha256" not in runs.columns:
+        return
+    counts = runs["corpus_sha256"].dropna().astype(str)
+    counts = counts[counts != ""].value_counts()
+    if len(counts) > 1:
+        said = ", ".join(f"{int(n)} runs {h[:12]}" for h, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        raise ValueError(
+            f"{what}'s ok runs read {len(counts)} different corpus contents (corpus_sha256: {said}), i.e. two texts "
+            "with two validation sets, so they are not one grid and are not fitted; filter the table to the runs "
+            "of one corpus (one corpus_sha256 value)"
+        )
+
+
 def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) -> FitData:
     """Load, filter by ``status`` and validate a table for ``law``.
 
@@ -158,9 +182,9 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         :class:`FitData`: one row per ``run_id`` (:func:`drop_duplicate_runs`), rows with ``status != "ok"`` left
         out; both kinds of dropped rows count in ``n_excluded``.
     Raises:
-        ValueError: missing columns (lists those present), NaN/inf, ``loss <= 0``, ``N``/``D`` ``<= 0``, ``N_once < 0``,
-            ``N_rec < 0``, ``r < 1``, fewer runs than parameters, a joint fit with phi free on a single ``r``, or a
-            ``block_by`` column that does not exist.
+        ValueError: ok runs of two corpus contents (:func:`one_corpus`), missing columns (lists those present),
+            NaN/inf, ``loss <= 0``, ``N``/``D`` ``<= 0``, ``N_once < 0``, ``N_rec < 0``, ``r < 1``, fewer runs than
+            parameters, a joint fit with phi free on a single ``r``, or a ``block_by`` column that does not exist.
     """
     df, dups = drop_duplicate_runs(read_table(table))
     given = {c: c for c in df.columns}  # the table's own name of each column, for error messages
@@ -184,6 +208,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         by_status = dict(Counter(st[bad].tolist()))
         rows = rows[~bad.to_numpy()]
         df = df.loc[~bad.to_numpy()].reset_index(drop=True)
+    one_corpus(df)
     need = ("loss", "D", *law.columns)
     missing = [c for c in need if c not in df.columns]
     if missing:

@@ -96,7 +96,8 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
 
     Raises:
         FileNotFoundError: no such file (``path`` may be a run folder holding ``runs.parquet``).
-        ValueError: unreadable file (Parquet or CSV, :func:`loopscale.fit.io.read_table`), missing columns, an ok
+        ValueError: unreadable file (Parquet or CSV, :func:`loopscale.fit.io.read_table`), ok runs of two corpus
+            contents (:func:`loopscale.fit.io.one_corpus`), missing columns, an ok
             run without a finite loss (as the fits), fewer than two r among the ok runs, or no cell with two seeds
             (the seed noise cannot be measured).
     """
@@ -110,7 +111,7 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
         raise FileNotFoundError(
             f"pilot runs table {what}: {p} (give a runs.parquet, or the folder of a pilot or a previous run)"
         )
-    from loopscale.fit.io import drop_duplicate_runs, read_table, with_layers_unique
+    from loopscale.fit.io import drop_duplicate_runs, one_corpus, read_table, with_layers_unique
 
     try:
         runs = read_table(p)
@@ -119,6 +120,7 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     runs = drop_duplicate_runs(runs)[0]  # a run id listed twice is one run, its newest row, as the fits read it
     if "status" in runs.columns:
         runs = runs[runs["status"] == "ok"]
+    one_corpus(runs, f"pilot {p}")  # two texts' runs are not one pilot, as the fits refuse them
     loss_name = "loss"  # the table's own name of the loss column, for messages
     if "loss" not in runs.columns and "final_val_loss" in runs.columns:
         runs, loss_name = runs.assign(loss=runs["final_val_loss"]), "final_val_loss"

@@ -423,3 +423,17 @@ def test_a_pilot_with_an_ok_run_without_a_loss_is_refused_as_the_fits_refuse_it(
     negative.to_parquet(tmp_path / "negative.parquet")
     with pytest.raises(ValueError, match=r"column 'final_val_loss' must be > 0 \(nats/token\); 1 ok run"):
         read_pilot(tmp_path / "negative.parquet")
+
+
+def test_a_pilot_whose_ok_runs_read_two_corpus_contents_is_refused(tmp_path):
+    """A pilot of two corpus contents is two texts' runs, not one pilot: refused as the fits refuse it."""
+    from loopscale.sweep.design_cmd import read_pilot
+
+    _, _, runs = _pilot(tmp_path, seeds=2)
+    mixed = runs.assign(corpus_sha256=["c" * 64 if i % 3 else "d" * 64 for i in range(len(runs))])
+    mixed.to_parquet(tmp_path / "mixed.parquet")
+    n_d = (len(runs) + 2) // 3
+    with pytest.raises(ValueError, match=rf"{len(runs) - n_d} runs {'c' * 12}, {n_d} runs {'d' * 12}\)"):
+        read_pilot(tmp_path / "mixed.parquet")
+    runs.assign(corpus_sha256="c" * 64).to_parquet(tmp_path / "one.parquet")
+    assert len(read_pilot(tmp_path / "one.parquet")) == len(runs)

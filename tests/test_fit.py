@@ -741,3 +741,26 @@ def test_fit_cli_chinchilla_on_one_N_or_one_D_says_what_it_cannot_identify(tmp_p
     assert "one N" not in res.output
     out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--r", "1", "--json"]).stdout.strip().splitlines()[-1])
     assert len(out["not_identified"]) == 1 and "one D" in out["not_identified"][0]
+
+
+def test_fit_cli_refuses_ok_runs_of_two_corpus_contents(tmp_path):
+    """A runs table whose ok runs read two corpus contents (two texts, two validation sets) was fitted as one grid
+    without a word; `loopscale run` refuses such a grid. `fit` now refuses it too (exit 2), naming each hash (short)
+    with its number of runs; one hash, no hash column, or a second hash only on a diverged run is fitted."""
+    from typer.testing import CliRunner
+
+    t = _base_joint().assign(status="ok", run_id=lambda d: [f"run{i}" for i in range(len(d))])
+    t["corpus_sha256"] = ["a" * 64] * 12 + ["b" * 64] * (len(t) - 12)
+    path = tmp_path / "runs.parquet"
+    t.to_parquet(path)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path), "--starts", "10"])
+    assert res.exit_code == 2, res.output
+    out = " ".join(res.output.split())
+    assert f"2 different corpus contents (corpus_sha256: 12 runs {'a' * 12}, {len(t) - 12} runs {'b' * 12})" in out
+    assert "filter the table to the runs of one corpus" in out and "Traceback" not in res.output
+    one = t.assign(corpus_sha256="a" * 64)
+    one.loc[0, ["corpus_sha256", "status", "loss"]] = ["b" * 64, "diverged", np.nan]  # not fitted: not compared
+    for ok in (one, t.drop(columns="corpus_sha256")):
+        ok.to_parquet(path)
+        res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "10"])
+        assert res.exit_code == 0, res.output
