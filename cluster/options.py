@@ -241,15 +241,18 @@ class Interrupted(RuntimeError):
 
 def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None = None) -> str:
     """The line a stopped command prints. :class:`Interrupted` (a Tune experiment saved its state) and a plain
-    Ctrl-C of a command with ``--resume`` (its finished stages and runs are kept) name ``--resume``; a command
+    Ctrl-C of a command with ``--resume`` (its finished stages and runs are kept) name ``--resume`` (and, for a
+    ``--force`` one, a rerun without ``--force``: it would retrain the runs already redone); a command
     without it says what is kept: ``train`` with ``--checkpoint-dir`` and ``--checkpoint-every-steps`` resumes from
     its newest checkpoint when rerun, other commands (fit, report, design, ...) keep nothing partial and are simply
     rerun."""
     what = str(exc) or "stopped"
+    # --force again would set aside and retrain the runs it already redid: the rerun drops it
+    same = "the same command without --force," if (kwargs or {}).get("force") else "the same command"
     if isinstance(exc, Interrupted):
-        return f"interrupted: {what}; the state is saved, rerun the same command with --resume to continue"
+        return f"interrupted: {what}; the state is saved, rerun {same} with --resume to continue"
     if resumable:
-        return f"interrupted: {what}; what had finished is kept, rerun the same command with --resume to continue"
+        return f"interrupted: {what}; what had finished is kept, rerun {same} with --resume to continue"
     if (kwargs or {}).get("checkpoint_dir") and (kwargs or {}).get("checkpoint_every_steps"):
         return (f"interrupted: {what}; rerun the same command to continue from the newest checkpoint in "
                 "--checkpoint-dir (if one was due: every --checkpoint-every-steps steps)")

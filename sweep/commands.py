@@ -98,11 +98,13 @@ def run_sweep(
     """Run the grid of ``spec`` (a SweepSpec or a YAML path) into ``out_dir``; return ``out_dir/runs.parquet``.
 
     Completed run ids (in the results store, or with a finished ``result.json`` under
-    ``<storage>/checkpoints/<run_id>/``) are never trained again unless ``force``. ``resume`` restores the
-    newest grid experiment of this spec with ``Tuner.restore`` and finishes its unfinished trials (unless Tune's
-    saved state of it is torn or mixed, :func:`loopscale.sweep.grid.tune_state_problem`: then it is left as it is);
-    cells that no experiment holds then run in a new experiment. Ray: joins ``address``, reuses a Ray the caller already
-    initialised (and leaves it running), or starts an embedded local one (``num_cpus``/``num_gpus``).
+    ``<storage>/checkpoints/<run_id>/``) are never trained again unless ``force``, which first moves their records,
+    checkpoints and the fit/report outputs into ``out_dir/earlier_<UTC time>/`` (nothing is deleted:
+    :func:`loopscale.sweep.store.set_aside_forced`). ``resume`` restores the newest grid experiment of this spec
+    with ``Tuner.restore`` and finishes its unfinished trials (unless Tune's saved state of it is torn or mixed,
+    :func:`loopscale.sweep.grid.tune_state_problem`: then it is left as it is); cells that no experiment holds then
+    run in a new experiment. Ray: joins ``address``, reuses a Ray the caller already initialised (and leaves it
+    running), or starts an embedded local one (``num_cpus``/``num_gpus``).
 
     ``lr_table``: {(size, r): lr}; with ``lr: tune`` and none given, ``out_dir/lr_table.parquet`` is read.
     ``cells``: run only these cells (default: all of the spec's). ``track``: ``--track`` values
@@ -135,7 +137,7 @@ def run_sweep(
     from loopscale.sweep.lr_table import read_lr_table
     from loopscale.sweep.spec import check_folder_spec, load_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
-    from loopscale.sweep.store import ResultsStore, curve_rows, run_record
+    from loopscale.sweep.store import ResultsStore, curve_rows, run_record, set_aside_forced
     from loopscale.sweep.tracking import parse_track
     from loopscale.sweep.workspace import RunWorkspace
 
@@ -160,13 +162,10 @@ def run_sweep(
     record_folder_spec(out, spec)  # refuses another spec's folder (runs.parquet would mix two grids)
     mark_started(out, "sweep")  # `loopscale status`: running from here on, before Ray starts
     ids = {c.run_id for c in cells}
-    if force:
-        store.forget(ids)
-        for c in cells:
-            RunWorkspace(storage_path, c.run_id).clear()
-        for g in trial_groups(cells, spec.ensemble_members()):  # an ensemble's checkpoints live under its group
-            if len(g) > 1:
-                RunWorkspace(storage_path, group_id([c.run_id for c in g])).clear()
+    if force:  # the earlier runs' records, checkpoints and fit/report are moved aside, not deleted
+        groups = {group_id([c.run_id for c in g]) for g in trial_groups(cells, spec.ensemble_members()) if len(g) > 1}
+        if moved := set_aside_forced(out, storage_path, ids, ids | groups):  # an ensemble's checkpoints: its group
+            console.current().say(moved, err=True)
     done = store.completed_ids()
     # runs that finished while no driver was there to record them
     for c in cells:
@@ -343,7 +342,12 @@ def sweep_cmd(
         "lr_table.parquet there; default: runs/<preset name or spec file name>).",
     ),  # fmt: skip
     resume: bool = typer.Option(False, "--resume", help="Restore the interrupted experiment and finish it."),
-    force: bool = typer.Option(False, "--force", help="Retrain cells whose run id already finished."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Retrain cells whose run id already finished; their earlier records, checkpoints and fit/report are "
+        "moved into OUT/earlier_<UTC time>/ first (nothing is deleted).",
+    ),
     address: AddressOpt = None,
     num_cpus: NumCpusOpt = None,
     num_gpus: NumGpusOpt = None,

@@ -428,6 +428,19 @@ class ResultsStore:
                 keep = [rid not in run_ids for rid in t.column("run_id").to_pylist()]
                 write_table_atomic(t.filter(pa.array(keep, pa.bool_())), path)
 
+    def set_aside(self, run_ids: set[str], dest: Path) -> None:
+        """``--force``: copy the records files (``runs.parquet``, ``curves.parquet``, ``parts/``) into ``dest``, then
+        drop the records of ``run_ids`` here (:meth:`forget`); the earlier records stay whole in ``dest``."""
+        import shutil
+
+        dest.mkdir(parents=True, exist_ok=True)
+        for path in (self.runs_path, self.curves_path):
+            if path.exists():
+                shutil.copy2(path, dest / path.name)
+        if (self.root / "parts").is_dir():
+            shutil.copytree(self.root / "parts", dest / "parts", dirs_exist_ok=True)
+        self.forget(run_ids)
+
     def consolidate(self) -> Path:
         """Rebuild ``runs.parquet`` and ``curves.parquet`` from the parts and the existing files: one row per
         run id (the newest ``finished_at`` wins), sorted by (variant, budget, size, r, seed). Returns the
@@ -472,3 +485,54 @@ class ResultsStore:
     def curves(self) -> pa.Table:
         """The consolidated curves table."""
         return read_table(self.curves_path, CURVES_SCHEMA)
+
+
+REPORT_OUTPUTS = ("fit", "report.md", "loss_vs_compute.png")
+"""The fit and report outputs of a run folder that describe its runs (moved aside with them by ``--force``)."""
+
+
+def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], workspace_ids: set[str]) -> str | None:
+    """``sweep --force``: move what the earlier runs ``run_ids`` wrote into ``<out>/earlier_<UTC time>/`` instead of
+    deleting it — their records (a copy of ``runs.parquet``, ``curves.parquet`` and ``parts/`` as they were, then
+    dropped here), their stored checkpoints and ``result.json`` (``workspace_ids``: the run ids and ensemble group
+    ids; into ``checkpoints/`` there, or ``<storage>/earlier_<UTC time>/checkpoints/`` for a remote storage) and the
+    fit and report outputs that describe them (:data:`REPORT_OUTPUTS`). Returns the line to print (how many finished
+    runs' records went where), or None when none of them had written anything."""
+    import shutil
+    import time
+
+    from loopscale.cluster import storage
+    from loopscale.sweep.workspace import RunWorkspace
+
+    out = Path(out)
+    store = ResultsStore(out)
+    recorded = set(store.recorded()) & run_ids
+    spaces = {wid: RunWorkspace(storage_uri, wid) for wid in sorted(workspace_ids)}
+    finished = (store.completed_ids() & run_ids) | {w for w in run_ids if w in spaces and spaces[w].result()}
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name, k = f"earlier_{stamp}", 1
+    while (out / name).exists():
+        k += 1
+        name = f"earlier_{stamp}_{k}"
+    aside = out / name
+    aside.mkdir(parents=True)
+    if recorded:
+        store.set_aside(run_ids, aside)
+    moved = 0
+    for wid, ws in spaces.items():
+        dest = str(aside / "checkpoints" / wid) if ws.local else storage.join(storage_uri, name, "checkpoints", wid)
+        moved += ws.move_to(dest)
+    if not recorded and not moved:
+        aside.rmdir()
+        return None
+    reports = [n for n in REPORT_OUTPUTS if (out / n).exists()]
+    for n in reports:
+        shutil.move(str(out / n), str(aside / n))
+    where = str(aside)
+    if not all(ws.local for ws in spaces.values()):
+        where += f" (checkpoints: {storage.join(storage_uri, name)})"
+    also = f" and the fit/report outputs that describe them ({', '.join(reports)})" if reports else ""
+    return (
+        f"--force: the records of {len(finished)} finished run{'s' if len(finished) != 1 else ''} (runs.parquet, "
+        f"curves.parquet, parts/, checkpoints, result.json){also} were moved to {where}; nothing was deleted"
+    )

@@ -100,10 +100,36 @@ class RunWorkspace:
         storage.write_json_uri(storage.join(self.uri, "result.json"), result)
 
     def clear(self) -> None:
-        """Delete everything of this run (``--force``)."""
+        """Delete everything of this run."""
         storage.remove(self.uri)
         if not self.local:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def move_to(self, dest: str) -> bool:
+        """Move everything this run stored (its checkpoints, its ``result.json``) to ``dest`` (``--force``: nothing
+        written is deleted); ``dest`` is a local path for a local storage, else a URI of the same storage. A remote
+        storage's local cache (a copy) is dropped. Returns False when the run had stored nothing."""
+        import pyarrow.fs as pafs
+
+        if self.local:
+            if not self.dir.is_dir() or not any(self.dir.iterdir()):
+                if self.dir.is_dir():
+                    self.dir.rmdir()
+                return False
+            Path(dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(self.dir), dest)
+            return True
+        shutil.rmtree(self.dir, ignore_errors=True)
+        fs, path = storage.resolve_uri(self.uri)
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return False
+        _, to = storage.resolve_uri(dest)
+        try:
+            fs.move(path, to)
+        except (OSError, NotImplementedError):  # object stores move no directory: copy, then delete the original
+            pafs.copy_files(path, to, source_filesystem=fs, destination_filesystem=fs)
+            fs.delete_dir(path)
+        return True
 
 
 def event_metrics(event: dict) -> dict:

@@ -1,0 +1,103 @@
+"""``sweep --force`` moves the earlier runs' records, checkpoints and fit/report aside instead of deleting them, and
+no message suggests rerunning with both --force and --resume (it would retrain the runs already redone). No Ray:
+the grid's start is stopped as a Ctrl-C would stop it."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from loopscale.cluster.options import Interrupted, interrupt_message
+from loopscale.sweep.commands import run_sweep
+from loopscale.sweep.presets import preset_spec
+from loopscale.sweep.status import collect_status, resume_command
+from loopscale.sweep.store import ResultsStore, curve_rows, run_record
+from loopscale.sweep.workspace import RunWorkspace
+
+
+def _res(loss):
+    return {
+        "status": "ok",
+        "final_val_loss": loss,
+        "best_val_loss": loss,
+        "D": 2048,
+        "wall_s": 1.0,
+        "curve": [{"step": 8, "tokens": 2048, "train_loss": loss, "val_loss": loss, "lr": 0.01}],
+    }
+
+
+@pytest.fixture
+def finished_folder(tmp_path):
+    """A smoke folder whose 16 runs finished (records, result.json and a checkpoint each, a fit and a report)."""
+    cells = preset_spec("smoke").cells()
+    out = tmp_path / "out"
+    store = ResultsStore(out)
+    losses = {}
+    for i, c in enumerate(cells):
+        res = _res(3.0 + 0.01 * i)
+        store.write_run(run_record(c, res), curve_rows(c.run_id, res["curve"]))
+        ws = RunWorkspace(str(out / "tune"), c.run_id)
+        ws.save_result(res)
+        (ws.dir / "ckpt_step8.pt").write_bytes(b"weights")
+        losses[c.run_id] = res["final_val_loss"]
+    store.consolidate()
+    (out / "fit").mkdir()
+    (out / "fit" / "analysis.json").write_text("{}", encoding="utf-8")
+    (out / "report.md").write_text("# 16 runs\n", encoding="utf-8")
+    return out, losses
+
+
+def test_force_interrupted_before_training_keeps_the_earlier_records_aside(finished_folder, monkeypatch, capsys):
+    out, losses = finished_folder
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt  # Ctrl-C as the grid starts: not one run redone
+
+    monkeypatch.setattr("loopscale.cluster.connect.ray_session", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(preset_spec("smoke"), out, force=True, quiet=True)
+    # the folder itself holds none of the earlier runs any more (they are to be redone) ...
+    assert pq.read_table(out / "runs.parquet").num_rows == 0
+    assert not (out / "fit").exists() and not (out / "report.md").exists()
+    assert all(RunWorkspace(str(out / "tune"), rid).result() is None for rid in losses)
+    # ... and every one of them is in the earlier_ folder, whole
+    (aside,) = [p for p in out.iterdir() if p.name.startswith("earlier_")]
+    rows = pq.read_table(aside / "runs.parquet").to_pylist()
+    assert {r["run_id"]: r["final_val_loss"] for r in rows} == pytest.approx(losses)
+    assert {r["run_id"] for r in pq.read_table(aside / "curves.parquet").to_pylist()} == set(losses)
+    assert len(list((aside / "parts" / "runs").glob("*.parquet"))) == 16
+    for rid, loss in losses.items():
+        d = aside / "checkpoints" / rid
+        assert json.loads((d / "result.json").read_text())["final_val_loss"] == loss
+        assert (d / "ckpt_step8.pt").read_bytes() == b"weights"
+    assert (aside / "fit" / "analysis.json").is_file() and (aside / "report.md").read_text() == "# 16 runs\n"
+    err = capsys.readouterr().err
+    assert "records of 16 finished runs" in err and str(aside) in err
+    # status reads the folder's own records only: the moved-aside runs are not counted as this folder's
+    st = collect_status(out)
+    assert st["runs"]["total"] == 16 and st["runs"]["ok"] == 0
+
+
+def test_force_with_nothing_earlier_moves_nothing(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "fresh"
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("loopscale.cluster.connect.ray_session", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(preset_spec("smoke"), out, force=True, quiet=True)
+    assert not [p for p in out.iterdir() if p.name.startswith("earlier_")]
+    assert "--force:" not in capsys.readouterr().err
+
+
+def test_no_suggested_rerun_keeps_force_with_resume(tmp_path):
+    line = f"loopscale sweep smoke --out {tmp_path} --force"
+    assert resume_command(line, tmp_path) == f"loopscale sweep smoke --out {tmp_path} --resume"
+    msg = interrupt_message(Interrupted("the sweep was interrupted"), True, {"force": True, "resume": False})
+    assert "without --force" in msg and "--resume" in msg
+    msg = interrupt_message(KeyboardInterrupt(), True, {"force": True})
+    assert "without --force" in msg
+    assert "--force" not in interrupt_message(Interrupted("x"), True, {"force": False})
