@@ -174,3 +174,19 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
     same = "loopscale run --out dst --resume"  # not moved: the line as it was run
     assert resume_command(same, here, str(tmp_path)) == same
     assert resume_command(line) == f"{line} --resume"
+
+
+def test_a_runs_parquet_another_program_wrote_is_named_not_a_traceback(tmp_path):
+    """A runs.parquet without run_id and status (e.g. pandas' columns a, b) ended `loopscale status` in a traceback
+    (KeyError: 'run_id'); it is now named as not a loopscale runs table, exit 2."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    pd.DataFrame({"a": [1, 2], "b": [3.0, 4.0]}).to_parquet(tmp_path / "runs.parquet")
+    res = CliRunner().invoke(app, ["status", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    out = " ".join(res.output.split())
+    assert "runs.parquet is not a loopscale runs table: it has no run_id or status column (its columns: a, b)" in out
+    assert "Traceback" not in res.output and "KeyError" not in res.output
