@@ -323,6 +323,25 @@ def _provenance(meta: dict) -> list[str]:
     return L
 
 
+def _stale_fit(d: Path, meta: dict) -> str | None:
+    """A warning when the fit in ``d/fit`` was made from another runs table: ``run_meta.json`` records the sha256 of
+    the ``runs.parquet`` it fitted (``fit_input.runs_sha256``) and today's file has another (runs removed, added or
+    replaced since); None when they agree or the folder records no such hash."""
+    from loopscale.fit.analysis import file_digest
+
+    fitted = (meta.get("fit_input") or {}).get("runs_sha256")
+    if not fitted or file_digest(d / "runs.parquet") == fitted:
+        return None
+    spec = d / "spec.yaml"
+    return (
+        "> **Stale fit.** The fit shown here was made from another runs table: runs.parquet changed after the fit "
+        f"(sha256 {file_digest(d / 'runs.parquet')[:12]} now, {fitted[:12]} when fitted), so the fit's parameters, "
+        "intervals and curves below are those of that table, not of the runs listed. To refit it and redraw this report run "
+        f"`loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` (it first trains the spec's runs "
+        f"missing from the table); `loopscale fit {d}` fits the table as it is now, without changing this report.\n"
+    )
+
+
 def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files. With ``redraw_fits`` (the
     ``loopscale report`` command) each variant's ``fit_curves.png`` and ``residuals.png`` are drawn again too, from
@@ -373,12 +392,20 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     title = meta.get("spec_name", d.name)
     L.append(f"# loopscale report: {title}\n")
     L.extend(_provenance(meta))
+    stale = _stale_fit(d, meta)
+    if stale:
+        L.append(stale)
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")
-    L.append(
-        f"- runs: {len(runs)} ({', '.join(f'{k}: {v}' for k, v in ana.get('runs_by_status', {}).items())})"
-    )
+    fitted = f"{', '.join(f'{k}: {v}' for k, v in ana.get('runs_by_status', {}).items())}"
+    now = runs["status"].astype("string").fillna("missing").value_counts(sort=False)
+    if stale and {k: int(v) for k, v in now.items()} != ana.get("runs_by_status", {}):
+        # today's table, beside what the stale fit shown was made from
+        L.append(f"- runs: {len(runs)} ({', '.join(f'{k}: {int(v)}' for k, v in now.items())}); the fit shown "
+                 f"counted {fitted}")  # fmt: skip
+    else:
+        L.append(f"- runs: {len(runs)} ({fitted})")
     L.append(
         f"- r values: {sorted(int(x) for x in runs['r'].unique())}; widths d_model: "
         f"{sorted(int(x) for x in runs['d_model'].unique())}"

@@ -491,3 +491,21 @@ def test_each_variant_section_says_how_its_looped_runs_were_built(tmp_path):
     for name, line in want.items():
         sec = text[text.index(f"## Variant `{name}`") :].split("\n## ")[0]
         assert line in sec, (name, sec[:400])
+
+
+def test_a_fit_made_from_another_runs_table_is_called_stale_near_the_top(tmp_path):
+    """Runs removed from a finished folder: the report said 'runs: 12 (ok: 16)' and drew the 16-run fit without a
+    word. run_meta.json records the sha256 of the runs table the fit was made from; when today's differs the report
+    says, under its title, that the fit shown is stale and how to refit, and counts today's runs beside the fit's."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    assert "Stale fit" not in build_report(run).read_text(encoding="utf-8")
+    runs = pq.read_table(run / "runs.parquet")
+    pq.write_table(runs.slice(4), run / "runs.parquet")
+    text = build_report(run).read_text(encoding="utf-8")
+    top = text.split("## Sweep summary")[0]
+    assert "> **Stale fit.** The fit shown here was made from another runs table: runs.parquet changed" in top
+    assert f"`loopscale run {run / 'spec.yaml'} --out {run} --resume`" in top and f"`loopscale fit {run}`" in top
+    assert f"- runs: {len(runs) - 4} (ok: {len(runs) - 4}); the fit shown counted ok: {len(runs)}" in text
