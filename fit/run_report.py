@@ -351,7 +351,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     Raises:
         FileNotFoundError: ``run_dir`` does not exist, or ``runs.parquet`` or ``fit/analysis.json`` is missing in it
             (run the sweep / fit stages first).
-        ValueError: ``run_dir`` is a file.
+        ValueError: ``run_dir`` is a file, or not writable.
     """
     d = Path(run_dir)
     if not d.exists():
@@ -360,6 +360,13 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         )
     if not d.is_dir():
         raise ValueError(f"{d} is a file: give the output folder of `loopscale run` (or `sweep`)")
+    from loopscale.cluster.options import usable_out_dir
+
+    try:  # before anything is read: the report and its figures are written into the folder
+        usable_out_dir(d)
+    except ValueError:
+        raise ValueError(f"{d} is not writable: the report writes report.md and its figures there; give a writable "
+                         "folder (e.g. a copy of this one)") from None  # fmt: skip
     runs = _read_parquet(d / "runs.parquet")
     if runs is None:
         raise FileNotFoundError(

@@ -509,3 +509,22 @@ def test_a_fit_made_from_another_runs_table_is_called_stale_near_the_top(tmp_pat
     assert "> **Stale fit.** The fit shown here was made from another runs table: runs.parquet changed" in top
     assert f"`loopscale run {run / 'spec.yaml'} --out {run} --resume`" in top and f"`loopscale fit {run}`" in top
     assert f"- runs: {len(runs) - 4} (ok: {len(runs) - 4}); the fit shown counted ok: {len(runs)}" in text
+
+
+def test_report_of_a_read_only_folder_says_it_is_not_writable(tmp_path, monkeypatch):
+    """A read-only folder ended `loopscale report` in a traceback (PermissionError on its temp file, exit 1); it is
+    now refused up front with the check run, sweep and fit --out make (usable_out_dir): 'is not writable', exit 2."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: (not (mode & os.W_OK) or Path(p) != run)
+                        and real(p, mode, *a, **k))  # fmt: skip
+    res = CliRunner().invoke(app, ["report", str(run)])
+    assert res.exit_code == 2, res.output
+    assert f"{run} is not writable" in " ".join(res.output.split()) and "Traceback" not in res.output
