@@ -690,7 +690,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "time": tm,
         "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
         "last_command": None if cmd else (record or {}).get("command"),
-        "resume_with": resume_command((record or {}).get("command"), out, (record or {}).get("cwd"))
+        "resume_with": resume_command(_resumable_command(record, stage, out), out, (record or {}).get("cwd"))
         if state == "stopped"
         else None,
         "progress": progress,
@@ -752,6 +752,22 @@ def recorded_storage(record: dict | None) -> str | None:
         return str(Path(value).expanduser()) if "://" not in value else value
     cwd = (record or {}).get("cwd")
     return str(Path(cwd) / value) if cwd else None
+
+
+def _resumable_command(record: dict | None, stage: str, out: Path) -> str | None:
+    """The command line whose ``--resume`` continues a folder stopped at ``stage``: the newest command's, unless the
+    stage left is the fit or report and that command was not ``run`` (a ``sweep``, e.g. ``--force``, which moves
+    the earlier fit aside, ends with its runs: its ``--resume`` would not fit); then the folder's newest ``run``
+    command, or ``loopscale run OUT/spec.yaml --out OUT``."""
+    import shlex
+
+    command = (record or {}).get("command")
+    if stage not in ("fit", "report") or not record or record.get("kind") == "run":
+        return command
+    runs = [c for c in record.get("earlier_commands") or [] if c.get("kind") == "run" and c.get("command")]
+    if runs:
+        return runs[-1]["command"]
+    return f"loopscale run {shlex.quote(str(out / 'spec.yaml'))} --out {shlex.quote(str(out))}"
 
 
 def resume_command(command: str | None, folder: Path | None = None, cwd: str | None = None) -> str | None:

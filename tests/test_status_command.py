@@ -595,3 +595,24 @@ def test_run_refuses_a_folder_of_someone_elses_report_before_writing(tmp_path):
     (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
     refuse_foreign_files(out)  # a run folder's own report
     refuse_foreign_files(tmp_path / "new")  # a folder not made yet
+
+
+def test_a_folder_whose_fit_a_sweep_left_undone_is_continued_with_run(started):
+    """After `sweep --force` (which moves the earlier fit and report aside) the folder has its runs but no fit:
+    status said "stopped, stage fit" and suggested `loopscale sweep ... --resume`, which ends with the runs and never
+    fits. It now suggests the folder's own `run` command with --resume, else `run OUT/spec.yaml --out OUT`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cells = preset_spec("smoke").cells()
+    pq.write_table(pa.table({"run_id": [c.run_id for c in cells], "status": ["ok"] * len(cells)}),
+                   started / "runs.parquet")  # fmt: skip
+    (started / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 8.0}}))
+    earlier = [{"kind": "run", "command": f"loopscale run smoke --out {started}", "started_at": 1.0, "ran_s": 20.0}]
+    _record(started, 60, pid=_dead_pid(), kind="sweep", command=f"loopscale sweep smoke --out {started} --force",
+            earlier_commands=earlier)  # fmt: skip
+    st = collect_status(started)
+    assert (st["state"], st["stage"]) == ("stopped", "fit")
+    assert st["resume_with"] == f"loopscale run smoke --out {started} --resume"
+    _record(started, 60, pid=_dead_pid(), kind="sweep", command=f"loopscale sweep smoke --out {started}")
+    assert collect_status(started)["resume_with"] == f"loopscale run {started / 'spec.yaml'} --out {started} --resume"
