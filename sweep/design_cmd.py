@@ -91,6 +91,11 @@ def planned_runs(spec) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _first_variant_fit(plan: pd.DataFrame, first: str) -> pd.DataFrame:
+    """The planned runs of the fit the design predicts: variant ``first``'s and the r = 1 runs every fit shares."""
+    return plan[(plan["variant"] == first) | (plan["r"] == 1)].reset_index(drop=True)
+
+
 def read_pilot(path: str | Path) -> pd.DataFrame:
     """The pilot's ok runs with ``loss`` (nats/token) and ``layers_unique``; refuses a pilot it cannot use.
 
@@ -393,13 +398,13 @@ def design(
     cells_per_r = {}
     if progress is not None:  # the runs of a candidate are its one-seed plan's cells per r times its seeds per r
         one = planned_runs(parse_spec({**spec.model_dump(mode="python"), "seeds": {r: 1 for r in spec.r}}))
-        cells_per_r = one[(one["variant"] == first) | (one["r"] == 1)].groupby("r").size().to_dict()
+        cells_per_r = _first_variant_fit(one, first).groupby("r").size().to_dict()
     for index, layout in enumerate(todo):
         if progress is not None:
             progress(_label(layout), sum(int(n) * layout[r] for r, n in cells_per_r.items()), index, len(todo))
         cand = parse_spec({**spec.model_dump(mode="python"), "seeds": layout})
         plan = planned_runs(cand)
-        plan = plan[(plan["variant"] == first) | (plan["r"] == 1)].reset_index(drop=True)  # the first variant's fit
+        plan = _first_variant_fit(plan, first)
         plan["noise_sd"], noise_src = match_cells(plan, noise, "sd")
         rate, rate_src = match_cells(plan, rates, "rate")
         if not cells:

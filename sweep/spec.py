@@ -1110,17 +1110,9 @@ _FLOAT_RE = re.compile(
 
 def _key_number(key):
     """A mapping key as the spec reads it: a number, or a string that spells one (``'16'``, ``'1e9'``; pydantic
-    takes both for a numeric key), as its float value; any other key as it is."""
-    if isinstance(key, bool):
-        return key
-    if isinstance(key, int | float):
-        return float(key)
-    if isinstance(key, str):
-        try:
-            return float(key.strip())
-        except ValueError:
-            return key
-    return key
+    takes both for a numeric key), as its float value (:func:`_as_number`); any other key as it is."""
+    num = _as_number(key.strip()) if isinstance(key, str) else _as_number(key)
+    return key if num is None else num
 
 
 def spec_loader() -> type:

@@ -332,8 +332,8 @@ def _liveness(cmd: dict | None, progress: dict | None) -> tuple[bool, dict | Non
 RUN_WRITES = ("report.md", "loss_vs_compute.png", "fit/fit.json", "fit/analysis.json", "curves.parquet")
 """Files of a run folder that ``loopscale run`` replaces whole (its report and fit outputs)."""
 
-OWN_MARKS = ("spec.yaml", "run_meta.json", f"logs/{COMMAND_NAME}", "logs/progress.json", "parts/runs", "tune")
-"""Files and folders only a loopscale command writes: a folder holding one of them is a loopscale folder."""
+OWN_MARKS = ("spec.yaml", "run_meta.json", f"logs/{COMMAND_NAME}", "logs/progress.json", "parts/runs")
+"""Files only a loopscale command writes (with its ``tune/`` folder): a folder holding one is a loopscale folder."""
 
 
 def refuse_foreign_files(out_dir: str | Path) -> None:
@@ -345,7 +345,7 @@ def refuse_foreign_files(out_dir: str | Path) -> None:
         ValueError: such files, named, with what to do.
     """
     out = Path(out_dir)
-    if not out.is_dir() or any((out / m).exists() for m in OWN_MARKS):
+    if not out.is_dir() or any((out / m).exists() for m in (*OWN_MARKS, "tune")):
         return
     theirs = [m for m in RUN_WRITES if (out / m).exists()]
     if theirs:
@@ -358,19 +358,7 @@ def refuse_foreign_files(out_dir: str | Path) -> None:
 
 def _is_output(out: Path) -> bool:
     """Whether ``out`` holds any file a loopscale command writes (it may be a run, sweep or tune-lr folder)."""
-    marks = [
-        "spec.yaml",
-        "run_meta.json",
-        "runs.parquet",
-        "parts/runs",
-        "lr_table.parquet",
-        "tune_lr",
-        "fit/analysis.json",
-        "report.md",
-        f"logs/{COMMAND_NAME}",
-        "logs/progress.json",
-        "logs/ray.log",
-    ]
+    marks = [*OWN_MARKS, "runs.parquet", "lr_table.parquet", "tune_lr", "fit/analysis.json", "report.md", "logs/ray.log"]
     if any((out / m).exists() for m in marks):
         return True
     try:

@@ -99,12 +99,6 @@ class RunWorkspace:
     def save_result(self, result: dict) -> None:
         storage.write_json_uri(storage.join(self.uri, "result.json"), result)
 
-    def clear(self) -> None:
-        """Delete everything of this run."""
-        storage.remove(self.uri)
-        if not self.local:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
     def move_to(self, dest: str) -> bool:
         """Move everything this run stored (its checkpoints, its ``result.json``) to ``dest`` (``--force``: nothing
         written is deleted); ``dest`` is a local path for a local storage, else a URI of the same storage. A remote

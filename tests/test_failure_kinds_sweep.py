@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -253,7 +254,7 @@ def test_a_sweep_with_torn_tune_state_resumes_its_pending_runs_in_a_new_experime
     assert len(first) == 2
     lost = sorted(first)[0]  # its record and result gone: pending for the resume
     ResultsStore(out).forget({lost})
-    RunWorkspace(str(out / "tune"), lost).clear()
+    shutil.rmtree(RunWorkspace(str(out / "tune"), lost).dir)  # its checkpoints and result.json
     assert tune_state_problem(str(out / "tune" / "grid_torn_001")) is None  # a finished experiment is consistent
     states = sorted((out / "tune" / "grid_torn_001").glob("basic-variant-state-*.json"))
     assert states, sorted(p.name for p in (out / "tune" / "grid_torn_001").iterdir())
