@@ -82,12 +82,15 @@ def grid_trainable(config: dict) -> None:
     storage_uri = config["storage"]
     seams = config.get(_seams.CONFIG_KEY)
     started = time.time()
+    # who trained a result and when travels with it in result.json: a run re-recorded from it later (its row lost,
+    # a restored trial that only re-reports it) keeps the trial id, host and times of the attempt that trained it
+    attempt = {"trial_id": tune.get_context().get_trial_id(), "host": socket.gethostname(), "started_at": started}
     results = [RunWorkspace(storage_uri, rid).result() for rid in rids]
     if any(r is None for r in results):
         if len(cells) == 1:
-            results = [_train_cell(cells[0], RunWorkspace(storage_uri, rids[0]), storage_uri, seams)]
+            results = [_train_cell(cells[0], RunWorkspace(storage_uri, rids[0]), storage_uri, seams, attempt)]
         else:
-            trained = _train_group(cells, rids, storage_uri, seams)
+            trained = _train_group(cells, rids, storage_uri, seams, attempt)
             results = [old if old is not None else new for old, new in zip(results, trained, strict=True)]
     for rid, done in zip(rids, results, strict=True):
         tune.report(
@@ -132,19 +135,21 @@ def _reporter(ws: RunWorkspace, storage_uri: str, seams: dict | None, fault_id: 
     return callback
 
 
-def _train_cell(cell, ws: RunWorkspace, storage_uri: str, seams: dict | None) -> dict:
+def _train_cell(cell, ws: RunWorkspace, storage_uri: str, seams: dict | None, attempt: dict) -> dict:
     from loopscale.model.train import train_run
 
     ws.prepare_resume()
     cfg = cell.run_config(checkpoint_dir=str(ws.dir))
     res = train_run(cfg, callback=_reporter(ws, storage_uri, seams, ws.rid)).to_dict()
     res = json.loads(json.dumps(res, default=str))
+    res["attempt"] = {**attempt, "finished_at": time.time()}
     ws.save_result(res)
     return res
 
 
-def _train_group(cells: list, rids: list[str], storage_uri: str, seams: dict | None) -> list[dict]:
-    """Train cells that differ only in their seed as one seed ensemble; save and return each member's result."""
+def _train_group(cells: list, rids: list[str], storage_uri: str, seams: dict | None, attempt: dict) -> list[dict]:
+    """Train cells that differ only in their seed as one seed ensemble; save and return each member's result
+    (with ``attempt``: the trial id, host and start time, plus its end time)."""
     from loopscale.model.ensemble import train_ensemble
     from loopscale.model.train import run_definition
 
@@ -160,9 +165,11 @@ def _train_group(cells: list, rids: list[str], storage_uri: str, seams: dict | N
         cfg, seeds=[c.seed for c in cells], callback=_reporter(ws, storage_uri, seams, gid, len(cells))
     )
     out = []
+    finished = time.time()
     for rid, res in zip(rids, members, strict=True):
         d = json.loads(json.dumps(res.to_dict(), default=str))
         d["ensemble"] = {"group_id": gid, "members": len(cells)}
+        d["attempt"] = {**attempt, "finished_at": finished}
         RunWorkspace(storage_uri, rid).save_result(d)
         out.append(d)
     return out

@@ -248,8 +248,15 @@ def run_record(
     becomes a run record).
 
     Model fields come from the cell's config; counts (N_once, N_rec, N_unique, flops_per_token, D, C), losses
-    and timings from the result. Non-finite losses are stored as null.
+    and timings from the result. Non-finite losses are stored as null. A result that names the attempt which
+    trained it (``result["attempt"]``: ``trial_id``, ``host``, ``started_at``, ``finished_at``, written by the grid
+    trainable) is recorded with those, over the arguments: a run re-recorded from its stored result keeps them.
     """
+    attempt = result.get("attempt") or {}
+    trial_id = attempt.get("trial_id") or trial_id
+    host = attempt.get("host") or host
+    started_at = attempt.get("started_at") or started_at
+    finished_at = attempt.get("finished_at") or finished_at
     run = cell.run
     md = run.model.to_dict()
     versions = result.get("versions")

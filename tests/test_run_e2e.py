@@ -119,6 +119,26 @@ def test_resume_after_a_stop_between_the_last_run_and_runs_parquet(smoke_run, tm
     assert (stopped / "report.md").exists()
 
 
+
+def test_runs_re_recorded_from_their_stored_results_keep_who_trained_them_and_when(smoke_run, tmp_path):
+    """With runs.parquet and parts/ gone, `run --resume` re-records every run from its stored result.json without
+    training it again; each row keeps the Tune trial id, host and start/end times of the attempt that trained it
+    (they came back null, and finished_at became the time of the re-recording)."""
+    out, _, _ = smoke_run
+    keys = ("trial_id", "host", "started_at", "finished_at", "final_val_loss")
+    want = {r["run_id"]: {k: r[k] for k in keys} for r in pq.read_table(out / "runs.parquet").to_pylist()}
+    assert all(v["trial_id"] and v["started_at"] for v in want.values())
+    lost = tmp_path / "run"
+    shutil.copytree(out, lost)
+    for name in ("runs.parquet", "curves.parquet", "run_meta.json", "report.md"):
+        (lost / name).unlink()
+    shutil.rmtree(lost / "parts")
+    shutil.rmtree(lost / "fit")
+    p = _run(["run", "--preset", "smoke", "--out", str(lost), "--resume", "--bootstrap", "20", "--starts", "10"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = {r["run_id"]: {k: r[k] for k in keys} for r in pq.read_table(lost / "runs.parquet").to_pylist()}
+    assert got == want
+
 def test_other_spec_in_same_out_dir_is_refused_without_touching_it(smoke_run, tmp_path):
     """Pointing a different spec at an existing run directory fails before any compute and changes nothing."""
     out, _, _ = smoke_run
