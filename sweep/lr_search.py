@@ -36,6 +36,7 @@ import hashlib
 import json
 import math
 import shutil
+import warnings
 from pathlib import Path
 
 from loopscale.cluster.options import Interrupted
@@ -553,7 +554,11 @@ def _run_study(
             tune_config=plan["tune_config"],
             run_config=plan["run_config"],
         )
-    grid = fit_tuner(tuner)
+    with warnings.catch_warnings():
+        # a restored trial replays the milestones its checkpoint passed (ASHA's rungs need them); OptunaSearch's
+        # in-memory study, which only feeds the TPE sampler, already holds those steps and says it ignores them
+        warnings.filterwarnings("ignore", message="The reported value is ignored because this `step=")
+        grid = fit_tuner(tuner)
     if grid.stopped_by_signal or unfinished_trials(exp_uri):
         raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted")
     # reconcile: a finished trial whose mirror write was lost (driver killed in between) is recorded now
