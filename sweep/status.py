@@ -486,6 +486,28 @@ def _stopped_time(record: dict | None, progress: dict | None, walls: dict, tm: d
     tm["total_s"] = max(tm["total_s"], earlier + tm["ran_s"])
 
 
+def set_aside_folders(out: Path) -> list[dict]:
+    """The folders earlier commands moved aside in ``out`` and kept (never read again by loopscale, never deleted
+    by it): ``earlier_<UTC time>/`` of ``sweep --force`` (earlier runs' records, checkpoints, fit and report) and
+    ``<fit folder>/earlier_fit_<UTC time>/`` of a refit (an earlier fit's files). Each: ``path`` (relative to
+    ``out``), ``bytes`` (on disk, files only) and ``runs`` (rows of its runs.parquet; None without one), oldest
+    first."""
+    import pyarrow.parquet as pq
+
+    found = sorted(out.glob("earlier_*/")) + sorted(out.glob("*/earlier_fit_*/"))
+    rows = []
+    for d in found:
+        if not d.is_dir() or d.is_symlink():
+            continue
+        size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file() and not f.is_symlink())
+        try:
+            runs = pq.read_metadata(d / "runs.parquet").num_rows if (d / "runs.parquet").is_file() else None
+        except (OSError, ValueError):
+            runs = None
+        rows.append({"path": str(d.relative_to(out)), "bytes": size, "runs": runs})
+    return rows
+
+
 def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     """The status of the run directory ``out_dir`` as a dict (what ``loopscale status --json`` prints).
 
@@ -507,7 +529,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
     table rows), ``fit`` (headline lines), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
-    since has not ended), ``storage_error`` (why the Tune state's storage could not be read, else None) and
+    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
 
     Raises:
@@ -687,6 +709,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "lr": lr or None,
         "fit": fit,
         "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
+        "set_aside": set_aside_folders(out),
         "counts": {
             "runs": "training runs (one per grid cell and seed); running: "
             + (
@@ -913,9 +936,24 @@ def format_status(st: dict) -> list[str]:
         )
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     lines += [f"{head}: {h}" for h in st["fit"]]
+    if st.get("set_aside"):
+        kept = "; ".join(_set_aside_line(a) for a in st["set_aside"])
+        lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")
     if st.get("resume_with"):
         lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
     return lines
+
+
+def _set_aside_line(a: dict) -> str:
+    runs = "" if a["runs"] is None else f"{a['runs']} runs, "
+    return f"{a['path']}/ ({runs}{_fmt_bytes(a['bytes'])})"
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def status_cmd(

@@ -12,7 +12,7 @@ import pytest
 from loopscale.cluster.options import Interrupted, interrupt_message
 from loopscale.sweep.commands import run_sweep
 from loopscale.sweep.presets import preset_spec
-from loopscale.sweep.status import collect_status, resume_command
+from loopscale.sweep.status import collect_status, format_status, resume_command
 from loopscale.sweep.store import ResultsStore, curve_rows, run_record
 from loopscale.sweep.workspace import RunWorkspace
 
@@ -78,6 +78,12 @@ def test_force_interrupted_before_training_keeps_the_earlier_records_aside(finis
     # status reads the folder's own records only: the moved-aside runs are not counted as this folder's
     st = collect_status(out)
     assert st["runs"]["total"] == 16 and st["runs"]["ok"] == 0
+    # ... and it names the folder kept aside, with its runs and size, so it is not forgotten on disk
+    (kept,) = st["set_aside"]
+    assert kept["path"] == aside.name and kept["runs"] == 16
+    assert kept["bytes"] == sum(f.stat().st_size for f in aside.rglob("*") if f.is_file()) > 16 * len(b"weights")
+    (line,) = [ln for ln in format_status(st) if ln.startswith("set aside")]
+    assert f"{aside.name}/ (16 runs, " in line and "delete them when no longer needed" in line
 
 
 def test_force_with_nothing_earlier_moves_nothing(tmp_path, monkeypatch, capsys):
@@ -101,3 +107,17 @@ def test_no_suggested_rerun_keeps_force_with_resume(tmp_path):
     msg = interrupt_message(KeyboardInterrupt(), True, {"force": True})
     assert "without --force" in msg
     assert "--force" not in interrupt_message(Interrupted("x"), True, {"force": False})
+
+
+def test_status_names_an_earlier_fit_a_refit_moved_aside(finished_folder):
+    """A refit into the folder's fit/ moves the earlier fit's files into fit/earlier_fit_<time>/: status lists it
+    (no runs table there), and lists nothing in a folder without such folders."""
+    out, _ = finished_folder
+    assert collect_status(out)["set_aside"] == []
+    assert not [ln for ln in format_status(collect_status(out)) if ln.startswith("set aside")]
+    old = out / "fit" / "earlier_fit_20261201T000000"
+    old.mkdir()
+    (old / "bootstrap.parquet").write_bytes(b"x" * 1500)
+    st = collect_status(out)
+    assert st["set_aside"] == [{"path": "fit/earlier_fit_20261201T000000", "bytes": 1500, "runs": None}]
+    assert "fit/earlier_fit_20261201T000000/ (1.5 kB)" in format_status(st)[-1]
