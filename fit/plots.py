@@ -101,6 +101,24 @@ def _n_axis(frame: pd.DataFrame) -> np.ndarray:
     return (frame["N_once"] + frame["N_rec"]).to_numpy(float)
 
 
+def _curve_groups(frame: pd.DataFrame) -> tuple[str | None, str]:
+    """How :func:`fit_curves_figure` draws the law: ``("C", ...)`` along each FLOP budget's IsoFLOP curve (column
+    ``C``, else the iso-FLOP ``budget`` column, which holds C in FLOPs), ``("D", ...)`` at each token budget when the
+    table has neither but at most :data:`MAX_D_CURVES` distinct D per r, else ``(None, why)``: points only."""
+    if "C" in frame.columns:
+        return "C", ""
+    if "budget" in frame.columns and pd.to_numeric(frame["budget"], errors="coerce").notna().all():
+        return "budget", ""
+    rs = frame["r"] if "r" in frame.columns else pd.Series(1, index=frame.index)
+    if frame.groupby(rs)["D"].nunique().max() <= MAX_D_CURVES:
+        return "D", ""
+    return None, f"points only: no C or budget column, and more than {MAX_D_CURVES} distinct D per r"
+
+
+MAX_D_CURVES = 8
+"""Most token budgets per r that :func:`fit_curves_figure` draws as curves at fixed D (a table without C)."""
+
+
 def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
     """The figure of :func:`plot_fit_curves` (a matplotlib Figure; the caller saves and closes it).
 
@@ -114,41 +132,47 @@ def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
     fig, axes = plt.subplots(1, len(rs), figsize=(4 * len(rs), 3.6), squeeze=False, sharey=True)
     N = _n_axis(frame)
     law = fit.law_object()
-    F, frac = flops_model_from_table(frame) if "C" in frame.columns else (None, {})
+    by, why = _curve_groups(frame)
+    F, frac = (None, {})
+    if by in ("C", "budget"):  # F(N) per r from C / D; a budget column stands in for C
+        F, frac = flops_model_from_table(frame if by == "C" else frame.assign(C=frame["budget"].astype(float)))
+    elif by == "D":
+        _, frac = flops_model_from_table(frame)
     curve_y: list[np.ndarray] = []
     for ax, r in zip(axes[0], rs, strict=True):
         m = frame["r"].to_numpy() == r if "r" in frame.columns else np.ones(len(frame), bool)
-        groups = frame.loc[m, "C"].to_numpy(float) if "C" in frame.columns else np.zeros(int(m.sum()))
-        for gi, C in enumerate(np.unique(groups)):
-            gm = groups == C
+        groups = frame.loc[m, by].to_numpy(float) if by else np.zeros(int(m.sum()))
+        for gi, g in enumerate(np.unique(groups)):
+            gm = groups == g
             col = plt.cm.viridis(gi / max(len(np.unique(groups)) - 1, 1))
             ax.scatter(N[m][gm], frame.loc[m, "loss"].to_numpy(float)[gm], s=14, color=col)
-            if F is not None:
+            if by:
                 ns = np.geomspace(N[m][gm].min() / 1.5, N[m][gm].max() * 1.5, 60)
-                cols = {"D": C / F(ns, float(r)), "N": ns}
+                cols = {"D": np.full(ns.size, g) if by == "D" else g / F(ns, float(r)), "N": ns}
                 if "r" in law.columns:  # the joint law, one phi or one per r
                     f = frac.get(float(r), 1.0)
                     cols.update({"N_once": f * ns, "N_rec": (1 - f) * ns, "r": np.full(ns.size, float(r))})
                 pred = np.asarray(law.predict(fit.params, cols), float)
                 curve_y.append(pred)
-                ax.plot(ns, pred, color=col, lw=1, label=f"C={C:.2g}")
+                ax.plot(ns, pred, color=col, lw=1, label=f"{'D' if by == 'D' else 'C'}={g:.2g}")
         ax.set_xscale("log")
         log_ticks(ax.xaxis)
         ax.set_title(f"r = {r:g}")
         ax.set_xlabel("unique non-embedding params N")
-        if F is not None:  # each panel its own: C differs between r on a token-budget grid or a ladder
+        if by:  # each panel its own: C differs between r on a token-budget grid or a ladder
             ax.legend(fontsize=6)
     data_ylim(axes[0][0], frame["loss"], np.concatenate(curve_y) if curve_y else None, reach=0.5)
     axes[0][0].set_ylabel("val loss (nats/token)")
-    fig.suptitle(f"{fit.law} law fit, R² = {fit.r2:.4f}")
+    fig.suptitle(f"{fit.law} law fit, R² = {fit.r2:.4f}" + (f" ({why})" if why else ""))
     fig.tight_layout()
     return fig
 
 
 def plot_fit_curves(fit: Any, frame: pd.DataFrame, path: str | Path) -> Path:
     """Loss (nats) vs unique params N, one panel per r; points = runs, lines = the fitted law along each budget's
-    IsoFLOP curve (D = C/F(N) with F fitted from the runs); without ``C`` in ``frame``, points only. Writes a PNG
-    (figure: :func:`fit_curves_figure`)."""
+    IsoFLOP curve (D = C/F(N) with F fitted from the runs' C / D; a ``budget`` column stands in for a missing ``C``);
+    a table with neither: at each token budget D (at most :data:`MAX_D_CURVES` per r), else points only, said in
+    the title. Writes a PNG (figure: :func:`fit_curves_figure`)."""
     plt = _plt()
     fig = fit_curves_figure(fit, frame)
     out = Path(path)

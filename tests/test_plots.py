@@ -182,6 +182,58 @@ def test_fit_curves_every_panel_names_its_own_budgets():
         plt.close(fig)
 
 
+def _curves(ax) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {ln.get_label(): (ln.get_xdata(), ln.get_ydata()) for ln in ax.get_lines()}
+
+
+def test_fit_curves_of_a_table_without_c_are_drawn_at_each_token_budget():
+    """A table with no C column (an outside token-budget table) drew points only, with nothing said. Each r panel
+    now draws the law at each of its D, values equal to the law's own prediction there."""
+    from loopscale.fit.plots import fit_curves_figure
+
+    runs = _smoke_runs().drop(columns="C")
+    law = make_law("joint")
+    fit = SimpleNamespace(params=SMOKE_PARAMS, law="joint", r2=0.99, law_object=lambda: law)
+    fig = fit_curves_figure(fit, runs)
+    try:
+        for ax, r in zip(fig.axes, (1, 2, 4, 8), strict=True):
+            curves = _curves(ax)
+            assert sorted(curves) == ["D=2e+03", "D=4.1e+03"], (r, sorted(curves))
+            ns, ys = curves["D=4.1e+03"]
+            m = runs["r"] == r
+            f = float((runs.loc[m, "N_once"] / runs.loc[m, "N_unique"]).median()) if r > 1 else 1.0
+            want = law.predict(SMOKE_PARAMS, {"N_once": f * ns, "N_rec": (1 - f) * ns, "r": np.full(ns.size, r),
+                                               "D": np.full(ns.size, 4096.0)})  # fmt: skip
+            assert ys == pytest.approx(np.asarray(want))
+        assert "points only" not in fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
+
+
+def test_fit_curves_use_the_budget_column_for_c_and_say_when_they_draw_none():
+    """An iso-FLOP table with ``budget`` (C in FLOPs) but no ``C``: curves per budget, named C=budget. With neither
+    and many distinct D per r: points only, and the title says why."""
+    from loopscale.fit.plots import MAX_D_CURVES, fit_curves_figure
+
+    runs = _smoke_runs()
+    fit = SimpleNamespace(params=SMOKE_PARAMS, law="joint", r2=0.99, law_object=lambda: make_law("joint"))
+    iso = runs.assign(budget=np.where(runs["D"] == 2048, 5e8, 1e9)).drop(columns="C")
+    fig = fit_curves_figure(fit, iso)
+    try:
+        assert sorted(_curves(fig.axes[0])) == ["C=1e+09", "C=5e+08"]
+    finally:
+        plt.close(fig)
+    many = pd.concat([runs.assign(D=runs["D"] * (1 + k / 10)) for k in range(MAX_D_CURVES)]).drop(columns="C")
+    fig = fit_curves_figure(fit, many)
+    try:
+        assert all(not ax.get_lines() for ax in fig.axes)
+        assert f"points only: no C or budget column, and more than {MAX_D_CURVES} distinct D per r" in (
+            fig._suptitle.get_text()
+        )
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize(
     "lo,hi",
     [(2e4, 2e5), (1.3e4, 6.1e4), (8.1e3, 1.2e4), (3.7e8, 6.2e9), (1e-4, 1e-1), (1e-3, 1e-1), (2.2e-3, 4.7e-2),
