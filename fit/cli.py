@@ -88,7 +88,8 @@ def fit_cmd(
     out: Annotated[
         Path | None, typer.Option(
             "--out", help="Write fit.json, bootstrap.parquet and PNGs here (an earlier fit's files there that this fit "
-            "does not write, e.g. its bootstrap.parquet, are moved into a folder earlier_fit_<UTC time> there).",
+            "does not write, e.g. its bootstrap.parquet, are moved into a folder earlier_fit_<UTC time> there). "
+            "`loopscale report` is for a `loopscale run` folder, not for this one.",
         )
     ] = None,
     check_identified: Annotated[

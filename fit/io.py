@@ -45,10 +45,18 @@ def read_table(table: Any) -> pd.DataFrame:
             return pq.read_table(p).to_pandas()
         if p.suffix.lower() == ".csv":
             try:
-                return pd.read_csv(p)
+                df = pd.read_csv(p)
             except pd.errors.EmptyDataError:
                 raise ValueError(f"table {str(p)!r} is empty (no header row): a runs table needs columns such as "
                                  "loss or final_val_loss, D, N_once, N_rec, r") from None
+            sep = next((c for c in (";", "\t", "|") if len(df.columns) == 1 and c in str(df.columns[0])), None)
+            if sep is not None:
+                raise ValueError(
+                    f"table {str(p)!r} reads as one column {str(df.columns[0])!r}: its fields look separated by "
+                    f"{sep!r}, and a .csv table is read comma-separated; write it with commas (pandas: "
+                    f"pd.read_csv(path, sep={sep!r}).to_csv(new_path, index=False)) or as Parquet"
+                )
+            return df
         raise ValueError(f"table {str(p)!r}: unknown suffix {p.suffix!r}; valid: .parquet, .pq, .csv")
     try:
         import pyarrow as pa
@@ -184,9 +192,28 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     Raises:
         ValueError: ok runs of two corpus contents (:func:`one_corpus`), missing columns (lists those present),
             NaN/inf, ``loss <= 0``, ``N``/``D`` ``<= 0``, ``N_once < 0``, ``N_rec < 0``, ``r < 1``, fewer runs than
-            parameters, a joint fit with phi free on a single ``r``, or a ``block_by`` column that does not exist.
+            parameters, a joint fit with phi free on a single ``r``, a ``block_by`` column that does not exist, or
+            (a table without ``run_id``) a row equal in every column to an earlier one. Rows are named by their
+            line in a CSV file (header = line 1), else by their 0-based row number.
     """
-    df, dups = drop_duplicate_runs(read_table(table))
+    raw = read_table(table)
+    csv = isinstance(table, str | Path) and Path(table).suffix.lower() == ".csv"
+
+    def row_name(k: int) -> str:
+        """Row ``k`` (0-based, of the table as read) as the user finds it: a CSV's line (its header is line 1)."""
+        return f"line {k + 2} of the CSV" if csv else f"row {k}"
+
+    if "run_id" not in raw.columns and len(raw) and (rep := raw.duplicated(keep="first").to_numpy()).any():
+        # an outside table names no run: a row repeated in every column is the same run listed twice (e.g. a table
+        # concatenated with itself), which the fit would count twice, narrowing its intervals
+        k = int(np.argmax(rep))
+        same = int(np.flatnonzero((raw.iloc[:k] == raw.iloc[k]).all(axis=1).to_numpy())[0])
+        raise ValueError(
+            f"{int(rep.sum())} row(s) repeat an earlier row in every column (the first: {row_name(k)}, equal to "
+            f"{row_name(same)}); a run listed twice counts twice in the fit and narrows its intervals: drop the "
+            "repeats (pandas: df.drop_duplicates()) or add a column that tells the runs apart (run_id or seed)"
+        )
+    df, dups = drop_duplicate_runs(raw)
     given = {c: c for c in df.columns}  # the table's own name of each column, for error messages
     for target, aliases in (("loss", LOSS_ALIASES), ("N", N_ALIASES if law.name == "chinchilla" else ())):
         renamed = _resolve_alias(df, target, aliases)
@@ -198,7 +225,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
 
     def where(i: int) -> str:
         """Row ``i`` of the rows left, named as the user finds it: its row in the table and its run_id."""
-        at = f"row {int(rows[i])}" if not len(dups) else f"row {i} of the rows left"
+        at = row_name(int(rows[i])) if not len(dups) else f"row {i} of the rows left"
         return at + (f" (run_id {df['run_id'].iloc[i]!r})" if "run_id" in df.columns else "")
 
     if "status" in df.columns:

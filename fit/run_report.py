@@ -368,6 +368,12 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         raise ValueError(f"{d} is not writable: the report writes report.md and its figures there; give a writable "
                          "folder (e.g. a copy of this one)") from None  # fmt: skip
     runs = _read_parquet(d / "runs.parquet")
+    if runs is None and (d / "fit.json").is_file():
+        raise FileNotFoundError(
+            f"{d} holds a `loopscale fit` output (fit.json), not a run folder: report.md is built for the folder "
+            "of a `loopscale run` (its runs, LR table, fits and identification); this fit's numbers are in "
+            f"{d / 'fit.json'} (or `loopscale fit TABLE --json`) and its figures are the PNGs there"
+        )
     if runs is None:
         raise FileNotFoundError(
             f"{d / 'runs.parquet'} not found: run `loopscale sweep` or `loopscale run` first"
@@ -382,6 +388,13 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
 
     ana_path = d / "fit" / "analysis.json"
     ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing
+    if ana is None and not (d / "spec.yaml").is_file() and not (d / "logs").is_dir():
+        raise FileNotFoundError(
+            f"{ana_path} not found, and {d} has no spec.yaml: its runs.parquet was not made by `loopscale run` or "
+            "`sweep`, and report.md is built only for a run's folder; fit the table with `loopscale fit "
+            f"{d / 'runs.parquet'} --out DIR` (fit.json and figures in DIR; add --bootstrap N --identify for "
+            "intervals and the identification verdict)"
+        )
     if ana is None:
         spec = d / "spec.yaml"
         n_done = int((runs["status"] == "ok").sum()) if "status" in runs.columns else len(runs)

@@ -376,6 +376,49 @@ def test_fit_errors_name_the_row_of_the_table_as_read():
         prepare(bad.drop(columns=["run_id"]), make_law("joint"))
 
 
+def test_an_outside_table_listing_a_run_twice_is_refused(tmp_path):
+    """A table without run ids concatenated with itself was fitted as twice the runs, its intervals narrowed (a
+    Chinchilla table's beta CI from [0.339, 0.416] to [0.350, 0.386]). A row equal in every column to an earlier one
+    is refused, naming both (a CSV by its lines); rows that differ in any column (e.g. a seed) are kept."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint()
+    twice = pd.concat([t, t.iloc[[5, 7]]], ignore_index=True)
+    with pytest.raises(ValueError, match=r"2 row\(s\) repeat an earlier row in every column \(the first: "
+                       rf"row {len(t)}, equal to row 5\); a run listed twice counts twice"):  # fmt: skip
+        prepare(twice, make_law("joint"))
+    path = tmp_path / "runs.csv"
+    twice.to_csv(path, index=False)
+    with pytest.raises(ValueError, match=rf"the first: line {len(t) + 2} of the CSV, equal to line 7 of the CSV"):
+        prepare(path, make_law("joint"))
+    seeds = pd.concat([t.assign(seed=0), t.assign(seed=1, loss=t["loss"])], ignore_index=True)
+    assert prepare(seeds, make_law("joint")).n == 2 * len(t)
+    # a loopscale table names its runs: repeated run ids keep the newest row (not refused)
+    ids = t.assign(run_id=[f"run{i}" for i in range(len(t))])
+    assert prepare(pd.concat([ids, ids], ignore_index=True), make_law("joint")).n == len(t)
+
+
+def test_csv_errors_name_the_line_and_a_semicolon_csv_is_named_as_such(tmp_path):
+    """Errors named a CSV's rows 0-based from the first data row ('row 3' was line 5 of the file); a CSV separated
+    by ';' was refused as missing every column, showing one column 'budget;s;...;loss' with no hint."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint()
+    t.loc[3, "D"] = -1.0
+    path = tmp_path / "runs.csv"
+    t.to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"column 'D' must be > 0 \(tokens\); line 5 of the CSV has -1.0"):
+        prepare(path, make_law("joint"))
+    t.loc[3, "D"] = 1e9
+    t.to_csv(path, index=False, sep=";")
+    with pytest.raises(ValueError, match=r"its fields look separated by ';'.*pd.read_csv\(path, sep=';'\)"):
+        prepare(path, make_law("joint"))
+    t.to_csv(path, index=False)
+    assert prepare(path, make_law("joint")).n == len(t)
+
+
 def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
     """A second fit into the same --out (no --bootstrap) left the first one's bootstrap.parquet, phi_bootstrap.png
     and identification.json beside the new fit.json, to be read as this fit's; they are moved into a folder of their

@@ -528,3 +528,27 @@ def test_report_of_a_read_only_folder_says_it_is_not_writable(tmp_path, monkeypa
     res = CliRunner().invoke(app, ["report", str(run)])
     assert res.exit_code == 2, res.output
     assert f"{run} is not writable" in " ".join(res.output.split()) and "Traceback" not in res.output
+
+
+def test_report_on_a_fit_folder_or_an_outside_table_says_what_report_is_for(tmp_path):
+    """`report` on the --out of `loopscale fit` said runs.parquet was missing ("run loopscale sweep first"); with an
+    outside table copied in as runs.parquet it said to run `loopscale run SPEC --out ... --resume`, for a table that
+    has no spec. Each now says report.md is for a run's folder and where the fit's own output is."""
+    from loopscale.fit.run_report import build_report
+
+    fit_out = tmp_path / "fit_out"
+    fit_out.mkdir()
+    (fit_out / "fit.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match=r"holds a `loopscale fit` output \(fit.json\), not a run folder"):
+        build_report(fit_out)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(EXAMPLE / "runs.parquet", outside / "runs.parquet")
+    with pytest.raises(FileNotFoundError, match=r"has no spec.yaml: its runs.parquet was not made by `loopscale run`.*"
+                       r"`loopscale fit .*runs.parquet --out DIR`"):  # fmt: skip
+        build_report(outside)
+    # a run folder whose fit stage has not run yet still gets the run --resume advice
+    shutil.copy(EXAMPLE / "spec.yaml", outside / "spec.yaml")
+    with pytest.raises(FileNotFoundError, match=r"built from the fit stage of `loopscale run`; run it on this folder"):
+        build_report(outside)
+    assert not (outside / "report.md").exists() and not (fit_out / "report.md").exists()
