@@ -437,6 +437,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"({float(runs['C'].max() / runs['C'].min()):.1f}× span)"
         )
     L.append(f"- tokens per run D: {_fmt(int(runs['D'].min()))} – {_fmt(int(runs['D'].max()))}")
+    if data := _data_line(runs):
+        L.append(data)
     if "wall_s" in runs.columns:
         # the members of a seed ensemble share one trial and its wall time: count it once
         walls = runs.groupby("trial_id")["wall_s"].max() if "trial_id" in runs.columns else runs["wall_s"]
@@ -706,6 +708,34 @@ def report_cmd(
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
     typer.echo(str(build_report(run_dir, redraw_fits=True)))
+
+
+def _data_line(runs: pd.DataFrame) -> str | None:
+    """The report's line on what the runs read: corpus, its content hash (sha256, 12 hex digits), tokenizer and
+    vocabulary, sequence length, and the most epochs any run made of its training tokens (> 1: the data repeated).
+    Each value is listed once per distinct value in ``runs``; columns the table lacks are left out (None when it has
+    none of them)."""
+
+    def values(col: str, fmt=str) -> str | None:
+        if col not in runs.columns:
+            return None
+        vals = sorted({fmt(v) for v in runs[col].dropna()})
+        return ", ".join(vals) if vals else None
+
+    parts = []
+    if corpus := values("corpus", lambda v: f"`{v}`"):
+        sha = values("corpus_sha256", lambda v: str(v)[:12])
+        parts.append(f"corpus {corpus}" + (f" (sha256 {sha})" if sha else ""))
+    if tok := values("tokenizer"):
+        vocab = values("vocab_size", lambda v: f"{int(v):,}")
+        parts.append(f"tokenizer {tok}" + (f" (vocabulary {vocab})" if vocab else ""))
+    if seq := values("seq_len", lambda v: str(int(v))):
+        parts.append(f"sequence length {seq}")
+    if "epochs" in runs.columns and runs["epochs"].notna().any():
+        most = float(runs["epochs"].max())
+        repeated = " (the data repeated)" if most > 1 else ""
+        parts.append(f"at most {most:.2f} epochs of the training tokens per run{repeated}")
+    return "- data: " + "; ".join(parts) if parts else None
 
 
 def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:

@@ -552,3 +552,22 @@ def test_report_on_a_fit_folder_or_an_outside_table_says_what_report_is_for(tmp_
     with pytest.raises(FileNotFoundError, match=r"built from the fit stage of `loopscale run`; run it on this folder"):
         build_report(outside)
     assert not (outside / "report.md").exists() and not (fit_out / "report.md").exists()
+
+
+def test_report_names_the_data_the_runs_read(tmp_path):
+    """report.md never named the corpus, its content hash, the tokenizer or whether the data repeated (they were in
+    runs.parquet and corpus.json only). The sweep summary now has one line of them."""
+    import pandas as pd
+
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    runs = pd.read_parquet(run / "runs.parquet")
+    runs["corpus_sha256"] = "ab12cd34ef56" + "0" * 52
+    runs.loc[runs.index[0], "epochs"] = 2.5
+    runs.to_parquet(run / "runs.parquet")
+    text = _section(build_report(run).read_text(encoding="utf-8"), "## Sweep summary")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("- data:")]
+    assert line == ("- data: corpus `embedded` (sha256 ab12cd34ef56); tokenizer byte (vocabulary 256); sequence "
+                    "length 128; at most 2.50 epochs of the training tokens per run (the data repeated)")  # fmt: skip
