@@ -653,13 +653,11 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
             for f in files:  # every byte, as the runs read it: a file that is not UTF-8 past its head is refused too
                 _check_text_file(f)
         return
-    if tok_kind == "bpe":
-        raise ValueError(
-            f"corpus {corpus!r} is already tokenized; use tokenizer='pretokenized' (or 'byte' for byte ids)"
-        )
     arr = _open_token_file(files[0])  # a plain .bin's "no dtype suffix" warning: the pre-flight and --dry-run say it
+    if tok_kind != "pretokenized":
+        raise ValueError(_text_tokenizer_on_token_file(corpus, tokenizer, files[0], arr))
     vmax = int(arr.max()) + 1 if len(arr) else 0
-    limit = 256 if tok_kind == "byte" else vocab_size
+    limit = vocab_size
     if vmax > limit:
         fix = f"set vocab_size to at least {vmax} (and tokenizer 'pretokenized')"
         hint = uint16_pairs_hint(files[0], arr)
@@ -667,6 +665,20 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
             f"token file {corpus!r} has ids up to {vmax - 1}, but the model's vocab_size is {limit}: "
             + (f"{hint}; if the ids are real, {fix}" if hint else fix)
         )
+
+
+def _text_tokenizer_on_token_file(corpus: str, tokenizer: str, path: Path, arr: np.ndarray) -> str:
+    """The message refusing a text tokenizer (``byte``, ``bpe:<n>``) on a pre-tokenized file: its ids are not
+    text, so a byte tokenizer's bits per byte would mean nothing and BPE has nothing to learn; with the
+    uint16-pairs hint (:func:`uint16_pairs_hint`) first when the ids look misread."""
+    fix = (
+        "give --tokenizer pretokenized (tokenizer: pretokenized in a spec) and a vocab_size above its largest id"
+    )
+    hint = uint16_pairs_hint(path, arr)  # a mislabelled .u32.bin: the likelier fix first
+    return (
+        f"token file {corpus!r} holds token ids, not text, so tokenizer {tokenizer!r} cannot read it "
+        f"(the byte tokenizer is the default): " + (f"{hint}; if the ids are real, {fix}" if hint else fix)
+    )
 
 
 def _stated_dtype(path: Path):
@@ -1236,8 +1248,8 @@ def load_tokens(
     Raises:
         CorpusNotFoundError, CorpusError: see :func:`resolve_corpus`; an empty corpus; a text file that is not
             UTF-8 text (:func:`read_text_file`).
-        ValueError: an invalid tokenizer spec, or a byte/bpe tokenizer asked for a pre-tokenized file with ids
-            outside its vocabulary.
+        ValueError: an invalid tokenizer spec; a text tokenizer (byte, bpe:<n>) asked for a pre-tokenized file
+            (its ids are not text: the message names ``pretokenized``); ``pretokenized`` asked for a text corpus.
 
     Warns (:class:`CorpusWarning`): the corpus's warnings recorded when its cache was built (``meta["warnings"]``:
     invalid UTF-8 replaced), on every call; a token file without a dtype suffix.
@@ -1246,21 +1258,12 @@ def load_tokens(
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     src = resolve_corpus(corpus, text_column, root)
     if src.kind == "tokens":
-        if tok_kind == "bpe":
-            raise ValueError(
-                f"corpus {corpus!r} is already tokenized; use tokenizer='pretokenized' (or 'byte' for byte ids)"
-            )
         arr = _open_token_file(src.files[0])
+        if tok_kind != "pretokenized":
+            raise ValueError(_text_tokenizer_on_token_file(corpus, tokenizer, src.files[0], arr))
         if len(arr) < 2:
             raise CorpusError(f"token file {corpus!r} holds {len(arr)} tokens; need at least 2")
         vmax = int(arr.max()) + 1
-        if tok_kind == "byte" and vmax > 256:
-            hint = uint16_pairs_hint(src.files[0], arr)  # a mislabelled .u32.bin: the likelier fix first
-            fix = "use tokenizer='pretokenized'"
-            raise ValueError(
-                f"token file {corpus!r} has ids up to {vmax - 1}, more than byte ids (< 256): "
-                + (f"{hint}; if the ids are real, {fix}" if hint else fix)
-            )
         n_val = max(1, int(round(len(arr) * VAL_TAIL_FRAC)))
         meta = {
             "corpus_hash": src.corpus_hash,
@@ -1270,15 +1273,14 @@ def load_tokens(
             "split_rule": f"token tail {VAL_TAIL_FRAC}",
             "n_train_tokens": len(arr) - n_val,
             "n_val_tokens": n_val,
-            "val_bytes_per_token": 1.0 if tok_kind == "byte" else None,
+            "val_bytes_per_token": None,
         }
-        vocab_size = 256 if tok_kind == "byte" else vmax
         return TokenData(
             arr[:-n_val],
             arr[-n_val:],
-            vocab_size,
+            vmax,
             tok_kind,
-            ByteTokenizer() if tok_kind == "byte" else None,
+            None,
             meta,
             None,
             False,

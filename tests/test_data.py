@@ -355,8 +355,8 @@ def test_token_file_named_for_the_other_dtype(tmp_path):
     )
     with pytest.raises(ValueError, match=hint + "; if the ids are real, set vocab_size to"):
         train_run(cfg)
-    # with byte tokens (the default of `loopscale train`) too, not only 'use tokenizer=pretokenized'
-    with pytest.raises(ValueError, match=hint + "; if the ids are real, use tokenizer='pretokenized'"):
+    # with byte tokens (the default of `loopscale train`, refused on any token file) too, the hint first
+    with pytest.raises(ValueError, match=hint + "; if the ids are real, give --tokenizer pretokenized"):
         train_run(dataclasses.replace(cfg, tokenizer="byte"))
     big = np.arange(300_000, dtype=np.uint32)  # genuine uint32 ids above 2**16: no uint16 hint
     big.tofile(tmp_path / "c.u32.bin")

@@ -246,7 +246,7 @@ def test_a_token_file_without_dtype_suffix_is_said_by_the_plan_and_every_run(tmp
     ids = np.random.default_rng(0).integers(0, 200, 100_000).astype(np.uint16)
     corpus = tmp_path / "tokens.bin"
     ids.tofile(corpus)
-    spec = preset_spec("smoke").model_copy(update={"corpus": str(corpus), "tokenizer": "byte"})
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(corpus), "tokenizer": "pretokenized"})
     path = tmp_path / "bin.yaml"
     path.write_text(spec_to_yaml(spec))
     p = _dry_run(tmp_path, str(path))
@@ -255,7 +255,7 @@ def test_a_token_file_without_dtype_suffix_is_said_by_the_plan_and_every_run(tmp
     with pytest.warns(UserWarning, match=re.escape(note)):
         assert spec.check_data() == [p["corpus_warning"]]
     with pytest.warns(UserWarning, match=re.escape(note)):
-        td = load_tokens(str(corpus), "byte")
+        td = load_tokens(str(corpus), "pretokenized")
     assert len(td.train) + len(td.val) == 100_000
     ids.tofile(tmp_path / "tokens.u16.bin")  # the dtype stated: nothing to say
     named = spec.model_copy(update={"corpus": str(tmp_path / "tokens.u16.bin")})

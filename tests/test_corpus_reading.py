@@ -1,0 +1,61 @@
+"""How user corpora are read: defects a fresh-user trial met (token files read with a text tokenizer, text or
+compressed files given as corpus files, Parquet nulls and corrupt shards, BPE asked for more tokens than the text
+holds), each now refused naming the file and the fix, or said by a :class:`CorpusWarning`."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from loopscale.model import data as D
+
+PROSE = (
+    "It was a bright cold day in April, and the clocks were striking thirteen. Winston Smith, his chin nuzzled "
+    "into his breast in an effort to escape the vile wind, slipped quickly through the glass doors.\n"
+)
+
+
+def _corpus_warnings(fn):
+    """(result of ``fn()``, the messages of the CorpusWarnings it gave)."""
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(w.message) for w in rec if issubclass(w.category, D.CorpusWarning)]
+
+
+# --- a token file with a text tokenizer ------------------------------------------------------------------------
+
+
+def test_token_file_with_the_byte_tokenizer_is_refused_naming_pretokenized(tmp_path):
+    """Token ids below 256 in a .npy read with the default byte tokenizer were trained on and recorded as tokenizer
+    'byte', with a bits-per-byte figure that meant nothing. Refused before any compute, by the pre-flight and the
+    run, naming --tokenizer pretokenized; with 'pretokenized' the same file is read."""
+    from loopscale.model.config import preset_config
+    from loopscale.model.train import RunConfig, train_run
+
+    f = tmp_path / "ids.npy"
+    np.save(f, (np.arange(4000) % 200).astype(np.uint16))
+    said = re.escape(f"token file {str(f)!r} holds token ids, not text, so tokenizer 'byte' cannot read it")
+    fix = re.escape("give --tokenizer pretokenized (tokenizer: pretokenized in a spec)")
+    for call in (
+        lambda: D.load_tokens(str(f), "byte", cache_dir=tmp_path / "c"),
+        lambda: D.check_corpus(str(f), "byte", 256),
+        lambda: D.check_corpus(str(f), "bpe:512", 512),
+    ):
+        with pytest.raises(ValueError, match=said.replace("'byte'", "'(byte|bpe:512)'") + ".*" + fix):
+            call()
+    cfg = RunConfig(
+        model=preset_config("cpu", r=1, d_model=16, seq_len=32),
+        corpus=str(f),
+        tokenizer="byte",
+        tokens=256,
+        batch_tokens=256,
+        cache_dir=str(tmp_path / "c"),
+    )
+    with pytest.raises(ValueError, match=fix):
+        train_run(cfg)
+    td = D.load_tokens(str(f), "pretokenized")
+    assert td.tokenizer_name == "pretokenized" and td.vocab_size == 200 and td.meta["val_bytes_per_token"] is None
