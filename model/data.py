@@ -699,8 +699,30 @@ def _name_without_dtype(path: Path) -> str:
 
 
 def _open_token_file(path: Path) -> np.ndarray:
+    """The token ids of a ``.npy`` or raw ``.bin`` token file, memory-mapped (1-D uint16/uint32).
+
+    Raises:
+        CorpusError: a ``.npy`` that is not a numpy array file (a text file named ``.npy``) or cannot be read; a
+            dtype other than uint16/uint32, a 2-D array, a byte count that is not a
+            multiple of the dtype's size, a ``.u16.bin`` or plain ``.bin`` that looks like uint32 ids.
+
+    Warns (:class:`CorpusWarning`): a plain ``.bin`` (no dtype suffix) read as uint16."""
+    with open(path, "rb") as fh:
+        head = fh.read(_HEAD)
     if path.suffix.lower() == ".npy":
-        arr = np.load(path, mmap_mode="r")
+        if not head.startswith(b"\x93NUMPY"):
+            what = "its bytes look like text" if _looks_like_text(head) else "it does not start with numpy's header"
+            raise CorpusError(
+                f"{str(path)!r} is not a .npy array file ({what}): save token ids with numpy.save, or give a text "
+                "file a text suffix (.txt) and a text tokenizer (byte, bpe:<n>)"
+            )
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise CorpusError(
+                f"token file {str(path)!r} cannot be read as a .npy array ({e}): truncated or not saved by "
+                "numpy.save; save the token ids again with numpy.save"
+            ) from None
         if arr.dtype not in (np.uint16, np.uint32) or arr.ndim != 1:
             raise CorpusError(
                 f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}"
@@ -738,6 +760,22 @@ def _open_token_file(path: Path) -> np.ndarray:
             stacklevel=3,
         )
     return arr
+
+
+TEXT_MIN_BYTES = 64
+"""A token file's start is checked for text (:func:`_looks_like_text`) only from this many bytes on."""
+
+
+def _looks_like_text(head: bytes) -> bool:
+    """True when ``head`` (a file's first bytes, at least :data:`TEXT_MIN_BYTES`) is UTF-8 text as the text reader
+    accepts it: invalid sequences, NUL and control bytes at most :data:`NOT_TEXT_FRACTION` of it (a sequence cut at
+    the end of ``head`` is not counted). Token ids are not: ids below 256 make every second byte NUL, larger ids
+    give control bytes and invalid sequences."""
+    if len(head) < TEXT_MIN_BYTES:
+        return False
+    dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+    bad = dec.decode(head).count("\ufffd") - head.count("\ufffd".encode())
+    return bad + head.count(0) + _n_ctrl(head) <= NOT_TEXT_FRACTION * len(head)
 
 
 MISLABEL_MIN_WORDS = 64

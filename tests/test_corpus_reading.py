@@ -59,3 +59,22 @@ def test_token_file_with_the_byte_tokenizer_is_refused_naming_pretokenized(tmp_p
         train_run(cfg)
     td = D.load_tokens(str(f), "pretokenized")
     assert td.tokenizer_name == "pretokenized" and td.vocab_size == 200 and td.meta["val_bytes_per_token"] is None
+
+
+# --- files that are not what their suffix says ------------------------------------------------------------------
+
+
+def test_text_named_npy_is_refused_as_not_a_npy_file(tmp_path):
+    """A text file named .npy gave numpy's "pickled (object) data ... allow_pickle=" without a file name."""
+    f = tmp_path / "plain.npy"
+    f.write_text(PROSE * 20, encoding="utf-8")
+    for call in (lambda: D.load_tokens(str(f), "pretokenized"), lambda: D.check_corpus(str(f), "pretokenized", 512)):
+        with pytest.raises(D.CorpusError, match=re.escape(f"{str(f)!r} is not a .npy array file (its bytes look like text)")):
+            call()
+    f.write_bytes(bytes(range(256)) * 4)  # neither numpy's header nor text
+    with pytest.raises(D.CorpusError, match=re.escape("is not a .npy array file (it does not start with numpy's header)")):
+        D.load_tokens(str(f), "pretokenized")
+    np.save(f, np.arange(100, dtype=np.uint16))
+    f.write_bytes(f.read_bytes()[:-20])  # torn: numpy's own error, with the file named
+    with pytest.raises(D.CorpusError, match=re.escape(f"token file {str(f)!r} cannot be read as a .npy array")):
+        D.load_tokens(str(f), "pretokenized")
