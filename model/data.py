@@ -703,7 +703,7 @@ def _open_token_file(path: Path) -> np.ndarray:
 
     Raises:
         CorpusError: a ``.npy`` that is not a numpy array file (a text file named ``.npy``) or cannot be read; a
-            dtype other than uint16/uint32, a 2-D array, a byte count that is not a
+            file whose bytes look like UTF-8 text, not token ids (:func:`_looks_like_text`); a dtype other than uint16/uint32, a 2-D array, a byte count that is not a
             multiple of the dtype's size, a ``.u16.bin`` or plain ``.bin`` that looks like uint32 ids.
 
     Warns (:class:`CorpusWarning`): a plain ``.bin`` (no dtype suffix) read as uint16."""
@@ -731,6 +731,12 @@ def _open_token_file(path: Path) -> np.ndarray:
     stated = _stated_dtype(path)
     dtype = stated or np.uint16
     size = path.stat().st_size
+    if _looks_like_text(head):
+        raise CorpusError(
+            f"token file {str(path)!r} looks like text, not token ids (its first {len(head)} bytes read as UTF-8 "
+            f"text): a .bin corpus is raw {np.dtype(dtype).name} ids; give a text file a text suffix (.txt) and a "
+            "text tokenizer (byte, bpe:<n>)"
+        )
     stem = _name_without_dtype(path)
     fix = (
         f"state the dtype in the name ({stem}.u16.bin or {stem}.u32.bin), or save it with "

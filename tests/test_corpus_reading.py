@@ -78,3 +78,18 @@ def test_text_named_npy_is_refused_as_not_a_npy_file(tmp_path):
     f.write_bytes(f.read_bytes()[:-20])  # torn: numpy's own error, with the file named
     with pytest.raises(D.CorpusError, match=re.escape(f"token file {str(f)!r} cannot be read as a .npy array")):
         D.load_tokens(str(f), "pretokenized")
+
+
+def test_text_named_u16_bin_is_refused_as_text_not_token_ids(tmp_path):
+    """A text file named .u16.bin was told "set vocab_size to 31330"; doing so trained on text bytes read as uint16
+    ids. Now it is refused as text; real uint16 ids, small (every second byte NUL) or large (BPE-like), are read."""
+    f = tmp_path / "plain.u16.bin"
+    f.write_text(PROSE * 20, encoding="utf-8")
+    for call in (lambda: D.load_tokens(str(f), "pretokenized"), lambda: D.check_corpus(str(f), "pretokenized", 65536)):
+        with pytest.raises(D.CorpusError, match=re.escape(f"token file {str(f)!r} looks like text, not token ids")):
+            call()
+    rng = np.random.default_rng(0)
+    for ids in (rng.integers(0, 256, 5000), rng.integers(0, 50_000, 5000)):
+        ids.astype(np.uint16).tofile(f)
+        td = D.load_tokens(str(f), "pretokenized")
+        assert np.array_equal(np.concatenate([td.train, td.val]), ids)
