@@ -142,7 +142,10 @@ def _decode_checked(path: Path, b: bytes) -> tuple[str, int]:
     """``b`` decoded as UTF-8 (BOM dropped, invalid sequences as U+FFFD) and the number of invalid sequences.
 
     Raises:
-        CorpusError: invalid sequences and NUL bytes over :data:`NOT_TEXT_FRACTION` of ``b``."""
+        CorpusError: ``b`` is compressed (:data:`COMPRESSED_MAGIC`: decompress it), or invalid sequences and NUL bytes
+            are over :data:`NOT_TEXT_FRACTION` of ``b``."""
+    if (comp := _compressed_as(b[:_HEAD])) is not None:
+        raise CorpusError(_compressed_message(path, comp))
     text = b.decode("utf-8-sig", errors="replace")
     bad = text.count("\ufffd") - b.count("\ufffd".encode())
     if bad + b.count(0) > NOT_TEXT_FRACTION * len(b):
@@ -180,6 +183,8 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
             bad += dec.decode(b).count("\ufffd") - ((tail + b).count(fffd) - tail.count(fffd))
             tail = b[-(len(fffd) - 1) :]
         bad += dec.decode(b"", final=True).count("\ufffd")
+    if (comp := _compressed_as(head)) is not None:
+        raise CorpusError(_compressed_message(path, comp))
     if bad + nul > NOT_TEXT_FRACTION * n:
         raise CorpusError(_not_text(path, bad, nul, n, ctrl, head=head))
     _TEXT_CHECKED.add(key)
@@ -189,8 +194,9 @@ def read_text_file(path: Path) -> str:
     """The text of a corpus file, decoded as UTF-8 (a BOM is dropped).
 
     Raises:
-        CorpusError: invalid UTF-8 sequences and NUL bytes make up more than :data:`NOT_TEXT_FRACTION` of its bytes
-            (not a text file, or text in another encoding such as UTF-16: convert it to UTF-8).
+        CorpusError: a compressed file (gzip, bzip2, xz, zstd, zip: decompress it); invalid UTF-8 sequences and NUL
+            bytes make up more than :data:`NOT_TEXT_FRACTION` of its bytes (not a text file, or text in another
+            encoding such as UTF-16: convert it to UTF-8).
 
     Warns (:class:`CorpusWarning`) with the count when fewer invalid sequences are replaced by U+FFFD."""
     b = path.read_bytes()
@@ -426,11 +432,14 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
             else:
                 key = x.suffix.lower() or "no suffix"
                 skipped[key] = skipped.get(key, 0) + 1
+        compressed = sorted(set(skipped) & set(COMPRESSED_SUFFIXES))
         if not files:
             # a glob reads .bin/.npy files as token files, not as text, and a token corpus is one file
             fix = (
                 "a pre-tokenized corpus is one .bin/.npy file: give its path"
                 if set(skipped) <= {".bin", ".npy"}
+                else _decompress_fix(p, compressed)
+                if compressed and set(skipped) <= set(COMPRESSED_SUFFIXES)
                 else "name them in a glob to read them as text"
             )
             raise CorpusError(
@@ -440,8 +449,14 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
         if skipped and warn:
             n = sum(skipped.values())
             not_text = sorted(set(skipped) & NOT_TEXT_SUFFIXES)
-            texty = [k for k in sorted(skipped, key=lambda k: -skipped[k]) if k not in NOT_TEXT_SUFFIXES]
-            if not texty:  # token or Parquet files beside text: a corpus of their own, never read as text
+            texty = [
+                k
+                for k in sorted(skipped, key=lambda k: -skipped[k])
+                if k not in NOT_TEXT_SUFFIXES and k not in COMPRESSED_SUFFIXES
+            ]
+            if compressed and not texty and not not_text:
+                how = f"; {_decompress_fix(p, compressed)}"
+            elif not texty:  # token or Parquet files beside text: a corpus of their own, never read as text
                 alone = ["a token file: give its path"] if set(not_text) & {".bin", ".npy"} else []
                 alone += ["Parquet files: a directory or glob of them alone"] if ".parquet" in not_text else []
                 how = f"; {'/'.join(not_text)} files are a corpus of their own ({'; '.join(alone)}), not read with text"
@@ -468,6 +483,12 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
             "a .parquet file, or a .bin/.npy token file)"
         )
     return [p]
+
+
+def _decompress_fix(folder: Path, suffixes: list[str]) -> str:
+    """The fix for a directory corpus's compressed files: the command that decompresses them in place."""
+    cmds = "; ".join(f"find '{folder}' -name '*{x}' -exec {COMPRESSED_SUFFIXES[x]} {{}} \\;" for x in suffixes)
+    return f"they are compressed ({'/'.join(suffixes)}): decompress them to read them as text ({cmds})"
 
 
 NOT_TEXT_SUFFIXES = frozenset({".bin", ".npy", ".parquet"})
@@ -702,13 +723,16 @@ def _open_token_file(path: Path) -> np.ndarray:
     """The token ids of a ``.npy`` or raw ``.bin`` token file, memory-mapped (1-D uint16/uint32).
 
     Raises:
-        CorpusError: a ``.npy`` that is not a numpy array file (a text file named ``.npy``) or cannot be read; a
-            file whose bytes look like UTF-8 text, not token ids (:func:`_looks_like_text`); a dtype other than uint16/uint32, a 2-D array, a byte count that is not a
+        CorpusError: a compressed file (:func:`_compressed_as`); a ``.npy`` that is not a numpy array file (a text
+            file named ``.npy``) or cannot be read; a file whose bytes look like UTF-8 text, not token ids
+            (:func:`_looks_like_text`); a dtype other than uint16/uint32, a 2-D array, a byte count that is not a
             multiple of the dtype's size, a ``.u16.bin`` or plain ``.bin`` that looks like uint32 ids.
 
     Warns (:class:`CorpusWarning`): a plain ``.bin`` (no dtype suffix) read as uint16."""
     with open(path, "rb") as fh:
         head = fh.read(_HEAD)
+    if (comp := _compressed_as(head)) is not None:
+        raise CorpusError(_compressed_message(path, comp))
     if path.suffix.lower() == ".npy":
         if not head.startswith(b"\x93NUMPY"):
             what = "its bytes look like text" if _looks_like_text(head) else "it does not start with numpy's header"
@@ -782,6 +806,38 @@ def _looks_like_text(head: bytes) -> bool:
     dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
     bad = dec.decode(head).count("\ufffd") - head.count("\ufffd".encode())
     return bad + head.count(0) + _n_ctrl(head) <= NOT_TEXT_FRACTION * len(head)
+
+
+COMPRESSED_MAGIC = (
+    (b"\x1f\x8b", "gzip", "gunzip -k"),
+    (b"BZh", "bzip2", "bunzip2 -k"),
+    (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
+"""(magic bytes, format, command that decompresses it) of the compressed files a corpus does not read: they are
+refused naming the command (a compressed corpus is decompressed once, not on every read of every run)."""
+
+COMPRESSED_SUFFIXES = {".gz": "gunzip -k", ".bz2": "bunzip2 -k", ".xz": "unxz -k", ".zst": "unzstd", ".zip": "unzip"}
+"""Suffixes of compressed files; a directory corpus holding them says to decompress them."""
+
+
+def _compressed_as(head: bytes) -> tuple[str, str] | None:
+    """(format, decompress command) when ``head`` starts with the magic bytes of :data:`COMPRESSED_MAGIC`, else
+    None. bzip2's ``BZh`` must be followed by a block size digit (text may start with "BZh")."""
+    for magic, fmt, cmd in COMPRESSED_MAGIC:
+        if head.startswith(magic) and (fmt != "bzip2" or head[3:4] in b"123456789"):
+            return fmt, cmd
+    return None
+
+
+def _compressed_message(path: Path, comp: tuple[str, str]) -> str:
+    """The message refusing a compressed corpus file."""
+    fmt, cmd = comp
+    return (
+        f"corpus file {str(path)!r} is {fmt}-compressed: decompress it first ({cmd} {str(path)!r}) and give the "
+        "decompressed file (loopscale reads uncompressed text, Parquet or token files)"
+    )
 
 
 MISLABEL_MIN_WORDS = 64

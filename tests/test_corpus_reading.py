@@ -4,6 +4,7 @@ holds), each now refused naming the file and the fix, or said by a :class:`Corpu
 
 from __future__ import annotations
 
+import gzip
 import re
 import warnings
 
@@ -93,3 +94,31 @@ def test_text_named_u16_bin_is_refused_as_text_not_token_ids(tmp_path):
         ids.astype(np.uint16).tofile(f)
         td = D.load_tokens(str(f), "pretokenized")
         assert np.array_equal(np.concatenate([td.train, td.val]), ids)
+
+
+def test_compressed_files_are_refused_saying_to_decompress(tmp_path):
+    """A gzip file was "most likely a binary file ... not text"; a folder of .gz files was told to "name them in a
+    glob to read them as text", which only led to that refusal. Both now say the files are compressed and how to
+    decompress them; the decompressed text is read."""
+    f = tmp_path / "plain.txt.gz"
+    f.write_bytes(gzip.compress((PROSE * 40).encode()))
+    said = re.escape(f"corpus file {str(f)!r} is gzip-compressed: decompress it first (gunzip -k {str(f)!r})")
+    for call in (lambda: D.check_corpus(str(f), "byte", 256), lambda: D.load_tokens(str(f), "byte", cache_dir=tmp_path / "c")):
+        with pytest.raises(D.CorpusError, match=said):
+            call()
+    d = tmp_path / "gz"
+    d.mkdir()
+    for i in range(3):
+        (d / f"a{i}.txt.gz").write_bytes(gzip.compress((PROSE * (i + 5)).encode()))
+    with pytest.raises(D.CorpusError, match=re.escape("they are compressed (.gz): decompress them to read them as text")) as e:
+        D.resolve_corpus(str(d))
+    assert f"find '{d}' -name '*.gz' -exec gunzip -k {{}} \\;" in str(e.value) and "glob" not in str(e.value)
+    with pytest.raises(D.CorpusError, match="is gzip-compressed"):  # a glob of them: the same refusal, not "binary"
+        D.check_corpus(str(d / "*.gz"), "byte", 256)
+    (d / "a0.txt").write_bytes(gzip.decompress((d / "a0.txt.gz").read_bytes()))  # one decompressed beside them
+    _, said = _corpus_warnings(lambda: D.resolve_corpus(str(d)))
+    assert len(said) == 1 and said[0].startswith("ignored 3 files (.gz)") and "decompress them" in said[0], said
+    for name in ("x.u16.bin", "x.npy"):  # a compressed token file
+        (tmp_path / name).write_bytes(gzip.compress(np.arange(500, dtype=np.uint16).tobytes()))
+        with pytest.raises(D.CorpusError, match=re.escape(f"{name}' is gzip-compressed")):
+            D.load_tokens(str(tmp_path / name), "pretokenized")
