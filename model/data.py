@@ -367,9 +367,7 @@ class CorpusSource:
         if self.kind == "text":
             return [self._name(p) for p in self.files]
         if self.kind == "parquet":
-            import pyarrow.parquet as pq
-
-            return [f"{self._name(p)}:{i}" for p in self.files for i in range(pq.ParquetFile(p).metadata.num_rows)]
+            return [f"{self._name(p)}:{i}" for p in self.files for i in range(_open_parquet(p).metadata.num_rows)]
         raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
 
     def splits_by_document(self) -> bool:
@@ -386,16 +384,20 @@ class CorpusSource:
             for p in self.files:
                 yield Document(self._name(p), clean_text(read_text_file(p)))
         elif self.kind == "parquet":
-            import pyarrow.parquet as pq
+            import pyarrow as pa
 
             for p in self.files:
-                pf = pq.ParquetFile(p)
+                pf = _open_parquet(p)
                 row = 0
                 for rg in range(pf.num_row_groups):
-                    col = pf.read_row_group(rg, columns=[self.text_column]).column(0)
+                    try:
+                        col = pf.read_row_group(rg, columns=[self.text_column]).column(0)
+                    except (pa.ArrowException, OSError) as e:
+                        raise CorpusError(_bad_parquet_message(p, e, f"row group {rg}")) from None
                     for v in col.to_pylist():
                         yield Document(f"{self._name(p)}:{row}", clean_text(v) if v else "")
                         row += 1
+
         else:  # pragma: no cover - guarded by callers
             raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
 
@@ -584,6 +586,28 @@ def _columns_with_types(schema, limit: int = 8) -> str:
     return ", ".join(cols[:limit]) + more
 
 
+def _bad_parquet_message(path: Path, err: Exception, where: str = "") -> str:
+    """The message refusing a Parquet file pyarrow cannot read (``err``), naming it (one bad shard of hundreds)."""
+    return (
+        f"Parquet file {str(path)!r} cannot be read{f' ({where})' if where else ''}: {err}; it is truncated or "
+        "corrupt (an interrupted download?): download it again, or move it out of the corpus"
+    )
+
+
+def _open_parquet(path: Path):
+    """``pyarrow.parquet.ParquetFile(path)`` (its footer read).
+
+    Raises:
+        CorpusError: pyarrow cannot read it (truncated, corrupt, not Parquet), naming the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise CorpusError(_bad_parquet_message(path, e)) from None
+
+
 def _corpus_files(corpus: str, text_column: str, warn: bool = False) -> tuple[str, list[Path]]:
     """(kind, files) of a corpus path/glob, with the cheap checks of :func:`resolve_corpus` (nothing is hashed);
     ``warn``: say which files a directory corpus leaves out (:func:`_expand`)."""
@@ -602,10 +626,8 @@ def _corpus_files(corpus: str, text_column: str, warn: bool = False) -> tuple[st
     if kind == "tokens" and len(files) != 1:
         raise CorpusError(f"give one pre-tokenized token file, got {len(files)} for {corpus!r}")
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
         for f in files:
-            schema = pq.ParquetFile(f).schema_arrow
+            schema = _open_parquet(f).schema_arrow
             names = schema.names
             strings = [n for n in names if _is_text_type(schema.field(n).type)]
             others = f"its string columns are {strings} (set text_column to one of them)" if strings else (

@@ -122,3 +122,26 @@ def test_compressed_files_are_refused_saying_to_decompress(tmp_path):
         (tmp_path / name).write_bytes(gzip.compress(np.arange(500, dtype=np.uint16).tobytes()))
         with pytest.raises(D.CorpusError, match=re.escape(f"{name}' is gzip-compressed")):
             D.load_tokens(str(tmp_path / name), "pretokenized")
+
+
+# --- Parquet ----------------------------------------------------------------------------------------------------
+
+
+def test_a_corrupt_parquet_shard_is_named(tmp_path):
+    """A truncated Parquet file, alone or one shard among good ones, gave pyarrow's "Parquet magic bytes not found
+    in footer" without the file's name; the message now names it and says what to do."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "shards"
+    d.mkdir()
+    for i in range(4):
+        pq.write_table(pa.table({"text": [f"shard {i} row {j}. " + PROSE for j in range(30)]}), d / f"part{i}.parquet")
+    bad = d / "part2.parquet"
+    bad.write_bytes(bad.read_bytes()[:-100])
+    said = re.escape(f"Parquet file {str(bad)!r} cannot be read: ") + ".*" + re.escape("truncated or corrupt")
+    for corpus in (str(d), str(bad), str(d / "*.parquet")):
+        with pytest.raises(D.CorpusError, match=said):
+            D.resolve_corpus(corpus)
+        with pytest.raises(D.CorpusError, match=said):
+            D.check_corpus(corpus, "byte", 256)
