@@ -388,16 +388,23 @@ class CorpusSource:
 
             for p in self.files:
                 pf = _open_parquet(p)
-                row = 0
+                row = nulls = 0
                 for rg in range(pf.num_row_groups):
                     try:
                         col = pf.read_row_group(rg, columns=[self.text_column]).column(0)
                     except (pa.ArrowException, OSError) as e:
                         raise CorpusError(_bad_parquet_message(p, e, f"row group {rg}")) from None
+                    nulls += col.null_count
                     for v in col.to_pylist():
                         yield Document(f"{self._name(p)}:{row}", clean_text(v) if v else "")
                         row += 1
-
+                if nulls:
+                    warnings.warn(
+                        f"Parquet file {str(p)!r}: {nulls} of {row} rows have a null {self.text_column!r} and are "
+                        "left out (no text to train or validate on; fill or drop those rows to silence this)",
+                        CorpusWarning,
+                        stacklevel=2,
+                    )
         else:  # pragma: no cover - guarded by callers
             raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
 

@@ -127,6 +127,23 @@ def test_compressed_files_are_refused_saying_to_decompress(tmp_path):
 # --- Parquet ----------------------------------------------------------------------------------------------------
 
 
+def test_parquet_rows_with_a_null_text_are_counted_in_a_warning(tmp_path):
+    """10 of 20 rows with a null text were dropped without a word; the run now says how many, and so does every
+    later run on the cached tokens."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [None if i % 2 else f"row {i}: " + PROSE for i in range(20)]
+    f = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": texts}), f, row_group_size=7)
+    want = f"Parquet file {str(f)!r}: 10 of 20 rows have a null 'text' and are left out"
+    td, said = _corpus_warnings(lambda: D.load_tokens(str(f), "byte", cache_dir=tmp_path / "c"))
+    assert [m for m in said if m.startswith(want)] == [said[0]] and len(said) == 1, said
+    assert td.meta["n_train_docs"] + td.meta["n_val_docs"] == 10 and td.meta["warnings"] == said
+    again, said_again = _corpus_warnings(lambda: D.load_tokens(str(f), "byte", cache_dir=tmp_path / "c"))
+    assert not again.built and said_again == said
+
+
 def test_a_corrupt_parquet_shard_is_named(tmp_path):
     """A truncated Parquet file, alone or one shard among good ones, gave pyarrow's "Parquet magic bytes not found
     in footer" without the file's name; the message now names it and says what to do."""
