@@ -1130,6 +1130,9 @@ def _train_bpe(src: CorpusSource, vocab: int) -> tuple[BPETokenizer, dict]:
 
     Raises:
         CorpusError: fewer than :data:`MIN_BPE_TRAIN_BYTES` bytes of training text, or no merge learned.
+
+    Warns (:class:`CorpusWarning`, kept in the token cache's ``meta.json`` so every run says it): the text supports
+    fewer tokens than ``vocab`` (too few distinct words to learn that many merges), naming the size it supports.
     """
     by_doc = src.splits_by_document()
     stats = {"docs": 0, "bytes": 0, "split": "document" if by_doc else "position"}
@@ -1147,6 +1150,15 @@ def _train_bpe(src: CorpusSource, vocab: int) -> tuple[BPETokenizer, dict]:
             f"{stats['bytes']} bytes "
             f"({merges} merges learned; split by {stats['split']}): need at least {MIN_BPE_TRAIN_BYTES} bytes of "
             "training text; give a larger corpus or use tokenizer 'byte'"
+        )
+    learned = tok._tok.get_vocab_size()
+    if learned < vocab:
+        warnings.warn(
+            f"BPE (bpe:{vocab}) learned {merges} merges from the training text ({stats['bytes']} bytes): it supports "
+            f"a vocabulary of {learned} tokens, not {vocab}, so {vocab - learned} of the model's {vocab} embedding "
+            f"rows are never trained (memory and time spent on nothing); give tokenizer bpe:{learned} (or a larger corpus)",
+            CorpusWarning,
+            stacklevel=2,
         )
     return tok, stats
 

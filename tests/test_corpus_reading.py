@@ -162,3 +162,29 @@ def test_a_corrupt_parquet_shard_is_named(tmp_path):
             D.resolve_corpus(corpus)
         with pytest.raises(D.CorpusError, match=said):
             D.check_corpus(corpus, "byte", 256)
+
+
+# --- BPE asked for more tokens than the text holds --------------------------------------------------------------
+
+
+def test_bpe_on_few_distinct_words_says_the_vocabulary_it_supports(tmp_path):
+    """bpe:100000 on a corpus of a few distinct words learned 69 merges without a word, and the model carried ~100k
+    unused embedding rows. The build now warns with the merges learned and the vocabulary the text supports, and
+    every later run on the cached tokens says it too; a vocabulary the text fills gives no such warning."""
+    f = tmp_path / "few_words.txt"
+    f.write_text("the cat sat on the mat and the dog ran to the cat\n" * 200, encoding="utf-8")
+    td, said = _corpus_warnings(lambda: D.load_tokens(str(f), "bpe:5000", cache_dir=tmp_path / "c"))
+    learned = td.tokenizer._tok.get_vocab_size()
+    merges = td.meta["bpe_training"]["merges"]
+    assert learned == merges + 257 and 257 < learned < 400 and td.vocab_size == 5000
+    want = (
+        f"BPE (bpe:5000) learned {merges} merges from the training text ({td.meta['bpe_training']['bytes']} bytes): "
+        f"it supports a vocabulary of {learned} tokens, not 5000, so {5000 - learned} of the model's 5000 embedding "
+        f"rows are never trained"
+    )
+    assert len(said) == 1 and said[0].startswith(want) and said[0].endswith(f"give tokenizer bpe:{learned} (or a larger corpus)")
+    assert td.meta["warnings"] == said
+    again, said_again = _corpus_warnings(lambda: D.load_tokens(str(f), "bpe:5000", cache_dir=tmp_path / "c"))
+    assert not again.built and said_again == said
+    _, said_fits = _corpus_warnings(lambda: D.load_tokens(str(f), f"bpe:{learned}", cache_dir=tmp_path / "c"))
+    assert said_fits == []
