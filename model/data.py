@@ -675,8 +675,8 @@ def _columns_with_types(schema, limit: int = 8) -> str:
 def _bad_parquet_message(path: Path, err: Exception, where: str = "") -> str:
     """The message refusing a Parquet file pyarrow cannot read (``err``), naming it (one bad shard of hundreds)."""
     return (
-        f"Parquet file {str(path)!r} cannot be read{f' ({where})' if where else ''}: {err}; it is truncated or "
-        "corrupt (an interrupted download?): download it again, or move it out of the corpus"
+        f"Parquet file {str(path)!r} cannot be read{f' ({where})' if where else ''}: {str(err).rstrip('.')}; it is "
+        "truncated or corrupt (an interrupted download?): download it again, or move it out of the corpus"
     )
 
 
