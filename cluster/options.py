@@ -75,6 +75,17 @@ StorageOpt = Annotated[str | None, typer.Option("--storage", help=STORAGE_HELP, 
 CLUSTER_FLAGS = ("--address", "--num-cpus", "--num-gpus", "--ray-temp-dir")
 
 
+#: Why a Ray Tune command refuses a Ray Client (``ray://``) address, and what to do instead.
+RAY_CLIENT_TUNE = (
+    "over Ray Client, Ray Tune runs its experiment driver inside the cluster, so the folder's records (runs.parquet, "
+    "the progress display, the LR studies) would be written on the head node's disk instead of here, and a "
+    "finished experiment reads as interrupted; run the command on the cluster (`ray job submit --address "
+    "http://HEAD:8265 --working-dir . -- loopscale run SPEC --out OUT`, or a shell on the head node with "
+    "--address auto), or join with --address HOST:PORT from a machine in the cluster's network (`loopscale fit "
+    "--workers` does take a ray:// address)"
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterOptions:
     """How a command reaches Ray (the values of the four flags above).
@@ -91,16 +102,28 @@ class ClusterOptions:
     num_gpus: int | None = None
     ray_temp_dir: str | None = None
 
-    def validate(self) -> None:
+    def validate(self, *, tune: str | None = None) -> None:
         """Check the combination without starting Ray.
 
+        Args:
+            tune: the command, when it runs a Ray Tune experiment (``"loopscale sweep"``, ...): it cannot join
+                through Ray Client (see :data:`RAY_CLIENT_TUNE`).
         Raises:
             ValueError: bad address, or a ``host:port`` where nothing answers (a TCP connection, no Ray);
                 num_cpus/num_gpus/ray_temp_dir together with an address; num_gpus > 0 without CUDA; relative or
-                overlong ray_temp_dir.
+                overlong ray_temp_dir; a Tune command given a ``ray://`` address (``--address`` or RAY_ADDRESS).
         """
+        import os
+
         from loopscale.cluster.connect import _validate_local_options, check_reachable, validate_address
 
+        client = next(
+            (f"{how} {a!r}" for how, a in (("--address", self.address), ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS")))
+             if a and a.strip().startswith("ray://")),
+            None,
+        )  # fmt: skip
+        if tune and client and (self.address is None or self.address.strip().startswith("ray://")):
+            raise ValueError(f"{client} (Ray Client) cannot run `{tune}`: {RAY_CLIENT_TUNE}")
         address = validate_address(self.address)
         if address is not None:
             given = [

@@ -318,7 +318,8 @@ def _run_stage(
     from loopscale.sweep.presets import resolve_spec
     from loopscale.sweep.spec import check_folder_spec
 
-    ray.validate()  # --address with --num-cpus, a relative --ray-temp-dir: said before anything is written
+    # --address with --num-cpus, a relative --ray-temp-dir, Ray Client: said before anything is written
+    ray.validate(tune=f"loopscale {'sweep' if group == 'grid' else group}")
     spec, name = resolve_spec(spec_path, preset)
     spec = _with_storage(spec, storage)
     out = out if out is not None else Path("runs") / name

@@ -362,11 +362,22 @@ def fit_tuner(tuner):
 
     The ResultGrid carries ``stopped_by_signal``: True when Tune's handler caught a Ctrl-C (or SIGUSR1) during the
     run, which it then replaced by the previous handler. Callers stop on it even when every trial had finished by
-    then (a Ctrl-C landing as a study's last trial ended was otherwise ignored: the command went on and exited 0)."""
+    then (a Ctrl-C landing as a study's last trial ended was otherwise ignored: the command went on and exited 0).
+
+    Raises:
+        ValueError: this process is a Ray Client (``ray://``): Tune would run its driver, and loopscale's
+            callbacks that write the folder's records, inside the cluster
+            (:data:`loopscale.cluster.options.RAY_CLIENT_TUNE`)."""
     import os
     import signal
     import threading
 
+    import ray
+
+    if ray.util.client.ray.is_connected():  # the CLI refuses ray:// first; this guards the Python API
+        from loopscale.cluster.options import RAY_CLIENT_TUNE
+
+        raise ValueError(f"this process is connected through Ray Client (ray://): {RAY_CLIENT_TUNE}")
     # frequent small checkpoints (grid trials, ASHA's LR trials) are expected here: Tune's "snapshotting has been
     # triggered multiple times ... may become a bottleneck" warning is noise
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

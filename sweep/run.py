@@ -237,7 +237,7 @@ def run_pipeline(
     from loopscale.sweep.tracking import parse_track
 
     cluster = cluster or ClusterOptions()
-    cluster.validate()
+    cluster.validate(tune="loopscale run")
     spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus)
     check_design(spec)
     lacking = design_warning(spec)
@@ -438,7 +438,7 @@ def run_cmd(
 
         spec = spec.model_copy(update={"storage_path": validate_storage(storage)})
     cluster = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
-    cluster.validate()
+    cluster.validate(tune="loopscale run")
     targets = tracking.parse_track(track)
     from loopscale.cluster.options import usable_out_dir
 

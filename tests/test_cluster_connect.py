@@ -599,3 +599,47 @@ def test_the_command_line_is_told_its_own_flags(monkeypatch):
     with pytest.raises(ValueError, match=r"^temp_dir='rel' must be"):  # Python callers keep the keywords
         with ray_session(temp_dir="rel"):
             pass
+
+
+@pytest.mark.parametrize("cmd", [["sweep", "--preset", "smoke"], ["tune-lr", "--preset", "smoke"],
+                                 ["run", "--preset", "smoke"]])  # fmt: skip
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_ray_client_address_is_refused_by_the_tune_commands_before_anything_is_written(cmd, how, monkeypatch,
+                                                                                         tmp_path):  # fmt: skip
+    """Over Ray Client, Tune runs its experiment driver in the cluster: loopscale's callbacks wrote the folder's
+    records on the head node's disk (the same disk only on one machine), no progress showed, a finished sweep exited
+    130 as "interrupted" (Tune's Ctrl-C handler was never installed here) and tune-lr could never finish. `sweep`,
+    `tune-lr` and `run` refuse a ray:// address (flag or RAY_ADDRESS) at once, naming what to do; nothing is written
+    and nothing is dialled (no server listens there)."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    addr = f"ray://127.0.0.1:{_unserved_port()}"
+    out = tmp_path / "out"
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if how == "env":
+        monkeypatch.setenv("RAY_ADDRESS", addr)
+    args = [*cmd, "--out", str(out)] + (["--address", addr] if how == "flag" else [])
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    said = "--address" if how == "flag" else "RAY_ADDRESS"
+    assert res.stderr.startswith(f"error: {said} {addr!r} (Ray Client) cannot run `loopscale {cmd[0]}`: over Ray "
+                                 "Client, Ray Tune runs its experiment driver inside the cluster"), res.stderr  # fmt: skip
+    assert "ray job submit" in res.stderr and "--address HOST:PORT" in res.stderr
+    assert not out.exists()
+    # a host:port address given with RAY_ADDRESS=ray:// in the environment is the one joined: not refused for it
+    if how == "env":
+        with pytest.raises(ValueError, match="no Ray cluster answers"):
+            ClusterOptions(address=f"127.0.0.1:{_unserved_port()}").validate(tune="loopscale sweep")
+
+
+def test_tune_under_a_ray_client_connection_is_refused_in_python_too(monkeypatch):
+    """The Python API (run_sweep / run_tune_lr) reaches fit_tuner, which refuses a Ray Client connection."""
+    import ray
+
+    from loopscale.sweep.grid import fit_tuner
+
+    monkeypatch.setattr(ray.util.client.ray, "is_connected", lambda: True)
+    with pytest.raises(ValueError, match=r"connected through Ray Client \(ray://\): over Ray Client, Ray Tune runs"):
+        fit_tuner(object())
