@@ -1302,8 +1302,23 @@ def corpus_hash_now(spec: SweepSpec) -> str:
     if key not in _HASH_MEMO:
         _HASH_MEMO[key] = resolve_corpus(  # the files a directory leaves out are check_data's to say, once
             spec.corpus, spec.text_column, cache_dir=default_cache_dir(), warn=False
-        ).corpus_hash
-    return _HASH_MEMO[key]
+        )
+    return _HASH_MEMO[key].corpus_hash
+
+
+def _why_other_content(spec: SweepSpec) -> str:
+    """The causes :func:`check_folder_corpus` names for a corpus whose hash differs from a folder's: its files'
+    bytes or names (the hash covers both; a file's name decides whether it is validation text), and, for a corpus
+    this loopscale splits by position (:meth:`loopscale.model.data.CorpusSource.skewed_split_note`), that rule."""
+    why = (
+        "its files' names or bytes changed since (the hash covers both: a file's name decides whether it is "
+        "validation text)"
+    )
+    src = next((v for k, v in _HASH_MEMO.items() if k[:2] == (spec.corpus, spec.text_column)), None)
+    if src is not None and src.skewed_split_note():
+        why += (", or the folder was started by an earlier loopscale that split this corpus by document; this one "
+                "splits it by position, because its validation-named files hold too much of its text")  # fmt: skip
+    return why
 
 
 def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
@@ -1313,8 +1328,9 @@ def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
     were of the new, resume checkpoints of the old text (every such trial then fails) or reuse an LR table tuned on
     it. Compared with the hash now (:func:`corpus_hash_now`): the finished records' ``corpus_sha256``
     (runs.parquet) and the hash the folder's first command recorded (``corpus.json``). A folder with neither (new,
-    or written before they existed) passes. The hash is of the files' bytes: a Parquet shard rewritten with the
-    same rows but another compression counts as changed; a newer modification time alone does not.
+    or written before they existed) passes. The hash is of the files' names and bytes: a renamed file, or a Parquet
+    shard rewritten with the same rows but another compression, counts as changed; a newer modification time alone
+    does not.
 
     Raises:
         ValueError: the corpus changed since; nothing is changed.
@@ -1336,15 +1352,15 @@ def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
         n, total = sum(other.values()), sum(hashes.values())
         raise ValueError(
             f"{n} of the {total} finished runs in {out.resolve()} read other content at the corpus path "
-            f"{spec.corpus!r} (content hash {', '.join(h[:12] for h in other)} in runs.parquet, {now[:12]} now): its "
-            "files' bytes changed since, and new runs would be trained and evaluated on other text than the finished "
+            f"{spec.corpus!r} (content hash {', '.join(h[:12] for h in other)} in runs.parquet, {now[:12]} now): "
+            f"{_why_other_content(spec)}, and new runs would be trained and evaluated on other text than the finished "
             "ones; restore the corpus, or use another --out folder for the new text (nothing there was changed)"
         )
     if first_hash and first_hash != now:
         raise ValueError(
             f"the corpus at {spec.corpus!r} is not the one {out.resolve()} was started on (content hash "
-            f"{first_hash[:12]} in {FOLDER_CORPUS}, recorded {first.get('recorded_at', '?')}; {now[:12]} now): its "
-            "files' bytes changed since, and this folder's unfinished runs' checkpoints (and its LR table, if any) "
+            f"{first_hash[:12]} in {FOLDER_CORPUS}, recorded {first.get('recorded_at', '?')}; {now[:12]} now): "
+            f"{_why_other_content(spec)}, and this folder's unfinished runs' checkpoints (and its LR table, if any) "
             "are of the old text; restore the corpus, or use another --out folder for the new text (nothing there "
             "was changed)"
         )

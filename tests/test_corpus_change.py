@@ -94,10 +94,20 @@ def test_changed_corpus_is_refused_by_sweep_run_and_dry_run(folder):
     for args in (["sweep", str(spec_path)], ["run", str(spec_path)]):  # run: every cell is done, sweep skipped
         p = _cli(*args, "--out", str(out))
         assert p.returncode == 2, (args, p.stderr[-2000:])
-        assert "files' bytes changed since" in p.stderr and "Traceback" not in p.stderr
+        assert "files' names or bytes changed since" in p.stderr and "Traceback" not in p.stderr
     p = _cli("run", str(spec_path), "--out", str(out), "--dry-run", "--json")
-    assert p.returncode == 2 and "files' bytes changed since" in json.loads(p.stdout)["refused"]
+    assert p.returncode == 2 and "files' names or bytes changed since" in json.loads(p.stdout)["refused"]
     assert (out / "runs.parquet").read_bytes() == before and not (out / "logs" / "ray.log").exists()
+
+
+def test_a_renamed_file_is_refused_as_names_or_bytes_changed(folder):
+    """A file renamed with the same bytes changes the hash (its name decides the split): refused, as before, but the
+    message said only that the files' bytes had changed, which they had not."""
+    corpus, spec, _, out, _ = folder
+    (corpus / "doc1.txt").rename(corpus / "doc9.txt")
+    with pytest.raises(ValueError, match=r"its files' names or bytes changed since \(the hash covers both: a file's "
+                       r"name decides whether it is validation text\), and new runs"):  # fmt: skip
+        check_folder_corpus(out, spec)
 
 
 def test_a_left_out_file_is_said_once_on_a_folder_with_finished_runs(folder):
