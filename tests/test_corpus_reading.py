@@ -269,3 +269,22 @@ def test_a_parquet_corpus_of_few_rows_is_weighed_by_its_rows_text(tmp_path):
     assert src.skewed_val_share == pytest.approx(sum(s for s, v in zip(sizes, val, strict=True) if v) / sum(sizes))
     td = D.load_tokens(str(f), "byte", cache_dir=tmp_path / "cache")
     assert td.meta["split_rule"] == "token tail 0.05"
+
+
+def test_a_folder_started_before_the_position_split_names_that_rule_when_refused(tmp_path, monkeypatch):
+    """An output folder started on a corpus that this loopscale splits by position (its validation-named file holds
+    96 % of the text) recorded the hash of the document split: refused, naming the split rule as a cause beside
+    changed names or bytes; a balanced corpus's refusal does not name it."""
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import FOLDER_CORPUS, check_folder_corpus
+
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "cache"))
+    c = _folder(tmp_path / "c", {"book41.txt": PROSE * 530, "notes.txt": PROSE[:230] * 20})
+    b = _folder(tmp_path / "b", {f"d{i}.txt": PROSE for i in range(40)})
+    for corpus, named in ((c, True), (b, False)):
+        out = tmp_path / f"out_{corpus.name}"
+        out.mkdir()
+        (out / FOLDER_CORPUS).write_text(f'{{"corpus_sha256": "{D._hash_files(sorted(corpus.iterdir()), "x")}"}}')
+        with pytest.raises(ValueError, match="its files' names or bytes changed since") as e:
+            check_folder_corpus(out, preset_spec("smoke").model_copy(update={"corpus": str(corpus)}))
+        assert ("split this corpus by document; this one splits it by position" in str(e.value)) == named
