@@ -110,21 +110,34 @@ class ClusterOptions:
                 through Ray Client (see :data:`RAY_CLIENT_TUNE`).
         Raises:
             ValueError: bad address, or a ``host:port`` where nothing answers (a TCP connection, no Ray);
-                num_cpus/num_gpus/ray_temp_dir together with an address; num_gpus > 0 without CUDA; relative or
-                overlong ray_temp_dir; a Tune command given a ``ray://`` address (``--address`` or RAY_ADDRESS).
+                num_cpus/num_gpus/ray_temp_dir together with an address (``--address``, or ``RAY_ADDRESS`` in the
+                environment, which Ray joins when ``--address`` is not given; a malformed one is named as such);
+                num_gpus > 0 without CUDA; relative or overlong ray_temp_dir; a Tune command given a ``ray://``
+                address (``--address`` or RAY_ADDRESS).
         """
         import os
 
         from loopscale.cluster.connect import _validate_local_options, check_reachable, validate_address
 
+        env = (os.environ.get("RAY_ADDRESS") or "").strip() or None
         client = next(
-            (f"{how} {a!r}" for how, a in (("--address", self.address), ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS")))
+            (f"{how} {a!r}" for how, a in (("--address", self.address), ("RAY_ADDRESS", env))
              if a and a.strip().startswith("ray://")),
             None,
         )  # fmt: skip
         if tune and client and (self.address is None or self.address.strip().startswith("ray://")):
             raise ValueError(f"{client} (Ray Client) cannot run `{tune}`: {RAY_CLIENT_TUNE}")
         address = validate_address(self.address)
+        joined = f"--address {address!r}"
+        if address is None and env is not None:  # Ray joins RAY_ADDRESS (as under `ray job submit`): name it
+            try:
+                address = validate_address(env)
+            except ValueError:
+                raise ValueError(
+                    f"RAY_ADDRESS={env!r} (set in this environment; --address was not given) is not a Ray address; "
+                    "set it to 'auto', 'host:port' or 'ray://host:port', or unset it for the embedded local Ray"
+                ) from None
+            joined = f"RAY_ADDRESS={env!r} (set in this environment: the command joins that cluster)"
         if address is not None:
             given = [
                 flag
@@ -136,11 +149,13 @@ class ClusterOptions:
                 if v
             ]
             if given:
+                drop = "drop --address" if self.address else "unset RAY_ADDRESS"
                 raise ValueError(
-                    f"{', '.join(given)} cannot be combined with --address {address!r}: the cluster's nodes "
-                    "decide their resources; drop them, or drop --address to use the embedded local Ray"
+                    f"{', '.join(given)} cannot be combined with {joined}: the cluster's nodes "
+                    f"decide their resources; drop them, or {drop} to use the embedded local Ray"
                 )
-            check_reachable(address)
+            if self.address is not None:
+                check_reachable(address)
         else:
             _validate_local_options(self.num_cpus, self.num_gpus, self.ray_temp_dir, flags=True)
 

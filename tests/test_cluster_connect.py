@@ -643,3 +643,23 @@ def test_tune_under_a_ray_client_connection_is_refused_in_python_too(monkeypatch
     monkeypatch.setattr(ray.util.client.ray, "is_connected", lambda: True)
     with pytest.raises(ValueError, match=r"connected through Ray Client \(ray://\): over Ray Client, Ray Tune runs"):
         fit_tuner(object())
+
+
+def test_options_name_ray_address_when_the_environment_sets_it(monkeypatch):
+    """RAY_ADDRESS=garbage said only Ray's 'Invalid address format: garbage', and RAY_ADDRESS with --num-cpus said
+    Ray's 'num_cpus, temp_dir cannot be set ...' after the folder was written: both now name RAY_ADDRESS and the
+    flags, before anything starts."""
+    monkeypatch.setenv("RAY_ADDRESS", "garbage")
+    with pytest.raises(ValueError, match=r"RAY_ADDRESS='garbage' \(set in this environment; --address was not given\) "
+                       r"is not a Ray address; .* or unset it"):  # fmt: skip
+        ClusterOptions().validate()
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    with pytest.raises(ValueError, match=r"^--num-cpus, --ray-temp-dir cannot be combined with RAY_ADDRESS="
+                       r"'10.0.0.5:6379' \(set in this environment: the command joins that cluster\).*unset "
+                       r"RAY_ADDRESS to use the embedded local Ray$"):  # fmt: skip
+        ClusterOptions(num_cpus=1, ray_temp_dir="/tmp/x").validate()
+    # an --address given wins over the environment, as in ray.init: its flags are refused naming --address
+    with pytest.raises(ValueError, match=r"^--num-cpus cannot be combined with --address 'auto'.*drop --address"):
+        ClusterOptions(address="auto", num_cpus=1).validate()
+    monkeypatch.delenv("RAY_ADDRESS")
+    ClusterOptions(num_cpus=1).validate()
