@@ -200,6 +200,12 @@ def validate_storage(storage: str | None) -> str | None:
                 + ", ".join(f"{x}://" for x in STORAGE_SCHEMES)
             )
         netloc = rest.split("/", 1)[0]
+        if scheme.lower() == "file" and netloc not in ("", "localhost"):
+            raise ValueError(
+                f"storage={storage!r}: a file:// URI takes an absolute path after its two slashes (file:///abs/dir, "
+                f"three slashes); {netloc!r} is read as a host name. Write file:///abs/dir, or give a plain path "
+                "(a relative one is taken from the current directory)"
+            )
         if "@" in netloc and ":" in netloc.split("@", 1)[0]:
             raise ValueError(
                 f"storage for scheme {scheme!r} carries inline credentials (user:secret@); never put keys in URIs: "
@@ -210,17 +216,26 @@ def validate_storage(storage: str | None) -> str | None:
     return absolute_uri(storage)
 
 
-def reachable_storage(storage: str | None) -> None:
+def reachable_storage(storage: str | None, *, write: bool = False) -> None:
     """Check that a remote storage location (``s3://``, ``gs://``, ``hdfs://``, ...) answers, once, before anything
     is written or Ray starts: without this a bucket that cannot be reached (no network, a mistyped name, no
     credentials) stops the command at its first read with pyarrow's traceback (``s3://``), or after Google's
-    15-minute retry policy (``gs://``, probed here with a 20 s one). Local paths and ``file://`` pass unread.
+    15-minute retry policy (``gs://``, probed here with a 20 s one). A local path or ``file://`` URI is read only
+    with ``write`` (a command that writes there): it is created if missing and a probe file is written and removed,
+    so a path under a file or on a read-only file system is one line, not a traceback from Tune.
 
     Raises:
-        ValueError: the location cannot be reached; the message carries pyarrow's reason.
+        ValueError: the location cannot be reached (the message carries pyarrow's reason), or (``write``) the local
+            directory cannot be created or written.
     """
-    if storage is None or "://" not in storage or storage.lower().startswith("file://"):
+    if storage is None:
         return
+    if "://" not in storage or storage.lower().startswith("file://"):
+        if write:
+            _writable_local_storage(storage)
+        return
+    import pyarrow as pa
+
     from loopscale.cluster import storage as st
 
     probe = storage
@@ -228,10 +243,36 @@ def reachable_storage(storage: str | None) -> None:
         probe += ("&" if "?" in storage else "?") + "retry_limit_seconds=20"
     try:
         st.exists(probe)
-    except OSError as e:
+    except (OSError, ValueError, pa.ArrowException) as e:  # abfs:// without credentials: ArrowException
         raise ValueError(
             f"storage {storage!r} cannot be reached: {e}; check the network, the bucket's name and this machine's "
             "credentials (instance role, AWS_*/GOOGLE_* variables)"
+        ) from None
+
+
+def _writable_local_storage(storage: str) -> None:
+    """Create the local storage directory ``storage`` (a path or ``file://`` URI) if missing and write and remove a
+    probe file in it (a permission check alone passes for root on a read-only file system such as /sys).
+
+    Raises:
+        ValueError: it cannot be created or written, with the system's reason.
+    """
+    import tempfile
+
+    from loopscale.cluster.storage import local_path
+
+    path = local_path(storage)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".loopscale_probe_"):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"storage {storage!r} (--storage, or the spec's storage_path) cannot be written: "
+            f"{e.strerror or type(e).__name__}"
+            + (f" ({e.filename})" if e.filename and str(e.filename) != str(path) else "")
+            + "; give a writable directory (on a multi-node cluster, one every node shares), or leave it unset for "
+            "OUT/tune"
         ) from None
 
 

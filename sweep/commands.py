@@ -329,7 +329,7 @@ def _run_stage(
 
     refuse_busy_folder(out, f"`loopscale {'sweep' if group == 'grid' else group}`")
     targets = tracking.parse_track(track)
-    reachable_storage(spec.storage_path)  # a bucket out of reach is one line, before the folder is written
+    reachable_storage(spec.storage_path, write=True)  # a bucket out of reach, a path not writable: one line, first
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:
         with tracking.described(targets, out, f"loopscale-{spec.name}-{group}", con.say):
             return stage(spec, out, **dataclasses.asdict(ray), track=targets, **kw)

@@ -475,9 +475,9 @@ def run_cmd(
     refuse_foreign_files(out_dir)
     from loopscale.cluster.options import reachable_storage
 
-    reachable_storage(spec.storage_path)  # a bucket out of reach is one line, before the folder is written
+    fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))  # before a storage inside it is made
+    reachable_storage(spec.storage_path, write=True)  # a bucket out of reach, a path not writable: one line, first
     b_def, s_def = fit_defaults(spec)
-    fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))
     with stdout_to_stderr(as_json), console.session(out_dir, verbose=verbose, json_mode=as_json) as con:
         if resume and fresh:  # e.g. a mistyped folder: say it before hours of training start
             con.say(f"--resume: nothing to resume in {out_dir} (no earlier run there); starting a new run", err=True)

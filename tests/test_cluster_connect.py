@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -663,3 +664,52 @@ def test_options_name_ray_address_when_the_environment_sets_it(monkeypatch):
         ClusterOptions(address="auto", num_cpus=1).validate()
     monkeypatch.delenv("RAY_ADDRESS")
     ClusterOptions(num_cpus=1).validate()
+
+
+def test_a_local_storage_that_cannot_be_written_is_one_line_before_anything_is_written(tmp_path, monkeypatch):
+    """--storage under a file ended in a 72-line NotADirectoryError traceback (exit 1), and one on a read-only file
+    system (/sys) in a PermissionError traceback; file://rel_x (two slashes) made a folder ./rel_x and then said to
+    use file://. Each is now one line, exit 2, before the --out folder is written; a writable storage is created and
+    left without the probe file."""
+    from typer.testing import CliRunner
+
+    from loopscale.cluster.options import reachable_storage, validate_storage
+    from loopscale.sweep.cli import app
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    cases = [(str(blocker / "sub"), r"storage '.*afile/sub' \(--storage, or the spec's storage_path\) cannot be "
+                                    r"written: Not a directory.*give a writable directory")]  # fmt: skip
+    if os.path.isdir("/sys"):  # sysfs refuses new entries, also to root (a permission check alone passes for root)
+        cases.append(("/sys/loopscale_probe_dir", r"storage '/sys/loopscale_probe_dir' .* cannot be written: "))
+    for storage, msg in cases:
+        for cmd in (["sweep", "smoke"], ["run", "smoke"]):
+            out = tmp_path / f"out_{cmd[0]}"
+            res = CliRunner().invoke(app, [*cmd, "--out", str(out), "--storage", storage])
+            assert res.exit_code == 2, res.output
+            assert len(res.stderr.strip().splitlines()) == 1 and re.search(msg, res.stderr), res.stderr
+            assert not out.exists()
+    with pytest.raises(ValueError, match=r"file:// URI takes an absolute path .*'rel_x' is read as a host name"):
+        validate_storage("file://rel_x/runs")
+    assert validate_storage("file:///abs/runs") == "file:///abs/runs"
+    good = tmp_path / "shared" / "runs"
+    reachable_storage(f"file://{good}", write=True)
+    assert good.is_dir() and not list(good.iterdir())
+    reachable_storage(str(tmp_path / "never"), write=False)  # read-only commands (status) create nothing
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_storage_whose_filesystem_raises_an_arrow_error_is_one_line(monkeypatch):
+    """abfs:// without credentials: pyarrow raised ArrowException (not an OSError), which escaped as a traceback."""
+    import pyarrow as pa
+
+    from loopscale.cluster import storage as st
+    from loopscale.cluster.options import reachable_storage
+
+    def refused(uri):
+        raise pa.ArrowException("Unknown error: AuthenticationException")
+
+    monkeypatch.setattr(st, "exists", refused)
+    with pytest.raises(ValueError, match=r"storage 'abfs://c@acct.dfs.core.windows.net/x' cannot be reached: Unknown "
+                       r"error: AuthenticationException; check the network"):  # fmt: skip
+        reachable_storage("abfs://c@acct.dfs.core.windows.net/x")
