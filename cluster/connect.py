@@ -46,7 +46,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["RayInfo", "ray_session", "validate_address", "check_reachable", "driver_thread_env"]
+__all__ = ["RayInfo", "ray_session", "validate_address", "check_reachable", "driver_thread_env", "no_node_fits"]
 
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5})$")
 
@@ -498,6 +498,26 @@ def _restore_sigterm(handler) -> None:
     """Put back the SIGTERM handler from before the session (one set outside Python, None: the default action)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
+
+
+def no_node_fits(cpus: float, gpus: float = 0.0) -> str | None:
+    """Why no trial can start, when no alive node of the connected Ray cluster has ``cpus`` CPUs and ``gpus`` GPUs
+    (one trial's resources: Tune places a trial on one node); None when one has. Needs an initialised Ray.
+
+    Tune does not refuse such a trial: it waits for a node that fits (an autoscaling cluster adds one; any other
+    waits for ever, with one notice a minute), so a command says this up front."""
+    import ray
+
+    nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+    if any(n.get("CPU", 0.0) >= cpus and n.get("GPU", 0.0) >= gpus for n in nodes):
+        return None
+    have = ", ".join(f"{n.get('CPU', 0.0):g} CPUs / {n.get('GPU', 0.0):g} GPUs" for n in nodes) or "none alive"
+    return (
+        f"each trial asks for {cpus:g} CPUs and {gpus:g} GPUs on one node (the spec's resources), and no node of "
+        f"this Ray cluster has them ({len(nodes)} node(s): {have}); Tune waits for a node that has them: an "
+        "autoscaling cluster adds one, any other waits for ever (stop with Ctrl-C, then lower resources.cpus / "
+        "resources.gpus in the spec or add such a node, and rerun with --resume)"
+    )
 
 
 #: What a driver joining a cluster with token authentication (Ray 2.60's default) needs, said when it is refused.

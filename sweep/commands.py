@@ -182,10 +182,12 @@ def run_sweep(
 
         from ray import tune
 
-        from loopscale.cluster.connect import ray_session
+        from loopscale.cluster.connect import no_node_fits, ray_session
 
         prefix = f"grid_{spec.name}_"
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
+            if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
+                console.current().say(f"warning: {why}", err=True)
             exps = _experiments(storage_path, prefix)
             restorable = resume and exps and tune.Tuner.can_restore(uri_join(storage_path, exps[-1]))
             if restorable and (torn := tune_state_problem(uri_join(storage_path, exps[-1]))):

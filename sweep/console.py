@@ -42,8 +42,9 @@ PLAIN_EVERY_S = 60.0
 """Seconds between two plain (non-terminal) progress lines of one view."""
 HEARTBEAT_S = 5.0
 """Seconds between two writes of ``OUT/logs/progress.json``."""
-NOTICE_MAX = 400
-"""Longest notice line (characters)."""
+NOTICE_MAX = 800
+"""Longest notice line (characters). Tune's notice that no trial could start (about 560 characters) names the
+resources asked and the cluster's in its middle: at 400 that part was cut out."""
 LOG_NAME = "ray.log"
 PROGRESS_NAME = "progress.json"
 

@@ -729,6 +729,10 @@ def run_tune_lr(
         console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune)))
         # ending_view first: a Ray that fails to start must not leave the LR display open
         with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
+            from loopscale.cluster.connect import no_node_fits
+
+            if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
+                console.current().say(f"warning: {why}", err=True)
             for s, r in pending:
                 plan = _run_study(spec, s, r, tune_dir, storage_path, resume, track)
                 info = {

@@ -713,3 +713,30 @@ def test_a_storage_whose_filesystem_raises_an_arrow_error_is_one_line(monkeypatc
     with pytest.raises(ValueError, match=r"storage 'abfs://c@acct.dfs.core.windows.net/x' cannot be reached: Unknown "
                        r"error: AuthenticationException; check the network"):  # fmt: skip
         reachable_storage("abfs://c@acct.dfs.core.windows.net/x")
+
+
+def test_no_node_fits_names_what_a_trial_asks_and_what_each_node_has(monkeypatch):
+    """A spec asking for a GPU (or more CPUs than any node has) on a cluster without one waited for ever, saying
+    only Tune's notice once a minute (cut in the middle, where it named the resources). sweep and tune-lr now say
+    up front what one trial asks and what each alive node has; a node that fits says nothing."""
+    import ray
+
+    from loopscale.cluster.connect import no_node_fits
+    from loopscale.sweep import console
+
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}},
+             {"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}]  # fmt: skip
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    assert no_node_fits(1, 1) is None and no_node_fits(4, 0) is None
+    why = no_node_fits(8, 0)
+    assert why.startswith("each trial asks for 8 CPUs and 0 GPUs on one node (the spec's resources), and no node of "
+                          "this Ray cluster has them (2 node(s): 2 CPUs / 0 GPUs, 4 CPUs / 1 GPUs)")  # fmt: skip
+    assert "waits for ever" in why and "--resume" in why
+    assert "1 CPUs and 2 GPUs" in no_node_fits(1, 2)
+    tune_line = ("No trial is running and no new trial has been started within the last 60 seconds. This could be "
+                 "due to the cluster not having enough resources available. You asked for 1.0 CPUs and 1.0 GPUs per "
+                 "trial, but the cluster only has 2.0 CPUs and 0 GPUs available. Stop the tuning and adjust the "
+                 "required resources (e.g. via the `ScalingConfig` or `resources_per_trial`, or `num_workers` for "
+                 "rllib), or add more resources to your cluster.")  # fmt: skip
+    note = console.notice_of(f"(TunerInternal pid=1) WARNING insufficient_resources_manager.py:163 -- {tune_line}")
+    assert note is not None and "You asked for 1.0 CPUs and 1.0 GPUs per trial, but the cluster only has" in note
