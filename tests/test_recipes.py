@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-RECIPES = Path(__file__).resolve().parents[1] / "cluster" / "recipes"
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "cluster" / "recipes"
 SUBCOMMANDS = ("model", "train", "fit", "report", "tune-lr", "sweep", "run")
 
 # Instance facts the AWS recipe relies on (AWS instance-type pages): vCPUs and NVIDIA GPUs.
@@ -48,14 +49,131 @@ def check_loopscale_command(cmd: str) -> list[str]:
     return argv
 
 
+def _joined(text: str) -> str:
+    """``text`` with comment markers dropped and backslash continuations joined (a recipe's header, a README)."""
+    lines = [re.sub(r"^\s*#\s?", "", ln) for ln in text.splitlines()]
+    return re.sub(r"\\\s*\n\s*", " ", "\n".join(lines))
+
+
 def _submitted_commands(text: str) -> list[str]:
     """``loopscale ...`` commands after ``ray job submit ... --`` in a recipe's comments (continuations joined)."""
-    lines = [re.sub(r"^\s*#\s?", "", ln) for ln in text.splitlines()]
-    joined = re.sub(r"\\\s*\n\s*", " ", "\n".join(lines))
+    return [m.group(1).strip() for m in re.finditer(r"ray job submit .*?-- +(loopscale [^\n\"`]+)", _joined(text))]
+
+
+def _strip_env(argv: list[str]) -> list[str]:
+    """``argv`` without leading ``NAME=value`` environment assignments."""
+    while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
+        argv = argv[1:]
+    return argv
+
+
+def parse_loopscale_command(cmd: str) -> tuple[str, dict]:
+    """Parse ``[VAR=value ...] loopscale SUB ...`` with the CLI's own parser (as the console script would, without
+    running it); return the subcommand and its parameters. Fails on anything the CLI would refuse to parse."""
+    import typer
+
+    from loopscale.sweep.cli import app
+
+    argv = _strip_env(shlex.split(cmd, comments=True))
+    assert argv and argv[0] == "loopscale", cmd
+    group = typer.main.get_command(app)
+    assert len(argv) > 1 and argv[1] in group.commands, f"{cmd!r}: not a loopscale subcommand"
+    try:
+        ctx = group.commands[argv[1]].make_context(f"loopscale {argv[1]}", list(argv[2:]))
+    except Exception as e:  # click's UsageError / NoSuchOption / BadParameter
+        raise AssertionError(f"`loopscale {argv[1]}` would refuse {cmd!r}: {e}") from e
+    return argv[1], ctx.params
+
+
+def _spec_tunes_lr(params: dict) -> bool:
+    """Whether the spec a parsed command names has ``lr: tune``; a shell variable (``$SPEC``) may be any spec, so
+    it counts as one that does. A repository path is looked up under this checkout's ``configs/``."""
+    from loopscale.sweep.presets import PRESETS, resolve_spec
+    from loopscale.sweep.spec import load_spec
+
+    arg = params.get("spec_path")
+    if arg is None or arg in PRESETS:
+        return resolve_spec(arg, params.get("preset"))[0].lr == "tune"
+    if "$" in arg:
+        return True
+    tail = arg.split("configs/", 1)
+    assert len(tail) == 2, f"spec {arg!r} is not one of this repository's configs/"
+    path = ROOT / "configs" / tail[1]
+    assert path.is_file(), f"spec {arg!r}: no {path}"
+    return load_spec(path).lr == "tune"
+
+
+def check_pipeline(cmds: list[str], where: str) -> list[tuple[str, dict]]:
+    """Every command parses with the CLI's parser, and no ``sweep`` of an ``lr: tune`` spec runs on a folder without
+    a ``tune-lr`` of that folder before it (sweep exits 2 there: no LR table); return the parsed commands."""
+    assert cmds, f"{where}: no loopscale command"
+    parsed = [parse_loopscale_command(c) for c in cmds]
+    tuned = set()
+    for cmd, (sub, params) in zip(cmds, parsed, strict=True):
+        if sub == "tune-lr":
+            tuned.add(str(params["out"]))
+        elif sub == "sweep" and _spec_tunes_lr(params):
+            assert str(params["out"]) in tuned, (
+                f"{where}: {cmd!r} sweeps an `lr: tune` spec with no `loopscale tune-lr` of {params['out']} before "
+                "it: on a new folder sweep exits 2 (no LR table); run `loopscale run` (or tune-lr first)"
+            )
+    return parsed
+
+
+def _slurm_commands(text: str) -> list[str]:
+    return [ln.strip().split(" || ")[0] for ln in text.splitlines() if ln.strip().startswith("loopscale ")]
+
+
+def _readme_cluster_section() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"### From a laptop to a cluster.*?(?=\n### )", readme, re.S)
+    assert m, "README has no 'From a laptop to a cluster' section"
+    return m.group(0)
+
+
+def _readme_block_commands() -> list[str]:
+    """The loopscale commands of the README's 'From a laptop to a cluster' code block, in order."""
+    block = re.search(r"```bash\n(.*?)```", _readme_cluster_section(), re.S)
+    assert block
     return [
-        m.group(1).strip().rstrip('"')
-        for m in re.finditer(r"ray job submit .*?-- +(loopscale [^\n]+)", joined)
+        ln.strip()
+        for ln in _joined(block.group(1)).splitlines()
+        if _strip_env(shlex.split(ln, comments=True))[:1] == ["loopscale"]
     ]
+
+
+def _all_recipe_commands() -> dict[str, list[str]]:
+    return {
+        "ray-cluster-aws.yaml": _submitted_commands((RECIPES / "ray-cluster-aws.yaml").read_text()),
+        "kuberay-raycluster.yaml": _submitted_commands((RECIPES / "kuberay-raycluster.yaml").read_text()),
+        "kuberay-rayjob.yaml": [_load("kuberay-rayjob.yaml")["spec"]["entrypoint"]],
+        "slurm-sbatch.sh": _slurm_commands((RECIPES / "slurm-sbatch.sh").read_text()),
+        "README block": _readme_block_commands(),
+        "README recipe list": _submitted_commands(_readme_cluster_section()),
+    }
+
+
+@pytest.mark.parametrize("where", ["ray-cluster-aws.yaml", "kuberay-raycluster.yaml", "kuberay-rayjob.yaml", "slurm-sbatch.sh", "README block", "README recipe list"])  # fmt: skip
+def test_recipe_commands_parse_and_tune_the_lr_before_the_grid(where):
+    """Each recipe's (and the README's cluster section's) loopscale commands are accepted by the CLI's own parser, and
+    configs/paper.yaml (`lr: tune`) is never handed to `loopscale sweep` on a folder no `tune-lr` filled first:
+    there sweep exits 2 at once ("no LR table"), after the cluster (4 x 8 GPUs on SLURM) was allocated."""
+    check_pipeline(_all_recipe_commands()[where], where)
+
+
+def test_check_pipeline_catches_a_sweep_without_its_lr_table():
+    """The checker itself: sweep of paper.yaml alone fails, after tune-lr of the same folder passes, a shell $SPEC
+    counts as a spec that may tune, a fixed-LR spec needs nothing, and a bad option value is refused."""
+    with pytest.raises(AssertionError, match="no `loopscale tune-lr`"):
+        check_pipeline(["loopscale sweep configs/paper.yaml --out o"], "t")
+    with pytest.raises(AssertionError, match="no `loopscale tune-lr`"):
+        check_pipeline(["loopscale tune-lr configs/paper.yaml --out a", "loopscale sweep configs/paper.yaml --out b"], "t")
+    with pytest.raises(AssertionError, match="no `loopscale tune-lr`"):
+        check_pipeline(['loopscale sweep "$SPEC" --out "$OUT"'], "t")
+    check_pipeline(["loopscale tune-lr configs/paper.yaml --out o", "loopscale sweep configs/paper.yaml --out o"], "t")
+    check_pipeline(["loopscale sweep configs/cpu.yaml --out o", "loopscale run configs/paper.yaml --out p"], "t")
+    with pytest.raises(AssertionError, match="would refuse"):
+        check_pipeline(["loopscale run configs/paper.yaml --out o --num-cpus zero"], "t")
 
 
 def test_every_recipe_is_tested():
@@ -110,7 +228,7 @@ def test_aws_launcher_schema_and_resources():
     assert cmds, "no `ray job submit ... -- loopscale ...` line in the recipe's comments"
     for c in cmds:
         argv = check_loopscale_command(c)
-        assert argv[1] == "sweep" and "--address" in argv
+        assert argv[1] == "run" and "--address" in argv
         assert argv[argv.index("--storage") + 1].startswith("s3://")  # shared by all nodes
 
 
@@ -172,12 +290,12 @@ def test_kuberay_raycluster():
 
 
 def test_kuberay_rayjob():
-    """RayJob: runs `loopscale sweep` on the recipe's RayCluster, its submitter authenticates from the Secret."""
+    """RayJob: runs `loopscale run --resume` on the recipe's RayCluster, its submitter authenticates from the Secret."""
     job = _load("kuberay-rayjob.yaml")
     rc = _load("kuberay-raycluster.yaml")
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
     argv = check_loopscale_command(job["spec"]["entrypoint"])
-    assert argv[1] == "sweep" and "--out" in argv
+    assert argv[1] == "run" and "--out" in argv and "--resume" in argv  # rerunning the RayJob resumes
     assert argv[argv.index("--storage") + 1].startswith("s3://")  # shared by all pods
     assert job["spec"]["clusterSelector"]["ray.io/cluster"] == rc["metadata"]["name"]
     for c in _containers(job["spec"]["submitterPodTemplate"]):
@@ -185,7 +303,8 @@ def test_kuberay_rayjob():
 
 
 def test_slurm_script():
-    """sbatch script: valid bash, head then workers via srun, the sweep joins with --address, GPUs consistent."""
+    """sbatch script: valid bash, head then workers via srun, `loopscale run` joins with --address (and resumes on
+    re-submission), GPUs consistent."""
     path = RECIPES / "slurm-sbatch.sh"
     text = path.read_text()
     if shutil.which("bash"):
@@ -200,7 +319,7 @@ def test_slurm_script():
     assert len(sweep_lines) == 1 and head < worker < text.index(sweep_lines[0])
     cmd = sweep_lines[0].split(" || ")[0]
     argv = check_loopscale_command(cmd)
-    assert argv[1] == "sweep" and argv[argv.index("--address") + 1] == "$HEAD_ADDRESS"
+    assert argv[1] == "run" and argv[argv.index("--address") + 1] == "$HEAD_ADDRESS" and "--resume" in argv
     assert "export RAY_AUTH_MODE=token" in text and "--dashboard-host=127.0.0.1" in text
 
 

@@ -1,25 +1,29 @@
 #!/bin/bash
-# loopscale sweep on a SLURM allocation: Ray head on the first node, Ray workers on the others, then the sweep.
+# loopscale run on a SLURM allocation: Ray head on the first node, Ray workers on the others, then the whole
+# measurement (LR tuning -> grid -> fits -> report). Not `loopscale sweep` alone: with a spec that has `lr: tune`
+# (configs/paper.yaml) it exits 2 at once on a new OUT (no LR table), after the nodes were allocated.
 #
 #   sbatch cluster/recipes/slurm-sbatch.sh configs/paper.yaml /shared/fs/loopscale/paper
 #
 # Arguments: SPEC (a sweep YAML) and OUT (a directory on a filesystem every node mounts: Tune state and
 # trial checkpoints go to OUT/tune, so a trial restarted on another node finds its checkpoint).
-# Rerunning with the same OUT resumes (finished runs are not trained again).
-# The same spec runs on a laptop with `loopscale sweep SPEC --out ./runs/x` (embedded Ray).
+# Re-submitting with the same OUT (after preemption or the time limit) resumes: --resume restores Tune's
+# interrupted experiment and finished runs are not trained again (on a new OUT it says there is nothing to
+# resume and starts).
+# The same spec runs on a laptop with `loopscale run SPEC --out ./runs/x` (embedded Ray).
 #
 # Security: Ray token auth is forced on (RAY_AUTH_MODE=token). The token is ~/.ray/auth_token in your home
 # directory (shared by the nodes; `ray get-auth-token --generate` creates it once, mode 600); it is never
 # printed or passed on a command line. Ray listens on the compute nodes' cluster-network address: run this
 # only on a cluster network that untrusted hosts cannot reach.
 #
-#SBATCH --job-name=loopscale-sweep
+#SBATCH --job-name=loopscale-run
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=96
 #SBATCH --time=48:00:00
-#SBATCH --output=loopscale-sweep-%j.out
+#SBATCH --output=loopscale-run-%j.out
 
 set -euo pipefail
 
@@ -53,9 +57,9 @@ for node in "${NODES[@]:1}"; do
   sleep 5
 done
 
-# The sweep's driver runs in the batch step on the head node and joins the cluster.
+# The driver runs in the batch step on the head node and joins the cluster.
 status=0
-loopscale sweep "$SPEC" --out "$OUT" --address "$HEAD_ADDRESS" || status=$?
+loopscale run "$SPEC" --out "$OUT" --address "$HEAD_ADDRESS" --resume || status=$?
 
 ray stop || true
 exit $status
