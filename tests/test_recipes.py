@@ -330,3 +330,42 @@ def test_check_loopscale_command_rejects_fakes():
     if _cli_group() is not None:
         with pytest.raises(AssertionError, match="has no option"):
             check_loopscale_command("loopscale sweep spec.yaml --no-such-flag 1")
+
+
+_ENV_PREFIX = r"((?:[A-Za-z_][A-Za-z0-9_]*=(?:\"[^\"]*\"|'[^']*'|[^\s\"';&|]+)\s+)*)"
+
+
+def _job_submit_envs(text: str) -> list[str]:
+    """The ``NAME=value`` assignments written before each ``ray job submit --...`` command of ``text``."""
+    return [m.group(1).strip() for m in re.finditer(_ENV_PREFIX + r"ray job submit --", _joined(text))]
+
+
+@pytest.mark.parametrize("where", ["ray-cluster-aws.yaml", "kuberay-raycluster.yaml", "README"])
+def test_ray_job_submit_sends_the_token(where):
+    """Ray 2.60's job client (JobSubmissionClient: get_auth_headers_if_auth_enabled) sends the token only when its
+    own process is in token mode, i.e. RAY_AUTH_MODE=token in its environment: `ray job submit` does not turn token
+    mode on from ~/.ray/auth_token or RAY_AUTH_TOKEN, and an `export` in the launcher's head_start_ray_commands does
+    not reach a `ray exec` shell. Without it the dashboard refuses the job (401). So every submit line sets it."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8") if where == "README" else (RECIPES / where).read_text()
+    envs = _job_submit_envs(text)
+    assert envs, f"{where}: no `ray job submit` line"
+    for env in envs:
+        assert re.search(r"(^|\s)RAY_AUTH_MODE=token(\s|$)", env), f"{where}: a `ray job submit` without RAY_AUTH_MODE=token"
+
+
+def test_ray_job_submit_env_finder():
+    """The finder reads assignments, quoted command substitutions included, and only those before the command."""
+    assert _job_submit_envs('x "RAY_AUTH_MODE=token ray job submit --address a -- loopscale run"') == ["RAY_AUTH_MODE=token"]
+    env = _job_submit_envs('#   A="$(kubectl get s -o jsonpath=\'{.t}\' | base64 -d)" \\\n#     ray job submit --address a')
+    assert env == ['A="$(kubectl get s -o jsonpath=\'{.t}\' | base64 -d)"']
+    assert _job_submit_envs("RAY_AUTH_MODE=token; ray job submit --address a") == [""]
+
+
+def test_token_auth_driver_joining_by_address_sets_the_mode():
+    """A driver joining with --address HOST:PORT does not turn token mode on by itself (ray.init only does for None /
+    'auto'), so the README's cluster block sets RAY_AUTH_MODE=token on such a line, as the SLURM script exports it."""
+    for cmd in _readme_block_commands():
+        argv = shlex.split(cmd, comments=True)
+        if "--address" in argv and argv[argv.index("--address") + 1] not in ("auto",):
+            assert "RAY_AUTH_MODE=token" in argv[: argv.index("loopscale")], cmd
+    assert "export RAY_AUTH_MODE=token" in (RECIPES / "slurm-sbatch.sh").read_text()
