@@ -217,7 +217,8 @@ def test_aws_launcher_schema_and_resources():
     # the package is installed from the checkout the launcher copies to every node
     mounts = cfg["file_mounts"]
     assert mounts["~/loopscale"] == "."
-    assert any("pip install" in c and "~/loopscale" in c for c in cfg["setup_commands"])
+    for cmds in (cfg["setup_commands"] + cfg["head_setup_commands"], cfg["setup_commands"] + cfg["worker_setup_commands"]):
+        assert any("pip install" in c and "~/loopscale" in c for c in cmds)
     assert any('"ray[default' in c and "2.60" in c for c in cfg["setup_commands"])
     # token auth forced on, the dashboard (job API) on loopback
     starts = cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"]
@@ -275,7 +276,7 @@ def test_kuberay_raycluster():
         args = " ".join(c["args"])
         assert "$KUBERAY_GEN_RAY_START_CMD" in args and "pip install" in args
         # pip builds in the source folder: never install straight from a mounted (read-only) checkout
-        target = re.search(r"pip install (\S+)", args).group(1)
+        target = re.search(r"pip install (\S+) && \$KUBERAY_GEN_RAY_START_CMD", args).group(1)
         mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
         assert not any(target == m or target.startswith(m.rstrip("/") + "/") for m in mounts), (target, mounts)
         # the copy leaves out what a checkout may hold beside the source, and is made writable before pip builds
@@ -369,3 +370,51 @@ def test_token_auth_driver_joining_by_address_sets_the_mode():
         if "--address" in argv and argv[argv.index("--address") + 1] not in ("auto",):
             assert "RAY_AUTH_MODE=token" in argv[: argv.index("loopscale")], cmd
     assert "export RAY_AUTH_MODE=token" in (RECIPES / "slurm-sbatch.sh").read_text()
+
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _torch_pin() -> str:
+    pin = re.search(r'"torch==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pin, "pyproject.toml pins no torch"
+    return pin.group(1)
+
+
+def _pip_installs_cpu_torch(cmd: str) -> bool:
+    argv = shlex.split(cmd.replace(";", " ; ").replace("&&", " && "))
+    return f"torch=={_torch_pin()}" in argv and CPU_INDEX in argv and argv[argv.index(CPU_INDEX) - 1] == "--index-url"
+
+
+def test_cpu_heads_install_the_cpu_torch_gpu_workers_the_default():
+    """The CPU-only heads (AWS m5.2xlarge, the KubeRay head pod) install torch's CPU build of the pinned version from
+    PyTorch's CPU index before the package (whose pin it then satisfies as 2.13.0+cpu), instead of PyPI's CUDA build
+    for Linux x86_64; the GPU workers install the package as is (PyPI's torch, the CUDA build)."""
+    cfg = _load("ray-cluster-aws.yaml")
+    head = cfg["setup_commands"] + cfg["head_setup_commands"]  # the launcher runs these, in this order, on the head
+    worker = cfg["setup_commands"] + cfg["worker_setup_commands"]
+    install = [i for i, c in enumerate(head) if re.search(r"pip install (-e )?~/loopscale\b", c)]
+    cpu = [i for i, c in enumerate(head) if _pip_installs_cpu_torch(c)]
+    assert install and cpu and cpu[0] < install[0], head
+    assert any(re.search(r"pip install (-e )?~/loopscale\b", c) for c in worker), worker
+    assert not any(CPU_INDEX in c for c in worker), worker
+    rc = _load("kuberay-raycluster.yaml")["spec"]
+    for c in _containers(rc["headGroupSpec"]["template"]):
+        args = " ".join(c["args"])
+        assert _pip_installs_cpu_torch(args) and args.index(CPU_INDEX) < args.index("pip install /tmp/loopscale"), args
+    for g in rc["workerGroupSpecs"]:
+        for c in _containers(g["template"]):
+            assert CPU_INDEX not in " ".join(c["args"])
+
+
+def test_readme_says_when_pip_takes_the_cpu_torch():
+    """The quick start does not claim the pin takes the CPU build on any CPU machine (PyPI's Linux x86_64 torch wheel
+    is the CUDA build; the CPU one comes from a pip configured with it, as on CI, or from PyTorch's CPU index); it names
+    the pinned version and the index."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = re.search(r"## Quick start\n(.*?)\n## ", readme, re.S).group(1)
+    assert not re.search(r"CPU-only machine the pinned\s+`torch==[^`]+`\s+takes the CPU build", quick)
+    assert f"torch=={_torch_pin()}" in quick and CPU_INDEX in quick
+    assert "--extra-index-url" in quick or "--index-url" in quick
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert "on CPU machines this takes the local CPU wheel" not in pyproject
