@@ -418,3 +418,24 @@ def test_readme_says_when_pip_takes_the_cpu_torch():
     assert "--extra-index-url" in quick or "--index-url" in quick
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert "on CPU machines this takes the local CPU wheel" not in pyproject
+
+
+def test_local_cluster_demo_joins_its_own_head_by_address():
+    """cluster/local_cluster_demo.sh joins the head it started by the HOST:PORT of that head's own address file (not
+    `--address auto`, which RAY_ADDRESS overrides and which, with several Rays on the machine, scans their processes),
+    starts it on a free port with the auth mode the driver also has, and stops only that head (never `ray stop`)."""
+    path = ROOT / "cluster" / "local_cluster_demo.sh"
+    text = path.read_text()
+    if shutil.which("bash"):
+        subprocess.run(["bash", "-n", str(path)], check=True)
+    code = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    (sweep,) = [ln for ln in code if ln.startswith('"$LOOPSCALE" sweep')]
+    argv = shlex.split(sweep.split("|")[0])
+    assert argv[argv.index("--address") + 1] == "$ADDRESS", sweep
+    assert 'ADDRESS="$(cat "$WORK/ray/ray_current_cluster")"' in code and 'export RAY_TMPDIR="$WORK"' in code
+    (start,) = [ln for ln in code if ln.startswith('"$RAY" start')]
+    assert "--head" in start and "--port=0" in start and "--block" in start
+    assert "unset RAY_ADDRESS" in code
+    assert text.index("export RAY_AUTH_MODE=") < text.index('"$RAY" start')  # head and driver share one mode
+    assert not any(re.search(r"\bray\b.*\bstop\b|\$RAY\"? stop", ln) for ln in code), "the demo must not `ray stop`"
+    assert 'kill -TERM "$HEAD_PID"' in text
