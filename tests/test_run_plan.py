@@ -243,6 +243,7 @@ def _stages_stopped_in_ray(monkeypatch):
 
     monkeypatch.setattr(connect, "ray_session", recorded)
     monkeypatch.setattr(connect, "check_reachable", lambda *a, **k: None)
+    monkeypatch.setattr(connect, "no_node_fits", lambda *a, **k: None)  # it asks the (here absent) Ray for its nodes
     monkeypatch.setattr(lr_search, "_run_study", stop)
     monkeypatch.setattr(commands, "_experiments", stop)
     return Stop, calls
