@@ -8,11 +8,17 @@ Architecture: prelude (``n_prelude`` unique layers) -> a shared block of ``n_rec
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 Injection = Literal["linear", "additive", "passthrough", "hyperconnect"]
 INJECTIONS: tuple[str, ...] = ("linear", "additive", "passthrough", "hyperconnect")
+
+
+def _is_real(v) -> bool:
+    """An int or float that is not a bool (NaN and inf included: callers check finiteness)."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,11 +55,12 @@ class LoopedConfig:
     hc_lanes: int = 2
     """Hyperconnection lanes K (only used with injection='hyperconnect')."""
     logit_softcap: float = 15.0
-    """Logits are soft-capped as c * tanh(z / c) (0 disables)."""
+    """Logits are soft-capped as c * tanh(z / c), in logit units: a finite c > 0, or exactly 0 for no cap (NaN,
+    inf, None and negative values raise ValueError)."""
     norm_eps: float = 1e-6
-    """RMSNorm epsilon."""
+    """RMSNorm epsilon (added to the mean square): a finite number > 0."""
     rope_base: float = 10000.0
-    """RoPE base theta."""
+    """RoPE base theta (angle t * theta^(-2j / head_dim)): a finite number > 0."""
     mlp_ratio: int = 4
     """MLP hidden width = mlp_ratio * d_model (squared ReLU)."""
 
@@ -105,10 +112,19 @@ class LoopedConfig:
                     f"bptt_k must equal r with injection='hyperconnect' (got bptt_k={k}, r={self.r}); "
                     "truncated BPTT with hyperconnections is not supported (as in the paper's code)"
                 )
-        if self.logit_softcap < 0:
-            raise ValueError(f"logit_softcap must be >= 0, got {self.logit_softcap}")
-        if self.norm_eps <= 0:
-            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
+        # the float fields: a NaN passes any `<` / `<=` test, and a NaN or inf here makes every logit NaN
+        c = self.logit_softcap
+        if not _is_real(c) or not math.isfinite(c) or c < 0:
+            raise ValueError(
+                f"logit_softcap must be a finite number > 0 (the cap c of c * tanh(z / c)) or 0 (no cap), got {c!r}"
+            )
+        for name, rule in (
+            ("norm_eps", "the RMSNorm epsilon, e.g. 1e-6"),
+            ("rope_base", "the RoPE base, e.g. 10000"),
+        ):
+            v = getattr(self, name)
+            if not _is_real(v) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a finite number > 0 ({rule}), got {v!r}")
 
     @property
     def n_heads(self) -> int:

@@ -365,3 +365,45 @@ def test_config_validation_names_field(kwargs, field):
     with pytest.raises(ValueError) as ei:
         LoopedConfig(**kwargs)
     assert str(ei.value).startswith(field), str(ei.value)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("rope_base", 0.0),
+        ("rope_base", -1.0),
+        ("rope_base", NAN),
+        ("rope_base", INF),
+        ("rope_base", "10000"),
+        ("norm_eps", NAN),
+        ("norm_eps", INF),
+        ("norm_eps", 0.0),
+        ("logit_softcap", NAN),
+        ("logit_softcap", INF),
+        ("logit_softcap", -INF),
+        ("logit_softcap", -1.0),
+        ("logit_softcap", None),
+        ("norm_eps", True),
+    ],
+)
+def test_config_float_fields_refuse_values_that_make_logits_nan(field, value):
+    """rope_base = 0 / -1, norm_eps = NaN and logit_softcap = inf made every logit NaN, and logit_softcap = NaN
+    silently turned the cap off (``c > 0`` is False for NaN): each now raises ValueError naming the field and the
+    value; the message says what is allowed."""
+    with pytest.raises(ValueError, match=rf"^{field} must be a finite number > 0") as ei:
+        tiny(2, "linear", **{field: value})
+    assert repr(value) in str(ei.value)
+
+
+def test_config_float_fields_valid_edges_give_finite_logits():
+    """The allowed edges still build and run: logit_softcap = 0 is 'no cap' (logits beyond any cap), a tiny
+    norm_eps and a small rope_base give finite logits."""
+    cfg = tiny(2, "linear", logit_softcap=0, norm_eps=1e-12, rope_base=0.5)
+    m = LoopedLM(cfg, seed=0)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(1e5)
+        out = m(idx_batch(cfg))
+    assert torch.isfinite(out).all() and out.abs().max().item() > 15.0
