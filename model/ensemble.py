@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from loopscale.model.config import LoopedConfig
-from loopscale.model.looped import LoopedLM, maybe_compile
+from loopscale.model.looped import LoopedLM, check_token_ids, maybe_compile
 
 log = logging.getLogger("loopscale.train")
 
@@ -63,7 +63,7 @@ class EnsembleLM(nn.Module):
 
     Raises:
         ValueError: ``cfg`` is not a LoopedConfig, ``seeds`` is empty, or ``idx`` has the wrong shape / dtype /
-            length.
+            length or (CPU, eager) ids outside [0, vocab_size) (see :meth:`forward`).
     """
 
     member_dims = 1
@@ -150,16 +150,22 @@ class EnsembleLM(nn.Module):
         return h
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits [k, B, T, V] for idx [B, T] (shared) or [k, B, T] (per member); see the class docstring."""
+        """Logits [k, B, T, V] for int64 idx [B, T] (shared) or [k, B, T] (per member); see the class docstring.
+
+        As :meth:`LoopedLM.forward`: int32 is refused, and ids outside [0, cfg.vocab_size) raise ValueError for a
+        CPU ``idx`` run eagerly (:func:`~loopscale.model.looped.check_token_ids`; the members' embeddings are one
+        [k V, d] table, so an unchecked id >= V would silently read the next member's rows).
+
+        Raises:
+            ValueError: wrong shape or dtype, T > cfg.seq_len, or (CPU, eager) an id outside [0, vocab_size).
+        """
         cfg, k = self.cfg, self.k
-        if (
-            idx.dtype not in (torch.int64, torch.int32)
-            or idx.dim() not in (2, 3)
-            or (idx.dim() == 3 and idx.shape[0] != k)
-        ):
+        if idx.dtype != torch.int64 or idx.dim() not in (2, 3) or (idx.dim() == 3 and idx.shape[0] != k):
             raise ValueError(
-                f"idx must be an int64 tensor [B, T] or [k={k}, B, T], got {tuple(idx.shape)} {idx.dtype}"
+                f"idx must be an int64 (torch.long) tensor [B, T] or [k={k}, B, T], got {tuple(idx.shape)} "
+                f"{idx.dtype}"
             )
+        check_token_ids(idx, cfg.vocab_size)
         if idx.dim() == 2:
             idx = idx.unsqueeze(0).expand(k, *idx.shape)
         _, B, T = idx.shape

@@ -131,6 +131,26 @@ def test_forward_equals_looped_lm_per_member(kw):
     torch.testing.assert_close(shared[1], LoopedLM(cfg, seed=9).double()(idx[0]), rtol=1e-10, atol=1e-10)
 
 
+def test_ensemble_refuses_out_of_range_ids_and_int32():
+    """The members' embeddings are one [k V, d] table indexed by id + i V, so an id >= V for member 0 silently read
+    member 1's rows (and -1 for member 1 member 0's last row); now both raise ValueError as LoopedLM does, and
+    int32 ids are refused as the message always said."""
+    cfg = preset_config("cpu", r=2, d_model=16, seq_len=8)
+    ens = EnsembleLM(cfg, [0, 1])
+    ok = torch.randint(0, 256, (2, 1, 8))
+    assert ens(ok).shape == (2, 1, 8, 256)
+    over = ok.clone()
+    over[0, 0, 0] = 256 + 5
+    with pytest.raises(ValueError, match=r"ids in \[\d+, 261\], but vocab_size=256 .*\(1 of 16 ids out of range\)"):
+        ens(over)
+    under = ok.clone()
+    under[1, 0, 2] = -1
+    with pytest.raises(ValueError, match=r"ids in \[-1, \d+\], but vocab_size=256"):
+        ens(under)
+    with pytest.raises(ValueError, match=r"int64 \(torch.long\).*torch.int32"):
+        ens(ok.int())
+
+
 class _Stop(Exception):
     pass
 

@@ -194,6 +194,40 @@ def test_logits_softcapped_float32_and_input_checks():
         LoopedLM({"d_model": 32})
 
 
+@pytest.mark.parametrize(
+    "bad,lo,hi,n_bad",
+    [(300, 300, 300, 16), (-1, -1, -1, 16), ("mixed", -3, 64, 2)],
+)
+def test_out_of_range_token_ids_raise_value_error_naming_vocab_size(bad, lo, hi, n_bad):
+    """Ids >= vocab_size or < 0 raised the embedding's bare IndexError ('index out of range in self'); now a
+    ValueError gives the ids' range, how many are out of range and vocab_size (64 here)."""
+    cfg = tiny(2, "linear")
+    m = LoopedLM(cfg, seed=0)
+    if bad == "mixed":
+        idx = torch.arange(cfg.seq_len).view(1, -1)
+        idx[0, 3], idx[0, 7] = -3, cfg.vocab_size  # one below, one at the limit
+    else:
+        idx = torch.full((1, cfg.seq_len), bad)
+    msg = rf"ids in \[{lo}, {hi}\], but vocab_size=64 allows only 0 <= id < 64 \({n_bad} of 16 ids out of range\)"
+    with pytest.raises(ValueError, match=msg):
+        m(idx)
+    edge = torch.tensor([[0, cfg.vocab_size - 1]])  # both ends of the range are fine
+    assert m(edge).shape == (1, 2, cfg.vocab_size)
+
+
+def test_idx_dtype_rule_and_message_agree():
+    """The message said 'must be an int64' but int32 was accepted; now int64 is the one dtype (what the trainer
+    feeds and what LMLoss's cross-entropy targets need) and int32 is refused with a hint."""
+    cfg = tiny(2, "linear")
+    m = LoopedLM(cfg, seed=0)
+    idx = idx_batch(cfg)
+    with pytest.raises(ValueError, match=r"idx must be an int64 \(torch.long\).*torch.int32; convert it with"):
+        m(idx.int())
+    with pytest.raises(ValueError, match=r"int64.*torch.float32"):
+        m(idx.float())
+    assert m(idx).shape == (2, cfg.seq_len, cfg.vocab_size)
+
+
 def test_bf16_autocast_cpu_close_to_fp32():
     """Under bf16 autocast the logits stay float32 and close to the fp32 ones (GPU path uses the same code)."""
     cfg = tiny(2, "linear")
