@@ -8,7 +8,9 @@ Architecture: prelude (``n_prelude`` unique layers) -> a shared block of ``n_rec
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -207,6 +209,13 @@ the measured fp32 matmul rate), about 2.3k tokens/s when other processes share t
 PRESETS = {"paper": PAPER, "cpu": CPU}
 
 
+def preset_override_names() -> tuple[str, ...]:
+    """The keyword overrides :func:`preset_config` accepts: the preset keys and the :class:`LoopedConfig` fields
+    other than ``d_model``, ``r`` (arguments of their own) and ``n_recur_block`` (derived from r), sorted."""
+    fields = {f.name for f in dataclasses.fields(LoopedConfig)} - {"d_model", "r", "n_recur_block"}
+    return tuple(sorted(fields | {k for p in PRESETS.values() for k in p}))
+
+
 def preset_config(
     preset: str,
     *,
@@ -217,21 +226,40 @@ def preset_config(
 ) -> LoopedConfig:
     """Config for ``preset`` ('paper' or 'cpu') at recurrence ``r``.
 
-    Width: ``d_model`` directly, or ``width_scale`` s with d = 64 s (paper convention; also accepted for 'cpu').
-    ``overrides`` may change any preset key (``seq_len``, ``vocab_size``, ``head_dim``, ``effective_depth``,
-    ``n_prelude``, ``n_coda``) or pass :class:`LoopedConfig` fields (``injection``, ``bptt_k``, ``hc_lanes``...).
+    Width: ``d_model`` directly, or ``width_scale`` s, a positive integer, with d = 64 s (paper convention; also
+    accepted for 'cpu'). ``overrides`` may change any preset key (``seq_len``, ``vocab_size``, ``head_dim``,
+    ``effective_depth``, ``n_prelude``, ``n_coda``) or pass :class:`LoopedConfig` fields (``injection``,
+    ``bptt_k``, ``hc_lanes``, ``logit_softcap``, ``norm_eps``, ``rope_base``, ``mlp_ratio``); an override of None
+    keeps the preset's value. ``n_recur_block`` is not an override: it follows from ``r`` and the depths.
 
     Raises:
-        ValueError: unknown preset, both or neither of d_model / width_scale, or an invalid config.
+        ValueError: unknown preset, both or neither of d_model / width_scale, a width_scale that is not a positive
+            integer (the message gives the d_model to pass instead when 64 s is whole), an unknown override (the
+            message lists the valid names and the closest one), or an invalid config.
     """
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     if (d_model is None) == (width_scale is None):
         raise ValueError("give exactly one of d_model or width_scale (--d-model / --width-scale on the command line)")
     if width_scale is not None:
-        if width_scale <= 0:
-            raise ValueError(f"width_scale must be positive, got {width_scale}")
-        d_model = 64 * width_scale
+        if not isinstance(width_scale, numbers.Integral) or isinstance(width_scale, bool) or width_scale <= 0:
+            d = 64 * width_scale if _is_real(width_scale) and math.isfinite(width_scale) and width_scale > 0 else None
+            hint = f"; for d_model = {int(d)} pass d_model={int(d)} instead" if d is not None and d == int(d) else ""
+            raise ValueError(
+                f"width_scale must be a positive integer s (d_model = 64 s: 1, 2, 3, ...), got {width_scale!r}{hint}"
+            )
+        d_model = 64 * int(width_scale)
+    valid = preset_override_names()
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, valid, n=1)
+        raise ValueError(
+            f"unknown preset_config override {name!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + ("; n_recur_block follows from r and effective_depth - n_prelude - n_coda" if name == "n_recur_block" else "")
+            + f"; valid overrides: {', '.join(valid)} (d_model, width_scale and r are their own arguments)"
+        )
     base = dict(PRESETS[preset])
     base.update({k: v for k, v in overrides.items() if v is not None})
     eff, pre, coda = base.pop("effective_depth"), base.pop("n_prelude"), base.pop("n_coda")

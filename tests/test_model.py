@@ -441,3 +441,46 @@ def test_config_float_fields_valid_edges_give_finite_logits():
         m.lm_head.weight.mul_(1e5)
         out = m(idx_batch(cfg))
     assert torch.isfinite(out).all() and out.abs().max().item() > 15.0
+
+
+@pytest.mark.parametrize("s", [1.5, 0.5, 2.0, True, 0, -1, float("nan")])
+def test_preset_config_bad_width_scale_names_width_scale(s):
+    """width_scale=1.5 failed as 'd_model must be a positive integer, got 96.0' (a field the caller never set);
+    now the message names width_scale and its valid values, and says which d_model to pass when 64 s is whole."""
+    with pytest.raises(ValueError, match=r"^width_scale must be a positive integer s \(d_model = 64 s: 1, 2, 3") as ei:
+        preset_config("cpu", r=2, width_scale=s)
+    assert repr(s) in str(ei.value)
+    if s == 1.5:
+        assert "pass d_model=96 instead" in str(ei.value)
+
+
+def test_preset_config_integer_width_scale_still_works():
+    """An integer width scale (Python or numpy) gives d = 64 s as a Python int."""
+    import numpy as np
+
+    assert preset_config("cpu", r=2, width_scale=2).d_model == 128
+    cfg = preset_config("cpu", r=2, width_scale=np.int64(3))
+    assert cfg.d_model == 192 and type(cfg.d_model) is int
+
+
+@pytest.mark.parametrize(
+    "override,close",
+    [("n_layer", None), ("softcap", "logit_softcap"), ("seq_length", "seq_len"), ("n_recur_block", None)],
+)
+def test_preset_config_unknown_override_is_a_value_error_listing_valid_names(override, close):
+    """An unknown override raised a raw dataclass TypeError ('unexpected keyword argument') although the docstring
+    promises ValueError; now a ValueError names it, suggests the closest valid name and lists them all."""
+    with pytest.raises(ValueError, match=rf"^unknown preset_config override '{override}'") as ei:
+        preset_config("cpu", r=2, d_model=32, **{override: 4})
+    msg = str(ei.value)
+    assert ("did you mean" in msg) == (close is not None)
+    if close:
+        assert f"did you mean '{close}'?" in msg
+    assert "valid overrides: bptt_k, effective_depth, hc_lanes, head_dim, injection, logit_softcap" in msg
+    assert "n_recur_block," not in msg  # not an override: it follows from r
+    # every listed name is accepted
+    from loopscale.model.config import preset_override_names
+
+    assert preset_config("cpu", r=2, d_model=32, seq_len=64, logit_softcap=5.0, bptt_k=1).seq_len == 64
+    assert "n_recur_block" not in preset_override_names() and "effective_depth" in preset_override_names()
+
