@@ -42,9 +42,22 @@ __all__ = [
 
 
 def _check_cfg(cfg: object) -> LoopedConfig:
+    """``cfg`` itself when it is a LoopedConfig.
+
+    Raises:
+        ValueError: anything else; the message names the type and, for a run config (an object with a
+            LoopedConfig ``.model``) or a dict, says how to get the LoopedConfig.
+    """
     if not isinstance(cfg, LoopedConfig):
+        if isinstance(getattr(cfg, "model", None), LoopedConfig):
+            hint = "; pass its .model (the LoopedConfig of the run)"
+        elif isinstance(cfg, dict):
+            hint = "; build it from a dict with LoopedConfig(**d)"
+        else:
+            hint = ""
         raise ValueError(
-            f"cfg must be a LoopedConfig (build one with preset_config or iso_depth), got {type(cfg)!r}"
+            f"cfg must be a LoopedConfig (build one with preset_config or iso_depth), got "
+            f"{type(cfg).__name__}{hint}"
         )
     return cfg
 
@@ -54,6 +67,9 @@ def block_params(cfg: LoopedConfig) -> int:
 
     Paper Sec. 3 / App. C: n_b = 12 d^2 at mlp_ratio 4 (the paper's algebra drops the 2 d norm weights; Table 6
     includes them).
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
     """
     cfg = _check_cfg(cfg)
     d = cfg.d_model
@@ -86,6 +102,9 @@ def n_once(cfg: LoopedConfig) -> int:
     """N_once: unique parameters run once per token (prelude + coda blocks + 3 model-level RMSNorms), in params.
 
     Paper Sec. 3.2 (N_once = (l_prelude + l_coda) n_b; the authors' code adds the 3 d norm "scalars").
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
     """
     cfg = _check_cfg(cfg)
     return (cfg.n_prelude + cfg.n_coda) * block_params(cfg) + 3 * cfg.d_model
@@ -96,24 +115,39 @@ def n_rec(cfg: LoopedConfig) -> int:
 
     Paper Sec. 3.2: N_rec = l_recur n_b + n_i with n_i = 2 d^2 (linear injection); hyperconnections contribute
     their r (K^2 + 2K) scalars (App. G.2); additive and passthrough injection have none.
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
     """
     cfg = _check_cfg(cfg)
     return cfg.n_recur_block * block_params(cfg) + _inject_params(cfg)
 
 
 def n_unique(cfg: LoopedConfig) -> int:
-    """N_unique = N_once + N_rec: every parameter except ``wte`` and ``lm_head`` (paper Table 6's N), in params."""
+    """N_unique = N_once + N_rec: every parameter except ``wte`` and ``lm_head`` (paper Table 6's N), in params.
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
+    """
     return n_once(cfg) + n_rec(cfg)
 
 
 def n_embedding(cfg: LoopedConfig) -> int:
-    """Embedding + unembedding parameters, ``2 V d`` (untied ``wte`` and ``lm_head``; excluded from N_unique)."""
+    """Embedding + unembedding parameters, ``2 V d`` (untied ``wte`` and ``lm_head``; excluded from N_unique).
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
+    """
     cfg = _check_cfg(cfg)
     return 2 * cfg.vocab_size * cfg.d_model
 
 
 def n_total(cfg: LoopedConfig) -> int:
-    """All parameters of the module: N_unique + N_embedding."""
+    """All parameters of the module, N_unique + N_embedding, in params.
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
+    """
     return n_unique(cfg) + n_embedding(cfg)
 
 
@@ -128,6 +162,9 @@ def flops_per_token(cfg: LoopedConfig) -> int:
     P_x count every parameter of a section (block norms included); P_inj = 2 d^2 (linear),
     (K^2 + 2K) d (hyperconnect), 0 (additive, passthrough). Attention is 12 d T per executed layer with gradient
     and 4 d T per detached (forward-only) layer. Example: paper preset s = 10, r = 4 gives 1.0473e9.
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
     """
     cfg = _check_cfg(cfg)
     d, T, V, r, k = cfg.d_model, cfg.seq_len, cfg.vocab_size, cfg.r, cfg.bptt_k
@@ -146,6 +183,9 @@ def flops_per_token_forward(cfg: LoopedConfig) -> int:
     F_fwd(r) = 2 (N_once + r N_rec) + attention 4 d T per executed layer + unembedding 2 V d)::
 
         F_fwd = 2 (P_prelude + P_coda + V d) + 2 r (P_recur_block + P_inj) + 4 d T (l_pre + l_coda + r l_rec)
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
     """
     cfg = _check_cfg(cfg)
     d, T, V, r = cfg.d_model, cfg.seq_len, cfg.vocab_size, cfg.r
@@ -159,7 +199,7 @@ def train_flops(cfg: LoopedConfig, D: int | float) -> float:
     """Training FLOPs C for D tokens: ``C = flops_per_token(cfg) * D`` (paper Sec. 2/3.2), in FLOPs.
 
     Raises:
-        ValueError: D is not a finite number >= 0.
+        ValueError: cfg is not a :class:`LoopedConfig`, or D is not a finite number >= 0.
     """
     if isinstance(D, bool) or not isinstance(D, int | float) or not math.isfinite(D) or D < 0:
         raise ValueError(f"D (tokens) must be a finite number >= 0, got {D!r}")
@@ -173,8 +213,8 @@ def tokens_for_flops(cfg: LoopedConfig, C: float, batch_tokens: int) -> int:
     with F = :func:`flops_per_token`. So the same C gives looped models (larger F) slightly fewer tokens.
 
     Raises:
-        ValueError: C not a positive finite number, batch_tokens not a positive int, or a budget too small for
-            one optimizer step (the message gives the smallest usable C).
+        ValueError: cfg is not a :class:`LoopedConfig`, C not a positive finite number, batch_tokens not a positive
+            int, or a budget too small for one optimizer step (the message gives the smallest usable C).
     """
     if isinstance(C, bool) or not isinstance(C, int | float) or not math.isfinite(C) or C <= 0:
         raise ValueError(f"C (training FLOPs) must be a positive finite number, got {C!r}")
@@ -199,6 +239,9 @@ def model_info(cfg: LoopedConfig) -> dict:
     injection, hc_lanes, d_model, n_heads, head_dim, mlp_ratio, seq_len, vocab_size, effective_depth``; and
     ``block_params`` (params of one block) and ``injection_overhead`` (injection matmul FLOPs relative to the
     blocks', r P_inj / (l_eff P_block); paper Sec. 3.2: about r/120 for the paper preset with linear injection).
+
+    Raises:
+        ValueError: cfg is not a :class:`LoopedConfig`.
     """
     cfg = _check_cfg(cfg)
     inj_overhead = cfg.r * _inject_flop_params(cfg) / (cfg.effective_depth * block_params(cfg))

@@ -211,3 +211,30 @@ def test_counted_flops_match_formula(r, injection, bptt_k):
     norm_flops = 6 * 2 * d * (cfg.n_prelude + cfg.n_coda) + (2 * (r - k) + 6 * k) * 2 * d * cfg.n_recur_block
     inj_saving = (12 * r - 6 - 6 * r) * d * d if injection == "linear" else 0
     assert per_token == flops_per_token(cfg) - norm_flops - inj_saving
+
+
+def _cfg_calls():
+    """Every public accounting function, called with its cfg argument replaced (other arguments valid)."""
+    from loopscale.model import accounting
+
+    extra = {"train_flops": (1000,), "tokens_for_flops": (1e15, 2048)}
+    return [(name, getattr(accounting, name), extra.get(name, ())) for name in accounting.__all__]
+
+
+@pytest.mark.parametrize("name,fn,args", _cfg_calls(), ids=[c[0] for c in _cfg_calls()])
+def test_non_config_argument_raises_documented_value_error(name, fn, args):
+    """Each accounting function raises ValueError for a non-config argument, documents it in a Raises section,
+    and the message says how to get a LoopedConfig from the two usual mistakes: a RunConfig and a dict."""
+    from loopscale.model.train import RunConfig
+
+    doc = fn.__doc__ or ""
+    assert "Raises:" in doc and "ValueError: cfg is not a :class:`LoopedConfig`" in doc, name
+    cfg = preset_config("cpu", r=2, d_model=32)
+    run = RunConfig(model=cfg, tokens=4096)
+    with pytest.raises(ValueError, match=r"^cfg must be a LoopedConfig .*got RunConfig; pass its \.model"):
+        fn(run, *args)
+    with pytest.raises(ValueError, match=r"^cfg must be a LoopedConfig .*got dict; build it from a dict with "):
+        fn(cfg.to_dict(), *args)
+    with pytest.raises(ValueError, match=r"^cfg must be a LoopedConfig .*got int$"):
+        fn(32, *args)
+    fn(cfg, *args)  # the same call with the config works
