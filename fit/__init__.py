@@ -2,6 +2,7 @@
 
 Public API (import from ``loopscale.fit``; heavy libraries load lazily)::
 
+    fit_table(table, law="joint", variant=None, bootstrap=0, identify=False, ...) -> TableFit  # as `loopscale fit`
     fit_law(table, law="joint", phi=None, starts=500, seed=0, delta=1e-3) -> FitResult
     bootstrap(table, law="joint", B=200, block_by="default", seed=0, workers=None, address=None, starts=500)
     compare_variants(table, baseline=None, B=200, ...)
@@ -17,11 +18,14 @@ from typing import Any
 __all__ = [
     "BootstrapResult",
     "FitResult",
+    "PerRunFitWarning",
+    "TableFit",
     "bootstrap",
     "compare_variants",
     "compute_optimal_frontier",
     "equivalence",
     "fit_law",
+    "fit_table",
     "isoflop_parabolas",
     "make_law",
     "write_fit_outputs",
@@ -32,6 +36,9 @@ _WHERE = {
     "bootstrap": "loopscale.fit.bootstrapping",
     "FitResult": "loopscale.fit.fitter",
     "fit_law": "loopscale.fit.fitter",
+    "fit_table": "loopscale.fit.table_fit",
+    "TableFit": "loopscale.fit.table_fit",
+    "PerRunFitWarning": "loopscale.fit.table_fit",
     "compare_variants": "loopscale.fit.variants",
     "compute_optimal_frontier": "loopscale.fit.derived",
     "equivalence": "loopscale.fit.derived",
@@ -45,3 +52,8 @@ def __getattr__(name: str) -> Any:
     if name in _WHERE:
         return getattr(import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'loopscale.fit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+

@@ -661,7 +661,7 @@ def whole_table_problem(
     alt = _working_block_by(law, data, bb, seed)
     return (
         f"--block-by {label}: {why}; every resample is the whole table, so the refits could only differ by their "
-        "starts and no interval exists" + (f"; a blocking that works: --block-by {alt}" if alt else "")
+        "starts and no interval exists" + (f"; a blocking that works: --block-by {alt} (block_by='{alt}' in Python)" if alt else "")
     )
 
 
@@ -690,7 +690,7 @@ def design_problem(
         return (
             f"{same}: a block draw over {list(bb)} cells "
             "always holds that single budget, so no resample can vary it and the design gives no interval"
-            + (f"; a blocking that works: --block-by {alt}" if alt else "")
+            + (f"; a blocking that works: --block-by {alt} (block_by='{alt}' in Python)" if alt else "")
             + f" (or add a second {budget})"
         )
     return whole_table_problem(law, data, bb, seed, stratify_by=stratify_by)
@@ -837,7 +837,7 @@ def _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, re
         reason = (
             f"0 of {B} resamples could be refitted ({int(B - ok_draw.sum())} without a non-degenerate draw in "
             f"1000 tries: {kinds}; {int((ok_draw & ~np.isfinite(objv)).sum())} refits failed)"
-            + (f"; a blocking that works: --block-by {alt}" if alt else "")
+            + (f"; a blocking that works: --block-by {alt} (block_by='{alt}' in Python)" if alt else "")
         )
     if reason is not None:
         import warnings
@@ -911,7 +911,9 @@ def bootstrap(
     point: FitResult | None = None,
     **kwargs: Any,
 ) -> BootstrapResult:
-    """Bootstrap percentile CIs for a scaling-law fit (paper §4.3: block bootstrap over (budget, r) cells, B = 200).
+    """Bootstrap percentile CIs for a scaling-law fit (paper §4.3: block bootstrap over (budget, r) cells, B = 200),
+    every row a point. For the bootstrap of ``loopscale fit --bootstrap B`` (seed replicates resampled within
+    cells and fitted as cell means, one variant) use :func:`loopscale.fit.table_fit.fit_table`.
 
     Args:
         table: path, DataFrame or pyarrow Table (columns as :func:`loopscale.fit.fitter.fit_law`).
@@ -923,12 +925,17 @@ def bootstrap(
         address: Ray cluster to join (``"auto"``, ``"host:port"``, ``"ray://host:port"``).
         starts: starts per refit (warm start + sub-fit + grid + random). delta: Huber threshold.
         point: a point fit to warm-start from (else it is fitted here with ``starts`` starts).
+        workers: ``None`` with no address starts an embedded local Ray on every core for the refits.
         **kwargs: passed to :func:`bootstrap_data` (``n_polish``, ``max_iter``, ``level``, ``chunk_size``,
-            ``progress``, ``derived``, ``grid``, ``point_starts``).
+            ``progress``, ``derived``, ``grid``, ``point_starts``, and ``stratify_by`` / ``cell_means``: resample
+            runs within the cells of these columns and fit each draw's cell means, as for seed replicates).
     Returns:
         :class:`BootstrapResult`.
     Raises:
-        ValueError: bad table, unknown law, missing ``block_by`` column, ``B < 1``, ``workers < 1`` — before any fit.
+        ValueError: bad table, unknown law, missing ``block_by`` column, ``B < 1``, ``workers < 1``, looped runs of
+            several variants, a Chinchilla fit of one point — before any fit.
+    Warns:
+        PerRunFitWarning: as :func:`loopscale.fit.fitter.fit_law` (seed replicates, unless ``stratify_by``).
     """
     lw = make_law(law, phi)
     bb_check = None
@@ -939,6 +946,9 @@ def bootstrap(
         if bb_check in (("none",), ("iid",), ("",)):
             bb_check = None
     data = prepare(table, lw, block_by=bb_check)
+    from loopscale.fit.table_fit import check_per_run_table
+
+    check_per_run_table(data, lw, "bootstrap", stratified=bool(kwargs.get("stratify_by")))
     return bootstrap_data(
         lw,
         data,

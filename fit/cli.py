@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -113,15 +112,10 @@ def fit_cmd(
     that appears more than once (excluded_duplicates; the newest row is fitted). TABLE may also be the output folder
     of `loopscale run` or `sweep` (its runs.parquet is used). For the joint law with phi free the verdict of the
     identification rule is printed with --identify (and is `identification` in --json)."""
-    import numpy as np
-    import pandas as pd
-
     from loopscale.cluster.options import ClusterOptions
-    from loopscale.fit.bootstrapping import bootstrap_data
-    from loopscale.fit.fitter import fit_data
-    from loopscale.fit.io import prepare
     from loopscale.fit.laws import make_law
     from loopscale.fit.outputs import summary_dict, write_fit_outputs
+    from loopscale.fit.table_fit import _blocks
 
     if table.is_dir():
         if not (table / "runs.parquet").is_file():
@@ -163,100 +157,48 @@ def fit_cmd(
         from loopscale.cluster.options import usable_out_dir
 
         usable_out_dir(out)  # before the fit, so that a file in the way costs no compute
-    lw = make_law(law, phi) if law != "joint_per_r" else None  # joint_per_r: its r come from the table, below
-    if law == "joint_per_r" and phi is not None:
-        make_law(law, phi)  # raises: phi cannot be fixed for the per-r law
-    bb = None
-    if block_by not in ("default", "iid", "none", ""):
-        bb = tuple(c.strip() for c in block_by.split(","))
-        twice = sorted({c for c in bb if bb.count(c) > 1})
-        if twice or "" in bb:
-            raise ValueError(
-                f"--block-by {block_by}: "
-                + (f"{', '.join(twice)} given twice" if twice else "an empty column name")
-                + "; give each column once, comma-separated (e.g. --block-by budget,r)"
-            )
-    from loopscale.fit.io import read_table
-
-    src = read_table(table)
-    src, variant = _one_variant(src, variant)
-    if r_only is not None:
-        try:
-            keep = {int(x) for x in r_only.split(",") if x.strip()}
-        except ValueError:
-            raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
-        if "r" not in src.columns:
-            raise ValueError(f"--r given but the table has no 'r' column; columns: {list(src.columns)}")
-        have = sorted(int(x) for x in src["r"].dropna().unique())
-        if not keep <= set(have):
-            raise ValueError(f"--r {r_only}: the table has r = {have}")
-        src = src[src["r"].isin(keep)].reset_index(drop=True)
-    if lw is None:  # one phi per looped r of the rows fitted (status ok), as fit_law(law="joint_per_r")
-        if "r" not in src.columns:
-            raise ValueError(f"--law joint_per_r needs an 'r' column; table has {list(src.columns)}")
-        ok = src["status"].astype("string") == "ok" if "status" in src.columns else np.ones(len(src), bool)
-        rs = np.unique(pd.to_numeric(src.loc[ok, "r"], errors="coerce").dropna().to_numpy(float))
-        if not (rs > 1).any():
-            raise ValueError(f"--law joint_per_r fits one phi per looped r > 1; the table holds only r = "
-                             f"{[int(v) for v in rs]}: use --law chinchilla")  # fmt: skip
-        lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
-    from loopscale.fit.analysis import seed_replicates
-    from loopscale.fit.io import with_layers_unique
-
-    # the blocking's columns are checked also without --bootstrap (a typo there would otherwise pass unseen)
-    data = prepare(with_layers_unique(src), lw, block_by=bb)
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
-    flat_terms = _chinchilla_flat_terms(data) if lw.name == "chinchilla" else []
-    # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
-    # fits them, to the cell means, seeds resampled within cells; --per-run keeps one point per run
-    rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
-    by_cell = rep is not None and not per_run
-    if by_cell and block_by != "default":
-        raise ValueError(
-            f"--block-by {block_by}: the table's seeds are replicates ({rep.cells} cells of {rep.runs} runs at one "
-            "D), so the joint law is fitted as `loopscale run` fits it, its bootstrap resampling seeds within cells; "
-            "add --per-run to fit every run and bootstrap the blocks you chose"
-        )
-    fit_input = data
-    if by_cell and rep.means:  # the exclusions stay those of the runs table
-        fit_input = replace(prepare(rep.fit_frame(data.frame), lw), n_excluded=data.n_excluded,
-                            excluded_by_status=data.excluded_by_status, duplicate_run_ids=data.duplicate_run_ids)  # fmt: skip
-    fit = fit_data(lw, fit_input, starts=starts, seed=seed, delta=delta)
-    boot = None
-    if bootstrap:
-        block_arg = None if block_by in ("iid", "none", "") else (bb if bb else "default")
-        kw = dict(
-            B=bootstrap,
-            block_by=block_arg,
-            seed=seed,
-            starts=starts,
-            point=fit,
-            delta=delta,
-            progress=not json_out,
-        )
-        if by_cell:  # as the analysis: seeds drawn within cells (the law refitted to each draw's means)
-            kw.update(block_by=None, stratify_by=rep.strata, cell_means=rep.means)
-        n_workers = workers if workers is not None else num_cpus
-        import warnings
+    make_law(law, phi, **({"rs": (2,)} if law == "joint_per_r" else {}))  # an unknown law, a bad phi: said first
+    if block_by not in ("default", "iid", "none", ""):
+        try:
+            _blocks(block_by)
+        except ValueError as e:
+            raise ValueError(str(e).replace(f"block_by {block_by!r}", f"--block-by {block_by}", 1)) from None
+    if r_only is not None:
+        try:
+            r_keep = sorted({int(x) for x in r_only.split(",") if x.strip()})
+        except ValueError:
+            raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
+    from loopscale.fit.table_fit import fit_table
 
-        with warnings.catch_warnings():  # its "no interval" warning is the summary's own line (below), said once
-            warnings.filterwarnings("ignore", message="bootstrap: no interval")
-            if address is None and num_gpus is None and ray_temp_dir is None:
-                # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
-                boot = bootstrap_data(lw, data, workers=n_workers, **kw)
-            else:
-                with opts.session():
-                    boot = bootstrap_data(lw, data, workers=n_workers, address=None, **kw)
+    n_workers = workers if workers is not None else num_cpus
+    kw = dict(
+        phi=phi, variant=variant, r=r_keep if r_only is not None else None, per_run=per_run, bootstrap=bootstrap,
+        block_by=block_by, identify=check_identified, starts=starts, seed=seed, delta=delta, workers=n_workers,
+        progress=not json_out,
+    )  # fmt: skip
+    import warnings
+
+    with warnings.catch_warnings():  # its "no interval" warning is the summary's own line (below), said once
+        warnings.filterwarnings("ignore", message="bootstrap: no interval")
+        if not bootstrap or (address is None and num_gpus is None and ray_temp_dir is None):
+            # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
+            tf = fit_table(table, law, **kw)
+        else:
+            with opts.session():
+                tf = fit_table(table, law, **kw)
+    fit, boot, data, variant, rep = tf.fit, tf.boot, tf.data, tf.variant, tf.replicates
+    flat_terms, ident = tf.flat_terms, tf.identification
     summary = summary_dict(fit, boot)
     if variant is not None:
         summary["variant"] = variant
     fitted_to, fitted_line = _fitted_to(rep, per_run, data.n, bootstrap > 0)
     if fitted_to is not None:
         summary["fitted_to"] = fitted_to
-    pooled = sorted({int(v) for v in data.cols["r"]}) if lw.name == "chinchilla" and "r" in data.cols else []
+    pooled = tf.pooled_r
     pooled_note = None
-    if len(pooled) > 1:  # one architecture's law fitted to several: said, with the way to fit one
+    if pooled:  # one architecture's law fitted to several: said, with the way to fit one
         summary["pooled_r"] = pooled
         pooled_note = (
             f"the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, as one "
@@ -268,10 +210,7 @@ def fit_cmd(
     loss_note = _loss_column_note(data)
     if loss_note:
         summary["loss_column_note"] = loss_note
-    ident = None
-    if check_identified and law == "joint" and phi is None:
-        strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too
-        ident = _identification(fit, boot, data.frame, strata=strata, starts=starts, seed=seed)
+    if ident is not None:
         summary["identification"] = ident.to_dict()
     if out is not None:
         summary["outputs"] = write_fit_outputs(out, fit, boot, extra={"variant": variant} if variant else None)
@@ -371,41 +310,6 @@ def fit_cmd(
     print("\n".join(lines), file=sys.stdout)
 
 
-def _identification(fit, boot, runs, *, strata, starts: int, seed: int):
-    """The identification rule (``loopscale.fit.identify``) for a joint fit with phi free, with the effort of
-    ``loopscale run``'s analysis (:func:`loopscale.fit.identify.rule_inputs`): ``runs`` the runs fitted (status
-    ok), ``strata`` the cell columns when the fit is to cell means (the profile and the per-r fits then use cell
-    means and resample seeds within cells, as the analysis), else None; serial."""
-    from loopscale.fit.identify import identify, rule_inputs
-
-    ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
-    profile, per_r = rule_inputs(runs, starts=starts, B=boot.B if boot else 0, seed=seed, strata=strata)
-    return identify(fit, ci, profile, per_r)
-
-
-def _chinchilla_flat_terms(data) -> list[str]:
-    """What a Chinchilla fit (L = E + A N^-alpha + B D^-beta) cannot tell apart in ``data``: with one N the term
-    A N^-alpha is one constant (E, A, alpha not identified), with one D the term B D^-beta (E, B, beta). Raises
-    ValueError when both are single (one point: nothing to fit; the report skips such per-r fits too)."""
-    import numpy as np
-
-    n, d = (np.unique(data.cols[k]) for k in ("N", "D"))
-    if n.size < 2 and d.size < 2:
-        raise ValueError(
-            f"--law chinchilla: the {data.n} runs fitted share one N ({n[0]:.6g}) and one D ({d[0]:.6g}), one point "
-            "of the law: its parameters cannot be fitted (the report skips such fits: it needs >= 6 runs with >= 2 "
-            "sizes and >= 2 budgets); fit a table with several sizes or budgets, or --law joint across r"
-        )
-    out = []
-    if n.size < 2:
-        out.append(f"every run has one N = {n[0]:.6g}: A N^-alpha is one constant, so E, A and alpha are not "
-                   "identified (only E + A N^-alpha is)")  # fmt: skip
-    if d.size < 2:
-        out.append(f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not "
-                   "identified (only E + B D^-beta is)")  # fmt: skip
-    return out
-
-
 def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dict | None, str | None]:
     """What a joint fit was fitted to, for --json (``fitted_to``) and the console (one line), given the table's
     :class:`~loopscale.fit.analysis.SeedReplicates` (None: seeds are not replicates; the fit is per run, nothing
@@ -430,45 +334,6 @@ def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dic
         f"fitted to {n_runs} runs: their seeds are replicates, but {rep.cells} cells are fewer than the law's "
         f"parameters, so the runs are fitted{boot}, as `loopscale run` (cells: {cols})"
     )
-
-
-def _one_variant(df, variant: str | None):
-    """The rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`): ``variant``'s; without it the
-    one variant that has looped runs (r = 1 runs are labelled ``baseline`` in every sweep), or the whole table when
-    it holds one variant (or has no ``variant`` column). Returns ``(rows, name)``: ``name`` the variant fitted, None
-    for a table without a ``variant`` column and no ``variant`` given.
-
-    Raises:
-        ValueError: several variants with looped runs and no ``variant`` (pooled, they would be fitted as one law);
-            ``variant`` not in the table; several variants and no ``r`` column.
-    """
-    from loopscale.fit.analysis import variant_frames
-
-    names = sorted(str(v) for v in df["variant"].dropna().unique()) if "variant" in df.columns else []
-    if len(names) <= 1:  # one variant (or no column): the table is its fit
-        if variant is not None and variant not in (names or ["baseline"]):
-            raise ValueError(f"--variant {variant}: the table's runs are all of variant {(names or ['baseline'])[0]!r}")
-        return df, (names[0] if names else variant)
-    if "r" not in df.columns:
-        raise ValueError(f"the table holds variants {names} but no 'r' column: give one variant's rows")
-    # the variants with looped runs: r = 1 runs are labelled baseline whatever the spec's variants
-    looped = sorted(str(v) for v in df.loc[df["r"] > 1, "variant"].dropna().unique())
-    if variant is None:
-        if len(looped) > 1:
-            raise ValueError(
-                f"the table holds variants {looped}: give --variant NAME (each variant is its own fit, its looped "
-                "runs with the r = 1 runs, as `loopscale run` fits them; pooled they would be fitted as one law)"
-            )
-        if not looped:
-            return df, None
-        variant = looped[0]  # one looped variant beside the shared r = 1 runs: that variant's fit
-    frames = variant_frames(df)
-    if variant not in frames:
-        raise ValueError(f"--variant {variant}: the table's variants are {names}")
-    if variant not in looped:
-        raise ValueError(f"--variant {variant}: it has no looped (r > 1) runs in the table; the variants with looped "
-                         f"runs are {looped}")
-    return frames[variant], variant
 
 
 def _loss_column_note(data) -> str | None:

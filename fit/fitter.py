@@ -707,7 +707,9 @@ def fit_law(
     delta: float = 1e-3,
     grid: bool = True,
 ) -> FitResult:
-    """Fit a scaling law to a table of runs (paper §4.2 protocol).
+    """Fit a scaling law to a table of runs, every row a point (paper §4.2 protocol). For the fit of ``loopscale
+    fit`` (one variant, cell means of seed replicates, bootstrap and identification as ``loopscale run``) use
+    :func:`loopscale.fit.table_fit.fit_table`.
 
     Args:
         table: path (Parquet/CSV), DataFrame or pyarrow Table with ``loss`` (or ``final_val_loss``, nats/token),
@@ -721,7 +723,12 @@ def fit_law(
     Returns:
         :class:`FitResult`.
     Raises:
-        ValueError: bad table (see :func:`loopscale.fit.io.prepare`), unknown law, bad ``phi``/``starts``/``delta``.
+        ValueError: bad table (see :func:`loopscale.fit.io.prepare`), unknown law, bad ``phi``/``starts``/``delta``,
+            looped runs of several variants (pooled into one law), a Chinchilla fit of one point
+            (:func:`loopscale.fit.table_fit.check_per_run_table`).
+    Warns:
+        PerRunFitWarning: seed replicates that ``loopscale fit`` fits as cell means; a Chinchilla table with one N
+            or one D.
     """
     if law == "joint_per_r":  # one phi for each r > 1 the table holds (the table read once, validated twice)
         table = read_table(table)
@@ -737,4 +744,7 @@ def fit_law(
     if not (delta > 0 and np.isfinite(delta)):
         raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
     data = prepare(table, lw)
+    from loopscale.fit.table_fit import check_per_run_table
+
+    check_per_run_table(data, lw, "fit_law")
     return fit_data(lw, data, starts=starts, seed=seed, delta=delta, grid=grid)

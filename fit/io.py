@@ -28,7 +28,8 @@ N_ALIASES = ("N", "N_unique")
 
 
 def read_table(table: Any) -> pd.DataFrame:
-    """Return a pandas DataFrame from a path (``.parquet``/``.pq``/``.csv``), a DataFrame or a pyarrow Table.
+    """Return a pandas DataFrame from a path (``.parquet``/``.pq``/``.csv``, a folder of Parquet files, or the
+    output folder of ``loopscale run`` / ``sweep``: its ``runs.parquet``), a DataFrame or a pyarrow Table.
 
     Raises:
         ValueError: unknown file type, missing file, or unsupported object.
@@ -39,6 +40,8 @@ def read_table(table: Any) -> pd.DataFrame:
         p = Path(table)
         if not p.exists():
             raise ValueError(f"table {str(p)!r} does not exist; pass a .parquet or .csv file")
+        if p.is_dir() and (p / "runs.parquet").is_file():  # the folder of a `loopscale run` / `sweep`
+            p = p / "runs.parquet"
         if p.suffix.lower() in (".parquet", ".pq") or p.is_dir():
             import pyarrow.parquet as pq
 

@@ -93,3 +93,9 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'loopscale.model' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazily loaded names too (a notebook's tab completion lists them)."""
+    return sorted(set(globals()) | set(__all__))
+

@@ -46,3 +46,9 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(f"loopscale.sweep.{_WHERE[name]}"), name)
     raise AttributeError(f"module 'loopscale.sweep' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazily loaded names too (a notebook's tab completion lists them)."""
+    return sorted(set(globals()) | set(__all__))
+

@@ -1,0 +1,331 @@
+"""``fit_table``: the fit of ``loopscale fit`` as one Python call (a notebook gets the numbers the CLI prints).
+
+A runs table is fitted as ``loopscale run``'s analysis fits it: one variant at a time (its looped runs and the
+r = 1 runs), a table whose seeds are replicates (one D, several seeds per cell) fitted to its cell means with seeds
+resampled within cells, a Chinchilla fit of one point refused. :func:`loopscale.fit.fitter.fit_law` and
+:func:`loopscale.fit.bootstrapping.bootstrap` are the lower-level pieces: they fit every row they are given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loopscale.fit.laws import Law
+
+
+@dataclass(frozen=True)
+class TableFit:
+    """What :func:`fit_table` fitted, and how.
+
+    Attributes:
+        fit: the point fit (:class:`~loopscale.fit.fitter.FitResult`; parameters in nats/token, tokens and
+            parameters as the table's columns).
+        boot: the bootstrap (:class:`~loopscale.fit.bootstrapping.BootstrapResult`) or None without one.
+        data: the runs, validated (:class:`~loopscale.fit.io.FitData`: exclusions, the kept rows).
+        law: the law object fitted.
+        variant: the variant fitted (None: the table has no ``variant`` column and none was asked).
+        replicates: the table's seed replicates (:class:`~loopscale.fit.analysis.SeedReplicates`) when the joint law
+            sees some, else None.
+        by_cell: True when the law was fitted to the cell means (seeds averaged) and the bootstrap resampled seeds
+            within cells, as ``loopscale run``; False when every run is a point.
+        flat_terms: for the Chinchilla law, the terms the table cannot tell apart (one N, or one D), in words.
+        pooled_r: for the Chinchilla law fitted to runs of several r, those r (one architecture's law pooled).
+        identification: the verdict of the identification rule (:class:`~loopscale.fit.identify.Identification`)
+            when asked (``identify=True``), else None.
+    """
+
+    fit: Any
+    boot: Any
+    data: Any
+    law: Law
+    variant: str | None = None
+    replicates: Any = None
+    by_cell: bool = False
+    flat_terms: list[str] = field(default_factory=list)
+    pooled_r: list[int] = field(default_factory=list)
+    identification: Any = None
+
+    @property
+    def params(self) -> dict[str, float]:
+        """The point estimates (``E, A, alpha, B, beta`` and ``phi`` for the joint law)."""
+        return self.fit.params
+
+    @property
+    def ci(self) -> dict[str, tuple[float, float]]:
+        """The bootstrap's percentile intervals ({} without a bootstrap, or when it gave none)."""
+        if self.boot is None or self.boot.no_interval_reason:
+            return {}
+        return dict(self.boot.ci)
+
+
+def fit_table(
+    table: Any,
+    law: str = "joint",
+    *,
+    phi: float | None = None,
+    variant: str | None = None,
+    r: Any = None,
+    per_run: bool = False,
+    bootstrap: int = 0,
+    block_by: Any = "default",
+    identify: bool = False,
+    starts: int = 500,
+    seed: int = 0,
+    delta: float = 1e-3,
+    workers: int | None = None,
+    progress: bool = False,
+) -> TableFit:
+    """Fit a scaling law to a runs table exactly as ``loopscale fit TABLE`` does (and, with ``identify=True``,
+    ``loopscale fit --identify``: the fit ``loopscale run``'s report shows).
+
+    Args:
+        table: a path (``.parquet``, ``.csv``, or the folder of a ``loopscale run`` / ``sweep``: its
+            ``runs.parquet``), a pandas DataFrame or a pyarrow Table; columns as
+            :func:`loopscale.fit.fitter.fit_law` (loss in nats/token, ``D`` in tokens, parameters).
+        law: ``"joint"`` (paper Eq. 3), ``"joint_per_r"`` (one phi per looped r; a point fit) or ``"chinchilla"``.
+        phi: fix phi (joint law), e.g. 0 or 1; None fits it.
+        variant: the variant to fit (its looped runs and the r = 1 runs); needed when the table holds several
+            variants with looped runs, which pooled would be fitted as one law.
+        r: keep only these r (an int or a list of ints).
+        per_run: a table whose seeds are replicates: fit every run as a point and bootstrap blocks (``block_by``),
+            instead of the cell means with seeds resampled within cells (the default, as ``loopscale run``).
+        bootstrap: resamples B (0: none; paper: 200).
+        block_by: bootstrap blocks of a per-run fit: ``"default"`` (joint: budget,r / C,r / D,r; chinchilla: iid),
+            ``"iid"`` (or None), or a tuple of column names.
+        identify: apply the identification rule of ``loopscale run`` (joint law, phi free; needs ``bootstrap``).
+        starts, seed, delta: the fitter's starts, RNG seed and Huber threshold (paper: 500, -, 1e-3).
+        workers: CPUs for the bootstrap refits (None: an embedded local Ray on every core; 1: serial, no Ray).
+        progress: show the bootstrap's progress bar on stderr.
+    Returns:
+        :class:`TableFit`.
+    Raises:
+        ValueError: as ``loopscale fit`` (exit 2 there): a bad table (:func:`loopscale.fit.io.prepare`), several
+            looped variants and no ``variant``, an ``r`` the table lacks, a Chinchilla fit of one point,
+            ``block_by`` with seed replicates and not ``per_run``, ``joint_per_r`` with a bootstrap, ``identify``
+            without a free-phi joint law or without a bootstrap.
+    """
+    from loopscale.fit.analysis import seed_replicates
+    from loopscale.fit.bootstrapping import bootstrap_data
+    from loopscale.fit.fitter import fit_data
+    from loopscale.fit.io import prepare, read_table, with_layers_unique
+    from loopscale.fit.laws import make_law
+
+    if law == "joint_per_r" and bootstrap:
+        raise ValueError(
+            "law 'joint_per_r' is a point fit (a resample that misses one r would leave its phi_<r> unfitted): fit "
+            "without a bootstrap, or fit law 'joint' with identify and a bootstrap, whose check fits phi per r"
+        )
+    if identify and not (law == "joint" and phi is None):
+        raise ValueError("identify applies to the joint law with phi free (it decides whether the data identify phi)")
+    if identify and not bootstrap:
+        raise ValueError(
+            "identify needs a bootstrap (e.g. bootstrap=50): the rule checks the ends of phi's interval and phi "
+            "fitted per r with its intervals, both from resamples"
+        )
+    if not (delta > 0 and np.isfinite(delta)):
+        raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
+    blocks = _blocks(block_by)
+    lw = make_law(law, phi) if law != "joint_per_r" else None
+    if law == "joint_per_r" and phi is not None:
+        make_law(law, phi)  # raises: phi cannot be fixed for the per-r law
+    src, variant = one_variant(read_table(table), variant)
+    if r is not None:
+        keep = {int(v) for v in np.atleast_1d(r)}
+        if "r" not in src.columns:
+            raise ValueError(f"r={r!r} given but the table has no 'r' column; columns: {list(src.columns)}")
+        have = sorted(int(v) for v in src["r"].dropna().unique())
+        if not keep <= set(have):
+            raise ValueError(f"r={sorted(keep)}: the table has r = {have}")
+        src = src[src["r"].isin(keep)].reset_index(drop=True)
+    if lw is None:  # one phi per looped r of the rows fitted (status ok)
+        if "r" not in src.columns:
+            raise ValueError(f"law 'joint_per_r' needs an 'r' column; table has {list(src.columns)}")
+        ok = src["status"].astype("string") == "ok" if "status" in src.columns else np.ones(len(src), bool)
+        rs = np.unique(pd.to_numeric(src.loc[ok, "r"], errors="coerce").dropna().to_numpy(float))
+        if not (rs > 1).any():
+            raise ValueError(f"law 'joint_per_r' fits one phi per looped r > 1; the table holds only r = "
+                             f"{[int(v) for v in rs]}: use law 'chinchilla'")  # fmt: skip
+        lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
+    # the blocking's columns are checked also without a bootstrap (a typo there would otherwise pass unseen)
+    data = prepare(with_layers_unique(src), lw, block_by=blocks or None)
+    flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else []
+    # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
+    # fits them, to the cell means, seeds resampled within cells; per_run keeps one point per run
+    rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
+    by_cell = rep is not None and not per_run
+    if by_cell and block_by not in ("default",):
+        raise ValueError(
+            f"block_by={block_by!r}: the table's seeds are replicates ({rep.cells} cells of {rep.runs} runs at one "
+            "D), so the joint law is fitted as `loopscale run` fits it, its bootstrap resampling seeds within cells; "
+            "add --per-run (per_run=True in Python) to fit every run and bootstrap the blocks you chose"
+        )
+    fit_input = data
+    if by_cell and rep.means:  # the exclusions stay those of the runs table
+        fit_input = replace(prepare(rep.fit_frame(data.frame), lw), n_excluded=data.n_excluded,
+                            excluded_by_status=data.excluded_by_status, duplicate_run_ids=data.duplicate_run_ids)  # fmt: skip
+    fit = fit_data(lw, fit_input, starts=starts, seed=seed, delta=delta)
+    boot = None
+    if bootstrap:
+        # blocks: the columns given, the law's default ones, or None (iid: "iid", "none", None)
+        blocking = blocks or ("default" if block_by == "default" else None)
+        kw: dict[str, Any] = dict(B=bootstrap, block_by=blocking, seed=seed, starts=starts, point=fit, delta=delta,
+                                  progress=progress)  # fmt: skip
+        if by_cell:  # as the analysis: seeds drawn within cells (the law refitted to each draw's means)
+            kw.update(block_by=None, stratify_by=rep.strata, cell_means=rep.means)
+        boot = bootstrap_data(lw, data, workers=workers, **kw)
+    pooled = sorted({int(v) for v in data.cols["r"]}) if lw.name == "chinchilla" and "r" in data.cols else []
+    ident = None
+    if identify:
+        strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too
+        ident = identification(fit, boot, data.frame, strata=strata, starts=starts, seed=seed)
+    return TableFit(
+        fit=fit, boot=boot, data=data, law=lw, variant=variant, replicates=rep, by_cell=by_cell,
+        flat_terms=flat_terms, pooled_r=pooled if len(pooled) > 1 else [], identification=ident,
+    )  # fmt: skip
+
+
+def _blocks(block_by: Any) -> tuple[str, ...]:
+    """``block_by`` as a tuple of columns (empty for ``"default"``, ``"iid"``, ``"none"``, ``""`` and None).
+
+    Raises:
+        ValueError: a column given twice, or an empty name."""
+    if block_by is None or (isinstance(block_by, str) and block_by in ("default", "iid", "none", "")):
+        return ()
+    bb = tuple(c.strip() for c in block_by.split(",")) if isinstance(block_by, str) else tuple(block_by)
+    twice = sorted({c for c in bb if bb.count(c) > 1})
+    if twice or "" in bb:
+        raise ValueError(
+            f"block_by {block_by!r}: "
+            + (f"{', '.join(twice)} given twice" if twice else "an empty column name")
+            + "; give each column once, comma-separated (e.g. --block-by budget,r)"
+        )
+    return bb
+
+
+def identification(fit, boot, runs, *, strata, starts: int, seed: int):
+    """The identification rule (``loopscale.fit.identify``) for a joint fit with phi free, with the effort of
+    ``loopscale run``'s analysis (:func:`loopscale.fit.identify.rule_inputs`): ``runs`` the runs fitted (status
+    ok), ``strata`` the cell columns when the fit is to cell means (the profile and the per-r fits then use cell
+    means and resample seeds within cells, as the analysis), else None; serial."""
+    from loopscale.fit.identify import identify, rule_inputs
+
+    ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
+    profile, per_r = rule_inputs(runs, starts=starts, B=boot.B if boot else 0, seed=seed, strata=strata)
+    return identify(fit, ci, profile, per_r)
+
+
+def chinchilla_flat_terms(data) -> list[str]:
+    """What a Chinchilla fit (L = E + A N^-alpha + B D^-beta) cannot tell apart in ``data``
+    (:class:`~loopscale.fit.io.FitData`): with one N the term A N^-alpha is one constant (E, A, alpha not
+    identified), with one D the term B D^-beta (E, B, beta).
+
+    Raises:
+        ValueError: both are single (one point: nothing to fit; the report skips such per-r fits too)."""
+    n, d = (np.unique(data.cols[k]) for k in ("N", "D"))
+    if n.size < 2 and d.size < 2:
+        raise ValueError(
+            f"law 'chinchilla': the {data.n} runs fitted share one N ({n[0]:.6g}) and one D ({d[0]:.6g}), one point "
+            "of the law: its parameters cannot be fitted (the report skips such fits: it needs >= 6 runs with >= 2 "
+            "sizes and >= 2 budgets); fit a table with several sizes or budgets, or the joint law across r"
+        )
+    out = []
+    if n.size < 2:
+        out.append(f"every run has one N = {n[0]:.6g}: A N^-alpha is one constant, so E, A and alpha are not "
+                   "identified (only E + A N^-alpha is)")  # fmt: skip
+    if d.size < 2:
+        out.append(f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not "
+                   "identified (only E + B D^-beta is)")  # fmt: skip
+    return out
+
+
+def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, str | None]:
+    """The rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`): ``variant``'s; without it the
+    one variant that has looped runs (r = 1 runs are labelled ``baseline`` in every sweep), or the whole table when
+    it holds one variant (or has no ``variant`` column). Returns ``(rows, name)``: ``name`` the variant fitted, None
+    for a table without a ``variant`` column and no ``variant`` given.
+
+    Raises:
+        ValueError: several variants with looped runs and no ``variant`` (pooled, they would be fitted as one law);
+            ``variant`` not in the table; several variants and no ``r`` column.
+    """
+    from loopscale.fit.analysis import variant_frames
+
+    names = sorted(str(v) for v in df["variant"].dropna().unique()) if "variant" in df.columns else []
+    if len(names) <= 1:  # one variant (or no column): the table is its fit
+        if variant is not None and variant not in (names or ["baseline"]):
+            raise ValueError(f"--variant {variant}: the table's runs are all of variant {(names or ['baseline'])[0]!r}")
+        return df, (names[0] if names else variant)
+    if "r" not in df.columns:
+        raise ValueError(f"the table holds variants {names} but no 'r' column: give one variant's rows")
+    # the variants with looped runs: r = 1 runs are labelled baseline whatever the spec's variants
+    looped = sorted(str(v) for v in df.loc[df["r"] > 1, "variant"].dropna().unique())
+    if variant is None:
+        if len(looped) > 1:
+            raise ValueError(
+                f"the table holds variants {looped}: give --variant NAME (variant='NAME' in Python; each variant is "
+                "its own fit, its looped runs with the r = 1 runs, as `loopscale run` fits them; pooled they would "
+                "be fitted as one law)"
+            )
+        if not looped:
+            return df, None
+        variant = looped[0]  # one looped variant beside the shared r = 1 runs: that variant's fit
+    frames = variant_frames(df)
+    if variant not in frames:
+        raise ValueError(f"--variant {variant}: the table's variants are {names}")
+    if variant not in looped:
+        raise ValueError(f"--variant {variant}: it has no looped (r > 1) runs in the table; the variants with looped "
+                         f"runs are {looped}")  # fmt: skip
+    return frames[variant], variant
+
+
+class PerRunFitWarning(UserWarning):
+    """:func:`loopscale.fit.fitter.fit_law` or :func:`loopscale.fit.bootstrapping.bootstrap` fitted a table
+    otherwise than ``loopscale fit`` would (:func:`fit_table` fits it as the CLI does)."""
+
+
+def check_per_run_table(data, law: Law, who: str, *, stratified: bool = False) -> None:
+    """What the per-run fitters (``fit_law``, ``bootstrap``) refuse or say of a table that ``loopscale fit`` fits
+    otherwise: several variants with looped runs (pooled into one law: refused), a Chinchilla fit of one point
+    (refused), a Chinchilla table with one N or one D (:class:`PerRunFitWarning`), and seeds that are replicates
+    of at least as many cells as the joint law's parameters, which the CLI and ``loopscale run`` fit as cell means
+    (:class:`PerRunFitWarning`, unless ``stratified``: a bootstrap told to resample within cells).
+
+    Args:
+        data: the validated table (:class:`~loopscale.fit.io.FitData`). law: the law fitted. who: the function's
+            name, for the messages.
+    Raises:
+        ValueError: pooled looped variants, or a Chinchilla fit of one point.
+    """
+    import warnings
+
+    from loopscale.fit.analysis import seed_replicates
+    from loopscale.fit.io import with_layers_unique
+
+    frame = data.frame
+    if "variant" in frame.columns and "r" in frame.columns:
+        looped = sorted(str(v) for v in frame.loc[frame["r"] > 1, "variant"].dropna().unique())
+        if len(looped) > 1:
+            raise ValueError(
+                f"{who}: the table holds variants {looped} with looped runs; each is its own fit (its looped runs "
+                "with the r = 1 runs), pooled they would be fitted as one law: give one variant's rows, or "
+                "fit_table(table, variant='NAME') (loopscale.fit), as `loopscale fit --variant NAME`"
+            )
+    if law.name == "chinchilla":
+        for term in chinchilla_flat_terms(data):
+            warnings.warn(f"{who}: {term}", PerRunFitWarning, stacklevel=3)
+        return
+    rep = None if stratified else seed_replicates(with_layers_unique(frame))
+    if rep is not None and rep.means:
+        warnings.warn(
+            f"{who}: the table's seeds are replicates ({rep.cells} cells of {rep.runs} runs at one D; cells: "
+            f"{', '.join(rep.strata)}): `loopscale fit` and `loopscale run` fit the law to the cell means and "
+            "resample seeds within cells, while this fits every run as a point; fit_table(table) "
+            "(loopscale.fit) fits as they do",
+            PerRunFitWarning,
+            stacklevel=3,
+        )
+

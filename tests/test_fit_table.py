@@ -1,0 +1,79 @@
+"""The Python API fits a table as `loopscale fit` does (fit_table), and the per-run fitters (fit_law, bootstrap)
+refuse or say what the CLI would fit otherwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "example_cpu"
+
+
+def test_fit_table_gives_the_clis_fit_of_a_seed_replicate_table_and_fit_law_says_it_differs():
+    """On the cpu example (352 runs: 8 cells of 44 seeds at one D) fit_law fitted every run (phi -0.58, R2 0.83,
+    B on the box edge) without a word, while `loopscale fit` and the report fit the 8 cell means (phi -0.45,
+    R2 0.98). fit_table gives the CLI's numbers; fit_law warns that it fits otherwise, and takes the run folder."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit import PerRunFitWarning, fit_law, fit_table
+    from loopscale.sweep.cli import app
+
+    res = CliRunner().invoke(app, ["fit", str(EXAMPLE), "--starts", "60", "--json"])
+    assert res.exit_code == 0, res.output
+    cli = json.loads(res.stdout)
+    tf = fit_table(EXAMPLE / "runs.parquet", starts=60)
+    assert tf.by_cell and tf.replicates.cells == 8 and tf.data.n == 352
+    assert tf.params == pytest.approx(cli["params"], rel=1e-9)
+    assert tf.fit.n == cli["n"] == 8
+    with pytest.warns(PerRunFitWarning, match=r"seeds are replicates \(8 cells of 352 runs at one D.*fit_table"):
+        per_run = fit_law(EXAMPLE, starts=60)  # the run folder, as the CLI takes it
+    assert per_run.n == 352 and abs(per_run.params["phi"] - tf.params["phi"]) > 0.05
+
+
+def test_the_per_run_fitters_refuse_pooled_variants_and_a_one_point_chinchilla_fit():
+    """fit_law pooled two variants' looped runs into one law (phi -0.04, R2 0.54) and fitted the Chinchilla law to
+    one (N, D) point (R2 -0.009), both silently; the CLI refused both. They are refused in Python too, and
+    fit_table fits one variant when asked."""
+    from loopscale.fit import bootstrap, fit_law, fit_table
+
+    df = pd.read_parquet(EXAMPLE / "runs.parquet")
+    hc = df[df["r"] > 1].assign(variant="hyperconnect", final_val_loss=lambda d: d["final_val_loss"] - 0.05,
+                                run_id=lambda d: "hc_" + d["run_id"])
+    two = pd.concat([df, hc], ignore_index=True)
+    for fn in (lambda: fit_law(two, starts=10), lambda: bootstrap(two, B=2, workers=1, starts=10)):
+        with pytest.raises(ValueError, match=r"holds variants \['baseline', 'hyperconnect'\] with looped runs.*"
+                           r"fit_table\(table, variant='NAME'\)"):  # fmt: skip
+            fn()
+    one = fit_table(two, variant="hyperconnect", starts=30)
+    assert one.variant == "hyperconnect" and one.data.n == len(df[df["r"] == 1]) + len(hc)
+    point = df[df["r"] == 2].assign(N=lambda d: d["N_unique"])
+    with pytest.raises(ValueError, match=r"share one N \(\d+\) and one D .*one point of the law"):
+        fit_law(point, law="chinchilla", starts=10)
+
+
+def test_fit_table_checks_its_arguments_before_fitting():
+    from loopscale.fit import fit_table
+
+    t = EXAMPLE / "runs.parquet"
+    with pytest.raises(ValueError, match="identify needs a bootstrap"):
+        fit_table(t, identify=True)
+    with pytest.raises(ValueError, match="point fit"):
+        fit_table(t, law="joint_per_r", bootstrap=5)
+    with pytest.raises(ValueError, match=r"r=\[3\]: the table has r = \[1, 2, 4, 8\]"):
+        fit_table(t, r=3)
+    with pytest.raises(ValueError, match=r"block_by='r'.*seeds are replicates.*add --per-run \(per_run=True"):
+        fit_table(t, block_by="r", bootstrap=2, workers=1)
+
+
+def test_the_packages_list_their_lazy_names():
+    """dir() of loopscale.fit / .model / .sweep listed only __getattr__: a notebook could not tab-complete
+    fit_law, train_run or run_sweep."""
+    import loopscale.fit
+    import loopscale.model
+    import loopscale.sweep
+
+    assert {"fit_table", "fit_law", "bootstrap", "TableFit"} <= set(dir(loopscale.fit))
+    assert "train_run" in dir(loopscale.model) and "run_sweep" in dir(loopscale.sweep)
