@@ -140,7 +140,10 @@ class RunConfig:
     checkpoint_dir: str | None = _setting(None)
     """Folder of atomic checkpoints; train_run resumes from the newest one found there."""
     checkpoint_every_steps: int | None = _setting(None, spec={"gt": 0})
-    """Write a checkpoint every k steps (needs checkpoint_dir when training)."""
+    """Write a checkpoint every k steps (and at the last step): a positive integer, or None for no checkpoints (0
+    is refused). With k set, ``train_run`` / ``train_ensemble`` need ``checkpoint_dir`` and raise ValueError before
+    any training without it (a sweep ``Cell.run`` has the preset's k but no folder: use
+    ``cell.run_config(checkpoint_dir=...)``)."""
     num_threads: int = _setting(1)
     """torch.set_num_threads for this run (the sweep runs several runs side by side)."""
     device: str = _setting("cpu")
@@ -665,6 +668,21 @@ class _Prepared:
     warnings: list  # the run's warnings (epochs, compile fallback, rounding of tokens)
 
 
+def checkpoint_dir_missing(every: int) -> str:
+    """The message of a run with ``checkpoint_every_steps=every`` but no ``checkpoint_dir``: what is wrong and the
+    three ways out (a folder; no checkpoints, which is None since 0 is refused; for a sweep cell, the cell's
+    ``run_config(checkpoint_dir=...)``, since ``Cell.run`` has the preset's cadence but not the folder the sweep's
+    trial adds)."""
+    return (
+        f"checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints): checkpoint_every_steps={every} "
+        "but checkpoint_dir=None. Give checkpoint_dir='<folder>' (e.g. dataclasses.replace(cfg, "
+        "checkpoint_dir='ckpt'); created when missing, a rerun resumes from it), or set "
+        "checkpoint_every_steps=None for no checkpoints (0 is not accepted). For a sweep Cell, train "
+        "cell.run_config(checkpoint_dir='<folder>') rather than cell.run: the cell's run has the preset's "
+        "checkpoint cadence, and the sweep's trial adds the folder"
+    )
+
+
 def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
     """Check ``cfg`` against its corpus and the machine and derive the run's sizes; shared by ``train_run`` and
     ``train_ensemble`` (``members``: the models trained together).
@@ -686,7 +704,7 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
     if not isinstance(cfg, RunConfig):
         raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
     if cfg.checkpoint_every_steps is not None and cfg.checkpoint_dir is None:
-        raise ValueError("checkpoint_every_steps needs checkpoint_dir (a folder for the checkpoints)")
+        raise ValueError(checkpoint_dir_missing(cfg.checkpoint_every_steps))
     if cfg.checkpoint_dir is not None and Path(cfg.checkpoint_dir).exists() and not Path(cfg.checkpoint_dir).is_dir():
         raise ValueError(
             f"checkpoint_dir {cfg.checkpoint_dir!r} is a file, not a folder: give a folder for the checkpoints "
@@ -764,8 +782,10 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         'diverged' with ``diverged_step`` and everything measured so far, it does not raise.
 
     Raises:
-        ValueError / CorpusError: checkpoint_every_steps without checkpoint_dir, bad corpus, tokenizer/model
-            vocabulary mismatch, a stream shorter than a window (all before any training compute).
+        ValueError / CorpusError: checkpoint_every_steps without checkpoint_dir (the message says the ways out:
+            give checkpoint_dir, set checkpoint_every_steps=None, or for a sweep cell train
+            ``cell.run_config(checkpoint_dir=...)``), bad corpus, tokenizer/model vocabulary mismatch, a stream
+            shorter than a window (all before any training compute).
         CheckpointError: an unusable checkpoint in ``checkpoint_dir``.
     """
     import torch

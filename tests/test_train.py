@@ -61,6 +61,36 @@ def test_checkpointing_without_a_folder_fails_before_training(base):
         train_run(RunConfig(**{**base, "checkpoint_every_steps": 2}))
 
 
+def test_checkpoint_dir_missing_message_says_how_to_fix_and_each_fix_works(base, tmp_path):
+    """``train_run(cell.run)`` for a smoke-preset sweep cell failed with only 'checkpoint_every_steps needs
+    checkpoint_dir'; the message now names the cadence and the ways out (a folder; None for no checkpoints, 0
+    being refused; a sweep cell's ``run_config(checkpoint_dir=...)``), and each way out it names works."""
+    import dataclasses
+
+    from loopscale.sweep.presets import preset_spec
+
+    cell = preset_spec("smoke").cells()[0]
+    every = cell.run.checkpoint_every_steps
+    assert every and cell.run.checkpoint_dir is None  # the smoke preset's cells carry a cadence, not a folder
+    with pytest.raises(ValueError) as ei:
+        train_run(cell.run)
+    msg = str(ei.value)
+    assert msg.startswith("checkpoint_every_steps needs checkpoint_dir")
+    assert f"checkpoint_every_steps={every} but checkpoint_dir=None" in msg
+    assert "Give checkpoint_dir='<folder>'" in msg
+    assert "set checkpoint_every_steps=None for no checkpoints (0 is not accepted)" in msg
+    assert "cell.run_config(checkpoint_dir='<folder>') rather than cell.run" in msg
+    assert cell.run_config(checkpoint_dir=str(tmp_path)).checkpoint_dir == str(tmp_path)
+
+    cfg = RunConfig(**{**base, "checkpoint_every_steps": 2})
+    with pytest.raises(ValueError, match="None or a positive integer"):  # 0 is not an off switch
+        dataclasses.replace(cfg, checkpoint_every_steps=0)
+    ck = tmp_path / "ck"
+    assert train_run(dataclasses.replace(cfg, checkpoint_dir=str(ck))).status == "ok"
+    assert sorted(p.name for p in ck.glob("ckpt-*.pt"))  # the folder way: checkpoints written
+    assert train_run(dataclasses.replace(cfg, checkpoint_every_steps=None)).status == "ok"
+
+
 def test_target_flops_to_tokens(base):
     """target_flops C -> D = round(C / (F B)) B (paper Sec. 2) and the result's C = F D."""
     m = tiny(r=4)
