@@ -720,6 +720,21 @@ class SweepSpec(_Strict):
             return float(w)
         return float(v)
 
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> SweepSpec:
+        """A copy of the spec; with ``update`` (top-level keys, values as in the YAML or as objects), the result is
+        validated as a spec read from a file (pydantic's own ``model_copy`` skips validation: ``r="banana"`` passed,
+        to fail later inside ``cells()`` or a sweep with a TypeError).
+
+        Raises:
+            SpecError: the updated spec is invalid; the message names the key (``r: ...``).
+        """
+        if not update:
+            return super().model_copy(deep=deep)
+        unknown = sorted(set(update) - set(type(self).model_fields))
+        if unknown:
+            raise SpecError(f"model_copy: unknown spec key(s) {unknown}; the keys are {sorted(type(self).model_fields)}")
+        return parse_spec({**self.model_dump(), **update})
+
     def cells(self, lr_table: dict | None = None) -> list[Cell]:
         """Every grid cell, in a fixed order (variant, budget, size, r, seed).
 

@@ -643,3 +643,23 @@ def test_an_empty_or_non_mapping_spec_file_says_what_it_is(tmp_path, text, messa
     with pytest.raises(SpecError) as e:
         load_spec(f)
     assert message in str(e.value) and "NoneType" not in str(e.value)
+
+
+def test_model_copy_with_an_update_is_validated_as_a_spec():
+    """spec.model_copy(update={"r": "banana"}) passed (pydantic skips validation there) and failed later inside
+    cells() with "'>' not supported between instances of 'str' and 'int'"; r=[1, 3] failed with a bare ValueError
+    naming no key. An update is now validated as a spec read from YAML, naming the key; a valid one gives the
+    spec of its YAML."""
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import SpecError
+
+    spec = preset_spec("smoke")
+    with pytest.raises(SpecError, match=r"^invalid sweep spec: r"):
+        spec.model_copy(update={"r": "banana"})
+    with pytest.raises(SpecError, match=r"r=\[3\]"):
+        spec.model_copy(update={"r": [1, 3]})
+    with pytest.raises(SpecError, match=r"unknown spec key\(s\) \['rr'\]"):
+        spec.model_copy(update={"rr": [1, 2]})
+    two = spec.model_copy(update={"r": [1, 2]})
+    assert two.r == [1, 2] and len(two.cells()) == len(spec.cells()) // 2
+    assert two == parse_spec({**spec.model_dump(), "r": [1, 2]}) and spec.model_copy() == spec

@@ -240,7 +240,12 @@ def test_tune_lr_checks_a_fixed_lr_table_before_ray(tmp_path, monkeypatch):
         raise AssertionError("Ray started")
 
     monkeypatch.setattr(connect, "ray_session", no_ray)
-    spec = preset_spec("smoke").model_copy(update={"sizes": [16, 32], "lr": {"table": {16: {1: 0.01}, 32: 0.02}}})
+    update = {"sizes": [16, 32], "lr": {"table": {16: {1: 0.01}, 32: 0.02}}}
+    with pytest.raises(SpecError, match=r"lr.table\[16\] has no entry for r = 2, 4, 8"):  # a spec's own copy
+        preset_spec("smoke").model_copy(update=update)
+    import pydantic
+
+    spec = pydantic.BaseModel.model_copy(preset_spec("smoke"), update=update)  # built unvalidated, as before
     with pytest.raises(SpecError, match=r"lr.table\[16\] has no entry for r=2"):
         run_tune_lr(spec, tmp_path / "o")
     assert not (tmp_path / "o").exists()
