@@ -220,7 +220,9 @@ def isoflop_parabolas(
         DataFrame, one row per cell with >= 3 distinct N: the cell keys, ``n_points``, ``N_vertex`` (unique params),
         ``L_vertex`` (nats), ``curvature`` (c2; the vertex is ``NaN`` when c2 <= 0), ``approximate`` = True and
         ``method`` = :data:`APPROX_LABEL`. The vertex is biased (see module docstring): use
-        :func:`compute_optimal_frontier` for N*.
+        :func:`compute_optimal_frontier` for N*. No rows (the same columns) when no cell has 3 distinct N, e.g. a
+        token-budget grid, whose ``budget`` is null (rows with a null cell key are left out): there give
+        ``by=("D", "r")``.
     Raises:
         ValueError: missing columns.
     """
@@ -270,4 +272,5 @@ def isoflop_parabolas(
             }
         )
         rows.append(row)
-    return pd.DataFrame(rows)
+    cols = [*by, "n_points", "N_vertex", "L_vertex", "curvature", "approximate", "method"]
+    return pd.DataFrame(rows, columns=cols)

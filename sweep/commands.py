@@ -109,7 +109,8 @@ def run_sweep(
     ``lr_table``: {(size, r): lr}; with ``lr: tune`` and none given, ``out_dir/lr_table.parquet`` is read.
     ``cells``: run only these cells (default: all of the spec's). ``track``: ``--track`` values
     (:mod:`loopscale.sweep.tracking`). Progress is shown on the console (:class:`loopscale.sweep.console.GridView`)
-    unless ``quiet``.
+    unless ``quiet`` (which turns off that display only: called from Python, Ray's and Tune's own lines go to this
+    console; the ``loopscale`` commands send them to ``OUT/logs/ray.log``).
 
     Raises:
         SpecError / ValueError / FileNotFoundError: bad spec, GPUs requested where none exist, no LR table, a bad

@@ -77,3 +77,16 @@ def test_the_packages_list_their_lazy_names():
 
     assert {"fit_table", "fit_law", "bootstrap", "TableFit"} <= set(dir(loopscale.fit))
     assert "train_run" in dir(loopscale.model) and "run_sweep" in dir(loopscale.sweep)
+
+
+def test_isoflop_parabolas_of_a_token_budget_grid_keeps_its_columns():
+    """On a token-budget grid (budget null) isoflop_parabolas returned a DataFrame with no columns at all; it keeps
+    the documented columns (no rows), and by=("D", "r") gives one row per (D, r) cell with 3 or more sizes."""
+    from loopscale.fit import isoflop_parabolas
+
+    df = pd.read_parquet(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_ladder" / "runs.parquet")
+    empty = isoflop_parabolas(df.assign(budget=None))
+    assert len(empty) == 0 and list(empty.columns)[-6:] == ["n_points", "N_vertex", "L_vertex", "curvature",
+                                                          "approximate", "method"]  # fmt: skip
+    by_d = isoflop_parabolas(df, by=("D", "r"))
+    assert len(by_d) >= 1 and (by_d["n_points"] >= 3).all()
