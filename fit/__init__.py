@@ -7,6 +7,7 @@ Public API (import from ``loopscale.fit``; heavy libraries load lazily)::
     bootstrap(table, law="joint", B=200, block_by="default", seed=0, workers=None, address=None, starts=500)
     compare_variants(table, baseline=None, B=200, ...)
     equivalence(N_once, N_rec, r, phi), compute_optimal_frontier(fit, flops, budgets), isoflop_parabolas(table)
+    ladder_table(runs, n_boot=2000)  # worth in unique layers of each looped model on a ladder design
     write_fit_outputs(out_dir, fit, boot)
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "fit_law",
     "fit_table",
     "isoflop_parabolas",
+    "ladder_table",
     "make_law",
     "write_fit_outputs",
 ]
@@ -43,6 +45,7 @@ _WHERE = {
     "compute_optimal_frontier": "loopscale.fit.derived",
     "equivalence": "loopscale.fit.derived",
     "isoflop_parabolas": "loopscale.fit.derived",
+    "ladder_table": "loopscale.fit.ladder",
     "make_law": "loopscale.fit.laws",
     "write_fit_outputs": "loopscale.fit.outputs",
 }

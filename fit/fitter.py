@@ -552,9 +552,12 @@ def fit_data(
     warm: np.ndarray | None = None,
     n_polish: int = 3,
 ) -> FitResult:
-    """Fit ``law`` to validated ``data`` (see :func:`fit_law`)."""
-    if starts < 1:
-        raise ValueError(f"starts={starts} must be >= 1 (paper: 500)")
+    """Fit ``law`` to validated ``data`` (see :func:`fit_law`).
+
+    Raises:
+        ValueError: ``starts`` not a whole number >= 1."""
+    if isinstance(starts, bool) or not isinstance(starts, int | np.integer) or starts < 1:
+        raise ValueError(f"starts={starts!r} must be a whole number >= 1 (paper: 500)")
     obj = Objective(law, data.cols, delta)
     rng = np.random.default_rng(seed)
     x0 = build_starts(law, obj, starts, rng, warm=warm, grid=grid)

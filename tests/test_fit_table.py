@@ -90,3 +90,15 @@ def test_isoflop_parabolas_of_a_token_budget_grid_keeps_its_columns():
                                                           "approximate", "method"]  # fmt: skip
     by_d = isoflop_parabolas(df, by=("D", "r"))
     assert len(by_d) >= 1 and (by_d["n_points"] >= 3).all()
+
+
+def test_a_fractional_starts_is_one_clear_error():
+    """fit_law(df, starts=2.5) ended in numpy's "'float' object cannot be interpreted as an integer"."""
+    from loopscale.fit import fit_law
+
+    df = pd.read_parquet(EXAMPLE / "runs.parquet")
+    df = df[df["seed"] == df["seed"].min()]  # one seed per cell
+    with pytest.raises(ValueError, match=r"starts=2.5 must be a whole number >= 1"):
+        fit_law(df, starts=2.5)
+    with pytest.raises(ValueError, match=r"starts=True must be a whole number"):
+        fit_law(df, starts=True)
