@@ -751,6 +751,11 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
         run_warnings.append(why)
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
+    if (n_eval := int(ev_np.shape[0] * mcfg.seq_len)) > cfg.eval_tokens:
+        run_warnings.append(f"eval_tokens={cfg.eval_tokens} rounded up to {n_eval} (whole windows of "
+                            f"seq_len={mcfg.seq_len})")  # fmt: skip
+    if cfg.lr == 0:
+        run_warnings.append("lr=0: no parameter moves, so the final loss is the initial model's")
     return _Prepared(
         device=device,
         data=data,
@@ -850,6 +855,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         params = [p for p in model.parameters()]
         tok_trained = 0
         t_train = 0.0
+        t_first = None  # this attempt's first step (s): with torch.compile it holds the compilation
 
         def point(done: int, val: float | None) -> dict:
             """The curve point (and event body) after ``done`` optimizer steps."""
@@ -914,6 +920,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
             t2 = time.perf_counter()
             times["optimizer"] += t2 - t1
             t_train += t2 - t0
+            t_first = t2 - t0 if t_first is None else t_first
             tok_trained += B
             done = step + 1
             is_last = done == steps_total
@@ -953,6 +960,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
     tps = throughput(train_before, tok_trained, t_train)
     mfu = (F * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
+    if note := compile_time_note(cfg, device, tps, tok_trained, t_train, t_first, B):
+        run_warnings.append(note)
     return make_result(
         cfg,
         data,
@@ -1040,6 +1049,25 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
         resumed_from_step=resumed_from,
         warnings=list(warnings),
         data={k: data.meta.get(k) for k in _DATA_SUMMARY_KEYS if k in data.meta},
+    )
+
+
+def compile_time_note(cfg: RunConfig, device, tps: float, tokens: int, seconds: float, first_s: float | None,
+                      batch_tokens: int) -> str | None:
+    """The warning of a compiled run (``cfg.compile``, not fallen back to eager) that trained at least 2 steps in
+    this attempt: its ``tokens_per_s`` counts the first step, which holds torch.compile's compilation; the note gives
+    that step's time (s) and the rate (tokens/s) of the steps after it. None otherwise."""
+    from loopscale.model.looped import compile_fallback
+
+    if not cfg.compile or compile_fallback(cfg.compile, device) or first_s is None or tokens < 2 * batch_tokens:
+        return None
+    rest = seconds - first_s
+    if rest <= 0:
+        return None
+    return (
+        f"tokens_per_s ({tps:,.0f}) includes torch.compile's compilation, in the first step ({first_s:.1f} s of "
+        f"{seconds:.1f} s of training steps); the steps after it trained {(tokens - batch_tokens) / rest:,.0f} "
+        "tokens/s"
     )
 
 

@@ -60,6 +60,7 @@ JSON_KEYS = (
     "resumed_from_step",
     "warnings",
     "versions",
+    "curve",
 )
 """Keys of the ``--json`` object (units: losses nats/token, D tokens, C FLOPs, times seconds)."""
 
@@ -109,7 +110,9 @@ def train_cmd(
             f"C={flops_per_token(m) * D:.4g} FLOPs, D/(N_once + r N_rec)={D / n_eff:.3g}",
             err=True,
         )
-    res = train_run(run)
+    shown = _ShownWarnings()
+    with shown:
+        res = train_run(run)
     d = res.to_dict()
     out = {k: d[k] for k in JSON_KEYS}
     out["warnings"] = [*notes, *out["warnings"]]
@@ -144,11 +147,42 @@ def train_cmd(
             else ""
         )
     )
+    evals = [p for p in out["curve"] if p.get("val_loss") is not None]
+    if len(evals) > 1:  # --eval-every-steps: the validation curve (all of it is in --json's "curve")
+        by_step = ", ".join(f"{p['step']}: {p['val_loss']:.4f}" for p in evals[:12])
+        typer.echo(f"{'val_loss by step':>16}: {by_step}" + (f" ... ({len(evals)} evaluations)" if len(evals) > 12 else ""))
+    for w in out["warnings"]:  # the run's warnings it recorded without showing them (e.g. roundings, compile time)
+        if w not in notes and w not in shown.messages:
+            typer.echo(f"warning: {w}", err=True)
     if res.status != "ok":
         raise typer.Exit(code=1)
 
 
 __all__ = ["JSON_KEYS", "train_cmd"]
+
+
+class _ShownWarnings:
+    """Within ``with``: the messages of the Python warnings shown (``messages``), each still shown as usual."""
+
+    def __init__(self) -> None:
+        self.messages: set[str] = set()
+
+    def __enter__(self) -> _ShownWarnings:
+        import warnings
+
+        self._orig = warnings.showwarning
+
+        def show(message, *args, **kwargs):
+            self.messages.add(str(message))
+            return self._orig(message, *args, **kwargs)
+
+        warnings.showwarning = show
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import warnings
+
+        warnings.showwarning = self._orig
 
 
 def _parse_seeds(text: str) -> list[int]:

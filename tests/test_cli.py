@@ -382,3 +382,42 @@ def test_train_stopped_by_sigterm_says_so_and_exits_143(trainer_corpus_dir, trai
     assert proc.returncode == 143, err[-2000:]
     assert "interrupted (SIGTERM): stopped; rerun the same command to continue from the newest checkpoint" in err
     assert "Traceback" not in err and out == ""
+
+
+def test_train_shows_its_validation_curve_and_the_warnings_it_recorded():
+    """`train --eval-every-steps k` evaluated every k steps but showed only the final loss (plain and --json);
+    `--eval-tokens 100` was rounded up to a whole window and `--lr 0` trained nothing, both without a word. The
+    curve is in --json ("curve") and on the console, and each recorded warning is said once."""
+    args = ["train", "--d-model", "16", "--r", "2", "--tokens", "4000", "--batch-tokens", "512", "--eval-tokens", "100",
+            "--eval-every-steps", "2", "--lr", "0"]  # fmt: skip
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    evals = [(p["step"], p["val_loss"]) for p in out["curve"] if p["val_loss"] is not None]
+    assert out["D"] == 4096 and [s for s, _ in evals] == [2, 4, 6, 8] and evals[-1][1] == out["final_val_loss"]
+    assert len({round(v, 6) for _, v in evals}) == 1  # lr 0: every evaluation sees the initial model
+    assert "eval_tokens=100 rounded up to 128 (whole windows of seq_len=128)" in out["warnings"]
+    assert "lr=0: no parameter moves, so the final loss is the initial model's" in out["warnings"]
+    assert "tokens=4000 rounded to D=4096 (whole steps of batch_tokens=512)" in out["warnings"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert f"val_loss by step: 2: {evals[0][1]:.4f}, 4: " in res.stdout
+    for w in ("eval_tokens=100 rounded up to 128", "lr=0: no parameter moves", "tokens=4000 rounded to D=4096"):
+        assert res.stderr.count(w) == 1, (w, res.stderr)
+
+
+def test_a_compiled_runs_throughput_note_separates_the_compilation(monkeypatch):
+    """`train --compile` reported 636 tokens/s (the first step held 32 s of compilation) beside 45 976 eager, and
+    said nothing; a compiled run's warnings now give the first step's time and the rate after it."""
+    import loopscale.model.looped as looped
+    from loopscale.model import RunConfig, preset_config
+    from loopscale.model.train import compile_time_note
+
+    cfg = RunConfig(model=preset_config("cpu", r=2, d_model=16), tokens=4096, batch_tokens=512, compile=True)
+    monkeypatch.setattr(looped, "compile_fallback", lambda enabled, device="cpu": None)
+    note = compile_time_note(cfg, "cpu", 4096 / 32.5, 4096, 32.5, 32.15, 512)
+    assert note == ("tokens_per_s (126) includes torch.compile's compilation, in the first step (32.1 s of 32.5 s "
+                    "of training steps); the steps after it trained 10,240 tokens/s")  # fmt: skip
+    assert compile_time_note(cfg, "cpu", 1.0, 512, 1.0, 1.0, 512) is None  # one step: nothing after it
+    eager = RunConfig(model=preset_config("cpu", r=2, d_model=16), tokens=4096, batch_tokens=512)
+    assert compile_time_note(eager, "cpu", 1.0, 4096, 32.5, 32.15, 512) is None
