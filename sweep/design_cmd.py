@@ -525,6 +525,16 @@ def _fmt(x: float, nd: int = 3) -> str:
     return f"{x:.{nd}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
 
 
+def _no_best(res: dict) -> str:
+    """Why :func:`design` names no best candidate: none fits in the minutes (with the quickest one's time), or a
+    warning above says no candidate is recommended."""
+    fit = [c for c in res["candidates"] if c["fits"]]
+    if not fit:
+        quickest = min((c["wall_min"] for c in res["candidates"]), default=math.nan)
+        return f"none: no candidate fits in {res['minutes']:g} min (the quickest needs {quickest:.1f} min)"
+    return "none: see the warning above (no candidate is recommended)"
+
+
 def _console(*tables):
     """The console that prints ``tables``: on a terminal rich's own (its width, today's look); otherwise (piped,
     redirected, captured) at least as wide as the widest table needs, so no cell is cut to ``…`` — rich falls back
@@ -583,8 +593,7 @@ def print_design(res: dict[str, Any]) -> None:
     best = res["best"]
     for w in res.get("warnings") or []:
         con.print(f"[bold yellow]warning:[/] {w}")
-    con.print(f"best within {res['minutes']:g} min: " + (
-        f"{best} seeds per cell" if best else ("none (see the warning)" if res.get("warnings") else "none fits")))
+    con.print(f"best within {res['minutes']:g} min: " + (f"{best} seeds per cell" if best else _no_best(res)))
     con.print("[dim]seeds k1/kL: k1 per plain r = 1 cell, kL per looped cell; * the spec as written[/]")
     for k, v in res["assumptions"].items():
         con.print(f"[dim]{k}: {v}[/]")

@@ -114,6 +114,15 @@ def test_cli_json_shape_and_ranking(tmp_path):
                                      "--seeds", "2", "--n-sim", "3", "--starts", "4", "--out", str(run_dir)])
     assert table.exit_code == 0, table.output
     assert "best within 5 min: 2 seeds per cell" in table.output
+    # a budget no candidate fits: said with the quickest one's time (it said "see the warning", of a warning about
+    # something else)
+    tight = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "0.01",
+                                     "--seeds", "2", "--n-sim", "3", "--starts", "4"])  # fmt: skip
+    assert tight.exit_code == 0, tight.output
+    quick = next(c for c in cands if c["seeds"] == "2")["wall_min"]
+    assert f"best within 0.01 min: none: no candidate fits in 0.01 min (the quickest needs {quick:.1f} min)" in (
+        " ".join(tight.output.split())
+    )
     # --out: the prediction and the folder's spec, so `loopscale run --out` refuses any other spec there
     assert json.loads((run_dir / "design_prediction.json").read_text())["spec"] == "tiny"
     assert (run_dir / "spec.yaml").read_text() == spec_to_yaml(spec)
