@@ -238,7 +238,9 @@ def preset_config(
             message lists the valid names and the closest one), or an invalid config.
     """
     if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+        sweep = (" ('smoke' is a sweep preset, configs/smoke.yaml, whose models are preset 'cpu' at seq_len 32, "
+                 "d_model 16 and 32)" if preset == "smoke" else "")  # fmt: skip
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}{sweep}")
     if (d_model is None) == (width_scale is None):
         raise ValueError("give exactly one of d_model or width_scale (--d-model / --width-scale on the command line)")
     if width_scale is not None:

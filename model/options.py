@@ -42,9 +42,9 @@ MODEL_FLAGS: dict[str, tuple[Any, Any, str, str]] = {
         str,
         "cpu",
         "--preset",
-        "Model family: 'paper' (d = 64 s, T = 2048, V = 32064) or 'cpu'. The architecture only: training settings "
-        "are this command's own flags (--optimizer, --lr, ...), not those of the sweep preset of the same name "
-        "(configs/cpu.yaml trains with MuonH at a fixed LR 0.02).",
+        "Model family: 'paper' (d = 64 s, T = 2048, V = 32064) or 'cpu'. The architecture only, not the sweep "
+        "preset of the same name (configs/cpu.yaml also fixes training: it trains with MuonH at a fixed LR 0.02); "
+        "`train` takes its training settings from its own flags (--optimizer, --lr, ...).",
     ),
     "r": (int, 1, "--r", "Recurrences of the shared block."),
     "d_model": (int | None, None, "--d-model", "Residual width d."),
@@ -115,6 +115,13 @@ def with_model_flags(command):
     return _with_flags(command, "model_flags", specs)
 
 
+#: ``--help`` texts of the run flags whose RunConfig docstring speaks of the Python API (None values, Cells).
+CLI_HELP = {
+    "checkpoint_every_steps": "Write a checkpoint every K steps (and at the last step) into --checkpoint-dir, which "
+    "it needs; leave it out for no checkpoints. A rerun of the same command resumes from the newest one.",
+}
+
+
 def run_flag_specs() -> dict[str, tuple[Any, Any, Any]]:
     """One flag per :class:`~loopscale.model.train.RunConfig` field except ``model``: ``--<field-name>`` with the
     field's default, its type (a ``Literal`` is given as a string, checked by RunConfig) and its docstring as help. RunConfig stays the one
@@ -127,7 +134,7 @@ def run_flag_specs() -> dict[str, tuple[Any, Any, Any]]:
     for f in dataclasses.fields(RunConfig):
         if f.name == "model":
             continue
-        typ, help_ = hints[f.name], console_help(docs.get(f.name, ""))
+        typ, help_ = hints[f.name], CLI_HELP.get(f.name) or console_help(docs.get(f.name, ""))
         if typing.get_origin(typ) is Literal:  # RunConfig checks the value; the help lists the choices
             typ, help_ = str, f"{help_} One of: {', '.join(typing.get_args(hints[f.name]))}."
         flag = "--" + f.name.replace("_", "-")

@@ -62,3 +62,20 @@ def test_train_help_has_no_source_markup_and_says_what_its_preset_is():
     cpu = preset_spec("cpu")
     said = f"trains with {cpu.training.optimizer.replace('muonh', 'MuonH')} at a fixed LR {cpu.lr['fixed']:g}"
     assert said in helps["preset"]
+
+
+def test_help_texts_speak_of_the_command_line():
+    """train's --checkpoint-every-steps help spoke of train_run, None and Cell.run_config (the Python API); model
+    info's --preset help named training flags it does not have; `model info --preset smoke` gave the family list
+    without saying smoke is a sweep preset."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    train = " ".join(CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "Write a checkpoint every K steps (and at the last step) into --checkpoint-dir" in train
+    assert "run_config" not in train and "train_ensemble" not in train
+    info = " ".join(CliRunner().invoke(app, ["model", "info", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "are this command's own flags" not in info and "`train` takes its training settings" in info
+    res = CliRunner().invoke(app, ["model", "info", "--preset", "smoke", "--d-model", "16"])
+    assert res.exit_code == 2 and "'smoke' is a sweep preset, configs/smoke.yaml" in res.output
