@@ -277,7 +277,7 @@ def test_a_pilot_that_does_not_pin_the_law_down_gets_a_warning_and_no_recommenda
     assert "this spec has 2 token budgets: `loopscale run` fits the joint law to every run" in res["warnings"][1]
     print_design(res)
     out = capsys.readouterr().out
-    assert "best within 10 min: none (see the warning)" in out and "warning:" in out
+    assert "best within 10 min: none: see the warning above (no candidate is recommended)" in out and "warning:" in out
     spec1, path, _ = _pilot(tmp_path, seeds=4)
     res = design(spec1, path, **kw)  # one D: fitted to cell means by `run` as by the design
     assert res["warnings"] == [] and res["truth"]["on_bound"] == [] and res["best"] is not None
