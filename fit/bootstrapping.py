@@ -610,6 +610,11 @@ def _blocking_words(frame: pd.DataFrame, bb: tuple[str, ...] | None) -> str:
     return f"{bb[0]} = {show}" if len(bb) == 1 else f"({', '.join(bb)}) = ({show})"
 
 
+def _working_hint(alt: str | None) -> str:
+    """The part of a no-interval reason that names a blocking that would give one (CLI and Python forms)."""
+    return f"; a blocking that works: --block-by {alt} (block_by='{alt}' in Python)" if alt else ""
+
+
 def whole_table_problem(
     law: Law,
     data: FitData,
@@ -661,7 +666,7 @@ def whole_table_problem(
     alt = _working_block_by(law, data, bb, seed)
     return (
         f"--block-by {label}: {why}; every resample is the whole table, so the refits could only differ by their "
-        "starts and no interval exists" + (f"; a blocking that works: --block-by {alt} (block_by='{alt}' in Python)" if alt else "")
+        "starts and no interval exists" + _working_hint(alt)
     )
 
 
@@ -690,7 +695,7 @@ def design_problem(
         return (
             f"{same}: a block draw over {list(bb)} cells "
             "always holds that single budget, so no resample can vary it and the design gives no interval"
-            + (f"; a blocking that works: --block-by {alt} (block_by='{alt}' in Python)" if alt else "")
+            + _working_hint(alt)
             + f" (or add a second {budget})"
         )
     return whole_table_problem(law, data, bb, seed, stratify_by=stratify_by)
@@ -837,7 +842,7 @@ def _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, re
         reason = (
             f"0 of {B} resamples could be refitted ({int(B - ok_draw.sum())} without a non-degenerate draw in "
             f"1000 tries: {kinds}; {int((ok_draw & ~np.isfinite(objv)).sum())} refits failed)"
-            + (f"; a blocking that works: --block-by {alt} (block_by='{alt}' in Python)" if alt else "")
+            + _working_hint(alt)
         )
     if reason is not None:
         import warnings

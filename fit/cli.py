@@ -160,11 +160,7 @@ def fit_cmd(
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
     make_law(law, phi, **({"rs": (2,)} if law == "joint_per_r" else {}))  # an unknown law, a bad phi: said first
-    if block_by not in ("default", "iid", "none", ""):
-        try:
-            _blocks(block_by)
-        except ValueError as e:
-            raise ValueError(str(e).replace(f"block_by {block_by!r}", f"--block-by {block_by}", 1)) from None
+    _blocks(block_by, label=f"--block-by {block_by}")  # a column given twice or empty: said before the table
     if r_only is not None:
         try:
             r_keep = sorted({int(x) for x in r_only.split(",") if x.strip()})

@@ -188,8 +188,9 @@ def fit_table(
     )  # fmt: skip
 
 
-def _blocks(block_by: Any) -> tuple[str, ...]:
-    """``block_by`` as a tuple of columns (empty for ``"default"``, ``"iid"``, ``"none"``, ``""`` and None).
+def _blocks(block_by: Any, label: str | None = None) -> tuple[str, ...]:
+    """``block_by`` as a tuple of columns (empty for ``"default"``, ``"iid"``, ``"none"``, ``""`` and None);
+    ``label``: how the message names the value (default ``block_by '<value>'``; the CLI: ``--block-by <value>``).
 
     Raises:
         ValueError: a column given twice, or an empty name."""
@@ -199,7 +200,7 @@ def _blocks(block_by: Any) -> tuple[str, ...]:
     twice = sorted({c for c in bb if bb.count(c) > 1})
     if twice or "" in bb:
         raise ValueError(
-            f"block_by {block_by!r}: "
+            f"{label or f'block_by {block_by!r}'}: "
             + (f"{', '.join(twice)} given twice" if twice else "an empty column name")
             + "; give each column once, comma-separated (e.g. --block-by budget,r)"
         )
@@ -242,6 +243,12 @@ def chinchilla_flat_terms(data) -> list[str]:
     return out
 
 
+def looped_variants(df: pd.DataFrame) -> list[str]:
+    """The variants with looped (r > 1) runs in ``df`` (columns ``variant`` and ``r``), sorted: r = 1 runs are
+    labelled ``baseline`` whatever the spec's variants, so they name no variant of their own."""
+    return sorted(str(v) for v in df.loc[df["r"] > 1, "variant"].dropna().unique())
+
+
 def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, str | None]:
     """The rows of one variant's fit (:func:`loopscale.fit.analysis.variant_frames`): ``variant``'s; without it the
     one variant that has looped runs (r = 1 runs are labelled ``baseline`` in every sweep), or the whole table when
@@ -261,8 +268,7 @@ def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, st
         return df, (names[0] if names else variant)
     if "r" not in df.columns:
         raise ValueError(f"the table holds variants {names} but no 'r' column: give one variant's rows")
-    # the variants with looped runs: r = 1 runs are labelled baseline whatever the spec's variants
-    looped = sorted(str(v) for v in df.loc[df["r"] > 1, "variant"].dropna().unique())
+    looped = looped_variants(df)
     if variant is None:
         if len(looped) > 1:
             raise ValueError(
@@ -307,8 +313,7 @@ def check_per_run_table(data, law: Law, who: str, *, stratified: bool = False) -
 
     frame = data.frame
     if "variant" in frame.columns and "r" in frame.columns:
-        looped = sorted(str(v) for v in frame.loc[frame["r"] > 1, "variant"].dropna().unique())
-        if len(looped) > 1:
+        if len(looped := looped_variants(frame)) > 1:
             raise ValueError(
                 f"{who}: the table holds variants {looped} with looped runs; each is its own fit (its looped runs "
                 "with the r = 1 runs), pooled they would be fitted as one law: give one variant's rows, or "
