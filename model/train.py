@@ -329,6 +329,9 @@ class RunResult:
     """Seconds spent in data, forward_backward, optimizer, eval, checkpoint (this process only)."""
     num_threads: int
     device: str
+    compiled: bool
+    """Whether the training steps ran torch.compile-d: ``compile`` asked for and not fallen back to eager
+    (:func:`loopscale.model.looped.compile_fallback`); evaluation on CPU is eager either way."""
     versions: dict
     optimizer_assignment: dict
     """Which parameters each optimizer got (names by optimizer)."""
@@ -999,6 +1002,7 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
     import torch
 
     from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
+    from loopscale.model.looped import compile_fallback
 
     mcfg = cfg.model
     F = flops_per_token(mcfg)
@@ -1042,6 +1046,7 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
         time_split={**times, "total": wall},
         num_threads=threads,
         device=str(device),
+        compiled=bool(cfg.compile) and compile_fallback(cfg.compile, device) is None,
         versions={"torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]},
         optimizer_assignment=assignment,
         micro_batch_ids=micro_ids,

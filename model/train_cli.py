@@ -53,6 +53,7 @@ JSON_KEYS = (
     "eval_tokens",
     "num_threads",
     "device",
+    "compiled",
     "time_split",
     "model",
     "corpus",

@@ -181,6 +181,57 @@ def pilot_variant(runs: pd.DataFrame, variant: str) -> pd.DataFrame:
     return keep
 
 
+def _members(runs: pd.DataFrame) -> pd.Series:
+    """Members of each run's seed ensemble (1 for a single run): ``ensemble_size`` where the table records it, else
+    the rows of the table with the run's ``trial_id``, else 1."""
+    k = pd.Series(np.nan, index=runs.index)
+    if "ensemble_size" in runs.columns:
+        k = pd.to_numeric(runs["ensemble_size"], errors="coerce")
+    if "trial_id" in runs.columns:
+        k = k.fillna(runs.groupby("trial_id")["trial_id"].transform("size").astype(float))
+    return k.fillna(1.0)
+
+
+def pilot_training_gaps(spec, runs: pd.DataFrame) -> list[str]:
+    """How the pilot's runs were trained otherwise than ``spec`` trains its runs, in the settings that change a
+    run's FLOP/s and so the predicted time (empty: none known to differ).
+
+    Compared: ``compiled`` with ``training.compile``, ``optimizer``, ``batch_tokens``, ``num_threads`` with
+    ``resources.cpus``, and a pilot of single runs (:func:`_members`) for a spec of seed ensembles
+    (``spec.ensemble_members()`` > 1; ensembles of another size are not compared: each candidate's seeds set its
+    own; a table with neither ``ensemble_size`` nor ``trial_id`` does not say). A column the pilot lacks or holds only nulls for (a table
+    written before it was recorded) is not compared.
+
+    Args:
+        spec: the :class:`loopscale.sweep.spec.SweepSpec` being designed. runs: the pilot's ok runs.
+    Returns:
+        One phrase per differing setting, e.g. ``"compile: the pilot trained eager, the spec compiles"``.
+    """
+    t = spec.training
+
+    def seen(col: str) -> list:
+        if col not in runs.columns:
+            return []
+        return sorted(runs[col].dropna().unique().tolist(), key=str)
+
+    gaps = []
+    if (c := seen("compiled")) and set(c) != {bool(t.compile)}:
+        had = " and ".join("compiled" if bool(x) else "eager" for x in c)
+        gaps.append(f"compile: the pilot trained {had}, the spec {'compiles' if t.compile else 'trains eager'}")
+    for col, want, name in (("optimizer", t.optimizer, "optimizer"), ("batch_tokens", t.batch_tokens,
+                            "batch_tokens"), ("num_threads", max(1, int(spec.resources.cpus)), "threads per run")):
+        if (have := seen(col)) and set(map(str, have)) != {str(want)}:
+            gaps.append(f"{name}: the pilot's {', '.join(map(str, have))}, the spec's {want}")
+    known = pd.Series(False, index=runs.index)  # rows that say how many seeds their trial held
+    for col in ("ensemble_size", "trial_id"):
+        if col in runs.columns:
+            known |= runs[col].notna()
+    if (most := spec.ensemble_members()) > 1 and known.any() and _members(runs)[known].max() == 1:
+        gaps.append(f"seed ensembles: the pilot trained single runs, the spec up to {most} seeds per trial, so the "
+                    "times assume no ensemble speed-up (an upper bound)")
+    return gaps
+
+
 def _rates(runs: pd.DataFrame) -> pd.DataFrame:
     """Training FLOP/s per run of every pilot cell: median over its seeds of ``k C / wall_s``, k the members of
     the run's seed ensemble (they share the trial's ``wall_s``; k = 1 for single runs): the run's
@@ -189,12 +240,7 @@ def _rates(runs: pd.DataFrame) -> pd.DataFrame:
     from loopscale.fit.design import NOISE_KEYS
 
     keys = [k for k in NOISE_KEYS if k in runs.columns]
-    k = pd.Series(np.nan, index=runs.index)
-    if "ensemble_size" in runs.columns:
-        k = pd.to_numeric(runs["ensemble_size"], errors="coerce")
-    if "trial_id" in runs.columns:
-        k = k.fillna(runs.groupby("trial_id")["trial_id"].transform("size").astype(float))
-    k = k.fillna(1.0)
+    k = _members(runs)
     rate = (k * runs["C"].astype(float) / runs["wall_s"].astype(float)).replace([np.inf, -np.inf], np.nan)
     t = runs.assign(rate=rate).dropna(subset=["rate"])
     t = t[t["rate"] > 0]
@@ -386,6 +432,12 @@ def design(
         )
         blocking = True
     noise, rates = cell_noise(runs), _rates(runs)
+    if trained := pilot_training_gaps(spec, runs):
+        warnings.append(
+            "the pilot's runs were trained otherwise than this spec's: " + "; ".join(trained) + ". The predicted "
+            "times, and so which candidates fit the minutes, come from the pilot's FLOP/s and are off by what these "
+            "settings change; take a pilot trained with the spec's training settings"
+        )
     slots = max(1, int(cpus // spec.resources.cpus))
     candidates, cells, seen, draws = [], [], set(), {}
     own = {r: len(spec.seeds_for(r)) for r in spec.r}

@@ -96,6 +96,8 @@ RUNS_SCHEMA = pa.schema(
         _f("trial_id", pa.string(), "-", "Ray Tune trial id (null outside Tune)"),
         _f("ensemble_size", pa.int64(), "count", "runs trained together as one seed ensemble, this one included "
            "(1: a single run; they share wall_s); null in tables written before it was recorded"),
+        _f("compiled", pa.bool_(), "-", "training steps ran torch.compile-d (training.compile, not fallen back to eager "
+           "for want of a C++ compiler); null in tables written before it was recorded"),
         _f("started_at", _TS, "UTC", "start of the (last) attempt"),
         _f("finished_at", _TS, "UTC", "end of the run"),
         _f("versions", pa.string(), "JSON", "library versions as a JSON object"),
@@ -108,7 +110,7 @@ RUNS_SCHEMA = pa.schema(
 def _record_class() -> type:
     """:class:`RunRecord`, one field per column of :data:`RUNS_SCHEMA` (same names, same order; the Python type
     follows the Arrow type), so the schema stays the single declaration of what a run record holds."""
-    py = {pa.string(): str, pa.int64(): int, pa.float64(): float, _TS: datetime}
+    py = {pa.string(): str, pa.int64(): int, pa.float64(): float, pa.bool_(): bool, _TS: datetime}
 
     def __post_init__(self) -> None:
         for f in RUNS_SCHEMA:
@@ -306,6 +308,7 @@ def run_record(
         "trial_id": trial_id,
         # a seed-ensemble trial adds {"group_id", "members"} to each member's result (loopscale.sweep.grid)
         "ensemble_size": None if "D" not in result else int((result.get("ensemble") or {}).get("members", 1)),
+        "compiled": None if result.get("compiled") is None else bool(result["compiled"]),
         "started_at": _utc(started_at),
         "finished_at": _utc(finished_at) or datetime.now(UTC),
         "versions": json.dumps(versions, sort_keys=True) if versions is not None else None,

@@ -199,6 +199,40 @@ def test_a_pilot_filtered_to_some_seeds_keeps_its_ensembles_rates(tmp_path):
     assert _rates(ens.assign(ensemble_size=None))["rate"].to_numpy() == pytest.approx(whole["rate"].to_numpy())
 
 
+def test_a_pilot_trained_otherwise_than_the_spec_is_named_in_a_warning(tmp_path):
+    """The pilot's FLOP/s give every predicted time: a pilot trained eager (a table that records ``compiled``), with
+    another optimizer, batch or thread count, or as single runs for a spec of seed ensembles, predicted times off by
+    that speed-up without a word (the eager, single-run ladder pilot predicted 87.5 min for the compiled ensembles
+    that train in 42). Each difference is named; a setting the table does not record is not compared."""
+    from loopscale.sweep.design_cmd import pilot_training_gaps
+
+    spec, path, runs = _pilot(tmp_path, seeds=4)
+    spec = parse_spec({**SPEC, "training": {"batch_tokens": 256, "compile": True, "optimizer": "muonh"}})
+    assert pilot_training_gaps(spec, runs) == []  # nothing recorded: nothing to compare
+    same = runs.assign(compiled=True, optimizer="muonh", batch_tokens=256, num_threads=1, ensemble_size=4)
+    assert pilot_training_gaps(spec, same) == []
+    other = same.assign(compiled=False, optimizer="adamw", batch_tokens=512, num_threads=2, ensemble_size=1)
+    assert pilot_training_gaps(spec, other) == [
+        "compile: the pilot trained eager, the spec compiles",
+        "optimizer: the pilot's adamw, the spec's muonh",
+        "batch_tokens: the pilot's 512, the spec's 256",
+        "threads per run: the pilot's 2, the spec's 1",
+        "seed ensembles: the pilot trained single runs, the spec up to 16 seeds per trial, so the times assume no "
+        "ensemble speed-up (an upper bound)",
+    ]
+    mixed = same.assign(compiled=[True, None] * (len(same) // 2))  # nulls (an older table's rows) are not compared
+    assert pilot_training_gaps(spec, mixed) == []
+    one = parse_spec({**SPEC, "training": {"batch_tokens": 256, "compile": True, "optimizer": "muonh"},
+                      "resources": {"ensemble": 1}})
+    assert pilot_training_gaps(one, same.assign(ensemble_size=1)) == []  # single runs for single runs
+    other.to_parquet(tmp_path / "other.parquet")
+    res = design(spec, tmp_path / "other.parquet", minutes=10, cpus=2, seeds=(2,), n_sim=4, starts=4, seed=0,
+                 fit_starts=30)
+    (w,) = [w for w in res["warnings"] if "trained otherwise" in w]
+    assert w.startswith("the pilot's runs were trained otherwise than this spec's: compile: the pilot trained eager")
+    assert "which candidates fit the minutes" in w and res["best"] is not None  # times only: still recommended
+
+
 @pytest.mark.parametrize(
     "case, message",
     [

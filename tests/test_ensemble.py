@@ -221,6 +221,7 @@ def test_compiled_ensemble_equals_eager_members(tmp_path):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it really ran compiled graphs
     for a, b in zip(compiled, eager, strict=True):
         assert not any("compile" in w for w in a.warnings)
+        assert a.compiled is True and b.compiled is False  # what runs.parquet's `compiled` records
         _assert_member_equals_single(a, b)
 
 
@@ -238,6 +239,7 @@ def test_compiled_single_run_equals_eager(tmp_path):
     compiled = train_run(dataclasses.replace(cfg, compile=True))
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
     assert not any("trained eager" in w for w in compiled.warnings)  # compiled, no fallback
+    assert compiled.compiled is True and eager.compiled is False
     # its throughput counts the compiling first step, and says so with the rate after it
     assert any(w.startswith("tokens_per_s (") and "torch.compile's compilation" in w for w in compiled.warnings)
     _assert_member_equals_single(compiled, eager)
@@ -251,6 +253,7 @@ def test_compile_without_cpu_compiler_trains_eager_and_says_so(tmp_path, monkeyp
     with pytest.warns(UserWarning, match="no C\\+\\+ compiler"):
         (res,) = train_ensemble(cfg, [0])
     assert res.status == "ok" and any("trained eager" in w for w in res.warnings)
+    assert res.compiled is False  # asked for, fallen back: recorded as eager
     assert res.final_val_loss == pytest.approx(
         train_run(dataclasses.replace(cfg, compile=False)).final_val_loss, rel=1e-6
     )

@@ -58,6 +58,7 @@ def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
         assert row["num_threads"] == 1  # = resources.cpus
         assert 0 < row["final_val_loss"] < 6.0 and row["trial_id"]
         assert row["ensemble_size"] == 1  # one run per trial (smoke: one seed per cell)
+        assert row["compiled"] is False  # the smoke preset trains eager
     curves = pq.read_table(out / "curves.parquet").to_pylist()
     assert {c["run_id"] for c in curves} == set(cells)
 
@@ -149,7 +150,7 @@ def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path
     assert {r["status"] for r in rows} == {"failed"}
     for r in rows:
         assert r["error"].startswith("RuntimeError: injected failure at step")
-        assert r["final_val_loss"] is None and r["trial_id"] and r["ensemble_size"] is None
+        assert r["final_val_loss"] is None and r["trial_id"] and r["ensemble_size"] is None and r["compiled"] is None
     monkeypatch.delenv(FAULT_ENV)
     rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
     assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"} and {r["error"] for r in rows} == {None}
