@@ -299,6 +299,9 @@ def test_kuberay_rayjob():
     assert argv[1] == "run" and "--out" in argv and "--resume" in argv  # rerunning the RayJob resumes
     assert argv[argv.index("--storage") + 1].startswith("s3://")  # shared by all pods
     assert job["spec"]["clusterSelector"]["ray.io/cluster"] == rc["metadata"]["name"]
+    # named for what it runs (it was loopscale-sweep), and the header's `kubectl logs` follows that job
+    assert job["metadata"]["name"] == "loopscale-run"
+    assert "kubectl logs -f job/loopscale-run " in (RECIPES / "kuberay-rayjob.yaml").read_text()
     for c in _containers(job["spec"]["submitterPodTemplate"]):
         _check_token_env(c)
 
