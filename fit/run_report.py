@@ -660,11 +660,20 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append("")
     comp = ana.get("variant_comparison")
     if comp:
-        L.append("## Variants: Δφ against the baseline (paired block bootstrap)\n")
+        L.append("## Variants: Δφ against the baseline (paired bootstrap)\n")
         if "skipped" in comp:
             L.append(f"Skipped: {comp['skipped']}\n")
         else:
             rows = comp.get("comparisons", {})
+            if comp.get("block_by"):
+                L.append(f"{comp.get('B')} paired draws of whole cells {tuple(comp['block_by'])}, every variant "
+                         "refitted to its runs in the drawn cells.\n")
+            elif comp.get("stratify_by"):
+                means = comp.get("cell_means") or {}
+                to = "its cell means" if means and all(means.values()) else "its points"
+                L.append(f"{comp.get('B')} paired draws of the seeds within every cell "
+                         f"{tuple(comp['stratify_by'])}, every variant refitted to {to} as in its own fit above; "
+                         "the shared r = 1 cells are drawn alike for all variants.\n")
             # computed from the variants' verdicts (analysis files written before the rows carried the flag too)
             unid = {n: phi_not_identified((comp.get("baseline"), n), ana.get("variants", {})) for n in rows}
             named = list(dict.fromkeys(x for n in rows for x in unid[n]))
@@ -678,6 +687,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             L.append("|---|---|---|---|---|---|")
             for name, c in rows.items():
                 verdict = f"not a result: φ not identified ({', '.join(unid[name])})" if unid[name] else "yes"
+                if c.get("no_interval"):
+                    verdict = f"no interval: {c['no_interval']}" + ("" if verdict == "yes" else f"; {verdict}")
                 L.append(
                     f"| {name} | {_fmt(c.get('phi'), 3)} | {_fmt(c.get('delta_phi'), 3)} | "
                     f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} | {verdict} |"

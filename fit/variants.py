@@ -6,6 +6,10 @@ measured against the same anchor. The paired bootstrap draws cells ``(budget, r)
 the union of all variants' cells, with ``default_rng([seed, k])`` for resample ``k``; every variant takes its rows in
 the drawn cells, so shared cells (e.g. the r = 1 anchor) enter all variants jointly. A draw degenerate for any variant
 (single r, single budget, too few runs) is redrawn and counted.
+
+A grid of one D with seeds per cell (seed replicates, as the ``cpu`` preset's) is compared as each variant's own fit
+treats it: every variant fitted to its cell means (to its runs when it has fewer cells than the law's parameters),
+and every paired draw resamples the seeds within each cell, the shared r = 1 cells drawn alike for all variants.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ def compare_variants(
         share_r1: a variant without r = 1 rows borrows the baseline's r = 1 rows.
     Returns:
         dict: ``baseline``; ``fits`` {variant: FitResult.to_dict()}; ``comparisons`` {variant: {``phi``,
-        ``delta_phi``, ``ci`` [lo, hi], ``frac_delta_le_0`` (share of ok resamples with Δφ <= 0), ``n_ok``}};
-        ``n_degenerate``; ``B``.
+        ``delta_phi``, ``ci`` [lo, hi], ``frac_delta_le_0`` (share of ok resamples with Δφ <= 0), ``n_ok``, and
+        ``no_interval`` (why) when no draw is left}}; ``block_by`` (None for seed replicates, then
+        ``stratify_by``, the cell columns the seeds are resampled within, and ``cell_means`` {variant: fitted to
+        its cell means}); ``n_degenerate``; ``n_failed``; ``B``.
     Raises:
         ValueError: no ``variant`` column, unknown baseline, fewer than 2 variants, or bad rows (as ``prepare``).
     """
@@ -70,6 +76,9 @@ def compare_variants(
             sub = pd.concat([sub, base_r1])
         per[v] = sub.reset_index(drop=True)
     datas = {v: prepare(per[v], law, block_by=block_by) for v in names}
+    if block_by is None and (reps := _replicates(datas)):
+        return _compare_replicates(law, datas, reps, names, baseline, B=B, seed=seed, starts=starts, workers=workers,
+                                   address=address, delta=delta, level=level, **kwargs)  # fmt: skip
     bb = block_by or default_block_by(datas[baseline].frame, law)
     if bb is None:
         raise ValueError(
@@ -129,6 +138,25 @@ def compare_variants(
         )
         phis[v] = np.where(np.isfinite(ob), th[:, 5], np.nan)
         _notify_result(B, int(np.isfinite(ob).sum()), "variants")
+    why = None
+    if not use.any():
+        why = (f"every paired draw of cells {tuple(bb)} was degenerate for some variant (a single r, a single "
+               f"{budget_col or 'budget'} or too few runs), so Δφ has no interval; a grid of one D needs seeds "
+               "per cell (its seeds are then resampled within cells)")  # fmt: skip
+    return {
+        "baseline": baseline,
+        "block_by": list(bb),
+        "B": B,
+        "fits": {v: f.to_dict() for v, f in fits.items()},
+        "comparisons": _comparisons(names, baseline, fits, phis, level, why),
+        "n_degenerate": n_deg,
+        "n_failed": int(B - use.sum()),
+    }
+
+
+def _comparisons(names, baseline, fits, phis, level, why: str | None) -> dict[str, dict[str, Any]]:
+    """Δφ rows of every variant against ``baseline`` from the point fits and the paired draws ``phis`` (NaN where a
+    draw failed); ``no_interval`` gives ``why`` (or that every refit failed) when no draw is left."""
     comps = {}
     for v in names:
         if v == baseline:
@@ -142,12 +170,72 @@ def compare_variants(
             "frac_delta_le_0": float(np.mean(dphi[ok] <= 0)) if ok.any() else float("nan"),
             "n_ok": int(ok.sum()),
         }
+        if not ok.any():
+            comps[v]["no_interval"] = why or f"every paired refit of {baseline} or {v} failed"
+    return comps
+
+
+def _replicates(datas: dict[str, Any]) -> dict[str, Any] | None:
+    """Per variant, its :class:`loopscale.fit.analysis.SeedReplicates` when every variant's runs are seed replicates
+    (one D, seeds per cell), as the variants' own fits in ``loopscale run``'s analysis treat them; else None."""
+    from loopscale.fit.analysis import seed_replicates
+    from loopscale.fit.io import with_layers_unique
+
+    reps = {v: seed_replicates(with_layers_unique(d.frame)) for v, d in datas.items()}
+    return reps if all(reps.values()) else None
+
+
+def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, workers, address, delta, level,
+                        **kwargs) -> dict[str, Any]:  # fmt: skip
+    """:func:`compare_variants` for seed replicates: each variant fitted as its own fit is (to its cell means when
+    it has at least as many cells as the law's parameters, else to its runs), and each paired draw resamples the
+    seeds within every cell, the same draw for a cell shared by several variants (the baseline's r = 1 cells):
+    draw ``k`` of the ``g``-th cell of the union (sorted by variant and cell columns) uses
+    ``default_rng([seed, k, g])``. A block bootstrap over (D, r) cells could never vary the one D: every draw
+    was degenerate and Δφ had no interval."""
+    from loopscale.fit.io import cell_means, with_layers_unique
+
+    frames = {v: with_layers_unique(datas[v].frame).reset_index(drop=True) for v in names}
+    strata = {v: tuple(reps[v].strata) for v in names}
+    # a cell of the union: the variant its runs belong to (a borrowed r = 1 run keeps the baseline's) + its strata
+    own = {v: ("variant",) if "variant" in frames[v].columns else () for v in names}
+    keys = {v: [tuple(x) for x in frames[v][list(own[v] + strata[v])].itertuples(index=False)] for v in names}
+    union = {k: g for g, k in enumerate(sorted({k for v in names for k in keys[v]}, key=repr))}
+    W = {v: np.zeros((B, len(frames[v]))) for v in names}
+    for v in names:
+        ids = np.array([union[k] for k in keys[v]])
+        for g in np.unique(ids):
+            idx = np.flatnonzero(ids == g)  # the cell's runs in table order (the same runs in every variant)
+            for k in range(B):
+                pick = np.random.default_rng([seed, k, int(g)]).integers(0, idx.size, idx.size)
+                np.add.at(W[v][k], idx[pick], 1.0)
+    fits, phis, points = {}, {}, {}
+    for i, v in enumerate(names):
+        f = frames[v]
+        means = reps[v].means
+        points[v] = prepare(cell_means(f, strata[v]), law) if means else datas[v]
+        fits[v] = fit_data(law, points[v], starts=starts, seed=seed, delta=delta)
+        if means:  # each draw's cell means, in cell_means' order (groupby sort=True over the strata)
+            cell = f.groupby(list(strata[v]), sort=True).ngroup().to_numpy()
+            onehot = np.zeros((len(f), int(cell.max()) + 1))
+            onehot[np.arange(len(f)), cell] = 1.0
+            draws = (W[v] * datas[v].cols["loss"][None, :]) @ onehot / (W[v] @ onehot)
+        else:
+            draws = W[v]
+        th, ob, _ = refit_weights(law, points[v], draws, np.ones(B, dtype=bool), np.asarray(fits[v].theta),
+                                  seed=seed, stream=1 + i, starts=starts, workers=workers, address=address,
+                                  delta=delta, losses=means, **kwargs)  # fmt: skip
+        phis[v] = np.where(np.isfinite(ob), th[:, 5], np.nan)
+        _notify_result(B, int(np.isfinite(ob).sum()), "variants")
     return {
         "baseline": baseline,
-        "block_by": list(bb),
+        "block_by": None,
+        "stratify_by": list(strata[baseline]),
+        "cell_means": {v: bool(reps[v].means) for v in names},
         "B": B,
         "fits": {v: f.to_dict() for v, f in fits.items()},
-        "comparisons": comps,
-        "n_degenerate": n_deg,
-        "n_failed": int(B - use.sum()),
+        "comparisons": _comparisons(names, baseline, fits, phis, level, None),
+        "n_degenerate": 0,
+        "n_failed": 0,
     }
+

@@ -103,6 +103,72 @@ def test_compare_variants_paired_delta_phi():
         compare_variants(base.drop(columns=["variant"]))
 
 
+def _replicate_variants(seeds: int = 3, noise: float = 0.003) -> pd.DataFrame:
+    """A one-D grid with seeds (the cpu preset's design): plain r = 1 models of 2-10 layers (baseline) and looped
+    r = 2, 4, 8 at effective depth 10 for baseline (phi 0.5) and trunc (phi 0.2), losses from the joint law."""
+    rng = np.random.default_rng(0)
+    per_layer, rows = 12 * 16 * 16, []
+    shapes = [(1, 0, L, 0) for L in (2, 4, 6, 10)] + [(2, 1, 4, 1), (4, 1, 2, 1), (8, 1, 1, 1)]
+    for variant, phi in (("baseline", 0.5), ("trunc", 0.2)):
+        for r, pre, blk, coda in shapes:
+            if r == 1 and variant != "baseline":
+                continue  # r = 1 runs are the baseline's, borrowed by every variant
+            n_once, n_rec = (pre + coda) * per_layer, blk * per_layer
+            for k in range(seeds):
+                loss = 1.8 + 40 * (n_once + r**phi * n_rec) ** -0.35 + noise * rng.standard_normal()
+                rows.append(dict(run_id=f"{variant}-{r}-{blk}-{k}", variant=variant, r=r, d_model=16, n_prelude=pre,
+                                 n_recur_block=blk, n_coda=coda, N_once=n_once, N_rec=n_rec, D=1_000_000, seed=k,
+                                 status="ok", loss=loss))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_compare_variants_of_seed_replicates_fits_cell_means_and_pairs_the_shared_cells(monkeypatch):
+    """At one D the block bootstrap over (D, r) cells could never vary D: every paired draw was degenerate, Δφ had
+    no interval, and its φ came from per-run fits while each variant's own fit used its cell means. Seed
+    replicates are now compared as they are fitted: cell means, seeds drawn within cells, and the baseline's r = 1
+    cells, shared by both variants, drawn alike in both."""
+    import loopscale.fit.variants as variants_mod
+    from loopscale.fit import compare_variants, fit_law
+    from loopscale.fit.analysis import seed_replicates
+    from loopscale.fit.io import cell_means, with_layers_unique
+
+    t = _replicate_variants()
+    seen = {}
+    real = variants_mod.refit_weights
+
+    def spy(law, data, W, use, theta0, **kw):
+        seen[kw["stream"]] = (data.frame.copy(), W.copy())
+        return real(law, data, W, use, theta0, **kw)
+
+    monkeypatch.setattr(variants_mod, "refit_weights", spy)
+    res = compare_variants(t, B=8, seed=0, starts=20, workers=1)
+    c = res["comparisons"]["trunc"]
+    assert res["block_by"] is None and res["stratify_by"] == ["d_model", "r", "layers_unique", "D"]
+    assert res["cell_means"] == {"baseline": True, "trunc": True}
+    assert c["n_ok"] == 8 and "no_interval" not in c and c["delta_phi"] == pytest.approx(-0.3, abs=0.02)
+    assert c["ci"][0] <= c["delta_phi"] <= c["ci"][1] < 0 and c["frac_delta_le_0"] == 1.0  # true Δφ: -0.3
+    for v, own in (("baseline", t[t["variant"] == "baseline"]), ("trunc", t[(t["variant"] == "trunc") | (t["r"] == 1)])):
+        frame = with_layers_unique(own)
+        point = fit_law(cell_means(frame, seed_replicates(frame).strata), law="joint", starts=20, seed=0)
+        assert res["fits"][v]["params"]["phi"] == pytest.approx(point.params["phi"], abs=1e-9)  # the variant's fit
+    (fb, Mb), (ft, Mt) = seen[1], seen[2]  # baseline, trunc: each draw's cell means
+    assert Mb.shape == (8, 7) and Mt.shape == (8, 7)
+    r1b, r1t = (fb["r"] == 1).to_numpy(), (ft["r"] == 1).to_numpy()
+    assert r1b.sum() == 4 and np.array_equal(Mb[:, r1b], Mt[:, r1t])  # the shared cells, drawn alike
+    assert not np.array_equal(Mb[:, ~r1b], Mt[:, ~r1t])
+
+
+def test_compare_variants_without_any_interval_says_why():
+    """One seed per cell at one D: no seed replicates, so the (D, r) block bootstrap is used, and every draw of it
+    is degenerate; the row says why it has no interval."""
+    from loopscale.fit import compare_variants
+
+    res = compare_variants(_replicate_variants(seeds=1), B=4, seed=0, starts=10, workers=1)
+    c = res["comparisons"]["trunc"]
+    assert res["block_by"] == ["D", "r"] and c["n_ok"] == 0
+    assert c["no_interval"].startswith("every paired draw of cells ('D', 'r') was degenerate for some variant")
+
+
 def test_write_fit_outputs(tmp_path):
     """fit.json holds params and CIs; bootstrap.parquet one row per resample; PNGs are written."""
     import json

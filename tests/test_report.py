@@ -370,6 +370,25 @@ def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool]) -> str:
     return _section(build_report(run).read_text(encoding="utf-8"), "## Variants: Δφ against the baseline")
 
 
+def test_a_delta_phi_without_an_interval_says_why(tmp_path):
+    """A Δφ row whose paired draws all failed (a one-D grid of single runs, blocked by (D, r)) showed "–" for its
+    interval and "yes" as a result; it now says there is no interval and why, and how the draws were made."""
+    sec = _with_variant_comparison(tmp_path, {"baseline": True, "trunc_bptt": True})
+    assert "| trunc_bptt | 0.98 | 0.00276 | [-0.05203, 0.09559] | 0.35 | yes |" in sec
+    run = tmp_path / "run"
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    row = {"phi": 0.98, "delta_phi": 0.00276, "ci": [None, None], "frac_delta_le_0": None, "n_ok": 0,
+           "no_interval": "every paired draw of cells ('D', 'r') was degenerate"}
+    ana["variant_comparison"] = {"baseline": "baseline", "B": 20, "block_by": ["D", "r"], "comparisons": {"trunc_bptt": row}}
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    from loopscale.fit.run_report import build_report
+
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "## Variants: Δφ against the baseline")
+    assert "20 paired draws of whole cells ('D', 'r')" in sec
+    assert "| no interval: every paired draw of cells ('D', 'r') was degenerate |" in sec
+
+
 @pytest.mark.parametrize(
     "verdicts,caveat,cell",
     [
@@ -412,6 +431,11 @@ def test_analysis_flags_a_delta_phi_between_unidentified_phi(tmp_path, monkeypat
     ana = analysis.analyze(pd.concat([runs, other]), tmp_path / "fit", B=3, starts=4, workers=1, plots=False)
     row = ana["variant_comparison"]["comparisons"]["trunc_bptt"]
     assert row["identified"] is False and row["not_identified"] == ["trunc_bptt"]
+    # the Δφ is the difference of the φ the variants' own sections show (here per-run fits: several D, one seed)
+    assert ana["variant_comparison"]["block_by"] == ["D", "r"]
+    phi = {v: ana["variants"][v]["joint"]["params"]["phi"] for v in ("baseline", "trunc_bptt")}
+    assert row["phi"] == pytest.approx(phi["trunc_bptt"], abs=1e-9)
+    assert row["delta_phi"] == pytest.approx(phi["trunc_bptt"] - phi["baseline"], abs=1e-9)
     assert json.loads((tmp_path / "fit" / "analysis.json").read_text())["variant_comparison"]["comparisons"][
         "trunc_bptt"
     ]["not_identified"] == ["trunc_bptt"]
