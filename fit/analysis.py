@@ -325,6 +325,18 @@ def _read_runs(runs: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]
     return df, dups, status
 
 
+def frontier_unidentified(frame: pd.DataFrame) -> str | None:
+    """Why the law's compute-optimal frontier cannot be read off a fit to ``frame`` (one variant's runs, with ``D``),
+    or None. With one token budget D the law's ``B D^-beta`` is one constant: B and beta are not identified, so the
+    law cannot say how the loss trades N against D at a fixed compute, and N*, D* and L* would follow the fitter's
+    arbitrary split of that constant (two variants sharing the same r = 1 runs gave L* 8.06 and 4.84 there)."""
+    if "D" in frame.columns and frame["D"].nunique() < 2:
+        return (f"one token budget (D = {float(frame['D'].iloc[0]):.4g} tokens): the law's D-term B D^-beta is one "
+                "constant, B and beta are not identified, so the law cannot trade N against D at a fixed compute; "
+                "a grid of several D (tokens:) or FLOP budgets (budgets:) gives a frontier")
+    return None
+
+
 def _fit_ready(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The ok runs ``df`` (one row per run, with ``loss``) as :func:`analyze` fits them: ``layers_unique`` added, and
     on a token-budget grid (``budget`` null on every run) without ``budget``: the cell of a run is its token budget
@@ -485,7 +497,9 @@ def analyze(
         if means:
             v["fitted_to"] = rep.fitted_to()
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
-        if "C" in frame.columns:
+        if "C" in frame.columns and (why := frontier_unidentified(frame)):
+            v["frontier"] = skipped(FitOutcome.REFUSED, why)
+        elif "C" in frame.columns:
             if budget_kind == "C":
                 budgets = sorted(frame["budget"].unique())
             else:  # token budgets: evaluate the law's frontier at 4 log-spaced compute budgets spanning the grid

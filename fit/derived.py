@@ -77,7 +77,9 @@ def flops_model_from_table(
     """Per-r models of training FLOPs per token ``F(N)`` and the once-fraction ``N_once/N_unique`` from a run table.
 
     ``F = C / D`` per row (needs columns ``C`` and ``D``; otherwise ``F = 6 N``, the Kaplan/Chinchilla rule); ``log F`` is
-    fitted linearly in ``log N`` per ``r`` (>= 2 distinct N), else ``6 N``. ``N`` is ``N`` or ``N_unique`` or
+    fitted linearly in ``log N`` per ``r`` (>= 2 distinct N); with one N at an r, ``F = (F_0 / N_0) N``, its measured
+    FLOPs per parameter (``6 N`` would leave out the r passes of a looped block: a quarter to a twentieth of the
+    FLOPs of the cpu preset's looped models); with no ``C``, ``6 N``. ``N`` is ``N`` or ``N_unique`` or
     ``N_once + N_rec``. Returns ``(F(N, r), {r: once_fraction})``.
     """
     df = table
@@ -96,9 +98,12 @@ def flops_model_from_table(
             frac[float(r)] = float(np.median(df["N_once"].to_numpy(float)[m] / n[m])) if r > 1 else 1.0
         else:
             frac[float(r)] = iso_depth_once_fraction(r)
-        if "C" in df.columns and "D" in df.columns and np.unique(n[m]).size >= 2:
+        if "C" in df.columns and "D" in df.columns:
             F = df["C"].to_numpy(float)[m] / df["D"].to_numpy(float)[m]
-            coefs[float(r)] = tuple(np.polyfit(np.log(n[m]), np.log(F), 1))
+            if np.unique(n[m]).size >= 2:
+                coefs[float(r)] = tuple(np.polyfit(np.log(n[m]), np.log(F), 1))
+            else:  # one model size: F proportional to N through its measured FLOPs per token
+                coefs[float(r)] = (1.0, float(np.log(np.median(F / n[m]))))
 
     def F(N: np.ndarray, r: float) -> np.ndarray:
         c = coefs.get(float(r))
@@ -108,13 +113,17 @@ def flops_model_from_table(
     return F, frac
 
 
+SEARCH_LOG_N = (float(np.log(1e3)), float(np.log(1e15)))
+"""The range of log N (unique parameters) the compute-optimal frontier is searched over."""
+
+
 def frontier_arrays(
     params: dict[str, float],
     budgets: np.ndarray,
     r: float,
     flops: Callable[[np.ndarray, float], np.ndarray],
     once_fraction: float = 1.0,
-    log_n_range: tuple[float, float] = (np.log(1e3), np.log(1e15)),
+    log_n_range: tuple[float, float] = SEARCH_LOG_N,
     n_grid: int = 2001,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Minimise ``L(N) = E + A (g N)^-alpha + B (C/F(N))^-beta`` over ``log N`` for each budget ``C``; ``g = f_once +
@@ -170,7 +179,9 @@ def compute_optimal_frontier(
         once_fraction: ``{r: N_once/N_unique}``; default from the table, else the paper's iso-depth design.
     Returns:
         DataFrame with columns ``r``, ``C``, ``N_star`` (unique parameters), ``N_eff_star``, ``D_star`` (tokens),
-        ``L_star`` (nats/token), ``method`` = ``"law"``.
+        ``L_star`` (nats/token), ``method`` = ``"law"``, ``at_search_edge`` (N* on an end of the search range
+        1e3 .. 1e15 parameters: the law has no optimum inside it at that budget, and N* is the range's end, not
+        a result).
     Raises:
         ValueError: non-positive budgets.
     """
@@ -192,6 +203,7 @@ def compute_optimal_frontier(
         N, D, L = frontier_arrays(params, budgets, r, F, f)
         g = f + r ** params.get("phi", 0.0) * (1 - f)
         for C, n, d, loss in zip(budgets, N, D, L, strict=True):
+            edge = any(abs(np.log(n) - b) < 1e-6 for b in SEARCH_LOG_N)
             rows.append(
                 {
                     "r": r,
@@ -201,6 +213,7 @@ def compute_optimal_frontier(
                     "D_star": d,
                     "L_star": loss,
                     "method": "law",
+                    "at_search_edge": bool(edge),
                 }
             )
     return pd.DataFrame(rows)

@@ -621,8 +621,18 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                     else f"\n![{cap}]({files[key]})"
                 )
         L.append("")
-    if frontier is not None and len(frontier):
+    # a variant of one D has no frontier (B and beta not identified); analysis files written before it was said
+    # keep their frontier rows, which are left out here for the same reason
+    no_frontier = _frontier_not_identified(ana, runs)
+    if frontier is not None and len(frontier) and "variant" in frontier:
+        frontier = frontier[~frontier["variant"].astype(str).isin(no_frontier)]
+    if no_frontier:
         L.append("## Compute-optimal frontier of the joint law (per r)\n")
+        for name, why in no_frontier.items():
+            L.append(f"Not computed for {name}: {why}.\n")
+    if frontier is not None and len(frontier):
+        if not no_frontier:
+            L.append("## Compute-optimal frontier of the joint law (per r)\n")
         shown = [str(x) for x in dict.fromkeys(frontier["variant"])] if "variant" in frontier else []
         unid = [x for x in shown if not phi_identified(ana.get("variants", {}).get(x) or {})]
         if unid:
@@ -630,11 +640,16 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             L.append(_unidentified_caveat(f"fitted point estimate of φ{which}") + "\n")
         L.append("| variant | C (FLOPs) | r | N* (unique) | N_eff* | D* (tokens) | L* (nats) |")
         L.append("|---|---|---|---|---|---|---|")
-        for _, row in frontier.sort_values(["variant", "C", "r"]).iterrows():
+        edge = frontier["at_search_edge"].fillna(False).astype(bool) if "at_search_edge" in frontier else None
+        for i, row in frontier.sort_values(["variant", "C", "r"]).iterrows():
+            mark = "†" if edge is not None and edge.loc[i] else ""
             L.append(
-                f"| {row['variant']} | {_fmt(row['C'])} | {int(row['r'])} | {_fmt(row['N_star'], 3)} | "
+                f"| {row['variant']} | {_fmt(row['C'])} | {int(row['r'])} | {_fmt(row['N_star'], 3)}{mark} | "
                 f"{_fmt(row['N_eff_star'], 3)} | {_fmt(row['D_star'], 3)} | {_fmt(row['L_star'], 4)} |"
             )
+        if edge is not None and edge.any():
+            L.append("\n† N* on an end of the searched range (1e3 .. 1e15 unique parameters): the law has no optimum "
+                     "inside it at that budget, so that row is the range's end, not a compute-optimal model.")
         L.append("")
     if ana.get("budget_kind") == "D":
         L.append("## IsoFLOP parabolas\n")
@@ -698,6 +713,26 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
 
     out = d / "report.md"
     write_text_atomic(str(out), "\n".join(L) + "\n")
+    return out
+
+
+def _frontier_not_identified(ana: dict, runs: pd.DataFrame | None) -> dict[str, str]:
+    """``{variant: why}`` for the variants whose fit gives no compute-optimal frontier: analysis.json's skipped
+    ``frontier`` record, or (files written before it was recorded) a variant whose ok runs have one D
+    (:func:`loopscale.fit.analysis.frontier_unidentified`)."""
+    from loopscale.fit.analysis import frontier_unidentified, variant_frames
+
+    out = {}
+    frames = {}
+    if runs is not None and "D" in runs.columns:
+        ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+        frames = variant_frames(ok) if len(ok) else {}
+    for name, v in (ana.get("variants") or {}).items():
+        rec = v.get("frontier") if isinstance(v, dict) else None
+        if isinstance(rec, dict) and rec.get("skipped"):
+            out[name] = rec["skipped"]
+        elif name in frames and (why := frontier_unidentified(frames[name])):
+            out[name] = why
     return out
 
 

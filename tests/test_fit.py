@@ -807,3 +807,34 @@ def test_fit_cli_refuses_ok_runs_of_two_corpus_contents(tmp_path):
         ok.to_parquet(path)
         res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "10"])
         assert res.exit_code == 0, res.output
+
+
+def test_frontier_flops_of_one_model_per_r_are_its_measured_flops_per_token():
+    """With one model size at an r the FLOPs per token fell back to 6 N, leaving out a looped block's r passes:
+    D* of the cpu preset's r = 2 model was C / (6 N*), a third of its true value. One size now gives F = (C / D) / N
+    times N, through the measured point; several sizes keep the log-log fit."""
+    from loopscale.fit.derived import compute_optimal_frontier, flops_model_from_table
+
+    t = pd.DataFrame({"r": [1, 1, 2], "N_once": [0.0, 0.0, 6144.0], "N_rec": [6144.0, 12288.0, 12288.0],
+                      "D": [1e6, 1e6, 1e6], "C": [1e6 * 6 * 6144 * 1.5, 1e6 * 6 * 12288 * 1.5, 1e6 * 339_840]})
+    F, _ = flops_model_from_table(t)
+    assert F(np.array([18432.0]), 2)[0] == pytest.approx(339_840, rel=1e-12)  # 6 N would be 110,592
+    assert F(np.array([36864.0]), 2)[0] == pytest.approx(2 * 339_840, rel=1e-12)  # proportional to N
+    assert F(np.array([6144.0]), 1)[0] == pytest.approx(9 * 6144, rel=1e-9)  # two sizes: the fit, exact here
+    law = {"E": 1.8, "A": 40.0, "alpha": 0.35, "B": 200.0, "beta": 0.3, "phi": 0.5}
+    fr = compute_optimal_frontier(law, t, [1e12])
+    row = fr[fr["r"] == 2].iloc[0]
+    assert row["D_star"] * F(np.array([row["N_star"]]), 2)[0] == pytest.approx(1e12, rel=1e-9)
+    assert not fr["at_search_edge"].any()
+
+
+def test_a_frontier_optimum_on_the_search_range_end_is_marked():
+    """A law whose loss falls with N at every D (B = 0: data cost nothing) has no optimum inside the searched
+    1e3 .. 1e15 parameters: N* was printed as 1e15 as if it were a compute-optimal model."""
+    from loopscale.fit.derived import compute_optimal_frontier
+
+    law = {"E": 1.8, "A": 40.0, "alpha": 0.35, "B": 0.0, "beta": 0.3}
+    fr = compute_optimal_frontier(law, lambda N, r: 6.0 * N, [1e18])
+    assert fr["N_star"].iloc[0] == pytest.approx(1e15, rel=1e-6) and fr["at_search_edge"].iloc[0]
+    fine = compute_optimal_frontier({**law, "B": 400.0}, lambda N, r: 6.0 * N, [1e18])
+    assert 1e3 < fine["N_star"].iloc[0] < 1e15 and not fine["at_search_edge"].iloc[0]

@@ -595,3 +595,32 @@ def test_report_names_the_data_the_runs_read(tmp_path):
     (line,) = [ln for ln in text.splitlines() if ln.startswith("- data:")]
     assert line == ("- data: corpus `embedded` (sha256 ab12cd34ef56); tokenizer byte (vocabulary 256); sequence "
                     "length 128; at most 2.50 epochs of the training tokens per run (the data repeated)")  # fmt: skip
+
+
+def test_a_one_D_grid_gets_no_frontier_and_says_why(tmp_path):
+    """With one token budget B D^-beta is one constant, so the law cannot trade N against D: the frontier followed
+    the fitter's split of that constant (docs/example_cpu_seeds4 printed D* = 0.36 tokens; two variants sharing
+    the same r = 1 runs gave L* 8.06 and 4.84). The analysis skips it with the reason, and the report says "Not
+    computed", also from an analysis written before (its frontier rows are left out)."""
+    import pandas as pd
+
+    from loopscale.fit import analysis
+    from loopscale.fit.run_report import build_report
+
+    seeds4 = Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4"
+    run = tmp_path / "run"
+    shutil.copytree(seeds4, run)
+    stale = pd.DataFrame({"variant": ["baseline"], "r": [2], "C": [1.1e11], "N_star": [4.88e10], "N_eff_star": [4.35e10],
+                          "D_star": [0.379], "L_star": [1.036], "method": ["law"]})  # fmt: skip
+    stale.to_parquet(run / "fit" / "frontier.parquet")  # as an older analysis wrote it
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "## Compute-optimal frontier of the joint law")
+    assert "Not computed for baseline: one token budget (D = 1e+06 tokens)" in sec and "0.379" not in sec
+    runs = pq.read_table(seeds4 / "runs.parquet").to_pandas()
+    ana = analysis.analyze(runs, tmp_path / "fit", B=0, starts=8, workers=1, plots=False)
+    assert ana["variants"]["baseline"]["frontier"]["skipped"].startswith("one token budget")
+    assert not (tmp_path / "fit" / "frontier.parquet").exists()
+    several = pq.read_table(EXAMPLE / "runs.parquet").to_pandas()  # 4 token budgets: a frontier
+    ana = analysis.analyze(several, tmp_path / "fit2", B=0, starts=8, workers=1, plots=False)
+    assert "frontier" not in ana["variants"]["baseline"]
+    fr = pq.read_table(tmp_path / "fit2" / "frontier.parquet").to_pandas()
+    assert len(fr) and "at_search_edge" in fr.columns
