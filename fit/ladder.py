@@ -99,6 +99,16 @@ def phi_from_worth(N_star: float, N_once: float, N_rec: float, r: int) -> float:
     return float(np.log((N_star - N_once) / N_rec) / np.log(r))
 
 
+def _quantiles(x: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The ``alpha`` and ``1 - alpha`` quantiles of ``x`` (finite values and -inf; NaN for an empty ``x``): a bound
+    that falls among or next to the -inf values is -inf (``np.quantile`` would give NaN there)."""
+    if not x.size:
+        return float("nan"), float("nan")
+    floor = np.finfo(np.float64).min
+    q = np.quantile(np.where(np.isneginf(x), floor, x), [alpha, 1 - alpha])
+    return tuple(float(-np.inf) if v <= floor / 2 else float(v) for v in q)
+
+
 def _n_plain(layers: float, d: int) -> float:
     """Unique non-embedding parameters of a plain r = 1 model with ``layers`` layers of width d (paper Table 6
     convention: blocks 12 d^2 + 2 d each plus 3 d model-level norm weights)."""
@@ -124,8 +134,12 @@ def ladder_table(
         seed: RNG seed of the bootstrap.
     Returns:
         One row per (d_model, D, r > 1) with ``layers_unique``, ``worth_layers`` and its ``worth_lo`` /
-        ``worth_hi``, ``phi_r`` with ``phi_lo`` / ``phi_hi``, ``n_seeds``, ``seed_sd`` (nats/token, the looped
-        model's seed spread), ``ladder_r2`` and ``ladder_layers``.
+        ``worth_hi``, ``worth_outside_ladder`` (the worth or its interval reaches outside the ladder's depths:
+        extrapolated along its line), ``phi_r`` with ``phi_lo`` / ``phi_hi`` (-inf where the model, or a share of
+        the draws beyond the interval's tail, is worth no more than its once-used parameters, N* <= N_once; the
+        flags ``phi_r_minus_inf``, ``phi_lo_minus_inf``, ``phi_hi_minus_inf`` keep that through JSON, which has
+        no -inf), ``phi_defined_frac`` (share of draws with a finite phi_r), ``n_seeds``, ``seed_sd``
+        (nats/token, the looped model's seed spread), ``ladder_r2`` and ``ladder_layers``.
     Raises:
         ValueError: missing columns, or a cell with looped runs but fewer than 2 ladder depths.
     """
@@ -167,7 +181,14 @@ def ladder_table(
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 bw = np.where(boot_lad[:, 1] < 0, np.exp((bm - boot_lad[:, 0]) / boot_lad[:, 1]), np.nan)
             bphi = np.array([phi_from_worth(_n_plain(w, int(d)), n_once, n_rec, int(r)) for w in bw])
-            ok_w, ok_p = bw[np.isfinite(bw)], bphi[np.isfinite(bphi)]
+            ok_w = bw[np.isfinite(bw)]
+            # a draw placed below its own once-used parameters (N* <= N_once) has phi_r = -inf, not no value: it
+            # stays in the quantiles (dropped, the interval described only the draws above N_once)
+            below = np.isfinite(bw) & ~np.isfinite(bphi)
+            ok_p = np.concatenate([bphi[np.isfinite(bphi)], np.full(int(below.sum()), -np.inf)])
+            p_lo, p_hi = _quantiles(ok_p, alpha)
+            w_lo, w_hi = _quantiles(ok_w, alpha)
+            point_phi = phi_from_worth(_n_plain(worth, int(d)), n_once, n_rec, int(r))
             rows.append(
                 dict(
                     d_model=int(d),
@@ -175,12 +196,17 @@ def ladder_table(
                     r=int(r),
                     layers_unique=float(L),
                     worth_layers=worth,
-                    worth_lo=float(np.quantile(ok_w, alpha)) if ok_w.size else float("nan"),
-                    worth_hi=float(np.quantile(ok_w, 1 - alpha)) if ok_w.size else float("nan"),
-                    phi_r=phi_from_worth(_n_plain(worth, int(d)), n_once, n_rec, int(r)),
-                    phi_lo=float(np.quantile(ok_p, alpha)) if ok_p.size else float("nan"),
-                    phi_hi=float(np.quantile(ok_p, 1 - alpha)) if ok_p.size else float("nan"),
-                    phi_defined_frac=float(ok_p.size / n_boot),
+                    worth_lo=w_lo,
+                    worth_hi=w_hi,
+                    phi_r=point_phi,
+                    phi_lo=p_lo,
+                    phi_hi=p_hi,
+                    phi_defined_frac=float(np.isfinite(bphi).sum() / n_boot),
+                    phi_r_minus_inf=bool(not np.isfinite(point_phi) and np.isfinite(worth)),
+                    phi_lo_minus_inf=bool(p_lo == -np.inf),
+                    phi_hi_minus_inf=bool(p_hi == -np.inf),
+                    worth_outside_ladder=bool(any(v < depths[0] or v > depths[-1] for v in (worth, w_lo, w_hi)
+                                                  if np.isfinite(v))),
                     n_seeds=int(len(losses)),
                     seed_sd=float(losses.std(ddof=1)) if len(losses) > 1 else float("nan"),
                     ladder_r2=lad.r2,

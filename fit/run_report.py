@@ -264,13 +264,28 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
         )
         L.append("| d | D | r | unique layers | worth (layers) | 95 % CI | φ_r | 95 % CI | seeds | seed SD (nats) |")
         L.append("|---|---|---|---|---|---|---|---|---|---|")
+        marks = set()
         for w in ladder:
+            phi = [("−∞" if w.get(f"{k}_minus_inf") else _fmt(w.get(k), 3)) for k in ("phi_r", "phi_lo", "phi_hi")]
+            outside = "‡" if w.get("worth_outside_ladder") else ""
+            part = ""
+            if (frac := w.get("phi_defined_frac")) is not None and frac < 1 and any(
+                    w.get(f"{k}_minus_inf") for k in ("phi_r", "phi_lo", "phi_hi")):  # fmt: skip
+                part = "§"
+            marks |= {m for m in (outside, part) if m}
             L.append(
                 f"| {w['d_model']} | {_fmt(w['D'])} | {w['r']} | {_fmt(w['layers_unique'], 3)} | "
-                f"{_fmt(w['worth_layers'], 3)} | [{_fmt(w['worth_lo'], 3)}, {_fmt(w['worth_hi'], 3)}] | "
-                f"{_fmt(w['phi_r'], 3)} | [{_fmt(w['phi_lo'], 3)}, {_fmt(w['phi_hi'], 3)}] | {w['n_seeds']} | "
-                f"{_fmt(w['seed_sd'], 3)} |"
+                f"{_fmt(w['worth_layers'], 3)}{outside} | [{_fmt(w['worth_lo'], 3)}, {_fmt(w['worth_hi'], 3)}] | "
+                f"{phi[0]}{part} | [{phi[1]}, {phi[2]}] | {w['n_seeds']} | {_fmt(w['seed_sd'], 3)} |"
             )
+        if "‡" in marks:
+            L.append("\n‡ The worth or its interval lies outside the ladder's depths: read off the ladder's line "
+                     "extended beyond its rungs (extrapolated), not between them.")
+        if "§" in marks:
+            shares = ", ".join(f"r = {w['r']}: {100 * (1 - w['phi_defined_frac']):.0f} %" for w in ladder
+                               if w.get("phi_defined_frac") is not None and w["phi_defined_frac"] < 1)  # fmt: skip
+            L.append("\n§ φ_r = −∞ where the model is worth no more than its once-used parameters alone "
+                     f"(N* ≤ N_once, so no r^φ_r > 0 solves the law); share of bootstrap draws so placed: {shares}.")
         f = (ident.get("files") or {}).get("ladder")
         if f:
             L.append(f"\n![worth in unique layers](fit/{f})\n")

@@ -71,6 +71,30 @@ def test_ladder_table_recovers_worth_and_phi_and_intervals_cover():
     assert covered >= 2  # 95 % intervals: all three miss together essentially never
 
 
+def test_draws_worth_less_than_the_once_used_parameters_stay_in_the_phi_interval():
+    """A looped model worth about its 2 once-used layers: in about half the draws N* <= N_once (phi_r = -inf).
+    Those draws were dropped from the quantiles, so the interval described only the other half and looked bounded
+    ([-3.2, -0.26] with 57 % of the draws dropped). They now count as -inf: the lower end is -inf, said by a flag
+    that survives JSON, and the worth's interval, reaching below the shallowest rung, is marked extrapolated."""
+    from loopscale.fit.ladder import _quantiles
+
+    rng = np.random.default_rng(3)
+    d, nb = 16, 12 * 16 * 16 + 2 * 16
+    rows = [dict(d_model=d, D=1e6, r=1, layers_unique=L, N_once=L * nb + 3 * d, N_rec=0, seed=s,
+                 loss=2.3 - 0.12 * math.log(L) + 0.004 * rng.standard_normal()) for L in (2, 3, 4, 6) for s in range(4)]
+    rows += [dict(d_model=d, D=1e6, r=8, layers_unique=3, N_once=2 * nb + 3 * d, N_rec=nb, seed=s,
+                  loss=2.3 - 0.12 * math.log(2.02) + 0.01 * rng.standard_normal()) for s in range(4)]  # fmt: skip
+    w = ladder_table(pd.DataFrame(rows), n_boot=400, seed=0).iloc[0]
+    assert 0.2 < w["phi_defined_frac"] < 0.9  # a share of the draws below N_once
+    assert w["phi_lo"] == -np.inf and w["phi_lo_minus_inf"] and not w["phi_hi_minus_inf"]
+    assert w["worth_outside_ladder"] and w["worth_lo"] < 2 <= w["worth_hi"]
+    assert _quantiles(np.array([-np.inf, -np.inf, 0.1, 0.2]), 0.025) == (-np.inf, pytest.approx(0.1925))
+    assert _quantiles(np.array([0.0, 1.0]), 0.25) == (0.25, 0.75)
+    exact, _ = _table(0.0, 2, np.random.default_rng(0))  # worths 5, 3.5, 2.5 inside rungs 2-10: no marks
+    out = ladder_table(exact, n_boot=50)
+    assert not out["worth_outside_ladder"].any() and not out["phi_lo_minus_inf"].any()
+
+
 def test_ladder_table_needs_two_depths_per_cell():
     rng = np.random.default_rng(0)
     df, _ = _table(0.0, 1, rng)

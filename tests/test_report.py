@@ -624,3 +624,24 @@ def test_a_one_D_grid_gets_no_frontier_and_says_why(tmp_path):
     assert "frontier" not in ana["variants"]["baseline"]
     fr = pq.read_table(tmp_path / "fit2" / "frontier.parquet").to_pandas()
     assert len(fr) and "at_search_edge" in fr.columns
+
+
+def test_ladder_rows_show_minus_infinity_and_extrapolation(tmp_path):
+    """A ladder row whose φ_r is -inf (worth no more than its once-used parameters) showed "–" beside a bounded
+    interval that had dropped those draws; it now shows −∞ where the flags say so, the share of such draws, and
+    marks a worth read off the ladder's line beyond its rungs."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE.parent / "example_cpu", run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    row = ana["variants"]["baseline"]["ladder"][0]
+    row.update(phi_r=None, phi_r_minus_inf=True, phi_lo=None, phi_lo_minus_inf=True, phi_hi=-0.26,
+               phi_defined_frac=0.43, worth_outside_ladder=True)  # fmt: skip
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "### Worth in unique layers")
+    line = next(x for x in sec.splitlines() if x.startswith(f"| {row['d_model']} |") and f"| {row['r']} |" in x)
+    assert "‡ |" in line and "| −∞§ | [−∞, -0.26] |" in line
+    assert f"share of bootstrap draws so placed: r = {row['r']}: 57 %" in sec
+    assert "‡ The worth or its interval lies outside the ladder's depths" in sec
