@@ -16,7 +16,14 @@ identification rule can test that.
 
 Uncertainty: the ladder and the looped model are each averaged over their seeds; a percentile bootstrap that
 resamples seeds within every run of the cell (the ladder rungs and the looped model independently) gives the
-95 % interval of L* and phi_r.
+95 % interval of L* and phi_r. That interval is seed noise only: the line's shape is an assumption. Where the
+rungs curve in log L (a power law in N, as the joint law's N-term at fixed D, is convex there), the line reads
+a model between the rungs as worth more layers than the curve through them; with losses made from the joint law
+(alpha 0.2-0.5, phi 0.5) at the ``cpu`` preset's shapes, by up to 0.37 layers and 0.06 in phi_r. Each row
+therefore also gives the worth read off a power law through the rungs, ``loss = e + k N^-c``
+(:func:`fit_power_ladder`, exact under the joint law), and the largest misfit of the line to a rung in
+standard errors of that rung's seed mean; the two readings' difference is a systematic uncertainty the interval
+does not include.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["LadderFit", "fit_ladder", "worth_in_layers", "phi_from_worth", "ladder_table"]
+__all__ = ["LadderFit", "fit_ladder", "fit_power_ladder", "worth_in_layers", "phi_from_worth", "ladder_table"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,55 @@ def fit_ladder(layers, loss) -> LadderFit:
     ss = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / ss if ss > 0 else 1.0
     return LadderFit(a=float(a), b=float(b), r2=r2, layers=tuple(float(v) for v in np.exp(x)))
+
+
+def fit_power_ladder(n_unique, loss) -> tuple[float, float, float] | None:
+    """Fit ``loss = e + k N^-c`` (nats/token; N unique parameters) through ladder rungs: the joint law's N-term at
+    fixed D (paper Eq. 3 with r = 1), so a plain model's loss between the rungs is read off the curve the law
+    predicts rather than off a line in log L.
+
+    Args:
+        n_unique: unique parameters per rung, shape (k,), k >= 3 distinct values, all > 0.
+        loss: mean validation loss per rung (nats/token), shape (k,).
+    Returns:
+        ``(e, k, c)`` with ``0 <= e < min(loss)``, ``k > 0``, ``0 < c <= 3``; None with fewer than 3 rungs, a loss that
+        does not fall with N, or no converged fit.
+    """
+    from scipy.optimize import curve_fit
+
+    n = np.asarray(n_unique, dtype=np.float64)
+    y = np.asarray(loss, dtype=np.float64)
+    if np.unique(n).size < 3 or not np.all(np.isfinite(y)) or not np.all(n > 0):
+        return None
+    n0 = float(np.exp(np.mean(np.log(n))))  # scale N: k is the loss above e at the rungs' geometric mean
+
+    def f(x, e, k, c):
+        return e + k * (x / n0) ** -c
+
+    lo = float(y.min())
+    try:
+        best = None
+        for c0 in (0.1, 0.3, 1.0):
+            e0 = max(lo - 0.5 * float(y.max() - y.min()) - 0.05, 0.0)
+            p, _ = curve_fit(f, n, y, p0=(e0, max(float(y.mean()) - e0, 1e-6), c0),
+                             bounds=([0.0, 1e-12, 1e-3], [lo, np.inf, 3.0]), maxfev=5000)  # fmt: skip
+            sse = float(((f(n, *p) - y) ** 2).sum())
+            if best is None or sse < best[0]:
+                best = (sse, p)
+    except (RuntimeError, ValueError):
+        return None
+    e, k, c = (float(v) for v in best[1])
+    return e, k * n0**c, c
+
+
+def _power_worth(fit: tuple[float, float, float] | None, loss: float, d: int) -> float:
+    """Unique layers of the plain model whose loss on the power-law ladder ``fit`` is ``loss``; NaN when there is no
+    fit or ``loss`` is at or below its floor e."""
+    if fit is None or not loss > fit[0]:
+        return float("nan")
+    e, k, c = fit
+    n = (k / (loss - e)) ** (1.0 / c)
+    return float((n - 3 * d) / (12 * d * d + 2 * d))
 
 
 def worth_in_layers(ladder: LadderFit, loss: float) -> float:
@@ -138,8 +194,10 @@ def ladder_table(
         extrapolated along its line), ``phi_r`` with ``phi_lo`` / ``phi_hi`` (-inf where the model, or a share of
         the draws beyond the interval's tail, is worth no more than its once-used parameters, N* <= N_once; the
         flags ``phi_r_minus_inf``, ``phi_lo_minus_inf``, ``phi_hi_minus_inf`` keep that through JSON, which has
-        no -inf), ``phi_defined_frac`` (share of draws with a finite phi_r), ``n_seeds``, ``seed_sd``
-        (nats/token, the looped model's seed spread), ``ladder_r2`` and ``ladder_layers``.
+        no -inf), ``phi_defined_frac`` (share of draws with a finite phi_r), ``worth_power`` (the worth read off
+        :func:`fit_power_ladder` through the same rungs; NaN with fewer than 3 rungs), ``ladder_misfit_se`` (the
+        line's largest miss of a rung mean, in its standard errors), ``n_seeds``, ``seed_sd`` (nats/token, the
+        looped model's seed spread), ``ladder_r2`` and ``ladder_layers``.
     Raises:
         ValueError: missing columns, or a cell with looped runs but fewer than 2 ladder depths.
     """
@@ -166,6 +224,11 @@ def ladder_table(
             )
         depths = np.array(sorted(rungs), dtype=float)
         lad = fit_ladder(depths, [rungs[L].mean() for L in depths])
+        power = fit_power_ladder([_n_plain(L, int(d)) for L in depths], [rungs[L].mean() for L in depths])
+        # the line's largest miss of a rung, in standard errors of that rung's seed mean (NaN with one seed a rung)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            misfit = max((abs(rungs[L].mean() - float(lad.loss(L))) / (rungs[L].std(ddof=1) / np.sqrt(rungs[L].size))
+                          if rungs[L].size > 1 else float("nan")) for L in depths)  # fmt: skip
         # bootstrap: resample seeds within every rung once per draw (shared by all r of this cell)
         boot_lad = []
         for _ in range(n_boot):
@@ -209,6 +272,8 @@ def ladder_table(
                                                   if np.isfinite(v))),
                     n_seeds=int(len(losses)),
                     seed_sd=float(losses.std(ddof=1)) if len(losses) > 1 else float("nan"),
+                    worth_power=_power_worth(power, float(losses.mean()), int(d)),
+                    ladder_misfit_se=float(misfit),
                     ladder_r2=lad.r2,
                     ladder_layers=",".join(f"{v:g}" for v in lad.layers),
                 )

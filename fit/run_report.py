@@ -262,8 +262,10 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
             "Each looped model placed on the line loss = a + b·log L through the plain r = 1 models of the same "
             "width and budget (`loopscale.fit.ladder`); intervals resample seeds within every run (95 %).\n"
         )
-        L.append("| d | D | r | unique layers | worth (layers) | 95 % CI | φ_r | 95 % CI | seeds | seed SD (nats) |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|")
+        power = any("worth_power" in w for w in ladder)  # analysis files written before it have no such column
+        L.append("| d | D | r | unique layers | worth (layers) | 95 % CI | "
+                 + ("worth, power-law ladder | " if power else "") + "φ_r | 95 % CI | seeds | seed SD (nats) |")
+        L.append("|---|---|---|---|---|---|" + ("---|" if power else "") + "---|---|---|---|")
         marks = set()
         for w in ladder:
             phi = [("−∞" if w.get(f"{k}_minus_inf") else _fmt(w.get(k), 3)) for k in ("phi_r", "phi_lo", "phi_hi")]
@@ -276,7 +278,19 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
             L.append(
                 f"| {w['d_model']} | {_fmt(w['D'])} | {w['r']} | {_fmt(w['layers_unique'], 3)} | "
                 f"{_fmt(w['worth_layers'], 3)}{outside} | [{_fmt(w['worth_lo'], 3)}, {_fmt(w['worth_hi'], 3)}] | "
-                f"{phi[0]}{part} | [{phi[1]}, {phi[2]}] | {w['n_seeds']} | {_fmt(w['seed_sd'], 3)} |"
+                + (f"{_fmt(w.get('worth_power'), 3)} | " if power else "")
+                + f"{phi[0]}{part} | [{phi[1]}, {phi[2]}] | {w['n_seeds']} | {_fmt(w['seed_sd'], 3)} |"
+            )
+        if power:
+            miss = [w.get("ladder_misfit_se") for w in ladder if w.get("ladder_misfit_se") is not None]
+            L.append(
+                "\nThe intervals are seed noise only; the line's shape is an assumption. A power law through the "
+                "same rungs (loss = e + k·N^−c, the joint law's N-term at fixed D) reads each model off the curve "
+                "instead (column \"worth, power-law ladder\"): where the rungs curve, the line reads models between "
+                "them as worth more layers, so the two readings' difference is a systematic uncertainty the interval "
+                "does not include"
+                + (f"; the line misses a rung's seed mean by up to {_fmt(max(miss), 3)} of its standard errors."
+                   if miss else ".")
             )
         if "‡" in marks:
             L.append("\n‡ The worth or its interval lies outside the ladder's depths: read off the ladder's line "

@@ -95,6 +95,37 @@ def test_draws_worth_less_than_the_once_used_parameters_stay_in_the_phi_interval
     assert not out["worth_outside_ladder"].any() and not out["phi_lo_minus_inf"].any()
 
 
+def test_on_losses_from_the_joint_law_the_power_law_ladder_reads_the_exact_worth():
+    """Losses made from the joint law (E 1.8, A 40, alpha 0.35, phi 0.5, no noise) at the cpu preset's shapes: the
+    line in log L read r = 4 and r = 8 as worth 6.22 and 5.09 layers against the law's exact 6.0 and 4.83 (phi_r
+    0.54, not 0.5), with intervals that exclude the truth; the power law through the same rungs reads them exactly,
+    and the line's misfit is reported. On a ladder that is exactly a line in log L the two agree closely."""
+    from loopscale.fit.ladder import fit_power_ladder
+
+    d, nb = 16, 12 * 16 * 16 + 2 * 16
+    law = lambda n: 1.8 + 40.0 * n**-0.35  # noqa: E731
+    rows = [dict(d_model=d, D=1e6, r=1, layers_unique=L, N_once=0, N_rec=L * nb + 3 * d, seed=s,
+                 loss=law(L * nb + 3 * d) + 1e-4 * (s - 1.5)) for L in (2, 3, 4, 6, 10) for s in range(4)]
+    exact = {}
+    for r, blk in ((2, 4), (4, 2), (8, 1)):
+        n_once, n_rec = 2 * nb + 3 * d, blk * nb
+        n_eff = n_once + r**0.5 * n_rec
+        exact[r] = (n_eff - 3 * d) / nb
+        rows += [dict(d_model=d, D=1e6, r=r, layers_unique=2 + blk, N_once=n_once, N_rec=n_rec, seed=s,
+                      loss=law(n_eff) + 1e-4 * (s - 1.5)) for s in range(4)]  # fmt: skip
+    out = ladder_table(pd.DataFrame(rows), n_boot=100).set_index("r")
+    for r, w in exact.items():
+        assert out.loc[r, "worth_power"] == pytest.approx(w, rel=1e-3)
+    assert out.loc[4, "worth_layers"] == pytest.approx(6.22, abs=0.01) and out.loc[8, "worth_layers"] > 5.05
+    assert out.loc[8, "worth_lo"] > exact[8]  # the line's interval (seed noise) misses the truth
+    assert out["ladder_misfit_se"].iloc[0] > 10  # and says its line misses the rungs
+    e, k, c = fit_power_ladder([2.0, 4.0, 8.0, 16.0], [1.8 + 3 * n**-0.3 for n in (2.0, 4.0, 8.0, 16.0)])
+    assert (e, k, c) == (pytest.approx(1.8, abs=1e-4), pytest.approx(3.0, rel=1e-3), pytest.approx(0.3, rel=1e-3))
+    assert fit_power_ladder([2.0, 4.0], [2.0, 1.9]) is None  # fewer than 3 rungs
+    line = ladder_table(_table(0.0, 2, np.random.default_rng(0))[0], n_boot=20)
+    assert np.allclose(line["worth_power"], line["worth_layers"], rtol=0.05)
+
+
 def test_ladder_table_needs_two_depths_per_cell():
     rng = np.random.default_rng(0)
     df, _ = _table(0.0, 1, rng)

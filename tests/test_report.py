@@ -645,3 +645,12 @@ def test_ladder_rows_show_minus_infinity_and_extrapolation(tmp_path):
     assert "‡ |" in line and "| −∞§ | [−∞, -0.26] |" in line
     assert f"share of bootstrap draws so placed: r = {row['r']}: 57 %" in sec
     assert "‡ The worth or its interval lies outside the ladder's depths" in sec
+    assert "worth, power-law ladder" not in sec  # an analysis written before the power-law reading: no column
+    for k, w in enumerate(ana["variants"]["baseline"]["ladder"]):
+        w.update(worth_power=4.1 - k, ladder_misfit_se=3.37)
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "### Worth in unique layers")
+    assert "| 95 % CI | worth, power-law ladder | φ_r |" in sec
+    line = next(x for x in sec.splitlines() if x.startswith(f"| {row['d_model']} |") and f"| {row['r']} |" in x)
+    assert "| 4.1 | −∞§ |" in line
+    assert "the line misses a rung's seed mean by up to 3.37 of its standard errors" in sec
