@@ -9,6 +9,7 @@ resampled within cells, a Chinchilla fit of one point refused. :func:`loopscale.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -132,15 +133,21 @@ def fit_table(
     lw = make_law(law, phi) if law != "joint_per_r" else None
     if law == "joint_per_r" and phi is not None:
         make_law(law, phi)  # raises: phi cannot be fixed for the per-r law
-    src, variant = one_variant(read_table(table), variant)
-    if r is not None:
+    def only_r(df: pd.DataFrame) -> pd.DataFrame:
         keep = {int(v) for v in np.atleast_1d(r)}
-        if "r" not in src.columns:
-            raise ValueError(f"r={r!r} given but the table has no 'r' column; columns: {list(src.columns)}")
-        have = sorted(int(v) for v in src["r"].dropna().unique())
+        if "r" not in df.columns:
+            raise ValueError(f"r={r!r} given but the table has no 'r' column; columns: {list(df.columns)}")
+        have = sorted(int(v) for v in df["r"].dropna().unique())
         if not keep <= set(have):
             raise ValueError(f"r={sorted(keep)}: the table has r = {have}")
-        src = src[src["r"].isin(keep)].reset_index(drop=True)
+        return df[df["r"].isin(keep)].reset_index(drop=True)
+
+    src = read_table(table)
+    if r is not None and variant is None:  # e.g. r = 1: the runs every variant shares need no variant named
+        src, variant = one_variant(only_r(src), None)
+    else:
+        src, variant = one_variant(src, variant)
+        src = only_r(src) if r is not None else src
     if lw is None:  # one phi per looped r of the rows fitted (status ok)
         if "r" not in src.columns:
             raise ValueError(f"law 'joint_per_r' needs an 'r' column; table has {list(src.columns)}")
@@ -151,7 +158,12 @@ def fit_table(
                              f"{[int(v) for v in rs]}: use law 'chinchilla'")  # fmt: skip
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     # the blocking's columns are checked also without a bootstrap (a typo there would otherwise pass unseen)
-    data = prepare(with_layers_unique(src), lw, block_by=blocks or None)
+    try:
+        data = prepare(with_layers_unique(src), lw, block_by=blocks or None)
+    except ValueError:
+        if lw.name == "chinchilla":
+            _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs
+        raise
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else []
     # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
     # fits them, to the cell means, seeds resampled within cells; per_run keeps one point per run
@@ -165,6 +177,13 @@ def fit_table(
         )
     fit_input = data
     if by_cell and rep.means:  # the exclusions stay those of the runs table
+        if rep.cells < lw.n_params:
+            raise ValueError(
+                f"the table's seeds are replicates: its {rep.runs} runs are {rep.cells} cells {rep.strata}, fitted "
+                f"as {rep.cells} cell means, fewer than the {lw.n_params} parameters of law {lw.name!r}; more seeds "
+                "do not help: add cells (another r, width, ladder depth or token budget), or fit every run "
+                "(--per-run; per_run=True in Python)"
+            )
         fit_input = replace(prepare(rep.fit_frame(data.frame), lw), n_excluded=data.n_excluded,
                             excluded_by_status=data.excluded_by_status, duplicate_run_ids=data.duplicate_run_ids)  # fmt: skip
     fit = fit_data(lw, fit_input, starts=starts, seed=seed, delta=delta)
@@ -217,6 +236,16 @@ def identification(fit, boot, runs, *, strata, starts: int, seed: int):
     ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
     profile, per_r = rule_inputs(runs, starts=starts, B=boot.B if boot else 0, seed=seed, strata=strata)
     return identify(fit, ci, profile, per_r)
+
+
+def _one_point(src: pd.DataFrame) -> None:
+    """Raise :func:`chinchilla_flat_terms`'s one-point error when the ok rows of ``src`` share one N (``N`` or
+    ``N_unique``) and one D; return otherwise."""
+    ok = src[src["status"].astype("string") == "ok"] if "status" in src.columns else src
+    n_col = next((c for c in ("N", "N_unique") if c in ok.columns), None)
+    if len(ok) and n_col and "D" in ok.columns and ok[n_col].nunique() == 1 and ok["D"].nunique() == 1:
+        n, d = (pd.to_numeric(ok[c], errors="coerce").to_numpy(float) for c in (n_col, "D"))
+        chinchilla_flat_terms(SimpleNamespace(n=len(ok), cols={"N": n, "D": d}))
 
 
 def chinchilla_flat_terms(data) -> list[str]:

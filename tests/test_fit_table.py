@@ -102,3 +102,27 @@ def test_a_fractional_starts_is_one_clear_error():
         fit_law(df, starts=2.5)
     with pytest.raises(ValueError, match=r"starts=True must be a whole number"):
         fit_law(df, starts=True)
+
+
+def test_fit_table_names_what_is_missing_in_the_terms_of_the_table():
+    """Three refusals that said "N run(s) left is fewer than the P parameters; add runs" or asked for a variant:
+    a Chinchilla fit of the 3 seeds of one (N, D) point (more seeds cannot help: one point of the law); the per-r
+    joint law on 21 seed replicates in 7 cells (fitted as 7 cell means, 8 parameters: cells are missing, not runs);
+    and the shared r = 1 runs of a table of two variants, which need no variant named."""
+    from loopscale.fit import fit_table
+
+    df = pd.read_parquet(EXAMPLE / "runs.parquet")
+    hc = df[df["r"] > 1].assign(variant="hyperconnect", run_id=lambda d: "hc_" + d["run_id"])
+    two = pd.concat([df, hc], ignore_index=True)
+    three = hc[hc["r"] == 2].head(3)
+    with pytest.raises(ValueError, match=r"the 3 runs fitted share one N \(\d+\) and one D .*one point of the law"):
+        fit_table(pd.concat([df[df["r"] == 1], three]), variant="hyperconnect", law="chinchilla", r=2)
+    seven = df[df["seed"] < 3]
+    seven = seven[(seven["r"] > 1) | (seven["n_recur_block"] != 10)]  # 4 plain depths + 3 looped cells
+    with pytest.raises(ValueError, match=r"its \d+ runs are 7 cells .* fitted as 7 cell means, fewer than the 8 "
+                       r"parameters of law 'joint_per_r'; more seeds do not help: add cells"):  # fmt: skip
+        fit_table(seven, law="joint_per_r", starts=10)
+    r1 = fit_table(two, law="chinchilla", r=1, starts=20)  # the r = 1 runs every variant shares
+    assert r1.variant == "baseline" and r1.data.n == int((df["r"] == 1).sum())
+    with pytest.raises(ValueError, match=r"holds variants \['baseline', 'hyperconnect'\]: give --variant"):
+        fit_table(two, law="chinchilla", r=2, starts=20)  # r = 2 of two variants: still one variant's fit
