@@ -111,9 +111,9 @@ def curves_figures(recs: list[dict]) -> str:
         L = next(x["layers_unique"] for x in looped if x["name"] == name)
         ax.plot(np.array(toks) / 1e6, ys, color=f"C{i}", lw=2, label=f"{name}: worth (layers)")
         ax.axhline(L, color=f"C{i}", ls=":", lw=1)
-    for k in range(0, len(toks), max(1, len(toks) // 8)):
+    shown = list(range(0, len(toks), max(1, len(toks) // 8)))
+    for k in shown + ([len(toks) - 1] if shown[-1] != len(toks) - 1 else []):  # the last point once
         rows.append(f"| {toks[k] / 1e6:.2f} | " + " | ".join(f"{series[n][k]:.2f}" for n in series) + " |")
-    rows.append(f"| {toks[-1] / 1e6:.2f} | " + " | ".join(f"{series[n][-1]:.2f}" for n in series) + " |")
     ax.set_xlabel("tokens (M)")
     ax.set_ylabel("worth in unique plain layers")
     ax.set_title("looped models on the r = 1 ladder at each step\n(dotted: their own unique layers)", fontsize=10)
