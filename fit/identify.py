@@ -27,6 +27,7 @@ intervals; no r = 1 runs or fewer than two r > 1 with enough runs to fit phi_r) 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -162,18 +163,22 @@ def _per_r_row(shared: dict, r: int) -> dict:
     means = bool(stratify_by) and len(cell_means(sub, stratify_by)) >= make_law("joint").n_params
     f = fit_law(cell_means(sub, stratify_by) if means else sub, law="joint", starts=starts, seed=seed)
     lo = hi = float("nan")
-    n_ok = 0
+    n_ok, no_interval = 0, None
     if B > 0:
         how = {"stratify_by": stratify_by, "cell_means": True} if means else {"block_by": shared["block_by"]}
-        with _own_results():
+        with _own_results(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a missing interval is kept in the row, said by the report
             bs = bootstrap(sub, law="joint", B=B, seed=seed, workers=shared["workers"], point=f,
                            address=shared["address"], starts=max(20, starts // 5), **how)  # fmt: skip
+        if bs.no_interval_reason:  # in the words of this check (it blocks as it does, not as a CLI flag says)
+            why = bs.no_interval_reason.split("; a blocking that works")[0]
+            no_interval = why.replace(f"--block-by {shared['block_by']}: ", "runs resampled one by one: ", 1)
         lo, hi = bs.ci.get("phi", (float("nan"), float("nan")))
         lo = float("nan") if lo is None else float(lo)
         hi = float("nan") if hi is None else float(hi)
         n_ok = int(B - bs.n_failed)
     return dict(r=r, phi=float(f.params["phi"]), lo=lo, hi=hi, n=int(f.n), on_bound=",".join(f.on_bound),
-                boot_ok=n_ok)  # fmt: skip
+                no_interval=no_interval, boot_ok=n_ok)  # fmt: skip
 
 
 def per_r_phi(
@@ -201,7 +206,7 @@ def per_r_phi(
             when the r = 1 cells plus r's cells are at least the law's 6 parameters, else to the runs.
     Returns:
         DataFrame with ``r``, ``phi``, ``lo``, ``hi`` (NaN without bootstrap), ``n`` points fitted (runs, or cells
-        with ``stratify_by``), ``on_bound``.
+        with ``stratify_by``), ``on_bound``, ``no_interval`` (why a bootstrap gave no interval, else None).
     Raises:
         ValueError: no r = 1 runs, or no r > 1 runs.
     """
@@ -365,6 +370,10 @@ def identify(
             reasons[Cause.PER_R_DISAGREE.value] = f"phi fitted per r has no common value ({parts})"
     elif per_r is not None and len(per_r) >= 2:
         details["checks_skipped"].append("per_r (phi per r came without intervals)")
+        details["per_r"] = per_r[["r", "phi", "lo", "hi"]].to_dict("records")
+        if "no_interval" in per_r.columns:
+            details["per_r_no_interval"] = {str(int(x.r)): x.no_interval for x in per_r.itertuples()
+                                            if isinstance(x.no_interval, str)}  # fmt: skip
     else:
         details["checks_skipped"].append(
             f"per_r (needs r = 1 runs and at least two r > 1, each with at least {make_law('joint').n_params} runs "

@@ -236,6 +236,8 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
             ci = "–" if lo is None or hi is None else f"[{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
             rp = float(row["r"]) ** float(row["phi"])
             L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci} | {_fmt(rp, 3)} | {_bound_cell(row.get('on_bound'))} |")
+        for r, why in (ident.get("per_r_no_interval") or {}).items():
+            L.append(f"\nNo interval for φ_r at r = {r}: {why}; the per-r check is skipped.")
         L.append("")
     lpr = ident.get("law_per_r") or {}
     if "r2" in lpr:

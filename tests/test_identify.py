@@ -88,6 +88,27 @@ def test_not_identified_per_r_disagree():
     assert "r=2" in out.reasons[Cause.PER_R_DISAGREE.value]
 
 
+def test_a_per_r_phi_without_an_interval_says_why_in_the_checks_words():
+    """One width, three D, one seed: r = 1's runs with one looped r's are 6, the law's 6 parameters, so every
+    resample that leaves a run out is redrawn and no interval exists. `loopscale run` printed the bootstrap's
+    UserWarning naming `--block-by iid` (a flag run lacks) and the report showed "–" with no reason; the row now
+    keeps the reason, in the check's words, and nothing reaches the console."""
+    import warnings
+
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46}, widths=(32,), tokens=(5e5, 1e6, 4e6))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        per_r = per_r_phi(df, starts=20, B=4, seed=0)
+    assert not [w for w in seen if "no interval" in str(w.message)]
+    assert per_r["lo"].isna().all() and per_r["no_interval"].map(lambda x: isinstance(x, str)).all()
+    why = per_r["no_interval"].iloc[0]
+    assert why.startswith("runs resampled one by one: ") and "--block-by" not in why
+    point = fit_law(df, law="joint", starts=30)
+    out = identify(point, (0.3, 0.6), None, per_r)
+    assert "per_r (phi per r came without intervals)" in out.details["checks_skipped"]
+    assert out.details["per_r_no_interval"]["2"] == why and len(out.details["per_r"]) == 3
+
+
 def test_per_r_check_skips_r_with_fewer_runs_than_the_law_has_parameters():
     """One width, one D, two seeds per cell: 8 runs fit the joint law, but r = 1's runs with one looped r's are 4,
     fewer than its 6 parameters. The per-r check is skipped and said so (`loopscale run` and `fit --identify` died

@@ -654,3 +654,22 @@ def test_ladder_rows_show_minus_infinity_and_extrapolation(tmp_path):
     line = next(x for x in sec.splitlines() if x.startswith(f"| {row['d_model']} |") and f"| {row['r']} |" in x)
     assert "| 4.1 | −∞§ |" in line
     assert "the line misses a rung's seed mean by up to 3.37 of its standard errors" in sec
+
+
+def test_a_per_r_phi_without_an_interval_is_said_in_the_report(tmp_path):
+    """The identification's per-r rows without an interval showed "–" and no reason: the report now says why."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE.parent / "example_cpu", run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    ident = ana["variants"]["baseline"]["identification"]
+    for row in ident["per_r"]:
+        row.update(lo=None, hi=None)
+    ident["per_r_no_interval"] = {"2": "runs resampled one by one: every draw that leaves out one of its 6 blocks "
+                                       "holds too few runs"}  # fmt: skip
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "### Is φ identified?")
+    assert "No interval for φ_r at r = 2: runs resampled one by one: every draw that leaves out" in sec
+    assert "the per-r check is skipped." in sec
