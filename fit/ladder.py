@@ -100,7 +100,9 @@ def fit_power_ladder(n_unique, loss) -> tuple[float, float, float] | None:
         ``(e, k, c)`` with ``0 <= e < min(loss)``, ``k > 0``, ``0 < c <= 3``; None with fewer than 3 rungs, a loss that
         does not fall with N, or no converged fit.
     """
-    from scipy.optimize import curve_fit
+    import warnings
+
+    from scipy.optimize import OptimizeWarning, curve_fit
 
     n = np.asarray(n_unique, dtype=np.float64)
     y = np.asarray(loss, dtype=np.float64)
@@ -112,16 +114,20 @@ def fit_power_ladder(n_unique, loss) -> tuple[float, float, float] | None:
         return e + k * (x / n0) ** -c
 
     lo = float(y.min())
-    try:
-        best = None
-        for c0 in (0.1, 0.3, 1.0):
-            e0 = max(lo - 0.5 * float(y.max() - y.min()) - 0.05, 0.0)
-            p, _ = curve_fit(f, n, y, p0=(e0, max(float(y.mean()) - e0, 1e-6), c0),
-                             bounds=([0.0, 1e-12, 1e-3], [lo, np.inf, 3.0]), maxfev=5000)  # fmt: skip
-            sse = float(((f(n, *p) - y) ** 2).sum())
-            if best is None or sse < best[0]:
-                best = (sse, p)
-    except (RuntimeError, ValueError):
+    best = None
+    e0 = max(lo - 0.5 * float(y.max() - y.min()) - 0.05, 0.0)
+    for c0 in (0.1, 0.3, 1.0):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OptimizeWarning)  # no covariance is used: only the point
+                p, _ = curve_fit(f, n, y, p0=(e0, max(float(y.mean()) - e0, 1e-6), c0),
+                                 bounds=([0.0, 1e-12, 1e-3], [lo, np.inf, 3.0]), maxfev=5000)  # fmt: skip
+        except (RuntimeError, ValueError):  # this start did not converge: the others may
+            continue
+        sse = float(((f(n, *p) - y) ** 2).sum())
+        if best is None or sse < best[0]:
+            best = (sse, p)
+    if best is None:
         return None
     e, k, c = (float(v) for v in best[1])
     return e, k * n0**c, c
