@@ -152,6 +152,11 @@ def phi_profile(
     return out
 
 
+FLAT_PHI_NATS = 1e-4
+"""A per-r fit whose losses move by less than this (nats/token) when phi_r moves by +-0.5 does not pin phi_r down:
+its bootstrap refits, warm-started there, leave phi_r where it is and gave zero-width intervals."""
+
+
 def _per_r_row(shared: dict, r: int) -> dict:
     """One row of :func:`per_r_phi`: phi_r fitted to the r = 1 runs plus those of ``r``, with its interval,
     and ``boot_ok``: its bootstrap resamples refitted ok (``per_r_phi`` reports them, then drops the key)."""
@@ -164,6 +169,16 @@ def _per_r_row(shared: dict, r: int) -> dict:
     f = fit_law(cell_means(sub, stratify_by) if means else sub, law="joint", starts=starts, seed=seed)
     lo = hi = float("nan")
     n_ok, no_interval = 0, None
+    pts = cell_means(sub, stratify_by) if means else sub
+    law = make_law("joint")
+    cols = {c: pts[c].to_numpy(float) for c in ("N_once", "N_rec", "r", "D")}
+    moved = float(np.max(np.abs(law.predict({**f.params, "phi": f.params["phi"] + 0.5}, cols)
+                                - law.predict({**f.params, "phi": f.params["phi"] - 0.5}, cols))))  # fmt: skip
+    if moved < FLAT_PHI_NATS:  # the N-term phi_r acts through is flat here: refits keep phi_r at its warm start
+        no_interval = (f"phi_r = {f.params['phi']:.3g} +- 0.5 moves the fitted losses by at most {moved:.2g} nats "
+                       f"(alpha = {f.params['alpha']:.3g}, A = {f.params['A']:.3g}: the N-term it acts through is "
+                       "flat in this fit), so phi_r is not pinned down")  # fmt: skip
+        B = 0
     if B > 0:
         how = {"stratify_by": stratify_by, "cell_means": True} if means else {"block_by": shared["block_by"]}
         with _own_results(), warnings.catch_warnings():

@@ -109,6 +109,22 @@ def test_a_per_r_phi_without_an_interval_says_why_in_the_checks_words():
     assert out.details["per_r_no_interval"]["2"] == why and len(out.details["per_r"]) == 3
 
 
+def test_a_per_r_phi_the_fit_does_not_pin_down_gets_no_interval():
+    """Losses that do not depend on N (a grid too short for depth to help): each per-r fit puts alpha on the box
+    edge, phi_r moves no fitted loss, and its refits, warm-started at the point, kept phi_r there: zero-width
+    intervals ([-2.12, -2.12]) that the headline quoted as "no common value". They now have no interval, and say
+    why."""
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46})
+    rng = np.random.default_rng(2)
+    df = df.assign(loss=2.0 + TRUTH["B"] * df["D"] ** -TRUTH["beta"] + 0.002 * rng.standard_normal(len(df)))
+    per_r = per_r_phi(df, starts=20, B=4, seed=0)
+    flat = per_r["no_interval"].fillna("").str.contains("the N-term it acts through is flat in this fit")
+    assert flat.any() and per_r.loc[flat, "lo"].isna().all()
+    assert ((per_r["hi"] - per_r["lo"])[~flat] > 0.5).all()  # the others: wide, not falsely precise
+    ok = per_r_phi(_table({2: 0.46, 4: 0.46, 8: 0.46}), starts=20, B=4, seed=0)  # a law with an N-term
+    assert ok["no_interval"].isna().all() and (ok["hi"] > ok["lo"]).all()
+
+
 def test_per_r_check_skips_r_with_fewer_runs_than_the_law_has_parameters():
     """One width, one D, two seeds per cell: 8 runs fit the joint law, but r = 1's runs with one looped r's are 4,
     fewer than its 6 parameters. The per-r check is skipped and said so (`loopscale run` and `fit --identify` died
