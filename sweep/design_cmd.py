@@ -455,8 +455,8 @@ def design(
         if progress is not None:
             progress(_label(layout), sum(int(n) * layout[r] for r, n in cells_per_r.items()), index, len(todo))
         cand = parse_spec({**spec.model_dump(mode="python"), "seeds": layout})
-        plan = planned_runs(cand)
-        plan = _first_variant_fit(plan, first)
+        full = planned_runs(cand)  # every run the sweep trains: all variants count for the time
+        plan = _first_variant_fit(full, first)
         plan["noise_sd"], noise_src = match_cells(plan, noise, "sd")
         rate, rate_src = match_cells(plan, rates, "rate")
         if not cells:
@@ -469,15 +469,26 @@ def design(
                      rate_source=x.rate_source)
                 for x in first_rows.itertuples()
             ]
-        per_trial = plan.assign(C=plan["C"] / rate).groupby("trial")["C"].sum().to_frame()  # seconds per trial
+        # another variant's run trains at the FLOP/s its cell (r, unique layers, width, D) has in the pilot, on its
+        # own FLOPs (truncated BPTT's fewer, hyperconnections' more)
+        full_rate, _ = match_cells(full, rates, "rate")
+        per_trial = full.assign(C=full["C"] / full_rate).groupby("trial")["C"].sum().to_frame()  # s per trial
         wall = wall_time_s(per_trial, 1.0, slots, overhead_s=OVERHEAD_S)
         pred = simulate_design(plan, truth.params, n_sim=n_sim, starts=starts, seed=seed)
         draws[_label(layout)] = pred.phi_draws
         candidates.append({"seeds": _label(layout), "seeds_per_r": {str(r): k for r, k in layout.items()},
-                           "spec_as_written": layout == own, "runs": len(plan), "trials": int(plan["trial"].nunique()),
+                           "spec_as_written": layout == own, "runs": len(full), "trials": int(full["trial"].nunique()),
+                           "runs_fitted": len(plan),
                            "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
     for note in dict.fromkeys(c["worth_note"] for c in candidates if c.get("worth_note")):  # once, in order
         warnings.append(note)
+    if len(spec.variants) > 1:
+        warnings.append(
+            f"this spec trains {len(spec.variants)} variants ({', '.join(v.name for v in spec.variants)}): runs, "
+            f"trials and times count all of them, while the half-widths are those of the first variant's fit "
+            f"({first}, with the r = 1 runs); the other variants' runs take the FLOP/s the pilot measured in their "
+            "cell (r, unique layers, width, D)"
+        )
     gaps = pilot_coverage(plan_src, runs, sum(c["noise_source"] == "cell" for c in cells))
     if gaps:
         warnings.append(

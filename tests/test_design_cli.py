@@ -317,6 +317,27 @@ def test_a_pilot_that_does_not_pin_the_law_down_gets_a_warning_and_no_recommenda
     assert res["warnings"] == [] and res["truth"]["on_bound"] == [] and res["best"] is not None
 
 
+def test_a_spec_of_several_variants_counts_every_variants_runs_and_time(tmp_path):
+    """A spec of baseline and trunc_bptt: the candidates counted only the first variant's runs (24 of 42 in the
+    trial) and its training time, so `--minutes` was checked against part of the sweep. Runs, trials and time now
+    count every variant (the other variant's runs at the FLOP/s of their cell in the pilot, on their own FLOPs);
+    the half-widths stay those of the first variant's fit, and a warning says so."""
+    spec, path, _ = _pilot(tmp_path, seeds=4)
+    two = parse_spec({**SPEC, "variants": ["baseline", "trunc_bptt"]})
+    kw = dict(minutes=10, cpus=2, seeds=(), n_sim=4, starts=4, seed=0, fit_starts=30)
+    one_res, two_res = design(spec, path, **kw), design(two, path, **kw)
+    one_c, two_c = one_res["candidates"][0], two_res["candidates"][0]
+    full = planned_runs(two)
+    assert two_c["runs"] == len(full) and two_c["trials"] == full["trial"].nunique()
+    assert two_c["runs_fitted"] == one_c["runs"] == one_c["runs_fitted"] < two_c["runs"]
+    extra = full[full["variant"] == "trunc_bptt"]  # their time: their own FLOPs at the pilot's RATE of the cell
+    assert two_c["wall_min"] > one_c["wall_min"] + 0.9 * (extra["C"] / RATE).sum() / 60 / 2  # 2 slots
+    assert two_c["phi_half_width"] == pytest.approx(one_c["phi_half_width"])  # the first variant's fit
+    assert any(w.startswith("this spec trains 2 variants (baseline, trunc_bptt): runs, trials and times count all")
+               for w in two_res["warnings"])  # fmt: skip
+    assert not any("variants (" in w for w in one_res["warnings"])
+
+
 def test_a_pilot_with_several_variants_uses_the_first_variants_runs(tmp_path):
     """A pilot holding another variant's runs (here 0.3 nats worse and 10x noisier, r = 1 included) predicts the same
     as the pilot without them: the law and the noise come from the variant whose fit the design predicts (pooled, the
