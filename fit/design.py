@@ -285,6 +285,25 @@ def has_ladder(design: pd.DataFrame) -> bool:
     return len(looped) > 0 and all(depths.get((d, D), 0) >= 2 for d, D in looped.itertuples(index=False))
 
 
+def _ladder_within_noise(runs: pd.DataFrame) -> str | None:
+    """Why the plain ladder of ``runs`` (one row per planned run: ``loss`` the truth's, ``noise_sd``, ``r``,
+    ``layers_unique``, ``d_model``, ``D``) is too shallow for its seeds, or None: its loss falls from the
+    shallowest to the deepest rung by less than twice the standard error of a rung's seed mean (noise_sd over
+    the root of its seeds), in some (d_model, D) cell with looped runs."""
+    for (d, D), cell in runs.groupby(["d_model", "D"], sort=True):
+        plain = cell[cell["r"] == 1]
+        if not (cell["r"] > 1).any() or plain["layers_unique"].nunique() < 2:
+            continue
+        g = plain.groupby("layers_unique")
+        means, se = g["loss"].mean(), g["noise_sd"].max() / np.sqrt(g.size())
+        drop = float(means.iloc[0] - means.iloc[-1])
+        if drop < 2.0 * float(se.max()):
+            return (f"the law taken as truth (fitted to the pilot) lowers the plain ladder's loss at d_model {d}, "
+                    f"D {D:g} by {drop:.2g} nats from {means.index[0]:g} to {means.index[-1]:g} layers, less than "
+                    f"twice the standard error of a rung's mean ({float(se.max()):.2g} nats)")
+    return None
+
+
 def _worth_by_r(runs: pd.DataFrame) -> dict[Any, float]:
     """Worth in unique layers of every looped model of ``runs`` (one row per run), keyed by r — or by
     ``"r/d_model/D"`` when a design has several looped cells at one r — computed by the report's own
@@ -361,6 +380,12 @@ def simulate_design(
     if do_ladder:
         try:
             worth_true = _worth_by_r(base.assign(loss=mean))
+            if weak := _ladder_within_noise(base.assign(loss=mean)):
+                worth_true, worth_note = {}, (
+                    f"the worth in unique layers is not predicted: {weak}, so the simulated ladders do not fall "
+                    "with depth reliably and a looped model's place on them is unbounded; the pilot's own ladder "
+                    "(see its report) says whether depth helps at these widths and budgets"
+                )
         except ValueError as e:  # the truth's own ladder does not fall with depth: no worth to predict
             worth_note = (
                 "the worth in unique layers is not predicted: the law taken as truth (fitted to the pilot) gives "

@@ -480,8 +480,9 @@ def design(
                            "spec_as_written": layout == own, "runs": len(full), "trials": int(full["trial"].nunique()),
                            "runs_fitted": len(plan),
                            "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
-    for note in dict.fromkeys(c["worth_note"] for c in candidates if c.get("worth_note")):  # once, in order
-        warnings.append(note)
+    # the truth is every candidate's: its first note (the spec as written comes first) says it for all; a note
+    # that depends on the seeds (a ladder within a rung's noise) names the first candidate's numbers
+    warnings.extend([c["worth_note"] for c in candidates if c.get("worth_note")][:1])
     if len(spec.variants) > 1:
         warnings.append(
             f"this spec trains {len(spec.variants)} variants ({', '.join(v.name for v in spec.variants)}): runs, "

@@ -306,9 +306,13 @@ def test_a_pilot_that_does_not_pin_the_law_down_gets_a_warning_and_no_recommenda
     res = design(spec, tmp_path / "flat.parquet", **kw)
     assert "phi" in res["truth"]["on_bound"] and res["best"] is None
     assert res["pilot_phi_per_r"] == []  # phi on the edge: not fitted per r either (the warning says why)
-    assert len(res["warnings"]) == 2 and "does not pin the law down" in res["warnings"][0]
+    assert len(res["warnings"]) == 3 and "does not pin the law down" in res["warnings"][0]
+    # no depth signal either: the worth is not predicted (it printed +-172071 layers and more)
+    assert res["warnings"][1].startswith("the worth in unique layers is not predicted: the law taken as truth")
+    assert "less than twice the standard error of a rung's mean" in res["warnings"][1]
+    assert all(not c["worth_half_width"] for c in res["candidates"])
     # two token budgets: `run` fits every run there, the design cell means (said, not blocking)
-    assert "this spec has 2 token budgets: `loopscale run` fits the joint law to every run" in res["warnings"][1]
+    assert "this spec has 2 token budgets: `loopscale run` fits the joint law to every run" in res["warnings"][2]
     print_design(res)
     out = capsys.readouterr().out
     assert "best within 10 min: none: see the warning above (no candidate is recommended)" in out and "warning:" in out
