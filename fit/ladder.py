@@ -196,8 +196,8 @@ def ladder_table(
         seed: RNG seed of the bootstrap.
     Returns:
         One row per (d_model, D, r > 1) with ``layers_unique``, ``worth_layers`` and its ``worth_lo`` /
-        ``worth_hi``, ``worth_outside_ladder`` (the worth or its interval reaches outside the ladder's depths:
-        extrapolated along its line), ``phi_r`` with ``phi_lo`` / ``phi_hi`` (-inf where the model, or a share of
+        ``worth_hi``, ``worth_outside_ladder`` (the worth, its interval or its power-law reading reaches outside the
+        ladder's depths: extrapolated), ``phi_r`` with ``phi_lo`` / ``phi_hi`` (-inf where the model, or a share of
         the draws beyond the interval's tail, is worth no more than its once-used parameters, N* <= N_once; the
         flags ``phi_r_minus_inf``, ``phi_lo_minus_inf``, ``phi_hi_minus_inf`` keep that through JSON, which has
         no -inf), ``phi_defined_frac`` (share of draws with a finite phi_r), ``worth_power`` (the worth read off
@@ -257,6 +257,7 @@ def ladder_table(
             ok_p = np.concatenate([bphi[np.isfinite(bphi)], np.full(int(below.sum()), -np.inf)])
             p_lo, p_hi = _quantiles(ok_p, alpha)
             w_lo, w_hi = _quantiles(ok_w, alpha)
+            w_pow = _power_worth(power, float(losses.mean()), int(d))
             point_phi = phi_from_worth(_n_plain(worth, int(d)), n_once, n_rec, int(r))
             rows.append(
                 dict(
@@ -274,11 +275,11 @@ def ladder_table(
                     phi_r_minus_inf=bool(not np.isfinite(point_phi) and np.isfinite(worth)),
                     phi_lo_minus_inf=bool(p_lo == -np.inf),
                     phi_hi_minus_inf=bool(p_hi == -np.inf),
-                    worth_outside_ladder=bool(any(v < depths[0] or v > depths[-1] for v in (worth, w_lo, w_hi)
+                    worth_outside_ladder=bool(any(v < depths[0] or v > depths[-1] for v in (worth, w_lo, w_hi, w_pow)
                                                   if np.isfinite(v))),
                     n_seeds=int(len(losses)),
                     seed_sd=float(losses.std(ddof=1)) if len(losses) > 1 else float("nan"),
-                    worth_power=_power_worth(power, float(losses.mean()), int(d)),
+                    worth_power=w_pow,
                     ladder_misfit_se=float(misfit),
                     ladder_r2=lad.r2,
                     ladder_layers=",".join(f"{v:g}" for v in lad.layers),

@@ -295,8 +295,8 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
                    if miss else ".")
             )
         if "‡" in marks:
-            L.append("\n‡ The worth or its interval lies outside the ladder's depths: read off the ladder's line "
-                     "extended beyond its rungs (extrapolated), not between them.")
+            L.append("\n‡ The worth, its interval or its power-law reading lies outside the ladder's depths: read off "
+                     "the ladder extended beyond its rungs (extrapolated), not between them.")
         if "§" in marks:
             shares = ", ".join(f"r = {w['r']}: {100 * (1 - w['phi_defined_frac']):.0f} %" for w in ladder
                                if w.get("phi_defined_frac") is not None and w["phi_defined_frac"] < 1)  # fmt: skip

@@ -644,7 +644,7 @@ def test_ladder_rows_show_minus_infinity_and_extrapolation(tmp_path):
     line = next(x for x in sec.splitlines() if x.startswith(f"| {row['d_model']} |") and f"| {row['r']} |" in x)
     assert "‡ |" in line and "| −∞§ | [−∞, -0.26] |" in line
     assert f"share of bootstrap draws so placed: r = {row['r']}: 57 %" in sec
-    assert "‡ The worth or its interval lies outside the ladder's depths" in sec
+    assert "‡ The worth, its interval or its power-law reading lies outside the ladder's depths" in sec
     assert "worth, power-law ladder" not in sec  # an analysis written before the power-law reading: no column
     for k, w in enumerate(ana["variants"]["baseline"]["ladder"]):
         w.update(worth_power=4.1 - k, ladder_misfit_se=3.37)
