@@ -165,6 +165,14 @@ def cell_ids(frame: pd.DataFrame, block_by: tuple[str, ...] | None) -> np.ndarra
     return frame.groupby(list(block_by), sort=True, dropna=False).ngroup().to_numpy()
 
 
+def cell_mean_draws(W: np.ndarray, loss: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """Each resample's cell means: ``W`` (B, n) multiplicity weights of the runs, ``loss`` (n,) nats/token,
+    ``cells`` (n,) cell ids ``0 .. n_cells - 1`` (:func:`cell_ids`); returns (B, n_cells), cells in id order."""
+    onehot = np.zeros((cells.size, int(cells.max()) + 1))
+    onehot[np.arange(cells.size), cells] = 1.0
+    return (W * np.asarray(loss, dtype=np.float64)[None, :]) @ onehot / (W @ onehot)
+
+
 def _degenerate_kind(w: np.ndarray, law: Law, data: FitData, budget_col: str | None) -> str | None:
     used = w > 0
     if int(used.sum()) < law.n_params:
@@ -823,10 +831,7 @@ def _bootstrap_cell_means(law: Law, data: FitData, keys: tuple[str, ...], *, B: 
         return _result(law, mdata, B, None, M, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level,
                        derived, starts, seed, {"stratify_by": list(keys), "cell_means": True, "n_runs": int(data.n)})  # fmt: skip
     W, ok_draw, kinds, tries = draw_weights_within(law, data, strata, B, seed)
-    L = data.cols["loss"]
-    onehot = np.zeros((strata.size, n_cells))
-    onehot[np.arange(strata.size), strata] = 1.0
-    M = (W * L[None, :]) @ onehot / (W @ onehot)  # (B, n_cells): each resample's cell means
+    M = cell_mean_draws(W, data.cols["loss"], strata)
     theta, objv, at_warm = refit_weights(law, mdata, M, ok_draw, np.asarray(point.theta), seed=seed, starts=starts,
                                          losses=True, **kw)  # fmt: skip
     return _result(law, mdata, B, None, M, ok_draw, kinds, tries, theta, objv, at_warm, None, point, level,

@@ -379,8 +379,9 @@ def simulate_design(
     worth_true, worth_note = {}, None
     if do_ladder:
         try:
-            worth_true = _worth_by_r(base.assign(loss=mean))
-            if weak := _ladder_within_noise(base.assign(loss=mean)):
+            truth_runs = base.assign(loss=mean)
+            worth_true = _worth_by_r(truth_runs)
+            if weak := _ladder_within_noise(truth_runs):
                 worth_true, worth_note = {}, (
                     f"the worth in unique layers is not predicted: {weak}, so the simulated ladders do not fall "
                     "with depth reliably and a looped model's place on them is unbounded; the pilot's own ladder "

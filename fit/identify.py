@@ -165,12 +165,13 @@ def _per_r_row(shared: dict, r: int) -> dict:
     df, starts, B, seed, stratify_by = (shared[k] for k in ("df", "starts", "B", "seed", "stratify_by"))
     sub = df[df["r"].isin([1, r])]
     # cell means when there are at least as many cells as the law's parameters, else the runs themselves
-    means = bool(stratify_by) and len(cell_means(sub, stratify_by)) >= make_law("joint").n_params
-    f = fit_law(cell_means(sub, stratify_by) if means else sub, law="joint", starts=starts, seed=seed)
+    law = make_law("joint")
+    cm = cell_means(sub, stratify_by) if stratify_by else None
+    means = cm is not None and len(cm) >= law.n_params
+    pts = cm if means else sub
+    f = fit_law(pts, law="joint", starts=starts, seed=seed)
     lo = hi = float("nan")
     n_ok, no_interval = 0, None
-    pts = cell_means(sub, stratify_by) if means else sub
-    law = make_law("joint")
     cols = {c: pts[c].to_numpy(float) for c in ("N_once", "N_rec", "r", "D")}
     moved = float(np.max(np.abs(law.predict({**f.params, "phi": f.params["phi"] + 0.5}, cols)
                                 - law.predict({**f.params, "phi": f.params["phi"] - 0.5}, cols))))  # fmt: skip

@@ -139,8 +139,7 @@ def _power_worth(fit: tuple[float, float, float] | None, loss: float, d: int) ->
     if fit is None or not loss > fit[0]:
         return float("nan")
     e, k, c = fit
-    n = (k / (loss - e)) ** (1.0 / c)
-    return float((n - 3 * d) / (12 * d * d + 2 * d))
+    return _plain_layers((k / (loss - e)) ** (1.0 / c), d)
 
 
 def worth_in_layers(ladder: LadderFit, loss: float) -> float:
@@ -175,6 +174,11 @@ def _n_plain(layers: float, d: int) -> float:
     """Unique non-embedding parameters of a plain r = 1 model with ``layers`` layers of width d (paper Table 6
     convention: blocks 12 d^2 + 2 d each plus 3 d model-level norm weights)."""
     return layers * (12 * d * d + 2 * d) + 3 * d
+
+
+def _plain_layers(n_unique: float, d: int) -> float:
+    """Layers of the plain width-d model with ``n_unique`` unique parameters: the inverse of :func:`_n_plain`."""
+    return float((n_unique - _n_plain(0, d)) / (_n_plain(1, d) - _n_plain(0, d)))
 
 
 def ladder_table(

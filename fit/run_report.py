@@ -270,12 +270,11 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
         L.append("|---|---|---|---|---|---|" + ("---|" if power else "") + "---|---|---|---|")
         marks = set()
         for w in ladder:
-            phi = [("−∞" if w.get(f"{k}_minus_inf") else _fmt(w.get(k), 3)) for k in ("phi_r", "phi_lo", "phi_hi")]
+            inf = [bool(w.get(f"{k}_minus_inf")) for k in ("phi_r", "phi_lo", "phi_hi")]
+            phi = ["−∞" if i else _fmt(w.get(k), 3) for i, k in zip(inf, ("phi_r", "phi_lo", "phi_hi"), strict=True)]
             outside = "‡" if w.get("worth_outside_ladder") else ""
-            part = ""
-            if (frac := w.get("phi_defined_frac")) is not None and frac < 1 and any(
-                    w.get(f"{k}_minus_inf") for k in ("phi_r", "phi_lo", "phi_hi")):  # fmt: skip
-                part = "§"
+            frac = w.get("phi_defined_frac")
+            part = "§" if any(inf) and frac is not None and frac < 1 else ""
             marks |= {m for m in (outside, part) if m}
             L.append(
                 f"| {w['d_model']} | {_fmt(w['D'])} | {w['r']} | {_fmt(w['layers_unique'], 3)} | "
@@ -657,13 +656,12 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     no_frontier = _frontier_not_identified(ana, runs)
     if frontier is not None and len(frontier) and "variant" in frontier:
         frontier = frontier[~frontier["variant"].astype(str).isin(no_frontier)]
-    if no_frontier:
+    has_rows = frontier is not None and len(frontier) > 0
+    if no_frontier or has_rows:
         L.append("## Compute-optimal frontier of the joint law (per r)\n")
-        for name, why in no_frontier.items():
-            L.append(f"Not computed for {name}: {why}.\n")
-    if frontier is not None and len(frontier):
-        if not no_frontier:
-            L.append("## Compute-optimal frontier of the joint law (per r)\n")
+    for name, why in no_frontier.items():
+        L.append(f"Not computed for {name}: {why}.\n")
+    if has_rows:
         shown = [str(x) for x in dict.fromkeys(frontier["variant"])] if "variant" in frontier else []
         unid = [x for x in shown if not phi_identified(ana.get("variants", {}).get(x) or {})]
         if unid:

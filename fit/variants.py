@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.bootstrapping import _notify_result, percentile_ci, refit_weights
+from loopscale.fit.bootstrapping import (
+    _notify_result,
+    cell_ids,
+    cell_mean_draws,
+    percentile_ci,
+    refit_weights,
+)
 from loopscale.fit.fitter import fit_data
 from loopscale.fit.io import default_block_by, prepare, read_table
 from loopscale.fit.laws import make_law
@@ -215,13 +221,8 @@ def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, w
         means = reps[v].means
         points[v] = prepare(cell_means(f, strata[v]), law) if means else datas[v]
         fits[v] = fit_data(law, points[v], starts=starts, seed=seed, delta=delta)
-        if means:  # each draw's cell means, in cell_means' order (groupby sort=True over the strata)
-            cell = f.groupby(list(strata[v]), sort=True).ngroup().to_numpy()
-            onehot = np.zeros((len(f), int(cell.max()) + 1))
-            onehot[np.arange(len(f)), cell] = 1.0
-            draws = (W[v] * datas[v].cols["loss"][None, :]) @ onehot / (W[v] @ onehot)
-        else:
-            draws = W[v]
+        # each draw's cell means, in cell_means' order (both group by the strata, sorted)
+        draws = cell_mean_draws(W[v], datas[v].cols["loss"], cell_ids(f, strata[v])) if means else W[v]
         th, ob, _ = refit_weights(law, points[v], draws, np.ones(B, dtype=bool), np.asarray(fits[v].theta),
                                   seed=seed, stream=1 + i, starts=starts, workers=workers, address=address,
                                   delta=delta, losses=means, **kwargs)  # fmt: skip

@@ -181,15 +181,15 @@ def pilot_variant(runs: pd.DataFrame, variant: str) -> pd.DataFrame:
     return keep
 
 
-def _members(runs: pd.DataFrame) -> pd.Series:
+def _members(runs: pd.DataFrame, unknown: float = 1.0) -> pd.Series:
     """Members of each run's seed ensemble (1 for a single run): ``ensemble_size`` where the table records it, else
-    the rows of the table with the run's ``trial_id``, else 1."""
+    the rows of the table with the run's ``trial_id``, else ``unknown`` (NaN to tell such runs apart)."""
     k = pd.Series(np.nan, index=runs.index)
     if "ensemble_size" in runs.columns:
         k = pd.to_numeric(runs["ensemble_size"], errors="coerce")
     if "trial_id" in runs.columns:
         k = k.fillna(runs.groupby("trial_id")["trial_id"].transform("size").astype(float))
-    return k.fillna(1.0)
+    return k.fillna(unknown)
 
 
 def pilot_training_gaps(spec, runs: pd.DataFrame) -> list[str]:
@@ -222,11 +222,8 @@ def pilot_training_gaps(spec, runs: pd.DataFrame) -> list[str]:
                             "batch_tokens"), ("num_threads", max(1, int(spec.resources.cpus)), "threads per run")):
         if (have := seen(col)) and set(map(str, have)) != {str(want)}:
             gaps.append(f"{name}: the pilot's {', '.join(map(str, have))}, the spec's {want}")
-    known = pd.Series(False, index=runs.index)  # rows that say how many seeds their trial held
-    for col in ("ensemble_size", "trial_id"):
-        if col in runs.columns:
-            known |= runs[col].notna()
-    if (most := spec.ensemble_members()) > 1 and known.any() and _members(runs)[known].max() == 1:
+    known = _members(runs, unknown=np.nan).dropna()  # the runs whose table says how many seeds their trial held
+    if (most := spec.ensemble_members()) > 1 and len(known) and known.max() == 1:
         gaps.append(f"seed ensembles: the pilot trained single runs, the spec up to {most} seeds per trial, so the "
                     "times assume no ensemble speed-up (an upper bound)")
     return gaps
@@ -458,8 +455,8 @@ def design(
         full = planned_runs(cand)  # every run the sweep trains: all variants count for the time
         plan = _first_variant_fit(full, first)
         plan["noise_sd"], noise_src = match_cells(plan, noise, "sd")
-        rate, rate_src = match_cells(plan, rates, "rate")
         if not cells:
+            rate, rate_src = match_cells(plan, rates, "rate")
             plan_src = plan.assign(noise_source=noise_src, rate=rate, rate_source=rate_src)
             keys = ["r", "layers_unique", "d_model", "D"]
             first_rows = plan_src.drop_duplicates(keys).sort_values(["r", "layers_unique"], ascending=[True, False])
