@@ -278,13 +278,13 @@ def _identification(
     from loopscale.fit.ladder import ladder_table
 
     ci = boot.ci.get("phi") if boot is not None else None
-    fit_starts = max(10, min(starts, 30))
     profile, per_r = rule_inputs(frame, starts=starts, B=B, seed=seed, strata=strata, address=address)
     ident = identify(joint, ci, profile, per_r)
     outd = ident.to_dict()
-    # the alternative to one phi: the same law with phi free per r, fitted to the same points
+    # the alternative to one phi: the same law with phi free per r, fitted to the same points with the joint fit's
+    # starts (one fit; with the profile's 30 its optimiser could stop short of `loopscale fit --law joint_per_r`)
     if per_r is not None:
-        outd["law_per_r"] = law_per_r(joint, starts=fit_starts, seed=seed)
+        outd["law_per_r"] = law_per_r(joint, starts=starts, seed=seed)
     outd["profile"] = json_safe(profile.to_dict("records"))
     outd["per_r"] = json_safe(per_r.to_dict("records")) if per_r is not None else []
     files = {}
@@ -339,11 +339,13 @@ def frontier_unidentified(frame: pd.DataFrame) -> str | None:
 
 def _fit_ready(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The ok runs ``df`` (one row per run, with ``loss``) as :func:`analyze` fits them: ``layers_unique`` added, and
-    on a token-budget grid (``budget`` null on every run) without ``budget``: the cell of a run is its token budget
+    on a token-budget grid (``budget`` null on every run, or no ``budget`` column) without ``budget``: the cell of a run is its token budget
     D (all sizes trained for the same D), so the block bootstrap resamples whole (D, r) cells, like the paper's
     (C, r) cells. Returns ``(frame, budget_kind)`` (``"D"`` or ``"C"``)."""
     df = with_layers_unique(df)
-    if "budget" in df.columns and df["budget"].isna().all():
+    if "budget" not in df.columns:
+        return df, "D"
+    if df["budget"].isna().all():
         return df.drop(columns=["budget"]), "D"
     return df, "C"
 

@@ -288,3 +288,27 @@ def test_per_r_tasks_announce_their_refits_before_they_run(monkeypatch):
         per_r_phi(df, starts=10, B=2, workers=None)
     assert at_start == [[(0, 6)]], at_start
     assert seen[-1] == (6, 6)
+
+
+def test_analysis_fits_phi_per_r_with_the_runs_starts(tmp_path):
+    """The analysis's 'phi free per r' fit is the fit `loopscale fit --law joint_per_r` gives with the same starts:
+    with the profile's 30 starts it stopped short on this table (objective 1.3415e-05 against 1.3342e-05, each
+    phi_r off by up to 0.17), and the report printed that fit. Also: a table without a ``budget`` column is a
+    token-budget grid (it was read as a FLOP-budget grid and failed in the IsoFLOP step)."""
+    from loopscale.fit.analysis import analyze
+
+    rng = np.random.default_rng(73)
+    rows = [dict(r=1, N_once=2e4, N_rec=1e4 * (k - 1), D=1e6) for k in (2, 3, 4, 5, 6)]
+    rows += [dict(r=r, N_once=2e4, N_rec=1e4, D=1e6) for r in (2, 4, 8)]
+    df = pd.DataFrame(rows)
+    phis = {r: rng.uniform(-4, 0.5) for r in (2, 4, 8)}
+    n_x = df["N_once"] + np.array([1.0 if r == 1 else r ** phis[r] for r in df["r"]]) * df["N_rec"]
+    loss = 1.6 + rng.uniform(1, 20) * n_x ** -rng.uniform(0.1, 0.6) + 0.3 + rng.normal(0, 0.02, len(df))
+    df = df.assign(final_val_loss=loss, status="ok", variant="baseline")
+    ana = analyze(df, tmp_path / "fit", B=0, starts=500, seed=0, workers=1, plots=False)
+    assert ana["budget_kind"] == "D"
+    got = ana["variants"]["baseline"]["identification"]["law_per_r"]
+    want = fit_law(df.rename(columns={"final_val_loss": "loss"}), law="joint_per_r", starts=500, seed=0)
+    assert got["objective"] == pytest.approx(want.objective, rel=1e-9)
+    for r in ("2", "4", "8"):
+        assert got["phi"][r] == pytest.approx(want.params[f"phi_{r}"], abs=1e-4)
