@@ -360,17 +360,21 @@ def identify(
         prof = profile.sort_values("phi")
         obj_min = min(float(prof["objective"].min()), float(point.objective))
         thr = 2.0 / max(n, 1)
-        rises = []
+        rises, at = [], []
         for target in (phi_hat - 1.0, phi_hat + 1.0):
             t = float(np.clip(target, prof["phi"].min(), prof["phi"].max()))
+            at.append((t, target))
             rises.append(float(np.interp(t, prof["phi"], prof["objective"])) / obj_min - 1.0)
         details["profile_rise_at_pm1"] = rises
         details["profile_threshold"] = thr
         if min(rises) < thr:
-            side = "phi_hat - 1" if rises[0] <= rises[1] else "phi_hat + 1"
+            i = 0 if rises[0] <= rises[1] else 1
+            (t, target), side = at[i], ("phi_hat - 1", "phi_hat + 1")[i]
+            where = (f"phi = {t:.2f} ({side})" if t == target
+                     else f"phi = {t:.2f}, the profile's end ({side} = {target:.2f} lies outside it)")  # fmt: skip
             causes.append(Cause.FLAT_PROFILE)
             reasons[Cause.FLAT_PROFILE.value] = (
-                f"flat profile: the objective rises by only {100 * min(rises):.2g} % at phi = {side} "
+                f"flat profile: the objective rises by only {100 * min(rises):.2g} % at {where} "
                 f"(one run's worth is {100 * thr:.2g} %)"
             )
     else:

@@ -312,3 +312,19 @@ def test_analysis_fits_phi_per_r_with_the_runs_starts(tmp_path):
     assert got["objective"] == pytest.approx(want.objective, rel=1e-9)
     for r in ("2", "4", "8"):
         assert got["phi"][r] == pytest.approx(want.params[f"phi_{r}"], abs=1e-4)
+
+
+def test_a_flat_profile_names_the_phi_it_was_read_at():
+    """The flat-profile reason names the phi at which the rise was read: phi_hat - 1 when the profile reaches it,
+    else the profile's end, saying so (it named 'phi = phi_hat - 1' for a phi_hat of -2.8, whose phi_hat - 1 lies
+    outside the search box)."""
+    import dataclasses
+
+    point = fit_law(_table({2: 0.46, 4: 0.46, 8: 0.46}, rec_frac=1e-4), law="joint", starts=30)
+    prof = pd.DataFrame({"phi": GRID, "objective": point.objective * (1 + 1e-6 * (GRID + 3))})
+    out = identify(dataclasses.replace(point, params={**point.params, "phi": -2.8}), None, prof, None)
+    assert Cause.FLAT_PROFILE in out.causes
+    why = out.reasons[Cause.FLAT_PROFILE.value]
+    assert "at phi = -2.50, the profile's end (phi_hat - 1 = -3.80 lies outside it)" in why, why
+    out = identify(dataclasses.replace(point, params={**point.params, "phi": 0.3}), None, prof, None)
+    assert "at phi = -0.70 (phi_hat - 1)" in out.reasons[Cause.FLAT_PROFILE.value]
