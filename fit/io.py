@@ -280,7 +280,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         ("N", "> 0 (parameters)", lambda x: x > 0),
         ("N_once", ">= 0 (parameters)", lambda x: x >= 0),
         ("N_rec", ">= 0 (parameters)", lambda x: x >= 0),
-        ("r", ">= 1 (recurrences)", lambda x: x >= 1),
+        ("r", "a whole number >= 1 (recurrences of the shared block)", lambda x: (x >= 1) & (x == np.round(x))),
         ("C", "> 0 (FLOPs)", lambda x: x > 0),
     ):
         if c in cols and not np.all(ok(cols[c])):

@@ -155,6 +155,10 @@ def _base_joint() -> pd.DataFrame:
         (lambda t: t.assign(loss=np.where(np.arange(len(t)) == 0, -1.0, t["loss"])), "'loss' must be > 0"),
         (lambda t: t.assign(D=np.where(np.arange(len(t)) == 0, 0.0, t["D"])), "'D' must be > 0"),
         (lambda t: t.assign(N_once=-t["N_once"]), "'N_once' must be >= 0"),
+        # a loop runs a whole number of times; r = 2.5 was fitted as if it were a recurrence count
+        (lambda t: t.assign(r=np.where(t["r"] == 2, 2.5, t["r"])),
+         r"'r' must be a whole number >= 1 \(recurrences of the shared block\); row \d+ has 2.5"),  # fmt: skip
+        (lambda t: t.assign(r=np.where(t["r"] == 2, 0, t["r"])), r"'r' must be a whole number >= 1"),
         (lambda t: t.head(5), r"^5 run\(s\) left is fewer than the 6 parameters"),
         (lambda t: t.head(0), r"^the table holds no runs \(no rows\)"),  # said '0 run(s) left after filtering'
         (lambda t: t.head(7).assign(status=["ok"] * 3 + ["diverged"] * 3 + ["failed"]),
