@@ -430,10 +430,14 @@ def design(
         blocking = True
     noise, rates = cell_noise(runs), _rates(runs)
     if trained := pilot_training_gaps(spec, runs):
+        learns = [g.split(":")[0] for g in trained if g.startswith(("optimizer:", "batch_tokens:"))]
         warnings.append(
             "the pilot's runs were trained otherwise than this spec's: " + "; ".join(trained) + ". The predicted "
             "times, and so which candidates fit the minutes, come from the pilot's FLOP/s and are off by what these "
-            "settings change; take a pilot trained with the spec's training settings"
+            "settings change"
+            + (f"; {' and '.join(learns)} also change what a run learns, so the law and the seed noise the "
+               "half-widths are simulated from are another training's too" if learns else "")
+            + "; take a pilot trained with the spec's training settings"
         )
     slots = max(1, int(cpus // spec.resources.cpus))
     candidates, cells, seen, draws = [], [], set(), {}

@@ -231,6 +231,14 @@ def test_a_pilot_trained_otherwise_than_the_spec_is_named_in_a_warning(tmp_path)
     (w,) = [w for w in res["warnings"] if "trained otherwise" in w]
     assert w.startswith("the pilot's runs were trained otherwise than this spec's: compile: the pilot trained eager")
     assert "which candidates fit the minutes" in w and res["best"] is not None  # times only: still recommended
+    # the optimizer and the batch change the losses too, not only the times: said
+    assert ("optimizer and batch_tokens also change what a run learns, so the law and the seed noise the "
+            "half-widths are simulated from are another training's too") in w
+    same.assign(compiled=False).to_parquet(tmp_path / "eager.parquet")
+    res = design(spec, tmp_path / "eager.parquet", minutes=10, cpus=2, seeds=(2,), n_sim=4, starts=4, seed=0,
+                 fit_starts=30)
+    (w,) = [w for w in res["warnings"] if "trained otherwise" in w]
+    assert "compile: the pilot trained eager" in w and "what a run learns" not in w  # compiling changes times only
 
 
 @pytest.mark.parametrize(
