@@ -74,15 +74,24 @@ def plot_phi_profile(profile: pd.DataFrame, phi_hat: float, ci: tuple[float, flo
     return p
 
 
+def _intervals(ax, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, color: str) -> None:
+    """Vertical interval bars with caps at ``x`` from ``lo`` to ``hi``, where both ends are finite
+    (an interval need not contain its point estimate: a percentile bootstrap interval can lie beside it)."""
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if ok.any():
+        mid, half = (lo[ok] + hi[ok]) / 2, (hi[ok] - lo[ok]) / 2
+        ax.errorbar(x[ok], mid, yerr=half, fmt="none", ecolor=color, capsize=4)
+
+
 def plot_per_r(per_r: pd.DataFrame, phi_hat: float, ci: tuple[float, float] | None, path: str | Path) -> Path:
-    """phi fitted from each r against the r = 1 runs (points with intervals) next to the joint phi (band), and r^phi
-    per r (right panel). Writes a PNG and returns its path."""
+    """phi fitted from each r against the r = 1 runs (points with intervals, where the row has one) next to the
+    joint phi (band), and r^phi per r (right panel). Writes a PNG and returns its path."""
     plt = _plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
     r = per_r["r"].to_numpy(int)
     y, lo, hi = (per_r[c].to_numpy(float) for c in ("phi", "lo", "hi"))
-    err = np.vstack([y - lo, hi - y]) if np.isfinite(lo).all() and np.isfinite(hi).all() else None
-    a1.errorbar(r, y, yerr=err, fmt="o", color="C0", capsize=4, label="phi_r (r = 1 runs + this r)")
+    a1.plot(r, y, "o", color="C0", label="phi_r (r = 1 runs + this r)")
+    _intervals(a1, r.astype(float), lo, hi, "C0")
     a1.axhline(phi_hat, color="C3", lw=1.5, label=f"joint phi = {phi_hat:.3f}")
     if ci is not None:
         a1.axhspan(ci[0], ci[1], color="C3", alpha=0.15)
@@ -92,8 +101,8 @@ def plot_per_r(per_r: pd.DataFrame, phi_hat: float, ci: tuple[float, float] | No
     a1.set_ylabel("phi")
     a1.legend(fontsize=8)
     rp = r.astype(float) ** y
-    err2 = np.vstack([rp - r ** lo, r ** hi - rp]) if err is not None else None
-    a2.errorbar(r, rp, yerr=err2, fmt="o", color="C0", capsize=4, label="r^phi_r")
+    a2.plot(r, rp, "o", color="C0", label="r^phi_r")
+    _intervals(a2, r.astype(float), r.astype(float) ** lo, r.astype(float) ** hi, "C0")
     rr = np.geomspace(1, max(r.max(), 2), 50)
     a2.plot(rr, rr**phi_hat, color="C3", label="r^phi (joint)")
     a2.plot(rr, rr, color="0.5", ls=":", label="r (worth r blocks)")

@@ -231,11 +231,19 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     if ident.get("per_r"):
         L.append("| r | φ_r | 95 % CI | r^φ_r | on a bound |")
         L.append("|---|---|---|---|---|")
+        beside = False  # a phi_r outside its own percentile interval (the interval is still the one checked)
         for row in ident["per_r"]:
             lo, hi = row.get("lo"), row.get("hi")
             ci = "–" if lo is None or hi is None else f"[{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
+            out_ci = lo is not None and hi is not None and not lo <= float(row["phi"]) <= hi
+            beside |= out_ci
             rp = float(row["r"]) ** float(row["phi"])
-            L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci} | {_fmt(rp, 3)} | {_bound_cell(row.get('on_bound'))} |")
+            L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci}{' †' if out_ci else ''} | {_fmt(rp, 3)} | "
+                     f"{_bound_cell(row.get('on_bound'))} |")
+        if beside:
+            from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE
+
+            L.append(f"\n† {ESTIMATE_OUTSIDE_CI_NOTE}.")
         for r, why in (ident.get("per_r_no_interval") or {}).items():
             L.append(f"\nNo interval for φ_r at r = {r}: {why}; the per-r check is skipped.")
         L.append("")

@@ -146,3 +146,34 @@ def test_ladder_and_identification_figures_are_written(tmp_path):
     p3 = plot_per_r(per_r, 0.46, (0.4, 0.52), tmp_path / "per_r.png")
     for p in (p1, p2, p3):
         assert p.exists() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_the_per_r_figure_draws_an_interval_that_lies_beside_its_point(tmp_path):
+    """A percentile bootstrap interval need not contain its point estimate: phi_8 = 0.186 with [0.206, 3.46] made
+    matplotlib refuse the error bars ('yerr' must not contain negative values), which ended `loopscale run` in its
+    fit stage with no report. Each interval is drawn from its own ends, and a row without one (NaN) leaves the
+    others' drawn."""
+    import matplotlib
+
+    from loopscale.fit import identify_plots
+
+    matplotlib.use("Agg")
+    per_r = pd.DataFrame({"r": [2, 4, 8], "phi": [-1.109, 0.480, 0.186], "lo": [-2.893, -2.498, 0.2065],
+                          "hi": [0.1, 1.2, 3.46]})  # fmt: skip
+    drawn = []
+    real = identify_plots._intervals
+    identify_plots._intervals = lambda ax, x, lo, hi, c: (drawn.append((lo.copy(), hi.copy())), real(ax, x, lo, hi, c))
+    try:
+        p = identify_plots.plot_per_r(per_r, 0.3, (0.1, 0.5), tmp_path / "per_r.png")
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        nan_row = per_r.assign(lo=[np.nan, -2.498, 0.2065], hi=[np.nan, 1.2, 3.46])
+        identify_plots.plot_per_r(nan_row, 0.3, None, tmp_path / "per_r2.png")
+    finally:
+        identify_plots._intervals = real
+    np.testing.assert_allclose(drawn[0][0], per_r["lo"])  # phi's panel: the interval's own ends
+    np.testing.assert_allclose(drawn[1][1], np.array([2, 4, 8.0]) ** per_r["hi"].to_numpy())  # r^phi's panel
+    fig = identify_plots._plt().figure()
+    ax = fig.add_subplot()
+    identify_plots._intervals(ax, np.array([2.0, 4.0, 8.0]), nan_row["lo"].to_numpy(), nan_row["hi"].to_numpy(), "C0")
+    (bars,) = [c for c in ax.collections if len(c.get_segments())]
+    np.testing.assert_allclose([s[:, 1] for s in bars.get_segments()], [[-2.498, 1.2], [0.2065, 3.46]])

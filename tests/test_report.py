@@ -673,3 +673,17 @@ def test_a_per_r_phi_without_an_interval_is_said_in_the_report(tmp_path):
     sec = _section(build_report(run).read_text(encoding="utf-8"), "### Is φ identified?")
     assert "No interval for φ_r at r = 2: runs resampled one by one: every draw that leaves out" in sec
     assert "the per-r check is skipped." in sec
+
+
+def test_a_per_r_phi_outside_its_interval_is_marked(tmp_path):
+    """A percentile interval can lie beside its point (phi_8 = 0.186, [0.206, 3.46]): the per-r table marks such
+    a row with † and says what it means, as the joint law's table does; rows inside their interval are unmarked."""
+    ident = {"identified": False, "headline": "phi not identified by this grid: phi fitted per r has no common value",
+             "per_r": [{"r": 2, "phi": -1.109, "lo": -2.893, "hi": 0.1}, {"r": 8, "phi": 0.186, "lo": 0.2065,
+                                                                          "hi": 3.46}]}  # fmt: skip
+    text = _report(tmp_path, ident)
+    assert "| 2 | -1.11 | [-2.89, 0.1] | " in text
+    assert "| 8 | 0.186 | [0.206, 3.46] † | " in text
+    assert "\n† estimate outside its bootstrap interval" in text
+    inside = {**ident, "per_r": ident["per_r"][:1]}
+    assert "† estimate outside its bootstrap interval" not in _report(tmp_path / "b", inside).split("### Is φ")[1]
