@@ -273,6 +273,27 @@ def _frame(table: Any) -> pd.DataFrame:
     return prepare(table, make_law("joint")).frame
 
 
+PER_R_OVERLAP_TOL = 1e-6
+"""Intervals of phi_r whose ends miss one another by at most this much (in phi) share a common value: the fitter
+places phi to about 1e-8, so noise-free losses gave zero-width intervals at 0.46 that differed by 1e-16 and were
+called disagreeing."""
+
+
+def per_r_disagree(per_r: pd.DataFrame) -> str | None:
+    """The identification rule's per-r test (module docstring): the sentence saying that the intervals of phi fitted
+    per r (``per_r``: :func:`per_r_phi`'s table, every row with ``lo`` and ``hi``) have no common value, or None
+    when they have one (the largest ``lo`` at most :data:`PER_R_OVERLAP_TOL` above the smallest ``hi``)."""
+    if float(per_r["lo"].max()) <= float(per_r["hi"].min()) + PER_R_OVERLAP_TOL:
+        return None
+    parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())
+    return f"phi fitted per r has no common value ({parts})"
+
+
+RULE_PER_R_B, RULE_PER_R_STARTS = 40, 60
+"""At most this many bootstrap resamples (and starts per fit) for the intervals of phi per r in the rule's inputs
+(:func:`rule_inputs`), which ``loopscale run``, ``loopscale fit --identify`` and ``loopscale design`` apply."""
+
+
 def rule_inputs(
     frame: pd.DataFrame,
     *,
@@ -284,15 +305,16 @@ def rule_inputs(
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The profile and the per-r phi that :func:`identify` weighs, with the effort ``loopscale run`` spends: the
     profile with max(10, min(starts, 30)) starts per restricted fit (on cell means over ``strata`` when given), phi
-    per r (only when ``frame`` has r = 1 and at least two other r) with max(10, min(starts, 60)) starts and min(B,
-    40) bootstrap resamples for its intervals, over the r of :func:`per_r_fittable` (at least two of them). Returns
+    per r (only when ``frame`` has r = 1 and at least two other r) with max(10, min(starts,
+    :data:`RULE_PER_R_STARTS`)) starts and min(B, :data:`RULE_PER_R_B`) bootstrap resamples for its intervals, over the r of :func:`per_r_fittable` (at least two of them). Returns
     ``(profile, per_r or None)``."""
     profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=max(10, min(starts, 30)),
                           seed=seed, address=address)  # fmt: skip
     per_r = None
     fittable = per_r_fittable(frame)
     if len(fittable) >= 2:  # r whose runs are too few for the law beside r = 1's are left out, not an error
-        per_r = per_r_phi(frame[frame["r"].isin([1, *fittable])], starts=max(10, min(starts, 60)), B=min(B, 40), seed=seed, stratify_by=strata,
+        per_r = per_r_phi(frame[frame["r"].isin([1, *fittable])], starts=max(10, min(starts, RULE_PER_R_STARTS)),
+                          B=min(B, RULE_PER_R_B), seed=seed, stratify_by=strata,
                           address=address)  # fmt: skip
     return profile, per_r
 
@@ -382,12 +404,10 @@ def identify(
 
     # 3. per-r phi consistency
     if per_r is not None and len(per_r) >= 2 and per_r[["lo", "hi"]].notna().all().all():
-        lo_max, hi_min = float(per_r["lo"].max()), float(per_r["hi"].min())
         details["per_r"] = per_r[["r", "phi", "lo", "hi"]].to_dict("records")
-        if lo_max > hi_min:
+        if why := per_r_disagree(per_r):
             causes.append(Cause.PER_R_DISAGREE)
-            parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())
-            reasons[Cause.PER_R_DISAGREE.value] = f"phi fitted per r has no common value ({parts})"
+            reasons[Cause.PER_R_DISAGREE.value] = why
     elif per_r is not None and len(per_r) >= 2:
         details["checks_skipped"].append("per_r (phi per r came without intervals)")
         details["per_r"] = per_r[["r", "phi", "lo", "hi"]].to_dict("records")

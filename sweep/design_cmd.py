@@ -253,9 +253,6 @@ TIE_SE = 2.0
 """Candidates whose ±phi exceeds the narrowest affordable one's by at most this many Monte-Carlo standard errors
 of the difference (paired over the common draws) tie with it; among ties the one with the most runs is best."""
 
-PER_R_B, PER_R_STARTS = 20, 30
-"""Bootstrap resamples and starts of the per-r phi check of the pilot (:func:`pilot_phi_per_r`)."""
-
 
 def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) -> list[str]:
     """What of the planned design the pilot does not cover (empty: it covers it).
@@ -292,7 +289,8 @@ def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) 
 
 def pilot_phi_per_r(runs: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame | None, str | None]:
     """phi fitted per r to the pilot (the r = 1 runs with those of one r, cell means with seeds resampled within
-    cells, :data:`PER_R_B` resamples) and whether the intervals have no common value — the per-r test of
+    cells, with the resamples and starts of ``loopscale run``'s check: :data:`loopscale.fit.identify.RULE_PER_R_B`,
+    :data:`loopscale.fit.identify.RULE_PER_R_STARTS`) and whether the intervals have no common value — the per-r test of
     :func:`loopscale.fit.identify.identify` that ``loopscale run`` applies.
 
     Args:
@@ -301,17 +299,23 @@ def pilot_phi_per_r(runs: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame | N
         ``(per_r, reason)``: :func:`loopscale.fit.identify.per_r_phi`'s table (None when the pilot lacks r = 1 or
         two r > 1 with enough runs, :func:`loopscale.fit.identify.per_r_fittable`) and the identification rule's sentence when the per-r intervals disagree, else None.
     """
-    from loopscale.fit.identify import per_r_fittable, per_r_phi
+    from loopscale.fit.identify import (
+        RULE_PER_R_B,
+        RULE_PER_R_STARTS,
+        per_r_disagree,
+        per_r_fittable,
+        per_r_phi,
+    )
 
     fittable = per_r_fittable(runs)  # the r whose runs, with r = 1's, are enough for the law (as `run` checks)
     if len(fittable) < 2:
         return None, None
     strata = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in runs.columns)
-    per_r = per_r_phi(runs[runs["r"].isin([1, *fittable])], starts=PER_R_STARTS, B=PER_R_B, seed=seed, stratify_by=strata)
-    if not per_r[["lo", "hi"]].notna().all().all() or float(per_r["lo"].max()) <= float(per_r["hi"].min()):
+    per_r = per_r_phi(runs[runs["r"].isin([1, *fittable])], starts=RULE_PER_R_STARTS, B=RULE_PER_R_B, seed=seed,
+                      stratify_by=strata)
+    if not per_r[["lo", "hi"]].notna().all().all():
         return per_r, None
-    parts = ", ".join(f"r={int(x.r)}: {x.phi:.2f} [{x.lo:.2f}, {x.hi:.2f}]" for x in per_r.itertuples())
-    return per_r, f"phi fitted per r has no common value ({parts})"
+    return per_r, per_r_disagree(per_r)
 
 
 def choose_best(candidates: list[dict], draws: dict[str, tuple], n_sim: int, seed: int) -> str | None:

@@ -328,3 +328,37 @@ def test_a_flat_profile_names_the_phi_it_was_read_at():
     assert "at phi = -2.50, the profile's end (phi_hat - 1 = -3.80 lies outside it)" in why, why
     out = identify(dataclasses.replace(point, params={**point.params, "phi": 0.3}), None, prof, None)
     assert "at phi = -0.70 (phi_hat - 1)" in out.reasons[Cause.FLAT_PROFILE.value]
+
+
+def test_noise_free_losses_identify_phi():
+    """Losses exactly on the law give phi_r intervals of zero width at the same phi, up to the fitter's last digits
+    (0.459 [0.459, 0.459] three times, apart by 1e-14): they share a common value, and phi is identified (the rule
+    said 'no common value')."""
+    from loopscale.fit.identify import per_r_disagree
+    from loopscale.fit.synthetic import PAPER_JOINT, paper_design_from_formulas, synth_joint
+
+    df = synth_joint(paper_design_from_formulas(), noise=0.0)  # the paper's 116 runs, losses on its law (phi 0.459)
+    pr = per_r_phi(df, starts=20, B=8)
+    assert np.allclose(pr[["phi", "lo", "hi"]].to_numpy(), PAPER_JOINT["phi"], atol=1e-6)
+    assert float(pr["lo"].max()) > float(pr["hi"].min())  # apart in the last digits: what the rule refused
+    assert per_r_disagree(pr) is None
+    nudged = pr.assign(lo=pr["lo"] + np.array([0.0, 0.0, 2e-6]))  # ends apart by more than the tolerance: disagree
+    assert per_r_disagree(nudged.assign(hi=pr["hi"] - np.array([2e-6, 0.0, 0.0]))).startswith("phi fitted per r has")
+    out = identify(fit_law(df, law="joint", starts=30), (0.459, 0.459), phi_profile(df, GRID, starts=15), pr)
+    assert Cause.PER_R_DISAGREE not in out.causes
+
+
+def test_design_checks_phi_per_r_as_run_does():
+    """`loopscale design` says it applies `loopscale run`'s per-r test to the pilot: it fits phi per r with the
+    same resamples and starts (it used 20 resamples and 30 starts against run's 40 and 60, and withheld its
+    recommendation for pilots that `loopscale fit --identify` accepted), so both give the same table."""
+    from loopscale.fit.identify import rule_inputs
+    from loopscale.sweep.design_cmd import pilot_phi_per_r
+
+    df = pd.concat([_table({2: 0.5, 4: 0.5, 8: 0.5}, widths=(16, 32), tokens=(1e6,), noise=0.01, seed=s)
+                    .assign(seed=s) for s in range(3)])  # fmt: skip
+    df = df.assign(layers_unique=np.where(df["r"] == 1, 10, 2 + 8 // df["r"]))
+    strata = ("d_model", "r", "layers_unique", "D")
+    per_r_design, _ = pilot_phi_per_r(df, seed=0)
+    _, per_r_run = rule_inputs(df, starts=500, B=200, seed=0, strata=strata)
+    pd.testing.assert_frame_equal(per_r_design, per_r_run)
