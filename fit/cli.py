@@ -12,7 +12,23 @@ import typer
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
 
 #: What ``--out`` may hold from a fit besides ``fit.json``; those a fit does not write are an earlier fit's.
-_FIT_FILES = ("bootstrap.parquet", "phi_bootstrap.png", "identification.json", "fit_curves.png", "residuals.png")
+_FIT_FILES = ("fit.json", "bootstrap.parquet", "phi_bootstrap.png", "identification.json", "fit_curves.png",
+              "residuals.png")
+
+
+def _not_a_runs_analysis(out: Path) -> None:
+    """Refuse an ``--out`` in the analysis folder of a ``loopscale run`` (a folder, or one above it, holding
+    ``analysis.json``): its report is built from analysis.json, so a fit.json replaced there would no longer be the
+    report's. Raises ValueError naming a folder to use instead."""
+    p = Path(out).resolve()
+    for folder in (p, *p.parents):
+        if (folder / "analysis.json").is_file():
+            run = folder.parent
+            raise ValueError(
+                f"--out {out} is inside {folder}, the analysis of the `loopscale run` in {run}: its report is built "
+                f"from {folder / 'analysis.json'} and the fit files beside it; write this fit elsewhere, e.g. --out "
+                f"{run / 'my_fit'}"
+            )
 
 
 def fit_cmd(
@@ -86,8 +102,8 @@ def fit_cmd(
     ] = False,
     out: Annotated[
         Path | None, typer.Option(
-            "--out", help="Write fit.json, bootstrap.parquet and PNGs here (an earlier fit's files there that this fit "
-            "does not write, e.g. its bootstrap.parquet, are moved into a folder earlier_fit_<UTC time> there). "
+            "--out", help="Write fit.json, bootstrap.parquet and PNGs here (an earlier fit's files there are first moved "
+            "into a folder earlier_fit_<UTC time> there; the analysis folder of a `loopscale run` is refused). "
             "`loopscale report` is for a `loopscale run` folder, not for this one.",
         )
     ] = None,
@@ -157,6 +173,7 @@ def fit_cmd(
         from loopscale.cluster.options import usable_out_dir
 
         usable_out_dir(out)  # before the fit, so that a file in the way costs no compute
+        _not_a_runs_analysis(out)
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
     make_law(law, phi, **({"rs": (2,)} if law == "joint_per_r" else {}))  # an unknown law, a bad phi: said first
@@ -209,6 +226,16 @@ def fit_cmd(
     if ident is not None:
         summary["identification"] = ident.to_dict()
     if out is not None:
+        # an earlier fit's files are moved into a folder of their own before this fit writes (nothing written is
+        # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)
+        earlier = [n for n in _FIT_FILES if (Path(out) / n).is_file()]
+        if earlier:
+            import time
+
+            aside = Path(out) / f"earlier_fit_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+            aside.mkdir(exist_ok=True)
+            for name in earlier:
+                (Path(out) / name).replace(aside / name)
         summary["outputs"] = write_fit_outputs(out, fit, boot, extra={"variant": variant} if variant else None)
         if ident is not None:
             from loopscale.cluster.storage import write_text_atomic
@@ -216,17 +243,8 @@ def fit_cmd(
             path = Path(out) / "identification.json"
             write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
             summary["outputs"]["identification.json"] = str(path)
-        # an earlier fit's files that this one did not write (its bootstrap, its verdict) would read as this fit's:
-        # moved into a folder of their own (nothing written is lost)
-        stale = [n for n in _FIT_FILES if n not in summary["outputs"] and (Path(out) / n).is_file()]
-        if stale:
-            import time
-
-            aside = Path(out) / f"earlier_fit_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-            aside.mkdir(exist_ok=True)
-            for name in stale:
-                (Path(out) / name).replace(aside / name)
-            summary["moved_aside"] = {"files": stale, "to": str(aside)}
+        if earlier:
+            summary["moved_aside"] = {"files": earlier, "to": str(aside)}
     if json_out:
         typer.echo(json.dumps(summary, allow_nan=False))
         return
@@ -302,7 +320,7 @@ def fit_cmd(
         lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
         if summary.get("moved_aside"):
             m = summary["moved_aside"]
-            lines.append(f"  moved {', '.join(m['files'])} (an earlier fit's, not this one's) to {m['to']}")
+            lines.append(f"  moved the earlier fit's {', '.join(m['files'])} to {m['to']}")
     print("\n".join(lines), file=sys.stdout)
 
 

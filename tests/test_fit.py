@@ -440,8 +440,34 @@ def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
     aside = [p for p in out.iterdir() if p.is_dir()]
     assert len(aside) == 1 and aside[0].name.startswith("earlier_fit_")
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["fit.json", "fit_curves.png", "residuals.png"]
-    assert sorted(p.name for p in aside[0].iterdir()) == ["bootstrap.parquet", "phi_bootstrap.png"]
-    assert f"moved bootstrap.parquet, phi_bootstrap.png (an earlier fit's, not this one's) to {aside[0]}" in res.output
+    # every file of the earlier fit is kept, also those this fit wrote again (fit.json was overwritten)
+    assert sorted(p.name for p in aside[0].iterdir()) == ["bootstrap.parquet", "fit.json", "fit_curves.png",
+                                                          "phi_bootstrap.png", "residuals.png"]  # fmt: skip
+    assert json.loads((aside[0] / "fit.json").read_text())["n"] == len(_base_joint())
+    assert json.loads((out / "fit.json").read_text())["n"] == int(_base_joint()["r"].isin([1, 2]).sum())
+    assert (f"moved the earlier fit's fit.json, bootstrap.parquet, phi_bootstrap.png, fit_curves.png, residuals.png "
+            f"to {aside[0]}") in res.output
+
+
+def test_fit_cli_refuses_an_out_in_a_runs_analysis_folder(tmp_path):
+    """`loopscale fit RUN --out RUN/fit/baseline` replaced the fit.json of the run's analysis, whose report is
+    built from analysis.json: the two then disagreed without a word. Such an --out is refused before the fit,
+    nothing there changes, and another folder is named."""
+    from typer.testing import CliRunner
+
+    run = tmp_path / "run"
+    (run / "fit" / "baseline").mkdir(parents=True)
+    (run / "fit" / "analysis.json").write_text("{}")
+    (run / "fit" / "baseline" / "fit.json").write_text('{"mine": 1}')
+    _base_joint().to_csv(run / "runs.csv", index=False)
+    for target in (run / "fit" / "baseline", run / "fit", run / "fit" / "new"):
+        res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(target)])
+        assert res.exit_code == 2, res.output
+        assert "the analysis of the `loopscale run`" in res.output and f"--out {run / 'my_fit'}" in res.output
+    assert (run / "fit" / "baseline" / "fit.json").read_text() == '{"mine": 1}'
+    assert sorted(p.name for p in (run / "fit").rglob("*")) == ["analysis.json", "baseline", "fit.json"]
+    res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(run / "my_fit")])
+    assert res.exit_code == 0, res.output
 
 
 def test_a_status_spelled_OK_is_named_not_taken_for_too_few_runs():
