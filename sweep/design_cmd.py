@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -715,8 +716,9 @@ def design_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     out: Path | None = typer.Option(
         None, "--out", help="Also write the prediction to OUT/design_prediction.json (the run folder of "
-        "`loopscale run --out OUT`: its report then sets the predicted half-widths next to the achieved ones) and "
-        "records the spec there, as `run` does; a folder of another spec is refused before anything is simulated.",
+        "`loopscale run --out OUT`: its report then sets the predicted half-widths next to the achieved ones; an "
+        "earlier prediction there is moved to OUT/earlier_design_<UTC time>/) and records the spec there, as `run` "
+        "does; a folder of another spec is refused before anything is simulated.",
     ),  # fmt: skip
 ) -> None:
     """Predict, from a pilot, each candidate design's phi / r^phi / worth-in-layers half-widths and training time."""
@@ -737,6 +739,13 @@ def design_cmd(
 
         out.mkdir(parents=True, exist_ok=True)
         record_folder_spec(out, spec)  # `loopscale run --out OUT` then refuses any other spec there
+        if (out / PREDICTION_FILE).is_file():  # an earlier prediction is kept (the report reads the newest)
+            import time
+
+            aside = out / f"earlier_design_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+            aside.mkdir(exist_ok=True)
+            (out / PREDICTION_FILE).replace(aside / PREDICTION_FILE)
+            print(f"moved the earlier {PREDICTION_FILE} to {aside}", file=sys.stderr)
         write_text_atomic(str(out / PREDICTION_FILE), json.dumps(json_safe(res), indent=1))
     if as_json:
         typer.echo(json.dumps(json_safe(res)))

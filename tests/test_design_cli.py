@@ -126,6 +126,15 @@ def test_cli_json_shape_and_ranking(tmp_path):
     # --out: the prediction and the folder's spec, so `loopscale run --out` refuses any other spec there
     assert json.loads((run_dir / "design_prediction.json").read_text())["spec"] == "tiny"
     assert (run_dir / "spec.yaml").read_text() == spec_to_yaml(spec)
+    # a second --out there keeps the first prediction (it was replaced without a copy, and the report then set a
+    # throwaway prediction next to the achieved half-widths)
+    first = (run_dir / "design_prediction.json").read_text()
+    again = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "2",
+                                     "--n-sim", "2", "--starts", "4", "--out", str(run_dir)])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    (kept,) = run_dir.glob("earlier_design_*/design_prediction.json")
+    assert kept.read_text() == first and json.loads((run_dir / "design_prediction.json").read_text())["n_sim"] == 2
+    assert f"moved the earlier design_prediction.json to {kept.parent}" in again.output
 
 
 def test_progress_names_each_candidate_and_its_runs_before_simulating_it(tmp_path, monkeypatch):
