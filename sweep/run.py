@@ -447,13 +447,22 @@ def run_cmd(
     if dry_run:
         p = plan(spec)
         p.update(corpus_epochs(spec))
-        try:
-            check_design(spec)
-            # the folder: another spec's results, or runs on other corpus content, are refused by `run`
-            check_folder_spec(out_dir, spec)
-            p["refused"] = None
-        except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
-            p["refused"] = str(e)
+        from loopscale.sweep.status import refuse_busy_folder, refuse_foreign_files
+        from loopscale.sweep.store import look_only
+
+        with look_only() as unreadable:  # a dry run changes nothing: files `run` would move aside are listed
+            try:
+                check_design(spec)
+                # the folder, as `run` checks it: another command working there, files of someone else's that
+                # `run` would replace, another spec's results, runs on other corpus content
+                check_out_outside_corpus(out_dir, spec)
+                refuse_busy_folder(out_dir, "`loopscale run`")
+                refuse_foreign_files(out_dir)
+                check_folder_spec(out_dir, spec)
+                p["refused"] = None
+            except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
+                p["refused"] = str(e)
+        p["unreadable"] = list(dict.fromkeys(unreadable)) or None  # each file once (several checks read it)
         try:  # what this machine would refuse (e.g. GPUs asked, none here); a plan for a cluster is still a plan
             spec.check_runtime(address, num_cpus, num_gpus, warn_data=False)  # the plan states them
             p["refused_here"] = None

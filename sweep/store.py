@@ -18,10 +18,12 @@ the same run again replaces its part; consolidation keys rows by ``run_id``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -200,13 +202,54 @@ def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
+_LOOK_ONLY: list[list[str]] = []  # non-empty inside look_only(): unreadable files are noted there, not moved
+
+
+@contextlib.contextmanager
+def look_only() -> Iterator[list[str]]:
+    """While the block runs, reading a results table moves nothing: an unreadable file is read as absent and
+    described in the list yielded (what ``loopscale run --dry-run`` reports; the command itself would move it
+    aside). A foreign table is still refused (:class:`ForeignTableError`)."""
+    seen: list[str] = []
+    _LOOK_ONLY.append(seen)
+    try:
+        yield seen
+    finally:
+        _LOOK_ONLY.pop()
+
+
+class ForeignTableError(ValueError):
+    """A Parquet file under a loopscale results name (runs.parquet, curves.parquet, their parts) that is readable
+    but lacks the ``run_id`` column: someone else's table, which is neither read as runs nor moved aside."""
+
+
 def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
+    """``path`` read with ``schema``; None when unreadable (moved aside with a warning, or only noted inside
+    :func:`look_only`).
+
+    Raises:
+        ForeignTableError: the file reads as Parquet but has no ``run_id`` column (reading it with ``schema``
+            gave rows of nulls, taken for one run with no id)."""
     from loopscale.cluster.storage import move_aside
 
     try:
+        names = pq.read_schema(path).names
+        if "run_id" not in names:
+            raise ForeignTableError(
+                f"{path} is not a loopscale results table (no run_id column; its columns: {names[:8]}"
+                f"{' ...' if len(names) > 8 else ''}): it is not from a loopscale command; give another --out, or "
+                "move it away (nothing was changed)"
+            )
         return pq.read_table(path, schema=schema)
+    except ForeignTableError:
+        raise
     except (pa.ArrowException, OSError, ValueError) as e:
-        move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if _LOOK_ONLY:
+            _LOOK_ONLY[-1].append(f"{path} is unreadable ({reason}): the command would move it aside and count its "
+                                  "runs as unfinished")  # fmt: skip
+        else:
+            move_aside(str(path), reason)
         return None
 
 
@@ -425,7 +468,11 @@ class ResultsStore:
             cpart = self.curves_parts / part.name
             if cpart.exists() and _read_or_aside(cpart, CURVES_SCHEMA) is not None:
                 continue
-            move_aside(str(part), f"its curves part {cpart} is missing or unreadable")
+            why = f"its curves part {cpart} is missing or unreadable"
+            if _LOOK_ONLY:
+                _LOOK_ONLY[-1].append(f"{part}: {why}: the command would move it aside and retrain its run")
+            else:
+                move_aside(str(part), why)
 
     def forget(self, run_ids: set[str]) -> None:
         """Drop the records of ``run_ids`` (used by ``--force``) from the parts and the consolidated files."""

@@ -345,3 +345,67 @@ def test_run_refuses_resources_no_embedded_ray_has_before_writing_the_folder(tmp
             res.output
         )
         assert not out.exists()
+
+
+def _dry(out, *extra):
+    return subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "--preset", "smoke", "--dry-run",
+                           "--json", "--out", str(out), *extra], capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_dry_run_changes_nothing_and_names_what_run_would_refuse(tmp_path):
+    """`run --dry-run` renamed an unreadable runs.parquet (moved aside as a torn file) and said `refused: None`
+    for a folder holding someone else's curves.parquet, which `run` refuses. It now changes nothing, lists the
+    files `run` would move aside, and refuses what `run` refuses."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    (torn / "runs.parquet").write_text("my notes")
+    before = _tree(torn)
+    res = _dry(torn)
+    assert res.returncode == 0, res.stderr
+    p = json.loads(res.stdout)
+    assert p["refused"] is None and len(p["unreadable"]) == 1
+    assert p["unreadable"][0].startswith(f"{torn / 'runs.parquet'} is unreadable (")
+    assert "the command would move it aside" in p["unreadable"][0]
+    assert _tree(torn) == before  # nothing renamed, nothing written
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), theirs / "curves.parquet")
+    before = _tree(theirs)
+    res = _dry(theirs)
+    assert res.returncode == 2
+    p = json.loads(res.stdout)
+    assert p["refused"].startswith(f"--out {theirs} holds curves.parquet, which `loopscale run` writes")
+    assert _tree(theirs) == before
+
+
+def test_a_foreign_runs_parquet_is_refused_as_not_a_results_table(tmp_path):
+    """A runs.parquet of someone else's (no run_id column) was read with the results schema as rows of nulls and
+    refused as '1 of its 1 recorded runs are not cells of this spec (None (r None, ...))'. It is named as not a
+    loopscale results table, by the dry run and by `run`, before anything starts; nothing there changes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loopscale.sweep.store import ForeignTableError, ResultsStore
+
+    out = tmp_path / "foreign"
+    out.mkdir()
+    pq.write_table(pa.table({"text": ["a sentence", "another one"]}), out / "runs.parquet")
+    before = _tree(out)
+    with pytest.raises(ForeignTableError, match=r"runs.parquet is not a loopscale results table \(no run_id column; "
+                                                r"its columns: \['text'\]\)"):  # fmt: skip
+        ResultsStore(out).recorded()
+    res = _dry(out)
+    assert res.returncode == 2 and "is not a loopscale results table (no run_id column" in json.loads(res.stdout)["refused"]
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "--preset", "smoke", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "is not a loopscale results table (no run_id column" in res.stderr
+    assert "None (r None" not in res.stdout + res.stderr
+    assert _tree(out) == before
