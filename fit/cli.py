@@ -206,6 +206,8 @@ def fit_cmd(
     summary = summary_dict(fit, boot)
     if variant is not None:
         summary["variant"] = variant
+    if tf.other_variants_rows:
+        summary["other_variants_rows"] = tf.other_variants_rows
     fitted_to, fitted_line = _fitted_to(rep, per_run, data.n, bootstrap > 0)
     if fitted_to is not None:
         summary["fitted_to"] = fitted_to
@@ -277,6 +279,9 @@ def fit_cmd(
         lines.insert(2, f"  * {ESTIMATE_OUTSIDE_CI_NOTE}")
     if fitted_line:
         lines.insert(1, f"  {fitted_line}")
+    if tf.other_variants_rows:  # rows of the table this variant's fit does not use: counted, not silent
+        left = ", ".join(f"{n} of variant {v!r}" for v, n in tf.other_variants_rows.items())
+        lines.insert(1, f"  not fitted: {left} (another variant's fit; --variant NAME fits it)")
     if fit.excluded_duplicates:
         ids = sorted(set(fit.excluded_duplicates))
         lines.append(

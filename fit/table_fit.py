@@ -37,6 +37,8 @@ class TableFit:
         pooled_r: for the Chinchilla law fitted to runs of several r, those r (one architecture's law pooled).
         identification: the verdict of the identification rule (:class:`~loopscale.fit.identify.Identification`)
             when asked (``identify=True``), else None.
+        other_variants_rows: {variant: rows} of the table left out because they belong to another variant's
+            fit (empty when none).
     """
 
     fit: Any
@@ -49,6 +51,7 @@ class TableFit:
     flat_terms: list[str] = field(default_factory=list)
     pooled_r: list[int] = field(default_factory=list)
     identification: Any = None
+    other_variants_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def params(self) -> dict[str, float]:
@@ -144,10 +147,13 @@ def fit_table(
 
     src = read_table(table)
     if r is not None and variant is None:  # e.g. r = 1: the runs every variant shares need no variant named
-        src, variant = one_variant(only_r(src), None)
+        whole = only_r(src)
+        src, variant = one_variant(whole, None)
     else:
+        whole = src
         src, variant = one_variant(src, variant)
         src = only_r(src) if r is not None else src
+    others = _other_variants_rows(whole, src)
     if lw is None:  # one phi per looped r of the rows fitted (status ok)
         if "r" not in src.columns:
             raise ValueError(f"law 'joint_per_r' needs an 'r' column; table has {list(src.columns)}")
@@ -204,7 +210,18 @@ def fit_table(
     return TableFit(
         fit=fit, boot=boot, data=data, law=lw, variant=variant, replicates=rep, by_cell=by_cell,
         flat_terms=flat_terms, pooled_r=pooled if len(pooled) > 1 else [], identification=ident,
+        other_variants_rows=others,
     )  # fmt: skip
+
+
+def _other_variants_rows(whole: pd.DataFrame, fitted: pd.DataFrame) -> dict[str, int]:
+    """{variant: rows of ``whole`` (the table) that the fit of one variant leaves out}: the other variants' looped
+    runs, and any r = 1 runs the fitted variant does not use (empty without a ``variant`` column)."""
+    if "variant" not in whole.columns or "variant" not in fitted.columns:
+        return {}
+    have = whole["variant"].astype(str).value_counts()
+    used = fitted["variant"].astype(str).value_counts()
+    return {str(v): int(n - used.get(v, 0)) for v, n in sorted(have.items()) if n > used.get(v, 0)}
 
 
 def _blocks(block_by: Any, label: str | None = None) -> tuple[str, ...]:

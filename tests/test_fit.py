@@ -868,3 +868,32 @@ def test_a_frontier_optimum_on_the_search_range_end_is_marked():
     assert fr["N_star"].iloc[0] == pytest.approx(1e15, rel=1e-6) and fr["at_search_edge"].iloc[0]
     fine = compute_optimal_frontier({**law, "B": 400.0}, lambda N, r: 6.0 * N, [1e18])
     assert 1e3 < fine["N_star"].iloc[0] < 1e15 and not fine["at_search_edge"].iloc[0]
+
+
+def test_rows_a_variants_fit_leaves_out_are_counted_and_plain_r1_runs_are_lent(tmp_path):
+    """r = 1 runs labelled 'plain' beside looped runs labelled 'baseline': the fit took the 18 looped runs alone
+    ('n = 18 runs (0 excluded)'), phi with no r = 1 anchor. The one variant of r = 1 runs only now lends them, as
+    the baseline's r = 1 runs are lent to every variant. Rows of another variant that a fit does not use (e.g. its
+    looped runs) are counted and named, not dropped in silence."""
+    from typer.testing import CliRunner
+
+    base = _base_joint().assign(variant="baseline", status="ok")
+    path = tmp_path / "runs.parquet"
+    relabelled = base.assign(variant=np.where(base["r"] == 1, "plain", "baseline"))
+    relabelled.to_parquet(path)
+    args = ["fit", str(path), "--law", "joint", "--starts", "40", "--json"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["n"] == len(base) and out["variant"] == "baseline" and "other_variants_rows" not in out
+    base.to_parquet(path)  # the same runs, the r = 1 ones labelled baseline: the same fit (rows in another order)
+    assert json.loads(CliRunner().invoke(_cli_app(), args).stdout)["params"] == pytest.approx(out["params"], rel=1e-6)
+    # a second variant's looped runs: each fit counts the rows it leaves out
+    looped = base[base["r"] > 1]
+    pd.concat([base, looped.assign(variant="trunc_bptt")], ignore_index=True).to_parquet(path)
+    res = CliRunner().invoke(_cli_app(), [*args[:-1], "--variant", "baseline"])
+    assert res.exit_code == 0, res.output
+    assert f"  not fitted: {len(looped)} of variant 'trunc_bptt' (another variant's fit; --variant NAME fits it)" in (
+        res.output)
+    out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--variant", "trunc_bptt"]).stdout)
+    assert out["n"] == len(base) and out["other_variants_rows"] == {"baseline": len(looped)}
