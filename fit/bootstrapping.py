@@ -122,6 +122,20 @@ class BootstrapResult:
         }
 
 
+FEW_RESAMPLES = 50
+"""Below this many refitted resamples a percentile 95 % interval is rough: its ends are interpolated between the
+few most extreme refits and move from one bootstrap seed to the next (:func:`few_resamples_note`)."""
+
+
+def few_resamples_note(n_ok: int | None) -> str | None:
+    """The warning for intervals from fewer than :data:`FEW_RESAMPLES` refitted resamples (``n_ok``), or None."""
+    if n_ok is None or not 0 < int(n_ok) < FEW_RESAMPLES:
+        return None
+    return (f"the 95 % intervals rest on {int(n_ok)} refitted resample(s): their ends are interpolated between the "
+            f"most extreme of those refits and move from one bootstrap seed to the next (at least {FEW_RESAMPLES}; "
+            "`loopscale run` takes 200), and so does any verdict that weighs them")  # fmt: skip
+
+
 ESTIMATE_OUTSIDE_CI_NOTE = (
     "estimate outside its bootstrap interval: the data do not pin this parameter down (the resamples' fits land "
     "in another basin)"

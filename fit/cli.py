@@ -251,7 +251,7 @@ def fit_cmd(
         typer.echo(json.dumps(summary, allow_nan=False))
         return
     p = fit.params
-    from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE
+    from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE, few_resamples_note
     from loopscale.fit.io import DUPLICATE_RUN_ID
 
     outside = set(boot.estimate_outside_ci) if boot is not None else set()
@@ -303,6 +303,8 @@ def fit_cmd(
             )
         if boot.no_interval_reason:
             lines.append(f"  warning: no interval: {boot.no_interval_reason}")
+        elif few := few_resamples_note(boot.B - boot.n_failed):
+            lines.append(f"  warning: {few}")
     if fit.on_bound:
         lines.append(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "

@@ -567,12 +567,18 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
             f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
         )
+        from loopscale.fit.bootstrapping import (
+            ESTIMATE_OUTSIDE_CI_NOTE,
+            estimates_outside_ci,
+            few_resamples_note,
+        )
+
         if boot.get("no_interval_reason"):
             L.append(f"> **No interval** (every CI below is –): {boot['no_interval_reason']}.\n")
+        elif few := few_resamples_note(boot.get("n_ok")):
+            L.append(f"> **Warning:** {few}.\n")
         L.append("| parameter | value | 95 % CI |")
         L.append("|---|---|---|")
-        from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE, estimates_outside_ci
-
         # analyses written before the list existed: the same test on their params and intervals
         outside = j.get("estimate_outside_ci")
         outside = estimates_outside_ci(p, ci) if outside is None and not boot.get("no_interval_reason") else outside

@@ -897,3 +897,24 @@ def test_rows_a_variants_fit_leaves_out_are_counted_and_plain_r1_runs_are_lent(t
         res.output)
     out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--variant", "trunc_bptt"]).stdout)
     assert out["n"] == len(base) and out["other_variants_rows"] == {"baseline": len(looped)}
+
+
+def test_intervals_from_few_resamples_are_flagged(tmp_path):
+    """`loopscale fit --bootstrap 2 --identify` printed '95 % CI [0.445, 0.473]' and an identified verdict from two
+    refits without a word. Fewer than FEW_RESAMPLES refitted resamples now get a warning line (and the report a
+    warning under the joint fit); 50 get none."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.bootstrapping import FEW_RESAMPLES, few_resamples_note
+
+    assert few_resamples_note(0) is None and few_resamples_note(None) is None
+    assert few_resamples_note(FEW_RESAMPLES) is None and few_resamples_note(FEW_RESAMPLES - 1).startswith(
+        f"the 95 % intervals rest on {FEW_RESAMPLES - 1} refitted resample(s)")
+    path = tmp_path / "runs.csv"
+    _base_joint().to_csv(path, index=False)
+    args = ["fit", str(path), "--starts", "10", "--workers", "1"]
+    res = CliRunner().invoke(_cli_app(), [*args, "--bootstrap", "2"])
+    assert res.exit_code == 0, res.output
+    assert "  warning: the 95 % intervals rest on 2 refitted resample(s)" in res.output
+    res = CliRunner().invoke(_cli_app(), [*args, "--bootstrap", str(FEW_RESAMPLES)])
+    assert res.exit_code == 0 and "refitted resample(s)" not in res.output

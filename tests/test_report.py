@@ -687,3 +687,18 @@ def test_a_per_r_phi_outside_its_interval_is_marked(tmp_path):
     assert "\n† estimate outside its bootstrap interval" in text
     inside = {**ident, "per_r": ident["per_r"][:1]}
     assert "† estimate outside its bootstrap interval" not in _report(tmp_path / "b", inside).split("### Is φ")[1]
+
+
+def test_the_report_flags_intervals_from_few_resamples(tmp_path):
+    """Intervals from fewer than FEW_RESAMPLES refitted resamples get a warning under the joint fit's line; the
+    shipped example's 200 do not."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    assert "refitted resample(s)" not in build_report(run).read_text(encoding="utf-8")
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    ana["variants"]["baseline"]["joint"]["bootstrap"]["n_ok"] = 7
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    assert "> **Warning:** the 95 % intervals rest on 7 refitted resample(s)" in build_report(run).read_text("utf-8")
