@@ -33,7 +33,8 @@ class TableFit:
             sees some, else None.
         by_cell: True when the law was fitted to the cell means (seeds averaged) and the bootstrap resampled seeds
             within cells, as ``loopscale run``; False when every run is a point.
-        flat_terms: for the Chinchilla law, the terms the table cannot tell apart (one N, or one D), in words.
+        flat_terms: the terms the table cannot tell apart, in words: for the Chinchilla law one N or one D, for
+            the joint laws one D.
         pooled_r: for the Chinchilla law fitted to runs of several r, those r (one architecture's law pooled).
         identification: the verdict of the identification rule (:class:`~loopscale.fit.identify.Identification`)
             when asked (``identify=True``), else None.
@@ -170,7 +171,7 @@ def fit_table(
         if lw.name == "chinchilla":
             _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs
         raise
-    flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else []
+    flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)
     # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
     # fits them, to the cell means, seeds resampled within cells; per_run keeps one point per run
     rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
@@ -287,6 +288,16 @@ def chinchilla_flat_terms(data) -> list[str]:
         out.append(f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not "
                    "identified (only E + B D^-beta is)")  # fmt: skip
     return out
+
+
+def _joint_flat_terms(data) -> list[str]:
+    """What a joint fit (paper Eq. 3, or one phi per r) cannot tell apart in ``data``: with one D the term
+    B D^-beta is one constant, so E, B and beta are not identified (the report says so for such a grid too)."""
+    d = np.unique(data.cols["D"])
+    if d.size > 1:
+        return []
+    return [f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not identified "
+            "(only E + B D^-beta is)"]  # fmt: skip
 
 
 def looped_variants(df: pd.DataFrame) -> list[str]:

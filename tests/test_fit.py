@@ -814,6 +814,15 @@ def test_fit_cli_chinchilla_on_one_N_or_one_D_says_what_it_cannot_identify(tmp_p
     assert "one N" not in res.output
     out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--r", "1", "--json"]).stdout.strip().splitlines()[-1])
     assert len(out["not_identified"]) == 1 and "one D" in out["not_identified"][0]
+    # the joint laws on one D say the same of E, B and beta (they printed beta = 1 as if fitted); several D: nothing
+    for law in ("joint", "joint_per_r"):
+        res = CliRunner().invoke(_cli_app(), ["fit", str(run), "--law", law, "--starts", "10"])
+        assert res.exit_code == 0, res.output
+        assert "warning: every run has one D = 1.00045e+06: B D^-beta is one constant, so E, B and beta" in res.output
+    several = tmp_path / "several_D.csv"
+    _base_joint().to_csv(several, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(several), "--starts", "10", "--json"])
+    assert res.exit_code == 0 and "not_identified" not in json.loads(res.stdout)
 
 
 def test_fit_cli_refuses_ok_runs_of_two_corpus_contents(tmp_path):
