@@ -85,6 +85,16 @@ def phi_not_identified(names: Any, variants: dict) -> list[str]:
     return [n for n in dict.fromkeys(names) if not phi_identified(variants.get(n) or {})]
 
 
+def fit_code_digest() -> str:
+    """sha256 (hex, first 16 digits) of the source of the installed ``loopscale.fit`` package (its ``*.py`` files,
+    by name): ``analysis.json`` records it as ``fit_code``, so that ``loopscale run --resume`` refits, and the
+    report says so, when an analysis was made by other fit code (its rules and verdicts may differ)."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def file_digest(path: str | Path) -> str:
     """sha256 of a file's bytes (hex), used to skip an analysis whose input did not change."""
     h = hashlib.sha256()
@@ -438,6 +448,7 @@ def analyze(
     df, budget_kind = _fit_ready(df)
     result: dict[str, Any] = {
         "version": ANALYSIS_VERSION,
+        "fit_code": fit_code_digest(),
         "n_runs": int(sum(counts.values())),
         "runs_by_status": json_safe(counts),
         "excluded_runs": json_safe(excluded),

@@ -380,6 +380,25 @@ def _stale_fit(d: Path, meta: dict) -> str | None:
     )
 
 
+def _other_fit_code(d: Path, ana: dict) -> str | None:
+    """A note when ``analysis.json`` was made by other fit code than this installation's (its ``fit_code`` differs
+    from :func:`loopscale.fit.analysis.fit_code_digest`, or an older version did not record one): the rules and
+    verdicts it applied may differ from today's. None when they agree."""
+    from loopscale.fit.analysis import fit_code_digest
+
+    made, now = ana.get("fit_code"), fit_code_digest()
+    if made == now:
+        return None
+    spec = d / "spec.yaml"
+    code = f"code {made}, this installation's {now}" if made else f"not recorded; this installation's code is {now}"
+    return (
+        f"> **Made by other fit code.** The fits shown here were made by another version of loopscale's fit code "
+        f"({code}): their verdicts and intervals follow that version's rules, which may differ from today's. "
+        f"`loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` refits them with this one (no "
+        "training).\n"
+    )
+
+
 def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files. With ``redraw_fits`` (the
     ``loopscale report`` command) each variant's ``fit_curves.png`` and ``residuals.png`` are drawn again too, from
@@ -453,6 +472,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     stale = _stale_fit(d, meta)
     if stale:
         L.append(stale)
+    if other := _other_fit_code(d, ana):
+        L.append(other)
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")
