@@ -879,6 +879,8 @@ def _open_token_file(path: Path) -> np.ndarray:
             f"token file {str(path)!r} is {size} bytes, not a multiple of {np.dtype(dtype).itemsize} "
             f"({dtype.__name__}): torn, or not a token file of that dtype; {fix}"
         )
+    if size == 0:
+        raise CorpusError(f"token file {str(path)!r} is empty (0 bytes): it holds no token ids")
     arr = np.memmap(path, dtype=dtype, mode="r")
     if stated is np.uint16 and size % 4 == 0 and len(arr) >= MISLABEL_MIN_WORDS and _looks_like_uint32(arr):
         raise CorpusError(
@@ -1265,7 +1267,11 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
                 tokenizer.save(tmp / "tokenizer.json")
             if note := src.skewed_split_note():
                 warnings.warn(note, CorpusWarning, stacklevel=2)
-            meta = _write_stream(src.documents(), tokenizer, tmp, by_document=note is None)
+            try:
+                meta = _write_stream(src.documents(), tokenizer, tmp, by_document=note is None)
+            except CorpusError as e:  # which text: a spec names its corpus, `train --corpus` did not
+                where = ", ".join(repr(str(f)) for f in src.files[:3]) + (" ..." if len(src.files) > 3 else "")
+                raise CorpusError(f"{e}: {where}" if src.files else str(e)) from None
         mine = [w for w in caught if issubclass(w.category, CorpusWarning)]
         for w in caught:  # anything else (a library's warning) is shown as it would have been, not kept
             if not issubclass(w.category, CorpusWarning):

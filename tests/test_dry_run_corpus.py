@@ -260,3 +260,19 @@ def test_a_token_file_without_dtype_suffix_is_said_by_the_plan_and_every_run(tmp
     ids.tofile(tmp_path / "tokens.u16.bin")  # the dtype stated: nothing to say
     named = spec.model_copy(update={"corpus": str(tmp_path / "tokens.u16.bin")})
     assert named.check_data() == []
+
+
+def test_an_empty_token_or_text_file_is_named_in_its_error(tmp_path, empty_cache):
+    """`loopscale train --corpus empty.u16.bin` said 'cannot mmap an empty file' and an empty .txt 'corpus contains
+    no text ...', neither naming the file (a spec's error names its corpus; `train --corpus` did not)."""
+    from loopscale.model.data import CorpusError, load_tokens
+
+    empty = tmp_path / "empty.u16.bin"
+    empty.write_bytes(b"")
+    with pytest.raises(CorpusError, match=re.escape(f"token file {str(empty)!r} is empty (0 bytes)")):
+        load_tokens(str(empty), "pretokenized")
+    text = tmp_path / "empty.txt"
+    text.write_text("  \n")
+    with pytest.raises(CorpusError, match=re.escape(f"corpus contains no text (every document is empty after "
+                                                    f"cleaning): {str(text)!r}")):  # fmt: skip
+        load_tokens(str(text), "byte")
