@@ -640,13 +640,20 @@ def resolve_corpus(
     Raises:
         CorpusNotFoundError: a missing file or an empty glob.
         CorpusError: mixed kinds, a Parquet file without ``text_column`` (the message lists the columns) or that
-            cannot be read, a token file of an unsupported dtype.
+            cannot be read, a token file of an unsupported dtype, a ``text_column`` other than ``"text"`` for a
+            corpus that is not Parquet.
     """
     if not isinstance(corpus, str) or not corpus:
         raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
-    if corpus == "embedded":
+    kind, files = ("embedded", []) if corpus == "embedded" else _corpus_files(corpus, text_column, warn=warn)
+    if kind != "parquet" and text_column != "text":  # it would change nothing read, only the corpus's hash
+        raise CorpusError(
+            f"text_column {text_column!r} names the column of a Parquet corpus; {corpus!r} is "
+            f"{ {'embedded': 'the embedded corpus', 'tokens': 'a token file'}.get(kind, f'a {kind} corpus')}, "
+            "which has no columns: leave text_column unset"
+        )
+    if kind == "embedded":
         return _resolve_embedded(cache_dir)
-    kind, files = _corpus_files(corpus, text_column, warn=warn)
     src = CorpusSource(kind, files, text_column=text_column)
     # a corpus whose document split would hold out too much is split by position: its hash says so, so a token
     # cache or output folder of its earlier document split is never taken for this one

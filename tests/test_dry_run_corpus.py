@@ -276,3 +276,22 @@ def test_an_empty_token_or_text_file_is_named_in_its_error(tmp_path, empty_cache
     with pytest.raises(CorpusError, match=re.escape(f"corpus contains no text (every document is empty after "
                                                     f"cleaning): {str(text)!r}")):  # fmt: skip
         load_tokens(str(text), "byte")
+
+
+def test_a_text_column_for_a_corpus_without_columns_is_refused(tmp_path, empty_cache):
+    """`text_column: body` with a .txt corpus was accepted in silence: it read the same text and only changed the
+    corpus's hash (so the token cache and the folder's corpus check took it for another text)."""
+    from loopscale.model.data import CorpusError, resolve_corpus
+    from loopscale.sweep.spec import SpecError
+
+    f = tmp_path / "a.txt"
+    f.write_text("the cat sat on the mat. " * 400)
+    assert resolve_corpus(str(f)).kind == "text"
+    want = f"text_column 'body' names the column of a Parquet corpus; {str(f)!r} is a text corpus"
+    with pytest.raises(CorpusError, match=re.escape(want)):
+        resolve_corpus(str(f), "body")
+    with pytest.raises(CorpusError, match="'embedded' is the embedded corpus, which has no columns"):
+        resolve_corpus("embedded", "body")
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(f), "text_column": "body"})
+    with pytest.raises(SpecError, match=re.escape(want)):
+        spec.check_data()
