@@ -835,7 +835,8 @@ def _data_line(runs: pd.DataFrame) -> str | None:
     parts = []
     if corpus := values("corpus", lambda v: f"`{v}`"):
         sha = values("corpus_sha256", lambda v: str(v)[:12])
-        parts.append(f"corpus {corpus}" + (f" (sha256 {sha})" if sha else ""))
+        parts.append(f"corpus {corpus}" + (f" (corpus_sha256 {sha}: a hash of its files' names and content)"
+                                           if sha else ""))
     if tok := values("tokenizer"):
         vocab = values("vocab_size", lambda v: f"{int(v):,}")
         parts.append(f"tokenizer {tok}" + (f" (vocabulary {vocab})" if vocab else ""))
