@@ -340,6 +340,7 @@ def run_pipeline(
             stages()
     else:
         stages()
+    save_meta()  # the report names this command (last_command) also when every stage was skipped
     t0 = time.time()
     report = build_report(out)
     meta["stage_wall_s"]["report"] = time.time() - t0

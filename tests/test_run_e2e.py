@@ -97,6 +97,9 @@ def test_rerun_skips_every_finished_stage(smoke_run):
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert {"sweep", "fit"} <= set(summary["skipped"])
     assert (out / "runs.parquet").read_bytes() == before
+    # the report it wrote names it, as `loopscale report` does afterwards (it did not when every stage was skipped)
+    report = (out / "report.md").read_text()
+    assert f"Last continued with `loopscale run --preset smoke --out {out} --resume --json`." in report
 
 
 def test_a_fit_made_by_other_fit_code_is_said_and_refitted_on_resume(smoke_run, tmp_path):
