@@ -506,7 +506,8 @@ def design(
         blocking = True
     if plan_src["D"].nunique() > 1:  # the fit stage averages seeds into cells only at one D (analysis._seed_strata)
         warnings.append(
-            f"this spec has {plan_src['D'].nunique()} token budgets: `loopscale run` fits the joint law to every run "
+            f"this spec's runs train for {plan_src['D'].nunique()} different token counts D (several token or FLOP "
+            "budgets): `loopscale run` fits the joint law to every run "
             "there (block bootstrap over (D, r) cells), while this design refits each draw's cell means; with "
             "the same seeds in every cell the two estimates are close, but the half-widths describe the cell-mean fit"
         )

@@ -329,7 +329,7 @@ def test_a_pilot_that_does_not_pin_the_law_down_gets_a_warning_and_no_recommenda
     assert "less than twice the standard error of a rung's mean" in res["warnings"][1]
     assert all(not c["worth_half_width"] for c in res["candidates"])
     # two token budgets: `run` fits every run there, the design cell means (said, not blocking)
-    assert "this spec has 2 token budgets: `loopscale run` fits the joint law to every run" in res["warnings"][2]
+    assert "this spec's runs train for 2 different token counts D (several token or FLOP budgets): `loopscale run` fits the joint law to every run" in res["warnings"][2]
     print_design(res)
     out = capsys.readouterr().out
     assert "best within 10 min: none: see the warning above (no candidate is recommended)" in out and "warning:" in out
