@@ -11,7 +11,7 @@ import typer
 
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
 
-#: What ``--out`` may hold from a fit besides ``fit.json``; those a fit does not write are an earlier fit's.
+#: The files a fit writes to ``--out`` (an earlier fit's are moved aside before a fit writes there).
 _FIT_FILES = ("fit.json", "bootstrap.parquet", "phi_bootstrap.png", "identification.json", "fit_curves.png",
               "residuals.png")
 
