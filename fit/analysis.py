@@ -26,6 +26,14 @@ from loopscale.fit.io import DUPLICATE_RUN_ID, cell_means, drop_duplicate_runs, 
 from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
+
+FIT_RULES_VERSION = 2
+"""Version of the rules by which the analysis turns runs into numbers and verdicts: the fitter's settings, the
+bootstrap, the identification rule, the ladder. Raise it with every change that can alter a finished analysis's
+parameters, intervals or verdict (not with report wording or figures): ``analysis.json`` records it as
+``fit_rules``, ``loopscale run --resume`` refits a folder fitted under another version, and the report says when
+its fits follow other rules. 1: analyses that recorded none (before 2026-12-03); 2: phi_r intervals that miss by
+at most 1e-6 share a value, the per-r law fitted with the run's starts."""
 JOINT_PARAMS = 6
 """Parameters of the joint law with phi free (E, A, alpha, B, beta, phi): the fewest points it is fitted to."""
 
@@ -83,16 +91,6 @@ def phi_not_identified(names: Any, variants: dict) -> list[str]:
     ``variants``: ``analysis.json``'s), in order, each once: for a Δφ row (its baseline and its variant) empty
     exactly when its Δφ is a result."""
     return [n for n in dict.fromkeys(names) if not phi_identified(variants.get(n) or {})]
-
-
-def fit_code_digest() -> str:
-    """sha256 (hex, first 16 digits) of the source of the installed ``loopscale.fit`` package (its ``*.py`` files,
-    by name): ``analysis.json`` records it as ``fit_code``, so that ``loopscale run --resume`` refits, and the
-    report says so, when an analysis was made by other fit code (its rules and verdicts may differ)."""
-    h = hashlib.sha256()
-    for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def file_digest(path: str | Path) -> str:
@@ -300,7 +298,7 @@ def _identification(
     # the alternative to one phi: the same law with phi free per r, fitted to the same points with the joint fit's
     # starts (one fit; with the profile's 30 its optimiser could stop short of `loopscale fit --law joint_per_r`)
     if per_r is not None:
-        outd["law_per_r"] = law_per_r(joint, starts=starts, seed=seed)
+        outd["law_per_r"] = law_per_r(joint, starts=max(10, starts), seed=seed)
     outd["profile"] = json_safe(profile.to_dict("records"))
     outd["per_r"] = json_safe(per_r.to_dict("records")) if per_r is not None else []
     files = {}
@@ -448,7 +446,7 @@ def analyze(
     df, budget_kind = _fit_ready(df)
     result: dict[str, Any] = {
         "version": ANALYSIS_VERSION,
-        "fit_code": fit_code_digest(),
+        "fit_rules": FIT_RULES_VERSION,
         "n_runs": int(sum(counts.values())),
         "runs_by_status": json_safe(counts),
         "excluded_runs": json_safe(excluded),

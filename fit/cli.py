@@ -17,13 +17,16 @@ _FIT_FILES = ("fit.json", "bootstrap.parquet", "phi_bootstrap.png", "identificat
 
 
 def _not_a_runs_analysis(out: Path) -> None:
-    """Refuse an ``--out`` in the analysis folder of a ``loopscale run`` (a folder, or one above it, holding
-    ``analysis.json``): its report is built from analysis.json, so a fit.json replaced there would no longer be the
-    report's. Raises ValueError naming a folder to use instead."""
+    """Refuse an ``--out`` in the analysis folder of a ``loopscale run``: a folder named ``fit`` (``--out`` or one
+    above it) that holds ``analysis.json`` and whose parent holds the run's ``runs.parquet`` or ``run_meta.json``.
+    The run's report is built from analysis.json, so a fit.json replaced there would no longer be the report's.
+    Raises ValueError naming a folder to use instead."""
     p = Path(out).resolve()
     for folder in (p, *p.parents):
-        if (folder / "analysis.json").is_file():
-            run = folder.parent
+        run = folder.parent
+        if folder.name == "fit" and (folder / "analysis.json").is_file() and (
+            (run / "runs.parquet").is_file() or (run / "run_meta.json").is_file()
+        ):
             raise ValueError(
                 f"--out {out} is inside {folder}, the analysis of the `loopscale run` in {run}: its report is built "
                 f"from {folder / 'analysis.json'} and the fit files beside it; write this fit elsewhere, e.g. --out "
@@ -232,10 +235,9 @@ def fit_cmd(
         # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)
         earlier = [n for n in _FIT_FILES if (Path(out) / n).is_file()]
         if earlier:
-            import time
+            from loopscale.sweep.store import new_aside_folder
 
-            aside = Path(out) / f"earlier_fit_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-            aside.mkdir(exist_ok=True)
+            aside = new_aside_folder(out, "earlier_fit")
             for name in earlier:
                 (Path(out) / name).replace(aside / name)
         summary["outputs"] = write_fit_outputs(out, fit, boot, extra={"variant": variant} if variant else None)

@@ -380,22 +380,20 @@ def _stale_fit(d: Path, meta: dict) -> str | None:
     )
 
 
-def _other_fit_code(d: Path, ana: dict) -> str | None:
-    """A note when ``analysis.json`` was made by other fit code than this installation's (its ``fit_code`` differs
-    from :func:`loopscale.fit.analysis.fit_code_digest`, or an older version did not record one): the rules and
-    verdicts it applied may differ from today's. None when they agree."""
-    from loopscale.fit.analysis import fit_code_digest
+def _other_fit_rules(ana: dict) -> str | None:
+    """A note when ``analysis.json`` follows other fit rules than this installation's
+    (:data:`loopscale.fit.analysis.FIT_RULES_VERSION`; version 1 when it records none): the fits' intervals and
+    verdicts may differ from today's. None when they agree."""
+    from loopscale.fit.analysis import FIT_RULES_VERSION
 
-    made, now = ana.get("fit_code"), fit_code_digest()
-    if made == now:
+    made = int(ana.get("fit_rules", 1))
+    if made == FIT_RULES_VERSION:
         return None
-    spec = d / "spec.yaml"
-    code = f"code {made}, this installation's {now}" if made else f"not recorded; this installation's code is {now}"
     return (
-        f"> **Made by other fit code.** The fits shown here were made by another version of loopscale's fit code "
-        f"({code}): their verdicts and intervals follow that version's rules, which may differ from today's. "
-        f"`loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` refits them with this one (no "
-        "training).\n"
+        f"> **Made under other fit rules.** The fits shown here follow loopscale's fit rules version {made}; this "
+        f"installation applies version {FIT_RULES_VERSION}, whose intervals and verdicts may differ (the README's "
+        "\"How the fit works\"). The folder's `loopscale run` command rerun with `--resume` refits it under today's "
+        "rules, training nothing.\n"
     )
 
 
@@ -472,7 +470,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     stale = _stale_fit(d, meta)
     if stale:
         L.append(stale)
-    if other := _other_fit_code(d, ana):
+    if other := _other_fit_rules(ana):
         L.append(other)
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]

@@ -1278,7 +1278,8 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
                 meta = _write_stream(src.documents(), tokenizer, tmp, by_document=note is None)
             except CorpusError as e:  # which text: a spec names its corpus, `train --corpus` did not
                 where = ", ".join(repr(str(f)) for f in src.files[:3]) + (" ..." if len(src.files) > 3 else "")
-                raise CorpusError(f"{e}: {where}" if src.files else str(e)) from None
+                named = not src.files or any(str(f) in str(e) for f in src.files)
+                raise CorpusError(str(e) if named else f"{e}: {where}") from None
         mine = [w for w in caught if issubclass(w.category, CorpusWarning)]
         for w in caught:  # anything else (a library's warning) is shown as it would have been, not kept
             if not issubclass(w.category, CorpusWarning):

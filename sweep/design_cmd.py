@@ -741,10 +741,9 @@ def design_cmd(
         out.mkdir(parents=True, exist_ok=True)
         record_folder_spec(out, spec)  # `loopscale run --out OUT` then refuses any other spec there
         if (out / PREDICTION_FILE).is_file():  # an earlier prediction is kept (the report reads the newest)
-            import time
+            from loopscale.sweep.store import new_aside_folder
 
-            aside = out / f"earlier_design_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-            aside.mkdir(exist_ok=True)
+            aside = new_aside_folder(out, "earlier_design")
             (out / PREDICTION_FILE).replace(aside / PREDICTION_FILE)
             print(f"moved the earlier {PREDICTION_FILE} to {aside}", file=sys.stderr)
         write_text_atomic(str(out / PREDICTION_FILE), json.dumps(json_safe(res), indent=1))

@@ -225,7 +225,7 @@ def run_pipeline(
             the state is saved, rerun with ``resume=True``.
     """
     from loopscale.cluster.storage import read_json_or_aside, write_text_atomic
-    from loopscale.fit.analysis import analyze, file_digest, fit_code_digest
+    from loopscale.fit.analysis import FIT_RULES_VERSION, analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep import console
     from loopscale.sweep.commands import run_sweep
@@ -265,7 +265,7 @@ def run_pipeline(
     # every stage gets the Ray options as `loopscale tune-lr` / `sweep` give them: their checks of resources.cpus /
     # gpus against the embedded Ray count --num-cpus / --num-gpus, not this machine's cores
     ray_opts = dataclasses.asdict(cluster)
-    fit_settings = {"B": bootstrap, "starts": starts, "seed": seed, "fit_code": fit_code_digest()}
+    fit_settings = {"B": bootstrap, "starts": starts, "seed": seed, "fit_rules": FIT_RULES_VERSION}
 
     @contextlib.contextmanager
     def timed(stage: str):
@@ -308,10 +308,12 @@ def run_pipeline(
         before = meta.get("fit_input") or {}
         if read_json_or_aside(str(ana)) is not None and before == {"runs_sha256": digest, **fit_settings}:
             meta["skipped"].append("fit")
-            log("[3/4] fit: runs.parquet, settings and fit code unchanged, skipped")
+            log("[3/4] fit: runs.parquet, settings and fit rules unchanged, skipped")
         else:
-            if before and before.get("fit_code") != fit_settings["fit_code"] and ana.is_file():
-                log("[3/4] fit: the folder's fit was made by other fit code (another loopscale version): refitting")
+            made = before.get("fit_rules", 1)
+            if before and made != FIT_RULES_VERSION and ana.is_file():
+                log(f"[3/4] fit: the folder's fit follows fit rules version {made}, this loopscale's are version "
+                    f"{FIT_RULES_VERSION}: refitting")
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
             # until the fit ends, fit/ is no finished fit's (the analysis rewrites a variant's files as it goes): a
             # rerun refits whatever its settings, and status calls the fit stage unfinished, also after Ctrl-C

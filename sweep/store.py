@@ -19,6 +19,7 @@ the same run again replaces its part; consolidation keys rows by ``run_id``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import json
 import os
@@ -202,7 +203,23 @@ def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-_LOOK_ONLY: list[list[str]] = []  # non-empty inside look_only(): unreadable files are noted there, not moved
+def new_aside_folder(parent: str | Path, prefix: str) -> Path:
+    """Create and return ``parent/<prefix>_<UTC time>`` (``_2``, ``_3``, ... appended when that exists: two commands
+    in one second keep both sets of files), where a command keeps the files it replaces."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name, k = f"{prefix}_{stamp}", 1
+    while (Path(parent) / name).exists():
+        k += 1
+        name = f"{prefix}_{stamp}_{k}"
+    aside = Path(parent) / name
+    aside.mkdir(parents=True)
+    return aside
+
+
+_LOOK_ONLY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("loopscale_look_only", default=None)
+"""Inside :func:`look_only` (this thread or task only): the list where unreadable files are noted, not moved."""
 
 
 @contextlib.contextmanager
@@ -211,16 +228,17 @@ def look_only() -> Iterator[list[str]]:
     described in the list yielded (what ``loopscale run --dry-run`` reports; the command itself would move it
     aside). A foreign table is still refused (:class:`ForeignTableError`)."""
     seen: list[str] = []
-    _LOOK_ONLY.append(seen)
+    token = _LOOK_ONLY.set(seen)
     try:
         yield seen
     finally:
-        _LOOK_ONLY.pop()
+        _LOOK_ONLY.reset(token)
 
 
 class ForeignTableError(ValueError):
-    """A Parquet file under a loopscale results name (runs.parquet, curves.parquet, their parts) that is readable
-    but lacks the ``run_id`` column: someone else's table, which is neither read as runs nor moved aside."""
+    """A Parquet file under a loopscale results name (runs.parquet, curves.parquet, their parts: a schema with
+    ``run_id``) that is readable but lacks the ``run_id`` column: someone else's table, which is neither read as
+    runs nor moved aside."""
 
 
 def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
@@ -234,7 +252,7 @@ def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
 
     try:
         names = pq.read_schema(path).names
-        if "run_id" not in names:
+        if "run_id" in schema.names and "run_id" not in names:  # a results table (not e.g. the LR table)
             raise ForeignTableError(
                 f"{path} is not a loopscale results table (no run_id column; its columns: {names[:8]}"
                 f"{' ...' if len(names) > 8 else ''}): it is not from a loopscale command; give another --out, or "
@@ -245,9 +263,9 @@ def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
         raise
     except (pa.ArrowException, OSError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if _LOOK_ONLY:
-            _LOOK_ONLY[-1].append(f"{path} is unreadable ({reason}): the command would move it aside and count its "
-                                  "runs as unfinished")  # fmt: skip
+        if (seen := _LOOK_ONLY.get()) is not None:
+            seen.append(f"{path} is unreadable ({reason}): the command would move it aside and count its runs as "
+                        "unfinished")  # fmt: skip
         else:
             move_aside(str(path), reason)
         return None
@@ -469,8 +487,8 @@ class ResultsStore:
             if cpart.exists() and _read_or_aside(cpart, CURVES_SCHEMA) is not None:
                 continue
             why = f"its curves part {cpart} is missing or unreadable"
-            if _LOOK_ONLY:
-                _LOOK_ONLY[-1].append(f"{part}: {why}: the command would move it aside and retrain its run")
+            if (seen := _LOOK_ONLY.get()) is not None:
+                seen.append(f"{part}: {why}: the command would move it aside and retrain its run")
             else:
                 move_aside(str(part), why)
 
@@ -556,7 +574,6 @@ def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], works
     fit and report outputs that describe them (:data:`REPORT_OUTPUTS`). Returns the line to print (how many finished
     runs' records went where), or None when none of them had written anything."""
     import shutil
-    import time
 
     from loopscale.cluster import storage
     from loopscale.sweep.workspace import RunWorkspace
@@ -566,13 +583,8 @@ def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], works
     recorded = set(store.recorded()) & run_ids
     spaces = {wid: RunWorkspace(storage_uri, wid) for wid in sorted(workspace_ids)}
     finished = (store.completed_ids() & run_ids) | {w for w in run_ids if w in spaces and spaces[w].result()}
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    name, k = f"earlier_{stamp}", 1
-    while (out / name).exists():
-        k += 1
-        name = f"earlier_{stamp}_{k}"
-    aside = out / name
-    aside.mkdir(parents=True)
+    aside = new_aside_folder(out, "earlier")
+    name = aside.name
     if recorded:
         store.set_aside(run_ids, aside)
     moved = 0

@@ -458,6 +458,7 @@ def test_fit_cli_refuses_an_out_in_a_runs_analysis_folder(tmp_path):
     run = tmp_path / "run"
     (run / "fit" / "baseline").mkdir(parents=True)
     (run / "fit" / "analysis.json").write_text("{}")
+    (run / "run_meta.json").write_text("{}")
     (run / "fit" / "baseline" / "fit.json").write_text('{"mine": 1}')
     _base_joint().to_csv(run / "runs.csv", index=False)
     for target in (run / "fit" / "baseline", run / "fit", run / "fit" / "new"):
@@ -467,6 +468,11 @@ def test_fit_cli_refuses_an_out_in_a_runs_analysis_folder(tmp_path):
     assert (run / "fit" / "baseline" / "fit.json").read_text() == '{"mine": 1}'
     assert sorted(p.name for p in (run / "fit").rglob("*")) == ["analysis.json", "baseline", "fit.json"]
     res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(run / "my_fit")])
+    assert res.exit_code == 0, res.output
+    # any other folder with an analysis.json of its own (a common name) above it is not a run's analysis
+    (tmp_path / "analysis.json").write_text("{}")
+    res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out",
+                                          str(tmp_path / "mine")])  # fmt: skip
     assert res.exit_code == 0, res.output
 
 
@@ -927,3 +933,23 @@ def test_intervals_from_few_resamples_are_flagged(tmp_path):
     assert "  warning: the 95 % intervals rest on 2 refitted resample(s)" in res.output
     res = CliRunner().invoke(_cli_app(), [*args, "--bootstrap", str(FEW_RESAMPLES)])
     assert res.exit_code == 0 and "refitted resample(s)" not in res.output
+
+
+def test_two_fits_into_one_folder_in_one_second_keep_both_earlier_fits(tmp_path, monkeypatch):
+    """The earlier fit's files went to earlier_fit_<UTC second>/ with exist_ok: a third fit in the same second
+    replaced the second's moved files there (fit.json among them). Each gets a folder of its own."""
+    import time
+
+    from typer.testing import CliRunner
+
+    monkeypatch.setattr(time, "strftime", lambda fmt, t=None: "20261203T120000")
+    path, out = tmp_path / "runs.csv", tmp_path / "fit"
+    _base_joint().to_csv(path, index=False)
+    for r in ("1,2", "1,4", "1,2,4"):
+        res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "5", "--r", r, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+    asides = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert asides == ["earlier_fit_20261203T120000", "earlier_fit_20261203T120000_2"]
+    kept = [json.loads((out / a / "fit.json").read_text())["n"] for a in asides]
+    n = {r: int(_base_joint()["r"].isin([1, r]).sum()) for r in (2, 4)}
+    assert kept == [n[2], n[4]]

@@ -102,36 +102,37 @@ def test_rerun_skips_every_finished_stage(smoke_run):
     assert f"Last continued with `loopscale run --preset smoke --out {out} --resume --json`." in report
 
 
-def test_a_fit_made_by_other_fit_code_is_said_and_refitted_on_resume(smoke_run, tmp_path):
-    """A folder fitted by another version of the fit code kept its old verdict: `run --resume` said 'runs.parquet
-    and settings unchanged, skipped', and the report showed it as today's (the seeds-4 example says 'identified but
-    imprecise', today's rule 'not identified'). analysis.json records the fit code's digest; the report says when
-    it is not this installation's, and `run --resume` refits, training nothing."""
-    from loopscale.fit.analysis import fit_code_digest
+def test_a_fit_made_under_other_fit_rules_is_said_and_refitted_on_resume(smoke_run, tmp_path):
+    """A folder fitted under earlier fit rules kept its old verdict: `run --resume` said 'runs.parquet and settings
+    unchanged, skipped', and the report showed it as today's (the seeds-4 example says 'identified but imprecise',
+    today's rule 'not identified'). analysis.json records the rules' version; the report says when it is not this
+    installation's, and `run --resume` refits, training nothing."""
+    from loopscale.fit.analysis import FIT_RULES_VERSION
     from loopscale.fit.run_report import build_report
 
     out, _, _ = smoke_run
     old = tmp_path / "run"
     shutil.copytree(out, old)
-    assert json.loads((old / "fit" / "analysis.json").read_text())["fit_code"] == fit_code_digest()
-    assert "Made by other fit code" not in build_report(old).read_text()
+    assert json.loads((old / "fit" / "analysis.json").read_text())["fit_rules"] == FIT_RULES_VERSION
+    assert "Made under other fit rules" not in build_report(old).read_text()
     ana = json.loads((old / "fit" / "analysis.json").read_text())
-    ana.pop("fit_code")  # as written by a version that did not record it
+    ana.pop("fit_rules")  # as written by a version that did not record them: version 1
     (old / "fit" / "analysis.json").write_text(json.dumps(ana))
     meta = json.loads((old / "run_meta.json").read_text())
-    meta["fit_input"].pop("fit_code")
+    meta["fit_input"].pop("fit_rules")
     (old / "run_meta.json").write_text(json.dumps(meta))
     text = build_report(old).read_text()
-    assert f"> **Made by other fit code.** The fits shown here were made by another version of loopscale's fit " \
-           f"code (not recorded; this installation's code is {fit_code_digest()})" in text
+    assert (f"> **Made under other fit rules.** The fits shown here follow loopscale's fit rules version 1; this "
+            f"installation applies version {FIT_RULES_VERSION}") in text
     runs = (old / "runs.parquet").read_bytes()
     p = _run(["run", "--preset", "smoke", "--out", str(old), "--resume", "--json"])  # the run's own fit settings
     assert p.returncode == 0, p.stderr[-3000:]
     assert "fit" not in json.loads(p.stdout.strip().splitlines()[-1])["skipped"]
-    assert "the folder's fit was made by other fit code (another loopscale version): refitting" in p.stdout + p.stderr
+    assert (f"the folder's fit follows fit rules version 1, this loopscale's are version {FIT_RULES_VERSION}: "
+            "refitting") in p.stdout + p.stderr
     assert (old / "runs.parquet").read_bytes() == runs  # nothing trained
-    assert json.loads((old / "fit" / "analysis.json").read_text())["fit_code"] == fit_code_digest()
-    assert "Made by other fit code" not in (old / "report.md").read_text()
+    assert json.loads((old / "fit" / "analysis.json").read_text())["fit_rules"] == FIT_RULES_VERSION
+    assert "Made under other fit rules" not in (old / "report.md").read_text()
 
 
 def test_resume_after_a_stop_between_the_last_run_and_runs_parquet(smoke_run, tmp_path):
