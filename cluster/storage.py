@@ -218,6 +218,21 @@ def write_text_atomic(uri: str, text: str, filesystem: pafs.FileSystem | None = 
     write_bytes_atomic(uri, text.encode("utf-8"), filesystem)
 
 
+def new_aside_folder(parent: str | os.PathLike, prefix: str) -> Path:
+    """Create and return ``parent/<prefix>_<UTC time>`` (``_2``, ``_3``, ... appended when that exists: two commands
+    in one second keep both sets of files), where a command keeps the files it replaces."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name, k = f"{prefix}_{stamp}", 1
+    while (Path(parent) / name).exists():
+        k += 1
+        name = f"{prefix}_{stamp}_{k}"
+    aside = Path(parent) / name
+    aside.mkdir(parents=True)
+    return aside
+
+
 def move_aside(uri: str, reason: str, filesystem: pafs.FileSystem | None = None, *, warn: bool = True) -> str:
     """Rename an unreadable file (torn by a crash, truncated, corrupt) to ``<name>.unreadable-<id>`` next to it,
     so that nothing globbing the original names reads it again, and warn (``UserWarning``) with ``reason`` (unless

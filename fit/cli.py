@@ -235,7 +235,7 @@ def fit_cmd(
         # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)
         earlier = [n for n in _FIT_FILES if (Path(out) / n).is_file()]
         if earlier:
-            from loopscale.sweep.store import new_aside_folder
+            from loopscale.cluster.storage import new_aside_folder
 
             aside = new_aside_folder(out, "earlier_fit")
             for name in earlier:

@@ -741,7 +741,7 @@ def design_cmd(
         out.mkdir(parents=True, exist_ok=True)
         record_folder_spec(out, spec)  # `loopscale run --out OUT` then refuses any other spec there
         if (out / PREDICTION_FILE).is_file():  # an earlier prediction is kept (the report reads the newest)
-            from loopscale.sweep.store import new_aside_folder
+            from loopscale.cluster.storage import new_aside_folder
 
             aside = new_aside_folder(out, "earlier_design")
             (out / PREDICTION_FILE).replace(aside / PREDICTION_FILE)

@@ -203,21 +203,6 @@ def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def new_aside_folder(parent: str | Path, prefix: str) -> Path:
-    """Create and return ``parent/<prefix>_<UTC time>`` (``_2``, ``_3``, ... appended when that exists: two commands
-    in one second keep both sets of files), where a command keeps the files it replaces."""
-    import time
-
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    name, k = f"{prefix}_{stamp}", 1
-    while (Path(parent) / name).exists():
-        k += 1
-        name = f"{prefix}_{stamp}_{k}"
-    aside = Path(parent) / name
-    aside.mkdir(parents=True)
-    return aside
-
-
 _LOOK_ONLY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("loopscale_look_only", default=None)
 """Inside :func:`look_only` (this thread or task only): the list where unreadable files are noted, not moved."""
 
@@ -583,7 +568,7 @@ def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], works
     recorded = set(store.recorded()) & run_ids
     spaces = {wid: RunWorkspace(storage_uri, wid) for wid in sorted(workspace_ids)}
     finished = (store.completed_ids() & run_ids) | {w for w in run_ids if w in spaces and spaces[w].result()}
-    aside = new_aside_folder(out, "earlier")
+    aside = storage.new_aside_folder(out, "earlier")
     name = aside.name
     if recorded:
         store.set_aside(run_ids, aside)
