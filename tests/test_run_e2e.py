@@ -120,12 +120,14 @@ def test_a_fit_made_under_other_fit_rules_is_said_and_refitted_on_resume(smoke_r
     (old / "fit" / "analysis.json").write_text(json.dumps(ana))
     meta = json.loads((old / "run_meta.json").read_text())
     meta["fit_input"].pop("fit_rules")
+    meta["fit_input"].update(B=10, starts=10)  # as if fitted with the settings given below: only the rules differ
     (old / "run_meta.json").write_text(json.dumps(meta))
     text = build_report(old).read_text()
     assert (f"> **Made under other fit rules.** The fits shown here follow loopscale's fit rules version 1; this "
             f"installation applies version {FIT_RULES_VERSION}") in text
     runs = (old / "runs.parquet").read_bytes()
-    p = _run(["run", "--preset", "smoke", "--out", str(old), "--resume", "--json"])  # the run's own fit settings
+    p = _run(["run", "--preset", "smoke", "--out", str(old), "--resume", "--json", "--bootstrap", "10", "--starts",
+              "10"])  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     assert "fit" not in json.loads(p.stdout.strip().splitlines()[-1])["skipped"]
     assert (f"the folder's fit follows fit rules version 1, this loopscale's are version {FIT_RULES_VERSION}: "
