@@ -222,8 +222,9 @@ RUNS_TABLE_KEYS = ("run_id", "status")
 """The columns every loopscale runs table (``runs.parquet``, a part file) has, and :func:`_records` reads."""
 
 
-def _records(out: Path) -> dict[str, dict]:
-    """{run id: newest record} over ``runs.parquet`` and the part files (unreadable files are skipped, not moved).
+def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:
+    """{run id: newest record} over ``runs.parquet`` and the part files (unreadable files are skipped, not moved,
+    and described in ``unreadable`` when a list is given).
 
     Raises:
         NotAnOutput: a readable file there without the columns ``run_id`` and ``status`` (e.g. a table another
@@ -238,7 +239,10 @@ def _records(out: Path) -> dict[str, dict]:
             continue
         try:
             table = pq.read_table(f)
-        except Exception:  # a torn file: the writing command moves it aside itself
+        except Exception as e:  # a torn file: the writing command moves it aside itself
+            if unreadable is not None:
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                unreadable.append(f"{f.relative_to(out)} ({why})")
             continue
         lacks = [c for c in RUNS_TABLE_KEYS if c not in table.column_names]
         if lacks:
@@ -529,7 +533,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
     table rows), ``fit`` (headline lines), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
-    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``storage_error`` (why the Tune state's storage could not be read, else None) and
+    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``unreadable`` (runs files that could not be
+    read, with why), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
 
     Raises:
@@ -552,7 +557,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     progress_file = _read_json(out / "logs" / "progress.json")
     alive, cmd, progress = _liveness(record, progress_file)
     spec, cells = _planned(out)
-    recs = _records(out)
+    unreadable: list[str] = []
+    recs = _records(out, unreadable)
     if cells is not None and {c.run_id for c in cells} & set(recs):
         want = {c.run_id for c in cells}
         recs = {k: v for k, v in recs.items() if k in want}
@@ -710,6 +716,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "fit": fit,
         "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
         "set_aside": set_aside_folders(out),
+        "unreadable": unreadable,
         "counts": {
             "runs": "training runs (one per grid cell and seed); running: "
             + (
@@ -936,6 +943,9 @@ def format_status(st: dict) -> list[str]:
         )
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     lines += [f"{head}: {h}" for h in st["fit"]]
+    if st.get("unreadable"):
+        lines.append(f"unreadable, read as no runs (the next command there moves them aside and counts their runs as "
+                     f"unfinished): {'; '.join(st['unreadable'])}")  # fmt: skip
     if st.get("set_aside"):
         kept = "; ".join(_set_aside_line(a) for a in st["set_aside"])
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")

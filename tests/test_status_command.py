@@ -616,3 +616,16 @@ def test_a_folder_whose_fit_a_sweep_left_undone_is_continued_with_run(started):
     assert st["resume_with"] == f"loopscale run smoke --out {started} --resume"
     _record(started, 60, pid=_dead_pid(), kind="sweep", command=f"loopscale sweep smoke --out {started}")
     assert collect_status(started)["resume_with"] == f"loopscale run {started / 'spec.yaml'} --out {started} --resume"
+
+
+def test_status_names_an_unreadable_runs_file(tmp_path):
+    """A folder whose runs.parquet cannot be read was shown as '? — empty' with nothing about the file (the dry run
+    names it under 'unreadable'). Status names it and why, reads it as no runs, and changes nothing."""
+    from loopscale.sweep.status import collect_status, format_status
+
+    (tmp_path / "runs.parquet").write_text("my notes")
+    st = collect_status(tmp_path)
+    assert st["unreadable"] and st["unreadable"][0].startswith("runs.parquet (")
+    assert any(ln.startswith("unreadable, read as no runs (the next command there moves them aside")
+               for ln in format_status(st))  # fmt: skip
+    assert (tmp_path / "runs.parquet").read_text() == "my notes"
