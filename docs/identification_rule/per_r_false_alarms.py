@@ -12,7 +12,9 @@ intervals; > 0 means refused) is set beside the gap of the real runs (``gap_obse
 
     .venv/bin/python docs/identification_rule/per_r_false_alarms.py [--pilots 40] [--B 40]
 
-Prints one JSON object (and writes it beside this file as ``per_r_false_alarms_B<B>.json``).
+With ``--ladder observed`` the plain cells keep the example's measured means (their misfit to the law, up to 3
+standard errors on a rung) and only the looped cells sit on the one-phi law: does the ladder's shape alone open
+such gaps? Prints one JSON object (and writes it beside this file as ``per_r_false_alarms_B<B>[_observed_ladder].json``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def main() -> None:
     ap.add_argument("--pilots", type=int, default=40, help="simulated pilots")
     ap.add_argument("--B", type=int, default=RULE_PER_R_B, help="bootstrap resamples of each phi_r interval")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ladder", choices=("law", "observed"), default="law",
+                    help="the plain r = 1 cells' mean losses: the one-phi law's ('law'), or the example's measured "
+                         "cell means ('observed': the ladder's own misfit to the law kept, looped cells on the law)")
     a = ap.parse_args()
 
     runs = with_layers_unique(read_table(RUNS))
@@ -56,6 +61,9 @@ def main() -> None:
     truth = fit_law(means, law="joint", phi=phi, starts=500, seed=0)
     cols = {k: runs[k].to_numpy(float) for k in ("N_once", "N_rec", "r", "D")}
     mean_loss = make_law("joint", phi).predict(truth.params, cols)  # paper Eq. 3 at one phi, nats/token
+    if a.ladder == "observed":  # the plain rungs where they were measured: their misfit to the law is kept
+        observed = runs.groupby(list(strata))["loss"].transform("mean").to_numpy(float)
+        mean_loss = np.where(runs["r"].to_numpy() == 1, observed, mean_loss)
     sd = runs.groupby(list(strata))["loss"].transform("std").to_numpy(float)
 
     rng = np.random.default_rng(a.seed)
@@ -74,6 +82,7 @@ def main() -> None:
         "cells": int(len(means)),
         "true_phi": round(phi, 4),
         "seed_sd_nats_median": round(float(np.median(sd)), 5),
+        "ladder": a.ladder,
         "B": a.B,
         "starts": RULE_PER_R_STARTS,
         "pilots": a.pilots,
@@ -85,7 +94,8 @@ def main() -> None:
         "wall_s": round(time.time() - t0, 1),
         "rows": rows,
     }
-    (HERE / f"per_r_false_alarms_B{a.B}.json").write_text(json.dumps(out, indent=1) + "\n")
+    name = f"per_r_false_alarms_B{a.B}" + ("_observed_ladder" if a.ladder == "observed" else "")
+    (HERE / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
 
 
