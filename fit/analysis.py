@@ -530,7 +530,9 @@ def analyze(
             iso.insert(0, "variant", vname)
             iso_rows.append(iso)
         result["variants"][vname] = v
-    if len(result["variants"]) > 1 and "variant" in df.columns:
+    from loopscale.fit.table_fit import looped_variants
+
+    if len(result["variants"]) > 1 and "variant" in df.columns and len(looped_variants(df)) > 1:
         from loopscale.fit import compare_variants
 
         try:

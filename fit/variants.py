@@ -52,7 +52,9 @@ def compare_variants(
         baseline: baseline variant name (default ``"baseline"`` if present, else the first in sorted order).
         B: paired resamples. block_by: cell columns (default ``(budget, r)`` / ``(C, r)`` / ``(D, r)``).
         seed, starts, workers, address, delta: as :func:`loopscale.fit.bootstrapping.bootstrap`.
-        share_r1: a variant without r = 1 rows borrows the baseline's r = 1 rows.
+        share_r1: a variant without r = 1 rows borrows the baseline's r = 1 rows (without any, those of the one
+            variant that has r = 1 rows only, e.g. labelled 'plain', which is then no variant of the comparison:
+            as :func:`loopscale.fit.analysis.variant_frames` lends them to each variant's own fit).
     Returns:
         dict: ``baseline``; ``fits`` {variant: FitResult.to_dict()}; ``comparisons`` {variant: {``phi``,
         ``delta_phi``, ``ci`` [lo, hi], ``frac_delta_le_0`` (share of ok resamples with Δφ <= 0), ``n_ok``, and
@@ -70,15 +72,20 @@ def compare_variants(
         baseline = "baseline" if "baseline" in names else names[0]
     if baseline not in names:
         raise ValueError(f"baseline={baseline!r} is not a variant; valid: {names}")
-    if len(names) < 2:
-        raise ValueError(f"need at least 2 variants to compare; got {names}")
     law = make_law("joint")
     df = df.assign(variant=df["variant"].astype(str)).reset_index(drop=True)
     base_r1 = df[(df["variant"] == baseline) & (df["r"] == 1)]
+    if share_r1 and base_r1.empty:  # r = 1 runs labelled otherwise (e.g. 'plain'): lent, as the variants' own fits
+        plain = [v for v in names if not (df.loc[df["variant"] == v, "r"] > 1).any()]
+        if len(plain) == 1:
+            base_r1 = df[(df["variant"] == plain[0]) & (df["r"] == 1)]
+            names = [v for v in names if v != plain[0]]
+    if len(names) < 2:
+        raise ValueError(f"need at least 2 variants to compare; got {names}")
     per: dict[str, pd.DataFrame] = {}
     for v in names:
         sub = df[df["variant"] == v]
-        if share_r1 and v != baseline and not (sub["r"] == 1).any():
+        if share_r1 and not (sub["r"] == 1).any():  # the baseline too, when its r = 1 runs are labelled 'plain'
             sub = pd.concat([sub, base_r1])
         per[v] = sub.reset_index(drop=True)
     datas = {v: prepare(per[v], law, block_by=block_by) for v in names}

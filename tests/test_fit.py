@@ -953,3 +953,23 @@ def test_two_fits_into_one_folder_in_one_second_keep_both_earlier_fits(tmp_path,
     kept = [json.loads((out / a / "fit.json").read_text())["n"] for a in asides]
     n = {r: int(_base_joint()["r"].isin([1, r]).sum()) for r in (2, 4)}
     assert kept == [n[2], n[4]]
+
+
+def test_the_variant_comparison_lends_plain_r1_runs_as_the_variant_fits_do():
+    """With the r = 1 runs labelled 'plain', each variant's own fit borrowed them but compare_variants did not: it
+    compared 'plain' (r = 1 only) as a variant and was refused ('every run has r = 1'). It now lends them as the
+    baseline's r = 1 runs are lent: the same Delta phi as the table labelled the usual way."""
+    from loopscale.fit import compare_variants
+
+    base = _base_joint().assign(variant="baseline", status="ok")
+    looped = base[base["r"] > 1]
+    n_x = looped["N_once"] + looped["r"] ** 0.1 * looped["N_rec"]
+    other = looped.assign(variant="trunc_bptt", loss=1.6 + 30 * n_x**-0.2 + 900 * looped["D"] ** -0.37)
+    usual = pd.concat([base, other], ignore_index=True)
+    plain = usual.assign(variant=np.where(usual["r"] == 1, "plain", usual["variant"]))
+    want = compare_variants(usual, B=8, starts=40, workers=1)
+    got = compare_variants(plain, B=8, starts=40, workers=1)
+    assert got["baseline"] == "baseline" and set(got["comparisons"]) == {"trunc_bptt"}
+    assert got["comparisons"]["trunc_bptt"]["delta_phi"] == pytest.approx(
+        want["comparisons"]["trunc_bptt"]["delta_phi"], abs=1e-6)
+    assert got["comparisons"]["trunc_bptt"]["delta_phi"] == pytest.approx(-0.4, abs=0.1)
