@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.io import DUPLICATE_RUN_ID, cell_means, drop_duplicate_runs, with_layers_unique
+from loopscale.fit.io import DUPLICATE_RUN_ID, cell_means, drop_duplicate_runs, shared_r1, with_layers_unique
 from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
@@ -104,18 +104,12 @@ def file_digest(path: str | Path) -> str:
 
 def variant_frames(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Rows per variant (``variant`` column; all rows are ``baseline`` without one); a variant without r = 1 rows
-    borrows the baseline's (the paper reuses the r = 1 runs for every variant), so each frame is one variant's fit.
-    Without r = 1 rows of ``baseline`` (or of the first variant, when none is called so), the r = 1 rows of the one
-    variant that has no looped runs (e.g. labelled ``plain``) are lent instead."""
+    borrows the baseline's (or those of a variant of r = 1 runs only: :func:`loopscale.fit.io.shared_r1`), so each
+    frame is one variant's fit."""
     if "variant" not in df.columns:
         return {"baseline": df}
     names = sorted(df["variant"].astype(str).unique().tolist(), key=lambda v: (v != "baseline", v))
-    base = "baseline" if "baseline" in names else names[0]
-    r1 = df[(df["variant"].astype(str) == base) & (df["r"] == 1)]
-    if r1.empty:  # the plain runs labelled otherwise (e.g. 'plain'): one variant of r = 1 runs only lends them
-        plain = [v for v in names if not (df.loc[df["variant"].astype(str) == v, "r"] > 1).any()]
-        if len(plain) == 1:
-            base, r1 = plain[0], df[(df["variant"].astype(str) == plain[0]) & (df["r"] == 1)]
+    base, r1 = shared_r1(df, "baseline" if "baseline" in names else names[0])
     out = {}
     for v in names:
         sub = df[df["variant"].astype(str) == v]

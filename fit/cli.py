@@ -240,6 +240,7 @@ def fit_cmd(
             aside = new_aside_folder(out, "earlier_fit")
             for name in earlier:
                 (Path(out) / name).replace(aside / name)
+            summary["moved_aside"] = {"files": earlier, "to": str(aside)}
         summary["outputs"] = write_fit_outputs(out, fit, boot, extra={"variant": variant} if variant else None)
         if ident is not None:
             from loopscale.cluster.storage import write_text_atomic
@@ -247,8 +248,6 @@ def fit_cmd(
             path = Path(out) / "identification.json"
             write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
             summary["outputs"]["identification.json"] = str(path)
-        if earlier:
-            summary["moved_aside"] = {"files": earlier, "to": str(aside)}
     if json_out:
         typer.echo(json.dumps(summary, allow_nan=False))
         return

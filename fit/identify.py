@@ -275,8 +275,8 @@ def _frame(table: Any) -> pd.DataFrame:
 
 PER_R_OVERLAP_TOL = 1e-6
 """Intervals of phi_r whose ends miss one another by at most this much (in phi) share a common value: the fitter
-places phi to about 1e-8, so noise-free losses gave zero-width intervals at 0.46 that differed by 1e-16 and were
-called disagreeing."""
+places phi to about 1e-8, so noise-free losses on the paper's design gave zero-width intervals at 0.459 that
+differed by 1e-14 and were called disagreeing."""
 
 
 def per_r_disagree(per_r: pd.DataFrame) -> str | None:
@@ -310,13 +310,27 @@ def rule_inputs(
     ``(profile, per_r or None)``."""
     profile = phi_profile(cell_means(frame, strata) if strata else frame, starts=max(10, min(starts, 30)),
                           seed=seed, address=address)  # fmt: skip
-    per_r = None
+    return profile, rule_per_r(frame, starts=starts, B=B, seed=seed, strata=strata, address=address)
+
+
+def rule_per_r(
+    frame: pd.DataFrame,
+    *,
+    starts: int,
+    B: int,
+    seed: int = 0,
+    strata: tuple[str, ...] | None = None,
+    address: str | None = None,
+) -> pd.DataFrame | None:
+    """phi per r as the rule weighs it (:func:`per_r_phi`): over the r of :func:`per_r_fittable` (r whose runs are
+    too few for the law beside r = 1's are left out, not an error), with max(10, min(starts,
+    :data:`RULE_PER_R_STARTS`)) starts and min(B, :data:`RULE_PER_R_B`) resamples; None with fewer than two such
+    r. ``loopscale run``, ``fit --identify`` (through :func:`rule_inputs`) and ``design`` all call it."""
     fittable = per_r_fittable(frame)
-    if len(fittable) >= 2:  # r whose runs are too few for the law beside r = 1's are left out, not an error
-        per_r = per_r_phi(frame[frame["r"].isin([1, *fittable])], starts=max(10, min(starts, RULE_PER_R_STARTS)),
-                          B=min(B, RULE_PER_R_B), seed=seed, stratify_by=strata,
-                          address=address)  # fmt: skip
-    return profile, per_r
+    if len(fittable) < 2:
+        return None
+    return per_r_phi(frame[frame["r"].isin([1, *fittable])], starts=max(10, min(starts, RULE_PER_R_STARTS)),
+                     B=min(B, RULE_PER_R_B), seed=seed, stratify_by=strata, address=address)  # fmt: skip
 
 
 def identify(

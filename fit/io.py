@@ -343,6 +343,19 @@ def with_layers_unique(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def shared_r1(df: pd.DataFrame, base: str) -> tuple[str, pd.DataFrame]:
+    """The r = 1 runs that every variant's fit borrows (the paper reuses them for all variants), and the variant
+    that holds them: ``base``'s own; without any, those of the one variant that has no looped runs (r = 1 runs
+    labelled otherwise, e.g. ``plain``). ``df`` has the columns ``variant`` and ``r``; returns ``(name, rows)``."""
+    v = df["variant"].astype(str)
+    r1 = df[(v == base) & (df["r"] == 1)]
+    if r1.empty:
+        plain = [n for n in sorted(v.unique()) if not (df.loc[v == n, "r"] > 1).any()]
+        if len(plain) == 1:
+            return plain[0], df[(v == plain[0]) & (df["r"] == 1)]
+    return base, r1
+
+
 def cell_means(frame: pd.DataFrame, keys: tuple[str, ...], *, constant: tuple[str, ...] = ("N_once", "N_rec", "D", "r")) -> pd.DataFrame:
     """Seeds as replicates: one row per cell (rows with equal ``keys``), ``loss`` the mean over the cell's runs.
 

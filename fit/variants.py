@@ -27,7 +27,7 @@ from loopscale.fit.bootstrapping import (
     refit_weights,
 )
 from loopscale.fit.fitter import fit_data
-from loopscale.fit.io import default_block_by, prepare, read_table
+from loopscale.fit.io import default_block_by, prepare, read_table, shared_r1
 from loopscale.fit.laws import make_law
 
 
@@ -74,12 +74,9 @@ def compare_variants(
         raise ValueError(f"baseline={baseline!r} is not a variant; valid: {names}")
     law = make_law("joint")
     df = df.assign(variant=df["variant"].astype(str)).reset_index(drop=True)
-    base_r1 = df[(df["variant"] == baseline) & (df["r"] == 1)]
-    if share_r1 and base_r1.empty:  # r = 1 runs labelled otherwise (e.g. 'plain'): lent, as the variants' own fits
-        plain = [v for v in names if not (df.loc[df["variant"] == v, "r"] > 1).any()]
-        if len(plain) == 1:
-            base_r1 = df[(df["variant"] == plain[0]) & (df["r"] == 1)]
-            names = [v for v in names if v != plain[0]]
+    lender, base_r1 = shared_r1(df, baseline)  # as the variants' own fits (analysis.variant_frames) borrow them
+    if share_r1 and lender != baseline:  # r = 1 runs labelled otherwise (e.g. 'plain'): lent, not compared
+        names = [v for v in names if v != lender]
     if len(names) < 2:
         raise ValueError(f"need at least 2 variants to compare; got {names}")
     per: dict[str, pd.DataFrame] = {}

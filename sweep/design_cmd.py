@@ -290,8 +290,8 @@ def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) 
 
 def pilot_phi_per_r(runs: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame | None, str | None]:
     """phi fitted per r to the pilot (the r = 1 runs with those of one r, cell means with seeds resampled within
-    cells, with the resamples and starts of ``loopscale run``'s check: :data:`loopscale.fit.identify.RULE_PER_R_B`,
-    :data:`loopscale.fit.identify.RULE_PER_R_STARTS`) and whether the intervals have no common value — the per-r test of
+    cells, with the resamples and starts of ``loopscale run``'s check: :func:`loopscale.fit.identify.rule_per_r`)
+    and whether the intervals have no common value — the per-r test of
     :func:`loopscale.fit.identify.identify` that ``loopscale run`` applies.
 
     Args:
@@ -300,21 +300,11 @@ def pilot_phi_per_r(runs: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame | N
         ``(per_r, reason)``: :func:`loopscale.fit.identify.per_r_phi`'s table (None when the pilot lacks r = 1 or
         two r > 1 with enough runs, :func:`loopscale.fit.identify.per_r_fittable`) and the identification rule's sentence when the per-r intervals disagree, else None.
     """
-    from loopscale.fit.identify import (
-        RULE_PER_R_B,
-        RULE_PER_R_STARTS,
-        per_r_disagree,
-        per_r_fittable,
-        per_r_phi,
-    )
+    from loopscale.fit.identify import RULE_PER_R_B, RULE_PER_R_STARTS, per_r_disagree, rule_per_r
 
-    fittable = per_r_fittable(runs)  # the r whose runs, with r = 1's, are enough for the law (as `run` checks)
-    if len(fittable) < 2:
-        return None, None
     strata = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in runs.columns)
-    per_r = per_r_phi(runs[runs["r"].isin([1, *fittable])], starts=RULE_PER_R_STARTS, B=RULE_PER_R_B, seed=seed,
-                      stratify_by=strata)
-    if not per_r[["lo", "hi"]].notna().all().all():
+    per_r = rule_per_r(runs, starts=RULE_PER_R_STARTS, B=RULE_PER_R_B, seed=seed, strata=strata)
+    if per_r is None or not per_r[["lo", "hi"]].notna().all().all():
         return per_r, None
     return per_r, per_r_disagree(per_r)
 
