@@ -447,10 +447,13 @@ class ResultsStore:
     def _latest(self) -> dict[str, dict]:
         """{run id: its newest record (largest ``finished_at``)} over the parts and the consolidated file (parts
         without their curves are dropped first: see :meth:`_drop_orphan_parts`)."""
-        self._drop_orphan_parts()
-        runs = pa.concat_tables(
-            [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA)]
-        )
+        orphans = self._drop_orphan_parts()
+        parts = [
+            t
+            for f in (sorted(self.runs_parts.glob("*.parquet")) if self.runs_parts.is_dir() else [])
+            if f not in orphans and (t := _read_or_aside(f, RUNS_SCHEMA)) is not None
+        ]
+        runs = pa.concat_tables([read_table(self.runs_path, RUNS_SCHEMA), *parts])
         best: dict[str, dict] = {}
         for row in runs.to_pylist():
             cur = best.get(row["run_id"])
@@ -460,22 +463,27 @@ class ResultsStore:
                 best[row["run_id"]] = row
         return best
 
-    def _drop_orphan_parts(self) -> None:
+    def _drop_orphan_parts(self) -> set[Path]:
         """A runs part whose curves part is missing or unreadable (a crash between the two writes, a torn file)
-        is moved aside: its run then counts as unfinished and is re-recorded from its stored result."""
+        is moved aside: its run then counts as unfinished and is re-recorded from its stored result. Inside
+        :func:`look_only` such a part is only noted and left in place. Returns the orphan runs parts (moved aside,
+        or left in place inside :func:`look_only`), which the caller must not read as records."""
         from loopscale.cluster.storage import move_aside
 
+        orphans: set[Path] = set()
         if not self.runs_parts.is_dir():
-            return
+            return orphans
         for part in sorted(self.runs_parts.glob("*.parquet")):
             cpart = self.curves_parts / part.name
             if cpart.exists() and _read_or_aside(cpart, CURVES_SCHEMA) is not None:
                 continue
             why = f"its curves part {cpart} is missing or unreadable"
+            orphans.add(part)
             if (seen := _LOOK_ONLY.get()) is not None:
                 seen.append(f"{part}: {why}: the command would move it aside and retrain its run")
             else:
                 move_aside(str(part), why)
+        return orphans
 
     def forget(self, run_ids: set[str]) -> None:
         """Drop the records of ``run_ids`` (used by ``--force``) from the parts and the consolidated files."""

@@ -116,3 +116,34 @@ def test_record_fields_come_from_cell_and_result(tmp_path):
     assert list(rec.to_row()) == RUNS_SCHEMA.names
     with pytest.raises(dataclasses.FrozenInstanceError):
         rec.lr = 1.0
+
+
+def test_look_only_reads_an_orphan_runs_part_as_run_would(tmp_path):
+    """A runs part without its curves part (a crash between the two writes) is moved aside by a real read, so its
+    run counts as unfinished (or falls back to its consolidated record). Inside ``look_only`` (the dry run) the part
+    was left in place but still read as a record, so the dry run counted a run as recorded that `run` retrains. It
+    is now noted, left in place, and read exactly as `run` reads it."""
+    from loopscale.sweep.store import look_only
+
+    cells = preset_spec("smoke").cells()[:3]
+    store = ResultsStore(tmp_path)
+    for i, c in enumerate(cells):
+        store.write_run(run_record(c, _result(3.0 + i), finished_at=10.0 + i), curve_rows(c.run_id, _result(3.0)["curve"]))
+    store.consolidate()
+    # cells[0]: a newer record torn after its runs part (falls back to the consolidated one, loss 3.0)
+    store.write_run(run_record(cells[0], _result(2.5), finished_at=50.0), curve_rows(cells[0].run_id, _result(2.5)["curve"]))
+    (store.curves_parts / f"{cells[0].run_id}.parquet").unlink()
+    # a fourth cell known only from an orphan part: unfinished
+    c4 = preset_spec("smoke").cells()[3]
+    store.write_run(run_record(c4, _result(3.9), finished_at=60.0), curve_rows(c4.run_id, _result(3.9)["curve"]))
+    (store.curves_parts / f"{c4.run_id}.parquet").unlink()
+    before = sorted(p.name for p in store.runs_parts.glob("*.parquet"))
+    with look_only() as seen:
+        looked = store.recorded()
+    assert sorted(p.name for p in store.runs_parts.glob("*.parquet")) == before  # nothing moved
+    assert len(seen) == 2 and all("would move it aside" in s for s in seen)
+    assert set(looked) == {c.run_id for c in cells}
+    assert looked[cells[0].run_id]["final_val_loss"] == 3.0
+    real = store.recorded()  # the command itself: moves the two orphans aside, then reads the same records
+    assert set(real) == set(looked) and real[cells[0].run_id]["final_val_loss"] == 3.0
+    assert len(list(store.runs_parts.glob("*.parquet"))) == len(before) - 2
