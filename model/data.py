@@ -472,14 +472,31 @@ class CorpusSource:
                         yield Document(f"{self._name(p)}:{row}", clean_text(v) if v else "")
                         row += 1
                 if nulls:
-                    warnings.warn(
-                        f"Parquet file {str(p)!r}: {nulls} of {row} rows have a null {self.text_column!r} and are "
-                        "left out (no text to train or validate on; fill or drop those rows to silence this)",
-                        CorpusWarning,
-                        stacklevel=2,
-                    )
+                    warnings.warn(_null_rows_message(p, nulls, row, self.text_column), CorpusWarning, stacklevel=2)
         else:  # pragma: no cover - guarded by callers
             raise CorpusError(f"corpus kind {self.kind!r} has no documents (it is pre-tokenized)")
+
+
+def _null_rows_message(path: Path, nulls: int, rows: int, text_column: str) -> str:
+    """The :class:`CorpusWarning` text of a Parquet file with ``nulls`` of its ``rows`` rows null in ``text_column``."""
+    return (
+        f"Parquet file {str(path)!r}: {nulls} of {rows} rows have a null {text_column!r} and are left out (no text "
+        "to train or validate on; fill or drop those rows to silence this)"
+    )
+
+
+def _footer_null_count(path: Path, text_column: str) -> int | None:
+    """Null values of ``text_column`` in a Parquet file, from its footer's row-group statistics (nothing else is
+    read); None when a row group records no null count."""
+    meta = _open_parquet(path).metadata
+    j = meta.schema.to_arrow_schema().get_field_index(text_column)
+    total = 0
+    for rg in range(meta.num_row_groups):
+        st = meta.row_group(rg).column(j).statistics
+        if st is None or not st.has_null_count:
+            return None
+        total += int(st.null_count)
+    return total
 
 
 def _hash_files(files: list[Path], extra: str) -> str:
@@ -747,7 +764,8 @@ def check_corpus(
     cache_dir: str | Path | None = None,
 ) -> SplitTokens | None:
     """Everything about a corpus that would make every run on it fail, checked cheaply, so a sweep refuses it before
-    Ray starts: file names, Parquet schemas and text column types, every text file's encoding (read in chunks,
+    Ray starts: file names, Parquet schemas and text column types (and, from the footers, a :class:`CorpusWarning`
+    counting rows with a null text, as the runs give), every text file's encoding (read in chunks,
     :data:`NOT_TEXT_FRACTION`), a token file's dtype and largest id; with ``seq_len``, also the token counts where
     :func:`split_tokens_if_cheap` knows them (a text or Parquet corpus of at most :data:`TOKENIZE_TO_CHECK_BYTES` is
     tokenized into the token cache under ``cache_dir``, which the runs reuse): both splits must hold one window of
@@ -782,6 +800,11 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
         if not isinstance(corpus, str) or not corpus:
             raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
         kind, files = _corpus_files(corpus, text_column, warn=True)
+    if kind == "parquet":  # the runs' warning for rows with a null text, said before them (from the footers only)
+        for f in files:
+            if nulls := _footer_null_count(f, text_column):
+                rows = _open_parquet(f).metadata.num_rows
+                warnings.warn(_null_rows_message(f, nulls, rows, text_column), CorpusWarning, stacklevel=3)
     if kind != "tokens":
         if tok_kind == "pretokenized":
             raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
@@ -1650,11 +1673,14 @@ def eval_windows(val: np.ndarray, seq_len: int, eval_tokens: int) -> np.ndarray:
 
 
 def implied_epochs(D: int, tokens_per_epoch: int, *, warn: bool = True) -> float:
-    """Epochs a training budget of ``D`` tokens implies; warns (UserWarning) when D exceeds the training tokens."""
+    """Epochs a training budget of ``D`` tokens implies: D / ``tokens_per_epoch`` (the targets in the training
+    split's whole windows of seq_len, :attr:`WindowSampler.tokens_per_epoch`: up to seq_len fewer than the split's
+    tokens); warns (UserWarning) when it exceeds 1."""
     ep = D / tokens_per_epoch
     if warn and ep > 1:
         warnings.warn(
-            f"D = {D} training tokens exceeds the {tokens_per_epoch} available: {ep:.2f} epochs (data repeats)",
+            f"D = {D} training tokens exceeds the {tokens_per_epoch} available (one epoch: the training split's whole "
+            f"windows of seq_len): {ep:.2f} epochs (data repeats)",
             stacklevel=2,
         )
     return ep

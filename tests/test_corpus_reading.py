@@ -144,6 +144,33 @@ def test_parquet_rows_with_a_null_text_are_counted_in_a_warning(tmp_path):
     assert not again.built and said_again == said
 
 
+def test_the_preflight_and_dry_run_count_null_text_rows_from_the_footer(tmp_path, monkeypatch):
+    """The runs said how many rows had a null text, but the pre-flight check and `run --dry-run` did not (a small
+    corpus tokenized by the pre-flight had its warnings set aside for the runs). The Parquet footers' null counts
+    now give the runs' warning, word for word, before anything trains; a file without nulls says nothing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loopscale.sweep.presets import preset_spec
+
+    texts = [None if i % 4 == 0 else f"row {i}: " + PROSE for i in range(20)]
+    f = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": texts}), f, row_group_size=7)
+    want = f"Parquet file {str(f)!r}: 5 of 20 rows have a null 'text' and are left out"
+    _, said = _corpus_warnings(lambda: D.check_corpus(str(f), "byte", 256, seq_len=32, cache_dir=tmp_path / "c"))
+    assert len(said) == 1 and said[0].startswith(want), said
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "c"))  # the runs' default token cache
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(f)})
+    corpus_notes, _ = spec._data_notes()
+    assert corpus_notes == said
+    _, built = _corpus_warnings(lambda: D.load_tokens(str(f), "byte", cache_dir=tmp_path / "c2"))
+    assert built == said  # the runs' own words
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}: " + PROSE for i in range(20)]}), clean)
+    _, said = _corpus_warnings(lambda: D.check_corpus(str(clean), "byte", 256, seq_len=32, cache_dir=tmp_path / "c"))
+    assert said == []
+
+
 def test_a_corrupt_parquet_shard_is_named(tmp_path):
     """A truncated Parquet file, alone or one shard among good ones, gave pyarrow's "Parquet magic bytes not found
     in footer" without the file's name; the message now names it and says what to do."""

@@ -100,7 +100,8 @@ def test_text_corpus_is_unknown_until_tokenized_then_matches_the_trainer(tmp_pat
     assert p["epochs_max_run"] == pytest.approx(4096 / per_epoch)
     assert p["epochs_max_run"] > 1
     w = p["data_warning"]
-    assert f"D = 4096 training tokens exceeds the {per_epoch} available" in w and "at least" not in w
+    assert f"D = 4096 training tokens exceeds the {per_epoch} available (one epoch: the training split's whole " in w
+    assert "at least" not in w and per_epoch < n  # the split's few tokens past its last whole window are not trained on
     assert w.startswith("8 of 16 runs")  # the D = 4096 half of the grid; D = 2048 fits in one pass
 
 
