@@ -16,13 +16,24 @@ _FIT_FILES = ("fit.json", "bootstrap.parquet", "phi_bootstrap.png", "identificat
               "residuals.png")
 
 
+#: The folders a ``loopscale run`` writes in its output folder (records, Tune state, logs, TensorBoard files).
+_RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard")
+
+
 def _not_a_runs_analysis(out: Path) -> None:
-    """Refuse an ``--out`` in the analysis folder of a ``loopscale run``: a folder named ``fit`` (``--out`` or one
-    above it) that holds ``analysis.json`` and whose parent holds the run's ``runs.parquet`` or ``run_meta.json``.
-    The run's report is built from analysis.json, so a fit.json replaced there would no longer be the report's.
-    Raises ValueError naming a folder to use instead."""
+    """Refuse an ``--out`` among a ``loopscale run``'s own files: in its analysis folder (a folder named ``fit``,
+    ``--out`` or one above it, that holds ``analysis.json`` and whose parent holds the run's ``runs.parquet`` or
+    ``run_meta.json``; the run's report is built from analysis.json, so a fit.json replaced there would no longer be
+    the report's), the run's folder itself (a loose fit.json beside its report reads as the run's) or one of the
+    folders it writes (:data:`_RUN_OWN_FOLDERS`). Raises ValueError naming a folder to use instead."""
     p = Path(out).resolve()
     for folder in (p, *p.parents):
+        if (folder / "run_meta.json").is_file() and (folder == p or p.relative_to(folder).parts[0] in _RUN_OWN_FOLDERS):
+            where = "is the output folder" if folder == p else f"is inside {folder / p.relative_to(folder).parts[0]}"
+            raise ValueError(
+                f"--out {out} {where} of the `loopscale run` in {folder}, whose report and fit/ folder describe its "
+                f"runs; write this fit in a folder of its own, e.g. --out {folder / 'my_fit'}"
+            )
         run = folder.parent
         if folder.name == "fit" and (folder / "analysis.json").is_file() and (
             (run / "runs.parquet").is_file() or (run / "run_meta.json").is_file()
@@ -106,7 +117,8 @@ def fit_cmd(
     out: Annotated[
         Path | None, typer.Option(
             "--out", help="Write fit.json, bootstrap.parquet and PNGs here (an earlier fit's files there are first moved "
-            "into a folder earlier_fit_<UTC time> there; the analysis folder of a `loopscale run` is refused). "
+            "into a folder earlier_fit_<UTC time> there; a `loopscale run` folder, its fit/ and the folders it writes "
+            "are refused). "
             "`loopscale report` is for a `loopscale run` folder, not for this one.",
         )
     ] = None,
@@ -266,6 +278,7 @@ def fit_cmd(
         "  "
         + "  ".join(
             f"{k} = {v:.5g}"
+            + (" (edge)" if k in fit.on_bound else "")
             + (
                 f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]" + ("*" if k in outside else "")
                 if boot and k in boot.ci and not boot.no_interval_reason

@@ -467,6 +467,14 @@ def test_fit_cli_refuses_an_out_in_a_runs_analysis_folder(tmp_path):
         assert "the analysis of the `loopscale run`" in res.output and f"--out {run / 'my_fit'}" in res.output
     assert (run / "fit" / "baseline" / "fit.json").read_text() == '{"mine": 1}'
     assert sorted(p.name for p in (run / "fit").rglob("*")) == ["analysis.json", "baseline", "fit.json"]
+    # the run folder itself and the folders `run` writes (a loose fit.json beside the run's report read as the run's)
+    (run / "logs").mkdir()
+    for target, where in ((run, "is the output folder"), (run / "logs", f"is inside {run / 'logs'}"),
+                          (run / "parts" / "x", f"is inside {run / 'parts'}")):  # fmt: skip
+        res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(target)])
+        assert res.exit_code == 2, res.output
+        assert f"{where} of the `loopscale run` in {run}" in res.output and f"--out {run / 'my_fit'}" in res.output
+    assert not (run / "fit.json").exists() and not list((run / "logs").iterdir()) and not (run / "parts").exists()
     res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(run / "my_fit")])
     assert res.exit_code == 0, res.output
     # any other folder with an analysis.json of its own (a common name) above it is not a run's analysis
@@ -973,3 +981,23 @@ def test_the_variant_comparison_lends_plain_r1_runs_as_the_variant_fits_do():
     assert got["comparisons"]["trunc_bptt"]["delta_phi"] == pytest.approx(
         want["comparisons"]["trunc_bptt"]["delta_phi"], abs=1e-6)
     assert got["comparisons"]["trunc_bptt"]["delta_phi"] == pytest.approx(-0.4, abs=0.1)
+
+def test_fit_cli_marks_a_parameter_on_the_box_edge_where_it_prints_it(tmp_path):
+    """A parameter on the search-box edge was printed as a fitted value ('phi = -3') and named only at the end of
+    the next line (on_bound = [...]); its value now carries '(edge)' where it is printed, and only those do."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    t = _base_joint()
+    t.loc[t["r"] > 1, "loss"] += 0.5  # looped runs far worse than any phi explains: phi runs to the edge
+    t.to_csv(tmp_path / "runs.csv", index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "runs.csv"), "--starts", "10"])
+    assert res.exit_code == 0, res.output
+    js = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "runs.csv"), "--starts", "10", "--json"])
+    on_bound = _json.loads(js.output)["on_bound"]
+    assert "phi" in on_bound
+    params = next(ln for ln in res.output.splitlines() if ln.lstrip().startswith("E = "))
+    for k in ("E", "A", "alpha", "B", "beta", "phi"):
+        value = params.split(f"{k} = " if k == "E" else f"  {k} = ", 1)[1].split("  ", 1)[0]
+        assert value.endswith(" (edge)") == (k in on_bound), (k, params)
