@@ -224,7 +224,7 @@ def run_pipeline(
         loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.lr_search.TuneInterrupted: stopped by Ctrl-C;
             the state is saved, rerun with ``resume=True``.
     """
-    from loopscale.cluster.storage import read_json_or_aside, write_text_atomic
+    from loopscale.cluster.storage import new_aside_folder, read_json_or_aside, write_text_atomic
     from loopscale.fit.analysis import FIT_RULES_VERSION, analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep import console
@@ -233,7 +233,7 @@ def run_pipeline(
     from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import record_folder_spec
     from loopscale.sweep.status import mark_started
-    from loopscale.sweep.store import ResultsStore
+    from loopscale.sweep.store import REPORT_OUTPUTS, ResultsStore
     from loopscale.sweep.tracking import parse_track
 
     cluster = cluster or ClusterOptions()
@@ -314,6 +314,13 @@ def run_pipeline(
             if before and made != FIT_RULES_VERSION and ana.is_file():
                 log(f"[3/4] fit: the folder's fit follows fit rules version {made}, this loopscale's are version "
                     f"{FIT_RULES_VERSION}: refitting")
+            if before and ana.is_file():  # a finished fit of other runs, settings or rules: kept, not replaced
+                aside = new_aside_folder(out, "earlier_fit")
+                moved = [n for n in REPORT_OUTPUTS if (out / n).exists()]
+                for n in moved:
+                    (out / n).rename(aside / n)
+                log(f"[3/4] fit: the earlier fit ({', '.join(f'{k} {v}' for k, v in before.items() if k != 'runs_sha256')}"
+                    f") and its report moved to {aside} ({', '.join(moved)})")
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
             # until the fit ends, fit/ is no finished fit's (the analysis rewrites a variant's files as it goes): a
             # rerun refits whatever its settings, and status calls the fit stage unfinished, also after Ctrl-C
@@ -398,8 +405,8 @@ def corpus_epochs(spec) -> dict:
                 implied_epochs(d_t[i][0], per_epoch[i])
             msg = str(caught[0].message)
         else:  # n is an upper bound on the corpus: a lower bound on the epochs
-            msg = (f"D = {d_t[i][0]} training tokens exceeds the at most {per_epoch[i]} available: at least "
-                   f"{epochs[i]:.2f} epochs (data repeats)")  # fmt: skip
+            msg = (f"D = {d_t[i][0]} training tokens exceeds the at most {per_epoch[i]} available (one epoch: the "
+                   f"training split's whole windows of seq_len): at least {epochs[i]:.2f} epochs (data repeats)")  # fmt: skip
         many = sum(e > 1 for e in epochs)
         out["data_warning"] = (f"{many} of {len(runs)} runs would repeat the training data (more than one epoch); "
                                f"the run that repeats it most: {msg}")

@@ -492,8 +492,9 @@ def _stopped_time(record: dict | None, progress: dict | None, walls: dict, tm: d
 
 def set_aside_folders(out: Path) -> list[dict]:
     """The folders earlier commands moved aside in ``out`` and kept (never read again by loopscale, never deleted
-    by it): ``earlier_<UTC time>/`` of ``sweep --force`` (earlier runs' records, checkpoints, fit and report) and
-    ``<fit folder>/earlier_fit_<UTC time>/`` of a refit (an earlier fit's files). Each: ``path`` (relative to
+    by it): ``earlier_<UTC time>/`` of ``sweep --force`` (earlier runs' records, checkpoints, fit and report),
+    ``earlier_fit_<UTC time>/`` of a ``run`` that refitted a finished fit (its ``fit/`` and report) and
+    ``<fit folder>/earlier_fit_<UTC time>/`` of a ``fit --out`` (an earlier fit's files). Each: ``path`` (relative to
     ``out``), ``bytes`` (on disk, files only) and ``runs`` (rows of its runs.parquet; None without one), oldest
     first."""
     import pyarrow.parquet as pq

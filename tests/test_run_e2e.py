@@ -135,6 +135,12 @@ def test_a_fit_made_under_other_fit_rules_is_said_and_refitted_on_resume(smoke_r
     assert (old / "runs.parquet").read_bytes() == runs  # nothing trained
     assert json.loads((old / "fit" / "analysis.json").read_text())["fit_rules"] == FIT_RULES_VERSION
     assert "Made under other fit rules" not in (old / "report.md").read_text()
+    # the earlier fit and its report are kept, not replaced (the refit replaced them without a copy)
+    aside = [d for d in old.iterdir() if d.name.startswith("earlier_fit_")]
+    assert len(aside) == 1 and sorted(x.name for x in aside[0].iterdir()) == ["fit", "loss_vs_compute.png", "report.md"]
+    assert "fit_rules" not in json.loads((aside[0] / "fit" / "analysis.json").read_text())
+    assert "Made under other fit rules" in (aside[0] / "report.md").read_text()
+    assert f"and its report moved to {aside[0]} (fit, report.md, loss_vs_compute.png)" in p.stdout + p.stderr
 
 
 def test_resume_after_a_stop_between_the_last_run_and_runs_parquet(smoke_run, tmp_path):

@@ -497,9 +497,9 @@ def test_commands_run_one_by_one_are_each_timed(started):
 
 
 def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
-    """Ctrl-C in the fit stage of a rerun with other fit settings: the earlier fit's analysis.json and report.md
-    are still there, but status says the run stopped in the fit stage and gives the command that continues it
-    (it said "finished, stage done", with the earlier fit's headline as if it were the new one's)."""
+    """Ctrl-C in the fit stage of a rerun with other fit settings: status says the run stopped in the fit stage and
+    gives the command that continues it (it said "finished, stage done", with the earlier fit's headline as if it
+    were the new one's). The earlier fit's analysis.json and report.md are kept whole in a folder of their own."""
     spec = preset_spec("smoke")
     store = ResultsStore(started)
     for c in spec.cells():
@@ -530,7 +530,12 @@ def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
     text = format_status(st)
     assert text[0].endswith("— stopped, stage fit")
     assert text[-1].startswith("to continue (finished runs are kept): loopscale run --preset smoke")
-    assert "fit (an earlier fit's; the fit stage started since has not ended): baseline: phi = 0.500" in text[-2]
+    # the earlier fit and its report were moved aside whole before the refit started (a refit stopped half-way had
+    # rewritten some of its files), and status names where
+    aside = [d for d in started.iterdir() if d.name.startswith("earlier_fit_")]
+    assert len(aside) == 1 and json.loads((aside[0] / "fit" / "analysis.json").read_text()) == earlier
+    assert (aside[0] / "report.md").read_text() == "# an earlier fit's report\n"
+    assert f"{aside[0].name}/" in text[-2] and text[-2].startswith("set aside by earlier commands")
 
 
 def test_a_spec_storage_out_of_reach_is_said_not_skipped(tmp_path, s3_offline):
