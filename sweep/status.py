@@ -218,47 +218,30 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-RUNS_TABLE_KEYS = ("run_id", "status")
-"""The columns every loopscale runs table (``runs.parquet``, a part file) has, and :func:`_records` reads."""
-
-
 def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:
-    """{run id: newest record} over ``runs.parquet`` and the part files (unreadable files are skipped, not moved,
-    and described in ``unreadable`` when a list is given).
+    """{run id: newest record} of the folder's runs, read as the commands that write there read them
+    (:meth:`loopscale.sweep.store.ResultsStore.recorded`) but changing nothing (:func:`loopscale.sweep.store.look_only`):
+    an unreadable file, or a runs part without its curves part, is read as no record and described in ``unreadable``
+    when a list is given (the next command there moves it aside).
 
     Raises:
-        NotAnOutput: a readable file there without the columns ``run_id`` and ``status`` (e.g. a table another
-            program wrote as ``runs.parquet``): it is not a loopscale runs table, and its rows are no runs.
+        NotAnOutput: a readable file there without the columns of a loopscale runs table (``run_id``, ``status``;
+            e.g. a table another program wrote as ``runs.parquet``): its rows are no runs.
     """
-    import pyarrow.parquet as pq
+    from loopscale.sweep.store import ForeignTableError, ResultsStore, look_only
 
-    files = [out / "runs.parquet", *sorted((out / "parts" / "runs").glob("*.parquet"))]
-    best: dict[str, dict] = {}
-    for f in files:
-        if not f.is_file():
-            continue
-        try:
-            table = pq.read_table(f)
-        except Exception as e:  # a torn file: the writing command moves it aside itself
-            if unreadable is not None:
-                why = str(e).splitlines()[0] if str(e) else type(e).__name__
-                unreadable.append(f"{f.relative_to(out)} ({why})")
-            continue
-        lacks = [c for c in RUNS_TABLE_KEYS if c not in table.column_names]
-        if lacks:
-            cols = ", ".join(table.column_names[:10]) + (", ..." if table.num_columns > 10 else "")
-            raise NotAnOutput(
-                f"{f} is not a loopscale runs table: it has no {' or '.join(lacks)} column (its columns: "
-                f"{cols or 'none'}); give the --out folder of a `loopscale run`, `sweep` or `tune-lr`, or move that "
-                "file out of the folder"
-            )
-        rows = table.to_pylist()
-        for row in rows:
-            cur = best.get(row["run_id"])
-            t = row.get("finished_at")
-            if cur is None or (t is not None and (cur.get("finished_at") is None or t >= cur["finished_at"])):
-                best[row["run_id"]] = row
-    return best
+    try:
+        with look_only() as seen:
+            recs = ResultsStore(out).recorded()
+    except ForeignTableError as e:
+        raise NotAnOutput(
+            f"{e.path} is not a loopscale runs table: it has no {' or '.join(e.lacks)} column (its columns: "
+            f"{', '.join(e.columns[:10]) + (', ...' if len(e.columns) > 10 else '') or 'none'}); give the --out folder "
+            "of a `loopscale run`, `sweep` or `tune-lr`, or move that file out of the folder"
+        ) from None
+    if unreadable is not None:
+        unreadable.extend(seen)
+    return recs
 
 
 def _planned(out: Path):
@@ -945,8 +928,7 @@ def format_status(st: dict) -> list[str]:
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     lines += [f"{head}: {h}" for h in st["fit"]]
     if st.get("unreadable"):
-        lines.append(f"unreadable, read as no runs (the next command there moves them aside and counts their runs as "
-                     f"unfinished): {'; '.join(st['unreadable'])}")  # fmt: skip
+        lines.append(f"unreadable, read as no runs: {'; '.join(st['unreadable'])}")
     if st.get("set_aside"):
         kept = "; ".join(_set_aside_line(a) for a in st["set_aside"])
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")

@@ -222,8 +222,22 @@ def look_only() -> Iterator[list[str]]:
 
 class ForeignTableError(ValueError):
     """A Parquet file under a loopscale results name (runs.parquet, curves.parquet, their parts: a schema with
-    ``run_id``) that is readable but lacks the ``run_id`` column: someone else's table, which is neither read as
-    runs nor moved aside."""
+    ``run_id``) that is readable but lacks a column every such table has (:data:`RESULTS_TABLE_KEYS`): someone
+    else's table, which is neither read as runs nor moved aside. ``path``, ``lacks`` (the missing columns) and
+    ``columns`` (the file's) say which."""
+
+    def __init__(self, path: Path, lacks: list[str], columns: list[str]):
+        self.path, self.lacks, self.columns = Path(path), list(lacks), list(columns)
+        shown = ", ".join(columns[:10]) + (", ..." if len(columns) > 10 else "")
+        super().__init__(
+            f"{path} is not a loopscale results table (no {' or '.join(lacks)} column; its columns: {shown or 'none'}"
+            "): it is not from a loopscale command; give another --out, or move it away (nothing was changed)"
+        )
+
+
+RESULTS_TABLE_KEYS = ("run_id", "status", "step")
+"""The columns a results table has when its schema has them: ``run_id`` and ``status`` (runs), ``run_id`` and
+``step`` (curves); a file without them is not a loopscale results table (:class:`ForeignTableError`)."""
 
 
 def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
@@ -237,12 +251,10 @@ def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
 
     try:
         names = pq.read_schema(path).names
-        if "run_id" in schema.names and "run_id" not in names:  # a results table (not e.g. the LR table)
-            raise ForeignTableError(
-                f"{path} is not a loopscale results table (no run_id column; its columns: {names[:8]}"
-                f"{' ...' if len(names) > 8 else ''}): it is not from a loopscale command; give another --out, or "
-                "move it away (nothing was changed)"
-            )
+        if "run_id" in schema.names:  # a results table (not e.g. the LR table)
+            lacks = [c for c in RESULTS_TABLE_KEYS if c in schema.names and c not in names]
+            if lacks:
+                raise ForeignTableError(path, lacks, names)
         return pq.read_table(path, schema=schema)
     except ForeignTableError:
         raise
@@ -480,7 +492,7 @@ class ResultsStore:
             why = f"its curves part {cpart} is missing or unreadable"
             orphans.add(part)
             if (seen := _LOOK_ONLY.get()) is not None:
-                seen.append(f"{part}: {why}: the command would move it aside and retrain its run")
+                seen.append(f"{part}: {why}: the command would move it aside and count its run as unfinished")
             else:
                 move_aside(str(part), why)
         return orphans

@@ -398,14 +398,14 @@ def test_a_foreign_runs_parquet_is_refused_as_not_a_results_table(tmp_path):
     out.mkdir()
     pq.write_table(pa.table({"text": ["a sentence", "another one"]}), out / "runs.parquet")
     before = _tree(out)
-    with pytest.raises(ForeignTableError, match=r"runs.parquet is not a loopscale results table \(no run_id column; "
-                                                r"its columns: \['text'\]\)"):  # fmt: skip
+    with pytest.raises(ForeignTableError, match=r"runs.parquet is not a loopscale results table \(no run_id or status "
+                                                r"column; its columns: text\)"):  # fmt: skip
         ResultsStore(out).recorded()
     res = _dry(out)
-    assert res.returncode == 2 and "is not a loopscale results table (no run_id column" in json.loads(res.stdout)["refused"]
+    assert res.returncode == 2 and "is not a loopscale results table (no run_id or status column" in json.loads(res.stdout)["refused"]
     res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "--preset", "smoke", "--out", str(out)],
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "is not a loopscale results table (no run_id column" in res.stderr
+    assert "is not a loopscale results table (no run_id or status column" in res.stderr
     assert "None (r None" not in res.stdout + res.stderr
     assert _tree(out) == before

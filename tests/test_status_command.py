@@ -630,7 +630,28 @@ def test_status_names_an_unreadable_runs_file(tmp_path):
 
     (tmp_path / "runs.parquet").write_text("my notes")
     st = collect_status(tmp_path)
-    assert st["unreadable"] and st["unreadable"][0].startswith("runs.parquet (")
-    assert any(ln.startswith("unreadable, read as no runs (the next command there moves them aside")
+    assert st["unreadable"] and st["unreadable"][0].startswith(f"{tmp_path / 'runs.parquet'} is unreadable (")
+    assert any(ln.startswith("unreadable, read as no runs: ") and "the command would move it aside" in ln
                for ln in format_status(st))  # fmt: skip
     assert (tmp_path / "runs.parquet").read_text() == "my notes"
+
+
+def test_status_counts_runs_as_the_next_command_will(tmp_path):
+    """Status read every runs part as a finished run, also one whose curves part is missing (a crash between the
+    two writes), which the next `run` or `sweep` moves aside and counts as unfinished: status said '16 ok' where
+    the rerun had 15. It now reads the folder as those commands do (the results store, changing nothing)."""
+    from loopscale.sweep.status import collect_status, format_status
+
+    spec = preset_spec("smoke")
+    store = ResultsStore(tmp_path)
+    for c in spec.cells():
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    lost = spec.cells()[3].run_id
+    (store.curves_parts / f"{lost}.parquet").unlink()
+    before = sorted(p.name for p in store.runs_parts.iterdir())
+    st = collect_status(tmp_path)
+    assert st["runs"]["ok"] == len(spec.cells()) - 1, st["runs"]
+    assert len(st["unreadable"]) == 1 and st["unreadable"][0].startswith(f"{store.runs_parts / lost}.parquet: its curves part")
+    assert any(ln.startswith("unreadable, read as no runs: ") for ln in format_status(st))
+    assert sorted(p.name for p in store.runs_parts.iterdir()) == before  # nothing moved
+    assert set(store.completed_ids()) == {c.run_id for c in spec.cells()} - {lost}  # what the next command reads
