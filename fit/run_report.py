@@ -346,8 +346,9 @@ def _unidentified_caveat(what: str, use: str = "these numbers evaluate the law a
 def _provenance(meta: dict) -> list[str]:
     """The lines under the title naming the commands of ``run_meta.json``: "Produced by" the command whose fit the
     report shows (``fit_command``), then the command that started the folder and the last one that ran in it when
-    they are others. A folder written before ``fit_command`` was recorded: "Produced by" the command that started
-    it, and the last one when another."""
+    they are others, and the versions the fit was made with (``fit_versions``, ``loopscale --version``'s line) when
+    recorded. A folder written before ``fit_command`` was recorded: "Produced by" the command that started it, and
+    the last one when another."""
     first, last, fit = meta.get("command"), meta.get("last_command"), meta.get("fit_command")
     if not fit:
         return [f"Produced by `{first}`.\n"] * bool(first) + [f"Last continued with `{last}`.\n"] * bool(
@@ -358,6 +359,8 @@ def _provenance(meta: dict) -> list[str]:
         L.append(f"Started with `{first}`.\n")
     if last and last not in (fit, first):
         L.append(f"Last continued with `{last}`.\n")
+    if meta.get("fit_versions"):
+        L.append(f"Fitted with {meta['fit_versions']}; each run's versions are in runs.parquet (`versions`).\n")
     return L
 
 

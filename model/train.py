@@ -423,6 +423,21 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
 # --------------------------------------------------------------------------------------------------------
 
 
+def run_versions() -> dict[str, str]:
+    """The versions a run's result records (``versions``; runs.parquet's ``versions`` column as JSON): loopscale's
+    (from its installed metadata; ``"unknown"`` when run from a source tree that is not installed), torch's, NumPy's
+    and Python's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    try:
+        own = version("loopscale")
+    except PackageNotFoundError:
+        own = "unknown"
+    return {"loopscale": own, "torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]}
+
+
 def _rng_state() -> dict:
     """Global RNG states as tensors / plain types (loadable with weights_only=True, no allow-listing)."""
     import torch
@@ -1047,7 +1062,7 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
         num_threads=threads,
         device=str(device),
         compiled=bool(cfg.compile) and compile_fallback(cfg.compile, device) is None,
-        versions={"torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]},
+        versions=run_versions(),
         optimizer_assignment=assignment,
         micro_batch_ids=micro_ids,
         data_digest=digest,

@@ -20,6 +20,42 @@ app = typer.Typer(
 )
 
 
+#: The packages ``loopscale --version`` names beside loopscale's own version (the ones a run's numbers depend on).
+VERSION_PACKAGES = ("torch", "ray", "optuna", "pyarrow", "numpy", "scipy")
+
+
+def version_line() -> str:
+    """``loopscale <version>`` with the installed versions of :data:`VERSION_PACKAGES` and Python, read from the
+    installed distributions' metadata (nothing is imported)."""
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    deps = ", ".join(f"{n} {v(n)}" for n in VERSION_PACKAGES)
+    return f"loopscale {v('loopscale')} ({deps}, python {sys.version.split()[0]})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True,
+        help="Print loopscale's version and those of torch, Ray, Optuna, pyarrow, NumPy, SciPy and Python, then exit.",
+    ),
+) -> None:
+    pass
+
+
 def _register() -> None:
     from loopscale.cluster.options import present_errors
     from loopscale.fit import cli as fit_cli

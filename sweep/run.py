@@ -228,6 +228,7 @@ def run_pipeline(
     from loopscale.fit.analysis import FIT_RULES_VERSION, analyze, file_digest
     from loopscale.fit.run_report import build_report
     from loopscale.sweep import console
+    from loopscale.sweep.cli import version_line
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.lr_table import lr_table_present
@@ -342,6 +343,7 @@ def run_pipeline(
                 )
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
                 meta["fit_command"] = command  # the report names it: the fit it shows is this command's
+                meta["fit_versions"] = version_line()  # and the loopscale (and libraries) that made it
                 del meta["fit_unfinished"]
 
     if need_ray:

@@ -79,3 +79,19 @@ def test_help_texts_speak_of_the_command_line():
     assert "are this command's own flags" not in info and "`train` takes its training settings" in info
     res = CliRunner().invoke(app, ["model", "info", "--preset", "smoke", "--d-model", "16"])
     assert res.exit_code == 2 and "'smoke' is a sweep preset, configs/smoke.yaml" in res.output
+
+
+def test_version_names_loopscale_and_the_libraries_its_numbers_depend_on():
+    """There was no `loopscale --version`: a researcher reporting a result could not say which loopscale (and which
+    torch, Ray, Optuna) made it without pip. It prints the installed versions, read from package metadata."""
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "--version"], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    line = res.stdout.strip()
+    assert line.startswith(f"loopscale {version('loopscale')} (torch {version('torch')}, ray {version('ray')}, "
+                           f"optuna {version('optuna')}, pyarrow {version('pyarrow')}, ")  # fmt: skip
+    assert line.endswith(f", python {sys.version.split()[0]})") and "not installed" not in line

@@ -452,6 +452,7 @@ def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monk
     from loopscale.fit import analysis
     from loopscale.fit.run_report import build_report
     from loopscale.sweep import run as run_mod
+    from loopscale.sweep.cli import version_line
     from loopscale.sweep.spec import load_spec
 
     out = tmp_path / "O"
@@ -462,14 +463,22 @@ def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monk
     (out / "fit" / "analysis.json").write_text(json.dumps({**ana, "fit_rules": analysis.FIT_RULES_VERSION}))  # today's
     spec_path = out / "spec.yaml"
     fits = []
+    today = json.loads((out / "fit" / "analysis.json").read_text(encoding="utf-8"))
+
+    def analyze(runs, o, **k):  # the example's fit/ stands for each fit (a refit moves the earlier one aside)
+        fits.append(k["B"])
+        shutil.copytree(EXAMPLE / "fit", o, dirs_exist_ok=True)
+        (o / "analysis.json").write_text(json.dumps(today))
+
     monkeypatch.setattr(run_mod, "_grid_done", lambda spec, o: True)  # the example's runs stand for the grid's
-    monkeypatch.setattr(analysis, "analyze", lambda runs, o, **k: fits.append(k["B"]))  # its fit/ stands for each
+    monkeypatch.setattr(analysis, "analyze", analyze)
     a = f"loopscale run my1.yaml --out {out}"
     b = f"loopscale run my1c.yaml --out {out} --bootstrap 20 --starts 50"
     for cmd, B, starts in ((a, 100, 100), (b, 20, 50), (b + " --resume", 20, 50)):
         run_mod.run_pipeline(load_spec(spec_path), out, bootstrap=B, starts=starts, command=cmd, log=lambda s: None)
         head = build_report(out).read_text(encoding="utf-8").split("## Sweep summary")[0]
         lines = [ln for ln in head.splitlines()[1:] if ln]
+        assert lines.pop() == f"Fitted with {version_line()}; each run's versions are in runs.parquet (`versions`)."
         assert lines[0].startswith(f"Produced by `{a if cmd == a else b}`"), lines
         if cmd == a:
             assert len(lines) == 1
@@ -477,6 +486,7 @@ def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monk
             assert lines[0] == f"Produced by `{b}` (the fit shown here)."
             assert lines[1:] == [f"Started with `{a}`."] + [f"Last continued with `{cmd}`."] * (cmd != b)
     assert fits == [100, 20]  # the third command's fit settings were the second's: its fit was not redone
+    assert len([d for d in out.iterdir() if d.name.startswith("earlier_fit_")]) == 1  # the first fit, kept
 
 
 def test_each_variant_section_says_how_its_looped_runs_were_built(tmp_path):

@@ -100,6 +100,9 @@ def test_rerun_skips_every_finished_stage(smoke_run):
     # the report it wrote names it, as `loopscale report` does afterwards (it did not when every stage was skipped)
     report = (out / "report.md").read_text()
     assert f"Last continued with `loopscale run --preset smoke --out {out} --resume --json`." in report
+    from loopscale.sweep.cli import version_line
+
+    assert f"Fitted with {version_line()}; each run's versions are in runs.parquet" in report  # which loopscale fitted
 
 
 def test_a_fit_made_under_other_fit_rules_is_said_and_refitted_on_resume(smoke_run, tmp_path):

@@ -117,6 +117,9 @@ def test_run_result_and_validation(base):
     d = res.to_dict()
     json.dumps(d)
     assert d["versions"]["torch"] == torch.__version__
+    from importlib.metadata import version
+
+    assert d["versions"]["loopscale"] == version("loopscale")  # the runs record which loopscale trained them
 
 
 def test_train_run_uses_the_tested_accumulation(base, monkeypatch):
