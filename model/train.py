@@ -1014,7 +1014,6 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
     """The :class:`RunResult` of one run (or one ensemble member, whose ``cfg`` carries its seeds): the run's
     definition and accounting from ``cfg`` and the corpus ``data``, its measurements from the keywords (losses in
     nats/token, D in tokens, times in seconds; ``peak`` = (peak FLOP/s or None, its source))."""
-    import torch
 
     from loopscale.model.accounting import flops_per_token, n_once, n_rec, n_unique
     from loopscale.model.looped import compile_fallback
