@@ -306,6 +306,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         _prepare,
         _save_newest_two,
         checkpoint_key,
+        compile_time_note,
         make_result,
         peak_flops,
         throughput,
@@ -403,6 +404,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         log_every = max(1, steps_total // 100)
         params = list(model.parameters())
         cur_lr, tok_trained, t_train = cfg.lr, 0, 0.0
+        t_first = None  # this attempt's first step (s): with torch.compile it holds the compilation
 
         def write_ckpt(done: int):
             t0 = time.perf_counter()
@@ -500,6 +502,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             t2 = time.perf_counter()
             times["optimizer"] += t2 - t1
             t_train += t2 - t0
+            t_first = t2 - t0 if t_first is None else t_first
             tok_trained += B
             done = step + 1
             # the last step takes the same branches as every other (as train_run): evaluated, logged, checkpointed
@@ -550,6 +553,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
     tps = throughput(train_before, tok_trained, t_train)
     mfu = (k * Fpt * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
+    if note := compile_time_note(cfg, device, tps, tok_trained, t_train, t_first, B):  # per member, as train_run's
+        run_warnings = [*run_warnings, note]
     out = []
     for i, mc in enumerate(member_cfgs):
         fv = finals[i]

@@ -61,6 +61,15 @@ class TornCheckpointError(CheckpointError):
     """A checkpoint file that cannot be read at all (0 bytes, truncated by a crash, not a torch archive)."""
 
 
+MAX_SEED = 2**32 - 1
+"""The largest ``seed`` / ``data_seed`` (torch's and NumPy's generators take larger ones, but a seed past 2**63
+overflowed inside torch after the run had started; 2**32 seeds are more than any sweep draws)."""
+
+MAX_SEED_COUNT = 100_000
+"""The largest seed count (``--seeds k``, a spec's ``seeds: k``): a larger one is taken for a typo (a count of
+10**20 ended in an OverflowError traceback, a count of 10**9 would build a list of a billion seeds)."""
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -215,8 +224,8 @@ class RunConfig:
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be None or > 0, got {self.grad_clip!r}")
         for name in ("seed", "data_seed"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+            if not _is_int(getattr(self, name)) or not 0 <= getattr(self, name) <= MAX_SEED:
+                raise ValueError(f"{name} must be an integer in [0, {MAX_SEED}], got {getattr(self, name)!r}")
         if not _is_int(self.eval_tokens) or self.eval_tokens < 1:
             raise ValueError(f"eval_tokens must be a positive integer, got {self.eval_tokens!r}")
         for name in ("eval_every_steps", "checkpoint_every_steps"):

@@ -190,7 +190,8 @@ def _parse_seeds(text: str) -> list[int]:
     """``--seeds``: ``"k"`` -> [0, ..., k-1]; ``"a,b,c"`` -> [a, b, c].
 
     Raises:
-        ValueError: not a count >= 1 or a list of distinct integers >= 0.
+        ValueError: not a count in [1, :data:`~loopscale.model.train.MAX_SEED_COUNT`] or a list of distinct integers
+            in [0, :data:`~loopscale.model.train.MAX_SEED`].
     """
     parts = [p.strip() for p in text.split(",")]
     if len(parts) > 1 and "" in parts:  # "1,,2" or "1,2,": a missing entry, not a list of two
@@ -200,12 +201,16 @@ def _parse_seeds(text: str) -> list[int]:
         vals = [int(p) for p in parts]
     except ValueError:
         vals = []
+    from loopscale.model.train import MAX_SEED, MAX_SEED_COUNT
+
     if len(vals) == 1 and "," not in text:
-        if vals[0] < 1:
-            raise ValueError(f"--seeds {text}: a count must be >= 1 (e.g. --seeds 4 for seeds 0,1,2,3)")
+        if not 1 <= vals[0] <= MAX_SEED_COUNT:
+            raise ValueError(f"--seeds {text}: a count must be in [1, {MAX_SEED_COUNT}] (e.g. --seeds 4 for seeds "
+                             f"0,1,2,3; one run with seed s: --seed s)")  # fmt: skip
         return list(range(vals[0]))
-    if not vals or min(vals) < 0 or len(set(vals)) != len(vals):
-        raise ValueError(f"--seeds {text}: give a count k (seeds 0..k-1) or distinct integers >= 0, e.g. 0,3,7")
+    if not vals or min(vals) < 0 or max(vals) > MAX_SEED or len(set(vals)) != len(vals):
+        raise ValueError(f"--seeds {text}: give a count k (seeds 0..k-1) or distinct integers in [0, {MAX_SEED}], "
+                         "e.g. 0,3,7 (one run with seed s: --seed s)")  # fmt: skip
     return vals
 
 
@@ -224,7 +229,9 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
             "FLOPs per member",
             err=True,
         )
-    results = train_ensemble(run, members)
+    shown = _ShownWarnings()
+    with shown:
+        results = train_ensemble(run, members)
     rows = [{k: r.to_dict()[k] for k in JSON_KEYS} for r in results]
     for o in rows:
         o["warnings"] = [*notes, *o["warnings"]]
@@ -237,8 +244,14 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
                 f"diverged at step {o['diverged_step']}")
             typer.echo(f"seed {o['seed']:>4}: {o['status']}, {loss}")
         o = rows[0]
-        typer.echo(f"per member: D {o['D']} tokens, C {o['C']:.4g} FLOPs, {o['tokens_per_s']:,.0f} tokens/s; "
+        tps = o["tokens_per_s"]
+        rate = f"{tps:,.0f} tokens/s" if tps is not None and math.isfinite(tps) else "tokens/s not measured"
+        typer.echo(f"per member: D {o['D']} tokens, C {o['C']:.4g} FLOPs, {rate}; "
                    f"the ensemble: {o['wall_s']:.1f} s wall, MFU {o['mfu'] if o['mfu'] is None else round(o['mfu'], 3)}")
+        # the run's warnings it recorded without showing them (roundings of D, compile time), as a single run says them
+        for w in dict.fromkeys(w for r in rows for w in r["warnings"]):
+            if w not in notes and w not in shown.messages:
+                typer.echo(f"warning: {w}", err=True)
     if any(r.status != "ok" for r in results):
         raise typer.Exit(code=1)
 

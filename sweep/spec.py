@@ -301,9 +301,12 @@ class SweepSpec(_Strict):
                     f"seeds{' (or a mapping r -> either)' if not where else ''}; got {x!r}"
                 )
             if isinstance(x, int):
-                if x < 1:
+                from loopscale.model.train import MAX_SEED_COUNT
+
+                if not 1 <= x <= MAX_SEED_COUNT:
                     raise ValueError(
-                        f"seeds{where} as a count must be >= 1 (e.g. seeds: 4 for [0, 1, 2, 3]), got {x}"
+                        f"seeds{where} as a count must be in [1, {MAX_SEED_COUNT}] (e.g. seeds: 4 for [0, 1, 2, 3]), "
+                        f"got {x}"
                     )
                 return list(range(x))
             return x
@@ -420,8 +423,10 @@ class SweepSpec(_Strict):
             where = f"[{r}]" if isinstance(self.seeds, dict) else ""
             if not got:
                 raise ValueError(f"seeds{where} must be non-empty, e.g. [0] or a count such as 4")
-            if len(set(got)) != len(got) or any(x < 0 for x in got):
-                raise ValueError(f"seeds{where} must be distinct integers >= 0, got {got}")
+            from loopscale.model.train import MAX_SEED
+
+            if len(set(got)) != len(got) or any(not 0 <= x <= MAX_SEED for x in got):
+                raise ValueError(f"seeds{where} must be distinct integers in [0, {MAX_SEED}], got {got}")
         if self.ladder and 1 not in self.r:
             raise ValueError(
                 "ladder adds plain r = 1 models next to r = 1 of the grid: put 1 in r (e.g. r: [1, 2, 4, 8])"

@@ -140,6 +140,9 @@ def _bad(mutate):
         (lambda d: d.update(seeds=2.5), "seeds: seeds must be a count (an integer >= 1, e.g. 4 for [0, 1, 2, 3]) "
                                         "or a list of integer seeds (or a mapping r -> either); got 2.5"),
         (lambda d: d.update(seeds={1: 2, 2: "two"}), "seeds[2] must be a count"),
+        # a count of 10**20 (a typo) ended in an OverflowError traceback; a seed past 2**63 overflowed inside torch
+        (lambda d: d.update(seeds=10**20), "seeds: seeds as a count must be in [1, 100000]"),
+        (lambda d: d.update(seeds=[0, 2**64]), "seeds must be distinct integers in [0, 4294967295], got [0, "),
         # a NaN LR failed inside Ray (and the command still exited 0); an infinite bound crashed the sampler
         (lambda d: d["tune"].update(lr_values=[0.01, float("nan")]), "tune.lr_values must be a non-empty list of finite"),
         (lambda d: d["tune"].update(lr_max=float("inf")), "tune.lr_max must be a finite LR, got inf"),

@@ -284,9 +284,18 @@ def test_train_cli_json(trainer_corpus_dir, trainer_cache_dir):
     assert members[0]["final_val_loss"] != members[1]["final_val_loss"]
     text = CliRunner().invoke(app, [*common, "--tokens", "256", "--seeds", "2"])
     assert text.exit_code == 0 and "seed    0: ok, final_val_loss " in text.output and "seed    1: ok" in text.output
-    for seeds, msg in (("0,0", "distinct integers"), ("0", "a count must be >= 1"), ("a,b", "give a count k")):
+    # an ensemble says the run's warnings as a single run does (they were only in its --json output)
+    text = CliRunner().invoke(app, [*common, "--tokens", "300", "--seeds", "2"])
+    assert text.exit_code == 0 and "warning: tokens=300 rounded to D=256 (whole steps of batch_tokens=128)" in text.output
+    assert text.output.count("warning: tokens=300 rounded") == 1  # once, not once per member
+    for seeds, msg in (("0,0", "distinct integers"), ("0", "a count must be in [1, 100000]"), ("a,b", "give a count k"),
+                       ("0", "one run with seed s: --seed s"), ("99999999999999999999", "a count must be in [1, 100000]"),
+                       ("0,99999999999999999999", "distinct integers in [0, 4294967295]")):  # fmt: skip
         bad = CliRunner().invoke(app, [*common, "--tokens", "256", "--seeds", seeds])
-        assert bad.exit_code == 2 and msg in bad.output, bad.output
+        assert bad.exit_code == 2 and msg in " ".join(bad.output.split()), bad.output
+        assert "training" not in bad.output  # refused before anything starts
+    bad = CliRunner().invoke(app, [*common, "--tokens", "256", "--seed", str(2**64)])  # overflowed inside torch
+    assert bad.exit_code == 2 and "seed must be an integer in [0, 4294967295]" in bad.output, bad.output
     bad = CliRunner().invoke(app, [*common, "--tokens", "256", "--seeds", "2", "--seed", "1"])
     assert bad.exit_code == 2 and "not both" in bad.output
 
