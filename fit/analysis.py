@@ -27,13 +27,16 @@ from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
 
-FIT_RULES_VERSION = 2
+FIT_RULES_VERSION = 3
 """Version of the rules by which the analysis turns runs into numbers and verdicts: the fitter's settings, the
 bootstrap, the identification rule, the ladder. Raise it with every change that can alter a finished analysis's
 parameters, intervals or verdict (not with report wording or figures): ``analysis.json`` records it as
 ``fit_rules``, ``loopscale run --resume`` refits a folder fitted under another version, and the report says when
 its fits follow other rules. 1: analyses that recorded none (before 2026-12-03); 2: phi_r intervals that miss by
-at most 1e-6 share a value, the per-r law fitted with the run's starts."""
+at most 1e-6 share a value, the per-r law fitted with the run's starts; 3: a per-r Chinchilla fit needs
+:data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points (it counted runs, so seeds of one cell passed as points)."""
+CHINCHILLA_MIN_POINTS = 6
+"""Distinct (N, D) points a per-r Chinchilla fit needs: more than the law's 5 parameters (E, A, alpha, B, beta)."""
 JOINT_PARAMS = 6
 """Parameters of the joint law with phi free (E, A, alpha, B, beta, phi): the fewest points it is fitted to."""
 
@@ -452,15 +455,21 @@ def analyze(
     for vname, frame in variant_frames(df).items():
         vdir = out / vname
         v: dict[str, Any] = {"n": len(frame)}
-        # per-r Chinchilla fits (Table 1); need more points than the law's 5 parameters
+        # per-r Chinchilla fits (Table 1); need more distinct (N, D) points than the law's 5 parameters: seeds of
+        # one cell are one point (with 2 sizes x 2 D and 2 seeds, 8 runs gave 4 points and an unmoved start)
         per_r = {}
         for r, sub in frame.groupby("r"):
-            if len(sub) >= 6 and sub["D"].nunique() >= 2 and sub["N_unique"].nunique() >= 2:
+            n_sizes, n_d = sub["N_unique"].nunique(), sub["D"].nunique()
+            points = len(sub[["N_unique", "D"]].drop_duplicates())
+            if points >= CHINCHILLA_MIN_POINTS and n_d >= 2 and n_sizes >= 2:
                 f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
                 per_r[str(int(r))] = fitted(json_safe(f.to_dict()))
             else:
                 per_r[str(int(r))] = skipped(
-                    FitOutcome.TOO_FEW_RUNS, f"{len(sub)} runs; need >= 6 with >= 2 sizes and >= 2 budgets"
+                    FitOutcome.TOO_FEW_RUNS,
+                    f"{len(sub)} runs at {points} distinct (N, D) point{'s' * (points != 1)} ({n_sizes} size"
+                    f"{'s' * (n_sizes != 1)}, {n_d} D); need >= {CHINCHILLA_MIN_POINTS} points with >= 2 sizes and "
+                    ">= 2 D",
                 )
         v["chinchilla_per_r"] = per_r
         if frame["r"].nunique() < 2:

@@ -269,7 +269,8 @@ def _one_point(src: pd.DataFrame) -> None:
 def chinchilla_flat_terms(data) -> list[str]:
     """What a Chinchilla fit (L = E + A N^-alpha + B D^-beta) cannot tell apart in ``data``
     (:class:`~loopscale.fit.io.FitData`): with one N the term A N^-alpha is one constant (E, A, alpha not
-    identified), with one D the term B D^-beta (E, B, beta).
+    identified), with one D the term B D^-beta (E, B, beta); with several of each but no more distinct (N, D) points
+    than the law's 5 parameters, none of them.
 
     Raises:
         ValueError: both are single (one point: nothing to fit; the report skips such per-r fits too)."""
@@ -287,7 +288,16 @@ def chinchilla_flat_terms(data) -> list[str]:
     if d.size < 2:
         out.append(f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not "
                    "identified (only E + B D^-beta is)")  # fmt: skip
+    points = len({(float(a), float(b)) for a, b in zip(data.cols["N"], data.cols["D"], strict=True)})
+    if not out and points <= CHINCHILLA_PARAMS:
+        out.append(f"the {data.n} runs lie on {points} distinct (N, D) points (seeds of one cell are one point), no "
+                   f"more than the law's {CHINCHILLA_PARAMS} parameters: the fit can pass through every point with "
+                   "many parameter sets, so none of them is identified (add sizes or token budgets)")  # fmt: skip
     return out
+
+
+CHINCHILLA_PARAMS = 5
+"""Parameters of the Chinchilla law L = E + A N^-alpha + B D^-beta."""
 
 
 def _joint_flat_terms(data) -> list[str]:

@@ -1001,3 +1001,42 @@ def test_fit_cli_marks_a_parameter_on_the_box_edge_where_it_prints_it(tmp_path):
     for k in ("E", "A", "alpha", "B", "beta", "phi"):
         value = params.split(f"{k} = " if k == "E" else f"  {k} = ", 1)[1].split("  ", 1)[0]
         assert value.endswith(" (edge)") == (k in on_bound), (k, params)
+
+
+def test_a_chinchilla_fit_on_no_more_points_than_parameters_is_not_identified(tmp_path):
+    """`fit --law chinchilla --r 4` on a grid of 2 widths x 2 D with 2 seeds (8 runs, 4 distinct (N, D) points)
+    printed A = 9.9992e5, alpha = 1.4997, beta = 1.4995 (an unmoved start) with no warning, and `loopscale run`'s
+    report fitted it too (it counted 8 runs, not 4 points). The CLI now says none of the 5 parameters is identified,
+    and the analysis skips such a per-r fit and says why; with 6 points both fit without a word."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.analysis import CHINCHILLA_MIN_POINTS, analyze
+
+    t = _base_joint().assign(N_unique=lambda d: d["N_once"] + d["N_rec"], status="ok", variant="baseline")
+    small = t[t["N_once"] < 48 * 768 * 768]  # 2 widths x 2 budgets per r: 4 points (iso-FLOP: 4 D)
+    rng = np.random.default_rng(3)
+    seeds = pd.concat([small.assign(seed=s, loss=small["loss"] + 0.003 * rng.standard_normal(len(small)))
+                       for s in (0, 1)], ignore_index=True)  # fmt: skip
+    seeds["run_id"] = [f"run{i}" for i in range(len(seeds))]
+    path = tmp_path / "runs.csv"
+    seeds.to_csv(path, index=False)
+    args = ["fit", str(path), "--law", "chinchilla", "--r", "2", "--starts", "10"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    assert "warning: the 8 runs lie on 4 distinct (N, D) points (seeds of one cell are one point), no more than the " \
+           "law's 5 parameters" in " ".join(res.output.split())  # fmt: skip
+    out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
+    assert len(out["not_identified"]) == 1
+    six = t.assign(run_id=[f"run{i}" for i in range(len(t))])  # 3 widths x 2 budgets: 6 points per r
+    six.to_csv(path, index=False)
+    out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
+    assert "not_identified" not in out
+    # the analysis of `loopscale run`: the per-r fit is skipped on 4 points, fitted on 6
+    seeds.to_parquet(tmp_path / "seeds.parquet")
+    ana = analyze(tmp_path / "seeds.parquet", tmp_path / "fit_seeds", B=0, starts=10)
+    per_r = ana["variants"]["baseline"]["chinchilla_per_r"]
+    assert per_r["2"]["skipped"] == (f"8 runs at 4 distinct (N, D) points (2 sizes, 4 D); need >= "
+                                     f"{CHINCHILLA_MIN_POINTS} points with >= 2 sizes and >= 2 D")  # fmt: skip
+    six.to_parquet(tmp_path / "six.parquet")
+    ana = analyze(tmp_path / "six.parquet", tmp_path / "fit_six", B=0, starts=10)
+    assert "params" in ana["variants"]["baseline"]["chinchilla_per_r"]["2"]
