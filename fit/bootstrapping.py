@@ -136,6 +136,21 @@ def few_resamples_note(n_ok: int | None) -> str | None:
             "`loopscale run` takes 200), and so does any verdict that weighs them")  # fmt: skip
 
 
+def box_edge_interval_note(ci: dict[str, Any]) -> str | None:
+    """The note for intervals of parameters other than phi that end on the search box's edge
+    (:func:`loopscale.fit.laws.interval_ends_on_box`), or None: at least 2.5 % of the refits ran to the edge there,
+    so the box sets that end, not the data. phi's own edge has its warning where it is read (the rule refuses it)."""
+    from loopscale.fit.laws import interval_ends_on_box
+
+    ends = {k: v for k, v in interval_ends_on_box(ci).items() if not (k == "phi" or k.startswith("phi_"))}
+    if not ends:
+        return None
+    named = ", ".join(f"{k} ({' and '.join(v)} end{'s' * (len(v) > 1)})" for k, v in ends.items())
+    return (f"the intervals of {named} end on the search-box edge: at least 2.5 % of the refits ran to the edge "
+            "there, so the box, not the data, sets those ends; the law's shape is loosely pinned down by this grid "
+            "(φ's own interval is taken over the same refits)")  # fmt: skip
+
+
 ESTIMATE_OUTSIDE_CI_NOTE = (
     "estimate outside its bootstrap interval: the data do not pin this parameter down (the resamples' fits land "
     "in another basin)"

@@ -219,6 +219,11 @@ def fit_cmd(
     fit, boot, data, variant, rep = tf.fit, tf.boot, tf.data, tf.variant, tf.replicates
     flat_terms, ident = tf.flat_terms, tf.identification
     summary = summary_dict(fit, boot)
+    if boot is not None and not boot.no_interval_reason:
+        from loopscale.fit.laws import interval_ends_on_box
+
+        if edge := interval_ends_on_box(boot.ci):  # interval ends the search box sets, not the data
+            summary["ci_on_box_edge"] = edge
     if variant is not None:
         summary["variant"] = variant
     if tf.other_variants_rows:
@@ -264,7 +269,11 @@ def fit_cmd(
         typer.echo(json.dumps(summary, allow_nan=False))
         return
     p = fit.params
-    from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE, few_resamples_note
+    from loopscale.fit.bootstrapping import (
+        ESTIMATE_OUTSIDE_CI_NOTE,
+        box_edge_interval_note,
+        few_resamples_note,
+    )
     from loopscale.fit.io import DUPLICATE_RUN_ID
 
     outside = set(boot.estimate_outside_ci) if boot is not None else set()
@@ -317,8 +326,11 @@ def fit_cmd(
             )
         if boot.no_interval_reason:
             lines.append(f"  warning: no interval: {boot.no_interval_reason}")
-        elif few := few_resamples_note(boot.B - boot.n_failed):
-            lines.append(f"  warning: {few}")
+        else:
+            if few := few_resamples_note(boot.B - boot.n_failed):
+                lines.append(f"  warning: {few}")
+            if edge := box_edge_interval_note(boot.ci):
+                lines.append(f"  note: {edge}")
     if fit.on_bound:
         lines.append(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "

@@ -33,6 +33,31 @@ PHI_BOUNDS: tuple[float, float] = (-3.0, 3.0)
 BASE_NAMES: tuple[str, ...] = ("a", "b", "e", "alpha", "beta")
 
 
+def interval_ends_on_box(ci: dict, rtol: float = 1e-6) -> dict[str, list[str]]:
+    """The ends of bootstrap intervals that lie on the search box's edge (:data:`BASE_BOUNDS`, :data:`PHI_BOUNDS`
+    for ``phi`` and ``phi_<r>``): ``{public name: ["lower"] / ["upper"] / both}``, in ``ci``'s order. ``ci`` maps
+    public names (E, A, alpha, B, beta, phi, ...) to ``(lower, upper)`` in public units (A, B, E linear: compared
+    in log space, as fitted); an end within ``rtol`` of the box's span from an edge counts. Such an end is a
+    percentile of refits of which at least 2.5 % ran to the edge: the box sets it, not the data."""
+    boxes = {"E": BASE_BOUNDS["e"], "A": BASE_BOUNDS["a"], "B": BASE_BOUNDS["b"], "alpha": BASE_BOUNDS["alpha"],
+             "beta": BASE_BOUNDS["beta"]}  # fmt: skip
+    out: dict[str, list[str]] = {}
+    for name, ends in (ci or {}).items():
+        box = boxes.get(name) or (PHI_BOUNDS if name == "phi" or str(name).startswith("phi_") else None)
+        if box is None or ends is None or len(ends) != 2 or any(e is None for e in ends):
+            continue
+        lo, hi = (float(e) for e in ends)
+        if name in ("E", "A", "B"):
+            if lo <= 0 or hi <= 0:
+                continue
+            lo, hi = np.log(lo), np.log(hi)
+        tol = rtol * (box[1] - box[0])
+        hit = [side for side, v, edge in (("lower", lo, box[0]), ("upper", hi, box[1])) if abs(v - edge) <= tol]
+        if hit:
+            out[name] = hit
+    return out
+
+
 @dataclass(frozen=True)
 class Law:
     """A Chinchilla-shaped law ``L = E + A*N_x^-alpha + B*D^-beta``; subclasses define ``N_x`` via :meth:`log_n`.

@@ -591,6 +591,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         )
         from loopscale.fit.bootstrapping import (
             ESTIMATE_OUTSIDE_CI_NOTE,
+            box_edge_interval_note,
             estimates_outside_ci,
             few_resamples_note,
         )
@@ -608,6 +609,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             L.append(f"| {k} | {_fmt(p[k])} | {_ci(ci, k)}{' †' if k in (outside or ()) else ''} |")
         if outside:
             L.append(f"\n† {ESTIMATE_OUTSIDE_CI_NOTE}.")
+        if not boot.get("no_interval_reason") and (edge := box_edge_interval_note(ci)):
+            L.append(f"\n> **Note:** {edge}.")
         L.append(
             f"\nR² = {_fmt(j['r2'], 4)}, RMSE = {_fmt(j['rmse'], 3)} nats, max |residual| = "
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "

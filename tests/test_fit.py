@@ -1040,3 +1040,38 @@ def test_a_chinchilla_fit_on_no_more_points_than_parameters_is_not_identified(tm
     six.to_parquet(tmp_path / "six.parquet")
     ana = analyze(tmp_path / "six.parquet", tmp_path / "fit_six", B=0, starts=10)
     assert "params" in ana["variants"]["baseline"]["chinchilla_per_r"]["2"]
+
+
+def test_interval_ends_on_the_search_box_edge_are_named():
+    """An interval end on the box edge (E's lower end at e^-3, alpha's upper at 2.5) is a percentile of refits that
+    ran to the edge; `fit` and the report printed it as if the data set it (a reader took 'identified' for a
+    well-pinned law). The ends are found in the fitted (log) space of A, B, E; phi's edge keeps its own warning."""
+    import math
+
+    from loopscale.fit.bootstrapping import box_edge_interval_note
+    from loopscale.fit.laws import interval_ends_on_box
+
+    ci = {"E": (math.exp(-3), 1.9), "A": (10.0, math.exp(35)), "alpha": (0.1, 2.5), "B": (7.0, 2e3),
+          "beta": (0.0, 2.5), "phi": (-3.0, 0.8), "phi_4": (0.1, 3.0)}  # fmt: skip
+    assert interval_ends_on_box(ci) == {"E": ["lower"], "A": ["upper"], "alpha": ["upper"], "beta": ["lower", "upper"],
+                                        "phi": ["lower"], "phi_4": ["upper"]}  # fmt: skip
+    assert interval_ends_on_box({"E": (math.exp(-2.9), 1.9), "alpha": (0.1, 2.49)}) == {}
+    note = box_edge_interval_note(ci)
+    assert note.startswith("the intervals of E (lower end), A (upper end), alpha (upper end), beta (lower and upper "
+                           "ends) end on the search-box edge")  # fmt: skip
+    assert "phi" not in note and box_edge_interval_note({"phi": (-3.0, 0.8)}) is None
+
+
+def test_fit_cli_names_interval_ends_on_the_box_edge(tmp_path):
+    from typer.testing import CliRunner
+
+    t = _base_joint()
+    t = t.assign(loss=t["loss"] + 0.03 * np.random.default_rng(0).standard_normal(len(t)))  # E's refits reach e^-3
+    t.to_csv(tmp_path / "runs.csv", index=False)
+    args = ["fit", str(tmp_path / "runs.csv"), "--bootstrap", "60", "--starts", "10", "--workers", "1"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    assert "note: the intervals of E (lower end) end on the search-box edge: at least 2.5 % of the refits ran" in (
+        " ".join(res.output.split()))
+    out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
+    assert out["ci_on_box_edge"] == {"E": ["lower"]}
