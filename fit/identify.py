@@ -409,9 +409,10 @@ def identify(
             where = (f"phi = {t:.2f} ({side})" if t == target
                      else f"phi = {t:.2f}, the profile's end ({side} = {target:.2f} lies outside it)")  # fmt: skip
             causes.append(Cause.FLAT_PROFILE)
-            reasons[Cause.FLAT_PROFILE.value] = (
-                f"flat profile: the objective rises by only {100 * min(rises):.2g} % at {where} "
-                f"(one run's worth is {100 * thr:.2g} %)"
+            digits = next((k for k in range(2, 7) if f"{100 * min(rises):.{k}g}" != f"{100 * thr:.{k}g}"), 7)
+            reasons[Cause.FLAT_PROFILE.value] = (  # enough digits to tell the two apart (6.2 % vs 6.2 % read oddly)
+                f"flat profile: the objective rises by only {100 * min(rises):.{digits}g} % at {where} "
+                f"(one run's worth is {100 * thr:.{digits}g} %)"
             )
     else:
         details["checks_skipped"].append("flat_profile (no profile)")

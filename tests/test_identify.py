@@ -364,3 +364,19 @@ def test_design_checks_phi_per_r_as_run_does():
     per_r_design, _ = pilot_phi_per_r(df, seed=0)
     _, per_r_run = rule_inputs(df, starts=500, B=200, seed=0, strata=strata)
     pd.testing.assert_frame_equal(per_r_design, per_r_run)
+
+
+def test_a_flat_profile_reason_gives_digits_enough_to_tell_rise_and_threshold_apart():
+    """'rises by only 6.2 % ... (one run's worth is 6.2 %)' read as equal numbers (0.0623 against 0.0625): the
+    reason now prints as many digits as tell them apart."""
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46}, widths=(16, 32, 48, 64), tokens=(5e5, 1e6))  # 32 runs: 2/32 = 6.25 %
+    point = fit_law(df, law="joint", starts=20)
+    assert point.n == 32
+    phi = float(point.params["phi"])
+    grid = np.array([phi - 1.5, phi - 1.0, phi, phi + 1.0, phi + 1.5])
+    rise = np.array([0.07, 0.0623, 0.0, 0.0623, 0.07])
+    prof = pd.DataFrame({"phi": grid, "objective": point.objective * (1 + rise)})
+    out = identify(point, None, prof, None)
+    assert Cause.FLAT_PROFILE in out.causes
+    assert "rises by only 6.23 % at phi = " in out.reasons["flat_profile"]
+    assert out.reasons["flat_profile"].endswith("(one run's worth is 6.25 %)")
