@@ -379,6 +379,7 @@ class _View:
         self.t0 = time.time()
         self._plain_last = self.t0
         self._beat = 0.0
+        self._urgent = False  # write progress.json at the next show, not HEARTBEAT_S after the last write
         self._progress = None
         self._task = None
         if con.interactive:
@@ -394,8 +395,8 @@ class _View:
         alternatives from the longest to the shortest, of which the first that fits the terminal is shown (the last
         one, cut, when none fits)."""
         now = time.time()
-        if now - self._beat >= HEARTBEAT_S:
-            self._beat = now
+        if self._urgent or now - self._beat >= HEARTBEAT_S:
+            self._beat, self._urgent = now, False
             self.heartbeat()
         if self._progress is not None:
             desc = _fitting(short or text, self.con.text_width)
@@ -488,6 +489,7 @@ class GridView(_View):
         # while Tune does not call their trial done, e.g. one stopped by Ctrl-C between that report and its end
         self._runs_done: set[str] = set()
         self.trials: dict[str, int] = {}  # Tune trials by status (an ensemble trial trains several runs)
+        self._trials_before: dict[str, int] = {}  # self.trials at the previous observe
         self.tokens_per_s: float | None = None
         self.eta_s: float | None = None
         self._eta_at = 0.0  # when eta_s was last set
@@ -561,6 +563,10 @@ class GridView(_View):
                 remaining += max(0.0, want - (self._spent.get(t.trial_id, 0.0) if key == "running" else 0.0))
         self.prior = len(self.done_before - in_trials)
         counts["done"] += self.prior
+        # a run finished or a trial changed state: progress.json says so now, so that `loopscale status` does not
+        # set up to HEARTBEAT_S old trial counts beside the run records written since
+        self._urgent = self._urgent or (counts, self.trials) != (self.counts, self._trials_before)
+        self._trials_before = dict(self.trials)
         self.counts = counts
         self.total = max(self.total, sum(counts.values()))
         rates = [v for tid, v in self._rate.items() if tid in running]

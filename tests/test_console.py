@@ -545,6 +545,32 @@ def test_grid_display_starts_with_the_experiment_not_the_first_result(tmp_path, 
     assert out[-1].startswith("grid: 0 runs done, 0 failed, 4 unfinished in 1m06s"), out
 
 
+def test_progress_json_follows_a_finished_trial_at_once(tmp_path, monkeypatch):
+    """progress.json was written at most every HEARTBEAT_S: `loopscale status` showed 'tune trials (live): pending
+    14, running 2' beside run records of trials finished since (short trials finish several within 5 s). A change of
+    the counts is written at once; an unchanged display still waits for HEARTBEAT_S."""
+    import json
+
+    clock = [5000.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    cells = _cells(4)
+    trials = [SimpleNamespace(trial_id="t1", status="RUNNING", config={"cells": cells[:2]}, last_result={}),
+              SimpleNamespace(trial_id="t2", status="RUNNING", config={"cells": cells[2:]}, last_result={})]  # fmt: skip
+    read = lambda: json.loads((tmp_path / "logs" / console.PROGRESS_NAME).read_text())  # noqa: E731
+    with console.session(tmp_path, json_mode=False):
+        console.grid_observe(trials)
+        assert read()["trials"] == {"RUNNING": 2} and read()["updated_at"] == 5000.0
+        clock[0] += 1.0
+        trials[0].status, trials[0].last_result = "TERMINATED", {"done": True}
+        console.grid_observe(trials)
+        assert read()["trials"] == {"TERMINATED": 1, "RUNNING": 1} and read()["counts"]["done"] == 2
+        assert read()["updated_at"] == 5001.0
+        clock[0] += 1.0
+        console.grid_observe(trials)  # nothing changed: no write before HEARTBEAT_S
+        assert read()["updated_at"] == 5001.0
+        console.end_view()
+
+
 def test_grid_rate_is_kept_and_eta_counts_down_between_reports(monkeypatch):
     """The default job's trials report about once a minute: a display update between reports (Tune's loop) found
     no report in the last minute and showed '0 tokens/s · ETA ?'; now the last rate stays and the ETA counts down."""
