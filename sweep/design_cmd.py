@@ -498,8 +498,8 @@ def design(
         warnings.append(
             f"this spec's runs train for {plan_src['D'].nunique()} different token counts D (several token or FLOP "
             "budgets): `loopscale run` fits the joint law to every run "
-            "there (block bootstrap over (D, r) cells), while this design refits each draw's cell means; with "
-            "the same seeds in every cell the two estimates are close, but the half-widths describe the cell-mean fit"
+            "there (block bootstrap over (D, r) cells), while this design refits each draw's cell means: its "
+            "half-widths describe the cell-mean fit, not the interval `run` will report, which can differ from them"
         )
     ladder = has_ladder(plan_src)
     # phi on the edge of the pilot's own fit: the warning above already says no phi is pinned down, and fitting phi
@@ -628,7 +628,8 @@ def print_design(res: dict[str, Any]) -> None:
     rs = sorted({int(r) for c in res["candidates"] for r in c["r_phi_half_width"]})
     worth_keys = sorted({k for c in res["candidates"] for k in c["worth_half_width"]}, key=str)
     tab = Table(title=f"candidates, best first (budget {res['minutes']:g} min on {res['cpus']} CPUs, "
-                      f"{res['slots']} runs at once; {res['n_sim']} simulated draws each)")
+                      f"{res['slots']} trials at once, a trial a run or a seed ensemble; {res['n_sim']} simulated "
+                      "draws each)")
     for col in ("seeds", "runs", "min", "fits", "±φ", "se", *[f"±{r}^φ" for r in rs],
                 *[f"±worth r={k}" for k in worth_keys]):  # fmt: skip
         tab.add_column(col, justify="right")
