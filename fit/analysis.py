@@ -459,6 +459,8 @@ def analyze(
         # one cell are one point (with 2 sizes x 2 D and 2 seeds, 8 runs gave 4 points and an unmoved start)
         per_r = {}
         for r, sub in frame.groupby("r"):
+            if "N_unique" not in sub.columns:  # a hand-made table: the unique parameters are N_once + N_rec
+                sub = sub.assign(N_unique=sub["N_once"] + sub["N_rec"])
             n_sizes, n_d = sub["N_unique"].nunique(), sub["D"].nunique()
             points = len(sub[["N_unique", "D"]].drop_duplicates())
             if points >= CHINCHILLA_MIN_POINTS and n_d >= 2 and n_sizes >= 2:

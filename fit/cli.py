@@ -101,7 +101,7 @@ def fit_cmd(
         ),
     ] = None,
     starts: Annotated[int, typer.Option("--starts", min=1, help="Starts per fit (paper: 500).")] = 500,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for starts and resamples.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed for starts and resamples.")] = 0,
     workers: Annotated[
         int | None,
         typer.Option(

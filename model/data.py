@@ -489,7 +489,11 @@ def _footer_null_count(path: Path, text_column: str) -> int | None:
     """Null values of ``text_column`` in a Parquet file, from its footer's row-group statistics (nothing else is
     read); None when a row group records no null count."""
     meta = _open_parquet(path).metadata
-    j = meta.schema.to_arrow_schema().get_field_index(text_column)
+    # the Parquet leaf column of text_column (a nested column before it has several leaves: the Arrow field index
+    # is not the column index)
+    j = next((i for i in range(meta.num_columns) if meta.schema.column(i).path == text_column), None)
+    if j is None:
+        return None
     total = 0
     for rg in range(meta.num_row_groups):
         st = meta.row_group(rg).column(j).statistics

@@ -431,7 +431,7 @@ def run_cmd(
     starts: int | None = typer.Option(
         None, "--starts", min=1, help="Multi-starts per fit (default 500, the paper's; 100 for the smoke spec)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the fits and the bootstrap."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the fits and the bootstrap."),
     address: AddressOpt = None,
     num_cpus: NumCpusOpt = None,
     num_gpus: NumGpusOpt = None,

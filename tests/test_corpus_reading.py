@@ -169,6 +169,13 @@ def test_the_preflight_and_dry_run_count_null_text_rows_from_the_footer(tmp_path
     pq.write_table(pa.table({"text": [f"row {i}: " + PROSE for i in range(20)]}), clean)
     _, said = _corpus_warnings(lambda: D.check_corpus(str(clean), "byte", 256, seq_len=32, cache_dir=tmp_path / "c"))
     assert said == []
+    # a nested column before the text (two Parquet leaf columns, one Arrow field): the text's own statistics are
+    # read, not those of the nested column's second leaf (its 15 nulls were counted as null texts)
+    nested = tmp_path / "nested.parquet"
+    meta = [{"a": 1, "b": None if i % 4 else 2} for i in range(20)]
+    pq.write_table(pa.table({"meta": meta, "text": texts}), nested, row_group_size=7)
+    _, said = _corpus_warnings(lambda: D.check_corpus(str(nested), "byte", 256, seq_len=32, cache_dir=tmp_path / "c"))
+    assert len(said) == 1 and said[0].startswith(f"Parquet file {str(nested)!r}: 5 of 20 rows have a null 'text'"), said
 
 
 def test_a_corrupt_parquet_shard_is_named(tmp_path):

@@ -409,3 +409,20 @@ def test_a_foreign_runs_parquet_is_refused_as_not_a_results_table(tmp_path):
     assert "is not a loopscale results table (no run_id or status column" in res.stderr
     assert "None (r None" not in res.stdout + res.stderr
     assert _tree(out) == before
+
+
+def test_a_negative_fit_seed_is_refused_before_anything_runs(tmp_path):
+    """`run --seed -1` passed the dry run (refused: None) and every stage up to the fit, which then failed with
+    numpy's 'expected non-negative integer' after the whole grid had trained; `fit --seed -1` failed the same way.
+    Both refuse it with the option's name before anything starts."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "--preset", "smoke", "--out", str(out), "--seed", "-1", "--dry-run"])
+    assert res.exit_code == 2 and "--seed" in res.output and "greater than or equal to 0" in " ".join(res.output.split())
+    assert not out.exists()
+    (tmp_path / "t.csv").write_text("r,N_once,N_rec,D,loss\n1,1,0,1,1\n")
+    res = CliRunner().invoke(app, ["fit", str(tmp_path / "t.csv"), "--seed", "-1"])
+    assert res.exit_code == 2 and "greater than or equal to 0" in " ".join(res.output.split())
