@@ -6,8 +6,9 @@ Sources (nothing is trained, started or changed; files are only read):
   start, before Ray starts: the command line, its kind (run | sweep | tune-lr), pid, host and start time;
 * ``OUT/spec.yaml`` (written by ``loopscale run``, ``sweep`` and ``tune-lr``; not by older versions' ``sweep``):
   the planned cells, hence the number of runs;
-* ``OUT/runs.parquet`` and ``OUT/parts/runs/*.parquet`` (:mod:`loopscale.sweep.store`): one record per finished or
-  failed run, the newest ``finished_at`` per run id;
+* ``OUT/runs.parquet``, ``OUT/parts/runs/*.parquet`` and the footers of ``OUT/parts/curves/*.parquet``
+  (:mod:`loopscale.sweep.store`, read as ``run`` and ``sweep`` read them, in its look-only mode): one record per
+  finished or failed run, the newest ``finished_at`` per run id (a runs part without its curves part is no record);
 * ``OUT/logs/progress.json`` (:mod:`loopscale.sweep.console`): the stage a progress display shows, its counts (of
   runs), Tune trials, tokens/s and ETA, its pid and host;
 * Tune's experiment state under the storage (``--storage``; default ``OUT/tune``): the trials of the newest grid
@@ -25,8 +26,8 @@ command's start, before its first progress display); with a record of another ho
 command's newest file (``command.json`` or ``progress.json`` of an unfinished display) is younger than
 :data:`STALE_S`, or, without ``command.json``, while the pid of ``progress.json`` is alive (same host) or the file
 is younger than :data:`STALE_S` (other host). Otherwise ``finished`` when every stage of the kind is done (run:
-the report is written and the last fit stage ended: one stopped midway leaves the stage at ``fit``, although an
-earlier fit's ``fit/analysis.json`` and report may still be there; sweep: every run has a record; tune-lr:
+the report is written and the last fit stage ended: one stopped midway leaves the stage at ``fit``; sweep: every
+run has a record; tune-lr:
 ``lr_table.parquet`` is written), ``empty`` when nothing was planned or done yet, else ``stopped``.
 
 Run counts (training runs: one per cell and seed; an ensemble trial of Tune trains several): ``ok``,
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -226,7 +228,8 @@ def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:
 
     Raises:
         NotAnOutput: a readable file there without the columns of a loopscale runs table (``run_id``, ``status``;
-            e.g. a table another program wrote as ``runs.parquet``): its rows are no runs.
+            e.g. a table another program wrote as ``runs.parquet``) or curves table (``run_id``, ``step``): its rows
+            are no runs.
     """
     from loopscale.sweep.store import ForeignTableError, ResultsStore, look_only
 
@@ -234,8 +237,9 @@ def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:
         with look_only() as seen:
             recs = ResultsStore(out).recorded()
     except ForeignTableError as e:
+        what = "curves" if "step" in e.lacks else "runs"
         raise NotAnOutput(
-            f"{e.path} is not a loopscale runs table: it has no {' or '.join(e.lacks)} column (its columns: "
+            f"{e.path} is not a loopscale {what} table: it has no {' or '.join(e.lacks)} column (its columns: "
             f"{', '.join(e.columns[:10]) + (', ...' if len(e.columns) > 10 else '') or 'none'}); give the --out folder "
             "of a `loopscale run`, `sweep` or `tune-lr`, or move that file out of the folder"
         ) from None
@@ -482,7 +486,11 @@ def set_aside_folders(out: Path) -> list[dict]:
     first."""
     import pyarrow.parquet as pq
 
-    found = sorted(out.glob("earlier_*/")) + sorted(out.glob("*/earlier_fit_*/"))
+    def made_at(d: Path) -> tuple[str, str]:  # the UTC time in the name (earlier_fit_... sorted after earlier_2...)
+        m = re.search(r"(\d{8}T\d{6})(?:_(\d+))?$", d.name)
+        return (m.group(1), f"{int(m.group(2) or 1):06d}") if m else ("", d.name)
+
+    found = sorted([*out.glob("earlier_*/"), *out.glob("*/earlier_fit_*/")], key=lambda d: (made_at(d), str(d)))
     rows = []
     for d in found:
         if not d.is_dir() or d.is_symlink():
@@ -517,8 +525,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
     table rows), ``fit`` (headline lines), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
-    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``unreadable`` (runs files that could not be
-    read, with why), ``storage_error`` (why the Tune state's storage could not be read, else None) and
+    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``unreadable`` (results files that could not be
+    read and runs parts without their curves part, with why: read as no records), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
 
     Raises:

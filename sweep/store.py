@@ -240,13 +240,15 @@ RESULTS_TABLE_KEYS = ("run_id", "status", "step")
 ``step`` (curves); a file without them is not a loopscale results table (:class:`ForeignTableError`)."""
 
 
-def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
+def _read_or_aside(path: Path, schema: pa.Schema, *, footer_only: bool = False) -> pa.Table | None:
     """``path`` read with ``schema``; None when unreadable (moved aside with a warning, or only noted inside
-    :func:`look_only`).
+    :func:`look_only`). ``footer_only``: only its schema and footer are read (a truncated file has none) and an empty
+    table is returned: a cheap check that the file is there and whole.
 
     Raises:
-        ForeignTableError: the file reads as Parquet but has no ``run_id`` column (reading it with ``schema``
-            gave rows of nulls, taken for one run with no id)."""
+        ForeignTableError: the file reads as Parquet but lacks a column every results table of its kind has
+            (:data:`RESULTS_TABLE_KEYS`; reading it with ``schema`` gave rows of nulls, taken for one run with no
+            id)."""
     from loopscale.cluster.storage import move_aside
 
     try:
@@ -255,6 +257,9 @@ def _read_or_aside(path: Path, schema: pa.Schema) -> pa.Table | None:
             lacks = [c for c in RESULTS_TABLE_KEYS if c in schema.names and c not in names]
             if lacks:
                 raise ForeignTableError(path, lacks, names)
+        if footer_only:
+            pq.read_metadata(path)
+            return schema.empty_table()
         return pq.read_table(path, schema=schema)
     except ForeignTableError:
         raise
@@ -478,16 +483,18 @@ class ResultsStore:
     def _drop_orphan_parts(self) -> set[Path]:
         """A runs part whose curves part is missing or unreadable (a crash between the two writes, a torn file)
         is moved aside: its run then counts as unfinished and is re-recorded from its stored result. Inside
-        :func:`look_only` such a part is only noted and left in place. Returns the orphan runs parts (moved aside,
-        or left in place inside :func:`look_only`), which the caller must not read as records."""
+        :func:`look_only` such a part is only noted and left in place, and a curves part counts as readable when its
+        footer is (it is not read in full: ``loopscale status`` on thousands of runs). Returns the orphan runs parts
+        (moved aside, or left in place inside :func:`look_only`), which the caller must not read as records."""
         from loopscale.cluster.storage import move_aside
 
         orphans: set[Path] = set()
         if not self.runs_parts.is_dir():
             return orphans
+        look = _LOOK_ONLY.get() is not None  # status and the dry run: the footer says the part is there and whole
         for part in sorted(self.runs_parts.glob("*.parquet")):
             cpart = self.curves_parts / part.name
-            if cpart.exists() and _read_or_aside(cpart, CURVES_SCHEMA) is not None:
+            if cpart.exists() and _read_or_aside(cpart, CURVES_SCHEMA, footer_only=look) is not None:
                 continue
             why = f"its curves part {cpart} is missing or unreadable"
             orphans.add(part)

@@ -655,3 +655,27 @@ def test_status_counts_runs_as_the_next_command_will(tmp_path):
     assert any(ln.startswith("unreadable, read as no runs: ") for ln in format_status(st))
     assert sorted(p.name for p in store.runs_parts.iterdir()) == before  # nothing moved
     assert set(store.completed_ids()) == {c.run_id for c in spec.cells()} - {lost}  # what the next command reads
+
+
+def test_set_aside_folders_are_listed_oldest_first_and_a_foreign_curves_part_is_named(tmp_path):
+    """The folders set aside were sorted by name, so `earlier_2026...` (sweep --force) came before any
+    `earlier_fit_...` (a refit) whatever their times; they are sorted by the time in their names. A curves part
+    without `step` was called 'not a loopscale runs table'."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loopscale.sweep.status import set_aside_folders
+
+    for name in ("earlier_20261203T120000", "earlier_fit_20261201T000000", "earlier_fit_20261203T120000_2",
+                 "earlier_fit_20261203T120000", "fit/earlier_fit_20261202T000000"):  # fmt: skip
+        (tmp_path / name).mkdir(parents=True)
+    assert [a["path"] for a in set_aside_folders(tmp_path)] == [
+        "earlier_fit_20261201T000000", "fit/earlier_fit_20261202T000000", "earlier_20261203T120000",
+        "earlier_fit_20261203T120000", "earlier_fit_20261203T120000_2"]  # fmt: skip
+    spec = preset_spec("smoke")
+    store = ResultsStore(tmp_path / "run")
+    c = spec.cells()[0]
+    store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    pq.write_table(pa.table({"run_id": [c.run_id], "loss": [1.0]}), store.curves_parts / f"{c.run_id}.parquet")
+    with pytest.raises(NotAnOutput, match=r"is not a loopscale curves table: it has no step column"):
+        collect_status(tmp_path / "run")
