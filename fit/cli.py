@@ -20,6 +20,24 @@ _FIT_FILES = ("fit.json", "bootstrap.parquet", "phi_bootstrap.png", "identificat
 _RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard")
 
 
+def _command_folder_kind(folder: Path) -> str | None:
+    """The loopscale command whose output folder ``folder`` is (``run``, ``sweep``, ``tune-lr``), else None: one with
+    ``run_meta.json`` (``run``) or ``logs/command.json``, the record every such command writes when it starts (a
+    first ``run`` writes run_meta.json only when its first stage ends)."""
+    import json
+
+    if (folder / "run_meta.json").is_file():
+        return "run"
+    rec = folder / "logs" / "command.json"
+    if not rec.is_file():
+        return None
+    try:
+        kind = json.loads(rec.read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    return kind if kind in ("run", "sweep", "tune-lr") else "run"
+
+
 def _not_a_runs_analysis(out: Path) -> None:
     """Refuse an ``--out`` among a ``loopscale run``'s own files: in its analysis folder (a folder named ``fit``,
     ``--out`` or one above it, that holds ``analysis.json`` and whose parent holds the run's ``runs.parquet`` or
@@ -28,10 +46,11 @@ def _not_a_runs_analysis(out: Path) -> None:
     folders it writes (:data:`_RUN_OWN_FOLDERS`). Raises ValueError naming a folder to use instead."""
     p = Path(out).resolve()
     for folder in (p, *p.parents):
-        if (folder / "run_meta.json").is_file() and (folder == p or p.relative_to(folder).parts[0] in _RUN_OWN_FOLDERS):
+        kind = _command_folder_kind(folder)
+        if kind and (folder == p or p.relative_to(folder).parts[0] in _RUN_OWN_FOLDERS):
             where = "is the output folder" if folder == p else f"is inside {folder / p.relative_to(folder).parts[0]}"
             raise ValueError(
-                f"--out {out} {where} of the `loopscale run` in {folder}, whose report and fit/ folder describe its "
+                f"--out {out} {where} of the `loopscale {kind}` in {folder}, whose records and report describe its "
                 f"runs; write this fit in a folder of its own, e.g. --out {folder / 'my_fit'}"
             )
         run = folder.parent
@@ -331,6 +350,13 @@ def fit_cmd(
                 lines.append(f"  warning: {few}")
             if edge := box_edge_interval_note(boot.ci):
                 lines.append(f"  note: {edge}")
+            from loopscale.fit.laws import interval_ends_on_box
+
+            phis = {k: v for k, v in interval_ends_on_box(boot.ci).items() if k == "phi" or k.startswith("phi_")}
+            if phis:  # the rule (--identify) refuses it; without --identify this is the only word on it
+                named = ", ".join(f"{k} ({' and '.join(v)} end{'s' * (len(v) > 1)})" for k, v in phis.items())
+                lines.append(f"  warning: the interval of {named} reaches the search-box edge (phi in [-3, 3]): these "
+                             "data do not identify phi")  # fmt: skip
     if fit.on_bound:
         lines.append(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "

@@ -432,19 +432,37 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
 # --------------------------------------------------------------------------------------------------------
 
 
-def run_versions() -> dict[str, str]:
-    """The versions a run's result records (``versions``; runs.parquet's ``versions`` column as JSON): loopscale's
-    (from its installed metadata; ``"unknown"`` when run from a source tree that is not installed), torch's, NumPy's
-    and Python's."""
+def loopscale_version() -> str:
+    """loopscale's version: its installed metadata's (``"not installed"`` for a source tree that is not), with
+    ``+git.<commit>`` (and ``.dirty`` when tracked files differ from it) where the package runs from a git checkout,
+    as an editable install does: the metadata's version stays the same from commit to commit."""
+    import subprocess
     from importlib.metadata import PackageNotFoundError, version
-
-    import torch
 
     try:
         own = version("loopscale")
     except PackageNotFoundError:
-        own = "unknown"
-    return {"loopscale": own, "torch": torch.__version__, "numpy": np.__version__, "python": sys.version.split()[0]}
+        own = "not installed"
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10)  # fmt: skip
+        if sha.returncode != 0 or not sha.stdout.strip():
+            return own
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return own
+    return f"{own}+git.{sha.stdout.strip()}" + (".dirty" if dirty.stdout.strip() else "")
+
+
+def run_versions() -> dict[str, str]:
+    """The versions a run's result records (``versions``; runs.parquet's ``versions`` column as JSON): loopscale's
+    (:func:`loopscale_version`), torch's, NumPy's and Python's."""
+    import torch
+
+    return {"loopscale": loopscale_version(), "torch": torch.__version__, "numpy": np.__version__,
+            "python": sys.version.split()[0]}  # fmt: skip
 
 
 def _rng_state() -> dict:

@@ -25,10 +25,13 @@ VERSION_PACKAGES = ("torch", "ray", "optuna", "pyarrow", "numpy", "scipy")
 
 
 def version_line() -> str:
-    """``loopscale <version>`` with the installed versions of :data:`VERSION_PACKAGES` and Python, read from the
-    installed distributions' metadata (nothing is imported)."""
+    """``loopscale <version>`` (:func:`loopscale.model.train.loopscale_version`: with the git commit of a checkout)
+    with the installed versions of :data:`VERSION_PACKAGES` and Python, read from the installed distributions'
+    metadata (torch and the others are not imported)."""
     import sys
     from importlib.metadata import PackageNotFoundError, version
+
+    from loopscale.model.train import loopscale_version
 
     def v(name: str) -> str:
         try:
@@ -37,7 +40,7 @@ def version_line() -> str:
             return "not installed"
 
     deps = ", ".join(f"{n} {v(n)}" for n in VERSION_PACKAGES)
-    return f"loopscale {v('loopscale')} ({deps}, python {sys.version.split()[0]})"
+    return f"loopscale {loopscale_version()} ({deps}, python {sys.version.split()[0]})"
 
 
 def _print_version(value: bool) -> None:

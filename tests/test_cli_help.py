@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import click
 import typer
@@ -92,6 +93,14 @@ def test_version_names_loopscale_and_the_libraries_its_numbers_depend_on():
                          timeout=60)  # fmt: skip
     assert res.returncode == 0, res.stderr
     line = res.stdout.strip()
-    assert line.startswith(f"loopscale {version('loopscale')} (torch {version('torch')}, ray {version('ray')}, "
-                           f"optuna {version('optuna')}, pyarrow {version('pyarrow')}, ")  # fmt: skip
+    own, deps = line.split(" (", 1)
+    assert deps.startswith(f"torch {version('torch')}, ray {version('ray')}, optuna {version('optuna')}, pyarrow "
+                           f"{version('pyarrow')}, ")  # fmt: skip
     assert line.endswith(f", python {sys.version.split()[0]})") and "not installed" not in line
+    assert own.startswith(f"loopscale {version('loopscale')}")
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a git checkout (an editable install): the commit, as the version never changes
+        assert own.startswith(f"loopscale {version('loopscale')}+git.{head.stdout.strip()}"), own
+    else:
+        assert own == f"loopscale {version('loopscale')}"

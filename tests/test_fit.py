@@ -475,6 +475,14 @@ def test_fit_cli_refuses_an_out_in_a_runs_analysis_folder(tmp_path):
         assert res.exit_code == 2, res.output
         assert f"{where} of the `loopscale run` in {run}" in res.output and f"--out {run / 'my_fit'}" in res.output
     assert not (run / "fit.json").exists() and not list((run / "logs").iterdir()) and not (run / "parts").exists()
+    # a command's folder before its run_meta.json (a first run writes it when its first stage ends; a sweep never):
+    # known by the record every command writes when it starts
+    early = tmp_path / "early"
+    (early / "logs").mkdir(parents=True)
+    (early / "logs" / "command.json").write_text('{"kind": "sweep", "pid": 1}')
+    res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(early)])
+    assert res.exit_code == 2 and f"is the output folder of the `loopscale sweep` in {early}" in " ".join(
+        res.output.split()), res.output
     res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(run / "my_fit")])
     assert res.exit_code == 0, res.output
     # any other folder with an analysis.json of its own (a common name) above it is not a run's analysis
@@ -1075,3 +1083,24 @@ def test_fit_cli_names_interval_ends_on_the_box_edge(tmp_path):
         " ".join(res.output.split()))
     out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
     assert out["ci_on_box_edge"] == {"E": ["lower"]}
+
+
+
+def test_fit_cli_warns_when_phis_interval_reaches_the_box_edge(tmp_path):
+    """Without --identify, a phi interval ending at -3 or 3 was named only in --json (ci_on_box_edge); the text
+    output now warns that the data do not identify phi (the rule, with --identify, refuses it too)."""
+    from typer.testing import CliRunner
+
+    t = _base_joint()
+    t.loc[t["r"] > 1, "loss"] += 0.5  # looped runs far worse than any phi explains: phi runs to -3
+    t.to_csv(tmp_path / "runs.csv", index=False)
+    args = ["fit", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--starts", "10", "--workers", "1"]
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
+    assert "lower" in out["ci_on_box_edge"]["phi"]
+    assert "warning: the interval of phi (lower end) reaches the search-box edge (phi in [-3, 3]): these data do not " \
+           "identify phi" in " ".join(res.output.split())  # fmt: skip
+    _base_joint().to_csv(tmp_path / "runs.csv", index=False)  # phi = 0.5 in the data: well inside the box
+    res = CliRunner().invoke(_cli_app(), args)
+    assert res.exit_code == 0 and "the interval of phi" not in res.output, res.output

@@ -426,3 +426,25 @@ def test_a_negative_fit_seed_is_refused_before_anything_runs(tmp_path):
     (tmp_path / "t.csv").write_text("r,N_once,N_rec,D,loss\n1,1,0,1,1\n")
     res = CliRunner().invoke(app, ["fit", str(tmp_path / "t.csv"), "--seed", "-1"])
     assert res.exit_code == 2 and "greater than or equal to 0" in " ".join(res.output.split())
+
+
+def test_a_report_kept_by_a_refit_still_shows_the_lr_figures(tmp_path):
+    """A refit moves fit/, report.md and loss_vs_compute.png into earlier_fit_<time>/; the kept report's links to
+    tune_lr/loss_vs_lr_size*.png, which stay in the run folder, pointed at nothing. They now go one folder up;
+    links into what moved with the report stay."""
+    from loopscale.sweep.run import relink_moved_report
+
+    (tmp_path / "tune_lr").mkdir()
+    (tmp_path / "tune_lr" / "loss_vs_lr_size16.png").write_bytes(b"png")
+    aside = tmp_path / "earlier_fit_20261203T120000"
+    (aside / "fit" / "baseline").mkdir(parents=True)
+    (aside / "fit" / "baseline" / "fit_curves.png").write_bytes(b"png")
+    (aside / "loss_vs_compute.png").write_bytes(b"png")
+    (aside / "report.md").write_text("# r\n\n![loss_vs_lr_size16](tune_lr/loss_vs_lr_size16.png)\n\n![loss vs compute]"
+                                     "(loss_vs_compute.png)\n\n![data and fitted curves](fit/baseline/fit_curves.png)\n")  # fmt: skip
+    relink_moved_report(aside / "report.md", ["fit", "report.md", "loss_vs_compute.png"])
+    text = (aside / "report.md").read_text()
+    links = [ln.split("](", 1)[1].rstrip(")") for ln in text.splitlines() if ln.startswith("![")]
+    assert links == ["../tune_lr/loss_vs_lr_size16.png", "loss_vs_compute.png", "fit/baseline/fit_curves.png"]
+    assert all((aside / link).resolve().is_file() for link in links)
+    relink_moved_report(aside / "missing.md", ["fit"])  # no report: nothing to do
