@@ -383,6 +383,33 @@ def joint_fit_points(runs: Any) -> dict[str, pd.DataFrame]:
     return out
 
 
+def chinchilla_per_r(frame: pd.DataFrame, *, starts: int, seed: int) -> dict[str, dict]:
+    """The per-r Chinchilla fits of a variant's runs (paper Table 1; L = E + A N^-alpha + B D^-beta with N the
+    unique non-embedding parameters, ``N_unique``, or ``N_once + N_rec`` for a table without it): ``{str(r): fit
+    record}``, each fitted (:func:`fitted`) or skipped (:func:`skipped`, ``TOO_FEW_RUNS``, saying why). A fit needs
+    :data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points with at least 2 sizes and 2 D: seeds of one cell are one
+    point (with 2 sizes x 2 D and 2 seeds, 8 runs gave 4 points and an unmoved start)."""
+    from loopscale.fit.fitter import fit_law
+
+    per_r = {}
+    for r, sub in frame.groupby("r"):
+        if "N_unique" not in sub.columns:  # a hand-made table: the unique parameters are N_once + N_rec
+            sub = sub.assign(N_unique=sub["N_once"] + sub["N_rec"])
+        n_sizes, n_d = sub["N_unique"].nunique(), sub["D"].nunique()
+        points = len(sub[["N_unique", "D"]].drop_duplicates())
+        if points >= CHINCHILLA_MIN_POINTS and n_d >= 2 and n_sizes >= 2:
+            f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
+            per_r[str(int(r))] = fitted(json_safe(f.to_dict()))
+        else:
+            per_r[str(int(r))] = skipped(
+                FitOutcome.TOO_FEW_RUNS,
+                f"{len(sub)} runs at {points} distinct (N, D) point{'s' * (points != 1)} ({n_sizes} size"
+                f"{'s' * (n_sizes != 1)}, {n_d} D); need >= {CHINCHILLA_MIN_POINTS} points with >= 2 sizes and "
+                ">= 2 D",
+            )
+    return per_r
+
+
 def analyze(
     runs: str | Path | pd.DataFrame,
     out_dir: str | Path,
@@ -455,24 +482,7 @@ def analyze(
     for vname, frame in variant_frames(df).items():
         vdir = out / vname
         v: dict[str, Any] = {"n": len(frame)}
-        # per-r Chinchilla fits (Table 1); need more distinct (N, D) points than the law's 5 parameters: seeds of
-        # one cell are one point (with 2 sizes x 2 D and 2 seeds, 8 runs gave 4 points and an unmoved start)
-        per_r = {}
-        for r, sub in frame.groupby("r"):
-            if "N_unique" not in sub.columns:  # a hand-made table: the unique parameters are N_once + N_rec
-                sub = sub.assign(N_unique=sub["N_once"] + sub["N_rec"])
-            n_sizes, n_d = sub["N_unique"].nunique(), sub["D"].nunique()
-            points = len(sub[["N_unique", "D"]].drop_duplicates())
-            if points >= CHINCHILLA_MIN_POINTS and n_d >= 2 and n_sizes >= 2:
-                f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
-                per_r[str(int(r))] = fitted(json_safe(f.to_dict()))
-            else:
-                per_r[str(int(r))] = skipped(
-                    FitOutcome.TOO_FEW_RUNS,
-                    f"{len(sub)} runs at {points} distinct (N, D) point{'s' * (points != 1)} ({n_sizes} size"
-                    f"{'s' * (n_sizes != 1)}, {n_d} D); need >= {CHINCHILLA_MIN_POINTS} points with >= 2 sizes and "
-                    ">= 2 D",
-                )
+        per_r = chinchilla_per_r(frame, starts=starts, seed=seed)
         v["chinchilla_per_r"] = per_r
         if frame["r"].nunique() < 2:
             v["joint"] = skipped(FitOutcome.SINGLE_R, "a joint fit needs at least two values of r")

@@ -1018,7 +1018,7 @@ def test_a_chinchilla_fit_on_no_more_points_than_parameters_is_not_identified(tm
     and the analysis skips such a per-r fit and says why; with 6 points both fit without a word."""
     from typer.testing import CliRunner
 
-    from loopscale.fit.analysis import CHINCHILLA_MIN_POINTS, analyze
+    from loopscale.fit.analysis import CHINCHILLA_MIN_POINTS, chinchilla_per_r
 
     t = _base_joint().assign(N_unique=lambda d: d["N_once"] + d["N_rec"], status="ok", variant="baseline")
     small = t[t["N_once"] < 48 * 768 * 768]  # 2 widths x 2 budgets per r: 4 points (iso-FLOP: 4 D)
@@ -1039,15 +1039,14 @@ def test_a_chinchilla_fit_on_no_more_points_than_parameters_is_not_identified(tm
     six.to_csv(path, index=False)
     out = json.loads(CliRunner().invoke(_cli_app(), [*args, "--json"]).stdout.strip().splitlines()[-1])
     assert "not_identified" not in out
-    # the analysis of `loopscale run`: the per-r fit is skipped on 4 points, fitted on 6
-    seeds.to_parquet(tmp_path / "seeds.parquet")
-    ana = analyze(tmp_path / "seeds.parquet", tmp_path / "fit_seeds", B=0, starts=10)
-    per_r = ana["variants"]["baseline"]["chinchilla_per_r"]
+    # the analysis of `loopscale run` (its per-r Chinchilla step): skipped on 4 points, fitted on 6
+    per_r = chinchilla_per_r(seeds, starts=10, seed=0)
     assert per_r["2"]["skipped"] == (f"8 runs at 4 distinct (N, D) points (2 sizes, 4 D); need >= "
                                      f"{CHINCHILLA_MIN_POINTS} points with >= 2 sizes and >= 2 D")  # fmt: skip
-    six.to_parquet(tmp_path / "six.parquet")
-    ana = analyze(tmp_path / "six.parquet", tmp_path / "fit_six", B=0, starts=10)
-    assert "params" in ana["variants"]["baseline"]["chinchilla_per_r"]["2"]
+    assert "params" in chinchilla_per_r(six, starts=10, seed=0)["2"]
+    # a table without N_unique (hand-made): N_once + N_rec are the unique parameters
+    assert chinchilla_per_r(six.drop(columns="N_unique"), starts=10, seed=0)["2"]["params"] == pytest.approx(
+        chinchilla_per_r(six, starts=10, seed=0)["2"]["params"])
 
 
 def test_interval_ends_on_the_search_box_edge_are_named():
