@@ -387,7 +387,7 @@ def chinchilla_per_r(frame: pd.DataFrame, *, starts: int, seed: int) -> dict[str
     """The per-r Chinchilla fits of a variant's runs (paper Table 1; L = E + A N^-alpha + B D^-beta with N the
     unique non-embedding parameters, ``N_unique``, or ``N_once + N_rec`` for a table without it): ``{str(r): fit
     record}``, each fitted (:func:`fitted`) or skipped (:func:`skipped`, ``TOO_FEW_RUNS``, saying why). A fit needs
-    :data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points with at least 2 sizes and 2 D: seeds of one cell are one
+    :data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points with at least 2 N and 2 D: seeds of one cell are one
     point (with 2 sizes x 2 D and 2 seeds, 8 runs gave 4 points and an unmoved start)."""
     from loopscale.fit.fitter import fit_law
 
@@ -403,9 +403,8 @@ def chinchilla_per_r(frame: pd.DataFrame, *, starts: int, seed: int) -> dict[str
         else:
             per_r[str(int(r))] = skipped(
                 FitOutcome.TOO_FEW_RUNS,
-                f"{len(sub)} runs at {points} distinct (N, D) point{'s' * (points != 1)} ({n_sizes} size"
-                f"{'s' * (n_sizes != 1)}, {n_d} D); need >= {CHINCHILLA_MIN_POINTS} points with >= 2 sizes and "
-                ">= 2 D",
+                f"{len(sub)} runs at {points} distinct (N, D) point{'s' * (points != 1)} ({n_sizes} N, {n_d} D; a "
+                f"width or a ladder depth is an N); need >= {CHINCHILLA_MIN_POINTS} points with >= 2 N and >= 2 D",
             )
     return per_r
 

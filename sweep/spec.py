@@ -153,6 +153,23 @@ class TuneSpec(_Strict):
             not self.lr_values or not all(math.isfinite(v) and v > 0 for v in self.lr_values)
         ):
             raise ValueError(f"tune.lr_values must be a non-empty list of finite positive LRs, got {self.lr_values}")
+        if self.lr_values is not None:
+            # a repeated LR is one grid point, so [0.01, 0.01] tuned nothing; a range given beside the values was
+            # ignored without a word (the values replace it)
+            if len(set(self.lr_values)) < 2:
+                raise ValueError(
+                    f"tune.lr_values {self.lr_values} holds one LR: there is nothing to tune; give two or more, or fix "
+                    f"it with lr: {{fixed: {self.lr_values[0]}}}"
+                )
+            fields = type(self).model_fields
+            own_range = (self.lr_min, self.lr_max) != (fields["lr_min"].default, fields["lr_max"].default)
+            outside = [v for v in self.lr_values if not self.lr_min <= v <= self.lr_max]
+            if own_range and outside:
+                raise ValueError(
+                    f"tune.lr_values {self.lr_values} replaces the range [lr_min, lr_max] = [{self.lr_min}, "
+                    f"{self.lr_max}], which leaves out {outside}: the range would be ignored; give either lr_values "
+                    "or lr_min/lr_max"
+                )
         if self.grace_milestones > self.num_milestones:
             raise ValueError(
                 f"tune.grace_milestones ({self.grace_milestones}) must be <= tune.num_milestones ({self.num_milestones})"

@@ -1041,8 +1041,8 @@ def test_a_chinchilla_fit_on_no_more_points_than_parameters_is_not_identified(tm
     assert "not_identified" not in out
     # the analysis of `loopscale run` (its per-r Chinchilla step): skipped on 4 points, fitted on 6
     per_r = chinchilla_per_r(seeds, starts=10, seed=0)
-    assert per_r["2"]["skipped"] == (f"8 runs at 4 distinct (N, D) points (2 sizes, 4 D); need >= "
-                                     f"{CHINCHILLA_MIN_POINTS} points with >= 2 sizes and >= 2 D")  # fmt: skip
+    assert per_r["2"]["skipped"] == (f"8 runs at 4 distinct (N, D) points (2 N, 4 D; a width or a ladder depth is an "
+                                     f"N); need >= {CHINCHILLA_MIN_POINTS} points with >= 2 N and >= 2 D")  # fmt: skip
     assert "params" in chinchilla_per_r(six, starts=10, seed=0)["2"]
     # a table without N_unique (hand-made): N_once + N_rec are the unique parameters
     assert chinchilla_per_r(six.drop(columns="N_unique"), starts=10, seed=0)["2"]["params"] == pytest.approx(

@@ -140,6 +140,13 @@ def _bad(mutate):
         (lambda d: d.update(seeds=2.5), "seeds: seeds must be a count (an integer >= 1, e.g. 4 for [0, 1, 2, 3]) "
                                         "or a list of integer seeds (or a mapping r -> either); got 2.5"),
         (lambda d: d.update(seeds={1: 2, 2: "two"}), "seeds[2] must be a count"),
+        # one LR listed twice tuned nothing (a repeat is one grid point); a range that leaves the values out was
+        # ignored without a word (the values replace it)
+        (lambda d: d["tune"].update(lr_values=[0.01, 0.01]), "tune.lr_values [0.01, 0.01] holds one LR: there is "
+                                                             "nothing to tune; give two or more, or fix it with lr: "
+                                                             "{fixed: 0.01}"),
+        (lambda d: d["tune"].update(lr_values=[0.01, 0.02], lr_min=0.5, lr_max=0.9),
+         "tune.lr_values [0.01, 0.02] replaces the range [lr_min, lr_max] = [0.5, 0.9], which leaves out [0.01, 0.02]"),
         # a count of 10**20 (a typo) ended in an OverflowError traceback; a seed past 2**63 overflowed inside torch
         (lambda d: d.update(seeds=10**20), "seeds: seeds as a count must be in [1, 100000]"),
         (lambda d: d.update(seeds=[0, 2**64]), "seeds must be distinct integers in [0, 4294967295], got [0, "),
