@@ -482,12 +482,19 @@ def study_keys(spec) -> list[tuple[int, int]]:
     return [(s, r) for s in spec.all_sizes() for r in rs]
 
 
-def tuning_budget(spec, size: int, r: int):
-    """The base cell of the (size, r) study and its budget: ``(cell, steps, steps_per_milestone)``. The budget is
-    ``tune.tokens`` or ``tune.tokens_per_param * (N_once + r N_rec)`` tokens, in whole steps of the training batch,
-    rounded up to a whole number of steps per milestone (at least one step per milestone)."""
+def tuning_tokens_asked(spec, cfg, r: int) -> float:
+    """The tokens an LR trial of model ``cfg`` at ``r`` is asked to train: ``tune.tokens``, or ``tune.tokens_per_param
+    * (N_once + r N_rec)`` (paper App. D), before :func:`tuning_budget` rounds them to whole steps per milestone."""
     from loopscale.model.accounting import n_once, n_rec
 
+    ts = spec.tune
+    return ts.tokens if ts.tokens is not None else ts.tokens_per_param * (n_once(cfg) + r * n_rec(cfg))
+
+
+def tuning_budget(spec, size: int, r: int):
+    """The base cell of the (size, r) study and its budget: ``(cell, steps, steps_per_milestone)``. The budget is
+    :func:`tuning_tokens_asked`, in whole steps of the training batch, rounded up to a whole number of steps per
+    milestone (at least one step per milestone)."""
     ts = spec.tune
     lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
     cells = [
@@ -495,7 +502,7 @@ def tuning_budget(spec, size: int, r: int):
     ]
     base = cells[0]
     cfg, B, M = base.run.model, spec.training.batch_tokens, ts.num_milestones
-    want = ts.tokens if ts.tokens is not None else ts.tokens_per_param * (n_once(cfg) + r * n_rec(cfg))
+    want = tuning_tokens_asked(spec, cfg, r)
     steps = max(M, int(round(want / B)))
     steps = int(math.ceil(steps / M) * M)
     return base, steps, steps // M

@@ -70,7 +70,9 @@ def plan(spec) -> dict:
     D the tokens the trainer will run (for iso-FLOP budgets, D = round(C / (F B)) B). ``lr_trial_tokens`` gives
     the tokens each LR study's trials train at most, ``{"size<s>_r<r>": tokens}``: ``tune.tokens`` (or
     ``tune.tokens_per_param`` x N) in whole steps of ``training.batch_tokens``, rounded up to whole steps per
-    milestone (:func:`loopscale.sweep.lr_search.tuning_budget`), so it can exceed what the spec asks.
+    milestone (:func:`loopscale.sweep.lr_search.tuning_budget`), so it can exceed what the spec asks;
+    ``lr_tokens_rounding`` names the studies whose trials train at least twice what ``tune`` asks that way (and
+    ``lr_warning`` then advises fewer milestones), else None.
     ``tokens_rounding`` lists the written token budgets the trainer rounds to whole batches (``300 -> D = 256``;
     None when every one is a whole number of batches).
     """
@@ -98,14 +100,18 @@ def plan(spec) -> dict:
     lr_flops = 0.0
     from loopscale.sweep.lr_search import trials_per_study
 
+    lr_rounded: dict[str, tuple[float, int]] = {}  # study -> (tokens asked, tokens trained) where rounding doubles them
     if spec.lr == "tune":
-        from loopscale.sweep.lr_search import study_keys, tuning_budget
+        from loopscale.sweep.lr_search import study_keys, tuning_budget, tuning_tokens_asked
 
         keys = study_keys(spec)
         n_studies = len(keys)
         for s, r in keys:
             base, steps, _ = tuning_budget(spec, s, r)
             lr_trial_tokens[f"size{s}_r{r}"] = steps * spec.training.batch_tokens
+            asked = tuning_tokens_asked(spec, base.run.model, r)
+            if steps * spec.training.batch_tokens >= 2 * asked:
+                lr_rounded[f"size{s}_r{r}"] = (asked, steps * spec.training.batch_tokens)
             lr_flops += flops_per_token(base.run.model) * steps * spec.training.batch_tokens * trials_per_study(spec.tune)
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
     from loopscale.sweep.grid import trial_groups
@@ -126,8 +132,16 @@ def plan(spec) -> dict:
         "lr_flops_max": lr_flops,
         "lr_warning": (f"LR tuning may cost up to {lr_flops / total_c:.3g}x the grid's training FLOPs ({lr_flops:.3g} "
                        f"against {total_c:.3g}; every trial trained to its full budget, ASHA stops some early): lower "
-                       "tune.tokens (or tune.tokens_per_param) or tune.num_samples, or fix lr"
+                       + ("tune.num_milestones (or training.batch_tokens), tune.num_samples, or fix lr"
+                          if lr_rounded else "tune.tokens (or tune.tokens_per_param) or tune.num_samples, or fix lr")
                        if total_c > 0 and lr_flops > total_c else None),  # fmt: skip
+        "lr_tokens_rounding": (
+            f"an LR trial trains at least one step of training.batch_tokens = {spec.training.batch_tokens} per "
+            f"milestone (tune.num_milestones = {spec.tune.num_milestones}), so "
+            + ", ".join(f"{k} trains {got} tokens for the {asked:.4g} asked" for k, (asked, got) in lr_rounded.items())
+            + ": lower tune.num_milestones (or training.batch_tokens) to train what tune asks"
+            if lr_rounded else None
+        ),
         "tokens_rounding": (f"tokens are trained in whole batches of training.batch_tokens = "
                             f"{spec.training.batch_tokens}: " + ", ".join(f"{k} -> D = {v}" for k, v in
                                                                          sorted(rounded.items()))

@@ -211,6 +211,16 @@ def test_the_plan_counts_lr_tuning_flops_and_warns_when_they_exceed_the_grids():
     assert p["lr_warning"].startswith("LR tuning may cost up to ")
     cheap = tuned.model_copy(update={"tune": tuned.tune.model_copy(update={"tokens": 256, "num_samples": 2})})
     assert plan(cheap)["lr_warning"] is None and plan(cheap)["lr_flops_max"] < p["lr_flops_max"]
+    assert "lower tune.tokens" in p["lr_warning"] and p["lr_tokens_rounding"] is None
+    # 50 milestones of at least one 256-token step: every trial trains 12800 tokens for the 2048 asked; the warning
+    # advised lowering tune.tokens, which changes nothing here (a user's spec: 6.25x the grid)
+    many = tuned.model_copy(update={"tune": tuned.tune.model_copy(update={"num_milestones": 50, "grace_milestones": 1})})
+    m = plan(many)
+    assert m["lr_trial_tokens"]["size16_r1"] == 50 * 256
+    assert m["lr_warning"].endswith("lower tune.num_milestones (or training.batch_tokens), tune.num_samples, or fix lr")
+    assert m["lr_tokens_rounding"].startswith("an LR trial trains at least one step of training.batch_tokens = 256 per "
+                                              "milestone (tune.num_milestones = 50), so size16_r1 trains 12800 tokens "
+                                              f"for the {many.tune.tokens:.4g} asked")  # fmt: skip
 
 
 _CPUS4 = (
