@@ -233,6 +233,10 @@ def fit_cmd(
             # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
             tf = fit_table(table, law, **kw)
         else:
+            from loopscale.fit.io import read_table
+            from loopscale.fit.table_fit import one_variant
+
+            one_variant(read_table(table), variant)  # a wrong --variant is said before Ray starts, not after
             with opts.session():
                 tf = fit_table(table, law, **kw)
     fit, boot, data, variant, rep = tf.fit, tf.boot, tf.data, tf.variant, tf.replicates

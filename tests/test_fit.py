@@ -1103,3 +1103,27 @@ def test_fit_cli_warns_when_phis_interval_reaches_the_box_edge(tmp_path):
     _base_joint().to_csv(tmp_path / "runs.csv", index=False)  # phi = 0.5 in the data: well inside the box
     res = CliRunner().invoke(_cli_app(), args)
     assert res.exit_code == 0 and "the interval of phi" not in res.output, res.output
+
+
+def test_fit_cli_names_a_wrong_variant_before_ray_starts(tmp_path, monkeypatch):
+    """`fit TABLE --variant nosuch --bootstrap 20 --ray-temp-dir DIR` started a local Ray instance (its INFO lines)
+    before saying the variant is not in the table; the variant is now checked first and no Ray starts."""
+    from typer.testing import CliRunner
+
+    from loopscale.cluster.options import ClusterOptions
+
+    started = []
+    monkeypatch.setattr(ClusterOptions, "session", lambda self: started.append(1) or (_ for _ in ()).throw(
+        AssertionError("Ray started")))  # fmt: skip
+    import shutil
+    import tempfile
+
+    _base_joint().assign(variant="baseline").to_csv(tmp_path / "runs.csv", index=False)
+    short = tempfile.mkdtemp(dir="/tmp", prefix="ls")  # Ray caps the temp dir's length (tmp_path is too long)
+    try:
+        res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "runs.csv"), "--variant", "nosuch", "--bootstrap",
+                                              "20", "--ray-temp-dir", short])  # fmt: skip
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    assert res.exit_code == 2, res.output
+    assert "--variant nosuch: the table's runs are all of variant 'baseline'" in res.output and not started
