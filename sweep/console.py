@@ -721,7 +721,10 @@ class BootstrapView(_View):
             self.calls_done.append(0)
         self.total, self.done = int(total), int(done)
         self.calls_done[-1] = self.done
-        self.show(self.done, "refits")
+        # which bootstrap the count is of: a run's analysis runs several in a row (each variant's joint fit, of B
+        # refits, then the per-r intervals'), and '12/194' after '176/200' read as a count gone backwards
+        what = "joint fit" if self.B and self.total == self.B else "phi per r or variant comparison" if self.B else None
+        self.show(self.done, f"refits (bootstrap {len(self.calls)}{f', {what}' if what else ''})")
 
     def result(self, planned: int, ok: int, phase: str | None = None) -> None:
         """A bootstrap ended: ``planned`` resamples, ``ok`` of them refitted (``progress_listener``'s)."""

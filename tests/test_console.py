@@ -707,3 +707,26 @@ def test_bootstrap_summary_says_how_many_planned_refits_failed(monkeypatch):
         line = buf.getvalue().splitlines()[-1]
         assert line.startswith("bootstrap: 8 refits (8 for the intervals of phi per r, the identification check's)")
         assert np.isfinite(out["phi"]).all()
+
+
+def test_bootstrap_progress_lines_say_which_bootstrap_they_count(monkeypatch):
+    """A run's analysis runs several bootstraps in a row; its progress lines read 'bootstrap: 176/200 refits', then
+    'bootstrap: 12/194 refits', as if the count went back. Each line now names its bootstrap and what it is for."""
+    from loopscale.fit import bootstrapping
+
+    clock = [1000.0]
+
+    def tick():
+        clock[0] += console.PLAIN_EVERY_S + 1  # every update is due for a plain line
+        return clock[0]
+
+    monkeypatch.setattr(console.time, "time", tick)
+    monkeypatch.setattr(bootstrapping, "_refit_chunk", lambda shared, ks, W: {"n": len(ks)})
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "_CURRENT", console.Console(buf, interactive=False))
+    with console.bootstrap_view(B=10):
+        bootstrapping.run_chunks({}, [(list(range(10)), None)], 1, None)
+        bootstrapping.run_chunks({}, [(list(range(4)), None)], 1, None)
+    lines = [ln for ln in buf.getvalue().splitlines() if "/" in ln.split(" refits")[0]]
+    assert "bootstrap: 10/10 refits (bootstrap 1, joint fit)" in lines, lines
+    assert "bootstrap: 4/4 refits (bootstrap 2, phi per r or variant comparison)" in lines, lines
