@@ -226,9 +226,10 @@ class SeedReplicates:
         over ``strata`` when :attr:`means`, else ``frame`` itself. Raises ValueError as ``cell_means``."""
         return cell_means(frame, self.strata) if self.means else frame
 
-    def fitted_to(self) -> dict[str, Any] | None:
-        """``analysis.json``'s ``fitted_to``: ``{"what": "cell_means", "cells", "runs"}``; None when fitted to runs."""
-        return {"what": "cell_means", "cells": self.cells, "runs": self.runs} if self.means else None
+    def fitted_to(self) -> dict[str, Any]:
+        """``analysis.json``'s ``fitted_to``: ``{"what": "cell_means" | "runs", "cells", "runs"}``: ``runs`` when
+        there are fewer cells than the law's parameters (the runs are then fitted, seeds resampled within cells)."""
+        return {"what": "cell_means" if self.means else "runs", "cells": self.cells, "runs": self.runs}
 
 
 def seed_replicates(frame: pd.DataFrame) -> SeedReplicates | None:
@@ -525,7 +526,7 @@ def analyze(
         )  # fmt: skip
         if strata:
             v["bootstrap_stratified_by"] = list(strata)
-        if means:
+        if rep is not None:
             v["fitted_to"] = rep.fitted_to()
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
         if "C" in frame.columns and (why := frontier_unidentified(frame)):

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from loopscale.fit.analysis import FitOutcome, phi_identified, phi_not_identified
+from loopscale.fit.analysis import JOINT_PARAMS, FitOutcome, phi_identified, phi_not_identified
 from loopscale.fit.laws import make_law
 
 
@@ -177,6 +177,9 @@ def fitted_points(v: dict, j: dict) -> str:
     ft = v.get("fitted_to") or {}
     if ft.get("what") == "cell_means":
         return f"{ft['cells']} cell means of {ft['runs']} runs"
+    if ft.get("what") == "runs":  # seeds as replicates, but too few cells for the law: the runs, said why
+        return (f"{j['n']} runs (their {ft['cells']} cells are fewer than the law's {JOINT_PARAMS} parameters, so the "
+                "runs are fitted, not the cell means; seeds resampled within cells)")
     return f"{j['n']} runs"
 
 

@@ -714,3 +714,18 @@ def test_the_report_flags_intervals_from_few_resamples(tmp_path):
     ana["variants"]["baseline"]["joint"]["bootstrap"]["n_ok"] = 7
     p.write_text(json.dumps(ana), encoding="utf-8")
     assert "> **Warning:** the 95 % intervals rest on 7 refitted resample(s)" in build_report(run).read_text("utf-8")
+
+
+def test_the_report_says_why_a_seeds_design_is_fitted_to_its_runs():
+    """A one-D grid with seeds is fitted to its cell means, except when its cells are fewer than the law's 6
+    parameters: then to the runs. `loopscale fit` said so; the report said only 'n = 10 runs'."""
+    from loopscale.fit.analysis import SeedReplicates
+    from loopscale.fit.run_report import fitted_points
+
+    few = SeedReplicates(("d_model", "r", "layers_unique", "D"), cells=5, runs=10)
+    many = SeedReplicates(("d_model", "r", "layers_unique", "D"), cells=8, runs=24)
+    assert fitted_points({"fitted_to": few.fitted_to()}, {"n": 10}) == (
+        "10 runs (their 5 cells are fewer than the law's 6 parameters, so the runs are fitted, not the cell means; "
+        "seeds resampled within cells)")  # fmt: skip
+    assert fitted_points({"fitted_to": many.fitted_to()}, {"n": 8}) == "8 cell means of 24 runs"
+    assert fitted_points({}, {"n": 16}) == "16 runs"  # seeds are not replicates (or an analysis without the key)
