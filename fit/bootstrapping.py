@@ -142,13 +142,34 @@ def box_edge_interval_note(ci: dict[str, Any]) -> str | None:
     so the box sets that end, not the data. phi's own edge has its warning where it is read (the rule refuses it)."""
     from loopscale.fit.laws import interval_ends_on_box
 
-    ends = {k: v for k, v in interval_ends_on_box(ci).items() if not (k == "phi" or k.startswith("phi_"))}
+    ends = {k: v for k, v in interval_ends_on_box(ci).items() if not _is_phi(k)}
     if not ends:
         return None
-    named = ", ".join(f"{k} ({' and '.join(v)} end{'s' * (len(v) > 1)})" for k, v in ends.items())
-    return (f"the intervals of {named} end on the search-box edge: at least 2.5 % of the refits ran to the edge "
-            "there, so the box, not the data, sets those ends; the law's shape is loosely pinned down by this grid "
-            "(φ's own interval is taken over the same refits)")  # fmt: skip
+    return (f"the intervals of {_named_ends(ends)} end on the search-box edge: at least 2.5 % of the refits ran to the "
+            "edge there, so the box, not the data, sets those ends; the law's shape is loosely pinned down by this "
+            "grid (φ's own interval is taken over the same refits)")  # fmt: skip
+
+
+def phi_box_edge_warning(ci: dict[str, Any]) -> str | None:
+    """The warning for a phi (or phi_<r>) interval that reaches the search box's edge
+    (:func:`loopscale.fit.laws.interval_ends_on_box`), or None: the data do not identify phi (the identification
+    rule refuses such an interval; ``loopscale fit`` says it also without ``--identify``)."""
+    from loopscale.fit.laws import interval_ends_on_box
+
+    ends = {k: v for k, v in interval_ends_on_box(ci).items() if _is_phi(k)}
+    if not ends:
+        return None
+    return (f"the interval of {_named_ends(ends)} reaches the search-box edge (phi in [-3, 3]): these data do not "
+            "identify phi")
+
+
+def _is_phi(name: str) -> bool:
+    return name == "phi" or name.startswith("phi_")
+
+
+def _named_ends(ends: dict[str, list[str]]) -> str:
+    """``alpha (upper end), beta (lower and upper ends)``: the interval ends :func:`interval_ends_on_box` found."""
+    return ", ".join(f"{k} ({' and '.join(v)} end{'s' * (len(v) > 1)})" for k, v in ends.items())
 
 
 ESTIMATE_OUTSIDE_CI_NOTE = (

@@ -296,6 +296,7 @@ def fit_cmd(
         ESTIMATE_OUTSIDE_CI_NOTE,
         box_edge_interval_note,
         few_resamples_note,
+        phi_box_edge_warning,
     )
     from loopscale.fit.io import DUPLICATE_RUN_ID
 
@@ -354,13 +355,8 @@ def fit_cmd(
                 lines.append(f"  warning: {few}")
             if edge := box_edge_interval_note(boot.ci):
                 lines.append(f"  note: {edge}")
-            from loopscale.fit.laws import interval_ends_on_box
-
-            phis = {k: v for k, v in interval_ends_on_box(boot.ci).items() if k == "phi" or k.startswith("phi_")}
-            if phis:  # the rule (--identify) refuses it; without --identify this is the only word on it
-                named = ", ".join(f"{k} ({' and '.join(v)} end{'s' * (len(v) > 1)})" for k, v in phis.items())
-                lines.append(f"  warning: the interval of {named} reaches the search-box edge (phi in [-3, 3]): these "
-                             "data do not identify phi")  # fmt: skip
+            if phi_edge := phi_box_edge_warning(boot.ci):  # without --identify, the only word on it
+                lines.append(f"  warning: {phi_edge}")
     if fit.on_bound:
         lines.append(
             f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "

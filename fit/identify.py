@@ -37,7 +37,7 @@ import pandas as pd
 
 from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
-from loopscale.fit.laws import BASE_BOUNDS, PHI_BOUNDS, make_law
+from loopscale.fit.laws import PHI_BOUNDS, PUBLIC_BOUNDS, make_law
 
 __all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "per_r_fittable", "identify", "fixed_D"]
 
@@ -365,8 +365,7 @@ def identify(
     p = point.params
 
     # 1. parameters (and phi's interval) on the box edge
-    box = {"E": BASE_BOUNDS["e"], "A": BASE_BOUNDS["a"], "B": BASE_BOUNDS["b"], "alpha": BASE_BOUNDS["alpha"],
-           "beta": BASE_BOUNDS["beta"], "phi": PHI_BOUNDS}
+    box = PUBLIC_BOUNDS
     on_edge = []
     for k, (lo, hi) in box.items():
         if is_fixed_D and k in ("E", "B", "beta"):

@@ -33,17 +33,34 @@ PHI_BOUNDS: tuple[float, float] = (-3.0, 3.0)
 BASE_NAMES: tuple[str, ...] = ("a", "b", "e", "alpha", "beta")
 
 
+PUBLIC_BOUNDS: dict[str, tuple[float, float]] = {
+    "E": BASE_BOUNDS["e"],
+    "A": BASE_BOUNDS["a"],
+    "B": BASE_BOUNDS["b"],
+    "alpha": BASE_BOUNDS["alpha"],
+    "beta": BASE_BOUNDS["beta"],
+    "phi": PHI_BOUNDS,
+}
+"""The search box by public parameter name, in the fitted space: log E, log A, log B (their box is on the logs),
+alpha, beta and phi as they are."""
+
+
+def public_bounds(name: str) -> tuple[float, float] | None:
+    """The box of public parameter ``name`` in the fitted space (:data:`PUBLIC_BOUNDS`; ``phi_<r>`` of the per-r law
+    has phi's), None for another name."""
+    if str(name).startswith("phi_"):
+        return PHI_BOUNDS
+    return PUBLIC_BOUNDS.get(name)
+
+
 def interval_ends_on_box(ci: dict, rtol: float = 1e-6) -> dict[str, list[str]]:
-    """The ends of bootstrap intervals that lie on the search box's edge (:data:`BASE_BOUNDS`, :data:`PHI_BOUNDS`
-    for ``phi`` and ``phi_<r>``): ``{public name: ["lower"] / ["upper"] / both}``, in ``ci``'s order. ``ci`` maps
+    """The ends of bootstrap intervals that lie on the search box's edge (:func:`public_bounds`): ``{public name: ["lower"] / ["upper"] / both}``, in ``ci``'s order. ``ci`` maps
     public names (E, A, alpha, B, beta, phi, ...) to ``(lower, upper)`` in public units (A, B, E linear: compared
     in log space, as fitted); an end within ``rtol`` of the box's span from an edge counts. Such an end is a
     percentile of refits of which at least 2.5 % ran to the edge: the box sets it, not the data."""
-    boxes = {"E": BASE_BOUNDS["e"], "A": BASE_BOUNDS["a"], "B": BASE_BOUNDS["b"], "alpha": BASE_BOUNDS["alpha"],
-             "beta": BASE_BOUNDS["beta"]}  # fmt: skip
     out: dict[str, list[str]] = {}
     for name, ends in (ci or {}).items():
-        box = boxes.get(name) or (PHI_BOUNDS if name == "phi" or str(name).startswith("phi_") else None)
+        box = public_bounds(name)
         if box is None or ends is None or len(ends) != 2 or any(e is None for e in ends):
             continue
         lo, hi = (float(e) for e in ends)
