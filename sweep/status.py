@@ -240,8 +240,8 @@ def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:
         what = "curves" if "step" in e.lacks else "runs"
         raise NotAnOutput(
             f"{e.path} is not a loopscale {what} table: it has no {' or '.join(e.lacks)} column (its columns: "
-            f"{', '.join(e.columns[:10]) + (', ...' if len(e.columns) > 10 else '') or 'none'}); give the --out folder "
-            "of a `loopscale run`, `sweep` or `tune-lr`, or move that file out of the folder"
+            f"{e.shown_columns}); give the --out folder of a `loopscale run`, `sweep` or `tune-lr`, or move that file "
+            "out of the folder"
         ) from None
     if unreadable is not None:
         unreadable.extend(seen)

@@ -189,8 +189,9 @@ def write_table_atomic(table: pa.Table, path: str | Path) -> Path:
     return p
 
 
-def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
-    """Read a file or a directory of parts with ``schema`` (an empty table when nothing is there).
+def read_table(path: str | Path, schema: pa.Schema, *, skip: frozenset[Path] | set[Path] = frozenset()) -> pa.Table:
+    """Read a file or a directory of parts with ``schema`` (an empty table when nothing is there); the parts in
+    ``skip`` are not read.
 
     A file that cannot be read (0 bytes or torn by a crash, not Parquet, a foreign schema) is moved aside with a
     warning (:func:`loopscale.cluster.storage.move_aside`) and read as absent, so the runs it held count as
@@ -198,7 +199,7 @@ def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
     p = Path(path)
     if not p.exists():
         return schema.empty_table()
-    files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
+    files = [f for f in sorted(p.glob("*.parquet")) if f not in skip] if p.is_dir() else [p]
     tables = [t for t in (_read_or_aside(f, schema) for f in files) if t is not None]
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
@@ -228,11 +229,16 @@ class ForeignTableError(ValueError):
 
     def __init__(self, path: Path, lacks: list[str], columns: list[str]):
         self.path, self.lacks, self.columns = Path(path), list(lacks), list(columns)
-        shown = ", ".join(columns[:10]) + (", ..." if len(columns) > 10 else "")
         super().__init__(
-            f"{path} is not a loopscale results table (no {' or '.join(lacks)} column; its columns: {shown or 'none'}"
-            "): it is not from a loopscale command; give another --out, or move it away (nothing was changed)"
+            f"{path} is not a loopscale results table (no {' or '.join(lacks)} column; its columns: "
+            f"{self.shown_columns}): it is not from a loopscale command; give another --out, or move it away "
+            "(nothing was changed)"
         )
+
+    @property
+    def shown_columns(self) -> str:
+        """The file's first 10 columns, comma-separated (``...`` when there are more; ``none`` without any)."""
+        return (", ".join(self.columns[:10]) + (", ..." if len(self.columns) > 10 else "")) or "none"
 
 
 RESULTS_TABLE_KEYS = ("run_id", "status", "step")
@@ -465,12 +471,9 @@ class ResultsStore:
         """{run id: its newest record (largest ``finished_at``)} over the parts and the consolidated file (parts
         without their curves are dropped first: see :meth:`_drop_orphan_parts`)."""
         orphans = self._drop_orphan_parts()
-        parts = [
-            t
-            for f in (sorted(self.runs_parts.glob("*.parquet")) if self.runs_parts.is_dir() else [])
-            if f not in orphans and (t := _read_or_aside(f, RUNS_SCHEMA)) is not None
-        ]
-        runs = pa.concat_tables([read_table(self.runs_path, RUNS_SCHEMA), *parts])
+        runs = pa.concat_tables(
+            [read_table(self.runs_path, RUNS_SCHEMA), read_table(self.runs_parts, RUNS_SCHEMA, skip=orphans)]
+        )
         best: dict[str, dict] = {}
         for row in runs.to_pylist():
             cur = best.get(row["run_id"])
