@@ -248,7 +248,7 @@ def run_pipeline(
     from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import record_folder_spec
     from loopscale.sweep.status import mark_started
-    from loopscale.sweep.store import REPORT_OUTPUTS, ResultsStore
+    from loopscale.sweep.store import ResultsStore, move_report_outputs
     from loopscale.sweep.tracking import parse_track
 
     cluster = cluster or ClusterOptions()
@@ -331,9 +331,7 @@ def run_pipeline(
                     f"{FIT_RULES_VERSION}: refitting")
             if before and ana.is_file():  # a finished fit of other runs, settings or rules: kept, not replaced
                 aside = new_aside_folder(out, "earlier_fit")
-                moved = [n for n in REPORT_OUTPUTS if (out / n).exists()]
-                for n in moved:
-                    (out / n).rename(aside / n)
+                moved = move_report_outputs(out, aside)
                 relink_moved_report(aside / "report.md", moved)
                 log(f"[3/4] fit: the earlier fit ({', '.join(f'{k} {v}' for k, v in before.items() if k != 'runs_sha256')}"
                     f") and its report moved to {aside} ({', '.join(moved)})")

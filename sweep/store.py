@@ -578,7 +578,18 @@ class ResultsStore:
 
 
 REPORT_OUTPUTS = ("fit", "report.md", "loss_vs_compute.png")
-"""The fit and report outputs of a run folder that describe its runs (moved aside with them by ``--force``)."""
+"""The fit and report outputs of a run folder that describe its runs (moved aside with them by ``--force``, and by
+a ``run`` that refits a finished fit)."""
+
+
+def move_report_outputs(out: Path, aside: Path) -> list[str]:
+    """Move the :data:`REPORT_OUTPUTS` that ``out`` holds into the folder ``aside``; returns their names."""
+    import shutil
+
+    moved = [n for n in REPORT_OUTPUTS if (out / n).exists()]
+    for n in moved:
+        shutil.move(str(out / n), str(aside / n))
+    return moved
 
 
 def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], workspace_ids: set[str]) -> str | None:
@@ -588,7 +599,6 @@ def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], works
     ids; into ``checkpoints/`` there, or ``<storage>/earlier_<UTC time>/checkpoints/`` for a remote storage) and the
     fit and report outputs that describe them (:data:`REPORT_OUTPUTS`). Returns the line to print (how many finished
     runs' records went where), or None when none of them had written anything."""
-    import shutil
 
     from loopscale.cluster import storage
     from loopscale.sweep.workspace import RunWorkspace
@@ -609,9 +619,7 @@ def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], works
     if not recorded and not moved:
         aside.rmdir()
         return None
-    reports = [n for n in REPORT_OUTPUTS if (out / n).exists()]
-    for n in reports:
-        shutil.move(str(out / n), str(aside / n))
+    reports = move_report_outputs(out, aside)
     where = str(aside)
     if not all(ws.local for ws in spaces.values()):
         where += f" (checkpoints: {storage.join(storage_uri, name)})"
