@@ -332,7 +332,6 @@ def run_pipeline(
             if before and ana.is_file():  # a finished fit of other runs, settings or rules: kept, not replaced
                 aside = new_aside_folder(out, "earlier_fit")
                 moved = move_report_outputs(out, aside)
-                relink_moved_report(aside / "report.md", moved)
                 log(f"[3/4] fit: the earlier fit ({', '.join(f'{k} {v}' for k, v in before.items() if k != 'runs_sha256')}"
                     f") and its report moved to {aside} ({', '.join(moved)})")
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
@@ -372,26 +371,6 @@ def run_pipeline(
     save_meta()
     log(f"[4/4] report: {report}")
     return meta
-
-
-def relink_moved_report(report: Path, moved: list[str]) -> None:
-    """A report moved one folder down with the files in ``moved`` (``earlier_fit_<time>/``): its figure links to
-    files that stayed behind (``tune_lr/loss_vs_lr_size*.png``) get a ``../`` so that the kept report still shows
-    them; links into what moved with it are left as they are. No-op without ``report``."""
-    import re
-
-    if not report.is_file():
-        return
-    own = tuple(n.rstrip("/") for n in moved)
-
-    def fix(m: re.Match) -> str:
-        target = m.group(2)
-        if "://" in target or target.startswith(("/", "../")) or target.split("/", 1)[0] in own:
-            return m.group(0)
-        return f"{m.group(1)}../{target})"
-
-    text = report.read_text(encoding="utf-8")
-    report.write_text(re.sub(r"(!\[[^\]]*\]\()([^)\s]+)\)", fix, text), encoding="utf-8")
 
 
 def corpus_epochs(spec) -> dict:

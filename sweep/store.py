@@ -583,13 +583,35 @@ a ``run`` that refits a finished fit)."""
 
 
 def move_report_outputs(out: Path, aside: Path) -> list[str]:
-    """Move the :data:`REPORT_OUTPUTS` that ``out`` holds into the folder ``aside``; returns their names."""
+    """Move the :data:`REPORT_OUTPUTS` that ``out`` holds into the folder ``aside`` (one folder below ``out``) and
+    relink the moved report's figures that stayed behind (:func:`relink_moved_report`); returns the names moved."""
     import shutil
 
     moved = [n for n in REPORT_OUTPUTS if (out / n).exists()]
     for n in moved:
         shutil.move(str(out / n), str(aside / n))
+    relink_moved_report(aside / "report.md", moved)
     return moved
+
+
+def relink_moved_report(report: Path, moved: list[str]) -> None:
+    """A report moved one folder down with the files in ``moved`` (``earlier_fit_<time>/``, ``earlier_<time>/``): its figure links to
+    files that stayed behind (``tune_lr/loss_vs_lr_size*.png``) get a ``../`` so that the kept report still shows
+    them; links into what moved with it are left as they are. No-op without ``report``."""
+    import re
+
+    if not report.is_file():
+        return
+    own = tuple(n.rstrip("/") for n in moved)
+
+    def fix(m: re.Match) -> str:
+        target = m.group(2)
+        if "://" in target or target.startswith(("/", "../")) or target.split("/", 1)[0] in own:
+            return m.group(0)
+        return f"{m.group(1)}../{target})"
+
+    text = report.read_text(encoding="utf-8")
+    report.write_text(re.sub(r"(!\[[^\]]*\]\()([^)\s]+)\)", fix, text), encoding="utf-8")
 
 
 def set_aside_forced(out: str | Path, storage_uri: str, run_ids: set[str], workspace_ids: set[str]) -> str | None:

@@ -45,7 +45,9 @@ def finished_folder(tmp_path):
     store.consolidate()
     (out / "fit").mkdir()
     (out / "fit" / "analysis.json").write_text("{}", encoding="utf-8")
-    (out / "report.md").write_text("# 16 runs\n", encoding="utf-8")
+    (out / "tune_lr").mkdir()  # the LR table's figures stay in the folder: they describe no run of the grid
+    (out / "tune_lr" / "loss_vs_lr_size16.png").write_bytes(b"png")
+    (out / "report.md").write_text("# 16 runs\n\n![lr](tune_lr/loss_vs_lr_size16.png)\n", encoding="utf-8")
     return out, losses
 
 
@@ -72,7 +74,10 @@ def test_force_interrupted_before_training_keeps_the_earlier_records_aside(finis
         d = aside / "checkpoints" / rid
         assert json.loads((d / "result.json").read_text())["final_val_loss"] == loss
         assert (d / "ckpt_step8.pt").read_bytes() == b"weights"
-    assert (aside / "fit" / "analysis.json").is_file() and (aside / "report.md").read_text() == "# 16 runs\n"
+    assert (aside / "fit" / "analysis.json").is_file()
+    # the kept report still shows the LR figure, which stayed one folder up
+    assert (aside / "report.md").read_text() == "# 16 runs\n\n![lr](../tune_lr/loss_vs_lr_size16.png)\n"
+    assert (aside / "../tune_lr/loss_vs_lr_size16.png").resolve().is_file()
     err = capsys.readouterr().err
     assert "records of 16 finished runs" in err and str(aside) in err
     # status reads the folder's own records only: the moved-aside runs are not counted as this folder's

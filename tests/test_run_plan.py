@@ -442,7 +442,7 @@ def test_a_report_kept_by_a_refit_still_shows_the_lr_figures(tmp_path):
     """A refit moves fit/, report.md and loss_vs_compute.png into earlier_fit_<time>/; the kept report's links to
     tune_lr/loss_vs_lr_size*.png, which stay in the run folder, pointed at nothing. They now go one folder up;
     links into what moved with the report stay."""
-    from loopscale.sweep.run import relink_moved_report
+    from loopscale.sweep.store import relink_moved_report
 
     (tmp_path / "tune_lr").mkdir()
     (tmp_path / "tune_lr" / "loss_vs_lr_size16.png").write_bytes(b"png")
