@@ -461,7 +461,8 @@ def planned_flops(cell: dict) -> float:
 class GridView(_View):
     """Progress of the grid: runs done/running/pending/failed, tokens/s of all running trials (each trial's tokens
     since its previous report over the time since then, summed; at the first report of an attempt, its tokens over
-    the trainer's ``attempt_s``, so that the trial's start-up (Ray worker, imports, data) is not counted), and an ETA = (planned FLOPs of unfinished runs -
+    the trainer's ``attempt_s``, so that the trial's start-up (Ray worker, imports, data) is not counted; a running
+    trial that has not reported yet counts at the mean FLOP rate of those that have), and an ETA = (planned FLOPs of unfinished runs -
     FLOPs their trials already spent) / measured FLOP rate. Both are computed at each report of a trial; between
     reports the rate is kept and the ETA counts down. (A fixed 60 s window read the default job 25 % high: its
     trials report every ~75 s, so each window held both trials' reports, the same 136,533 tokens/s all sweep long.)
@@ -570,6 +571,15 @@ class GridView(_View):
         self.counts = counts
         self.total = max(self.total, sum(counts.values()))
         rates = [v for tid, v in self._rate.items() if tid in running]
+        if rates:
+            # a trial that started since and has not reported yet trains too: counted at the mean FLOP rate of the
+            # running trials that reported (the rate halved, and the ETA doubled, for a report's time after each
+            # new trial started; trials share the workers alike)
+            fps_mean = sum(v[1] for v in rates) / len(rates)
+            for t in trials:
+                if t.trial_id in running and t.trial_id not in self._rate:
+                    fpt = self._flops_per_token(trial_cells(t.config))
+                    rates.append((fps_mean / fpt if fpt > 0 else 0.0, fps_mean))
         if reported and rates:
             self.tokens_per_s = sum(v[0] for v in rates)
             fps = sum(v[1] for v in rates)

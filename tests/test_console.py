@@ -730,3 +730,33 @@ def test_bootstrap_progress_lines_say_which_bootstrap_they_count(monkeypatch):
     lines = [ln for ln in buf.getvalue().splitlines() if "/" in ln.split(" refits")[0]]
     assert "bootstrap: 10/10 refits (bootstrap 1, joint fit)" in lines, lines
     assert "bootstrap: 4/4 refits (bootstrap 2, phi per r or variant comparison)" in lines, lines
+
+
+def test_grid_rate_counts_a_new_trial_before_its_first_report(monkeypatch):
+    """Two trials share the workers; when one ends, the next starts and has not reported yet. The other trial's next
+    report showed the rate halved and the ETA doubled until the new trial's first report (the grid display swung at
+    every trial change). A running trial without a report now counts at the mean FLOP rate of those that reported."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.sweep.spec import Cell
+
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    cells = _cells(3)
+    view = console.GridView(console.Console(io.StringIO(), interactive=False), total=3)
+    a = SimpleNamespace(trial_id="a", status="RUNNING", config={"cell": cells[0]})
+    b = SimpleNamespace(trial_id="b", status="RUNNING", config={"cell": cells[1]})
+    c = SimpleNamespace(trial_id="c", status="PENDING", config={"cell": cells[2]})
+    view.observe([a, b, c])
+    clock[0] = 10.0
+    view.observe([a, b, c], a, {"tokens": 1000})
+    view.observe([a, b, c], b, {"tokens": 1000})
+    assert view.tokens_per_s == pytest.approx(200.0)
+    fps_b = 100.0 * float(flops_per_token(Cell.from_dict(cells[1]).run.model))
+    a.status, a.last_result, c.status = "TERMINATED", {"done": True}, "RUNNING"
+    view.observe([a, b, c])  # c started; it has not reported
+    clock[0] = 20.0
+    view.observe([a, b, c], b, {"tokens": 2000})
+    fpt_c = float(flops_per_token(Cell.from_dict(cells[2]).run.model))
+    assert view.tokens_per_s == pytest.approx(100.0 + fps_b / fpt_c)  # not b's 100 tokens/s alone
+    remaining = console.planned_flops(cells[1]) - 2000 * fps_b / 100.0 + console.planned_flops(cells[2])
+    assert view.eta_s == pytest.approx(remaining / (2 * fps_b))
