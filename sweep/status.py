@@ -187,6 +187,25 @@ def refuse_busy_folder(out_dir: str | Path, what: str) -> None:
     )
 
 
+def _fit_caveats(out: Path, ana: dict, meta: dict) -> list[str]:
+    """What the report says above the fit it shows, in one line each: the fit was made from another runs table
+    than today's ``runs.parquet`` (the sha256 ``run_meta.json`` records), or under other fit rules than this
+    loopscale's (``analysis.json``'s ``fit_rules``, version 1 when none), with the command that refits it."""
+    from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
+
+    caveats = []
+    rerun = f"`loopscale run {out / 'spec.yaml'} --out {out} --resume`"
+    fitted = (meta.get("fit_input") or {}).get("runs_sha256")
+    if fitted and (out / "runs.parquet").is_file() and file_digest(out / "runs.parquet") != fitted:
+        caveats.append(f"stale: made from another runs table, runs.parquet changed since the fit; {rerun} refits it "
+                       "(first training the spec's runs missing from the table)")
+    made = int(ana.get("fit_rules", 1))
+    if made != FIT_RULES_VERSION:
+        caveats.append(f"made under fit rules version {made}, this loopscale applies version {FIT_RULES_VERSION}, "
+                       f"whose intervals and verdicts may differ; {rerun} refits it, training nothing")
+    return caveats
+
+
 def fit_headlines(ana: dict) -> list[str]:
     """The last lines ``loopscale run`` prints: per variant with a joint fit, the identification headline (when the
     identification rule gave one, it decides what may be claimed) or phi with its 95 % bootstrap CI, and R^2 with
@@ -524,7 +543,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
     display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
-    table rows), ``fit`` (headline lines), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
+    table rows), ``fit`` (headline lines), ``fit_caveats`` (the report's notes above that fit, a line each: stale, or made
+    under other fit rules), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
     since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``unreadable`` (results files that could not be
     read and runs parts without their curves part, with why: read as no records), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
@@ -626,6 +646,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             lr["table_used"] = False
     ana = _read_json(out / "fit" / "analysis.json")
     fit = fit_headlines(ana) if ana else []
+    fit_caveats = _fit_caveats(out, ana, meta) if fit else []
     # stage and state
     if progress:
         stage = {"grid": "sweep"}.get(progress.get("stage"), progress.get("stage"))
@@ -707,6 +728,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "lr": lr or None,
         "fit": fit,
         "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
+        "fit_caveats": fit_caveats,
         "set_aside": set_aside_folders(out),
         "unreadable": unreadable,
         "counts": {
@@ -935,6 +957,7 @@ def format_status(st: dict) -> list[str]:
         )
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     lines += [f"{head}: {h}" for h in st["fit"]]
+    lines += [f"  ({c})" for c in st.get("fit_caveats") or []]
     if st.get("unreadable"):
         lines.append(f"unreadable, read as no runs: {'; '.join(st['unreadable'])}")
     if st.get("set_aside"):

@@ -190,3 +190,32 @@ def test_a_runs_parquet_another_program_wrote_is_named_not_a_traceback(tmp_path)
     out = " ".join(res.output.split())
     assert "runs.parquet is not a loopscale runs table: it has no run_id or status column (its columns: a, b)" in out
     assert "Traceback" not in res.output and "KeyError" not in res.output
+
+
+def test_status_says_when_the_fit_it_shows_is_stale_or_of_other_fit_rules(tmp_path):
+    """``status`` printed an example folder's phi verdict made under fit rules version 1 with no word of it, while
+    its report opens with "Made under other fit rules" (today's fit reaches another verdict). Status now says what
+    the report says above the fit: other fit rules, or a fit made from another runs table (stale)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from loopscale.fit.analysis import FIT_RULES_VERSION
+
+    out = tmp_path / "seeds4"
+    shutil.copytree("docs/example_cpu_seeds4", out)
+    ana = json.loads((out / "fit" / "analysis.json").read_text())
+    assert int(ana.get("fit_rules", 1)) != FIT_RULES_VERSION  # the example's fit predates today's rules
+    st = collect_status(out)
+    (caveat,) = st["fit_caveats"]
+    assert caveat.startswith(f"made under fit rules version {ana.get('fit_rules', 1)}, this loopscale applies "
+                             f"version {FIT_RULES_VERSION}")  # fmt: skip
+    assert f"loopscale run {out / 'spec.yaml'} --out {out} --resume" in caveat
+    assert f"  ({caveat})" in format_status(st)
+    ana["fit_rules"] = FIT_RULES_VERSION  # today's rules, and the runs table it was fitted to: nothing to say
+    (out / "fit" / "analysis.json").write_text(json.dumps(ana))
+    assert collect_status(out)["fit_caveats"] == []
+    t = pq.read_table(out / "runs.parquet")  # one run fewer than the fit was made from
+    pq.write_table(t.slice(0, t.num_rows - 1), out / "runs.parquet")
+    (stale,) = collect_status(out)["fit_caveats"]
+    assert stale.startswith("stale: made from another runs table")
