@@ -545,7 +545,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
     table rows), ``fit`` (headline lines), ``fit_caveats`` (the report's notes above that fit, a line each: stale, or made
     under other fit rules), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
-    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``unreadable`` (results files that could not be
+    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``design`` (``design_prediction.json`` when ``loopscale design
+    --out`` wrote one here, else None), ``unreadable`` (results files that could not be
     read and runs parts without their curves part, with why: read as no records), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
 
@@ -647,9 +648,13 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     ana = _read_json(out / "fit" / "analysis.json")
     fit = fit_headlines(ana) if ana else []
     fit_caveats = _fit_caveats(out, ana, meta) if fit else []
-    # stage and state
+    # stage and state: a folder no command has worked in (only `loopscale design --out` wrote its spec and
+    # prediction there) is empty, not a sweep stopped with every run pending
+    never_ran = not (record or meta or recs or tune_info or progress or "table" in lr or (out / "tune_lr").is_dir())
     if progress:
         stage = {"grid": "sweep"}.get(progress.get("stage"), progress.get("stage"))
+    elif never_ran:
+        stage = "none"
     elif kind == "tune-lr":
         stage = "done" if "table" in lr and not alive else "tune-lr"
     elif spec is not None and spec.lr == "tune" and "table" not in lr:
@@ -730,6 +735,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
         "fit_caveats": fit_caveats,
         "set_aside": set_aside_folders(out),
+        "design": "design_prediction.json" if (out / "design_prediction.json").is_file() else None,
         "unreadable": unreadable,
         "counts": {
             "runs": "training runs (one per grid cell and seed); running: "
@@ -958,6 +964,8 @@ def format_status(st: dict) -> list[str]:
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     lines += [f"{head}: {h}" for h in st["fit"]]
     lines += [f"  ({c})" for c in st.get("fit_caveats") or []]
+    if st.get("design"):
+        lines.append(f"design prediction (`loopscale design --out`): {st['design']}")
     if st.get("unreadable"):
         lines.append(f"unreadable, read as no runs: {'; '.join(st['unreadable'])}")
     if st.get("set_aside"):

@@ -219,3 +219,22 @@ def test_status_says_when_the_fit_it_shows_is_stale_or_of_other_fit_rules(tmp_pa
     pq.write_table(t.slice(0, t.num_rows - 1), out / "runs.parquet")
     (stale,) = collect_status(out)["fit_caveats"]
     assert stale.startswith("stale: made from another runs table")
+
+
+@pytest.mark.parametrize("lr", [{"fixed": 0.01}, "tune"])
+def test_a_folder_only_design_wrote_to_is_empty_not_a_stopped_sweep(tmp_path, lr):
+    """``loopscale design --out DIR`` writes the spec and its prediction; no command has run there. Status called
+    it "stopped, stage sweep" with every run pending (and a resume line), as if a sweep had been interrupted."""
+    spec = preset_spec("smoke").model_copy(update={"lr": lr})
+    out = tmp_path / "planned"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    (out / "design_prediction.json").write_text("{}")
+    st = collect_status(out)
+    assert (st["state"], st["stage"], st["resume_with"]) == ("empty", "none", None)
+    assert st["runs"]["pending"] == len(preset_spec("smoke").cells()) == 16
+    assert "design prediction (`loopscale design --out`): design_prediction.json" in format_status(st)
+    # a command that started there and stopped before any run finished is stopped, not empty
+    store = ResultsStore(out)
+    store.write_run(failed_record(preset_spec("smoke").cells()[0], "RuntimeError: boom"))
+    assert collect_status(out)["state"] == "stopped"
