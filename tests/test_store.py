@@ -147,3 +147,17 @@ def test_look_only_reads_an_orphan_runs_part_as_run_would(tmp_path):
     real = store.recorded()  # the command itself: moves the two orphans aside, then reads the same records
     assert set(real) == set(looked) and real[cells[0].run_id]["final_val_loss"] == 3.0
     assert len(list(store.runs_parts.glob("*.parquet"))) == len(before) - 2
+
+
+def test_readme_results_schema_names_every_column():
+    """The README's "Results schema" listed 37 of runs.parquet's 50 columns (``size``, ``seq_len``, ``optimizer``,
+    ``data_seed``, ... were written to every row but named nowhere a reader looks); every column of both tables is
+    now named there, and a column added later must be too."""
+    from pathlib import Path
+
+    from loopscale.sweep.store import CURVES_SCHEMA, RUNS_SCHEMA
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Results schema") : readme.index("## How the fit works")]
+    missing = [f.name for f in (*RUNS_SCHEMA, *CURVES_SCHEMA) if f"`{f.name}`" not in section]
+    assert missing == []
