@@ -179,6 +179,7 @@ def run_sweep(
             done.add(c.run_id)
     pending = [c for c in cells if c.run_id not in done]
     errors: list[str] = []
+    consolidated = False
     if pending:
 
         from ray import tune
@@ -258,7 +259,11 @@ def run_sweep(
                 if grid.stopped_by_signal or unfinished_trials(uri_join(storage_path, plan.experiment)):
                     store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
                     raise SweepInterrupted("the sweep was interrupted")
-    path = store.consolidate()
+            # before Ray shuts down: a cluster's head lost at the grid's end makes Ray's core end this process
+            # inside ray.shutdown() ("the local Raylet is dead"), which left every finished run in parts/ only
+            store.consolidate()
+            consolidated = True
+    path = store.runs_path if consolidated else store.consolidate()
     rows = [r for r in store.runs().to_pylist() if r["run_id"] in ids]
     # the folder's runs matched the corpus when this command started (check_folder_spec): more than one content
     # hash now means the corpus changed while the grid trained, and its runs read two texts (two validation sets)

@@ -267,6 +267,25 @@ def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:
     return recs
 
 
+def _not_consolidated(out: Path, recs: dict[str, dict]) -> int:
+    """How many of the records ``recs`` (:func:`_records`) are in ``parts/`` only: missing from ``runs.parquet``, or
+    newer there than its row. A command stopped between its runs' records and the consolidation that writes
+    ``runs.parquet`` (a SIGKILL, a cluster's head lost as the grid ended) leaves them so; ``fit DIR`` reads
+    ``runs.parquet`` only. 0 when ``runs.parquet`` cannot be read (it is described as unreadable then)."""
+    import pyarrow.parquet as pq
+
+    if not recs:
+        return 0
+    try:
+        have = pq.read_table(out / "runs.parquet", columns=["run_id", "finished_at"]).to_pylist()
+    except FileNotFoundError:
+        have = []
+    except Exception:
+        return 0
+    when = {row["run_id"]: row["finished_at"] for row in have}
+    return sum(1 for rid, rec in recs.items() if rid not in when or when[rid] != rec.get("finished_at"))
+
+
 def _planned(out: Path):
     """(spec, planned cells) from ``OUT/spec.yaml``, or (None, None) without one."""
     from loopscale.sweep.lr_table import _read_lr_rows
@@ -545,7 +564,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
     table rows), ``fit`` (headline lines), ``fit_caveats`` (the report's notes above that fit, a line each: stale, or made
     under other fit rules), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
-    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``design`` (``design_prediction.json`` when ``loopscale design
+    since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``runs_in_parts_only`` (finished runs whose records are in ``parts/``
+    only, not yet in ``runs.parquet``: the command stopped before writing it), ``design`` (``design_prediction.json`` when ``loopscale design
     --out`` wrote one here, else None), ``unreadable`` (results files that could not be
     read and runs parts without their curves part, with why: read as no records), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
@@ -650,6 +670,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     fit_caveats = _fit_caveats(out, ana, meta) if fit else []
     # stage and state: a folder no command has worked in (only `loopscale design --out` wrote its spec and
     # prediction there) is empty, not a sweep stopped with every run pending
+    in_parts_only = 0 if alive else _not_consolidated(out, recs)
     never_ran = not (record or meta or recs or tune_info or progress or "table" in lr or (out / "tune_lr").is_dir())
     if progress:
         stage = {"grid": "sweep"}.get(progress.get("stage"), progress.get("stage"))
@@ -660,6 +681,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     elif spec is not None and spec.lr == "tune" and "table" not in lr:
         stage = "tune-lr"
     elif by["ok"] + by["diverged"] < total:
+        stage = "sweep"
+    elif in_parts_only:
+        # every run trained, but the command stopped before runs.parquet held them: its sweep stage did not end
         stage = "sweep"
     elif not recs and cells is None:
         stage = "sweep" if alive and kind == "sweep" else "none"
@@ -735,6 +759,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
         "fit_caveats": fit_caveats,
         "set_aside": set_aside_folders(out),
+        "runs_in_parts_only": in_parts_only,
         "design": "design_prediction.json" if (out / "design_prediction.json").is_file() else None,
         "unreadable": unreadable,
         "counts": {
@@ -964,6 +989,11 @@ def format_status(st: dict) -> list[str]:
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     lines += [f"{head}: {h}" for h in st["fit"]]
     lines += [f"  ({c})" for c in st.get("fit_caveats") or []]
+    if st.get("runs_in_parts_only"):
+        n = st["runs_in_parts_only"]
+        lines.append(f"runs.parquet lacks {n} finished run{'s' if n != 1 else ''}' records (they are in parts/; "
+                     "`loopscale fit` reads runs.parquet): the command to continue, below, writes it, training none "
+                     "of them again")
     if st.get("design"):
         lines.append(f"design prediction (`loopscale design --out`): {st['design']}")
     if st.get("unreadable"):

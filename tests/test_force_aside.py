@@ -1,6 +1,7 @@
 """``sweep --force`` moves the earlier runs' records, checkpoints and fit/report aside instead of deleting them, and
-no message suggests rerunning with both --force and --resume (it would retrain the runs already redone). No Ray:
-the grid's start is stopped as a Ctrl-C would stop it."""
+no message suggests rerunning with both --force and --resume (it would retrain the runs already redone); a sweep
+writes runs.parquet before its Ray session ends. No Ray: the grid's start is stopped as a Ctrl-C would stop it, or
+the grid is replaced by one that writes its runs' records."""
 
 from __future__ import annotations
 
@@ -126,3 +127,40 @@ def test_status_names_an_earlier_fit_a_refit_moved_aside(finished_folder):
     st = collect_status(out)
     assert st["set_aside"] == [{"path": "fit/earlier_fit_20261201T000000", "bytes": 1500, "runs": None}]
     assert "fit/earlier_fit_20261201T000000/ (1.5 kB)" in format_status(st)[-1]
+
+
+def test_runs_parquet_is_written_before_ray_shuts_down(tmp_path, monkeypatch):
+    """A cluster's head lost as the grid ended: Ray's core ends the driver inside ray.shutdown() ("the local Raylet
+    is dead"), and runs.parquet, written after the Ray session closed, was never written (every run in parts/ only).
+    The grid's records are now consolidated inside the session. No Ray: the grid writes its runs' records as trials
+    would, and the session's end checks runs.parquet."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from loopscale.sweep import grid
+
+    spec = preset_spec("smoke")
+    out = tmp_path / "out"
+    at_shutdown: dict = {}
+
+    @contextlib.contextmanager
+    def session(*a, **k):
+        yield
+        store = ResultsStore(out)  # what a driver ended inside ray.shutdown() leaves
+        at_shutdown["runs"] = pq.read_table(out / "runs.parquet").num_rows if store.is_consolidated() else None
+
+    def fake_fit(tuner):
+        store = ResultsStore(out)
+        for c in spec.cells():
+            res = _res(3.0)
+            store.write_run(run_record(c, res), curve_rows(c.run_id, res["curve"]))
+        return SimpleNamespace(stopped_by_signal=False)
+
+    monkeypatch.setattr("loopscale.cluster.connect.ray_session", session)
+    monkeypatch.setattr("loopscale.cluster.connect.no_node_fits", lambda *a: None)
+    monkeypatch.setattr(grid, "plan_grid", lambda *a, **k: SimpleNamespace(build=lambda: None, experiment="grid_x"))
+    monkeypatch.setattr(grid, "fit_tuner", fake_fit)
+    monkeypatch.setattr(grid, "result_grid_errors", lambda g: [])
+    monkeypatch.setattr(grid, "unfinished_trials", lambda path: False)
+    run_sweep(spec, out, quiet=True)
+    assert at_shutdown == {"runs": 16}

@@ -238,3 +238,34 @@ def test_a_folder_only_design_wrote_to_is_empty_not_a_stopped_sweep(tmp_path, lr
     store = ResultsStore(out)
     store.write_run(failed_record(preset_spec("smoke").cells()[0], "RuntimeError: boom"))
     assert collect_status(out)["state"] == "stopped"
+
+
+def test_a_sweep_stopped_before_writing_runs_parquet_is_stopped_not_finished(tmp_path):
+    """A cluster's head lost as the grid ended: Ray's core ended the driver inside ray.shutdown(), before the
+    consolidation that writes runs.parquet; every run was in parts/ only. Status said "finished, stage done" (no
+    resume line) and `loopscale fit DIR` then found no runs.parquet. It is now stopped in the sweep stage, says how
+    many records runs.parquet lacks, and names the command that writes it."""
+    spec = preset_spec("smoke")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    store = ResultsStore(out)
+    cells = spec.cells()
+    for c in cells[:4]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    store.consolidate()
+    for c in cells[4:]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    (out / "logs").mkdir()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    record = {"kind": "sweep", "command": f"loopscale sweep smoke --out {out}", "cwd": str(tmp_path),
+              "pid": int(ended.stdout), "host": socket.gethostname(), "started_at": time.time() - 100,
+              "recorded_at": time.time() - 100}  # fmt: skip  # the driver that stopped
+    (out / "logs" / "command.json").write_text(json.dumps(record))
+    st = collect_status(out)
+    assert (st["state"], st["stage"], st["runs_in_parts_only"]) == ("stopped", "sweep", 12)
+    assert st["runs"]["ok"] == 16 and st["resume_with"].endswith("--resume")
+    assert any(line.startswith("runs.parquet lacks 12 finished runs' records") for line in format_status(st))
+    store.consolidate()
+    st = collect_status(out)
+    assert (st["state"], st["stage"], st["runs_in_parts_only"]) == ("finished", "done", 0)
