@@ -5,7 +5,7 @@ Public names (imported lazily: ``import loopscale.cluster`` imports neither ray 
     ray_session, RayInfo, validate_address        # loopscale.cluster.connect
     resolve_uri, join, write_bytes_atomic, read_bytes, exists, listdir, makedirs, remove,
     sync_dir, fetch_dir                           # loopscale.cluster.storage
-    ClusterOptions, AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, StorageOpt   # .options
+    ClusterOptions, AddressOpt, TuneAddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt, StorageOpt   # .options
     recipe_path                                   # path of a file in loopscale/cluster/recipes
     simulated_cluster, SimCluster                 # loopscale.cluster.simulate (multi-node Ray on one machine)
 
@@ -32,6 +32,7 @@ __all__ = [
     "fetch_dir",
     "ClusterOptions",
     "AddressOpt",
+    "TuneAddressOpt",
     "NumCpusOpt",
     "NumGpusOpt",
     "RayTempDirOpt",
@@ -57,6 +58,7 @@ _WHERE = {
     "fetch_dir": "storage",
     "ClusterOptions": "options",
     "AddressOpt": "options",
+    "TuneAddressOpt": "options",
     "NumCpusOpt": "options",
     "NumGpusOpt": "options",
     "RayTempDirOpt": "options",

@@ -27,6 +27,7 @@ import typer
 
 __all__ = [
     "AddressOpt",
+    "TuneAddressOpt",
     "NumCpusOpt",
     "NumGpusOpt",
     "RayTempDirOpt",
@@ -46,6 +47,11 @@ ADDRESS_HELP = (
     "Ray cluster to join: 'auto' (started on this machine with `ray start --head`), 'host:port' or "
     "'ray://host:port'. Unset: start an embedded local Ray (or join RAY_ADDRESS if set, as `ray job submit` does)."
 )
+TUNE_ADDRESS_HELP = (
+    "Ray cluster to join: 'auto' (started on this machine with `ray start --head`) or 'host:port' (its GCS "
+    "address; Ray Client's 'ray://' is refused here: submit the command to the cluster with `ray job submit`). "
+    "Unset: start an embedded local Ray (or join RAY_ADDRESS if set, as `ray job submit` does)."
+)
 NUM_CPUS_HELP = "CPUs the embedded local Ray may use (default: all cores). Not with --address."
 NUM_GPUS_HELP = "GPUs the embedded local Ray may use (default: all it detects). Not with --address."
 RAY_TEMP_DIR_HELP = (
@@ -54,6 +60,8 @@ RAY_TEMP_DIR_HELP = (
 )
 
 AddressOpt = Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP, rich_help_panel="Ray")]
+#: ``--address`` of the commands that run a Ray Tune experiment (``tune-lr``, ``sweep``, ``run``): no Ray Client
+TuneAddressOpt = Annotated[str | None, typer.Option("--address", help=TUNE_ADDRESS_HELP, rich_help_panel="Ray")]
 NumCpusOpt = Annotated[
     int | None, typer.Option("--num-cpus", min=1, help=NUM_CPUS_HELP, rich_help_panel="Ray")
 ]
@@ -146,7 +154,7 @@ class ClusterOptions:
                     ("--num-gpus", self.num_gpus),
                     ("--ray-temp-dir", self.ray_temp_dir),
                 )
-                if v
+                if v is not None and v is not False
             ]
             if given:
                 drop = "drop --address" if self.address else "unset RAY_ADDRESS"

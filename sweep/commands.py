@@ -16,13 +16,13 @@ from typing import Annotated
 import typer
 
 from loopscale.cluster.options import (
-    AddressOpt,
     ClusterOptions,
     Interrupted,
     NumCpusOpt,
     NumGpusOpt,
     RayTempDirOpt,
     StorageOpt,
+    TuneAddressOpt,
     present_errors,
 )
 from loopscale.sweep.presets import PRESET_HELP, SPEC_HELP
@@ -357,7 +357,7 @@ def sweep_cmd(
         help="Retrain cells whose run id already finished; their earlier records, checkpoints and fit/report are "
         "moved into OUT/earlier_<UTC time>/ first (nothing is deleted).",
     ),
-    address: AddressOpt = None,
+    address: TuneAddressOpt = None,
     num_cpus: NumCpusOpt = None,
     num_gpus: NumGpusOpt = None,
     ray_temp_dir: RayTempDirOpt = None,
@@ -412,7 +412,7 @@ def tune_lr_cmd(
         "where `loopscale sweep` and `run` of the same spec look for the LR table).",
     ),  # fmt: skip
     resume: bool = typer.Option(False, "--resume", help="Restore an interrupted study and finish it."),
-    address: AddressOpt = None,
+    address: TuneAddressOpt = None,
     num_cpus: NumCpusOpt = None,
     num_gpus: NumGpusOpt = None,
     ray_temp_dir: RayTempDirOpt = None,

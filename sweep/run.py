@@ -29,12 +29,12 @@ from pathlib import Path
 import typer
 
 from loopscale.cluster.options import (
-    AddressOpt,
     ClusterOptions,
     NumCpusOpt,
     NumGpusOpt,
     RayTempDirOpt,
     StorageOpt,
+    TuneAddressOpt,
 )
 from loopscale.sweep.commands import PresetOpt, SpecArg, TrackOpt, VerboseOpt
 from loopscale.sweep.presets import resolve_spec
@@ -444,7 +444,7 @@ def run_cmd(
         None, "--starts", min=1, help="Multi-starts per fit (default 500, the paper's; 100 for the smoke spec)."
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the fits and the bootstrap."),
-    address: AddressOpt = None,
+    address: TuneAddressOpt = None,
     num_cpus: NumCpusOpt = None,
     num_gpus: NumGpusOpt = None,
     ray_temp_dir: RayTempDirOpt = None,

@@ -104,3 +104,17 @@ def test_version_names_loopscale_and_the_libraries_its_numbers_depend_on():
         assert own.startswith(f"loopscale {version('loopscale')}+git.{head.stdout.strip()}"), own
     else:
         assert own == f"loopscale {version('loopscale')}"
+
+
+def test_tune_commands_help_does_not_offer_ray_client():
+    """`tune-lr`, `sweep` and `run` refuse a ray:// address (Ray Tune's driver would run inside the cluster), but
+    their --help listed 'ray://host:port' as a form to give; only `fit` (its --workers bootstrap) takes it."""
+
+    def address_help(cmd):
+        text = CliRunner().invoke(app, [cmd, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}).output
+        words = " ".join(text.replace("│", " ").split())
+        return words[words.index("--address") : words.index("--num-cpus")]
+
+    for cmd in ("tune-lr", "sweep", "run"):
+        assert "'ray://host:port'" not in address_help(cmd) and "refused here" in address_help(cmd), cmd
+    assert "'ray://host:port'" in address_help("fit")

@@ -90,6 +90,9 @@ def test_cluster_options_validate():
         ClusterOptions(address="auto", num_cpus=1, ray_temp_dir="/tmp/x").validate()
     with pytest.raises(ValueError, match="address='nope'"):
         ClusterOptions(address="nope").validate()
+    # a resource given as 0 is given too (`--num-gpus 0 --address auto` passed: `if v` skipped it)
+    with pytest.raises(ValueError, match="^--num-gpus cannot be combined with --address 'auto'"):
+        ClusterOptions(address="auto", num_gpus=0).validate()
     assert CLUSTER_FLAGS == ("--address", "--num-cpus", "--num-gpus", "--ray-temp-dir")
 
 
