@@ -186,22 +186,37 @@ STORAGE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 
 def validate_storage(storage: str | None) -> str | None:
     """Check a ``--storage`` value before anything starts, without touching the network; returns it with a relative
-    local path made absolute against the current working directory (:func:`loopscale.cluster.storage.absolute_uri`),
-    anything else unchanged.
+    local path made absolute against the current working directory (:func:`loopscale.cluster.storage.absolute_uri`)
+    and a URI's scheme in lower case (``S3://b`` is ``s3://b``: pyarrow knows no other), anything else unchanged.
 
     Only the form is checked (a local path, or a scheme in ``STORAGE_SCHEMES``, and no inline
     credentials); reachability is left to the first use (``s3://`` without ``?region=`` would otherwise
     make pyarrow query the bucket's region here).
 
     Raises:
-        ValueError: empty, an unknown scheme (the message lists the known ones), or ``user:secret@`` in it.
+        ValueError: empty, an unknown scheme (the message lists the known ones), a known scheme without its ``//``
+            (``s3:/bucket``, ``file:/abs``: a local folder named ``s3:`` otherwise), or ``user:secret@`` in it.
     """
     if storage is None:
         return None
     if not storage.strip():
         raise ValueError("storage must be a non-empty path or URI, e.g. '/shared/runs' or 's3://bucket/runs'")
+    import re
+
+    if (m := re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(?!//)", storage)) and m.group(1).lower() in STORAGE_SCHEMES:
+        # `s3:/bucket` or `file:/abs` would be a local folder named `s3:` under the current directory
+        scheme = m.group(1).lower()
+        fix = f"{scheme}://{storage[m.end():].lstrip('/')}" if scheme != "file" else f"file:///{storage[m.end():].lstrip('/')}"
+        raise ValueError(
+            f"storage={storage!r} starts with the scheme {m.group(1)!r} but not its '//': it would be read as a local "
+            f"folder named {m.group(0)!r} under the current directory; write {fix!r}"
+            + (" or the plain path" if scheme == "file" else "")
+        )
     if "://" in storage:
         scheme, rest = storage.split("://", 1)
+        if scheme.lower() != scheme and scheme.lower() in STORAGE_SCHEMES:
+            scheme = scheme.lower()  # pyarrow knows lower-case schemes only ('S3://' is "unrecognized")
+            storage = f"{scheme}://{rest}"
         if scheme.lower() not in STORAGE_SCHEMES:
             raise ValueError(
                 f"storage={storage!r}: scheme {scheme!r} is not understood by pyarrow; use a local path or one of "

@@ -375,6 +375,12 @@ def test_storage_option_validation():
         validate_storage(" ")
     with pytest.raises(ValueError, match="inline credentials"):
         validate_storage("s3://AKIAEXAMPLE:secret@bucket/x")
+    # a known scheme without its '//' was a local folder named 's3:' under the current directory, trained into
+    # without a word (unshared checkpoints on a cluster)
+    for typo, fix in (("s3:/bucket/x", "'s3://bucket/x'"), ("gs:b/x", "'gs://b/x'"), ("file:/abs/x", "'file:///abs/x'")):
+        with pytest.raises(ValueError, match=f"not its '//'.*write {fix}"):
+            validate_storage(typo)
+    assert validate_storage("S3://Bucket/X") == "s3://Bucket/X"  # pyarrow knows lower-case schemes only
 
 
 def test_logging_level_warning_keeps_ray_start_up_lines_off_the_console(monkeypatch, capfd):
