@@ -299,9 +299,10 @@ def _writable_local_storage(storage: str) -> None:
         ) from None
 
 
-def usable_out_dir(out: Path) -> Path:
+def usable_out_dir(out: Path, what: str = "--out") -> Path:
     """Check that ``out`` can be the command's output directory before any work starts: it is a directory or can
-    be created as one (every existing ancestor a directory) and is writable where it exists.
+    be created as one (every existing ancestor a directory) and is writable where it exists. Creates nothing.
+    ``what`` names it in the message (``--out``; a dry run checks a local storage so too).
 
     Raises:
         ValueError: ``out`` or one of its ancestors is a file, or the nearest existing directory is not writable.
@@ -314,9 +315,10 @@ def usable_out_dir(out: Path) -> Path:
         p = p.parent
     if p.exists() and not p.is_dir():
         what = "is a file" if p == out else f"cannot be created: {p} is a file"
-        raise ValueError(f"--out {out} {what}; give a directory (new or existing)")
+        problem = "is a file" if p == out else f"cannot be created: {p} is a file"
+        raise ValueError(f"{what} {out} {problem}; give a directory (new or existing)")
     if p.exists() and not os.access(p, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: {p} is not writable")
+        raise ValueError(f"{what} {out}: {p} is not writable")
     return out
 
 

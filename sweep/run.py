@@ -486,6 +486,14 @@ def run_cmd(
                 refuse_busy_folder(out_dir, "`loopscale run`")
                 refuse_foreign_files(out_dir)
                 check_folder_spec(out_dir, spec)
+                # the storage, as `run` checks it before anything is written: a bucket out of reach is probed now;
+                # a local one is checked for a file in its way or no write permission, creating nothing
+                from loopscale.cluster.options import reachable_storage
+                from loopscale.cluster.storage import is_local_uri, local_path
+
+                reachable_storage(spec.storage_path)
+                if spec.storage_path and is_local_uri(spec.storage_path):
+                    usable_out_dir(local_path(spec.storage_path), what="storage (--storage, or the spec's storage_path)")
                 p["refused"] = None
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)

@@ -458,3 +458,32 @@ def test_a_report_kept_by_a_refit_still_shows_the_lr_figures(tmp_path):
     assert links == ["../tune_lr/loss_vs_lr_size16.png", "loss_vs_compute.png", "fit/baseline/fit_curves.png"]
     assert all((aside / link).resolve().is_file() for link in links)
     relink_moved_report(aside / "missing.md", ["fit"])  # no report: nothing to do
+
+
+def test_a_dry_run_refuses_the_storage_run_refuses(tmp_path, monkeypatch):
+    """`run --dry-run --storage s3://<a bucket out of reach>` (or a local storage under a file) said `refused:
+    None`, exit 0, and `run` refused it at once, exit 2. The dry run now checks the storage as `run` does before
+    it writes anything (a local one: creating nothing)."""
+    from typer.testing import CliRunner
+
+    from loopscale.cluster import options
+    from loopscale.sweep.cli import app
+
+    def out_of_reach(storage, *, write=False):
+        if storage and storage.startswith("s3://"):
+            raise ValueError(f"storage {storage!r} cannot be reached: no network")
+
+    monkeypatch.setattr(options, "reachable_storage", out_of_reach)
+    (tmp_path / "a_file").write_text("x")
+    for storage, said in (("s3://no-such-bucket/x", "cannot be reached: no network"),
+                          (str(tmp_path / "a_file" / "st"), "cannot be created: " + str(tmp_path / "a_file"))):  # fmt: skip
+        out = tmp_path / "o"
+        res = CliRunner().invoke(app, ["run", "--preset", "smoke", "--out", str(out), "--dry-run", "--json",
+                                       "--storage", storage])  # fmt: skip
+        assert res.exit_code == 2, res.output
+        assert said in json.loads(res.stdout.splitlines()[0])["refused"]
+        assert not out.exists() and not (tmp_path / "st").exists()
+    res = CliRunner().invoke(app, ["run", "--preset", "smoke", "--out", str(tmp_path / "o"), "--dry-run", "--json",
+                                   "--storage", str(tmp_path / "new" / "st")])  # fmt: skip
+    assert res.exit_code == 0 and json.loads(res.stdout.splitlines()[0])["refused"] is None
+    assert not (tmp_path / "new").exists()  # a dry run creates nothing
