@@ -187,6 +187,8 @@ def run_sweep(
         from loopscale.cluster.connect import no_node_fits, ray_session
 
         prefix = f"grid_{spec.name}_"
+        if resume and not _experiments(storage_path, prefix):  # before Ray starts
+            _refuse_resume_elsewhere(out, storage_path, prefix)
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
                 console.current().say(f"warning: {why}", err=True)
@@ -284,6 +286,25 @@ def run_sweep(
         reasons = [error_line(r["error"]) if r.get("error") else f"{r['status']} (status in runs.parquet)" for r in rows]
         raise no_run_finished(len(ids), reasons or errors)
     return path
+
+
+def _refuse_resume_elsewhere(out: Path, storage_path: str, prefix: str) -> None:
+    """``--resume`` with a storage that holds no grid experiment of this spec, while a storage the folder's earlier
+    commands used does (another ``--storage``, or a relative one given from another directory): Tune's saved state
+    and the unfinished runs' checkpoints are there, and a new experiment here would start those runs over.
+
+    Raises:
+        ValueError: naming the storage that holds the experiment."""
+    from loopscale.sweep.status import earlier_storages
+
+    for where in earlier_storages(out):
+        if where != storage_path and _experiments(where, prefix):
+            raise ValueError(
+                f"--resume: the storage {storage_path} holds no Tune experiment of this sweep, but {where}, where "
+                f"an earlier command of {out} kept it, does ({_experiments(where, prefix)[-1]}): its unfinished "
+                f"runs' checkpoints are there; give --storage {where} to continue it, or drop --resume to train "
+                "the unfinished runs from their start in the new storage (finished runs are kept)"
+            )
 
 
 def run_tune_lr(spec, out_dir: str | Path, **kwargs):

@@ -108,7 +108,7 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     stage wall times (a stage killed outright records none; a finished command's start-up and the gaps between its
     stages are counted too), carried on from the record this one replaces when that command has stopped;
     ``earlier_commands``: the earlier commands of the folder, oldest first, each with its ``kind``, ``command``,
-    ``started_at`` (s since the epoch) and ``ran_s`` (s from its start to its last sign of work). A failed write is
+    ``cwd`` (its working directory, where a relative ``--storage`` is), ``started_at`` (s since the epoch) and ``ran_s`` (s from its start to its last sign of work). A failed write is
     ignored (status is informative)."""
     from loopscale.sweep import console
 
@@ -140,7 +140,7 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
         earlier = float(cur.get("earlier_unrecorded_s") or 0.0) + max(0.0, prev.get("ran_s", 0.0) - finished)
         history = list(cur.get("earlier_commands") or [])
         if "ran_s" in prev:
-            history.append({"kind": cur.get("kind"), "command": cur.get("command"),
+            history.append({"kind": cur.get("kind"), "command": cur.get("command"), "cwd": cur.get("cwd"),
                             "started_at": prev["started_at"], "ran_s": prev["ran_s"]})  # fmt: skip
     doc = {
         "kind": kind,
@@ -803,6 +803,18 @@ def _split_command(command: str | None) -> list[str]:
         return []
 
 
+def earlier_storages(out: Path) -> list[str]:
+    """Where the folder's earlier commands kept Tune's state, newest first, each once: the ``--storage`` of each
+    earlier command that ``OUT/logs/command.json`` lists (:func:`recorded_storage`), else ``OUT/tune``."""
+    record = _read_json(Path(out) / "logs" / COMMAND_NAME) or {}
+    seen: list[str] = []
+    for cmd in reversed(record.get("earlier_commands") or []):
+        where = recorded_storage(cmd) or str(Path(out).resolve() / "tune")
+        if where not in seen:
+            seen.append(where)
+    return seen
+
+
 def recorded_storage(record: dict | None) -> str | None:
     """The ``--storage`` of the command line a folder's ``command.json`` records (the Tune state of a sweep run
     with ``--storage`` is not under ``OUT/tune``, and the folder's spec.yaml does not keep it): a URI as given, a
@@ -837,7 +849,8 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
     """The command line that continues a stopped ``command`` (``loopscale run|sweep|tune-lr ...``): the same line
     with ``--resume`` (added once) and without ``--force`` (which would retrain the runs already redone); None
     without a command line. When its ``--out`` (read against the command's
-    working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it."""
+    working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it; a
+    relative local ``--storage`` is made absolute against ``cwd`` (the line is then the same from any directory)."""
     if not command:
         return None
     argv = _split_command(command)
@@ -845,6 +858,15 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
         import shlex
 
         argv = [a for a in argv if a != "--force"]
+        command = shlex.join(argv)
+    stored = _flag_value(argv, "--storage") if cwd else None
+    if stored and "://" not in stored[2] and not Path(stored[2]).expanduser().is_absolute():
+        # a relative --storage was read against the command's working directory: the line run from elsewhere
+        # made a second, empty storage there and restored nothing (the checkpoints stayed in the first)
+        import shlex
+
+        i, width, value = stored
+        argv[i : i + width] = ["--storage", str(Path(cwd) / value)]
         command = shlex.join(argv)
     found = _flag_value(argv, "--out") if folder is not None else None
     if found:

@@ -1,6 +1,7 @@
 """``sweep --force`` moves the earlier runs' records, checkpoints and fit/report aside instead of deleting them, and
 no message suggests rerunning with both --force and --resume (it would retrain the runs already redone); a sweep
-writes runs.parquet before its Ray session ends. No Ray: the grid's start is stopped as a Ctrl-C would stop it, or
+writes runs.parquet before its Ray session ends; a --resume in a storage without the sweep's experiment names the
+one that has it. No Ray: the grid's start is stopped as a Ctrl-C would stop it, or
 the grid is replaced by one that writes its runs' records."""
 
 from __future__ import annotations
@@ -164,3 +165,30 @@ def test_runs_parquet_is_written_before_ray_shuts_down(tmp_path, monkeypatch):
     monkeypatch.setattr(grid, "unfinished_trials", lambda path: False)
     run_sweep(spec, out, quiet=True)
     assert at_shutdown == {"runs": 16}
+
+
+def test_resume_with_another_storage_names_the_one_holding_the_experiment(tmp_path, monkeypatch):
+    """A sweep stopped with its Tune state in a relative --storage; `--resume` given from another directory (or
+    with another --storage) found no experiment in the new place and started the unfinished runs over in a new one,
+    without a word (their checkpoints stayed in the first storage). It is now refused before Ray starts, naming the
+    storage that holds the experiment."""
+    spec = preset_spec("smoke")
+    out = tmp_path / "out"
+    (out / "logs").mkdir(parents=True)
+    first = tmp_path / "cwd" / "st_rel"
+    (first / "grid_smoke_001").mkdir(parents=True)
+    earlier = {"kind": "sweep", "command": f"loopscale sweep smoke --out {out} --storage st_rel",
+               "cwd": str(tmp_path / "cwd"), "started_at": 1.0, "ran_s": 60.0}  # fmt: skip
+    (out / "logs" / "command.json").write_text(json.dumps({"kind": "sweep", "earlier_commands": [earlier]}))
+
+    def no_ray(*a, **k):
+        raise AssertionError("Ray started")
+
+    monkeypatch.setattr("loopscale.cluster.connect.ray_session", no_ray)
+    other = spec.model_copy(update={"storage_path": str(tmp_path / "st_rel")})
+    with pytest.raises(ValueError, match=f"holds no Tune experiment of this sweep, but {first}, where an earlier "
+                                         f"command of {out} kept it, does \\(grid_smoke_001\\)"):  # fmt: skip
+        run_sweep(other, out, resume=True, quiet=True)
+    # the same storage: nothing to refuse (Ray is reached)
+    with pytest.raises(AssertionError, match="Ray started"):
+        run_sweep(spec.model_copy(update={"storage_path": str(first)}), out, resume=True, quiet=True)

@@ -174,6 +174,12 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
     same = "loopscale run --out dst --resume"  # not moved: the line as it was run
     assert resume_command(same, here, str(tmp_path)) == same
     assert resume_command(line) == f"{line} --resume"
+    # a relative --storage was the storage under the command's working directory: the line run from elsewhere
+    # made an empty second storage and restored nothing; it now names the storage the command used
+    rel = f"loopscale sweep smoke --out {here} --storage st_rel"
+    assert resume_command(rel, here, str(tmp_path)) == f"loopscale sweep smoke --out {here} --storage {tmp_path / 'st_rel'} --resume"
+    uri = f"loopscale sweep smoke --out {here} --storage=s3://b/x"
+    assert resume_command(uri, here, str(tmp_path)) == f"{uri} --resume"
 
 
 def test_a_runs_parquet_another_program_wrote_is_named_not_a_traceback(tmp_path):
