@@ -161,7 +161,7 @@ def run_sweep(
                               err=True)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec)  # refuses another spec's folder (runs.parquet would mix two grids)
-    mark_started(out, "sweep")  # `loopscale status`: running from here on, before Ray starts
+    mark_started(out, "sweep", storage=storage_path)  # `loopscale status`: running from here on, before Ray starts
     ids = {c.run_id for c in cells}
     if force:  # the earlier runs' records, checkpoints and fit/report are moved aside, not deleted
         groups = {group_id([c.run_id for c in g]) for g in trial_groups(cells, spec.ensemble_members()) if len(g) > 1}

@@ -264,7 +264,10 @@ def run_pipeline(
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec)  # refuses another spec's folder; --storage may change between reruns
-    mark_started(out, "run")  # `loopscale status`: running from here on, before Ray starts
+    from loopscale.cluster.storage import absolute_uri
+
+    # `loopscale status`: running from here on, before Ray starts; it reads the grid's Tune state where it goes
+    mark_started(out, "run", storage=absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune"))
     meta_path = out / "run_meta.json"
     meta = read_json_or_aside(str(meta_path)) or {}
     meta["spec_name"] = spec.name  # the spec's own name, as Tune's experiments and the studies have it

@@ -95,7 +95,7 @@ def _proc_started_at(ticks: int | None) -> float | None:
         return None
 
 
-def mark_started(out_dir: str | Path, kind: str) -> None:
+def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> None:
     """Write ``OUT/logs/command.json``: the command line, ``kind`` (run | sweep | tune-lr), pid, host and start time
     of this process, so that ``loopscale status`` calls the command running from its start (before Ray starts and
     before its first progress display). Call it once the command has checked its input and created ``out_dir``.
@@ -108,8 +108,9 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
     stage wall times (a stage killed outright records none; a finished command's start-up and the gaps between its
     stages are counted too), carried on from the record this one replaces when that command has stopped;
     ``earlier_commands``: the earlier commands of the folder, oldest first, each with its ``kind``, ``command``,
-    ``cwd`` (its working directory, where a relative ``--storage`` is), ``started_at`` (s since the epoch) and ``ran_s`` (s from its start to its last sign of work). A failed write is
-    ignored (status is informative)."""
+    ``cwd`` (its working directory, where a relative ``--storage`` is), ``storage``, ``started_at`` (s since the
+    epoch) and ``ran_s`` (s from its start to its last sign of work). A failed write is ignored (status is
+    informative)."""
     from loopscale.sweep import console
 
     out = Path(out_dir).resolve()
@@ -141,11 +142,13 @@ def mark_started(out_dir: str | Path, kind: str) -> None:
         history = list(cur.get("earlier_commands") or [])
         if "ran_s" in prev:
             history.append({"kind": cur.get("kind"), "command": cur.get("command"), "cwd": cur.get("cwd"),
-                            "started_at": prev["started_at"], "ran_s": prev["ran_s"]})  # fmt: skip
+                            "storage": cur.get("storage"), "started_at": prev["started_at"],
+                            "ran_s": prev["ran_s"]})  # fmt: skip
     doc = {
         "kind": kind,
         "command": "loopscale " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "cwd": os.getcwd(),  # where a relative --storage of the command line is
+        "storage": storage,
         "pid": pid,
         "host": host,
         "proc_start": ticks,
@@ -818,7 +821,10 @@ def earlier_storages(out: Path) -> list[str]:
 def recorded_storage(record: dict | None) -> str | None:
     """The ``--storage`` of the command line a folder's ``command.json`` records (the Tune state of a sweep run
     with ``--storage`` is not under ``OUT/tune``, and the folder's spec.yaml does not keep it): a URI as given, a
-    local path made absolute against the command's working directory; None without one."""
+    local path made absolute against the command's working directory; the storage the record names (``storage``:
+    also a spec's ``storage_path``) first; None without either."""
+    if (record or {}).get("storage"):
+        return str(record["storage"])
     found = _flag_value(_split_command((record or {}).get("command")), "--storage")
     value = found[2] if found else None
     if not value:

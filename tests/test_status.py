@@ -275,3 +275,24 @@ def test_a_sweep_stopped_before_writing_runs_parquet_is_stopped_not_finished(tmp
     store.consolidate()
     st = collect_status(out)
     assert (st["state"], st["stage"], st["runs_in_parts_only"]) == ("finished", "done", 0)
+
+
+def test_status_reads_the_tune_state_in_the_spec_storage_path(tmp_path, monkeypatch):
+    """A sweep whose spec sets storage_path keeps Tune's state there; OUT/spec.yaml does not keep storage_path (it
+    may change between commands), and the command line has no --storage: status looked under OUT/tune and showed no
+    trials. The command's record now names the storage it used."""
+    from loopscale.sweep import console
+    from loopscale.sweep import status as status_mod
+    from loopscale.sweep.status import mark_started, recorded_storage
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
+    with console.session(out):
+        mark_started(out, "sweep", storage=str(tmp_path / "st_spec"))
+    record = json.loads((out / "logs" / "command.json").read_text())
+    assert recorded_storage(record) == str(tmp_path / "st_spec")
+    asked: list = []
+    monkeypatch.setattr(status_mod, "_tune_state", lambda storage, name: asked.append(storage))
+    collect_status(out)
+    assert asked == [str(tmp_path / "st_spec")]
