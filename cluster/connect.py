@@ -515,8 +515,9 @@ def no_node_fits(cpus: float, gpus: float = 0.0) -> str | None:
     return (
         f"each trial asks for {cpus:g} CPUs and {gpus:g} GPUs on one node (the spec's resources), and no node of "
         f"this Ray cluster has them ({len(nodes)} node(s): {have}); Tune waits for a node that has them: an "
-        "autoscaling cluster adds one, any other waits for ever (stop with Ctrl-C, then lower resources.cpus / "
-        "resources.gpus in the spec or add such a node, and rerun with --resume)"
+        "autoscaling cluster adds one, any other waits for ever (stop with Ctrl-C, then add such a node and rerun "
+        "with --resume, or lower resources.cpus / resources.gpus in the spec and rerun with another --out folder: "
+        "a folder keeps the spec it was started with, resources included)"
     )
 
 

@@ -740,7 +740,9 @@ def test_no_node_fits_names_what_a_trial_asks_and_what_each_node_has(monkeypatch
     why = no_node_fits(8, 0)
     assert why.startswith("each trial asks for 8 CPUs and 0 GPUs on one node (the spec's resources), and no node of "
                           "this Ray cluster has them (2 node(s): 2 CPUs / 0 GPUs, 4 CPUs / 1 GPUs)")  # fmt: skip
-    assert "waits for ever" in why and "--resume" in why
+    assert "waits for ever" in why and "add such a node and rerun with --resume" in why
+    # lowering the spec's resources is another spec: its folder refuses it (with --resume too), so another --out
+    assert "lower resources.cpus / resources.gpus in the spec and rerun with another --out folder" in why
     assert "1 CPUs and 2 GPUs" in no_node_fits(1, 2)
     tune_line = ("No trial is running and no new trial has been started within the last 60 seconds. This could be "
                  "due to the cluster not having enough resources available. You asked for 1.0 CPUs and 1.0 GPUs per "
