@@ -325,6 +325,10 @@ def test_slurm_script():
     argv = check_loopscale_command(cmd)
     assert argv[1] == "run" and argv[argv.index("--address") + 1] == "$HEAD_ADDRESS" and "--resume" in argv
     assert "export RAY_AUTH_MODE=token" in text and "--dashboard-host=127.0.0.1" in text
+    # it stops the Ray nodes it started (its background srun steps), not every Ray of the user on a shared node
+    code = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    assert not any(re.search(r"\bray\s+stop\b", ln) for ln in code), "the script must not `ray stop`"
+    assert "kill $(jobs -p)" in text and text.index("kill $(jobs -p)") > text.index(sweep_lines[0])
 
 
 def test_check_loopscale_command_rejects_fakes():

@@ -61,5 +61,8 @@ done
 status=0
 loopscale run "$SPEC" --out "$OUT" --address "$HEAD_ADDRESS" --resume || status=$?
 
-ray stop || true
+# Stop the Ray nodes this job started (the srun steps above: `ray start --block` stops what it started on a
+# SIGTERM), not every Ray of this user on the node, as `ray stop` would on a node shared with other jobs.
+kill $(jobs -p) 2>/dev/null || true
+wait || true
 exit $status
