@@ -28,7 +28,7 @@ tool() {  # $1: the command's name; PATH first, then the README's quick-start ve
 }
 RAY="${RAY:-$(tool ray RAY)}"
 LOOPSCALE="${LOOPSCALE:-$(tool loopscale LOOPSCALE)}"
-WORK="$(mktemp -d /tmp/lsdemo.XXXXXX)"
+WORK="$(mktemp -d /tmp/lsdemo.XXXXXX)"  # under /tmp whatever TMPDIR says: Ray's socket paths must stay short
 export RAY_TMPDIR="$WORK"
 unset RAY_ADDRESS
 if [[ -z "${RAY_AUTH_MODE:-}" ]]; then
@@ -74,4 +74,5 @@ echo "sweep wall: $(( $(date +%s) - start )) s"
 
 # the sweep joined the cluster, so it left it running
 kill -0 "$HEAD_PID" && echo "cluster still running after the sweep (joined, not stopped); stopping it now"
-echo "results: $WORK/out/runs.parquet"
+echo "results: $WORK/out/runs.parquet (kept for you to read; $WORK also holds the head's Ray session folder:"
+echo "delete it when done: rm -rf $WORK)"
