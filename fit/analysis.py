@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.io import DUPLICATE_RUN_ID, cell_means, drop_duplicate_runs, shared_r1, with_layers_unique
+from loopscale.fit.io import (
+    DUPLICATE_RUN_ID,
+    cell_means,
+    drop_duplicate_runs,
+    no_null_cells,
+    shared_r1,
+    with_layers_unique,
+)
 from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
@@ -189,10 +196,14 @@ def _iso_depth_partner(base: pd.DataFrame, row: pd.Series, depth: pd.Series | No
 
 def _seed_strata(frame: pd.DataFrame) -> tuple[str, ...] | None:
     """Columns of a run's cell when the design holds D fixed and has seeds: the bootstrap then resamples seeds
-    within every cell (a block bootstrap over (D, r) cells could never vary D). None for every other design."""
-    cols = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in frame.columns)
+    within every cell (a block bootstrap over (D, r) cells could never vary D). None for every other design. A
+    cell column null on every run is left out (it tells no cells apart). Raises ValueError when one is null on some
+    runs only (:func:`loopscale.fit.io.no_null_cells`): those runs belong to no cell."""
+    # a column null on every run tells no cells apart (a table without it); one null on some runs is refused
+    cols = tuple(c for c in ("d_model", "r", "layers_unique", "D") if c in frame.columns and frame[c].notna().any())
     if "D" not in frame.columns or frame["D"].nunique() != 1 or not cols:
         return None
+    no_null_cells(frame, cols, "seeds as replicates")
     law = [c for c in ("N_once", "N_rec") if c in frame.columns]
     if law and int(frame.groupby(list(cols))[law].nunique().to_numpy().max()) > 1:
         # a table without the columns that tell its models apart (e.g. no d_model): a cell is one model, not one r

@@ -371,11 +371,13 @@ def cell_means(frame: pd.DataFrame, keys: tuple[str, ...], *, constant: tuple[st
         values, ``loss`` = the cell mean, ``n_seeds`` = runs in the cell, ``loss_sd`` = their standard deviation
         (ddof 1; NaN for one run).
     Raises:
-        ValueError: a missing key column, or a ``constant`` column that varies within a cell.
+        ValueError: a missing key column, a key column with null values (:func:`no_null_cells`; a cell of such
+            runs would be left out), or a ``constant`` column that varies within a cell.
     """
     miss = [c for c in (*keys, "loss") if c not in frame.columns]
     if miss:
         raise ValueError(f"cell_means: column(s) {miss} do not exist; table has {list(frame.columns)}")
+    no_null_cells(frame, keys, "cell_means")
     g = frame.groupby(list(keys), sort=True)
     for c in constant:
         if c in frame.columns and int(g[c].nunique(dropna=False).max()) > 1:
@@ -385,3 +387,34 @@ def cell_means(frame: pd.DataFrame, keys: tuple[str, ...], *, constant: tuple[st
     out["n_seeds"] = g.size().to_numpy()
     out["loss_sd"] = g["loss"].std(ddof=1).to_numpy()
     return out[[c for c in frame.columns if c in out.columns] + ["n_seeds", "loss_sd"]]
+
+
+def no_null_cells(frame: pd.DataFrame, keys: tuple[str, ...], what: str) -> None:
+    """Refuse null values in the columns that tell a fit's cells apart (``keys``): a run whose cell is unknown would
+    otherwise be left out of the cell means (pandas' groupby drops null keys) while the bootstrap kept it.
+
+    Args:
+        frame: the runs (one row per run). keys: the cell columns (those absent from ``frame`` are not checked).
+        what: who asks, for the message.
+    Raises:
+        ValueError: naming the first such column, its number of null rows and the first of them (by ``run_id``
+            when the table has one, else by row number of the runs fitted, 0-based).
+    """
+    for c in keys:
+        if c not in frame.columns:
+            continue
+        null = frame[c].isna().to_numpy()
+        if not null.any():
+            continue
+        at = np.flatnonzero(null)
+        if "run_id" in frame.columns:
+            names = [f"run_id {frame['run_id'].iloc[i]!r}" for i in at[:3]]
+        else:
+            names = [f"row {int(i)}" for i in at[:3]]
+        more = f" and {len(at) - 3} more" if len(at) > 3 else ""
+        raise ValueError(
+            f"{what}: column {c!r} is null on {len(at)} of {len(frame)} runs ({', '.join(names)}{more}), and it is one "
+            f"of the columns {list(keys)} that tell the runs' cells apart (seeds of one cell are averaged); a run "
+            f"without one belongs to no cell: fill in {c!r} on those rows, or drop the rows (or the column, when "
+            "the others tell the cells apart)"
+        )
