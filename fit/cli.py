@@ -281,7 +281,9 @@ def fit_cmd(
             for name in earlier:
                 (Path(out) / name).replace(aside / name)
             summary["moved_aside"] = {"files": earlier, "to": str(aside)}
-        summary["outputs"] = write_fit_outputs(out, fit, boot, extra={"variant": variant} if variant else None)
+        # fit.json says what --json says (what was fitted, what is not identified, the verdict), less the paths
+        said = {k: v for k, v in summary.items() if k != "outputs"}
+        summary["outputs"] = write_fit_outputs(out, fit, boot, extra=said)
         if ident is not None:
             from loopscale.cluster.storage import write_text_atomic
 

@@ -57,7 +57,8 @@ def write_fit_outputs(
     """Write ``fit.json`` (:func:`summary_dict`), ``bootstrap.parquet`` (one row per resample, when ``boot``), and PNGs:
     ``fit_curves.png`` (data + fitted curves per r), ``residuals.png`` (residual vs prediction) and, when ``boot`` has
     phi draws, ``phi_bootstrap.png``. ``table`` defaults to the rows the fit used (``fit.data``); ``extra``
-    keys (e.g. ``variant``) are added to fit.json.
+    keys (e.g. ``variant``; ``loopscale fit`` adds every key of its ``--json`` but ``outputs``) are added to
+    fit.json.
     Returns ``{name: path}`` of the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,7 @@ def write_fit_outputs(
     p = out / "fit.json"
     from loopscale.cluster.storage import write_text_atomic
 
-    write_text_atomic(str(p), json.dumps({**summary_dict(fit, boot), **(extra or {})}, indent=2, allow_nan=False))
+    write_text_atomic(str(p), json.dumps({**summary_dict(fit, boot), **json_safe(extra or {})}, indent=2, allow_nan=False))
     files["fit.json"] = str(p)
     if boot is not None:
         import pyarrow as pa
