@@ -449,13 +449,28 @@ PROGRESS_EVERY_S = 60.0
 the last one, as the other commands' plain progress lines."""
 
 
+_PIPED_LINES: list = []  # non-empty while plain_progress_lines() is on
+
+
+@contextlib.contextmanager
+def plain_progress_lines():
+    """While the block runs, ``progress`` prints its ``bootstrap: i/n chunks`` lines as it does piped (the first,
+    at most one per :data:`PROGRESS_EVERY_S`, the last) even when stderr is a terminal: ``loopscale fit --json``,
+    whose console lines are plain as the other commands' with ``--json``."""
+    _PIPED_LINES.append(True)
+    try:
+        yield
+    finally:
+        _PIPED_LINES.pop()
+
+
 class _ChunkLines:
-    """``bootstrap: i/n chunks`` on stderr: every chunk on a terminal; piped, the first, then at most once per
-    :data:`PROGRESS_EVERY_S`, and the last."""
+    """``bootstrap: i/n chunks`` on stderr: every chunk on a terminal; piped (or under
+    :func:`plain_progress_lines`), the first, then at most once per :data:`PROGRESS_EVERY_S`, and the last."""
 
     def __init__(self, n: int) -> None:
         self.n, self.last = n, None
-        self.tty = sys.stderr.isatty()
+        self.tty = sys.stderr.isatty() and not _PIPED_LINES
 
     def __call__(self, i: int) -> None:
         now = time.monotonic()

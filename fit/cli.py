@@ -223,11 +223,16 @@ def fit_cmd(
     kw = dict(
         phi=phi, variant=variant, r=r_keep if r_only is not None else None, per_run=per_run, bootstrap=bootstrap,
         block_by=block_by, identify=check_identified, starts=starts, seed=seed, delta=delta, workers=n_workers,
-        progress=not json_out,
+        progress=True,
     )  # fmt: skip
+    import contextlib
     import warnings
 
-    with warnings.catch_warnings():  # its "no interval" warning is the summary's own line (below), said once
+    from loopscale.fit.bootstrapping import plain_progress_lines
+
+    # the bootstrap's `bootstrap: i/n chunks` lines go to stderr (with --json as plain as piped); stdout stays the JSON
+    with warnings.catch_warnings(), plain_progress_lines() if json_out else contextlib.nullcontext():
+        # its "no interval" warning is the summary's own line (below), said once
         warnings.filterwarnings("ignore", message="bootstrap: no interval")
         if not bootstrap or (address is None and num_gpus is None and ray_temp_dir is None):
             # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself

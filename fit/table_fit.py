@@ -104,7 +104,8 @@ def fit_table(
         identify: apply the identification rule of ``loopscale run`` (joint law, phi free; needs ``bootstrap``).
         starts, seed, delta: the fitter's starts, RNG seed and Huber threshold (paper: 500, -, 1e-3).
         workers: CPUs for the bootstrap refits (None: an embedded local Ray on every core; 1: serial, no Ray).
-        progress: show the bootstrap's progress bar on stderr.
+        progress: print the bootstrap's ``bootstrap: i/n chunks`` lines on stderr (every chunk on a terminal;
+            piped, the first, at most one a minute, and the last).
     Returns:
         :class:`TableFit`.
     Raises:

@@ -26,3 +26,33 @@ def test_fit_json_holds_every_key_of_the_json_summary(tmp_path):
     assert written["fitted_to"]["what"] == "cell_means" and written["fitted_to"]["cells"] == 8
     assert written["identification"]["identified"] in (True, False)
     assert {k: v for k, v in said.items() if k != "outputs"} == written
+
+
+def test_fit_json_prints_the_bootstrap_progress_lines_on_stderr_and_only_json_on_stdout():
+    """With --json the bootstrap printed no progress at all; README: `bootstrap: i/n chunks` on stderr, plain."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    res = CliRunner().invoke(app, ["fit", str(EXAMPLE), "--bootstrap", "4", "--starts", "8", "--workers", "1",
+                                   "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["bootstrap"]["B"] == 4
+    assert res.stderr.splitlines() == ["bootstrap: 1/1 chunks"]
+
+
+def test_plain_progress_lines_print_as_piped_on_a_terminal(monkeypatch, capsys):
+    import sys
+
+    from loopscale.fit import bootstrapping as bs
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with bs.plain_progress_lines():
+        line = bs._ChunkLines(5)
+        for i in range(1, 6):
+            line(i)
+    assert capsys.readouterr().err.splitlines() == ["bootstrap: 1/5 chunks", "bootstrap: 5/5 chunks"]
+    line = bs._ChunkLines(3)  # on a terminal, outside it: every chunk
+    for i in range(1, 4):
+        line(i)
+    assert len(capsys.readouterr().err.splitlines()) == 3
