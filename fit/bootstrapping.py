@@ -59,8 +59,10 @@ class BootstrapResult:
         law: law name. B: resamples requested. block_by: cell columns (``None`` = iid over runs).
         draws: one row per resample: ``resample``, ``ok``, ``objective``, the public parameters (``E, A, alpha, B, beta
             [, phi]``), derived columns (``r_phi_<r>``, ``neff_ratio_<r>`` = N_eff/N_unique at that r, and with a ``C``
-            column ``N_star_r<r>_C<C>`` / ``D_star_...`` / ``L_star_...``), ``at_warm_start``, ``n_draws``.
-        ci: parameter -> (lo, hi) percentile interval over the ok draws. ci_derived: same for derived columns.
+            column and several D ``N_star_r<r>_C<C>`` / ``D_star_...`` / ``L_star_...``), ``at_warm_start``,
+            ``n_draws``.
+        ci: parameter -> (lo, hi) percentile interval over the ok draws. ci_derived: same for derived columns
+            (those of ``N_star`` with an end on the frontier's search range: :attr:`ci_derived_at_search_edge`).
         level: CI level (0.95). n_degenerate: degenerate draws redrawn. degenerate_by_kind: counts per kind
             (``single_r``, ``single_budget``, ``too_few_runs``). n_failed: resamples dropped (non-finite refit or no
             non-degenerate draw in 1000 tries). warm_start_share: share of ok refits whose optimum equals the warm start.
@@ -99,6 +101,21 @@ class BootstrapResult:
             return []
         return estimates_outside_ci(self.point.params, self.ci)
 
+    @property
+    def ci_derived_at_search_edge(self) -> list[str]:
+        """The ``N_star_...`` intervals of :attr:`ci_derived` with an end on an end of the range the frontier is
+        searched over (1e3 .. 1e15 unique parameters, :data:`loopscale.fit.derived.SEARCH_LOG_N`): there the
+        refits' law had no optimum inside it at that budget, so that end is the range's, not a compute-optimal
+        model (as the report marks such a frontier row)."""
+        from loopscale.fit.derived import SEARCH_LOG_N
+
+        out = []
+        for k, (lo, hi) in self.ci_derived.items():
+            ends = [np.log(v) for v in (lo, hi) if np.isfinite(v) and v > 0]
+            if k.startswith("N_star_") and any(abs(e - b) < 1e-6 for e in ends for b in SEARCH_LOG_N):
+                out.append(k)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no per-draw table): CIs as ``[lo, hi]`` lists and every count."""
         return {
@@ -108,6 +125,7 @@ class BootstrapResult:
             "level": self.level,
             "ci": {k: [v[0], v[1]] for k, v in self.ci.items()},
             "ci_derived": {k: [v[0], v[1]] for k, v in self.ci_derived.items()},
+            "ci_derived_at_search_edge": self.ci_derived_at_search_edge,
             "n_ok": int(self.draws["ok"].sum()) if len(self.draws) else 0,
             "n_degenerate": self.n_degenerate,
             "degenerate_by_kind": dict(self.degenerate_by_kind),
@@ -580,7 +598,11 @@ def refit_weights(
 # ----------------------------------------------------------------------------------------------------------------------
 def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.DataFrame:
     """Derived quantities for each parameter row: ``r_phi_<r>``, ``neff_ratio_<r>`` (N_eff/N_unique, paper G.3's g_r),
-    and the law's compute-optimal ``N_star``/``D_star``/``L_star`` per r and budget when the table has ``C``."""
+    and the law's compute-optimal ``N_star``/``D_star``/``L_star`` per r and budget when the table has ``C`` and
+    the frontier can be read off the law: not with one token budget D
+    (:func:`loopscale.fit.analysis.frontier_unidentified`, where the report says "Not computed"), whose B and beta
+    are not identified, so the draws' N*, D* and L* would follow each refit's arbitrary split of B D^-beta."""
+    from loopscale.fit.analysis import frontier_unidentified
     from loopscale.fit.derived import flops_model_from_table, frontier_arrays
 
     out: dict[str, np.ndarray] = {}
@@ -594,7 +616,7 @@ def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.Data
             rp = r**phi
             out[f"r_phi_{r:g}"] = rp
             out[f"neff_ratio_{r:g}"] = np.median(frac) + rp * (1 - np.median(frac))
-    if "C" in data.cols:
+    if "C" in data.cols and frontier_unidentified(data.frame) is None:
         frame = data.frame
         F, frac_by_r = flops_model_from_table(frame)
         budgets = np.unique(data.cols["C"])

@@ -34,12 +34,15 @@ def summary_dict(fit: Any, boot: Any | None = None) -> dict[str, Any]:
     ``rmse``, ``max_abs_residual``, ``objective``, ``on_bound``, ``n_excluded``, ``excluded_by_status``,
     ``excluded_duplicates`` (run ids of rows dropped for a newer row of the same run) and, when
     bootstrapped, ``estimate_outside_ci`` (the parameters whose estimate lies outside their own interval),
-    ``ci_derived`` and a ``bootstrap`` summary (counts, block columns, warm-start share)."""
+    ``ci_derived`` (no compute-optimal N*/D*/L* with one token budget D), ``ci_derived_at_search_edge`` (its N*
+    intervals with an end on the frontier's search range) and a ``bootstrap`` summary (counts, block columns,
+    warm-start share)."""
     d = fit.to_dict()
     d["ci"] = {k: [v[0], v[1]] for k, v in boot.ci.items()} if boot is not None else {}
     if boot is not None:
         bd = boot.to_dict()
         d["ci_derived"] = bd.pop("ci_derived")
+        d["ci_derived_at_search_edge"] = bd.pop("ci_derived_at_search_edge")
         bd.pop("ci")
         d["estimate_outside_ci"] = bd.pop("estimate_outside_ci")
         d["bootstrap"] = bd

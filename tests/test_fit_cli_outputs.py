@@ -56,3 +56,51 @@ def test_plain_progress_lines_print_as_piped_on_a_terminal(monkeypatch, capsys):
     for i in range(1, 4):
         line(i)
     assert len(capsys.readouterr().err.splitlines()) == 3
+
+
+def test_one_token_budget_gives_no_frontier_intervals_in_the_fit_files(tmp_path):
+    """With one D the report says the frontier is not computed (B, beta not identified), while --json, fit.json and
+    bootstrap.parquet held N*/D*/L* intervals (e.g. D* [0.447, 5.16e6], N* at the 1e3 end of the search)."""
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    out = tmp_path / "o"
+    res = CliRunner().invoke(app, ["fit", str(EXAMPLE), "--bootstrap", "4", "--starts", "8", "--workers", "1",
+                                   "--json", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    said, written = json.loads(res.stdout), json.loads((out / "fit.json").read_text())
+    star = ("N_star", "D_star", "L_star")
+    for d in (said, written):
+        assert "r_phi_8" in d["ci_derived"] and not [k for k in d["ci_derived"] if k.startswith(star)]
+        assert d["ci_derived_at_search_edge"] == []
+    tab = pq.read_table(out / "bootstrap.parquet")
+    assert "r_phi_8" in tab.column_names and not [c for c in tab.column_names if c.startswith(star)]
+    meta = json.loads(tab.schema.metadata[b"loopscale.bootstrap"])
+    assert not [k for k in meta["ci_derived"] if k.startswith(star)]
+
+
+def test_several_token_budgets_keep_the_frontier_and_an_interval_on_the_search_range_is_named():
+    import numpy as np
+    import pandas as pd
+
+    from loopscale.fit.bootstrapping import BootstrapResult, derived_columns
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    df = pd.read_parquet(EXAMPLE / "runs.parquet")
+    twice = df["seed"] % 2 == 1  # half the runs at twice the tokens: two token budgets
+    df.loc[twice, ["D", "C"]] = df.loc[twice, ["D", "C"]] * 2
+    law = make_law("joint")
+    data = prepare(df, law)
+    params = pd.DataFrame([{"E": 1.5, "A": 3.0, "alpha": 0.3, "B": 50.0, "beta": 0.3, "phi": 0.5}])
+    cols = derived_columns(params, data, law)
+    assert len([c for c in cols.columns if c.startswith("N_star_r8_C")]) == np.unique(data.cols["C"]).size > 1
+    ci = {"N_star_r8_C1e+11": (999.9999999, 5e6), "N_star_r1_C1e+11": (2e3, 5e6), "D_star_r1_C1e+11": (1e3, 2e3),
+          "N_star_r2_C1e+11": (1e4, 1e15 * (1 + 1e-9))}
+    b = BootstrapResult(law="joint", B=1, block_by=None, draws=pd.DataFrame({"ok": [True]}), ci={}, ci_derived=ci,
+                        level=0.95, n_degenerate=0, degenerate_by_kind={}, n_failed=0, warm_start_share=0.0)
+    assert b.ci_derived_at_search_edge == ["N_star_r8_C1e+11", "N_star_r2_C1e+11"]
+    assert b.to_dict()["ci_derived_at_search_edge"] == b.ci_derived_at_search_edge
+    assert np.isfinite(cols.to_numpy()).all()
