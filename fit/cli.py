@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -62,6 +63,44 @@ def _not_a_runs_analysis(out: Path) -> None:
                 f"from {folder / 'analysis.json'} and the fit files beside it; write this fit elsewhere, e.g. --out "
                 f"{run / 'my_fit'}"
             )
+
+
+@contextlib.contextmanager
+def _out_dir_lock(out: Path):
+    """Hold an exclusive lock on the folder ``out`` (``flock`` on its file descriptor; created when absent) while a
+    fit runs and writes there, so that a second ``loopscale fit --out`` into it is refused instead of one fit's
+    files silently replacing the other's. No lock file is left: the lock ends with the descriptor (also when the
+    process dies), and the folders this call created are removed again when the fit left them empty (a refused table).
+
+    Raises:
+        ValueError: another process holds the lock (another fit writes there now).
+    """
+    import fcntl
+    import os
+
+    out = Path(out)
+    created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"--out {out}: another `loopscale fit` is writing its fit there now (it holds the folder's lock), and "
+                "two fits in one folder would replace each other's files; wait for it to end, or give another --out"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+        for p in created:
+            try:
+                p.rmdir()
+            except OSError:  # not empty: the fit wrote there
+                break
 
 
 def fit_cmd(
@@ -137,7 +176,7 @@ def fit_cmd(
         Path | None, typer.Option(
             "--out", help="Write fit.json, bootstrap.parquet and PNGs here (an earlier fit's files there are first moved "
             "into a folder earlier_fit_<UTC time> there; a `loopscale run` folder, its fit/ and the folders it writes "
-            "are refused). "
+            "are refused, and so is a folder another `loopscale fit` is writing now). "
             "`loopscale report` is for a `loopscale run` folder, not for this one.",
         )
     ] = None,
@@ -217,177 +256,177 @@ def fit_cmd(
             r_keep = sorted({int(x) for x in r_only.split(",") if x.strip()})
         except ValueError:
             raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
-    from loopscale.fit.table_fit import fit_table
+    with _out_dir_lock(out) if out is not None else contextlib.nullcontext():  # one fit at a time writes there
+        from loopscale.fit.table_fit import fit_table
 
-    n_workers = workers if workers is not None else num_cpus
-    kw = dict(
-        phi=phi, variant=variant, r=r_keep if r_only is not None else None, per_run=per_run, bootstrap=bootstrap,
-        block_by=block_by, identify=check_identified, starts=starts, seed=seed, delta=delta, workers=n_workers,
-        progress=True,
-    )  # fmt: skip
-    import contextlib
-    import warnings
+        n_workers = workers if workers is not None else num_cpus
+        kw = dict(
+            phi=phi, variant=variant, r=r_keep if r_only is not None else None, per_run=per_run, bootstrap=bootstrap,
+            block_by=block_by, identify=check_identified, starts=starts, seed=seed, delta=delta, workers=n_workers,
+            progress=True,
+        )  # fmt: skip
+        import warnings
 
-    from loopscale.fit.bootstrapping import plain_progress_lines
+        from loopscale.fit.bootstrapping import plain_progress_lines
 
-    # the bootstrap's `bootstrap: i/n chunks` lines go to stderr (with --json as plain as piped); stdout stays the JSON
-    with warnings.catch_warnings(), plain_progress_lines() if json_out else contextlib.nullcontext():
-        # its "no interval" warning is the summary's own line (below), said once
-        warnings.filterwarnings("ignore", message="bootstrap: no interval")
-        if not bootstrap or (address is None and num_gpus is None and ray_temp_dir is None):
-            # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
-            tf = fit_table(table, law, **kw)
-        else:
-            from loopscale.fit.io import read_table
-            from loopscale.fit.table_fit import one_variant
-
-            one_variant(read_table(table), variant)  # a wrong --variant is said before Ray starts, not after
-            with opts.session():
+        # the bootstrap's `bootstrap: i/n chunks` lines go to stderr (with --json as plain as piped); stdout stays the JSON
+        with warnings.catch_warnings(), plain_progress_lines() if json_out else contextlib.nullcontext():
+            # its "no interval" warning is the summary's own line (below), said once
+            warnings.filterwarnings("ignore", message="bootstrap: no interval")
+            if not bootstrap or (address is None and num_gpus is None and ray_temp_dir is None):
+                # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
                 tf = fit_table(table, law, **kw)
-    fit, boot, data, variant, rep = tf.fit, tf.boot, tf.data, tf.variant, tf.replicates
-    flat_terms, ident = tf.flat_terms, tf.identification
-    summary = summary_dict(fit, boot)
-    if boot is not None and not boot.no_interval_reason:
-        from loopscale.fit.laws import interval_ends_on_box
+            else:
+                from loopscale.fit.io import read_table
+                from loopscale.fit.table_fit import one_variant
 
-        if edge := interval_ends_on_box(boot.ci):  # interval ends the search box sets, not the data
-            summary["ci_on_box_edge"] = edge
-    if variant is not None:
-        summary["variant"] = variant
-    if tf.other_variants_rows:
-        summary["other_variants_rows"] = tf.other_variants_rows
-    fitted_to, fitted_line = _fitted_to(rep, per_run, data.n, bootstrap > 0)
-    if fitted_to is not None:
-        summary["fitted_to"] = fitted_to
-    pooled = tf.pooled_r
-    pooled_note = None
-    if pooled:  # one architecture's law fitted to several: said, with the way to fit one
-        summary["pooled_r"] = pooled
-        pooled_note = (
-            f"the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, as one "
-            f"architecture (on N_unique that is the joint law at --phi 0); --r R fits one, e.g. --r {pooled[-1]}"
-        )
-        summary["pooled_r_note"] = pooled_note
-    if flat_terms:
-        summary["not_identified"] = flat_terms
-    loss_note = _loss_column_note(data)
-    if loss_note:
-        summary["loss_column_note"] = loss_note
-    if ident is not None:
-        summary["identification"] = ident.to_dict()
-    if out is not None:
-        # an earlier fit's files are moved into a folder of their own before this fit writes (nothing written is
-        # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)
-        earlier = [n for n in _FIT_FILES if (Path(out) / n).is_file()]
-        if earlier:
-            from loopscale.cluster.storage import new_aside_folder
+                one_variant(read_table(table), variant)  # a wrong --variant is said before Ray starts, not after
+                with opts.session():
+                    tf = fit_table(table, law, **kw)
+        fit, boot, data, variant, rep = tf.fit, tf.boot, tf.data, tf.variant, tf.replicates
+        flat_terms, ident = tf.flat_terms, tf.identification
+        summary = summary_dict(fit, boot)
+        if boot is not None and not boot.no_interval_reason:
+            from loopscale.fit.laws import interval_ends_on_box
 
-            aside = new_aside_folder(out, "earlier_fit")
-            for name in earlier:
-                (Path(out) / name).replace(aside / name)
-            summary["moved_aside"] = {"files": earlier, "to": str(aside)}
-        # fit.json says what --json says (what was fitted, what is not identified, the verdict), less the paths
-        said = {k: v for k, v in summary.items() if k != "outputs"}
-        summary["outputs"] = write_fit_outputs(out, fit, boot, extra=said)
+            if edge := interval_ends_on_box(boot.ci):  # interval ends the search box sets, not the data
+                summary["ci_on_box_edge"] = edge
+        if variant is not None:
+            summary["variant"] = variant
+        if tf.other_variants_rows:
+            summary["other_variants_rows"] = tf.other_variants_rows
+        fitted_to, fitted_line = _fitted_to(rep, per_run, data.n, bootstrap > 0)
+        if fitted_to is not None:
+            summary["fitted_to"] = fitted_to
+        pooled = tf.pooled_r
+        pooled_note = None
+        if pooled:  # one architecture's law fitted to several: said, with the way to fit one
+            summary["pooled_r"] = pooled
+            pooled_note = (
+                f"the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, as one "
+                f"architecture (on N_unique that is the joint law at --phi 0); --r R fits one, e.g. --r {pooled[-1]}"
+            )
+            summary["pooled_r_note"] = pooled_note
+        if flat_terms:
+            summary["not_identified"] = flat_terms
+        loss_note = _loss_column_note(data)
+        if loss_note:
+            summary["loss_column_note"] = loss_note
         if ident is not None:
-            from loopscale.cluster.storage import write_text_atomic
+            summary["identification"] = ident.to_dict()
+        if out is not None:
+            # an earlier fit's files are moved into a folder of their own before this fit writes (nothing written is
+            # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)
+            earlier = [n for n in _FIT_FILES if (Path(out) / n).is_file()]
+            if earlier:
+                from loopscale.cluster.storage import new_aside_folder
 
-            path = Path(out) / "identification.json"
-            write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
-            summary["outputs"]["identification.json"] = str(path)
-    if json_out:
-        typer.echo(json.dumps(summary, allow_nan=False))
-        return
-    p = fit.params
-    from loopscale.fit.bootstrapping import (
-        ESTIMATE_OUTSIDE_CI_NOTE,
-        box_edge_interval_note,
-        few_resamples_note,
-        phi_box_edge_warning,
-    )
-    from loopscale.fit.io import DUPLICATE_RUN_ID
+                aside = new_aside_folder(out, "earlier_fit")
+                for name in earlier:
+                    (Path(out) / name).replace(aside / name)
+                summary["moved_aside"] = {"files": earlier, "to": str(aside)}
+            # fit.json says what --json says (what was fitted, what is not identified, the verdict), less the paths
+            said = {k: v for k, v in summary.items() if k != "outputs"}
+            summary["outputs"] = write_fit_outputs(out, fit, boot, extra=said)
+            if ident is not None:
+                from loopscale.cluster.storage import write_text_atomic
 
-    outside = set(boot.estimate_outside_ci) if boot is not None else set()
-
-    excluded = dict(fit.excluded_by_status)
-    if fit.excluded_duplicates:
-        excluded[DUPLICATE_RUN_ID] = len(fit.excluded_duplicates)
-    lines = [
-        f"law {fit.law}{f' (variant {variant})' if variant else ''}: n = {data.n} runs ({fit.n_excluded} excluded: "
-        f"{excluded or '-'})",
-        "  "
-        + "  ".join(
-            f"{k} = {v:.5g}"
-            + (" (edge)" if k in fit.on_bound else "")
-            + (
-                f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]" + ("*" if k in outside else "")
-                if boot and k in boot.ci and not boot.no_interval_reason
-                else ""
-            )
-            for k, v in p.items()
-        ),
-        f"  R2 = {fit.r2:.5f}  RMSE = {fit.rmse:.4f}  max|res| = {fit.max_abs_residual:.4f}  objective = {fit.objective:.6g}"
-        f"  on_bound = {fit.on_bound or '-'}",
-    ]
-    if outside:
-        lines.insert(2, f"  * {ESTIMATE_OUTSIDE_CI_NOTE}")
-    if fitted_line:
-        lines.insert(1, f"  {fitted_line}")
-    if tf.other_variants_rows:  # rows of the table this variant's fit does not use: counted, not silent
-        left = ", ".join(f"{n} of variant {v!r}" for v, n in tf.other_variants_rows.items())
-        lines.insert(1, f"  not fitted: {left} (another variant's fit; --variant NAME fits it)")
-    if fit.excluded_duplicates:
-        ids = sorted(set(fit.excluded_duplicates))
-        lines.append(
-            f"  excluded ({DUPLICATE_RUN_ID}): {len(fit.excluded_duplicates)} older row(s) of a run_id that appears "
-            f"more than once (the newest row of a run is fitted: largest finished_at, else the last): {', '.join(ids[:5])}"
-            + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+                path = Path(out) / "identification.json"
+                write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
+                summary["outputs"]["identification.json"] = str(path)
+        if json_out:
+            typer.echo(json.dumps(summary, allow_nan=False))
+            return
+        p = fit.params
+        from loopscale.fit.bootstrapping import (
+            ESTIMATE_OUTSIDE_CI_NOTE,
+            box_edge_interval_note,
+            few_resamples_note,
+            phi_box_edge_warning,
         )
-    if boot is not None:
-        blocking = ",".join(boot.block_by) if boot.block_by else "iid"
-        if boot.extra.get("stratify_by"):
-            blocking = "seeds within cells"
-        if boot.no_interval_reason:  # no resample was refitted: counts of failed refits would mislead
-            lines.append(f"  bootstrap B = {boot.B} ({blocking}): 0 of {boot.B} resamples refitted, so no interval")
-        else:
+        from loopscale.fit.io import DUPLICATE_RUN_ID
+
+        outside = set(boot.estimate_outside_ci) if boot is not None else set()
+
+        excluded = dict(fit.excluded_by_status)
+        if fit.excluded_duplicates:
+            excluded[DUPLICATE_RUN_ID] = len(fit.excluded_duplicates)
+        lines = [
+            f"law {fit.law}{f' (variant {variant})' if variant else ''}: n = {data.n} runs ({fit.n_excluded} excluded: "
+            f"{excluded or '-'})",
+            "  "
+            + "  ".join(
+                f"{k} = {v:.5g}"
+                + (" (edge)" if k in fit.on_bound else "")
+                + (
+                    f" [{boot.ci[k][0]:.4g}, {boot.ci[k][1]:.4g}]" + ("*" if k in outside else "")
+                    if boot and k in boot.ci and not boot.no_interval_reason
+                    else ""
+                )
+                for k, v in p.items()
+            ),
+            f"  R2 = {fit.r2:.5f}  RMSE = {fit.rmse:.4f}  max|res| = {fit.max_abs_residual:.4f}  objective = {fit.objective:.6g}"
+            f"  on_bound = {fit.on_bound or '-'}",
+        ]
+        if outside:
+            lines.insert(2, f"  * {ESTIMATE_OUTSIDE_CI_NOTE}")
+        if fitted_line:
+            lines.insert(1, f"  {fitted_line}")
+        if tf.other_variants_rows:  # rows of the table this variant's fit does not use: counted, not silent
+            left = ", ".join(f"{n} of variant {v!r}" for v, n in tf.other_variants_rows.items())
+            lines.insert(1, f"  not fitted: {left} (another variant's fit; --variant NAME fits it)")
+        if fit.excluded_duplicates:
+            ids = sorted(set(fit.excluded_duplicates))
             lines.append(
-                f"  bootstrap B = {boot.B} ({blocking}): degenerate {boot.n_degenerate} (redrawn), "
-                f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f} (refits that "
-                "ended at their warm start, the point estimate; a high share can mean stuck refits)"
+                f"  excluded ({DUPLICATE_RUN_ID}): {len(fit.excluded_duplicates)} older row(s) of a run_id that appears "
+                f"more than once (the newest row of a run is fitted: largest finished_at, else the last): {', '.join(ids[:5])}"
+                + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
             )
-        if boot.no_interval_reason:
-            lines.append(f"  warning: no interval: {boot.no_interval_reason}")
-        else:
-            if few := few_resamples_note(boot.B - boot.n_failed):
-                lines.append(f"  warning: {few}")
-            if edge := box_edge_interval_note(boot.ci):
-                lines.append(f"  note: {edge}")
-            if phi_edge := phi_box_edge_warning(boot.ci):  # without --identify, the only word on it
-                lines.append(f"  warning: {phi_edge}")
-    if fit.on_bound:
-        lines.append(
-            f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "
-            f"{'them' if len(fit.on_bound) > 1 else 'it'}, so read the other parameters (and their intervals) with care"
-        )
-    if pooled_note:
-        lines.append(f"  note: {pooled_note}")
-    if loss_note:
-        lines.append(f"  note: {loss_note}")
-    for term in flat_terms:
-        lines.append(f"  warning: {term}")
-    if ident is not None:
-        lines.append(f"  identification: {ident.headline}")
-    elif law == "joint" and phi is None:
-        lines.append(
-            "  identification: not checked; --identify --bootstrap B applies the rule of `loopscale run` (a "
-            "parameter on the search-box edge, a flat profile in phi, per-r phi without a common value)"
-        )
-    if out is not None:
-        lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
-        if summary.get("moved_aside"):
-            m = summary["moved_aside"]
-            lines.append(f"  moved the earlier fit's {', '.join(m['files'])} to {m['to']}")
-    print("\n".join(lines), file=sys.stdout)
+        if boot is not None:
+            blocking = ",".join(boot.block_by) if boot.block_by else "iid"
+            if boot.extra.get("stratify_by"):
+                blocking = "seeds within cells"
+            if boot.no_interval_reason:  # no resample was refitted: counts of failed refits would mislead
+                lines.append(f"  bootstrap B = {boot.B} ({blocking}): 0 of {boot.B} resamples refitted, so no interval")
+            else:
+                lines.append(
+                    f"  bootstrap B = {boot.B} ({blocking}): degenerate {boot.n_degenerate} (redrawn), "
+                    f"failed {boot.n_failed} (dropped), warm-start share {boot.warm_start_share:.3f} (refits that "
+                    "ended at their warm start, the point estimate; a high share can mean stuck refits)"
+                )
+            if boot.no_interval_reason:
+                lines.append(f"  warning: no interval: {boot.no_interval_reason}")
+            else:
+                if few := few_resamples_note(boot.B - boot.n_failed):
+                    lines.append(f"  warning: {few}")
+                if edge := box_edge_interval_note(boot.ci):
+                    lines.append(f"  note: {edge}")
+                if phi_edge := phi_box_edge_warning(boot.ci):  # without --identify, the only word on it
+                    lines.append(f"  warning: {phi_edge}")
+        if fit.on_bound:
+            lines.append(
+                f"  warning: {', '.join(fit.on_bound)} on the search box edge: the data do not identify "
+                f"{'them' if len(fit.on_bound) > 1 else 'it'}, so read the other parameters (and their intervals) with care"
+            )
+        if pooled_note:
+            lines.append(f"  note: {pooled_note}")
+        if loss_note:
+            lines.append(f"  note: {loss_note}")
+        for term in flat_terms:
+            lines.append(f"  warning: {term}")
+        if ident is not None:
+            lines.append(f"  identification: {ident.headline}")
+        elif law == "joint" and phi is None:
+            lines.append(
+                "  identification: not checked; --identify --bootstrap B applies the rule of `loopscale run` (a "
+                "parameter on the search-box edge, a flat profile in phi, per-r phi without a common value)"
+            )
+        if out is not None:
+            lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
+            if summary.get("moved_aside"):
+                m = summary["moved_aside"]
+                lines.append(f"  moved the earlier fit's {', '.join(m['files'])} to {m['to']}")
+        print("\n".join(lines), file=sys.stdout)
 
 
 def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dict | None, str | None]:

@@ -104,3 +104,40 @@ def test_several_token_budgets_keep_the_frontier_and_an_interval_on_the_search_r
     assert b.ci_derived_at_search_edge == ["N_star_r8_C1e+11", "N_star_r2_C1e+11"]
     assert b.to_dict()["ci_derived_at_search_edge"] == b.ci_derived_at_search_edge
     assert np.isfinite(cols.to_numpy()).all()
+
+
+def test_a_second_fit_into_a_folder_another_fit_writes_is_refused(tmp_path):
+    """Two concurrent `fit --out` into one folder both said "wrote fit.json" and one fit was lost: while one fit
+    holds the folder, another is refused (exit 2) before fitting; no lock file is left."""
+    import fcntl
+    import os
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    out = tmp_path / "o"
+    out.mkdir()
+    args = ["fit", str(EXAMPLE), "--starts", "8", "--out", str(out)]
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `loopscale fit --out o` holds it
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, res.output
+        assert "another `loopscale fit` is writing its fit there now" in " ".join(res.output.split())
+        assert list(out.iterdir()) == []
+    finally:
+        os.close(fd)
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["fit.json", "fit_curves.png", "residuals.png"]
+    fd = os.open(out, os.O_RDONLY)  # released when the fit ended
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    # a refused table leaves no folder behind (the lock created it)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("loss,D\n3.0,1e6\n")
+    res = CliRunner().invoke(app, ["fit", str(bad), "--out", str(tmp_path / "new" / "fit")])
+    assert res.exit_code == 2 and not (tmp_path / "new").exists(), res.output
