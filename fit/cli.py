@@ -24,10 +24,14 @@ _RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard")
 def _command_folder_kind(folder: Path) -> str | None:
     """The loopscale command whose output folder ``folder`` is (``run``, ``sweep``, ``tune-lr``), else None: one with
     ``run_meta.json`` (``run``) or ``logs/command.json``, the record every such command writes when it starts (a
-    first ``run`` writes run_meta.json only when its first stage ends)."""
+    first ``run`` writes run_meta.json only when its first stage ends), or one with ``runs.parquet`` and
+    ``fit/analysis.json`` (``run``: a run's runs and analysis, e.g. copied without its records, from which
+    ``loopscale report`` builds its report there)."""
     import json
 
     if (folder / "run_meta.json").is_file():
+        return "run"
+    if (folder / "runs.parquet").is_file() and (folder / "fit" / "analysis.json").is_file():
         return "run"
     rec = folder / "logs" / "command.json"
     if not rec.is_file():
@@ -43,8 +47,9 @@ def _not_a_runs_analysis(out: Path) -> None:
     """Refuse an ``--out`` among a ``loopscale run``'s own files: in its analysis folder (a folder named ``fit``,
     ``--out`` or one above it, that holds ``analysis.json`` and whose parent holds the run's ``runs.parquet`` or
     ``run_meta.json``; the run's report is built from analysis.json, so a fit.json replaced there would no longer be
-    the report's), the run's folder itself (a loose fit.json beside its report reads as the run's) or one of the
-    folders it writes (:data:`_RUN_OWN_FOLDERS`). Raises ValueError naming a folder to use instead."""
+    the report's), the run's folder itself (:func:`_command_folder_kind`, which counts such a parent as a run's
+    folder too; a loose fit.json beside its report reads as the run's) or one of the folders it writes
+    (:data:`_RUN_OWN_FOLDERS`). Raises ValueError naming a folder to use instead."""
     p = Path(out).resolve()
     for folder in (p, *p.parents):
         kind = _command_folder_kind(folder)

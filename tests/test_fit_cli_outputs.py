@@ -141,3 +141,28 @@ def test_a_second_fit_into_a_folder_another_fit_writes_is_refused(tmp_path):
     bad.write_text("loss,D\n3.0,1e6\n")
     res = CliRunner().invoke(app, ["fit", str(bad), "--out", str(tmp_path / "new" / "fit")])
     assert res.exit_code == 2 and not (tmp_path / "new").exists(), res.output
+
+
+def test_a_folder_of_runs_and_their_analysis_is_a_runs_folder_for_fit_out(tmp_path):
+    """docs/example_cpu/second_seeds holds runs.parquet and fit/analysis.json only (no run_meta.json, no logs/):
+    --out second_seeds/fit was refused as the run's analysis, while --out second_seeds itself was accepted and
+    wrote a loose fit.json beside the runs that `loopscale report` reads as the run's. Both are refused now."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    run = tmp_path / "second_seeds"
+    (run / "fit").mkdir(parents=True)
+    shutil.copy(EXAMPLE / "runs.parquet", run / "runs.parquet")
+    (run / "fit" / "analysis.json").write_text("{}")
+    for target, where in ((run, "is the output folder of the `loopscale run`"),
+                          (run / "fit", "the analysis of the `loopscale run`")):  # fmt: skip
+        res = CliRunner().invoke(app, ["fit", str(run), "--starts", "5", "--out", str(target)])
+        assert res.exit_code == 2, res.output
+        msg = " ".join(res.output.split())
+        assert where in msg and f"--out {run / 'my_fit'}" in msg, msg
+    assert sorted(p.name for p in run.rglob("*")) == ["analysis.json", "fit", "runs.parquet"]
+    res = CliRunner().invoke(app, ["fit", str(run), "--starts", "5", "--out", str(run / "my_fit")])
+    assert res.exit_code == 0 and (run / "my_fit" / "fit.json").is_file(), res.output
