@@ -596,6 +596,31 @@ def refit_weights(
 # ----------------------------------------------------------------------------------------------------------------------
 # derived quantities per draw
 # ----------------------------------------------------------------------------------------------------------------------
+def check_point(point: FitResult, law: Law) -> None:
+    """Refuse a warm-start ``point`` that is not a fit of ``law``: another law name, phi fixed where the law fits
+    it (or the reverse, or fixed at another value), or another number of fitted parameters (its ``theta`` would not
+    be a start of ``law``).
+
+    Raises:
+        ValueError: naming both laws.
+    """
+
+    def said(name: str, n: int, phi: float | None) -> str:
+        return f"law {name!r} with {n} fitted parameters" + (f" (phi fixed at {phi:g})" if phi is not None else "")
+
+    n = len(tuple(getattr(point, "theta", None) or ()))
+    name = getattr(point, "law", None)
+    params = getattr(point, "params", None) or {}
+    phi = float(params["phi"]) if getattr(point, "phi_fixed", False) and "phi" in params else None
+    law_phi = float(law.fixed["phi"]) if "phi" in law.fixed else None
+    if name != law.name or n != law.n_params or phi != law_phi:
+        raise ValueError(
+            f"point is a fit of {said(str(name), n, phi)}, and the bootstrap refits "
+            f"{said(law.name, law.n_params, law_phi)}: give a point fit of the same law to the same table "
+            "(fit_law(table, law=..., phi=...)), or none (it is then fitted here)"
+        )
+
+
 def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.DataFrame:
     """Derived quantities for each parameter row: ``r_phi_<r>``, ``neff_ratio_<r>`` (N_eff/N_unique, paper G.3's g_r),
     and the law's compute-optimal ``N_star``/``D_star``/``L_star`` per r and budget when the table has ``C`` and
@@ -842,6 +867,8 @@ def bootstrap_data(
     seeds."""
     if B < 1:
         raise ValueError(f"B={B} must be >= 1 resamples (paper: 200)")
+    if point is not None:
+        check_point(point, law)
     if starts < 1:
         raise ValueError(f"starts={starts} must be >= 1")
     if chunk_size is not None and chunk_size < 1:
@@ -1029,11 +1056,19 @@ def bootstrap(
     Returns:
         :class:`BootstrapResult`.
     Raises:
-        ValueError: bad table, unknown law, missing ``block_by`` column, ``B < 1``, ``workers < 1``, looped runs of
-            several variants, a Chinchilla fit of one point — before any fit.
+        ValueError: bad table, unknown law (``"joint_per_r"``, a point fit, has no bootstrap), missing
+            ``block_by`` column, ``B < 1``, ``workers < 1``, a ``point`` of another law (another law name, phi
+            fixed or free otherwise, another parameter count), looped runs of several variants, a Chinchilla fit
+            of one point — before any fit.
     Warns:
         PerRunFitWarning: as :func:`loopscale.fit.fitter.fit_law` (seed replicates, unless ``stratify_by``).
     """
+    if law == "joint_per_r":
+        raise ValueError(
+            "law 'joint_per_r' is a point fit (a resample that misses one r would leave its phi_<r> unfitted), so "
+            "it has no bootstrap: bootstrap law 'joint', or fit_table(table, identify=True, bootstrap=B), whose "
+            "check fits phi per r with intervals"
+        )
     lw = make_law(law, phi)
     bb_check = None
     if not (isinstance(block_by, str) and block_by == DEFAULT) and block_by is not None:

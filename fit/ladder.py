@@ -29,6 +29,7 @@ does not include.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -182,7 +183,7 @@ def _plain_layers(n_unique: float, d: int) -> float:
 
 
 def ladder_table(
-    runs: pd.DataFrame,
+    runs: Any,
     *,
     n_boot: int = 2000,
     level: float = 0.95,
@@ -192,7 +193,10 @@ def ladder_table(
 
     Args:
         runs: one row per finished run with columns ``d_model``, ``D`` (tokens), ``r``, ``layers_unique``
-            (prelude + shared block + coda layers), ``N_once``, ``N_rec``, ``loss`` (nats/token) and ``seed``.
+            (prelude + shared block + coda layers), ``N_once``, ``N_rec``, ``loss`` (nats/token) and ``seed``: a
+            DataFrame, or anything :func:`loopscale.fit.io.read_table` reads (a ``runs.parquet`` path, a run
+            folder). As in ``runs.parquet``, ``final_val_loss`` stands for ``loss`` when there is no ``loss``, and
+            ``layers_unique`` is ``n_prelude + n_recur_block + n_coda`` when there is no ``layers_unique``.
             Rows with r = 1 form the ladder of their cell; rows with r > 1 are placed on it. A ``status`` column,
             if present, keeps only ``"ok"`` rows.
         n_boot: bootstrap draws (seeds resampled with replacement within every run of a cell).
@@ -209,15 +213,27 @@ def ladder_table(
         line's largest miss of a rung mean, in its standard errors), ``n_seeds``, ``seed_sd`` (nats/token, the
         looped model's seed spread), ``ladder_r2`` and ``ladder_layers``.
     Raises:
-        ValueError: missing columns, or a cell with looped runs but fewer than 2 ladder depths.
+        ValueError: a table :func:`~loopscale.fit.io.read_table` cannot read, missing columns (named, with what
+            may stand for them), a null ``d_model``, ``D`` or ``layers_unique`` on an ok run (it belongs to no
+            cell), or a cell with looped runs but fewer than 2 ladder depths.
     """
+    from loopscale.fit.io import no_null_cells, read_table, with_layers_unique
+
+    runs = with_layers_unique(read_table(runs))
+    given = list(runs.columns)
+    if "loss" not in runs.columns and "final_val_loss" in runs.columns:
+        runs = runs.assign(loss=runs["final_val_loss"])
     need = {"d_model", "D", "r", "layers_unique", "N_once", "N_rec", "loss", "seed"}
-    missing = need - set(runs.columns)
+    missing = sorted(need - set(runs.columns))
     if missing:
-        raise ValueError(f"ladder_table needs columns {sorted(need)}; missing {sorted(missing)}")
+        alt = {"loss": "loss (or final_val_loss)", "layers_unique": "layers_unique (or n_prelude, n_recur_block "
+               "and n_coda)"}  # fmt: skip
+        raise ValueError(f"ladder_table needs columns {sorted(need)}; missing {', '.join(alt.get(c, c) for c in missing)}; "
+                         f"table has {given}")  # fmt: skip
     df = runs
     if "status" in df.columns:
         df = df[df["status"] == "ok"]
+    no_null_cells(df, ("d_model", "D", "layers_unique"), "ladder_table")
     df = df[np.isfinite(df["loss"].astype(float))]
     rng = np.random.default_rng(seed)
     alpha = (1 - level) / 2

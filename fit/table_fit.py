@@ -111,8 +111,8 @@ def fit_table(
     Raises:
         ValueError: as ``loopscale fit`` (exit 2 there): a bad table (:func:`loopscale.fit.io.prepare`), several
             looped variants and no ``variant``, an ``r`` the table lacks, a Chinchilla fit of one point,
-            ``block_by`` with seed replicates and not ``per_run``, ``joint_per_r`` with a bootstrap, ``identify``
-            without a free-phi joint law or without a bootstrap.
+            ``block_by`` with seed replicates and not ``per_run``, ``bootstrap`` not a whole number >= 0,
+            ``joint_per_r`` with a bootstrap, ``identify`` without a free-phi joint law or without a bootstrap.
     """
     from loopscale.fit.analysis import seed_replicates
     from loopscale.fit.bootstrapping import bootstrap_data
@@ -120,6 +120,9 @@ def fit_table(
     from loopscale.fit.io import prepare, read_table, with_layers_unique
     from loopscale.fit.laws import make_law
 
+    if isinstance(bootstrap, bool) or not isinstance(bootstrap, int | np.integer) or bootstrap < 0:
+        raise ValueError(f"bootstrap={bootstrap!r} must be a whole number >= 0 of resamples (0: no bootstrap; "
+                         "paper: 200)")  # fmt: skip
     if law == "joint_per_r" and bootstrap:
         raise ValueError(
             "law 'joint_per_r' is a point fit (a resample that misses one r would leave its phi_<r> unfitted): fit "
