@@ -286,7 +286,11 @@ def fit_cmd(
                 from loopscale.fit.table_fit import one_variant
 
                 one_variant(read_table(table), variant)  # a wrong --variant is said before Ray starts, not after
-                with opts.session():
+                import logging
+
+                # Ray's INFO lines (its start-up, the token-authentication notice) stay off the console, as when the
+                # bootstrap starts its own Ray; its warnings still show
+                with opts.session(logging_level=logging.WARNING):
                     tf = fit_table(table, law, **kw)
         fit, boot, data, variant, rep = tf.fit, tf.boot, tf.data, tf.variant, tf.replicates
         flat_terms, ident = tf.flat_terms, tf.identification

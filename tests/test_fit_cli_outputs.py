@@ -166,3 +166,27 @@ def test_a_folder_of_runs_and_their_analysis_is_a_runs_folder_for_fit_out(tmp_pa
     assert sorted(p.name for p in run.rglob("*")) == ["analysis.json", "fit", "runs.parquet"]
     res = CliRunner().invoke(app, ["fit", str(run), "--starts", "5", "--out", str(run / "my_fit")])
     assert res.exit_code == 0 and (run / "my_fit" / "fit.json").is_file(), res.output
+
+
+def test_fit_with_its_own_ray_options_keeps_rays_info_lines_off_the_console():
+    """`fit --bootstrap N --workers 2 --ray-temp-dir DIR` printed Ray's INFO lines (the token-authentication notice,
+    "Started a local Ray instance") on stderr, as the bootstrap's own embedded Ray does not."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="lsfit", dir="/tmp")  # short: Ray's socket paths live under it
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "loopscale.sweep.cli", "fit", str(EXAMPLE), "--bootstrap", "4", "--workers", "2",
+             "--starts", "5", "--json", "--ray-temp-dir", tmp],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["bootstrap"]["B"] == 4
+    assert p.stderr.splitlines() == ["bootstrap: 1/1 chunks"], p.stderr
