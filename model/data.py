@@ -516,14 +516,54 @@ def _hash_files(files: list[Path], extra: str) -> str:
     return h.hexdigest()
 
 
+GLOB_CHARS = "*?["
+"""Characters that make a corpus path a glob (:func:`is_corpus_glob`), as :mod:`glob` reads them."""
+
+
+def is_corpus_glob(corpus: str) -> bool:
+    """True when ``corpus`` is read as a glob: it holds a character of :data:`GLOB_CHARS` and no file or directory
+    exists at that path (``data/notes[v2].txt`` that exists is that file, not a pattern)."""
+    return (
+        corpus != "embedded"
+        and any(ch in corpus for ch in GLOB_CHARS)
+        and not os.path.lexists(os.path.expanduser(corpus))
+    )
+
+
+def glob_root(corpus: str) -> Path:
+    """The folder a corpus glob searches: its leading components without :data:`GLOB_CHARS` (``proj/**/*.md`` ->
+    ``proj``; a pattern whose first component is magic: the working directory), ``~`` expanded."""
+    parts = Path(os.path.expanduser(corpus)).parts
+    plain = []
+    for part in parts[:-1]:
+        if any(ch in part for ch in GLOB_CHARS):
+            break
+        plain.append(part)
+    return Path(*plain) if plain else Path(".")
+
+
+def _no_match_message(corpus: str) -> str:
+    """The message of a corpus glob that matches no file; a pattern holding ``[`` or ``?`` says how to escape them
+    (a path that exists is read as it is, :func:`is_corpus_glob`)."""
+    msg = f"corpus glob {corpus!r} matches no file"
+    if "[" in corpus or "?" in corpus:
+        msg += (
+            f" (in a glob, '[' starts a set of characters and '?' matches any one; to match them literally write "
+            f"'[[]' and '[?]', e.g. {_glob.escape(corpus)!r})"
+        )
+    return msg
+
+
 def _expand(corpus: str, warn: bool = False) -> list[Path]:
-    """The files of a corpus path, directory or glob. ``warn``: a :class:`CorpusWarning` naming the suffixes and counts
-    of the files a directory corpus leaves out (hidden files and folders are left out without a word)."""
+    """The files of a corpus path, directory or glob (:func:`is_corpus_glob`: a path that exists is read as that
+    file or directory even when its name holds ``[``, ``]`` or ``?``). ``warn``: a :class:`CorpusWarning` naming the
+    suffixes and counts of the files a directory corpus leaves out (hidden files and folders are left out without a
+    word)."""
     p = Path(corpus).expanduser()
-    if any(ch in corpus for ch in "*?["):
+    if is_corpus_glob(corpus):
         files = sorted(Path(x) for x in _glob.glob(str(p), recursive=True) if Path(x).is_file())
         if not files:
-            raise CorpusNotFoundError(f"corpus glob {corpus!r} matches no file")
+            raise CorpusNotFoundError(_no_match_message(corpus))
         return files
     if p.is_dir():
         files, skipped = [], {}

@@ -175,7 +175,9 @@ def _check_corpus_beside_spec(corpus: str, spec_file: Path) -> None:
     except ValueError:  # absolute as written, or outside the working directory: not a relative path
         return
     beside = spec_file.resolve().parent / rel
-    if glob.glob(corpus) or not glob.glob(str(beside)) or beside == Path(corpus):
+    if os.path.lexists(corpus) or glob.glob(corpus) or beside == Path(corpus):
+        return  # a path that exists is read as it is, a glob only when none does
+    if not (os.path.lexists(beside) or glob.glob(str(beside))):
         return
     shown = os.path.relpath(beside)
     raise FileNotFoundError(
