@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1220,25 +1221,70 @@ FOLDER_SPEC = "spec.yaml"
 
 
 def check_out_outside_corpus(out: str | Path, spec: SweepSpec) -> None:
-    """Refuse an output folder that is a directory corpus or lies below it: what the commands write there
-    (runs.parquet and its parts, report.md) would be read as corpus files by the runs that start after them, which
-    then fail (a directory of text and Parquet files mixes kinds) or train on other text.
+    """Refuse an output folder whose files the runs would read as corpus: a directory corpus or a folder below it,
+    or a folder below the folder a corpus glob searches (:func:`loopscale.model.data.glob_root`) when a file
+    written there could match the glob (``proj/**/*.md`` or ``proj/*/*`` with ``--out proj/out``, ``proj/*`` with
+    ``--out proj``; not ``proj/*.md`` with ``--out proj/out``, whose files are one folder deeper than it reaches;
+    any file name counts, since Tune and the report write files of many names). What the commands write there
+    (runs.parquet and its parts, spec.yaml, logs, report.md) would be read by the runs that start after them, which
+    then fail (a directory of text and Parquet files mixes kinds) or train on other text, and would change the
+    corpus's content hash, so every later command in the folder would refuse it.
 
     Raises:
-        ValueError: ``out`` is ``spec.corpus``, a directory, or a folder below it; nothing is written.
+        ValueError: ``out`` is ``spec.corpus``, a directory, or a folder below it, or lies where the corpus glob
+            could read its files; nothing is written.
     """
-    if spec.corpus == "embedded" or any(ch in spec.corpus for ch in "*?["):
+    from loopscale.model.data import glob_root, is_corpus_glob
+
+    if spec.corpus == "embedded":
+        return
+    out_abs = Path(out).resolve()
+    if is_corpus_glob(spec.corpus):
+        root = glob_root(spec.corpus)
+        root_abs = root.resolve()
+        if not (out_abs == root_abs or root_abs in out_abs.parents):
+            return
+        pattern = Path(os.path.expanduser(spec.corpus)).parts[len(root.parts) :]
+        if _glob_reaches_below(list(pattern), list(out_abs.relative_to(root_abs).parts)):
+            raise ValueError(
+                f"--out {out} lies in {str(root)!r}, which the corpus glob {spec.corpus!r} searches, and files "
+                "written there (runs.parquet, spec.yaml, logs, report.md, ...) could match it: the runs that start "
+                "after them would read them as corpus, and they would change the corpus's content hash, so every "
+                f"later command in the folder would refuse it; give an --out folder outside {str(root)!r}, or a glob "
+                "that cannot match files below it"
+            )
         return
     corpus = Path(spec.corpus).expanduser()
     if not corpus.is_dir():
         return
-    out_abs, root = Path(out).resolve(), corpus.resolve()
+    root = corpus.resolve()
     if out_abs == root or root in out_abs.parents:
         raise ValueError(
             f"--out {out} is inside the corpus directory {spec.corpus!r}: the files written there (runs.parquet, "
             "report.md, ...) would be read as corpus by the runs that start after them; give an --out folder "
             "outside it"
         )
+
+
+def _glob_reaches_below(pattern: list[str], folder: list[str]) -> bool:
+    """Whether the glob components ``pattern`` (relative to the folder a glob searches) can match a file below
+    ``folder`` (its path relative to that folder, as components), the file's own name and any subfolders between
+    being any names: ``**`` matches zero or more folders, another component one name (as :mod:`glob` does with
+    ``recursive=True``: a name starting with ``.`` only by a component that starts with ``.``)."""
+    import fnmatch
+
+    def matches(component: str, name: str) -> bool:
+        return fnmatch.fnmatchcase(name, component) and (not name.startswith(".") or component.startswith("."))
+
+    if not folder:  # the rest of the pattern matches some path of one or more components, of names chosen to fit
+        return bool(pattern)
+    if not pattern:
+        return False
+    if pattern[0] == "**":
+        return _glob_reaches_below(pattern[1:], folder) or (
+            not folder[0].startswith(".") and _glob_reaches_below(pattern, folder[1:])
+        )
+    return matches(pattern[0], folder[0]) and _glob_reaches_below(pattern[1:], folder[1:])
 
 
 def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
