@@ -142,7 +142,8 @@ _BLANKS = re.compile(r"\n{3,}")
 
 NOT_TEXT_FRACTION = 0.01
 """A text file whose invalid UTF-8 sequences and NUL bytes exceed this fraction of its bytes is not text (a binary, or another encoding such as UTF-16): refused. Fewer invalid sequences are replaced by
-U+FFFD with a :class:`CorpusWarning`; fewer NUL bytes are dropped (NUL is the byte tokenizer's separator)."""
+U+FFFD, and fewer NUL bytes are dropped (NUL is the byte tokenizer's separator), each with a :class:`CorpusWarning`
+that counts them (:func:`_encoding_notes`)."""
 
 
 class CorpusWarning(UserWarning):
@@ -165,8 +166,26 @@ def _decode_checked(path: Path, b: bytes) -> tuple[str, int]:
     return text, bad
 
 
-_TEXT_CHECKED: set[tuple] = set()
-"""The text files :func:`_check_text_file` passed in this process: (path, size, modification time)."""
+def _encoding_notes(path: Path, bad: int, nul: int, n: int) -> list[str]:
+    """The :class:`CorpusWarning` texts of a text file of ``n`` bytes that is read with ``bad`` invalid UTF-8
+    sequences replaced by U+FFFD and ``nul`` NUL bytes dropped (both under :data:`NOT_TEXT_FRACTION`)."""
+    notes = []
+    if bad:
+        notes.append(
+            f"corpus file {str(path)!r} is not valid UTF-8: {bad} invalid byte sequence(s) of {n} bytes "
+            "replaced by U+FFFD (convert it to UTF-8 to keep those characters)"
+        )
+    if nul:
+        notes.append(
+            f"corpus file {str(path)!r} holds {nul} NUL byte(s) of {n} bytes: dropped (NUL separates documents "
+            "in the token stream; remove them, e.g. tr -d '\\000', to silence this)"
+        )
+    return notes
+
+
+_TEXT_CHECKED: dict[tuple, list[str]] = {}
+"""The text files :func:`_check_text_file` passed in this process, (path, size, modification time), with their
+warnings (:func:`_encoding_notes`)."""
 
 
 def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
@@ -176,10 +195,15 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
     checks the corpus before each of its stages).
 
     Raises:
-        CorpusError: the message of :func:`read_text_file`."""
+        CorpusError: the message of :func:`read_text_file`.
+
+    Warns (:class:`CorpusWarning`): the warnings :func:`read_text_file` gives the runs (invalid sequences replaced,
+    NUL bytes dropped, counted), also when the file was checked before in this process."""
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
     if key in _TEXT_CHECKED:
+        for note in _TEXT_CHECKED[key]:
+            warnings.warn(note, CorpusWarning, stacklevel=3)
         return
     dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
     fffd = "\ufffd".encode()
@@ -199,7 +223,9 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
         raise CorpusError(_compressed_message(path, comp))
     if bad + nul > NOT_TEXT_FRACTION * n:
         raise CorpusError(_not_text(path, bad, nul, n, ctrl, head=head))
-    _TEXT_CHECKED.add(key)
+    _TEXT_CHECKED[key] = _encoding_notes(path, bad, nul, n)
+    for note in _TEXT_CHECKED[key]:
+        warnings.warn(note, CorpusWarning, stacklevel=3)
 
 
 def read_text_file(path: Path) -> str:
@@ -210,16 +236,12 @@ def read_text_file(path: Path) -> str:
             bytes make up more than :data:`NOT_TEXT_FRACTION` of its bytes (not a text file, or text in another
             encoding such as UTF-16: convert it to UTF-8).
 
-    Warns (:class:`CorpusWarning`) with the count when fewer invalid sequences are replaced by U+FFFD."""
+    Warns (:class:`CorpusWarning`) with the count when fewer invalid sequences are replaced by U+FFFD, and with the
+    count of NUL bytes, which the text keeps here and :func:`clean_text` drops (:func:`_encoding_notes`)."""
     b = path.read_bytes()
     text, bad = _decode_checked(path, b)
-    if bad:
-        warnings.warn(
-            f"corpus file {str(path)!r} is not valid UTF-8: {bad} invalid byte sequence(s) of {len(b)} bytes "
-            "replaced by U+FFFD (convert it to UTF-8 to keep those characters)",
-            CorpusWarning,
-            stacklevel=2,
-        )
+    for note in _encoding_notes(path, bad, b.count(0), len(b)):
+        warnings.warn(note, CorpusWarning, stacklevel=2)
     return text
 
 
@@ -818,17 +840,32 @@ def check_corpus(
     Returns:
         The split's token counts when known (with ``seq_len``), else None.
 
+    Warns (:class:`CorpusWarning`): what the runs would say about the corpus: files a directory leaves out, invalid
+    UTF-8 replaced and NUL bytes dropped (every text file, whatever the corpus's size), and, where the token counts
+    are known from the token cache, the warnings it records (e.g. BPE learning fewer merges than its vocabulary).
+
     Raises:
         CorpusNotFoundError, CorpusError: see :func:`resolve_corpus` and :func:`_open_token_file`; an empty corpus
             (0 bytes, or only whitespace), too little text to train BPE on, a split shorter than one window (the
             messages of the runs).
         ValueError: a tokenizer that does not fit the corpus kind; a token file with ids >= ``vocab_size``.
     """
-    _check_corpus_files(corpus, tokenizer, vocab_size, text_column)
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _check_corpus_files(corpus, tokenizer, vocab_size, text_column)
+    finally:
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if seq_len is None:
         return None
+    said = {str(w.message) for w in caught}
     split = split_tokens_if_cheap(corpus, tokenizer, text_column=text_column, cache_dir=cache_dir)
     if split is not None:
+        for note in split.warnings:  # the token cache's warnings, which every run on it gives (each once)
+            if note not in said:
+                warnings.warn(note, CorpusWarning, stacklevel=2)
         if split.train < seq_len + 1:
             raise CorpusError(_short_train_message(seq_len, f"{split.train} tokens"))
         if split.val < seq_len + 1:
@@ -1476,6 +1513,9 @@ class SplitTokens:
     """Tokens of the validation split."""
     how: str
     """How the counts are known (a token file's length, the token cache, the embedded corpus's manifest)."""
+    warnings: tuple[str, ...] = ()
+    """The :class:`CorpusWarning` s the token cache records (``meta.json``), which every run on it gives: e.g. BPE
+    learning fewer merges than its vocabulary, invalid UTF-8 replaced."""
 
 
 def split_tokens_if_cheap(
@@ -1492,7 +1532,7 @@ def split_tokens_if_cheap(
     ``meta.json`` (a text or Parquet corpus of at most :data:`READ_FOR_COUNT_BYTES`, which is hashed to find it), from
     the embedded corpus's manifest with byte tokens, or by tokenizing a text or Parquet corpus of at most
     ``tokenize_up_to`` bytes (None: :data:`TOKENIZE_TO_CHECK_BYTES`) into the token cache (as :func:`load_tokens`, which the runs then reuse; the corpus's
-    :class:`CorpusWarning` s are left for the runs to say).
+    :class:`CorpusWarning` s are not issued here: the result's ``warnings`` hold those the cache records).
 
     Raises:
         CorpusNotFoundError, CorpusError, ValueError: as :func:`resolve_corpus` / :func:`parse_tokenizer`, and, when
@@ -1512,7 +1552,12 @@ def split_tokens_if_cheap(
     folder = _cache_folder(root, src.corpus_hash, tok_kind, vocab)
     meta = _read_meta(folder) if (folder / "meta.json").is_file() else None
     if meta is not None and "n_train_tokens" in meta and "n_val_tokens" in meta:
-        return SplitTokens(int(meta["n_train_tokens"]), int(meta["n_val_tokens"]), f"token cache {folder}")
+        return SplitTokens(
+            int(meta["n_train_tokens"]),
+            int(meta["n_val_tokens"]),
+            f"token cache {folder}",
+            tuple(meta.get("warnings") or ()),
+        )
     if src.kind == "embedded":
         if tok_kind == "byte" and src.manifest is not None:
             docs = src.manifest["documents"]
@@ -1527,7 +1572,9 @@ def split_tokens_if_cheap(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CorpusWarning)  # said by every run, where its warnings are recorded
         data = load_tokens(corpus, tokenizer, text_column=text_column, cache_dir=root)
-    return SplitTokens(len(data.train), len(data.val), f"token cache {data.cache_path}")
+    return SplitTokens(
+        len(data.train), len(data.val), f"token cache {data.cache_path}", tuple(data.meta.get("warnings") or ())
+    )
 
 
 def eval_tokens_note(n_val: int, seq_len: int, eval_tokens: int) -> str | None:

@@ -62,7 +62,8 @@ def plan(spec) -> dict:
     ``lr_flops_max`` the LR studies' training FLOPs if every trial ran its full budget (``train_flops_total`` and
     the GPU-hours are the grid's alone) and ``lr_warning`` when that exceeds the grid's (else None);
     ``design_warning`` what the grid lacks for the identification rule (:func:`design_warning`; None when nothing);
-    ``corpus_warning`` gives its warnings every run would give too (e.g. files a directory corpus leaves out); ``eval_warning``
+    ``corpus_warning`` gives its warnings every run would give too (e.g. files a directory corpus leaves out, invalid
+    UTF-8 replaced, NUL bytes dropped, BPE learning fewer tokens than asked); ``eval_warning``
     says when ``eval_tokens`` is more than the validation split holds and how many tokens the runs evaluate (None
     when it fits or the split is not known without tokenizing a large corpus).
 

@@ -601,7 +601,8 @@ class SweepSpec(_Strict):
 
         Returns:
             Warnings about the data that every run would also give (each also issued as a ``UserWarning`` when
-            ``warn``): the corpus's (files a directory corpus leaves out), then ``training.eval_tokens`` (or
+            ``warn``): the corpus's (files a directory corpus leaves out, invalid UTF-8 replaced, NUL bytes dropped, the
+            token cache's, e.g. BPE learning fewer tokens than asked), then ``training.eval_tokens`` (or
             ``tune.eval_tokens`` with ``lr: tune``) more than the validation split holds, saying how many tokens are
             evaluated (the runs evaluate what there is).
 

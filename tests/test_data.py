@@ -261,7 +261,7 @@ def test_the_pre_flight_reads_a_text_file_once_per_process(tmp_path, monkeypatch
     """The pre-flight decodes every byte of a text file (seconds per GB); `loopscale run` checks the corpus before
     each stage (run, tune-lr, sweep), which read a large corpus three times. A file that passed is not read again
     while its size and modification time stay the same; a changed file is read again (and refused if need be)."""
-    monkeypatch.setattr(D, "_TEXT_CHECKED", set(), raising=False)
+    monkeypatch.setattr(D, "_TEXT_CHECKED", {}, raising=False)
     f = tmp_path / "c.txt"
     f.write_text("The quick brown fox jumps over the lazy dog. " * 50_000, encoding="utf-8")
     chunks: list[int] = []
