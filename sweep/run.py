@@ -210,6 +210,27 @@ def _grid_done(spec, out: Path) -> bool:
     return want <= ResultsStore(out).completed_ids()
 
 
+def _corpus_absent_for_fit(spec, out: Path) -> bool:
+    """True when ``spec``'s corpus does not exist and ``out`` needs none: every cell has a finished record and, for
+    ``lr: tune``, the LR table is there (:func:`_grid_done`), so only the fit and the report run, which read the
+    runs' records, not the corpus."""
+    from loopscale.model.data import CorpusNotFoundError, _corpus_files
+
+    if spec.corpus == "embedded" or not (out / "spec.yaml").is_file():
+        return False
+    try:
+        _corpus_files(spec.corpus, spec.text_column)
+        return False
+    except CorpusNotFoundError:
+        pass
+    except Exception:  # another fault of a corpus that is there: the checks say it
+        return False
+    try:
+        return _grid_done(spec, out)
+    except Exception:  # a folder the checks refuse (another spec's LR table, torn files): they say why
+        return False
+
+
 def run_pipeline(
     spec,
     out_dir: str | Path,
@@ -234,6 +255,9 @@ def run_pipeline(
 
     Returns:
         ``run_meta.json`` content: stage wall times (s), which stages were skipped, the paths written.
+    A folder where every cell has a finished record (and, for ``lr: tune``, the LR table) is refitted without its
+    corpus when that is absent: the corpus is then neither checked nor compared with the folder's, and a line says so.
+
     Raises:
         SpecError / ValueError: bad spec or options, a bad ``--track`` or its package missing (before any compute).
         loopscale.sweep.commands.SweepInterrupted / loopscale.sweep.lr_search.TuneInterrupted: stopped by Ctrl-C;
@@ -254,7 +278,9 @@ def run_pipeline(
 
     cluster = cluster or ClusterOptions()
     cluster.validate(tune="loopscale run")
-    spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus)
+    out = Path(out_dir).resolve()
+    absent = _corpus_absent_for_fit(spec, out)
+    spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus, data=not absent)
     check_design(spec)
     lacking = design_warning(spec)
     if lacking:
@@ -262,9 +288,10 @@ def run_pipeline(
 
         warnings.warn(lacking, UserWarning, stacklevel=2)
     track = parse_track(track)
-    out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    record_folder_spec(out, spec)  # refuses another spec's folder; --storage may change between reruns
+    record_folder_spec(out, spec, corpus=not absent)  # refuses another spec's folder; --storage may change
+    if absent:
+        log(f"corpus {spec.corpus!r} is absent: not checked (every run is recorded and nothing is left to train)")
     from loopscale.cluster.storage import absolute_uri
 
     # `loopscale status`: running from here on, before Ray starts; it reads the grid's Tune state where it goes

@@ -816,8 +816,10 @@ class SweepSpec(_Strict):
         num_gpus: int | None = None,
         *,
         warn_data: bool = True,
+        data: bool = True,
     ) -> None:
-        """Checks that need the machine, run before Ray starts.
+        """Checks that need the machine, run before Ray starts (``data`` False: without :meth:`check_data`, for a
+        command that reads no corpus).
 
         With no cluster ``address`` (and no ``RAY_ADDRESS`` in the environment) trials run on the embedded local
         Ray, which has ``num_cpus`` CPUs (default: this machine's cores) and ``num_gpus`` GPUs (default: the CUDA
@@ -831,7 +833,8 @@ class SweepSpec(_Strict):
         """
         import os
 
-        self.check_data(warn=warn_data)
+        if data:
+            self.check_data(warn=warn_data)
         if address is not None or os.environ.get("RAY_ADDRESS"):
             return
         cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
@@ -1288,12 +1291,13 @@ def _glob_reaches_below(pattern: list[str], folder: list[str]) -> bool:
     return matches(pattern[0], folder[0]) and _glob_reaches_below(pattern[1:], folder[1:])
 
 
-def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
+def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
     """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
     grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
     (``storage_path``) may differ. A missing or empty (torn) ``spec.yaml`` passes when the folder's run records are
     all of cells of ``spec`` (:func:`check_folder_runs`). The folder's corpus is checked too
-    (:func:`check_folder_corpus`: its runs, checkpoints and LR table are of the text now at ``spec.corpus``).
+    (:func:`check_folder_corpus`: its runs, checkpoints and LR table are of the text now at ``spec.corpus``), unless
+    ``corpus`` is False (a fit-only rerun whose corpus is absent: nothing reads it).
 
     Raises:
         ValueError: ``out/spec.yaml`` differs from ``spec``, its runs are not all cells of ``spec`` (without a
@@ -1311,7 +1315,8 @@ def check_folder_spec(out: str | Path, spec: SweepSpec) -> None:
         )
     if not old.strip():  # deleted, torn by a crash, or an older sweep's folder: the run records tell the grid
         check_folder_runs(out, spec)
-    check_folder_corpus(out, spec)
+    if corpus:
+        check_folder_corpus(out, spec)
 
 
 def check_folder_runs(out: str | Path, spec: SweepSpec) -> None:
@@ -1512,10 +1517,11 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
     return "; ".join(found[:limit]) + more
 
 
-def record_folder_spec(out: str | Path, spec: SweepSpec) -> None:
+def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
     """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a 0-byte one left
     by a crash is moved aside first. ``out`` must exist. The folder's first command also records the corpus's
-    content hash (:func:`record_folder_corpus`).
+    content hash (:func:`record_folder_corpus`). ``corpus`` False: the corpus is neither compared nor recorded (a
+    fit-only rerun whose corpus is absent).
 
     Raises:
         ValueError: ``out`` holds another spec's results.
@@ -1525,6 +1531,7 @@ def record_folder_spec(out: str | Path, spec: SweepSpec) -> None:
     spec_file = Path(out) / FOLDER_SPEC
     if spec_file.is_file() and not spec_file.read_text(encoding="utf-8").strip():
         move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
-    check_folder_spec(out, spec)
+    check_folder_spec(out, spec, corpus=corpus)
     write_text_atomic(str(spec_file), spec_to_yaml(spec.model_copy(update={"storage_path": None})))
-    record_folder_corpus(out, spec)
+    if corpus:
+        record_folder_corpus(out, spec)

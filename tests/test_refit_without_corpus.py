@@ -1,0 +1,78 @@
+"""A fit-only rerun of a finished folder does not need the corpus: ``run --resume`` on a folder where every run is
+recorded (and, for ``lr: tune``, the LR table is there) refits it, training nothing, also when the corpus was moved
+away since (it stopped with "corpus ... does not exist"); it says that the corpus is absent and was not checked. A
+folder with runs still to train keeps refusing a missing corpus.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from loopscale.model.data import default_cache_dir, resolve_corpus
+from loopscale.sweep.run import run_pipeline
+from loopscale.sweep.spec import SpecError, parse_spec, record_folder_spec
+from loopscale.sweep.store import ResultsStore, run_record
+
+TINY = {
+    "name": "tiny",
+    "model": {"preset": "cpu", "seq_len": 32},
+    "r": [1, 2],
+    "sizes": [16],
+    "tokens": [2048, 4096, 8192, 16384],
+    "training": {"batch_tokens": 256, "eval_tokens": 256},
+    "lr": {"fixed": 0.01},
+    "resources": {"cpus": 1},
+}
+
+
+@pytest.fixture
+def finished(tmp_path, monkeypatch):
+    """A folder whose runs are all recorded on a text corpus, and a stub fit and report (no Ray, no fitting)."""
+    import loopscale.fit.analysis as analysis
+    import loopscale.fit.run_report as run_report
+
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "bad.txt"
+    corpus.write_text("Plain English prose for a tiny corpus. " * 300, encoding="utf-8")
+    d = copy.deepcopy(TINY)
+    d["corpus"] = str(corpus)
+    spec = parse_spec(d)
+    out = tmp_path / "out"
+    out.mkdir()
+    record_folder_spec(out, spec)
+    h = resolve_corpus(str(corpus), "text", cache_dir=default_cache_dir()).corpus_hash
+    store = ResultsStore(out)
+    for c in spec.cells():
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0, "corpus_hash": h}))
+    store.consolidate()
+    fitted = []
+
+    def fake_analyze(runs, fit_dir, **kw):
+        fit_dir.mkdir(parents=True, exist_ok=True)
+        (fit_dir / "analysis.json").write_text("{}")
+        fitted.append(kw)
+
+    monkeypatch.setattr(analysis, "analyze", fake_analyze)
+    monkeypatch.setattr(run_report, "build_report", lambda out: out / "report.md")
+    return spec, corpus, out, fitted
+
+
+def test_a_finished_folder_is_refitted_without_its_corpus(finished):
+    spec, corpus, out, fitted = finished
+    corpus.rename(corpus.with_suffix(".moved"))
+    said: list[str] = []
+    meta = run_pipeline(spec, out, resume=True, bootstrap=12, starts=3, log=said.append)
+    assert fitted and fitted[0]["B"] == 12
+    assert "sweep" in meta["skipped"]
+    assert any("is absent: not checked" in line for line in said), said
+
+
+def test_a_folder_with_runs_left_to_train_still_refuses_a_missing_corpus(finished):
+    spec, corpus, out, fitted = finished
+    corpus.rename(corpus.with_suffix(".moved"))
+    bigger = spec.model_copy(update={"seeds": [0, 1]})  # more runs than the folder holds
+    with pytest.raises(SpecError, match="does not exist"):
+        run_pipeline(bigger, out, resume=True, bootstrap=12, starts=3, log=lambda s: None)
+    assert not fitted
