@@ -12,6 +12,7 @@ case studies, App. G): they are listed once, under variant ``baseline``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -1410,6 +1411,48 @@ def _why_other_content(spec: SweepSpec) -> str:
     return why
 
 
+def trained_in_folder(out: str | Path, spec: SweepSpec) -> list[str]:
+    """What in the output folder ``out`` was trained on the corpus it was started on, and so holds to that text: its
+    finished runs (``ok`` or ``diverged`` records), its LR table, its runs' checkpoints and results (``<storage>/
+    checkpoints/``, storage being ``spec.storage_path`` or ``out/tune``; the LR trials' under ``out/tune_lr/ray``, or
+    the same storage) and its LR studies' trials that reported (``tune_lr/optuna.db``). A storage that is not local,
+    or an Optuna database that cannot be read, counts as holding some. Empty when nothing trained there (e.g. every
+    trial failed before its first checkpoint)."""
+    from loopscale.cluster.storage import absolute_uri, is_local_uri, local_path
+    from loopscale.sweep.store import ResultsStore
+
+    out = Path(out)
+    found: list[str] = []
+    if (out / "runs.parquet").exists() or (out / "parts").is_dir():
+        if n := len(ResultsStore(out).completed_ids()):
+            found.append(f"{n} finished run{'s' * (n != 1)}")
+    if (out / "lr_table.parquet").exists():
+        found.append("an LR table")
+    stores = [absolute_uri(spec.storage_path)] if spec.storage_path else [str(out / "tune"), str(out / "tune_lr" / "ray")]
+    for uri in stores:
+        if not is_local_uri(uri):
+            found.append(f"checkpoints that may be in {uri}")
+            continue
+        ck = local_path(uri) / "checkpoints"
+        if ck.is_dir() and any(f.is_file() and not f.name.startswith(".") for f in ck.rglob("*")):
+            found.append(f"checkpoints in {ck}")
+    db = out / "tune_lr" / "optuna.db"
+    if db.is_file():
+        import sqlite3
+
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+                n = con.execute(
+                    "SELECT COUNT(*) FROM trials WHERE state IN ('COMPLETE', 'PRUNED') OR trial_id IN "
+                    "(SELECT trial_id FROM trial_intermediate_values)"
+                ).fetchone()[0]
+        except sqlite3.Error:
+            n = -1
+        if n:
+            found.append("LR trials in tune_lr/optuna.db" if n > 0 else "an unreadable tune_lr/optuna.db")
+    return found
+
+
 def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
     """Refuse to work in a folder whose runs read other corpus content than the corpus now at ``spec.corpus``: the
     same path with files changed in place (regenerated shards, an edited text, a file moved between subfolders)
@@ -1417,7 +1460,9 @@ def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
     were of the new, resume checkpoints of the old text (every such trial then fails) or reuse an LR table tuned on
     it. Compared with the hash now (:func:`corpus_hash_now`): the finished records' ``corpus_sha256``
     (runs.parquet) and the hash the folder's first command recorded (``corpus.json``). A folder with neither (new,
-    or written before they existed) passes. The hash is of the files' names and bytes: a renamed file, or a Parquet
+    or written before they existed) passes, as does one whose ``corpus.json`` names other content while nothing
+    there was trained on it (:func:`trained_in_folder`: every trial failed before a checkpoint; it takes the new
+    corpus, :func:`record_folder_corpus`). The hash is of the files' names and bytes: a renamed file, or a Parquet
     shard rewritten with the same rows but another compression, counts as changed; a newer modification time alone
     does not.
 
@@ -1445,26 +1490,39 @@ def check_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
             f"{_why_other_content(spec)}, and new runs would be trained and evaluated on other text than the finished "
             "ones; restore the corpus, or use another --out folder for the new text (nothing there was changed)"
         )
-    if first_hash and first_hash != now:
+    if first_hash and first_hash != now and (trained := trained_in_folder(out, spec)):
         raise ValueError(
             f"the corpus at {spec.corpus!r} is not the one {out.resolve()} was started on (content hash "
             f"{first_hash[:12]} in {FOLDER_CORPUS}, recorded {first.get('recorded_at', '?')}; {now[:12]} now): "
-            f"{_why_other_content(spec)}, and this folder's unfinished runs' checkpoints (and its LR table, if any) "
-            "are of the old text; restore the corpus, or use another --out folder for the new text (nothing there "
-            "was changed)"
+            f"{_why_other_content(spec)}, and this folder holds what was trained on the old text ({'; '.join(trained)}); "
+            "restore the corpus, or use another --out folder for the new text (nothing there was changed)"
         )
 
 
 def record_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
     """Write ``out/corpus.json`` (the corpus path and its content hash now, :func:`corpus_hash_now`) when the folder
-    has none: the first command in a folder records what later ones compare with (:func:`check_folder_corpus`)."""
+    has none: the first command in a folder records what later ones compare with (:func:`check_folder_corpus`). One
+    that names other content, in a folder where nothing was trained on it (:func:`trained_in_folder`), is rewritten
+    with the content now, saying so (a ``UserWarning``)."""
     import datetime as _dt
+    import warnings
 
-    from loopscale.cluster.storage import write_text_atomic
+    from loopscale.cluster.storage import read_json_or_aside, write_text_atomic
 
     path = Path(out) / FOLDER_CORPUS
     if path.is_file() and path.stat().st_size > 0:
-        return
+        old = (read_json_or_aside(str(path)) or {}).get("corpus_sha256")
+        now = corpus_hash_now(spec)
+        if path.is_file() and (not old or old == now or trained_in_folder(out, spec)):
+            return  # kept (one moved aside as unreadable is written again below)
+        if old and old != now:
+            warnings.warn(
+                f"the corpus at {spec.corpus!r} changed since {Path(out).resolve()} was started (content hash "
+                f"{old[:12]}, {now[:12]} now); nothing there was trained on the old text, so the folder takes the new "
+                f"one ({FOLDER_CORPUS} updated)",
+                UserWarning,
+                stacklevel=2,
+            )
     doc = {
         "corpus": spec.corpus,
         "text_column": spec.text_column,

@@ -190,8 +190,12 @@ def test_a_folder_with_no_finished_run_remembers_the_corpus_it_started_on(tmp_pa
     record_folder_spec(out, spec)  # a second command: the record is kept, not rewritten
     assert json.loads((out / "corpus.json").read_text()) == doc
     assert len(calls) == 1  # one hash for the unchanged files in this process
+    ck = out / "tune" / "checkpoints" / spec.cells()[0].run_id
+    ck.mkdir(parents=True)
+    (ck / "ckpt_000016.pt").write_bytes(b"x")  # an unfinished run's checkpoint, of the old text
     (corpus / "a.txt").write_text("Another text altogether, longer than before. " * 300, encoding="utf-8")
-    with pytest.raises(ValueError, match=r"is not the one .* was started on \(content hash .* in corpus.json"):
+    with pytest.raises(ValueError, match=r"is not the one .* was started on \(content hash .* in corpus.json.*"
+                       r"holds what was trained on the old text \(checkpoints in "):  # fmt: skip
         check_folder_corpus(out, spec)
     assert json.loads((out / "corpus.json").read_text()) == doc and S.FOLDER_CORPUS == "corpus.json"
     tune = dict(d, lr="tune", tune={"num_samples": 2, "tokens": 1024, "num_milestones": 2})
@@ -201,6 +205,7 @@ def test_a_folder_with_no_finished_run_remembers_the_corpus_it_started_on(tmp_pa
         if args[0] == "tune-lr":  # a tune-lr folder started on the old text (its LR table would be of it)
             target.mkdir()
             (target / "corpus.json").write_text(json.dumps(doc))
+            (target / "lr_table.parquet").write_bytes(b"x")
         p = _cli(*args, "--out", str(target))
         assert p.returncode == 2 and "was started on" in p.stderr, (args, p.stderr[-2000:])
 
@@ -231,3 +236,41 @@ def test_run_names_its_folder_by_the_specs_name_not_its_file(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads((out / "run_meta.json").read_text())["spec_name"] == "tinyname"
     assert (out / "report.md").read_text().startswith("# loopscale report: tinyname")
+
+
+def test_a_folder_where_nothing_trained_takes_the_new_corpus(tmp_path):
+    """Every trial of a first sweep failed on a corpus error (no finished run, no checkpoint, no LR table); the user
+    fixed the file, and `run` and even `sweep --force` refused the folder as started on the old text, naming
+    checkpoints and an LR table it did not have. Such a folder now takes the new corpus, saying so; one with a
+    finished run, a checkpoint or an LR table is still refused, naming which."""
+    from loopscale.sweep.spec import trained_in_folder
+    from loopscale.sweep.store import failed_record
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" \n" * 600, encoding="utf-8")  # whitespace only: every run fails
+    d = copy.deepcopy(TINY)
+    d["corpus"] = str(corpus)
+    spec, _, out = _spec_and_folder(tmp_path, d)
+    record_folder_spec(out, spec)
+    store = ResultsStore(out)
+    for c in spec.cells():
+        store.write_run(failed_record(c, "CorpusError: corpus contains no text"))
+    old = json.loads((out / "corpus.json").read_text())["corpus_sha256"]
+    corpus.write_text("Plain English prose, fixed by the user. " * 300, encoding="utf-8")
+    assert trained_in_folder(out, spec) == []
+    check_folder_corpus(out, spec)
+    with pytest.warns(UserWarning, match=r"nothing there was trained on the old text, so the folder takes the new"):
+        record_folder_spec(out, spec)
+    new = json.loads((out / "corpus.json").read_text())["corpus_sha256"]
+    assert new != old and new == resolve_corpus(str(corpus)).corpus_hash
+    # a checkpoint, an LR table or a finished run holds the folder to the text it was trained on
+    corpus.write_text("A third text, changed once more. " * 300, encoding="utf-8")
+    (out / "lr_table.parquet").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"holds what was trained on the old text \(an LR table\)"):
+        check_folder_corpus(out, spec)
+    assert json.loads((out / "corpus.json").read_text())["corpus_sha256"] == new
+    (out / "lr_table.parquet").unlink()
+    store.write_run(run_record(spec.cells()[0], {"status": "ok", "final_val_loss": 3.0}))
+    assert trained_in_folder(out, spec) == ["1 finished run"]
+    with pytest.raises(ValueError, match=r"holds what was trained on the old text \(1 finished run\)"):
+        check_folder_corpus(out, spec)

@@ -266,6 +266,7 @@ def test_a_document_split_holding_out_too_much_falls_back_to_the_token_tail(tmp_
     out = tmp_path / "out"
     out.mkdir()
     (out / FOLDER_CORPUS).write_text(f'{{"corpus_sha256": "{earlier}"}}')
+    (out / "lr_table.parquet").write_bytes(b"x")  # tuned on the old text
     monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="is not the one"):
         check_folder_corpus(out, preset_spec("smoke").model_copy(update={"corpus": str(c)}))
@@ -319,6 +320,7 @@ def test_a_folder_started_before_the_position_split_names_that_rule_when_refused
         out = tmp_path / f"out_{corpus.name}"
         out.mkdir()
         (out / FOLDER_CORPUS).write_text(f'{{"corpus_sha256": "{D._hash_files(sorted(corpus.iterdir()), "x")}"}}')
+        (out / "lr_table.parquet").write_bytes(b"x")  # tuned on the old text
         with pytest.raises(ValueError, match="its files' names or bytes changed since") as e:
             check_folder_corpus(out, preset_spec("smoke").model_copy(update={"corpus": str(corpus)}))
         assert ("split this corpus by document; this one splits it by position" in str(e.value)) == named
