@@ -652,7 +652,7 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
 
 def _decompress_fix(folder: Path, suffixes: list[str]) -> str:
     """The fix for a directory corpus's compressed files: the command that decompresses them in place."""
-    cmds = "; ".join(f"find '{folder}' -name '*{x}' -exec {COMPRESSED_SUFFIXES[x]} {{}} \\;" for x in suffixes)
+    cmds = "; ".join(f"find '{folder}' -name '*{x}' -execdir {COMPRESSED_SUFFIXES[x]} {{}} \\;" for x in suffixes)
     return f"they are compressed ({'/'.join(suffixes)}): decompress them to read them as text ({cmds})"
 
 
@@ -1030,17 +1030,25 @@ def _looks_like_text(head: bytes) -> bool:
 
 
 COMPRESSED_MAGIC = (
-    (b"\x1f\x8b", "gzip", "gunzip -k"),
-    (b"BZh", "bzip2", "bunzip2 -k"),
-    (b"\xfd7zXZ\x00", "xz", "unxz -k"),
-    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
-    (b"PK\x03\x04", "zip", "unzip"),
+    (b"\x1f\x8b", "gzip", "gzip -dc"),
+    (b"BZh", "bzip2", "bzip2 -dc"),
+    (b"\xfd7zXZ\x00", "xz", "xz -dc"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
+    (b"PK\x03\x04", "zip", "unzip -d"),
 )
-"""(magic bytes, format, command that decompresses it) of the compressed files a corpus does not read: they are
-refused naming the command (a compressed corpus is decompressed once, not on every read of every run)."""
+"""(magic bytes, format, command that decompresses it whatever the file's suffix: to stdout, or for zip into a
+folder) of the compressed files a corpus does not read: they are refused naming the command
+(:func:`_compressed_message`; a compressed corpus is decompressed once, not on every read of every run)."""
 
-COMPRESSED_SUFFIXES = {".gz": "gunzip -k", ".bz2": "bunzip2 -k", ".xz": "unxz -k", ".zst": "unzstd", ".zip": "unzip"}
-"""Suffixes of compressed files; a directory corpus holding them says to decompress them."""
+COMPRESSED_SUFFIXES = {
+    ".gz": "gunzip -k",
+    ".bz2": "bunzip2 -k",
+    ".xz": "unxz -k",
+    ".zst": "unzstd",
+    ".zip": "unzip",
+}
+"""Suffixes of compressed files, with the command that decompresses one beside itself (``find -execdir``); a
+directory corpus holding them says to decompress them (:func:`_decompress_fix`)."""
 
 
 def _compressed_as(head: bytes) -> tuple[str, str] | None:
@@ -1052,12 +1060,30 @@ def _compressed_as(head: bytes) -> tuple[str, str] | None:
     return None
 
 
+def _decompressed_path(path: Path, fmt: str) -> Path:
+    """Where :func:`_compressed_message`'s command writes ``path`` decompressed: without its compression suffix
+    (``a.txt.gz`` -> ``a.txt``), else with ``.plain`` before its suffix (``gz.txt`` -> ``gz.plain.txt``; zip: a
+    folder, ``x.zip`` -> ``x``, ``x.txt`` -> ``x.txt.unzipped``)."""
+    own = {"gzip": ".gz", "bzip2": ".bz2", "xz": ".xz", "zstd": ".zst", "zip": ".zip"}[fmt]
+    if path.suffix.lower() == own:
+        return path.with_suffix("")
+    if fmt == "zip":
+        return path.with_name(path.name + ".unzipped")
+    return path.with_name(f"{path.stem}.plain{path.suffix}") if path.suffix else path.with_name(path.name + ".plain")
+
+
 def _compressed_message(path: Path, comp: tuple[str, str]) -> str:
-    """The message refusing a compressed corpus file."""
+    """The message refusing a compressed corpus file, with a command that decompresses it whatever its suffix
+    (gunzip and bunzip2 refuse or misname a file without theirs) into a new file (zip: a folder)."""
+    import shlex
+
     fmt, cmd = comp
+    dest = shlex.quote(str(_decompressed_path(path, fmt)))
+    src = shlex.quote(str(path))
+    run = f"{cmd} {dest} {src}" if fmt == "zip" else f"{cmd} {src} > {dest}"
     return (
-        f"corpus file {str(path)!r} is {fmt}-compressed: decompress it first ({cmd} {str(path)!r}) and give the "
-        "decompressed file (loopscale reads uncompressed text, Parquet or token files)"
+        f"corpus file {str(path)!r} is {fmt}-compressed: decompress it first ({run}) and give the decompressed "
+        f"{'folder' if fmt == 'zip' else 'file'} (loopscale reads uncompressed text, Parquet or token files)"
     )
 
 

@@ -102,7 +102,7 @@ def test_compressed_files_are_refused_saying_to_decompress(tmp_path):
     decompress them; the decompressed text is read."""
     f = tmp_path / "plain.txt.gz"
     f.write_bytes(gzip.compress((PROSE * 40).encode()))
-    said = re.escape(f"corpus file {str(f)!r} is gzip-compressed: decompress it first (gunzip -k {str(f)!r})")
+    said = re.escape(f"corpus file {str(f)!r} is gzip-compressed: decompress it first (gzip -dc {f} > {f.with_suffix('')})")
     for call in (lambda: D.check_corpus(str(f), "byte", 256), lambda: D.load_tokens(str(f), "byte", cache_dir=tmp_path / "c")):
         with pytest.raises(D.CorpusError, match=said):
             call()
@@ -112,7 +112,7 @@ def test_compressed_files_are_refused_saying_to_decompress(tmp_path):
         (d / f"a{i}.txt.gz").write_bytes(gzip.compress((PROSE * (i + 5)).encode()))
     with pytest.raises(D.CorpusError, match=re.escape("they are compressed (.gz): decompress them to read them as text")) as e:
         D.resolve_corpus(str(d))
-    assert f"find '{d}' -name '*.gz' -exec gunzip -k {{}} \\;" in str(e.value) and "glob" not in str(e.value)
+    assert f"find '{d}' -name '*.gz' -execdir gunzip -k {{}} \\;" in str(e.value) and "glob" not in str(e.value)
     with pytest.raises(D.CorpusError, match="is gzip-compressed"):  # a glob of them: the same refusal, not "binary"
         D.check_corpus(str(d / "*.gz"), "byte", 256)
     (d / "a0.txt").write_bytes(gzip.decompress((d / "a0.txt.gz").read_bytes()))  # one decompressed beside them
