@@ -916,8 +916,10 @@ def _text_tokenizer_on_token_file(corpus: str, tokenizer: str, path: Path, arr: 
     )
     hint = uint16_pairs_hint(path, arr)  # a mislabelled .u32.bin: the likelier fix first
     return (
-        f"token file {corpus!r} holds token ids, not text, so tokenizer {tokenizer!r} cannot read it "
-        f"(the byte tokenizer is the default): " + (f"{hint}; if the ids are real, {fix}" if hint else fix)
+        f"token file {corpus!r} holds token ids, not text, so tokenizer {tokenizer!r} cannot read it"
+        + (" (the byte tokenizer is the default)" if tokenizer == "byte" else "")
+        + ": "
+        + (f"{hint}; if the ids are real, {fix}" if hint else fix)
     )
 
 
@@ -943,7 +945,7 @@ def _open_token_file(path: Path) -> np.ndarray:
 
     Raises:
         CorpusError: a compressed file (:func:`_compressed_as`); a ``.npy`` that is not a numpy array file (a text
-            file named ``.npy``) or cannot be read; a file whose bytes look like UTF-8 text, not token ids
+            file named ``.npy``), holds Python objects (dtype object, said as such) or cannot be read; a file whose bytes look like UTF-8 text, not token ids
             (:func:`_looks_like_text`); a dtype other than uint16/uint32, a 2-D array, a byte count that is not a
             multiple of the dtype's size, a ``.u16.bin`` or plain ``.bin`` that looks like uint32 ids.
 
@@ -961,7 +963,18 @@ def _open_token_file(path: Path) -> np.ndarray:
             )
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError) as e:
+        except ValueError as e:
+            if "Object arrays" not in str(e) and "Python objects" not in str(e):
+                raise CorpusError(
+                    f"token file {str(path)!r} cannot be read as a .npy array ({e}): truncated or not saved by "
+                    "numpy.save; save the token ids again with numpy.save"
+                ) from None
+            raise CorpusError(
+                f"token file {str(path)!r} is a .npy array of dtype object (Python objects, e.g. a list of lists or "
+                "of strings), not token ids: save a 1-D uint16/uint32 array of ids with numpy.save (e.g. "
+                "np.save(path, np.asarray(ids, dtype=np.uint32)))"
+            ) from None
+        except OSError as e:
             raise CorpusError(
                 f"token file {str(path)!r} cannot be read as a .npy array ({e}): truncated or not saved by "
                 "numpy.save; save the token ids again with numpy.save"

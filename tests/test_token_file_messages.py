@@ -1,0 +1,28 @@
+"""Messages about a token file name what was given: a text tokenizer other than the default is named without "the
+byte tokenizer is the default" (which read as if ``--tokenizer`` had been ignored), and a ``.npy`` of dtype object
+(a list of lists saved by numpy.save) is said to be one, not "truncated or not saved by numpy.save"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loopscale.model import data as D
+
+
+def test_a_text_tokenizer_on_a_token_file_is_named(tmp_path):
+    f = tmp_path / "ids.npy"
+    np.save(f, np.arange(300, dtype=np.uint16))
+    with pytest.raises(ValueError, match=r"tokenizer 'bpe:512' cannot read it: give --tokenizer pretokenized") as e:
+        D.check_corpus(str(f), "bpe:512", 512)
+    assert "default" not in str(e.value)
+    with pytest.raises(ValueError, match=r"tokenizer 'byte' cannot read it \(the byte tokenizer is the default\)"):
+        D.check_corpus(str(f), "byte", 512)
+
+
+def test_an_object_npy_is_said_to_be_of_dtype_object(tmp_path):
+    f = tmp_path / "ids.npy"
+    np.save(f, np.array([[1, 2], [3]], dtype=object), allow_pickle=True)
+    with pytest.raises(D.CorpusError, match="is a .npy array of dtype object") as e:
+        D.check_corpus(str(f), "pretokenized", 512)
+    assert "truncated" not in str(e.value)
