@@ -314,7 +314,6 @@ def usable_out_dir(out: Path, what: str = "--out") -> Path:
             break
         p = p.parent
     if p.exists() and not p.is_dir():
-        what = "is a file" if p == out else f"cannot be created: {p} is a file"
         problem = "is a file" if p == out else f"cannot be created: {p} is a file"
         raise ValueError(f"{what} {out} {problem}; give a directory (new or existing)")
     if p.exists() and not os.access(p, os.W_OK | os.X_OK):

@@ -154,18 +154,21 @@ def test_out_in_the_way_and_broken_yaml_are_refused_before_any_work(tmp_path):
     runs = tmp_path / "runs.csv"
     runs.write_text("loss,D,N\n3.0,1e6,1e6\n")
     cases = [
-        (["run", "--preset", "smoke", "--out", str(blocker / "sub"), "--dry-run"], "afile is a file"),
-        (["run", "--preset", "smoke", "--out", str(blocker)], "is a file"),
-        (["sweep", spec, "--out", str(blocker / "x")], "afile is a file"),
-        (["tune-lr", spec, "--out", str(blocker / "x")], "afile is a file"),
-        (["fit", str(runs), "--law", "chinchilla", "--out", str(blocker / "x")], "afile is a file"),
+        (["run", "--preset", "smoke", "--out", str(blocker / "sub"), "--dry-run"],
+         f"error: --out {blocker / 'sub'} cannot be created: {blocker} is a file; give a directory (new or existing)"),
+        (["run", "--preset", "smoke", "--out", str(blocker)],
+         f"error: --out {blocker} is a file; give a directory (new or existing)"),
+        (["sweep", spec, "--out", str(blocker / "x")], f"cannot be created: {blocker} is a file; give a directory"),
+        (["tune-lr", spec, "--out", str(blocker / "x")], f"cannot be created: {blocker} is a file; give a directory"),
+        (["fit", str(runs), "--law", "chinchilla", "--out", str(blocker / "x")],
+         f"cannot be created: {blocker} is a file; give a directory"),
         (["run", str(broken), "--out", str(tmp_path / "o")], "not valid YAML"),
         (["sweep", str(broken), "--out", str(tmp_path / "o")], "line 2"),
     ]
     for args, message in cases:
-        res = CliRunner().invoke(app, args)
+        res = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
         assert res.exit_code == 2, (args, res.output)
-        assert message in res.output and "Traceback" not in res.output, (args, res.output)
+        assert message in " ".join(res.output.split()) and "Traceback" not in res.output, (args, res.output)
     assert blocker.read_text() == "keep me" and not (tmp_path / "o").exists()
 
 

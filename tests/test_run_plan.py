@@ -476,7 +476,9 @@ def test_a_dry_run_refuses_the_storage_run_refuses(tmp_path, monkeypatch):
     monkeypatch.setattr(options, "reachable_storage", out_of_reach)
     (tmp_path / "a_file").write_text("x")
     for storage, said in (("s3://no-such-bucket/x", "cannot be reached: no network"),
-                          (str(tmp_path / "a_file" / "st"), "cannot be created: " + str(tmp_path / "a_file"))):  # fmt: skip
+                          (str(tmp_path / "a_file" / "st"),
+                           f"storage (--storage, or the spec's storage_path) {tmp_path / 'a_file' / 'st'} cannot be "
+                           f"created: {tmp_path / 'a_file'} is a file; give a directory (new or existing)")):  # fmt: skip
         out = tmp_path / "o"
         res = CliRunner().invoke(app, ["run", "--preset", "smoke", "--out", str(out), "--dry-run", "--json",
                                        "--storage", storage])  # fmt: skip
