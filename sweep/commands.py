@@ -153,6 +153,8 @@ def run_sweep(
     if cells is None:
         cells = spec.cells(lr_table=lr_table)
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
+    if resume:  # before anything is written here (the folder's record would name the refused command)
+        check_resume_storage(out, spec, cells)
     store = ResultsStore(out)
     from loopscale.sweep import console, tracking
 
@@ -161,7 +163,9 @@ def run_sweep(
                               err=True)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec)  # refuses another spec's folder (runs.parquet would mix two grids)
-    mark_started(out, "sweep", storage=storage_path)  # `loopscale status`: running from here on, before Ray starts
+    # `loopscale status`: running from here on, before Ray starts (a storage other than OUT/tune is recorded: the
+    # folder's spec.yaml does not keep it; the default is not, so that a moved folder's status reads its own tune/)
+    mark_started(out, "sweep", storage=storage_path if spec.storage_path else None)
     ids = {c.run_id for c in cells}
     if force:  # the earlier runs' records, checkpoints and fit/report are moved aside, not deleted
         groups = {group_id([c.run_id for c in g]) for g in trial_groups(cells, spec.ensemble_members()) if len(g) > 1}
@@ -187,8 +191,6 @@ def run_sweep(
         from loopscale.cluster.connect import no_node_fits, ray_session
 
         prefix = f"grid_{spec.name}_"
-        if resume and not _experiments(storage_path, prefix):  # before Ray starts
-            _refuse_resume_elsewhere(out, storage_path, prefix)
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
                 console.current().say(f"warning: {why}", err=True)
@@ -288,17 +290,33 @@ def run_sweep(
     return path
 
 
-def _refuse_resume_elsewhere(out: Path, storage_path: str, prefix: str) -> None:
-    """``--resume`` with a storage that holds no grid experiment of this spec, while a storage the folder's earlier
-    commands used does (another ``--storage``, or a relative one given from another directory): Tune's saved state
-    and the unfinished runs' checkpoints are there, and a new experiment here would start those runs over.
+def check_resume_storage(out: Path, spec, cells=None) -> None:
+    """``--resume`` with a storage that holds no grid experiment of this spec, while a local storage the folder's
+    earlier commands used does (another ``--storage``, or a relative one given from another directory): Tune's
+    saved state and the unfinished runs' checkpoints are there, and a new experiment here would start those runs
+    over. Nothing to refuse when every cell of ``cells`` (when given) is recorded as finished, or the storage holds
+    the experiment. A remote earlier storage is not probed (no network, or credentials this machine lacks, would
+    hang or fail a legitimate ``--resume``).
 
     Raises:
         ValueError: naming the storage that holds the experiment."""
+    from loopscale.cluster.storage import absolute_uri, is_local_uri
     from loopscale.sweep.status import earlier_storages
+    from loopscale.sweep.store import ResultsStore
 
-    for where in earlier_storages(out):
-        if where != storage_path and _experiments(where, prefix):
+    out = Path(out).resolve()
+    if not out.is_dir():
+        return
+    if cells is not None:
+        done = ResultsStore(out).completed_ids()
+        if all(c.run_id in done for c in cells):
+            return
+    storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
+    prefix = f"grid_{spec.name}_"
+    if not is_local_uri(storage_path) or _experiments(storage_path, prefix):
+        return  # the experiment is there (a remote storage is read when the sweep starts, not probed here)
+    for where in [w for w in earlier_storages(out) if w != storage_path and is_local_uri(w)]:
+        if _experiments(where, prefix):
             raise ValueError(
                 f"--resume: the storage {storage_path} holds no Tune experiment of this sweep, but {where}, where "
                 f"an earlier command of {out} kept it, does ({_experiments(where, prefix)[-1]}): its unfinished "

@@ -288,14 +288,19 @@ def run_pipeline(
 
         warnings.warn(lacking, UserWarning, stacklevel=2)
     track = parse_track(track)
+    if resume:  # before anything is written here (the folder's record would name the refused command)
+        from loopscale.sweep.commands import check_resume_storage
+
+        check_resume_storage(out, spec, _grid_cells_if_known(spec, out))
     out.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec, corpus=not absent)  # refuses another spec's folder; --storage may change
     if absent:
         log(f"corpus {spec.corpus!r} is absent: not checked (every run is recorded and nothing is left to train)")
     from loopscale.cluster.storage import absolute_uri
 
-    # `loopscale status`: running from here on, before Ray starts; it reads the grid's Tune state where it goes
-    mark_started(out, "run", storage=absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune"))
+    # `loopscale status`: running from here on, before Ray starts; a storage other than OUT/tune is recorded (the
+    # folder's spec.yaml does not keep it), so that status reads the grid's Tune state there
+    mark_started(out, "run", storage=absolute_uri(spec.storage_path) if spec.storage_path else None)
     meta_path = out / "run_meta.json"
     meta = read_json_or_aside(str(meta_path)) or {}
     meta["spec_name"] = spec.name  # the spec's own name, as Tune's experiments and the studies have it
@@ -402,6 +407,19 @@ def run_pipeline(
     save_meta()
     log(f"[4/4] report: {report}")
     return meta
+
+
+def _grid_cells_if_known(spec, out: Path):
+    """The grid's cells, with the folder's LR table when the spec tunes the LR; None when they are not known yet
+    (``lr: tune`` and no LR table, or one that cannot be read)."""
+    if spec.lr != "tune":
+        return spec.cells()
+    try:
+        from loopscale.sweep.lr_table import read_lr_table
+
+        return spec.cells(lr_table=read_lr_table(out / "lr_table.parquet"))
+    except Exception:  # no table yet, or a torn one the LR stage rewrites: the grid is not planned yet
+        return None
 
 
 def corpus_epochs(spec) -> dict:

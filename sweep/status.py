@@ -109,8 +109,10 @@ def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> 
     stages are counted too), carried on from the record this one replaces when that command has stopped;
     ``earlier_commands``: the earlier commands of the folder, oldest first, each with its ``kind``, ``command``,
     ``cwd`` (its working directory, where a relative ``--storage`` is), ``storage``, ``started_at`` (s since the
-    epoch) and ``ran_s`` (s from its start to its last sign of work). A failed write is ignored (status is
-    informative)."""
+    epoch) and ``ran_s`` (s from its start to its last sign of work); ``storage``: where the command keeps Tune's
+    state of the grid when it is not ``OUT/tune`` (``--storage``, or the spec's ``storage_path``, which the folder's
+    spec.yaml does not keep), as the caller gives it; None for the default, so that a folder moved since is read
+    in its own ``tune/``. A failed write is ignored (status is informative)."""
     from loopscale.sweep import console
 
     out = Path(out_dir).resolve()
@@ -807,11 +809,16 @@ def _split_command(command: str | None) -> list[str]:
 
 
 def earlier_storages(out: Path) -> list[str]:
-    """Where the folder's earlier commands kept Tune's state, newest first, each once: the ``--storage`` of each
-    earlier command that ``OUT/logs/command.json`` lists (:func:`recorded_storage`), else ``OUT/tune``."""
+    """Where the folder's earlier commands kept Tune's state, newest first, each once: the storage of the command
+    ``OUT/logs/command.json`` records (unless it is this process: ``run`` calling its sweep stage) and of each
+    earlier command it lists (:func:`recorded_storage`), else ``OUT/tune``."""
     record = _read_json(Path(out) / "logs" / COMMAND_NAME) or {}
+    own = (record.get("pid"), record.get("host")) == (os.getpid(), socket.gethostname())
+    cmds = list(reversed(record.get("earlier_commands") or []))
+    if record.get("command") and not own:
+        cmds.insert(0, record)
     seen: list[str] = []
-    for cmd in reversed(record.get("earlier_commands") or []):
+    for cmd in cmds:
         where = recorded_storage(cmd) or str(Path(out).resolve() / "tune")
         if where not in seen:
             seen.append(where)

@@ -192,3 +192,21 @@ def test_resume_with_another_storage_names_the_one_holding_the_experiment(tmp_pa
     # the same storage: nothing to refuse (Ray is reached)
     with pytest.raises(AssertionError, match="Ray started"):
         run_sweep(spec.model_copy(update={"storage_path": str(first)}), out, resume=True, quiet=True)
+    # the stopped command is the folder's newest record itself: refused before anything is written, so that its
+    # record (and the line `status` gives to continue it) stays that command's
+    record = {**earlier, "pid": -1, "host": "elsewhere", "recorded_at": 1.0}
+    (out / "logs" / "command.json").write_text(json.dumps(record))
+    (out / "spec.yaml").unlink(missing_ok=True)
+    before = _tree(out)
+    with pytest.raises(ValueError, match=f"but {first}, where an earlier command"):
+        run_sweep(other, out, resume=True, quiet=True)
+    assert _tree(out) == before
+    # a remote earlier storage is not probed (no credentials here would hang or fail a legitimate --resume)
+    record["command"] = f"loopscale sweep smoke --out {out} --storage gs://bucket/x"
+    (out / "logs" / "command.json").write_text(json.dumps(record))
+    with pytest.raises(AssertionError, match="Ray started"):
+        run_sweep(other, out, resume=True, quiet=True)
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
