@@ -54,7 +54,7 @@ GPU_PEAK_FLOPS = 989e12
 ASSUMED_MFU = 0.40
 
 
-def plan(spec) -> dict:
+def plan(spec, *, data: bool = True) -> dict:
     """What a spec will cost, without running anything: runs, Ray Tune trials of the grid (``trials``;
     ``runs_per_trial``: how many trials train k runs, k > 1 a seed ensemble), training FLOPs, tokens, LR-tuning
     trials and an estimated GPU-hours figure at :data:`ASSUMED_MFU` of an H100 (:data:`GPU_PEAK_FLOPS`, dense bf16).
@@ -80,7 +80,8 @@ def plan(spec) -> dict:
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
 
-    corpus_notes, eval_notes = spec._data_notes()  # check_data's checks (SpecError) and warnings, not issued
+    # check_data's checks (SpecError) and warnings, not issued; none for a refit without its corpus (data=False)
+    corpus_notes, eval_notes = spec._data_notes() if data else ([], [])
     lr_table = None
     if spec.lr == "tune":
         lr_table = {(s, None): 1.0 for s in spec.all_sizes()}
@@ -521,8 +522,16 @@ def run_cmd(
     out_dir = out or Path("runs") / name
     usable_out_dir(out_dir)  # a file in the way is said now, not after the sweep
     if dry_run:
-        p = plan(spec)
-        p.update(corpus_epochs(spec))
+        # a folder with nothing left to train refits without its corpus, as `run` does (_corpus_absent_for_fit)
+        absent = _corpus_absent_for_fit(spec, Path(out_dir).resolve())
+        p = plan(spec, data=not absent)
+        if absent:
+            p["corpus_warning"] = (
+                f"corpus {spec.corpus!r} is absent: not checked (every run is recorded and nothing is left to train; "
+                "`run` refits the folder without it)"
+            )
+        else:
+            p.update(corpus_epochs(spec))
         from loopscale.sweep.status import refuse_busy_folder, refuse_foreign_files
         from loopscale.sweep.store import look_only
 
@@ -531,10 +540,11 @@ def run_cmd(
                 check_design(spec)
                 # the folder, as `run` checks it: another command working there, files of someone else's that
                 # `run` would replace, another spec's results, runs on other corpus content
-                check_out_outside_corpus(out_dir, spec)
+                if not absent:
+                    check_out_outside_corpus(out_dir, spec)
                 refuse_busy_folder(out_dir, "`loopscale run`")
                 refuse_foreign_files(out_dir)
-                check_folder_spec(out_dir, spec)
+                check_folder_spec(out_dir, spec, corpus=not absent)
                 # the storage, as `run` checks it before anything is written: a bucket out of reach is probed now;
                 # a local one is checked for a file in its way or no write permission, creating nothing
                 from loopscale.cluster.options import reachable_storage
@@ -548,7 +558,7 @@ def run_cmd(
                 p["refused"] = str(e)
         p["unreadable"] = list(dict.fromkeys(unreadable)) or None  # each file once (several checks read it)
         try:  # what this machine would refuse (e.g. GPUs asked, none here); a plan for a cluster is still a plan
-            spec.check_runtime(address, num_cpus, num_gpus, warn_data=False)  # the plan states them
+            spec.check_runtime(address, num_cpus, num_gpus, warn_data=False, data=not absent)  # the plan states them
             p["refused_here"] = None
         except ValueError as e:
             p["refused_here"] = f"{e} (with these options on this machine; the plan holds for a cluster)"

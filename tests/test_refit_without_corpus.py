@@ -76,3 +76,27 @@ def test_a_folder_with_runs_left_to_train_still_refuses_a_missing_corpus(finishe
     with pytest.raises(SpecError, match="does not exist"):
         run_pipeline(bigger, out, resume=True, bootstrap=12, starts=3, log=lambda s: None)
     assert not fitted
+
+
+def test_the_dry_run_and_the_command_agree_on_a_refit_without_the_corpus(finished):
+    """`run --dry-run` on that folder stopped with "corpus ... does not exist" (its plan read the corpus) while
+    `run` refits it: the dry run now plans it as `run` does, saying the corpus is absent and not checked."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.spec import spec_to_yaml
+
+    spec, corpus, out, fitted = finished
+    path = out.parent / "tiny.yaml"
+    path.write_text(spec_to_yaml(spec))
+    corpus.rename(corpus.with_suffix(".moved"))
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--resume", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    p = json.loads(res.stdout.splitlines()[0])
+    assert p["refused"] is None and p["runs"] == len(spec.cells())
+    assert p["corpus_warning"].startswith(f"corpus {str(corpus)!r} is absent: not checked")
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--resume", "--bootstrap", "12"])
+    assert res.exit_code == 0, res.output
+    assert fitted and fitted[0]["B"] == 12
