@@ -737,6 +737,10 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         _stopped_time(record, progress_file, walls, found)
         if found.get("last_progress_at") is not None:
             tm.update(found)
+    resume_with = None
+    if state == "stopped":  # the line that continues it, its relative paths read where that command ran
+        line, line_cwd = _resumable_command(record, stage, out)
+        resume_with = resume_command(line, out, line_cwd)
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
@@ -753,9 +757,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "time": tm,
         "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
         "last_command": None if cmd else (record or {}).get("command"),
-        "resume_with": resume_command(_resumable_command(record, stage, out), out, (record or {}).get("cwd"))
-        if state == "stopped"
-        else None,
+        "resume_with": resume_with,
         "progress": progress,
         "tune": tune_out,
         "storage_error": storage_error,
@@ -842,20 +844,21 @@ def recorded_storage(record: dict | None) -> str | None:
     return str(Path(cwd) / value) if cwd else None
 
 
-def _resumable_command(record: dict | None, stage: str, out: Path) -> str | None:
-    """The command line whose ``--resume`` continues a folder stopped at ``stage``: the newest command's, unless the
-    stage left is the fit or report and that command was not ``run`` (a ``sweep``, e.g. ``--force``, which moves
-    the earlier fit aside, ends with its runs: its ``--resume`` would not fit); then the folder's newest ``run``
-    command, or ``loopscale run OUT/spec.yaml --out OUT``."""
+def _resumable_command(record: dict | None, stage: str, out: Path) -> tuple[str | None, str | None]:
+    """The command line whose ``--resume`` continues a folder stopped at ``stage``, with the working directory it
+    ran in (its relative paths are read there): the newest command's, unless the stage left is the fit or report
+    and that command was not ``run`` (a ``sweep``, e.g. ``--force``, which moves the earlier fit aside, ends with
+    its runs: its ``--resume`` would not fit); then the folder's newest ``run`` command, or ``loopscale run
+    OUT/spec.yaml --out OUT``."""
     import shlex
 
     command = (record or {}).get("command")
     if stage not in ("fit", "report") or not record or record.get("kind") == "run":
-        return command
+        return command, (record or {}).get("cwd")
     runs = [c for c in record.get("earlier_commands") or [] if c.get("kind") == "run" and c.get("command")]
     if runs:
-        return runs[-1]["command"]
-    return f"loopscale run {shlex.quote(str(out / 'spec.yaml'))} --out {shlex.quote(str(out))}"
+        return runs[-1]["command"], runs[-1].get("cwd") or record.get("cwd")
+    return f"loopscale run {shlex.quote(str(out / 'spec.yaml'))} --out {shlex.quote(str(out))}", None
 
 
 def resume_command(command: str | None, folder: Path | None = None, cwd: str | None = None) -> str | None:
@@ -863,7 +866,7 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
     with ``--resume`` (added once) and without ``--force`` (which would retrain the runs already redone); None
     without a command line. When its ``--out`` (read against the command's
     working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it; a
-    relative local ``--storage`` is made absolute against ``cwd`` (the line is then the same from any directory)."""
+    relative local ``--storage`` is made absolute against ``cwd`` (a relative SPEC path stays as it was given)."""
     if not command:
         return None
     argv = _split_command(command)

@@ -621,6 +621,14 @@ def test_a_folder_whose_fit_a_sweep_left_undone_is_continued_with_run(started):
     assert st["resume_with"] == f"loopscale run smoke --out {started} --resume"
     _record(started, 60, pid=_dead_pid(), kind="sweep", command=f"loopscale sweep smoke --out {started}")
     assert collect_status(started)["resume_with"] == f"loopscale run {started / 'spec.yaml'} --out {started} --resume"
+    # that `run`'s relative --storage is read where it ran, not where the newest command ran
+    earlier = [{"kind": "run", "command": f"loopscale run smoke --out {started} --storage st", "cwd": "/where/run/ran",
+                "started_at": 1.0, "ran_s": 20.0}]  # fmt: skip
+    _record(started, 60, pid=_dead_pid(), kind="sweep", command=f"loopscale sweep smoke --out {started} --force",
+            earlier_commands=earlier, cwd="/elsewhere")  # fmt: skip
+    assert collect_status(started)["resume_with"] == (
+        f"loopscale run smoke --out {started} --storage /where/run/ran/st --resume"
+    )
 
 
 def test_status_names_an_unreadable_runs_file(tmp_path):
