@@ -77,31 +77,44 @@ def _out_dir_lock(out: Path):
     files silently replacing the other's. No lock file is left: the lock ends with the descriptor (also when the
     process dies), and the folders this call created are removed again when the fit left them empty (a refused table).
 
+    The lock is the kernel's, so it excludes fits on this machine; on a network file system (NFS) another machine's
+    fit is not seen. A file system that offers no ``flock`` (e.g. Lustre mounted ``noflock``) gets a warning and no
+    lock.
+
     Raises:
         ValueError: another process holds the lock (another fit writes there now).
     """
     import fcntl
     import os
+    import warnings
 
     out = Path(out)
     created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    locked = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
         except BlockingIOError:
             raise ValueError(
                 f"--out {out}: another `loopscale fit` is writing its fit there now (it holds the folder's lock), and "
                 "two fits in one folder would replace each other's files; wait for it to end, or give another --out"
             ) from None
+        except OSError as e:  # no flock on this file system: the fit goes on, unguarded
+            warnings.warn(f"--out {out}: the folder cannot be locked ({e.strerror or e}); a second `loopscale fit` "
+                          "into it now would not be refused", UserWarning, stacklevel=3)  # fmt: skip
         try:
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
-        for p in created:
+        # the folders this call created, left empty (a refused table); not when another fit holds the folder: it
+        # may have just created it and not written yet
+        for p in created if locked else []:
             try:
                 p.rmdir()
             except OSError:  # not empty: the fit wrote there

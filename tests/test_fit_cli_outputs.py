@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "example_cpu"
 
 
@@ -190,3 +192,44 @@ def test_fit_with_its_own_ray_options_keeps_rays_info_lines_off_the_console():
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout)["bootstrap"]["B"] == 4
     assert p.stderr.splitlines() == ["bootstrap: 1/1 chunks"], p.stderr
+
+
+def test_the_fit_out_lock_neither_removes_the_holders_folder_nor_stops_a_fit_where_flock_fails(tmp_path, monkeypatch):
+    """A fit refused because another holds the folder removed that folder when it was still empty (the other fit
+    had just created it); a file system without flock (ENOSYS, e.g. Lustre mounted noflock) ended the fit in a
+    traceback. The refused fit now leaves the folder, and a lock that cannot be taken is a warning."""
+    import errno
+    import fcntl
+    import os
+
+    from loopscale.fit.cli import _out_dir_lock
+
+    out = tmp_path / "new" / "o"
+    # two fits start at once into a folder that does not exist: both create it, the other fit takes the lock first
+    real_open, held = os.open, []
+
+    def other_fit_locks_first(path, flags, *a):
+        fd = real_open(path, flags, *a)
+        other = real_open(path, flags, *a)
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.append(other)
+        return fd
+
+    monkeypatch.setattr(os, "open", other_fit_locks_first)
+    with pytest.raises(ValueError, match="another `loopscale fit` is writing"):
+        with _out_dir_lock(out):
+            pass
+    monkeypatch.setattr(os, "open", real_open)
+    assert out.is_dir()  # the other fit's folder, still empty, is left to it
+    os.close(held[0])
+    with _out_dir_lock(out):  # free again once the other fit ends
+        pass
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.warns(UserWarning, match="cannot be locked .*would not be refused"):
+        with _out_dir_lock(out):
+            (out / "fit.json").write_text("{}")
+    assert (out / "fit.json").is_file()
