@@ -1414,8 +1414,9 @@ def _why_other_content(spec: SweepSpec) -> str:
 def trained_in_folder(out: str | Path, spec: SweepSpec) -> list[str]:
     """What in the output folder ``out`` was trained on the corpus it was started on, and so holds to that text: its
     finished runs (``ok`` or ``diverged`` records), its LR table, its runs' checkpoints and results (``<storage>/
-    checkpoints/``, storage being ``spec.storage_path`` or ``out/tune``; the LR trials' under ``out/tune_lr/ray``, or
-    the same storage) and its LR studies' trials that reported (``tune_lr/optuna.db``). A storage that is not local,
+    checkpoints/``, storage being ``spec.storage_path`` or ``out/tune``, and the storages of the folder's earlier
+    commands, :func:`loopscale.sweep.status.earlier_storages`; the LR trials' under ``out/tune_lr/ray``, or the same
+    storage) and its LR studies' trials that reported (``tune_lr/optuna.db``). A storage that is not local,
     or an Optuna database that cannot be read, counts as holding some. Empty when nothing trained there (e.g. every
     trial failed before its first checkpoint)."""
     from loopscale.cluster.storage import absolute_uri, is_local_uri, local_path
@@ -1429,6 +1430,10 @@ def trained_in_folder(out: str | Path, spec: SweepSpec) -> list[str]:
     if (out / "lr_table.parquet").exists():
         found.append("an LR table")
     stores = [absolute_uri(spec.storage_path)] if spec.storage_path else [str(out / "tune"), str(out / "tune_lr" / "ray")]
+    from loopscale.sweep.status import earlier_storages
+
+    # and where the folder's earlier commands kept theirs (another --storage then)
+    stores += [w for w in earlier_storages(out) if w not in stores]
     for uri in stores:
         if not is_local_uri(uri):
             found.append(f"checkpoints that may be in {uri}")

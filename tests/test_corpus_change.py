@@ -258,6 +258,16 @@ def test_a_folder_where_nothing_trained_takes_the_new_corpus(tmp_path):
     old = json.loads((out / "corpus.json").read_text())["corpus_sha256"]
     corpus.write_text("Plain English prose, fixed by the user. " * 300, encoding="utf-8")
     assert trained_in_folder(out, spec) == []
+    # checkpoints an earlier command left in its own --storage hold the folder too
+    ck = tmp_path / "st_earlier" / "checkpoints" / "r1"
+    ck.mkdir(parents=True)
+    (ck / "ckpt.pt").write_bytes(b"w")
+    (out / "logs").mkdir(exist_ok=True)
+    earlier = {"kind": "sweep", "command": f"loopscale sweep x --out {out} --storage {tmp_path / 'st_earlier'}",
+               "cwd": str(tmp_path), "pid": -1, "host": "elsewhere"}  # fmt: skip
+    (out / "logs" / "command.json").write_text(json.dumps(earlier))
+    assert trained_in_folder(out, spec) == [f"checkpoints in {tmp_path / 'st_earlier' / 'checkpoints'}"]
+    (out / "logs" / "command.json").unlink()
     check_folder_corpus(out, spec)
     with pytest.warns(UserWarning, match=r"nothing there was trained on the old text, so the folder takes the new"):
         record_folder_spec(out, spec)
