@@ -564,6 +564,14 @@ def glob_root(corpus: str) -> Path:
     return Path(*plain) if plain else Path(".")
 
 
+def _escape_brackets(pattern: str) -> str:
+    """``pattern`` with each ``[`` and ``?`` matched literally (``[[]``, ``[?]``); ``*`` stays a wildcard, as the
+    user meant it (``glob.escape`` would escape it too)."""
+    import re
+
+    return re.sub(r"[\[?]", lambda m: f"[{m.group(0)}]", pattern)
+
+
 def _no_match_message(corpus: str) -> str:
     """The message of a corpus glob that matches no file; a pattern holding ``[`` or ``?`` says how to escape them
     (a path that exists is read as it is, :func:`is_corpus_glob`)."""
@@ -571,7 +579,7 @@ def _no_match_message(corpus: str) -> str:
     if "[" in corpus or "?" in corpus:
         msg += (
             f" (in a glob, '[' starts a set of characters and '?' matches any one; to match them literally write "
-            f"'[[]' and '[?]', e.g. {_glob.escape(corpus)!r})"
+            f"'[[]' and '[?]', e.g. {_escape_brackets(corpus)!r})"
         )
     return msg
 

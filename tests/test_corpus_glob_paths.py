@@ -31,6 +31,10 @@ def test_a_glob_that_matches_nothing_says_how_to_escape_brackets(tmp_path):
     with pytest.raises(CorpusNotFoundError, match=r"matches no file \(in a glob, '\[' starts .*'\[\[\]'") as e:
         _expand(str(tmp_path / "notes[v3].txt"))
     assert repr(str(tmp_path / "notes[[]v3].txt")) in str(e.value)
+    # the example escapes '[' and '?' only: a '*' the user meant as a wildcard stays one
+    with pytest.raises(CorpusNotFoundError) as e:
+        _expand(str(tmp_path / "v[2]" / "*.txt"))
+    assert repr(str(tmp_path / "v[[]2]" / "*.txt")) in str(e.value)
     with pytest.raises(CorpusNotFoundError, match="matches no file$"):
         _expand(str(tmp_path / "*.nothing"))
 
