@@ -1104,7 +1104,8 @@ def _compressed_message(path: Path, comp: tuple[str, str]) -> str:
     run = f"{cmd} {dest} {src}" if fmt == "zip" else f"{cmd} {src} > {dest}"
     return (
         f"corpus file {str(path)!r} is {fmt}-compressed: decompress it first ({run}) and give the decompressed "
-        f"{'folder' if fmt == 'zip' else 'file'} (loopscale reads uncompressed text, Parquet or token files)"
+        f"{'folder' if fmt == 'zip' else 'file'} (loopscale reads uncompressed text, Parquet or token files; in a "
+        "folder or glob corpus, also move the compressed file out of it, or it is read and refused again)"
     )
 
 

@@ -45,6 +45,8 @@ def test_the_suggested_command_decompresses_a_file_with_a_text_suffix(tmp_path, 
     out = D._decompressed_path(f, fmt)
     got = (out / "inner.txt").read_text() if fmt == "zip" else out.read_text()
     assert got == TEXT and out != f and f.exists()
+    # the original stays beside the new file: a folder or glob corpus would read it and refuse it again
+    assert "in a folder or glob corpus, also move the compressed file out of it" in str(e.value)
 
 
 def test_a_directory_of_zip_files_is_decompressed_beside_them(tmp_path):
