@@ -573,8 +573,8 @@ class GridView(_View):
         rates = [v for tid, v in self._rate.items() if tid in running]
         if rates:
             # a trial that started since and has not reported yet trains too: counted at the mean FLOP rate of the
-            # running trials that reported (the rate halved, and the ETA doubled, for a report's time after each
-            # new trial started; trials share the workers alike)
+            # running trials that reported (trials share the workers alike); left out, it made the rate halve and
+            # the ETA double for a report's time after each new trial started
             fps_mean = sum(v[1] for v in rates) / len(rates)
             for t in trials:
                 if t.trial_id in running and t.trial_id not in self._rate:

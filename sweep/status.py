@@ -1029,9 +1029,10 @@ def format_status(st: dict) -> list[str]:
     lines += [f"  ({c})" for c in st.get("fit_caveats") or []]
     if st.get("runs_in_parts_only"):
         n = st["runs_in_parts_only"]
+        how = ("the command to continue, below, writes it" if st.get("resume_with")
+               else "`loopscale sweep SPEC --out DIR --resume` with the folder's spec writes it")  # fmt: skip
         lines.append(f"runs.parquet lacks {n} finished run{'s' if n != 1 else ''}' records (they are in parts/; "
-                     "`loopscale fit` reads runs.parquet): the command to continue, below, writes it, training none "
-                     "of them again")
+                     f"`loopscale fit` reads runs.parquet): {how}, training none of them again")
     if st.get("design"):
         lines.append(f"design prediction (`loopscale design --out`): {st['design']}")
     if st.get("unreadable"):

@@ -211,10 +211,12 @@ def test_status_says_when_the_fit_it_shows_is_stale_or_of_other_fit_rules(tmp_pa
     out = tmp_path / "seeds4"
     shutil.copytree("docs/example_cpu_seeds4", out)
     ana = json.loads((out / "fit" / "analysis.json").read_text())
-    assert int(ana.get("fit_rules", 1)) != FIT_RULES_VERSION  # the example's fit predates today's rules
+    ana["fit_rules"] = 1  # a fit made under the first rules (the example's, as committed)
+    (out / "fit" / "analysis.json").write_text(json.dumps(ana))
+    assert FIT_RULES_VERSION != 1
     st = collect_status(out)
     (caveat,) = st["fit_caveats"]
-    assert caveat.startswith(f"made under fit rules version {ana.get('fit_rules', 1)}, this loopscale applies "
+    assert caveat.startswith(f"made under fit rules version 1, this loopscale applies "
                              f"version {FIT_RULES_VERSION}")  # fmt: skip
     assert f"loopscale run {out / 'spec.yaml'} --out {out} --resume" in caveat
     assert f"  ({caveat})" in format_status(st)
