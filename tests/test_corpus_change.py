@@ -19,21 +19,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from tiny_spec import tiny_spec
 
 from loopscale.model.data import default_cache_dir, resolve_corpus
 from loopscale.sweep.spec import check_folder_corpus, parse_spec, record_folder_spec
 from loopscale.sweep.store import ResultsStore, failed_record, run_record
 
-TINY = {
-    "name": "tiny",
-    "model": {"preset": "cpu", "seq_len": 32},
-    "r": [1, 2],
-    "sizes": [16],
-    "tokens": [2048, 4096, 8192, 16384],
-    "training": {"batch_tokens": 256, "eval_tokens": 1024},
-    "lr": {"fixed": 0.01},
-    "resources": {"cpus": 1},
-}
+TINY = tiny_spec(training={"batch_tokens": 256, "eval_tokens": 1024})
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import yaml
+from tiny_spec import tiny_spec
 
 from loopscale.sweep.spec import check_out_outside_corpus, parse_spec
 
@@ -50,17 +51,7 @@ def test_run_and_its_dry_run_refuse_an_out_folder_the_corpus_glob_could_read(tmp
     proj.mkdir()
     for i in range(3):
         (proj / f"doc{i}.md").write_text(TEXT * (i + 1))
-    spec = {
-        "name": "tiny",
-        "corpus": "proj3/**/*.md",
-        "model": {"preset": "cpu", "seq_len": 32},
-        "r": [1, 2],
-        "sizes": [16],
-        "tokens": [2048, 4096, 8192, 16384],
-        "training": {"batch_tokens": 256, "eval_tokens": 256},
-        "lr": {"fixed": 0.01},
-        "resources": {"cpus": 1},
-    }
+    spec = tiny_spec(corpus="proj3/**/*.md")
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     env = dict(os.environ, LOOPSCALE_CACHE=str(tmp_path / "cache"), RAY_TMPDIR="/tmp/lsray_t")
     for extra in (["--dry-run", "--json"], []):

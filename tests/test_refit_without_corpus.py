@@ -6,25 +6,13 @@ folder with runs still to train keeps refusing a missing corpus.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
+from tiny_spec import tiny_spec
 
 from loopscale.model.data import default_cache_dir, resolve_corpus
 from loopscale.sweep.run import run_pipeline
 from loopscale.sweep.spec import SpecError, parse_spec, record_folder_spec
 from loopscale.sweep.store import ResultsStore, run_record
-
-TINY = {
-    "name": "tiny",
-    "model": {"preset": "cpu", "seq_len": 32},
-    "r": [1, 2],
-    "sizes": [16],
-    "tokens": [2048, 4096, 8192, 16384],
-    "training": {"batch_tokens": 256, "eval_tokens": 256},
-    "lr": {"fixed": 0.01},
-    "resources": {"cpus": 1},
-}
 
 
 @pytest.fixture
@@ -36,9 +24,7 @@ def finished(tmp_path, monkeypatch):
     monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "bad.txt"
     corpus.write_text("Plain English prose for a tiny corpus. " * 300, encoding="utf-8")
-    d = copy.deepcopy(TINY)
-    d["corpus"] = str(corpus)
-    spec = parse_spec(d)
+    spec = parse_spec(tiny_spec(corpus=str(corpus)))
     out = tmp_path / "out"
     out.mkdir()
     record_folder_spec(out, spec)
