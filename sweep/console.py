@@ -489,6 +489,7 @@ class GridView(_View):
         # run ids whose final report this display saw (the results store records a run at that report): done even
         # while Tune does not call their trial done, e.g. one stopped by Ctrl-C between that report and its end
         self._runs_done: set[str] = set()
+        self._runs_failed: set[str] = set()  # run ids whose final report said status failed
         self.trials: dict[str, int] = {}  # Tune trials by status (an ensemble trial trains several runs)
         self._trials_before: dict[str, int] = {}  # self.trials at the previous observe
         self.tokens_per_s: float | None = None
@@ -516,7 +517,8 @@ class GridView(_View):
     def observe(self, trials, trial=None, result: dict | None = None) -> None:
         now = time.time()
         if result and result.get(DONE_KEY) and result.get("run_id"):
-            self._runs_done.add(str(result["run_id"]))
+            # a run the trial reports failed (a corpus error, not retried) ends its trial normally: failed, not done
+            (self._runs_failed if result.get("status") == "failed" else self._runs_done).add(str(result["run_id"]))
         reported = bool(trial is not None and result and "tokens" in result and not result.get("replayed"))
         if reported:
             tok = float(result["tokens"])
@@ -558,6 +560,10 @@ class GridView(_View):
                 ended = [c for c in runs if c.get("run_id", "") in finished]
                 counts["done"] += len(ended)
                 runs = [c for c in runs if c.get("run_id", "") not in finished]
+            failed = [c for c in runs if c.get("run_id", "") in self._runs_failed]
+            if failed:
+                counts["failed"] += len(failed)
+                runs = [c for c in runs if c.get("run_id", "") not in self._runs_failed]
             counts[key] += len(runs)
             if key in ("running", "pending"):
                 want = sum(self._cell_flops(c) for c in runs)

@@ -760,3 +760,23 @@ def test_grid_rate_counts_a_new_trial_before_its_first_report(monkeypatch):
     assert view.tokens_per_s == pytest.approx(100.0 + fps_b / fpt_c)  # not b's 100 tokens/s alone
     remaining = console.planned_flops(cells[1]) - 2000 * fps_b / 100.0 + console.planned_flops(cells[2])
     assert view.eta_s == pytest.approx(remaining / (2 * fps_b))
+
+
+def test_grid_counts_a_run_its_trial_reports_failed_as_failed(monkeypatch):
+    """A trial that reports its run failed (a corpus content error, not retried) ends TERMINATED like a finished
+    one; the display counted that run as done ("16 runs done, 0 failed" while none trained)."""
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    cells = _cells(2)
+    buf = io.StringIO()
+    view = console.GridView(console.Console(buf, interactive=False), total=2)
+    a = SimpleNamespace(trial_id="a", status="RUNNING", config={"cell": cells[0]})
+    b = SimpleNamespace(trial_id="b", status="RUNNING", config={"cell": cells[1]})
+    view.observe([a, b], a, {"run_done": True, "run_id": cells[0]["run_id"], "status": "failed"})
+    view.observe([a, b], b, {"run_done": True, "run_id": cells[1]["run_id"], "status": "ok"})
+    for t in (a, b):
+        t.status, t.last_result = "TERMINATED", {"done": True}
+    view.observe([a, b])
+    assert view.counts == {"done": 1, "running": 0, "pending": 0, "failed": 1}
+    view.close()
+    assert "grid: 1 runs done, 1 failed" in buf.getvalue()

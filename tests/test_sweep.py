@@ -332,3 +332,39 @@ def test_sweep_json_keeps_progress_on_stderr_and_progress_file(ray_local, tmp_pa
     assert "grid: 2 runs done, 0 failed, 0 unfinished" in err, err
     progress = json.loads((out / "logs" / "progress.json").read_text())
     assert progress["stage"] == "grid" and progress["finished"] and progress["counts"]["done"] == 2
+
+
+@pytest.mark.filterwarnings("ignore:`get_checkpoint` is meant to only be called")  # no Tune session here
+def test_a_corpus_content_error_fails_the_runs_once_instead_of_retrying(tmp_path, monkeypatch):
+    """A corpus whose content fails every run (only whitespace, larger than the pre-flight reads) raised the same
+    CorpusError max_failures + 1 times in each trial (48 tracebacks for 16 trials). The trainable now reports each
+    unfinished run failed with the error, once, and saves no result (a later sweep, the corpus fixed, trains it);
+    a corpus missing on this node is still raised, for Tune to retry (another node may have it). No Ray: the
+    trainable runs here with Tune's context and report replaced."""
+    import json
+    from types import SimpleNamespace
+
+    from ray import tune
+
+    from loopscale.model.data import CorpusNotFoundError
+    from loopscale.sweep.grid import RESULT_KEY, grid_trainable
+    from loopscale.sweep.workspace import DONE_KEY
+
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "cache"))
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n" * 4000)
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(sizes=[16], tokens=[2048], r=[1], corpus=str(blank))
+    cell = parse_spec(d).cells()[0]
+    reports: list[dict] = []
+    monkeypatch.setattr(tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "t1"))
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: reports.append(metrics))
+    config = {"cells": [{**cell.to_dict(), "run_id": cell.run_id}], "storage": str(tmp_path / "st")}
+    grid_trainable(config)  # no exception: Tune would otherwise retry it
+    (done,) = [r for r in reports if r.get(DONE_KEY)]
+    assert done["status"] == "failed" and done["run_id"] == cell.run_id
+    assert json.loads(done[RESULT_KEY])["error"].startswith("CorpusError: ")
+    assert RunWorkspace(str(tmp_path / "st"), cell.run_id).result() is None
+    blank.unlink()
+    with pytest.raises(CorpusNotFoundError):
+        grid_trainable(config)
