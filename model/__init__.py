@@ -50,6 +50,7 @@ _LAZY.update(
                 "BPETokenizer",
                 "CorpusError",
                 "CorpusNotFoundError",
+                "CorpusContentError",
                 "embedded_documents",
                 "embedded_manifest",
                 "tokenizer_vocab_size",

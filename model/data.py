@@ -92,6 +92,11 @@ class CorpusNotFoundError(CorpusError, FileNotFoundError):
     """The corpus path or glob matches no file."""
 
 
+class CorpusContentError(CorpusError):
+    """The corpus was read whole and its text cannot train a run: no text at all, or a split shorter than one
+    window. Every attempt on the same files fails alike (the grid records such runs failed once, unretried)."""
+
+
 @dataclass(frozen=True)
 class Document:
     """One document of a corpus: a stable ``name`` (used for the split) and its cleaned ``text``."""
@@ -875,9 +880,9 @@ def check_corpus(
             if note not in said:
                 warnings.warn(note, CorpusWarning, stacklevel=2)
         if split.train < seq_len + 1:
-            raise CorpusError(_short_train_message(seq_len, f"{split.train} tokens"))
+            raise CorpusContentError(_short_train_message(seq_len, f"{split.train} tokens"))
         if split.val < seq_len + 1:
-            raise CorpusError(_short_val_message(seq_len, f"{split.val} tokens"))
+            raise CorpusContentError(_short_val_message(seq_len, f"{split.val} tokens"))
     return split
 
 
@@ -1323,7 +1328,7 @@ def _write_stream(
             f.close()
     split_rule = "document"
     if counts["train"] + counts["val"] == 0:
-        raise CorpusError("corpus contains no text (every document is empty after cleaning)")
+        raise CorpusContentError("corpus contains no text (every document is empty after cleaning)")
     if counts["train"] == 0 or counts["val"] == 0:
         # Fallback: one side is empty (e.g. a single document). Re-split the token stream: last 5 % -> val.
         full = np.concatenate(
@@ -1431,7 +1436,7 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
             except CorpusError as e:  # which text: a spec names its corpus, `train --corpus` did not
                 where = ", ".join(repr(str(f)) for f in src.files[:3]) + (" ..." if len(src.files) > 3 else "")
                 named = not src.files or any(str(f) in str(e) for f in src.files)
-                raise CorpusError(str(e) if named else f"{e}: {where}") from None
+                raise type(e)(str(e) if named else f"{e}: {where}") from None  # its kind kept (content or not)
         mine = [w for w in caught if issubclass(w.category, CorpusWarning)]
         for w in caught:  # anything else (a library's warning) is shown as it would have been, not kept
             if not issubclass(w.category, CorpusWarning):
@@ -1756,7 +1761,7 @@ class WindowSampler:
 
     def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch_size: int, data_seed: int):
         if len(tokens) < seq_len + 1:
-            raise CorpusError(_short_train_message(seq_len, f"{len(tokens)} tokens"))
+            raise CorpusContentError(_short_train_message(seq_len, f"{len(tokens)} tokens"))
         self.tokens = tokens
         self.seq_len = int(seq_len)
         self.micro_batch_size = int(micro_batch_size)
@@ -1803,7 +1808,7 @@ def eval_windows(val: np.ndarray, seq_len: int, eval_tokens: int) -> np.ndarray:
         CorpusError: the validation stream is shorter than one window.
     """
     if len(val) < seq_len + 1:
-        raise CorpusError(_short_val_message(seq_len, f"{len(val)} tokens"))
+        raise CorpusContentError(_short_val_message(seq_len, f"{len(val)} tokens"))
     avail = (len(val) - 1) // seq_len
     k = max(1, min(avail, math.ceil(eval_tokens / seq_len)))
     starts = (np.linspace(0, avail - 1, k).round().astype(np.int64)) * seq_len

@@ -67,13 +67,14 @@ def grid_trainable(config: dict) -> None:
     last: :mod:`loopscale.sweep._seams`).
     Reports ``event_metrics`` at each trainer event (an ensemble: once per member, with ``member``, ``seed`` and
     ``members``; a ``tune.Checkpoint`` when one was written) and, per run, a final report with ``run_done=True``,
-    ``run_id`` and ``run_result`` (JSON of its ``RunResult``). A :class:`~loopscale.model.data.CorpusError` of the
-    corpus's content (not a missing file) is reported as each unfinished run's final result, ``status`` failed with
-    its ``error``, instead of raised: every retry would fail alike.
+    ``run_id`` and ``run_result`` (JSON of its ``RunResult``). A :class:`~loopscale.model.data.CorpusContentError`
+    (the corpus read whole holds no text, or a split shorter than a window) is reported as each unfinished run's
+    final result, ``status`` failed with its ``error``, instead of raised: every retry would fail alike.
 
     Raises:
         ValueError: the cells of an ensemble trial differ in more than their seed.
-        CorpusNotFoundError: the corpus is not on this node (Tune retries the trial, maybe on another node).
+        CorpusError: any other corpus error (e.g. a file missing on this node: Tune retries the trial, maybe on
+            another node).
     """
     from ray import tune
 
@@ -90,7 +91,7 @@ def grid_trainable(config: dict) -> None:
     attempt = {"trial_id": tune.get_context().get_trial_id(), "host": socket.gethostname(), "started_at": started}
     results = [RunWorkspace(storage_uri, rid).result() for rid in rids]
     if any(r is None for r in results):
-        from loopscale.model.data import CorpusError, CorpusNotFoundError
+        from loopscale.model.data import CorpusContentError
 
         try:
             if len(cells) == 1:
@@ -98,12 +99,12 @@ def grid_trainable(config: dict) -> None:
             else:
                 trained = _train_group(cells, rids, storage_uri, seams, attempt)
                 results = [old if old is not None else new for old, new in zip(results, trained, strict=True)]
-        except CorpusNotFoundError:
-            raise  # this node may lack a file another node has: Tune retries the trial (max_failures)
-        except CorpusError as e:
-            # the corpus's content fails every attempt alike (no text, a split shorter than a window): the runs are
-            # recorded failed now, with the error, instead of raising it max_failures + 1 times; no result.json is
-            # saved, so a later sweep (the corpus fixed) trains them
+        except CorpusContentError as e:
+            # the corpus, read whole, fails every attempt alike (no text, a split shorter than a window): the runs
+            # are recorded failed now, with the error, instead of raising it max_failures + 1 times; no result.json
+            # is saved, so a later sweep (the corpus fixed) trains them. Any other corpus error (a file missing or
+            # unreadable on this node, a package not installed there) is raised: Tune retries the trial, maybe on
+            # another node
             failed = {"status": "failed", "error": f"{type(e).__name__}: {e}", "attempt": attempt}
             results = [old if old is not None else failed for old in results]
     for rid, done in zip(rids, results, strict=True):

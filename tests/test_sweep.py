@@ -339,14 +339,15 @@ def test_a_corpus_content_error_fails_the_runs_once_instead_of_retrying(tmp_path
     """A corpus whose content fails every run (only whitespace, larger than the pre-flight reads) raised the same
     CorpusError max_failures + 1 times in each trial (48 tracebacks for 16 trials). The trainable now reports each
     unfinished run failed with the error, once, and saves no result (a later sweep, the corpus fixed, trains it);
-    a corpus missing on this node is still raised, for Tune to retry (another node may have it). No Ray: the
+    a corpus missing on this node, or an empty folder there, is still raised, for Tune to retry (another node may
+    have it). No Ray: the
     trainable runs here with Tune's context and report replaced."""
     import json
     from types import SimpleNamespace
 
     from ray import tune
 
-    from loopscale.model.data import CorpusNotFoundError
+    from loopscale.model.data import CorpusError, CorpusNotFoundError
     from loopscale.sweep.grid import RESULT_KEY, grid_trainable
     from loopscale.sweep.workspace import DONE_KEY
 
@@ -363,8 +364,12 @@ def test_a_corpus_content_error_fails_the_runs_once_instead_of_retrying(tmp_path
     grid_trainable(config)  # no exception: Tune would otherwise retry it
     (done,) = [r for r in reports if r.get(DONE_KEY)]
     assert done["status"] == "failed" and done["run_id"] == cell.run_id
-    assert json.loads(done[RESULT_KEY])["error"].startswith("CorpusError: ")
+    assert json.loads(done[RESULT_KEY])["error"].startswith("CorpusContentError: corpus contains no text")
     assert RunWorkspace(str(tmp_path / "st"), cell.run_id).result() is None
     blank.unlink()
     with pytest.raises(CorpusNotFoundError):
+        grid_trainable(config)
+    # a folder with no text files on this node (an unmounted share) may hold them on another: raised, retried
+    blank.mkdir()
+    with pytest.raises(CorpusError, match="holds no"):
         grid_trainable(config)
