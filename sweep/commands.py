@@ -184,6 +184,7 @@ def run_sweep(
     pending = [c for c in cells if c.run_id not in done]
     errors: list[str] = []
     consolidated = False
+    started = time.time()
     if pending:
 
         from ray import tune
@@ -243,6 +244,9 @@ def run_sweep(
                 # errored past their retries: not run again, except trials Tune could not restore (their
                 # snapshot named a checkpoint retention had deleted); those resume from their own workspace
                 errored = set(errored_run_ids(grid)) - set(lost_checkpoint_run_ids(grid))
+                # and runs the restored trials recorded failed in this command (a corpus content error, reported,
+                # not raised): not trained again by the new experiment below
+                errored |= failed_since(store, started)
                 pending = [c for c in pending if c.run_id not in done and c.run_id not in errored]
             if pending:
                 n = int(exps[-1][len(prefix) :]) + 1 if exps else 1
@@ -288,6 +292,15 @@ def run_sweep(
         reasons = [error_line(r["error"]) if r.get("error") else f"{r['status']} (status in runs.parquet)" for r in rows]
         raise no_run_finished(len(ids), reasons or errors)
     return path
+
+
+def failed_since(store, since: float) -> set[str]:
+    """Run ids whose newest record in ``store`` is ``failed`` and was written at or after ``since`` (s since the
+    epoch): the runs this command's trials recorded failed."""
+    from datetime import UTC, datetime
+
+    t0 = datetime.fromtimestamp(since, UTC)
+    return {rid for rid, r in store.recorded().items() if r["status"] == "failed" and r["finished_at"] and r["finished_at"] >= t0}
 
 
 def check_resume_storage(out: Path, spec, cells=None) -> None:

@@ -210,3 +210,22 @@ def test_resume_with_another_storage_names_the_one_holding_the_experiment(tmp_pa
 
 def _tree(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_runs_recorded_failed_by_this_command_are_not_trained_again_in_it(tmp_path):
+    """`sweep --resume`: the restored trials that recorded their runs failed (a corpus content error, reported, not
+    raised) end TERMINATED, not ERROR, and their runs stayed pending: a new experiment trained them again in the same
+    command. failed_since names them (records failed at or after the command's start); a failed row of an earlier
+    command is not among them (a later sweep retries it)."""
+    import time as _time
+
+    from loopscale.sweep.commands import failed_since
+    from loopscale.sweep.store import failed_record
+
+    cells = preset_spec("smoke").cells()
+    store = ResultsStore(tmp_path)
+    store.write_run(failed_record(cells[0], "RuntimeError: earlier command", finished_at=_time.time() - 600))
+    started = _time.time()
+    store.write_run(failed_record(cells[1], "CorpusContentError: corpus contains no text"))
+    store.write_run(run_record(cells[2], _res(3.0)))
+    assert failed_since(store, started) == {cells[1].run_id}
