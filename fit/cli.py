@@ -92,12 +92,13 @@ def _out_dir_lock(out: Path):
     created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    locked = False
+    locked = refused = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             locked = True
         except BlockingIOError:
+            refused = True
             raise ValueError(
                 f"--out {out}: another `loopscale fit` is writing its fit there now (it holds the folder's lock), and "
                 "two fits in one folder would replace each other's files; wait for it to end, or give another --out"
@@ -114,7 +115,7 @@ def _out_dir_lock(out: Path):
         os.close(fd)
         # the folders this call created, left empty (a refused table); not when another fit holds the folder: it
         # may have just created it and not written yet
-        for p in created if locked else []:
+        for p in [] if refused else created:
             try:
                 p.rmdir()
             except OSError:  # not empty: the fit wrote there

@@ -321,7 +321,10 @@ def check_resume_storage(out: Path, spec, cells=None) -> None:
     if not out.is_dir():
         return
     if cells is not None:
-        done = ResultsStore(out).completed_ids()
+        from loopscale.sweep.store import look_only
+
+        with look_only():  # nothing is moved aside before the check has spoken
+            done = ResultsStore(out).completed_ids()
         if all(c.run_id in done for c in cells):
             return
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")

@@ -522,8 +522,12 @@ def run_cmd(
     out_dir = out or Path("runs") / name
     usable_out_dir(out_dir)  # a file in the way is said now, not after the sweep
     if dry_run:
-        # a folder with nothing left to train refits without its corpus, as `run` does (_corpus_absent_for_fit)
-        absent = _corpus_absent_for_fit(spec, Path(out_dir).resolve())
+        from loopscale.sweep.store import look_only
+
+        # a folder with nothing left to train refits without its corpus, as `run` does (_corpus_absent_for_fit);
+        # read changing nothing (a runs part without its curves part is not moved aside by a dry run)
+        with look_only() as early:
+            absent = _corpus_absent_for_fit(spec, Path(out_dir).resolve())
         p = plan(spec, data=not absent)
         if absent:
             p["corpus_warning"] = (
@@ -533,7 +537,6 @@ def run_cmd(
         else:
             p.update(corpus_epochs(spec))
         from loopscale.sweep.status import refuse_busy_folder, refuse_foreign_files
-        from loopscale.sweep.store import look_only
 
         with look_only() as unreadable:  # a dry run changes nothing: files `run` would move aside are listed
             try:
@@ -545,6 +548,10 @@ def run_cmd(
                 refuse_busy_folder(out_dir, "`loopscale run`")
                 refuse_foreign_files(out_dir)
                 check_folder_spec(out_dir, spec, corpus=not absent)
+                if resume:  # as `run --resume` checks it, before anything is written
+                    from loopscale.sweep.commands import check_resume_storage
+
+                    check_resume_storage(Path(out_dir), spec, _grid_cells_if_known(spec, Path(out_dir).resolve()))
                 # the storage, as `run` checks it before anything is written: a bucket out of reach is probed now;
                 # a local one is checked for a file in its way or no write permission, creating nothing
                 from loopscale.cluster.options import reachable_storage
@@ -556,7 +563,7 @@ def run_cmd(
                 p["refused"] = None
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)
-        p["unreadable"] = list(dict.fromkeys(unreadable)) or None  # each file once (several checks read it)
+        p["unreadable"] = list(dict.fromkeys([*early, *unreadable])) or None  # each file once (several checks read it)
         try:  # what this machine would refuse (e.g. GPUs asked, none here); a plan for a cluster is still a plan
             spec.check_runtime(address, num_cpus, num_gpus, warn_data=False, data=not absent)  # the plan states them
             p["refused_here"] = None

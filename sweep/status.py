@@ -814,9 +814,12 @@ def earlier_storages(out: Path) -> list[str]:
     """Where the folder's earlier commands kept Tune's state, newest first, each once: the storage of the command
     ``OUT/logs/command.json`` records (unless it is this process: ``run`` calling its sweep stage) and of each
     earlier command it lists (:func:`recorded_storage`), else ``OUT/tune``."""
-    record = _read_json(Path(out) / "logs" / COMMAND_NAME) or {}
-    own = (record.get("pid"), record.get("host")) == (os.getpid(), socket.gethostname())
-    cmds = list(reversed(record.get("earlier_commands") or []))
+    record = _read_json(Path(out) / "logs" / COMMAND_NAME)
+    record = record if isinstance(record, dict) else {}
+    # this process's own record: pid, host and process start alike (a restarted container keeps pid and host)
+    own = (record.get("pid"), record.get("host"), record.get("proc_start")) == (
+        os.getpid(), socket.gethostname(), _proc_start(os.getpid()))  # fmt: skip
+    cmds = [c for c in reversed(record.get("earlier_commands") or []) if isinstance(c, dict)]
     if record.get("command") and not own:
         cmds.insert(0, record)
     seen: list[str] = []

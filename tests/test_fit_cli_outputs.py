@@ -233,3 +233,8 @@ def test_the_fit_out_lock_neither_removes_the_holders_folder_nor_stops_a_fit_whe
         with _out_dir_lock(out):
             (out / "fit.json").write_text("{}")
     assert (out / "fit.json").is_file()
+    # unlocked, a fit refused for its table still removes the folders it created
+    with pytest.warns(UserWarning, match="cannot be locked"), pytest.raises(ValueError, match="bad table"):
+        with _out_dir_lock(tmp_path / "new2" / "o"):
+            raise ValueError("bad table")
+    assert not (tmp_path / "new2").exists()

@@ -201,6 +201,16 @@ def test_resume_with_another_storage_names_the_one_holding_the_experiment(tmp_pa
     with pytest.raises(ValueError, match=f"but {first}, where an earlier command"):
         run_sweep(other, out, resume=True, quiet=True)
     assert _tree(out) == before
+    # `run --dry-run --resume` says it as `run --resume` would, writing nothing
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--preset", "smoke", "--out", str(out), "--storage", str(tmp_path / "st_rel"),
+                                   "--resume", "--dry-run", "--json"])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert f"but {first}, where an earlier command" in json.loads(res.stdout.splitlines()[0])["refused"]
+    assert _tree(out) == before
     # a remote earlier storage is not probed (no credentials here would hang or fail a legitimate --resume)
     record["command"] = f"loopscale sweep smoke --out {out} --storage gs://bucket/x"
     (out / "logs" / "command.json").write_text(json.dumps(record))

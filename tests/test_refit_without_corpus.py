@@ -86,3 +86,29 @@ def test_the_dry_run_and_the_command_agree_on_a_refit_without_the_corpus(finishe
     res = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--resume", "--bootstrap", "12"])
     assert res.exit_code == 0, res.output
     assert fitted and fitted[0]["B"] == 12
+
+
+def test_the_dry_run_of_a_refit_without_the_corpus_moves_nothing(finished):
+    """The dry run's check for a refit without the corpus read the folder's runs as `run` does and moved a runs
+    part without its curves part aside (a dry run writes nothing in DIR). It now reads them changing nothing, and
+    names the file under `unreadable`."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.spec import spec_to_yaml
+
+    spec, corpus, out, fitted = finished
+    path = out.parent / "tiny.yaml"
+    path.write_text(spec_to_yaml(spec))
+    store = ResultsStore(out)
+    rid = spec.cells()[0].run_id
+    store.write_run(run_record(spec.cells()[0], {"status": "ok", "final_val_loss": 2.9}), [])
+    (out / "parts" / "curves" / f"{rid}.parquet").unlink(missing_ok=True)
+    corpus.rename(corpus.with_suffix(".moved"))
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--resume", "--dry-run", "--json"])
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    p = json.loads(res.stdout.splitlines()[0])
+    assert p["unreadable"] and any(f"{rid}.parquet" in u for u in p["unreadable"]), p["unreadable"]

@@ -298,3 +298,23 @@ def test_status_reads_the_tune_state_in_the_spec_storage_path(tmp_path, monkeypa
     monkeypatch.setattr(status_mod, "_tune_state", lambda storage, name: asked.append(storage))
     collect_status(out)
     assert asked == [str(tmp_path / "st_spec")]
+
+
+def test_earlier_storages_reads_the_stopped_commands_record_and_survives_a_foreign_one(tmp_path):
+    """The storage check of `--resume` skips the folder's record only when it is this very process's: same pid and
+    host alone was taken for it after a container restart (pid 1 again), and the stopped command's storage was
+    missed. A command.json that is JSON but not a record is read as none (it raised AttributeError)."""
+    from loopscale.sweep.status import _proc_start, earlier_storages
+
+    out = tmp_path / "o"
+    (out / "logs").mkdir(parents=True)
+    rec = {"kind": "sweep", "command": f"loopscale sweep smoke --out {out} --storage {tmp_path / 'st'}",
+           "pid": os.getpid(), "host": socket.gethostname(), "proc_start": -1}  # fmt: skip
+    (out / "logs" / "command.json").write_text(json.dumps(rec))
+    assert earlier_storages(out) == [str(tmp_path / "st")]  # same pid and host, another process start
+    rec["proc_start"] = _proc_start(os.getpid())
+    (out / "logs" / "command.json").write_text(json.dumps(rec))
+    assert earlier_storages(out) == []  # this process's own record
+    for doc in ('"x"', "[]", '{"earlier_commands": ["x"]}'):
+        (out / "logs" / "command.json").write_text(doc)
+        assert earlier_storages(out) == []
