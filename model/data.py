@@ -976,18 +976,13 @@ def _open_token_file(path: Path) -> np.ndarray:
             )
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as e:
-            if "Object arrays" not in str(e) and "Python objects" not in str(e):
+        except (ValueError, OSError) as e:
+            if isinstance(e, ValueError) and ("Object arrays" in str(e) or "Python objects" in str(e)):
                 raise CorpusError(
-                    f"token file {str(path)!r} cannot be read as a .npy array ({e}): truncated or not saved by "
-                    "numpy.save; save the token ids again with numpy.save"
+                    f"token file {str(path)!r} is a .npy array of dtype object (Python objects, e.g. a list of lists "
+                    "or of strings), not token ids: save a 1-D uint16/uint32 array of ids with numpy.save (e.g. "
+                    "np.save(path, np.asarray(ids, dtype=np.uint32)))"
                 ) from None
-            raise CorpusError(
-                f"token file {str(path)!r} is a .npy array of dtype object (Python objects, e.g. a list of lists or "
-                "of strings), not token ids: save a 1-D uint16/uint32 array of ids with numpy.save (e.g. "
-                "np.save(path, np.asarray(ids, dtype=np.uint32)))"
-            ) from None
-        except OSError as e:
             raise CorpusError(
                 f"token file {str(path)!r} cannot be read as a .npy array ({e}): truncated or not saved by "
                 "numpy.save; save the token ids again with numpy.save"

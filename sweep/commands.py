@@ -332,10 +332,10 @@ def check_resume_storage(out: Path, spec, cells=None) -> None:
     if not is_local_uri(storage_path) or _experiments(storage_path, prefix):
         return  # the experiment is there (a remote storage is read when the sweep starts, not probed here)
     for where in [w for w in earlier_storages(out) if w != storage_path and is_local_uri(w)]:
-        if _experiments(where, prefix):
+        if exps := _experiments(where, prefix):
             raise ValueError(
                 f"--resume: the storage {storage_path} holds no Tune experiment of this sweep, but {where}, where "
-                f"an earlier command of {out} kept it, does ({_experiments(where, prefix)[-1]}): its unfinished "
+                f"an earlier command of {out} kept it, does ({exps[-1]}): its unfinished "
                 f"runs' checkpoints are there; give --storage {where} to continue it, or drop --resume to train "
                 "the unfinished runs from their start in the new storage (finished runs are kept)"
             )

@@ -198,17 +198,44 @@ def check_design(spec) -> None:
         )
 
 
+def _grid_cells(spec, out: Path):
+    """The grid's cells, with the folder's LR table when the spec tunes the LR; None when that table is not there
+    yet (a torn one reads as absent).
+
+    Raises:
+        SpecError: the folder's LR table has no entry for a cell (another spec's)."""
+    from loopscale.sweep.lr_table import lr_table_present, read_lr_table
+
+    if spec.lr != "tune":
+        return spec.cells()
+    if not lr_table_present(out / "lr_table.parquet"):
+        return None
+    return spec.cells(lr_table=read_lr_table(out / "lr_table.parquet"))
+
+
+def _grid_cells_if_known(spec, out: Path):
+    """:func:`_grid_cells`, or None when the folder's LR table cannot give them (another spec's, unreadable): the
+    grid is not planned yet."""
+    try:
+        return _grid_cells(spec, out)
+    except Exception:
+        return None
+
+
 def _grid_done(spec, out: Path) -> bool:
     """True when every cell of the spec already has a finished (ok or diverged) record, so no Ray is needed; a
     ``failed`` record does not count (the cell is retried). A torn runs.parquet or LR table reads as absent."""
-    from loopscale.sweep.lr_table import lr_table_present, read_lr_table
     from loopscale.sweep.store import ResultsStore
 
-    if spec.lr == "tune" and not lr_table_present(out / "lr_table.parquet"):
-        return False
-    lr_table = read_lr_table(out / "lr_table.parquet") if spec.lr == "tune" else None
-    want = {c.run_id for c in spec.cells(lr_table=lr_table)}
-    return want <= ResultsStore(out).completed_ids()
+    cells = _grid_cells(spec, out)
+    return cells is not None and {c.run_id for c in cells} <= ResultsStore(out).completed_ids()
+
+
+def _absent_corpus_note(spec) -> str:
+    """The line a fit-only rerun without its corpus gives (:func:`_corpus_absent_for_fit`), in ``run`` and its
+    ``--dry-run`` alike."""
+    return (f"corpus {spec.corpus!r} is absent: not checked (every run is recorded and nothing is left to train; "
+            "`run` refits the folder without it)")  # fmt: skip
 
 
 def _corpus_absent_for_fit(spec, out: Path) -> bool:
@@ -296,7 +323,7 @@ def run_pipeline(
     out.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec, corpus=not absent)  # refuses another spec's folder; --storage may change
     if absent:
-        log(f"corpus {spec.corpus!r} is absent: not checked (every run is recorded and nothing is left to train)")
+        log(_absent_corpus_note(spec))
     from loopscale.cluster.storage import absolute_uri
 
     # `loopscale status`: running from here on, before Ray starts; a storage other than OUT/tune is recorded (the
@@ -410,19 +437,6 @@ def run_pipeline(
     return meta
 
 
-def _grid_cells_if_known(spec, out: Path):
-    """The grid's cells, with the folder's LR table when the spec tunes the LR; None when they are not known yet
-    (``lr: tune`` and no LR table, or one that cannot be read)."""
-    if spec.lr != "tune":
-        return spec.cells()
-    try:
-        from loopscale.sweep.lr_table import read_lr_table
-
-        return spec.cells(lr_table=read_lr_table(out / "lr_table.parquet"))
-    except Exception:  # no table yet, or a torn one the LR stage rewrites: the grid is not planned yet
-        return None
-
-
 def corpus_epochs(spec) -> dict:
     """The corpus against the largest runs, for ``--dry-run``, without tokenizing anything.
 
@@ -530,10 +544,7 @@ def run_cmd(
             absent = _corpus_absent_for_fit(spec, Path(out_dir).resolve())
         p = plan(spec, data=not absent)
         if absent:
-            p["corpus_warning"] = (
-                f"corpus {spec.corpus!r} is absent: not checked (every run is recorded and nothing is left to train; "
-                "`run` refits the folder without it)"
-            )
+            p["corpus_warning"] = _absent_corpus_note(spec)
         else:
             p.update(corpus_epochs(spec))
         from loopscale.sweep.status import refuse_busy_folder, refuse_foreign_files
@@ -543,8 +554,7 @@ def run_cmd(
                 check_design(spec)
                 # the folder, as `run` checks it: another command working there, files of someone else's that
                 # `run` would replace, another spec's results, runs on other corpus content
-                if not absent:
-                    check_out_outside_corpus(out_dir, spec)
+                check_out_outside_corpus(out_dir, spec)
                 refuse_busy_folder(out_dir, "`loopscale run`")
                 refuse_foreign_files(out_dir)
                 check_folder_spec(out_dir, spec, corpus=not absent)

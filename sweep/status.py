@@ -870,20 +870,18 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
     without a command line. When its ``--out`` (read against the command's
     working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it; a
     relative local ``--storage`` is made absolute against ``cwd`` (a relative SPEC path stays as it was given)."""
+    import shlex
+
     if not command:
         return None
     argv = _split_command(command)
     if "--force" in argv:
-        import shlex
-
         argv = [a for a in argv if a != "--force"]
         command = shlex.join(argv)
     stored = _flag_value(argv, "--storage") if cwd else None
     if stored and "://" not in stored[2] and not Path(stored[2]).expanduser().is_absolute():
         # a relative --storage was read against the command's working directory: the line run from elsewhere
         # made a second, empty storage there and restored nothing (the checkpoints stayed in the first)
-        import shlex
-
         i, width, value = stored
         argv[i : i + width] = ["--storage", str(Path(cwd) / value)]
         command = shlex.join(argv)
@@ -894,8 +892,6 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
         was = was if was.is_absolute() or not cwd else Path(cwd) / was
         here = Path(folder).resolve()
         if was.resolve() != here:
-            import shlex
-
             argv[i : i + width] = ["--out", str(here)]
             command = shlex.join(argv)
     return command if "--resume" in command.split() else f"{command} --resume"
