@@ -277,18 +277,13 @@ def _not_consolidated(out: Path, recs: dict[str, dict]) -> int:
     newer there than its row. A command stopped between its runs' records and the consolidation that writes
     ``runs.parquet`` (a SIGKILL, a cluster's head lost as the grid ended) leaves them so; ``fit DIR`` reads
     ``runs.parquet`` only. 0 when ``runs.parquet`` cannot be read (it is described as unreadable then)."""
-    import pyarrow.parquet as pq
+    from loopscale.sweep.store import ResultsStore, look_only
 
     if not recs:
         return 0
-    try:
-        have = pq.read_table(out / "runs.parquet", columns=["run_id", "finished_at"]).to_pylist()
-    except FileNotFoundError:
-        have = []
-    except Exception:
-        return 0
-    when = {row["run_id"]: row["finished_at"] for row in have}
-    return sum(1 for rid, rec in recs.items() if rid not in when or when[rid] != rec.get("finished_at"))
+    with look_only() as unreadable:
+        n = len(ResultsStore(out).in_parts_only(recs))
+    return 0 if unreadable else n
 
 
 def _planned(out: Path):

@@ -563,10 +563,14 @@ class ResultsStore:
         """True when ``runs.parquet`` exists and holds the newest record of every run (no part is newer): a stop
         between a run's part and :meth:`consolidate` (a SIGKILL, or a Ctrl-C just after the grid's last run) leaves
         records in the parts only."""
-        if not self.runs_path.exists():
-            return False
+        return self.runs_path.exists() and not self.in_parts_only()
+
+    def in_parts_only(self, latest: dict[str, dict] | None = None) -> set[str]:
+        """Run ids whose newest record (``latest``, :meth:`recorded` when None) is not in ``runs.parquet``: missing
+        there, or newer than its row there (:meth:`consolidate` writes them)."""
         have = {row["run_id"]: row["finished_at"] for row in self.runs().to_pylist()}
-        return all(rid in have and have[rid] == row["finished_at"] for rid, row in self._latest().items())
+        latest = self._latest() if latest is None else latest
+        return {rid for rid, row in latest.items() if rid not in have or have[rid] != row["finished_at"]}
 
     def runs(self) -> pa.Table:
         """The consolidated runs table (empty with the fixed schema when there is none yet)."""
