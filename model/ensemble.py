@@ -348,7 +348,9 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     torch.set_num_threads(cfg.num_threads)
     try:
         model = EnsembleLM(mcfg, seeds).to(device)
-        opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+        opts, assignment = build_optimizers(
+            model, cfg.optimizer, cfg.lr, cfg.weight_decay, orthogonalization=cfg.orthogonalization
+        )
         # the loss (model, head and cross-entropy in one graph) compiled for training steps only (one shape);
         # evaluation runs eager, so no-grad and the last, smaller evaluation chunk do not trigger recompilation
         loss_fn = maybe_compile(EnsembleLoss(model), cfg.compile, device)

@@ -12,8 +12,11 @@
   arXiv 2603.28743): like ``"muon"`` (same groups and AdamW ratios), but each matrix W lives on the Frobenius
   sphere of its initial norm: the orthogonalised Nesterov update O is rescaled to ``||O||_F = ||W_0||_F``,
   ``W <- W - lr O``, then W is projected back to ``||W||_F = ||W_0||_F`` (:class:`MuonH`). No weight decay (a
-  first-order no-op on the sphere). Plain Muon lets matrix norms grow without bound; on the sphere the relative
-  step size stays ``lr`` for the whole run.
+  first-order no-op on the sphere; a ``weight_decay`` above 0 is refused). Plain Muon lets matrix norms grow
+  without bound; on the sphere the relative step size stays ``lr`` for the whole run.
+* Orthogonalisation (``orthogonalization``, both Muon forms): ``"newton_schulz"`` (default; torch's 5 quintic
+  steps with fixed coefficients) or ``"polar_express"`` (the paper's: Polar Express, arXiv 2505.16932, 5 steps
+  with per-step coefficients, :func:`loopscale.model.muon.polar_express_batched`).
 * ``batched_muon=True`` (default) uses :class:`loopscale.model.muon.BatchedMuon`, the same update as
   ``torch.optim.Muon`` (tested to 1e-5) with Newton-Schulz batched over same-shaped matrices, and over the member
   dimension of an ensemble (matrices [k, m, n]); ``False`` uses ``torch.optim.Muon`` itself (2-D matrices only).
@@ -34,7 +37,13 @@ import math
 
 import torch
 
-from loopscale.model.muon import BatchedMuon, BatchedMuonH
+from loopscale.model.muon import (
+    ORTHOGONALIZATIONS,
+    POLAR_EXPRESS_COEFFICIENTS,
+    POLAR_EXPRESS_SAFETY,
+    BatchedMuon,
+    BatchedMuonH,
+)
 
 SCHEDULES = ("linear", "cosine", "wsd")
 OPTIMIZERS = ("adamw", "muon", "muonh")
@@ -95,10 +104,18 @@ def _adamw(param_groups: list[dict], **kwargs) -> torch.optim.AdamW:
 
 
 def build_optimizers(
-    model: torch.nn.Module, optimizer: str, lr: float, weight_decay: float = 0.0, *, batched_muon: bool = True
+    model: torch.nn.Module,
+    optimizer: str,
+    lr: float,
+    weight_decay: float = 0.0,
+    *,
+    batched_muon: bool = True,
+    orthogonalization: str = "newton_schulz",
 ) -> tuple[list[torch.optim.Optimizer], dict[str, list[str]]]:
     """Optimizers for ``model`` (a ``LoopedLM`` or ``EnsembleLM``: uses its ``param_groups()``) and which
     parameters each got. Muon takes the ``"matrix"`` group's matrices ([m, n], or [k, m, n] in an ensemble).
+    ``orthogonalization`` (``"newton_schulz"`` | ``"polar_express"``, see :data:`loopscale.model.muon.
+    ORTHOGONALIZATIONS`) is how ``muon`` / ``muonh`` orthogonalise their update; ``adamw`` ignores it.
 
     Every param group carries ``"name"`` (role) and ``"base_lr"`` (peak LR); the trainer sets
     ``group["lr"] = group["base_lr"] * lr_multiplier(...)`` before each step.
@@ -107,13 +124,23 @@ def build_optimizers(
         (optimizers, assignment) where assignment maps ``"muon"`` / ``"adamw"`` to parameter names.
 
     Raises:
-        ValueError: unknown optimizer (valid: 'adamw', 'muon', 'muonh'), lr < 0 or weight_decay < 0; an ensemble
-            (``EnsembleLM``) with ``batched_muon=False``.
+        ValueError: unknown optimizer (valid: 'adamw', 'muon', 'muonh') or orthogonalization, lr < 0 or
+            weight_decay < 0; weight_decay > 0 with ``muonh`` (it has none: the sphere keeps every norm); an
+            ensemble (``EnsembleLM``) with ``batched_muon=False``; ``muon`` with ``batched_muon=False`` and
+            Polar Express (``torch.optim.Muon`` has only Newton-Schulz).
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if orthogonalization not in ORTHOGONALIZATIONS:
+        raise ValueError(f"orthogonalization must be one of {ORTHOGONALIZATIONS}, got {orthogonalization!r}")
     if not lr >= 0 or not weight_decay >= 0:
         raise ValueError(f"lr and weight_decay must be >= 0, got lr={lr}, weight_decay={weight_decay}")
+    if optimizer == "muonh" and weight_decay > 0:
+        raise ValueError(
+            f"weight_decay={weight_decay} with optimizer 'muonh': MuonH has no weight decay (every matrix stays on "
+            "the sphere of its initial norm, where decay is a first-order no-op); use weight_decay 0, or 'muon' "
+            "or 'adamw' for decay"
+        )
     groups = model.param_groups()
     assignment: dict[str, list[str]] = {"muon": [], "adamw": []}
     if optimizer == "adamw":
@@ -144,12 +171,19 @@ def build_optimizers(
             raise ValueError("an ensemble's stacked matrices need batched_muon=True")
         muonh_cls = BatchedMuonH if batched_muon else MuonH
         opts.append(
-            muonh_cls([{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}], lr=lr)
+            muonh_cls(
+                [{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}],
+                lr=lr,
+                orthogonalization=orthogonalization,
+            )
         )
         assignment["muon"] = [n for n, _ in matrices]
     elif matrices:
         if not batched_muon and mat_ndim != 2:
             raise ValueError("an ensemble's stacked matrices need batched_muon=True")
+        if not batched_muon and orthogonalization != "newton_schulz":
+            raise ValueError("torch.optim.Muon (batched_muon=False) has Newton-Schulz only; use batched_muon=True")
+        muon_kwargs = {"orthogonalization": orthogonalization} if batched_muon else {}
         muon_cls = BatchedMuon if batched_muon else torch.optim.Muon
         opts.append(
             muon_cls(
@@ -159,6 +193,7 @@ def build_optimizers(
                 momentum=0.95,
                 nesterov=True,
                 ns_steps=5,
+                **muon_kwargs,
             )
         )
         assignment["muon"] = [n for n, _ in matrices]
@@ -181,30 +216,54 @@ def build_optimizers(
     return opts, assignment
 
 
+def _polar_express(g: torch.Tensor, steps: int) -> torch.Tensor:
+    """Polar Express orthogonalisation of one matrix ``g`` [A, B] (arXiv 2505.16932, Algorithm 1; returned in
+    :data:`loopscale.model.muon.NS_DTYPE`, bf16, shape [A, B]): X = bf16(g), transposed when A > B, X <- X / (1.02 ||X||_F + 1e-6), then ``steps``
+    quintic steps with the coefficients of :data:`loopscale.model.muon.POLAR_EXPRESS_COEFFICIENTS`."""
+    from loopscale.model import muon
+
+    x = g.to(muon.NS_DTYPE)
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.mT
+    x = x / (x.norm() * POLAR_EXPRESS_SAFETY + 1e-6)
+    for a, b, c in POLAR_EXPRESS_COEFFICIENTS[:steps]:
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.mT if tall else x
+
+
 class MuonH(torch.optim.Optimizer):
     """Muon on the hyperball ("MuonH"): the paper's matrix optimizer (Sec. 3 and the authors' code).
 
     Per 2-D parameter W [A, B] with gradient G: Nesterov momentum (``buf <- lerp(buf, G, 1 - momentum)``,
-    ``U = lerp(G, buf, momentum)``), Newton-Schulz orthogonalisation of U (``ns_steps`` quintic iterations, the
-    coefficients of ``torch.optim.Muon``), rescaling to ``||O||_F = ||W_0||_F`` (the norm of W at its first
+    ``U = lerp(G, buf, momentum)``), orthogonalisation of U (``orthogonalization="newton_schulz"``: ``ns_steps``
+    quintic iterations with the coefficients of ``torch.optim.Muon``; ``"polar_express"``, the paper's: Polar
+    Express, arXiv 2505.16932, at most 5 steps), rescaling to ``||O||_F = ||W_0||_F`` (the norm of W at its first
     step, cached), ``W <- W - lr O`` and projection back to ``||W||_F = ||W_0||_F``. ``lr`` is therefore the
     relative Frobenius step per optimizer step.
 
     Raises:
-        ValueError: lr < 0, momentum outside [0, 1), ns_steps < 1, or a parameter that is not 2-D (at step) /
+        ValueError: lr < 0, momentum outside [0, 1), ns_steps < 1 (or > 5 with Polar Express), an unknown
+            ``orthogonalization``, or a parameter that is not 2-D (at step) /
             has zero norm at its first step (the sphere would be a point; the paper initialises every matrix
             with a non-zero norm for this reason).
     """
 
     def __init__(self, params, lr: float = MUON_BASE_LR, momentum: float = 0.95, nesterov: bool = True,
-                 ns_steps: int = 5):
+                 ns_steps: int = 5, orthogonalization: str = "newton_schulz"):
         if not lr >= 0:
             raise ValueError(f"lr must be >= 0, got {lr}")
         if not 0 <= momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
         if int(ns_steps) < 1:
             raise ValueError(f"ns_steps must be >= 1, got {ns_steps}")
-        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=int(ns_steps)))
+        if orthogonalization not in ORTHOGONALIZATIONS:
+            raise ValueError(f"orthogonalization must be one of {ORTHOGONALIZATIONS}, got {orthogonalization!r}")
+        if orthogonalization == "polar_express" and int(ns_steps) > len(POLAR_EXPRESS_COEFFICIENTS):
+            raise ValueError(f"Polar Express runs 1 to {len(POLAR_EXPRESS_COEFFICIENTS)} steps, got ns_steps={ns_steps}")
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=int(ns_steps),
+                                      orthogonalization=orthogonalization))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -233,7 +292,10 @@ class MuonH(torch.optim.Optimizer):
                 buf = st["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - mom)
                 u = p.grad.lerp(buf, mom) if group["nesterov"] else buf
-                o = _zeropower_via_newtonschulz(u, (DEFAULT_A, DEFAULT_B, DEFAULT_C), group["ns_steps"], EPS)
+                if group.get("orthogonalization", "newton_schulz") == "polar_express":
+                    o = _polar_express(u, group["ns_steps"])
+                else:
+                    o = _zeropower_via_newtonschulz(u, (DEFAULT_A, DEFAULT_B, DEFAULT_C), group["ns_steps"], EPS)
                 o_norm = o.norm()
                 if float(o_norm) > 0:  # a zero gradient gives a zero update, not NaN
                     p.sub_(o, alpha=float(lr * st["p_norm"] / o_norm))

@@ -83,9 +83,18 @@ SPEC_TRAINING = "loopscale.spec_training"
 its value holds the pydantic constraints of that key (``{"gt": 0}``...)."""
 
 
-def _defines(default, *, spec: dict | None = None):
-    """A run-defining field (``spec``: the constraints when a spec's ``training:`` section may set it)."""
+DEFINES_RUN_UNLESS_DEFAULT = "loopscale.defines_run_unless_default"
+"""Field-metadata key: True on a run-defining field added after runs were recorded without it. Such a field enters
+:func:`run_definition` (so run ids and checkpoint keys) only when set away from its default, the behaviour of the
+earlier runs, whose ids therefore stay valid."""
+
+
+def _defines(default, *, spec: dict | None = None, unless_default: bool = False):
+    """A run-defining field (``spec``: the constraints when a spec's ``training:`` section may set it;
+    ``unless_default``: see :data:`DEFINES_RUN_UNLESS_DEFAULT`)."""
     md = {DEFINES_RUN: True}
+    if unless_default:
+        md[DEFINES_RUN_UNLESS_DEFAULT] = True
     if spec is not None:
         md[SPEC_TRAINING] = spec
     return field(default=default, metadata=md)
@@ -123,6 +132,12 @@ class RunConfig:
     """Tokens per forward/backward (gradient accumulation when smaller than batch_tokens); None -> batch_tokens."""
     optimizer: Literal["adamw", "muon", "muonh"] = _defines("adamw", spec={})
     """'adamw' | 'muon' | 'muonh' (the paper's hyperball Muon; see loopscale.model.optim)."""
+    orthogonalization: Literal["newton_schulz", "polar_express"] = _defines(
+        "newton_schulz", spec={}, unless_default=True
+    )
+    """How 'muon' / 'muonh' orthogonalise their update: 'newton_schulz' (torch's quintic, 5 steps) | 'polar_express'
+    (the paper's, arXiv 2505.16932, 5 steps); 'adamw' takes only the default. Part of the run id only when
+    'polar_express'."""
     lr: float = _defines(3e-3)
     """Peak LR (muon: the matrix LR; the AdamW groups follow at the paper's ratios)."""
     schedule: Literal["linear", "cosine", "wsd"] = _defines("linear", spec={})
@@ -134,7 +149,7 @@ class RunConfig:
     decay_frac: float = _defines(0.2, spec={"gt": 0.0, "le": 1.0})
     """'wsd' only: fraction of steps in the final decay."""
     weight_decay: float = _defines(0.0, spec={"ge": 0.0})
-    """Decoupled weight decay on 2-D matrices (paper: 0)."""
+    """Decoupled weight decay on 2-D matrices (paper: 0; 'muonh' refuses any other value)."""
     grad_clip: float | None = _defines(None, spec={"gt": 0.0})
     """Clip the global gradient norm to this value (paper: none)."""
     seed: int = _defines(0)
@@ -170,6 +185,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         from loopscale.model.data import parse_tokenizer
+        from loopscale.model.muon import ORTHOGONALIZATIONS
         from loopscale.model.optim import OPTIMIZERS, SCHEDULES
 
         if not isinstance(self.model, LoopedConfig):
@@ -209,12 +225,27 @@ class RunConfig:
             )
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.orthogonalization not in ORTHOGONALIZATIONS:
+            raise ValueError(
+                f"orthogonalization must be one of {ORTHOGONALIZATIONS}, got {self.orthogonalization!r}"
+            )
+        if self.optimizer == "adamw" and self.orthogonalization != "newton_schulz":
+            raise ValueError(
+                f"orthogonalization={self.orthogonalization!r} needs optimizer 'muon' or 'muonh' (AdamW does not "
+                "orthogonalise its update)"
+            )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("lr", "weight_decay"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.optimizer == "muonh" and self.weight_decay:
+            raise ValueError(
+                f"weight_decay={self.weight_decay!r} with optimizer 'muonh': MuonH has no weight decay (every "
+                "matrix stays on the sphere of its initial norm, where decay is a first-order no-op); use "
+                "weight_decay 0, or optimizer 'muon' or 'adamw' for decay"
+            )
         if not 0 <= self.warmup_frac < 1:
             raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac!r}")
         if not 0 <= self.final_lr_frac <= 1:
@@ -273,7 +304,12 @@ def run_defining_fields() -> tuple[str, ...]:
 def run_definition(cfg: RunConfig) -> dict:
     """The run-defining fields of ``cfg`` as a plain dict (the model config as a dict): what the sweep's run id
     hashes and what the trainer's checkpoint key holds (with D and the corpus hash added)."""
-    out = {k: getattr(cfg, k) for k in run_defining_fields()}
+    out = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.metadata.get(DEFINES_RUN):
+            v = getattr(cfg, f.name)
+            if not (f.metadata.get(DEFINES_RUN_UNLESS_DEFAULT) and v == f.default):
+                out[f.name] = v
     out["model"] = cfg.model.to_dict()
     return out
 
@@ -307,6 +343,8 @@ class RunResult:
     micro_batch_tokens: int
     steps: int
     optimizer: str
+    orthogonalization: str | None
+    """'newton_schulz' | 'polar_express' for 'muon' / 'muonh'; None for 'adamw'."""
     lr: float
     schedule: str
     warmup_frac: float
@@ -859,7 +897,9 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     torch.set_num_threads(cfg.num_threads)
     try:
         model = LoopedLM(mcfg, seed=cfg.seed).to(device)
-        opts, assignment = build_optimizers(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+        opts, assignment = build_optimizers(
+            model, cfg.optimizer, cfg.lr, cfg.weight_decay, orthogonalization=cfg.orthogonalization
+        )
         log.info("optimizer assignment: muon=%s adamw=%s", assignment["muon"], assignment["adamw"])
         # the loss (model, head, soft-cap and cross-entropy in one graph) is what gets compiled
         loss_fn = maybe_compile(LMLoss(model), cfg.compile, device)
@@ -1065,6 +1105,7 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
         micro_batch_tokens=cfg.micro_tokens,
         steps=steps,
         optimizer=cfg.optimizer,
+        orthogonalization=None if cfg.optimizer == "adamw" else cfg.orthogonalization,
         lr=cfg.lr,
         schedule=cfg.schedule,
         warmup_frac=cfg.warmup_frac,

@@ -44,6 +44,7 @@ JSON_KEYS = (
     "steps",
     "lr",
     "optimizer",
+    "orthogonalization",
     "schedule",
     "seed",
     "data_seed",

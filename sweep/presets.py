@@ -93,8 +93,9 @@ PRESETS: dict[str, dict] = {
         "resources": {"cpus": 1},
         "max_failures": 2,
     },
-    # Paper Sec. 3 and App. C/D: d = 64 s, T = 2048, V = 32064, depth 2 + 16 + 2, batch 2^18 tokens, Muon (AdamW for
-    # embeddings/norms), linear decay from step 0 to 10 %, no warmup, no weight decay, final eval on 70.8M tokens.
+    # Paper Sec. 3 and App. C/D: d = 64 s, T = 2048, V = 32064, depth 2 + 16 + 2, batch 2^18 tokens, MuonH with
+    # Polar Express (AdamW for embeddings/norms), linear decay from step 0 to 10 %, no warmup, no weight decay,
+    # final eval on 70.8M tokens.
     # LR tuned per (s, r) over the paper's set at tokens/param 10 (the paper tuned only r in {1, 4} at s = 10).
     "paper": {
         "name": "paper",
@@ -105,7 +106,8 @@ PRESETS: dict[str, dict] = {
         "training": {
             "batch_tokens": 2**18,
             "micro_batch_tokens": 32 * 2048,
-            "optimizer": "muon",
+            "optimizer": "muonh",
+            "orthogonalization": "polar_express",
             "schedule": "linear",
             "warmup_frac": 0.0,
             "final_lr_frac": 0.1,

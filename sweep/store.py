@@ -79,6 +79,8 @@ RUNS_SCHEMA = pa.schema(
         _f("target_tokens", pa.int64(), "tokens", "the cell's token budget (null in iso-FLOP mode)"),
         _f("lr", pa.float64(), "-", "peak learning rate"),
         _f("optimizer", pa.string(), "-", "adamw | muon | muonh"),
+        _f("orthogonalization", pa.string(), "-", "newton_schulz | polar_express: how muon / muonh orthogonalised "
+           "the update; null for adamw and in tables written before it was recorded"),
         _f("schedule", pa.string(), "-", "LR schedule"),
         _f("batch_tokens", pa.int64(), "tokens", "tokens per optimizer step"),
         _f("seed", pa.int64(), "-", "model/init seed"),
@@ -357,6 +359,7 @@ def run_record(
         "target_tokens": run.tokens,
         "lr": float(run.lr),
         "optimizer": run.optimizer,
+        "orthogonalization": None if run.optimizer == "adamw" else run.orthogonalization,
         "schedule": run.schedule,
         "batch_tokens": run.batch_tokens,
         "seed": run.seed,

@@ -185,6 +185,7 @@ def run_params(trial_config: dict) -> dict:
         "lr": trial_config.get("lr", run.get("lr")),
         "D": run.get("tokens"),
         "optimizer": run.get("optimizer"),
+        "orthogonalization": run.get("orthogonalization", "newton_schulz"),
         "batch_tokens": run.get("batch_tokens"),
     }
     for k in (

@@ -30,6 +30,7 @@ CHANGED = {
     "batch_tokens": 1024,
     "micro_batch_tokens": 256,
     "optimizer": "muon",
+    "orthogonalization": "polar_express",
     "lr": 0.02,
     "schedule": "wsd",
     "warmup_frac": 0.1,
@@ -71,6 +72,8 @@ def test_every_field_is_classified():
 def test_run_defining_fields_change_both_keys_and_others_neither(name):
     """Changing a run-defining field changes the run id and the checkpoint key; any other field changes neither."""
     cell = _base_cell()
+    if name == "orthogonalization":  # only the Muon family orthogonalises (AdamW with it is refused)
+        cell = dataclasses.replace(cell, run=dataclasses.replace(cell.run, optimizer="muon"))
     other = dataclasses.replace(cell, run=_changed(cell.run, name))
     id_changed = other.run_id != cell.run_id
     key_changed = checkpoint_key(other.run, 4096, "h") != checkpoint_key(cell.run, 4096, "h")

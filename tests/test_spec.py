@@ -42,9 +42,36 @@ def test_paper_grid_is_116_runs_with_paper_budgets():
     c = next(c for c in cells if c.size == 10 and c.r == 4 and c.budget == 1e18)
     m = c.run.model
     assert (m.d_model, m.n_prelude, m.n_recur_block, m.n_coda, m.seq_len) == (640, 2, 4, 2, 2048)
-    assert c.run.batch_tokens == 2**18 and c.run.optimizer == "muon"
+    # the paper's optimizer: MuonH with Polar Express (the preset trained plain Newton-Schulz Muon before)
+    assert c.run.batch_tokens == 2**18 and c.run.optimizer == "muonh" and c.run.orthogonalization == "polar_express"
+    assert c.run.weight_decay == 0.0
     assert c.run.target_flops == 1e18 and c.run.tokens is None
     assert spec.tune.lr_values == [0.008, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020, 0.024]
+
+
+def test_run_ids_of_the_presets_stay_those_of_runs_recorded_before_orthogonalization_was_a_field():
+    """Run ids are hashes of the run definition; adding the (default Newton-Schulz) ``orthogonalization`` field must
+    not change them, or every folder trained before would be retrained. Pinned ids were computed by the version
+    before the field existed."""
+    cpu = preset_spec("cpu").cells()
+    smoke = preset_spec("smoke").cells()
+    assert (cpu[0].run_id, cpu[-1].run_id) == ("d2b4f7845b0609e5", "126a8fe4f87f5551")
+    assert (smoke[0].run_id, smoke[-1].run_id) == ("852cb8a6df085fba", "4c488052b3766c6f")
+
+
+def test_muonh_weight_decay_and_adamw_orthogonalization_are_refused_by_the_spec():
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["training"] = {**d.get("training", {}), "optimizer": "muonh", "weight_decay": 0.1}
+    with pytest.raises(SpecError, match="MuonH has no weight decay"):
+        parse_spec(d)
+    d["training"].update(optimizer="adamw", weight_decay=0.0, orthogonalization="polar_express")
+    with pytest.raises(SpecError, match="needs optimizer 'muon' or 'muonh'"):
+        parse_spec(d)
+    d["training"].update(optimizer="muonh", orthogonalization="polar")
+    with pytest.raises(SpecError, match="training.orthogonalization"):
+        parse_spec(d)
+    d["training"].update(orthogonalization="polar_express")
+    assert {c.run.orthogonalization for c in parse_spec(d).cells()} == {"polar_express"}
 
 
 def test_variants_share_r1_runs_and_set_bptt_and_lanes():
