@@ -349,7 +349,12 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     try:
         model = EnsembleLM(mcfg, seeds).to(device)
         opts, assignment = build_optimizers(
-            model, cfg.optimizer, cfg.lr, cfg.weight_decay, orthogonalization=cfg.orthogonalization
+            model,
+            cfg.optimizer,
+            cfg.lr,
+            cfg.weight_decay,
+            orthogonalization=cfg.orthogonalization,
+            matrix_lr_factor=cfg.lr_data_factor,
         )
         # the loss (model, head and cross-entropy in one graph) compiled for training steps only (one shape);
         # evaluation runs eager, so no-grad and the last, smaller evaluation chunk do not trigger recompilation

@@ -111,11 +111,14 @@ def build_optimizers(
     *,
     batched_muon: bool = True,
     orthogonalization: str = "newton_schulz",
+    matrix_lr_factor: float = 1.0,
 ) -> tuple[list[torch.optim.Optimizer], dict[str, list[str]]]:
     """Optimizers for ``model`` (a ``LoopedLM`` or ``EnsembleLM``: uses its ``param_groups()``) and which
     parameters each got. Muon takes the ``"matrix"`` group's matrices ([m, n], or [k, m, n] in an ensemble).
     ``orthogonalization`` (``"newton_schulz"`` | ``"polar_express"``, see :data:`loopscale.model.muon.
     ORTHOGONALIZATIONS`) is how ``muon`` / ``muonh`` orthogonalise their update; ``adamw`` ignores it.
+    ``matrix_lr_factor`` multiplies the Muon / MuonH matrix LR only (the AdamW groups keep their ratios to ``lr``):
+    the paper's data transfer (D / D_ref)^-0.32 of the Muon LR (``docs/paper.md`` Sec. 3).
 
     Every param group carries ``"name"`` (role) and ``"base_lr"`` (peak LR); the trainer sets
     ``group["lr"] = group["base_lr"] * lr_multiplier(...)`` before each step.
@@ -127,7 +130,8 @@ def build_optimizers(
         ValueError: unknown optimizer (valid: 'adamw', 'muon', 'muonh') or orthogonalization, lr < 0 or
             weight_decay < 0; weight_decay > 0 with ``muonh`` (it has none: the sphere keeps every norm); an
             ensemble (``EnsembleLM``) with ``batched_muon=False``; ``muon`` with ``batched_muon=False`` and
-            Polar Express (``torch.optim.Muon`` has only Newton-Schulz).
+            Polar Express (``torch.optim.Muon`` has only Newton-Schulz); ``matrix_lr_factor`` not finite and
+            > 0, or other than 1 with ``adamw``.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
@@ -135,6 +139,10 @@ def build_optimizers(
         raise ValueError(f"orthogonalization must be one of {ORTHOGONALIZATIONS}, got {orthogonalization!r}")
     if not lr >= 0 or not weight_decay >= 0:
         raise ValueError(f"lr and weight_decay must be >= 0, got lr={lr}, weight_decay={weight_decay}")
+    if not (math.isfinite(matrix_lr_factor) and matrix_lr_factor > 0):
+        raise ValueError(f"matrix_lr_factor must be a finite number > 0, got {matrix_lr_factor}")
+    if optimizer == "adamw" and matrix_lr_factor != 1:
+        raise ValueError("matrix_lr_factor scales the Muon matrix LR; 'adamw' takes only 1 (scale lr instead)")
     if optimizer == "muonh" and weight_decay > 0:
         raise ValueError(
             f"weight_decay={weight_decay} with optimizer 'muonh': MuonH has no weight decay (every matrix stays on "
@@ -170,10 +178,11 @@ def build_optimizers(
         if not batched_muon and mat_ndim != 2:
             raise ValueError("an ensemble's stacked matrices need batched_muon=True")
         muonh_cls = BatchedMuonH if batched_muon else MuonH
+        m_lr = lr * matrix_lr_factor
         opts.append(
             muonh_cls(
-                [{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}],
-                lr=lr,
+                [{"params": [p for _, p in matrices], "name": "matrix", "base_lr": m_lr, "lr": m_lr}],
+                lr=m_lr,
                 orthogonalization=orthogonalization,
             )
         )
@@ -185,10 +194,11 @@ def build_optimizers(
             raise ValueError("torch.optim.Muon (batched_muon=False) has Newton-Schulz only; use batched_muon=True")
         muon_kwargs = {"orthogonalization": orthogonalization} if batched_muon else {}
         muon_cls = BatchedMuon if batched_muon else torch.optim.Muon
+        m_lr = lr * matrix_lr_factor
         opts.append(
             muon_cls(
-                [{"params": [p for _, p in matrices], "name": "matrix", "base_lr": lr, "lr": lr}],
-                lr=lr,
+                [{"params": [p for _, p in matrices], "name": "matrix", "base_lr": m_lr, "lr": m_lr}],
+                lr=m_lr,
                 weight_decay=weight_decay,
                 momentum=0.95,
                 nesterov=True,

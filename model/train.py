@@ -140,6 +140,10 @@ class RunConfig:
     'polar_express'."""
     lr: float = _defines(3e-3)
     """Peak LR (muon: the matrix LR; the AdamW groups follow at the paper's ratios)."""
+    lr_data_factor: float = _defines(1.0, unless_default=True)
+    """'muon' / 'muonh' only: the matrix groups train at lr * lr_data_factor, the AdamW groups at their ratios to
+    lr alone (the paper's data transfer of the Muon LR, (D / D_ref)^-0.32, set per run by a sweep spec's
+    lr_data_exponent). Part of the run id only when not 1."""
     schedule: Literal["linear", "cosine", "wsd"] = _defines("linear", spec={})
     """'linear' (paper: no warmup, linear decay to final_lr_frac) | 'cosine' | 'wsd'."""
     warmup_frac: float = _defines(0.0, spec={"ge": 0.0, "lt": 1.0})
@@ -240,6 +244,14 @@ class RunConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        v = self.lr_data_factor
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"lr_data_factor must be a finite number > 0, got {v!r}")
+        if self.optimizer == "adamw" and v != 1:
+            raise ValueError(
+                f"lr_data_factor={v!r} needs optimizer 'muon' or 'muonh' (it scales the matrix LR of Muon only, as "
+                "the paper's data transfer does); with 'adamw' scale lr itself"
+            )
         if self.optimizer == "muonh" and self.weight_decay:
             raise ValueError(
                 f"weight_decay={self.weight_decay!r} with optimizer 'muonh': MuonH has no weight decay (every "
@@ -346,6 +358,8 @@ class RunResult:
     orthogonalization: str | None
     """'newton_schulz' | 'polar_express' for 'muon' / 'muonh'; None for 'adamw'."""
     lr: float
+    lr_data_factor: float
+    """The matrix groups' peak LR is lr * lr_data_factor (1 but for a spec's lr_data_exponent)."""
     schedule: str
     warmup_frac: float
     final_lr_frac: float
@@ -898,7 +912,12 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     try:
         model = LoopedLM(mcfg, seed=cfg.seed).to(device)
         opts, assignment = build_optimizers(
-            model, cfg.optimizer, cfg.lr, cfg.weight_decay, orthogonalization=cfg.orthogonalization
+            model,
+            cfg.optimizer,
+            cfg.lr,
+            cfg.weight_decay,
+            orthogonalization=cfg.orthogonalization,
+            matrix_lr_factor=cfg.lr_data_factor,
         )
         log.info("optimizer assignment: muon=%s adamw=%s", assignment["muon"], assignment["adamw"])
         # the loss (model, head, soft-cap and cross-entropy in one graph) is what gets compiled
@@ -1107,6 +1126,7 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
         optimizer=cfg.optimizer,
         orthogonalization=None if cfg.optimizer == "adamw" else cfg.orthogonalization,
         lr=cfg.lr,
+        lr_data_factor=cfg.lr_data_factor,
         schedule=cfg.schedule,
         warmup_frac=cfg.warmup_frac,
         final_lr_frac=cfg.final_lr_frac,

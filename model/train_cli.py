@@ -43,6 +43,7 @@ JSON_KEYS = (
     "epochs",
     "steps",
     "lr",
+    "lr_data_factor",
     "optimizer",
     "orthogonalization",
     "schedule",

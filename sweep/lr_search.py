@@ -379,6 +379,7 @@ def study_plan(
     run = base.run_config(
         tokens=steps * B,
         target_flops=None,
+        lr_data_factor=1.0,  # the trials train at D_ref itself: the LR they find is the one transferred from
         eval_every_steps=every,
         checkpoint_every_steps=every,
         eval_tokens=ts.eval_tokens or spec.training.eval_tokens,
@@ -495,17 +496,12 @@ def tuning_budget(spec, size: int, r: int):
     """The base cell of the (size, r) study and its budget: ``(cell, steps, steps_per_milestone)``. The budget is
     :func:`tuning_tokens_asked`, in whole steps of the training batch, rounded up to a whole number of steps per
     milestone (at least one step per milestone)."""
-    ts = spec.tune
     lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
     cells = [
         c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"
     ]
-    base = cells[0]
-    cfg, B, M = base.run.model, spec.training.batch_tokens, ts.num_milestones
-    want = tuning_tokens_asked(spec, cfg, r)
-    steps = max(M, int(round(want / B)))
-    steps = int(math.ceil(steps / M) * M)
-    return base, steps, steps // M
+    steps, every = spec.tuning_steps(size, r)
+    return cells[0], steps, every
 
 
 class TuneInterrupted(Interrupted):

@@ -96,7 +96,8 @@ PRESETS: dict[str, dict] = {
     # Paper Sec. 3 and App. C/D: d = 64 s, T = 2048, V = 32064, depth 2 + 16 + 2, batch 2^18 tokens, MuonH with
     # Polar Express (AdamW for embeddings/norms), linear decay from step 0 to 10 %, no warmup, no weight decay,
     # final eval on 70.8M tokens.
-    # LR tuned per (s, r) over the paper's set at tokens/param 10 (the paper tuned only r in {1, 4} at s = 10).
+    # LR tuned per (s, r) over the paper's set at tokens/param 10 (the paper tuned only r in {1, 4} at s = 10), and
+    # transferred to each budget's D by the paper's (D / D_ref)^-0.32 on the Muon LR (D_ref: the tuning tokens).
     "paper": {
         "name": "paper",
         "tokenizer": "bpe:32000",
@@ -118,6 +119,7 @@ PRESETS: dict[str, dict] = {
             "compile": True,
         },
         "lr": "tune",
+        "lr_data_exponent": 0.32,
         "tune": {
             "num_samples": 8,
             "max_concurrent": 1,

@@ -259,6 +259,13 @@ class SweepSpec(_Strict):
     lr: Literal["tune"] | dict[str, Any] = "tune"
     """``tune`` (stage 1 picks it), ``{fixed: 3e-3}``, or ``{table: {size: lr | {r: lr}}}``."""
     tune: TuneSpec = TuneSpec()
+    lr_data_exponent: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """Muon / MuonH only: every run's matrix LR is multiplied by (D / D_ref)^-lr_data_exponent, the AdamW groups'
+    LRs are not (the paper's data transfer of the Muon LR, exponent 0.32; ``docs/paper.md`` Sec. 3). D is the run's
+    training tokens and D_ref the tokens of the LR trials of the study that sets its LR: ``tune.tokens``, or
+    ``tune.tokens_per_param`` x (N_once + r N_rec) of the (size, r) model (r = the grid's largest with
+    ``tune.tune_per_r: false``; ladder rungs take r = 1's), rounded as ``tune-lr`` rounds them, whether the LR is
+    tuned or given. 0 (default): no transfer, every budget of a size trains at its LR."""
     resources: ResourcesSpec = ResourcesSpec()
     storage_path: str | None = None
     """Where Tune keeps experiments and checkpoints (any pyarrow URI; None: the --out directory)."""
@@ -486,6 +493,11 @@ class SweepSpec(_Strict):
                     f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}"
                     + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else "")
                 )
+        if self.lr_data_exponent and self.training.optimizer == "adamw":
+            raise ValueError(
+                f"lr_data_exponent={self.lr_data_exponent:g} scales the Muon matrix LR (the paper's data transfer), "
+                "and training.optimizer is 'adamw': use optimizer muon or muonh, or lr_data_exponent 0"
+            )
         if (
             self.resources.gpus > 0
             and self.resources.gpus > 1
@@ -708,6 +720,38 @@ class SweepSpec(_Strict):
             **self.training.model_dump(),
         )
 
+    def tuning_steps(self, size: int, r: int) -> tuple[int, int]:
+        """(optimizer steps, steps per milestone) of the LR trials of the (size, r) study: the tokens
+        :func:`loopscale.sweep.lr_search.tuning_tokens_asked` gives (``tune.tokens`` or ``tune.tokens_per_param`` x
+        (N_once + r N_rec), paper App. D) in whole steps of ``training.batch_tokens``, rounded up to a whole number of
+        steps per milestone (at least one per milestone)."""
+        from loopscale.sweep.lr_search import tuning_tokens_asked
+
+        B, M = self.training.batch_tokens, self.tune.num_milestones
+        want = tuning_tokens_asked(self, self._model_config(size, r, "baseline", 2), r)
+        steps = max(M, int(round(want / B)))
+        steps = int(math.ceil(steps / M) * M)
+        return steps, steps // M
+
+    def lr_reference_tokens(self, size: int, r: int) -> int:
+        """D_ref of the LR of cell (size, r), in tokens: what the LR trials of the study that sets it train
+        (:meth:`tuning_steps` x batch_tokens; the study is (size, r), or (size, largest r) with ``tune.tune_per_r:
+        false``). The base of :attr:`lr_data_exponent`'s transfer."""
+        r_study = r if self.tune.tune_per_r else max(self.r)
+        return self.tuning_steps(size, r_study)[0] * self.training.batch_tokens
+
+    def _with_data_factor(self, run, size: int, r_lr: int, cache: dict):
+        """``run`` with ``lr_data_factor`` = (D / D_ref)^-lr_data_exponent (D: its training tokens; D_ref:
+        :meth:`lr_reference_tokens` of (size, r_lr), cached in ``cache``); ``run`` itself when the exponent is 0."""
+        if not self.lr_data_exponent:
+            return run
+        from loopscale.model.train import resolve_tokens
+
+        if (size, r_lr) not in cache:
+            cache[(size, r_lr)] = self.lr_reference_tokens(size, r_lr)
+        factor = (resolve_tokens(run) / cache[(size, r_lr)]) ** -self.lr_data_exponent
+        return dataclasses.replace(run, lr_data_factor=factor)
+
     def _plan(self) -> list[tuple[str, float, int]]:
         """(kind 'C' | 'D', budget, size) of every grid point, in the grid's order."""
         if self.budgets is not None:
@@ -771,6 +815,7 @@ class SweepSpec(_Strict):
         out: list[Cell] = []
         plan = self._plan()
         seen: set[str] = set()
+        d_ref: dict[tuple[int, int], int] = {}
         for v in self.variants:
             for kind, budget, size in plan:
                 for r in sorted(self.r):
@@ -784,7 +829,7 @@ class SweepSpec(_Strict):
                             size=size,
                             budget=budget if kind == "C" else None,
                             seed=seed,
-                            run=self._run_config(cfg, kind, budget, lr, seed),
+                            run=self._with_data_factor(self._run_config(cfg, kind, budget, lr, seed), size, r, d_ref),
                         )
                         if cell.run_id not in seen:
                             seen.add(cell.run_id)
@@ -801,7 +846,7 @@ class SweepSpec(_Strict):
                             size=size,
                             budget=budget if kind == "C" else None,
                             seed=seed,
-                            run=self._run_config(cfg, kind, budget, lr, seed),
+                            run=self._with_data_factor(self._run_config(cfg, kind, budget, lr, seed), size, 1, d_ref),
                         )
                         if cell.run_id not in seen:
                             seen.add(cell.run_id)

@@ -78,6 +78,9 @@ RUNS_SCHEMA = pa.schema(
         _f("budget", pa.float64(), "FLOPs", "the cell's iso-FLOP budget C (null in tokens mode)"),
         _f("target_tokens", pa.int64(), "tokens", "the cell's token budget (null in iso-FLOP mode)"),
         _f("lr", pa.float64(), "-", "peak learning rate"),
+        _f("lr_data_factor", pa.float64(), "-", "muon / muonh: the matrix groups trained at lr * lr_data_factor "
+           "(the spec's lr_data_exponent transfer to this D); 1 otherwise; null in tables written before it was "
+           "recorded"),
         _f("optimizer", pa.string(), "-", "adamw | muon | muonh"),
         _f("orthogonalization", pa.string(), "-", "newton_schulz | polar_express: how muon / muonh orthogonalised "
            "the update; null for adamw and in tables written before it was recorded"),
@@ -358,6 +361,7 @@ def run_record(
         "budget": cell.budget,
         "target_tokens": run.tokens,
         "lr": float(run.lr),
+        "lr_data_factor": float(run.lr_data_factor),
         "optimizer": run.optimizer,
         "orthogonalization": None if run.optimizer == "adamw" else run.orthogonalization,
         "schedule": run.schedule,

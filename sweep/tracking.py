@@ -186,6 +186,7 @@ def run_params(trial_config: dict) -> dict:
         "D": run.get("tokens"),
         "optimizer": run.get("optimizer"),
         "orthogonalization": run.get("orthogonalization", "newton_schulz"),
+        "lr_data_factor": run.get("lr_data_factor", 1.0),
         "batch_tokens": run.get("batch_tokens"),
     }
     for k in (

@@ -231,3 +231,22 @@ def test_a_checkpointed_muon_state_without_the_orthogonalization_key_still_steps
         before = w.detach().clone()
         opt2.step()
         assert not torch.equal(before, w.detach()) and torch.isfinite(w).all()
+
+
+def test_matrix_lr_factor_scales_the_muon_groups_only():
+    """The paper's data transfer moves the Muon LR alone; the AdamW groups (embedding, head, norms) keep their
+    ratios to ``lr``. AdamW itself takes no factor."""
+    from loopscale.model.config import iso_depth
+    from loopscale.model.looped import LoopedLM
+
+    m = LoopedLM(iso_depth(16, 2, effective_depth=4, n_prelude=1, n_coda=1, vocab_size=32, seq_len=8, head_dim=8))
+    for name in ("muon", "muonh"):
+        plain, _ = build_optimizers(m, name, 0.02)
+        moved, _ = build_optimizers(m, name, 0.02, matrix_lr_factor=0.5)
+        assert moved[0].param_groups[0]["base_lr"] == pytest.approx(0.01)
+        assert plain[0].param_groups[0]["base_lr"] == pytest.approx(0.02)
+        assert [g["base_lr"] for g in moved[1].param_groups] == [g["base_lr"] for g in plain[1].param_groups]
+    with pytest.raises(ValueError, match="'adamw' takes only 1"):
+        build_optimizers(m, "adamw", 0.02, matrix_lr_factor=0.5)
+    with pytest.raises(ValueError, match="matrix_lr_factor must be a finite number > 0"):
+        build_optimizers(m, "muon", 0.02, matrix_lr_factor=0.0)

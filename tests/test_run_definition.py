@@ -32,6 +32,7 @@ CHANGED = {
     "optimizer": "muon",
     "orthogonalization": "polar_express",
     "lr": 0.02,
+    "lr_data_factor": 0.5,
     "schedule": "wsd",
     "warmup_frac": 0.1,
     "final_lr_frac": 0.0,
@@ -72,7 +73,7 @@ def test_every_field_is_classified():
 def test_run_defining_fields_change_both_keys_and_others_neither(name):
     """Changing a run-defining field changes the run id and the checkpoint key; any other field changes neither."""
     cell = _base_cell()
-    if name == "orthogonalization":  # only the Muon family orthogonalises (AdamW with it is refused)
+    if name in ("orthogonalization", "lr_data_factor"):  # Muon family only (AdamW with either is refused)
         cell = dataclasses.replace(cell, run=dataclasses.replace(cell.run, optimizer="muon"))
     other = dataclasses.replace(cell, run=_changed(cell.run, name))
     id_changed = other.run_id != cell.run_id

@@ -74,6 +74,50 @@ def test_muonh_weight_decay_and_adamw_orthogonalization_are_refused_by_the_spec(
     assert {c.run.orthogonalization for c in parse_spec(d).cells()} == {"polar_express"}
 
 
+def test_paper_preset_transfers_the_tuned_muon_lr_to_each_budget_by_the_papers_data_exponent(tmp_path):
+    """The paper multiplies the Muon LR by (D / D_ref)^-0.32 per run (HyperP); the preset tuned one LR per (s, r)
+    and trained every budget at it. Now each run's matrix LR is lr * (D / D_ref)^-0.32 with D_ref the tuning
+    tokens, 10 x (N_once + r N_rec): at s = 10 that is 0.98 B tokens for r = 1, the paper's D_ref (0.983 B), and
+    1.02 B for r = 4 (the paper's 1.016 B). The LR trials themselves train at D_ref, with no factor."""
+    from loopscale.model.accounting import n_once, n_rec
+    from loopscale.model.train import resolve_tokens
+    from loopscale.sweep.lr_search import study_plan
+
+    spec = preset_spec("paper")
+    assert spec.lr_data_exponent == 0.32
+    table = {(s, r): 0.014 for s in spec.all_sizes() for r in spec.r}
+    cells = {(c.budget, c.size, c.r): c for c in spec.cells(lr_table=table)}
+    for r, want_ref in ((1, 0.9836e9), (4, 1.0171e9)):
+        c = cells[(4.64e18, 10, r)]
+        m = c.run.model
+        assert spec.lr_reference_tokens(10, r) == pytest.approx(10 * (n_once(m) + r * n_rec(m)), rel=2e-3)
+        assert spec.lr_reference_tokens(10, r) == pytest.approx(want_ref, rel=1e-4)
+        D = resolve_tokens(c.run)
+        assert D == pytest.approx(4.5e9, rel=0.02)
+        assert c.run.lr == 0.014  # the tuned LR is recorded as such; the factor is its own field
+        assert c.run.lr_data_factor == pytest.approx((D / want_ref) ** -0.32, rel=1e-4)
+    assert cells[(4.64e18, 10, 4)].run.lr_data_factor == pytest.approx(0.6245, abs=1e-4)
+    assert cells[(4.64e17, 10, 1)].run.lr_data_factor == pytest.approx(1.283, abs=1e-3)  # D < D_ref: a larger LR
+    plan = study_plan(spec, 10, 4, tmp_path / "t", str(tmp_path / "st"), experiment="e")
+    assert plan["param_space"]["base"]["run"]["lr_data_factor"] == 1.0
+    # without the exponent (every other preset) every run's factor is 1, and not part of its id (pinned above)
+    assert {c.run.lr_data_factor for c in preset_spec("cpu").cells()} == {1.0}
+
+
+def test_lr_data_exponent_needs_a_muon_optimizer():
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["lr_data_exponent"] = 0.32
+    d["training"] = {**d.get("training", {}), "optimizer": "adamw"}
+    with pytest.raises(SpecError, match="lr_data_exponent=0.32 scales the Muon matrix LR"):
+        parse_spec(d)
+    d["training"]["optimizer"] = "muonh"
+    got = parse_spec(d).cells()
+    assert len({c.run.lr_data_factor for c in got}) == 2  # two token budgets, two factors
+    d["lr_data_exponent"] = -0.3
+    with pytest.raises(SpecError, match="lr_data_exponent"):
+        parse_spec(d)
+
+
 def test_variants_share_r1_runs_and_set_bptt_and_lanes():
     d = copy.deepcopy(PRESETS["smoke"])
     d["variants"] = ["baseline", "trunc_bptt", {"name": "hyperconnect", "hc_lanes": 3}]
