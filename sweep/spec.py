@@ -33,8 +33,46 @@ class SpecError(ValueError):
     """A sweep spec is invalid; the message names the key and, where possible, a valid alternative."""
 
 
+def _bool_as_number(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` holds a bool where ``annotation`` (a field's type) wants an int or a float: pydantic's lax
+    mode takes YAML's ``true`` / ``false`` as 1 / 0 there (``resources: {ensemble: true}`` became one seed per
+    trial, ``r: [true, 2]`` became r = 1)."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _bool_as_number(args[0], value)
+    if annotation in (int, float):
+        return isinstance(value, bool)
+    if origin in (typing.Union, types.UnionType):
+        if bool in args:
+            return False
+        if isinstance(value, list | dict):  # the branch of the container's kind
+            args = tuple(a for a in args if typing.get_origin(a) is (list if isinstance(value, list) else dict))
+        return any(_bool_as_number(a, value) for a in args)
+    if origin is list and isinstance(value, list):
+        return any(_bool_as_number(args[0], v) for v in value)
+    if origin is dict and isinstance(value, dict):
+        return any(_bool_as_number(args[0], k) or _bool_as_number(args[1], v) for k, v in value.items())
+    return False
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, data: Any) -> Any:
+        # YAML's true / false in a number key would be read as 1 / 0 without a word
+        if isinstance(data, dict):
+            for name, f in cls.model_fields.items():
+                if name in data and _bool_as_number(f.annotation, data[name]):
+                    raise ValueError(
+                        f"{name} = {json.dumps(data[name], default=str)} holds a YAML boolean (true or false) where "
+                        "a number is expected, which would be read as 1 or 0; write the number"
+                    )
+        return data
 
 
 class ModelSpec(_Strict):
@@ -471,6 +509,28 @@ class SweepSpec(_Strict):
                 tab = self.lr["table"]
                 if not isinstance(tab, dict):
                     raise ValueError("lr.table must map size -> lr or size -> {r: lr}")
+
+                def as_int(k: Any) -> int | None:
+                    try:
+                        return int(k) if not isinstance(k, bool) and float(k) == int(k) else None
+                    except (TypeError, ValueError):
+                        return None
+
+                # a mistyped size or r would be ignored without a word, as tokens' extra sizes are not
+                extra = [k for k in tab if as_int(k) not in self.all_sizes()]
+                if extra:
+                    raise ValueError(
+                        f"lr.table has entries for {', '.join(map(repr, extra))}, not sizes of the grid "
+                        f"{self.all_sizes()}: remove them (or correct the size)"
+                    )
+                grid_r = sorted({*self.r, *([1] if self.ladder else [])})
+                for k, v in tab.items():
+                    extra = [q for q in v if as_int(q) not in grid_r] if isinstance(v, dict) else []
+                    if extra:
+                        raise ValueError(
+                            f"lr.table[{k}] has entries for r = {', '.join(map(repr, extra))}, not in the grid's r "
+                            f"{grid_r}: remove them (or correct the r)"
+                        )
                 for s in self.all_sizes():
                     if s not in tab and str(s) not in tab:
                         raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
@@ -1025,8 +1085,33 @@ def _did_you_mean(loc: tuple) -> str:
         cls = _model_in(field.annotation) if field is not None else None
         if cls is None:
             return ""
-    close = _closest(str(loc[-1]), list(cls.model_fields))
-    return f" (did you mean {close!r}?)" if close else ""
+    key = str(loc[-1])
+    where = ".".join(str(p) for p in loc[:-1] if not isinstance(p, int))
+    elsewhere = _KEYS_ELSEWHERE.get((where, key))
+    if elsewhere:
+        return f" ({elsewhere})"
+    close = _closest(key, list(cls.model_fields))
+    if close:
+        return f" (did you mean {close!r}?)"
+    return f" (the keys {'of ' + where if where else 'at the top'} are: {', '.join(cls.model_fields)})"
+
+
+_KEYS_ELSEWHERE = {
+    ("training", "lr"): "the LR is the top-level key lr: tune, {fixed: LR} or {table: ...}",
+    ("training", "seed"): "init seeds are the top-level key seeds",
+    ("training", "data_seed"): "the data order is the top-level key data_seed",
+    ("training", "tokens"): "token budgets are the top-level keys sizes + tokens, or budgets",
+    ("training", "device"): "trials run on GPUs when resources.gpus > 0",
+    ("training", "num_threads"): "each trial's torch threads are resources.cpus",
+    ("training", "lr_data_factor"): "each run's factor comes from the top-level key lr_data_exponent",
+    ("model", "hc_lanes"): "lanes belong to the hyperconnect variant: variants: [{name: hyperconnect, hc_lanes: 4}]",
+    ("model", "bptt_k"): "truncated BPTT is the variant trunc_bptt (bptt_k = ceil(r / 2)): variants: [trunc_bptt]",
+    ("model", "r"): "recurrences are the top-level key r",
+    ("model", "d_model"): "widths are the top-level key sizes (or the sizes of budgets)",
+    ("", "optimizer"): "the optimizer is training.optimizer",
+    ("", "batch_tokens"): "the batch is training.batch_tokens",
+}
+"""Keys a spec writer puts in the wrong section, and where they belong: ``(section, key)`` -> the hint."""
 
 
 def _closest(word: str, options: list[str]) -> str | None:
@@ -1183,6 +1268,11 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise SpecError(f"sweep spec {p} is not valid YAML: {' '.join(str(e).split())}") from None
         except SpecError as e:  # a key given twice
             raise SpecError(f"sweep spec {p}: {e}") from None
+        except UnicodeDecodeError as e:  # a binary or compressed file, or another encoding
+            raise SpecError(
+                f"sweep spec {p} is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start}): "
+                "a spec is a YAML text file; is this the file you meant (a compressed or binary file)?"
+            ) from None
     return parse_spec(data)
 
 

@@ -744,3 +744,78 @@ def test_model_copy_with_an_update_is_validated_as_a_spec():
     two = spec.model_copy(update={"r": [1, 2]})
     assert two.r == [1, 2] and len(two.cells()) == len(spec.cells()) // 2
     assert two == parse_spec({**spec.model_dump(), "r": [1, 2]}) and spec.model_copy() == spec
+
+
+@pytest.mark.parametrize(
+    "section,key,value",
+    [
+        ("resources", "ensemble", True),
+        ("", "r", [True, 2, 4, 8]),
+        ("", "seeds", [True]),
+        ("", "ladder", [True, 2]),
+        ("", "max_failures", True),
+        ("", "data_seed", False),
+        ("tune", "num_samples", True),
+        ("tune", "lr_min", True),
+        ("model", "n_prelude", True),
+        ("training", "batch_tokens", True),
+        ("", "tokens", {16: [2048, True], 32: [2048]}),
+    ],
+)
+def test_a_yaml_boolean_in_a_number_key_is_refused_not_read_as_one_or_zero(section, key, value):
+    """pydantic's lax mode read YAML true / false as 1 / 0 in number keys: ``resources: {ensemble: true}`` trained
+    every seed as its own trial (ensemble = 1), ``r: [true, 2, 4, 8]`` trained r = 1."""
+    d = copy.deepcopy(PRESETS["smoke"])
+    if section:
+        d[section] = {**d.get(section, {}), key: value}
+    else:
+        d[key] = value
+    with pytest.raises(SpecError, match=rf"{key} = .*true|{key} = .*false") as e:
+        parse_spec(d)
+    assert "holds a YAML boolean (true or false) where a number is expected" in str(e.value)
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["training"] = {**d.get("training", {}), "compile": True}  # a boolean key still takes a boolean
+    assert parse_spec(d).training.compile is True
+
+
+def test_lr_table_entries_outside_the_grid_are_refused():
+    """Extra lr.table sizes (a mistyped 64 for 46) and r values were ignored without a word, while tokens' extra
+    sizes were refused."""
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["lr"] = {"table": {16: 0.01, 32: 0.01, 64: 0.02}}
+    with pytest.raises(SpecError, match=r"lr.table has entries for 64, not sizes of the grid \[16, 32\]"):
+        parse_spec(d)
+    d["lr"] = {"table": {16: {1: 0.01, 2: 0.01, 4: 0.01, 8: 0.01, 3: 0.5}, 32: 0.01}}
+    with pytest.raises(SpecError, match=r"lr.table\[16\] has entries for r = 3, not in the grid's r \[1, 2, 4, 8\]"):
+        parse_spec(d)
+    d["lr"] = {"table": {"16": {"1": 0.01, "2": 0.01, "4": 0.01, "8": 0.01}, "32": 0.01}}  # keys as strings
+    assert {c.lr for c in parse_spec(d).cells()} == {0.01}
+
+
+def test_a_binary_spec_file_names_itself(tmp_path):
+    p = tmp_path / "spec.yaml"
+    p.write_bytes(b"\x1f\x8b\x08\x00binary")
+    with pytest.raises(SpecError, match=r"sweep spec .*spec.yaml is not UTF-8 text \(byte b'\\x8b' at offset 1\)"):
+        load_spec(p)
+
+
+@pytest.mark.parametrize(
+    "section,key,hint",
+    [
+        ("training", "lr", "the LR is the top-level key lr"),
+        ("model", "hc_lanes", "lanes belong to the hyperconnect variant"),
+        ("training", "device", "trials run on GPUs when resources.gpus > 0"),
+        ("model", "zzz", "the keys of model are: preset, effective_depth, n_prelude"),
+        ("", "zzz", "the keys at the top are: name, corpus"),
+        ("tune", "num_sample", "did you mean 'num_samples'?"),
+    ],
+)
+def test_an_unknown_key_says_where_it_belongs_or_what_is_allowed(section, key, hint):
+    d = copy.deepcopy(PRESETS["smoke"])
+    if section:
+        d[section] = {**d.get(section, {}), key: 1}
+    else:
+        d[key] = 1
+    with pytest.raises(SpecError) as e:
+        parse_spec(d)
+    assert f"{section + '.' if section else ''}{key}: Extra inputs are not permitted ({hint}" in str(e.value)
