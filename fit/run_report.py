@@ -500,6 +500,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"({float(runs['C'].max() / runs['C'].min()):.1f}× span)"
         )
     L.append(f"- tokens per run D: {_fmt(int(runs['D'].min()))} – {_fmt(int(runs['D'].max()))}")
+    if opt := _optimizer_line(runs):
+        L.append(opt)
     if data := _data_line(runs):
         L.append(data)
     if "wall_s" in runs.columns:
@@ -825,6 +827,35 @@ def report_cmd(
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
     typer.echo(str(build_report(run_dir, redraw_fits=True)))
+
+
+def _optimizer_line(runs: pd.DataFrame) -> str | None:
+    """'- optimizer: ...' from the runs' ``optimizer``, ``orthogonalization``, ``batch_tokens``, ``schedule`` and
+    ``lr_data_factor`` (the last two columns absent or null in tables written before they were recorded); None
+    when the table has no ``optimizer`` column."""
+    if "optimizer" not in runs.columns:
+        return None
+
+    def values(col: str) -> list:
+        return sorted({str(v) for v in runs[col].dropna()}) if col in runs.columns else []
+
+    parts = []
+    for opt in values("optimizer"):
+        sub = runs[runs["optimizer"].astype("string") == opt]
+        orth = sorted({str(v) for v in sub["orthogonalization"].dropna()}) if "orthogonalization" in sub else []
+        how = {"newton_schulz": "Newton–Schulz", "polar_express": "Polar Express"}
+        parts.append(opt + (f" ({' / '.join(how.get(o, o) for o in orth)} orthogonalisation)" if orth else ""))
+    line = f"- optimizer: {', '.join(parts) or '–'}"
+    if sched := values("schedule"):
+        line += f"; schedule {', '.join(sched)}"
+    if batch := values("batch_tokens"):
+        line += f"; batch {', '.join(_fmt(int(float(b))) for b in batch)} tokens"
+    if "lr_data_factor" in runs.columns and (f := runs["lr_data_factor"].dropna()).size and (f != 1).any():
+        line += (
+            f"; the matrix LR of each run is its LR × (D / D_ref)^−exponent (`lr_data_exponent`), a factor "
+            f"{float(f.min()):.3g} – {float(f.max()):.3g} (`lr_data_factor` in runs.parquet)"
+        )
+    return line
 
 
 def _data_line(runs: pd.DataFrame) -> str | None:

@@ -729,3 +729,29 @@ def test_the_report_says_why_a_seeds_design_is_fitted_to_its_runs():
         "seeds resampled within cells)")  # fmt: skip
     assert fitted_points({"fitted_to": many.fitted_to()}, {"n": 8}) == "8 cell means of 24 runs"
     assert fitted_points({}, {"n": 16}) == "16 runs"  # seeds are not replicates (or an analysis without the key)
+
+
+def test_the_report_names_the_optimizer_its_orthogonalisation_and_the_lr_data_transfer():
+    """The sweep summary named no training recipe: a reader could not tell a MuonH / Polar Express grid whose
+    Muon LR was transferred per D from an AdamW one. Tables written before the newer columns still summarise."""
+    import pandas as pd
+
+    from loopscale.fit.run_report import _optimizer_line
+
+    runs = pd.DataFrame(
+        {
+            "optimizer": ["muonh"] * 3,
+            "orthogonalization": ["polar_express"] * 3,
+            "schedule": ["linear"] * 3,
+            "batch_tokens": [262144] * 3,
+            "lr_data_factor": [1.283, 1.0, 0.6245],
+        }
+    )
+    assert _optimizer_line(runs) == (
+        "- optimizer: muonh (Polar Express orthogonalisation); schedule linear; batch 262,144 tokens; the matrix LR "
+        "of each run is its LR × (D / D_ref)^−exponent (`lr_data_exponent`), a factor 0.625 – 1.28 "
+        "(`lr_data_factor` in runs.parquet)"
+    )
+    old = pd.DataFrame({"optimizer": ["adamw", "adamw"], "batch_tokens": [1024, 1024]})
+    assert _optimizer_line(old) == "- optimizer: adamw; batch 1,024 tokens"
+    assert _optimizer_line(pd.DataFrame({"D": [1]})) is None
