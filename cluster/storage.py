@@ -13,6 +13,7 @@ never writes or logs them, and refuses URIs that carry them inline (``s3://KEY:S
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import posixpath
@@ -45,6 +46,10 @@ __all__ = [
 SYNC_MANIFEST = ".loopscale_sync.json"
 
 _RENAME_OK = {"local", "hdfs"}  # filesystems whose move() is an atomic rename
+
+LOOK_ONLY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("loopscale_look_only", default=None)
+"""Inside :func:`loopscale.sweep.store.look_only` (this thread or task only): the list where unreadable files are
+described instead of moved aside (:func:`move_aside` and the results store note them there and move nothing)."""
 
 
 def _has_scheme(uri: str) -> bool:
@@ -237,9 +242,13 @@ def move_aside(uri: str, reason: str, filesystem: pafs.FileSystem | None = None,
     """Rename an unreadable file (torn by a crash, truncated, corrupt) to ``<name>.unreadable-<id>`` next to it,
     so that nothing globbing the original names reads it again, and warn (``UserWarning``) with ``reason`` (unless
     ``warn`` is False: the caller says it once for several files). Returns the new location. Nothing is deleted:
-    the file stays there for inspection."""
+    the file stays there for inspection. Inside :func:`loopscale.sweep.store.look_only` (``loopscale status``, a
+    dry run) nothing is moved: the file is described in its list and ``uri`` is returned."""
     import warnings
 
+    if (seen := LOOK_ONLY.get()) is not None:
+        seen.append(f"{uri} is unreadable ({reason}): the command would move it aside and treat it as missing")
+        return uri
     fs, path = resolve_uri(uri, filesystem)
     dest = f"{path}.unreadable-{uuid.uuid4().hex[:8]}"
     fs.move(path, dest)

@@ -259,6 +259,21 @@ def _corpus_absent_for_fit(spec, out: Path) -> bool:
         return False
 
 
+def _read_as_run_reads(spec, out: Path) -> None:
+    """Read the folder's files that :func:`run_pipeline` reads, and moves aside when unreadable, before and between
+    its stages: the LR table (``lr: tune``), ``run_meta.json`` and ``fit/analysis.json``. Called inside
+    :func:`loopscale.sweep.store.look_only` by the dry run, which lists an unreadable one and moves nothing."""
+    from loopscale.cluster.storage import read_json_or_aside
+    from loopscale.sweep.lr_table import lr_table_present
+
+    if not out.is_dir():
+        return
+    if spec.lr == "tune":
+        lr_table_present(out / "lr_table.parquet")
+    for name in ("run_meta.json", "fit/analysis.json"):
+        read_json_or_aside(str(out / name))
+
+
 def run_pipeline(
     spec,
     out_dir: str | Path,
@@ -558,6 +573,7 @@ def run_cmd(
                 refuse_busy_folder(out_dir, "`loopscale run`")
                 refuse_foreign_files(out_dir)
                 check_folder_spec(out_dir, spec, corpus=not absent)
+                _read_as_run_reads(spec, Path(out_dir))
                 if resume:  # as `run --resume` checks it, before anything is written
                     from loopscale.sweep.commands import check_resume_storage
 

@@ -19,7 +19,6 @@ the same run again replaces its part; consolidation keys rows by ``run_id``).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import json
 import os
@@ -31,6 +30,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from loopscale.cluster.storage import LOOK_ONLY
 
 SCHEMA_VERSION = "1"
 
@@ -209,15 +210,14 @@ def read_table(path: str | Path, schema: pa.Schema, *, skip: frozenset[Path] | s
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-_LOOK_ONLY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("loopscale_look_only", default=None)
-"""Inside :func:`look_only` (this thread or task only): the list where unreadable files are noted, not moved."""
-
+_LOOK_ONLY = LOOK_ONLY  # inside look_only (this thread or task only): the list where unreadable files are noted
 
 @contextlib.contextmanager
 def look_only() -> Iterator[list[str]]:
-    """While the block runs, reading a results table moves nothing: an unreadable file is read as absent and
-    described in the list yielded (what ``loopscale run --dry-run`` reports; the command itself would move it
-    aside). A foreign table is still refused (:class:`ForeignTableError`)."""
+    """While the block runs, reading the folder's files moves nothing: an unreadable results table, LR table or JSON
+    file (:func:`loopscale.cluster.storage.move_aside`) is read as absent and described in the list yielded (what
+    ``loopscale run --dry-run`` and ``loopscale status`` report; the command itself would move it aside). A foreign
+    table is still refused (:class:`ForeignTableError`)."""
     seen: list[str] = []
     token = _LOOK_ONLY.set(seen)
     try:
@@ -277,8 +277,9 @@ def _read_or_aside(path: Path, schema: pa.Schema, *, footer_only: bool = False) 
     except (pa.ArrowException, OSError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         if (seen := _LOOK_ONLY.get()) is not None:
-            seen.append(f"{path} is unreadable ({reason}): the command would move it aside and count its runs as "
-                        "unfinished")  # fmt: skip
+            then = ("count its runs as unfinished" if "run_id" in schema.names else
+                    "read it as absent (tune-lr rebuilds the LR table from its finished studies)")  # fmt: skip
+            seen.append(f"{path} is unreadable ({reason}): the command would move it aside and {then}")
         else:
             move_aside(str(path), reason)
         return None

@@ -395,6 +395,37 @@ def test_a_dry_run_changes_nothing_and_names_what_run_would_refuse(tmp_path):
     assert _tree(theirs) == before
 
 
+def test_a_dry_run_lists_a_torn_corpus_json_lr_table_and_run_meta_and_moves_none(tmp_path):
+    """`run --dry-run` moved a torn corpus.json aside (to corpus.json.unreadable-<id>) and said `unreadable: null`,
+    and with `lr: tune` left out a torn lr_table.parquet, which `run` moves aside too. It now lists each file `run`
+    would move aside and changes nothing in the folder."""
+    from loopscale.sweep.spec import spec_to_yaml
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke").model_copy(update={"lr": "tune"})))
+    (out / "corpus.json").write_text("{")
+    (out / "lr_table.parquet").write_text("garbage")
+    (out / "run_meta.json").write_text("[")
+    before = _tree(out)
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(out / "spec.yaml"), "--dry-run",
+                          "--json", "--out", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    p = json.loads(res.stdout)
+    assert p["refused"] is None
+    assert p["unreadable"] == [
+        f"{out / 'corpus.json'} is unreadable (not valid JSON: Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)): the command would move it aside and treat it as missing",
+        f"{out / 'lr_table.parquet'} is unreadable (Parquet file size is 7 bytes, smaller than the minimum file "
+        "footer (8 bytes)): the command would move it aside and read it as absent (tune-lr rebuilds the LR table "
+        "from its finished studies)",
+        f"{out / 'run_meta.json'} is unreadable (not valid JSON: Expecting value: line 1 column 2 (char 1)): the "
+        "command would move it aside and treat it as missing",
+    ]
+    assert "moved aside" not in res.stderr, res.stderr
+    assert _tree(out) == before  # nothing renamed, nothing written
+
+
 def test_a_foreign_runs_parquet_is_refused_as_not_a_results_table(tmp_path):
     """A runs.parquet of someone else's (no run_id column) was read with the results schema as rows of nulls and
     refused as '1 of its 1 recorded runs are not cells of this spec (None (r None, ...))'. It is named as not a
