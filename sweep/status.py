@@ -286,9 +286,28 @@ def _not_consolidated(out: Path, recs: dict[str, dict]) -> int:
     return 0 if unreadable else n
 
 
-def _planned(out: Path):
-    """(spec, planned cells) from ``OUT/spec.yaml``, or (None, None) without one."""
+def _lr_rows(out: Path, unreadable: list[str]) -> list[dict] | None:
+    """The rows of ``OUT/lr_table.parquet`` read changing nothing (:func:`loopscale.sweep.store.look_only`); None
+    without one, or with one that cannot be read, which is described in ``unreadable`` (the next command there moves
+    it aside)."""
     from loopscale.sweep.lr_table import _read_lr_rows
+    from loopscale.sweep.store import look_only
+
+    path = out / "lr_table.parquet"
+    if not path.is_file():
+        return None
+    try:
+        with look_only() as seen:
+            rows = _read_lr_rows(path)
+    except Exception:  # e.g. another program's table under that name: not an LR table status can show
+        return None
+    unreadable.extend(seen)
+    return None if seen else rows
+
+
+def _planned(out: Path, lr_rows: list[dict] | None):
+    """(spec, planned cells) from ``OUT/spec.yaml``, or (None, None) without one; ``lr_rows``: the folder's LR
+    table (:func:`_lr_rows`), which gives the cells' LRs when the spec tunes them."""
     from loopscale.sweep.spec import load_spec
 
     path = out / "spec.yaml"
@@ -300,8 +319,7 @@ def _planned(out: Path):
         return None, None
     table = None
     if spec.lr == "tune":
-        rows = (out / "lr_table.parquet").is_file() and _read_lr_rows(out / "lr_table.parquet")
-        table = {(int(x["size"]), int(x["r"])): float(x["lr"] or 1.0) for x in rows or []} or {
+        table = {(int(x["size"]), int(x["r"])): float(x["lr"] or 1.0) for x in lr_rows or []} or {
             (s, None): 1.0 for s in spec.all_sizes()
         }
     try:
@@ -567,7 +585,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``runs_in_parts_only`` (finished runs whose records are in ``parts/``
     only, not yet in ``runs.parquet``: the command stopped before writing it), ``design`` (``design_prediction.json`` when ``loopscale design
     --out`` wrote one here, else None), ``unreadable`` (results files that could not be
-    read and runs parts without their curves part, with why: read as no records), ``storage_error`` (why the Tune state's storage could not be read, else None) and
+    read and runs parts without their curves part, with why: read as no records; an LR table that could not be
+    read: read as none), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
 
     Raises:
@@ -589,9 +608,12 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     record = _read_json(out / "logs" / COMMAND_NAME)
     progress_file = _read_json(out / "logs" / "progress.json")
     alive, cmd, progress = _liveness(record, progress_file)
-    spec, cells = _planned(out)
+    lr_unreadable: list[str] = []
+    lr_rows = _lr_rows(out, lr_unreadable)
+    spec, cells = _planned(out, lr_rows)
     unreadable: list[str] = []
     recs = _records(out, unreadable)
+    unreadable += lr_unreadable
     if cells is not None and {c.run_id for c in cells} & set(recs):
         want = {c.run_id for c in cells}
         recs = {k: v for k, v in recs.items() if k in want}
@@ -656,13 +678,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     elif kind == "tune-lr":  # no spec here: the studies finished, out of a total only the command knew
         lr["studies"] = {"done": len(list((out / "tune_lr" / "done").glob("*.json"))), "total": None}
     if (out / "lr_table.parquet").is_file():
-        from loopscale.sweep.lr_table import _read_lr_rows
-
         keep = ("size", "r", "lr", "best_val_loss", "n_trials", "n_pruned")
-        try:
-            lr["table"] = [{k: row.get(k) for k in keep} for row in _read_lr_rows(out / "lr_table.parquet")]
-        except Exception:  # torn while being written: the command rewrites it
-            pass
+        if lr_rows is not None:  # an unreadable one is described under unreadable
+            lr["table"] = [{k: row.get(k) for k in keep} for row in lr_rows]
         if spec is not None and spec.lr != "tune":  # tune-lr on a spec that fixes the LR: the runs do not use it
             lr["table_used"] = False
     ana = _read_json(out / "fit" / "analysis.json")
@@ -1029,8 +1047,13 @@ def format_status(st: dict) -> list[str]:
                      f"`loopscale fit` reads runs.parquet): {how}, training none of them again")
     if st.get("design"):
         lines.append(f"design prediction (`loopscale design --out`): {st['design']}")
-    if st.get("unreadable"):
-        lines.append(f"unreadable, read as no runs: {'; '.join(st['unreadable'])}")
+    lr_table = f"{Path(st['out']) / 'lr_table.parquet'} "
+    runs_bad = [u for u in st.get("unreadable") or [] if not u.startswith(lr_table)]
+    lr_bad = [u for u in st.get("unreadable") or [] if u.startswith(lr_table)]
+    if runs_bad:
+        lines.append(f"unreadable, read as no runs: {'; '.join(runs_bad)}")
+    if lr_bad:
+        lines.append(f"unreadable, read as no LR table: {'; '.join(lr_bad)}")
     if st.get("set_aside"):
         kept = "; ".join(_set_aside_line(a) for a in st["set_aside"])
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")

@@ -644,6 +644,26 @@ def test_status_names_an_unreadable_runs_file(tmp_path):
     assert (tmp_path / "runs.parquet").read_text() == "my notes"
 
 
+def test_status_names_an_unreadable_lr_table_and_moves_nothing(tmp_path):
+    """Status read lr_table.parquet outside its look-only guard: a torn one was moved aside (renamed to
+    lr_table.parquet.unreadable-<id>) by a command that only reports. It now names it, as it names a torn
+    runs.parquet, and changes nothing."""
+    from loopscale.sweep.spec import record_folder_spec
+
+    record_folder_spec(tmp_path, preset_spec("smoke").model_copy(update={"lr": "tune"}))
+    (tmp_path / "lr_table.parquet").write_text("garbage")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    st = collect_status(tmp_path)
+    msg = (f"{tmp_path / 'lr_table.parquet'} is unreadable (Parquet file size is 7 bytes, smaller than the minimum file "
+           "footer (8 bytes)): the command would move it aside and read it as absent (tune-lr rebuilds the LR table "
+           "from its finished studies)")  # fmt: skip
+    assert st["unreadable"] == [msg]
+    assert "table" not in (st["lr"] or {})
+    assert f"unreadable, read as no LR table: {msg}" in format_status(st)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing moved aside
+    assert (tmp_path / "lr_table.parquet").read_text() == "garbage"
+
+
 def test_status_counts_runs_as_the_next_command_will(tmp_path):
     """Status read every runs part as a finished run, also one whose curves part is missing (a crash between the
     two writes), which the next `run` or `sweep` moves aside and counts as unfinished: status said '16 ok' where
