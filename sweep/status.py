@@ -305,6 +305,25 @@ def _lr_rows(out: Path, unreadable: list[str]) -> list[dict] | None:
     return None if seen else rows
 
 
+def _tabled_studies(lr_rows: list[dict] | None) -> set[tuple[int, int]]:
+    """(size, r) of the LR studies whose results the LR table holds (:func:`_lr_rows`): tune-lr writes the table
+    once every study has finished, a row per size and r naming the study it came from (``tuned_r``, the r the study
+    ran at; a table written before that column existed names it by its ``study_name``, ``<spec>_size<s>_r<r>``).
+    A study's done marker (``tune_lr/done/``) may be missing where the table is (e.g. a folder kept without
+    ``tune_lr/done/``, as ``docs/example_cpu_previous_default/``)."""
+    import re
+
+    found = set()
+    for row in lr_rows or []:
+        if row.get("tuned_r") is not None:
+            found.add((int(row["size"]), int(row["tuned_r"])))
+        elif m := re.search(r"_size(\d+)_r(\d+)$", str(row.get("study_name") or "")):
+            found.add((int(m.group(1)), int(m.group(2))))
+        else:
+            found.add((int(row["size"]), int(row["r"])))
+    return found
+
+
 def _planned(out: Path, lr_rows: list[dict] | None):
     """(spec, planned cells) from ``OUT/spec.yaml``, or (None, None) without one; ``lr_rows``: the folder's LR
     table (:func:`_lr_rows`), which gives the cells' LRs when the spec tunes them."""
@@ -673,10 +692,14 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         from loopscale.sweep.lr_search import study_keys
 
         keys = study_keys(spec)
-        n_done = sum((out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() for s, r in keys)
+        tabled = _tabled_studies(lr_rows)
+        n_done = sum(
+            (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() or (s, r) in tabled for s, r in keys
+        )
         lr["studies"] = {"done": n_done, "total": len(keys)}
     elif kind == "tune-lr":  # no spec here: the studies finished, out of a total only the command knew
-        lr["studies"] = {"done": len(list((out / "tune_lr" / "done").glob("*.json"))), "total": None}
+        marked = {p.stem for p in (out / "tune_lr" / "done").glob("*.json")}
+        lr["studies"] = {"done": len(marked | {f"size{s}_r{r}" for s, r in _tabled_studies(lr_rows)}), "total": None}
     if (out / "lr_table.parquet").is_file():
         keep = ("size", "r", "lr", "best_val_loss", "n_trials", "n_pruned")
         if lr_rows is not None:  # an unreadable one is described under unreadable

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -238,6 +239,37 @@ def test_a_tune_lr_folder_with_a_spec_says_tune_lr_trains_none_of_its_runs(tmp_p
         (tmp_path / "lr_table.parquet").unlink()
         line = next(ln for ln in format_status(collect_status(tmp_path)) if ln.startswith("runs:"))
         assert line.endswith("with the LRs of the lr_table.parquet tune-lr writes here when its studies end)")
+
+
+def test_lr_studies_done_agree_with_the_lr_table(tmp_path):
+    """A finished run folder kept without tune_lr/done/ (docs/example_cpu_previous_default) said "LR studies: 0 of
+    3 done" above its LR table of all 3 sizes: status counted only the done markers. A study whose results the LR
+    table holds (tune-lr writes it when every study has finished) counts as done, also in a table written before
+    its tuned_r column, whose study_name names the study."""
+    import shutil
+
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    example = Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default"
+    st = collect_status(example)
+    assert st["lr"]["studies"] == {"done": 3, "total": 3} and len(st["lr"]["table"]) == 12
+    assert "LR studies: 3 of 3 done" in format_status(st)
+    folder = tmp_path / "copy"  # the same without a spec: the studies done, out of a total it does not know
+    folder.mkdir()
+    shutil.copy(example / "lr_table.parquet", folder / "lr_table.parquet")
+    assert collect_status(folder)["lr"]["studies"] == {"done": 3, "total": None}
+    spec = preset_spec("smoke").model_copy(update={"lr": "tune"})  # tune_per_r: one study per size and r
+    (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
+    rows = [dict(size=s, r=r, tuned_r=r, N_unique=1000, N_usage=1000, lr_best=0.02, best_val_loss=3.25, lr_smoothed=0.02,
+                 lr=0.02, n_trials=8, n_pruned=3, budget_tokens=1000, study_name=f"smoke_size{s}_r{r}",
+                 storage="sqlite:///x") for s in (16, 32) for r in (1, 2, 4, 8)]  # fmt: skip
+    write_table_atomic(to_table(rows, _lr_table_schema()), tmp_path / "lr_table.parquet")
+    (tmp_path / "tune_lr" / "done").mkdir(parents=True)
+    (tmp_path / "tune_lr" / "done" / "size16_r1.json").write_text("{}")
+    assert collect_status(tmp_path)["lr"]["studies"] == {"done": 8, "total": 8}
+    write_table_atomic(to_table(rows[:4], _lr_table_schema()), tmp_path / "lr_table.parquet")  # size 16 only
+    assert collect_status(tmp_path)["lr"]["studies"] == {"done": 4, "total": 8}
 
 
 def test_an_lr_table_row_without_an_lr_does_not_stop_status(tmp_path):
