@@ -719,9 +719,12 @@ def design_cmd(
 
     spec, _ = resolve_spec(spec_path, preset)
     counts = tuple(seeds.replace(",", " ").split())
-    if out is not None:  # before simulating: a folder of another spec would show this prediction as its own
+    if out is not None:  # before simulating: a file in the way, or a folder of another spec, which would show this
+        # prediction as its own
+        from loopscale.cluster.options import usable_out_dir
         from loopscale.sweep.spec import check_folder_spec
 
+        usable_out_dir(out)
         check_folder_spec(out, spec)
     res = _design_with_progress(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts,
                                 seed=seed)

@@ -183,6 +183,29 @@ def test_design_out_refuses_a_folder_of_another_spec_before_simulating(tmp_path)
     assert sorted(p.name for p in other.iterdir()) == ["spec.yaml"]
 
 
+def test_design_out_that_is_a_file_is_refused_before_simulating(tmp_path, monkeypatch):
+    """`design --out x.out` with x.out an existing file simulated every candidate, then died with a FileExistsError
+    traceback (exit 1) making the folder. It is refused first, exit 2, in the words `run` uses."""
+    import loopscale.fit.design as fd
+
+    def boom(*a, **k):
+        raise AssertionError("simulated although --out is a file")
+
+    monkeypatch.setattr(fd, "simulate_design", boom)
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    target = tmp_path / "x.out"
+    target.write_text("mine")
+    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5",
+                                   "--seeds", "2", "--n-sim", "3", "--starts", "4", "--out", str(target)])
+    assert res.exit_code == 2, res.output
+    assert res.output == f"error: --out {target} is a file; give a directory (new or existing)\n"
+    assert target.read_text() == "mine"
+    run = CliRunner().invoke(app, ["run", str(spec_file), "--dry-run", "--out", str(target)])
+    assert (run.exit_code, run.output) == (2, res.output)  # the same line as `run`
+
+
 def test_ensemble_trials_count_their_measured_speed_up(tmp_path):
     """A pilot whose seeds trained as ensembles of 4 sharing a wall time of 2 single runs: twice the FLOP/s."""
     from loopscale.sweep.design_cmd import _rates
