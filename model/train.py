@@ -486,8 +486,10 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
 
 def loopscale_version() -> str:
     """loopscale's version: its installed metadata's (``"not installed"`` for a source tree that is not), with
-    ``+git.<commit>`` (and ``.dirty`` when tracked files differ from it) where the package runs from a git checkout,
-    as an editable install does: the metadata's version stays the same from commit to commit."""
+    ``+git.<commit>`` (and ``.dirty`` when tracked files under the source root differ from it) where the package
+    runs from loopscale's own git checkout, as an editable install does: the metadata's version stays the same from
+    commit to commit. A copy installed into a folder of another git repository (e.g. a ``.venv`` inside a project)
+    is no checkout of loopscale: that repository's commit is not reported (:func:`_source_checkout`)."""
     import subprocess
     from importlib.metadata import PackageNotFoundError, version
 
@@ -496,16 +498,43 @@ def loopscale_version() -> str:
     except PackageNotFoundError:
         own = "not installed"
     root = Path(__file__).resolve().parents[1]
+    if not _source_checkout(root):
+        return own
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              timeout=10)  # fmt: skip
         if sha.returncode != 0 or not sha.stdout.strip():
             return own
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "."],
                                capture_output=True, text=True, timeout=10)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return own
     return f"{own}+git.{sha.stdout.strip()}" + (".dirty" if dirty.stdout.strip() else "")
+
+
+def _source_checkout(root: Path) -> bool:
+    """Whether ``root`` (the folder above the package's ``model/``) is loopscale's source root in a git checkout:
+    it holds this project's ``pyproject.toml`` (``name = "loopscale"``) and the package folders ``model/``,
+    ``sweep/``, ``fit/`` and ``cluster/``, and the git repository that holds it tracks that ``pyproject.toml`` and
+    this module. An installed copy (``site-packages/loopscale/``) has no ``pyproject.toml`` and is never one, also
+    where ``site-packages`` lies in another project's repository."""
+    import subprocess
+    import tomllib
+
+    if not all((root / d).is_dir() for d in ("model", "sweep", "fit", "cluster")):
+        return False
+    try:
+        name = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
+    except (OSError, ValueError):
+        return False
+    if name != "loopscale":
+        return False
+    try:
+        tracked = subprocess.run(["git", "-C", str(root), "ls-files", "--error-unmatch", "--", "pyproject.toml",
+                                  "model/train.py"], capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return tracked.returncode == 0
 
 
 def run_versions() -> dict[str, str]:

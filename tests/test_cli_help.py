@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from pathlib import Path
 
 import click
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -104,6 +107,62 @@ def test_version_names_loopscale_and_the_libraries_its_numbers_depend_on():
         assert own.startswith(f"loopscale {version('loopscale')}+git.{head.stdout.strip()}"), own
     else:
         assert own == f"loopscale {version('loopscale')}"
+
+
+def _git(cwd: Path, *args: str) -> str:
+    import subprocess
+
+    res = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(cwd), *args],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return res.stdout.strip()
+
+
+def test_version_names_no_commit_of_another_repository_the_package_is_installed_in(tmp_path, monkeypatch):
+    """A non-editable install into a .venv inside an unrelated project's git repository reported that project's
+    commit (`git -C <package parent>` finds any repository above it). The commit is loopscale's only where the
+    package runs from loopscale's own checkout; there it still names the commit and `.dirty`."""
+    import shutil
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    import loopscale.model.train as train
+
+    if shutil.which("git") is None:
+        pytest.skip("no git here")
+    src = Path(train.__file__).resolve().parents[1]
+    ignore = shutil.ignore_patterns("__pycache__")
+    proj = tmp_path / "proj"  # someone's project with loopscale installed into its .venv, the .venv tracked too
+    site = proj / ".venv" / "lib" / "site-packages"
+    for d in ("model", "sweep", "fit", "cluster"):
+        shutil.copytree(src / d, site / "loopscale" / d, ignore=ignore)
+    (proj / "pyproject.toml").write_text('[project]\nname = "theirs"\n')
+    _git(proj, "init", "-q")
+    _git(proj, "add", "-A")
+    _git(proj, "commit", "-qm", "their project")
+    code = ("import loopscale.model.train as t, pathlib; print(pathlib.Path(t.__file__).resolve()); "
+            "print(t.loopscale_version())")  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(site)})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    where, got = res.stdout.split()
+    assert where == str((site / "loopscale" / "model" / "train.py").resolve())  # the installed copy ran
+    assert got == version("loopscale")  # not 0.1.0+git.<their commit>
+    own = tmp_path / "loopscale"  # loopscale's own checkout: its source root is the repository's top level
+    for d in ("model", "sweep", "fit", "cluster"):
+        shutil.copytree(src / d, own / d, ignore=ignore)
+    shutil.copy(src / "pyproject.toml", own / "pyproject.toml")
+    _git(own, "init", "-q")
+    _git(own, "add", "-A")
+    _git(own, "commit", "-qm", "loopscale")
+    sha = _git(own, "rev-parse", "--short", "HEAD")
+    spec = importlib.util.spec_from_file_location("checkout_train", own / "model" / "train.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "checkout_train", mod)  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    assert mod.loopscale_version() == f"{version('loopscale')}+git.{sha}"
+    (own / "model" / "train.py").write_text((own / "model" / "train.py").read_text() + "\n")
+    assert mod.loopscale_version() == f"{version('loopscale')}+git.{sha}.dirty"
 
 
 def test_tune_commands_help_does_not_offer_ray_client():
