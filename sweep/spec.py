@@ -935,7 +935,7 @@ class SweepSpec(_Strict):
         Raises:
             SpecError: the corpus would fail every run (:meth:`check_data`); ``resources.gpus`` > 0 on the
                 embedded Ray where ``torch.cuda.is_available()`` is False; ``resources.cpus`` / ``resources.gpus``
-                per trial above what the embedded Ray has.
+                per trial above what the embedded Ray has (one line naming every resource it lacks).
         """
         import os
 
@@ -944,26 +944,32 @@ class SweepSpec(_Strict):
         if address is not None or os.environ.get("RAY_ADDRESS"):
             return
         cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
+        lacks: list[str] = []  # every resource a trial asks for that the embedded Ray lacks, said in one line
+        fixes: list[str] = []
         if self.resources.cpus > cpus:
-            raise SpecError(
-                f"resources.cpus={self.resources.cpus:g} per trial, but the embedded Ray has {cpus} CPUs "
-                f"({'--num-cpus' if num_cpus is not None else 'the cores of this machine'}): no trial could start; "
-                f"set resources.cpus <= {cpus} or pass --address of a larger cluster"
-            )
+            lacks.append(f"resources.cpus={self.resources.cpus:g} per trial, but the embedded Ray has {cpus} CPUs "
+                         f"({'--num-cpus' if num_cpus is not None else 'the cores of this machine'})")  # fmt: skip
+            fixes.append(f"resources.cpus <= {cpus}")
+        no_gpu = False
         if self.resources.gpus > 0:
             import torch
 
             if not torch.cuda.is_available():
-                raise SpecError(
-                    f"resources.gpus={self.resources.gpus} but no GPU is available here "
-                    "(torch.cuda.is_available() is False); set resources.gpus: 0 or pass --address of a GPU cluster"
-                )
-            gpus = num_gpus if num_gpus is not None else torch.cuda.device_count()
-            if self.resources.gpus > gpus:
-                raise SpecError(
-                    f"resources.gpus={self.resources.gpus:g} per trial, but the embedded Ray has {gpus} GPUs: no "
-                    f"trial could start; set resources.gpus <= {gpus} or pass --address of a larger cluster"
-                )
+                no_gpu = True
+                lacks.append(f"resources.gpus={self.resources.gpus:g} but no GPU is available here "
+                             "(torch.cuda.is_available() is False)")  # fmt: skip
+                fixes.append("resources.gpus: 0")
+            else:
+                gpus = num_gpus if num_gpus is not None else torch.cuda.device_count()
+                if self.resources.gpus > gpus:
+                    lacks.append(f"resources.gpus={self.resources.gpus:g} per trial, but the embedded Ray has {gpus} GPUs")
+                    fixes.append(f"resources.gpus <= {gpus}")
+        if lacks:
+            cluster = ("a GPU cluster" if len(lacks) == 1 else "a larger GPU cluster") if no_gpu else "a larger cluster"
+            raise SpecError(
+                f"{'; and '.join(lacks)}: no trial could start; set {' and '.join(fixes)}, or pass --address of "
+                f"{cluster}"
+            )
 
 
 @dataclass(frozen=True)

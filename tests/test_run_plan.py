@@ -11,6 +11,7 @@ import pytest
 from loopscale.model.accounting import flops_per_token
 from loopscale.sweep.presets import preset_spec
 from loopscale.sweep.run import plan
+from loopscale.sweep.spec import SpecError
 
 
 def _compute_span(spec) -> float:
@@ -355,6 +356,43 @@ def test_run_refuses_resources_no_embedded_ray_has_before_writing_the_folder(tmp
             res.output
         )
         assert not out.exists()
+
+
+def test_refused_here_names_every_resource_this_machine_lacks(tmp_path, monkeypatch):
+    """`run --preset paper --dry-run` on a 2-core machine without a GPU named only the CPUs in refused_here; the
+    missing GPU showed up only after --num-cpus 8. Every resource the trials ask for and the machine lacks is named
+    at once, and `run` refuses with the same line."""
+    import os
+
+    import torch
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "x"
+    res = CliRunner().invoke(app, ["run", "--preset", "paper", "--out", str(out), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    line = ("resources.cpus=8 per trial, but the embedded Ray has 2 CPUs (the cores of this machine); and "
+            "resources.gpus=1 but no GPU is available here (torch.cuda.is_available() is False): no trial could "
+            "start; set resources.cpus <= 2 and resources.gpus: 0, or pass --address of a larger GPU cluster")  # fmt: skip
+    assert json.loads(res.stdout)["refused_here"] == (
+        f"{line} (with these options on this machine; the plan holds for a cluster)"
+    )
+    with pytest.raises(SpecError) as e:
+        preset_spec("paper").check_runtime(data=False)
+    assert str(e.value) == line
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(SpecError) as e:
+        preset_spec("paper").check_runtime(num_cpus=4, data=False)
+    assert str(e.value) == (
+        "resources.cpus=8 per trial, but the embedded Ray has 4 CPUs (--num-cpus); and resources.gpus=1 per trial, "
+        "but the embedded Ray has 0 GPUs: no trial could start; set resources.cpus <= 4 and resources.gpus <= 0, "
+        "or pass --address of a larger cluster"
+    )
+    assert not out.exists()
 
 
 def _dry(out, *extra):
