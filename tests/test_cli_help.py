@@ -165,6 +165,25 @@ def test_version_names_no_commit_of_another_repository_the_package_is_installed_
     assert mod.loopscale_version() == f"{version('loopscale')}+git.{sha}.dirty"
 
 
+def test_readme_gives_a_default_out_to_the_commands_that_have_one():
+    """README said `design`'s --out defaults to runs/<preset or spec file name> as tune-lr's, sweep's and run's do;
+    design has no default --out (without one it writes nothing). The commands the README's sentence gives that
+    default are those whose --out help states it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    said = "defaults to `runs/<preset or spec file name>`"
+    [sentence] = [x for x in re.split(r"\.\s", " ".join(readme.split())) if said in x]
+    named = {c for c in re.findall(r"`([a-z-]+)`", sentence.split(said)[0]) if c in ("tune-lr", "sweep", "run", "design")}
+    root = typer.main.get_command(app)
+    with_default = set()
+    for name in ("tune-lr", "sweep", "run", "design"):
+        [out] = [p for p in root.commands[name].params if "--out" in getattr(p, "opts", ())]
+        assert out.default is None  # the default is computed from the spec's name, and stated in the help
+        if "default: runs/<preset name or spec file name>" in (out.help or ""):
+            with_default.add(name)
+    assert with_default == {"tune-lr", "sweep", "run"}
+    assert named == with_default, sentence
+
+
 def test_tune_commands_help_does_not_offer_ray_client():
     """`tune-lr`, `sweep` and `run` refuse a ray:// address (Ray Tune's driver would run inside the cluster), but
     their --help listed 'ray://host:port' as a form to give; only `fit` (its --workers bootstrap) takes it."""
