@@ -117,7 +117,7 @@ def bench_one(args, r: int, device: torch.device) -> dict:
     t2 = time.perf_counter()
     tps = args.steps * args.batch_tokens / (t2 - t1)
     Fpt = flops_per_token(cfg)
-    peak, peak_src = peak_flops(device, torch.get_num_threads())
+    peak, peak_src = peak_flops(device, torch.get_num_threads(), precision=args.precision)
     return {
         "preset": args.preset,
         "d_model": cfg.d_model,

@@ -557,7 +557,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         torch.set_num_threads(prev_threads)
 
     wall = wall_before + time.perf_counter() - t_start  # with the attempts before its checkpoint, as train_run
-    peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
+    peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir, cfg.precision)
     tps = throughput(train_before, tok_trained, t_train)
     mfu = (k * Fpt * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
     if note := compile_time_note(cfg, device, tps, tok_trained, t_train, t_first, B):  # per member, as train_run's

@@ -49,8 +49,22 @@ CHECKPOINT_FORMAT = "loopscale-ckpt-v1"
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "bf16")
 
-GPU_BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
-"""Dense bf16 peak FLOP/s by device-name substring (vendor data sheets); the MFU denominator on GPU."""
+GPU_BF16_PEAK = (
+    (r"\bH200 NVL\b", 835e12),
+    (r"\bH200\b", 989e12),
+    (r"\bH100 PCIe\b", 756e12),
+    (r"\bH100 NVL\b", 835e12),
+    (r"\bH100\b", 989e12),
+    (r"\bA100\b", 312e12),
+    (r"\bL40S\b", 362e12),
+    (r"\bL40\b", 181e12),
+    (r"\bL4\b", 121e12),
+    (r"\bA10\b", 125e12),
+)
+"""Dense (not sparse) bf16 peak FLOP/s of a GPU, by a pattern of its device name, the first that matches (NVIDIA
+data sheets: H100/H200 SXM 989 T, H100 PCIe 756 T, H100/H200 NVL 835 T, A100 312 T, L40S 362 T, L40 181 T,
+L4 121 T, A10 125 T); the MFU denominator of bf16 runs on a GPU. A device no pattern matches (an A10G, an RTX
+card) has no peak, and its MFU is left empty rather than measured against another card's."""
 
 
 class CheckpointError(ValueError):
@@ -418,7 +432,9 @@ class RunResult:
 _PEAK_CACHE: dict[str, float] = {}
 
 
-def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) -> tuple[float | None, str]:
+def peak_flops(
+    device, num_threads: int, cache_dir: str | Path | None = None, precision: str = "bf16"
+) -> tuple[float | None, str]:
     """MFU denominator in FLOP/s and how it was obtained.
 
     CPU: measured fp32 matmul FLOP/s (1024 x 1024 @ 1024 x 1024, best of repeated ~0.3 s of work) at
@@ -426,14 +442,19 @@ def peak_flops(device, num_threads: int, cache_dir: str | Path | None = None) ->
     ``<cache_dir>/peak_flops.json`` as the highest rate ever measured there: a measurement taken while other
     processes share the core (on 2 vCPUs of one core, the sibling's load halves it) reads low, and a stale low
     value would make MFU read high.
-    GPU: the dense bf16 peak of the device from :data:`GPU_BF16_PEAK` (None when the device is unknown).
+    GPU: the dense bf16 peak of the device from :data:`GPU_BF16_PEAK`; None when the device is unknown, or when
+    ``precision`` is not ``"bf16"`` (an fp32 run's rate depends on TF32 settings this table does not cover).
     """
+    import re
+
     import torch
 
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        for k, v in GPU_BF16_PEAK.items():
-            if k in name:
+        if precision != "bf16":
+            return None, f"no {precision} peak for GPU {name} (MFU is measured against the bf16 peak of bf16 runs)"
+        for pattern, v in GPU_BF16_PEAK:
+            if re.search(pattern, name):
                 return v, f"bf16 dense peak of {name}"
         return None, f"unknown GPU {name}"
     key = f"cpu|{platform.machine()}|{platform.processor()}|{os.cpu_count()}|t{num_threads}|torch{torch.__version__}"
@@ -1090,7 +1111,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     # the run's wall time: this process's plus what the attempts before its checkpoint took (the peak measurement
     # below is not part of it)
     wall = wall_before + time.perf_counter() - t_start
-    peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir)
+    peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir, cfg.precision)
     tps = throughput(train_before, tok_trained, t_train)
     mfu = (F * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
     if note := compile_time_note(cfg, device, tps, tok_trained, t_train, t_first, B):

@@ -389,3 +389,30 @@ def test_peak_flops_keeps_the_highest_rate_on_record(tmp_path, monkeypatch):
     path.write_text(_json.dumps({key: 1e15}))  # a higher rate on record wins
     monkeypatch.setattr(tr, "_PEAK_CACHE", {})
     assert tr.peak_flops(torch.device("cpu"), 1, tmp_path) == (1e15, "measured fp32 matmul (highest on record)")
+
+
+@pytest.mark.parametrize(
+    "name,precision,peak",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
+        ("NVIDIA H100 PCIe", "bf16", 756e12),
+        ("NVIDIA H200 NVL", "bf16", 835e12),
+        ("NVIDIA H200", "bf16", 989e12),
+        ("NVIDIA L40", "bf16", 181e12),  # matched the L4 entry (121e12) by substring
+        ("NVIDIA L40S", "bf16", 362e12),
+        ("NVIDIA L4", "bf16", 121e12),
+        ("NVIDIA A10G", "bf16", None),  # matched A10 (125e12), another card
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
+        ("NVIDIA H100 80GB HBM3", "fp32", None),  # was measured against the bf16 peak
+    ],
+)
+def test_gpu_peak_is_the_cards_own_dense_bf16_peak(monkeypatch, name, precision, peak):
+    """The MFU denominator on a GPU: the card's own dense bf16 peak, found by name; none for an fp32 run or a card
+    the table does not know (substring matching gave an L40 the L4's peak and an H100 PCIe the SXM's)."""
+    import torch
+
+    from loopscale.model.train import peak_flops
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    got, src = peak_flops(torch.device("cuda"), 1, precision=precision)
+    assert got == peak, src
