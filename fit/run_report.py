@@ -831,8 +831,9 @@ def report_cmd(
 
 def _optimizer_line(runs: pd.DataFrame) -> str | None:
     """'- optimizer: ...' from the runs' ``optimizer``, ``orthogonalization``, ``batch_tokens``, ``schedule`` and
-    ``lr_data_factor`` (the last two columns absent or null in tables written before they were recorded); None
-    when the table has no ``optimizer`` column."""
+    ``lr_data_factor`` (``orthogonalization`` and ``lr_data_factor`` are absent or null in tables written before
+    they were recorded, when every Muon run used Newton-Schulz and no factor); None when the table has no
+    ``optimizer`` column."""
     if "optimizer" not in runs.columns:
         return None
 
@@ -842,7 +843,10 @@ def _optimizer_line(runs: pd.DataFrame) -> str | None:
     parts = []
     for opt in values("optimizer"):
         sub = runs[runs["optimizer"].astype("string") == opt]
-        orth = sorted({str(v) for v in sub["orthogonalization"].dropna()}) if "orthogonalization" in sub else []
+        orth = []
+        if opt != "adamw":  # a muon / muonh run recorded before the column existed orthogonalised with Newton-Schulz
+            col = sub["orthogonalization"] if "orthogonalization" in sub else pd.Series(["newton_schulz"])
+            orth = sorted({str(v) for v in col.fillna("newton_schulz")})
         how = {"newton_schulz": "Newton–Schulz", "polar_express": "Polar Express"}
         parts.append(opt + (f" ({' / '.join(how.get(o, o) for o in orth)} orthogonalisation)" if orth else ""))
     line = f"- optimizer: {', '.join(parts) or '–'}"

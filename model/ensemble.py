@@ -307,6 +307,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         _save_newest_two,
         checkpoint_key,
         compile_time_note,
+        key_differences,
         make_result,
         peak_flops,
         throughput,
@@ -387,7 +388,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)  # a torn newest one is moved aside
         if ckpt_path is not None:
             if st["run_key"] != run_key:
-                diff = sorted(f for f in run_key if st["run_key"].get(f) != run_key[f])
+                diff = key_differences(st["run_key"], run_key)
                 raise CheckpointError(
                     f"checkpoint {str(ckpt_path)!r} belongs to a different run (differs in {diff}); use another "
                     "checkpoint_dir or delete it"

@@ -153,7 +153,8 @@ class RunConfig:
     (the paper's, arXiv 2505.16932, 5 steps); 'adamw' takes only the default. Part of the run id only when
     'polar_express'."""
     lr: float = _defines(3e-3)
-    """Peak LR (muon: the matrix LR; the AdamW groups follow at the paper's ratios)."""
+    """Peak LR (muon / muonh: the matrix LR, times lr_data_factor; the AdamW groups follow at the paper's ratios
+    to lr)."""
     lr_data_factor: float = _defines(1.0, unless_default=True)
     """'muon' / 'muonh' only: the matrix groups train at lr * lr_data_factor, the AdamW groups at their ratios to
     lr alone (the paper's data transfer of the Muon LR, (D / D_ref)^-0.32, set per run by a sweep spec's
@@ -320,6 +321,12 @@ class RunConfig:
         constructor."""
         m = d["model"]
         return cls(**{**d, "model": m if isinstance(m, LoopedConfig) else LoopedConfig(**m)})
+
+
+def key_differences(saved: dict, now: dict) -> list[str]:
+    """The fields in which two checkpoint keys (:func:`checkpoint_key`) differ, those present in either one
+    (a field at its default is absent from the key: :data:`DEFINES_RUN_UNLESS_DEFAULT`)."""
+    return sorted(k for k in {*saved, *now} if saved.get(k) != now.get(k))
 
 
 def run_defining_fields() -> tuple[str, ...]:
@@ -986,7 +993,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)
         if ckpt_path is not None:
             if st["run_key"] != run_key:
-                diff = sorted(k for k in run_key if st["run_key"].get(k) != run_key[k])
+                diff = key_differences(st["run_key"], run_key)
                 raise CheckpointError(
                     f"checkpoint {str(ckpt_path)!r} belongs to a different run (differs in {diff}); use another "
                     "checkpoint_dir or delete it"
@@ -1280,6 +1287,7 @@ __all__ = [
     "load_checkpoint",
     "peak_flops",
     "resolve_tokens",
+    "key_differences",
     "run_defining_fields",
     "run_definition",
     "save_checkpoint",

@@ -297,13 +297,13 @@ class SweepSpec(_Strict):
     lr: Literal["tune"] | dict[str, Any] = "tune"
     """``tune`` (stage 1 picks it), ``{fixed: 3e-3}``, or ``{table: {size: lr | {r: lr}}}``."""
     tune: TuneSpec = TuneSpec()
-    lr_data_exponent: float = Field(0.0, ge=0, allow_inf_nan=False)
+    lr_data_exponent: float = Field(0.0, ge=0, le=2, allow_inf_nan=False)
     """Muon / MuonH only: every run's matrix LR is multiplied by (D / D_ref)^-lr_data_exponent, the AdamW groups'
     LRs are not (the paper's data transfer of the Muon LR, exponent 0.32; ``docs/paper.md`` Sec. 3). D is the run's
     training tokens and D_ref the tokens of the LR trials of the study that sets its LR: ``tune.tokens``, or
     ``tune.tokens_per_param`` x (N_once + r N_rec) of the (size, r) model (r = the grid's largest with
     ``tune.tune_per_r: false``; ladder rungs take r = 1's), rounded as ``tune-lr`` rounds them, whether the LR is
-    tuned or given. 0 (default): no transfer, every budget of a size trains at its LR."""
+    tuned or given. 0 (default): no transfer, every budget of a size trains at its LR; at most 2."""
     resources: ResourcesSpec = ResourcesSpec()
     storage_path: str | None = None
     """Where Tune keeps experiments and checkpoints (any pyarrow URI; None: the --out directory)."""
@@ -810,7 +810,9 @@ class SweepSpec(_Strict):
         if (size, r_lr) not in cache:
             cache[(size, r_lr)] = self.lr_reference_tokens(size, r_lr)
         factor = (resolve_tokens(run) / cache[(size, r_lr)]) ** -self.lr_data_exponent
-        return dataclasses.replace(run, lr_data_factor=factor)
+        # 12 significant digits: the factor is hashed into the run id, and a last-bit difference of pow() between
+        # two machines' math libraries must not make two ids of one run
+        return dataclasses.replace(run, lr_data_factor=float(f"{factor:.12g}"))
 
     def _plan(self) -> list[tuple[str, float, int]]:
         """(kind 'C' | 'D', budget, size) of every grid point, in the grid's order."""
@@ -1267,18 +1269,20 @@ def load_spec(path: str | Path) -> SweepSpec:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"sweep spec not found: {p}")
-    with p.open(encoding="utf-8") as f:
-        try:
-            data = yaml.load(f, Loader=spec_loader())
-        except yaml.YAMLError as e:  # a syntax error: say where, as one error line, not a parser traceback
-            raise SpecError(f"sweep spec {p} is not valid YAML: {' '.join(str(e).split())}") from None
-        except SpecError as e:  # a key given twice
-            raise SpecError(f"sweep spec {p}: {e}") from None
-        except UnicodeDecodeError as e:  # a binary or compressed file, or another encoding
-            raise SpecError(
-                f"sweep spec {p} is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start}): "
-                "a spec is a YAML text file; is this the file you meant (a compressed or binary file)?"
-            ) from None
+    raw = p.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:  # a binary or compressed file, or another encoding (offset: in the file)
+        raise SpecError(
+            f"sweep spec {p} is not UTF-8 text (byte {raw[e.start:e.start + 1]!r} at offset {e.start}): "
+            "a spec is a YAML text file; is this the file you meant (a compressed or binary file)?"
+        ) from None
+    try:
+        data = yaml.load(text, Loader=spec_loader())
+    except yaml.YAMLError as e:  # a syntax error: say where, as one error line, not a parser traceback
+        raise SpecError(f"sweep spec {p} is not valid YAML: {' '.join(str(e).split())}") from None
+    except SpecError as e:  # a key given twice
+        raise SpecError(f"sweep spec {p}: {e}") from None
     return parse_spec(data)
 
 

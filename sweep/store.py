@@ -154,7 +154,8 @@ CURVES_SCHEMA = pa.schema(
         _f("tokens", pa.int64(), "tokens", "tokens trained so far"),
         _f("train_loss", pa.float64(), "nats/token", "training loss at this step"),
         _f("val_loss", pa.float64(), "nats/token", "validation loss (null when not evaluated)"),
-        _f("lr", pa.float64(), "-", "learning rate at this step"),
+        _f("lr", pa.float64(), "-", "learning rate at this step: the run's lr times the schedule's multiplier "
+           "(muon / muonh: the matrix groups train at this times the run's lr_data_factor)"),
     ],
     metadata={"loopscale.schema_version": SCHEMA_VERSION, "loopscale.table": "curves"},
 )

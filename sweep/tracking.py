@@ -185,7 +185,7 @@ def run_params(trial_config: dict) -> dict:
         "lr": trial_config.get("lr", run.get("lr")),
         "D": run.get("tokens"),
         "optimizer": run.get("optimizer"),
-        "orthogonalization": run.get("orthogonalization", "newton_schulz"),
+        "orthogonalization": None if run.get("optimizer") == "adamw" else run.get("orthogonalization", "newton_schulz"),
         "lr_data_factor": run.get("lr_data_factor", 1.0),
         "batch_tokens": run.get("batch_tokens"),
     }

@@ -214,23 +214,34 @@ def test_orthogonalization_enters_the_run_definition_only_away_from_its_default(
 def test_a_checkpointed_muon_state_without_the_orthogonalization_key_still_steps():
     """Optimizer states written before param groups carried ``orthogonalization`` load and step as Newton-Schulz
     (load_state_dict takes the saved group hyperparameters, which lack the key)."""
+    import copy
+
     from loopscale.model.muon import BatchedMuon, BatchedMuonH
 
     for cls in (BatchedMuon, BatchedMuonH):
-        w = _w((8, 16), 4).float()
-        w = torch.nn.Parameter(w.detach())
+        w = torch.nn.Parameter(_w((8, 16), 4).float().detach())
         opt = cls([w], lr=0.01)
         w.grad = torch.randn(8, 16, generator=torch.Generator().manual_seed(2))
         opt.step()
         sd = opt.state_dict()
-        for grp in sd["param_groups"]:
+        old_sd = copy.deepcopy(sd)
+        for grp in old_sd["param_groups"]:
             del grp["orthogonalization"]
-        opt2 = cls([w], lr=0.01, orthogonalization="polar_express")
-        opt2.load_state_dict(sd)
-        assert "orthogonalization" not in opt2.param_groups[0]
-        before = w.detach().clone()
-        opt2.step()
-        assert not torch.equal(before, w.detach()) and torch.isfinite(w).all()
+        start = w.detach().clone()
+        grad = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+        results = {}
+        for name, state, method in (("old", old_sd, "polar_express"), ("ns", sd, "newton_schulz"),
+                                    ("pe", sd, "polar_express")):  # fmt: skip
+            q = torch.nn.Parameter(start.clone())
+            o = cls([q], lr=0.01, orthogonalization=method)
+            o.load_state_dict(copy.deepcopy(state))
+            if name == "pe":  # the saved group says newton_schulz: switch it, as a new run's group would say
+                o.param_groups[0]["orthogonalization"] = "polar_express"
+            q.grad = grad.clone()
+            o.step()
+            results[name] = q.detach()
+        assert torch.equal(results["old"], results["ns"])  # the old state stepped as Newton-Schulz
+        assert not torch.equal(results["old"], results["pe"])
 
 
 def test_matrix_lr_factor_scales_the_muon_groups_only():

@@ -754,4 +754,7 @@ def test_the_report_names_the_optimizer_its_orthogonalisation_and_the_lr_data_tr
     )
     old = pd.DataFrame({"optimizer": ["adamw", "adamw"], "batch_tokens": [1024, 1024]})
     assert _optimizer_line(old) == "- optimizer: adamw; batch 1,024 tokens"
+    old = pd.DataFrame({"optimizer": ["muonh"], "orthogonalization": [None], "lr_data_factor": [None]})
+    assert _optimizer_line(old) == "- optimizer: muonh (Newton–Schulz orthogonalisation)"  # before the columns
+    assert _optimizer_line(pd.DataFrame({"optimizer": ["muon"]})) == "- optimizer: muon (Newton–Schulz orthogonalisation)"
     assert _optimizer_line(pd.DataFrame({"D": [1]})) is None

@@ -131,3 +131,17 @@ def test_resuming_with_other_eval_tokens_is_refused(trainer_corpus_dir, trainer_
     train_run(RunConfig(**base))
     with pytest.raises(CheckpointError, match="eval_tokens"):
         train_run(RunConfig(**{**base, "eval_tokens": 512}))
+
+
+def test_a_checkpoint_of_another_run_names_a_field_left_at_its_default():
+    """Fields added later are absent from a key at their default: a checkpoint written with Polar Express and a
+    data factor, resumed by a run at the defaults, was refused as 'differs in []'."""
+    from loopscale.model.train import key_differences
+
+    cell = _base_cell()
+    muon = dataclasses.replace(cell.run, optimizer="muon")
+    saved = checkpoint_key(dataclasses.replace(muon, orthogonalization="polar_express", lr_data_factor=0.5), 64, "h")
+    now = checkpoint_key(muon, 64, "h")
+    assert saved != now
+    assert key_differences(saved, now) == ["lr_data_factor", "orthogonalization"]
+    assert key_differences(now, saved) == ["lr_data_factor", "orthogonalization"]

@@ -113,9 +113,10 @@ def test_lr_data_exponent_needs_a_muon_optimizer():
     d["training"]["optimizer"] = "muonh"
     got = parse_spec(d).cells()
     assert len({c.run.lr_data_factor for c in got}) == 2  # two token budgets, two factors
-    d["lr_data_exponent"] = -0.3
-    with pytest.raises(SpecError, match="lr_data_exponent"):
-        parse_spec(d)
+    for bad in (-0.3, 2.5):
+        d["lr_data_exponent"] = bad
+        with pytest.raises(SpecError, match="lr_data_exponent"):
+            parse_spec(d)
 
 
 def test_variants_share_r1_runs_and_set_bptt_and_lanes():
@@ -796,6 +797,9 @@ def test_a_binary_spec_file_names_itself(tmp_path):
     p = tmp_path / "spec.yaml"
     p.write_bytes(b"\x1f\x8b\x08\x00binary")
     with pytest.raises(SpecError, match=r"sweep spec .*spec.yaml is not UTF-8 text \(byte b'\\x8b' at offset 1\)"):
+        load_spec(p)
+    p.write_bytes(b"# " + b"a" * 20000 + b"\n\xff")  # past the text reader's first chunk: the offset in the file
+    with pytest.raises(SpecError, match=r"\(byte b'\\xff' at offset 20003\)"):
         load_spec(p)
 
 
