@@ -297,7 +297,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.data import WindowSampler
-    from loopscale.model.optim import build_optimizers, lr_multiplier
+    from loopscale.model.optim import lr_multiplier
     from loopscale.model.train import (
         CHECKPOINT_FORMAT,
         CheckpointError,
@@ -310,6 +310,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         key_differences,
         make_result,
         peak_flops,
+        run_optimizers,
         throughput,
     )
 
@@ -349,14 +350,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     torch.set_num_threads(cfg.num_threads)
     try:
         model = EnsembleLM(mcfg, seeds).to(device)
-        opts, assignment = build_optimizers(
-            model,
-            cfg.optimizer,
-            cfg.lr,
-            cfg.weight_decay,
-            orthogonalization=cfg.orthogonalization,
-            matrix_lr_factor=cfg.lr_data_factor,
-        )
+        opts, assignment = run_optimizers(model, cfg)
         # the loss (model, head and cross-entropy in one graph) compiled for training steps only (one shape);
         # evaluation runs eager, so no-grad and the last, smaller evaluation chunk do not trigger recompilation
         loss_fn = maybe_compile(EnsembleLoss(model), cfg.compile, device)

@@ -323,6 +323,22 @@ class RunConfig:
         return cls(**{**d, "model": m if isinstance(m, LoopedConfig) else LoopedConfig(**m)})
 
 
+def run_optimizers(model, cfg: RunConfig):
+    """:func:`loopscale.model.optim.build_optimizers` for ``model`` (a LoopedLM or EnsembleLM) with the optimizer
+    settings of ``cfg``: optimizer, lr, weight_decay, orthogonalization and lr_data_factor (the matrix LR's
+    factor). Returns (optimizers, assignment)."""
+    from loopscale.model.optim import build_optimizers
+
+    return build_optimizers(
+        model,
+        cfg.optimizer,
+        cfg.lr,
+        cfg.weight_decay,
+        orthogonalization=cfg.orthogonalization,
+        matrix_lr_factor=cfg.lr_data_factor,
+    )
+
+
 def key_differences(saved: dict, now: dict) -> list[str]:
     """The fields in which two checkpoint keys (:func:`checkpoint_key`) differ, those present in either one
     (a field at its default is absent from the key: :data:`DEFINES_RUN_UNLESS_DEFAULT`)."""
@@ -951,7 +967,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
 
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.looped import LMLoss, LoopedLM, maybe_compile
-    from loopscale.model.optim import build_optimizers, lr_multiplier
+    from loopscale.model.optim import lr_multiplier
 
     t_start = time.perf_counter()
     prep = _prepare(cfg)
@@ -968,14 +984,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
     torch.set_num_threads(cfg.num_threads)
     try:
         model = LoopedLM(mcfg, seed=cfg.seed).to(device)
-        opts, assignment = build_optimizers(
-            model,
-            cfg.optimizer,
-            cfg.lr,
-            cfg.weight_decay,
-            orthogonalization=cfg.orthogonalization,
-            matrix_lr_factor=cfg.lr_data_factor,
-        )
+        opts, assignment = run_optimizers(model, cfg)
         log.info("optimizer assignment: muon=%s adamw=%s", assignment["muon"], assignment["adamw"])
         # the loss (model, head, soft-cap and cross-entropy in one graph) is what gets compiled
         loss_fn = maybe_compile(LMLoss(model), cfg.compile, device)
@@ -1289,6 +1298,7 @@ __all__ = [
     "resolve_tokens",
     "key_differences",
     "run_defining_fields",
+    "run_optimizers",
     "run_definition",
     "save_checkpoint",
     "train_run",
