@@ -528,15 +528,24 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     L.append("")
     # --- LR
     if lr is not None and len(lr):
-        L.append("## Learning rates (stage 1: Optuna TPE through Ray Tune, ASHA pruning)\n")
-        L.append("| size | r | N_unique | best LR | best val loss | smoothed LR | table's LR | LR of the runs | trials |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
+        L.append(f"## Learning rates (stage 1: {_lr_search_name(d)} through Ray Tune, ASHA pruning)\n")
+        # with tune_per_r false one study (at the largest r) gives every r its LR: its model's N and loss. A table
+        # written before tuned_r was recorded names that r in its study names (<spec>_size<s>_r<r>)
+        if "tuned_r" not in lr.columns and "study_name" in lr.columns:
+            lr = lr.assign(tuned_r=pd.to_numeric(lr["study_name"].astype("string").str.extract(r"_r(\d+)$")[0]))
+        shared = "tuned_r" in lr.columns and bool((lr["tuned_r"].notna() & (lr["tuned_r"] != lr["r"])).any())
+        L.append(
+            "| size | r | " + ("tuned at r | N_unique of that model" if shared else "N_unique")
+            + " | best LR | best val loss | smoothed LR | table's LR | LR of the runs | trials |"
+        )
+        L.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if shared else ""))
         unused = 0
         for _, row in lr.sort_values(["size", "r"]).iterrows():
             trained = _run_lrs(runs, row["size"], row["r"], lr)
             unused += bool(trained) and any(not math.isclose(x, float(row["lr"]), rel_tol=1e-9) for x in trained)
             L.append(
-                f"| {row['size']} | {row['r']} | {_fmt(row.get('N_unique'))} | {_fmt(row.get('lr_best'))} | "
+                f"| {row['size']} | {row['r']} | " + (f"{_fmt(row.get('tuned_r'))} | " if shared else "")
+                + f"{_fmt(row.get('N_unique'))} | {_fmt(row.get('lr_best'))} | "
                 f"{_fmt(row.get('best_val_loss'))} | {_fmt(row.get('lr_smoothed'))} | {_fmt(row.get('lr'))} | "
                 f"{', '.join(_fmt(x) for x in trained) or '–'} | {_fmt(row.get('n_trials'))} |"
             )
@@ -827,6 +836,18 @@ def report_cmd(
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
     typer.echo(str(build_report(run_dir, redraw_fits=True)))
+
+
+def _lr_search_name(d: Path) -> str:
+    """How stage 1 searched, from the folder's spec.yaml: "a grid over tune.lr_values" when the spec lists LR
+    values, else "Optuna TPE"; "Optuna" when the spec cannot be read."""
+    import yaml
+
+    try:
+        tune = (yaml.safe_load((d / "spec.yaml").read_text(encoding="utf-8")) or {}).get("tune") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return "Optuna"
+    return "a grid over tune.lr_values" if tune.get("lr_values") else "Optuna TPE"
 
 
 def _optimizer_line(runs: pd.DataFrame) -> str | None:

@@ -638,12 +638,21 @@ def _choose(study) -> tuple[float | None, float | None, int, int]:
 
 def edge_of_tried(study, lr: float | None) -> str | None:
     """'highest' / 'lowest' when ``lr`` (the chosen LR) is the largest / smallest LR among the study's finished
-    trials (complete or pruned; at least 3 distinct LRs), else None: the best LR may then lie beyond the LRs
-    tried, and a wider range or more samples would tell."""
+    trials (complete, pruned, or failed as unhealthy: diverged or did not learn; at least 3 distinct LRs), else
+    None: the best LR may then lie beyond the LRs tried, and a wider range or more samples would tell. An
+    unhealthy trial at a larger LR bounds the chosen one from above (and one at a smaller LR from below), so it
+    takes part; a trial that raised says nothing of its LR and does not."""
     import optuna
 
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    tried = sorted({float(t.params["lr"]) for t in study.get_trials(deepcopy=False) if t.state in done})
+    tried = sorted(
+        {
+            float(t.params["lr"])
+            for t in study.get_trials(deepcopy=False)
+            if t.state in done
+            or (t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("fail_kind") == "unhealthy")
+        }
+    )
     if lr is None or len(tried) < 3:
         return None
     return "highest" if lr >= tried[-1] else ("lowest" if lr <= tried[0] else None)

@@ -79,10 +79,12 @@ def _smooth(rows: list[dict]) -> None:
 def lr_figure(size: int, series: dict[int, list[tuple]]) -> Any:
     """Val loss against LR for one size, one line per r, with at most 5 labelled LR ticks
     (:func:`loopscale.fit.plots.log_ticks`). ``series``: {r: [(lr, loss) or (lr, loss, finished), ...]}; a point
-    with ``finished`` False (a trial pruned or failed before its last milestone, so its loss is from an earlier
+    with ``finished`` False (a trial ASHA stopped before its last milestone, so its loss is from an earlier
     milestone and not comparable with the finished trials' final loss) is drawn as a hollow marker off the line;
-    a loss that is None or not finite (the trial diverged before any finite validation loss) is an x at the top
-    of the axes, so that it does not stretch the loss axis. A matplotlib Figure; the caller saves and closes it."""
+    one with ``finished`` ``"failed"`` (a trial that raised, diverged or did not learn: rejected, whatever its
+    loss) as a hollow square off the line; a loss that is None or not finite (the trial diverged before any
+    finite validation loss) is an x at the top of the axes, so that it does not stretch the loss axis. A
+    matplotlib Figure; the caller saves and closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,17 +96,22 @@ def lr_figure(size: int, series: dict[int, list[tuple]]) -> Any:
         return v is not None and math.isfinite(v)
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    any_stopped = any_diverged = False
+    any_stopped = any_failed = any_diverged = False
     for r, pts in series.items():
-        done = sorted((p[0], p[1]) for p in pts if (len(p) < 3 or p[2]) and finite(p[1]))
-        stopped = sorted((p[0], p[1]) for p in pts if len(p) >= 3 and not p[2] and finite(p[1]))
+        pts = [(p[0], p[1], True if len(p) < 3 else p[2]) for p in pts]  # (lr, loss, finished / "failed")
+        done = sorted((x, y) for x, y, st in pts if st is True and finite(y))
+        stopped = sorted((x, y) for x, y, st in pts if st is False and finite(y))
+        failed = sorted((x, y) for x, y, st in pts if st == "failed" and finite(y))
         diverged = sorted(p[0] for p in pts if not finite(p[1]))
-        if not (done or stopped or diverged):
+        if not (done or stopped or failed or diverged):
             continue
         (line,) = ax.plot([p[0] for p in done], [p[1] for p in done], "o-", label=f"r={r}")
         if stopped:
             any_stopped = True
             ax.plot([p[0] for p in stopped], [p[1] for p in stopped], "o", mfc="none", color=line.get_color())
+        if failed:
+            any_failed = True
+            ax.plot([p[0] for p in failed], [p[1] for p in failed], "s", mfc="none", color=line.get_color())
         if diverged:
             any_diverged = True
             ax.plot(diverged, [0.97] * len(diverged), "x", color=line.get_color(), transform=ax.get_xaxis_transform())
@@ -115,6 +122,8 @@ def lr_figure(size: int, series: dict[int, list[tuple]]) -> Any:
     ax.set_title(f"LR tuning, size {size}")
     if any_stopped:
         ax.plot([], [], "o", mfc="none", color="0.4", label="stopped early (loss at\nthe milestone reached)")
+    if any_failed:
+        ax.plot([], [], "s", mfc="none", color="0.4", label="failed (raised, diverged or\ndid not learn), rejected")
     if any_diverged:
         ax.plot([], [], "x", color="0.4", label="no finite loss (diverged)")
     if any(series.values()):
@@ -147,8 +156,9 @@ def _plot(tune_dir: Path, storage_url: str, rows: list[dict]) -> list[Path]:
             study = optuna.load_study(study_name=name, storage=storage_url)
             # one line per study: with tune_per_r false one study (at the largest r) gives every r its LR
             key = rs[0] if len(rs) == 1 else f"{max(rs)} (its LR used for r = {', '.join(map(str, sorted(rs)))})"
+            state = {optuna.trial.TrialState.COMPLETE: True, optuna.trial.TrialState.PRUNED: False}
             series[key] = [
-                (t.params["lr"], _last_real_loss(t.intermediate_values), t.state == optuna.trial.TrialState.COMPLETE)
+                (t.params["lr"], _last_real_loss(t.intermediate_values), state.get(t.state, "failed"))
                 for t in study.get_trials(deepcopy=False)
                 if t.intermediate_values
             ]

@@ -51,6 +51,7 @@ saved as PENDING); while the grid runs, the command's progress display (which th
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -701,7 +702,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         marked = {p.stem for p in (out / "tune_lr" / "done").glob("*.json")}
         lr["studies"] = {"done": len(marked | {f"size{s}_r{r}" for s, r in _tabled_studies(lr_rows)}), "total": None}
     if (out / "lr_table.parquet").is_file():
-        keep = ("size", "r", "lr", "best_val_loss", "n_trials", "n_pruned")
+        keep = ("size", "r", "lr", "lr_best", "best_val_loss", "n_trials", "n_pruned")
         if lr_rows is not None:  # an unreadable one is described under unreadable
             lr["table"] = [{k: row.get(k) for k in keep} for row in lr_rows]
         if spec is not None and spec.lr != "tune":  # tune-lr on a spec that fixes the LR: the runs do not use it
@@ -1055,8 +1056,13 @@ def format_status(st: dict) -> list[str]:
     for row in lr.get("table") or []:
         val = f"{row['best_val_loss']:.4f}" if row.get("best_val_loss") is not None else "?"
         lr_s = f"{row['lr']:.4g}" if row.get("lr") is not None else "-"
+        best = row.get("lr_best")
+        # a smoothed LR was not trained by any trial: the loss is the best trial's, at its own LR
+        at = f" at lr {best:.4g}, the best trial's; lr is smoothed" if (
+            best is not None and row.get("lr") is not None and not math.isclose(best, row["lr"], rel_tol=1e-9)
+        ) else ""  # fmt: skip
         lines.append(
-            f"  size {row['size']} r {row['r']}: lr {lr_s} (val {val}, {row['n_trials']} trials, "
+            f"  size {row['size']} r {row['r']}: lr {lr_s} (val {val}{at}, {row['n_trials']} trials, "
             f"{row['n_pruned']} pruned)"
         )
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"

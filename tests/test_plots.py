@@ -289,6 +289,26 @@ def test_lr_plot_draws_stopped_trials_off_the_line():
         plt.close(fig)
 
 
+def test_lr_plot_draws_failed_trials_apart_from_stopped_ones():
+    """Trials rejected as unhealthy (ran to the last milestone, did not learn) were drawn as 'stopped early'
+    hollow circles, level with the chosen LR's loss, as if ASHA had stopped them; they are hollow squares now."""
+    from loopscale.sweep.lr_table import lr_figure
+
+    series = {1: [(3.0, 4.77, True), (10.0, 4.76, "failed"), (30.0, 4.76, "failed"), (1.0, 5.0, False)]}
+    fig = lr_figure(16, series)
+    try:
+        ax = fig.axes[0]
+        line = next(ln for ln in ax.get_lines() if ln.get_label() == "r=1")
+        assert list(line.get_xdata()) == [3.0]
+        hollow = {ln.get_marker(): list(ln.get_xdata()) for ln in ax.get_lines()
+                  if ln.get_markerfacecolor() == "none" and len(ln.get_xdata())}  # fmt: skip
+        assert hollow == {"o": [1.0], "s": [10.0, 30.0]}
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels[1].startswith("stopped early") and labels[2].startswith("failed (raised, diverged")
+    finally:
+        plt.close(fig)
+
+
 def test_lr_plot_keeps_a_diverged_trial_off_the_loss_axis():
     """A trial that diverged reports a 1e9 stand-in at its end: the figure used it as a loss, so the real losses
     (about 6.9) were squashed to the bottom of a 0-1e9 axis. Now its last real loss is used, and a trial with none

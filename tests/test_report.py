@@ -758,3 +758,21 @@ def test_the_report_names_the_optimizer_its_orthogonalisation_and_the_lr_data_tr
     assert _optimizer_line(old) == "- optimizer: muonh (Newton–Schulz orthogonalisation)"  # before the columns
     assert _optimizer_line(pd.DataFrame({"optimizer": ["muon"]})) == "- optimizer: muon (Newton–Schulz orthogonalisation)"
     assert _optimizer_line(pd.DataFrame({"D": [1]})) is None
+
+
+def test_lr_table_of_a_shared_study_names_the_model_it_tuned_and_a_grid_search_is_called_one(tmp_path):
+    """With tune_per_r false one study at the largest r gives every r its LR; the report's row for r = 1 showed
+    the r = 8 model's N_unique (9,872) and loss under the heading 'N_unique' as if they were r = 1's. A study
+    over tune.lr_values is a grid, not 'Optuna TPE'."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    text = build_report(run).read_text(encoding="utf-8")
+    assert "## Learning rates (stage 1: Optuna TPE through Ray Tune, ASHA pruning)" in text
+    assert "| size | r | tuned at r | N_unique of that model | best LR |" in text
+    assert "| 16 | 1 | 8 | 9,872 | 0.01599 |" in text
+    spec = (run / "spec.yaml").read_text(encoding="utf-8")
+    (run / "spec.yaml").write_text(spec.replace("tune:\n", "tune:\n  lr_values: [0.002, 0.01, 0.05]\n", 1))
+    text = build_report(run).read_text(encoding="utf-8")
+    assert "## Learning rates (stage 1: a grid over tune.lr_values through Ray Tune, ASHA pruning)" in text

@@ -739,3 +739,19 @@ def test_set_aside_folders_are_listed_oldest_first_and_a_foreign_curves_part_is_
     pq.write_table(pa.table({"run_id": [c.run_id], "loss": [1.0]}), store.curves_parts / f"{c.run_id}.parquet")
     with pytest.raises(NotAnOutput, match=r"is not a loopscale curves table: it has no step column"):
         collect_status(tmp_path / "run")
+
+
+def test_a_smoothed_lr_is_not_paired_with_another_lrs_loss(tmp_path):
+    """With tune.smooth the table's LR is the fitted one, which no trial trained: status printed
+    'lr 0.00881 (val 4.9091 ...)' where 4.9091 was measured at 0.008621, the best trial's LR."""
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    _lr_folder(tmp_path, table=False)
+    row = dict(size=16, r=1, tuned_r=1, N_unique=1000, N_usage=1000, lr_best=0.008621, best_val_loss=4.9091,
+               lr_smoothed=0.00881, lr=0.00881, n_trials=3, n_pruned=0, budget_tokens=1000, study_name="s",
+               storage="sqlite:///x")  # fmt: skip
+    write_table_atomic(to_table([row], _lr_table_schema()), tmp_path / "lr_table.parquet")
+    text = format_status(collect_status(tmp_path))
+    assert "  size 16 r 1: lr 0.00881 (val 4.9091 at lr 0.008621, the best trial's; lr is smoothed, 3 trials, " \
+           "0 pruned)" in text  # fmt: skip

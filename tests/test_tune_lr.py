@@ -159,6 +159,31 @@ def test_edge_of_tried_names_a_best_lr_at_either_end():
     assert edge_of_tried(two, 1e-2) is None  # two LRs: every choice is an end, nothing to say
 
 
+def test_edge_of_tried_counts_unhealthy_failed_trials_but_not_raised_ones():
+    """LRs 3, 10, 30 where 10 and 30 failed as unhealthy (did not learn): 3 was chosen, the lowest tried, and no
+    warning was given because failed trials did not count. An unhealthy trial bounds the LR from its side; one
+    that raised (a crash) says nothing about its LR."""
+    from loopscale.sweep.lr_search import edge_of_tried
+
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 100.0, log=True)}
+    fail = optuna.trial.TrialState.FAIL
+
+    def study(kinds):
+        st = optuna.create_study()
+        st.add_trial(optuna.trial.create_trial(params={"lr": 3.0}, distributions=dist, value=4.77))
+        for lr, kind in zip((10.0, 30.0), kinds, strict=True):
+            st.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, state=fail,
+                                                   user_attrs={"fail_kind": kind}))  # fmt: skip
+        return st
+
+    assert edge_of_tried(study(["unhealthy", "unhealthy"]), 3.0) == "lowest"
+    assert edge_of_tried(study(["error", "error"]), 3.0) is None  # one LR tried that says anything
+    # diverged above the chosen LR: it is the highest healthy one, but not an edge of what was tried
+    above = study(["unhealthy", "unhealthy"])
+    above.add_trial(optuna.trial.create_trial(params={"lr": 1.0}, distributions=dist, value=4.9))
+    assert edge_of_tried(above, 3.0) is None
+
+
 def test_edge_advice_names_the_setting_that_would_tell():
     """The hint said 'widen tune.lr_min / tune.lr_max' for a best LR of 0.0212 far inside [0.001, 0.1]."""
     from loopscale.sweep.lr_search import edge_advice
