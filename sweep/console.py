@@ -14,8 +14,8 @@ stage, and Ray's own output kept out of the way.
   and one at its end (no bars, no colour codes).
 * Each view also writes ``OUT/logs/progress.json`` (stage, counts — of runs, and the grid's Tune trials by status
   under ``trials`` —, rate, ETA, pid, host, time) at most every
-  :data:`HEARTBEAT_S` seconds and at its end: ``loopscale status`` reads it to tell a running command from a
-  stopped one.
+  :data:`HEARTBEAT_S` seconds, at once when the grid's counts change or an LR trial ends, and at its end:
+  ``loopscale status`` reads it to tell a running command from a stopped one.
 
 Tune callbacks run in the driver process; they reach the active display through the module functions
 (:func:`grid_observe`, :func:`lr_trial_finished`), so nothing unpicklable is stored in a callback.
@@ -671,6 +671,10 @@ class LRView(_View):
         n = sum(self.states.values())
         now = time.time()
         self._eta, self._eta_at = (now - self.t0) * max(0, self.total - n) / n, now
+        # a trial ended: progress.json says so now, as the grid's display does when its counts change (nothing
+        # writes it between trials, so a write left to the heartbeat would wait for the next trial to end, and
+        # `loopscale status` would show the counts, best LR and ETA of a trial ago)
+        self._urgent = True
         self.show(n, self._text(), short=self._short())
 
     @property

@@ -314,6 +314,25 @@ def test_the_lr_display_writes_what_status_shows(tmp_path):
     assert p["trials"] == {"COMPLETE": 1, "PRUNED": 1, "FAIL": 0} and p["best"] == [[16, 1, 0.02, 3.25]]
 
 
+def test_the_lr_display_writes_each_finished_trial_at_once(tmp_path, monkeypatch):
+    """A trial that ends within HEARTBEAT_S of the last write is in progress.json at once: nothing writes the file
+    between trials, so a write left to the heartbeat showed the counts, best LR and ETA of a trial ago."""
+    clock = [1000.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    con = console.Console(open(os.devnull, "w"), interactive=False)
+    con.out_dir = tmp_path
+    view = console.LRView(con, {"s16": (16, 1)}, 4)
+    clock[0] += 10.0
+    view.record("s16", 0.02, "COMPLETE", 3.25)
+    clock[0] += 1.0  # under HEARTBEAT_S after that write
+    view.record("s16", 0.01, "COMPLETE", 3.5)
+    clock[0] += 1.0
+    view.record("s16", 0.5, "PRUNED", None)
+    p = json.loads((tmp_path / "logs" / "progress.json").read_text())
+    assert p["trials"] == {"COMPLETE": 2, "PRUNED": 1, "FAIL": 0} and p["best"] == [[16, 1, 0.02, 3.25]]
+    assert (p["total"], p["eta_s"], p["updated_at"], p["finished"]) == (4, 4.0, 1012.0, False)  # 3 of 4 in 12 s
+
+
 def test_a_folder_that_is_not_a_loopscale_output_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(NotAnOutput, match="not a loopscale output folder"):
