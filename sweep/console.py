@@ -646,31 +646,50 @@ class LRView(_View):
     """Progress of LR tuning: trials done/pruned/failed over all studies, the best LR so far per (size, r), and an
     ETA = time so far x trials left / trials finished in this command (pruned trials end early, so it is an
     estimate from the mix seen so far; none before the first trial ends). Between trials the ETA counts down.
+    Trials the studies held before this command (an interrupted study that ``--resume`` goes on with) count as
+    finished, so the counts reach the total when the last study ends and the ETA is of the trials left.
 
     Args:
         studies: {study name: (size, r)} of the studies this command runs.
         per_study: trials per study (``tune.num_samples``, or the number of ``lr_values``).
+        before: (study name, lr, Optuna state, value) of each trial those studies held before this command.
     """
 
     stage = "tune-lr"
 
-    def __init__(self, con: Console, studies: dict[str, tuple[int, int]], per_study: int):
+    def __init__(
+        self,
+        con: Console,
+        studies: dict[str, tuple[int, int]],
+        per_study: int,
+        before: list[tuple[str, float, str, float | None]] | tuple = (),
+    ):
         super().__init__(con, len(studies) * per_study)
         self.studies = studies
         self.states = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
         self.best: dict[tuple[int, int], tuple[float, float]] = {}  # (size, r) -> (value, lr)
         self._eta: float | None = None
         self._eta_at = self.t0
+        for trial in before:
+            self._count(*trial)
+        self.prior = sum(self.states.values())  # trials finished before this command
+        self.total = max(self.total, self.prior)
 
-    def record(self, study_name: str, lr: float, state: str, value: float | None) -> None:
+    def _count(self, study_name: str, lr: float, state: str, value: float | None) -> None:
         self.states[state] = self.states.get(state, 0) + 1
         key = self.studies.get(study_name)
         if key is not None and state == "COMPLETE" and value is not None:
             if key not in self.best or (value, lr) < self.best[key]:
                 self.best[key] = (float(value), float(lr))
+
+    def record(self, study_name: str, lr: float, state: str, value: float | None) -> None:
+        self._count(study_name, lr, state, value)
         n = sum(self.states.values())
+        # a study that had finished trials before this command may try other LRs than it would have (its sampler
+        # past its random start): more trials than planned
+        self.total = max(self.total, n)
         now = time.time()
-        self._eta, self._eta_at = (now - self.t0) * max(0, self.total - n) / n, now
+        self._eta, self._eta_at = (now - self.t0) * (self.total - n) / (n - self.prior), now
         # a trial ended: progress.json says so now, as the grid's display does when its counts change (nothing
         # writes it between trials, so a write left to the heartbeat would wait for the next trial to end, and
         # `loopscale status` would show the counts, best LR and ETA of a trial ago)
@@ -711,7 +730,8 @@ class LRView(_View):
 
     def summary(self) -> str:
         n = sum(self.states.values())
-        return f"tune-lr: {n} trials in {_fmt_s(time.time() - self.t0)}: {self._text(with_eta=False)}"
+        before = f" ({self.prior} of them before this command)" if self.prior else ""
+        return f"tune-lr: {n} trials{before} in {_fmt_s(time.time() - self.t0)}: {self._text(with_eta=False)}"
 
 
 class BootstrapView(_View):

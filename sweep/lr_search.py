@@ -574,6 +574,24 @@ def _run_study(
     return plan
 
 
+def finished_trials(storage_url: str, study_names) -> list[tuple[str, float, str, float | None]]:
+    """(study name, lr, state name, value) of each finished trial (complete, pruned or failed) that the studies
+    ``study_names`` hold in ``storage_url``: those of a study an earlier command began (stopped mid-study, or
+    without a healthy trial); none of a study not created yet."""
+    import optuna
+
+    storage = optuna_storage(storage_url)
+    have = set(optuna.study.get_all_study_names(storage))
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+    out = []
+    for name in study_names:
+        if name not in have:
+            continue
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False, states=states):
+            out.append((name, float(t.params["lr"]), t.state.name, t.value))
+    return out
+
+
 def _study_failure(study) -> tuple[str, list[str]] | None:
     """(kind, reasons) when no trial of ``study`` is complete and healthy, else None. kind is ``"error"`` when every
     trial raised, ``"unhealthy"`` otherwise (some diverged or did not learn, see :func:`unhealthy_reason`)."""
@@ -738,7 +756,8 @@ def run_tune_lr(
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         names = {f"{spec.name}_size{s}_r{r}": (s, r) for s, r in pending}
-        console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune)))
+        before = finished_trials(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}", names)
+        console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune), before))
         # ending_view first: a Ray that fails to start must not leave the LR display open
         with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             from loopscale.cluster.connect import no_node_fits

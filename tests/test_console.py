@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 from types import SimpleNamespace
@@ -311,6 +312,36 @@ def test_lr_view_eta_from_trials_finished_so_far(monkeypatch):
     assert view.eta_s == 0.0 and "ETA" not in view._text()
     view.close()
     assert "ETA" not in buf.getvalue().splitlines()[-1]  # the summary line has none
+
+
+def test_lr_view_counts_the_trials_a_resumed_study_finished_before(monkeypatch, tmp_path):
+    """--resume of a study stopped after 2 of its 3 trials: those count as finished (and their best LR), so the
+    counts reach the total when the last study ends, and the ETA is of the trials left at this command's rate."""
+    clock = [100.0]
+    monkeypatch.setattr(console.time, "time", lambda: clock[0])
+    con = console.Console(io.StringIO(), interactive=False)
+    con.out_dir = tmp_path
+    before = [("a", 0.01, "COMPLETE", 3.2), ("a", 0.1, "PRUNED", None)]
+    view = console.LRView(con, {"a": (16, 1), "b": (16, 2)}, per_study=3, before=before)
+    assert (view.prior, view.total, view.eta_s) == (2, 6, None)
+    assert view.states == {"COMPLETE": 1, "PRUNED": 1, "FAIL": 0} and view.best == {(16, 1): (3.2, 0.01)}
+    clock[0] += 20
+    view.record("a", 0.03, "COMPLETE", 3.1)  # 3 of 6; 1 in this command, in 20 s: 3 left
+    assert view.eta_s == 60.0
+    for lr in (0.02, 0.04):
+        clock[0] += 10
+        view.record("b", lr, "COMPLETE", 3.0 + lr)
+    clock[0] += 10
+    view.record("b", 0.2, "PRUNED", None)
+    view.close()
+    p = json.loads((tmp_path / "logs" / "progress.json").read_text())
+    assert (p["finished"], p["total"], p["eta_s"]) == (True, 6, 0.0)
+    assert p["trials"] == {"COMPLETE": 4, "PRUNED": 2, "FAIL": 0}
+    assert p["best"] == [[16, 1, 0.03, 3.1], [16, 2, 0.02, 3.02]]
+    assert con.stream.getvalue().splitlines()[-1] == (
+        "tune-lr: 6 trials (2 of them before this command) in 50s: done 4 · pruned 2 · failed 0 · best size 16 "
+        "r 1: lr 0.03 (3.100); size 16 r 2: lr 0.02 (3.020)"
+    )
 
 
 def test_bootstrap_view_follows_run_chunks(monkeypatch):

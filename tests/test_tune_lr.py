@@ -67,6 +67,42 @@ def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path
     assert again.to_pylist() == rows and time.time() - t0 < first_s / 2
 
 
+def test_the_lr_display_counts_the_trials_studies_held_before(tmp_path, monkeypatch):
+    """tune-lr goes on with a study an earlier command stopped after 2 trials: the display starts with them (the
+    mirror does not report them again), so the counts reach the total; other studies' trials are not counted."""
+    from loopscale.cluster import connect
+    from loopscale.sweep import console
+    from loopscale.sweep.lr_search import LRSpace
+
+    spec = _spec(num_samples=3)
+    name = f"{spec.name}_size16_r2"  # tune_per_r false: one study, at the largest r
+    db = f"sqlite:///{(tmp_path / 'tune_lr' / 'optuna.db').resolve()}"
+    (tmp_path / "tune_lr").mkdir()
+    dist = LRSpace({}, 1e-4, 1e-1, None).distribution()
+    for study_name, trials in ((name, [(0.01, 3.2), (0.1, None)]), ("another_size16_r2", [(0.02, 3.0)])):
+        study = optuna.create_study(study_name=study_name, storage=db)
+        for lr, value in trials:
+            state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.PRUNED
+            study.add_trial(
+                optuna.trial.create_trial(params={"lr": lr}, distributions={"lr": dist}, value=value, state=state)
+            )
+    views = []
+    monkeypatch.setattr(console, "start_view", lambda v, start=console.start_view: views.append(v) or start(v))
+
+    class _NoRay(Exception):
+        pass
+
+    def no_ray(*a, **k):
+        raise _NoRay
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)
+    with pytest.raises(_NoRay):
+        run_tune_lr(spec, tmp_path, plot=False)
+    (view,) = views
+    assert view.states == {"COMPLETE": 1, "PRUNED": 1, "FAIL": 0} and view.best == {(16, 2): (3.2, 0.01)}
+    assert (view.prior, view.total) == (2, 3)
+
+
 class _T:
     def __init__(self, lr, tid):
         self.config, self.trial_id = {"lr": lr}, tid
