@@ -88,7 +88,8 @@ def test_lr_section_shows_the_runs_lr_and_says_when_the_table_was_not_used(tmp_p
     text = _section(build_report(tmp_path / "run").read_text(encoding="utf-8"), "## Learning rates")
     assert "**The runs did not use this table** at 12 of 12 (size, r)" in text
     row16 = next(line for line in text.splitlines() if line.startswith("| 16 | 4 |"))
-    assert row16.split("|")[8].strip() == "0.01"
+    header = next(line for line in text.splitlines() if line.startswith("| size | r |")).split("|")
+    assert row16.split("|")[header.index(" LR of the runs ")].strip() == "0.01"
 
 
 def test_report_of_a_sweep_folder_or_a_file_says_what_to_run(tmp_path):
