@@ -67,7 +67,7 @@ RUNS_SCHEMA = pa.schema(
         _f("effective_depth", pa.int64(), "layers", "n_prelude + r n_recur_block + n_coda"),
         _f("injection", pa.string(), "-", "linear | additive | passthrough | hyperconnect"),
         _f("bptt_k", pa.int64(), "count", "recurrences that carry gradient (= r for full BPTT)"),
-        _f("hc_lanes", pa.int64(), "count", "hyperconnection lanes K"),
+        _f("hc_lanes", pa.int64(), "count", "hyperconnection lanes K (null for a run without hyperconnections)"),
         _f("seq_len", pa.int64(), "tokens", "context length T"),
         _f("vocab_size", pa.int64(), "tokens", "vocabulary size V"),
         _f("N_once", pa.int64(), "parameters", "unique non-embedding params run once (prelude, coda, norms)"),
@@ -351,7 +351,7 @@ def run_record(
         "effective_depth": int(md["n_prelude"] + md["r"] * md["n_recur_block"] + md["n_coda"]),
         "injection": md.get("injection"),
         "bptt_k": md.get("bptt_k"),
-        "hc_lanes": md.get("hc_lanes"),
+        "hc_lanes": md.get("hc_lanes") if md.get("injection") == "hyperconnect" else None,  # no lanes: null
         "seq_len": md.get("seq_len"),
         "vocab_size": md.get("vocab_size"),
         "N_once": result.get("N_once"),

@@ -118,6 +118,17 @@ def test_record_fields_come_from_cell_and_result(tmp_path):
         rec.lr = 1.0
 
 
+def test_hc_lanes_is_recorded_only_for_runs_with_hyperconnections():
+    """Every baseline and trunc_bptt row (r = 1 included) recorded hc_lanes = 2, the config's unused default, so
+    `hc_lanes == 2` also picked runs without lanes; `loopscale model info` gives null there. Now so does the row."""
+    spec = preset_spec("smoke").model_copy(update={"variants": ["baseline", "trunc_bptt", {"name": "hyperconnect", "hc_lanes": 3}]})
+    lanes = {}
+    for c in spec.cells():
+        lanes.setdefault((c.variant, c.r > 1), set()).add(run_record(c, _result(3.3)).hc_lanes)
+    assert lanes == {("baseline", False): {None}, ("baseline", True): {None}, ("trunc_bptt", True): {None},
+                     ("hyperconnect", True): {3}}  # fmt: skip
+
+
 def test_look_only_reads_an_orphan_runs_part_as_run_would(tmp_path):
     """A runs part without its curves part (a crash between the two writes) is moved aside by a real read, so its
     run counts as unfinished (or falls back to its consolidated record). Inside ``look_only`` (the dry run) the part
