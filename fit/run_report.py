@@ -739,6 +739,12 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             "Not computed: this grid uses token budgets (every size trained for the same D), so no cell holds "
             "several sizes at one compute budget. Use `budgets: {C: [sizes]}` in the spec for IsoFLOP cells.\n"
         )
+    elif ana.get("budget_kind") == "C" and (iso is None or not len(iso)):
+        L.append("## IsoFLOP parabolas\n")
+        L.append(
+            "Not computed: no (budget, r) cell of this grid holds 3 or more sizes, and a parabola in log N needs 3 "
+            "points. List at least 3 sizes per budget in `budgets: {C: [sizes]}` for IsoFLOP cells.\n"
+        )
     if iso is not None and len(iso):
         L.append("## IsoFLOP parabolas (approximate)\n")
         L.append(

@@ -777,3 +777,19 @@ def test_lr_table_of_a_shared_study_names_the_model_it_tuned_and_a_grid_search_i
     (run / "spec.yaml").write_text(spec.replace("tune:\n", "tune:\n  lr_values: [0.002, 0.01, 0.05]\n", 1))
     text = build_report(run).read_text(encoding="utf-8")
     assert "## Learning rates (stage 1: a grid over tune.lr_values through Ray Tune, ASHA pruning)" in text
+
+
+def test_an_isoflop_grid_without_parabolas_says_why(tmp_path):
+    """An iso-FLOP grid of 2 sizes per budget had no 'IsoFLOP parabolas' section at all (a token-budget grid's says
+    'Not computed'), though the README lists the section: a parabola needs 3 sizes in a (budget, r) cell."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    assert ana["budget_kind"] == "D" and not (run / "fit" / "isoflop.parquet").exists()
+    ana["budget_kind"] = "C"
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "## IsoFLOP parabolas")
+    assert "Not computed: no (budget, r) cell of this grid holds 3 or more sizes" in sec and "token budgets" not in sec
