@@ -115,13 +115,18 @@ def file_digest(path: str | Path) -> str:
 def variant_frames(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Rows per variant (``variant`` column; all rows are ``baseline`` without one); a variant without r = 1 rows
     borrows the baseline's (or those of a variant of r = 1 runs only: :func:`loopscale.fit.io.shared_r1`), so each
-    frame is one variant's fit."""
+    frame is one variant's fit. The variant that lends its r = 1 runs gets no frame of its own when it has no looped
+    runs and other variants have (a spec whose ``variants`` leave out ``baseline``: its r = 1 runs are labelled
+    ``baseline``)."""
     if "variant" not in df.columns:
         return {"baseline": df}
     names = sorted(df["variant"].astype(str).unique().tolist(), key=lambda v: (v != "baseline", v))
     base, r1 = shared_r1(df, "baseline" if "baseline" in names else names[0])
+    looped = set(df.loc[df["r"] > 1, "variant"].astype(str))
     out = {}
     for v in names:
+        if v == base and v not in looped and looped:  # r = 1 runs only (a spec without `baseline`): lent, no fit
+            continue
         sub = df[df["variant"].astype(str) == v]
         if v != base and not (sub["r"] == 1).any():
             sub = pd.concat([sub, r1])

@@ -350,13 +350,12 @@ def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, st
         if not looped:
             return df, None
         variant = looped[0]  # one looped variant beside the shared r = 1 runs: that variant's fit
-    frames = variant_frames(df)
-    if variant not in frames:
+    if variant not in names:
         raise ValueError(f"--variant {variant}: the table's variants are {names}")
     if variant not in looped:
         raise ValueError(f"--variant {variant}: it has no looped (r > 1) runs in the table; the variants with looped "
                          f"runs are {looped}")  # fmt: skip
-    return frames[variant], variant
+    return variant_frames(df)[variant], variant
 
 
 class PerRunFitWarning(UserWarning):

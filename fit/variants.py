@@ -62,7 +62,8 @@ def compare_variants(
         ``stratify_by``, the cell columns the seeds are resampled within, and ``cell_means`` {variant: fitted to
         its cell means}); ``n_degenerate``; ``n_failed``; ``B``.
     Raises:
-        ValueError: no ``variant`` column, unknown baseline, fewer than 2 variants, or bad rows (as ``prepare``).
+        ValueError: no ``variant`` column, unknown baseline, a baseline without looped (r > 1) runs, fewer than 2
+            variants, or bad rows (as ``prepare``).
     """
     df = read_table(table)
     if "variant" not in df.columns:
@@ -79,6 +80,13 @@ def compare_variants(
         names = [v for v in names if v != lender]
     if len(names) < 2:
         raise ValueError(f"need at least 2 variants to compare; got {names}")
+    if not (df.loc[df["variant"] == baseline, "r"] > 1).any():
+        others = [v for v in names if v != baseline]
+        raise ValueError(
+            f"no Δφ: the baseline {baseline!r} has no looped (r > 1) runs, only the r = 1 runs every variant's fit "
+            f"shares, so it has no φ to compare {others} with (a spec whose variants leave out 'baseline'; add it "
+            f"to variants, or compare two of these variants: compare_variants(table, baseline={others[0]!r}))"
+        )
     per: dict[str, pd.DataFrame] = {}
     for v in names:
         sub = df[df["variant"] == v]

@@ -495,7 +495,10 @@ def tuning_tokens_asked(spec, cfg, r: int) -> float:
 def tuning_budget(spec, size: int, r: int):
     """The base cell of the (size, r) study and its budget: ``(cell, steps, steps_per_milestone)``. The budget is
     :func:`tuning_tokens_asked`, in whole steps of the training batch, rounded up to a whole number of steps per
-    milestone (at least one step per milestone)."""
+    milestone (at least one step per milestone). The base cell is the ``baseline`` model of (size, r), whose LR every
+    variant's runs of (size, r) train with, also when the spec's ``variants`` do not list ``baseline``."""
+    if not any(v.name == "baseline" for v in spec.variants):
+        spec = spec.model_copy(update={"variants": [{"name": "baseline"}]})
     lr_tab = {(s, rr): 1.0 for s in spec.all_sizes() for rr in spec.r}
     cells = [
         c for c in spec.cells(lr_table=lr_tab) if c.size == size and c.r == r and c.variant == "baseline"

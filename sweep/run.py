@@ -160,12 +160,19 @@ def design_warning(spec) -> str | None:
     """What a grid the joint law can fit still lacks for the identification rule (``loopscale.fit.identify``), or
     None: without r = 1 runs phi cannot be fitted per r (each looped r against the r = 1 runs), so that check and
     the report's per-r phi table are missing and identification rests on the profile and the parameter bounds
-    alone; the paper's grid has r = 1 at every size (Sec. 3)."""
+    alone; the paper's grid has r = 1 at every size (Sec. 3). Several variants without ``baseline`` get each their
+    own phi but no Δφ (the paper's case studies, Table 3, set each variant beside the baseline)."""
+    said = []
     if 1 not in spec.r:
-        return (f"the grid has no r = 1 runs (r = {sorted(spec.r)}): phi cannot be fitted per r against r = 1, so the "
-                "identification rule's per-r check and the report's per-r phi table are left out; add 1 to r "
-                "(the paper's grid has it at every size)")  # fmt: skip
-    return None
+        said.append(f"the grid has no r = 1 runs (r = {sorted(spec.r)}): phi cannot be fitted per r against r = 1, so "
+                    "the identification rule's per-r check and the report's per-r phi table are left out; add 1 to r "
+                    "(the paper's grid has it at every size)")  # fmt: skip
+    names = [v.name for v in spec.variants]
+    if len(names) > 1 and "baseline" not in names:
+        said.append(f"variants {names} leave out baseline: each variant gets its own phi (with the shared r = 1 runs), "
+                    "but the report has no Δφ = φ_variant − φ_baseline, which needs the baseline's looped runs; add "
+                    "baseline to variants for the comparison")  # fmt: skip
+    return "; ".join(said) or None
 
 
 def check_design(spec) -> None:

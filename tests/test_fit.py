@@ -990,6 +990,34 @@ def test_the_variant_comparison_lends_plain_r1_runs_as_the_variant_fits_do():
         want["comparisons"]["trunc_bptt"]["delta_phi"], abs=1e-6)
     assert got["comparisons"]["trunc_bptt"]["delta_phi"] == pytest.approx(-0.4, abs=0.1)
 
+def test_variants_without_a_looped_baseline_fit_each_variant_and_say_why_there_is_no_delta_phi():
+    """A spec whose variants leave out baseline (e.g. [trunc_bptt, hyperconnect]) labels its r = 1 runs 'baseline'.
+    Its report had a 'Variant baseline' section of r = 1 runs only ('no joint fit ... needs at least two values of
+    r') and skipped the Δφ table saying '4 run(s) left is fewer than the 6 parameters', though the reason is that
+    there is no looped baseline to compare with. The r = 1 runs are now only lent, and the comparison says why."""
+    from loopscale.fit import compare_variants
+    from loopscale.fit.analysis import variant_frames
+
+    base = _base_joint().assign(variant="baseline", status="ok")
+    looped = base[base["r"] > 1]
+    n_x = looped["N_once"] + looped["r"] ** 0.1 * looped["N_rec"]
+    trunc = looped.assign(variant="trunc_bptt", loss=1.6 + 30 * n_x**-0.2 + 900 * looped["D"] ** -0.37)
+    hyper = looped.assign(variant="hyperconnect")
+    table = pd.concat([base[base["r"] == 1], trunc, hyper], ignore_index=True)
+    frames = variant_frames(table)
+    assert sorted(frames) == ["hyperconnect", "trunc_bptt"]
+    for v, f in frames.items():
+        assert (f["r"] == 1).sum() == (base["r"] == 1).sum() and (f.loc[f["r"] > 1, "variant"] == v).all()
+    with pytest.raises(ValueError, match=r"no Δφ: the baseline 'baseline' has no looped \(r > 1\) runs") as e:
+        compare_variants(table, B=4, starts=20, workers=1)
+    assert "compare_variants(table, baseline='hyperconnect')" in str(e.value)
+    got = compare_variants(table, baseline="hyperconnect", B=4, starts=40, workers=1)
+    assert set(got["comparisons"]) == {"trunc_bptt"}
+    assert got["comparisons"]["trunc_bptt"]["delta_phi"] == pytest.approx(0.1 - 0.5, abs=0.1)
+    with_base = pd.concat([base, trunc], ignore_index=True)  # the usual labels: baseline keeps its fit
+    assert sorted(variant_frames(with_base)) == ["baseline", "trunc_bptt"]
+
+
 def test_fit_cli_marks_a_parameter_on_the_box_edge_where_it_prints_it(tmp_path):
     """A parameter on the search-box edge was printed as a fitted value ('phi = -3') and named only at the end of
     the next line (on_bound = [...]); its value now carries '(edge)' where it is printed, and only those do."""

@@ -200,6 +200,28 @@ def test_a_grid_without_r1_is_planned_with_a_warning(tmp_path):
     assert plan(no_r1)["design_warning"].startswith("the grid has no r = 1 runs (r = [2, 4, 8]): phi cannot be")
 
 
+def test_variants_without_baseline_are_planned_with_a_warning_and_tuned_on_the_baseline_model():
+    """`variants: [trunc_bptt, hyperconnect]` with `lr: tune`: the dry run and tune-lr crashed (IndexError in
+    tuning_budget, after the first study had trained), as the LR studies looked for baseline cells at r > 1. The
+    studies now tune the baseline model of each (size, r), whose LR every variant trains with, as when baseline is
+    listed; the plan says that such a spec gets no Δφ."""
+    from loopscale.sweep.lr_search import study_keys, tuning_budget
+    from loopscale.sweep.run import design_warning
+
+    spec = preset_spec("smoke").model_copy(update={"lr": "tune"})
+    listed = spec.model_copy(update={"variants": ["baseline", "trunc_bptt", "hyperconnect"]})
+    left_out = spec.model_copy(update={"variants": ["trunc_bptt", "hyperconnect"]})
+    assert design_warning(listed) is None and design_warning(spec.model_copy(update={"variants": ["hyperconnect"]})) is None
+    assert design_warning(left_out).startswith("variants ['trunc_bptt', 'hyperconnect'] leave out baseline: each")
+    assert plan(left_out)["design_warning"] == design_warning(left_out)
+    for size, r in study_keys(left_out):
+        got, want = tuning_budget(left_out, size, r), tuning_budget(listed, size, r)
+        assert got[0].variant == "baseline" and got[0].run.model == want[0].run.model and got[1:] == want[1:]
+    assert plan(left_out)["lr_trial_tokens"] == plan(listed)["lr_trial_tokens"]
+    both = left_out.model_copy(update={"r": [2, 4, 8]})
+    assert design_warning(both) == design_warning(spec.model_copy(update={"r": [2, 4, 8]})) + "; " + design_warning(left_out)
+
+
 def test_the_plan_counts_lr_tuning_flops_and_warns_when_they_exceed_the_grids():
     """`lr: tune` on a small grid can cost more than the grid (a user's smoke-sized spec: 64 LR trials of 0.3-1.4 M
     tokens, ~100x the grid's tokens; the smoke preset itself: 2x its FLOPs), while the plan's FLOPs and GPU-hours
