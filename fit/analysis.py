@@ -550,8 +550,9 @@ def analyze(
         elif "C" in frame.columns:
             if budget_kind == "C":
                 budgets = sorted(frame["budget"].unique())
-            else:  # token budgets: evaluate the law's frontier at 4 log-spaced compute budgets spanning the grid
-                budgets = list(np.geomspace(frame["C"].min(), frame["C"].max(), 4))
+            else:  # token budgets: the law's frontier at 4 log-spaced compute budgets spanning the whole grid, so
+                # every variant's rows are at the same C (each variant's own C range gave each its own budgets)
+                budgets = list(np.geomspace(df["C"].min(), df["C"].max(), 4))
             fr = compute_optimal_frontier(joint, frame, budgets)
             fr.insert(0, "variant", vname)
             frontier_rows.append(fr)

@@ -793,3 +793,24 @@ def test_an_isoflop_grid_without_parabolas_says_why(tmp_path):
     p.write_text(json.dumps(ana), encoding="utf-8")
     sec = _section(build_report(run).read_text(encoding="utf-8"), "## IsoFLOP parabolas")
     assert "Not computed: no (budget, r) cell of this grid holds 3 or more sizes" in sec and "token budgets" not in sec
+
+
+def test_the_frontier_of_a_token_budget_grid_puts_every_variant_at_the_same_compute_budgets(tmp_path):
+    """On a token-budget grid each variant's frontier rows were at 4 budgets spaced over its own runs' C range, so
+    no row of one variant could be set beside another's at one C (trunc_bptt from 4.307e8, baseline from 5.576e8).
+    They are now spaced over the whole grid's C range."""
+    import pandas as pd
+
+    from loopscale.fit import analysis
+
+    runs = pq.read_table(EXAMPLE / "runs.parquet").to_pandas()
+    looped = runs[runs["r"] > 1]
+    other = looped.assign(variant="trunc_bptt", run_id=looped["run_id"] + "t", C=looped["C"] * 0.8,
+                          final_val_loss=looped["final_val_loss"] + 0.01)  # fmt: skip
+    both = pd.concat([runs, other], ignore_index=True)
+    analysis.analyze(both, tmp_path / "fit", B=0, starts=8, workers=1, plots=False)
+    fr = pq.read_table(tmp_path / "fit" / "frontier.parquet").to_pandas()
+    cs = {v: sorted(set(g["C"])) for v, g in fr.groupby("variant")}
+    assert sorted(cs) == ["baseline", "trunc_bptt"] and cs["baseline"] == cs["trunc_bptt"] and len(cs["baseline"]) == 4
+    ok = both[both["status"] == "ok"]
+    assert cs["baseline"][0] == pytest.approx(ok["C"].min()) and cs["baseline"][-1] == pytest.approx(ok["C"].max())
