@@ -1447,7 +1447,8 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) 
 
     Raises:
         ValueError: ``out/spec.yaml`` differs from ``spec``, its runs are not all cells of ``spec`` (without a
-            ``spec.yaml``), or the corpus changed since; nothing is changed.
+            ``spec.yaml``; with this spec's, runs an older loopscale defined otherwise), or the corpus changed since;
+            nothing is changed.
     """
     check_out_outside_corpus(out, spec)
     spec_file = Path(out) / FOLDER_SPEC
@@ -1459,17 +1460,21 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) 
             + (f"; it differs in {diff}" if diff else "")
             + "); use another --out directory (nothing there was changed)"
         )
-    if not old.strip():  # deleted, torn by a crash, or an older sweep's folder: the run records tell the grid
-        check_folder_runs(out, spec)
+    # without a spec.yaml (deleted, torn by a crash, or an older sweep's folder) the run records tell the grid; with
+    # this spec's, records that are no cells of it were defined by another loopscale (its run ids differ)
+    check_folder_runs(out, spec, same_spec=bool(old.strip()))
     if corpus:
         check_folder_corpus(out, spec)
 
 
-def check_folder_runs(out: str | Path, spec: SweepSpec) -> None:
+def check_folder_runs(out: str | Path, spec: SweepSpec, *, same_spec: bool = False) -> None:
     """Refuse a folder whose run records (``runs.parquet`` and its parts; any status) include runs that are not
     cells of ``spec``: ``run`` would fit them with the spec's as one grid, and ``status`` would count fewer planned
     than the report fitted. For ``lr: tune`` the cells are those of the folder's LR table; without a readable one
-    the runs' LRs are not known and the folder passes.
+    the runs' LRs are not known and the folder passes. ``same_spec``: the folder's ``spec.yaml`` is ``spec``, so
+    such runs were recorded by a loopscale that defined runs otherwise (their run ids differ from today's): a
+    sweep would train every cell again beside them and the fit would count both; the message says how to refit
+    or report them without training.
 
     Raises:
         ValueError: naming how many runs are not cells of ``spec`` and a few of them; nothing is changed.
@@ -1506,6 +1511,15 @@ def check_folder_runs(out: str | Path, spec: SweepSpec) -> None:
 
         named = ", ".join(what(row) for row in foreign[:3])
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        if same_spec:
+            raise ValueError(
+                f"{out.resolve()}: {len(foreign)} of its {len(recorded)} recorded runs are not cells of its spec as "
+                f"this loopscale defines runs ({named}{more}): an older loopscale recorded them, whose run "
+                "definition differed, so their run ids are not today's; a sweep here would train every cell again "
+                "beside them and the fit would count both. Refit them without training with `loopscale fit "
+                f"{out} --bootstrap 200 --identify`, rebuild the report with `loopscale report {out}`, or train "
+                "the spec into another --out directory (nothing there was changed)"
+            )
         raise ValueError(
             f"{out.resolve()} has no spec.yaml and {len(foreign)} of its {len(recorded)} recorded runs are not cells "
             f"of this spec ({named}{more}): they are another grid's, and the fit would mix both; use another --out "

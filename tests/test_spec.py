@@ -823,3 +823,30 @@ def test_an_unknown_key_says_where_it_belongs_or_what_is_allowed(section, key, h
     with pytest.raises(SpecError) as e:
         parse_spec(d)
     assert f"{section + '.' if section else ''}{key}: Extra inputs are not permitted ({hint}" in str(e.value)
+
+
+def test_a_folder_of_runs_an_older_loopscale_defined_otherwise_is_refused_with_the_refit_commands(tmp_path):
+    """docs/example_cpu_previous_default's spec.yaml is its spec, but its 48 run ids were made by a loopscale that
+    defined runs otherwise: `run spec.yaml --out COPY --resume` started training all 48 cells again beside them
+    (the fit would have counted both). Runs that are no cells of the folder's own spec are now refused before
+    anything is written, naming the commands that refit or report them without training; a folder whose runs are
+    today's cells (docs/example_cpu) passes."""
+    import shutil
+
+    import yaml
+
+    from loopscale.sweep.spec import FOLDER_SPEC, check_folder_spec
+
+    docs = ROOT / "docs"
+    old = tmp_path / "old"
+    shutil.copytree(docs / "example_cpu_previous_default", old)
+    spec = parse_spec(yaml.safe_load((old / FOLDER_SPEC).read_text()))
+    before = sorted((p.name, p.stat().st_size) for p in old.rglob("*"))
+    with pytest.raises(ValueError, match=r"48 of its 48 recorded runs are not cells of its spec as this loopscale "
+                                         r"defines runs \(.*\): an older loopscale recorded them.*`loopscale fit "
+                                         rf"{old} --bootstrap 200 --identify`, .*`loopscale report {old}`"):
+        check_folder_spec(old, spec, corpus=False)
+    assert sorted((p.name, p.stat().st_size) for p in old.rglob("*")) == before
+    now = tmp_path / "now"
+    shutil.copytree(docs / "example_cpu", now, ignore=shutil.ignore_patterns("second_seeds", "half_seeds"))
+    check_folder_spec(now, parse_spec(yaml.safe_load((now / FOLDER_SPEC).read_text())), corpus=False)

@@ -1,9 +1,9 @@
 """Tables and figures for docs/looping_at_small_scale/README.md from data/*.jsonl (written by experiments.py).
 
-    python docs/looping_at_small_scale/analyze.py
+    python docs/looping_at_small_scale/analyze.py [--data DIR]
 
 Prints Markdown tables (final losses, worth in unique layers) and writes curves.png, worth_vs_tokens.png and
-optimizer.png next to this file. Worth in layers uses loopscale.fit.ladder (loss linear in log L across the r = 1
+optimizer.png next to this file (with ``--data DIR``, a rerun's folder: into DIR). Worth in layers uses loopscale.fit.ladder (loss linear in log L across the r = 1
 ladder of the same width, budget and recipe).
 """
 
@@ -21,11 +21,13 @@ import numpy as np  # noqa: E402
 from loopscale.fit.ladder import fit_ladder, phi_from_worth  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"  # where the <group>.jsonl files are; the figures are written beside it (--data DIR: into DIR)
+FIGS = HERE
 
 
 def load(group: str) -> list[dict]:
     """Records of one experiment group ([] if it has not run)."""
-    p = HERE / "data" / f"{group}.jsonl"
+    p = DATA / f"{group}.jsonl"
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -87,7 +89,7 @@ def curves_figures(recs: list[dict]) -> str:
     ax.set_title("d = 16, MuonH, linear decay: r = 1 ladder (dashed) and looped models")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(HERE / "curves.png", dpi=120)
+    fig.savefig(FIGS / "curves.png", dpi=120)
     plt.close(fig)
 
     # worth in layers at every evaluation point (same step for every model: same data order, same schedule)
@@ -119,7 +121,7 @@ def curves_figures(recs: list[dict]) -> str:
     ax.set_title("looped models on the r = 1 ladder at each step\n(dotted: their own unique layers)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(HERE / "worth_vs_tokens.png", dpi=120)
+    fig.savefig(FIGS / "worth_vs_tokens.png", dpi=120)
     plt.close(fig)
     return "\n".join(rows)
 
@@ -145,11 +147,22 @@ def optimizer_figure(recs: list[dict]) -> None:
     ax.set_title("d = 16, D = 1M: looped models (squares) at their unique layers")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(HERE / "optimizer.png", dpi=120)
+    fig.savefig(FIGS / "optimizer.png", dpi=120)
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    global DATA, FIGS
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=None,
+                    help="folder of experiments.py's <group>.jsonl (default: data/ here); the figures go there too")
+    a = ap.parse_args(argv)
+    if a.data is not None:
+        if not sorted(a.data.glob("*.jsonl")):
+            ap.error(f"--data {a.data}: no <group>.jsonl files there (experiments.py --data {a.data} writes them)")
+        DATA = FIGS = a.data
     opt = load("optimizer")
     print("## optimizer\n")
     print(table_final(opt))

@@ -3,9 +3,10 @@
 Every run is one ``loopscale.model.train.train_run`` (the same trainer the sweep uses) on the embedded corpus,
 byte tokens, the ``cpu`` model family (head dim 16, T = 128), batch 1024 tokens, one thread per run, two runs side
 by side. Results append to ``data/<group>.jsonl`` (one JSON object per run, with its loss curve); a rerun skips the
-runs already there, so the script can be stopped and restarted.
+runs already there, so the script can be stopped and restarted. The committed ``data/`` holds every run, so a rerun
+of these groups writes into another folder: ``--data DIR`` (then ``analyze.py --data DIR``).
 
-    python docs/looping_at_small_scale/experiments.py GROUP [GROUP ...] [--workers 2]
+    python docs/looping_at_small_scale/experiments.py GROUP [GROUP ...] [--workers 2] [--data DIR]
 
 Groups:
   optimizer  d=16, D=1M: r=1 at 3/6/10 unique layers and r in {2,4,8}, plain Muon vs MuonH (the paper's).
@@ -132,10 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("groups", nargs="+")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--data", type=Path, default=DATA, help="folder of the <group>.jsonl files (default: data/ here)")
     a = ap.parse_args(argv)
-    DATA.mkdir(parents=True, exist_ok=True)
+    a.data.mkdir(parents=True, exist_ok=True)
     for group in a.groups:
-        out = DATA / f"{group}.jsonl"
+        out = a.data / f"{group}.jsonl"
         done = set()
         if out.exists():
             done = {json.loads(line)["name"] for line in out.read_text(encoding="utf-8").splitlines() if line}
