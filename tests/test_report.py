@@ -456,8 +456,9 @@ def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monk
     from loopscale.sweep.cli import version_line
     from loopscale.sweep.spec import load_spec
 
-    out = tmp_path / "O"
-    shutil.copytree(EXAMPLE, out)
+    src = EXAMPLE.parent / "example_cpu_seeds4"  # its run ids are today's cells of its spec (the other example's
+    out = tmp_path / "O"  # are an older loopscale's, a folder `run` refuses)
+    shutil.copytree(src, out)
     for name in ("run_meta.json", "report.md"):  # a folder of the example's spec, no command run in it yet
         (out / name).unlink()
     ana = json.loads((out / "fit" / "analysis.json").read_text(encoding="utf-8"))  # its fit/ stands for each fit:
@@ -468,7 +469,7 @@ def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monk
 
     def analyze(runs, o, **k):  # the example's fit/ stands for each fit (a refit moves the earlier one aside)
         fits.append(k["B"])
-        shutil.copytree(EXAMPLE / "fit", o, dirs_exist_ok=True)
+        shutil.copytree(src / "fit", o, dirs_exist_ok=True)
         (o / "analysis.json").write_text(json.dumps(today))
 
     monkeypatch.setattr(run_mod, "_grid_done", lambda spec, o: True)  # the example's runs stand for the grid's
