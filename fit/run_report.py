@@ -399,7 +399,8 @@ def _other_fit_rules(ana: dict) -> str | None:
         f"> **Made under other fit rules.** The fits shown here follow loopscale's fit rules version {made}; this "
         f"installation applies version {FIT_RULES_VERSION}, whose intervals and verdicts may differ (the README's "
         "\"How the fit works\"). The folder's `loopscale run` command rerun with `--resume` refits it under today's "
-        "rules, training nothing.\n"
+        "rules, training nothing (where `run` refuses the folder, e.g. one whose runs an older loopscale defined "
+        "otherwise, it names the `loopscale fit` that refits them instead).\n"
     )
 
 

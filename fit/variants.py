@@ -83,9 +83,10 @@ def compare_variants(
     if not (df.loc[df["variant"] == baseline, "r"] > 1).any():
         others = [v for v in names if v != baseline]
         raise ValueError(
-            f"no Δφ: the baseline {baseline!r} has no looped (r > 1) runs, only the r = 1 runs every variant's fit "
-            f"shares, so it has no φ to compare {others} with (a spec whose variants leave out 'baseline'; add it "
-            f"to variants, or compare two of these variants: compare_variants(table, baseline={others[0]!r}))"
+            f"no Δφ: the baseline {baseline!r} has no looped (r > 1) runs to fit, only the r = 1 runs every "
+            f"variant's fit shares, so it has no φ to compare {others} with (a spec whose variants leave out "
+            "'baseline', or whose baseline looped runs all failed or diverged; add baseline to the variants, or "
+            f"compare two of these variants: compare_variants(table, baseline={others[0]!r}))"
         )
     per: dict[str, pd.DataFrame] = {}
     for v in names:

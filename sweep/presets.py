@@ -56,7 +56,7 @@ PRESETS: dict[str, dict] = {
     # plain cell (SD 0.006-0.012 nats) and 64 per looped cell, whose runs spread twice as much (SD 0.020-0.024).
     # With half of that (16/32) the verdict on one phi flipped with the seeds (two runs found phi per r disagreeing,
     # a third did not, with phi's interval +-0.20) and the intervals were +-0.4 / 0.26 / 0.25 layers; `loopscale
-    # design` from that third run predicted +-0.29 / 0.22 / 0.16 layers and phi +-0.11 for 32/64 in 43 min of
+    # design` from that third run predicted +-0.29 / 0.21 / 0.16 layers and phi +-0.11 for 32/64 in 43 min of
     # training (docs/example_cpu). The seeds of
     # a cell train together as one seed ensemble on CPU (resources.ensemble). One D: the D-term is a constant, and
     # the law is fitted to cell means with seeds resampled within cells (loopscale.fit.io.cell_means). Training

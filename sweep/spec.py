@@ -1473,11 +1473,13 @@ def check_folder_runs(out: str | Path, spec: SweepSpec, *, same_spec: bool = Fal
     than the report fitted. For ``lr: tune`` the cells are those of the folder's LR table; without a readable one
     the runs' LRs are not known and the folder passes. ``same_spec``: the folder's ``spec.yaml`` is ``spec``, so
     such runs were recorded by a loopscale that defined runs otherwise (their run ids differ from today's): a
-    sweep would train every cell again beside them and the fit would count both; the message says how to refit
-    or report them without training.
+    sweep would train every cell again beside them and the fit would count both (:class:`RunsDefinedOtherwise`).
 
     Raises:
-        ValueError: naming how many runs are not cells of ``spec`` and a few of them; nothing is changed.
+        RunsDefinedOtherwise: with ``same_spec``, naming how many runs are not cells of ``spec``, a few of them, why
+            and the command that refits them.
+        ValueError: without ``same_spec``, naming how many runs are not cells of ``spec`` and a few of them; or
+            an LR table without a (size, r) of ``spec``. Nothing is changed.
     """
     from loopscale.sweep.lr_table import lr_table_present, read_lr_table
     from loopscale.sweep.store import ResultsStore
@@ -1499,31 +1501,73 @@ def check_folder_runs(out: str | Path, spec: SweepSpec, *, same_spec: bool = Fal
     try:
         want = {c.run_id for c in spec.cells(lr_table=lr_table)}
     except SpecError as e:  # the folder's LR table lacks a (size, r) of this spec: it was tuned for another grid
+        has = "its spec.yaml is this spec, but" if same_spec else "has no spec.yaml and"
         raise ValueError(
-            f"{out.resolve()} has no spec.yaml and its LR table is not one for this spec ({e}): its runs are of "
-            "another grid; use another --out directory (nothing there was changed)"
+            f"{out.resolve()} {has} its LR table is not one for this spec ({e}): its runs are of another grid; use "
+            "another --out directory (nothing there was changed)"
         ) from None
     foreign = [row for rid, row in sorted(recorded.items()) if rid not in want]
+    if foreign and same_spec:
+        raise RunsDefinedOtherwise(out, spec, foreign, len(recorded), lr_table)
     if foreign:
-        def what(row: dict) -> str:
-            budget = f"C {row['budget']:g}" if row.get("budget") is not None else f"{row.get('target_tokens')} tokens"
-            return f"{row['run_id']} (r {row['r']}, size {row['size']}, {budget}, seed {row['seed']})"
-
-        named = ", ".join(what(row) for row in foreign[:3])
+        named = ", ".join(_run_named(row) for row in foreign[:3])
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        if same_spec:
-            raise ValueError(
-                f"{out.resolve()}: {len(foreign)} of its {len(recorded)} recorded runs are not cells of its spec as "
-                f"this loopscale defines runs ({named}{more}): an older loopscale recorded them, whose run "
-                "definition differed, so their run ids are not today's; a sweep here would train every cell again "
-                "beside them and the fit would count both. Refit them without training with `loopscale fit "
-                f"{out} --bootstrap 200 --identify`, rebuild the report with `loopscale report {out}`, or train "
-                "the spec into another --out directory (nothing there was changed)"
-            )
         raise ValueError(
             f"{out.resolve()} has no spec.yaml and {len(foreign)} of its {len(recorded)} recorded runs are not cells "
             f"of this spec ({named}{more}): they are another grid's, and the fit would mix both; use another --out "
             f"directory, or the spec they were run with (nothing there was changed)"
+        )
+
+
+def _run_named(row: dict) -> str:
+    """A recorded run in a few words: its id, r, size, budget and seed."""
+    budget = f"C {row['budget']:g}" if row.get("budget") is not None else f"{row.get('target_tokens')} tokens"
+    return f"{row['run_id']} (r {row['r']}, size {row['size']}, {budget}, seed {row['seed']})"
+
+
+class RunsDefinedOtherwise(ValueError):
+    """A folder's recorded runs are not cells of its own ``spec.yaml`` (:func:`check_folder_runs` with
+    ``same_spec``): they trained at other LRs than the folder's LR table gives now (``lr: tune``, the table tuned
+    again), or an older loopscale, whose run definition differed, made their run ids. A sweep there would train
+    every cell again beside them, and the fit would count both.
+
+    Attributes:
+        refit: the command(s) that refit the recorded runs without training (``loopscale fit``, one per variant
+            when several have looped runs), written into a new folder beside this one.
+        other_lrs: True when the runs trained at other LRs than the folder's LR table.
+    """
+
+    def __init__(self, out: Path, spec: SweepSpec, foreign: list[dict], n_recorded: int, lr_table: dict | None):
+        out = Path(out).resolve()
+        self.other_lrs = False
+        if lr_table is not None:
+            for row in foreign:
+                try:
+                    want = spec.lr_for(int(row["size"]), int(row["r"]), lr_table)
+                except (SpecError, KeyError, TypeError, ValueError):
+                    continue
+                if row.get("lr") is not None and not math.isclose(float(row["lr"]), want, rel_tol=1e-9):
+                    self.other_lrs = True
+                    break
+        looped = sorted({str(r.get("variant")) for r in foreign if (r.get("r") or 1) > 1 and r.get("variant")})
+        dest = out.parent / f"{out.name}_refit"
+        base = f"loopscale fit {out} --bootstrap 200 --identify"
+        if len(looped) > 1:
+            self.refit = "; ".join(f"`{base} --variant {v} --out {dest}_{v}`" for v in looped)
+        else:
+            self.refit = f"`{base} --out {dest}`"
+        named = ", ".join(_run_named(row) for row in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        why = (
+            "they trained at other LRs than the folder's lr_table.parquet gives now (was it tuned again?)"
+            if self.other_lrs
+            else "an older loopscale recorded them, whose run definition differed, so their run ids are not today's"
+        )
+        super().__init__(
+            f"{out}: {len(foreign)} of its {n_recorded} recorded runs are not cells of its spec as this loopscale "
+            f"defines runs ({named}{more}): {why}; a sweep here would train every cell again beside them and the "
+            f"fit would count both. Refit them without training with {self.refit}, rebuild the folder's report "
+            f"(of the fit it holds) with `loopscale report {out}`, or train the spec into another --out directory"
         )
 
 

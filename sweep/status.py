@@ -198,17 +198,31 @@ def _fit_caveats(out: Path, ana: dict, meta: dict) -> list[str]:
     than today's ``runs.parquet`` (the sha256 ``run_meta.json`` records), or under other fit rules than this
     loopscale's (``analysis.json``'s ``fit_rules``, version 1 when none), with the command that refits it."""
     from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
+    from loopscale.sweep.spec import RunsDefinedOtherwise, check_folder_runs, load_spec
 
     caveats = []
     rerun = f"`loopscale run {out / 'spec.yaml'} --out {out} --resume`"
+    first = "first training the spec's runs missing from the table"
+    try:  # runs that are no cells of the folder's spec as this loopscale defines runs: `run` refuses the folder
+        check_folder_runs(out, load_spec(out / "spec.yaml"), same_spec=True)
+    except RunsDefinedOtherwise as e:
+        rerun = e.refit  # `loopscale fit` of the recorded runs, into a folder beside this one
+        first = "the recorded runs, into a new folder: `loopscale run` refuses this one, " + (
+            "whose runs trained at other LRs than its LR table gives now"
+            if e.other_lrs
+            else "whose runs an older loopscale defined otherwise"
+        )
+    except Exception:  # noqa: BLE001  a folder without a readable spec: `run` says what it lacks
+        pass
     fitted = (meta.get("fit_input") or {}).get("runs_sha256")
     if fitted and (out / "runs.parquet").is_file() and file_digest(out / "runs.parquet") != fitted:
         caveats.append(f"stale: made from another runs table, runs.parquet changed since the fit; {rerun} refits it "
-                       "(first training the spec's runs missing from the table)")
+                       f"({first})")
     made = int(ana.get("fit_rules", 1))
     if made != FIT_RULES_VERSION:
         caveats.append(f"made under fit rules version {made}, this loopscale applies version {FIT_RULES_VERSION}, "
-                       f"whose intervals and verdicts may differ; {rerun} refits it, training nothing")
+                       f"whose intervals and verdicts may differ; {rerun} refits it, training nothing"
+                       + (f" ({first})" if rerun.startswith("`loopscale fit") else ""))
     return caveats
 
 

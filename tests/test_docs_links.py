@@ -10,19 +10,29 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+# an inline link or image target, with an optional title: [text](target "title"), ![alt](target)
+LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
+REFDEF = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$", re.M)  # [label]: target "title"
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?^ {0,3}\1", re.S | re.M)
+INDENTED = re.compile(r"(?:^\n)((?: {4,}|\t).*\n?)+", re.M)  # an indented code block after a blank line
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor of a Markdown heading: lower case, markup and punctuation dropped, spaces as hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped (``-`` and ``_`` kept), spaces as
+    hyphens."""
+    text = heading.strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
 
-def anchors(page: Path) -> set[str]:
+def prose(page: Path) -> str:
+    """The page without its code blocks (fenced with backticks or tildes, or indented after a blank line)."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    return INDENTED.sub("\n", text)
+
+
+def anchors(page: Path) -> set[str]:
+    text = prose(page)
     seen: dict[str, int] = {}
     out = set()
     for h in re.findall(r"^#{1,6}\s+(.*)$", text, re.M):
@@ -34,15 +44,26 @@ def anchors(page: Path) -> set[str]:
 
 
 def links(page: Path) -> list[str]:
-    text = FENCE.sub("", page.read_text(encoding="utf-8"))
-    text = re.sub(r"`[^`\n]*`", "", text)  # code spans hold example syntax, not links
-    return [a or b for a, b in LINK.findall(text)]
+    text = re.sub(r"`[^`\n]*`", "", prose(page))  # code spans hold example syntax, not links
+    return LINK.findall(text) + REFDEF.findall(text)
 
 
 def test_slug_follows_github():
     assert slug("`loopscale --version`") == "loopscale---version"
     assert slug("How the fit works, and its limits") == "how-the-fit-works-and-its-limits"
     assert slug("From a laptop to a cluster (same spec)") == "from-a-laptop-to-a-cluster-same-spec"
+    assert slug("4. A multi-node cluster on one machine (`ray.cluster_utils.Cluster`)") == (
+        "4-a-multi-node-cluster-on-one-machine-raycluster_utilscluster")
+
+
+def test_links_finds_every_link_form_outside_code(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text(
+        '[a](one.md "title") and [![img](pic.png)](two.md) and [x][r]\n\n[r]: three.md\n\n'
+        "```\n[no](fenced.md)\n```\n\n~~~\n[no](tilde.md)\n~~~\n\n    [no](indented.md)\n\n`[no](span.md)`\n",
+        encoding="utf-8",
+    )
+    assert sorted(links(page)) == ["one.md", "pic.png", "three.md", "two.md"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -1008,7 +1008,7 @@ def test_variants_without_a_looped_baseline_fit_each_variant_and_say_why_there_i
     assert sorted(frames) == ["hyperconnect", "trunc_bptt"]
     for v, f in frames.items():
         assert (f["r"] == 1).sum() == (base["r"] == 1).sum() and (f.loc[f["r"] > 1, "variant"] == v).all()
-    with pytest.raises(ValueError, match=r"no Δφ: the baseline 'baseline' has no looped \(r > 1\) runs") as e:
+    with pytest.raises(ValueError, match=r"no Δφ: the baseline 'baseline' has no looped \(r > 1\) runs to fit") as e:
         compare_variants(table, B=4, starts=20, workers=1)
     assert "compare_variants(table, baseline='hyperconnect')" in str(e.value)
     got = compare_variants(table, baseline="hyperconnect", B=4, starts=40, workers=1)

@@ -844,9 +844,44 @@ def test_a_folder_of_runs_an_older_loopscale_defined_otherwise_is_refused_with_t
     before = sorted((p.name, p.stat().st_size) for p in old.rglob("*"))
     with pytest.raises(ValueError, match=r"48 of its 48 recorded runs are not cells of its spec as this loopscale "
                                          r"defines runs \(.*\): an older loopscale recorded them.*`loopscale fit "
-                                         rf"{old} --bootstrap 200 --identify`, .*`loopscale report {old}`"):
+                                         rf"{old} --bootstrap 200 --identify --out {old}_refit`, .*`loopscale "
+                                         rf"report {old}`"):
         check_folder_spec(old, spec, corpus=False)
     assert sorted((p.name, p.stat().st_size) for p in old.rglob("*")) == before
     now = tmp_path / "now"
     shutil.copytree(docs / "example_cpu", now, ignore=shutil.ignore_patterns("second_seeds", "half_seeds"))
     check_folder_spec(now, parse_spec(yaml.safe_load((now / FOLDER_SPEC).read_text())), corpus=False)
+
+
+def test_runs_at_other_lrs_than_the_folders_lr_table_are_refused_as_such(tmp_path):
+    """An `lr: tune` folder whose LR table was tuned again (other LRs) holds runs that are no cells of its spec; the
+    refusal blamed an older loopscale. It now says they trained at other LRs than the table gives; with several
+    variants it gives one refit command per variant (a single `loopscale fit DIR` is refused there)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loopscale.sweep.spec import RunsDefinedOtherwise, check_folder_runs
+    from loopscale.sweep.store import ResultsStore, run_record
+
+    spec = preset_spec("smoke").model_copy(update={"lr": "tune", "variants": ["baseline", "trunc_bptt"]})
+    table = {(s, r): 0.01 for s in spec.all_sizes() for r in spec.r}
+    out = tmp_path / "f"
+    out.mkdir()
+    store = ResultsStore(out)
+    for c in spec.cells(lr_table=table):
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    store.consolidate()
+
+    def write_table(lr):
+        rows = [{"size": s, "r": r, "lr": lr} for (s, r) in table]
+        pq.write_table(pa.Table.from_pylist(rows), out / "lr_table.parquet")
+
+    write_table(0.01)
+    check_folder_runs(out, spec, same_spec=True)  # the table the runs trained with: today's cells
+    write_table(0.0125)
+    with pytest.raises(RunsDefinedOtherwise, match="they trained at other LRs than the folder's lr_table.parquet") as e:
+        check_folder_runs(out, spec, same_spec=True)
+    assert e.value.other_lrs and "an older loopscale" not in str(e.value)
+    assert e.value.refit == "; ".join(
+        f"`loopscale fit {out} --bootstrap 200 --identify --variant {v} --out {out}_refit_{v}`"
+        for v in ("baseline", "trunc_bptt"))  # fmt: skip

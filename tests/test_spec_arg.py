@@ -73,7 +73,11 @@ def _fake_stages(monkeypatch, calls):
         calls.append(("sweep", spec.name, Path(out)))
         Path(out).mkdir(parents=True, exist_ok=True)
         record_folder_spec(out, spec)  # as the real stage does before training
-        pq.write_table(pa.table({"run_id": ["a"], "status": ["ok"]}), Path(out) / "runs.parquet")
+        from loopscale.sweep.store import ResultsStore, run_record
+
+        store = ResultsStore(out)  # one finished run, a cell of the spec (a run id of no cell is refused next time)
+        store.write_run(run_record(spec.cells()[0], {"status": "ok", "final_val_loss": 3.0}))
+        store.consolidate()
         return Path(out) / "runs.parquet"
 
     monkeypatch.setattr(commands, "run_tune_lr", fake_tune_lr)

@@ -229,6 +229,20 @@ def test_status_says_when_the_fit_it_shows_is_stale_or_of_other_fit_rules(tmp_pa
     assert stale.startswith("stale: made from another runs table")
 
 
+def test_status_of_a_folder_of_runs_an_older_loopscale_defined_names_the_fit_that_refits_them(tmp_path):
+    """docs/example_cpu_previous_default's runs were defined by an older loopscale, so `run --resume` (status's line
+    to refit a fit of other fit rules) is refused there; status now gives the `loopscale fit` that refits them."""
+    import shutil
+
+    out = tmp_path / "prev"
+    shutil.copytree("docs/example_cpu_previous_default", out)
+    (caveat,) = collect_status(out)["fit_caveats"]
+    assert caveat.startswith("made under fit rules version 1") and "--resume" not in caveat
+    assert (f"`loopscale fit {out} --bootstrap 200 --identify --out {out}_refit` refits it, training nothing (the "
+            "recorded runs, into a new folder: `loopscale run` refuses this one, whose runs an older loopscale "
+            "defined otherwise)") in caveat
+
+
 @pytest.mark.parametrize("lr", [{"fixed": 0.01}, "tune"])
 def test_a_folder_only_design_wrote_to_is_empty_not_a_stopped_sweep(tmp_path, lr):
     """``loopscale design --out DIR`` writes the spec and its prediction; no command has run there. Status called
