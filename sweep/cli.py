@@ -73,7 +73,7 @@ def _register() -> None:
     app.add_typer(model_app, name="model")
     app.command("train")(present_errors(model_cli.train_cmd))
     # the list of commands shows a help's first paragraph with its source line breaks: a one-line summary instead
-    app.command("fit", short_help="Fit a scaling law (joint: phi) to a table of runs, with bootstrap CIs.")(
+    app.command("fit", short_help="Fit a scaling law (joint: phi) to a table of runs (bootstrap CIs with --bootstrap B).")(
         present_errors(fit_cli.fit_cmd)
     )
     app.command("report")(present_errors(run_report.report_cmd))

@@ -54,7 +54,8 @@ TrackOpt = Annotated[
         "--track",
         # "\\[": the help is rich markup, where a bare "[track]" is a style tag and vanishes
         help="Track every run with Ray Tune's logger callbacks: tensorboard (OUT/tensorboard), mlflow[:URI] "
-        "(default file:OUT/mlruns) or wandb[:PROJECT]; repeatable. Needs: pip install 'loopscale\\[track]'.",
+        "(default file:OUT/mlruns) or wandb[:PROJECT]; repeatable. Needs: pip install -e '.\\[track]' in the checkout "
+        "('.\\[wandb]' for W&B).",
     ),
 ]
 SpecArg = Annotated[str | None, typer.Argument(help=SPEC_HELP)]

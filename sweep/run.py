@@ -175,27 +175,59 @@ def design_warning(spec) -> str | None:
     return "; ".join(said) or None
 
 
+def design_points(spec, cells=None) -> dict[str, int]:
+    """Distinct design points of each variant's fit: its (N_once, N_rec, r, D) points, i.e. the cells without their
+    seeds, where the r = 1 runs (listed under ``baseline``) count for every variant with looped runs.
+
+    Returns:
+        {variant: number of distinct points}; ``baseline`` alone when the spec has no other variant.
+    """
+    if cells is None:
+        lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None
+        cells = spec.cells(lr_table=lr_table)
+    points: dict[str, set] = {}
+    plain = {(c.r, c.run.model, c.run.tokens, c.run.target_flops) for c in cells if c.r == 1}
+    for c in cells:
+        if c.r > 1:
+            points.setdefault(c.variant, set(plain)).add((c.r, c.run.model, c.run.tokens, c.run.target_flops))
+    return {v: len(p) for v, p in points.items()} or {"baseline": len(plain)}
+
+
 def check_design(spec) -> None:
-    """Refuse a grid whose joint fit cannot get a bootstrap interval, before anything is trained: fewer than 7 runs
-    or a single r, or a single budget (one token budget D, or one iso-FLOP budget C) with a single seed — the block
-    bootstrap over (budget, r) cells (paper Sec. 4.3) can then never vary the budget, so phi would get no interval.
-    A fixed-D design with seeds is accepted: its fit resamples the seeds within every cell instead (the D-term is
-    then a constant folded into E, see ``loopscale.fit.identify``).
+    """Refuse a grid whose joint fit cannot be made or get a bootstrap interval, before anything is trained: a single
+    r; fewer distinct design points (cells without their seeds, :func:`design_points`) than the law's free
+    parameters plus one in some variant's fit: 7 for the joint law's 6 parameters (paper Eq. 3), 5 when every run
+    has the same D (the D-term is then a constant folded into E, leaving E, A, alpha and phi; see
+    ``loopscale.fit.identify``); or a single budget (one token budget D, or one iso-FLOP budget C) with a single
+    seed -- the block bootstrap over (budget, r) cells (paper Sec. 4.3) can then never vary the budget, so phi would
+    get no interval. A fixed-D design with seeds is accepted: its fit resamples the seeds within every cell instead.
+    Seeds add runs, not points: 2 cells of 4 seeds each are 2 points.
 
     Raises:
         ValueError: the message says what to add.
     """
     lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None
     cells = spec.cells(lr_table=lr_table)
-    if len(spec.r) < 2 or len(cells) < 7:
+    if len(spec.r) < 2:
         raise ValueError(
-            f"the spec defines {len(cells)} runs over r = {sorted(spec.r)}; the joint law (6 parameters) needs at "
-            "least 7 runs and two values of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
+            f"the spec defines {len(cells)} runs over r = {sorted(spec.r)}; the joint law needs at least two values "
+            "of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
         )
     if spec.budgets is not None:
         key, budgets = "budgets", {c.budget for c in cells}
     else:
         key, budgets = "tokens", {c.run.tokens for c in cells}
+    one_D = len({(c.run.tokens, c.run.target_flops) for c in cells}) == 1
+    need, params = (5, "4 free parameters: E + B D^-beta, A, alpha and phi, as every run has the same D") if one_D \
+        else (7, "6 parameters")  # fmt: skip
+    for variant, n in design_points(spec, cells).items():
+        if n < need:
+            which = "" if variant == "baseline" else f" of variant {variant!r} (its looped runs and the r = 1 runs)"
+            raise ValueError(
+                f"the fit{which} has {n} distinct design point{'s' if n != 1 else ''} (cells without their seeds: "
+                f"size, r, D) over r = {sorted(spec.r)}; the joint law ({params}) needs at least {need}, and seeds "
+                "add runs, not points; add sizes, values of r or budgets (nothing was trained)"
+            )
     if len(budgets) < 2 and spec.min_seeds() < 2:
         raise ValueError(
             f"every run has the same budget ({key}: {next(iter(budgets)):g}) and one seed: the joint fit's block "

@@ -20,7 +20,8 @@ start-up); the final report adds ``final_val_loss``. A seed-ensemble trial (seve
 that differ only in their seed) is one tracked run whose per-run metrics carry the member's seed
 (``train_loss/seed3``); its parameters list every run id and seed.
 The parameters of an MLflow run are the run's defining fields (:func:`run_params`: run id, variant, r, size,
-seed, lr, D or budget, the architecture). The packages are the ``track`` extra: ``pip install 'loopscale[track]'``.
+seed, lr, D or budget, the architecture). The packages are the ``track`` extra, ``pip install -e '.[track]'`` in
+the checkout (``.[wandb]`` for W&B).
 
 On ``--resume`` a restored Tune experiment keeps the callbacks it was started with (Tune stores them with the
 experiment); cells run in a new experiment get the ``--track`` of the current command. A ``--track`` target the
@@ -41,7 +42,14 @@ KINDS = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
 """Tracking kind -> the Python module its Ray callback needs."""
 _LABEL = {"tensorboard": "TensorBoard", "mlflow": "MLflow", "wandb": "W&B"}
 """Tracking kind -> its name in the command's last lines."""
-INSTALL_HINT = "pip install 'loopscale[track]'"
+EXTRAS = {"tensorboard": "track", "mlflow": "track", "wandb": "wandb"}
+"""Tracking kind -> the pyproject extra that installs its packages."""
+
+
+def install_hint(kind: str) -> str:
+    """The command that installs the packages of tracking ``kind`` into a loopscale checkout's environment: its
+    pyproject extra (``track``: TensorBoard and MLflow; ``wandb``: W&B), installed from the checkout's root."""
+    return f"pip install -e '.[{EXTRAS[kind]}]' in the loopscale checkout"
 METRICS = ("train_loss", "val_loss", "lr", "tokens", "tokens_per_s", "final_val_loss")
 """Metrics sent to the trackers (besides the step)."""
 
@@ -77,7 +85,7 @@ def parse_track(values) -> tuple[Target, ...]:
         mod = KINDS[kind]
         if importlib.util.find_spec(mod) is None:
             raise ValueError(
-                f"--track {kind} needs the {mod} package, which is not installed: {INSTALL_HINT} "
+                f"--track {kind} needs the {mod} package, which is not installed: {install_hint(kind)} "
                 f"(or pip install {mod}); nothing was run"
             )
         t = Target(kind, arg)

@@ -35,7 +35,7 @@ def test_no_help_text_loses_a_bracketed_word():
 def test_track_help_shows_the_extra_to_install():
     res = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert res.exit_code == 0
-    assert "pip install 'loopscale[track]'" in res.output
+    assert "pip install -e '.[track]' in the checkout ('.[wandb]' for W&B)" in " ".join(res.output.split())
 
 
 def test_the_list_of_commands_shows_each_summary_as_one_flowing_line():

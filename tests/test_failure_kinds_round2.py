@@ -103,7 +103,7 @@ def test_yaml_scientific_notation_from_the_cli(tmp_path):
     text = yaml.safe_dump(grid).replace("0.01", "1e-2").replace("TOK1", "1.024e3").replace("TOK2", "2.048e3")
     spec = _write_spec(tmp_path / "tiny.yaml", text)
     assert "1e-2" in spec.read_text() and "'1.024e3'" not in spec.read_text()
-    p = _cli("run", str(spec), "--dry-run", "--json")
+    p = _cli("run", str(spec), "--dry-run", "--json", cwd=tmp_path)  # its default --out runs/tiny: not the repo's
     assert p.returncode == 0, p.stderr
     assert '"runs": 8' in p.stdout and '"refused": null' in p.stdout
 
@@ -411,7 +411,7 @@ def test_value_every_run_rejects_is_caught_before_ray(tmp_path):
         ["run", str(spec_path), "--dry-run"],
         ["sweep", str(spec_path), "--out", str(tmp_path / "o")],
     ):
-        p = _cli(*args)
+        p = _cli(*args, cwd=tmp_path)
         assert p.returncode == 2, p.stderr[-2000:]
         assert "model.vocab_size" in p.stderr and "at least 512" in p.stderr
         assert "ray" not in p.stderr.lower().replace("every trial", "")
@@ -432,7 +432,7 @@ def test_value_every_run_rejects_is_caught_before_ray(tmp_path):
     with pytest.raises(SpecError, match="would fail in every trial: batch_tokens"):
         parse_spec(dict(TINY, training={"batch_tokens": 250}))
     # the corpus: missing, or token ids beyond the vocabulary
-    p = _cli("run", str(_write_spec(tmp_path / "nc.yaml", dict(TINY, corpus="nothere.txt"))), "--dry-run")
+    p = _cli("run", str(_write_spec(tmp_path / "nc.yaml", dict(TINY, corpus="nothere.txt"))), "--dry-run", cwd=tmp_path)
     assert p.returncode == 2 and "nothere.txt" in p.stderr and "does not exist" in p.stderr
     np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.u16.bin")
     spec = parse_spec(dict(TINY, corpus=str(tmp_path / "t.u16.bin"), tokenizer="pretokenized"))

@@ -89,6 +89,22 @@ def test_fixed_D_needs_seeds():
     check_design(parse_spec(dict(BASE, ladder=[2, 3], seeds=2)))  # accepted: the fit resamples seeds
 
 
+def test_seeds_add_runs_not_design_points():
+    """Seeds replicate cells; the fit needs distinct (size, r, D) points: 3 cells of 8 seeds (24 runs) are refused,
+    and the message counts the points, not the runs; a second token budget makes 6 points, still short of 7."""
+    from loopscale.sweep.run import check_design, design_points
+
+    spec = parse_spec(dict(BASE, seeds=8))
+    assert len(spec.cells()) == 24 and design_points(spec) == {"baseline": 3}
+    with pytest.raises(ValueError, match="has 3 distinct design points .* needs at least 5"):
+        check_design(spec)
+    spec = parse_spec(dict(BASE, seeds=2, tokens=[4096, 8192]))
+    assert design_points(spec) == {"baseline": 6}
+    with pytest.raises(ValueError, match="has 6 distinct design points .*6 parameters.* needs at least 7"):
+        check_design(spec)
+    check_design(parse_spec(dict(BASE, sizes=[16, 32], tokens=[4096, 8192])))  # 12 points
+
+
 def test_stratified_bootstrap_keeps_every_cell():
     from loopscale.fit.bootstrapping import bootstrap
 

@@ -20,7 +20,7 @@ HAVE_TRACK = all(importlib.util.find_spec(m) for m in ("tensorboardX", "tensorbo
 
 def test_parse_track_forms():
     if not HAVE_TRACK:
-        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
     got = tracking.parse_track(["tensorboard", "mlflow", "MLflow:file:/x/mlruns", "tensorboard"])
     assert got == (
         tracking.Target("tensorboard"),
@@ -40,10 +40,19 @@ def test_parse_track_refuses_bad_values(value, msg):
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
+    """Each kind names the pyproject extra that installs it: W&B is its own extra, not the track extra."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None if m == "wandb" else real(m, *a))
-    with pytest.raises(ValueError, match=r"needs the wandb package.*pip install 'loopscale\[track\]'"):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None if m in ("wandb", "mlflow") else real(m, *a))
+    with pytest.raises(ValueError, match=r"needs the wandb package.*pip install -e '\.\[wandb\]'"):
         tracking.parse_track(["wandb:proj"])
+    with pytest.raises(ValueError, match=r"needs the mlflow package.*pip install -e '\.\[track\]'"):
+        tracking.parse_track(["mlflow"])
+    import tomllib
+    from pathlib import Path
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for kind, extra in tracking.EXTRAS.items():  # the extra named holds the kind's package
+        assert any(dep.lower().startswith(tracking.KINDS[kind].lower()) for dep in extras[extra]), (kind, extra)
 
 
 def test_mlflow_uri_defaults_and_relative_paths(tmp_path, monkeypatch):
@@ -87,7 +96,7 @@ def test_bad_track_is_refused_before_any_compute(tmp_path):
 def tracked_smoke(tmp_path_factory):
     """The smoke grid swept once with --track tensorboard and --track mlflow:file:OUT/mlruns."""
     if not HAVE_TRACK:
-        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
     from loopscale.sweep import run_sweep
 
     out = tmp_path_factory.mktemp("tracked") / "run"
@@ -226,7 +235,7 @@ def test_resume_says_which_track_targets_the_restored_experiment_lacks(tmp_path)
     an experiment started with ``--track tensorboard`` logs nothing for it. The command says so (a warning, and the
     last lines do not point at an MLflow experiment that was never written)."""
     if not HAVE_TRACK:
-        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
     from ray import tune
 
     def trainable(config):
@@ -253,7 +262,7 @@ def test_resume_says_which_track_targets_the_restored_experiment_lacks(tmp_path)
 def test_unreachable_mlflow_server_is_refused_before_any_compute(monkeypatch):
     # MLflow's client retries a server that refuses connections for minutes before the first trial, silently
     if not HAVE_TRACK:
-        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
     import socket
 
     with socket.socket() as s:  # a port nothing listens on
@@ -275,7 +284,7 @@ def test_run_names_the_mlflow_experiments_of_its_lr_studies_and_its_grid(tmp_pat
     """`loopscale run` with `lr: tune` logs its LR studies into `loopscale-<spec>-tune-lr` and its grid into
     `-grid`; its last lines named only the grid's experiment."""
     if not HAVE_TRACK:
-        pytest.skip("the track extra is not installed (pip install 'loopscale[track]')")
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
     import yaml
     from typer.testing import CliRunner
 
