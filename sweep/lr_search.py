@@ -608,6 +608,28 @@ def _study_failure(study) -> tuple[str, list[str]] | None:
     return ("error" if raised else "unhealthy"), reasons
 
 
+def rejected_trials(study) -> list[tuple[float, str]]:
+    """``(lr, reason)`` of each trial of ``study`` that finished but may never be chosen (diverged or did not learn,
+    :func:`unhealthy_reason`; trials that raised are not listed), by LR."""
+    return sorted(
+        (float(t.params["lr"]), t.user_attrs["fail_reason"])
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get("fail_kind") == "unhealthy" and "lr" in t.params
+    )
+
+
+def rejected_note(size: int, r: int, study) -> str | None:
+    """One console line naming a study's rejected trials with their LR and reason, or None when it has none: a
+    trial rejected as flat or diverged is otherwise seen only as a failed marker in ``lr_table.png``."""
+    rejected = rejected_trials(study)
+    if not rejected:
+        return None
+    n = len(study.get_trials(deepcopy=False))
+    return f"size {size}, r {r}: {len(rejected)} of {n} trials rejected: " + "; ".join(
+        f"LR {lr:.3g}: {why}" for lr, why in rejected
+    )
+
+
 def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plotted: list = ()):
     """The error for studies without a healthy trial: "0 of N runs finished: <most common error>" when every trial
     of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study, with what to
@@ -790,11 +812,13 @@ def run_tune_lr(
             ]
             plotted = _plot(tune_dir, seen[0]["storage_url"], seen)
         raise _no_healthy_trial(spec, failures, len(todo), n_failed_trials, plotted)
-    at_edge = []
+    at_edge, rejected = [], []
     for s, r in todo:
         info = done_info[(s, r)]
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
+        if note := rejected_note(s, r, study):
+            rejected.append(note)
         if edge := edge_of_tried(study, lr):
             at_edge.append(f"size {s}, r {r}: {lr:.3g}, the {edge} of {n} tried: {edge_advice(edge, lr, spec.tune)}")
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
@@ -817,6 +841,8 @@ def run_tune_lr(
                     storage=info["storage_url"],
                 )
             )
+    if rejected:  # never chosen, whatever their loss (unhealthy_reason): say which and why
+        console.current().say("tune-lr: " + " | ".join(rejected), err=True)
     if at_edge:
         console.current().say(
             "tune-lr: best LR at the edge of the LRs tried (the best may lie beyond them): " + "; ".join(at_edge),

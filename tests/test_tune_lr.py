@@ -220,6 +220,31 @@ def test_edge_of_tried_counts_unhealthy_failed_trials_but_not_raised_ones():
     assert edge_of_tried(above, 3.0) is None
 
 
+def test_rejected_trials_are_named_with_their_lr_and_reason():
+    """A study that chose an LR but rejected others (flat curve, diverged) said nothing of them on the console: they
+    were only failed markers in lr_table.png. The note lists each by LR with its reason; a trial that raised is
+    not a rejection of its LR and is left out, and a study without rejections gives no note."""
+    from loopscale.sweep.lr_search import rejected_note, rejected_trials
+
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 100.0, log=True)}
+    fail = optuna.trial.TrialState.FAIL
+    st = optuna.create_study()
+    st.add_trial(optuna.trial.create_trial(params={"lr": 3.0}, distributions=dist, value=4.77))
+    for lr, kind, why in [(30.0, "unhealthy", "diverged at step 3 (NaN/inf or exploding training loss)"),
+                          (10.0, "unhealthy", "did not learn: validation loss 3.3 at the end is not below 3.3 at "
+                                              "the first milestone (a flat curve)"),
+                          (1.0, "error", "RuntimeError: boom")]:  # fmt: skip
+        st.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, state=fail,
+                                               user_attrs={"fail_kind": kind, "fail_reason": why}))  # fmt: skip
+    assert [lr for lr, _ in rejected_trials(st)] == [10.0, 30.0]
+    note = rejected_note(16, 2, st)
+    assert note.startswith("size 16, r 2: 2 of 4 trials rejected: LR 10: did not learn")
+    assert "; LR 30: diverged at step 3" in note and "boom" not in note
+    ok = optuna.create_study()
+    ok.add_trial(optuna.trial.create_trial(params={"lr": 3.0}, distributions=dist, value=4.77))
+    assert rejected_note(16, 2, ok) is None
+
+
 def test_edge_advice_names_the_setting_that_would_tell():
     """The hint said 'widen tune.lr_min / tune.lr_max' for a best LR of 0.0212 far inside [0.001, 0.1]."""
     from loopscale.sweep.lr_search import edge_advice
