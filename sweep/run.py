@@ -388,7 +388,8 @@ def run_pipeline(
     meta["spec_name"] = spec.name  # the spec's own name, as Tune's experiments and the studies have it
     meta.setdefault("command", command)  # the command that started this run directory
     meta["last_command"] = command
-    meta.setdefault("stage_wall_s", {})
+    meta.setdefault("stage_wall_s", {})  # summed over every command of this folder (a resumed stage counts both)
+    meta["last_command_stage_wall_s"] = {}  # this command's own: a stage it skipped is absent
     meta["skipped"] = []
 
     def save_meta() -> None:
@@ -408,7 +409,9 @@ def run_pipeline(
         try:
             yield
         finally:
-            meta["stage_wall_s"][stage] = meta["stage_wall_s"].get(stage, 0.0) + time.time() - t0
+            dt = time.time() - t0
+            meta["stage_wall_s"][stage] = meta["stage_wall_s"].get(stage, 0.0) + dt
+            meta["last_command_stage_wall_s"][stage] = meta["last_command_stage_wall_s"].get(stage, 0.0) + dt
             save_meta()
 
     def stages() -> None:
@@ -484,7 +487,7 @@ def run_pipeline(
     save_meta()  # the report names this command (last_command) also when every stage was skipped
     t0 = time.time()
     report = build_report(out)
-    meta["stage_wall_s"]["report"] = time.time() - t0
+    meta["stage_wall_s"]["report"] = meta["last_command_stage_wall_s"]["report"] = time.time() - t0
     meta["report"] = str(report)
     save_meta()
     log(f"[4/4] report: {report}")
@@ -681,6 +684,7 @@ def run_cmd(
             "report": meta["report"],
             "skipped": meta["skipped"],
             "stage_wall_s": meta["stage_wall_s"],
+            "this_command_stage_wall_s": meta["last_command_stage_wall_s"],
         }
         summary["variants"] = {
             k: {

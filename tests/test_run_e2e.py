@@ -96,6 +96,8 @@ def test_rerun_skips_every_finished_stage(smoke_run):
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert {"sweep", "fit"} <= set(summary["skipped"])
+    # stage_wall_s sums the folder's commands (the first run's sweep is in it); this command's own skip the sweep
+    assert summary["stage_wall_s"]["sweep"] > 0 and set(summary["this_command_stage_wall_s"]) == {"report"}
     assert (out / "runs.parquet").read_bytes() == before
     # the report it wrote names it, as `loopscale report` does afterwards (it did not when every stage was skipped)
     report = (out / "report.md").read_text()
