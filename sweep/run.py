@@ -194,18 +194,25 @@ def design_points(spec, cells=None) -> dict[str, int]:
 
 
 def check_design(spec) -> None:
-    """Refuse a grid whose joint fit cannot be made or get a bootstrap interval, before anything is trained: a single
-    r; fewer distinct design points (cells without their seeds, :func:`design_points`) than the law's free
-    parameters plus one in some variant's fit: 7 for the joint law's 6 parameters (paper Eq. 3), 5 when every run
-    has the same D (the D-term is then a constant folded into E, leaving E, A, alpha and phi; see
-    ``loopscale.fit.identify``); or a single budget (one token budget D, or one iso-FLOP budget C) with a single
-    seed -- the block bootstrap over (budget, r) cells (paper Sec. 4.3) can then never vary the budget, so phi would
-    get no interval. A fixed-D design with seeds is accepted: its fit resamples the seeds within every cell instead.
-    Seeds add runs, not points: 2 cells of 4 seeds each are 2 points.
+    """Refuse a grid whose joint fit cannot be made or get a bootstrap interval, before anything is trained:
+
+    * a single r;
+    * too few distinct design points (cells without their seeds: size, r, ladder depth, D; :func:`design_points`)
+      in some variant's fit. With several D the joint law's 6 parameters (paper Eq. 3) need at least 7. With one
+      token budget D for every run (tokens mode; an iso-FLOP budget gives each size its own D) E + B D^-beta is
+      one constant (see ``loopscale.fit.identify``), leaving 4 free parameters (it, A, alpha, phi): at least 5
+      (fewer than 6 cells are fitted run by run, 6 or more as cell means: ``loopscale.fit.analysis
+      .SeedReplicates``). Seeds add runs, not points: 2 cells of 4 seeds are 2 points;
+    * a single budget where the fit has no seeds to resample: one iso-FLOP budget C (its runs train several D, so
+      the fit is the block bootstrap over (budget, r) cells, paper Sec. 4.3, which can then never vary the
+      budget, whatever the seeds), or one token budget D with a single seed. A one-D design with seeds is
+      accepted: its fit resamples the seeds within every cell instead.
 
     Raises:
         ValueError: the message says what to add.
     """
+    from loopscale.fit.analysis import JOINT_PARAMS  # 6: E, A, alpha, B, beta, phi
+
     lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None
     cells = spec.cells(lr_table=lr_table)
     if len(spec.r) < 2:
@@ -213,27 +220,35 @@ def check_design(spec) -> None:
             f"the spec defines {len(cells)} runs over r = {sorted(spec.r)}; the joint law needs at least two values "
             "of r (e.g. r: [1, 2, 4, 8]); nothing was trained"
         )
-    if spec.budgets is not None:
+    iso_flop = spec.budgets is not None
+    if iso_flop:
         key, budgets = "budgets", {c.budget for c in cells}
     else:
         key, budgets = "tokens", {c.run.tokens for c in cells}
-    one_D = len({(c.run.tokens, c.run.target_flops) for c in cells}) == 1
-    need, params = (5, "4 free parameters: E + B D^-beta, A, alpha and phi, as every run has the same D") if one_D \
-        else (7, "6 parameters")  # fmt: skip
-    for variant, n in design_points(spec, cells).items():
+    one_D = not iso_flop and len(budgets) == 1
+    if one_D:  # E, B and beta fold into one constant
+        need, why = JOINT_PARAMS - 1, (f"every run has one D, so E + B D^-beta is one constant, leaving "
+                                       f"{JOINT_PARAMS - 2} free parameters (it, A, alpha, phi) that need at least "
+                                       f"{JOINT_PARAMS - 1}")  # fmt: skip
+    else:
+        need, why = JOINT_PARAMS + 1, f"the joint law's {JOINT_PARAMS} parameters need at least {JOINT_PARAMS + 1}"
+    points = design_points(spec, cells)
+    for variant, n in points.items():
         if n < need:
-            which = "" if variant == "baseline" else f" of variant {variant!r} (its looped runs and the r = 1 runs)"
+            which = f" of variant {variant!r} (its looped runs and the r = 1 runs)" if len(points) > 1 else ""
             raise ValueError(
                 f"the fit{which} has {n} distinct design point{'s' if n != 1 else ''} (cells without their seeds: "
-                f"size, r, D) over r = {sorted(spec.r)}; the joint law ({params}) needs at least {need}, and seeds "
-                "add runs, not points; add sizes, values of r or budgets (nothing was trained)"
+                f"size, r, ladder depth, D) over r = {sorted(spec.r)}; {why}, and seeds add runs, not points; add "
+                f"sizes, values of r, ladder depths (ladder: [...]) or budgets ('{key}') (nothing was trained)"
             )
-    if len(budgets) < 2 and spec.min_seeds() < 2:
+    if len(budgets) < 2 and (iso_flop or spec.min_seeds() < 2):
+        instead = ("its runs train several D, so seeds are not resampled in its place" if iso_flop
+                   else "there are no seeds to resample instead")  # fmt: skip
         raise ValueError(
-            f"every run has the same budget ({key}: {next(iter(budgets)):g}) and one seed: the joint fit's block "
-            f"bootstrap over (budget, r) cells cannot vary the budget, and there are no seeds to resample instead, "
-            f"so phi would get no interval; add a second budget to '{key}' or seeds (e.g. seeds: 4) "
-            "(nothing was trained)"
+            f"every run has the same budget ({key}: {next(iter(budgets)):g}){'' if iso_flop else ' and one seed'}: "
+            f"the joint fit's block bootstrap over (budget, r) cells cannot vary the budget, and {instead}, so phi "
+            f"would get no interval; add a second budget to '{key}'"
+            + ("" if iso_flop else " or seeds (e.g. seeds: 4)") + " (nothing was trained)"
         )
 
 
@@ -487,7 +502,9 @@ def run_pipeline(
     save_meta()  # the report names this command (last_command) also when every stage was skipped
     t0 = time.time()
     report = build_report(out)
-    meta["stage_wall_s"]["report"] = meta["last_command_stage_wall_s"]["report"] = time.time() - t0
+    dt = time.time() - t0
+    meta["stage_wall_s"]["report"] = meta["stage_wall_s"].get("report", 0.0) + dt
+    meta["last_command_stage_wall_s"]["report"] = dt
     meta["report"] = str(report)
     save_meta()
     log(f"[4/4] report: {report}")

@@ -90,19 +90,48 @@ def test_fixed_D_needs_seeds():
 
 
 def test_seeds_add_runs_not_design_points():
-    """Seeds replicate cells; the fit needs distinct (size, r, D) points: 3 cells of 8 seeds (24 runs) are refused,
-    and the message counts the points, not the runs; a second token budget makes 6 points, still short of 7."""
+    """Seeds replicate cells; the fit needs distinct (size, r, ladder depth, D) points: 3 cells of 8 seeds (24 runs)
+    were accepted and trained a fit of 3 points. On one D the 4 free parameters need 5 points, with several D the
+    law's 6 need 7: a second token budget makes 6 points, still short."""
     from loopscale.sweep.run import check_design, design_points
 
     spec = parse_spec(dict(BASE, seeds=8))
     assert len(spec.cells()) == 24 and design_points(spec) == {"baseline": 3}
-    with pytest.raises(ValueError, match="has 3 distinct design points .* needs at least 5"):
+    with pytest.raises(ValueError, match="has 3 distinct design points .*one D.* 4 free parameters .* need at least "
+                                         "5, and seeds add runs"):  # fmt: skip
         check_design(spec)
+    spec = parse_spec(dict(BASE, seeds=2, ladder=[2]))  # plain models of other depths are points of their own
+    assert design_points(spec) == {"baseline": 4}
+    with pytest.raises(ValueError, match="has 4 distinct design points"):
+        check_design(spec)
+    assert design_points(parse_spec(dict(BASE, seeds=2, ladder=[2, 3]))) == {"baseline": 5}
     spec = parse_spec(dict(BASE, seeds=2, tokens=[4096, 8192]))
     assert design_points(spec) == {"baseline": 6}
-    with pytest.raises(ValueError, match="has 6 distinct design points .*6 parameters.* needs at least 7"):
+    with pytest.raises(ValueError, match="has 6 distinct design points .*6 parameters need at least 7"):
         check_design(spec)
     check_design(parse_spec(dict(BASE, sizes=[16, 32], tokens=[4096, 8192])))  # 12 points
+    # variants: each fit counts its own looped runs with the r = 1 runs, and the message names the variant
+    two = parse_spec(dict(BASE, r=[1, 2], sizes=[16, 32, 64], tokens=[4096, 8192], variants=["baseline", "trunc_bptt"]))
+    assert design_points(two) == {"baseline": 12, "trunc_bptt": 12}
+    check_design(two)
+
+
+def test_one_iso_flop_budget_is_refused_whatever_the_seeds():
+    """One iso-FLOP budget trains each size at its own D, so the fit is the block bootstrap over (budget, r) cells,
+    which can never vary the budget: seeds did not make it acceptable (phi got no interval). Its points need 7,
+    not the one-D 6: 3 sizes x r in {1, 2} were accepted as one D."""
+    from loopscale.sweep.run import check_design, design_points
+
+    iso = {k: v for k, v in BASE.items() if k not in ("tokens", "sizes")}
+    iso.update(r=[1, 2], budgets={2e10: [16, 32, 48]}, seeds=2)
+    spec = parse_spec(iso)
+    assert design_points(spec) == {"baseline": 6}
+    with pytest.raises(ValueError, match="has 6 distinct design points .*need at least 7"):
+        check_design(spec)
+    spec = parse_spec(dict(iso, r=[1, 2, 4]))  # 9 points, one budget
+    with pytest.raises(ValueError, match=r"same budget \(budgets: 2e\+10\): .*several D, so seeds are not resampled"):
+        check_design(spec)
+    check_design(parse_spec(dict(iso, r=[1, 2, 4], budgets={2e10: [16, 32, 48], 4e10: [16, 32, 48]})))
 
 
 def test_stratified_bootstrap_keeps_every_cell():

@@ -98,6 +98,7 @@ def test_rerun_skips_every_finished_stage(smoke_run):
     assert {"sweep", "fit"} <= set(summary["skipped"])
     # stage_wall_s sums the folder's commands (the first run's sweep is in it); this command's own skip the sweep
     assert summary["stage_wall_s"]["sweep"] > 0 and set(summary["this_command_stage_wall_s"]) == {"report"}
+    assert summary["stage_wall_s"]["report"] > summary["this_command_stage_wall_s"]["report"]  # both reports
     assert (out / "runs.parquet").read_bytes() == before
     # the report it wrote names it, as `loopscale report` does afterwards (it did not when every stage was skipped)
     report = (out / "report.md").read_text()
