@@ -1084,13 +1084,25 @@ def _compressed_as(head: bytes) -> tuple[str, str] | None:
 def _decompressed_path(path: Path, fmt: str) -> Path:
     """Where :func:`_compressed_message`'s command writes ``path`` decompressed: without its compression suffix
     (``a.txt.gz`` -> ``a.txt``), else with ``.plain`` before its suffix (``gz.txt`` -> ``gz.plain.txt``; zip: a
-    folder, ``x.zip`` -> ``x``, ``x.txt`` -> ``x.txt.unzipped``)."""
+    folder, ``x.zip`` -> ``x``, ``x.txt`` -> ``x.txt.unzipped``). Never a path that exists: the command writes
+    with ``>`` (zip: into a folder), so an existing file there would be replaced; ``.plain`` (then ``.plain2``,
+    ``.plain3``, ...) is added before the suffix until the name is free."""
     own = {"gzip": ".gz", "bzip2": ".bz2", "xz": ".xz", "zstd": ".zst", "zip": ".zip"}[fmt]
     if path.suffix.lower() == own:
-        return path.with_suffix("")
-    if fmt == "zip":
-        return path.with_name(path.name + ".unzipped")
-    return path.with_name(f"{path.stem}.plain{path.suffix}") if path.suffix else path.with_name(path.name + ".plain")
+        first = path.with_suffix("")
+    elif fmt == "zip":
+        first = path.with_name(path.name + ".unzipped")
+    else:
+        first = path
+    if first != path and not first.exists():
+        return first
+    stem, suffix = (first.stem, first.suffix) if first.suffix and fmt != "zip" else (first.name, "")
+    k = 1
+    while True:
+        cand = first.with_name(f"{stem}.plain{k if k > 1 else ''}{suffix}")
+        if not cand.exists() and cand != path:
+            return cand
+        k += 1
 
 
 def _compressed_message(path: Path, comp: tuple[str, str]) -> str:

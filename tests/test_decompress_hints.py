@@ -40,9 +40,9 @@ def test_the_suggested_command_decompresses_a_file_with_a_text_suffix(tmp_path, 
     with pytest.raises(D.CorpusError, match=f"is {fmt}-compressed") as e:
         D.check_corpus(str(f), "byte", 256)
     cmd = re.search(r"decompress it first \((.*)\) and give the decompressed", str(e.value)).group(1)
+    out = D._decompressed_path(f, fmt)  # before the command: then it is a name that exists
     r = subprocess.run(cmd, shell=True, capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, (cmd, r.stderr)
-    out = D._decompressed_path(f, fmt)
     got = (out / "inner.txt").read_text() if fmt == "zip" else out.read_text()
     assert got == TEXT and out != f and f.exists()
     # the original stays beside the new file: a folder or glob corpus would read it and refuse it again
@@ -60,3 +60,30 @@ def test_a_directory_of_zip_files_is_decompressed_beside_them(tmp_path):
     cmd = re.search(r"\((find .*?\\;)\)", str(e.value)).group(1)
     assert subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True).returncode == 0
     assert (d / "sub" / "inner.txt").read_text() == TEXT and not (tmp_path / "inner.txt").exists()
+
+
+@pytest.mark.parametrize("fmt", ["gzip", "bzip2", "xz", "zip"])
+def test_the_suggested_command_never_replaces_a_file_beside_it(tmp_path, fmt):
+    """``notes.txt.gz`` beside the user's own ``notes.txt``: the advice was ``gzip -dc notes.txt.gz > notes.txt``,
+    which replaced it. The command now writes a name that is free (``notes.plain.txt``), and leaves both alone."""
+    if shutil.which(TOOL[fmt]) is None:
+        pytest.skip(f"{TOOL[fmt]} is not installed")
+    own = {"gzip": ".gz", "bzip2": ".bz2", "xz": ".xz", "zip": ".zip"}[fmt]
+    mine = tmp_path / ("notes" if fmt == "zip" else "notes.txt")
+    if fmt == "zip":
+        mine.mkdir()
+        (mine / "inner.txt").write_text("my precious notes")
+    else:
+        mine.write_text("my precious notes")
+    f = tmp_path / f"{mine.name}{own}"
+    COMPRESS[fmt](TEXT.encode(), f)
+    with pytest.raises(D.CorpusError, match=f"is {fmt}-compressed") as e:
+        D.check_corpus(str(f), "byte", 256)
+    cmd = re.search(r"decompress it first \((.*)\) and give the decompressed", str(e.value)).group(1)
+    out = D._decompressed_path(f, fmt)
+    assert str(out) in cmd and not out.exists()
+    assert subprocess.run(cmd, shell=True, capture_output=True, cwd="/").returncode == 0, cmd
+    assert out != mine and out.exists() and f.exists()
+    assert ((mine / "inner.txt") if fmt == "zip" else mine).read_text() == "my precious notes"
+    got = (out / "inner.txt").read_text() if fmt == "zip" else out.read_text()
+    assert got == TEXT
