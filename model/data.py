@@ -188,7 +188,7 @@ def _encoding_notes(path: Path, bad: int, nul: int, n: int) -> list[str]:
     return notes
 
 
-_TEXT_CHECKED: dict[tuple, list[str]] = {}
+_TEXT_CHECKED: dict[tuple, tuple[str, list[str]]] = {}
 """The text files :func:`_check_text_file` passed in this process, (path, size, modification time), with their
 warnings (:func:`_encoding_notes`)."""
 
@@ -207,8 +207,9 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
     if key in _TEXT_CHECKED:
-        for note in _TEXT_CHECKED[key]:
-            warnings.warn(note, CorpusWarning, stacklevel=3)
+        named, notes = _TEXT_CHECKED[key]
+        for note in notes:  # under the name given now (the same file may have been named otherwise before)
+            warnings.warn(note.replace(repr(named), repr(str(path))), CorpusWarning, stacklevel=3)
         return
     dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
     fffd = "\ufffd".encode()
@@ -228,8 +229,8 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
         raise CorpusError(_compressed_message(path, comp))
     if bad + nul > NOT_TEXT_FRACTION * n:
         raise CorpusError(_not_text(path, bad, nul, n, ctrl, head=head))
-    _TEXT_CHECKED[key] = _encoding_notes(path, bad, nul, n)
-    for note in _TEXT_CHECKED[key]:
+    _TEXT_CHECKED[key] = (str(path), _encoding_notes(path, bad, nul, n))
+    for note in _TEXT_CHECKED[key][1]:
         warnings.warn(note, CorpusWarning, stacklevel=3)
 
 
@@ -1474,6 +1475,26 @@ def _tokenize_into(src: CorpusSource, tok_kind: str, vocab: int, final: Path) ->
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _cached_warnings(meta: dict, files) -> list[str]:
+    """A token cache's recorded warnings (``meta["warnings"]``) naming the corpus files as this call gives them: the
+    cache is keyed by content, so the run that built it may have named the same files otherwise (``fewbad.txt``
+    from one folder, ``/data/fewbad.txt`` in a spec), and each warning was then said twice, once under each name.
+    The recorded ``meta["files"]`` are matched to ``files`` by position (a content hash over the same files in the
+    same order); when their number differs the messages are kept as recorded."""
+    msgs = list(meta.get("warnings") or [])
+    old = [str(f) for f in meta.get("files") or []]
+    new = [str(f) for f in files]
+    if len(old) != len(new):
+        return msgs
+    pairs = [(repr(o), repr(n)) for o, n in zip(old, new, strict=True) if o != n]
+    out = []
+    for m in msgs:
+        for o, n in pairs:
+            m = m.replace(o, n)
+        out.append(m)
+    return out
+
+
 def _read_meta(folder: Path) -> dict | None:
     """A token cache folder's meta.json, or None when it cannot be parsed."""
     try:
@@ -1616,7 +1637,7 @@ def split_tokens_if_cheap(
             int(meta["n_train_tokens"]),
             int(meta["n_val_tokens"]),
             f"token cache {folder}",
-            tuple(meta.get("warnings") or ()),
+            tuple(_cached_warnings(meta, src.files)),
         )
     if src.kind == "embedded":
         if tok_kind == "byte" and src.manifest is not None:
@@ -1633,7 +1654,7 @@ def split_tokens_if_cheap(
         warnings.simplefilter("ignore", CorpusWarning)  # said by every run, where its warnings are recorded
         data = load_tokens(corpus, tokenizer, text_column=text_column, cache_dir=root)
     return SplitTokens(
-        len(data.train), len(data.val), f"token cache {data.cache_path}", tuple(data.meta.get("warnings") or ())
+        len(data.train), len(data.val), f"token cache {data.cache_path}", tuple(_cached_warnings(data.meta, src.files))
     )
 
 
@@ -1725,7 +1746,7 @@ def load_tokens(
         _tokenize_into(src, tok_kind, vocab, final)
         built = True
     meta = json.loads((final / "meta.json").read_text(encoding="utf-8"))
-    for msg in meta.get("warnings") or []:  # said by every run on the corpus, not only the one that built the cache
+    for msg in _cached_warnings(meta, src.files):  # said by every run on the corpus, not only the one that built it
         warnings.warn(msg, CorpusWarning, stacklevel=2)
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(final / "train.bin", dtype=dtype, mode="r")

@@ -324,3 +324,24 @@ def test_a_folder_started_before_the_position_split_names_that_rule_when_refused
         with pytest.raises(ValueError, match="its files' names or bytes changed since") as e:
             check_folder_corpus(out, preset_spec("smoke").model_copy(update={"corpus": str(corpus)}))
         assert ("split this corpus by document; this one splits it by position" in str(e.value)) == named
+
+
+def test_a_cached_corpus_warning_is_said_once_under_the_name_given_now(tmp_path, monkeypatch):
+    """The token cache is keyed by content and recorded its warnings with the name of the run that built it
+    (``fewbad.txt``, relative); a spec naming the same file as ``/abs/fewbad.txt`` then got every warning twice,
+    once under each name. The cached warnings now name the file as given now, and each is said once."""
+    text = ("Plain English prose about looped models. " * 200).encode()
+    (tmp_path / "fewbad.txt").write_bytes(text + b"\xff\xfe more text \x00 end")
+    cache = tmp_path / "cache"
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as first:
+        warnings.simplefilter("always")
+        D.check_corpus("fewbad.txt", "byte", 256, seq_len=32, cache_dir=cache)
+    assert any("corpus file 'fewbad.txt' is not valid UTF-8" in str(w.message) for w in first)
+    absolute = str(tmp_path / "fewbad.txt")
+    with warnings.catch_warnings(record=True) as second:
+        warnings.simplefilter("always")
+        D.check_corpus(absolute, "byte", 256, seq_len=32, cache_dir=cache)
+    said = [str(w.message) for w in second if issubclass(w.category, D.CorpusWarning)]
+    assert len(said) == 2 and len(set(said)) == 2, said  # invalid UTF-8, NUL: once each
+    assert all(f"corpus file {absolute!r}" in m for m in said) and not any("'fewbad.txt'" in m for m in said), said
