@@ -188,16 +188,23 @@ def _encoding_notes(path: Path, bad: int, nul: int, n: int) -> list[str]:
     return notes
 
 
-_TEXT_CHECKED: dict[tuple, tuple[str, list[str]]] = {}
-"""The text files :func:`_check_text_file` passed in this process, (path, size, modification time), with their
-warnings (:func:`_encoding_notes`)."""
+_TEXT_CHECKED: dict[tuple, tuple[str, list[str], bool]] = {}
+"""The text files :func:`_check_text_file` passed in this process, (path, size, modification time), with the name
+they were checked under, their warnings (:func:`_encoding_notes`) and whether they hold any text."""
 
 
-def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
+_BLANK = b" \t\n\r\x0b\x0c\x00"
+"""Bytes that are no text: ASCII whitespace and NUL (dropped by the reader)."""
+
+
+def _check_text_file(path: Path, chunk: int = 1 << 20) -> bool:
     """Refuse a file :func:`read_text_file` would refuse (invalid UTF-8 sequences and NUL bytes over
     :data:`NOT_TEXT_FRACTION` of its bytes), decoding it in chunks of ``chunk`` bytes instead of whole. A file that
     passed is not read again in this process while its size and modification time stay the same (``loopscale run``
     checks the corpus before each of its stages).
+
+    Returns:
+        Whether the file holds any byte besides ASCII whitespace and NUL (a file without one is no document).
 
     Raises:
         CorpusError: the message of :func:`read_text_file`.
@@ -207,18 +214,20 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
     if key in _TEXT_CHECKED:
-        named, notes = _TEXT_CHECKED[key]
+        named, notes, has_text = _TEXT_CHECKED[key]
         for note in notes:  # under the name given now (the same file may have been named otherwise before)
             warnings.warn(note.replace(repr(named), repr(str(path))), CorpusWarning, stacklevel=3)
-        return
+        return has_text
     dec = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
     fffd = "\ufffd".encode()
     bad = nul = n = ctrl = 0
+    has_text = False
     tail = head = b""  # the end of the previous chunk: a literal U+FFFD split between two chunks is counted once
     with open(path, "rb") as fh:
         while b := fh.read(chunk):
             if len(head) < _HEAD:
                 head += b[: _HEAD - len(head)]
+            has_text = has_text or bool(b.translate(None, _BLANK))
             n += len(b)
             nul += b.count(0)
             ctrl += _n_ctrl(b)
@@ -229,9 +238,10 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> None:
         raise CorpusError(_compressed_message(path, comp))
     if bad + nul > NOT_TEXT_FRACTION * n:
         raise CorpusError(_not_text(path, bad, nul, n, ctrl, head=head))
-    _TEXT_CHECKED[key] = (str(path), _encoding_notes(path, bad, nul, n))
+    _TEXT_CHECKED[key] = (str(path), _encoding_notes(path, bad, nul, n), has_text)
     for note in _TEXT_CHECKED[key][1]:
         warnings.warn(note, CorpusWarning, stacklevel=3)
+    return has_text
 
 
 def read_text_file(path: Path) -> str:
@@ -581,7 +591,12 @@ def _escape_brackets(pattern: str) -> str:
 def _no_match_message(corpus: str) -> str:
     """The message of a corpus glob that matches no file; a pattern holding ``[`` or ``?`` says how to escape them
     (a path that exists is read as it is, :func:`is_corpus_glob`)."""
-    msg = f"corpus glob {corpus!r} matches no file"
+    msg = f"corpus glob {corpus!r} matches no file{relative_note(corpus)}"
+    folders = [x for x in _glob.glob(os.path.expanduser(corpus), recursive=True) if os.path.isdir(x)]
+    if folders:  # a folder is a corpus of its own: the glob reads files only
+        eg = ", ".join(repr(x) for x in folders[:3]) + (" ..." if len(folders) > 3 else "")
+        msg += (f"; it matches only folders ({eg}): give a folder itself as the corpus, or a glob of the files in it "
+                f"(e.g. {os.path.join(folders[0], '**', '*.txt')!r})")  # fmt: skip
     if "[" in corpus or "?" in corpus:
         msg += (
             f" (in a glob, '[' starts a set of characters and '?' matches any one; to match them literally write "
@@ -658,10 +673,29 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
         return files
     if not p.exists():
         raise CorpusNotFoundError(
-            f"corpus file {corpus!r} does not exist (give 'embedded', a text file, a directory, a glob, "
-            "a .parquet file, or a .bin/.npy token file)"
+            f"corpus file {corpus!r} does not exist{relative_note(corpus)} (give 'embedded', a text file, a "
+            "directory, a glob, a .parquet file, or a .bin/.npy token file)"
         )
     return [p]
+
+
+def relative_note(path: str) -> str:
+    """``' (a relative path is taken from the working directory /cwd)'`` for a relative ``path``, else ''. A sweep
+    spec turns a relative corpus into an absolute one when it is read (trials run elsewhere), so its messages use
+    :func:`spec_path_note` instead."""
+    if not path or os.path.isabs(os.path.expanduser(path)):
+        return ""
+    return f" (a relative path is taken from the working directory, {os.getcwd()})"
+
+
+
+def spec_path_note(path: str) -> str:
+    """For a spec's (absolute) path below the working directory, which a relative path in the spec became:
+    ``' (a relative path in a spec is taken from the working directory, /cwd, not from the spec's folder)'``."""
+    cwd = os.getcwd()
+    if path and os.path.isabs(path) and path.startswith(cwd.rstrip(os.sep) + os.sep):
+        return f" (a relative path in a spec is taken from the working directory, {cwd}, not from the spec's folder)"
+    return ""
 
 
 def _decompress_fix(folder: Path, suffixes: list[str]) -> str:
@@ -820,7 +854,7 @@ def _corpus_files(corpus: str, text_column: str, warn: bool = False) -> tuple[st
             schema = _open_parquet(f).schema_arrow
             names = schema.names
             strings = [n for n in names if _is_text_type(schema.field(n).type)]
-            others = f"its string columns are {strings} (set text_column to one of them)" if strings else (
+            others = f"its string columns are {strings} (set text_column in a spec, --text-column on the command line, to one of them)" if strings else (
                 f"it has no string column (its columns: {_columns_with_types(schema)}; store the text as UTF-8 "
                 "strings)"
             )
@@ -887,6 +921,15 @@ def check_corpus(
     return split
 
 
+def _no_text_message(corpus: str, n_files: int) -> str:
+    """The refusal of a text corpus with no text: every file empty, or only whitespace and NUL bytes."""
+    which = "its file is" if n_files == 1 else f"each of its {n_files} files is"
+    return (
+        f"corpus {corpus!r} holds no text: {which} empty or only whitespace (and NUL bytes), so there is nothing to "
+        "train on; give files that hold text, or 'embedded' for the built-in corpus"
+    )
+
+
 def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_column: str) -> None:
     """The checks of :func:`check_corpus` that need no token counts."""
     tok_kind, _ = parse_tokenizer(tokenizer)
@@ -904,8 +947,9 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
         if tok_kind == "pretokenized":
             raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
         if kind == "text":
-            for f in files:  # every byte, as the runs read it: a file that is not UTF-8 past its head is refused too
-                _check_text_file(f)
+            # every byte, as the runs read it: a file that is not UTF-8 past its head is refused too
+            if not any([_check_text_file(f) for f in files]):  # each file checked (its warnings said)
+                raise CorpusContentError(_no_text_message(corpus, len(files)))
         return
     arr = _open_token_file(files[0])  # a plain .bin's "no dtype suffix" warning: the pre-flight and --dry-run say it
     if tok_kind != "pretokenized":
@@ -1008,9 +1052,12 @@ def _open_token_file(path: Path) -> np.ndarray:
         "numpy.save as .npy (which records it)"
     )
     if size % np.dtype(dtype).itemsize:
+        # named with its dtype: only a torn (or foreign) file fits; without one, naming the dtype may be the fix
+        why = ("a torn file (cut short while written or copied: write it again) or not a token file of that dtype"
+               if stated else f"torn, or not a token file of that dtype; {fix}")  # fmt: skip
         raise CorpusError(
             f"token file {str(path)!r} is {size} bytes, not a multiple of {np.dtype(dtype).itemsize} "
-            f"({dtype.__name__}): torn, or not a token file of that dtype; {fix}"
+            f"({dtype.__name__}): {why}"
         )
     if size == 0:
         raise CorpusError(f"token file {str(path)!r} is empty (0 bytes): it holds no token ids")
@@ -1025,7 +1072,8 @@ def _open_token_file(path: Path) -> np.ndarray:
         if size % 4 == 0 and len(arr) >= 4 and _looks_like_uint32(arr):
             raise CorpusError(
                 f"token file {str(path)!r} has no dtype suffix and looks like uint32 ids read as uint16 (every "
-                f"second 16-bit word is near 0: the high halves of 32-bit ids); {fix}"
+                f"second 16-bit word is near 0: the high halves of 32-bit ids); if it holds uint32 ids, name it "
+                f"{stem}.u32.bin (or save it with numpy.save as .npy, which records the dtype)"
             )
         warnings.warn(
             f"token file {str(path)!r} has no dtype suffix: read as uint16 ({len(arr)} tokens); {fix}",
@@ -1336,7 +1384,10 @@ def _write_stream(
             f.close()
     split_rule = "document"
     if counts["train"] + counts["val"] == 0:
-        raise CorpusContentError("corpus contains no text (every document is empty after cleaning)")
+        raise CorpusContentError(
+            "corpus contains no text (every document is empty after cleaning: only whitespace, NUL bytes or empty "
+            "strings); give a corpus that holds text, or 'embedded' for the built-in corpus"
+        )
     if counts["train"] == 0 or counts["val"] == 0:
         # Fallback: one side is empty (e.g. a single document). Re-split the token stream: last 5 % -> val.
         full = np.concatenate(

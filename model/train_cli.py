@@ -144,7 +144,8 @@ def train_cmd(
         f"{'data':>16}: {dd.get('n_train_tokens')} train / {dd.get('n_val_tokens')} validation tokens "
         f"({_split_text(dd)})"
         + (
-            f"; BPE trained on {dd['bpe_training']['docs']} documents, {dd['bpe_training']['bytes']} bytes, "
+            f"; BPE trained on {dd['bpe_training']['docs']} document{'s' if dd['bpe_training']['docs'] != 1 else ''}, "
+            f"{dd['bpe_training']['bytes']} bytes, "
             f"{dd['bpe_training']['merges']} merges"
             if dd.get("bpe_training")
             else ""

@@ -709,7 +709,10 @@ class SweepSpec(_Strict):
                     self.corpus, self.tokenizer, model.vocab_size, self.text_column, seq_len=model.seq_len
                 )
             except (ValueError, FileNotFoundError) as e:
-                raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}") from None
+                from loopscale.model.data import CorpusNotFoundError, spec_path_note
+
+                where = spec_path_note(self.corpus) if isinstance(e, CorpusNotFoundError) else ""
+                raise SpecError(f"corpus {self.corpus!r} / tokenizer {self.tokenizer!r}: {e}{where}") from None
         for w in caught:  # a library's warning is shown as it would have been
             if not issubclass(w.category, CorpusWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -345,3 +345,48 @@ def test_a_cached_corpus_warning_is_said_once_under_the_name_given_now(tmp_path,
     said = [str(w.message) for w in second if issubclass(w.category, D.CorpusWarning)]
     assert len(said) == 2 and len(set(said)) == 2, said  # invalid UTF-8, NUL: once each
     assert all(f"corpus file {absolute!r}" in m for m in said) and not any("'fewbad.txt'" in m for m in said), said
+
+
+def test_a_large_corpus_of_only_whitespace_is_refused_before_any_run(tmp_path):
+    """A text corpus over the size the dry run tokenizes (1 MiB) that held only whitespace passed `run --dry-run`;
+    the real run then started Ray and failed every run. The UTF-8 check, which reads every byte anyway, now sees
+    that no file holds text; a folder where one file holds text is read (its blank files are no documents)."""
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "a.txt").write_bytes(b" \n\t\r " * (1 << 18) + b"\x00")  # 1.25 MiB, one NUL (dropped, warned)
+    (d / "b.txt").write_bytes(b"")
+    assert (d / "a.txt").stat().st_size > D.TOKENIZE_TO_CHECK_BYTES
+    with pytest.raises(D.CorpusContentError, match=r"holds no text: each of its 2 files is empty or only whitespace"):
+        D.check_corpus(str(d), "byte", 256)
+    with pytest.raises(D.CorpusContentError, match="its file is empty or only whitespace"):
+        D.check_corpus(str(d / "a.txt"), "byte", 256)
+    (d / "c.txt").write_text("One short document of real prose. " * 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        D.check_corpus(str(d), "byte", 256)
+
+
+def test_a_missing_relative_corpus_names_the_folder_it_was_looked_for_in(tmp_path, monkeypatch):
+    """'corpus file 'txtdir' does not exist' did not say from where a relative path is taken; a spec (which makes
+    its corpus absolute) did not say that it is the working directory, not the spec's folder. A glob matching only
+    folders said it 'matches no file' with no hint that a folder is a corpus of its own."""
+    from loopscale.sweep.spec import SpecError, parse_spec
+
+    (tmp_path / "txtdir").mkdir()
+    (tmp_path / "txtdir" / "a.txt").write_text("Prose. " * 100)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(D.CorpusNotFoundError, match=f"taken from the working directory, {elsewhere}"):
+        D.check_corpus("txtdir", "byte", 256)
+    with pytest.raises(D.CorpusNotFoundError) as e:
+        D.check_corpus(str(tmp_path / "txtdir" / "nothere.txt"), "byte", 256)
+    assert "working directory" not in str(e.value)  # an absolute path needs no such note
+    spec = parse_spec({"name": "s", "model": {"preset": "cpu", "seq_len": 32}, "r": [1, 2], "sizes": [16],
+                       "tokens": [2048], "corpus": "txtdir"})  # fmt: skip
+    with pytest.raises(SpecError, match=f"in a spec is taken from the working directory, {elsewhere}, not from the "
+                                        "spec's folder"):  # fmt: skip
+        spec.check_data()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(D.CorpusNotFoundError, match=r"matches only folders \('txtdir'\): give a folder itself"):
+        D.check_corpus("txtd*", "byte", 256)

@@ -92,7 +92,7 @@ def test_missing_parquet_text_column_suggests_only_string_columns(tmp_path):
     with pytest.raises(D.CorpusError) as e:
         D.load_tokens(str(mixed), cache_dir=tmp_path)
     assert str(e.value).endswith(
-        "has no text column 'text'; its string columns are ['body', 'title'] (set text_column to one of them)"
+        "has no text column 'text'; its string columns are ['body', 'title'] (set text_column in a spec, --text-column on the command line, to one of them)"
     )
 
 
@@ -488,12 +488,17 @@ def test_corpus_hash_follows_the_document_names_that_decide_the_split(tmp_path):
 
 
 def test_torn_token_file_suggests_names_without_its_own_dtype_suffix(tmp_path):
-    """A ``.u16.bin`` of an odd byte count is refused suggesting ``tokens.u16.bin`` / ``tokens.u32.bin``, not
-    ``tokens.u16.u16.bin`` (the suffix it already has, doubled)."""
+    """A plain ``.bin`` of an odd byte count is refused suggesting ``tokens.u16.bin`` / ``tokens.u32.bin``. A
+    ``.u16.bin`` one was told to rename itself to ``tokens.u16.bin``, its own name (earlier: ``tokens.u16.u16.bin``):
+    it states its dtype, so it is torn, and the message says so without a name to give."""
+    (tmp_path / "tokens.bin").write_bytes(b"\x01\x00\x02")
+    with pytest.raises(D.CorpusError, match="not a multiple of 2") as e:
+        D.check_corpus(str(tmp_path / "tokens.bin"), "pretokenized", 256)
+    assert "(tokens.u16.bin or tokens.u32.bin)" in str(e.value)
     (tmp_path / "tokens.u16.bin").write_bytes(b"\x01\x00\x02")
     with pytest.raises(D.CorpusError, match="not a multiple of 2") as e:
         D.check_corpus(str(tmp_path / "tokens.u16.bin"), "pretokenized", 256)
-    assert "(tokens.u16.bin or tokens.u32.bin)" in str(e.value) and ".u16.u" not in str(e.value)
+    assert "a torn file" in str(e.value) and "tokens.u16.bin or" not in str(e.value) and ".u16.u" not in str(e.value)
 
 
 def test_left_out_files_warning_gives_advice_that_works(tmp_path):

@@ -329,7 +329,7 @@ def test_token_file_dtype_is_never_guessed_silently(tmp_path):
         "train", "--corpus", "tokens.bin", "--tokenizer", "pretokenized", "--vocab-size", "70000",
         "--d-model", "16", "--seq-len", "32", "--tokens", "512", "--batch-tokens", "256", "--json", cwd=tmp_path,
     )  # fmt: skip
-    assert p.returncode == 2 and "tokens.u32.bin" in p.stderr and not p.stdout
+    assert p.returncode == 2 and "name it tokens.u32.bin" in p.stderr and "tokens.u16.bin" not in p.stderr and not p.stdout
     shutil.copy(tmp_path / "tokens.bin", tmp_path / "tokens.u32.bin")
     np.save(tmp_path / "tokens.npy", ids.astype(np.uint32))
     for name in ("tokens.u32.bin", "tokens.npy"):
