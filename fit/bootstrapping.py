@@ -923,8 +923,43 @@ def bootstrap_data(
             chunk_size=chunk_size,
             progress=progress,
         )
+    extra: dict[str, Any] = {}
+    if stratify_by:
+        extra = {"stratify_by": list(stratify_by), "single_seed_note": single_seed_note(data.frame, tuple(stratify_by))}
     return _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level,
-                   derived, starts, seed, {"stratify_by": list(stratify_by)} if stratify_by else {})  # fmt: skip
+                   derived, starts, seed, extra)  # fmt: skip
+
+
+def single_seed_note(frame: pd.DataFrame, keys: tuple[str, ...]) -> str | None:
+    """The warning for a bootstrap that resamples seeds within cells when some cells (not all) hold one run: such a
+    cell's mean is the same in every draw, so the intervals leave out its seed noise and come out too narrow (a
+    table whose looped cells kept one seed each gave phi [-0.35, -0.20] where all 64 seeds give [-0.57, -0.37]).
+    None when every cell has 2 or more runs (or every cell one: then no interval exists at all, said elsewhere).
+
+    Args:
+        frame: the runs fitted (one row per run). keys: the cell columns (``stratify_by``).
+    """
+    sizes = frame.groupby(list(keys), sort=True, dropna=False).size()
+    one = sizes[sizes == 1]
+    if one.empty or len(one) == len(sizes):
+        return None
+    names = [", ".join(f"{k}={_short(v)}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,),
+                                                            strict=True)) for idx in one.index[:3]]  # fmt: skip
+    more = f" and {len(one) - 3} more" if len(one) > 3 else ""
+    return (
+        f"{len(one)} of {len(sizes)} cells have one seed ({'; '.join(names)}{more}): seeds are resampled within "
+        "cells, and such a cell's mean is the same in every resample, so the intervals leave out its seed noise and "
+        "are too narrow; train more seeds there (a failed or diverged seed leaves a cell short)"
+    )
+
+
+def _short(v: Any) -> str:
+    """A cell coordinate as it reads in a note: whole numbers without '.0', others to 4 significant digits."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return str(int(f)) if f.is_integer() else f"{f:.4g}"
 
 
 def _bootstrap_cell_means(law: Law, data: FitData, keys: tuple[str, ...], *, B: int, seed: int, point, starts: int,
@@ -949,7 +984,8 @@ def _bootstrap_cell_means(law: Law, data: FitData, keys: tuple[str, ...], *, B: 
     theta, objv, at_warm = refit_weights(law, mdata, M, ok_draw, np.asarray(point.theta), seed=seed, starts=starts,
                                          losses=True, **kw)  # fmt: skip
     return _result(law, mdata, B, None, M, ok_draw, kinds, tries, theta, objv, at_warm, None, point, level,
-                   derived, starts, seed, {"stratify_by": list(keys), "cell_means": True, "n_runs": int(data.n)})  # fmt: skip
+                   derived, starts, seed, {"stratify_by": list(keys), "cell_means": True, "n_runs": int(data.n),
+                                           "single_seed_note": single_seed_note(data.frame, keys)})  # fmt: skip
 
 
 def _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level, derived, starts,
@@ -963,10 +999,12 @@ def _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, re
             f"1000 tries: {kinds}; {int((ok_draw & ~np.isfinite(objv)).sum())} refits failed)"
             + _working_hint(alt)
         )
-    if reason is not None:
-        import warnings
+    import warnings
 
+    if reason is not None:
         warnings.warn(f"bootstrap: no interval: {reason}", stacklevel=2)
+    elif note := extra.get("single_seed_note"):
+        warnings.warn(f"bootstrap: {note}", stacklevel=2)
     rows = []
     for k in range(B):
         p = (

@@ -290,8 +290,9 @@ def fit_cmd(
 
         # the bootstrap's `bootstrap: i/n chunks` lines go to stderr (with --json as plain as piped); stdout stays the JSON
         with warnings.catch_warnings(), plain_progress_lines() if json_out else contextlib.nullcontext():
-            # its "no interval" warning is the summary's own line (below), said once
+            # its "no interval" and one-seed-cells warnings are the summary's own lines (below), said once
             warnings.filterwarnings("ignore", message="bootstrap: no interval")
+            warnings.filterwarnings("ignore", message=r"bootstrap: \d+ of \d+ cells have one seed")
             if not bootstrap or (address is None and num_gpus is None and ray_temp_dir is None):
                 # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
                 tf = fit_table(table, law, **kw)
@@ -420,6 +421,8 @@ def fit_cmd(
             if boot.no_interval_reason:
                 lines.append(f"  warning: no interval: {boot.no_interval_reason}")
             else:
+                if note := boot.extra.get("single_seed_note"):
+                    lines.append(f"  warning: {note}")
                 if few := few_resamples_note(boot.B - boot.n_failed):
                     lines.append(f"  warning: {few}")
                 if edge := box_edge_interval_note(boot.ci):

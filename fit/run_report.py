@@ -615,6 +615,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             L.append(f"> **No interval** (every CI below is –): {boot['no_interval_reason']}.\n")
         elif few := few_resamples_note(boot.get("n_ok")):
             L.append(f"> **Warning:** {few}.\n")
+        if not boot.get("no_interval_reason") and boot.get("single_seed_note"):
+            L.append(f"> **Warning:** {boot['single_seed_note']}.\n")
         L.append("| parameter | value | 95 % CI |")
         L.append("|---|---|---|")
         # analyses written before the list existed: the same test on their params and intervals

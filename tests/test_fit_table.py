@@ -126,3 +126,30 @@ def test_fit_table_names_what_is_missing_in_the_terms_of_the_table():
     assert r1.variant == "baseline" and r1.data.n == int((df["r"] == 1).sum())
     with pytest.raises(ValueError, match=r"holds variants \['baseline', 'hyperconnect'\]: give --variant"):
         fit_table(two, law="chinchilla", r=2, starts=20)  # r = 2 of two variants: still one variant's fit
+
+
+def test_cells_left_with_one_seed_are_named_as_narrowing_the_intervals(tmp_path):
+    """The cpu example with every looped cell cut to one seed gave phi [-0.35, -0.20] (all seeds: [-0.57, -0.37])
+    without a word: a one-seed cell's mean is the same in every within-cell resample. The bootstrap now names such
+    cells, `loopscale fit` says it once, and the report says it; with 2 seeds in every cell there is no note."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit import fit_table
+    from loopscale.fit.bootstrapping import single_seed_note
+    from loopscale.sweep.cli import app
+
+    df = pd.read_parquet(EXAMPLE / "runs.parquet")
+    cut = df[(df["r"] == 1) | (df["seed"] == 0)]
+    keys = ("d_model", "r", "n_recur_block", "D")
+    note = single_seed_note(cut, keys)
+    assert note.startswith("3 of 8 cells have one seed (d_model=16, r=2, ") and "too narrow" in note
+    assert single_seed_note(df[df["seed"] < 2], keys) is None  # two seeds everywhere
+    assert single_seed_note(df[df["seed"] == 0], keys) is None  # one seed everywhere: no interval, said elsewhere
+    with pytest.warns(UserWarning, match="3 of 8 cells have one seed"):
+        tf = fit_table(cut, bootstrap=8, workers=1, starts=10)
+    assert tf.boot.extra["single_seed_note"].startswith("3 of 8 cells have one seed")
+    cut.to_parquet(tmp_path / "cut.parquet")
+    res = CliRunner().invoke(app, ["fit", str(tmp_path / "cut.parquet"), "--bootstrap", "8", "--workers", "1",
+                                   "--starts", "10"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.output.count("cells have one seed") == 1 and "  warning: 3 of 8 cells have one seed" in res.output

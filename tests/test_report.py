@@ -716,6 +716,11 @@ def test_the_report_flags_intervals_from_few_resamples(tmp_path):
     ana["variants"]["baseline"]["joint"]["bootstrap"]["n_ok"] = 7
     p.write_text(json.dumps(ana), encoding="utf-8")
     assert "> **Warning:** the 95 % intervals rest on 7 refitted resample(s)" in build_report(run).read_text("utf-8")
+    # cells left with one seed narrow the intervals: the bootstrap's note is the report's warning too
+    assert "cells have one seed" not in build_report(run).read_text("utf-8")
+    ana["variants"]["baseline"]["joint"]["bootstrap"]["single_seed_note"] = "3 of 8 cells have one seed (d_model=16)"
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    assert "> **Warning:** 3 of 8 cells have one seed (d_model=16).\n" in build_report(run).read_text("utf-8")
 
 
 def test_the_report_says_why_a_seeds_design_is_fitted_to_its_runs():
