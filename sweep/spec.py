@@ -1528,6 +1528,18 @@ def _run_named(row: dict) -> str:
     return f"{row['run_id']} (r {row['r']}, size {row['size']}, {budget}, seed {row['seed']})"
 
 
+def refit_command(out: Path, looped_variants: list[str]) -> str:
+    """The command(s), in backticks, that refit a run folder's recorded runs without training, into a new folder
+    beside it (``DIR_refit``): ``loopscale fit DIR --bootstrap 200 --identify --out DIR_refit``, one per variant
+    (``--variant V --out DIR_refit_V``) when several variants have looped runs (a single fit is refused there)."""
+    out = Path(out).resolve()
+    dest = out.parent / f"{out.name}_refit"
+    base = f"loopscale fit {out} --bootstrap 200 --identify"
+    if len(looped_variants) > 1:
+        return "; ".join(f"`{base} --variant {v} --out {dest}_{v}`" for v in looped_variants)
+    return f"`{base} --out {dest}`"
+
+
 class RunsDefinedOtherwise(ValueError):
     """A folder's recorded runs are not cells of its own ``spec.yaml`` (:func:`check_folder_runs` with
     ``same_spec``): they trained at other LRs than the folder's LR table gives now (``lr: tune``, the table tuned
@@ -1553,12 +1565,7 @@ class RunsDefinedOtherwise(ValueError):
                     self.other_lrs = True
                     break
         looped = sorted({str(r.get("variant")) for r in foreign if (r.get("r") or 1) > 1 and r.get("variant")})
-        dest = out.parent / f"{out.name}_refit"
-        base = f"loopscale fit {out} --bootstrap 200 --identify"
-        if len(looped) > 1:
-            self.refit = "; ".join(f"`{base} --variant {v} --out {dest}_{v}`" for v in looped)
-        else:
-            self.refit = f"`{base} --out {dest}`"
+        self.refit = refit_command(out, looped)
         named = ", ".join(_run_named(row) for row in foreign[:3])
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         why = (

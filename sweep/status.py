@@ -193,36 +193,50 @@ def refuse_busy_folder(out_dir: str | Path, what: str) -> None:
     )
 
 
-def _fit_caveats(out: Path, ana: dict, meta: dict) -> list[str]:
+def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str]:
     """What the report says above the fit it shows, in one line each: the fit was made from another runs table
-    than today's ``runs.parquet`` (the sha256 ``run_meta.json`` records), or under other fit rules than this
-    loopscale's (``analysis.json``'s ``fit_rules``, version 1 when none), with the command that refits it."""
+    than today's ``runs.parquet`` (the sha256 ``run_meta.json`` records; also when runs.parquet is gone or
+    unreadable), or under other fit rules than this loopscale's (``analysis.json``'s ``fit_rules``, version 1 when
+    none), with the command that refits it: ``loopscale run ... --resume`` where the folder's spec.yaml is readable
+    and ``run`` accepts the folder, else ``loopscale fit`` of the recorded runs into a new folder. ``pending``: the
+    spec's runs not yet recorded, which that ``run`` trains first (so it is said to train nothing only at 0)."""
     from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
-    from loopscale.sweep.spec import RunsDefinedOtherwise, check_folder_runs, load_spec
+    from loopscale.sweep.spec import RunsDefinedOtherwise, check_folder_runs, load_spec, refit_command
 
     caveats = []
     rerun = f"`loopscale run {out / 'spec.yaml'} --out {out} --resume`"
-    first = "first training the spec's runs missing from the table"
+    first = (f"first training the {pending} run{'s' if pending != 1 else ''} of its spec not in the table"
+             if pending else "training nothing")  # fmt: skip
     try:  # runs that are no cells of the folder's spec as this loopscale defines runs: `run` refuses the folder
-        check_folder_runs(out, load_spec(out / "spec.yaml"), same_spec=True)
-    except RunsDefinedOtherwise as e:
-        rerun = e.refit  # `loopscale fit` of the recorded runs, into a folder beside this one
-        first = "the recorded runs, into a new folder: `loopscale run` refuses this one, " + (
-            "whose runs trained at other LRs than its LR table gives now"
-            if e.other_lrs
-            else "whose runs an older loopscale defined otherwise"
-        )
-    except Exception:  # noqa: BLE001  a folder without a readable spec: `run` says what it lacks
-        pass
+        spec = load_spec(out / "spec.yaml")
+    except Exception:  # noqa: BLE001  no readable spec.yaml: `run` cannot rerun the folder; `fit` refits its runs
+        looped = [v for v, d in (ana.get("variants") or {}).items() if (d.get("joint") or {}).get("params")]
+        rerun = refit_command(out, looped)
+        first = "the recorded runs, into a new folder: this one has no readable spec.yaml to rerun"
+    else:
+        try:
+            check_folder_runs(out, spec, same_spec=True)
+        except RunsDefinedOtherwise as e:
+            rerun = e.refit  # `loopscale fit` of the recorded runs, into a folder beside this one
+            first = "the recorded runs, into a new folder: `loopscale run` refuses this one, " + (
+                "whose runs trained at other LRs than its LR table gives now"
+                if e.other_lrs
+                else "whose runs an older loopscale defined otherwise"
+            )
+        except Exception:  # noqa: BLE001  another refusal of the folder: `run` says what it is
+            pass
     fitted = (meta.get("fit_input") or {}).get("runs_sha256")
-    if fitted and (out / "runs.parquet").is_file() and file_digest(out / "runs.parquet") != fitted:
+    runs = out / "runs.parquet"
+    if fitted and not runs.is_file():
+        caveats.append(f"stale: made from a runs table that is no longer there (runs.parquet is missing, or was moved "
+                       f"aside as unreadable); {rerun} refits the runs recorded now ({first})")
+    elif fitted and file_digest(runs) != fitted:
         caveats.append(f"stale: made from another runs table, runs.parquet changed since the fit; {rerun} refits it "
                        f"({first})")
     made = int(ana.get("fit_rules", 1))
     if made != FIT_RULES_VERSION:
         caveats.append(f"made under fit rules version {made}, this loopscale applies version {FIT_RULES_VERSION}, "
-                       f"whose intervals and verdicts may differ; {rerun} refits it, training nothing"
-                       + (f" ({first})" if rerun.startswith("`loopscale fit") else ""))
+                       f"whose intervals and verdicts may differ; {rerun} refits it ({first})")
     return caveats
 
 
@@ -723,7 +737,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             lr["table_used"] = False
     ana = _read_json(out / "fit" / "analysis.json")
     fit = fit_headlines(ana) if ana else []
-    fit_caveats = _fit_caveats(out, ana, meta) if fit else []
+    fit_caveats = _fit_caveats(out, ana, meta, pending=runs["pending"] + runs["running"]) if fit else []
     # stage and state: a folder no command has worked in (only `loopscale design --out` wrote its spec and
     # prediction there) is empty, not a sweep stopped with every run pending
     in_parts_only = 0 if alive else _not_consolidated(out, recs)

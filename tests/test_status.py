@@ -238,9 +238,37 @@ def test_status_of_a_folder_of_runs_an_older_loopscale_defined_names_the_fit_tha
     shutil.copytree("docs/example_cpu_previous_default", out)
     (caveat,) = collect_status(out)["fit_caveats"]
     assert caveat.startswith("made under fit rules version 1") and "--resume" not in caveat
-    assert (f"`loopscale fit {out} --bootstrap 200 --identify --out {out}_refit` refits it, training nothing (the "
+    assert (f"`loopscale fit {out} --bootstrap 200 --identify --out {out}_refit` refits it (the "
             "recorded runs, into a new folder: `loopscale run` refuses this one, whose runs an older loopscale "
             "defined otherwise)") in caveat
+
+
+def test_status_refit_line_fits_the_folder_it_describes(tmp_path):
+    """A copy of an example folder: without spec.yaml status gave `loopscale run DIR/spec.yaml --resume` (which
+    fails: no spec); with runs missing from the table it said `run --resume` refits it 'training nothing'; with
+    runs.parquet gone (moved aside as unreadable) the fit was not called stale."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "s4"
+    shutil.copytree("docs/example_cpu_seeds4", out)
+    (caveat,) = collect_status(out)["fit_caveats"]  # made under older fit rules, every run recorded
+    assert f"`loopscale run {out / 'spec.yaml'} --out {out} --resume` refits it (training nothing)" in caveat
+    t = pq.read_table(out / "runs.parquet")
+    pq.write_table(t.slice(0, t.num_rows - 3), out / "runs.parquet")
+    stale, rules = collect_status(out)["fit_caveats"]
+    assert stale.startswith("stale: made from another runs table")
+    assert "refits it (first training the 3 runs of its spec not in the table)" in rules
+    (out / "runs.parquet").rename(out / "runs.parquet.unreadable-1")
+    stale, _ = collect_status(out)["fit_caveats"]
+    assert stale.startswith("stale: made from a runs table that is no longer there")
+    (out / "runs.parquet.unreadable-1").rename(out / "runs.parquet")
+    (out / "spec.yaml").unlink()
+    _, rules = collect_status(out)["fit_caveats"]
+    assert "spec.yaml" not in rules.split(" refits it")[0]
+    assert (f"`loopscale fit {out} --bootstrap 200 --identify --out {out}_refit` refits it (the recorded runs, into "
+            "a new folder: this one has no readable spec.yaml to rerun)") in rules
 
 
 @pytest.mark.parametrize("lr", [{"fixed": 0.01}, "tune"])
