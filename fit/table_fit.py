@@ -273,8 +273,9 @@ def _one_point(src: pd.DataFrame) -> None:
 def chinchilla_flat_terms(data) -> list[str]:
     """What a Chinchilla fit (L = E + A N^-alpha + B D^-beta) cannot tell apart in ``data``
     (:class:`~loopscale.fit.io.FitData`): with one N the term A N^-alpha is one constant (E, A, alpha not
-    identified), with one D the term B D^-beta (E, B, beta); with several of each but no more distinct (N, D) points
-    than the law's 5 parameters, none of them.
+    identified), with one D the term B D^-beta (E, B, beta), and with that and no more than 3 values of the other
+    (the 3 parameters left), none of them; with several of each but no more distinct (N, D) points than the law's 5
+    parameters, none of them either.
 
     Raises:
         ValueError: both are single (one point: nothing to fit; the report skips such per-r fits too)."""
@@ -292,6 +293,13 @@ def chinchilla_flat_terms(data) -> list[str]:
     if d.size < 2:
         out.append(f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not "
                    "identified (only E + B D^-beta is)")  # fmt: skip
+    for one, other, left in (("D", n, "E + B D^-beta, A and alpha"), ("N", d, "E + A N^-alpha, B and beta")):
+        if len(out) == 1 and (d.size if one == "D" else n.size) < 2 and other.size <= 3:
+            # one term a constant leaves 3 parameters: on no more than 3 values of the other, none is pinned
+            out.append(f"the {data.n} runs lie on {other.size} distinct {'N' if one == 'D' else 'D'} at that one "
+                       f"{one}, no more than the 3 parameters left ({left}): the fit can pass through every point "
+                       f"with many parameter sets, so none of them is identified (add "
+                       f"{'sizes' if one == 'D' else 'token budgets'})")  # fmt: skip
     points = len({(float(a), float(b)) for a, b in zip(data.cols["N"], data.cols["D"], strict=True)})
     if not out and points <= CHINCHILLA_PARAMS:
         out.append(f"the {data.n} runs lie on {points} distinct (N, D) points (seeds of one cell are one point), no "

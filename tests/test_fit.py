@@ -1077,6 +1077,24 @@ def test_a_chinchilla_fit_on_no_more_points_than_parameters_is_not_identified(tm
         chinchilla_per_r(six, starts=10, seed=0)["2"]["params"])
 
 
+def test_a_chinchilla_fit_on_one_D_and_three_sizes_is_not_identified():
+    """The cpu example's plain runs of 3 depths (96 runs, one D): the fit gave A = 33774, alpha = 1.46 and said only
+    that E, B and beta are not identified, implying A and alpha are; one D leaves 3 parameters, which 3 values of N
+    do not pin down. With the 5 plain depths it says only the one-D line."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+    from loopscale.fit.table_fit import chinchilla_flat_terms
+
+    df = pd.read_parquet(Path(__file__).resolve().parents[1] / "docs" / "example_cpu" / "runs.parquet")
+    plain = df[df["r"] == 1].assign(N=lambda d: d["N_once"] + d["N_rec"], loss=lambda d: d["final_val_loss"])
+    law = make_law("chinchilla")
+    three = chinchilla_flat_terms(prepare(plain[plain["n_recur_block"].isin([2, 3, 4])], law))
+    assert len(three) == 2 and three[0].startswith("every run has one D")
+    assert three[1].startswith("the 96 runs lie on 3 distinct N at that one D, no more than the 3 parameters left")
+    five = chinchilla_flat_terms(prepare(plain, law))
+    assert len(five) == 1 and five[0].startswith("every run has one D")
+
+
 def test_interval_ends_on_the_search_box_edge_are_named():
     """An interval end on the box edge (E's lower end at e^-3, alpha's upper at 2.5) is a percentile of refits that
     ran to the edge; `fit` and the report printed it as if the data set it (a reader took 'identified' for a
