@@ -71,6 +71,26 @@ def _interval(ci: dict, key: str) -> tuple[float, float] | None:
     return float(v[0]), float(v[1])
 
 
+def _no_runs_table_message(d: Path, torn: bool) -> str:
+    """Why ``report`` has no runs table in ``d``, and what rebuilds it: the runs' own records under ``parts/``
+    (``loopscale run ... --resume`` consolidates them, training only runs missing there), or a run of a folder
+    with none; a folder no loopscale command wrote is said to be none."""
+    parts = d / "parts" / "runs"
+    has_parts = parts.is_dir() and any(parts.glob("*.parquet"))
+    ours = has_parts or any((d / n).exists() for n in ("spec.yaml", "run_meta.json", "logs", "tune", "fit"))
+    what = (f"{d / 'runs.parquet'} was unreadable (torn or corrupt) and was moved aside (runs.parquet.unreadable-*)"
+            if torn else f"{d / 'runs.parquet'} not found")  # fmt: skip
+    if not ours:
+        return (f"{what}, and {d} is not a loopscale output folder (no spec.yaml, run_meta.json or parts/): give the "
+                "output folder of `loopscale run` (its --out)")  # fmt: skip
+    spec = f"{d / 'spec.yaml'}" if (d / "spec.yaml").is_file() else "SPEC"
+    if has_parts:
+        return (f"{what}; its runs' own records are still in {parts}: `loopscale run {spec} --out {d} --resume` "
+                "rebuilds it from them, training only the runs missing there, then fits and reports")
+    return (f"{what}, and {d} holds no other record of its runs (no parts/): `loopscale run {spec} --out {d} "
+            "--resume` trains them again, or restore runs.parquet from a copy")
+
+
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     if not path.exists():
         return None
@@ -429,6 +449,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     except ValueError:
         raise ValueError(f"{d} is not writable: the report writes report.md and its figures there; give a writable "
                          "folder (e.g. a copy of this one)") from None  # fmt: skip
+    torn = (d / "runs.parquet").exists()
     runs = _read_parquet(d / "runs.parquet")
     if runs is None and (d / "fit.json").is_file():
         raise FileNotFoundError(
@@ -437,9 +458,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"{d / 'fit.json'} (or `loopscale fit TABLE --json`) and its figures are the PNGs there"
         )
     if runs is None:
-        raise FileNotFoundError(
-            f"{d / 'runs.parquet'} not found: run `loopscale sweep` or `loopscale run` first"
-        )
+        raise FileNotFoundError(_no_runs_table_message(d, torn))
     from loopscale.cluster.storage import read_json_or_aside
     from loopscale.fit.analysis import variant_frames
     from loopscale.fit.io import drop_duplicate_runs

@@ -585,9 +585,10 @@ def set_aside_folders(out: Path) -> list[dict]:
     """The folders earlier commands moved aside in ``out`` and kept (never read again by loopscale, never deleted
     by it): ``earlier_<UTC time>/`` of ``sweep --force`` (earlier runs' records, checkpoints, fit and report),
     ``earlier_fit_<UTC time>/`` of a ``run`` that refitted a finished fit (its ``fit/`` and report) and
-    ``<fit folder>/earlier_fit_<UTC time>/`` of a ``fit --out`` (an earlier fit's files). Each: ``path`` (relative to
-    ``out``), ``bytes`` (on disk, files only) and ``runs`` (rows of its runs.parquet; None without one), oldest
-    first."""
+    ``<fit folder>/earlier_fit_<UTC time>/`` of a ``fit --out`` (an earlier fit's files); then the files moved aside
+    as unreadable (``<name>.unreadable-<id>``, in ``out`` and the folders in it: a torn runs.parquet, analysis.json,
+    LR table). Each: ``path`` (relative to ``out``), ``bytes`` (on disk, files only), ``runs`` (rows of its
+    runs.parquet; None without one) and ``file`` (True for a file moved aside), folders oldest first."""
     import pyarrow.parquet as pq
 
     def made_at(d: Path) -> tuple[str, str]:  # the UTC time in the name (earlier_fit_... sorted after earlier_2...)
@@ -604,7 +605,10 @@ def set_aside_folders(out: Path) -> list[dict]:
             runs = pq.read_metadata(d / "runs.parquet").num_rows if (d / "runs.parquet").is_file() else None
         except (OSError, ValueError):
             runs = None
-        rows.append({"path": str(d.relative_to(out)), "bytes": size, "runs": runs})
+        rows.append({"path": str(d.relative_to(out)), "bytes": size, "runs": runs, "file": False})
+    for f in sorted({*out.glob("*.unreadable-*"), *out.glob("*/*.unreadable-*")}):
+        if f.is_file() and not f.is_symlink():
+            rows.append({"path": str(f.relative_to(out)), "bytes": f.stat().st_size, "runs": None, "file": True})
     return rows
 
 
@@ -1121,7 +1125,8 @@ def format_status(st: dict) -> list[str]:
 
 def _set_aside_line(a: dict) -> str:
     runs = "" if a["runs"] is None else f"{a['runs']} runs, "
-    return f"{a['path']}/ ({runs}{_fmt_bytes(a['bytes'])})"
+    kind = " (unreadable)" if a.get("file") else "/"
+    return f"{a['path']}{kind} ({runs}{_fmt_bytes(a['bytes'])})"
 
 
 def _fmt_bytes(n: int) -> str:

@@ -126,8 +126,16 @@ def test_status_names_an_earlier_fit_a_refit_moved_aside(finished_folder):
     old.mkdir()
     (old / "bootstrap.parquet").write_bytes(b"x" * 1500)
     st = collect_status(out)
-    assert st["set_aside"] == [{"path": "fit/earlier_fit_20261201T000000", "bytes": 1500, "runs": None}]
+    assert st["set_aside"] == [{"path": "fit/earlier_fit_20261201T000000", "bytes": 1500, "runs": None, "file": False}]
     assert "fit/earlier_fit_20261201T000000/ (1.5 kB)" in format_status(st)[-1]
+    # files a command moved aside as unreadable (a torn runs.parquet, analysis.json) are listed too
+    (out / "runs.parquet.unreadable-0a1b2c3d").write_bytes(b"y" * 200)
+    (out / "fit" / "analysis.json.unreadable-0a1b2c3d").write_bytes(b"{")
+    st = collect_status(out)
+    assert [a["path"] for a in st["set_aside"]] == ["fit/earlier_fit_20261201T000000",
+                                                    "fit/analysis.json.unreadable-0a1b2c3d",
+                                                    "runs.parquet.unreadable-0a1b2c3d"]  # fmt: skip
+    assert "runs.parquet.unreadable-0a1b2c3d (unreadable) (200 B)" in format_status(st)[-1]
 
 
 def test_runs_parquet_is_written_before_ray_shuts_down(tmp_path, monkeypatch):

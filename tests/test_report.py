@@ -820,3 +820,30 @@ def test_the_frontier_of_a_token_budget_grid_puts_every_variant_at_the_same_comp
     assert sorted(cs) == ["baseline", "trunc_bptt"] and cs["baseline"] == cs["trunc_bptt"] and len(cs["baseline"]) == 4
     ok = both[both["status"] == "ok"]
     assert cs["baseline"][0] == pytest.approx(ok["C"].min()) and cs["baseline"][-1] == pytest.approx(ok["C"].max())
+
+
+def test_a_report_without_a_readable_runs_table_names_what_rebuilds_it(tmp_path):
+    """`report` on a torn runs.parquet moved it aside and said "run `loopscale sweep` or `loopscale run` first",
+    which trains everything again, also where the runs' own records in parts/ rebuild it; a folder no loopscale
+    command wrote got the same line. Each now gets the fix that fits it."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    (run / "runs.parquet").write_bytes((run / "runs.parquet").read_bytes()[:100])  # torn
+    with pytest.warns(UserWarning, match="moved aside"), pytest.raises(FileNotFoundError) as e:
+        build_report(run)
+    msg = str(e.value)
+    assert "was unreadable (torn or corrupt) and was moved aside" in msg and "holds no other record" in msg
+    assert f"`loopscale run {run / 'spec.yaml'} --out {run} --resume` trains them again" in msg
+    assert list(run.glob("runs.parquet.unreadable-*")) and (run / "report.md").is_file()  # kept, not deleted
+    (run / "parts" / "runs").mkdir(parents=True)
+    shutil.copy(next(run.glob("runs.parquet.unreadable-*")), run / "parts" / "runs" / "abc.parquet")
+    with pytest.raises(FileNotFoundError, match=r"not found; its runs' own records are still in .*parts/runs: "
+                                                r"`loopscale run .* --resume` rebuilds it from them"):  # fmt: skip
+        build_report(run)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("not a run")
+    with pytest.raises(FileNotFoundError, match="is not a loopscale output folder"):
+        build_report(other)
