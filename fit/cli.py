@@ -336,6 +336,9 @@ def fit_cmd(
         loss_note = _loss_column_note(data)
         if loss_note:
             summary["loss_column_note"] = loss_note
+        n_note = _n_column_note(data) if law == "chinchilla" else None
+        if n_note:
+            summary["n_column_note"] = n_note
         if ident is not None:
             summary["identification"] = ident.to_dict()
         if out is not None:
@@ -438,6 +441,8 @@ def fit_cmd(
             lines.append(f"  note: {pooled_note}")
         if loss_note:
             lines.append(f"  note: {loss_note}")
+        if n_note:
+            lines.append(f"  note: {n_note}")
         for term in flat_terms:
             lines.append(f"  warning: {term}")
         if ident is not None:
@@ -478,6 +483,25 @@ def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dic
     return {**d, "what": "runs"}, (
         f"fitted to {n_runs} runs: their seeds are replicates, but {rep.cells} cells are fewer than the law's "
         f"parameters, so the runs are fitted{boot}, as `loopscale run` (cells: {cols})"
+    )
+
+
+def _n_column_note(data) -> str | None:
+    """A table with both ``N`` and ``N_unique`` whose values differ (e.g. N counts the looped block r times): which
+    one the Chinchilla law was fitted on (``N``; ``N_unique`` is read only when a table has no ``N`` column), since
+    the choice changes A and alpha."""
+    frame = data.frame
+    if "N" not in frame.columns or "N_unique" not in frame.columns:
+        return None
+    import numpy as np
+    import pandas as pd
+
+    other = pd.to_numeric(frame["N_unique"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    if np.allclose(other, data.cols["N"], rtol=1e-9, atol=0.0, equal_nan=False):
+        return None
+    return (
+        "the table has both N and N_unique, and they differ: the N column was fitted (N_unique is read only when a "
+        "table has no N column; drop N to fit on the unique parameters)"
     )
 
 

@@ -318,6 +318,16 @@ def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
                 in res.stdout) is says, res.stdout  # fmt: skip
         res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
         assert ("loss_column_note" in json.loads(res.stdout)) is says
+    # N and N_unique (the Chinchilla law's N): the same, for a table holding both
+    for other, says in ((N * 1.5, True), (N, False)):
+        path = tmp_path / f"n{int(says)}.csv"
+        pd.DataFrame({"N": N, "N_unique": other, "D": D, "loss": loss}).to_csv(path, index=False)
+        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20"])
+        assert res.exit_code == 0, res.output
+        assert ("note: the table has both N and N_unique, and they differ: the N column was fitted"
+                in res.stdout) is says, res.stdout  # fmt: skip
+        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
+        assert ("n_column_note" in json.loads(res.stdout)) is says
 
 
 @pytest.mark.parametrize("seeds", [[], ["--seeds", "2"]])
