@@ -541,6 +541,26 @@ def _footer_null_count(path: Path, text_column: str) -> int | None:
     return total
 
 
+def _footer_no_text(path: Path, text_column: str) -> bool:
+    """True when the footer's row-group statistics show that ``text_column`` of a Parquet file holds no text: every
+    value null, or the column's largest value the empty string (so every one is). False when a row group records no
+    statistics (then only reading the rows would tell) or any value may hold text."""
+    meta = _open_parquet(path).metadata
+    j = next((i for i in range(meta.num_columns) if meta.schema.column(i).path == text_column), None)
+    if j is None:
+        return False
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        st = group.column(j).statistics
+        if st is None:
+            return False
+        if st.has_null_count and int(st.null_count) == group.num_rows:
+            continue
+        if not st.has_min_max or st.max not in ("", b""):
+            return False
+    return True
+
+
 def _hash_files(files: list[Path], extra: str) -> str:
     """sha256 of the files' bytes and their paths relative to their common folder: the paths name the documents
     (:meth:`CorpusSource._name`) and so decide the split, so a file moved to another subfolder changes the hash."""
@@ -943,6 +963,12 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
             if nulls := _footer_null_count(f, text_column):
                 rows = _open_parquet(f).metadata.num_rows
                 warnings.warn(_null_rows_message(f, nulls, rows, text_column), CorpusWarning, stacklevel=3)
+        if all(_footer_no_text(f, text_column) for f in files):
+            raise CorpusContentError(
+                f"corpus {corpus!r} holds no text: every value of its text column {text_column!r} is null or the "
+                "empty string (from the Parquet footers' statistics), so there is nothing to train on; give files "
+                "whose text column holds text, or another text_column"
+            )
     if kind != "tokens":
         if tok_kind == "pretokenized":
             raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")

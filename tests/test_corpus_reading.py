@@ -390,3 +390,23 @@ def test_a_missing_relative_corpus_names_the_folder_it_was_looked_for_in(tmp_pat
     monkeypatch.chdir(tmp_path)
     with pytest.raises(D.CorpusNotFoundError, match=r"matches only folders \('txtdir'\): give a folder itself"):
         D.check_corpus("txtd*", "byte", 256)
+
+
+def test_a_parquet_corpus_of_empty_or_null_text_is_refused_from_its_footers(tmp_path):
+    """A Parquet corpus whose text column held only empty strings passed `run --dry-run` (over 1 MiB it is not
+    tokenized there) and every run failed; the footers' statistics (max value '', or every value null) tell it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": [""] * 3000, "blob": ["x" * 400] * 3000}), tmp_path / "empty.parquet")
+    pq.write_table(pa.table({"text": pa.array([None] * 50, pa.string())}), tmp_path / "null.parquet")
+    for name in ("empty.parquet", "null.parquet"):
+        with pytest.raises(D.CorpusContentError, match="holds no text: every value of its text column 'text' is "
+                                                       "null or the empty string"):  # fmt: skip
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                D.check_corpus(str(tmp_path / name), "byte", 256)
+    pq.write_table(pa.table({"text": [""] * 2999 + ["One document of prose. " * 20]}), tmp_path / "one.parquet")
+    D.check_corpus(str(tmp_path / "one.parquet"), "byte", 256)  # one row of text: read
+    with pytest.raises(D.CorpusError, match="holds no text"):  # a folder of them: refused only when every file is
+        D.check_corpus(str(tmp_path / "*mpty.parquet"), "byte", 256)
