@@ -148,8 +148,8 @@ def _tiny_corpus(tmp_path, name: str) -> tuple:
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("zero_bytes", "corpus contains no text (every document is empty after cleaning)"),
-        ("whitespace", "corpus contains no text (every document is empty after cleaning)"),
+        ("zero_bytes", "holds no text: its file is empty or only whitespace (and NUL bytes)"),
+        ("whitespace", "holds no text: its file is empty or only whitespace (and NUL bytes)"),
         ("short_val", "the validation token stream (30 tokens) is shorter than one window: seq_len=32 needs at least seq_len + 1 = 33"),
         ("bpe_small", "need at least 1024 bytes of training text"),
     ],
@@ -274,8 +274,10 @@ def test_an_empty_token_or_text_file_is_named_in_its_error(tmp_path, empty_cache
         load_tokens(str(empty), "pretokenized")
     text = tmp_path / "empty.txt"
     text.write_text("  \n")
-    with pytest.raises(CorpusError, match=re.escape(f"corpus contains no text (every document is empty after "
-                                                    f"cleaning): {str(text)!r}")):  # fmt: skip
+    with pytest.raises(CorpusError, match=re.escape("corpus contains no text (every document is empty after "
+                                                    "cleaning: only whitespace, NUL bytes or empty strings); give a "
+                                                    f"corpus that holds text, or 'embedded' for the built-in corpus: "
+                                                    f"{str(text)!r}")):  # fmt: skip
         load_tokens(str(text), "byte")
 
 

@@ -390,7 +390,7 @@ def test_tokenizer_is_never_trained_on_nothing(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     n_tr, n_val = td.meta["n_train_tokens"], td.meta["n_val_tokens"]
     assert f"{n_tr} train / {n_val} validation tokens" in p.stdout
-    assert f"BPE trained on 1 documents, {bt['bytes']} bytes, {bt['merges']} merges" in p.stdout
+    assert f"BPE trained on 1 document, {bt['bytes']} bytes, {bt['merges']} merges" in p.stdout
 
 
 # --- kind 1: a value that every run will reject is found only inside Ray trials --------------------------------

@@ -249,7 +249,7 @@ def test_cell_means_bootstrap_refits_each_draws_means():
     assert point.n == 6
     bs = bootstrap(df, law="joint", B=3, seed=5, workers=1, starts=60, point=point, stratify_by=keys,
                    cell_means=True)  # fmt: skip
-    assert bs.extra == {"stratify_by": list(keys), "cell_means": True, "n_runs": 24}
+    assert bs.extra == {"stratify_by": list(keys), "cell_means": True, "n_runs": 24, "single_seed_note": None}
     data = prepare(df, make_law("joint"))
     W, ok, _, _ = draw_weights_within(make_law("joint"), data, cell_ids(data.frame, keys), 3, 5)
     k = 1
