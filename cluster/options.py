@@ -223,7 +223,12 @@ def validate_storage(storage: str | None) -> str | None:
                 + ", ".join(f"{x}://" for x in STORAGE_SCHEMES)
             )
         netloc = rest.split("/", 1)[0]
-        if scheme.lower() == "file" and netloc not in ("", "localhost"):
+        if scheme.lower() == "file" and netloc == "localhost":
+            # file://localhost/abs is file:///abs (RFC 8089); pyarrow refuses the host, and a path read from it
+            # would be relative ('localhost/abs' under the current directory)
+            rest = rest[len("localhost"):]
+            storage, netloc = f"{scheme}://{rest}", ""
+        if scheme.lower() == "file" and netloc != "":
             raise ValueError(
                 f"storage={storage!r}: a file:// URI takes an absolute path after its two slashes (file:///abs/dir, "
                 f"three slashes); {netloc!r} is read as a host name. Write file:///abs/dir, or give a plain path "

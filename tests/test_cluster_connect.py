@@ -701,6 +701,10 @@ def test_a_local_storage_that_cannot_be_written_is_one_line_before_anything_is_w
     with pytest.raises(ValueError, match=r"file:// URI takes an absolute path .*'rel_x' is read as a host name"):
         validate_storage("file://rel_x/runs")
     assert validate_storage("file:///abs/runs") == "file:///abs/runs"
+    # file://localhost/abs is file:///abs: it was accepted as written, then pyarrow refused the host and the
+    # reachability check created ./localhost/abs under the current directory
+    assert validate_storage("file://localhost/abs/runs") == "file:///abs/runs"
+    assert validate_storage("FILE://localhost/abs/runs") == "file:///abs/runs"
     good = tmp_path / "shared" / "runs"
     reachable_storage(f"file://{good}", write=True)
     assert good.is_dir() and not list(good.iterdir())
