@@ -214,6 +214,16 @@ def test_aws_launcher_schema_and_resources():
         assert 0 <= t["min_workers"] <= t["max_workers"] <= cfg["max_workers"], name
         assert t["max_workers"] > t["min_workers"], f"{name}: no room to autoscale"
         assert t["node_config"]["InstanceMarketOptions"]["MarketType"] == "spot"
+        # the launcher's own instance profile goes to the head only: workers that write --storage on S3 need one
+        assert t["node_config"]["IamInstanceProfile"] == {"Name": "loopscale-worker"}
+        assert "--instance-profile-name loopscale-worker" in (RECIPES / "ray-cluster-aws.yaml").read_text()
+    # a current GPU image (the launcher's default AMI is Ubuntu 18.04 with CUDA 11.2: too old for H100 / torch 2.13)
+    for name, t in types.items():
+        assert t["node_config"]["ImageId"] == ("resolve:ssm:/aws/service/deeplearning/ami/x86_64/"
+                                               "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"), name
+    # trials tokenize into the node's own disk, and --out (on the head) is copied off before `ray down`
+    assert all("LOOPSCALE_CACHE=/tmp/" in c for c in cfg["worker_start_ray_commands"] if "ray start" in c)
+    assert "ray rsync-down cluster/recipes/ray-cluster-aws.yaml ~/runs/paper" in (RECIPES / "ray-cluster-aws.yaml").read_text()
     # the package is installed from the checkout the launcher copies to every node
     mounts = cfg["file_mounts"]
     assert mounts["~/loopscale"] == "."
@@ -284,6 +294,21 @@ def test_kuberay_raycluster():
                          rf"chmod -R u\+w {target} && pip install {target}", args)
         assert copy and {"--exclude=./.git", "--exclude=./.venv"} <= set(copy.group(1).split()), args
     assert rc["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
+    # the autoscaler sidecar is a Ray process: without the token no worker pod is ever started
+    _check_token_env({"name": "autoscaler", "env": spec["autoscalerOptions"]["env"]})
+    # every pod: the identity that reaches --storage, and the corpus volume; the head keeps --out on a volume
+    pods = [head["template"]] + [g["template"] for g in groups]
+    assert all(p["spec"]["serviceAccountName"] == "loopscale-ray" for p in pods)
+    for p in pods:
+        (c,) = _containers(p)
+        assert {"mountPath": "/data", "name": "loopscale-data", "readOnly": True} in c["volumeMounts"]
+    (hc,) = _containers(head["template"])
+    assert any(m["mountPath"] == "/home/ray/runs" and m["name"] == "loopscale-runs" for m in hc["volumeMounts"])
+    assert {"name": "loopscale-runs", "persistentVolumeClaim": {"claimName": "loopscale-runs"}} in \
+        head["template"]["spec"]["volumes"]  # fmt: skip
+    for g in gpu_groups:
+        (c,) = _containers(g["template"])
+        assert {"name": "LOOPSCALE_CACHE", "value": "/tmp/loopscale-cache"} in c["env"]
     cmds = _submitted_commands((RECIPES / "kuberay-raycluster.yaml").read_text())
     assert cmds, "no `ray job submit ... -- loopscale ...` line in the recipe's comments"
     for c in cmds:
@@ -325,6 +350,11 @@ def test_slurm_script():
     argv = check_loopscale_command(cmd)
     assert argv[1] == "run" and argv[argv.index("--address") + 1] == "$HEAD_ADDRESS" and "--resume" in argv
     assert "export RAY_AUTH_MODE=token" in text and "--dashboard-host=127.0.0.1" in text
+    # the head is waited for (a fixed sleep let a slow head fail the driver), and each srun step asks for the
+    # node's CPUs and GPUs itself (Slurm >= 22.05 steps do not inherit --cpus-per-task)
+    assert 'ray health-check --address "$HEAD_ADDRESS"' in text and "sleep 20" not in text
+    assert text.count('--cpus-per-task="$CPUS_PER_NODE" --gpus-per-node="$GPUS_PER_NODE"') == 2
+    assert "export LOOPSCALE_CACHE=" in text
     # it stops the Ray nodes it started (its background srun steps), not every Ray of the user on a shared node
     code = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
     assert not any(re.search(r"\bray\s+stop\b", ln) for ln in code), "the script must not `ray stop`"

@@ -7,6 +7,9 @@
 #
 # Arguments: SPEC (a sweep YAML) and OUT (a directory on a filesystem every node mounts: Tune state and
 # trial checkpoints go to OUT/tune, so a trial restarted on another node finds its checkpoint).
+# SPEC: configs/paper.yaml trains on the small embedded corpus (`--dry-run` warns of ~490 epochs at the paper's
+# budgets); for the paper's measurement give a copy whose `corpus:` is a path every node mounts. Each node
+# tokenizes it once into LOOPSCALE_CACHE, set below to node-local disk ($TMPDIR), not the shared home.
 # Re-submitting with the same OUT (after preemption or the time limit) resumes: --resume restores Tune's
 # interrupted experiment and finished runs are not trained again (on a new OUT it says there is nothing to
 # resume and starts).
@@ -34,6 +37,7 @@ CPUS_PER_NODE="${SLURM_CPUS_PER_TASK:-96}"
 RAY_PORT=6379
 
 export RAY_AUTH_MODE=token
+export LOOPSCALE_CACHE="${LOOPSCALE_CACHE:-${TMPDIR:-/tmp}/loopscale-cache-$USER}"   # srun steps inherit it
 ray get-auth-token --generate >/dev/null   # no-op if ~/.ray/auth_token exists; never echo the token
 chmod 600 "$HOME/.ray/auth_token"
 
@@ -43,15 +47,21 @@ HEAD_IP="$(srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" hostname --ip-address | awk
 HEAD_ADDRESS="${HEAD_IP}:${RAY_PORT}"
 echo "Ray head on ${HEAD_NODE} (${HEAD_ADDRESS}); ${#NODES[@]} nodes"
 
-# Head: also runs trials (it has GPUs too). --block keeps the srun step alive as long as Ray runs.
-srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" \
+# Head: also runs trials (it has GPUs too). --block keeps the srun step alive as long as Ray runs. Each step asks
+# for the node's CPUs and GPUs itself: since Slurm 22.05 a step does not inherit the job's --cpus-per-task.
+srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" --cpus-per-task="$CPUS_PER_NODE" --gpus-per-node="$GPUS_PER_NODE" \
   ray start --head --node-ip-address="$HEAD_IP" --port="$RAY_PORT" \
   --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" --dashboard-host=127.0.0.1 --block &
-sleep 20
+# wait until the head answers (a fixed sleep let a slow head fail the driver's reachability check: exit 2)
+for _ in $(seq 60); do
+  ray health-check --address "$HEAD_ADDRESS" >/dev/null 2>&1 && break
+  sleep 5
+done
+ray health-check --address "$HEAD_ADDRESS" >/dev/null 2>&1 || { echo "Ray head not up after 300 s" >&2; exit 1; }
 
 # Workers: one ray start per remaining node.
 for node in "${NODES[@]:1}"; do
-  srun --nodes=1 --ntasks=1 -w "$node" \
+  srun --nodes=1 --ntasks=1 -w "$node" --cpus-per-task="$CPUS_PER_NODE" --gpus-per-node="$GPUS_PER_NODE" \
     ray start --address="$HEAD_ADDRESS" \
     --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" --block &
   sleep 5
