@@ -490,14 +490,7 @@ def _n_column_note(data) -> str | None:
     """A table with both ``N`` and ``N_unique`` whose values differ (e.g. N counts the looped block r times): which
     one the Chinchilla law was fitted on (``N``; ``N_unique`` is read only when a table has no ``N`` column), since
     the choice changes A and alpha."""
-    frame = data.frame
-    if "N" not in frame.columns or "N_unique" not in frame.columns:
-        return None
-    import numpy as np
-    import pandas as pd
-
-    other = pd.to_numeric(frame["N_unique"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    if np.allclose(other, data.cols["N"], rtol=1e-9, atol=0.0, equal_nan=False):
+    if "N" not in data.frame.columns or not _other_column_differs(data, "N_unique", "N"):
         return None
     return (
         "the table has both N and N_unique, and they differ: the N column was fitted (N_unique is read only when a "
@@ -508,16 +501,21 @@ def _n_column_note(data) -> str | None:
 def _loss_column_note(data) -> str | None:
     """A table with both ``loss`` and ``final_val_loss`` whose values differ: which one was fitted (``loss``; the
     other is read only when a table has no ``loss`` column), since the choice changes every parameter."""
-    frame = data.frame
-    if "loss" in data.source_names or "final_val_loss" not in frame.columns:
-        return None
-    import numpy as np
-    import pandas as pd
-
-    other = pd.to_numeric(frame["final_val_loss"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    if np.allclose(other, data.cols["loss"], rtol=1e-9, atol=0.0, equal_nan=False):
+    if "loss" in data.source_names or not _other_column_differs(data, "final_val_loss", "loss"):
         return None
     return (
         "the table has both loss and final_val_loss, and they differ: the loss column was fitted (final_val_loss "
         "is read only when a table has no loss column)"
     )
+
+
+def _other_column_differs(data, other: str, fitted: str) -> bool:
+    """Whether the table holds column ``other`` (an alias not fitted) with values that differ from the ``fitted``
+    column's, run by run (relative 1e-9)."""
+    import numpy as np
+    import pandas as pd
+
+    if other not in data.frame.columns:
+        return False
+    values = pd.to_numeric(data.frame[other], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    return not np.allclose(values, data.cols[fitted], rtol=1e-9, atol=0.0, equal_nan=False)

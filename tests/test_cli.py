@@ -309,25 +309,18 @@ def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
     N = np.repeat([1e6, 3e6, 1e7, 3e7], 3)
     D = np.tile([1e8, 3e8, 1e9], 4)
     loss = 1.8 + 400 * N**-0.34 + 400 * D**-0.28 + rng.normal(0, 0.005, N.size)
-    for other, says in ((loss + 0.3, True), (loss, False)):
-        path = tmp_path / f"t{int(says)}.csv"
-        pd.DataFrame({"N": N, "D": D, "loss": loss, "final_val_loss": other}).to_csv(path, index=False)
-        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20"])
-        assert res.exit_code == 0, res.output
-        assert ("note: the table has both loss and final_val_loss, and they differ: the loss column was fitted"
-                in res.stdout) is says, res.stdout  # fmt: skip
-        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
-        assert ("loss_column_note" in json.loads(res.stdout)) is says
-    # N and N_unique (the Chinchilla law's N): the same, for a table holding both
-    for other, says in ((N * 1.5, True), (N, False)):
-        path = tmp_path / f"n{int(says)}.csv"
-        pd.DataFrame({"N": N, "N_unique": other, "D": D, "loss": loss}).to_csv(path, index=False)
-        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20"])
-        assert res.exit_code == 0, res.output
-        assert ("note: the table has both N and N_unique, and they differ: the N column was fitted"
-                in res.stdout) is says, res.stdout  # fmt: skip
-        res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
-        assert ("n_column_note" in json.loads(res.stdout)) is says
+    # and N and N_unique (the Chinchilla law's N), the same way, for a table holding both
+    for fitted, alias, key, values in (("loss", "final_val_loss", "loss_column_note", loss),
+                                       ("N", "N_unique", "n_column_note", N)):  # fmt: skip
+        for other, says in ((values * 1.5, True), (values, False)):
+            path = tmp_path / f"{fitted}{int(says)}.csv"
+            pd.DataFrame({"N": N, "D": D, "loss": loss, alias: other}).to_csv(path, index=False)
+            res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20"])
+            assert res.exit_code == 0, res.output
+            assert (f"note: the table has both {fitted} and {alias}, and they differ: the {fitted} column was "
+                    "fitted" in res.stdout) is says, res.stdout  # fmt: skip
+            res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
+            assert (key in json.loads(res.stdout)) is says
 
 
 @pytest.mark.parametrize("seeds", [[], ["--seeds", "2"]])
