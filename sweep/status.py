@@ -1098,6 +1098,11 @@ def format_status(st: dict) -> list[str]:
             f"{row['n_pruned']} pruned)"
         )
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
+    # a headline of a stale fit, or of other fit rules than this loopscale's, is not today's result: said on its line
+    flags = [w for w, key in (("stale", "stale:"), ("other fit rules", "made under fit rules")) if
+             any(c.startswith(key) for c in st.get("fit_caveats") or [])]  # fmt: skip
+    if flags:
+        head += f" ({' and '.join(flags)}: see below)"
     lines += [f"{head}: {h}" for h in st["fit"]]
     lines += [f"  ({c})" for c in st.get("fit_caveats") or []]
     if st.get("runs_in_parts_only"):

@@ -220,6 +220,7 @@ def test_status_says_when_the_fit_it_shows_is_stale_or_of_other_fit_rules(tmp_pa
                              f"version {FIT_RULES_VERSION}")  # fmt: skip
     assert f"loopscale run {out / 'spec.yaml'} --out {out} --resume" in caveat
     assert f"  ({caveat})" in format_status(st)
+    assert any(ln.startswith("fit (other fit rules: see below): ") for ln in format_status(st))
     ana["fit_rules"] = FIT_RULES_VERSION  # today's rules, and the runs table it was fitted to: nothing to say
     (out / "fit" / "analysis.json").write_text(json.dumps(ana))
     assert collect_status(out)["fit_caveats"] == []
