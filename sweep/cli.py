@@ -59,6 +59,22 @@ def _root(
     pass
 
 
+def _when_idle(report_cmd):
+    """``loopscale report``, refused while another command works in its folder (its runs table, fit and report are
+    being written: the report read half of them and said runs.parquet was missing, which reads as lost data)."""
+    import functools
+
+    @functools.wraps(report_cmd)
+    def wrapper(run_dir, *args, **kwargs):
+        from loopscale.sweep.status import refuse_busy_folder
+
+        refuse_busy_folder(run_dir, "`loopscale report`", why="it writes the runs table, the fit and the report "
+                           "this would read; its own report is written when it ends")  # fmt: skip
+        return report_cmd(run_dir, *args, **kwargs)
+
+    return wrapper
+
+
 def _register() -> None:
     from loopscale.cluster.options import present_errors
     from loopscale.fit import cli as fit_cli
@@ -76,7 +92,7 @@ def _register() -> None:
     app.command("fit", short_help="Fit a scaling law (joint: phi) to a table of runs (bootstrap CIs with --bootstrap B).")(
         present_errors(fit_cli.fit_cmd)
     )
-    app.command("report")(present_errors(run_report.report_cmd))
+    app.command("report")(present_errors(_when_idle(run_report.report_cmd)))
     app.command("tune-lr")(present_errors(sweep_cmds.tune_lr_cmd))
     app.command("sweep", short_help="Stage 2: train every grid cell of SPEC on Ray Tune; writes runs.parquet.")(
         present_errors(sweep_cmds.sweep_cmd)

@@ -81,6 +81,14 @@ def _proc_start(pid: int) -> int | None:
         return None
 
 
+def _proc_state(pid: int) -> str | None:
+    """State letter of process ``pid`` (``/proc/<pid>/stat``, field 3: R, S, D, Z, ...), None where unknown."""
+    try:
+        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+
+
 def _proc_started_at(ticks: int | None) -> float | None:
     """The wall time (s since the epoch) of a process start given in clock ticks since boot, None where unknown."""
     if ticks is None:
@@ -168,13 +176,14 @@ def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> 
         pass
 
 
-def refuse_busy_folder(out_dir: str | Path, what: str) -> None:
+def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -> None:
     """Refuse to start ``what`` (a command about to write into ``out_dir``) while another command works there: the
     folder's command record (:func:`mark_started`) names a live process (this host: its pid lives; another host: its
     files are fresh, :func:`_liveness`). Two commands in one folder trained every run twice (two Tune experiments
     sharing the runs' checkpoints), a second ``tune-lr`` deleted the live study of a running ``run``, and a short
     second command replaced the record, so that ``status`` called the running one stopped. A record of this same
-    process (``run`` calling its stages) is not another command.
+    process (``run`` calling its stages) is not another command. ``why``: why ``what`` must wait (default: two
+    commands in one folder train every run twice and replace each other's files).
 
     Raises:
         ValueError: another command is working in ``out_dir`` (the message names it, its pid and host).
@@ -188,8 +197,9 @@ def refuse_busy_folder(out_dir: str | Path, what: str) -> None:
         return
     raise ValueError(
         f"{out} is in use: `{cmd.get('command')}` (pid {cmd.get('pid')} on {cmd.get('host')}) is working there; "
-        f"{what} would run beside it (two commands in one folder train every run twice and replace each other's "
-        f"files): wait until it ends (`loopscale status {out}` shows its progress), or stop it first"
+        f"{what} would run beside it ("
+        + (why or "two commands in one folder train every run twice and replace each other's files")
+        + f"): wait until it ends (`loopscale status {out}` shows its progress), or stop it first"
     )
 
 
@@ -383,6 +393,8 @@ def _pid_alive(pid, proc_start=None) -> bool:
     except PermissionError:
         pass  # alive, another user's
     except (OSError, ValueError, TypeError, OverflowError):
+        return False
+    if _proc_state(pid) == "Z":  # a zombie (killed, not yet reaped by its parent) does no more work
         return False
     now = _proc_start(pid)
     return proc_start is None or now is None or int(proc_start) == now

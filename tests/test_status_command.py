@@ -631,6 +631,47 @@ def test_a_second_command_in_a_folder_in_use_is_refused_before_it_writes(tmp_pat
     refuse_busy_folder(out, "`loopscale sweep`")
 
 
+def test_report_waits_for_the_command_working_in_its_folder(tmp_path):
+    """`loopscale report` on a folder whose `run` was in its LR stage said runs.parquet was missing and that the
+    folder held no other record of its runs (as if data were lost), and told to rerun with --resume, which the
+    live command would refuse. It now names the live command and says its own report comes when it ends."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        _record(out, 30, pid=live.pid, command="loopscale run smoke --out busy")
+        res = CliRunner().invoke(app, ["report", str(out)])
+        assert res.exit_code == 2, res.output
+        assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid}" in res.output
+        assert "`loopscale report` would run beside it (it writes the runs table" in " ".join(res.output.split())
+        assert "runs.parquet" not in res.output.split("is in use")[0]
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_killed_command_not_yet_reaped_is_not_running(tmp_path):
+    """Right after a SIGKILL, status called the command 'running' (ETA and all) while its process was a zombie
+    (state Z, not yet reaped by its parent), and a `run --resume` was not blocked only by luck."""
+    from loopscale.sweep.status import _pid_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        assert _pid_alive(child.pid)
+        child.kill()
+        for _ in range(100):  # killed, not reaped (no wait() yet): a zombie
+            if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        assert not _pid_alive(child.pid)
+    finally:
+        child.wait()
+
+
 def test_run_refuses_a_folder_of_someone_elses_report_before_writing(tmp_path):
     """`loopscale run smoke --out u3` replaced a user's own report.md in a folder holding no loopscale output,
     without a word. It is refused now, naming the file, and nothing is written; a loopscale folder (its spec.yaml)
