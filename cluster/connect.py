@@ -354,10 +354,15 @@ def ray_session(
     try:
         with _sigint_deferred(stopped), _sigterm_deferred(stopped, ray):
             _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level)
-    except BaseException:
+    except BaseException as e:
         # an error (or a second Ctrl-C) part-way through ray.init: stop what it had started now
         ray.shutdown()
         _restore_sigterm(term_before)
+        if stopped and not isinstance(e, KeyboardInterrupt):
+            # a held Ctrl-C or SIGTERM came first: a SIGTERM to the process group (SLURM's scancel, a pod deleted)
+            # also stopped the Ray processes ray.init had started, and it then failed ("The current node timed out
+            # during startup"): that is the interruption, not an error of its own
+            raise KeyboardInterrupt from None
         raise
     if main:  # ray.init made SIGTERM a bare sys.exit(15): the driver stopped without saving Tune's state
         signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)

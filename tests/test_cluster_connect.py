@@ -541,6 +541,50 @@ def test_sigterm_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactiv
         signal.signal(signal.SIGTERM, outer)
 
 
+def test_a_sigterm_to_the_group_during_ray_init_is_an_interruption_not_an_error(monkeypatch, interactive_sigint):
+    """`timeout -s TERM 3 loopscale run ...` (a SIGTERM to the whole group, as SLURM's scancel sends): the held
+    SIGTERM also stopped the Ray processes ray.init had started, ray.init then failed ("The current node timed out
+    during startup") and the command showed a traceback and exited 1. It is the interruption: exit 143."""
+    import signal
+
+    import ray
+    import typer
+
+    from loopscale.cluster import connect
+    from loopscale.cluster.options import EXIT_TERMINATED, present_errors
+
+    monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+
+    def init_whose_processes_died(**kw):
+        os.kill(os.getpid(), signal.SIGTERM)  # held by the session
+        raise Exception("The current node timed out during startup.")  # Ray's, after its GCS was killed
+
+    monkeypatch.setattr(ray, "init", init_whose_processes_died)
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+
+        def sweep(resume: bool = False):
+            with ray_session():
+                pytest.fail("the block must not run after a SIGTERM")
+
+        with pytest.raises(typer.Exit) as exc:
+            present_errors(sweep)()
+        assert exc.value.exit_code == EXIT_TERMINATED and connect.stopped_by_sigterm()
+        monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
+
+        def init_failing(**kw):  # no signal: Ray's own error stays an error
+            raise Exception("The current node timed out during startup.")
+
+        monkeypatch.setattr(ray, "init", init_failing)
+        with pytest.raises(Exception, match="timed out during startup"):
+            with ray_session():
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+
+
 def test_unreachable_storage_is_one_line_before_anything_is_written(tmp_path, s3_offline):
     """sweep / run / tune-lr / status with a --storage bucket that cannot be reached (no network, a mistyped bucket)
     say so in one line and exit 2 before the --out folder is written (sweep died at its first read of the storage
