@@ -593,6 +593,10 @@ def _stopped_time(record: dict | None, progress: dict | None, walls: dict, tm: d
     tm["total_s"] = max(tm["total_s"], earlier + tm["ran_s"])
 
 
+_ASIDE_NAME = re.compile(r"earlier_(?:fit_|design_)?\d{8}T\d{6}(?:_\d+)?")
+"""Names of the folders commands set aside (``loopscale.cluster.storage.new_aside_folder``: prefix, UTC time)."""
+
+
 def set_aside_folders(out: Path) -> list[dict]:
     """The folders earlier commands moved aside in ``out`` and kept (never read again by loopscale, never deleted
     by it): ``earlier_<UTC time>/`` of ``sweep --force`` (earlier runs' records, checkpoints, fit and report),
@@ -610,8 +614,8 @@ def set_aside_folders(out: Path) -> list[dict]:
     found = sorted([*out.glob("earlier_*/"), *out.glob("*/earlier_fit_*/")], key=lambda d: (made_at(d), str(d)))
     rows = []
     for d in found:
-        if not d.is_dir() or d.is_symlink():
-            continue
+        if not d.is_dir() or d.is_symlink() or not _ASIDE_NAME.fullmatch(d.name):
+            continue  # not one a command made (its names: new_aside_folder's): a folder of the user's own
         size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file() and not f.is_symlink())
         try:
             runs = pq.read_metadata(d / "runs.parquet").num_rows if (d / "runs.parquet").is_file() else None

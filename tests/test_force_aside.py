@@ -128,6 +128,10 @@ def test_status_names_an_earlier_fit_a_refit_moved_aside(finished_folder):
     st = collect_status(out)
     assert st["set_aside"] == [{"path": "fit/earlier_fit_20261201T000000", "bytes": 1500, "runs": None, "file": False}]
     assert "fit/earlier_fit_20261201T000000/ (1.5 kB)" in format_status(st)[-1]
+    # a folder of the user's own named earlier_* is not one a command set aside: not listed
+    (out / "earlier_x").mkdir()
+    (out / "fit" / "earlier_fit_mine").mkdir()
+    assert [a["path"] for a in collect_status(out)["set_aside"]] == ["fit/earlier_fit_20261201T000000"]
     # files a command moved aside as unreadable (a torn runs.parquet, analysis.json) are listed too
     (out / "runs.parquet.unreadable-0a1b2c3d").write_bytes(b"y" * 200)
     (out / "fit" / "analysis.json.unreadable-0a1b2c3d").write_bytes(b"{")
