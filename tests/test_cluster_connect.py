@@ -504,10 +504,9 @@ def test_sigterm_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactiv
 
     import ray
     import ray._private.utils as ray_utils
-    import typer
 
     from loopscale.cluster import connect
-    from loopscale.cluster.options import EXIT_TERMINATED, present_errors
+    from loopscale.cluster.options import EXIT_TERMINATED
 
     calls: list[str] = []
     ray_sets = ray_utils.set_sigterm_handler
@@ -522,7 +521,25 @@ def test_sigterm_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactiv
         time.sleep(0.2)  # the handler runs here
         calls.append("init done")
 
-    monkeypatch.setattr(ray, "init", init_terminated)
+    code, after = _session_exit_code(monkeypatch, init_terminated)
+    assert code == EXIT_TERMINATED
+    assert calls == ["init done", "shutdown"]
+    assert connect.stopped_by_sigterm()
+    assert after is signal.SIG_DFL  # the handler from before the session
+    assert ray_utils.set_sigterm_handler is ray_sets
+
+
+def _session_exit_code(monkeypatch, init) -> tuple[int, object]:
+    """The exit code of a command whose ``ray_session`` calls ``init`` as ``ray.init`` (with SIGTERM's default
+    handler outside the session), and the SIGTERM handler left after it."""
+    import signal
+
+    import ray
+    import typer
+
+    from loopscale.cluster.options import present_errors
+
+    monkeypatch.setattr(ray, "init", init)
     outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
 
@@ -532,11 +549,7 @@ def test_sigterm_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactiv
 
         with pytest.raises(typer.Exit) as exc:
             present_errors(sweep)()
-        assert exc.value.exit_code == EXIT_TERMINATED
-        assert calls == ["init done", "shutdown"]
-        assert connect.stopped_by_sigterm()
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-        assert ray_utils.set_sigterm_handler is ray_sets
+        return exc.value.exit_code, signal.getsignal(signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, outer)
 
@@ -548,10 +561,9 @@ def test_a_sigterm_to_the_group_during_ray_init_is_an_interruption_not_an_error(
     import signal
 
     import ray
-    import typer
 
     from loopscale.cluster import connect
-    from loopscale.cluster.options import EXIT_TERMINATED, present_errors
+    from loopscale.cluster.options import EXIT_TERMINATED
 
     monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
@@ -561,28 +573,17 @@ def test_a_sigterm_to_the_group_during_ray_init_is_an_interruption_not_an_error(
         os.kill(os.getpid(), signal.SIGTERM)  # held by the session
         raise Exception("The current node timed out during startup.")  # Ray's, after its GCS was killed
 
-    monkeypatch.setattr(ray, "init", init_whose_processes_died)
-    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
+    code, _ = _session_exit_code(monkeypatch, init_whose_processes_died)
+    assert code == EXIT_TERMINATED and connect.stopped_by_sigterm()
+    monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
 
-        def sweep(resume: bool = False):
-            with ray_session():
-                pytest.fail("the block must not run after a SIGTERM")
+    def init_failing(**kw):  # no signal: Ray's own error stays an error
+        raise Exception("The current node timed out during startup.")
 
-        with pytest.raises(typer.Exit) as exc:
-            present_errors(sweep)()
-        assert exc.value.exit_code == EXIT_TERMINATED and connect.stopped_by_sigterm()
-        monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
-
-        def init_failing(**kw):  # no signal: Ray's own error stays an error
-            raise Exception("The current node timed out during startup.")
-
-        monkeypatch.setattr(ray, "init", init_failing)
-        with pytest.raises(Exception, match="timed out during startup"):
-            with ray_session():
-                pass
-    finally:
-        signal.signal(signal.SIGTERM, outer)
+    monkeypatch.setattr(ray, "init", init_failing)
+    with pytest.raises(Exception, match="timed out during startup"):
+        with ray_session():
+            pass
 
 
 def test_unreachable_storage_is_one_line_before_anything_is_written(tmp_path, s3_offline):
