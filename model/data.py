@@ -193,10 +193,6 @@ _TEXT_CHECKED: dict[tuple, tuple[str, list[str], bool]] = {}
 they were checked under, their warnings (:func:`_encoding_notes`) and whether they hold any text."""
 
 
-_BLANK = b" \t\n\r\x0b\x0c\x00"
-"""Bytes that are no text: ASCII whitespace and NUL (dropped by the reader)."""
-
-
 def _check_text_file(path: Path, chunk: int = 1 << 20) -> bool:
     """Refuse a file :func:`read_text_file` would refuse (invalid UTF-8 sequences and NUL bytes over
     :data:`NOT_TEXT_FRACTION` of its bytes), decoding it in chunks of ``chunk`` bytes instead of whole. A file that
@@ -204,7 +200,8 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> bool:
     checks the corpus before each of its stages).
 
     Returns:
-        Whether the file holds any byte besides ASCII whitespace and NUL (a file without one is no document).
+        Whether the file holds any text once decoded as the reader decodes it (a BOM, NUL bytes and whitespace,
+        Unicode spaces included, are none): a file without any is no document.
 
     Raises:
         CorpusError: the message of :func:`read_text_file`.
@@ -227,13 +224,17 @@ def _check_text_file(path: Path, chunk: int = 1 << 20) -> bool:
         while b := fh.read(chunk):
             if len(head) < _HEAD:
                 head += b[: _HEAD - len(head)]
-            has_text = has_text or bool(b.translate(None, _BLANK))
             n += len(b)
             nul += b.count(0)
             ctrl += _n_ctrl(b)
-            bad += dec.decode(b).count("\ufffd") - ((tail + b).count(fffd) - tail.count(fffd))
+            s = dec.decode(b)
+            bad += s.count("\ufffd") - ((tail + b).count(fffd) - tail.count(fffd))
+            # text as the reader keeps it: decoded (a BOM dropped), NUL dropped, stripped of any Unicode space
+            has_text = has_text or bool(s.replace("\x00", "").strip())
             tail = b[-(len(fffd) - 1) :]
-        bad += dec.decode(b"", final=True).count("\ufffd")
+        s = dec.decode(b"", final=True)
+        bad += s.count("\ufffd")
+        has_text = has_text or bool(s.strip())
     if (comp := _compressed_as(head)) is not None:
         raise CorpusError(_compressed_message(path, comp))
     if bad + nul > NOT_TEXT_FRACTION * n:
@@ -1563,13 +1564,14 @@ def _cached_warnings(meta: dict, files) -> list[str]:
     new = [str(f) for f in files]
     if len(old) != len(new):
         return msgs
-    pairs = [(repr(o), repr(n)) for o, n in zip(old, new, strict=True) if o != n]
-    out = []
-    for m in msgs:
-        for o, n in pairs:
-            m = m.replace(o, n)
-        out.append(m)
-    return out
+    pairs = {repr(o): repr(n) for o, n in zip(old, new, strict=True) if o != n}
+    if not pairs:
+        return msgs
+    import re
+
+    # one pass: a name given now that was another file's name before is not renamed again
+    pattern = re.compile("|".join(re.escape(o) for o in sorted(pairs, key=len, reverse=True)))
+    return [pattern.sub(lambda m: pairs[m.group(0)], msg) for msg in msgs]
 
 
 def _read_meta(folder: Path) -> dict | None:

@@ -364,6 +364,19 @@ def test_a_large_corpus_of_only_whitespace_is_refused_before_any_run(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         D.check_corpus(str(d), "byte", 256)
+    # blank as the reader sees it: a BOM alone, or Unicode spaces (no-break, ideographic), are no text either
+    for name, raw in (("bom.txt", b"\xef\xbb\xbf \n"), ("nbsp.txt", "\u00a0\u3000\n".encode() * 1000)):
+        (tmp_path / name).write_bytes(raw)
+        with pytest.raises(D.CorpusContentError, match="its file is empty or only whitespace"):
+            D.check_corpus(str(tmp_path / name), "byte", 256)
+
+
+def test_cached_warnings_rename_each_file_once():
+    """The old -> new names were applied one after another: a file named now as another file was named before got
+    renamed twice ('x/a.txt' -> 'x/b.txt' -> 'x/c.txt')."""
+    meta = {"warnings": ["corpus file 'x/a.txt' is bad", "corpus file 'x/b.txt' too"], "files": ["x/a.txt", "x/b.txt"]}
+    assert D._cached_warnings(meta, ["x/b.txt", "x/c.txt"]) == ["corpus file 'x/b.txt' is bad",
+                                                                 "corpus file 'x/c.txt' too"]  # fmt: skip
 
 
 def test_a_missing_relative_corpus_names_the_folder_it_was_looked_for_in(tmp_path, monkeypatch):
