@@ -602,8 +602,8 @@ def set_aside_folders(out: Path) -> list[dict]:
     by it): ``earlier_<UTC time>/`` of ``sweep --force`` (earlier runs' records, checkpoints, fit and report),
     ``earlier_fit_<UTC time>/`` of a ``run`` that refitted a finished fit (its ``fit/`` and report) and
     ``<fit folder>/earlier_fit_<UTC time>/`` of a ``fit --out`` (an earlier fit's files); then the files moved aside
-    as unreadable (``<name>.unreadable-<id>``, in ``out`` and the folders in it: a torn runs.parquet, analysis.json,
-    LR table). Each: ``path`` (relative to ``out``), ``bytes`` (on disk, files only), ``runs`` (rows of its
+    as unreadable (``<name>.unreadable-<id>``, anywhere below ``out`` but inside those folders: a torn runs.parquet,
+    analysis.json, LR table, runs part or Tune state file). Each: ``path`` (relative to ``out``), ``bytes`` (on disk, files only), ``runs`` (rows of its
     runs.parquet; None without one) and ``file`` (True for a file moved aside), folders oldest first."""
     import pyarrow.parquet as pq
 
@@ -622,9 +622,12 @@ def set_aside_folders(out: Path) -> list[dict]:
         except (OSError, ValueError):
             runs = None
         rows.append({"path": str(d.relative_to(out)), "bytes": size, "runs": runs, "file": False})
-    for f in sorted({*out.glob("*.unreadable-*"), *out.glob("*/*.unreadable-*")}):
+    for f in sorted(out.rglob("*.unreadable-*")):  # torn parts and Tune state lie deeper than the folder's top
+        rel = f.relative_to(out)
+        if any(_ASIDE_NAME.fullmatch(p) for p in rel.parts[:-1]):
+            continue  # inside a folder set aside: counted in that folder's line
         if f.is_file() and not f.is_symlink():
-            rows.append({"path": str(f.relative_to(out)), "bytes": f.stat().st_size, "runs": None, "file": True})
+            rows.append({"path": str(rel), "bytes": f.stat().st_size, "runs": None, "file": True})
     return rows
 
 

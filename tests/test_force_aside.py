@@ -139,6 +139,13 @@ def test_status_names_an_earlier_fit_a_refit_moved_aside(finished_folder):
     assert [a["path"] for a in st["set_aside"]] == ["fit/earlier_fit_20261201T000000",
                                                     "fit/analysis.json.unreadable-0a1b2c3d",
                                                     "runs.parquet.unreadable-0a1b2c3d"]  # fmt: skip
+    # deeper ones too (a torn runs part); one inside a folder set aside is counted in that folder's line only
+    (out / "parts" / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "parts" / "runs" / "r1.parquet.unreadable-0a1b2c3d").write_bytes(b"z")
+    (old / "runs.parquet.unreadable-0a1b2c3d").write_bytes(b"z")
+    paths = [a["path"] for a in collect_status(out)["set_aside"]]
+    assert "parts/runs/r1.parquet.unreadable-0a1b2c3d" in paths
+    assert not any(p.startswith("fit/earlier_fit_20261201T000000/") for p in paths)
     assert "runs.parquet.unreadable-0a1b2c3d (unreadable) (200 B)" in format_status(st)[-1]
 
 
