@@ -217,6 +217,9 @@ def test_aws_launcher_schema_and_resources():
         # the launcher's own instance profile goes to the head only: workers that write --storage on S3 need one
         assert t["node_config"]["IamInstanceProfile"] == {"Name": "loopscale-worker"}
         assert "--instance-profile-name loopscale-worker" in (RECIPES / "ray-cluster-aws.yaml").read_text()
+        # the autoscaler launches workers with the head's role, which must be allowed to pass theirs
+        assert re.search(r"put-role-policy --role-name ray-autoscaler-v1 .*iam:PassRole.*role/loopscale-worker",
+                         _joined((RECIPES / "ray-cluster-aws.yaml").read_text()))
     # a current GPU image (the launcher's default AMI is Ubuntu 18.04 with CUDA 11.2: too old for H100 / torch 2.13)
     for name, t in types.items():
         assert t["node_config"]["ImageId"] == ("resolve:ssm:/aws/service/deeplearning/ami/x86_64/"
@@ -306,8 +309,8 @@ def test_kuberay_raycluster():
     assert any(m["mountPath"] == "/home/ray/runs" and m["name"] == "loopscale-runs" for m in hc["volumeMounts"])
     assert {"name": "loopscale-runs", "persistentVolumeClaim": {"claimName": "loopscale-runs"}} in \
         head["template"]["spec"]["volumes"]  # fmt: skip
-    for g in gpu_groups:
-        (c,) = _containers(g["template"])
+    for p in pods:
+        (c,) = _containers(p)
         assert {"name": "LOOPSCALE_CACHE", "value": "/tmp/loopscale-cache"} in c["env"]
     cmds = _submitted_commands((RECIPES / "kuberay-raycluster.yaml").read_text())
     assert cmds, "no `ray job submit ... -- loopscale ...` line in the recipe's comments"
