@@ -361,7 +361,9 @@ def ray_session(
         if stopped and not isinstance(e, KeyboardInterrupt):
             # a held Ctrl-C or SIGTERM came first: a SIGTERM to the process group (SLURM's scancel, a pod deleted)
             # also stopped the Ray processes ray.init had started, and it then failed ("The current node timed out
-            # during startup"): that is the interruption, not an error of its own
+            # during startup"): that is the interruption, not an error of its own; Ray's words are kept in one line
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            sys.stderr.write(f"WARNING: Ray did not start after the interruption: {first}\n")
             raise KeyboardInterrupt from None
         raise
     if main:  # ray.init made SIGTERM a bare sys.exit(15): the driver stopped without saving Tune's state

@@ -297,8 +297,8 @@ def chinchilla_flat_terms(data) -> list[str]:
         if len(out) == 1 and (d.size if one == "D" else n.size) < 2 and other.size <= 3:
             # one term a constant leaves 3 parameters: on no more than 3 values of the other, none is pinned
             out.append(f"the {data.n} runs lie on {other.size} distinct {'N' if one == 'D' else 'D'} at that one "
-                       f"{one}, no more than the 3 parameters left ({left}): the fit can pass through every point "
-                       f"with many parameter sets, so none of them is identified (add "
+                       f"{one}, no more than the 3 parameters left ({left}): the fit passes through every point "
+                       f"with nothing left over to test it, so none of them is identified (add "
                        f"{'sizes' if one == 'D' else 'token budgets'})")  # fmt: skip
     points = len({(float(a), float(b)) for a, b in zip(data.cols["N"], data.cols["D"], strict=True)})
     if not out and points <= CHINCHILLA_PARAMS:

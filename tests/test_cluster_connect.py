@@ -554,7 +554,8 @@ def _session_exit_code(monkeypatch, init) -> tuple[int, object]:
         signal.signal(signal.SIGTERM, outer)
 
 
-def test_a_sigterm_to_the_group_during_ray_init_is_an_interruption_not_an_error(monkeypatch, interactive_sigint):
+def test_a_sigterm_to_the_group_during_ray_init_is_an_interruption_not_an_error(monkeypatch, interactive_sigint,
+                                                                                capsys):
     """`timeout -s TERM 3 loopscale run ...` (a SIGTERM to the whole group, as SLURM's scancel sends): the held
     SIGTERM also stopped the Ray processes ray.init had started, ray.init then failed ("The current node timed out
     during startup") and the command showed a traceback and exited 1. It is the interruption: exit 143."""
@@ -575,6 +576,7 @@ def test_a_sigterm_to_the_group_during_ray_init_is_an_interruption_not_an_error(
 
     code, _ = _session_exit_code(monkeypatch, init_whose_processes_died)
     assert code == EXIT_TERMINATED and connect.stopped_by_sigterm()
+    assert "Ray did not start after the interruption: The current node timed out" in capsys.readouterr().err
     monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
 
     def init_failing(**kw):  # no signal: Ray's own error stays an error
