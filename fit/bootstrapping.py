@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.fitter import POLISH_WITHIN, FitResult, Objective, build_starts, fit_data
+from loopscale.fit.fitter import POLISH_WITHIN, FitResult, Objective, build_starts, check_fit_args, fit_data
 from loopscale.fit.io import FitData, default_block_by, prepare
 from loopscale.fit.laws import Law, make_law
 
@@ -865,18 +865,11 @@ def bootstrap_data(
     (with ``stratify_by``): the law is fitted to the cell means (:func:`loopscale.fit.io.cell_means`) — the point
     fit (``point``, when given, must be that fit) and every resample, whose cell means are those of its drawn
     seeds."""
-    if B < 1:
-        raise ValueError(f"B={B} must be >= 1 resamples (paper: 200)")
+    check_fit_args(starts=starts, seed=seed, delta=delta, B=B, level=level, workers=workers)
     if point is not None:
         check_point(point, law)
-    if starts < 1:
-        raise ValueError(f"starts={starts} must be >= 1")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size} must be >= 1")
-    if not 0 < level < 1:
-        raise ValueError(f"level={level} must be in (0, 1), e.g. 0.95")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers={workers} must be >= 1 (CPUs for the bootstrap refits), e.g. workers=2")
     if stratify_by:
         miss = [c for c in stratify_by if c not in data.frame.columns]
         if miss:
@@ -1083,11 +1076,11 @@ def bootstrap(
         B: resamples. block_by: ``"default"`` (joint: ``(budget, r)`` or ``(C, r)`` or ``(D, r)``; Chinchilla: iid),
             ``None``/``"iid"`` for iid over runs, or a tuple / comma-separated string of columns.
         seed: seeds the draws and the starts (resample k uses ``default_rng([seed, k])``).
-        workers: CPUs for the embedded Ray (``1`` with no address: serial in-process, no Ray).
+        workers: CPUs for the embedded Ray (``1`` with no address: serial in-process, no Ray; ``None`` with no
+            address: an embedded local Ray on every core).
         address: Ray cluster to join (``"auto"``, ``"host:port"``, ``"ray://host:port"``).
         starts: starts per refit (warm start + sub-fit + grid + random). delta: Huber threshold.
         point: a point fit to warm-start from (else it is fitted here with ``starts`` starts).
-        workers: ``None`` with no address starts an embedded local Ray on every core for the refits.
         **kwargs: passed to :func:`bootstrap_data` (``n_polish``, ``max_iter``, ``level``, ``chunk_size``,
             ``progress``, ``derived``, ``grid``, ``point_starts``, and ``stratify_by`` / ``cell_means``: resample
             runs within the cells of these columns and fit each draw's cell means, as for seed replicates).
@@ -1095,12 +1088,14 @@ def bootstrap(
         :class:`BootstrapResult`.
     Raises:
         ValueError: bad table, unknown law (``"joint_per_r"``, a point fit, has no bootstrap), missing
-            ``block_by`` column, ``B < 1``, ``workers < 1``, a ``point`` of another law (another law name, phi
+            ``block_by`` column, ``B`` / ``workers`` / ``starts`` not a whole number >= 1, ``seed`` not one >= 0,
+            ``level`` outside (0, 1), ``delta`` not a finite number > 0, a ``point`` of another law (another law name, phi
             fixed or free otherwise, another parameter count), looped runs of several variants, a Chinchilla fit
             of one point — before any fit.
     Warns:
         PerRunFitWarning: as :func:`loopscale.fit.fitter.fit_law` (seed replicates, unless ``stratify_by``).
     """
+    check_fit_args(starts=starts, seed=seed, delta=delta, B=B, level=kwargs.get("level", 0.95), workers=workers)
     if law == "joint_per_r":
         raise ValueError(
             "law 'joint_per_r' is a point fit (a resample that misses one r would leave its phi_<r> unfitted), so "

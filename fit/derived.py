@@ -37,15 +37,27 @@ def equivalence(
         dict with ``N_eff`` (= the unique-parameter count of the non-looped model it performs like), ``N_unique``
         (= N_once + N_rec), ``r_phi``, ``ratio_to_unique`` (N_eff / N_unique) and, when given, ``ratio_to_reference``.
     Raises:
-        ValueError: negative parameter counts, ``r < 1`` or non-finite ``phi``.
+        ValueError: a value that is not numeric or not finite (NaN, inf), negative parameter counts, ``r < 1``,
+            or a ``phi`` that is not one number.
     """
-    n_once, n_rec, rr = (np.asarray(v, dtype=np.float64) for v in (N_once, N_rec, r))
+    arrays = {}
+    for name, v in (("N_once", N_once), ("N_rec", N_rec), ("r", r), ("phi", phi), ("N_reference", N_reference)):
+        if v is None:
+            continue
+        try:
+            arrays[name] = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}={v!r} must be a number or an array of numbers") from exc
+        if not np.all(np.isfinite(arrays[name])):
+            raise ValueError(f"{name}={v!r} must be finite (no NaN or inf)")
+    n_once, n_rec, rr = arrays["N_once"], arrays["N_rec"], arrays["r"]
     if np.any(n_once < 0) or np.any(n_rec < 0):
         raise ValueError("N_once and N_rec must be >= 0 (parameters)")
     if np.any(rr < 1):
         raise ValueError("r must be >= 1 (recurrences), e.g. r=4")
-    if not np.isfinite(phi):
-        raise ValueError(f"phi={phi} must be finite, e.g. phi=0.459")
+    if arrays["phi"].ndim:
+        raise ValueError(f"phi={phi!r} must be one number, e.g. phi=0.459")
+    phi = float(arrays["phi"])
     r_phi = rr**phi
     neff = n_once + r_phi * n_rec
     out: dict[str, Any] = {
@@ -55,7 +67,7 @@ def equivalence(
         "ratio_to_unique": _scalar(neff / (n_once + n_rec)),
     }
     if N_reference is not None:
-        out["ratio_to_reference"] = _scalar(neff / np.asarray(N_reference, dtype=np.float64))
+        out["ratio_to_reference"] = _scalar(neff / arrays["N_reference"])
     return out
 
 

@@ -495,14 +495,31 @@ class FitResult:
         return make_law(self.law, self.params["phi"] if self.phi_fixed else None)
 
     def predict(self, table: Any) -> np.ndarray:
-        """Predicted loss (nats/token), shape ``(n,)``, for the rows of ``table`` (same columns as the fit)."""
+        """Predicted loss (nats/token), shape ``(n,)``, for the rows of ``table`` (same columns as the fit: ``D``
+        in tokens and ``N`` (or ``N_unique``) for the Chinchilla law, ``N_once``, ``N_rec`` and ``r`` for the joint
+        laws).
+
+        Raises:
+            ValueError: a column the law needs is missing (named, with the table's columns) or not numeric.
+        """
         import pandas as pd
 
         df = read_table(table) if not isinstance(table, dict) else pd.DataFrame(table)
         if self.law == "chinchilla" and "N" not in df.columns and "N_unique" in df.columns:
             df = df.rename(columns={"N_unique": "N"})
         law = self.law_object()
-        cols = {c: df[c].to_numpy(dtype=np.float64) for c in ("D", *law.columns)}
+        need = ("D", *law.columns)
+        missing = [c for c in need if c not in df.columns]
+        if missing:
+            alt = {"N": "N (or N_unique)"} if self.law == "chinchilla" else {}
+            raise ValueError(
+                f"predict with the {self.law!r} law needs columns {[alt.get(c, c) for c in need]}; missing "
+                f"{[alt.get(c, c) for c in missing]}; table has {list(df.columns)}"
+            )
+        try:
+            cols = {c: pd.to_numeric(df[c]).to_numpy(dtype=np.float64, na_value=np.nan) for c in need}
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"predict: the columns {list(need)} must be numeric: {exc}") from exc
         return law.predict(self.params, cols)
 
 
@@ -541,6 +558,45 @@ def on_bound_names(law: Law, theta: np.ndarray, rtol: float = 1e-6) -> list[str]
     return [pub.get(n, n) for n, h in zip(law.names, hit, strict=True) if h]
 
 
+def check_fit_args(
+    *,
+    starts: Any = 1,
+    seed: Any = 0,
+    delta: Any = 1e-3,
+    B: Any = None,
+    level: Any = None,
+    workers: Any = None,
+    B_name: str = "B",
+) -> None:
+    """Refuse bad fit / bootstrap arguments before any fit is spent: ``starts`` a whole number >= 1, ``seed`` a
+    whole number >= 0, ``delta`` a finite number > 0, and when given ``B`` (named ``B_name`` in the message) a whole
+    number >= 1, ``level`` a number in (0, 1) and ``workers`` a whole number >= 1. NumPy integers count as whole
+    numbers; bools do not.
+
+    Raises:
+        ValueError: the first bad argument, named, with its value and rule.
+    """
+
+    def whole(v) -> bool:
+        return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+    def real(v) -> bool:
+        return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+
+    if not whole(starts) or starts < 1:
+        raise ValueError(f"starts={starts!r} must be a whole number >= 1 (paper: 500)")
+    if not whole(seed) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a whole number >= 0 (the RNG seed of the starts and resamples)")
+    if not real(delta) or not (delta > 0 and np.isfinite(delta)):
+        raise ValueError(f"delta={delta!r} must be a finite number > 0 (the Huber threshold; paper: 1e-3)")
+    if B is not None and (not whole(B) or B < 1):
+        raise ValueError(f"{B_name}={B!r} must be a whole number >= 1 of resamples (paper: 200)")
+    if level is not None and (not real(level) or not 0 < level < 1):
+        raise ValueError(f"level={level!r} must be a number in (0, 1), e.g. 0.95")
+    if workers is not None and (not whole(workers) or workers < 1):
+        raise ValueError(f"workers={workers!r} must be a whole number >= 1 (CPUs for the bootstrap refits), e.g. 2")
+
+
 def fit_data(
     law: Law,
     data: FitData,
@@ -556,8 +612,7 @@ def fit_data(
 
     Raises:
         ValueError: ``starts`` not a whole number >= 1."""
-    if isinstance(starts, bool) or not isinstance(starts, int | np.integer) or starts < 1:
-        raise ValueError(f"starts={starts!r} must be a whole number >= 1 (paper: 500)")
+    check_fit_args(starts=starts, seed=seed, delta=delta)
     obj = Objective(law, data.cols, delta)
     rng = np.random.default_rng(seed)
     x0 = build_starts(law, obj, starts, rng, warm=warm, grid=grid)
@@ -733,6 +788,7 @@ def fit_law(
         PerRunFitWarning: seed replicates that ``loopscale fit`` fits as cell means; a Chinchilla table with one N
             or one D.
     """
+    check_fit_args(starts=starts, seed=seed, delta=delta)
     if law == "joint_per_r":  # one phi for each r > 1 the table holds (the table read once, validated twice)
         table = read_table(table)
         rs = np.unique(prepare(table, make_law("joint", 0.5)).cols["r"])  # phi fixed: no r check yet
@@ -744,8 +800,6 @@ def fit_law(
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     else:
         lw = make_law(law, phi)
-    if not (delta > 0 and np.isfinite(delta)):
-        raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
     data = prepare(table, lw)
     from loopscale.fit.table_fit import check_per_run_table
 

@@ -215,10 +215,13 @@ def ladder_table(
     Raises:
         ValueError: a table :func:`~loopscale.fit.io.read_table` cannot read, missing columns (named, with what
             may stand for them), a null ``d_model``, ``D`` or ``layers_unique`` on an ok run (it belongs to no
-            cell), or a cell with looped runs but fewer than 2 ladder depths.
+            cell), a NaN, inf or non-positive loss on an ok run, a cell with looped runs but fewer than 2 ladder
+            depths, ``n_boot`` not a whole number >= 1, ``level`` outside (0, 1), ``seed`` not a whole number >= 0.
     """
+    from loopscale.fit.fitter import check_fit_args
     from loopscale.fit.io import no_null_cells, read_table, with_layers_unique
 
+    check_fit_args(seed=seed, B=n_boot, level=level, B_name="n_boot")
     runs = with_layers_unique(read_table(runs))
     given = list(runs.columns)
     if "loss" not in runs.columns and "final_val_loss" in runs.columns:
@@ -234,7 +237,16 @@ def ladder_table(
     if "status" in df.columns:
         df = df[df["status"] == "ok"]
     no_null_cells(df, ("d_model", "D", "layers_unique"), "ladder_table")
-    df = df[np.isfinite(df["loss"].astype(float))]
+    loss = pd.to_numeric(df["loss"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(loss) | (loss <= 0)
+    if bad.any():  # a run left out silently would shrink its cell's seed count and narrow its interval
+        first = df.iloc[int(np.argmax(bad))]
+        name = "loss" if "loss" in given else "final_val_loss"
+        where = f"run_id {first['run_id']!r}" if "run_id" in df.columns else f"row {df.index[int(np.argmax(bad))]!r}"
+        raise ValueError(
+            f"column {name!r} has {int(bad.sum())} value(s) that are not a finite loss > 0 (nats/token) on runs "
+            f"with status 'ok' (first at {where}: {first['loss']!r}); give those runs another status or drop them"
+        )
     rng = np.random.default_rng(seed)
     alpha = (1 - level) / 2
     rows = []

@@ -112,11 +112,13 @@ def fit_table(
         ValueError: as ``loopscale fit`` (exit 2 there): a bad table (:func:`loopscale.fit.io.prepare`), several
             looped variants and no ``variant``, an ``r`` the table lacks, a Chinchilla fit of one point,
             ``block_by`` with seed replicates and not ``per_run``, ``bootstrap`` not a whole number >= 0,
-            ``joint_per_r`` with a bootstrap, ``identify`` without a free-phi joint law or without a bootstrap.
+            ``joint_per_r`` with a bootstrap, ``identify`` without a free-phi joint law or without a bootstrap,
+            ``r`` not whole numbers >= 1, bad ``starts`` / ``seed`` / ``delta`` / ``workers``
+            (:func:`loopscale.fit.fitter.check_fit_args`) — all before any fit.
     """
     from loopscale.fit.analysis import seed_replicates
     from loopscale.fit.bootstrapping import bootstrap_data
-    from loopscale.fit.fitter import fit_data
+    from loopscale.fit.fitter import check_fit_args, fit_data
     from loopscale.fit.io import prepare, read_table, with_layers_unique
     from loopscale.fit.laws import make_law
 
@@ -135,8 +137,14 @@ def fit_table(
             "identify needs a bootstrap (e.g. bootstrap=50): the rule checks the ends of phi's interval and phi "
             "fitted per r with its intervals, both from resamples"
         )
-    if not (delta > 0 and np.isfinite(delta)):
-        raise ValueError(f"delta={delta} must be a finite number > 0 (paper: 1e-3)")
+    check_fit_args(starts=starts, seed=seed, delta=delta, workers=workers)
+    if r is not None:
+        bad_r = [v for v in np.atleast_1d(np.asarray(r, dtype=object))
+                 if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating)
+                 or not np.isfinite(v) or v != int(v) or v < 1]  # fmt: skip
+        if bad_r or np.atleast_1d(np.asarray(r, dtype=object)).size == 0:
+            raise ValueError(f"r={r!r} must be an integer >= 1 or a list of them (the recurrences to keep)"
+                             + (f"; not one: {bad_r[0]!r}" if bad_r else ""))  # fmt: skip
     blocks = _blocks(block_by)
     lw = make_law(law, phi) if law != "joint_per_r" else None
     if law == "joint_per_r" and phi is not None:

@@ -26,7 +26,7 @@ from loopscale.fit.bootstrapping import (
     percentile_ci,
     refit_weights,
 )
-from loopscale.fit.fitter import fit_data
+from loopscale.fit.fitter import check_fit_args, fit_data
 from loopscale.fit.io import default_block_by, prepare, read_table, shared_r1
 from loopscale.fit.laws import make_law
 
@@ -63,8 +63,10 @@ def compare_variants(
         its cell means}); ``n_degenerate``; ``n_failed``; ``B``.
     Raises:
         ValueError: no ``variant`` column, unknown baseline, a baseline without looped (r > 1) runs, fewer than 2
-            variants, or bad rows (as ``prepare``).
+            variants, or bad rows (as ``prepare``); ``B`` / ``starts`` / ``workers`` not a whole number >= 1,
+            ``seed`` not one >= 0, ``level`` outside (0, 1), ``delta`` not a finite number > 0 — before any fit.
     """
+    check_fit_args(starts=starts, seed=seed, delta=delta, B=B, level=level, workers=workers)
     df = read_table(table)
     if "variant" not in df.columns:
         raise ValueError(f"compare_variants needs a 'variant' column; table has {list(df.columns)}")

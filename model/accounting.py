@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from loopscale.model.config import LoopedConfig
+from loopscale.model.config import LoopedConfig, as_python_number
 
 __all__ = [
     "block_params",
@@ -201,6 +201,7 @@ def train_flops(cfg: LoopedConfig, D: int | float) -> float:
     Raises:
         ValueError: cfg is not a :class:`LoopedConfig`, or D is not a finite number >= 0.
     """
+    D = as_python_number(D)
     if isinstance(D, bool) or not isinstance(D, int | float) or not math.isfinite(D) or D < 0:
         raise ValueError(f"D (tokens) must be a finite number >= 0, got {D!r}")
     return float(flops_per_token(cfg) * D)
@@ -216,6 +217,7 @@ def tokens_for_flops(cfg: LoopedConfig, C: float, batch_tokens: int) -> int:
         ValueError: cfg is not a :class:`LoopedConfig`, C not a positive finite number, batch_tokens not a positive
             int, or a budget too small for one optimizer step (the message gives the smallest usable C).
     """
+    C, batch_tokens = as_python_number(C), as_python_number(batch_tokens)
     if isinstance(C, bool) or not isinstance(C, int | float) or not math.isfinite(C) or C <= 0:
         raise ValueError(f"C (training FLOPs) must be a positive finite number, got {C!r}")
     if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens <= 0:

@@ -23,6 +23,28 @@ def _is_real(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+def as_python_number(v):
+    """``v`` with a NumPy (or other ``numbers``) integer made a Python ``int`` and a NumPy real a Python
+    ``float``; anything else (bools included) unchanged. Values read from a DataFrame are NumPy scalars
+    (``np.int64``), which the ``isinstance(v, int)`` checks of the configs would otherwise refuse."""
+    if isinstance(v, bool) or type(v).__name__ in ("bool_", "bool"):
+        return v
+    if isinstance(v, numbers.Integral) and not isinstance(v, int):
+        return int(v)
+    if isinstance(v, numbers.Real) and not isinstance(v, int | float):
+        return float(v)
+    return v
+
+
+def python_numbers(obj) -> None:
+    """Replace, in place, every NumPy-scalar field of the (frozen) dataclass ``obj`` by :func:`as_python_number`."""
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        w = as_python_number(v)
+        if w is not v:
+            object.__setattr__(obj, f.name, w)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoopedConfig:
     """Configuration of one looped decoder.
@@ -67,6 +89,7 @@ class LoopedConfig:
     """MLP hidden width = mlp_ratio * d_model (squared ReLU)."""
 
     def __post_init__(self) -> None:
+        python_numbers(self)
         for name in (
             "vocab_size",
             "seq_len",
@@ -139,7 +162,21 @@ class LoopedConfig:
         return self.n_prelude + self.r * self.n_recur_block + self.n_coda
 
     def replace(self, **changes) -> LoopedConfig:
-        """A copy with ``changes`` applied (validated again)."""
+        """A copy with ``changes`` applied (validated again).
+
+        A change of ``r`` carries the defaults that follow ``r`` along, unless ``changes`` sets them too: full
+        BPTT (``bptt_k == r``) stays full at the new ``r``, and the default injection of the old ``r``
+        (``"passthrough"`` at r = 1, ``"linear"`` above) becomes the new ``r``'s. A truncated ``bptt_k`` or a
+        non-default injection is kept (and validated against the new ``r``).
+
+        Raises:
+            ValueError: the changed config is invalid (see the class).
+        """
+        if "r" in changes:
+            if "bptt_k" not in changes and self.bptt_k == self.r:
+                changes["bptt_k"] = None
+            if "injection" not in changes and self.injection == ("passthrough" if self.r == 1 else "linear"):
+                changes["injection"] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -148,8 +185,23 @@ class LoopedConfig:
 
 
 def valid_r(effective_depth: int, n_prelude: int, n_coda: int) -> list[int]:
-    """The r values for which ``iso_depth`` can build a model at this depth (r = 1 always works)."""
-    looped = effective_depth - n_prelude - n_coda
+    """The r values for which ``iso_depth`` can build a model at this depth (r = 1 always works).
+
+    Raises:
+        ValueError: a value that is not a non-negative integer, or ``effective_depth <= n_prelude + n_coda``
+            (no layer left to loop).
+    """
+    vals = {"effective_depth": effective_depth, "n_prelude": n_prelude, "n_coda": n_coda}
+    for name, v in vals.items():
+        v = as_python_number(v)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    looped = int(effective_depth) - int(n_prelude) - int(n_coda)
+    if looped <= 0:
+        raise ValueError(
+            f"effective_depth must exceed n_prelude + n_coda: effective_depth={effective_depth}, "
+            f"n_prelude={n_prelude}, n_coda={n_coda}"
+        )
     return [1] + [r for r in range(2, looped + 1) if looped % r == 0]
 
 
@@ -173,8 +225,13 @@ def iso_depth(
         ValueError: r < 1, a looped depth that r does not divide (the message lists the valid r), or any
             invalid :class:`LoopedConfig` field.
     """
+    r, effective_depth = as_python_number(r), as_python_number(effective_depth)
+    n_prelude, n_coda = as_python_number(n_prelude), as_python_number(n_coda)
     if not isinstance(r, int) or isinstance(r, bool) or r < 1:
         raise ValueError(f"r must be an integer >= 1, got {r!r}")
+    for name, v in (("effective_depth", effective_depth), ("n_prelude", n_prelude), ("n_coda", n_coda)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
     looped = effective_depth - n_prelude - n_coda
     if effective_depth <= 0 or looped <= 0:
         raise ValueError(

@@ -26,9 +26,11 @@
   (``torch/optim/_muon.py``), so a zero gradient (e.g. a zero-initialised projection) gives a zero update, not
   NaN. :func:`build_optimizers` relies on that and ``test_norm_preserving_optimizer_zero_norm`` checks it.
 
-Schedules (``lr_multiplier``): ``linear`` = the paper's (no warmup, linear decay from 1 to ``final_lr_frac`` at
-the last step: lrm(it) = p + f (1 - p), p = (N - it) / N); ``cosine`` = linear warmup then cosine to
-``final_lr_frac``; ``wsd`` = warmup, constant, then linear decay to ``final_lr_frac`` over the last ``decay_frac``.
+Schedules (``lr_multiplier``): ``linear`` = the paper's (no warmup, linear decay from 1 toward ``final_lr_frac``,
+which it reaches one step after the last: lrm(it) = p + f (1 - p), p = (N - it) / N, so the last step, it = N - 1,
+trains at f + (1 - f) / N); ``cosine`` = linear warmup then cosine to
+``final_lr_frac``; ``wsd`` = warmup, constant, then linear decay over the last ``decay_frac`` of the steps toward ``final_lr_frac``,
+reached one step after the last, as ``linear``.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from typing import Literal
 
 import numpy as np
 
-from loopscale.model.config import LoopedConfig
+from loopscale.model.config import LoopedConfig, _is_real, python_numbers
 
 log = logging.getLogger("loopscale.train")
 
@@ -164,7 +164,9 @@ class RunConfig:
     warmup_frac: float = _defines(0.0, spec={"ge": 0.0, "lt": 1.0})
     """Fraction of steps of linear warmup."""
     final_lr_frac: float = _defines(0.1, spec={"ge": 0.0, "le": 1.0})
-    """LR at the end as a fraction of the peak."""
+    """The LR the decay ends at, as a fraction f of the peak. ``cosine`` trains its last step at f; ``linear`` (the
+    paper's) and ``wsd`` reach f one step after the last, so their last step trains at f + (1 − f) / n, n the steps
+    of the decay (:func:`loopscale.model.optim.lr_multiplier`)."""
     decay_frac: float = _defines(0.2, spec={"gt": 0.0, "le": 1.0})
     """'wsd' only: fraction of steps in the final decay."""
     weight_decay: float = _defines(0.0, spec={"ge": 0.0})
@@ -207,6 +209,7 @@ class RunConfig:
         from loopscale.model.muon import ORTHOGONALIZATIONS
         from loopscale.model.optim import OPTIMIZERS, SCHEDULES
 
+        python_numbers(self)
         if not isinstance(self.model, LoopedConfig):
             raise ValueError(
                 f"model must be a LoopedConfig (see loopscale.model.preset_config), got {type(self.model)!r}"
@@ -273,6 +276,13 @@ class RunConfig:
                 "matrix stays on the sphere of its initial norm, where decay is a first-order no-op); use "
                 "weight_decay 0, or optimizer 'muon' or 'adamw' for decay"
             )
+        for name in ("warmup_frac", "final_lr_frac", "decay_frac", "diverge_loss"):
+            if not _is_real(getattr(self, name)):
+                raise ValueError(f"{name} must be a number, got {getattr(self, name)!r}")
+        if self.grad_clip is not None and not _is_real(self.grad_clip):
+            raise ValueError(f"grad_clip must be None or a number > 0, got {self.grad_clip!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be True or False, got {self.compile!r}")
         if not 0 <= self.warmup_frac < 1:
             raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac!r}")
         if not 0 <= self.final_lr_frac <= 1:
@@ -387,10 +397,15 @@ class RunResult:
     N_unique: int
     flops_per_token: int
     D: int
+    """Training tokens of the run as defined (``steps * batch_tokens``): a diverged run stopped after
+    ``diverged_step`` steps and keeps its planned D, which is what names its cell."""
     C: float
+    """Training FLOPs of the run as defined, ``flops_per_token * D`` (a diverged run spent
+    ``flops_per_token * diverged_step * batch_tokens``)."""
     batch_tokens: int
     micro_batch_tokens: int
     steps: int
+    """Optimizer steps of the run as defined (a diverged run stopped at ``diverged_step``)."""
     optimizer: str
     orthogonalization: str | None
     """'newton_schulz' | 'polar_express' for 'muon' / 'muonh'; None for 'adamw'."""

@@ -74,8 +74,9 @@ RUNS_SCHEMA = pa.schema(
         _f("N_rec", pa.int64(), "parameters", "unique params of the shared block plus injection"),
         _f("N_unique", pa.int64(), "parameters", "N_once + N_rec"),
         _f("flops_per_token", pa.float64(), "FLOPs/token", "training FLOPs per token (forward + backward)"),
-        _f("D", pa.int64(), "tokens", "training tokens actually trained"),
-        _f("C", pa.float64(), "FLOPs", "training FLOPs spent, flops_per_token * D"),
+        _f("D", pa.int64(), "tokens", "training tokens of the run (steps * batch_tokens, after the budget's "
+           "rounding to whole steps; a diverged run keeps the D it was defined with)"),
+        _f("C", pa.float64(), "FLOPs", "training FLOPs of the run, flops_per_token * D (a diverged run spent less)"),
         _f("budget", pa.float64(), "FLOPs", "the cell's iso-FLOP budget C (null in tokens mode)"),
         _f("target_tokens", pa.int64(), "tokens", "the cell's token budget (null in iso-FLOP mode)"),
         _f("lr", pa.float64(), "-", "peak learning rate"),

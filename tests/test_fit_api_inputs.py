@@ -59,3 +59,130 @@ def test_fit_table_says_a_bootstrap_of_zero_is_valid():
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match=r"must be a whole number >= 0 of resamples \(0: no bootstrap"):
             fit_table(EXAMPLE / "runs.parquet", bootstrap=bad)
+
+
+def _no_fit(monkeypatch):
+    """Make any fit an error, so that a check that comes after the point fit fails the test."""
+    import loopscale.fit.bootstrapping as bs
+    import loopscale.fit.fitter as fitter
+    import loopscale.fit.table_fit as tf
+    import loopscale.fit.variants as va
+
+    def boom(*a, **k):
+        raise AssertionError("a fit ran before the bad argument was refused")
+
+    for mod in (fitter, bs, va):
+        monkeypatch.setattr(mod, "fit_data", boom)
+    monkeypatch.setattr(fitter, "minimize_multistart", boom)
+    return tf
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"B": 2.5}, r"B=2.5 must be a whole number >= 1"),
+        ({"B": True}, r"B=True must be a whole number >= 1"),
+        ({"B": 0}, r"B=0 must be a whole number >= 1"),
+        ({"workers": 0}, r"workers=0 must be a whole number >= 1"),
+        ({"seed": -1}, r"seed=-1 must be a whole number >= 0"),
+        ({"delta": "x"}, r"delta='x' must be a finite number > 0"),
+        ({"level": 95}, r"level=95 must be a number in \(0, 1\)"),
+    ],
+)
+def test_bootstrap_and_compare_variants_refuse_bad_arguments_before_any_fit(monkeypatch, kwargs, message):
+    """bootstrap(B=2.5) spent the point fit, then failed in np.zeros; compare_variants(B=0) said every draw was
+    degenerate, B=-3 failed with numpy's 'negative dimensions' and level=95 with numpy's quantile error, all after
+    the point fits."""
+    from loopscale.fit import bootstrap, compare_variants
+
+    _no_fit(monkeypatch)
+    with pytest.raises(ValueError, match=message):
+        bootstrap(EXAMPLE / "runs.parquet", **{"B": 4, "workers": 1, **kwargs})
+    table = pd.read_parquet(EXAMPLE / "runs.parquet").assign(variant="baseline")
+    with pytest.raises(ValueError, match=message):
+        compare_variants(table, **{"B": 4, "workers": 1, **kwargs})
+
+
+def test_fit_law_and_fit_table_refuse_bad_arguments_before_any_fit(monkeypatch):
+    from loopscale.fit import fit_law, fit_table
+
+    _no_fit(monkeypatch)
+    for kwargs, message in (
+        ({"seed": -1}, r"seed=-1 must be a whole number >= 0"),
+        ({"seed": "a"}, r"seed='a' must be a whole number >= 0"),
+        ({"delta": "x"}, r"delta='x' must be a finite number > 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            fit_law(EXAMPLE / "runs.parquet", **kwargs)
+        with pytest.raises(ValueError, match=message):
+            fit_table(EXAMPLE / "runs.parquet", **kwargs)
+    with pytest.raises(ValueError, match=r"workers=0 must be a whole number >= 1"):
+        fit_table(EXAMPLE / "runs.parquet", bootstrap=5, workers=0)
+    with pytest.raises(ValueError, match=r"workers='2' must be a whole number >= 1"):
+        fit_table(EXAMPLE / "runs.parquet", bootstrap=5, workers="2")
+
+
+@pytest.mark.parametrize("r", [[1.5, 2], [2.9, 4], 0, [], [True]])
+def test_fit_table_refuses_an_r_that_is_not_a_whole_number(monkeypatch, r):
+    """fit_table(r=[1.5, 2]) fitted r in {1, 2} and r=[2.9, 4] fitted {2, 4}: int() truncated them silently."""
+    from loopscale.fit import fit_table
+
+    _no_fit(monkeypatch)
+    with pytest.raises(ValueError, match=r"must be an integer >= 1 or a list of them"):
+        fit_table(EXAMPLE / "runs.parquet", r=r)
+
+
+def test_ladder_table_refuses_a_nan_loss_and_bad_bootstrap_arguments():
+    """A NaN loss on an ok run was dropped silently (its cell reported 63 seeds); n_boot=0 raised IndexError and
+    level=2 numpy's quantile error."""
+    from loopscale.fit import ladder_table
+
+    df = pd.read_parquet(EXAMPLE / "runs.parquet")
+    nan = df.copy()
+    nan.loc[nan.index[nan["r"] == 2][0], "final_val_loss"] = float("nan")
+    with pytest.raises(ValueError, match=r"'final_val_loss' has 1 value\(s\) that are not a finite loss > 0"):
+        ladder_table(nan, n_boot=5)
+    ok = ladder_table(df, n_boot=5)
+    assert list(ok["n_seeds"]) == [64, 64, 64]
+    for kwargs, message in (
+        ({"n_boot": 0}, r"n_boot=0 must be a whole number >= 1"),
+        ({"n_boot": -5}, r"n_boot=-5 must be a whole number >= 1"),
+        ({"level": 2}, r"level=2 must be a number in \(0, 1\)"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ladder_table(df, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # PerRunFitWarning: a Chinchilla fit of one D
+def test_predict_names_a_missing_column():
+    from loopscale.fit import fit_law
+
+    df = pd.read_parquet(EXAMPLE / "runs.parquet")
+    means = df.groupby(["r", "n_prelude", "n_recur_block", "n_coda"], as_index=False).agg(
+        loss=("final_val_loss", "mean"), N_once=("N_once", "first"), N_rec=("N_rec", "first"), D=("D", "first"),
+        N_unique=("N_unique", "first"),
+    )
+    joint = fit_law(means, starts=20)
+    pred = joint.predict(means)
+    assert pred.shape == (len(means),) and abs(pred - means["loss"]).max() < 0.05
+    with pytest.raises(ValueError, match=r"'joint' law needs columns \['D', 'N_once', 'N_rec', 'r'\]; missing \['r'\]"):
+        joint.predict(means.drop(columns=["r"]))
+    chin = fit_law(means[means["r"] == 1], law="chinchilla", starts=20)
+    with pytest.raises(ValueError, match=r"missing \['N \(or N_unique\)'\]"):
+        chin.predict(means.drop(columns=["N_unique"]))
+
+
+def test_equivalence_refuses_nan_and_non_numbers():
+    from loopscale.fit import equivalence
+
+    ok = equivalence(1000, 500, 4, 0.5)
+    assert ok["N_eff"] == pytest.approx(1000 + 2 * 500)
+    for kwargs, message in (
+        ({"N_once": float("nan")}, r"N_once=nan must be finite"),
+        ({"r": float("nan")}, r"r=nan must be finite"),
+        ({"phi": "a"}, r"phi='a' must be a number"),
+        ({"phi": [0.5, 0.6]}, r"must be one number"),
+    ):
+        args = {"N_once": 1000, "N_rec": 500, "r": 4, "phi": 0.5, **kwargs}
+        with pytest.raises(ValueError, match=message):
+            equivalence(**args)

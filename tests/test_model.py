@@ -484,3 +484,73 @@ def test_preset_config_unknown_override_is_a_value_error_listing_valid_names(ove
     assert preset_config("cpu", r=2, d_model=32, seq_len=64, logit_softcap=5.0, bptt_k=1).seq_len == 64
     assert "n_recur_block" not in preset_override_names() and "effective_depth" in preset_override_names()
 
+
+
+def test_replace_r_carries_the_defaults_that_follow_r():
+    """cfg.replace(r=4) of a full-BPTT r = 2 config kept bptt_k = 2 (silently truncated BPTT, 1.64e6 instead of
+    2.32e6 FLOPs/token at d = 32); an r = 1 config replaced to r = 2 kept injection 'passthrough', and an r = 2
+    config replaced to r = 1 raised."""
+    from loopscale.model import flops_per_token, preset_config
+
+    c2 = preset_config("cpu", r=2, d_model=32)
+    c4 = c2.replace(r=4)
+    assert (c4.bptt_k, c4.injection) == (4, "linear")
+    same = preset_config("cpu", r=4, d_model=32).replace(n_recur_block=c2.n_recur_block)
+    assert c4 == same and flops_per_token(c4) == flops_per_token(same) == 2_317_056
+    c1 = c2.replace(r=1)
+    assert (c1.bptt_k, c1.injection) == (1, "passthrough")
+    up = preset_config("cpu", r=1, d_model=16).replace(r=2)
+    assert (up.bptt_k, up.injection) == (2, "linear")
+    # a chosen truncation or injection is kept
+    t = preset_config("cpu", r=4, d_model=16, bptt_k=2, injection="additive").replace(r=8)
+    assert (t.bptt_k, t.injection) == (2, "additive")
+    assert c2.replace(r=4, bptt_k=1).bptt_k == 1
+
+
+def test_numpy_integers_are_taken_as_integers():
+    """Values read from a DataFrame are np.int64: LoopedConfig(d_model=np.int64(64)) said 'must be a positive
+    integer, got np.int64(64)', and so did preset_config's r, RunConfig's tokens and train_flops' D."""
+    import numpy as np
+
+    from loopscale.model import LoopedConfig, RunConfig, preset_config, tokens_for_flops, train_flops
+
+    cfg = LoopedConfig(d_model=np.int64(64), r=np.int32(2))
+    assert cfg == LoopedConfig(d_model=64, r=2) and type(cfg.d_model) is int
+    p = preset_config("cpu", r=np.int64(4), d_model=np.int64(16))
+    assert p == preset_config("cpu", r=4, d_model=16)
+    rc = RunConfig(model=p, tokens=np.int64(8192))
+    assert type(rc.tokens) is int and rc.tokens == 8192
+    assert train_flops(p, np.int64(1000)) == train_flops(p, 1000)
+    assert tokens_for_flops(p, np.float32(1e12), np.int64(1024)) == tokens_for_flops(p, 1e12, 1024)
+    with pytest.raises(ValueError, match="d_model must be a positive integer, got True"):
+        LoopedConfig(d_model=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"compile": "no"}, r"compile must be True or False, got 'no'"),
+        ({"diverge_loss": True}, r"diverge_loss must be a number, got True"),
+        ({"grad_clip": True}, r"grad_clip must be None or a number > 0, got True"),
+        ({"warmup_frac": "x"}, r"warmup_frac must be a number, got 'x'"),
+    ],
+)
+def test_run_config_refuses_a_wrong_type(kwargs, message):
+    """compile='no' was accepted (a truthy string: the run would compile); diverge_loss=True and grad_clip=True
+    were accepted; warmup_frac='x' raised a TypeError."""
+    from loopscale.model import RunConfig, preset_config
+
+    with pytest.raises(ValueError, match=message):
+        RunConfig(model=preset_config("cpu", r=1, d_model=16), tokens=8192, **kwargs)
+
+
+def test_valid_r_and_iso_depth_refuse_bad_depths():
+    from loopscale.model import iso_depth, valid_r
+
+    assert valid_r(10, 1, 1) == [1, 2, 4, 8]
+    with pytest.raises(ValueError, match="effective_depth must be a non-negative integer, got -5"):
+        valid_r(-5, 1, 1)
+    with pytest.raises(ValueError, match="effective_depth must exceed n_prelude \\+ n_coda"):
+        valid_r(2, 1, 1)
+    with pytest.raises(ValueError, match="effective_depth must be a non-negative integer, got 10.0"):
+        iso_depth(16, 2, effective_depth=10.0, n_prelude=1, n_coda=1)
