@@ -138,6 +138,17 @@ def _cells(n):
     return out
 
 
+def _planned(cell: dict) -> float:
+    """The FLOPs a smoke cell will train, worked out here (F x its token budget D), not by the console's own
+    ``planned_flops``, so that a wrong plan there fails the ETA checks."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.sweep.spec import Cell
+
+    run = Cell.from_dict(cell).run
+    assert run.tokens == 2048 and run.target_flops is None  # the smoke preset's token budget
+    return float(flops_per_token(run.model)) * 2048
+
+
 def test_grid_view_counts_rate_and_eta(monkeypatch):
     """Counts by trial status (an ensemble trial counts its members), tokens/s over the window from the token
     deltas (members x tokens), ETA = remaining planned FLOPs / FLOP rate; plain lines carry no escape codes."""
@@ -163,7 +174,7 @@ def test_grid_view_counts_rate_and_eta(monkeypatch):
     # FLOPs/token of an ensemble trial: the mean over its members (seed ensembles share one model)
     fpt = sum(float(flops_per_token(Cell.from_dict(c).run.model)) for c in cells[:2]) / 2
     spent = 2 * 1024 * fpt
-    remaining = sum(console.planned_flops(c) for c in cells[:3]) - spent
+    remaining = sum(_planned(c) for c in cells[:3]) - spent
     assert view.eta_s == pytest.approx(remaining / (spent / 20), rel=1e-6)
     clock[0] += console.PLAIN_EVERY_S
     view.observe(trials)
@@ -789,7 +800,7 @@ def test_grid_rate_counts_a_new_trial_before_its_first_report(monkeypatch):
     view.observe([a, b, c], b, {"tokens": 2000})
     fpt_c = float(flops_per_token(Cell.from_dict(cells[2]).run.model))
     assert view.tokens_per_s == pytest.approx(100.0 + fps_b / fpt_c)  # not b's 100 tokens/s alone
-    remaining = console.planned_flops(cells[1]) - 2000 * fps_b / 100.0 + console.planned_flops(cells[2])
+    remaining = _planned(cells[1]) - 2000 * fps_b / 100.0 + _planned(cells[2])
     assert view.eta_s == pytest.approx(remaining / (2 * fps_b))
 
 

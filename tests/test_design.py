@@ -41,6 +41,10 @@ def test_seed_noise_recovers_a_known_spread():
     d["loss"] = 2.0 * np.exp(0.015 * rng.standard_normal(len(d)))
     sigma, cells = seed_noise(d)
     assert cells == 48 and sigma == pytest.approx(0.015, rel=0.12)
+    # exactly the pooled within-cell SD of log loss (ddof 1 per cell), computed here another way
+    logl = np.log(d["loss"])
+    var = logl.groupby([d["d_model"], d["r"], d["D"]]).var(ddof=1)
+    assert sigma == pytest.approx(float(np.sqrt(var.mean())), rel=1e-12)  # equal cell sizes: the mean of variances
     assert np.isnan(seed_noise(_design(1).assign(loss=2.0))[0])
 
 

@@ -114,6 +114,8 @@ def test_run_result_and_validation(base):
     assert res.eval_tokens == 256 and 0 < res.epochs < 1
     assert set(res.time_split) >= {"data", "forward_backward", "optimizer", "eval"}
     assert res.tokens_per_s > 0 and 0 < res.mfu < 1
+    # MFU is the model's training FLOP/s over the recorded peak, exactly
+    assert res.mfu == pytest.approx(res.flops_per_token * res.tokens_per_s / res.peak_flops, rel=1e-12)
     d = res.to_dict()
     json.dumps(d)
     assert d["versions"]["torch"] == torch.__version__
@@ -233,6 +235,14 @@ def test_schedules():
     assert lr_multiplier(50, n, "linear", 0, 0.1) == pytest.approx(0.5 + 0.1 * 0.5)
     assert lr_multiplier(4, n, "cosine", 0.1, 0.1) == pytest.approx(0.5)
     assert lr_multiplier(n - 1, n, "cosine", 0.1, 0.1) == pytest.approx(0.1)
+    # the cosine's shape between warmup (10 steps) and the end: t = (step - 10) / 89
+    for step in (30, 55, 80):
+        t = (step - 10) / 89
+        want = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+        assert lr_multiplier(step, n, "cosine", 0.1, 0.1) == pytest.approx(want, rel=1e-12)
+    # linear and wsd train their last step one step short of final_lr_frac
+    assert lr_multiplier(n - 1, n, "linear", 0, 0.1) == pytest.approx(0.1 + 0.9 / n)
+    assert lr_multiplier(n - 1, n, "wsd", 0.0, 0.1, decay_frac=0.2) == pytest.approx(0.1 + 0.9 / 20)
     assert lr_multiplier(70, n, "wsd", 0.0, 0.1, decay_frac=0.2) == 1.0
     assert lr_multiplier(90, n, "wsd", 0.0, 0.1, decay_frac=0.2) == pytest.approx(0.5 + 0.05)
 
@@ -416,3 +426,15 @@ def test_gpu_peak_is_the_cards_own_dense_bf16_peak(monkeypatch, name, precision,
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     got, src = peak_flops(torch.device("cuda"), 1, precision=precision)
     assert got == peak, src
+
+
+def test_bits_per_byte_divides_by_the_bytes_a_token_holds(base):
+    """With bytes as tokens bits/byte is loss / ln 2 whichever way bytes per token enters; a BPE run, a few bytes
+    per token, tells dividing by it from multiplying."""
+    from loopscale.model.data import load_tokens
+
+    cfg = RunConfig(**{**base, "tokenizer": "bpe:320", "model": tiny().replace(vocab_size=320)})
+    res = train_run(cfg)
+    bpt = load_tokens(base["corpus"], "bpe:320", cache_dir=base["cache_dir"]).bytes_per_token_val
+    assert bpt > 1.3
+    assert res.final_val_bpb == pytest.approx(res.final_val_loss / math.log(2) / bpt, rel=1e-12)

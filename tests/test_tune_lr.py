@@ -146,6 +146,10 @@ def test_smoothing_fits_a_line_in_log_lr_log_n():
     lg = [math.log(r["lr_smoothed"]) for r in rows]
     assert lg[1] - lg[0] == pytest.approx(lg[2] - lg[1], rel=1e-9)  # equally spaced in log N -> a line
     assert rows[0]["lr_smoothed"] != rows[0]["lr_best"]
+    # by hand: three sizes equally spaced in log N, so the least-squares slope is that of the end points (-0.5)
+    # and the middle point's noise, log 1.2, lifts the line by a third of it
+    for row in rows:
+        assert row["lr_smoothed"] == pytest.approx(0.1 * row["N_unique"] ** -0.5 * 1.2 ** (1 / 3), rel=1e-9)
     single = [dict(r=2, N_unique=1e4, lr_best=0.01, lr_smoothed=None)]
     _smooth(single)
     assert single[0]["lr_smoothed"] == 0.01
