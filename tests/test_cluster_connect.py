@@ -109,12 +109,15 @@ def test_an_address_nobody_serves_is_one_error_before_ray_starts(monkeypatch, tm
     """--address host:port where nothing listens: one line and exit 2 at once. ray.init used to wait for ever
     (retrying the GCS every 30 s, said only in Ray's log), e.g. `loopscale fit ... --bootstrap 2 --address` and
     `loopscale sweep --address` with a mistyped port."""
-    import time
-
+    import ray
     from typer.testing import CliRunner
 
     from loopscale.sweep.cli import app
 
+    def no_init(*a, **k):  # the refusal must come before Ray is asked to connect (ray.init waited for ever)
+        raise AssertionError(f"ray.init was called with {a} {k}")
+
+    monkeypatch.setattr(ray, "init", no_init)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     addr = f"127.0.0.1:{_unserved_port()}"
     with pytest.raises(ValueError, match=rf"no Ray cluster answers at {addr} \(.*\).*leave --address unset"):
@@ -132,11 +135,9 @@ def test_an_address_nobody_serves_is_one_error_before_ray_starts(monkeypatch, tm
     table = tmp_path / "runs.csv"
     table.write_text("N,D,loss\n" + "".join(f"{n},{d},{2 + 1e3 / n + 1e2 / d}\n" for n in (1e4, 3e4, 1e5)
                                             for d in (1e5, 3e5, 1e6)))  # fmt: skip
-    t0 = time.monotonic()
     res = CliRunner().invoke(app, ["fit", str(table), "--law", "chinchilla", "--bootstrap", "2", "--starts", "5",
                                    "--address", addr])  # fmt: skip
     assert res.exit_code == 2, res.output
-    assert time.monotonic() - t0 < 30
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: no Ray cluster answers at {addr}"), res.stderr
 

@@ -179,9 +179,19 @@ def test_token_cache_reused(trainer_corpus_dir, tmp_path, monkeypatch):
     second = D.load_tokens(str(trainer_corpus_dir), cache_dir=tmp_path)
     assert not second.built and isinstance(second.train, np.memmap)
     assert np.array_equal(first.train, second.train) and np.array_equal(first.val, second.val)
-    # a changed corpus is a different cache entry
-    (trainer_corpus_dir / "doc00.txt").write_text((trainer_corpus_dir / "doc00.txt").read_text())
     monkeypatch.undo()
+    # a changed corpus is a different cache entry: the same file names, one byte of one file changed (a copy: the
+    # fixture's corpus is shared)
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(trainer_corpus_dir, copy)
+    base = D.load_tokens(str(copy), cache_dir=tmp_path)
+    doc = copy / "doc00.txt"
+    text = doc.read_bytes()
+    doc.write_bytes(text[:100] + (b"X" if text[100:101] != b"X" else b"Y") + text[101:])
+    changed = D.load_tokens(str(copy), cache_dir=tmp_path)
+    assert changed.built and changed.cache_path != base.cache_path
     other = tmp_path / "other"
     other.mkdir()
     (other / "a.txt").write_text("different text " * 50)

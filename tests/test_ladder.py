@@ -177,3 +177,34 @@ def test_the_per_r_figure_draws_an_interval_that_lies_beside_its_point(tmp_path)
     identify_plots._intervals(ax, np.array([2.0, 4.0, 8.0]), nan_row["lo"].to_numpy(), nan_row["hi"].to_numpy(), "C0")
     (bars,) = [c for c in ax.collections if len(c.get_segments())]
     np.testing.assert_allclose([s[:, 1] for s in bars.get_segments()], [[-2.498, 1.2], [0.2065, 3.46]])
+
+
+def test_the_ladder_figure_draws_the_rungs_and_each_looped_model_at_its_worth(tmp_path, monkeypatch):
+    """The figure's points, not only its file: the r = 1 rungs at their seed means and each looped model at its
+    worth in layers, on the ladder's line, with its interval as the horizontal bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from loopscale.fit.identify_plots import plot_ladder
+    from loopscale.fit.ladder import fit_ladder
+
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    rng = np.random.default_rng(3)
+    runs, _ = _table(0.01, 3, rng)
+    worth = ladder_table(runs, n_boot=50)
+    plot_ladder(runs, worth, tmp_path / "ladder.png")
+    ax = figs[0].axes[0]
+    rungs, *looped = ax.containers
+    lad = runs[runs["r"] == 1].groupby("layers_unique")["loss"].mean()
+    np.testing.assert_allclose(np.asarray(rungs.lines[0].get_xdata(), float), lad.index.to_numpy(float))
+    np.testing.assert_allclose(np.asarray(rungs.lines[0].get_ydata(), float), lad.to_numpy(), rtol=1e-12)
+    line = fit_ladder(lad.index.to_numpy(float), lad.to_numpy())
+    assert len(looped) == len(worth) == 3
+    for cont, row in zip(looped, worth.itertuples(), strict=True):
+        (x,), (y,) = np.ravel(cont.lines[0].get_xdata()), np.ravel(cont.lines[0].get_ydata())
+        assert x == pytest.approx(row.worth_layers) and y == pytest.approx(float(line.loss(row.worth_layers)))
+        bar = cont.lines[2][0].get_segments()[0]  # the horizontal interval: (lo, y) to (hi, y)
+        assert bar[:, 0] == pytest.approx([row.worth_lo, row.worth_hi])

@@ -64,14 +64,12 @@ def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
 
 
 def test_second_run_does_not_retrain(smoke_out):
-    out, path, first_s = smoke_out
+    out, path, _ = smoke_out
     before = {r["run_id"]: r["finished_at"] for r in pq.read_table(path).to_pylist()}
-    t0 = time.time()
     run_sweep(preset_spec("smoke"), out, quiet=True)
     after = {r["run_id"]: r["finished_at"] for r in pq.read_table(path).to_pylist()}
-    assert after == before
+    assert after == before  # no run was trained again (a retrained run has a new finished_at)
     assert not (out / "tune" / "grid_smoke_002").exists()  # no new experiment was started
-    assert time.time() - t0 < first_s
 
 
 def test_force_retrains_and_gets_the_same_loss(smoke_out):
