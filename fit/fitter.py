@@ -611,7 +611,8 @@ def fit_data(
     """Fit ``law`` to validated ``data`` (see :func:`fit_law`).
 
     Raises:
-        ValueError: ``starts`` not a whole number >= 1."""
+        ValueError: ``starts`` not a whole number >= 1, ``seed`` not one >= 0, ``delta`` not a finite number > 0
+            (:func:`check_fit_args`)."""
     check_fit_args(starts=starts, seed=seed, delta=delta)
     obj = Objective(law, data.cols, delta)
     rng = np.random.default_rng(seed)
@@ -781,7 +782,7 @@ def fit_law(
     Returns:
         :class:`FitResult`.
     Raises:
-        ValueError: bad table (see :func:`loopscale.fit.io.prepare`), unknown law, bad ``phi``/``starts``/``delta``,
+        ValueError: bad table (see :func:`loopscale.fit.io.prepare`), unknown law, bad ``phi``/``starts``/``seed``/``delta``,
             looped runs of several variants (pooled into one law), a Chinchilla fit of one point
             (:func:`loopscale.fit.table_fit.check_per_run_table`).
     Warns:

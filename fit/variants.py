@@ -50,7 +50,7 @@ def compare_variants(
     Args:
         table: runs with a ``variant`` column plus the joint-law columns (see :func:`loopscale.fit.fitter.fit_law`).
         baseline: baseline variant name (default ``"baseline"`` if present, else the first in sorted order).
-        B: paired resamples. block_by: cell columns (default ``(budget, r)`` / ``(C, r)`` / ``(D, r)``).
+        B: paired resamples (0: the point fits' Δφ, no interval). block_by: cell columns (default ``(budget, r)`` / ``(C, r)`` / ``(D, r)``).
         seed, starts, workers, address, delta: as :func:`loopscale.fit.bootstrapping.bootstrap`.
         share_r1: a variant without r = 1 rows borrows the baseline's r = 1 rows (without any, those of the one
             variant that has r = 1 rows only, e.g. labelled 'plain', which is then no variant of the comparison:
@@ -63,10 +63,13 @@ def compare_variants(
         its cell means}); ``n_degenerate``; ``n_failed``; ``B``.
     Raises:
         ValueError: no ``variant`` column, unknown baseline, a baseline without looped (r > 1) runs, fewer than 2
-            variants, or bad rows (as ``prepare``); ``B`` / ``starts`` / ``workers`` not a whole number >= 1,
-            ``seed`` not one >= 0, ``level`` outside (0, 1), ``delta`` not a finite number > 0 — before any fit.
+            variants, or bad rows (as ``prepare``); ``B`` not a whole number >= 0, ``starts`` / ``workers`` not
+            one >= 1, ``seed`` not one >= 0, ``level`` outside (0, 1), ``delta`` not a finite number > 0 — before any fit.
     """
-    check_fit_args(starts=starts, seed=seed, delta=delta, B=B, level=level, workers=workers)
+    if isinstance(B, bool) or not isinstance(B, int | np.integer) or B < 0:
+        raise ValueError(f"B={B!r} must be a whole number >= 0 of paired resamples (0: Δφ of the point fits, with no "
+                         "interval; paper: 200)")  # fmt: skip
+    check_fit_args(starts=starts, seed=seed, delta=delta, level=level, workers=workers)
     df = read_table(table)
     if "variant" not in df.columns:
         raise ValueError(f"compare_variants needs a 'variant' column; table has {list(df.columns)}")
@@ -159,8 +162,8 @@ def compare_variants(
         )
         phis[v] = np.where(np.isfinite(ob), th[:, 5], np.nan)
         _notify_result(B, int(np.isfinite(ob).sum()), "variants")
-    why = None
-    if not use.any():
+    why = NO_BOOTSTRAP if B == 0 else None
+    if B and not use.any():
         why = (f"every paired draw of cells {tuple(bb)} was degenerate for some variant (a single r, a single "
                f"{budget_col or 'budget'} or too few runs), so Δφ has no interval; a grid of one D needs seeds "
                "per cell (its seeds are then resampled within cells)")  # fmt: skip
@@ -173,6 +176,9 @@ def compare_variants(
         "n_degenerate": n_deg,
         "n_failed": int(B - use.sum()),
     }
+
+
+NO_BOOTSTRAP = "no bootstrap (B = 0): Δφ is the difference of the point fits, with no interval"
 
 
 def _comparisons(names, baseline, fits, phis, level, why: str | None) -> dict[str, dict[str, Any]]:
@@ -250,7 +256,7 @@ def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, w
         "cell_means": {v: bool(reps[v].means) for v in names},
         "B": B,
         "fits": {v: f.to_dict() for v, f in fits.items()},
-        "comparisons": _comparisons(names, baseline, fits, phis, level, None),
+        "comparisons": _comparisons(names, baseline, fits, phis, level, NO_BOOTSTRAP if B == 0 else None),
         "n_degenerate": 0,
         "n_failed": 0,
     }

@@ -24,11 +24,13 @@ def _is_real(v) -> bool:
 
 
 def as_python_number(v):
-    """``v`` with a NumPy (or other ``numbers``) integer made a Python ``int`` and a NumPy real a Python
-    ``float``; anything else (bools included) unchanged. Values read from a DataFrame are NumPy scalars
+    """``v`` with a NumPy (or other ``numbers``) integer made a Python ``int``, a NumPy real a Python ``float`` and
+    a NumPy bool a Python ``bool``; anything else unchanged. Values read from a DataFrame are NumPy scalars
     (``np.int64``), which the ``isinstance(v, int)`` checks of the configs would otherwise refuse."""
-    if isinstance(v, bool) or type(v).__name__ in ("bool_", "bool"):
+    if isinstance(v, bool):
         return v
+    if type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"):  # not a numbers.Integral
+        return bool(v)
     if isinstance(v, numbers.Integral) and not isinstance(v, int):
         return int(v)
     if isinstance(v, numbers.Real) and not isinstance(v, int | float):

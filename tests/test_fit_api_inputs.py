@@ -80,9 +80,9 @@ def _no_fit(monkeypatch):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"B": 2.5}, r"B=2.5 must be a whole number >= 1"),
-        ({"B": True}, r"B=True must be a whole number >= 1"),
-        ({"B": 0}, r"B=0 must be a whole number >= 1"),
+        ({"B": 2.5}, r"B=2.5 must be a whole number >= "),
+        ({"B": True}, r"B=True must be a whole number >= "),
+        ({"B": -3}, r"B=-3 must be a whole number >= "),
         ({"workers": 0}, r"workers=0 must be a whole number >= 1"),
         ({"seed": -1}, r"seed=-1 must be a whole number >= 0"),
         ({"delta": "x"}, r"delta='x' must be a finite number > 0"),
@@ -101,6 +101,26 @@ def test_bootstrap_and_compare_variants_refuse_bad_arguments_before_any_fit(monk
     table = pd.read_parquet(EXAMPLE / "runs.parquet").assign(variant="baseline")
     with pytest.raises(ValueError, match=message):
         compare_variants(table, **{"B": 4, "workers": 1, **kwargs})
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_compare_variants_without_a_bootstrap_gives_the_point_delta_and_says_why_no_interval():
+    """B = 0 (what `loopscale run --bootstrap 0` passes for a spec of several variants) said every paired draw was
+    degenerate, as if the design were at fault."""
+    import numpy as np
+
+    from loopscale.fit import bootstrap, compare_variants
+
+    t = pd.read_parquet(EXAMPLE / "runs.parquet").assign(variant="baseline")
+    o = t[t["r"] > 1].assign(variant="other", run_id=lambda x: x["run_id"] + "_o")
+    o["final_val_loss"] = o["final_val_loss"] * (1 + 0.002 * np.log(o["r"]))
+    res = compare_variants(pd.concat([t, o]), B=0, starts=20, workers=1)
+    row = res["comparisons"]["other"]
+    assert row["delta_phi"] == pytest.approx(row["phi"] - res["fits"]["baseline"]["params"]["phi"])
+    assert row["delta_phi"] < 0 and row["n_ok"] == 0
+    assert row["no_interval"].startswith("no bootstrap (B = 0)")
+    with pytest.raises(ValueError, match=r"B=0 must be a whole number >= 1"):
+        bootstrap(EXAMPLE / "runs.parquet", B=0, workers=1)
 
 
 def test_fit_law_and_fit_table_refuse_bad_arguments_before_any_fit(monkeypatch):

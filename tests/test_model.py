@@ -520,6 +520,7 @@ def test_numpy_integers_are_taken_as_integers():
     assert p == preset_config("cpu", r=4, d_model=16)
     rc = RunConfig(model=p, tokens=np.int64(8192))
     assert type(rc.tokens) is int and rc.tokens == 8192
+    assert RunConfig(model=p, tokens=8192, compile=np.True_).compile is True  # a NumPy bool is a bool
     assert train_flops(p, np.int64(1000)) == train_flops(p, 1000)
     assert tokens_for_flops(p, np.float32(1e12), np.int64(1024)) == tokens_for_flops(p, 1e12, 1024)
     with pytest.raises(ValueError, match="d_model must be a positive integer, got True"):
