@@ -75,7 +75,9 @@ def plan(spec, *, data: bool = True) -> dict:
     ``lr_tokens_rounding`` names the studies whose trials train at least twice what ``tune`` asks that way (and
     ``lr_warning`` then advises fewer milestones), else None.
     ``tokens_rounding`` lists the written token budgets the trainer rounds to whole batches (``300 -> D = 256``;
-    None when every one is a whole number of batches).
+    None when every one is a whole number of batches). ``steps_warning`` names runs of fewer than
+    :data:`MIN_STEPS` optimizer steps and iso-FLOP runs whose whole steps miss their budget by more than 10 %
+    (:func:`_steps_warning`; None when there are none).
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -89,6 +91,8 @@ def plan(spec, *, data: bool = True) -> dict:
     total_c, total_d = 0.0, 0
     by_r: dict[int, int] = {}
     rounded: dict[int, int] = {}  # tokens as written -> D trained, where they differ
+    few: dict[tuple, int] = {}  # (size, r, variant, budget) -> optimizer steps, where fewer than MIN_STEPS
+    drift: dict[tuple, float] = {}  # (size, r, variant, C) -> F D / C, where whole steps miss the budget by > 10 %
     for c in cells:
         f = flops_per_token(c.run.model)
         d = resolve_tokens(c.run)
@@ -97,6 +101,12 @@ def plan(spec, *, data: bool = True) -> dict:
         by_r[c.r] = by_r.get(c.r, 0) + 1
         if c.run.tokens is not None and c.run.tokens != d:
             rounded[int(c.run.tokens)] = int(d)
+        budget = c.run.target_flops if c.run.target_flops is not None else c.run.tokens
+        key = (c.size, c.r, c.variant, budget)
+        if d // c.run.batch_tokens < MIN_STEPS:
+            few[key] = d // c.run.batch_tokens
+        if c.run.target_flops is not None and abs(f * d / c.run.target_flops - 1) > 0.1:
+            drift[key] = f * d / c.run.target_flops
     n_studies = 0
     lr_trial_tokens: dict[str, int] = {}
     lr_flops = 0.0
@@ -148,12 +158,45 @@ def plan(spec, *, data: bool = True) -> dict:
                             f"{spec.training.batch_tokens}: " + ", ".join(f"{k} -> D = {v}" for k, v in
                                                                          sorted(rounded.items()))
                             if rounded else None),  # fmt: skip
+        "steps_warning": _steps_warning(few, drift, spec.training.batch_tokens),
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
         "corpus_warning": "; ".join(corpus_notes) or None,
         "eval_warning": "; ".join(eval_notes) or None,
         "design_warning": design_warning(spec),
     }
+
+
+MIN_STEPS = 5
+"""Fewer optimizer steps than this in a run and the plan says so (``steps_warning``): the LR schedule, warmup and
+evaluation cadence barely act, and an iso-FLOP budget's whole steps can miss it by a large factor."""
+
+
+def _steps_warning(few: dict[tuple, int], drift: dict[tuple, float], batch_tokens: int) -> str | None:
+    """The plan's ``steps_warning``: runs with fewer than :data:`MIN_STEPS` optimizer steps (fewest first) and
+    iso-FLOP runs whose whole steps train F·D more than 10 % off their budget C (furthest first), or None."""
+
+    def name(k: tuple) -> str:
+        size, r, variant, budget = k
+        v = "" if variant in (None, "baseline") else f" {variant}"
+        at = f"C = {budget:.4g}" if isinstance(budget, float) else f"tokens {budget}"
+        return f"size {size} r={r}{v} at {at}"
+
+    said = []
+    if few:
+        worst = sorted(few.items(), key=lambda kv: kv[1])[:3]
+        said.append(f"{len(few)} run(s) train fewer than {MIN_STEPS} optimizer steps of training.batch_tokens = "
+                    f"{batch_tokens} (" + ", ".join(f"{name(k)}: {n} step{'s' * (n != 1)}" for k, n in worst)
+                    + (", ..." if len(few) > 3 else "") + "), too few for the LR schedule, warmup and evaluation "
+                    "to act as written")  # fmt: skip
+    if drift:
+        worst = sorted(drift.items(), key=lambda kv: -abs(kv[1] - 1))[:3]
+        said.append(f"{len(drift)} iso-FLOP run(s) train whole steps whose FLOPs F·D miss the budget C by more than "
+                    "10 % (" + ", ".join(f"{name(k)}: {x:.2f}× C" for k, x in worst)
+                    + (", ..." if len(drift) > 3 else "") + "), so runs of one budget do not share its compute")  # fmt: skip
+    if not said:
+        return None
+    return "; ".join(said) + "; raise the budgets (tokens) or lower training.batch_tokens"
 
 
 def design_warning(spec) -> str | None:

@@ -189,6 +189,32 @@ def test_the_plan_lists_the_token_budgets_the_trainer_rounds():
                                     "300 -> D = 256, 700 -> D = 768")  # fmt: skip
 
 
+def test_the_plan_warns_of_runs_of_a_few_steps_and_budgets_whole_steps_miss():
+    """Iso-FLOP budgets of 7.1e8 at 1,024 tokens a step planned without a word, though most runs got 1-2 steps and
+    trained 0.67-1.99x their budget. The numbers are worked out here from the accounting."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.sweep.spec import parse_spec
+
+    assert plan(preset_spec("smoke"))["steps_warning"] is None  # 8 steps a run
+    assert plan(preset_spec("cpu"))["steps_warning"] is None
+    spec = parse_spec({"name": "tiny_budgets", "r": [1, 2, 4, 8], "budgets": {7.1e8: [16, 32], 3e9: [16, 32]},
+                       "training": {"batch_tokens": 1024}, "lr": {"fixed": 0.01}})  # fmt: skip
+    few, drift = 0, {}
+    for c in spec.cells():
+        f = flops_per_token(c.run.model)
+        steps = max(1, round(c.run.target_flops / (f * 1024)))
+        few += steps < 5
+        if abs(f * steps * 1024 / c.run.target_flops - 1) > 0.1:
+            drift[(c.size, c.r, c.run.target_flops)] = f * steps * 1024 / c.run.target_flops
+    assert few == 12 and len(drift) == 10
+    worst = max(drift.items(), key=lambda kv: abs(kv[1] - 1))
+    w = plan(spec)["steps_warning"]
+    assert w.startswith("12 run(s) train fewer than 5 optimizer steps of training.batch_tokens = 1024 (")
+    assert "; 10 iso-FLOP run(s) train whole steps whose FLOPs F·D miss the budget C by more than 10 % (" in w
+    assert f"size {worst[0][0]} r={worst[0][1]} at C = 7.1e+08: {worst[1]:.2f}× C" in w
+    assert w.endswith("raise the budgets (tokens) or lower training.batch_tokens")
+
+
 def test_a_grid_without_r1_is_planned_with_a_warning(tmp_path):
     """A grid of r = 2, 4, 8 only was accepted without a word, and its report silently lacked the per-r phi
     check (each r against the r = 1 runs); the plan (--dry-run) and `run` now say so. The presets have r = 1."""
