@@ -504,7 +504,8 @@ class SweepSpec(_Strict):
             keys = set(self.lr)
             if keys == {"fixed"}:
                 if not _positive_lr(self.lr["fixed"]):
-                    raise ValueError(f"lr.fixed must be a positive number, got {self.lr['fixed']!r}")
+                    raise ValueError(f"lr.fixed must be a positive number, got {self.lr['fixed']!r}"
+                                     + _quoted_hint(self.lr["fixed"]))  # fmt: skip
             elif keys == {"table"}:
                 tab = self.lr["table"]
                 if not isinstance(tab, dict):
@@ -546,7 +547,7 @@ class SweepSpec(_Strict):
                     for where, w in v.items() if isinstance(v, dict) else [("", v)]:
                         if not _positive_lr(w):
                             key = f"[{s}][{where}]" if isinstance(v, dict) else f"[{s}]"
-                            raise ValueError(f"lr.table{key} must be a positive number, got {w!r}")
+                            raise ValueError(f"lr.table{key} must be a positive number, got {w!r}" + _quoted_hint(w))
             else:
                 close = [m for k in sorted(keys) if (m := _closest(str(k), ["fixed", "table"]))]
                 raise ValueError(
@@ -1051,6 +1052,14 @@ def _canon(x: Any) -> Any:
     if hasattr(x, "to_dict"):
         return _canon(x.to_dict())
     return x
+
+
+def _quoted_hint(v) -> str:
+    """For a number written in quotes (YAML reads it as text), what to write instead; else ''."""
+    num = _as_number(v) if isinstance(v, str) else None
+    if num is None:
+        return ""
+    return f" ({v!r} is quoted, so YAML reads it as text: write {_number_text(num)} without quotes)"
 
 
 def _positive_lr(v) -> bool:

@@ -885,3 +885,19 @@ def test_runs_at_other_lrs_than_the_folders_lr_table_are_refused_as_such(tmp_pat
     assert e.value.refit == "; ".join(
         f"`loopscale fit {out} --bootstrap 200 --identify --variant {v} --out {out}_refit_{v}`"
         for v in ("baseline", "trunc_bptt"))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "lr, said",
+    [
+        ({"fixed": "1e-2"}, r"lr.fixed must be a positive number, got '1e-2' \('1e-2' is quoted, so YAML reads it as "
+                            r"text: write 0.01 without quotes\)"),
+        ({"table": {16: "0.02"}}, r"lr.table\[16\] must be a positive number, got '0.02' \('0.02' is quoted.*write "
+                                  r"0.02 without quotes\)"),
+        ({"fixed": "abc"}, r"lr.fixed must be a positive number, got 'abc'$"),
+    ],
+)
+def test_a_quoted_lr_says_to_write_it_without_quotes(lr, said):
+    """Other quoted numbers of a spec get this hint; a quoted LR was refused without it."""
+    with pytest.raises(SpecError, match=said):
+        parse_spec({"name": "x", "r": [1, 2], "sizes": [16], "tokens": [20000], "lr": lr})
