@@ -491,6 +491,11 @@ class SweepSpec(_Strict):
 
             if len(set(got)) != len(got) or any(not 0 <= x <= MAX_SEED for x in got):
                 raise ValueError(f"seeds{where} must be distinct integers in [0, {MAX_SEED}], got {got}")
+        from loopscale.model.train import MAX_SEED
+
+        if not 0 <= self.data_seed <= MAX_SEED:
+            raise ValueError(f"data_seed (the data order of every run) must be an integer in [0, {MAX_SEED}], got "
+                             f"{self.data_seed}")  # fmt: skip
         if self.ladder and 1 not in self.r:
             raise ValueError(
                 "ladder adds plain r = 1 models next to r = 1 of the grid: put 1 in r (e.g. r: [1, 2, 4, 8])"

@@ -901,3 +901,12 @@ def test_a_quoted_lr_says_to_write_it_without_quotes(lr, said):
     """Other quoted numbers of a spec get this hint; a quoted LR was refused without it."""
     with pytest.raises(SpecError, match=said):
         parse_spec({"name": "x", "r": [1, 2], "sizes": [16], "tokens": [20000], "lr": lr})
+
+
+def test_a_bad_data_seed_is_blamed_on_the_top_level_key():
+    """data_seed: -1 was reported as 'training: the run at size 16 ... data_seed must be ...', though data_seed is
+    a top-level key of the spec, not one of training's."""
+    with pytest.raises(SpecError, match=r"invalid sweep spec: data_seed \(the data order of every run\) must be an "
+                                        r"integer in \[0, 4294967295\], got -1$"):  # fmt: skip
+        parse_spec({"name": "x", "r": [1, 2], "sizes": [16], "tokens": [20000], "lr": {"fixed": 0.01},
+                    "data_seed": -1})  # fmt: skip
