@@ -234,15 +234,17 @@ def iso_depth(
     for name, v in (("effective_depth", effective_depth), ("n_prelude", n_prelude), ("n_coda", n_coda)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    if r == 1:  # a plain model: its effective_depth unique layers, no prelude or coda to leave room for
+        if effective_depth < 1:
+            raise ValueError(f"effective_depth must be >= 1 (layers), got {effective_depth}")
+        return LoopedConfig(
+            d_model=d_model, n_prelude=0, n_recur_block=effective_depth, n_coda=0, r=1, **kwargs
+        )
     looped = effective_depth - n_prelude - n_coda
     if effective_depth <= 0 or looped <= 0:
         raise ValueError(
             f"effective_depth must exceed n_prelude + n_coda: effective_depth={effective_depth}, "
             f"n_prelude={n_prelude}, n_coda={n_coda}"
-        )
-    if r == 1:
-        return LoopedConfig(
-            d_model=d_model, n_prelude=0, n_recur_block=effective_depth, n_coda=0, r=1, **kwargs
         )
     if looped % r != 0:
         raise ValueError(

@@ -555,3 +555,15 @@ def test_valid_r_and_iso_depth_refuse_bad_depths():
         valid_r(2, 1, 1)
     with pytest.raises(ValueError, match="effective_depth must be a non-negative integer, got 10.0"):
         iso_depth(16, 2, effective_depth=10.0, n_prelude=1, n_coda=1)
+
+
+def test_a_plain_model_takes_any_depth_whatever_the_presets_prelude_and_coda():
+    """`loopscale model info --r 1 --effective-depth 2` said effective_depth must exceed n_prelude + n_coda (the
+    preset's 1 + 1), though a plain model has neither and the cpu preset's ladder trains a 2-layer one."""
+    cfg = preset_config("cpu", r=1, d_model=16, effective_depth=2)
+    assert (cfg.n_prelude, cfg.n_recur_block, cfg.n_coda, cfg.effective_depth) == (0, 2, 0, 2)
+    assert iso_depth(16, 1, effective_depth=1, n_prelude=1, n_coda=1).effective_depth == 1
+    with pytest.raises(ValueError, match="effective_depth must be >= 1"):
+        iso_depth(16, 1, effective_depth=0, n_prelude=0, n_coda=0)
+    with pytest.raises(ValueError, match="effective_depth must exceed n_prelude \\+ n_coda"):
+        preset_config("cpu", r=2, d_model=16, effective_depth=2)
