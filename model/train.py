@@ -936,6 +936,14 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
         run_warnings.append(why)
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
+    if cfg.target_flops is not None:
+        from loopscale.model.accounting import flops_per_token
+
+        trained = flops_per_token(mcfg) * D
+        if abs(trained / cfg.target_flops - 1) > 0.01:
+            run_warnings.append(f"target_flops={cfg.target_flops:.4g} trains C = F·D = {trained:.4g} FLOPs "
+                                f"({trained / cfg.target_flops - 1:+.1%}): D={D} is whole steps of "
+                                f"batch_tokens={B}")  # fmt: skip
     if (n_eval := int(ev_np.shape[0] * mcfg.seq_len)) > cfg.eval_tokens:
         run_warnings.append(f"eval_tokens={cfg.eval_tokens} rounded up to {n_eval} (whole windows of "
                             f"seq_len={mcfg.seq_len})")  # fmt: skip

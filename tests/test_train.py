@@ -438,3 +438,17 @@ def test_bits_per_byte_divides_by_the_bytes_a_token_holds(base):
     bpt = load_tokens(base["corpus"], "bpe:320", cache_dir=base["cache_dir"]).bytes_per_token_val
     assert bpt > 1.3
     assert res.final_val_bpb == pytest.approx(res.final_val_loss / math.log(2) / bpt, rel=1e-12)
+
+
+def test_an_iso_flop_run_says_when_whole_steps_miss_its_budget(base):
+    """--target-flops trained C = F·D up to a batch away from the budget without a word, where a rounded --tokens
+    warns. The figures here are worked out from the accounting."""
+    model = base["model"]
+    F = flops_per_token(model)
+    C = 5.5 * F * 128  # 5.5 steps of 128 tokens: round() trains 6 (round half to even), 9.1 % over
+    res = train_run(RunConfig(**{**base, "tokens": None, "target_flops": C}))
+    assert res.D == 6 * 128
+    want = f"target_flops={C:.4g} trains C = F·D = {F * 768:.4g} FLOPs (+9.1%): D=768 is whole steps of batch_tokens=128"
+    assert want in res.warnings
+    exact = train_run(RunConfig(**{**base, "tokens": None, "target_flops": 4.0 * F * 128}))
+    assert not [w for w in exact.warnings if w.startswith("target_flops=")]
