@@ -936,6 +936,10 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
         run_warnings.append(why)
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if getattr(device, "type", str(device)) == "cpu" and cfg.num_threads > cpus:
+        run_warnings.append(f"num_threads={cfg.num_threads} is more than the {cpus} CPU(s) this process may use: the "
+                            f"threads contend for them and training slows (set num_threads <= {cpus})")  # fmt: skip
     if cfg.target_flops is not None:
         from loopscale.model.accounting import flops_per_token
 

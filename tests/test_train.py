@@ -452,3 +452,15 @@ def test_an_iso_flop_run_says_when_whole_steps_miss_its_budget(base):
     assert want in res.warnings
     exact = train_run(RunConfig(**{**base, "tokens": None, "target_flops": 4.0 * F * 128}))
     assert not [w for w in exact.warnings if w.startswith("target_flops=")]
+
+
+def test_more_threads_than_cpus_is_said(base, monkeypatch):
+    """--num-threads 64 on a 2-core machine trained 92x slower than with 2, without a word."""
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    res = train_run(RunConfig(**{**base, "num_threads": 3}))
+    assert ("num_threads=3 is more than the 2 CPU(s) this process may use: the threads contend for them and "
+            "training slows (set num_threads <= 2)") in res.warnings  # fmt: skip
+    ok = train_run(RunConfig(**{**base, "num_threads": 2}))
+    assert not [w for w in ok.warnings if w.startswith("num_threads=")]
