@@ -97,6 +97,7 @@ def train_cmd(
     if model_flags["vocab_size"] is None and kind == "bpe":
         model_flags = {**model_flags, "vocab_size": tok_vocab}
     run = RunConfig(model=config_from_flags(**model_flags), **run_flags)
+    _precheck(run)
     notes = no_effect_notes(given_flags(ctx), run.model, run)  # said, and kept with the run's own warnings
     for note in notes:
         typer.echo(f"warning: {note}", err=True)
@@ -215,6 +216,28 @@ def _parse_seeds(text: str) -> list[int]:
         raise ValueError(f"--seeds {text}: give a count k (seeds 0..k-1) or distinct integers in [0, {MAX_SEED}], "
                          "e.g. 0,3,7 (one run with seed s: --seed s)")  # fmt: skip
     return vals
+
+
+def _precheck(run) -> None:
+    """Refuse, before the "training ..." line, what would fail the run before its first step: the device (CUDA
+    asked for, none here) and the corpus (a missing file, a text column of a non-Parquet corpus, a token file read
+    as text, ...: :func:`loopscale.model.data.check_corpus`, cheap, its warnings left for the run to give once).
+
+    Raises:
+        ValueError: as ``train_run`` would raise it.
+    """
+    import warnings
+
+    from loopscale.model.data import check_corpus, resolve_corpus
+    from loopscale.model.train import _resolve_device
+
+    _resolve_device(run.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if run.corpus == "embedded" and run.text_column != "text":
+            resolve_corpus(run.corpus, run.text_column)  # raises: the embedded corpus has no columns
+        check_corpus(run.corpus, run.tokenizer, run.model.vocab_size, run.text_column, seq_len=run.model.seq_len,
+                     cache_dir=run.cache_dir)  # fmt: skip
 
 
 def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) -> None:

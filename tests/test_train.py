@@ -464,3 +464,28 @@ def test_more_threads_than_cpus_is_said(base, monkeypatch):
             "training slows (set num_threads <= 2)") in res.warnings  # fmt: skip
     ok = train_run(RunConfig(**{**base, "num_threads": 2}))
     assert not [w for w in ok.warnings if w.startswith("num_threads=")]
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--corpus", "{tmp}/missing.txt"], "error: corpus file '{tmp}/missing.txt' does not exist"),
+        (["--corpus", "{tmp}/short.txt"], "error: the training token stream (11 tokens) is shorter than one window"),
+        (["--text-column", "body"], "error: text_column 'body' names the column of a Parquet corpus"),
+        (["--tokenizer", "pretokenized"], "error: tokenizer 'pretokenized' needs a .bin/.npy token file"),
+    ],
+)
+def test_train_refuses_a_corpus_before_its_training_line(tmp_path, flags, said):
+    """A missing corpus (or one too short, or a flag that does not fit it) printed 'training r=... on ...' and then
+    the error: two lines, the first saying training started. The error is now the one line."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    (tmp_path / "short.txt").write_text("hello world")
+    flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--tokens", "1024", "--batch-tokens", "256",
+                                   "--cache-dir", str(tmp_path / "c"), *flags])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(said.replace("{tmp}", str(tmp_path))), res.stderr
