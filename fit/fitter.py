@@ -567,11 +567,12 @@ def check_fit_args(
     level: Any = None,
     workers: Any = None,
     B_name: str = "B",
+    B_zero: str | None = None,
 ) -> None:
     """Refuse bad fit / bootstrap arguments before any fit is spent: ``starts`` a whole number >= 1, ``seed`` a
     whole number >= 0, ``delta`` a finite number > 0, and when given ``B`` (named ``B_name`` in the message) a whole
-    number >= 1, ``level`` a number in (0, 1) and ``workers`` a whole number >= 1. NumPy integers count as whole
-    numbers; bools do not.
+    number >= 1 (>= 0 when ``B_zero`` says what 0 resamples mean), ``level`` a number in (0, 1) and ``workers`` a
+    whole number >= 1. NumPy integers count as whole numbers; bools do not.
 
     Raises:
         ValueError: the first bad argument, named, with its value and rule.
@@ -589,8 +590,10 @@ def check_fit_args(
         raise ValueError(f"seed={seed!r} must be a whole number >= 0 (the RNG seed of the starts and resamples)")
     if not real(delta) or not (delta > 0 and np.isfinite(delta)):
         raise ValueError(f"delta={delta!r} must be a finite number > 0 (the Huber threshold; paper: 1e-3)")
-    if B is not None and (not whole(B) or B < 1):
-        raise ValueError(f"{B_name}={B!r} must be a whole number >= 1 of resamples (paper: 200)")
+    least = 0 if B_zero else 1
+    if B is not None and (not whole(B) or B < least):
+        zero = f"0: {B_zero}; " if B_zero else ""
+        raise ValueError(f"{B_name}={B!r} must be a whole number >= {least} of resamples ({zero}paper: 200)")
     if level is not None and (not real(level) or not 0 < level < 1):
         raise ValueError(f"level={level!r} must be a number in (0, 1), e.g. 0.95")
     if workers is not None and (not whole(workers) or workers < 1):

@@ -122,9 +122,8 @@ def fit_table(
     from loopscale.fit.io import prepare, read_table, with_layers_unique
     from loopscale.fit.laws import make_law
 
-    if isinstance(bootstrap, bool) or not isinstance(bootstrap, int | np.integer) or bootstrap < 0:
-        raise ValueError(f"bootstrap={bootstrap!r} must be a whole number >= 0 of resamples (0: no bootstrap; "
-                         "paper: 200)")  # fmt: skip
+    check_fit_args(starts=starts, seed=seed, delta=delta, B=bootstrap, B_name="bootstrap", B_zero="no bootstrap",
+                   workers=workers)  # fmt: skip
     if law == "joint_per_r" and bootstrap:
         raise ValueError(
             "law 'joint_per_r' is a point fit (a resample that misses one r would leave its phi_<r> unfitted): fit "
@@ -137,12 +136,12 @@ def fit_table(
             "identify needs a bootstrap (e.g. bootstrap=50): the rule checks the ends of phi's interval and phi "
             "fitted per r with its intervals, both from resamples"
         )
-    check_fit_args(starts=starts, seed=seed, delta=delta, workers=workers)
     if r is not None:
-        bad_r = [v for v in np.atleast_1d(np.asarray(r, dtype=object))
+        given_r = np.atleast_1d(np.asarray(r, dtype=object))
+        bad_r = [v for v in given_r
                  if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating)
                  or not np.isfinite(v) or v != int(v) or v < 1]  # fmt: skip
-        if bad_r or np.atleast_1d(np.asarray(r, dtype=object)).size == 0:
+        if bad_r or given_r.size == 0:
             raise ValueError(f"r={r!r} must be an integer >= 1 or a list of them (the recurrences to keep)"
                              + (f"; not one: {bad_r[0]!r}" if bad_r else ""))  # fmt: skip
     blocks = _blocks(block_by)

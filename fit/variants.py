@@ -66,10 +66,8 @@ def compare_variants(
             variants, or bad rows (as ``prepare``); ``B`` not a whole number >= 0, ``starts`` / ``workers`` not
             one >= 1, ``seed`` not one >= 0, ``level`` outside (0, 1), ``delta`` not a finite number > 0 — before any fit.
     """
-    if isinstance(B, bool) or not isinstance(B, int | np.integer) or B < 0:
-        raise ValueError(f"B={B!r} must be a whole number >= 0 of paired resamples (0: Δφ of the point fits, with no "
-                         "interval; paper: 200)")  # fmt: skip
-    check_fit_args(starts=starts, seed=seed, delta=delta, level=level, workers=workers)
+    check_fit_args(starts=starts, seed=seed, delta=delta, B=B, B_zero="Δφ of the point fits, with no interval",
+                   level=level, workers=workers)  # fmt: skip
     df = read_table(table)
     if "variant" not in df.columns:
         raise ValueError(f"compare_variants needs a 'variant' column; table has {list(df.columns)}")

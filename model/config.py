@@ -186,6 +186,21 @@ class LoopedConfig:
         return dataclasses.asdict(self)
 
 
+def _depths(effective_depth, n_prelude, n_coda) -> tuple[int, int, int]:
+    """The three layer counts as Python ints (:func:`as_python_number`).
+
+    Raises:
+        ValueError: one that is not a non-negative integer, named.
+    """
+    out = []
+    for name, v in (("effective_depth", effective_depth), ("n_prelude", n_prelude), ("n_coda", n_coda)):
+        v = as_python_number(v)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+        out.append(v)
+    return out[0], out[1], out[2]
+
+
 def valid_r(effective_depth: int, n_prelude: int, n_coda: int) -> list[int]:
     """The r values for which ``iso_depth`` can build a model at this depth (r = 1 always works).
 
@@ -193,12 +208,8 @@ def valid_r(effective_depth: int, n_prelude: int, n_coda: int) -> list[int]:
         ValueError: a value that is not a non-negative integer, or ``effective_depth <= n_prelude + n_coda``
             (no layer left to loop).
     """
-    vals = {"effective_depth": effective_depth, "n_prelude": n_prelude, "n_coda": n_coda}
-    for name, v in vals.items():
-        v = as_python_number(v)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-    looped = int(effective_depth) - int(n_prelude) - int(n_coda)
+    effective_depth, n_prelude, n_coda = _depths(effective_depth, n_prelude, n_coda)
+    looped = effective_depth - n_prelude - n_coda
     if looped <= 0:
         raise ValueError(
             f"effective_depth must exceed n_prelude + n_coda: effective_depth={effective_depth}, "
@@ -227,13 +238,10 @@ def iso_depth(
         ValueError: r < 1, a looped depth that r does not divide (the message lists the valid r), or any
             invalid :class:`LoopedConfig` field.
     """
-    r, effective_depth = as_python_number(r), as_python_number(effective_depth)
-    n_prelude, n_coda = as_python_number(n_prelude), as_python_number(n_coda)
+    r = as_python_number(r)
     if not isinstance(r, int) or isinstance(r, bool) or r < 1:
         raise ValueError(f"r must be an integer >= 1, got {r!r}")
-    for name, v in (("effective_depth", effective_depth), ("n_prelude", n_prelude), ("n_coda", n_coda)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    effective_depth, n_prelude, n_coda = _depths(effective_depth, n_prelude, n_coda)
     if r == 1:  # a plain model: its effective_depth unique layers, no prelude or coda to leave room for
         if effective_depth < 1:
             raise ValueError(f"effective_depth must be >= 1 (layers), got {effective_depth}")
