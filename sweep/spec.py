@@ -1209,8 +1209,35 @@ def _fmt_one(err: dict, loc: tuple) -> str:
             msg += f" ({value!r} is quoted, so YAML reads it as text: write {_number_text(num)} without quotes)"
         else:
             msg += f" ({value!r} is quoted, so YAML reads it as text, and is not a whole number)"
+    if err["type"] in ("list_type", "model_type", "dict_type") and loc and loc[-1] != "[key]":
+        msg = ("must be a list" if err["type"] == "list_type" else "must be a mapping") + _shape_hint(
+            err["type"], str(loc[-1]), value)
+    elif err["type"] in ("int_type", "float_type", "string_type", "bool_type") and isinstance(value, list | dict):
+        one = f": write {loc[-1]}: {value[0]!r}" if isinstance(value, list) and len(value) == 1 and loc else ""
+        msg += f", got {value!r} (a {'list' if isinstance(value, list) else 'mapping'}){one}"
     where = _loc_text(loc)
     return f"{where}: {msg}" if where else msg
+
+
+def _shape_hint(kind: str, key: str, value) -> str:
+    """What to write when a key's value has the wrong shape (``kind``: pydantic's error type), e.g. ``r: 4`` for a
+    list or ``model: cpu`` for a mapping: the value given and the same value in the shape the key takes."""
+    got = f", got {value!r}"
+    if kind == "list_type":
+        if isinstance(value, dict):
+            return got + f" (a mapping); a list is written in brackets, e.g. {key}: [1, 2]"
+        if value is None:
+            return got + f" (the key with no value); a list is written in brackets, e.g. {key}: [1, 2]"
+        text = _number_text(n) if (n := _as_number(value)) is not None else str(value)
+        return got + f"; a list is written in brackets: {key}: [{text}] for one value"
+    if isinstance(value, list):
+        return got + f" (a list); a mapping is written in braces: {key}: {{key: value, ...}}"
+    if key == "model" and value in ("cpu", "paper"):
+        return got + f"; the model family is a key of model: write model: {{preset: {value}}}"
+    if value is None:
+        return got + f" (the key with no value); a mapping is written in braces: {key}: {{key: value, ...}}, or " \
+            "leave the key out for its defaults"
+    return got + f"; a mapping is written in braces: {key}: {{key: value, ...}}"
 
 
 def _fmt_union(where: tuple, errors: list[tuple[str, tuple, dict]]) -> str:

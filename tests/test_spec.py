@@ -654,6 +654,18 @@ def test_too_many_prelude_and_coda_layers_are_refused_naming_the_model_keys():
         ({"seeds": {1: [0.5], 2: 1, 4: 1, 8: 1}}, "seeds: must be a count, a list of integer seeds, or a mapping r -> "
                                                   "either; seeds.1.0: Input should be a valid integer, got a number "
                                                   "with a fractional part"),
+        # a value without the brackets or braces of its key's shape: the value given and the same value in that shape
+        ({"r": 4}, "invalid sweep spec: r: must be a list, got 4; a list is written in brackets: r: [4] for one value"),
+        ({"sizes": "16"}, "sizes: must be a list, got '16'; a list is written in brackets: sizes: [16] for one value"),
+        ({"r": {1: 2}}, "r: must be a list, got {1: 2} (a mapping); a list is written in brackets, e.g. r: [1, 2]"),
+        ({"model": "cpu"}, "model: must be a mapping, got 'cpu'; the model family is a key of model: write "
+                           "model: {preset: cpu}"),
+        ({"training": 3}, "training: must be a mapping, got 3; a mapping is written in braces: training: "
+                          "{key: value, ...}"),
+        ({"tune": None}, "tune: must be a mapping, got None (the key with no value); a mapping is written in "
+                         "braces: tune: {key: value, ...}, or leave the key out for its defaults"),
+        ({"model": {"seq_len": [32]}}, "model.seq_len: Input should be a valid integer, got [32] (a list): write "
+                                       "seq_len: 32"),
         # the same rule for every key: a quoted number says what to write
         ({"training": {"batch_tokens": "2.56e2"}}, "training.batch_tokens: Input should be a valid integer, unable to "
                                                    "parse string as an integer ('2.56e2' is quoted, so YAML reads it "
