@@ -328,6 +328,47 @@ def _grid_done(spec, out: Path) -> bool:
     return cells is not None and {c.run_id for c in cells} <= ResultsStore(out).completed_ids()
 
 
+def _recorded_note(spec, out: Path) -> str | None:
+    """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok or diverged)
+    record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None for a folder
+    with no run records. With ``lr: tune`` and no LR table yet, the grid's runs are not defined (their LR is part of
+    them): the note says so. Reads only (call inside :func:`loopscale.sweep.store.look_only`)."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.model.train import resolve_tokens
+    from loopscale.sweep.grid import trial_groups
+    from loopscale.sweep.store import ResultsStore
+
+    if not out.is_dir():
+        return None
+    store = ResultsStore(out)
+    done_ids = store.completed_ids()
+    if not store.recorded():
+        return None
+    cells = _grid_cells_if_known(spec, out)
+    if cells is None:
+        return (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning runs first, then the grid "
+                "(its runs' LR is part of their definition)")
+    done = [c for c in cells if c.run_id in done_ids]
+    # runs that finished while no driver was there to record them (their result.json in a local storage): `run`
+    # records them without training
+    from loopscale.cluster.storage import absolute_uri, is_local_uri, local_path
+
+    storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
+    ckpts = Path(local_path(storage)) / "checkpoints" if is_local_uri(storage) else None  # RunWorkspace's layout
+    unrecorded = [c for c in cells if c.run_id not in done_ids and ckpts is not None
+                  and (ckpts / c.run_id / "result.json").is_file()]  # fmt: skip
+    left = [c for c in cells if c.run_id not in done_ids | {u.run_id for u in unrecorded}]
+    more = (f", {len(unrecorded)} more finished and are recorded when `run` continues" if unrecorded else "")
+    if not left:
+        return f"{len(done)} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports)"
+    flops_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
+    flops_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
+    n_trials = len(trial_groups(left, spec.ensemble_members()))
+    return (f"{len(done)} of {len(cells)} runs recorded (ok or diverged){more}; {len(left)} left to train in {n_trials} "
+            f"trial{'s' * (n_trials != 1)}, {flops_left:.3g} of the grid's {flops_all:.3g} training FLOPs "
+            f"({flops_left / flops_all:.0%})")
+
+
 def _absent_corpus_note(spec) -> str:
     """The line a fit-only rerun without its corpus gives (:func:`_corpus_absent_for_fit`), in ``run`` and its
     ``--dry-run`` alike."""
@@ -689,6 +730,7 @@ def run_cmd(
                 if spec.storage_path and is_local_uri(spec.storage_path):
                     usable_out_dir(local_path(spec.storage_path), what="storage (--storage, or the spec's storage_path)")
                 p["refused"] = None
+                p["recorded"] = _recorded_note(spec, Path(out_dir).resolve())
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)
         p["unreadable"] = list(dict.fromkeys([*early, *unreadable])) or None  # each file once (several checks read it)

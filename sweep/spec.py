@@ -996,7 +996,7 @@ class Cell:
     size: int
     budget: float | None
     seed: int
-    run: Any = field(compare=False, hash=False)
+    run: Any = field(hash=False)  # compared: in tokens mode only the run holds D (two budgets, equal coordinates)
 
     @functools.cached_property
     def run_id(self) -> str:

@@ -606,3 +606,69 @@ def test_a_dry_run_refuses_the_storage_run_refuses(tmp_path, monkeypatch):
                                    "--storage", str(tmp_path / "new" / "st")])  # fmt: skip
     assert res.exit_code == 0 and json.loads(res.stdout.splitlines()[0])["refused"] is None
     assert not (tmp_path / "new").exists()  # a dry run creates nothing
+
+
+def test_a_dry_run_on_a_folder_with_recorded_runs_says_what_is_left_to_train(tmp_path):
+    """A dry run on a folder whose runs are partly recorded planned every run as if none were: it now says how many
+    are recorded, how many finished runs `run` will record without training (their result.json in the storage), and
+    what is left to train (runs, trials, FLOPs), as `run` continues. A failed record is left to train (retried)."""
+    import time
+
+    from loopscale.model.train import resolve_tokens
+    from loopscale.sweep.grid import trial_groups
+    from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.store import ResultsStore, failed_record, run_record
+
+    spec = preset_spec("smoke")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    cells = spec.cells()
+    store = ResultsStore(out)
+    for c in cells[:5]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time()))
+    store.write_run(run_record(cells[5], {"status": "diverged"}))
+    store.write_run(failed_record(cells[6], "RuntimeError: boom"))
+    finished = out / "tune" / "checkpoints" / cells[7].run_id
+    finished.mkdir(parents=True)
+    (finished / "result.json").write_text("{}")
+    before = _tree(out)
+    res = _dry(out)
+    assert res.returncode == 0, res.stderr
+    p = json.loads(res.stdout)
+    left = cells[6:7] + cells[8:]
+    f_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
+    f_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
+    n_trials = len(trial_groups(left, spec.ensemble_members()))
+    assert p["recorded"] == (
+        f"6 of 16 runs recorded (ok or diverged), 1 more finished and are recorded when `run` continues; 9 left to "
+        f"train in {n_trials} trials, {f_left:.3g} of the grid's {f_all:.3g} training FLOPs ({f_left / f_all:.0%})"
+    )
+    assert p["runs"] == 16 and _tree(out) == before  # the plan is still the whole grid's; nothing written
+    for c in cells[6:]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time() + 1))
+    p = json.loads(_dry(out).stdout)
+    assert p["recorded"] == "16 of 16 runs recorded; nothing left to train (`run` fits and reports)"
+    assert json.loads(_dry(tmp_path / "new").stdout)["recorded"] is None
+
+
+def test_a_dry_run_with_lr_tune_and_no_lr_table_yet_says_the_grid_is_not_defined(tmp_path):
+    """With `lr: tune` the grid's runs include their tuned LR: before the LR table exists the note says LR tuning
+    runs first instead of counting runs of a grid that is not defined yet."""
+    import time
+
+    from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.store import ResultsStore, run_record
+
+    spec = preset_spec("smoke")
+    tuned = spec.model_copy(update={"lr": "tune"})
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(tuned))
+    ResultsStore(out).write_run(run_record(spec.cells()[0], {"status": "ok", "final_val_loss": 3.0},
+                                           finished_at=time.time()))  # fmt: skip
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(out / "spec.yaml"), "--dry-run",
+                          "--json", "--out", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = json.loads(res.stdout)
+    assert p["recorded"] == ("1 finished run record, but no LR table yet: LR tuning runs first, then the grid (its "
+                             "runs' LR is part of their definition)"), p

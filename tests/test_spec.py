@@ -922,3 +922,13 @@ def test_a_bad_data_seed_is_blamed_on_the_top_level_key():
                                         r"integer in \[0, 4294967295\], got -1$"):  # fmt: skip
         parse_spec({"name": "x", "r": [1, 2], "sizes": [16], "tokens": [20000], "lr": {"fixed": 0.01},
                     "data_seed": -1})  # fmt: skip
+
+
+def test_cells_of_two_token_budgets_are_not_equal():
+    """In tokens mode a cell's D is held only by its run configuration, and cells compared without it: the smoke
+    grid's r = 8, d = 32 cells of 2048 and 4096 tokens were equal (one of them was lost from a set)."""
+    cells = preset_spec("smoke").cells()
+    assert len(set(cells)) == len({c.run_id for c in cells}) == 16
+    a, b = (c for c in cells if (c.r, c.size) == (8, 32))
+    assert a != b and a.run.tokens != b.run.tokens
+    assert a == preset_spec("smoke").cells()[cells.index(a)]  # the same cell built again is equal
