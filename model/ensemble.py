@@ -307,6 +307,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         _save_newest_two,
         checkpoint_key,
         compile_time_note,
+        ensemble_key,
         key_differences,
         make_result,
         peak_flops,
@@ -341,10 +342,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         WindowSampler(data.train, T, mb_windows, ds) for ds in (data_seeds[:1] if shared else data_seeds)
     ]
     log.info("ensemble of %d: D=%d tokens, %d steps of %d", k, D, steps_total, B)
-    run_key = {
-        f: v for f, v in checkpoint_key(cfg, D, data.meta["corpus_hash"]).items() if f not in ("seed", "data_seed")
-    }
-    run_key.update(seeds=seeds, data_seeds=data_seeds)
+    run_key = ensemble_key(checkpoint_key(cfg, D, data.meta["corpus_hash"]), seeds, data_seeds)
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.num_threads)

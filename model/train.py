@@ -379,6 +379,43 @@ def checkpoint_key(cfg: RunConfig, D: int, corpus_hash: str) -> dict:
     return {**run_definition(cfg), "D": int(D), "corpus_hash": corpus_hash}
 
 
+def ensemble_key(key: dict, seeds: list[int], data_seeds: list[int]) -> dict:
+    """A seed ensemble's checkpoint key: a member's :func:`checkpoint_key` with its ``seed`` and ``data_seed``
+    replaced by the members' lists (used by ``train_ensemble`` and :func:`refuse_checkpoint_of_another_run`)."""
+    return {**{f: v for f, v in key.items() if f not in ("seed", "data_seed")}, "seeds": list(seeds),
+            "data_seeds": list(data_seeds)}  # fmt: skip
+
+
+def refuse_checkpoint_of_another_run(cfg: RunConfig, members: tuple[list[int], list[int]] | None = None) -> None:
+    """Before the corpus is read: raise when the newest checkpoint in ``cfg.checkpoint_dir`` belongs to another run,
+    comparing every field of the checkpoint key but the corpus hash (known only once the corpus is read; the run
+    compares it then). Only the key is read (``torch.load(mmap=True)``: tensors stay on disk); a checkpoint that
+    cannot be read is left to the run, which moves a torn one aside or refuses an unsafe one. ``members``: (seeds,
+    data seeds) of a seed ensemble (:func:`ensemble_key`), None for a single run.
+
+    Raises:
+        CheckpointError: the checkpoint of a different run, naming the fields that differ (as the run would).
+    """
+    import torch
+
+    path = latest_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir is not None else None
+    if path is None:
+        return
+    try:
+        st = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # torn or unsafe: the run says so (and moves a torn one aside)
+        return
+    saved = st.get("run_key") if isinstance(st, dict) and st.get("format") == CHECKPOINT_FORMAT else None
+    if not isinstance(saved, dict):
+        return
+    now = checkpoint_key(cfg, resolve_tokens(cfg), saved.get("corpus_hash"))
+    if members is not None:
+        now = ensemble_key(now, *members)
+    if saved != now:
+        raise CheckpointError(f"checkpoint {str(path)!r} belongs to a different run (differs in "
+                              f"{key_differences(saved, now)}); use another checkpoint_dir or delete it")  # fmt: skip
+
+
 @dataclass
 class RunResult:
     """What one run measured. Losses in nats/token, times in seconds, FLOPs in FLOPs, D in tokens."""
@@ -1323,7 +1360,9 @@ __all__ = [
     "load_checkpoint",
     "peak_flops",
     "resolve_tokens",
+    "ensemble_key",
     "key_differences",
+    "refuse_checkpoint_of_another_run",
     "run_defining_fields",
     "run_optimizers",
     "run_definition",

@@ -97,7 +97,7 @@ def train_cmd(
     if model_flags["vocab_size"] is None and kind == "bpe":
         model_flags = {**model_flags, "vocab_size": tok_vocab}
     run = RunConfig(model=config_from_flags(**model_flags), **run_flags)
-    _precheck(run)
+    _precheck(run, members)
     notes = no_effect_notes(given_flags(ctx), run.model, run)  # said, and kept with the run's own warnings
     for note in notes:
         typer.echo(f"warning: {note}", err=True)
@@ -218,20 +218,22 @@ def _parse_seeds(text: str) -> list[int]:
     return vals
 
 
-def _precheck(run) -> None:
+def _precheck(run, members: list[int] | None = None) -> None:
     """Refuse, before the "training ..." line, what would fail the run before its first step: the device (CUDA
-    asked for, none here) and the corpus (a missing file, a text column of a non-Parquet corpus, a token file read
-    as text, ...: :func:`loopscale.model.data.check_corpus`, cheap, its warnings left for the run to give once).
+    asked for, none here), a checkpoint of another run in ``--checkpoint-dir`` (``members``: the ``--seeds`` of an
+    ensemble) and the corpus (a missing file, a text column of a non-Parquet corpus, a token file read as text, ...:
+    :func:`loopscale.model.data.check_corpus`, cheap, its warnings left for the run to give once).
 
     Raises:
-        ValueError: as ``train_run`` would raise it.
+        ValueError: as ``train_run`` would raise it (``CheckpointError`` is one).
     """
     import warnings
 
     from loopscale.model.data import check_corpus, resolve_corpus
-    from loopscale.model.train import _resolve_device
+    from loopscale.model.train import _resolve_device, refuse_checkpoint_of_another_run
 
     _resolve_device(run.device)
+    refuse_checkpoint_of_another_run(run, None if members is None else (members, [run.data_seed] * len(members)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if run.corpus == "embedded" and run.text_column != "text":

@@ -489,3 +489,37 @@ def test_train_refuses_a_corpus_before_its_training_line(tmp_path, flags, said):
     assert res.exit_code == 2, res.output
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(said.replace("{tmp}", str(tmp_path))), res.stderr
+
+
+def test_train_refuses_a_checkpoint_of_another_run_before_its_training_line(tmp_path):
+    """A --checkpoint-dir holding another run's checkpoint printed 'training r=... on ...' (after reading the corpus)
+    and then the refusal. It is now the one line, naming what differs; a single run's checkpoint is refused for an
+    ensemble (and another ensemble's for other seeds), and the same run and the same ensemble still resume."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    def train(*flags):
+        return CliRunner().invoke(app, ["train", "--tokens", "1024", "--batch-tokens", "256", "--seq-len", "32",
+                                        "--eval-tokens", "256", "--checkpoint-every-steps", "2",
+                                        "--cache-dir", str(tmp_path / "c"), *flags])  # fmt: skip
+
+    one, ens = str(tmp_path / "one"), str(tmp_path / "ens")
+    assert train("--d-model", "16", "--checkpoint-dir", one).exit_code == 0
+    assert train("--d-model", "16", "--checkpoint-dir", ens, "--seeds", "2").exit_code == 0
+    for flags, differs in [
+        (["--d-model", "32", "--checkpoint-dir", one], "['model']"),
+        (["--d-model", "16", "--lr", "0.002", "--checkpoint-dir", one], "['lr']"),
+        (["--d-model", "16", "--checkpoint-dir", ens, "--seeds", "0,2"], "['seeds']"),
+        (["--d-model", "16", "--checkpoint-dir", one, "--seeds", "2"], "['data_seed', 'data_seeds', 'seed', 'seeds']"),
+    ]:
+        res = train(*flags)
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip().splitlines() == [
+            f"error: checkpoint '{flags[flags.index('--checkpoint-dir') + 1]}/ckpt-00000004.pt' belongs to a "
+            f"different run (differs in {differs}); use another checkpoint_dir or delete it"
+        ], res.stderr
+    again = train("--d-model", "16", "--checkpoint-dir", one, "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["resumed_from_step"] == 4
+    again = train("--d-model", "16", "--checkpoint-dir", ens, "--seeds", "2", "--json")
+    assert again.exit_code == 0 and [o["resumed_from_step"] for o in json.loads(again.stdout)] == [4, 4]
