@@ -152,10 +152,8 @@ def train_cmd(
             else ""
         )
     )
-    evals = [p for p in out["curve"] if p.get("val_loss") is not None]
-    if len(evals) > 1:  # --eval-every-steps: the validation curve (all of it is in --json's "curve")
-        by_step = ", ".join(f"{p['step']}: {p['val_loss']:.4f}" for p in evals[:12])
-        typer.echo(f"{'val_loss by step':>16}: {by_step}" + (f" ... ({len(evals)} evaluations)" if len(evals) > 12 else ""))
+    if by_step := _val_by_step(out["curve"]):
+        typer.echo(f"{'val_loss by step':>16}: {by_step}")
     for w in out["warnings"]:  # the run's warnings it recorded without showing them (e.g. roundings, compile time)
         if w not in notes and w not in shown.messages:
             typer.echo(f"warning: {w}", err=True)
@@ -271,6 +269,8 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
             loss = f"final_val_loss {o['final_val_loss']:.6f}{bpb}" if o["final_val_loss"] is not None else (
                 f"diverged at step {o['diverged_step']}")
             typer.echo(f"seed {o['seed']:>4}: {o['status']}, {loss}")
+            if by_step := _val_by_step(o["curve"]):
+                typer.echo(f"{'':>11}val_loss by step: {by_step}")
         o = rows[0]
         tps = o["tokens_per_s"]
         rate = f"{tps:,.0f} tokens/s" if tps is not None and math.isfinite(tps) else "tokens/s not measured"
@@ -282,6 +282,16 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
                 typer.echo(f"warning: {w}", err=True)
     if any(r.status != "ok" for r in results):
         raise typer.Exit(code=1)
+
+
+def _val_by_step(curve: list[dict]) -> str | None:
+    """With ``--eval-every-steps``: the validation curve as ``step: loss, ...`` (nats/token; the first 12
+    evaluations, all of them are in ``--json``'s ``curve``); None for a run evaluated only at its end."""
+    evals = [p for p in curve if p.get("val_loss") is not None]
+    if len(evals) < 2:
+        return None
+    text = ", ".join(f"{p['step']}: {p['val_loss']:.4f}" for p in evals[:12])
+    return text + (f" ... ({len(evals)} evaluations)" if len(evals) > 12 else "")
 
 
 def _finite_or_none(v):

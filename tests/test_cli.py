@@ -412,6 +412,23 @@ def test_train_shows_its_validation_curve_and_the_warnings_it_recorded():
         assert res.stderr.count(w) == 1, (w, res.stderr)
 
 
+def test_an_ensembles_console_output_shows_each_members_validation_curve():
+    """`train --seeds k --eval-every-steps n` showed only each member's final loss on the console (the curve was in
+    --json alone), where a single run shows its curve. Each member's line is now followed by its curve, equal to
+    its --json curve."""
+    args = ["train", "--d-model", "16", "--tokens", "2048", "--batch-tokens", "256", "--seq-len", "32",
+            "--eval-tokens", "256", "--eval-every-steps", "2", "--seeds", "0,3"]  # fmt: skip
+    rows = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    for o in rows:
+        curve = ", ".join(f"{p['step']}: {p['val_loss']:.4f}" for p in o["curve"] if p["val_loss"] is not None)
+        assert curve.startswith("2: ") and curve.count(":") == 4  # steps 2, 4, 6, 8
+        i = next(i for i, x in enumerate(lines) if x.startswith(f"seed {o['seed']:>4}: ok"))
+        assert lines[i + 1] == f"{'':>11}val_loss by step: {curve}", lines
+
+
 def test_a_compiled_runs_throughput_note_separates_the_compilation(monkeypatch):
     """`train --compile` reported 636 tokens/s (the first step held 32 s of compilation) beside 45 976 eager, and
     said nothing; a compiled run's warnings now give the first step's time and the rate after it."""
