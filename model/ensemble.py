@@ -306,11 +306,13 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         _prepare,
         _save_newest_two,
         checkpoint_key,
+        collapse_note,
         compile_time_note,
         ensemble_key,
         key_differences,
         make_result,
         peak_flops,
+        prediction_logits,
         run_optimizers,
         throughput,
     )
@@ -545,6 +547,10 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                     else:
                         c.append(point(steps_total, i, vals[i]))
                     emit(i, steps_total, vals[i], True)
+        collapsed = [None] * k  # per member: collapse_note (its logits)
+        if cfg.lr > 0 and "ok" in status:
+            logits = prediction_logits(model, ev, autocast)  # [k, 1, t, V]
+            collapsed = [collapse_note(logits[i], finals[i], cfg.lr) if status[i] == "ok" else None for i in range(k)]
         threads_used = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev_threads)
@@ -553,8 +559,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir, cfg.precision)
     tps = throughput(train_before, tok_trained, t_train)
     mfu = (k * Fpt * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
-    if note := compile_time_note(cfg, device, tps, tok_trained, t_train, t_first, B):  # per member, as train_run's
-        run_warnings = [*run_warnings, note]
+    compile_note = compile_time_note(cfg, device, tps, tok_trained, t_train, t_first, B)  # per member, as train_run's
     out = []
     for i, mc in enumerate(member_cfgs):
         fv = finals[i]
@@ -582,7 +587,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             micro_ids=micro_ids[:n_micro_done],
             digest=digests[i],
             resumed_from=resumed_from,
-            warnings=run_warnings,
+            warnings=[*run_warnings, *(n for n in (collapsed[i], compile_note) if n)],  # in train_run's order
         )
         out.append(res)
     return out

@@ -523,3 +523,29 @@ def test_train_refuses_a_checkpoint_of_another_run_before_its_training_line(tmp_
     assert again.exit_code == 0 and json.loads(again.stdout)["resumed_from_step"] == 4
     again = train("--d-model", "16", "--checkpoint-dir", ens, "--seeds", "2", "--json")
     assert again.exit_code == 0 and [o["resumed_from_step"] for o in json.loads(again.stdout)] == [4, 4]
+
+
+def test_a_model_that_collapsed_to_one_prediction_is_said(base):
+    """LR 50 at d = 16 trained to a model whose logits are equal at every position, whatever the input: a constant
+    next-token distribution (loss 5.28 nats/token, against 3.14 at LR 0.3), with status ok and no word. The run now
+    says so; a learning run (and an untrained one: lr = 0 has its own note) does not, nor does the check fire on a
+    model whose logits vary by more than the threshold. An ensemble member says it as its single run does."""
+    from loopscale.model.ensemble import train_ensemble
+    from loopscale.model.train import COLLAPSE_SPREAD, collapse_note
+
+    cfg = {**base, "model": base["model"].replace(d_model=16), "tokens": 16384, "batch_tokens": 512}
+    hot = train_run(RunConfig(**{**cfg, "lr": 50.0}))
+    said = [w for w in hot.warnings if w.startswith("the model collapsed")]
+    assert hot.status == "ok" and said == [
+        f"the model collapsed: it predicts the same next-token distribution at every position whatever its input "
+        f"(logits equal within 0.0001), so its final loss {hot.final_val_loss:.4f} nats/token measures no learning; "
+        "lr=50 is likely too high"
+    ]
+    for lr in (0.01, 0.0):
+        assert not [w for w in train_run(RunConfig(**{**cfg, "lr": lr})).warnings if "collapsed" in w]
+    flat = torch.zeros(1, 8, 5)
+    assert collapse_note(flat, 5.0, 1.0) is not None
+    flat[0, 3, 2] = 2 * COLLAPSE_SPREAD  # one logit of one position differs: not constant
+    assert collapse_note(flat, 5.0, 1.0) is None
+    members = train_ensemble(RunConfig(**{**cfg, "lr": 50.0}), [0, 1])
+    assert [w for w in members[0].warnings if "collapsed" in w] == said  # member 0 is the single run above
