@@ -810,6 +810,25 @@ def _evaluate(loss_fn, ev, micro_windows: int, autocast) -> float:
     return total / n
 
 
+def unused_vocab_note(vocab_size: int, tokenizer: str) -> str | None:
+    """The warning for a model vocabulary well above the tokenizer's ids, or None.
+
+    Rows of the embedding and the output head beyond the tokenizer's ``n`` ids are never an input or a target; the
+    head still computes their logits, so F and C (training FLOPs, paper Sec. 3.2) count them. A few rows of padding
+    (the paper's 32064 for a 32000 BPE) are usual; the note is given beyond max(64, n / 10) extra rows. A
+    ``pretokenized`` corpus's vocabulary is not known (its largest id is not its size): no note.
+    """
+    from loopscale.model.data import parse_tokenizer
+
+    kind, n = parse_tokenizer(tokenizer)
+    extra = vocab_size - n
+    if kind == "pretokenized" or extra <= max(64, n // 10):
+        return None
+    return (f"vocab_size={vocab_size} is {extra} rows more than the {tokenizer} tokenizer's {n} ids: those rows of "
+            f"the embedding and output head are never an input or a target, yet the head computes their logits (F "
+            f"and C count them); set vocab_size to {n} (or leave it out)")  # fmt: skip
+
+
 COLLAPSE_SPREAD = 1e-4
 """A trained model whose logits vary by at most this much (absolute, over positions, for every vocabulary entry)
 predicts one next-token distribution whatever its input: it collapsed (:func:`collapse_note`). An untrained model's
@@ -1016,6 +1035,8 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
         run_warnings.append(why)
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
+    if note := unused_vocab_note(mcfg.vocab_size, cfg.tokenizer):
+        run_warnings.append(note)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if getattr(device, "type", str(device)) == "cpu" and cfg.num_threads > cpus:
         run_warnings.append(f"num_threads={cfg.num_threads} is more than the {cpus} CPU(s) this process may use: the "

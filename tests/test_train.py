@@ -549,3 +549,19 @@ def test_a_model_that_collapsed_to_one_prediction_is_said(base):
     assert collapse_note(flat, 5.0, 1.0) is None
     members = train_ensemble(RunConfig(**{**cfg, "lr": 50.0}), [0, 1])
     assert [w for w in members[0].warnings if "collapsed" in w] == said  # member 0 is the single run above
+
+
+def test_a_vocabulary_well_above_the_tokenizers_ids_is_said(base):
+    """`--vocab-size 1000` with byte tokens trained a model whose 744 extra rows are never an input or a target (the
+    head still computed their logits) without a word. A few rows of padding (the paper's 32064 for BPE 32000) and a
+    pretokenized corpus (whose size is not known) give no note."""
+    from loopscale.model.train import unused_vocab_note
+
+    res = train_run(RunConfig(**{**base, "model": base["model"].replace(vocab_size=1000)}))
+    assert ("vocab_size=1000 is 744 rows more than the byte tokenizer's 256 ids: those rows of the embedding and "
+            "output head are never an input or a target, yet the head computes their logits (F and C count them); "
+            "set vocab_size to 256 (or leave it out)") in res.warnings  # fmt: skip
+    assert not [w for w in train_run(RunConfig(**base)).warnings if w.startswith("vocab_size=")]
+    assert unused_vocab_note(320, "byte") is None and unused_vocab_note(321, "byte") is not None  # 64 rows
+    assert unused_vocab_note(32064, "bpe:32000") is None and unused_vocab_note(35201, "bpe:32000") is not None
+    assert unused_vocab_note(70000, "pretokenized") is None
