@@ -540,3 +540,34 @@ def test_left_out_files_warning_gives_advice_that_works(tmp_path):
     (d / "t.u16.bin").unlink()
     assert f"(e.g. '{d}/**/*' reads every file below it as text)" in said()
     assert len(D.resolve_corpus(str(d / "**" / "*")).files) == 2
+
+
+def test_bpe_on_one_file_never_validates_on_text_it_learned_from(tmp_path):
+    """One file (a position split) with BPE: BPE learned from the first 95 % of the characters, but validation was
+    the last 5 % of the tokens, which begins inside that text when the tail compresses better than the rest (measured
+    on a 249 KB file with bpe:4096: 598 of the 13,058 validation characters). The tail now ends where BPE's text
+    ends: as many tokens as fit, at most 5 %."""
+    rng = np.random.default_rng(0)
+    words = [''.join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=rng.integers(3, 9))) for _ in range(4000)]
+    body = " ".join(words)
+    text = body + " " + "the cat sat on the mat " * 400  # a tail that BPE, having seen it, compresses well
+    (tmp_path / "one.txt").write_text(text, encoding="utf-8")
+    td = D.load_tokens(str(tmp_path / "one.txt"), "bpe:400", cache_dir=tmp_path / "cache")
+    clean = D.clean_text(text)
+    limit = int(len(clean) * (1 - D.VAL_TAIL_FRAC))
+    assert td.meta["bpe_training"] == {**td.meta["bpe_training"], "split": "position", "bytes": limit}
+    val_text = td.tokenizer.decode(td.val)
+    assert clean.endswith(val_text) and len(clean) - len(val_text) >= limit  # no validation character was BPE's
+    full = np.concatenate([td.train, td.val])
+    n = len(td.val)
+    assert n < round(0.05 * len(full))  # this tail compresses better: fewer than 5 % of the tokens fit
+    assert len(td.tokenizer.decode(full[-(n + 1):])) > len(clean) - limit  # one more token would reach BPE's text
+    assert td.meta["val_tail_after_bpe_text"] is True
+    # a cache an older loopscale built (its tail the last 5 % of the tokens) is rebuilt with a warning
+    meta_path = td.cache_path / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    del meta["val_tail_after_bpe_text"]
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.warns(D.CorpusWarning, match="could begin inside the text BPE learned from.*rebuilding"):
+        again = D.load_tokens(str(tmp_path / "one.txt"), "bpe:400", cache_dir=tmp_path / "cache")
+    assert again.built and again.meta["corpus_hash"] == td.meta["corpus_hash"] and len(again.val) == n
