@@ -69,6 +69,11 @@ SKEWED_VAL_FRAC = 2 * VAL_TAIL_FRAC
 intended ~5 %: a folder of a few files, one of them large and validation-named) is replaced by the token-tail split
 (:data:`VAL_TAIL_FRAC`); the corpus hash then records it (:func:`resolve_corpus`)."""
 
+THIN_VAL_FRAC = VAL_TAIL_FRAC / 5
+"""A document split whose validation documents hold less than this fraction of the corpus's bytes (a folder of
+chapters and one short validation-named note: the loss would measure the note) is replaced by the token-tail split
+as well (:data:`VAL_TAIL_FRAC`), as :data:`SKEWED_VAL_FRAC` does for too much."""
+
 SKEW_CHECK_MAX_DOCS = 1000
 """The byte share of the validation documents is checked (:data:`SKEWED_VAL_FRAC`) for corpora of at most this
 many documents; a larger one has ~50 or more validation documents, whose share stays near 5 % (and a large Parquet
@@ -445,8 +450,9 @@ class CorpusSource:
     @functools.cached_property
     def skewed_val_share(self) -> float | None:
         """The share of the corpus's bytes (:meth:`doc_bytes`) in its validation-named documents when it is over
-        :data:`SKEWED_VAL_FRAC` (the corpus is then split by position instead), else None. Checked for text and
-        Parquet corpora of at most :data:`SKEW_CHECK_MAX_DOCS` documents whose names put documents on both sides."""
+        :data:`SKEWED_VAL_FRAC` or under :data:`THIN_VAL_FRAC` (the corpus is then split by position instead), else
+        None. Checked for text and Parquet corpora of at most :data:`SKEW_CHECK_MAX_DOCS` documents whose names put
+        documents on both sides."""
         if self.kind not in ("text", "parquet"):
             return None
         n_docs = (
@@ -462,30 +468,34 @@ class CorpusSource:
         sizes = self.doc_bytes()
         total = sum(sizes)
         share = sum(b for b, v in zip(sizes, val, strict=True) if v) / total if total else 0.0
-        return share if share > SKEWED_VAL_FRAC else None
+        return share if (share > SKEWED_VAL_FRAC or share < THIN_VAL_FRAC) else None
 
     def splits_by_document(self) -> bool:
         """True when the document rule (:func:`is_validation_doc`) puts documents on both sides and its validation
-        side holds at most :data:`SKEWED_VAL_FRAC` of the bytes; otherwise the corpus is split by position (the
-        token tail is validation): too small to split by document, or a document split would hold out too much."""
+        side holds between :data:`THIN_VAL_FRAC` and :data:`SKEWED_VAL_FRAC` of the bytes; otherwise the corpus is
+        split by position (the token tail is validation): too small to split by document, or a document split would
+        hold out too much or too little."""
         val = [is_validation_doc(n) for n in self.doc_names()]
         return any(val) and not all(val) and self.skewed_val_share is None
 
     def skewed_split_note(self) -> str | None:
         """The :class:`CorpusWarning` text of a corpus split by position because its document split would hold out
-        too much (:attr:`skewed_val_share`), else None."""
+        too much or too little (:attr:`skewed_val_share`), else None."""
         share = self.skewed_val_share
         if share is None:
             return None
         names = self.doc_names()
         n_val = sum(is_validation_doc(n) for n in names)
+        pct = f"{share:.0%}" if share >= 0.01 else f"{share:.2%}"  # a thin one: 0.01%, not 0%
         return (
             f"corpus {str(self.files[0] if len(self.files) == 1 else self._root)!r}: its {n_val} validation-named "
-            f"document{'s' * (n_val != 1)} of {len(names)} hold{'s' * (n_val == 1)} {share:.0%} of its bytes (more than {SKEWED_VAL_FRAC:.0%}; the document split holds out about "
-            f"{VAL_TAIL_FRAC:.0%}): split by position instead, the last {VAL_TAIL_FRAC:.0%} of the tokens are "
-            "validation; this rule is part of the corpus's content hash, so an output folder started on this "
-            "corpus by an earlier loopscale (split by document) refuses it as other content: use a new --out "
-            "folder (or add files so the document split holds out less)"
+            f"document{'s' * (n_val != 1)} of {len(names)} hold{'s' * (n_val == 1)} {pct} of its bytes "
+            + (f"(more than {SKEWED_VAL_FRAC:.0%}" if share > SKEWED_VAL_FRAC else f"(less than {THIN_VAL_FRAC:.0%}")
+            + f"; the document split holds out about {VAL_TAIL_FRAC:.0%}): split by position instead, the last "
+            f"{VAL_TAIL_FRAC:.0%} of the tokens are validation; this rule is part of the corpus's content hash, so an "
+            "output folder started on this corpus by an earlier loopscale (split by document) refuses it as other "
+            "content: use a new --out folder (or add files so the document split holds out "
+            + ("less)" if share > SKEWED_VAL_FRAC else "more)")
         )
 
     def documents(self) -> Iterator[Document]:

@@ -285,6 +285,30 @@ def test_a_document_split_holding_out_too_much_falls_back_to_the_token_tail(tmp_
     assert tc.meta["split_rule"] == "document" and tc.meta["n_val_docs"] == 1 and tc.meta["warnings"] == []
 
 
+def test_a_folder_whose_validation_documents_hold_too_little_is_split_by_position(tmp_path):
+    """Nine chapters and one short validation-named note: the document split validated on the note alone (67
+    tokens, the loss measuring a blurb), or, for a 17-byte note, refused every run with "the validation token stream
+    (17 tokens) is shorter than one window ... use a shorter seq_len or a larger corpus", neither of which was the
+    cause. Under 1 % of the bytes is now split by position, with the warning saying why."""
+    assert D.is_validation_doc("about.md") and not any(D.is_validation_doc(f"chapter{i:02d}.txt") for i in range(1, 10))
+    files = {f"chapter{i:02d}.txt": PROSE * 40 for i in range(1, 10)}
+    c = _folder(tmp_path / "c", {**files, "about.md": "About this book."})
+    share = len("About this book.") / sum(f.stat().st_size for f in c.iterdir())
+    assert share < 0.01
+    td, said = _corpus_warnings(lambda: D.load_tokens(str(c), "byte", cache_dir=tmp_path / "cache"))
+    n = len(td.train) + len(td.val)
+    assert td.meta["split_rule"] == "token tail 0.05" and len(td.val) == round(0.05 * n)
+    assert len(said) == 1 and said[0].startswith(
+        f"corpus {str(c)!r}: its 1 validation-named document of 10 holds {share:.2%} of its bytes (less than 1%; the "
+        "document split holds out about 5%): split by position instead"
+    ) and said[0].endswith("(or add files so the document split holds out more)"), said
+    # a validation note of 2 % of the bytes stays a document split
+    (c / "about.md").write_text(PROSE * 7, encoding="utf-8")
+    share = (c / "about.md").stat().st_size / sum(f.stat().st_size for f in c.iterdir())
+    assert 0.01 < share < 0.1
+    assert D.load_tokens(str(c), "byte", cache_dir=tmp_path / "cache").meta["split_rule"] == "document"
+
+
 def test_a_parquet_corpus_of_few_rows_is_weighed_by_its_rows_text(tmp_path):
     """Parquet rows are documents: a few rows whose validation-named ones hold most of the text are split by
     position too; the row sizes are read from the text column (a null row weighs nothing)."""
