@@ -14,8 +14,11 @@ Conventions (chosen, documented here once):
 * **Split.** By document: a document goes to validation when ``int(sha256(name)[:8], 16) % 20 == 0``
   (about 5 %, stable when documents are added or removed). If that leaves one side empty (e.g. a single text
   file, or a pre-tokenized stream without documents), or its validation documents hold more than
-  :data:`SKEWED_VAL_FRAC` of the bytes (a few files, a large one validation-named), the last 5 % of the token stream
-  (at least one token) becomes validation instead; the latter is part of the corpus hash.
+  :data:`SKEWED_VAL_FRAC` of the bytes (a few files, a large one validation-named) or less than
+  :data:`THIN_VAL_FRAC` (chapters and a short validation-named note), the last 5 % of the token stream (at least one
+  token) becomes validation instead; the latter two are part of the corpus hash. With BPE, trained on the first
+  95 % of the characters, that tail ends where BPE's text ends (a little under 5 % of the tokens where the tail
+  compresses better than the rest).
 * **Cache.** ``<cache_dir>/tokens/<corpus_hash[:20]>-<tokenizer>/`` holds ``train.bin``, ``val.bin``, ``meta.json``
   and, for BPE, ``tokenizer.json``. It is built in a temporary folder and renamed into place (atomic; a
   concurrent builder that loses the race uses the winner's folder). ``cache_dir`` defaults to
