@@ -292,31 +292,39 @@ _BOMS = (
 
 
 def _wide_encoding(head: bytes) -> str | None:
-    """``"utf-16"`` or ``"utf-32"`` when the start of a file says it is text in that encoding: its byte-order mark,
-    or (UTF-16 without one) NUL and control bytes nearly all at even or nearly all at odd offsets, as the high bytes
-    of Latin, Greek or Cyrillic characters are; else None."""
+    """iconv's name of the encoding when the start of a file says it is UTF-16 or UTF-32 text: ``"utf-16"`` or
+    ``"utf-32"`` for a byte-order mark; without one, the byte order too (iconv's ``utf-16`` reads a mark-less file in
+    one order, and a file in the other silently comes out as other characters): ``"utf-32le"`` / ``"utf-32be"`` for
+    a quarter or more NUL bytes decoding to code points at least 90 % printable, ``"utf-16le"`` / ``"utf-16be"`` for
+    NUL and control bytes nearly all at odd or nearly all at even offsets, as the high bytes of Latin, Greek or
+    Cyrillic characters are; else None."""
     for bom, enc in _BOMS:
         if head.startswith(bom):
             return enc
+    if len(head) >= 16 and 4 * head.count(0) >= len(head):  # UTF-32 without a mark: code points, mostly printable
+        for enc in ("utf-32-le", "utf-32-be"):
+            try:
+                text = head[: len(head) // 4 * 4].decode(enc)
+            except UnicodeDecodeError:
+                continue
+            if sum(ch.isprintable() or ch.isspace() for ch in text) >= 0.9 * len(text):
+                return enc.replace("-32-", "-32")  # iconv's name: utf-32le / utf-32be
     even, odd = head[0::2], head[1::2]
     k_even, k_odd = even.count(0) + _n_ctrl(even), odd.count(0) + _n_ctrl(odd)
     k = k_even + k_odd
     if k >= 64 and k > NOT_TEXT_FRACTION * len(head) and max(k_even, k_odd) >= 0.95 * k:
-        return "utf-16"
+        return "utf-16le" if k_odd > k_even else "utf-16be"  # the high bytes (NUL for Latin) come second in LE
     return None
 
 
 def _not_text(path: Path, bad: int, nul: int, n: int, ctrl: int, head: bytes = b"") -> str:
     """The message that refuses a file that is not UTF-8 text, with what it most likely is: text in UTF-16/32 (a
-    quarter or more of its bytes NUL), a binary file (NUL and control bytes over :data:`NOT_TEXT_FRACTION`), else
-    text in a single-byte encoding such as Latin-1; each with the conversion to try. ``head``: the file's first
-    bytes; a UTF-16/32 byte-order mark there, or UTF-16's pattern (:func:`_wide_encoding`), names that encoding
-    (Cyrillic or CJK text in UTF-16 has few NUL bytes)."""
+    byte-order mark or the encoding's pattern in ``head``, the file's first bytes: :func:`_wide_encoding`), a binary
+    file (NUL and control bytes over :data:`NOT_TEXT_FRACTION`: an executable, a database, a .pyc, however many NUL
+    bytes it holds), else text in a single-byte encoding such as Latin-1; each with the conversion to try."""
     wide = _wide_encoding(head)
     if wide is not None:
         what = f"text in {wide.upper()} (convert it to UTF-8, e.g. iconv -f {wide} -t utf-8)"
-    elif 4 * nul >= n:
-        what = "text in UTF-16 or UTF-32 (convert it to UTF-8, e.g. iconv -f utf-16 -t utf-8)"
     elif nul + ctrl > NOT_TEXT_FRACTION * n:
         what = f"a binary file ({nul + ctrl} NUL and control bytes), not text"
     else:
@@ -696,6 +704,14 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
                     f"match the {'/'.join(not_text or ['.parquet'])} files and is refused for mixing kinds, so move "
                     "those out to read every file as text)"
                 )
+            elif binary := sorted(set(texty) & BINARY_SUFFIXES):
+                text_like = [k for k in texty if k not in BINARY_SUFFIXES and k != "no suffix"]
+                eg = f"e.g. '{p}/**/*{text_like[0]}' the {text_like[0]} files alone; " if text_like else ""
+                how = (
+                    f"; the {'/'.join(binary)} files are binary, so '{p}/**/*' would be refused for them: name the "
+                    f"text files in a glob to read them (a glob reads only what it matches: {eg}or move the binary "
+                    "files out)"
+                )
             else:
                 how = f"; name them in a glob to include them (e.g. '{p}/**/*' reads every file below it as text)"
             warnings.warn(
@@ -740,6 +756,14 @@ def _decompress_fix(folder: Path, suffixes: list[str]) -> str:
 
 NOT_TEXT_SUFFIXES = frozenset({".bin", ".npy", ".parquet"})
 """Suffixes a glob reads as Parquet or token files, never as text."""
+
+BINARY_SUFFIXES = frozenset({
+    ".pyc", ".pyo", ".so", ".o", ".a", ".dll", ".dylib", ".exe", ".class", ".jar", ".whl", ".egg", ".png", ".jpg",
+    ".jpeg", ".gif", ".bmp", ".ico", ".webp", ".pdf", ".sqlite", ".sqlite3", ".db", ".pkl", ".pickle", ".pt",
+    ".pth", ".ckpt", ".safetensors", ".h5", ".mp3", ".mp4", ".wav", ".ttf", ".woff", ".woff2",
+})  # fmt: skip
+"""Suffixes of files that are binary whatever their content: the warning for files a directory leaves out does not
+advise a glob that would read them as text (the read refuses a binary file)."""
 
 
 def _skipped_list(skipped: dict[str, int], counts: bool = True) -> str:
@@ -1076,6 +1100,8 @@ def _open_token_file(path: Path) -> np.ndarray:
             raise CorpusError(
                 f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}"
             )
+        if arr.size == 0:  # its split would say "-1 training tokens"
+            raise CorpusError(f"token file {str(path)!r} is an empty array (0 tokens): it holds no token ids")
         return arr
     stated = _stated_dtype(path)
     dtype = stated or np.uint16

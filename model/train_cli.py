@@ -110,7 +110,7 @@ def train_cmd(
         D, m = resolve_tokens(run), run.model
         n_eff = n_once(m) + m.r * n_rec(m)
         typer.echo(
-            f"training r={m.r} d={m.d_model} on {run.corpus!r}: D={D} tokens ({D // run.batch_tokens} steps), "
+            f"training r={m.r} d={m.d_model} on {run.corpus!r}: D={D} tokens ({_steps(D // run.batch_tokens)}), "
             f"C={flops_per_token(m) * D:.4g} FLOPs, D/(N_once + r N_rec)={D / n_eff:.3g}",
             err=True,
         )
@@ -251,7 +251,7 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
         D, m = resolve_tokens(run), run.model
         typer.echo(
             f"training {len(members)} seeds {members} of r={m.r} d={m.d_model} as one seed ensemble on "
-            f"{run.corpus!r}: D={D} tokens ({D // run.batch_tokens} steps) and C={flops_per_token(m) * D:.4g} "
+            f"{run.corpus!r}: D={D} tokens ({_steps(D // run.batch_tokens)}) and C={flops_per_token(m) * D:.4g} "
             "FLOPs per member",
             err=True,
         )
@@ -282,6 +282,11 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
                 typer.echo(f"warning: {w}", err=True)
     if any(r.status != "ok" for r in results):
         raise typer.Exit(code=1)
+
+
+def _steps(n: int) -> str:
+    """``1 step``, ``32 steps``."""
+    return f"{n} step{'s' * (n != 1)}"
 
 
 def _val_by_step(curve: list[dict]) -> str | None:

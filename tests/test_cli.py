@@ -444,3 +444,12 @@ def test_a_compiled_runs_throughput_note_separates_the_compilation(monkeypatch):
     assert compile_time_note(cfg, "cpu", 1.0, 512, 1.0, 1.0, 512) is None  # one step: nothing after it
     eager = RunConfig(model=preset_config("cpu", r=2, d_model=16), tokens=4096, batch_tokens=512)
     assert compile_time_note(eager, "cpu", 1.0, 4096, 32.5, 32.15, 512) is None
+
+
+def test_train_line_counts_one_step_in_the_singular():
+    """'D=256 tokens (1 steps)' read as a typo; one step is '1 step', more are 'steps'."""
+    for tokens, steps in (("129", "(1 step)"), ("512", "(2 steps)")):
+        res = CliRunner().invoke(app, ["train", "--d-model", "16", "--seq-len", "32", "--batch-tokens", "256",
+                                       "--eval-tokens", "64", "--tokens", tokens])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert f"D={256 if tokens == '129' else 512} tokens {steps}," in res.stderr, res.stderr

@@ -233,8 +233,10 @@ def test_utf16_text_with_few_nul_bytes_is_named_utf16(tmp_path):
     bytes all at one parity, name UTF-16 (or UTF-32) and the iconv line for it; a binary file stays a binary file."""
     ru = "Привет, мир! Это тестовый корпус на русском языке. " * 300
     zh = "这是一个用于测试的中文语料库。我们希望它能被正确识别。" * 200
-    cases = [(ru.encode("utf-16"), "utf-16"), (ru.encode("utf-16-le"), "utf-16"), (ru.encode("utf-16-be"), "utf-16"),
-             (zh.encode("utf-16"), "utf-16"), (ru.encode("utf-32"), "utf-32")]  # fmt: skip
+    # without a byte-order mark the byte order is named: iconv -f utf-16 read a big-endian file as other characters
+    cases = [(ru.encode("utf-16"), "utf-16"), (ru.encode("utf-16-le"), "utf-16le"),
+             (ru.encode("utf-16-be"), "utf-16be"), (zh.encode("utf-16"), "utf-16"), (ru.encode("utf-32"), "utf-32"),
+             (ru.encode("utf-32-le"), "utf-32le"), (ru.encode("utf-32-be"), "utf-32be")]  # fmt: skip
     for i, (b, enc) in enumerate(cases):
         f = tmp_path / f"c{i}.txt"
         f.write_bytes(b)
@@ -247,6 +249,15 @@ def test_utf16_text_with_few_nul_bytes_is_named_utf16(tmp_path):
     binary.write_bytes(bytes(range(256)) * 200)
     with pytest.raises(D.CorpusError, match="most likely a binary file"):
         D.check_corpus(str(binary), "byte", 256)
+    # a binary file a quarter or more NUL bytes (an executable, a database, a .pyc) was "text in UTF-16 or UTF-32",
+    # with an iconv line that fails on it; its bytes do not decode as UTF-32 text, so it is a binary file
+    rng = np.random.default_rng(0)
+    exe = rng.integers(0, 256, 60_000, dtype=np.uint8)
+    exe[rng.random(60_000) < 0.4] = 0
+    (tmp_path / "exe.txt").write_bytes(exe.tobytes())
+    with pytest.raises(D.CorpusError, match="most likely a binary file") as err:
+        D.check_corpus(str(tmp_path / "exe.txt"), "byte", 256)
+    assert "iconv" not in str(err.value)
 
 
 def test_text_file_not_utf8_past_its_head_is_refused_before_any_run(tmp_path):
@@ -540,6 +551,17 @@ def test_left_out_files_warning_gives_advice_that_works(tmp_path):
     (d / "t.u16.bin").unlink()
     assert f"(e.g. '{d}/**/*' reads every file below it as text)" in said()
     assert len(D.resolve_corpus(str(d / "**" / "*")).files) == 2
+    # a Python package: its .pyc is binary, and '**/*' would be refused for it (a binary file is not text)
+    (d / "b.rst").unlink()
+    (d / "__pycache__").mkdir()
+    (d / "__pycache__" / "m.cpython-311.pyc").write_bytes(bytes(range(256)) * 40)
+    (d / "m.py").write_text("x = 1\n" * 100)
+    msg = said()
+    assert (f"the .pyc files are binary, so '{d}/**/*' would be refused for them: name the text files in a glob to "
+            f"read them (a glob reads only what it matches: e.g. '{d}/**/*.py' the .py files alone; or move the "
+            "binary files out)") in msg, msg  # fmt: skip
+    with pytest.raises(D.CorpusError, match="most likely a binary file"):  # what the old advice led to
+        D.check_corpus(str(d / "**" / "*"), "byte", 256)
 
 
 def test_bpe_on_one_file_never_validates_on_text_it_learned_from(tmp_path):

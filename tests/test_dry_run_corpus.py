@@ -272,6 +272,18 @@ def test_an_empty_token_or_text_file_is_named_in_its_error(tmp_path, empty_cache
     empty.write_bytes(b"")
     with pytest.raises(CorpusError, match=re.escape(f"token file {str(empty)!r} is empty (0 bytes)")):
         load_tokens(str(empty), "pretokenized")
+    # an empty .npy said "the training token stream (-1 tokens) is shorter than one window"
+    import numpy as np
+
+    from loopscale.model.data import check_corpus
+
+    npy = tmp_path / "empty.npy"
+    np.save(npy, np.zeros(0, np.uint16))
+    for check in (lambda: load_tokens(str(npy), "pretokenized"), lambda: check_corpus(str(npy), "pretokenized", 256,
+                                                                                          seq_len=32)):  # fmt: skip
+        with pytest.raises(CorpusError, match=re.escape(f"token file {str(npy)!r} is an empty array (0 tokens): it "
+                                                        "holds no token ids")):  # fmt: skip
+            check()
     text = tmp_path / "empty.txt"
     text.write_text("  \n")
     with pytest.raises(CorpusError, match=re.escape("corpus contains no text (every document is empty after "
