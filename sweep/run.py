@@ -360,7 +360,8 @@ def _recorded_note(spec, out: Path) -> str | None:
     left = [c for c in cells if c.run_id not in done_ids | {u.run_id for u in unrecorded}]
     more = (f", {len(unrecorded)} more finished and are recorded when `run` continues" if unrecorded else "")
     if not left:
-        return f"{len(done)} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports)"
+        return (f"{len(done)} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports, "
+                "unless they are up to date)")
     flops_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
     flops_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
     n_trials = len(trial_groups(left, spec.ensemble_members()))
@@ -730,7 +731,7 @@ def run_cmd(
                 if spec.storage_path and is_local_uri(spec.storage_path):
                     usable_out_dir(local_path(spec.storage_path), what="storage (--storage, or the spec's storage_path)")
                 p["refused"] = None
-                p["recorded"] = _recorded_note(spec, Path(out_dir).resolve())
+                p["recorded"] = _recorded_note(spec, Path(out_dir))
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)
         p["unreadable"] = list(dict.fromkeys([*early, *unreadable])) or None  # each file once (several checks read it)

@@ -224,8 +224,11 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
         rerun = refit_command(out, looped)
         first = "the recorded runs, into a new folder: this one has no readable spec.yaml to rerun"
     else:
+        from loopscale.sweep.store import look_only
+
         try:
-            check_folder_runs(out, spec, same_spec=True)
+            with look_only():  # status changes nothing: an unreadable runs.parquet stays where it is
+                check_folder_runs(out, spec, same_spec=True)
         except RunsDefinedOtherwise as e:
             rerun = e.refit  # `loopscale fit` of the recorded runs, into a folder beside this one
             first = "the recorded runs, into a new folder: `loopscale run` refuses this one, " + (

@@ -648,7 +648,8 @@ def test_a_dry_run_on_a_folder_with_recorded_runs_says_what_is_left_to_train(tmp
     for c in cells[6:]:
         store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time() + 1))
     p = json.loads(_dry(out).stdout)
-    assert p["recorded"] == "16 of 16 runs recorded; nothing left to train (`run` fits and reports)"
+    assert p["recorded"] == ("16 of 16 runs recorded; nothing left to train (`run` fits and reports, unless they are "
+                             "up to date)")
     assert json.loads(_dry(tmp_path / "new").stdout)["recorded"] is None
 
 
@@ -672,3 +673,16 @@ def test_a_dry_run_with_lr_tune_and_no_lr_table_yet_says_the_grid_is_not_defined
     p = json.loads(res.stdout)
     assert p["recorded"] == ("1 finished run record, but no LR table yet: LR tuning runs first, then the grid (its "
                              "runs' LR is part of their definition)"), p
+
+
+def test_a_dry_run_given_a_relative_out_lists_an_unreadable_file_once(tmp_path):
+    """`run --dry-run --out P2` on a folder with a torn runs.parquet listed it twice, as P2/runs.parquet and as its
+    absolute path (the count of recorded runs read the folder by its absolute path)."""
+    import shutil
+
+    shutil.copytree("docs/example_cpu_seeds4", tmp_path / "P2")
+    (tmp_path / "P2" / "runs.parquet").write_bytes(b"torn")
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "P2/spec.yaml", "--out", "P2",
+                          "--dry-run", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    p = json.loads(res.stdout)
+    assert [u.split(" is unreadable")[0] for u in p["unreadable"]] == ["P2/runs.parquet"], p["unreadable"]

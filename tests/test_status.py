@@ -272,6 +272,22 @@ def test_status_refit_line_fits_the_folder_it_describes(tmp_path):
             "a new folder: this one has no readable spec.yaml to rerun)") in rules
 
 
+def test_status_moves_nothing_aside_in_a_folder_with_a_fit_and_a_torn_runs_table(tmp_path):
+    """`loopscale status` on a folder with a fit and a torn runs.parquet moved it aside (its check of the folder's
+    runs for the refit line read it as a command does), then listed it both as unreadable and as 'set aside by
+    earlier commands', and a dry run after it could no longer name it. Status now changes nothing."""
+    import shutil
+
+    out = tmp_path / "s4"
+    shutil.copytree("docs/example_cpu_seeds4", out)
+    (out / "runs.parquet").write_bytes((out / "runs.parquet").read_bytes()[:500])
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    st = collect_status(out)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert [u.split(" is unreadable")[0] for u in st["unreadable"]] == [str(out / "runs.parquet")]
+    assert not st["set_aside"], st["set_aside"]
+
+
 @pytest.mark.parametrize("lr", [{"fixed": 0.01}, "tune"])
 def test_a_folder_only_design_wrote_to_is_empty_not_a_stopped_sweep(tmp_path, lr):
     """``loopscale design --out DIR`` writes the spec and its prediction; no command has run there. Status called
