@@ -1484,8 +1484,9 @@ def _glob_reaches_below(pattern: list[str], folder: list[str]) -> bool:
 def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
     """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
     grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
-    (``storage_path``) may differ. A missing or empty (torn) ``spec.yaml`` passes when the folder's run records are
-    all of cells of ``spec`` (:func:`check_folder_runs`). The folder's corpus is checked too
+    (``storage_path``) may differ. A missing or torn ``spec.yaml`` (empty, cut short, not a spec this loopscale
+    reads: :func:`_folder_spec_text`) passes when the folder's run records are all of cells of ``spec``
+    (:func:`check_folder_runs`). The folder's corpus is checked too
     (:func:`check_folder_corpus`: its runs, checkpoints and LR table are of the text now at ``spec.corpus``), unless
     ``corpus`` is False (a fit-only rerun whose corpus is absent: nothing reads it).
 
@@ -1496,8 +1497,8 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) 
     """
     check_out_outside_corpus(out, spec)
     spec_file = Path(out) / FOLDER_SPEC
-    old = spec_file.read_text(encoding="utf-8") if spec_file.is_file() else ""
-    if old.strip() and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec):
+    old = _folder_spec_text(spec_file)
+    if old and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec):
         diff = _spec_differences(old, spec)
         raise ValueError(
             f"{Path(out).resolve()} holds a run of a different spec ({spec_file}"
@@ -1506,9 +1507,20 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) 
         )
     # without a spec.yaml (deleted, torn by a crash, or an older sweep's folder) the run records tell the grid; with
     # this spec's, records that are no cells of it were defined by another loopscale (its run ids differ)
-    check_folder_runs(out, spec, same_spec=bool(old.strip()))
+    check_folder_runs(out, spec, same_spec=bool(old))
     if corpus:
         check_folder_corpus(out, spec)
+
+
+def _folder_spec_text(spec_file: Path) -> str:
+    """The text of a folder's ``spec.yaml`` when it is a spec this loopscale reads; '' when it is missing or torn:
+    empty, cut short (not valid YAML) or not a spec (a partial copy, a hand edit), so the folder's run records tell
+    its grid (:func:`check_folder_runs`), as for a missing one."""
+    try:
+        text = spec_file.read_text(encoding="utf-8") if spec_file.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return text if text.strip() and _read_folder_spec(text) is not None else ""
 
 
 def check_folder_runs(out: str | Path, spec: SweepSpec, *, same_spec: bool = False) -> None:
@@ -1545,7 +1557,7 @@ def check_folder_runs(out: str | Path, spec: SweepSpec, *, same_spec: bool = Fal
     try:
         want = {c.run_id for c in spec.cells(lr_table=lr_table)}
     except SpecError as e:  # the folder's LR table lacks a (size, r) of this spec: it was tuned for another grid
-        has = "its spec.yaml is this spec, but" if same_spec else "has no spec.yaml and"
+        has = "its spec.yaml is this spec, but" if same_spec else "has no readable spec.yaml and"
         raise ValueError(
             f"{out.resolve()} {has} its LR table is not one for this spec ({e}): its runs are of another grid; use "
             "another --out directory (nothing there was changed)"
@@ -1557,9 +1569,9 @@ def check_folder_runs(out: str | Path, spec: SweepSpec, *, same_spec: bool = Fal
         named = ", ".join(_run_named(row) for row in foreign[:3])
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise ValueError(
-            f"{out.resolve()} has no spec.yaml and {len(foreign)} of its {len(recorded)} recorded runs are not cells "
-            f"of this spec ({named}{more}): they are another grid's, and the fit would mix both; use another --out "
-            f"directory, or the spec they were run with (nothing there was changed)"
+            f"{out.resolve()} has no readable spec.yaml and {len(foreign)} of its {len(recorded)} recorded runs are not "
+            f"cells of this spec ({named}{more}): they are another grid's, and the fit would mix both; use another "
+            "--out directory, or the spec they were run with (nothing there was changed)"
         )
 
 
@@ -1835,8 +1847,8 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
 
 
 def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
-    """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a 0-byte one left
-    by a crash is moved aside first. ``out`` must exist. The folder's first command also records the corpus's
+    """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a torn one (empty,
+    cut short, not a spec: :func:`_folder_spec_text`) is moved aside first. ``out`` must exist. The folder's first command also records the corpus's
     content hash (:func:`record_folder_corpus`). ``corpus`` False: the corpus is neither compared nor recorded (a
     fit-only rerun whose corpus is absent).
 
@@ -1846,9 +1858,10 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True)
     from loopscale.cluster.storage import move_aside, write_text_atomic
 
     spec_file = Path(out) / FOLDER_SPEC
-    if spec_file.is_file() and not spec_file.read_text(encoding="utf-8").strip():
-        move_aside(str(spec_file), "0 bytes")  # torn by a crash: rewritten below
     check_folder_spec(out, spec, corpus=corpus)
+    if spec_file.is_file() and not _folder_spec_text(spec_file):  # torn: kept aside, rewritten below
+        empty = not spec_file.read_bytes().strip()
+        move_aside(str(spec_file), "0 bytes" if empty else "not a spec this loopscale reads (cut short or edited)")
     write_text_atomic(str(spec_file), spec_to_yaml(spec.model_copy(update={"storage_path": None})))
     if corpus:
         record_folder_corpus(out, spec)

@@ -444,8 +444,9 @@ def test_a_folder_without_its_spec_yaml_takes_only_a_spec_whose_cells_its_runs_a
     store.write_run(failed_record(smoke.cells()[-1], "RuntimeError: out of memory"))
     store.consolidate()
     other = smoke.model_copy(update={"name": "other", "sizes": [16, 48], "r": [1, 2, 4]})
-    with pytest.raises(ValueError, match=r"has no spec.yaml and 10 of its 16 recorded runs are not cells of this "
-                                         r"spec \([0-9a-f]{16} \(r \d, size 32, \d+ tokens, seed 0\), .* and 7 more\)"):
+    with pytest.raises(ValueError, match=r"has no readable spec.yaml and 10 of its 16 recorded runs are not cells of "
+                                         r"this spec \([0-9a-f]{16} \(r \d, size 32, \d+ tokens, seed 0\), .* and 7 "
+                                         r"more\)"):  # fmt: skip
         check_folder_spec(out, other)
     assert not (out / FOLDER_SPEC).exists()
     record_folder_spec(out, smoke)  # the same spec: its runs are all cells of it
@@ -453,6 +454,17 @@ def test_a_folder_without_its_spec_yaml_takes_only_a_spec_whose_cells_its_runs_a
     with pytest.warns(UserWarning, match="0 bytes"):
         record_folder_spec(out, smoke)
     assert (out / FOLDER_SPEC).read_text() == spec_to_yaml(smoke)
+    # cut short (a partial copy) or not YAML: "holds a run of a different spec", naming no difference, even for the
+    # spec that made the folder; it is torn too: the runs decide, and the file is kept aside and rewritten
+    for torn in (spec_to_yaml(smoke)[:60], "name: [unclosed"):
+        (out / FOLDER_SPEC).write_text(torn)
+        with pytest.raises(ValueError, match="has no readable spec.yaml and 10 of its 16"):
+            check_folder_spec(out, other)
+        assert (out / FOLDER_SPEC).read_text() == torn  # refused: nothing changed
+        with pytest.warns(UserWarning, match="not a spec this loopscale reads"):
+            record_folder_spec(out, smoke)
+        assert (out / FOLDER_SPEC).read_text() == spec_to_yaml(smoke)
+        assert [p.read_text() for p in out.glob(f"{FOLDER_SPEC}.unreadable-*") if p.read_text() == torn] == [torn]
     # `loopscale run` refuses before any compute (exit 2) and changes nothing
     (out / FOLDER_SPEC).unlink()
     (tmp_path / "other.yaml").write_text(spec_to_yaml(other))
