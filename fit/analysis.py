@@ -68,6 +68,9 @@ class Exclusion(StrEnum):
     """The training loss became NaN/inf or exceeded the trainer's divergence threshold: no final loss."""
     FAILED = "failed"
     """The trial errored past its retries: no measurement at all."""
+    DID_NOT_LEARN = "did_not_learn"
+    """Trained to its end, but its final loss is not below ln V or its model collapsed to one prediction
+    (:data:`loopscale.model.train.DID_NOT_LEARN`): a loss no law of the model family describes."""
     OTHER_STATUS = "status_not_ok"
     """Any other (or a missing) status."""
     DUPLICATE_RUN_ID = DUPLICATE_RUN_ID
@@ -76,7 +79,9 @@ class Exclusion(StrEnum):
     @classmethod
     def of(cls, status: Any) -> Exclusion:
         """The exclusion of a run with this ``status`` (a runs-table value)."""
-        return {"diverged": cls.DIVERGED, "failed": cls.FAILED}.get(str(status), cls.OTHER_STATUS)
+        return {"diverged": cls.DIVERGED, "failed": cls.FAILED, "did_not_learn": cls.DID_NOT_LEARN}.get(
+            str(status), cls.OTHER_STATUS
+        )
 
 
 def skipped(outcome: FitOutcome, reason: str) -> dict[str, str]:

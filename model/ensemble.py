@@ -300,6 +300,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     from loopscale.model.optim import lr_multiplier
     from loopscale.model.train import (
         CHECKPOINT_FORMAT,
+        DID_NOT_LEARN,
         CheckpointError,
         RunConfig,
         _newest_readable_checkpoint,
@@ -311,6 +312,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         ensemble_key,
         key_differences,
         make_result,
+        not_learned_note,
         peak_flops,
         prediction_logits,
         run_optimizers,
@@ -547,10 +549,13 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
                     else:
                         c.append(point(steps_total, i, vals[i]))
                     emit(i, steps_total, vals[i], True)
-        collapsed = [None] * k  # per member: collapse_note (its logits)
+        collapsed = [None] * k  # per member: why it did not learn (not_learned_note, collapse_note), as train_run
         if cfg.lr > 0 and "ok" in status:
             logits = prediction_logits(model, ev, autocast)  # [k, 1, t, V]
-            collapsed = [collapse_note(logits[i], finals[i], cfg.lr) if status[i] == "ok" else None for i in range(k)]
+            for i in range(k):
+                if status[i] == "ok" and (note := not_learned_note(finals[i], mcfg.vocab_size, cfg.lr)
+                                          or collapse_note(logits[i], finals[i], cfg.lr)):  # fmt: skip
+                    status[i], collapsed[i] = DID_NOT_LEARN, note
         threads_used = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev_threads)

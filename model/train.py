@@ -421,7 +421,8 @@ class RunResult:
     """What one run measured. Losses in nats/token, times in seconds, FLOPs in FLOPs, D in tokens."""
 
     status: str
-    """'ok' | 'diverged'."""
+    """'ok' | 'diverged' (NaN/inf or exploding training loss: no final loss) | 'did_not_learn' (trained to the end,
+    final loss not below ln V or a model collapsed to one prediction: :data:`DID_NOT_LEARN`)."""
     final_val_loss: float | None
     """Mean CE on the fixed held-out set at the end (None when diverged)."""
     best_val_loss: float | None
@@ -839,13 +840,32 @@ COLLAPSE_POSITIONS = 64
 positions: the check costs a forward of that many tokens, whatever ``seq_len`` and the vocabulary)."""
 
 
+DID_NOT_LEARN = "did_not_learn"
+"""Status of a run that trained to its end (lr > 0) but learned nothing a scaling law can use: its final validation
+loss is not below ln V (:func:`not_learned_note`), or its model collapsed to one prediction (:func:`collapse_note`).
+Its final loss is kept; fits leave it out, as they leave out diverged runs (status not ok)."""
+
+
+def not_learned_note(final_val: float, vocab_size: int, lr: float) -> str | None:
+    """The warning of a run whose final validation loss (nats/token) is not below ln V, the loss of the uniform
+    prediction an untrained model starts at (the LR trials' "did not learn" rule), else None. Measured: the smoke
+    grid at LR 30 ended 4 of its runs at 8.6-11.3 nats/token against ln 256 = 5.55, under the divergence threshold,
+    and they were fitted as ok runs."""
+    start = math.log(vocab_size)
+    if final_val < start:  # NaN is not below it
+        return None
+    return (f"the run did not learn: its final validation loss {final_val:.4f} nats/token is not below ln V = "
+            f"{start:.4f}, the loss of a uniform prediction over the vocabulary (status {DID_NOT_LEARN}: fits leave it "
+            f"out); lr={lr:g} is likely too high, or the run too short")  # fmt: skip
+
+
 def collapse_note(logits, final_val: float, lr: float) -> str | None:
     """The warning for a run whose model collapsed to a constant prediction, or None.
 
     An LR far too high can drive a model to output the same next-token distribution at every position, whatever
     the input (measured: d = 16, byte vocabulary, LR 5 and 50: logits equal at every position, validation loss
-    5.12 and 5.28 nats/token, constant from then on, against 3.14 at LR 0.3); the run does not diverge, so its
-    status stays ok, but its loss says nothing about the model family.
+    5.12 and 5.28 nats/token, constant from then on, against 3.14 at LR 0.3); the run does not diverge, but its
+    loss says nothing about the model family: its status is :data:`DID_NOT_LEARN`.
 
     Args:
         logits: one model's logits [b, t, V] on validation windows (float).
@@ -860,7 +880,7 @@ def collapse_note(logits, final_val: float, lr: float) -> str | None:
         return None
     return (f"the model collapsed: it predicts the same next-token distribution at every position whatever its "
             f"input (logits equal within {COLLAPSE_SPREAD:g}), so its final loss {final_val:.4f} nats/token measures "
-            f"no learning; lr={lr:g} is likely too high")  # fmt: skip
+            f"no learning (status {DID_NOT_LEARN}: fits leave it out); lr={lr:g} is likely too high")  # fmt: skip
 
 
 def prediction_logits(model, ev, autocast):
@@ -1249,8 +1269,10 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
                 curve.append(point(steps_total, final_val))
             emit(curve[-1], None, final=True)
         if status == "ok" and cfg.lr > 0 and (
-            note := collapse_note(prediction_logits(model, ev, autocast), final_val, cfg.lr)
+            note := not_learned_note(final_val, mcfg.vocab_size, cfg.lr)
+            or collapse_note(prediction_logits(model, ev, autocast), final_val, cfg.lr)
         ):
+            status = DID_NOT_LEARN
             run_warnings.append(note)
         threads_used = torch.get_num_threads()
     finally:
@@ -1423,6 +1445,8 @@ __all__ = [
     "RunConfig",
     "checkpoint_key",
     "collapse_note",
+    "DID_NOT_LEARN",
+    "not_learned_note",
     "RunResult",
     "accumulate_gradients",
     "latest_checkpoint",

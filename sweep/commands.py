@@ -290,7 +290,11 @@ def run_sweep(
         )
     if not any(r["status"] == "ok" for r in rows):
         # one reason per run: a failed row's error (Tune's error for that trial), else its status
-        reasons = [error_line(r["error"]) if r.get("error") else f"{r['status']} (status in runs.parquet)" for r in rows]
+        what = {"did_not_learn": "did_not_learn (status in runs.parquet: trained to the end, but the final loss is not "
+                "below ln V or the model collapsed to one prediction, which fits leave out; the LR is likely too "
+                "high)"}  # fmt: skip
+        reasons = [error_line(r["error"]) if r.get("error") else what.get(r["status"], f"{r['status']} (status in "
+                   "runs.parquet)") for r in rows]  # fmt: skip
         raise no_run_finished(len(ids), reasons or errors)
     return path
 

@@ -328,12 +328,16 @@ def unhealthy_reason(result: dict) -> str | None:
 
     * diverged: a NaN/inf or exploding training loss (the trainer's status ``diverged``), or a non-finite
       validation loss;
-    * did not learn: a validation loss not below the start level ln V (the loss of the uniform prediction an
-      untrained model starts at), or a loss that did not go below its value at the first milestone (a flat
-      curve: the run collapsed to a constant prediction, whatever the LR).
+    * did not learn: the trainer's status ``did_not_learn`` (its final loss not below ln V, or its model collapsed
+      to one prediction: :data:`loopscale.model.train.DID_NOT_LEARN`), a validation loss not below the start level
+      ln V (the loss of the uniform prediction an untrained model starts at), or a loss that did not go below its
+      value at the first milestone (a flat curve: the run collapsed to a constant prediction, whatever the LR).
     """
     if result.get("status") == "diverged":
         return f"diverged at step {result.get('diverged_step')} (NaN/inf or exploding training loss)"
+    if result.get("status") == "did_not_learn":  # the trainer's own verdict (loss not below ln V, or a collapse)
+        why = [w for w in result.get("warnings") or [] if "did_not_learn" in w]
+        return "did not learn: " + (why[0] if why else "the trainer's status did_not_learn")
     vals = [pt["val_loss"] for pt in result.get("curve") or [] if pt.get("val_loss") is not None]
     final = result.get("final_val_loss")
     if final is None or not all(math.isfinite(v) for v in [*vals, final]):

@@ -320,7 +320,7 @@ def _grid_cells_if_known(spec, out: Path):
 
 
 def _grid_done(spec, out: Path) -> bool:
-    """True when every cell of the spec already has a finished (ok or diverged) record, so no Ray is needed; a
+    """True when every cell of the spec already has a finished (ok, diverged or did not learn) record, so no Ray is needed; a
     ``failed`` record does not count (the cell is retried). A torn runs.parquet or LR table reads as absent."""
     from loopscale.sweep.store import ResultsStore
 
@@ -329,7 +329,7 @@ def _grid_done(spec, out: Path) -> bool:
 
 
 def _recorded_note(spec, out: Path) -> str | None:
-    """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok or diverged)
+    """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok, diverged or did not learn)
     record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None for a folder
     with no run records. With ``lr: tune`` and no LR table yet, the grid's runs are not defined (their LR is part of
     them): the note says so. Reads only (call inside :func:`loopscale.sweep.store.look_only`)."""
@@ -365,7 +365,7 @@ def _recorded_note(spec, out: Path) -> str | None:
     flops_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
     flops_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
     n_trials = len(trial_groups(left, spec.ensemble_members()))
-    return (f"{len(done)} of {len(cells)} runs recorded (ok or diverged){more}; {len(left)} left to train in {n_trials} "
+    return (f"{len(done)} of {len(cells)} runs recorded (ok, diverged or did not learn){more}; {len(left)} left to train in {n_trials} "
             f"trial{'s' * (n_trials != 1)}, {flops_left:.3g} of the grid's {flops_all:.3g} training FLOPs "
             f"({flops_left / flops_all:.0%})")
 

@@ -638,8 +638,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     """The status of the run directory ``out_dir`` as a dict (what ``loopscale status --json`` prints).
 
     Keys: ``out``, ``spec``, ``kind`` (run | sweep | tune-lr | None), ``state`` (running | stopped | finished |
-    empty), ``stage``, ``runs`` (total, ok, diverged, failed, running, pending: training runs), ``failures``
-    ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage (s), ``total_s`` (s, with earlier
+    empty), ``stage``, ``runs`` (total, ok, diverged, did_not_learn, failed, running, pending: training runs),
+    ``failures`` ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage (s), ``total_s`` (s, with earlier
     commands: their recorded stages and the time interrupted ones ran); ``earlier_commands`` (the folder's earlier
     commands as the newest record lists them, oldest first: ``kind``, ``command``, ``started_at``, ``ran_s``); of a running command also ``command_s`` (s) since it started and ``started_at`` (s since
     the epoch); ``running_stage_s`` (s) since the current progress display started, ``eta_s`` (s); of a stopped
@@ -691,7 +691,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     if cells is not None and {c.run_id for c in cells} & set(recs):
         want = {c.run_id for c in cells}
         recs = {k: v for k, v in recs.items() if k in want}
-    by = {"ok": 0, "diverged": 0, "failed": 0}
+    by = {"ok": 0, "diverged": 0, "did_not_learn": 0, "failed": 0}
     for r in recs.values():
         by[r["status"]] = by.get(r["status"], 0) + 1
     name = (spec.name if spec is not None else None) or meta.get("spec_name")
@@ -776,7 +776,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         stage = "done" if "table" in lr and not alive else "tune-lr"
     elif spec is not None and spec.lr == "tune" and "table" not in lr:
         stage = "tune-lr"
-    elif by["ok"] + by["diverged"] < total:
+    elif by["ok"] + by["diverged"] + by["did_not_learn"] < total:
         stage = "sweep"
     elif in_parts_only:
         # every run trained, but the command stopped before runs.parquet held them: its sweep stage did not end
@@ -1017,8 +1017,9 @@ def format_status(st: dict) -> list[str]:
             )
     else:
         lines.append(
-            f"runs: {r['total']} planned — {r['ok']} ok, {r['diverged']} diverged, {r['failed']} failed, "
-            f"{r['running']} running, {r['pending']} pending"
+            f"runs: {r['total']} planned — {r['ok']} ok, {r['diverged']} diverged, "
+            + (f"{r['did_not_learn']} did not learn, " if r.get("did_not_learn") else "")
+            + f"{r['failed']} failed, {r['running']} running, {r['pending']} pending"
         )
     if st["failures"]:
         for err, k in Counter(f["error"] for f in st["failures"]).most_common(5):

@@ -93,7 +93,8 @@ RUNS_SCHEMA = pa.schema(
         _f("corpus", pa.string(), "-", "training corpus"),
         _f("corpus_sha256", pa.string(), "-", "content hash of the corpus the run read (its files, or the embedded manifest)"),
         _f("tokenizer", pa.string(), "-", "tokenizer"),
-        _f("status", pa.string(), "-", "ok | diverged | failed", False),
+        _f("status", pa.string(), "-", "ok | diverged | did_not_learn (final loss not below ln V, or a model "
+           "collapsed to one prediction; fits leave it out) | failed", False),
         _f("error", pa.string(), "-", "status failed: the trial's last error (it errored past max_failures)"),
         _f("final_val_loss", pa.float64(), "nats/token", "validation loss at the end (null if diverged)"),
         _f("best_val_loss", pa.float64(), "nats/token", "lowest validation loss seen (null if none)"),
@@ -460,8 +461,8 @@ class ResultsStore:
         write_table_atomic(to_table([record.to_row()], RUNS_SCHEMA), self.runs_parts / f"{rid}.parquet")
 
     def completed_ids(self) -> set[str]:
-        """Run ids with a finished record (status ok or diverged) in the parts or the consolidated file; a
-        ``failed`` record does not count (a later sweep retries the cell and replaces it)."""
+        """Run ids with a finished record (status ok, diverged or did_not_learn) in the parts or the consolidated
+        file; a ``failed`` record does not count (a later sweep retries the cell and replaces it)."""
         return {row["run_id"] for row in self._latest().values() if row["status"] != FAILED}
 
     def recorded(self) -> dict[str, dict]:

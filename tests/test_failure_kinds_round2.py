@@ -581,6 +581,9 @@ def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
     assert "flat curve" in unhealthy_reason(
         dict(ok, final_val_loss=4.73, curve=[curve[0], dict(curve[1], val_loss=4.73)])
     )
+    # the trainer's own verdict: a collapsed model's loss can be below ln V and its curve falling
+    said = "the model collapsed: ... (status did_not_learn: fits leave it out); lr=50 is likely too high"
+    assert unhealthy_reason(dict(ok, status="did_not_learn", warnings=["x", said])) == f"did not learn: {said}"
 
 
 # --- kind 5: a finite LR set is not fully tried ----------------------------------------------------------------

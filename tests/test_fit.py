@@ -204,6 +204,14 @@ def test_status_filter_counts_excluded_rows():
     fit = fit_law(pd.concat([t, bad], ignore_index=True), law="joint", starts=40)
     assert fit.n == len(t) and fit.n_excluded == 3
     assert fit.excluded_by_status == {"diverged": 2, "error": 1}
+    # a run that did not learn keeps its (large) loss in the table, and is left out all the same
+    worse = t.iloc[:2].assign(status="did_not_learn", loss=[8.63, 11.32])
+    again = fit_law(pd.concat([t, worse], ignore_index=True), law="joint", starts=40)
+    assert again.n == len(t) and again.excluded_by_status == {"did_not_learn": 2}
+    assert again.params["phi"] == pytest.approx(fit_law(t, law="joint", starts=40).params["phi"], abs=1e-9)
+    from loopscale.fit.analysis import Exclusion
+
+    assert Exclusion.of("did_not_learn") == Exclusion.DID_NOT_LEARN == "did_not_learn"
 
 
 def _cli_app():

@@ -641,7 +641,7 @@ def test_a_dry_run_on_a_folder_with_recorded_runs_says_what_is_left_to_train(tmp
     f_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
     n_trials = len(trial_groups(left, spec.ensemble_members()))
     assert p["recorded"] == (
-        f"6 of 16 runs recorded (ok or diverged), 1 more finished and are recorded when `run` continues; 9 left to "
+        f"6 of 16 runs recorded (ok, diverged or did not learn), 1 more finished and are recorded when `run` continues; 9 left to "
         f"train in {n_trials} trials, {f_left:.3g} of the grid's {f_all:.3g} training FLOPs ({f_left / f_all:.0%})"
     )
     assert p["runs"] == 16 and _tree(out) == before  # the plan is still the whole grid's; nothing written

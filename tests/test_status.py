@@ -44,13 +44,25 @@ def test_stopped_sweep_counts_every_planned_run_once(half_done):
     out, cells = half_done
     st = collect_status(out)
     assert st["spec"] == "smoke" and st["state"] == "stopped" and st["stage"] == "sweep"
-    assert st["runs"] == {"total": 16, "ok": 5, "diverged": 1, "failed": 2, "running": 0, "pending": 8}
+    assert st["runs"] == {"total": 16, "ok": 5, "diverged": 1, "did_not_learn": 0, "failed": 2,
+                          "running": 0, "pending": 8}
     assert sorted(f["run_id"] for f in st["failures"]) == sorted(c.run_id for c in cells[6:8])
     # run ids blanked: the same failure of two runs reads the same
     assert {f["error"] for f in st["failures"]} == {"RuntimeError: out of memory in run …"}
     assert st["time"]["total_s"] == 125.0 and st["progress"] is None
     text = "\n".join(format_status(st))
     assert "failed (2): RuntimeError: out of memory" in text and "5 ok, 1 diverged, 2 failed" in text
+
+
+def test_runs_that_did_not_learn_are_counted_as_finished_and_named(half_done):
+    """A run whose trainer said did_not_learn is finished (not pending, not retried) and counted on its own."""
+    out, cells = half_done
+    ResultsStore(out).write_run(run_record(cells[8], {"status": "did_not_learn", "final_val_loss": 8.6}))
+    st = collect_status(out)
+    assert st["runs"] == {"total": 16, "ok": 5, "diverged": 1, "did_not_learn": 1, "failed": 2, "running": 0,
+                          "pending": 7}  # fmt: skip
+    assert "5 ok, 1 diverged, 1 did not learn, 2 failed, 0 running, 7 pending" in "\n".join(format_status(st))
+    assert cells[8].run_id in ResultsStore(out).completed_ids()
 
 
 def test_a_newer_record_replaces_a_failed_one(half_done):

@@ -536,19 +536,39 @@ def test_a_model_that_collapsed_to_one_prediction_is_said(base):
     cfg = {**base, "model": base["model"].replace(d_model=16), "tokens": 16384, "batch_tokens": 512}
     hot = train_run(RunConfig(**{**cfg, "lr": 50.0}))
     said = [w for w in hot.warnings if w.startswith("the model collapsed")]
-    assert hot.status == "ok" and said == [
+    assert hot.final_val_loss < math.log(256)  # below the uniform prediction's loss: only the collapse tells
+    assert hot.status == "did_not_learn" and said == [
         f"the model collapsed: it predicts the same next-token distribution at every position whatever its input "
-        f"(logits equal within 0.0001), so its final loss {hot.final_val_loss:.4f} nats/token measures no learning; "
-        "lr=50 is likely too high"
+        f"(logits equal within 0.0001), so its final loss {hot.final_val_loss:.4f} nats/token measures no learning "
+        "(status did_not_learn: fits leave it out); lr=50 is likely too high"
     ]
     for lr in (0.01, 0.0):
-        assert not [w for w in train_run(RunConfig(**{**cfg, "lr": lr})).warnings if "collapsed" in w]
+        res = train_run(RunConfig(**{**cfg, "lr": lr}))
+        assert res.status == "ok" and not [w for w in res.warnings if "collapsed" in w or "did not learn" in w]
     flat = torch.zeros(1, 8, 5)
     assert collapse_note(flat, 5.0, 1.0) is not None
     flat[0, 3, 2] = 2 * COLLAPSE_SPREAD  # one logit of one position differs: not constant
     assert collapse_note(flat, 5.0, 1.0) is None
     members = train_ensemble(RunConfig(**{**cfg, "lr": 50.0}), [0, 1])
     assert [w for w in members[0].warnings if "collapsed" in w] == said  # member 0 is the single run above
+    assert members[0].status == "did_not_learn"
+
+
+def test_a_run_whose_final_loss_is_not_below_ln_v_did_not_learn(base):
+    """The smoke grid at LR 30 ended runs at 8.6-11.3 nats/token, above ln 256 = 5.55 (the loss of a uniform
+    prediction) and under the divergence threshold: status ok, fitted (R^2 0.50), said nowhere. Such a run now has
+    status did_not_learn, keeps its loss, and says why; a run at the uniform loss exactly is one too."""
+    from loopscale.model.train import not_learned_note
+
+    ln_v = math.log(256)
+    assert not_learned_note(ln_v - 1e-9, 256, 0.01) is None
+    assert not_learned_note(ln_v, 256, 0.01) == (
+        f"the run did not learn: its final validation loss {ln_v:.4f} nats/token is not below ln V = {ln_v:.4f}, the "
+        "loss of a uniform prediction over the vocabulary (status did_not_learn: fits leave it out); lr=0.01 is "
+        "likely too high, or the run too short"
+    )
+    assert not_learned_note(8.63, 256, 30.0).startswith("the run did not learn: its final validation loss 8.6300")
+    assert not_learned_note(float("nan"), 256, 1.0) is not None  # NaN is not below ln V
 
 
 def test_a_vocabulary_well_above_the_tokenizers_ids_is_said(base):
