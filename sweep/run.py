@@ -351,12 +351,12 @@ def _recorded_note(spec, out: Path) -> str | None:
     done = [c for c in cells if c.run_id in done_ids]
     # runs that finished while no driver was there to record them (their result.json in a local storage): `run`
     # records them without training
-    from loopscale.cluster.storage import absolute_uri, is_local_uri, local_path
+    from loopscale.cluster.storage import absolute_uri
+    from loopscale.sweep.workspace import stored_result_ids
 
     storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
-    ckpts = Path(local_path(storage)) / "checkpoints" if is_local_uri(storage) else None  # RunWorkspace's layout
-    unrecorded = [c for c in cells if c.run_id not in done_ids and ckpts is not None
-                  and (ckpts / c.run_id / "result.json").is_file()]  # fmt: skip
+    stored = stored_result_ids(storage, [c.run_id for c in cells if c.run_id not in done_ids])
+    unrecorded = [c for c in cells if c.run_id in stored]
     left = [c for c in cells if c.run_id not in done_ids | {u.run_id for u in unrecorded}]
     more = (f", {len(unrecorded)} more finished and are recorded when `run` continues" if unrecorded else "")
     if not left:

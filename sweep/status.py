@@ -638,7 +638,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     """The status of the run directory ``out_dir`` as a dict (what ``loopscale status --json`` prints).
 
     Keys: ``out``, ``spec``, ``kind`` (run | sweep | tune-lr | None), ``state`` (running | stopped | finished |
-    empty), ``stage``, ``runs`` (total, ok, diverged, did_not_learn, failed, running, pending: training runs),
+    empty), ``stage``, ``runs`` (total, ok, diverged, did_not_learn, failed, running, unrecorded: finished with no
+    driver to record them, their ``result.json`` in a local storage, pending: training runs),
     ``failures`` ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage (s), ``total_s`` (s, with earlier
     commands: their recorded stages and the time interrupted ones ran); ``earlier_commands`` (the folder's earlier
     commands as the newest record lists them, oldest first: ``kind``, ``command``, ``started_at``, ``ran_s``); of a running command also ``command_s`` (s) since it started and ``started_at`` (s since
@@ -734,8 +735,13 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         n_running = min(left, int(live_counts.get("running") or 0))
     else:  # Tune's saved experiment state
         n_running = len(set((tune_info or {}).get("running_ids") or []) - set(recs))
-    runs = {"total": total, **by, "running": n_running}
-    runs["pending"] = max(0, left - n_running)
+    # runs that finished with no driver there to record them (their result.json in the storage): the next command
+    # records them without training
+    from loopscale.sweep.workspace import stored_result_ids
+
+    unrecorded = len(stored_result_ids(store, [c.run_id for c in cells or [] if c.run_id not in recs]))
+    runs = {"total": total, **by, "running": n_running, "unrecorded": min(unrecorded, max(0, left - n_running))}
+    runs["pending"] = max(0, left - n_running - runs["unrecorded"])
     failures = [
         {"run_id": k, "error": error_line(v.get("error") or "failed")}
         for k, v in recs.items()
@@ -1020,6 +1026,8 @@ def format_status(st: dict) -> list[str]:
             f"runs: {r['total']} planned — {r['ok']} ok, {r['diverged']} diverged, "
             + (f"{r['did_not_learn']} did not learn, " if r.get("did_not_learn") else "")
             + f"{r['failed']} failed, {r['running']} running, {r['pending']} pending"
+            + (f" ({r['unrecorded']} more finished, recorded when the sweep continues, training none of them)"
+               if r.get("unrecorded") else "")  # fmt: skip
         )
     if st["failures"]:
         for err, k in Counter(f["error"] for f in st["failures"]).most_common(5):

@@ -33,6 +33,16 @@ def _ckpt_files(d: Path) -> list[Path]:
     ]
 
 
+def stored_result_ids(storage_uri: str, run_ids) -> set[str]:
+    """Those of ``run_ids`` whose finished ``result.json`` lies in a local storage (``<storage>/checkpoints/<run
+    id>/``): runs that finished while no driver was there to record them, which the next sweep records without
+    training. Only checks that the files exist, creating nothing; a remote storage is not read (empty set)."""
+    if not storage.is_local_uri(storage_uri):
+        return set()
+    root = Path(storage.local_path(storage_uri)) / "checkpoints"
+    return {rid for rid in run_ids if (root / rid / "result.json").is_file()}
+
+
 class RunWorkspace:
     """Where one run keeps its trainer checkpoints (a local directory) and its finished result.
 

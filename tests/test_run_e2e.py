@@ -276,7 +276,8 @@ def test_ctrl_c_then_resume_does_not_retrain_finished_runs(tmp_path):
     assert "Checkpoint successfully created" in (out / "logs" / "ray.log").read_text()
     st = json.loads(_run(["status", str(out), "--json"]).stdout)
     assert (st["state"], st["stage"]) == ("finished", "done") and st["fit"]
-    assert st["runs"] == {"total": 16, "ok": 16, "diverged": 0, "did_not_learn": 0, "failed": 0, "running": 0, "pending": 0}
+    assert st["runs"] == {"total": 16, "ok": 16, "diverged": 0, "did_not_learn": 0, "failed": 0, "running": 0,
+                          "unrecorded": 0, "pending": 0}
     for rid, rec in finished_before.items():
         assert rows[rid]["finished_at"] == rec["finished_at"], "a finished run was trained again"
         assert rows[rid]["final_val_loss"] == rec["final_val_loss"]

@@ -45,7 +45,7 @@ def test_stopped_sweep_counts_every_planned_run_once(half_done):
     st = collect_status(out)
     assert st["spec"] == "smoke" and st["state"] == "stopped" and st["stage"] == "sweep"
     assert st["runs"] == {"total": 16, "ok": 5, "diverged": 1, "did_not_learn": 0, "failed": 2,
-                          "running": 0, "pending": 8}
+                          "running": 0, "unrecorded": 0, "pending": 8}
     assert sorted(f["run_id"] for f in st["failures"]) == sorted(c.run_id for c in cells[6:8])
     # run ids blanked: the same failure of two runs reads the same
     assert {f["error"] for f in st["failures"]} == {"RuntimeError: out of memory in run …"}
@@ -60,9 +60,23 @@ def test_runs_that_did_not_learn_are_counted_as_finished_and_named(half_done):
     ResultsStore(out).write_run(run_record(cells[8], {"status": "did_not_learn", "final_val_loss": 8.6}))
     st = collect_status(out)
     assert st["runs"] == {"total": 16, "ok": 5, "diverged": 1, "did_not_learn": 1, "failed": 2, "running": 0,
-                          "pending": 7}  # fmt: skip
+                          "unrecorded": 0, "pending": 7}
     assert "5 ok, 1 diverged, 1 did not learn, 2 failed, 0 running, 7 pending" in "\n".join(format_status(st))
     assert cells[8].run_id in ResultsStore(out).completed_ids()
+
+
+def test_a_run_that_finished_unrecorded_is_not_pending(half_done):
+    """A run that finished with no driver to record it (its result.json in the storage, no record) was counted
+    pending, and the refit line said `run --resume` would first train it; `run` records it without training. It is
+    now counted as finished and unrecorded, as the dry run's `recorded` line counts it."""
+    out, cells = half_done
+    (out / "tune" / "checkpoints" / cells[9].run_id).mkdir(parents=True)
+    (out / "tune" / "checkpoints" / cells[9].run_id / "result.json").write_text("{}")
+    st = collect_status(out)
+    assert (st["runs"]["unrecorded"], st["runs"]["pending"], st["runs"]["failed"]) == (1, 7, 2)
+    assert ("0 running, 7 pending (1 more finished, recorded when the sweep continues, training none of them)"
+            in "\n".join(format_status(st)))  # fmt: skip
+    assert collect_status(out)["fit_caveats"] == []  # no fit here: nothing to refit
 
 
 def test_a_newer_record_replaces_a_failed_one(half_done):

@@ -98,7 +98,8 @@ def test_running_runs_come_from_the_live_display_and_agree_with_its_counts(start
         trials={"RUNNING": 2, "PENDING": 5, "TERMINATED": 1}, counts_of="runs",
     )  # fmt: skip
     st = collect_status(started)
-    assert st["runs"] == {"total": 16, "ok": 1, "diverged": 0, "did_not_learn": 0, "failed": 0, "running": 4, "pending": 11}
+    assert st["runs"] == {"total": 16, "ok": 1, "diverged": 0, "did_not_learn": 0, "failed": 0, "running": 4,
+                          "unrecorded": 0, "pending": 11}
     assert st["runs"]["running"] == st["progress"]["counts"]["running"]
     assert "training runs" in st["counts"]["runs"] and "trials" in st["counts"]["tune.trials"]
     # every count --json gives under tune is explained (runs_per_trial is a [fewest, most] pair, not a histogram)
@@ -227,7 +228,8 @@ def test_a_tune_lr_folder_with_a_spec_says_tune_lr_trains_none_of_its_runs(tmp_p
     st = collect_status(tmp_path)
     n = len(spec.cells(lr_table={(s, None): 1.0 for s in spec.all_sizes()}))
     assert (st["kind"], st["state"]) == ("tune-lr", "finished") and n == 16
-    assert st["runs"] == {"total": n, "ok": 0, "diverged": 0, "did_not_learn": 0, "failed": 0, "running": 0, "pending": n}
+    assert st["runs"] == {"total": n, "ok": 0, "diverged": 0, "did_not_learn": 0, "failed": 0, "running": 0,
+                          "unrecorded": 0, "pending": n}
     text = format_status(st)
     [line] = [ln for ln in text if ln.startswith("runs:")]
     how = ("with the LRs of its lr_table.parquet" if lr == "tune" else
