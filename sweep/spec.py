@@ -360,9 +360,12 @@ class SweepSpec(_Strict):
             if isinstance(x, float) and x.is_integer():
                 x = int(x)  # 4.0, 2e3: a count written as a float
             if isinstance(x, (float, str, bool)) or x is None:
+                num = _as_number(x) if isinstance(x, str) else None
+                hint = (f" (quoted, so YAML reads it as text: write {int(num)} without quotes)"
+                        if num is not None and num.is_integer() and num >= 1 else "")  # fmt: skip
                 raise ValueError(
                     f"seeds{where} must be a count (an integer >= 1, e.g. 4 for [0, 1, 2, 3]) or a list of integer "
-                    f"seeds{' (or a mapping r -> either)' if not where else ''}; got {x!r}"
+                    f"seeds{' (or a mapping r -> either)' if not where else ''}; got {x!r}{hint}"
                 )
             if isinstance(x, int):
                 from loopscale.model.train import MAX_SEED_COUNT
@@ -1135,6 +1138,15 @@ _KEYS_ELSEWHERE = {
     ("model", "d_model"): "widths are the top-level key sizes (or the sizes of budgets)",
     ("", "optimizer"): "the optimizer is training.optimizer",
     ("", "batch_tokens"): "the batch is training.batch_tokens",
+    ("", "learning_rate"): "the LR is the top-level key lr: tune, {fixed: LR} or {table: ...}",
+    ("", "lr_fixed"): "a fixed LR is lr: {fixed: LR}",
+    ("", "seed"): "init seeds are the top-level key seeds (a count or a list)",
+    ("", "d_model"): "widths are the top-level key sizes (or the sizes of budgets)",
+    ("", "widths"): "widths are the top-level key sizes (or the sizes of budgets)",
+    ("", "steps"): "the top-level key tokens gives D in tokens per run (steps = D / training.batch_tokens)",
+    ("", "seq_len"): "the context length is model.seq_len",
+    ("", "vocab_size"): "the vocabulary is model.vocab_size",
+    ("", "preset"): "the model family is model.preset; a sweep preset is `loopscale run --preset NAME`",
 }
 """Keys a spec writer puts in the wrong section, and where they belong: ``(section, key)`` -> the hint."""
 

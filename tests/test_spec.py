@@ -678,6 +678,10 @@ def test_too_many_prelude_and_coda_layers_are_refused_naming_the_model_keys():
                          "braces: tune: {key: value, ...}, or leave the key out for its defaults"),
         ({"model": {"seq_len": [32]}}, "model.seq_len: Input should be a valid integer, got [32] (a list): write "
                                        "seq_len: 32"),
+        ({"seeds": "2"}, "got '2' (quoted, so YAML reads it as text: write 2 without quotes)"),
+        ({"seeds": {1: "3", 2: 1, 4: 1, 8: 1}}, "seeds[1] must be a count (an integer >= 1, e.g. 4 for [0, 1, 2, 3]) "
+                                                "or a list of integer seeds; got '3' (quoted, so YAML reads it as "
+                                                "text: write 3 without quotes)"),
         # the same rule for every key: a quoted number says what to write
         ({"training": {"batch_tokens": "2.56e2"}}, "training.batch_tokens: Input should be a valid integer, unable to "
                                                    "parse string as an integer ('2.56e2' is quoted, so YAML reads it "
@@ -944,3 +948,21 @@ def test_cells_of_two_token_budgets_are_not_equal():
     a, b = (c for c in cells if (c.r, c.size) == (8, 32))
     assert a != b and a.run.tokens != b.run.tokens
     assert a == preset_spec("smoke").cells()[cells.index(a)]  # the same cell built again is equal
+
+
+@pytest.mark.parametrize(
+    "key, value, hint",
+    [
+        ("learning_rate", 0.01, "the LR is the top-level key lr: tune, {fixed: LR} or {table: ...}"),
+        ("seed", 3, "init seeds are the top-level key seeds (a count or a list)"),
+        ("seq_len", 64, "the context length is model.seq_len"),
+        ("d_model", [16], "widths are the top-level key sizes (or the sizes of budgets)"),
+        ("optimizer", "muon", "the optimizer is training.optimizer"),
+    ],
+)
+def test_a_top_level_key_of_another_name_or_section_says_where_it_belongs(key, value, hint):
+    """`learning_rate:` at the top got "Extra inputs are not permitted (the keys at the top are: ...)", not the
+    key it meant (lr; difflib finds nothing close); a key of another section names that section."""
+    with pytest.raises(SpecError) as e:
+        parse_spec({**copy.deepcopy(PRESETS["smoke"]), key: value})
+    assert f"{key}: Extra inputs are not permitted ({hint})" in str(e.value), str(e.value)
