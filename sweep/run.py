@@ -488,7 +488,7 @@ def run_pipeline(
     meta["spec_name"] = spec.name  # the spec's own name, as Tune's experiments and the studies have it
     meta.setdefault("command", command)  # the command that started this run directory
     meta["last_command"] = command
-    meta.setdefault("stage_wall_s", {})  # summed over every command of this folder (a resumed stage counts both)
+    meta.setdefault("stage_wall_s", {})  # summed over every `run` of this folder (a resumed stage counts both)
     meta["last_command_stage_wall_s"] = {}  # this command's own: a stage it skipped is absent
     meta["skipped"] = []
 
