@@ -679,7 +679,7 @@ def run_cmd(
     """Measure phi end to end: LR tuning -> iso-depth grid -> fits with bootstrap -> report.md."""
     from loopscale.sweep import console, tracking
     from loopscale.sweep.commands import stdout_to_stderr
-    from loopscale.sweep.spec import check_folder_spec, check_out_outside_corpus
+    from loopscale.sweep.spec import check_folder_spec, check_out_outside_corpus, set_aside_torn_spec
     from loopscale.sweep.status import fit_headlines
 
     spec, name = resolve_spec(spec_path, preset)
@@ -717,6 +717,7 @@ def run_cmd(
                 refuse_busy_folder(out_dir, "`loopscale run`")
                 refuse_foreign_files(out_dir)
                 check_folder_spec(out_dir, spec, corpus=not absent)
+                set_aside_torn_spec(out_dir)  # listed: `run` keeps a torn spec.yaml aside and writes its own
                 _read_as_run_reads(spec, Path(out_dir))
                 if resume:  # as `run --resume` checks it, before anything is written
                     from loopscale.sweep.commands import check_resume_storage

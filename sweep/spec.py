@@ -1858,6 +1858,18 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
     return "; ".join(found[:limit]) + more
 
 
+def set_aside_torn_spec(out: str | Path) -> None:
+    """Move a torn ``out/spec.yaml`` (empty, cut short, not a spec: :func:`_folder_spec_text`) aside to
+    ``spec.yaml.unreadable-<id>``, with a warning; inside :func:`loopscale.sweep.store.look_only` (a dry run) it is
+    only listed. A readable or missing one is left alone."""
+    from loopscale.cluster.storage import move_aside
+
+    spec_file = Path(out) / FOLDER_SPEC
+    if spec_file.is_file() and not _folder_spec_text(spec_file):
+        empty = not spec_file.read_bytes().strip()
+        move_aside(str(spec_file), "0 bytes" if empty else "not a spec this loopscale reads (cut short or edited)")
+
+
 def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
     """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a torn one (empty,
     cut short, not a spec: :func:`_folder_spec_text`) is moved aside first. ``out`` must exist. The folder's first command also records the corpus's
@@ -1867,13 +1879,11 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True)
     Raises:
         ValueError: ``out`` holds another spec's results.
     """
-    from loopscale.cluster.storage import move_aside, write_text_atomic
+    from loopscale.cluster.storage import write_text_atomic
 
     spec_file = Path(out) / FOLDER_SPEC
     check_folder_spec(out, spec, corpus=corpus)
-    if spec_file.is_file() and not _folder_spec_text(spec_file):  # torn: kept aside, rewritten below
-        empty = not spec_file.read_bytes().strip()
-        move_aside(str(spec_file), "0 bytes" if empty else "not a spec this loopscale reads (cut short or edited)")
+    set_aside_torn_spec(out)  # rewritten below
     write_text_atomic(str(spec_file), spec_to_yaml(spec.model_copy(update={"storage_path": None})))
     if corpus:
         record_folder_corpus(out, spec)

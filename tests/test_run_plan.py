@@ -686,3 +686,22 @@ def test_a_dry_run_given_a_relative_out_lists_an_unreadable_file_once(tmp_path):
                           "--dry-run", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
     p = json.loads(res.stdout)
     assert [u.split(" is unreadable")[0] for u in p["unreadable"]] == ["P2/runs.parquet"], p["unreadable"]
+
+
+def test_a_dry_run_lists_a_torn_spec_yaml_that_run_sets_aside(tmp_path):
+    """A folder whose spec.yaml is cut short takes the spec its runs are cells of, and `run` keeps the torn file
+    aside before writing its own; the dry run did not say so. It lists it now, and still moves nothing."""
+    import shutil
+
+    out = tmp_path / "s4"
+    shutil.copytree("docs/example_cpu_seeds4", out)
+    spec_text = (out / "spec.yaml").read_text()
+    shutil.copy(out / "spec.yaml", tmp_path / "spec.yaml")
+    (out / "spec.yaml").write_text(spec_text[:60])
+    before = _tree(out)
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(tmp_path / "spec.yaml"), "--out",
+                          str(out), "--dry-run", "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = json.loads(res.stdout)
+    assert p["refused"] is None and _tree(out) == before
+    assert p["unreadable"] == [f"{out / 'spec.yaml'} is unreadable (not a spec this loopscale reads (cut short or "
+                               "edited)): the command would move it aside and treat it as missing"], p["unreadable"]
