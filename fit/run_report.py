@@ -534,7 +534,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"median MFU {_fmt(float(ok['mfu'].median()) if len(ok) and 'mfu' in ok else None, 3)}"
         )
     for stage, secs in meta.get("stage_wall_s", {}).items():
-        L.append(f"- stage `{stage}`: {secs / 60:.1f} min wall")
+        if stage != "report":  # a report cannot hold its own build time: `run` and `report` write the same lines
+            L.append(f"- stage `{stage}`: {secs / 60:.1f} min wall")
     if ana.get("excluded_runs"):
         from loopscale.fit.io import DUPLICATE_RUN_ID
 

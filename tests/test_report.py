@@ -178,6 +178,24 @@ def test_sweep_summary_counts_a_run_listed_twice_once(tmp_path):
     assert after == before
 
 
+def test_a_rebuilt_report_says_what_the_runs_own_report_says(tmp_path):
+    """`loopscale report DIR` on a finished folder added '- stage `report`: 0.0 min wall', which the report `run`
+    wrote lacks (it cannot know its own build time): rebuilding with nothing new changed the report. Neither has
+    the line now; the other stages' times are kept."""
+    import json
+
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    meta = json.loads((run / "run_meta.json").read_text(encoding="utf-8"))
+    meta["stage_wall_s"] = {"sweep": 600.0, "fit": 60.0, "report": 1.5}
+    (run / "run_meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    section = _section(build_report(run).read_text(encoding="utf-8"), "## Sweep summary")
+    assert "- stage `sweep`: 10.0 min wall" in section and "- stage `fit`: 1.0 min wall" in section
+    assert "stage `report`" not in section
+
+
 def test_excluded_runs_are_a_table_with_their_seeds_and_errors():
     """Two diverged members of one cell differ only in their seed (the report listed raw dicts without it); a
     failed run's reason carries the first line of its error, and a '|' in it does not break the table."""
