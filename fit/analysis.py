@@ -312,7 +312,7 @@ def _identification(
 
     ci = boot.ci.get("phi") if boot is not None else None
     profile, per_r = rule_inputs(frame, starts=starts, B=B, seed=seed, strata=strata, address=address)
-    ident = identify(joint, ci, profile, per_r)
+    ident = identify(joint, ci, profile, per_r, no_interval=boot.no_interval_reason if boot is not None else None)
     outd = ident.to_dict()
     # the alternative to one phi: the same law with phi free per r, fitted to the same points with the joint fit's
     # starts (one fit; with the profile's 30 its optimiser could stop short of `loopscale fit --law joint_per_r`)

@@ -339,8 +339,10 @@ def fit_cmd(
         n_note = _n_column_note(data) if law == "chinchilla" else None
         if n_note:
             summary["n_column_note"] = n_note
-        if ident is not None:
-            summary["identification"] = ident.to_dict()
+        if ident is not None:  # strict JSON: a per-r phi without an interval has NaN ends (null here)
+            from loopscale.fit.outputs import json_safe
+
+            summary["identification"] = json_safe(ident.to_dict())
         if out is not None:
             # an earlier fit's files are moved into a folder of their own before this fit writes (nothing written is
             # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)

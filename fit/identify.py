@@ -18,6 +18,10 @@ can fail to identify it in three ways, each of which this module detects:
 ``PER_R_DISAGREE``
     phi fitted from each r against the r = 1 runs alone (phi_r) has intervals with no common point: the r^phi form
     does not describe all r at once at this scale, and a single phi would average incompatible values.
+``NO_INTERVAL``
+    the bootstrap ran but gave phi no interval (every resample was degenerate: e.g. one D and one seed per cell,
+    resampled by D): a point estimate with nothing to weigh it is not a result. (Without a bootstrap asked for, the
+    headline only says there is no interval.)
 
 Otherwise the headline is "phi = x [lo, hi]"; when the interval's half-width exceeds the requested precision the
 headline says so (identified but imprecise). A check that could not be made (no profile; phi per r without
@@ -48,6 +52,7 @@ class Cause(StrEnum):
     ON_BOUND = "on_bound"
     FLAT_PROFILE = "flat_profile"
     PER_R_DISAGREE = "per_r_disagree"
+    NO_INTERVAL = "no_interval"
 
 
 @dataclass(frozen=True)
@@ -341,6 +346,7 @@ def identify(
     *,
     target_half_width: float = 0.15,
     bound_rtol: float = 1e-3,
+    no_interval: str | None = None,
 ) -> Identification:
     """Apply the identification rule (module docstring) to a joint fit with phi free.
 
@@ -351,6 +357,8 @@ def identify(
         per_r: :func:`per_r_phi` output with intervals (None or one r: the per-r test is skipped).
         target_half_width: precision asked of phi (the headline says when the interval is wider).
         bound_rtol: a parameter within this fraction of the box width from an edge counts as on the bound.
+        no_interval: why the bootstrap that was run gave no interval (``BootstrapResult.no_interval_reason``): the
+            cause ``NO_INTERVAL``; None when it gave one or none was run.
     Raises:
         ValueError: ``point`` is not a joint fit with phi free.
     """
@@ -433,6 +441,10 @@ def identify(
             f"per_r (needs r = 1 runs and at least two r > 1, each with at least {make_law('joint').n_params} runs "
             "together with the r = 1 runs)"
         )
+
+    if no_interval and phi_ci is None:
+        causes.append(Cause.NO_INTERVAL)
+        reasons[Cause.NO_INTERVAL.value] = f"no interval: the bootstrap gave none ({no_interval})"
 
     half = None if phi_ci is None else (phi_ci[1] - phi_ci[0]) / 2
     precise = half is not None and half <= target_half_width

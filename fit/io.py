@@ -297,6 +297,13 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
             f"no row has status 'ok' ({_dropped(by_status, len(dups))}); the fits take the rows whose status is "
             f"exactly 'ok' (lower case, no spaces): write {', '.join(repr(k) for k in near)} as 'ok'"
         )
+    foreign = sorted(str(k) for k in by_status if str(k) not in ("diverged", "did_not_learn", "failed"))
+    if n == 0 and foreign:  # 'completed', 'done': the runs are there, their status named in another tool's words
+        raise ValueError(
+            f"no row has status 'ok' ({_dropped(by_status, len(dups))}); the fits take only the rows whose status is "
+            "'ok' (loopscale's runs are ok, diverged, did_not_learn or failed): write your finished runs' status "
+            f"({', '.join(repr(k) for k in foreign)}) as 'ok', or drop the status column"
+        )
     if n < law.n_params:
         fix = " or fix phi (--phi 0.5 on the command line, phi=0.5 in Python)" if "phi" in law.extra_names else ""
         left = f" of {n + n_excluded + len(dups)} ({_dropped(by_status, len(dups))})" if n_excluded or len(dups) else ""

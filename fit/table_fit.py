@@ -264,7 +264,7 @@ def identification(fit, boot, runs, *, strata, starts: int, seed: int):
 
     ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
     profile, per_r = rule_inputs(runs, starts=starts, B=boot.B if boot else 0, seed=seed, strata=strata)
-    return identify(fit, ci, profile, per_r)
+    return identify(fit, ci, profile, per_r, no_interval=boot.no_interval_reason if boot is not None else None)
 
 
 def _one_point(src: pd.DataFrame) -> None:

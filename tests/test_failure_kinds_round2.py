@@ -501,10 +501,15 @@ def test_degenerate_bootstrap_says_why_and_report_renders_it(tmp_path):
     table = tmp_path / "run" / "runs.parquet"
     table.parent.mkdir()
     pq.write_table(one_d, table)
-    p = _cli("fit", str(table), "--law", "joint", "--bootstrap", "20", "--starts", "20", "--json")
+    p = _cli("fit", str(table), "--law", "joint", "--bootstrap", "20", "--starts", "20", "--identify", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
     boot = json.loads(p.stdout)["bootstrap"]
     assert boot["n_ok"] == 0
+    # a point with no interval is not a result, and --identify --json printed strict JSON (a per-r phi's NaN ends
+    # made it exit 2: "Out of range float values are not JSON compliant")
+    ident = json.loads(p.stdout)["identification"]
+    assert ident["identified"] is False and "no_interval" in ident["causes"], ident
+    assert ident["reasons"]["no_interval"].startswith("no interval: the bootstrap gave none (every run has the same D")
     assert "every run has the same D" in boot["no_interval_reason"]
     assert "--block-by r" in boot["no_interval_reason"]
     # the suggested blocking gives intervals
@@ -518,7 +523,7 @@ def test_degenerate_bootstrap_says_why_and_report_renders_it(tmp_path):
     text = build_report(tmp_path / "run").read_text(encoding="utf-8")
     identified = json.loads((tmp_path / "run" / "fit" / "analysis.json").read_text())["variants"]["baseline"][
         "identification"]["identified"]  # fmt: skip
-    assert ("95 % CI –**" if identified else "bootstrap 95 % CI –: not a result") in text
+    assert identified is False and "bootstrap 95 % CI –: not a result" in text
     assert "**No interval**" in text and "every run has the same D" in text
     # run refuses the grid before training anything, and its --dry-run plan says so
     grid = dict(TINY, r=[1, 2, 4, 8], sizes=[16, 32, 48])

@@ -510,6 +510,15 @@ def test_a_status_spelled_OK_is_named_not_taken_for_too_few_runs():
     with pytest.raises(ValueError, match=r"no row has status 'ok' \(left out: 18 OK\).*write 'OK' as 'ok'") as e:
         prepare(t, make_law("joint"))
     assert "add runs" not in str(e.value)
+    # another tool's word for a finished run ('completed', 'done') was told to add runs or fix phi
+    with pytest.raises(ValueError) as e:
+        prepare(_base_joint().assign(status=["completed"] * 17 + ["failed"]), make_law("joint"))
+    assert str(e.value) == ("no row has status 'ok' (left out: 17 completed, 1 failed); the fits take only the rows "
+                            "whose status is 'ok' (loopscale's runs are ok, diverged, did_not_learn or failed): write "
+                            "your finished runs' status ('completed') as 'ok', or drop the status column")
+    # loopscale's own statuses (every run diverged) keep the count of runs left
+    with pytest.raises(ValueError, match=r"0 run\(s\) left of 18 \(left out: 18 diverged\)"):
+        prepare(_base_joint().assign(status="diverged", loss=None), make_law("joint"))
 
 
 def test_fit_cli_single_seed_block_by_seed_says_no_interval(tmp_path):

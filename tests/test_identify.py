@@ -67,6 +67,23 @@ def test_identified_headline_names_the_checks_it_could_not_make():
     )
 
 
+def test_a_bootstrap_that_gave_no_interval_does_not_identify_phi():
+    """`fit --bootstrap 20 --identify` on one D with one seed per cell: the bootstrap gave no interval, and the
+    verdict was `identified: true` with "phi = 0.500 (no interval: the bootstrap gave none)", where a point without
+    an interval is not a result. It is now not identified, saying why the bootstrap gave none; without a bootstrap
+    asked for, the headline still just says there is no interval."""
+    df = _table({2: 0.46, 4: 0.46, 8: 0.46})
+    point = fit_law(df, law="joint", starts=30)
+    prof = phi_profile(df, GRID, starts=15)
+    why = "every run has the same D = 1e+10: ... --block-by r"
+    out = identify(point, None, prof, None, no_interval=why)
+    assert not out.identified and out.causes == (Cause.NO_INTERVAL,)
+    assert out.headline == f"phi not identified by this grid: no interval: the bootstrap gave none ({why})"
+    plain = identify(point, None, prof, None)
+    assert plain.identified and plain.headline.startswith(f"phi = {point.params['phi']:.3f} (no interval")
+    assert identify(point, (0.3, 0.6), prof, None, no_interval=None).identified
+
+
 def test_not_identified_on_bound():
     # looped models far worse than any phi can explain: phi runs to the box edge (the cpu preset's failure)
     out = _rule(_table({2: 0.0, 4: 0.0, 8: 0.0}, penalty={2: 0.5, 4: 0.5, 8: 0.5}))
