@@ -621,6 +621,11 @@ def check_point(point: FitResult, law: Law) -> None:
         )
 
 
+FRONTIER_BUDGETS_MAX = 8
+"""Most distinct C of a table that the bootstrap's derived quantities take as the frontier's budgets (N*, D*, L* at
+each); a table with more (a C per run) gets 4 log-spaced budgets spanning them."""
+
+
 def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.DataFrame:
     """Derived quantities for each parameter row: ``r_phi_<r>``, ``neff_ratio_<r>`` (N_eff/N_unique, paper G.3's g_r),
     and the law's compute-optimal ``N_star``/``D_star``/``L_star`` per r and budget when the table has ``C`` and
@@ -645,6 +650,9 @@ def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.Data
         frame = data.frame
         F, frac_by_r = flops_model_from_table(frame)
         budgets = np.unique(data.cols["C"])
+        if budgets.size > FRONTIER_BUDGETS_MAX:  # a C per run (C = 6 N D of a table), not a few FLOP budgets: the
+            # frontier at 4 log-spaced budgets spanning them, as `loopscale run` takes for token-budget grids
+            budgets = np.geomspace(budgets.min(), budgets.max(), 4)
         for r in rs:
             f = frac_by_r.get(float(r), 1.0) if law.name == "joint" else 1.0
             acc = {q: np.full((len(params_df), budgets.size), np.nan) for q in ("N", "D", "L")}

@@ -384,3 +384,53 @@ def test_lr_plot_of_one_study_for_every_r_has_one_line_named_for_it(tmp_path, mo
     monkeypatch.setattr(lr_table, "lr_figure", lambda size, series: seen.update(series) or plt.figure())
     lr_table._plot(tmp_path, url, rows)
     assert list(seen) == ["8 (its LR used for r = 1, 2, 4, 8)"] and len(seen["8 (its LR used for r = 1, 2, 4, 8)"]) == 2
+
+
+def test_a_c_per_run_is_drawn_by_token_budget_not_as_one_curve_per_run():
+    """A table of ordinary runs whose C column is each run's own C = 6 N D (12 distinct values per r) drew one
+    IsoFLOP curve per run, with a legend running off the axes, and the bootstrap derived N*/D*/L* at every one of
+    them (720 entries for 240 runs). Such a table is drawn at each D, and its frontier taken at 4 budgets spanning
+    its C; an iso-FLOP grid's few C (whole steps apart in the last digits) stay one curve each."""
+    from loopscale.fit.bootstrapping import FRONTIER_BUDGETS_MAX
+    from loopscale.fit.plots import _curve_groups
+
+    runs = _smoke_runs()
+    per_run = pd.concat([runs.assign(D=runs["D"] * k, C=runs["C"] * k) for k in (1, 1.7, 2.9)], ignore_index=True)
+    assert per_run.groupby("r")["C"].nunique().min() > 8 >= per_run.groupby("r")["D"].nunique().max()
+    assert _curve_groups(per_run) == ("D", "")
+    iso = runs.assign(C=np.where(runs["D"] == 2048, 5.0001e8, 1e9) * (1 + 1e-6 * np.arange(len(runs))))
+    assert _curve_groups(iso) == ("C", "")
+    fit = SimpleNamespace(params=SMOKE_PARAMS, law="joint", r2=0.99, law_object=lambda: make_law("joint"))
+    from loopscale.fit.plots import fit_curves_figure
+
+    fig = fit_curves_figure(fit, iso)
+    try:
+        assert sorted(_curves(fig.axes[0])) == ["C=1e+09", "C=5e+08"]
+    finally:
+        plt.close(fig)
+    # the derived quantities: N*/D*/L* at 4 budgets spanning a C per run, at each C of a few
+    from loopscale.fit.bootstrapping import bootstrap
+
+    joint = _small_joint_table()
+    many = pd.concat([joint.assign(D=joint["D"] * k, C=joint["C"] * k) for k in (1, 1.3, 1.7, 2.2)],
+                     ignore_index=True)  # fmt: skip
+    assert many["C"].nunique() > FRONTIER_BUDGETS_MAX
+    for table, n_budgets in ((joint, 3), (many, 4)):
+        res = bootstrap(table, law="joint", B=3, workers=1, starts=10, seed=0)
+        keys = [k for k in res.ci_derived if k.startswith("N_star_r1_C")]
+        assert len(keys) == n_budgets, keys
+    keys = sorted(float(k.split("_C")[1]) for k in res.ci_derived if k.startswith("N_star_r1_C"))
+    assert keys[0] == pytest.approx(many["C"].min(), rel=1e-2) and keys[-1] == pytest.approx(many["C"].max(), rel=1e-2)
+
+
+def _small_joint_table(phi: float = 0.5) -> pd.DataFrame:
+    """An iso-FLOP joint table of 3 budgets (C = 6 (N_once + r N_rec) D), r in {1, 2, 4}, 4 widths."""
+    rows = []
+    for C in (1e18, 3e18, 1e19):
+        for r in (1, 2, 4):
+            for d in (256, 384, 512, 768):
+                n_once, n_rec = 48.0 * d * d, (192 / r + 2) * d * d
+                D = C / (6 * (n_once + r * n_rec))
+                L = 1.6 + 30 * (n_once + r**phi * n_rec) ** -0.2 + 900 * D**-0.37
+                rows.append({"C": C, "r": r, "N_once": n_once, "N_rec": n_rec, "D": D, "loss": L})
+    return pd.DataFrame(rows)
