@@ -115,3 +115,37 @@ def s3_offline(monkeypatch):
         return real(uri, filesystem)
 
     monkeypatch.setattr(st, "resolve_uri", offline)
+
+
+# ---- sweep-folder fixtures (status and dry-run tests) ---------------------------------------------------------
+
+
+@pytest.fixture
+def half_done(tmp_path):
+    """(out, cells): a smoke run directory: spec.yaml, 5 ok runs (2 consolidated, 3 in parts), 1 diverged, 2 failed,
+    8 untouched, and a run_meta.json."""
+    import json
+    import time
+
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.store import ResultsStore, failed_record, run_record
+
+    spec = preset_spec("smoke")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    cells = spec.cells()
+    store = ResultsStore(out)
+    for c in cells[:2]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time() - 60))
+    store.consolidate()
+    for c in cells[2:5]:
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    store.write_run(run_record(cells[5], {"status": "diverged"}))
+    store.write_run(
+        failed_record(cells[6], "Traceback ...\nRuntimeError: out of memory in run 0123456789abcdef")
+    )
+    store.write_run(failed_record(cells[7], "RuntimeError: out of memory in run fedcba9876543210"))
+    (out / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 125.0}}))
+    return out, cells

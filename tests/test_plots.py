@@ -409,9 +409,11 @@ def test_a_c_per_run_is_drawn_by_token_budget_not_as_one_curve_per_run():
     finally:
         plt.close(fig)
     # the derived quantities: N*/D*/L* at 4 budgets spanning a C per run, at each C of a few
+    from test_bootstrap import _small_joint  # an iso-FLOP joint table of 3 budgets
+
     from loopscale.fit.bootstrapping import bootstrap
 
-    joint = _small_joint_table()
+    joint = _small_joint(noise=0.0)
     many = pd.concat([joint.assign(D=joint["D"] * k, C=joint["C"] * k) for k in (1, 1.3, 1.7, 2.2)],
                      ignore_index=True)  # fmt: skip
     assert many["C"].nunique() > FRONTIER_BUDGETS_MAX
@@ -421,16 +423,3 @@ def test_a_c_per_run_is_drawn_by_token_budget_not_as_one_curve_per_run():
         assert len(keys) == n_budgets, keys
     keys = sorted(float(k.split("_C")[1]) for k in res.ci_derived if k.startswith("N_star_r1_C"))
     assert keys[0] == pytest.approx(many["C"].min(), rel=1e-2) and keys[-1] == pytest.approx(many["C"].max(), rel=1e-2)
-
-
-def _small_joint_table(phi: float = 0.5) -> pd.DataFrame:
-    """An iso-FLOP joint table of 3 budgets (C = 6 (N_once + r N_rec) D), r in {1, 2, 4}, 4 widths."""
-    rows = []
-    for C in (1e18, 3e18, 1e19):
-        for r in (1, 2, 4):
-            for d in (256, 384, 512, 768):
-                n_once, n_rec = 48.0 * d * d, (192 / r + 2) * d * d
-                D = C / (6 * (n_once + r * n_rec))
-                L = 1.6 + 30 * (n_once + r**phi * n_rec) ** -0.2 + 900 * D**-0.37
-                rows.append({"C": C, "r": r, "N_once": n_once, "N_rec": n_rec, "D": D, "loss": L})
-    return pd.DataFrame(rows)

@@ -608,7 +608,7 @@ def test_a_dry_run_refuses_the_storage_run_refuses(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()  # a dry run creates nothing
 
 
-def test_a_dry_run_on_a_folder_with_recorded_runs_says_what_is_left_to_train(tmp_path):
+def test_a_dry_run_on_a_folder_with_recorded_runs_says_what_is_left_to_train(half_done, tmp_path):
     """A dry run on a folder whose runs are partly recorded planned every run as if none were: it now says how many
     are recorded, how many finished runs `run` will record without training (their result.json in the storage), and
     what is left to train (runs, trials, FLOPs), as `run` continues. A failed record is left to train (retried)."""
@@ -616,35 +616,28 @@ def test_a_dry_run_on_a_folder_with_recorded_runs_says_what_is_left_to_train(tmp
 
     from loopscale.model.train import resolve_tokens
     from loopscale.sweep.grid import trial_groups
-    from loopscale.sweep.spec import spec_to_yaml
-    from loopscale.sweep.store import ResultsStore, failed_record, run_record
+    from loopscale.sweep.store import ResultsStore, run_record
 
+    out, cells = half_done  # 5 ok, 1 diverged, 2 failed (cells 6, 7), 8 untouched
     spec = preset_spec("smoke")
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "spec.yaml").write_text(spec_to_yaml(spec))
-    cells = spec.cells()
-    store = ResultsStore(out)
-    for c in cells[:5]:
-        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time()))
-    store.write_run(run_record(cells[5], {"status": "diverged"}))
-    store.write_run(failed_record(cells[6], "RuntimeError: boom"))
-    finished = out / "tune" / "checkpoints" / cells[7].run_id
+    finished = out / "tune" / "checkpoints" / cells[8].run_id
     finished.mkdir(parents=True)
     (finished / "result.json").write_text("{}")
     before = _tree(out)
     res = _dry(out)
     assert res.returncode == 0, res.stderr
     p = json.loads(res.stdout)
-    left = cells[6:7] + cells[8:]
+    left = cells[6:8] + cells[9:]
     f_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
     f_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
     n_trials = len(trial_groups(left, spec.ensemble_members()))
     assert p["recorded"] == (
-        f"6 of 16 runs recorded (ok, diverged or did not learn), 1 more finished and are recorded when `run` continues; 9 left to "
-        f"train in {n_trials} trials, {f_left:.3g} of the grid's {f_all:.3g} training FLOPs ({f_left / f_all:.0%})"
+        f"6 of 16 runs recorded (ok, diverged or did not learn), 1 more finished and are recorded when `run` "
+        f"continues; 9 left to train in {n_trials} trials, {f_left:.3g} of the grid's {f_all:.3g} training FLOPs "
+        f"({f_left / f_all:.0%})"
     )
     assert p["runs"] == 16 and _tree(out) == before  # the plan is still the whole grid's; nothing written
+    store = ResultsStore(out)
     for c in cells[6:]:
         store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time() + 1))
     p = json.loads(_dry(out).stdout)

@@ -17,29 +17,6 @@ from loopscale.sweep.status import collect_status, fit_headlines, format_status
 from loopscale.sweep.store import ResultsStore, failed_record, run_record
 
 
-@pytest.fixture
-def half_done(tmp_path):
-    """A smoke run directory: spec.yaml, 5 ok runs (2 consolidated, 3 in parts), 1 diverged, 2 failed, 8 untouched."""
-    spec = preset_spec("smoke")
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "spec.yaml").write_text(spec_to_yaml(spec))
-    cells = spec.cells()
-    store = ResultsStore(out)
-    for c in cells[:2]:
-        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}, finished_at=time.time() - 60))
-    store.consolidate()
-    for c in cells[2:5]:
-        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
-    store.write_run(run_record(cells[5], {"status": "diverged"}))
-    store.write_run(
-        failed_record(cells[6], "Traceback ...\nRuntimeError: out of memory in run 0123456789abcdef")
-    )
-    store.write_run(failed_record(cells[7], "RuntimeError: out of memory in run fedcba9876543210"))
-    (out / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 125.0}}))
-    return out, cells
-
-
 def test_stopped_sweep_counts_every_planned_run_once(half_done):
     out, cells = half_done
     st = collect_status(out)
