@@ -301,18 +301,16 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     from loopscale.model.train import (
         CHECKPOINT_FORMAT,
         DID_NOT_LEARN,
-        CheckpointError,
         RunConfig,
         _newest_readable_checkpoint,
         _prepare,
         _save_newest_two,
+        check_run_key,
         checkpoint_key,
-        collapse_note,
         compile_time_note,
+        did_not_learn_note,
         ensemble_key,
-        key_differences,
         make_result,
-        not_learned_note,
         peak_flops,
         prediction_logits,
         run_optimizers,
@@ -383,12 +381,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         train_before = (0, 0.0)  # (tokens per member, s) of training steps before the checkpoint
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)  # a torn newest one is moved aside
         if ckpt_path is not None:
-            if st["run_key"] != run_key:
-                diff = key_differences(st["run_key"], run_key)
-                raise CheckpointError(
-                    f"checkpoint {str(ckpt_path)!r} belongs to a different run (differs in {diff}); use another "
-                    "checkpoint_dir or delete it"
-                )
+            check_run_key(ckpt_path, st["run_key"], run_key)
             model.load_state_dict(st["model"])
             for o, s_ in zip(opts, st["optimizers"], strict=True):
                 o.load_state_dict(s_)
@@ -553,8 +546,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         if cfg.lr > 0 and "ok" in status:
             logits = prediction_logits(model, ev, autocast)  # [k, 1, t, V]
             for i in range(k):
-                if status[i] == "ok" and (note := not_learned_note(finals[i], mcfg.vocab_size, cfg.lr)
-                                          or collapse_note(logits[i], finals[i], cfg.lr)):  # fmt: skip
+                if status[i] == "ok" and (note := did_not_learn_note(finals[i], mcfg.vocab_size, cfg.lr, logits[i])):
                     status[i], collapsed[i] = DID_NOT_LEARN, note
         threads_used = torch.get_num_threads()
     finally:

@@ -386,6 +386,18 @@ def ensemble_key(key: dict, seeds: list[int], data_seeds: list[int]) -> dict:
             "data_seeds": list(data_seeds)}  # fmt: skip
 
 
+def check_run_key(path, saved: dict, now: dict) -> None:
+    """Refuse the checkpoint at ``path`` when its key ``saved`` is not ``now`` (:func:`checkpoint_key`, or
+    :func:`ensemble_key`): the run that wrote it is another.
+
+    Raises:
+        CheckpointError: naming the fields that differ (:func:`key_differences`).
+    """
+    if saved != now:
+        raise CheckpointError(f"checkpoint {str(path)!r} belongs to a different run (differs in "
+                              f"{key_differences(saved, now)}); use another checkpoint_dir or delete it")  # fmt: skip
+
+
 def refuse_checkpoint_of_another_run(cfg: RunConfig, members: tuple[list[int], list[int]] | None = None) -> None:
     """Before the corpus is read: raise when the newest checkpoint in ``cfg.checkpoint_dir`` belongs to another run,
     comparing every field of the checkpoint key but the corpus hash (known only once the corpus is read; the run
@@ -409,11 +421,7 @@ def refuse_checkpoint_of_another_run(cfg: RunConfig, members: tuple[list[int], l
     if not isinstance(saved, dict):
         return
     now = checkpoint_key(cfg, resolve_tokens(cfg), saved.get("corpus_hash"))
-    if members is not None:
-        now = ensemble_key(now, *members)
-    if saved != now:
-        raise CheckpointError(f"checkpoint {str(path)!r} belongs to a different run (differs in "
-                              f"{key_differences(saved, now)}); use another checkpoint_dir or delete it")  # fmt: skip
+    check_run_key(path, saved, now if members is None else ensemble_key(now, *members))
 
 
 @dataclass
@@ -883,6 +891,14 @@ def collapse_note(logits, final_val: float, lr: float) -> str | None:
             f"no learning (status {DID_NOT_LEARN}: fits leave it out); lr={lr:g} is likely too high")  # fmt: skip
 
 
+def did_not_learn_note(final_val: float, vocab_size: int, lr: float, logits) -> str | None:
+    """Why a run that trained to its end with ``lr`` > 0 has status :data:`DID_NOT_LEARN`, or None: its final
+    validation loss is not below ln V (:func:`not_learned_note`), or its model, whose ``logits`` [b, t, V] are those of
+    :func:`prediction_logits`, collapsed to one prediction (:func:`collapse_note`). Used by ``train_run`` and, per
+    member, ``train_ensemble``."""
+    return not_learned_note(final_val, vocab_size, lr) or collapse_note(logits, final_val, lr)
+
+
 def prediction_logits(model, ev, autocast):
     """Logits of ``model`` (a LoopedLM [b, t, V] or an EnsembleLM [k, b, t, V]) on the first validation window's
     first :data:`COLLAPSE_POSITIONS` input tokens (ev: int64 windows [n, T + 1]), as float, without gradients."""
@@ -1149,12 +1165,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         train_before = (0, 0.0)  # (tokens, s) of training steps in the attempts before the checkpoint
         ckpt_path, st = _newest_readable_checkpoint(cfg.checkpoint_dir)
         if ckpt_path is not None:
-            if st["run_key"] != run_key:
-                diff = key_differences(st["run_key"], run_key)
-                raise CheckpointError(
-                    f"checkpoint {str(ckpt_path)!r} belongs to a different run (differs in {diff}); use another "
-                    "checkpoint_dir or delete it"
-                )
+            check_run_key(ckpt_path, st["run_key"], run_key)
             model.load_state_dict(st["model"])
             for o, s in zip(opts, st["optimizers"], strict=True):
                 o.load_state_dict(s)
@@ -1269,8 +1280,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
                 curve.append(point(steps_total, final_val))
             emit(curve[-1], None, final=True)
         if status == "ok" and cfg.lr > 0 and (
-            note := not_learned_note(final_val, mcfg.vocab_size, cfg.lr)
-            or collapse_note(prediction_logits(model, ev, autocast), final_val, cfg.lr)
+            note := did_not_learn_note(final_val, mcfg.vocab_size, cfg.lr, prediction_logits(model, ev, autocast))
         ):
             status = DID_NOT_LEARN
             run_warnings.append(note)
@@ -1444,7 +1454,9 @@ __all__ = [
     "TornCheckpointError",
     "RunConfig",
     "checkpoint_key",
+    "check_run_key",
     "collapse_note",
+    "did_not_learn_note",
     "DID_NOT_LEARN",
     "not_learned_note",
     "RunResult",
