@@ -1462,8 +1462,8 @@ def _write_stream(
             [np.fromfile(out_dir / "train.bin", dtype=dtype), np.fromfile(out_dir / "val.bin", dtype=dtype)]
         )
         n_val = max(1, int(round(len(full) * VAL_TAIL_FRAC)))
-        if isinstance(tokenizer, BPETokenizer):  # BPE learned from the first 1 - VAL_TAIL_FRAC of the characters
-            n_val = _tail_after_bpe_text(full, n_val, tokenizer, total_chars - int(total_chars * (1 - VAL_TAIL_FRAC)))
+        if isinstance(tokenizer, BPETokenizer):  # BPE learned from the first _bpe_text_limit characters
+            n_val = _tail_after_bpe_text(full, n_val, tokenizer, total_chars - _bpe_text_limit(total_chars))
         full[:-n_val].tofile(out_dir / "train.bin")
         full[-n_val:].tofile(out_dir / "val.bin")
         counts = {"train": len(full) - n_val, "val": n_val}
@@ -1502,13 +1502,19 @@ MIN_BPE_TRAIN_BYTES = 1024
 """Fewest bytes of training text a BPE tokenizer is trained on; less is an error (it would learn next to nothing)."""
 
 
+def _bpe_text_limit(total_chars: int) -> int:
+    """Characters of a position-split corpus BPE trains on: the first 1 - VAL_TAIL_FRAC of its ``total_chars``
+    (:func:`_bpe_training_texts`); the validation tail holds only text after them (:func:`_tail_after_bpe_text`)."""
+    return int(total_chars * (1 - VAL_TAIL_FRAC))
+
+
 def _bpe_training_texts(src: CorpusSource, by_document: bool, stats: dict) -> Iterator[str]:
     """The texts BPE is trained on: the training documents, or (position split) the text before the validation
     tail (the first 1 - VAL_TAIL_FRAC of the characters), never the validation data. Counts docs and bytes in
     ``stats`` (and, split by document, the non-empty validation documents left out: ``val_docs``)."""
     limit = None
     if not by_document:
-        limit = int(sum(len(d.text) for d in src.documents()) * (1 - VAL_TAIL_FRAC))
+        limit = _bpe_text_limit(sum(len(d.text) for d in src.documents()))
     used = 0
     for d in src.documents():
         if d.text and by_document and is_validation_doc(d.name):

@@ -23,13 +23,22 @@ DONE_KEY = "run_done"
 """Set (True) in the single report that carries the finished ``RunResult``."""
 
 
+RESULT = "result.json"
+"""The file a finished run writes in its :func:`run_uri` (its ``RunResult.to_dict()``)."""
+
+
+def run_uri(storage_uri: str, rid: str) -> str:
+    """``<storage>/checkpoints/<run id>``: where run ``rid`` keeps its checkpoints and its finished :data:`RESULT`."""
+    return storage.join(storage_uri, "checkpoints", rid)
+
+
 def _ckpt_files(d: Path) -> list[Path]:
     if not d.is_dir():
         return []
     return [
         p
         for p in d.iterdir()
-        if p.is_file() and p.name not in ("result.json",) and not p.name.startswith(".")
+        if p.is_file() and p.name != RESULT and not p.name.startswith(".")
     ]
 
 
@@ -39,8 +48,11 @@ def stored_result_ids(storage_uri: str, run_ids) -> set[str]:
     training. Only checks that the files exist, creating nothing; a remote storage is not read (empty set)."""
     if not storage.is_local_uri(storage_uri):
         return set()
-    root = Path(storage.local_path(storage_uri)) / "checkpoints"
-    return {rid for rid in run_ids if (root / rid / "result.json").is_file()}
+
+    def stored(rid: str) -> bool:
+        return Path(storage.local_path(storage.join(run_uri(storage_uri, rid), RESULT))).is_file()
+
+    return {rid for rid in run_ids if stored(rid)}
 
 
 class RunWorkspace:
@@ -52,7 +64,7 @@ class RunWorkspace:
 
     def __init__(self, storage_uri: str, rid: str):
         self.rid = rid
-        self.uri = storage.join(storage_uri, "checkpoints", rid)
+        self.uri = run_uri(storage_uri, rid)
         self.local = storage.is_local_uri(storage_uri)
         if self.local:
             self.dir = storage.local_path(self.uri)
@@ -104,10 +116,10 @@ class RunWorkspace:
 
     def result(self) -> dict | None:
         """The finished ``RunResult.to_dict()`` of this run, if it finished before."""
-        return storage.read_json_uri(storage.join(self.uri, "result.json"))
+        return storage.read_json_uri(storage.join(self.uri, RESULT))
 
     def save_result(self, result: dict) -> None:
-        storage.write_json_uri(storage.join(self.uri, "result.json"), result)
+        storage.write_json_uri(storage.join(self.uri, RESULT), result)
 
     def move_to(self, dest: str) -> bool:
         """Move everything this run stored (its checkpoints, its ``result.json``) to ``dest`` (``--force``: nothing
