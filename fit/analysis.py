@@ -269,7 +269,6 @@ def law_per_r(joint, *, starts: int, seed: int) -> dict:
     box edge. Where it fits and one phi does not, the r^phi form is what fails, not the law's N- or D-terms. The
     one-phi optimum is one of its starts, so its objective (Huber on log loss) is never above the one-phi fit's;
     R^2 (on the loss) can still come out a hair lower, as it is not what either fit minimises."""
-    import numpy as np
 
     from loopscale.fit.fitter import fit_data
     from loopscale.fit.io import prepare
@@ -466,6 +465,7 @@ def analyze(
         isoflop_parabolas,
         write_fit_outputs,
     )
+    from loopscale.fit.derived import spanning_budgets
     from loopscale.fit.fitter import fit_fixed_phis
     from loopscale.fit.io import prepare
     from loopscale.fit.laws import make_law
@@ -557,7 +557,7 @@ def analyze(
                 budgets = sorted(frame["budget"].unique())
             else:  # token budgets: the law's frontier at 4 log-spaced compute budgets spanning the whole grid, so
                 # every variant's rows are at the same C (each variant's own C range gave each its own budgets)
-                budgets = list(np.geomspace(df["C"].min(), df["C"].max(), 4))
+                budgets = list(spanning_budgets(df["C"]))
             fr = compute_optimal_frontier(joint, frame, budgets)
             fr.insert(0, "variant", vname)
             frontier_rows.append(fr)

@@ -621,11 +621,6 @@ def check_point(point: FitResult, law: Law) -> None:
         )
 
 
-FRONTIER_BUDGETS_MAX = 8
-"""Most distinct C of a table that the bootstrap's derived quantities take as the frontier's budgets (N*, D*, L* at
-each); a table with more (a C per run) gets 4 log-spaced budgets spanning them."""
-
-
 def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.DataFrame:
     """Derived quantities for each parameter row: ``r_phi_<r>``, ``neff_ratio_<r>`` (N_eff/N_unique, paper G.3's g_r),
     and the law's compute-optimal ``N_star``/``D_star``/``L_star`` per r and budget when the table has ``C`` and
@@ -633,7 +628,7 @@ def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.Data
     (:func:`loopscale.fit.analysis.frontier_unidentified`, where the report says "Not computed"), whose B and beta
     are not identified, so the draws' N*, D* and L* would follow each refit's arbitrary split of B D^-beta."""
     from loopscale.fit.analysis import frontier_unidentified
-    from loopscale.fit.derived import flops_model_from_table, frontier_arrays
+    from loopscale.fit.derived import flops_model_from_table, frontier_arrays, frontier_budgets
 
     out: dict[str, np.ndarray] = {}
     has_r = "r" in data.cols
@@ -649,10 +644,7 @@ def derived_columns(params_df: pd.DataFrame, data: FitData, law: Law) -> pd.Data
     if "C" in data.cols and frontier_unidentified(data.frame) is None:
         frame = data.frame
         F, frac_by_r = flops_model_from_table(frame)
-        budgets = np.unique(data.cols["C"])
-        if budgets.size > FRONTIER_BUDGETS_MAX:  # a C per run (C = 6 N D of a table), not a few FLOP budgets: the
-            # frontier at 4 log-spaced budgets spanning them, as `loopscale run` takes for token-budget grids
-            budgets = np.geomspace(budgets.min(), budgets.max(), 4)
+        budgets = frontier_budgets(data.cols["C"])  # a C per run (C = 6 N D of a table): 4 spanning budgets
         for r in rs:
             f = frac_by_r.get(float(r), 1.0) if law.name == "joint" else 1.0
             acc = {q: np.full((len(params_df), budgets.size), np.nan) for q in ("N", "D", "L")}

@@ -125,6 +125,32 @@ def flops_model_from_table(
     return F, frac
 
 
+FLOP_BUDGETS_MAX = 8
+"""Most distinct FLOP budgets per table that count as an iso-FLOP design (:func:`frontier_budgets`; the fit curves
+draw that many IsoFLOP curves per r); more distinct C is a C per run (e.g. C = 6 N D of an outside table)."""
+
+
+def rounded_budgets(C) -> np.ndarray:
+    """``C`` (FLOPs) to 3 significant digits: the runs of one iso-FLOP budget train whole steps, so their C differ
+    in the last digits (float array, same order)."""
+    return np.array([float(f"{x:.3g}") for x in np.asarray(C, dtype=float).ravel()])
+
+
+def spanning_budgets(C, n: int = 4) -> np.ndarray:
+    """``n`` log-spaced compute budgets (FLOPs) from the smallest to the largest finite C of ``C``: where the frontier
+    is taken for a token-budget grid or a table with a C per run."""
+    c = np.asarray(C, dtype=float)
+    c = c[np.isfinite(c)]
+    return np.geomspace(c.min(), c.max(), n)
+
+
+def frontier_budgets(C) -> np.ndarray:
+    """The compute budgets (FLOPs) at which a table's frontier is taken: its distinct budgets (:func:`rounded_budgets`)
+    when there are at most :data:`FLOP_BUDGETS_MAX` (an iso-FLOP design), else :func:`spanning_budgets`."""
+    budgets = np.unique(rounded_budgets(C))
+    return budgets if budgets.size <= FLOP_BUDGETS_MAX else spanning_budgets(C)
+
+
 SEARCH_LOG_N = (float(np.log(1e3)), float(np.log(1e15)))
 """The range of log N (unique parameters) the compute-optimal frontier is searched over."""
 

@@ -105,8 +105,11 @@ def _curve_groups(frame: pd.DataFrame) -> tuple[str | None, str]:
     """How :func:`fit_curves_figure` draws the law: ``("C", ...)`` along each FLOP budget's IsoFLOP curve (column
     ``C``, else the iso-FLOP ``budget`` column, which holds C in FLOPs), ``("D", ...)`` at each token budget when the
     table has neither but at most :data:`MAX_D_CURVES` distinct D per r, else ``(None, why)``: points only."""
+    from loopscale.fit.derived import FLOP_BUDGETS_MAX, rounded_budgets
+
     rs = frame["r"] if "r" in frame.columns else pd.Series(1, index=frame.index)
-    if "C" in frame.columns and frame.groupby(rs)["C"].agg(lambda c: _distinct_budgets(c).size).max() <= MAX_D_CURVES:
+    per_r = frame.groupby(rs)["C"].agg(lambda c: np.unique(rounded_budgets(c)).size) if "C" in frame.columns else None
+    if per_r is not None and per_r.max() <= FLOP_BUDGETS_MAX:
         return "C", ""  # a few FLOP budgets: an iso-FLOP grid (a C per run, C = 6 N D of a table, is not one)
     if "budget" in frame.columns and pd.to_numeric(frame["budget"], errors="coerce").notna().all():
         return "budget", ""
@@ -116,15 +119,8 @@ def _curve_groups(frame: pd.DataFrame) -> tuple[str | None, str]:
 
 
 MAX_D_CURVES = 8
-"""Most token budgets per r that :func:`fit_curves_figure` draws as curves at fixed D (a table without C), and
-most FLOP budgets per r it draws along their IsoFLOP curves (more distinct C: a C per run, drawn by D instead)."""
-
-
-def _distinct_budgets(c) -> np.ndarray:
-    """The distinct FLOP budgets among ``c`` (FLOPs), to 3 significant digits (an iso-FLOP grid's runs train whole
-    steps, so their C differ in the last digits)."""
-    c = pd.to_numeric(pd.Series(c), errors="coerce").dropna().to_numpy(float)
-    return np.unique(np.array([float(f"{x:.3g}") for x in c]))
+"""Most token budgets per r that :func:`fit_curves_figure` draws as curves at fixed D (a table without C, or with a
+C per run: more than :data:`loopscale.fit.derived.FLOP_BUDGETS_MAX` distinct C per r)."""
 
 
 def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
@@ -151,7 +147,9 @@ def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
         m = frame["r"].to_numpy() == r if "r" in frame.columns else np.ones(len(frame), bool)
         groups = frame.loc[m, by].to_numpy(float) if by else np.zeros(int(m.sum()))
         if by == "C":  # one budget's runs, whose whole steps differ in the last digits, are one curve
-            groups = np.array([float(f"{x:.3g}") for x in groups])
+            from loopscale.fit.derived import rounded_budgets
+
+            groups = rounded_budgets(groups)
         for gi, g in enumerate(np.unique(groups)):
             gm = groups == g
             col = plt.cm.viridis(gi / max(len(np.unique(groups)) - 1, 1))

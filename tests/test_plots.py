@@ -391,7 +391,7 @@ def test_a_c_per_run_is_drawn_by_token_budget_not_as_one_curve_per_run():
     IsoFLOP curve per run, with a legend running off the axes, and the bootstrap derived N*/D*/L* at every one of
     them (720 entries for 240 runs). Such a table is drawn at each D, and its frontier taken at 4 budgets spanning
     its C; an iso-FLOP grid's few C (whole steps apart in the last digits) stay one curve each."""
-    from loopscale.fit.bootstrapping import FRONTIER_BUDGETS_MAX
+    from loopscale.fit.derived import FLOP_BUDGETS_MAX
     from loopscale.fit.plots import _curve_groups
 
     runs = _smoke_runs()
@@ -416,8 +416,9 @@ def test_a_c_per_run_is_drawn_by_token_budget_not_as_one_curve_per_run():
     joint = _small_joint(noise=0.0)
     many = pd.concat([joint.assign(D=joint["D"] * k, C=joint["C"] * k) for k in (1, 1.3, 1.7, 2.2)],
                      ignore_index=True)  # fmt: skip
-    assert many["C"].nunique() > FRONTIER_BUDGETS_MAX
-    for table, n_budgets in ((joint, 3), (many, 4)):
+    assert many["C"].nunique() > FLOP_BUDGETS_MAX
+    jittered = joint.assign(C=joint["C"] * (1 + 1e-6 * np.arange(len(joint))))  # whole steps: C off in 6th digit
+    for table, n_budgets in ((joint, 3), (jittered, 3), (many, 4)):
         res = bootstrap(table, law="joint", B=3, workers=1, starts=10, seed=0)
         keys = [k for k in res.ci_derived if k.startswith("N_star_r1_C")]
         assert len(keys) == n_budgets, keys
