@@ -320,8 +320,9 @@ def _grid_cells_if_known(spec, out: Path):
 
 
 def _grid_done(spec, out: Path) -> bool:
-    """True when every cell of the spec already has a finished (ok, diverged or did not learn) record, so no Ray is needed; a
-    ``failed`` record does not count (the cell is retried). A torn runs.parquet or LR table reads as absent."""
+    """True when every cell of the spec already has a finished (ok, diverged or did not learn) record, so no Ray
+    is needed; a ``failed`` record does not count (the cell is retried). A torn runs.parquet or LR table reads as
+    absent."""
     from loopscale.sweep.store import ResultsStore
 
     cells = _grid_cells(spec, out)
@@ -329,45 +330,43 @@ def _grid_done(spec, out: Path) -> bool:
 
 
 def _recorded_note(spec, out: Path) -> str | None:
-    """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok, diverged or did not learn)
-    record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None for a folder
-    with no run records. With ``lr: tune`` and no LR table yet, the grid's runs are not defined (their LR is part of
-    them): the note says so. Reads only (call inside :func:`loopscale.sweep.store.look_only`)."""
+    """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok, diverged or did
+    not learn) record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None
+    for a folder with no run records. Runs that finished with no driver there to record them (their result.json in
+    a local storage) are counted apart: `run` records them without training. With ``lr: tune`` and no LR table yet,
+    the grid's runs are not defined (their LR is part of them): the note says so. Reads only (call inside
+    :func:`loopscale.sweep.store.look_only`)."""
+    from loopscale.cluster.storage import absolute_uri
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
     from loopscale.sweep.grid import trial_groups
     from loopscale.sweep.store import ResultsStore
+    from loopscale.sweep.workspace import stored_result_ids
 
     if not out.is_dir():
         return None
     store = ResultsStore(out)
-    done_ids = store.completed_ids()
     if not store.recorded():
         return None
+    done_ids = store.completed_ids()
     cells = _grid_cells_if_known(spec, out)
     if cells is None:
-        return (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning runs first, then the grid "
-                "(its runs' LR is part of their definition)")
-    done = [c for c in cells if c.run_id in done_ids]
-    # runs that finished while no driver was there to record them (their result.json in a local storage): `run`
-    # records them without training
-    from loopscale.cluster.storage import absolute_uri
-    from loopscale.sweep.workspace import stored_result_ids
-
+        return (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning "
+                "runs first, then the grid (its runs' LR is part of their definition)")  # fmt: skip
+    n_done = sum(c.run_id in done_ids for c in cells)
     storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     stored = stored_result_ids(storage, [c.run_id for c in cells if c.run_id not in done_ids])
-    unrecorded = [c for c in cells if c.run_id in stored]
-    left = [c for c in cells if c.run_id not in done_ids | {u.run_id for u in unrecorded}]
-    more = (f", {len(unrecorded)} more finished and are recorded when `run` continues" if unrecorded else "")
+    left = [c for c in cells if c.run_id not in done_ids and c.run_id not in stored]
+    more = f", {len(stored)} more finished and are recorded when `run` continues" if stored else ""
     if not left:
-        return (f"{len(done)} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports, "
+        return (f"{n_done} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports, "
                 "unless they are up to date)")
     flops_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
     flops_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
     n_trials = len(trial_groups(left, spec.ensemble_members()))
-    return (f"{len(done)} of {len(cells)} runs recorded (ok, diverged or did not learn){more}; {len(left)} left to train in {n_trials} "
-            f"trial{'s' * (n_trials != 1)}, {flops_left:.3g} of the grid's {flops_all:.3g} training FLOPs "
-            f"({flops_left / flops_all:.0%})")
+    return (f"{n_done} of {len(cells)} runs recorded (ok, diverged or did not learn){more}; {len(left)} left to "
+            f"train in {n_trials} trial{'s' * (n_trials != 1)}, {flops_left:.3g} of the grid's {flops_all:.3g} "
+            f"training FLOPs ({flops_left / flops_all:.0%})")
 
 
 def _absent_corpus_note(spec) -> str:

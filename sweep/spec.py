@@ -1872,9 +1872,9 @@ def set_aside_torn_spec(out: str | Path) -> None:
 
 def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
     """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a torn one (empty,
-    cut short, not a spec: :func:`_folder_spec_text`) is moved aside first. ``out`` must exist. The folder's first command also records the corpus's
-    content hash (:func:`record_folder_corpus`). ``corpus`` False: the corpus is neither compared nor recorded (a
-    fit-only rerun whose corpus is absent).
+    cut short, not a spec: :func:`_folder_spec_text`) is moved aside first. ``out`` must exist. The folder's first
+    command also records the corpus's content hash (:func:`record_folder_corpus`). ``corpus`` False: the corpus is
+    neither compared nor recorded (a fit-only rerun whose corpus is absent).
 
     Raises:
         ValueError: ``out`` holds another spec's results.
