@@ -159,6 +159,7 @@ class _ShapeStack:
             self.by_ratio[BatchedMuon._lr_ratio(adjust_lr_fn, p.size(-2), p.size(-1))].append(j)
         self.buf = torch.empty(0)
         self.buf_views: list[torch.Tensor | None] = [None] * len(params)
+        self.p_norm: torch.Tensor | None = None  # MuonH: every slice's ||W_0||_F, [S, 1, 1] (BatchedMuonH)
 
     def stack(self, ts: list[torch.Tensor]) -> torch.Tensor:
         """Tensors shaped like the parameters -> one new [sum M_i, m_, n_] tensor (tall slices transposed)."""
@@ -309,14 +310,15 @@ class BatchedMuon(torch.optim.Muon):
                 method = group.get("orthogonalization", "newton_schulz")
                 x = orthogonalize_batched(u.to(NS_DTYPE), method, group)
                 x = x.to(sg.buf.dtype)  # exact (bf16 -> fp32); one conversion for the group
-                self._apply_group(sg, sg.unstack(x), group)
+                self._apply_group(sg, x, group)
         return loss
 
-    def _apply_group(self, sg: _ShapeStack, os: list[torch.Tensor], group: dict) -> None:
+    def _apply_group(self, sg: _ShapeStack, x: torch.Tensor, group: dict) -> None:
         """W <- W (1 - lr lambda) - lr ratio O for the parameters of shape group ``sg`` and their orthogonalised
-        updates ``os`` (same shapes): ``torch._foreach_*`` calls per LR ratio (a [m, n] and a transposed [n, m]
-        matrix share a group but not their ratio) instead of two ops per matrix; the same arithmetic per
-        matrix as ``torch.optim.Muon``."""
+        updates ``x`` [sum M_i, m_, n_] (stacked as :meth:`_ShapeStack.stack` stacks): ``torch._foreach_*`` calls
+        per LR ratio (a [m, n] and a transposed [n, m] matrix share a group but not their ratio) instead of two ops
+        per matrix; the same arithmetic per matrix as ``torch.optim.Muon``."""
+        os = sg.unstack(x)
         ps, lr, wd = sg.params, group["lr"], group["weight_decay"]
         if wd:
             torch._foreach_mul_(ps, 1 - lr * wd)
@@ -342,21 +344,42 @@ class BatchedMuonH(BatchedMuon):
         super().__init__(params, lr=lr, weight_decay=0.0, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
                          orthogonalization=orthogonalization)
 
-    def _apply_group(self, sg: _ShapeStack, os: list[torch.Tensor], group: dict) -> None:
-        for p, o in zip(sg.params, os, strict=True):
-            self._apply(p, o, group)
-
-    def _apply(self, p: torch.Tensor, o: torch.Tensor, group: dict) -> None:
-        st = self.state[p]
-        if "p_norm" not in st:
-            st["p_norm"] = torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True)  # [..., 1, 1]
-            if not bool((st["p_norm"] > 0).all()):
-                raise ValueError(
-                    f"MuonH needs matrices with non-zero norm at their first step (shape {tuple(p.shape)})"
-                )
-        p_norm = st["p_norm"]
-        o = o.to(p.dtype)
-        o_norm = torch.linalg.vector_norm(o, dim=(-2, -1), keepdim=True)
+    def _apply_group(self, sg: _ShapeStack, x: torch.Tensor, group: dict) -> None:
+        """The MuonH update of every [m, n] slice of shape group ``sg`` at once: ``x`` [S, m_, n_] are the slices'
+        orthogonalised updates O (S = sum M_i), the parameters are stacked the same way (one copy), rescaled on the
+        stack and copied back with one ``torch._foreach_copy_``. Per slice, the arithmetic of
+        :class:`loopscale.model.optim.MuonH`: ``W <- W - lr (||W_0||_F / ||O||_F) O``, then
+        ``W <- W ||W_0||_F / ||W||_F``. A handful of kernels per shape group instead of about eight per
+        parameter. Measured: the cpu preset's 60 matrices at d = 16 (one thread), 1.53 ms per step against 2.83 ms
+        with a loop over the parameters (Muon: 1.35 ms); the paper preset at s = 10, r = 1 on an H200 (bf16,
+        Polar Express), 425 k tokens/s against 377 k with the loop (two machines of the same kind; Muon trained
+        428 k on the first, ``docs/gpu_h200/``)."""
+        p_norm = self._stacked_p_norm(sg)  # [S, 1, 1], fixed at each slice's first step
+        o_norm = torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True)
         scale = torch.where(o_norm > 0, p_norm / o_norm.clamp_min(1e-30), torch.zeros_like(o_norm))
-        p.sub_(group["lr"] * scale * o)
-        p.mul_(p_norm / torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True).clamp_min(1e-12))
+        w = sg.stack(sg.params)
+        w.sub_(group["lr"] * scale * x)
+        w.mul_(p_norm / torch.linalg.vector_norm(w, dim=(1, 2), keepdim=True).clamp_min(1e-12))
+        torch._foreach_copy_(sg.params, sg.unstack(w))
+
+    def _stacked_p_norm(self, sg: _ShapeStack) -> torch.Tensor:
+        """||W_0||_F of every slice of ``sg`` as [S, 1, 1], in stacking order. A parameter's norms are recorded in
+        its state (``p_norm`` [..., 1, 1], so checkpoints keep them) at its first step; the stacked copy is kept
+        on ``sg``, which is rebuilt whenever the state may have changed (:meth:`load_state_dict`).
+
+        Raises:
+            ValueError: a slice with zero norm at its first step.
+        """
+        if sg.p_norm is None:
+            norms = []
+            for p in sg.params:
+                st = self.state[p]
+                if "p_norm" not in st:
+                    st["p_norm"] = torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True)  # [..., 1, 1]
+                    if not bool((st["p_norm"] > 0).all()):
+                        raise ValueError(
+                            f"MuonH needs matrices with non-zero norm at their first step (shape {tuple(p.shape)})"
+                        )
+                norms.append(st["p_norm"].reshape(-1, 1, 1))
+            sg.p_norm = torch.cat(norms)
+        return sg.p_norm

@@ -261,3 +261,46 @@ def test_matrix_lr_factor_scales_the_muon_groups_only():
         build_optimizers(m, "adamw", 0.02, matrix_lr_factor=0.5)
     with pytest.raises(ValueError, match="matrix_lr_factor must be a finite number > 0"):
         build_optimizers(m, "muon", 0.02, matrix_lr_factor=0.0)
+
+
+def test_batched_muonh_updates_plain_tall_and_wide_matrices_of_one_group_and_resumes_exactly(monkeypatch):
+    """The stacked MuonH update (one shape group's parameters stacked, rescaled and copied back at once) on 2-D
+    matrices, a tall one sharing the group of two wide ones: equal to MuonH on each matrix (fp32 orthogonalisation,
+    so only float rounding may differ), every norm kept; and an optimizer rebuilt from ``state_dict`` mid-training
+    (the norms it keeps come from the state, not from the weights it is given) steps exactly as the one it
+    replaced."""
+    import copy
+
+    from loopscale.model import muon
+    from loopscale.model.muon import BatchedMuonH
+
+    monkeypatch.setattr(muon, "NS_DTYPE", torch.float32)
+    g = torch.Generator().manual_seed(11)
+    shapes = [(8, 16), (16, 8), (8, 16), (12, 12)]
+    batched = [torch.nn.Parameter(torch.randn(*s, generator=g) * (i + 1)) for i, s in enumerate(shapes)]
+    single = [torch.nn.Parameter(p.detach().clone()) for p in batched]
+    start_norms = [p.detach().norm() for p in batched]
+    ob = BatchedMuonH(batched, lr=0.05, orthogonalization="polar_express")
+    os_ = [MuonH([p], lr=0.05, orthogonalization="polar_express") for p in single]
+    grads = [[torch.randn(*s, generator=g) * 10.0 ** (i - 1) for i, s in enumerate(shapes)] for _ in range(4)]
+    for step in grads[:2]:
+        for p, q, gr in zip(batched, single, step, strict=True):
+            p.grad, q.grad = gr.clone(), gr.clone()
+        ob.step()
+        for o in os_:
+            o.step()
+    for p, q, n0 in zip(batched, single, start_norms, strict=True):
+        assert (p.detach() - q.detach()).norm() < 1e-5 * n0
+        assert abs(p.detach().norm() - n0) < 1e-5 * n0
+    # resume: new parameters holding the weights, a new optimizer loading the state, the same next gradients
+    resumed = [torch.nn.Parameter(p.detach().clone()) for p in batched]
+    orr = BatchedMuonH(resumed, lr=0.05, orthogonalization="polar_express")
+    orr.load_state_dict(copy.deepcopy(ob.state_dict()))
+    for step in grads[2:]:
+        for p, q, gr in zip(batched, resumed, step, strict=True):
+            p.grad, q.grad = gr.clone(), gr.clone()
+        ob.step()
+        orr.step()
+    for p, q, n0 in zip(batched, resumed, start_norms, strict=True):
+        assert torch.equal(p.detach(), q.detach())
+        assert abs(q.detach().norm() - n0) < 1e-5 * n0
