@@ -345,22 +345,32 @@ class BatchedMuonH(BatchedMuon):
                          orthogonalization=orthogonalization)
 
     def _apply_group(self, sg: _ShapeStack, x: torch.Tensor, group: dict) -> None:
-        """The MuonH update of every [m, n] slice of shape group ``sg`` at once: ``x`` [S, m_, n_] are the slices'
-        orthogonalised updates O (S = sum M_i), the parameters are stacked the same way (one copy), rescaled on the
-        stack and copied back with one ``torch._foreach_copy_``. Per slice, the arithmetic of
-        :class:`loopscale.model.optim.MuonH`: ``W <- W - lr (||W_0||_F / ||O||_F) O``, then
-        ``W <- W ||W_0||_F / ||W||_F``. A handful of kernels per shape group instead of about eight per
-        parameter. Measured: the cpu preset's 60 matrices at d = 16 (one thread), 1.53 ms per step against 2.83 ms
-        with a loop over the parameters (Muon: 1.35 ms); the paper preset at s = 10, r = 1 on an H200 (bf16,
-        Polar Express), 425 k tokens/s against 377 k with the loop (two machines of the same kind; Muon trained
-        428 k on the first, ``docs/gpu_h200/``)."""
+        """The MuonH update of shape group ``sg``, whose slices' orthogonalised updates O are ``x`` [S, m_, n_]
+        (S = sum M_i). Per slice, the arithmetic of :class:`loopscale.model.optim.MuonH`:
+        ``W <- W - lr (||W_0||_F / ||O||_F) O``, then ``W <- W ||W_0||_F / ||W||_F``.
+
+        A group of plain matrices (a single run's: many parameters of one slice each) is updated at once: the
+        parameters stacked like ``x`` (one copy), rescaled on the stack and copied back with one
+        ``torch._foreach_copy_``, a handful of kernels instead of about eight per parameter. Measured: the cpu
+        preset's 60 matrices at d = 16 (one thread), 1.53 ms per step against 2.83 ms with a loop over the
+        parameters (Muon: 1.35 ms); the paper preset at s = 10, r = 1 on an H200 (bf16, Polar Express), 425 k
+        tokens/s against 377 k with the loop (two machines of the same kind; Muon trained 428 k on the second,
+        ``docs/gpu_h200/``). A group of stacked [k, m, n] parameters (a seed ensemble's) keeps the loop: each of
+        its kernels already spans k slices, and copying k members' weights in and out cost more than it saved
+        (d = 32, k = 16: 24-31 ms per step stacked against 23-24 ms looped)."""
         p_norm = self._stacked_p_norm(sg)  # [S, 1, 1], fixed at each slice's first step
         o_norm = torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True)
         scale = torch.where(o_norm > 0, p_norm / o_norm.clamp_min(1e-30), torch.zeros_like(o_norm))
-        w = sg.stack(sg.params)
-        w.sub_(group["lr"] * scale * x)
-        w.mul_(p_norm / torch.linalg.vector_norm(w, dim=(1, 2), keepdim=True).clamp_min(1e-12))
-        torch._foreach_copy_(sg.params, sg.unstack(w))
+        if sg.ndim == 2:
+            w = sg.stack(sg.params)
+            w.sub_(group["lr"] * scale * x)
+            w.mul_(p_norm / torch.linalg.vector_norm(w, dim=(1, 2), keepdim=True).clamp_min(1e-12))
+            torch._foreach_copy_(sg.params, sg.unstack(w))
+            return
+        for p, u in zip(sg.params, sg.unstack(group["lr"] * scale * x), strict=True):
+            p_norm = self.state[p]["p_norm"]
+            p.sub_(u)
+            p.mul_(p_norm / torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True).clamp_min(1e-12))
 
     def _stacked_p_norm(self, sg: _ShapeStack) -> torch.Tensor:
         """||W_0||_F of every slice of ``sg`` as [S, 1, 1], in stacking order. A parameter's norms are recorded in
