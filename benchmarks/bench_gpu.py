@@ -6,10 +6,10 @@ For each r in ``--r`` (default 1 and 4) it trains ``LoopedLM`` of the ``paper`` 
 scaled-dot-product attention (flash / cuDNN / memory-efficient kernels only: the math fallback is disabled, so a run
 that would fall back fails instead of reporting a slow figure), the trainer's ``accumulate_gradients`` over
 micro-batches of ``--micro-batch-tokens`` (default 65536 = 32 rows, the paper's device batch) up to
-``--batch-tokens``, and Muon (``build_optimizers(..., "muon")``: BatchedMuon on block matrices, AdamW on the rest;
-the figures below were measured with it). The ``paper`` preset trains with ``--optimizer muonh
---orthogonalization polar_express``, the same matmuls plus a few norms per matrix. ``--loss-outside-compile`` measures the trainer's earlier way (the model compiled alone, the
-cross-entropy eager on its float32 logits). Tokens are uniform random ids (throughput does not depend on the text).
+``--batch-tokens``, and the paper preset's optimizer (``build_optimizers(..., "muonh", orthogonalization=
+"polar_express")``: BatchedMuonH with Polar Express on block matrices, AdamW on the rest; ``--optimizer muon
+--orthogonalization newton_schulz`` for plain Muon). ``--loss-outside-compile`` measures the trainer's earlier way
+(the model compiled alone, the cross-entropy eager on its float32 logits). Tokens are uniform random ids (throughput does not depend on the text).
 
 The first ``--warmup`` optimizer steps (compilation, allocator warm-up) are timed separately and excluded; the next
 ``--steps`` steps are timed with ``torch.cuda.synchronize``. MFU = F x tokens/s / peak, with F the paper's training
@@ -17,8 +17,9 @@ FLOPs/token (``loopscale.model.accounting.flops_per_token``) and peak the GPU's 
 (``loopscale.model.train.GPU_BF16_PEAK``: H100/H200 SXM 989e12 FLOP/s); ``--matmul-check`` also measures an
 8192^3 bf16 matmul as a reachable ceiling. Target: MFU >= 0.40 on an H100/H200.
 
-Measured on one H200 (torch 2.11, 2026-12-01): MFU 0.43 (r = 1) and 0.46 (r = 4) at 65,536 tokens per step, 0.475
-at the paper's 2^18 (r = 4); every figure and the commands are in ``docs/gpu_h200/README.md``.
+Measured on one H200 (torch 2.11): MuonH with Polar Express (2026-12-04) MFU 0.44 (r = 1) and 0.48 (r = 4) at 65,536
+tokens per step; Muon with Newton-Schulz 0.44 (r = 1) on the same machine, and (2026-12-01, another machine) 0.43 /
+0.46, 0.475 at the paper's 2^18 (r = 4); every figure and the commands are in ``docs/gpu_h200/README.md``.
 
 Usage::
 
@@ -147,8 +148,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation)")
     p.add_argument("--batch-tokens", type=int, default=65536)
     p.add_argument("--micro-batch-tokens", type=int, default=65536)
-    p.add_argument("--optimizer", default="muon")
-    p.add_argument("--orthogonalization", default="newton_schulz", help="newton_schulz | polar_express (the paper's)")
+    p.add_argument("--optimizer", default="muonh", choices=["muonh", "muon", "adamw"], help="the paper's: muonh")
+    p.add_argument("--orthogonalization", default="polar_express", choices=["polar_express", "newton_schulz"],
+                   help="the paper's: polar_express (adamw ignores it)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--no-compile", dest="compile", action="store_false")
@@ -193,6 +195,8 @@ def main() -> None:
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "precision": args.precision,
                 "compile": args.compile,
+                "optimizer": args.optimizer,
+                "orthogonalization": None if args.optimizer == "adamw" else args.orthogonalization,
                 "batch_tokens": args.batch_tokens,
                 "micro_batch_tokens": args.micro_batch_tokens,
                 "measured_bf16_matmul_flops": matmul,

@@ -1,5 +1,6 @@
 """benchmarks/: bench_train.py refuses a member count below 1, names a failed child run, trains with the
-optimizer asked for and has a quick mode; bench_sweep.py prints only its JSON on stdout."""
+optimizer asked for and has a quick mode; bench_sweep.py prints only its JSON on stdout; check_gpu_trainer.py's
+checks pass on a CPU, where runs repeat bit for bit."""
 
 from __future__ import annotations
 
@@ -119,6 +120,8 @@ def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd, tmp_path
         ("bench_model.py", ["--rs", "3"], "--widths 128 --rs 3: r=3 must divide the looped depth"),  # traceback
         ("bench_gpu.py", ["--preset", "foo"], "--preset foo --r 1: preset must be one of"),  # traceback
         ("bench_gpu.py", ["--device", "cpu", "--steps", "0"], "--steps must be >= 1, got 0"),  # IndexError
+        ("check_gpu_trainer.py", ["--r", "3"], "--preset cpu --r 3 --d-model 128: r=3 must divide the looped depth"),
+        ("check_gpu_trainer.py", ["--batch-tokens", "1000"], "--batch-tokens 1000 must be a multiple of the sequence"),
         ("bench_sweep.py", ["--out", str(ROOT / "benchmarks")],  # its completed runs would not be trained again
          f"--out {ROOT / 'benchmarks'} must be a new or empty folder"),
     ],
@@ -147,3 +150,27 @@ def test_bench_train_quick_is_a_short_run_of_each_mode():
     assert proc.returncode == 0, proc.stderr[-2000:]
     one = json.loads(proc.stdout)
     assert (one["d_model"], one["r"], one["D"], one["steps"]) == (16, 2, 4096, 4)
+
+
+def test_check_gpu_trainer_passes_on_a_cpu():
+    """The GPU trainer check run on a CPU (its smoke mode, orthogonalising in fp32, as bf16 rounding of the update
+    would flip now and then between batched and single ops): ensemble members equal their single runs to float
+    rounding, the repeat is bit for bit, and the run stopped at its half-way checkpoint resumes there, consumes the
+    same micro-batches and ends at the uninterrupted run's loss. A check that could not fail would print the same
+    whatever the trainer did: here each figure is one the trainer produces."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "check_gpu_trainer.py"), "--device", "cpu", "--precision", "fp32",
+         "--no-compile", "--d-model", "16", "--steps", "8", "--batch-tokens", "256", "--seeds", "2",
+         "--optimizers", "muonh", "--eval-tokens", "2048", "--ns-fp32"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    (ens,) = out["ensemble_vs_single"]
+    assert ens["optimizer"] == "muonh" and ens["status"] == ["ok", "ok"]
+    assert max(ens["final_val_loss_rel_diff"]) < 1e-6 and max(ens["max_step_train_loss_rel_diff"]) < 1e-6
+    assert ens["repeat_final_val_loss_rel_diff"] == 0.0 and ens["seed_spread_rel_std"] > 1e-4
+    res = out["resume"]
+    assert res["stopped_after_step"] == res["resumed_from_step"] == 4 and res["same_data_digest"]
+    assert res["repeat_rel_diff"] == 0.0 and res["resumed_rel_diff"] == 0.0
+    assert out["pass_ensemble_equals_single"] and out["pass_resume"]
