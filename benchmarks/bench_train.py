@@ -150,14 +150,15 @@ def one_member_run(args) -> dict:
 
 def muon_step_ms(d_model: int, r: int, num_threads: int, reps: int = 20) -> dict:
     """CPU ms per optimizer step of Muon's matrices of the cpu preset (random gradients): torch.optim.Muon
-    against BatchedMuon, same parameters (process CPU time, best of 3 blocks of ``reps`` steps)."""
+    against BatchedMuon, and BatchedMuonH (the cpu preset's optimizer, Newton-Schulz), same parameters (process CPU
+    time, best of 3 blocks of ``reps`` steps)."""
     import time
 
     import torch
 
     from loopscale.model.config import preset_config
     from loopscale.model.looped import LoopedLM
-    from loopscale.model.muon import BatchedMuon
+    from loopscale.model.muon import BatchedMuon, BatchedMuonH
 
     torch.set_num_threads(num_threads)
     model = LoopedLM(preset_config("cpu", r=r, d_model=d_model), seed=0)
@@ -165,8 +166,10 @@ def muon_step_ms(d_model: int, r: int, num_threads: int, reps: int = 20) -> dict
     for p in mats:
         p.grad = torch.randn_like(p)
     out = {}
-    for name, cls in (("torch_muon", torch.optim.Muon), ("batched_muon", BatchedMuon)):
-        opt = cls(mats, lr=1e-4, weight_decay=0.0)
+    for name, make in (("torch_muon", lambda: torch.optim.Muon(mats, lr=1e-4, weight_decay=0.0)),
+                       ("batched_muon", lambda: BatchedMuon(mats, lr=1e-4, weight_decay=0.0)),
+                       ("batched_muonh", lambda: BatchedMuonH(mats, lr=1e-4))):  # fmt: skip
+        opt = make()
         opt.step()
         best = float("inf")
         for _ in range(3):
