@@ -30,7 +30,7 @@ optimizers orthogonalise in fp32 instead of bf16, whose rounding otherwise adds 
 
 Usage::
 
-    python benchmarks/check_gpu_trainer.py                       # on a GPU machine (about 4 minutes on an H200)
+    python benchmarks/check_gpu_trainer.py                       # on a GPU machine (about 2 minutes on an H200)
     python benchmarks/check_gpu_trainer.py --device cpu --precision fp32 --no-compile --d-model 32 --steps 12 \\
         --batch-tokens 1024 --seeds 2 --optimizers adamw          # smoke run of the script on a CPU
 """
