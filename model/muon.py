@@ -368,9 +368,8 @@ class BatchedMuonH(BatchedMuon):
             torch._foreach_copy_(sg.params, sg.unstack(w))
             return
         for p, u in zip(sg.params, sg.unstack(group["lr"] * scale * x), strict=True):
-            p_norm = self.state[p]["p_norm"]
             p.sub_(u)
-            p.mul_(p_norm / torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True).clamp_min(1e-12))
+            p.mul_(self.state[p]["p_norm"] / torch.linalg.vector_norm(p, dim=(-2, -1), keepdim=True).clamp_min(1e-12))
 
     def _stacked_p_norm(self, sg: _ShapeStack) -> torch.Tensor:
         """||W_0||_F of every slice of ``sg`` as [S, 1, 1], in stacking order. A parameter's norms are recorded in
