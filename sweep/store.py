@@ -109,6 +109,9 @@ RUNS_SCHEMA = pa.schema(
            "(1: a single run; they share wall_s); null in tables written before it was recorded"),
         _f("compiled", pa.bool_(), "-", "training steps ran torch.compile-d (training.compile, not fallen back to eager "
            "for want of a C++ compiler); null in tables written before it was recorded"),
+        _f("warnings", pa.string(), "JSON", "the trainer's warnings about the run as a JSON list of strings (data "
+           "repeated, compilation counted in tokens_per_s, compile fallen back to eager, ...; [] for none); null for "
+           "a failed run and in tables written before it was recorded"),
         _f("started_at", _TS, "UTC", "start of the (last) attempt"),
         _f("finished_at", _TS, "UTC", "end of the run"),
         _f("versions", pa.string(), "JSON", "library versions as a JSON object"),
@@ -389,6 +392,7 @@ def run_record(
         # a seed-ensemble trial adds {"group_id", "members"} to each member's result (loopscale.sweep.grid)
         "ensemble_size": None if "D" not in result else int((result.get("ensemble") or {}).get("members", 1)),
         "compiled": None if result.get("compiled") is None else bool(result["compiled"]),
+        "warnings": None if result.get("warnings") is None else json.dumps([str(w) for w in result["warnings"]]),
         "started_at": _utc(started_at),
         "finished_at": _utc(finished_at) or datetime.now(UTC),
         "versions": json.dumps(versions, sort_keys=True) if versions is not None else None,

@@ -172,3 +172,31 @@ def test_readme_results_schema_names_every_column():
     section = readme[readme.index("## Results schema") : readme.index("## How the fit works")]
     missing = [f.name for f in (*RUNS_SCHEMA, *CURVES_SCHEMA) if f"`{f.name}`" not in section]
     assert missing == []
+
+
+def test_a_runs_warnings_are_recorded_as_a_json_list(tmp_path):
+    """The trainer's warnings about a run (data repeated, compilation in tokens/s, compile fallen back to eager)
+    reached the run's stored result but no column of runs.parquet: a table read alone hid them. They are the
+    ``warnings`` column now, a JSON list ([] for none; null for a failed run), and a table written before the column
+    existed reads as null there."""
+    import json
+
+    from loopscale.sweep.store import failed_record
+
+    cells = preset_spec("smoke").cells()[:3]
+    said = ["training data repeated: D = 3.2 epochs of the training split", "torch.compile fell back to eager"]
+    recs = [run_record(cells[0], {**_result(3.0), "warnings": said}, finished_at=1.0),
+            run_record(cells[1], {**_result(3.1), "warnings": []}, finished_at=2.0),
+            failed_record(cells[2], "RuntimeError: boom", finished_at=3.0)]  # fmt: skip
+    assert [r.warnings for r in recs] == [json.dumps(said), "[]", None]
+    store = ResultsStore(tmp_path / "new")
+    for c, rec in zip(cells, recs, strict=True):
+        store.write_run(rec, curve_rows(c.run_id, _result(3.0)["curve"]))
+    rows = {r["run_id"]: r for r in pq.read_table(store.consolidate()).to_pylist()}
+    assert json.loads(rows[cells[0].run_id]["warnings"]) == said and json.loads(rows[cells[1].run_id]["warnings"]) == []
+    assert rows[cells[2].run_id]["warnings"] is None
+    old = ResultsStore(tmp_path / "old")  # a runs.parquet written before the column: read with null there
+    old.runs_path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(to_table([recs[0].to_row()], RUNS_SCHEMA).drop_columns(["warnings"]), old.runs_path)
+    (row,) = old.runs().to_pylist()
+    assert row["warnings"] is None and row["final_val_loss"] == 3.0

@@ -4,6 +4,7 @@ plan, and a SIGKILLed driver followed by --resume."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -59,6 +60,7 @@ def test_smoke_sweep_16_ok_rows_consistent_with_accounting(smoke_out):
         assert 0 < row["final_val_loss"] < 6.0 and row["trial_id"]
         assert row["ensemble_size"] == 1  # one run per trial (smoke: one seed per cell)
         assert row["compiled"] is False  # the smoke preset trains eager
+        assert isinstance(json.loads(row["warnings"]), list)  # the trainer's warnings about the run ([] for none)
     curves = pq.read_table(out / "curves.parquet").to_pylist()
     assert {c["run_id"] for c in curves} == set(cells)
 
@@ -149,6 +151,7 @@ def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path
     for r in rows:
         assert r["error"].startswith("RuntimeError: injected failure at step")
         assert r["final_val_loss"] is None and r["trial_id"] and r["ensemble_size"] is None and r["compiled"] is None
+        assert r["warnings"] is None
     monkeypatch.delenv(FAULT_ENV)
     rows = pq.read_table(run_sweep(spec, out, quiet=True)).to_pylist()
     assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"} and {r["error"] for r in rows} == {None}
