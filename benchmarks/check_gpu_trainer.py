@@ -56,11 +56,13 @@ def _rel(a: float | None, b: float | None) -> float | None:
     return abs(a - b) / abs(b)
 
 
-def _max_step_rel(curve_a: list[dict], curve_b: list[dict], last_step: int | None = None) -> float | None:
-    """Largest relative difference of the training loss at the steps both curves record (up to ``last_step``)."""
+def _max_step_rel(curve_a: list[dict], curve_b: list[dict], last_step: int | None = None,
+                  first_step: int = 1) -> float | None:
+    """Largest relative difference of the training loss at the steps both curves record, from ``first_step`` to
+    ``last_step`` (None: the end); None when there is none."""
     b = {p["step"]: p["train_loss"] for p in curve_b}
     diffs = [_rel(p["train_loss"], b[p["step"]]) for p in curve_a
-             if p["step"] in b and (last_step is None or p["step"] <= last_step)]  # fmt: skip
+             if p["step"] in b and first_step <= p["step"] and (last_step is None or p["step"] <= last_step)]  # fmt: skip
     diffs = [d for d in diffs if d is not None]
     return max(diffs) if diffs else None
 
@@ -87,11 +89,19 @@ def _relative_std(xs: list[float | None]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) / abs(m) if m else None
 
 
-def _within_spread(diffs: list[float | None], spread: float | None, tol: float) -> bool:
-    """Every diff within ``tol``, or within :data:`SPREAD_FACTOR` x ``spread``."""
-    bound = max(tol, SPREAD_FACTOR * spread) if spread is not None else tol
+def _bound(tol: float, factor: float, spread: float | None) -> float:
+    """The largest relative difference that passes: ``tol``, or ``factor`` x ``spread`` when that is larger (a
+    measured spread; None: ``tol`` alone)."""
+    return tol if spread is None else max(tol, factor * spread)
+
+
+def _within(diffs: list[float | None], bound: float) -> bool:
+    """Every diff measured and at most ``bound``."""
     return all(d is not None and d <= bound for d in diffs)
 
+
+LR = {"adamw": 3e-3, "muon": 0.02, "muonh": 0.02}
+"""Peak LR of each optimizer's runs (MuonH's is the cpu preset's fixed LR)."""
 
 REPORT_STEPS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 """Steps at which ``*_rel_diff_by_step`` report the training loss's relative difference (how it grows)."""
@@ -103,24 +113,16 @@ def _rel_by_step(pairs: list[tuple[list[dict], list[dict]]], steps: int, after: 
     want = sorted({s for s in REPORT_STEPS if after < s <= steps} | {steps} | ({after + 1} if after else set()))
     out = {}
     for step in want:
-        diffs = []
-        for a, b in pairs:
-            la = next((p["train_loss"] for p in a if p["step"] == step), None)
-            lb = next((p["train_loss"] for p in b if p["step"] == step), None)
-            d = _rel(la, lb)
-            if d is not None:
-                diffs.append(d)
+        diffs = [d for a, b in pairs if (d := _max_step_rel(a, b, step, first_step=step)) is not None]
         if diffs:
             out[str(step)] = max(diffs)
     return out
 
 
-def _base_config(args, cache_dir: str):
-    """The run every check trains: ``--preset`` at ``--d-model`` and ``--r`` on the embedded corpus."""
-    from loopscale.model.config import preset_config
+def _base_config(args, model, cache_dir: str):
+    """The run every check trains: ``model`` (``--preset`` at ``--d-model`` and ``--r``) on ``--corpus``."""
     from loopscale.model.train import RunConfig
 
-    model = preset_config(args.preset, r=args.r, d_model=args.d_model)
     return RunConfig(
         model=model,
         corpus=args.corpus,
@@ -138,7 +140,7 @@ def check_ensemble(args, base, optimizer: str) -> dict:
     from loopscale.model.ensemble import train_ensemble
     from loopscale.model.train import train_run
 
-    extra = dict(optimizer=optimizer, lr=args.lr[optimizer])
+    extra = dict(optimizer=optimizer, lr=LR[optimizer])
     if optimizer != "adamw":
         extra["orthogonalization"] = "polar_express"
     cfg = dataclasses.replace(base, precision="fp32", compile=False, **extra)
@@ -154,7 +156,7 @@ def check_ensemble(args, base, optimizer: str) -> dict:
     early = [_max_step_rel(a, b, EARLY_STEPS) for a, b in pairs]
     spread = _rel(repeat.final_val_loss, singles[0].final_val_loss)
     seed_spread = _relative_std([s.final_val_loss for s in singles])
-    bound = max(args.tol, SEED_SPREAD_FRACTION * seed_spread) if seed_spread is not None else args.tol
+    bound = _bound(args.tol, SEED_SPREAD_FRACTION, seed_spread)
     single_tps = sum(s.tokens_per_s for s in singles) / len(singles)
     return {
         "optimizer": optimizer,
@@ -176,7 +178,7 @@ def check_ensemble(args, base, optimizer: str) -> dict:
         "ensemble_speedup": sum(m.tokens_per_s for m in members) / single_tps,
         "singles_wall_s": t1 - t0,
         "ensemble_wall_s": t2 - t1,
-        "pass": all(d is not None and d <= args.tol for d in early) and all(d is not None and d <= bound for d in final),
+        "pass": _within(early, args.tol) and _within(final, bound),
     }
 
 
@@ -187,7 +189,7 @@ def check_resume(args, base) -> dict:
     every = max(1, args.steps // 4)
     cfg = dataclasses.replace(
         base, precision=args.precision, compile=args.compile, optimizer="muonh", orthogonalization="polar_express",
-        lr=args.lr["muonh"], checkpoint_every_steps=every,
+        lr=LR["muonh"], checkpoint_every_steps=every,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2, tempfile.TemporaryDirectory() as d3:
         t0 = time.perf_counter()
@@ -236,7 +238,7 @@ def check_resume(args, base) -> dict:
             bool(stopped_at)
             and resumed.resumed_from_step is not None
             and resumed.data_digest == full.data_digest
-            and _within_spread([resume_diff], repeat_diff, args.tol)
+            and _within([resume_diff], _bound(args.tol, SPREAD_FACTOR, repeat_diff))
         ),
     }
 
@@ -275,7 +277,6 @@ def main() -> None:
         p.error(f"--preset {args.preset} --r {args.r} --d-model {args.d_model}: {e}")
     if args.batch_tokens % cfg.seq_len:
         p.error(f"--batch-tokens {args.batch_tokens} must be a multiple of the sequence length {cfg.seq_len}")
-    args.lr = {"adamw": 3e-3, "muon": 0.02, "muonh": 0.02}
 
     import torch
 
@@ -286,7 +287,7 @@ def main() -> None:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run on a GPU machine (or --device cpu for a smoke run)")
     with tempfile.TemporaryDirectory() as cache_dir:
-        base = _base_config(args, cache_dir)
+        base = _base_config(args, cfg, cache_dir)
         ensembles = [check_ensemble(args, base, o) for o in args.optimizers]
         resume = check_resume(args, base)
     dev = torch.device(args.device)
