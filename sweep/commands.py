@@ -124,10 +124,8 @@ def run_sweep(
     from loopscale.cluster.storage import join as uri_join
     from loopscale.sweep.grid import (
         error_line,
-        errored_run_ids,
         fit_tuner,
         group_id,
-        lost_checkpoint_run_ids,
         no_run_finished,
         plan_grid,
         result_grid_errors,
@@ -242,12 +240,7 @@ def run_sweep(
                     store.consolidate()  # the runs that finished are in runs.parquet: `fit DIR` works now
                     raise SweepInterrupted("the sweep was interrupted")
                 done = store.completed_ids()
-                # errored past their retries: not run again, except trials Tune could not restore (their
-                # snapshot named a checkpoint retention had deleted); those resume from their own workspace
-                errored = set(errored_run_ids(grid)) - set(lost_checkpoint_run_ids(grid))
-                # and runs the restored trials recorded failed in this command (a corpus content error, reported,
-                # not raised): not trained again by the new experiment below
-                errored |= failed_since(store, started)
+                errored = not_run_again(grid, store, started)
                 pending = [c for c in pending if c.run_id not in done and c.run_id not in errored]
             if pending:
                 n = int(exps[-1][len(prefix) :]) + 1 if exps else 1
@@ -297,6 +290,18 @@ def run_sweep(
                    "runs.parquet)") for r in rows]  # fmt: skip
         raise no_run_finished(len(ids), reasons or errors)
     return path
+
+
+def not_run_again(grid, store, since: float) -> set[str]:
+    """The runs a restored experiment's ``grid`` (Tune's ResultGrid) ended that the new experiment after it must not
+    train again: its trials that errored past their retries (:func:`loopscale.sweep.grid.errored_run_ids`) and the
+    runs they recorded failed in ``store`` since ``since`` (s since the epoch; e.g. a corpus content error, reported,
+    not raised: the trial ends TERMINATED), except the trials Tune could not restore
+    (:func:`loopscale.sweep.grid.lost_checkpoint_run_ids`: their snapshot named a checkpoint retention had
+    deleted). Those resume from their own workspace, although the trial's error also recorded them failed."""
+    from loopscale.sweep.grid import errored_run_ids, lost_checkpoint_run_ids
+
+    return (set(errored_run_ids(grid)) | failed_since(store, since)) - set(lost_checkpoint_run_ids(grid))
 
 
 def failed_since(store, since: float) -> set[str]:

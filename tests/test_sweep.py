@@ -374,3 +374,37 @@ def test_a_corpus_content_error_fails_the_runs_once_instead_of_retrying(tmp_path
     blank.mkdir()
     with pytest.raises(CorpusError, match="holds no"):
         grid_trainable(config)
+
+
+def test_a_trial_tune_could_not_restore_is_run_again_though_its_error_recorded_it_failed(tmp_path):
+    """A driver SIGKILLed between Tune's snapshot and checkpoint retention leaves a trial whose restore fails
+    ("Could not recover from checkpoint"); past its retries Tune's error callback records its run failed. The
+    resumed sweep then left that run failed (the test of a killed driver saw {'failed', 'ok'} once in CI): the
+    failed records of this command's restored trials, meant for a corpus content error, also caught it. Such a
+    run is run again in the new experiment; a run that failed in its own code, or recorded failed, is not."""
+    import time
+    from types import SimpleNamespace
+
+    from loopscale.sweep.commands import not_run_again
+    from loopscale.sweep.store import ResultsStore, failed_record
+
+    cells = preset_spec("smoke").cells()[:4]
+    lost, own, content, other = (c.run_id for c in cells)
+
+    def trial(rid, status, error):
+        f = tmp_path / f"{rid}.txt"
+        f.write_text(f"Failure # 1 (occurred at 2026-12-04)\n{error}\n")
+        return SimpleNamespace(trial_id=rid, status=status, config={"cells": [{"run_id": rid}]}, error_file=str(f))
+
+    grid = SimpleNamespace(_experiment_analysis=SimpleNamespace(trials=[
+        trial(lost, "ERROR", "ValueError: Could not recover from checkpoint as it does not exist on storage anymore"),
+        trial(own, "ERROR", "RuntimeError: injected failure at step 4"),
+        trial(content, "TERMINATED", ""),
+        trial(other, "TERMINATED", ""),
+    ]))  # fmt: skip
+    store = ResultsStore(tmp_path / "out")
+    started = time.time() - 1
+    for c, err in ((cells[0], "ValueError: Could not recover from checkpoint"), (cells[1], "RuntimeError: injected"),
+                   (cells[2], "CorpusContentError: no text")):  # fmt: skip
+        store.write_run(failed_record(c, err, finished_at=time.time()))
+    assert not_run_again(grid, store, started) == {own, content}
