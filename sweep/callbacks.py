@@ -132,7 +132,10 @@ def _mirror_cls():
     from loopscale.sweep.lr_search import METRIC, TIME_ATTR, UNHEALTHY_KEY, LRSpace, _lr_key
 
     class OptunaMirror(Callback):
-        """Writes each finished Tune trial once into the persistent Optuna study (deduplicated by LR)."""
+        """Writes each finished Tune trial once into the persistent Optuna study (deduplicated by LR). A trial
+        that ended in error only because Tune could not restore it (:func:`loopscale.sweep.grid.lost_checkpoint`)
+        is not written: its LR is trained again from its own checkpoints (:func:`loopscale.sweep.lr_search.
+        _run_study`), and a FAIL written first would keep that result out of the study."""
 
         def __init__(
             self, storage_url: str, study_name: str, space: LRSpace, num_milestones: int, history_path: str
@@ -149,7 +152,9 @@ def _mirror_cls():
         def _record(self, trial, failed: bool) -> None:
             import optuna
 
-            if not trial.config or "lr" not in trial.config:
+            from loopscale.sweep.grid import lost_checkpoint
+
+            if not trial.config or "lr" not in trial.config or (failed and lost_checkpoint(trial)):
                 return
             lr = float(trial.config["lr"])
             key = _lr_key(lr)

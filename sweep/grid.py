@@ -628,16 +628,17 @@ RESTORE_LOST = "Could not recover from checkpoint"
 snapshot, was already deleted by checkpoint retention (``docs/ray_tune.md`` §2)."""
 
 
-def lost_checkpoint_run_ids(result_grid) -> list[str]:
-    """Run ids of ERROR trials whose last error is Tune's lost restore checkpoint (:data:`RESTORE_LOST`): nothing
-    is wrong with such a run, and its own workspace still holds its checkpoints, so it can run again in a new
+def lost_checkpoint(trial) -> bool:
+    """Whether a Tune trial ended in ERROR because Tune could not restore it (its last error is
+    :data:`RESTORE_LOST`: the experiment snapshot named a checkpoint that retention had deleted). Nothing is wrong
+    with its run, and the run's own workspace still holds its checkpoints, so it can run again in a new
     experiment."""
     from loopscale.sweep.callbacks import trial_error_text
 
+    return trial.status == "ERROR" and bool(trial.config) and RESTORE_LOST in trial_error_text(trial)
+
+
+def lost_checkpoint_run_ids(result_grid) -> list[str]:
+    """Run ids of the grid trials of ``result_grid`` (Tune's ResultGrid) that :func:`lost_checkpoint` finds."""
     trials = result_grid._experiment_analysis.trials
-    return [
-        d["run_id"]
-        for t in trials
-        if t.status == "ERROR" and t.config and RESTORE_LOST in trial_error_text(t)
-        for d in trial_cells(t.config)
-    ]
+    return [d["run_id"] for t in trials if lost_checkpoint(t) for d in trial_cells(t.config)]

@@ -40,8 +40,8 @@ import warnings
 from pathlib import Path
 
 from loopscale.cluster.options import Interrupted
-from loopscale.cluster.storage import is_local_uri, local_path
 from loopscale.cluster.storage import join as uri_join
+from loopscale.cluster.storage import remove as remove_uri
 from loopscale.sweep import _seams
 from loopscale.sweep.callbacks import _mirror_cls, optuna_storage
 from loopscale.sweep.grid import fit_tuner, set_aside_tune_state, tune_state_problem, unfinished_trials
@@ -361,15 +361,26 @@ def _lr_trial_dirname(trial) -> str:
 
 
 def study_plan(
-    spec, size: int, r: int, tune_dir: Path, storage_path: str, *, experiment: str, track: tuple = ()
+    spec,
+    size: int,
+    r: int,
+    tune_dir: Path,
+    storage_path: str,
+    *,
+    experiment: str,
+    track: tuple = (),
+    only_lrs: list[float] | None = None,
 ):
     """Pure assembly of one study: the base cell, the budget, the space, scheduler and Tuner pieces.
 
     Returns a dict with ``trainable``, ``param_space`` (with ``lr_values``: a ``tune.grid_search`` over
     :func:`lr_grid`, each value tried once; else None and ``OptunaSearch`` proposes), ``tune_config``,
-    ``run_config``, ``space``, ``scheduler``, ``study_name``, ``budget_tokens``, ``milestone_tokens`` (no Ray is
-    started). ``track``: parsed ``--track`` targets, whose Ray logger callbacks join the run config
-    (:mod:`loopscale.sweep.tracking`)."""
+    ``run_config``, ``space``, ``scheduler``, ``study_name``, ``budget_tokens``, ``milestone_tokens`` and
+    ``experiment`` (Tune's experiment name; no Ray is started). ``track``: parsed ``--track`` targets, whose Ray
+    logger callbacks join the run config (:mod:`loopscale.sweep.tracking`). ``only_lrs``: the study's experiment
+    for these LRs alone (each tried once, no sampler), named ``<experiment>_again`` and sharing the study's rung
+    records and Optuna study: the LRs whose trials Tune could not restore, trained again from their own
+    checkpoints (:func:`_run_study`)."""
     import optuna
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
@@ -400,7 +411,9 @@ def study_plan(
     }
     space = LRSpace(constants, ts.lr_min, ts.lr_max, ts.lr_values)
     param_space, search, num_samples = None, None, ts.num_samples
-    if ts.lr_values:
+    if only_lrs:
+        param_space, num_samples = {**constants, "lr": tune.grid_search(sorted(set(only_lrs)))}, 1
+    elif ts.lr_values:
         # a finite set: each value of it tried exactly once (a sampler repeats some values and misses others)
         param_space, num_samples = {**constants, "lr": tune.grid_search(lr_grid(ts))}, 1
     else:
@@ -429,7 +442,7 @@ def study_plan(
         trial_dirname_creator=_lr_trial_dirname,
     )
     run_config = tune.RunConfig(
-        name=experiment,
+        name=f"{experiment}_again" if only_lrs else experiment,
         storage_path=storage_path,
         verbose=0,
         failure_config=tune.FailureConfig(max_failures=spec.max_failures),
@@ -448,6 +461,7 @@ def study_plan(
         scheduler=scheduler,
         mirror=mirror,
         study_name=study_name,
+        experiment=run_config.name,
         storage_url=db,
         budget_tokens=steps * B,
         milestone_tokens=every * B,
@@ -555,15 +569,54 @@ def _run_study(
                 "files are kept as *.unreadable-*)",
                 err=True,
             )
-        elif is_local_uri(storage_path) and local_path(exp_uri).exists():
-            shutil.rmtree(local_path(exp_uri))
+        else:  # a fresh start, on any storage: an earlier attempt's folder (never restored) is not mixed into it
+            remove_uri(exp_uri)
             Path(tune_dir / "asha" / f"{experiment}.json").unlink(missing_ok=True)
-        tuner = tune.Tuner(
-            plan["trainable"],
-            param_space=plan["param_space"],
-            tune_config=plan["tune_config"],
-            run_config=plan["run_config"],
+        tuner = _new_tuner(plan)
+    lost = _fit_study(tuner, plan, exp_uri, size, r)
+    if lost:
+        # a driver killed between Tune's snapshot and its checkpoint retention left trials whose restore failed
+        # (the snapshot named a deleted checkpoint: docs/ray_tune.md section 2); their LRs go on from their own
+        # checkpoints in a fresh experiment beside the study's, with its rung records and Optuna study, once
+        # each: a study keeps its trials (it had ended 7 of 8 with one FAIL)
+        from loopscale.sweep import console
+
+        many = len(lost) != 1
+        console.current().say(
+            f"tune-lr: Tune could not restore {len(lost)} trial{'s' * many} of size {size}, r {r} (the saved state "
+            f"named a checkpoint already deleted); LR{'s' * many} " + ", ".join(f"{x:.4g}" for x in lost)
+            + f" go{'es' * (not many)} on from {'their' if many else 'its'} own checkpoints",
+            err=True,
         )
+        again = study_plan(spec, size, r, tune_dir, storage_path, experiment=experiment, track=track, only_lrs=lost)
+        again_uri = uri_join(storage_path, again["experiment"])
+        remove_uri(again_uri)  # an earlier attempt's, on any storage: its LRs meet their workspaces again
+        _fit_study(_new_tuner(again), again, again_uri, size, r)
+    return plan
+
+
+def _new_tuner(plan: dict):
+    """A new ``tune.Tuner`` (not restored) of a :func:`study_plan`."""
+    from ray import tune
+
+    return tune.Tuner(
+        plan["trainable"], param_space=plan["param_space"], tune_config=plan["tune_config"], run_config=plan["run_config"]
+    )
+
+
+def _fit_study(tuner, plan: dict, exp_uri: str, size: int, r: int) -> list[float]:
+    """Fit ``tuner`` (one study's experiment, saved at ``exp_uri``), record every trial it ended in the Optuna
+    study (a finished trial whose record the driver's death had lost is recorded now) and return the LRs of its
+    trials Tune could not restore (:func:`loopscale.sweep.grid.lost_checkpoint`), sorted.
+
+    Raises:
+        TuneInterrupted: the driver was stopped (SIGINT) or a trial is left unfinished."""
+    import logging
+
+    from ray import tune
+
+    from loopscale.sweep.grid import lost_checkpoint
+
     with warnings.catch_warnings():
         # a restored trial replays the milestones its checkpoint passed (ASHA's rungs need them); OptunaSearch's
         # in-memory study, which only feeds the TPE sampler, already holds those steps and says it ignores them
@@ -571,14 +624,12 @@ def _run_study(
         grid = fit_tuner(tuner)
     if grid.stopped_by_signal or unfinished_trials(exp_uri):
         raise TuneInterrupted(f"LR tuning of size {size}, r {r} was interrupted")
-    # reconcile: a finished trial whose mirror write was lost (driver killed in between) is recorded now
-    import logging
-
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
-    for t in tune.ExperimentAnalysis(exp_uri).trials:
+    trials = tune.ExperimentAnalysis(exp_uri).trials
+    for t in trials:
         if t.status in ("TERMINATED", "ERROR"):
             plan["mirror"]._record(t, failed=t.status == "ERROR")
-    return plan
+    return sorted({float(t.config["lr"]) for t in trials if lost_checkpoint(t) and "lr" in t.config})
 
 
 def finished_trials(storage_url: str, study_names) -> list[tuple[str, float, str, float | None]]:
@@ -734,7 +785,8 @@ def run_tune_lr(
     One study per size and r (``tune.tune_per_r``; otherwise per size at the largest r, its LR used for
     every r). ``lr`` is ``lr_smoothed`` when ``tune.smooth`` else ``lr_best``; both are in the table.
     Studies already finished in ``out_dir`` are not rerun; ``resume`` restores an interrupted study's
-    Tune experiment (or, when Tune's saved state of it is torn or mixed, goes on in a new one). ``track``: ``--track`` values or parsed targets (:mod:`loopscale.sweep.tracking`). Progress
+    Tune experiment (or, when Tune's saved state of it is torn or mixed, goes on in a new one; the LRs of trials Tune
+    cannot restore, their saved state naming a deleted checkpoint, go on in a fresh ``<experiment>_again``). ``track``: ``--track`` values or parsed targets (:mod:`loopscale.sweep.tracking`). Progress
     (trials done/pruned/failed, best LR so far) is shown on the console (:class:`loopscale.sweep.console.LRView`).
 
     Raises:

@@ -792,6 +792,11 @@ class SweepSpec(_Strict):
             **self.training.model_dump(),
         )
 
+    def tuning_model(self, size: int, r: int):
+        """The model (a :class:`loopscale.model.config.LoopedConfig`) the LR trials of the (size, r) study train: the
+        ``baseline`` variant's at that size and r (:func:`loopscale.sweep.lr_search.tuning_budget`'s base cell's)."""
+        return self._model_config(size, r, "baseline", 2)
+
     def tuning_steps(self, size: int, r: int) -> tuple[int, int]:
         """(optimizer steps, steps per milestone) of the LR trials of the (size, r) study: the tokens
         :func:`loopscale.sweep.lr_search.tuning_tokens_asked` gives (``tune.tokens`` or ``tune.tokens_per_param`` x
@@ -800,7 +805,7 @@ class SweepSpec(_Strict):
         from loopscale.sweep.lr_search import tuning_tokens_asked
 
         B, M = self.training.batch_tokens, self.tune.num_milestones
-        want = tuning_tokens_asked(self, self._model_config(size, r, "baseline", 2), r)
+        want = tuning_tokens_asked(self, self.tuning_model(size, r), r)
         steps = max(M, int(round(want / B)))
         steps = int(math.ceil(steps / M) * M)
         return steps, steps // M

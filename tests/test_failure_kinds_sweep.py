@@ -141,6 +141,55 @@ def test_resumed_optuna_experiment_loses_or_duplicates_no_trial(tmp_path, monkey
     assert (out / "lr_table.parquet").exists()
 
 
+@pytest.mark.slow
+def test_an_lr_trial_tune_cannot_restore_trains_again_and_is_not_recorded_failed(tmp_path, monkeypatch):
+    """A driver killed between Tune's snapshot and its checkpoint retention leaves a snapshot that names a deleted
+    checkpoint; the restored trial fails ("Could not recover from checkpoint") at every retry. The resumed study
+    ended with 7 of its 8 trials, the eighth recorded FAIL (seen in a suite run under load). Made deterministic
+    here: a SIGINT once both trials saved a checkpoint, then the checkpoints are deleted. The resume trains the LRs
+    whose saved state names a deleted checkpoint again from their own checkpoints: both trials finished, none failed,
+    no LR trained to completion twice."""
+    monkeypatch.setenv(COUNT_ENV, "1")
+    spec = _tune_spec(tmp_path, num_samples=2, max_concurrent=2, tokens=1 << 17, num_milestones=8, grace_milestones=8)
+    out = tmp_path / "out"
+    exp = out / "tune_lr" / "ray" / "tune_lr_kinds_size16_r2"
+    proc = _tune_driver(spec, out)
+    rungs = out / "tune_lr" / "asha" / "tune_lr_kinds_size16_r2.json"
+
+    def both_reported() -> bool:  # the driver's scheduler took a milestone (with its checkpoint) of both trials
+        try:
+            return len(json.loads(rungs.read_text())["history"]) >= 2
+        except (OSError, ValueError, KeyError):
+            return False
+
+    # stopped at the first of 8 milestones: the trials (512 steps each) are still training when the state is saved
+    # (grace = all milestones: ASHA stops neither, so both are restored from a checkpoint)
+    _stop_when(proc, both_reported, signal.SIGINT)
+    assert proc.returncode == 130
+    # the trials whose saved state names a checkpoint: both, mostly; one where the driver stopped before Tune took
+    # the second trial's checkpoint into its state (seen once in CI) -- that trial restarts and is not lost
+    from ray.tune import ExperimentAnalysis
+
+    lost = sum(t.checkpoint is not None for t in ExperimentAnalysis(str(exp)).trials)
+    assert lost >= 1
+    named = sorted(exp.glob("lr_*/checkpoint_*"))
+    assert named
+    for ckpt in named:  # as retention would have deleted them after the snapshot was taken
+        shutil.rmtree(ckpt)
+    rc, err = _run_to_end(_tune_driver(spec, out, "--resume"), timeout=420)
+    assert rc == 0, err
+    many = lost > 1
+    said = f"Tune could not restore {lost} trial{'s' * many} of size 16, r 2"
+    goes_on = "go on from their own checkpoints" if many else "goes on from its own checkpoints"
+    assert said in err and goes_on in err, err
+    study = optuna.load_study(study_name="kinds_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}")
+    states = [t.state for t in study.trials]
+    assert states == [optuna.trial.TrialState.COMPLETE] * 2, [t.user_attrs for t in study.trials]
+    counts = trained_counts(str(out / "tune_lr" / "ray"))
+    assert counts and max(counts.values()) == 1
+    assert (out / "lr_table.parquet").exists() and (out / "tune_lr" / "ray" / "tune_lr_kinds_size16_r2_again").is_dir()
+
+
 def test_tune_state_problem_names_the_torn_file_and_set_aside_keeps_it(tmp_path):
     """The check before a restore reads each of Tune's state files as Tune would (the newest of each pattern): a
     complete set passes, an empty pickle or a truncated trial list is named; setting the state aside renames every
