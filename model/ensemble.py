@@ -314,6 +314,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
         peak_flops,
         prediction_logits,
         run_optimizers,
+        run_wall,
         throughput,
     )
 
@@ -552,7 +553,8 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
     finally:
         torch.set_num_threads(prev_threads)
 
-    wall = wall_before + time.perf_counter() - t_start  # with the attempts before its checkpoint, as train_run
+    attempt_s = time.perf_counter() - t_start
+    wall = run_wall(wall_before, attempt_s, resumed_from, steps_total)  # with the attempts before, as train_run
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir, cfg.precision)
     tps = throughput(train_before, tok_trained, t_train)
     mfu = (k * Fpt * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
@@ -577,7 +579,7 @@ def train_ensemble(cfg, seeds: list[int], data_seeds: list[int] | None = None, *
             tps=tps,
             mfu=mfu,
             peak=(peak, peak_src),
-            times=times,
+            times={**times, "total": attempt_s},
             threads=threads_used,
             device=device,
             assignment=assignment,

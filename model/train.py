@@ -476,7 +476,9 @@ class RunResult:
     """Loss curve: dicts with step, tokens, train_loss, val_loss (None between evals), lr."""
     wall_s: float
     """Wall time of the run (s) over all its attempts: a resumed run adds the time its earlier attempts took up to
-    the checkpoint it resumed from (steps redone after that checkpoint count once)."""
+    the checkpoint it resumed from (steps redone after that checkpoint count once). A rerun of a finished run
+    (resumed from the checkpoint of its last step, nothing trained) reports the time that checkpoint recorded: the
+    finished run's, less its last checkpoint's save and the did-not-learn check (:func:`run_wall`)."""
     tokens_per_s: float
     """Training tokens per second (eval excluded) over the training steps of all attempts (a resumed run adds those
     its checkpoint recorded); NaN when no step was timed (:func:`throughput`)."""
@@ -485,7 +487,8 @@ class RunResult:
     peak_flops: float | None
     peak_flops_source: str
     time_split: dict
-    """Seconds spent in data, forward_backward, optimizer, eval, checkpoint (this process only)."""
+    """Seconds spent in data, forward_backward, optimizer, eval, checkpoint and in all (``total``), in this process
+    only (``wall_s`` counts the earlier attempts too)."""
     num_threads: int
     device: str
     compiled: bool
@@ -1290,7 +1293,8 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
 
     # the run's wall time: this process's plus what the attempts before its checkpoint took (the peak measurement
     # below is not part of it)
-    wall = wall_before + time.perf_counter() - t_start
+    attempt_s = time.perf_counter() - t_start
+    wall = run_wall(wall_before, attempt_s, resumed_from, steps_total)
     peak, peak_src = peak_flops(device, cfg.num_threads, cfg.cache_dir, cfg.precision)
     tps = throughput(train_before, tok_trained, t_train)
     mfu = (F * tps / peak) if (peak and math.isfinite(tps) and tps > 0) else None
@@ -1312,7 +1316,7 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         tps=tps,
         mfu=mfu,
         peak=(peak, peak_src),
-        times=times,
+        times={**times, "total": attempt_s},
         threads=threads_used,
         device=device,
         assignment=assignment,
@@ -1321,6 +1325,19 @@ def train_run(cfg: RunConfig, *, callback=None) -> RunResult:
         resumed_from=resumed_from,
         warnings=run_warnings,
     )
+
+
+def run_wall(wall_before: float, attempt_s: float, resumed_from: int | None, steps_total: int) -> float:
+    """A run's wall time (s) over its attempts: ``wall_before`` (what the attempts before the checkpoint it resumed
+    from took, as that checkpoint recorded; 0 for none) plus this attempt's ``attempt_s``. A run resumed from the
+    checkpoint of its last step trained nothing in this attempt, and that checkpoint was written after the final
+    evaluation: its time is ``wall_before`` alone (each rerun of a finished run added its start-up and its
+    re-evaluation). That is the finished run's ``wall_s`` less what followed the checkpoint's timing: its save and
+    the did-not-learn check (measured: 1.0003 s against 1.0087 s for an 8-step run). A checkpoint older than the
+    ``wall_s`` field (``wall_before`` 0) counts this attempt."""
+    if resumed_from is not None and resumed_from >= steps_total and wall_before > 0:
+        return wall_before
+    return wall_before + attempt_s
 
 
 def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, epochs: float, status: str,
@@ -1375,7 +1392,7 @@ def make_result(cfg: RunConfig, data, *, D: int, steps: int, eval_tokens: int, e
         mfu=mfu,
         peak_flops=peak[0],
         peak_flops_source=peak[1],
-        time_split={**times, "total": wall},
+        time_split=dict(times),
         num_threads=threads,
         device=str(device),
         compiled=bool(cfg.compile) and compile_fallback(cfg.compile, device) is None,

@@ -180,6 +180,11 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
     per_step = events[0]["tokens"] // events[0]["step"]
     assert {ev["start_tokens"] for ev in events} == {4 * per_step}  # the resumed attempt began at step 4's tokens
     assert all(before > 0 and before < r.wall_s <= before + this for r in resumed)  # both attempts' time
+    assert all(r.time_split["total"] <= this < r.wall_s for r in resumed)  # time_split: this attempt's alone
+    last = load_checkpoint(latest_checkpoint(tmp_path / "b"))["wall_s"]
+    rerun = train_ensemble(ck, [0, 1])  # finished: nothing trained, the run's time is the finished one's
+    assert [r.resumed_from_step for r in rerun] == [6, 6] and [r.wall_s for r in rerun] == [last, last]
+    assert [r.final_val_loss for r in rerun] == [r.final_val_loss for r in resumed]
     for a, b in zip(resumed, full, strict=True):
         assert a.resumed_from_step == 4 and b.resumed_from_step is None
         _assert_member_equals_single(a, b)

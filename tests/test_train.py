@@ -173,6 +173,13 @@ def test_last_step_is_an_ordinary_step(base, tmp_path):
     again = train_run(RunConfig(**run))
     assert again.resumed_from_step == 4 and again.final_val_loss == res.final_val_loss
     assert [c["step"] for c in again.curve] == [1, 2, 3, 4]
+    # its time is the finished run's up to its last checkpoint (which follows the final evaluation), not that plus
+    # this re-measurement (each rerun added its start-up and evaluation); time_split is this process's alone
+    from loopscale.model.train import latest_checkpoint, load_checkpoint
+
+    assert again.wall_s == load_checkpoint(latest_checkpoint(tmp_path / "ck"))["wall_s"] <= res.wall_s
+    assert again.time_split["forward_backward"] == 0 and 0 < again.time_split["eval"] < again.time_split["total"]
+    assert res.time_split["total"] == res.wall_s
 
 
 def test_same_seed_same_loss_and_same_data_across_r(base):
