@@ -196,6 +196,16 @@ ESTIMATE_OUTSIDE_CI_NOTE = (
 )
 
 
+def estimate_outside_note(n_ok: int | None) -> str:
+    """What a point estimate outside its own interval means: :data:`ESTIMATE_OUTSIDE_CI_NOTE`, or, for intervals
+    from fewer than :data:`FEW_RESAMPLES` refitted resamples (``n_ok``; None: not known), that they are too rough
+    to say (one resample gives every parameter an interval of one point, which no estimate but its own lies in)."""
+    if few_resamples_note(n_ok) is None:
+        return ESTIMATE_OUTSIDE_CI_NOTE
+    return (f"estimate outside its bootstrap interval, which rests on {int(n_ok)} refitted resample(s): too few to "
+            "say whether the data pin this parameter down")  # fmt: skip
+
+
 def estimates_outside_ci(params: dict[str, Any], ci: dict[str, Any], rel_tol: float = 1e-6) -> list[str]:
     """The names of ``params`` whose value lies outside its interval in ``ci``.
 

@@ -368,8 +368,8 @@ def fit_cmd(
             return
         p = fit.params
         from loopscale.fit.bootstrapping import (
-            ESTIMATE_OUTSIDE_CI_NOTE,
             box_edge_interval_note,
+            estimate_outside_note,
             few_resamples_note,
             phi_box_edge_warning,
         )
@@ -398,7 +398,7 @@ def fit_cmd(
             f"  on_bound = {fit.on_bound or '-'}",
         ]
         if outside:
-            lines.insert(2, f"  * {ESTIMATE_OUTSIDE_CI_NOTE}")
+            lines.insert(2, f"  * {estimate_outside_note(boot.B - boot.n_failed)}")
         if fitted_line:
             lines.insert(1, f"  {fitted_line}")
         if tf.other_variants_rows:  # rows of the table this variant's fit does not use: counted, not silent

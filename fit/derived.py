@@ -268,12 +268,15 @@ def isoflop_parabolas(
         by: cell columns; default ``("budget", "r")`` / ``("C", "r")`` (``r`` only if present).
         loss_col: loss column name (default ``loss``, else ``final_val_loss``).
     Returns:
-        DataFrame, one row per cell with >= 3 distinct N: the cell keys, ``n_points``, ``N_vertex`` (unique params),
-        ``L_vertex`` (nats), ``curvature`` (c2; the vertex is ``NaN`` when c2 <= 0), ``approximate`` = True and
-        ``method`` = :data:`APPROX_LABEL`. The vertex is biased (see module docstring): use
-        :func:`compute_optimal_frontier` for N*. No rows (the same columns) when no cell has 3 distinct N, e.g. a
-        token-budget grid, whose ``budget`` is null (rows with a null cell key are left out): there give
-        ``by=("D", "r")``.
+        DataFrame, one row per cell: the cell keys, ``n_points`` (runs), ``n_sizes`` (distinct N), ``N_min`` /
+        ``N_max`` (the sizes trained, unique params), ``N_vertex`` (unique params), ``L_vertex`` (nats/token),
+        ``curvature`` (c2), ``approximate`` = True, ``method`` = :data:`APPROX_LABEL` and ``note``: None where the
+        vertex is given, else why it is not (``N_vertex`` and ``L_vertex`` NaN): fewer than 3 sizes, no minimum
+        (c2 <= 0), or a minimum outside ``[N_min, N_max]`` -- the loss falls (or rises) across every size trained,
+        and the parabola's vertex there is an extrapolation (measured: 5.6 parameters for sizes of 1.3e4-2.8e5,
+        with a loss below every run's). The vertex is biased even inside the range (see module docstring): use
+        :func:`compute_optimal_frontier` for N*. No rows (the same columns) for a token-budget grid, whose
+        ``budget`` is null (rows with a null cell key are left out): there give ``by=("D", "r")``.
     Raises:
         ValueError: missing columns.
     """
@@ -299,29 +302,46 @@ def isoflop_parabolas(
         N = (df["N_once"] + df["N_rec"]).to_numpy(float)
     else:
         raise ValueError(f"need N, N_unique or N_once+N_rec; table has {list(df.columns)}")
-    df = df.assign(_x=np.log(N), _L=df[loss_col].to_numpy(float))
+    df = df.assign(_N=N, _x=np.log(N), _L=df[loss_col].to_numpy(float))
     rows = []
     for key, cell in df.groupby(list(by), sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        if cell["_x"].nunique() < 3:
-            continue
-        c2, c1, c0 = np.polyfit(cell["_x"].to_numpy(), cell["_L"].to_numpy(), 2)
-        if c2 > 0:
-            xv = -c1 / (2 * c2)
-            nv, lv = float(np.exp(xv)), float(c0 + c1 * xv + c2 * xv * xv)
+        x = cell["_x"].to_numpy()
+        n_sizes, n_lo, n_hi = int(np.unique(x).size), float(cell["_N"].min()), float(cell["_N"].max())
+        nv = lv = c2 = float("nan")
+        if n_sizes < 3:
+            note = f"{n_sizes} size{'s' * (n_sizes != 1)}: a parabola in log N needs 3"
         else:
-            nv, lv = float("nan"), float("nan")
+            c2, c1, c0 = (float(c) for c in np.polyfit(x, cell["_L"].to_numpy(), 2))
+            if c2 <= 0:
+                note = "no minimum: the losses do not curve upward in log N (curvature <= 0)"
+            else:
+                xv = -c1 / (2 * c2)
+                nv, lv, note = float(np.exp(xv)), float(c0 + c1 * xv + c2 * xv * xv), None
+                if not x.min() <= xv <= x.max():  # an extrapolation, however far: withheld, said with its value
+                    falls = "falls" if xv > x.max() else "rises"
+                    note = (f"the loss {falls} across every size trained ({n_lo:.3g} to {n_hi:.3g}): the "
+                            f"parabola's minimum, N = {nv:.3g}, lies outside them; train "
+                            f"{'larger' if xv > x.max() else 'smaller'} sizes at this budget")  # fmt: skip
+                    nv = lv = float("nan")
         row = dict(zip(by, key, strict=True))
         row.update(
             {
                 "n_points": len(cell),
+                "n_sizes": n_sizes,
+                "N_min": n_lo,
+                "N_max": n_hi,
                 "N_vertex": nv,
                 "L_vertex": lv,
-                "curvature": float(c2),
+                "curvature": c2,
                 "approximate": True,
                 "method": APPROX_LABEL,
+                "note": note,
             }
         )
         rows.append(row)
-    cols = [*by, "n_points", "N_vertex", "L_vertex", "curvature", "approximate", "method"]
-    return pd.DataFrame(rows, columns=cols)
+    cols = [*by, "n_points", "n_sizes", "N_min", "N_max", "N_vertex", "L_vertex", "curvature", "approximate",
+            "method", "note"]  # fmt: skip
+    out = pd.DataFrame(rows, columns=cols)
+    out["note"] = pd.Series([r["note"] for r in rows], index=out.index, dtype=object)  # None, not NaN, where given
+    return out

@@ -164,7 +164,8 @@ its bootstrap refits, warm-started there, leave phi_r where it is and gave zero-
 
 def _per_r_row(shared: dict, r: int) -> dict:
     """One row of :func:`per_r_phi`: phi_r fitted to the r = 1 runs plus those of ``r``, with its interval,
-    and ``boot_ok``: its bootstrap resamples refitted ok (``per_r_phi`` reports them, then drops the key)."""
+    ``boot_planned``: its bootstrap resamples (0 when phi_r is flat here and none is drawn) and ``boot_ok``: those
+    refitted ok (``per_r_phi`` reports them, then drops both keys)."""
     from loopscale.fit.bootstrapping import _own_results, bootstrap
 
     df, starts, B, seed, stratify_by = (shared[k] for k in ("df", "starts", "B", "seed", "stratify_by"))
@@ -199,7 +200,7 @@ def _per_r_row(shared: dict, r: int) -> dict:
         hi = float("nan") if hi is None else float(hi)
         n_ok = int(B - bs.n_failed)
     return dict(r=r, phi=float(f.params["phi"]), lo=lo, hi=hi, n=int(f.n), on_bound=",".join(f.on_bound),
-                no_interval=no_interval, boot_ok=n_ok)  # fmt: skip
+                no_interval=no_interval, boot_ok=n_ok, boot_planned=B)  # fmt: skip
 
 
 def per_r_phi(
@@ -257,8 +258,9 @@ def per_r_phi(
     if n:
         _notify(n, n)
     ok = sum(row.pop("boot_ok") for row in rows)
-    if B > 0:  # all r together: run here or as tasks (whose listeners are not the driver's)
-        _notify_result(B * len(rows), ok, "per_r")
+    planned = sum(row.pop("boot_planned") for row in rows)  # less the r whose phi_r is flat: no resample drawn
+    if planned > 0:  # all r together: run here or as tasks (whose listeners are not the driver's)
+        _notify_result(planned, ok, "per_r")
     return pd.DataFrame(rows)
 
 

@@ -312,10 +312,11 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         )
     if law.name == "joint" and law.extra_names and np.unique(cols["r"]).size < 2:
         only = ", ".join(f"{v:g}" for v in np.unique(cols["r"]))
+        fix = (" (phi has no effect on runs of r = 1: r^phi = 1)" if only == "1" else
+               " or fix phi (--phi 0.5; phi=0.5 in Python)")  # fmt: skip
         raise ValueError(
             f"a joint fit with phi free needs at least 2 distinct r values; every run has r = {only}; fit one "
-            "architecture's law instead (--law chinchilla; law='chinchilla' in Python) or fix phi (--phi 0.5; "
-            "phi=0.5 in Python)"
+            f"architecture's law instead (--law chinchilla; law='chinchilla' in Python){fix}"
         )
     return FitData(
         cols=cols,

@@ -45,6 +45,15 @@ def _variant_model_line(runs, vname: str) -> str | None:
         parts.append(f"truncated backpropagation through time: bptt_k = {ks} at r = {rs}")
     return "Looped runs (r > 1): " + "; ".join(parts) + "."
 
+
+def _any_parabola(iso) -> bool:
+    """Whether an IsoFLOP table (``fit/isoflop.parquet``; None when absent) has a cell of 3 or more sizes, i.e. a
+    parabola was fitted (a table of an earlier loopscale lists only such cells)."""
+    if iso is None or not len(iso):
+        return False
+    return "n_sizes" not in iso.columns or bool((iso["n_sizes"] >= 3).any())
+
+
 def _fmt(x: Any, nd: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
@@ -625,8 +634,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
         )
         from loopscale.fit.bootstrapping import (
-            ESTIMATE_OUTSIDE_CI_NOTE,
             box_edge_interval_note,
+            estimate_outside_note,
             estimates_outside_ci,
             few_resamples_note,
         )
@@ -645,7 +654,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         for k in ("E", "A", "alpha", "B", "beta", "phi"):
             L.append(f"| {k} | {_fmt(p[k])} | {_ci(ci, k)}{' †' if k in (outside or ()) else ''} |")
         if outside:
-            L.append(f"\n† {ESTIMATE_OUTSIDE_CI_NOTE}.")
+            L.append(f"\n† {estimate_outside_note(boot.get('n_ok'))}.")
         if not boot.get("no_interval_reason") and (edge := box_edge_interval_note(ci)):
             L.append(f"\n> **Note:** {edge}.")
         L.append(
@@ -762,27 +771,32 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             "Not computed: this grid uses token budgets (every size trained for the same D), so no cell holds "
             "several sizes at one compute budget. Use `budgets: {C: [sizes]}` in the spec for IsoFLOP cells.\n"
         )
-    elif ana.get("budget_kind") == "C" and (iso is None or not len(iso)):
+    elif ana.get("budget_kind") == "C" and not _any_parabola(iso):
         L.append("## IsoFLOP parabolas\n")
         L.append(
             "Not computed: no (budget, r) cell of this grid holds 3 or more sizes, and a parabola in log N needs 3 "
             "points. List at least 3 sizes per budget in `budgets: {C: [sizes]}` for IsoFLOP cells.\n"
         )
-    if iso is not None and len(iso):
+    if _any_parabola(iso):
         L.append("## IsoFLOP parabolas (approximate)\n")
         L.append(
             "Vertices of a parabola in log N per cell (Chinchilla Approach 2). They are biased even without "
-            "noise and are shown for comparison only; the frontier above comes from the law.\n"
+            "noise and are shown for comparison only; the frontier above comes from the law. A vertex outside the "
+            "sizes a cell trained is not given (the note says where it fell).\n"
         )
         keys = [c for c in iso.columns if c in ("variant", "budget", "D", "r")]
-        L.append("| " + " | ".join(keys) + " | points | N vertex | L vertex |")
-        L.append("|" + "---|" * (len(keys) + 3))
+        noted = "note" in iso.columns  # (an isoflop.parquet of an earlier loopscale has no sizes or notes)
+        more = " | sizes | N trained | N vertex | L vertex | note |" if noted else " | N vertex | L vertex |"
+        L.append("| " + " | ".join(keys) + " | points" + more)
+        L.append("|" + "---|" * (len(keys) + (6 if noted else 3)))
         for _, row in iso.iterrows():
-            L.append(
-                "| "
-                + " | ".join(_fmt(row[k]) if k != "variant" else str(row[k]) for k in keys)
-                + f" | {int(row['n_points'])} | {_fmt(row['N_vertex'], 3)} | {_fmt(row['L_vertex'], 4)} |"
-            )
+            cells = [_fmt(row[k]) if k != "variant" else str(row[k]) for k in keys] + [str(int(row["n_points"]))]
+            if noted:
+                cells += [str(int(row["n_sizes"])), f"{row['N_min']:.3g} to {row['N_max']:.3g}"]
+            cells += [_fmt(row["N_vertex"], 3), _fmt(row["L_vertex"], 4)]
+            if noted:
+                cells.append(row["note"] if isinstance(row["note"], str) else "")
+            L.append("| " + " | ".join(cells) + " |")
         L.append("")
     comp = ana.get("variant_comparison")
     if comp:

@@ -206,3 +206,19 @@ def test_equivalence_refuses_nan_and_non_numbers():
         args = {"N_once": 1000, "N_rec": 500, "r": 4, "phi": 0.5, **kwargs}
         with pytest.raises(ValueError, match=message):
             equivalence(**args)
+
+
+def test_a_joint_fit_of_one_r_advises_fixing_phi_only_where_phi_acts():
+    """A table of r = 1 runs only was told to fix phi (--phi 0.5), which changes nothing there (r^phi = 1); a table
+    of one looped r can still be fitted with phi held."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = pd.DataFrame({"N_once": [1e6, 2e6, 4e6, 8e6] * 2, "N_rec": [1e6, 2e6, 4e6, 8e6] * 2, "D": [1e8] * 4 + [1e9] * 4,
+                      "loss": [3.5, 3.3, 3.2, 3.1, 3.2, 3.0, 2.9, 2.8]})  # fmt: skip
+    with pytest.raises(ValueError, match=r"every run has r = 1; fit one architecture's law instead \(--law chinchilla; "
+                                         r"law='chinchilla' in Python\) \(phi has no effect on runs of r = 1") as e:
+        prepare(t.assign(r=1), make_law("joint"))
+    assert "--phi" not in str(e.value)
+    with pytest.raises(ValueError, match=r"every run has r = 4; .* or fix phi \(--phi 0.5; phi=0.5 in Python\)$"):
+        prepare(t.assign(r=4), make_law("joint"))

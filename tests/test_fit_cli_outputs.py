@@ -240,3 +240,18 @@ def test_the_fit_out_lock_neither_removes_the_holders_folder_nor_stops_a_fit_whe
         with _out_dir_lock(tmp_path / "new2" / "o"):
             raise ValueError("bad table")
     assert not (tmp_path / "new2").exists()
+
+
+def test_a_bootstrap_of_one_does_not_blame_the_data_for_its_one_point_intervals():
+    """`fit --bootstrap 1` starred every parameter as 'the data do not pin this parameter down (... another basin)':
+    one resample gives each parameter an interval of one point, which no estimate but its own lies in."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE, estimate_outside_note
+    from loopscale.sweep.cli import app
+
+    res = CliRunner().invoke(app, ["fit", str(EXAMPLE), "--bootstrap", "1", "--starts", "8", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert "* estimate outside its bootstrap interval, which rests on 1 refitted resample(s): too few to say" in res.stdout
+    assert ESTIMATE_OUTSIDE_CI_NOTE not in res.stdout
+    assert estimate_outside_note(200) == estimate_outside_note(None) == ESTIMATE_OUTSIDE_CI_NOTE

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -86,10 +87,40 @@ def test_isoflop_parabolas_of_a_token_budget_grid_keeps_its_columns():
 
     df = pd.read_parquet(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_ladder" / "runs.parquet")
     empty = isoflop_parabolas(df.assign(budget=None))
-    assert len(empty) == 0 and list(empty.columns)[-6:] == ["n_points", "N_vertex", "L_vertex", "curvature",
-                                                          "approximate", "method"]  # fmt: skip
+    assert len(empty) == 0 and list(empty.columns)[-10:] == ["n_points", "n_sizes", "N_min", "N_max", "N_vertex",
+                                                           "L_vertex", "curvature", "approximate", "method", "note"]  # fmt: skip
     by_d = isoflop_parabolas(df, by=("D", "r"))
-    assert len(by_d) >= 1 and (by_d["n_points"] >= 3).all()
+    assert (by_d["n_sizes"] >= 3).any()
+    few = by_d[by_d["n_sizes"] < 3]  # the looped cells: one size each, said, no vertex
+    assert len(few) and few["N_vertex"].isna().all() and few["note"].str.contains("a parabola in log N needs 3").all()
+
+
+def test_an_isoflop_vertex_outside_the_sizes_trained_is_withheld_and_said():
+    """A cell whose loss rises across every size trained put its parabola's vertex at N = 5.6 parameters for sizes
+    of 1.3e4-2.8e5, with a loss below every run's, and the report printed it unflagged; a cell without a minimum
+    showed a bare '-'. Now the vertex is given only inside the sizes trained, and every empty vertex says why."""
+    from loopscale.fit import isoflop_parabolas
+
+    N = np.array([1.3e4, 6.0e4, 2.8e5])
+    x = np.log(N)
+    up = 3.0 + 0.1 * (x - x[0]) + 0.01 * (x - x[0]) ** 2  # convex, rising: its vertex far below the smallest size
+    inside = 3.0 + 0.05 * (x - x[1]) ** 2  # its vertex at the middle size
+    down = 3.0 - 0.05 * (x - x[1]) ** 2  # concave: no minimum
+    df = pd.DataFrame({"budget": np.repeat([1e9, 2e9, 3e9, 4e9], [3, 3, 3, 2]), "r": 1,
+                       "N": [*N, *N, *N, *N[:2]], "loss": [*up, *inside, *down, *up[:2]]})  # fmt: skip
+    iso = isoflop_parabolas(df).set_index("budget")
+    assert iso.loc[2e9, "N_vertex"] == pytest.approx(6.0e4, rel=1e-6) and iso.loc[2e9, "note"] is None
+    assert iso.loc[2e9, "L_vertex"] == pytest.approx(3.0, abs=1e-9) and iso.loc[2e9, ["N_min", "N_max"]].tolist() == [1.3e4, 2.8e5]
+    out = iso.loc[1e9]
+    vertex = float(np.exp(x[0] - 0.1 / (2 * 0.01)))  # where the rising parabola's minimum lies: ~87 parameters
+    assert np.isnan(out["N_vertex"]) and np.isnan(out["L_vertex"]) and out["curvature"] == pytest.approx(0.01)
+    assert out["note"] == (f"the loss rises across every size trained (1.3e+04 to 2.8e+05): the parabola's minimum, "
+                           f"N = {vertex:.3g}, lies outside them; train smaller sizes at this budget")  # fmt: skip
+    assert np.isnan(iso.loc[3e9, "N_vertex"]) and "no minimum" in iso.loc[3e9, "note"]
+    assert iso.loc[4e9, "n_sizes"] == 2 and iso.loc[4e9, "note"] == "2 sizes: a parabola in log N needs 3"
+    falls = 3.0 - 0.1 * (x - x[-1]) + 0.01 * (x - x[-1]) ** 2  # its minimum far above the largest size
+    note = isoflop_parabolas(pd.DataFrame({"budget": 1e9, "r": 1, "N": N, "loss": falls}))["note"].iloc[0]
+    assert note.startswith("the loss falls across every size trained") and note.endswith("train larger sizes at this budget")
 
 
 def test_a_fractional_starts_is_one_clear_error():

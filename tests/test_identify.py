@@ -134,9 +134,15 @@ def test_a_per_r_phi_the_fit_does_not_pin_down_gets_no_interval():
     df = _table({2: 0.46, 4: 0.46, 8: 0.46})
     rng = np.random.default_rng(2)
     df = df.assign(loss=2.0 + TRUTH["B"] * df["D"] ** -TRUTH["beta"] + 0.002 * rng.standard_normal(len(df)))
-    per_r = per_r_phi(df, starts=20, B=4, seed=0)
+    from loopscale.fit.bootstrapping import progress_listener
+
+    said = []  # the bootstraps' results, as the console's summary line counts them
+    with progress_listener(lambda done, total: None, lambda planned, ok, phase=None: said.append((planned, ok, phase))):
+        per_r = per_r_phi(df, starts=20, B=4, seed=0)
     flat = per_r["no_interval"].fillna("").str.contains("the N-term it acts through is flat in this fit")
     assert flat.any() and per_r.loc[flat, "lo"].isna().all()
+    # an r whose phi_r is flat draws no resample: not counted as 4 failed refits ("80 failed" in a run's console)
+    assert said == [(4 * int((~flat).sum()), 4 * int((~flat).sum()), "per_r")] or (said == [] and flat.all())
     assert ((per_r["hi"] - per_r["lo"])[~flat] > 0.5).all()  # the others: wide, not falsely precise
     ok = per_r_phi(_table({2: 0.46, 4: 0.46, 8: 0.46}), starts=20, B=4, seed=0)  # a law with an N-term
     assert ok["no_interval"].isna().all() and (ok["hi"] > ok["lo"]).all()

@@ -819,6 +819,38 @@ def test_an_isoflop_grid_without_parabolas_says_why(tmp_path):
     assert "Not computed: no (budget, r) cell of this grid holds 3 or more sizes" in sec and "token budgets" not in sec
 
 
+
+def test_the_isoflop_table_withholds_a_vertex_outside_the_sizes_and_says_why(tmp_path):
+    """The report printed a vertex of N = 5.62 parameters for a cell that trained 1.3e4-2.8e5 (the loss rising across
+    them all), and a bare '-' for a cell without a minimum. Now each row gives its sizes and a note where it has no
+    vertex; an isoflop.parquet of an earlier loopscale (no such columns) renders as before."""
+    import numpy as np
+    import pandas as pd
+
+    from loopscale.fit import isoflop_parabolas
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    ana["budget_kind"] = "C"
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    N = np.array([1.3e4, 6.0e4, 2.8e5])
+    x = np.log(N)
+    df = pd.DataFrame({"budget": np.repeat([1e9, 3e9], 3), "r": 2, "N": [*N, *N],
+                       "loss": [*(3.0 + 0.05 * (x - x[1]) ** 2), *(3.0 + 0.1 * (x - x[0]) + 0.01 * (x - x[0]) ** 2)]})  # fmt: skip
+    iso = isoflop_parabolas(df)
+    iso.insert(0, "variant", "baseline")
+    iso.to_parquet(run / "fit" / "isoflop.parquet")
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "## IsoFLOP parabolas (approximate)")
+    assert "| variant | budget | r | points | sizes | N trained | N vertex | L vertex | note |" in sec
+    assert "| baseline | 1.000e+09 | 2 | 3 | 3 | 1.3e+04 to 2.8e+05 | 6e+04 | 3 |  |" in sec, sec
+    assert "| baseline | 3.000e+09 | 2 | 3 | 3 | 1.3e+04 to 2.8e+05 | – | – | the loss rises across every size trained" in sec
+    iso.drop(columns=["n_sizes", "N_min", "N_max", "note"]).to_parquet(run / "fit" / "isoflop.parquet")
+    old = _section(build_report(run).read_text(encoding="utf-8"), "## IsoFLOP parabolas (approximate)")
+    assert "| variant | budget | r | points | N vertex | L vertex |" in old and "| baseline | 3.000e+09 | 2 | 3 | – | – |" in old
+
 def test_the_frontier_of_a_token_budget_grid_puts_every_variant_at_the_same_compute_budgets(tmp_path):
     """On a token-budget grid each variant's frontier rows were at 4 budgets spaced over its own runs' C range, so
     no row of one variant could be set beside another's at one C (trunc_bptt from 4.307e8, baseline from 5.576e8).
