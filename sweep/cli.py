@@ -59,18 +59,27 @@ def _root(
     pass
 
 
-def _when_idle(report_cmd):
-    """``loopscale report``, refused while another command works in its folder (its runs table, fit and report are
-    being written: the report read half of them and said runs.parquet was missing, which reads as lost data)."""
+def _when_idle(cmd, what: str, why: str, *, only_without: str | None = None):
+    """``cmd`` (whose first argument is a folder), refused while another command works in that folder
+    (:func:`loopscale.sweep.status.refuse_busy_folder`, naming ``what`` and ``why``); with ``only_without``, only
+    while the folder lacks that file. ``loopscale report`` on a folder whose `run` was in its LR stage read half its
+    files and said runs.parquet was missing, which reads as lost data; ``loopscale fit`` of such a folder called it
+    "a folder without runs.parquet" (a folder with its runs table is fitted busy or not: fitting writes nothing
+    there)."""
     import functools
+    import inspect
+    from pathlib import Path
 
-    @functools.wraps(report_cmd)
-    def wrapper(run_dir, *args, **kwargs):
+    name = next(iter(inspect.signature(cmd).parameters))  # Typer passes it by name (run_dir, table)
+
+    @functools.wraps(cmd)
+    def wrapper(*args, **kwargs):
         from loopscale.sweep.status import refuse_busy_folder
 
-        refuse_busy_folder(run_dir, "`loopscale report`", why="it writes the runs table, the fit and the report "
-                           "this would read; its own report is written when it ends")  # fmt: skip
-        return report_cmd(run_dir, *args, **kwargs)
+        folder = Path(kwargs[name] if name in kwargs else args[0])
+        if only_without is None or (folder.is_dir() and not (folder / only_without).is_file()):
+            refuse_busy_folder(folder, what, why=why)
+        return cmd(*args, **kwargs)
 
     return wrapper
 
@@ -90,9 +99,12 @@ def _register() -> None:
     app.command("train")(present_errors(model_cli.train_cmd))
     # the list of commands shows a help's first paragraph with its source line breaks: a one-line summary instead
     app.command("fit", short_help="Fit a scaling law (joint: phi) to a table of runs (bootstrap CIs with --bootstrap B).")(
-        present_errors(fit_cli.fit_cmd)
+        present_errors(_when_idle(fit_cli.fit_cmd, "`loopscale fit`", "its runs table, runs.parquet, is written when "
+                                  "its grid ends", only_without="runs.parquet"))
     )
-    app.command("report")(present_errors(_when_idle(run_report.report_cmd)))
+    app.command("report")(present_errors(_when_idle(
+        run_report.report_cmd, "`loopscale report`",
+        "it writes the runs table, the fit and the report this would read; its own report is written when it ends")))
     app.command("tune-lr")(present_errors(sweep_cmds.tune_lr_cmd))
     app.command("sweep", short_help="Stage 2: train every grid cell of SPEC on Ray Tune; writes runs.parquet.")(
         present_errors(sweep_cmds.sweep_cmd)

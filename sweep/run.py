@@ -114,17 +114,18 @@ def plan(spec, *, data: bool = True) -> dict:
 
     lr_rounded: dict[str, tuple[float, int]] = {}  # study -> (tokens asked, tokens trained) where rounding doubles them
     if spec.lr == "tune":
-        from loopscale.sweep.lr_search import study_keys, tuning_budget, tuning_tokens_asked
+        from loopscale.sweep.lr_search import study_keys, tuning_tokens_asked
 
         keys = study_keys(spec)
         n_studies = len(keys)
         for s, r in keys:
-            base, steps, _ = tuning_budget(spec, s, r)
+            model = spec.tuning_model(s, r)
+            steps, _ = spec.tuning_steps(s, r)
             lr_trial_tokens[f"size{s}_r{r}"] = steps * spec.training.batch_tokens
-            asked = tuning_tokens_asked(spec, base.run.model, r)
+            asked = tuning_tokens_asked(spec, model, r)
             if steps * spec.training.batch_tokens >= 2 * asked:
                 lr_rounded[f"size{s}_r{r}"] = (asked, steps * spec.training.batch_tokens)
-            lr_flops += flops_per_token(base.run.model) * steps * spec.training.batch_tokens * trials_per_study(spec.tune)
+            lr_flops += flops_per_token(model) * steps * spec.training.batch_tokens * trials_per_study(spec.tune)
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
     from loopscale.sweep.grid import trial_groups
 
@@ -196,7 +197,9 @@ def _steps_warning(few: dict[tuple, int], drift: dict[tuple, float], batch_token
                     + (", ..." if len(drift) > 3 else "") + "), so runs of one budget do not share its compute")  # fmt: skip
     if not said:
         return None
-    return "; ".join(said) + "; raise the budgets (tokens) or lower training.batch_tokens"
+    iso = any(isinstance(k[3], float) for k in (*few, *drift))  # an iso-FLOP spec: its budgets are the C of budgets:
+    return "; ".join(said) + (f"; raise the {'compute budgets (budgets: {C: [sizes]})' if iso else 'token budgets (tokens)'}"
+                              " or lower training.batch_tokens")  # fmt: skip
 
 
 def design_warning(spec) -> str | None:
@@ -602,8 +605,10 @@ def corpus_epochs(spec) -> dict:
     ``corpus_tokens_from`` (how that is known, or the upper bound used), ``tokens_max_run`` (the largest per-run D),
     ``epochs_max_run`` (the most passes over the training split any run makes, as the trainer counts them:
     D / (windows of seq_len in the split x seq_len); a lower bound when only an upper bound on the corpus is known;
-    None when unknown) and ``data_warning``: the trainer's epochs warning (:func:`loopscale.model.data.implied_epochs`,
-    same threshold: more than one epoch) for the run that repeats the data most, with how many runs do, else None.
+    None when unknown), ``epochs_max_lr_trial`` (the same for the LR studies' trials at their full budget,
+    ``lr_trial_tokens``; None without ``lr: tune`` or when unknown) and ``data_warning``: the trainer's epochs
+    warning (:func:`loopscale.model.data.implied_epochs`, same threshold: more than one epoch) for the run that
+    repeats the data most, with how many runs do, and how many LR studies' trials would repeat it, else None.
     """
     import warnings
 
@@ -621,6 +626,7 @@ def corpus_epochs(spec) -> dict:
         "corpus_tokens_from": how,
         "tokens_max_run": max(d for d, _ in d_t),
         "epochs_max_run": None,
+        "epochs_max_lr_trial": None,
         "data_warning": None,
     }
     n = exact if exact is not None else at_most
@@ -631,9 +637,11 @@ def corpus_epochs(spec) -> dict:
         out["data_warning"] = (f"the training split ({'' if exact is not None else 'at most '}{n} tokens) is shorter "
                                "than one window of seq_len + 1 tokens: the runs would fail")
         return out
+    lr_note = _lr_trial_epochs(spec, n, exact is not None, out)
     epochs = [d / e for (d, _), e in zip(d_t, per_epoch, strict=True)]
     i = max(range(len(runs)), key=epochs.__getitem__)
     out["epochs_max_run"] = epochs[i]
+    out["data_warning"] = lr_note
     if epochs[i] > 1:
         if exact is not None:  # the trainer's own warning, word for word
             with warnings.catch_warnings(record=True) as caught:
@@ -645,8 +653,45 @@ def corpus_epochs(spec) -> dict:
                    f"training split's whole windows of seq_len): at least {epochs[i]:.2f} epochs (data repeats)")  # fmt: skip
         many = sum(e > 1 for e in epochs)
         out["data_warning"] = (f"{many} of {len(runs)} runs would repeat the training data (more than one epoch); "
-                               f"the run that repeats it most: {msg}")
+                               f"the run that repeats it most: {msg}" + (f"; {lr_note}" if lr_note else ""))
     return out
+
+
+def _lr_trial_epochs(spec, n: int, exact: bool, out: dict) -> str | None:
+    """Passes of the LR studies' trials over a training split of ``n`` tokens (``exact``: else an upper bound), at
+    their full budget (``SweepSpec.tuning_steps``, whole steps per milestone, of ``SweepSpec.tuning_model``): sets
+    ``out["epochs_max_lr_trial"]`` (None without ``lr: tune``) and returns the warning part for studies whose
+    trials would make more than one pass, else None. The LR a study picks is then the best at repeating the data,
+    which the grid's runs may not do. The advice names what to lower: ``tune.tokens`` (or
+    ``tune.tokens_per_param``, whichever the spec uses), or ``tune.num_milestones`` where the tokens asked fit in one
+    pass and the rounding to whole steps per milestone is what makes the trials repeat the data."""
+    if spec.lr != "tune":
+        return None
+    from loopscale.sweep.lr_search import study_keys, tuning_tokens_asked
+
+    worst, over = 0.0, []
+    keys = study_keys(spec)
+    for s, r in keys:
+        model = spec.tuning_model(s, r)  # not tuning_budget's base cell: that expands the whole grid per study
+        steps, _ = spec.tuning_steps(s, r)
+        t = int(model.seq_len)
+        per_epoch = ((n - 1) // t) * t
+        if per_epoch <= 0:
+            continue
+        e = steps * spec.training.batch_tokens / per_epoch
+        worst = max(worst, e)
+        if e > 1:
+            asked = tuning_tokens_asked(spec, model, r)
+            over.append((e, s, r, steps * spec.training.batch_tokens, asked <= per_epoch))
+    out["epochs_max_lr_trial"] = worst
+    if not over:
+        return None
+    e, s, r, d, rounding = max(over)
+    knob = "tune.tokens" if spec.tune.tokens is not None else "tune.tokens_per_param"
+    fix = (f"lower tune.num_milestones (or training.batch_tokens): the {knob} asked fit in one pass, the whole steps "
+           "per milestone do not" if rounding else f"lower {knob}, or give a larger corpus")
+    return (f"{len(over)} of {len(keys)} LR studies' trials would repeat the training data at their full budget "
+            f"(size {s}, r {r}: {d} tokens, {'' if exact else 'at least '}{e:.2f} epochs); {fix}")
 
 
 def run_cmd(

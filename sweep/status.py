@@ -638,7 +638,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     """The status of the run directory ``out_dir`` as a dict (what ``loopscale status --json`` prints).
 
     Keys: ``out``, ``spec``, ``kind`` (run | sweep | tune-lr | None), ``state`` (running | stopped | finished |
-    empty), ``stage``, ``runs`` (total, ok, diverged, did_not_learn, failed, running, unrecorded: finished with no
+    empty), ``stage``, ``last_command_finished`` (``sweep`` or ``tune-lr`` when a ``run`` folder is stopped only
+    because its last command was that stage's own and did its part, else None), ``runs`` (total, ok, diverged, did_not_learn, failed, running, unrecorded: finished with no
     driver to record them, their ``result.json`` in a local storage, pending: training runs),
     ``failures`` ([{run_id, error}]), ``time`` (``stage_wall_s`` recorded per stage (s), ``total_s`` (s, with earlier
     commands: their recorded stages and the time interrupted ones ran); ``earlier_commands`` (the folder's earlier
@@ -802,6 +803,12 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         if alive
         else ("finished" if stage == "done" else ("empty" if stage == "none" else "stopped"))
     )
+    # a `run` folder whose last command was a stage's own (`sweep`, `tune-lr`) that did its part: nothing was
+    # interrupted, the next stage is simply not made yet (it read "stopped ... before it stopped")
+    last_kind = (record or {}).get("kind")
+    done_part = state == "stopped" and kind == "run" and (
+        (last_kind == "sweep" and stage in ("fit", "report")) or (last_kind == "tune-lr" and stage != "tune-lr"))
+    finished_part = last_kind if done_part else None
     walls = dict(meta.get("stage_wall_s") or {})
     # earlier interrupted commands' time outside the recorded stage wall times (see mark_started)
     tm: dict = {"stage_wall_s": walls, "total_s": sum(walls.values()) + float((record or {}).get("earlier_unrecorded_s") or 0.0)}
@@ -849,6 +856,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "kind": kind,
         "state": state,
         "stage": stage,
+        "last_command_finished": finished_part,
         "runs": runs,
         "failures": failures,
         "time": tm,
@@ -1005,6 +1013,9 @@ def format_status(st: dict) -> list[str]:
     kind = st.get("kind")
     what = {"tune-lr": " (tune-lr output)", "sweep": " (sweep output)"}.get(kind, "")
     lines = [f"{st['out']}: {st['spec'] or '?'}{what} — {st['state']}, stage {st['stage']}"]
+    if st.get("last_command_finished"):  # (a `sweep` or `tune-lr` in a run folder did its part; nothing was stopped)
+        lines[0] = (f"{st['out']}: {st['spec'] or '?'}{what} — stage {st['stage']} next: the last command, "
+                    f"`loopscale {st['last_command_finished']}`, finished its part")  # fmt: skip
     cmd = st.get("command")
     if cmd:
         lines.append(f"command: {cmd.get('command')} (pid {cmd.get('pid')} on {cmd.get('host')})")
@@ -1047,7 +1058,7 @@ def format_status(st: dict) -> list[str]:
             last_dt = datetime.datetime.fromtimestamp(last)
             last_s = last_dt.strftime("%H:%M:%S" if last_dt.date() == start.date() else "%Y-%m-%d %H:%M:%S")
         earlier = tm["total_s"] - tm["ran_s"]
-        ended = "before it stopped" if st["state"] == "stopped" else "to finish"
+        ended = "before it stopped" if st["state"] == "stopped" and not st.get("last_command_finished") else "to finish"
         lines.append(
             f"time: {_fmt_s(tm['ran_s'])} {ended} (started {start.strftime('%Y-%m-%d %H:%M:%S')}"
             + (f"; last progress {last_s}" if last is not None else "")
@@ -1140,7 +1151,8 @@ def format_status(st: dict) -> list[str]:
         n = st["runs_in_parts_only"]
         how = ("the command to continue, below, writes it" if st.get("resume_with")
                else "`loopscale sweep SPEC --out DIR --resume` with the folder's spec writes it")  # fmt: skip
-        lines.append(f"runs.parquet lacks {n} finished run{'s' if n != 1 else ''}' records (they are in parts/; "
+        whose = "runs'" if n != 1 else "run's"
+        lines.append(f"runs.parquet lacks {n} finished {whose} records (they are in parts/; "
                      f"`loopscale fit` reads runs.parquet): {how}, training none of them again")
     if st.get("design"):
         lines.append(f"design prediction (`loopscale design --out`): {st['design']}")

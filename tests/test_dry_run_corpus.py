@@ -116,6 +116,34 @@ def test_token_file_is_counted_without_reading_the_text(tmp_path, empty_cache):
     assert p["data_warning"] is None
 
 
+def test_lr_trials_that_would_repeat_the_corpus_are_warned_of(tmp_path, empty_cache):
+    """The grid's runs fit in a 95,000-token split but LR trials of 200,000 tokens would not: the dry-run warned of
+    the grid's runs only (data_warning None), so the LR was chosen by trials that repeat the data, unsaid."""
+    tokens = tmp_path / "toks.npy"
+    np.save(tokens, (np.arange(100_000) % 200).astype(np.uint16))
+    spec = preset_spec("smoke")
+    tune = spec.tune.model_copy(update={"tokens": 200_000, "tokens_per_param": None})
+    spec = spec.model_copy(update={"corpus": str(tokens), "tokenizer": "pretokenized", "lr": "tune", "tune": tune})
+    path = tmp_path / "toks.yaml"
+    path.write_text(spec_to_yaml(spec))
+    p = _dry_run(tmp_path, str(path))
+    per_epoch = ((95_000 - 1) // 32) * 32  # whole windows of seq_len 32
+    assert p["epochs_max_run"] < 1
+    trial = max(p["lr_trial_tokens"].values())
+    assert trial >= 200_000 and p["epochs_max_lr_trial"] == pytest.approx(trial / per_epoch)
+    n = p["lr_studies"]
+    assert p["data_warning"].startswith(f"{n} of {n} LR studies' trials would repeat the training data")
+    assert p["data_warning"].endswith(f"{trial} tokens, {trial / per_epoch:.2f} epochs); lower tune.tokens, or give "
+                                      "a larger corpus")
+    # few tokens asked, but one whole step per milestone: the rounding repeats the data, and the advice says so
+    tune = spec.tune.model_copy(update={"tokens": 256, "num_milestones": 4096})
+    path.write_text(spec_to_yaml(spec.model_copy(update={"tune": tune})))
+    p = _dry_run(tmp_path, str(path))
+    assert p["epochs_max_lr_trial"] > 1 and "lower tune.num_milestones (or training.batch_tokens)" in p["data_warning"]
+    fixed = _dry_run(tmp_path, "--preset", "smoke")  # no LR tuning: nothing to say of LR trials
+    assert fixed["epochs_max_lr_trial"] is None and fixed["data_warning"] is None
+
+
 def test_small_text_corpus_is_tokenized_by_the_dry_run_and_the_runs_reuse_it(tmp_path, empty_cache):
     """A text corpus of at most TOKENIZE_TO_CHECK_BYTES is tokenized by the pre-flight: the dry-run's counts are
     exact at once, and the cache it built is the one the runs load (not built again)."""

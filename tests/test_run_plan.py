@@ -212,7 +212,11 @@ def test_the_plan_warns_of_runs_of_a_few_steps_and_budgets_whole_steps_miss():
     assert w.startswith("12 run(s) train fewer than 5 optimizer steps of training.batch_tokens = 1024 (")
     assert "; 10 iso-FLOP run(s) train whole steps whose FLOPs F·D miss the budget C by more than 10 % (" in w
     assert f"size {worst[0][0]} r={worst[0][1]} at C = 7.1e+08: {worst[1]:.2f}× C" in w
-    assert w.endswith("raise the budgets (tokens) or lower training.batch_tokens")
+    assert w.endswith("; raise the compute budgets (budgets: {C: [sizes]}) or lower training.batch_tokens")  # not tokens:
+    few_tokens = parse_spec({"name": "few", "r": [1, 2], "sizes": [16], "tokens": [2048], "lr": {"fixed": 0.01}})
+    w = plan(few_tokens)["steps_warning"]  # 2 steps of 1,024 tokens: a token-budget spec is told of its tokens
+    assert w.startswith("2 run(s) train fewer than 5") and w.endswith("; raise the token budgets (tokens) or lower "
+                                                                       "training.batch_tokens")  # fmt: skip
 
 
 def test_a_grid_without_r1_is_planned_with_a_warning(tmp_path):

@@ -49,6 +49,20 @@ def _record(out, age_s: float, **fields) -> dict:
     return doc
 
 
+@pytest.fixture
+def busy(tmp_path):
+    """A folder whose command record names a live process (``loopscale run smoke --out busy``): ``(out, live, rec)``;
+    the process is ended after the test (a test may end it sooner)."""
+    out = tmp_path / "busy"
+    out.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        yield out, live, _record(out, 30, pid=live.pid, command="loopscale run smoke --out busy")
+    finally:
+        live.kill()
+        live.wait()
+
+
 def _progress(out, age_s: float, **fields) -> dict:
     (out / "logs").mkdir(exist_ok=True)
     now = time.time()
@@ -603,7 +617,7 @@ def test_a_spec_storage_out_of_reach_is_said_not_skipped(tmp_path, s3_offline):
     assert any(line.startswith("tune state: not read: storage 's3://b/x'") for line in format_status(s))
 
 
-def test_a_second_command_in_a_folder_in_use_is_refused_before_it_writes(tmp_path):
+def test_a_second_command_in_a_folder_in_use_is_refused_before_it_writes(busy):
     """Two `loopscale run` on one --out both trained every run (two Tune experiments sharing the runs'
     checkpoints), a second tune-lr deleted the live study of a running `run`, and a short second command replaced
     the record so that status called the running one stopped. A command whose record names a live process is now
@@ -613,27 +627,22 @@ def test_a_second_command_in_a_folder_in_use_is_refused_before_it_writes(tmp_pat
     from loopscale.sweep.cli import app
     from loopscale.sweep.status import refuse_busy_folder
 
-    out = tmp_path / "busy"
-    out.mkdir()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        rec = _record(out, 30, pid=live.pid, command="loopscale run smoke --out busy")
-        before = sorted(p.relative_to(out) for p in out.rglob("*"))
-        for cmd in (["run", "smoke"], ["sweep", "smoke"], ["tune-lr", "smoke"]):
-            res = CliRunner().invoke(app, [*cmd, "--out", str(out)])
-            assert res.exit_code == 2, res.output
-            assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid} on {rec['host']})" in res.output
-            assert f"`loopscale {cmd[0]}` would run beside it" in res.output
-            assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing written
-    finally:
-        live.kill()
-        live.wait()
+    out, live, rec = busy
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    for cmd in (["run", "smoke"], ["sweep", "smoke"], ["tune-lr", "smoke"]):
+        res = CliRunner().invoke(app, [*cmd, "--out", str(out)])
+        assert res.exit_code == 2, res.output
+        assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid} on {rec['host']})" in res.output
+        assert f"`loopscale {cmd[0]}` would run beside it" in res.output
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing written
+    live.kill()
+    live.wait()
     refuse_busy_folder(out, "`loopscale run`")  # its process has ended: the folder is free
     _record(out, 30)  # this process's own record (`run` calling its stages) is not another command
     refuse_busy_folder(out, "`loopscale sweep`")
 
 
-def test_report_waits_for_the_command_working_in_its_folder(tmp_path):
+def test_report_waits_for_the_command_working_in_its_folder(busy):
     """`loopscale report` on a folder whose `run` was in its LR stage said runs.parquet was missing and that the
     folder held no other record of its runs (as if data were lost), and told to rerun with --resume, which the
     live command would refuse. It now names the live command and says its own report comes when it ends."""
@@ -641,20 +650,38 @@ def test_report_waits_for_the_command_working_in_its_folder(tmp_path):
 
     from loopscale.sweep.cli import app
 
-    out = tmp_path / "busy"
-    out.mkdir()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        _record(out, 30, pid=live.pid, command="loopscale run smoke --out busy")
-        res = CliRunner().invoke(app, ["report", str(out)])
-        assert res.exit_code == 2, res.output
-        assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid}" in res.output
-        assert "`loopscale report` would run beside it (it writes the runs table" in " ".join(res.output.split())
-        assert "runs.parquet" not in res.output.split("is in use")[0]
-    finally:
-        live.kill()
-        live.wait()
+    out, live, _ = busy
+    res = CliRunner().invoke(app, ["report", str(out)])
+    assert res.exit_code == 2, res.output
+    assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid}" in res.output
+    assert "`loopscale report` would run beside it (it writes the runs table" in " ".join(res.output.split())
+    assert "runs.parquet" not in res.output.split("is in use")[0]
 
+
+def test_fit_of_a_folder_whose_runs_table_is_not_written_yet_names_the_command_working_there(busy):
+    """`loopscale fit DIR` while a `run` trained in DIR said only "a folder without runs.parquet", which reads as
+    lost data; `report` and `run` named the live command. fit now does too; a folder with its runs.parquet is
+    fitted while a command works there (fitting writes nothing in it), and a free one gets the old message."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    out, live, _ = busy
+    res = CliRunner().invoke(app, ["fit", str(out)])
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid}" in said
+    assert "`loopscale fit` would run beside it (its runs table, runs.parquet, is written when its grid ends)" in said
+    import shutil
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "docs" / "example_cpu" / "runs.parquet", out / "runs.parquet")
+    res = CliRunner().invoke(app, ["fit", str(out), "--starts", "8", "--workers", "1"])
+    assert res.exit_code == 0 and "law joint" in res.output, res.output
+    (out / "runs.parquet").unlink()
+    live.kill()
+    live.wait()
+    res = CliRunner().invoke(app, ["fit", str(out)])
+    assert res.exit_code == 2 and "is a folder without runs.parquet" in res.output, res.output
 
 def test_a_killed_command_not_yet_reaped_is_not_running(tmp_path):
     """Right after a SIGKILL, status called the command 'running' (ETA and all) while its process was a zombie
@@ -711,8 +738,19 @@ def test_a_folder_whose_fit_a_sweep_left_undone_is_continued_with_run(started):
     _record(started, 60, pid=_dead_pid(), kind="sweep", command=f"loopscale sweep smoke --out {started} --force",
             earlier_commands=earlier)  # fmt: skip
     st = collect_status(started)
-    assert (st["state"], st["stage"]) == ("stopped", "fit")
+    assert (st["state"], st["stage"], st["last_command_finished"]) == ("stopped", "fit", "sweep")
     assert st["resume_with"] == f"loopscale run smoke --out {started} --resume"
+    # the sweep did its part: nothing was interrupted ("stopped, stage fit ... 21s before it stopped" read so)
+    lines = format_status(st)
+    assert lines[0] == f"{started}: smoke — stage fit next: the last command, `loopscale sweep`, finished its part"
+    assert any(ln.startswith("time: ") and " to finish (" in ln for ln in lines), lines
+    assert not any("before it stopped" in ln for ln in lines)
+    (started / "runs.parquet").unlink()  # its runs not all recorded: the sweep itself stopped
+    st = collect_status(started)
+    assert (st["state"], st["stage"], st["last_command_finished"]) == ("stopped", "sweep", None)
+    assert format_status(st)[0] == f"{started}: smoke — stopped, stage sweep"
+    pq.write_table(pa.table({"run_id": [c.run_id for c in cells], "status": ["ok"] * len(cells)}),
+                   started / "runs.parquet")  # fmt: skip
     _record(started, 60, pid=_dead_pid(), kind="sweep", command=f"loopscale sweep smoke --out {started}")
     assert collect_status(started)["resume_with"] == f"loopscale run {started / 'spec.yaml'} --out {started} --resume"
     # that `run`'s relative --storage is read where it ran, not where the newest command ran
