@@ -52,8 +52,9 @@ WALL_ASSUMPTION = (
 PILOT_COLUMNS = ("N_once", "N_rec", "r", "D", "C", "wall_s")
 
 
-def planned_runs(spec) -> pd.DataFrame:
-    """Every run ``spec`` would train, one row per run (seeds and ladder rungs included).
+def planned_runs(spec, cells=None) -> pd.DataFrame:
+    """Every run ``spec`` would train, one row per run (seeds and ladder rungs included), or those of ``cells``
+    (grid cells of ``spec``, e.g. the runs left to train, grouped into trials as the sweep groups them).
 
     Columns: ``variant``, ``d_model``, ``r``, ``layers_unique`` (prelude + shared block + coda), ``N_once``,
     ``N_rec`` (params), ``D`` (tokens, rounded to whole batches as the trainer does), ``flops_per_token``,
@@ -67,8 +68,9 @@ def planned_runs(spec) -> pd.DataFrame:
     from loopscale.model.train import resolve_tokens
     from loopscale.sweep.grid import trial_groups
 
-    lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None  # the LR changes no cost
-    cells = spec.cells(lr_table=lr_table)
+    if cells is None:
+        lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None  # no cost in the LR
+        cells = spec.cells(lr_table=lr_table)
     trial_of = {c.run_id: i for i, g in enumerate(trial_groups(cells, spec.ensemble_members())) for c in g}
     rows = []
     for c in cells:
@@ -245,6 +247,45 @@ def _rates(runs: pd.DataFrame) -> pd.DataFrame:
     if t.empty:
         raise ValueError("no pilot run has a positive finite C / wall_s (training FLOP/s)")
     return t.groupby(keys, sort=True)["rate"].median().reset_index()
+
+
+def training_time_left(spec, records: pd.DataFrame, left, cpus: int) -> dict | None:
+    """Predicted training time of the grid cells ``left`` of ``spec`` (the runs left to train) on ``cpus`` CPUs,
+    at the FLOP/s that the ok runs of ``records`` (a run folder's own records) trained at, as :func:`design` predicts
+    a candidate's time (:data:`WALL_ASSUMPTION`): each run at its cell's measured rate (cell: r, unique layers, width, D), else the
+    median of the cells measured at its r, else of all; a seed-ensemble trial the sum of its members' times;
+    floor(cpus / resources.cpus) trials at once, longest first, :data:`OVERHEAD_S` added per trial. The sweep stage
+    only: LR tuning and the fit are not counted, nor a trial's start-up beyond what its runs' ``wall_s`` holds.
+
+    Args:
+        records: run records with ``status``, ``C`` (FLOPs), ``wall_s`` (s), ``r``, ``d_model``, ``D`` and the
+            layer counts (``runs.parquet``'s columns); rows without a positive finite ``C / wall_s`` are skipped.
+        left: the grid cells still to train (:meth:`loopscale.sweep.spec.SweepSpec.cells`' items), grouped into
+            trials as the sweep groups them. cpus: CPUs the sweep's trials share (>= 1).
+    Returns:
+        None when no ok record has a positive finite ``C / wall_s`` or no run is left; else a dict: ``seconds``,
+        ``runs`` (left runs counted), ``trials``, ``slots`` (trials at once), ``measured_runs`` (left runs whose
+        own cell has a measured rate) and ``rate_runs`` (records the rates come from).
+    """
+    from loopscale.fit.design import match_cells, wall_time_s
+    from loopscale.fit.io import with_layers_unique
+
+    if records.empty or not left or not {"status", "C", "wall_s", "r", "d_model", "D"} <= set(records.columns):
+        return None
+    ok = with_layers_unique(records[records["status"] == "ok"])
+    c = pd.to_numeric(ok["C"], errors="coerce")
+    w = pd.to_numeric(ok["wall_s"], errors="coerce")
+    ok = ok[np.isfinite(c) & np.isfinite(w) & (c > 0) & (w > 0)]
+    if ok.empty:
+        return None
+    rates = _rates(ok)
+    plan = planned_runs(spec, cells=left)
+    rate, src = match_cells(plan, rates, "rate")
+    per_trial = plan.assign(C=plan["C"] / rate).groupby("trial")["C"].sum().to_frame()  # seconds per trial
+    slots = max(1, int(cpus // spec.resources.cpus))
+    return dict(seconds=wall_time_s(per_trial, 1.0, slots, overhead_s=OVERHEAD_S), runs=len(plan),
+                trials=len(per_trial), slots=slots, measured_runs=sum(x == "cell" for x in src),
+                rate_runs=len(ok))  # fmt: skip
 
 
 D_RTOL = 0.02

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shlex
 import sys
 import time
@@ -332,13 +333,18 @@ def _grid_done(spec, out: Path) -> bool:
     return cells is not None and {c.run_id for c in cells} <= ResultsStore(out).completed_ids()
 
 
-def _recorded_note(spec, out: Path) -> str | None:
+def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None, dict | str | None]:
     """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok, diverged or did
     not learn) record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None
     for a folder with no run records. Runs that finished with no driver there to record them (their result.json in
     a local storage) are counted apart: `run` records them without training. With ``lr: tune`` and no LR table yet,
     the grid's runs are not defined (their LR is part of them): the note says so. Reads only (call inside
-    :func:`loopscale.sweep.store.look_only`)."""
+    :func:`loopscale.sweep.store.look_only`).
+
+    Returns ``(note, time_left)``: ``time_left`` is :func:`loopscale.sweep.design_cmd.training_time_left`'s
+    prediction for the runs left on ``cpus`` CPUs (None: the runs train on a cluster) at the FLOP/s of the
+    folder's own ok records, or a sentence saying why there is none; None when nothing is left to train or the
+    folder has no run records."""
     from loopscale.cluster.storage import absolute_uri
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -347,15 +353,16 @@ def _recorded_note(spec, out: Path) -> str | None:
     from loopscale.sweep.workspace import stored_result_ids
 
     if not out.is_dir():
-        return None
+        return None, None
     store = ResultsStore(out)
-    if not store.recorded():
-        return None
+    if not (recorded := store.recorded()):
+        return None, None
     done_ids = store.completed_ids()
     cells = _grid_cells_if_known(spec, out)
     if cells is None:
-        return (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning "
+        note = (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning "
                 "runs first, then the grid (its runs' LR is part of their definition)")  # fmt: skip
+        return note, "not estimated: the grid's runs are defined once the LR table exists"
     n_done = sum(c.run_id in done_ids for c in cells)
     storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     stored = stored_result_ids(storage, [c.run_id for c in cells if c.run_id not in done_ids])
@@ -363,13 +370,42 @@ def _recorded_note(spec, out: Path) -> str | None:
     more = f", {len(stored)} more finished and are recorded when `run` continues" if stored else ""
     if not left:
         return (f"{n_done} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports, "
-                "unless they are up to date)")
+                "unless they are up to date)"), None
+    if cpus is None:
+        time_left = "not estimated: the runs left train on the cluster, not on this machine's CPUs"
+    else:
+        import pandas as pd
+
+        from loopscale.sweep.design_cmd import training_time_left
+
+        time_left = training_time_left(spec, pd.DataFrame(list(recorded.values())), left, cpus) or (
+            "not estimated: no ok run recorded here with a training time (wall_s) and FLOPs (C) to take a rate from"
+        )
     flops_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
     flops_all = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in cells)
     n_trials = len(trial_groups(left, spec.ensemble_members()))
     return (f"{n_done} of {len(cells)} runs recorded (ok, diverged or did not learn){more}; {len(left)} left to "
             f"train in {n_trials} trial{'s' * (n_trials != 1)}, {flops_left:.3g} of the grid's {flops_all:.3g} "
-            f"training FLOPs ({flops_left / flops_all:.0%})")
+            f"training FLOPs ({flops_left / flops_all:.0%})"), time_left
+
+
+def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
+    """The dry run's ``est_train_min_left`` (minutes of training left, or None) and ``train_time_assumption`` (what
+    the figure counts, or why there is none) from :func:`_recorded_note`'s ``time_left``."""
+    if not isinstance(time_left, dict):
+        return {"est_train_min_left": None, "train_time_assumption": time_left}
+    t = time_left
+    cells = ("every run left trains in a cell measured here" if t["measured_runs"] == t["runs"] else
+             f"{t['measured_runs']} of the {t['runs']} runs left train in a cell measured here, the others at the "
+             "median of their r's cells")  # fmt: skip
+    return {
+        "est_train_min_left": t["seconds"] / 60.0,
+        "train_time_assumption": (
+            f"the sweep stage's training alone (LR tuning and the fit not counted), on {cpus} CPU{'s' * (cpus != 1)} here "
+            f"({t['slots']} trial{'s' * (t['slots'] != 1)} at once), at the FLOP/s of the {t['rate_runs']} ok "
+            f"run{'s' * (t['rate_runs'] != 1)} recorded here ({cells}), as `loopscale design` predicts times"
+        ),
+    }
 
 
 def _absent_corpus_note(spec) -> str:
@@ -776,7 +812,9 @@ def run_cmd(
                 if spec.storage_path and is_local_uri(spec.storage_path):
                     usable_out_dir(local_path(spec.storage_path), what="storage (--storage, or the spec's storage_path)")
                 p["refused"] = None
-                p["recorded"] = _recorded_note(spec, Path(out_dir))
+                cpus = (num_cpus or os.cpu_count() or 1) if address is None else None
+                p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
+                p.update(_time_left_plan(time_left, cpus))
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)
         p["unreadable"] = list(dict.fromkeys([*early, *unreadable])) or None  # each file once (several checks read it)

@@ -203,6 +203,24 @@ def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -
     )
 
 
+def _train_left(spec, cells, recs: dict, store) -> dict | None:
+    """The training the pending runs of a stopped folder need on this machine's CPUs, at the FLOP/s of the folder's
+    own ok records (:func:`loopscale.sweep.design_cmd.training_time_left`: ``seconds``, ``runs``, ``trials``,
+    ``slots``, ``measured_runs``, ``rate_runs``, and ``cpus``); None when no record gives a rate. Runs already
+    finished but not yet recorded are not counted (the next command records them without training)."""
+    import pandas as pd
+
+    from loopscale.sweep.design_cmd import training_time_left
+    from loopscale.sweep.workspace import stored_result_ids
+
+    todo = [c for c in cells if c.run_id not in recs or recs[c.run_id]["status"] == "failed"]
+    stored = stored_result_ids(store, [c.run_id for c in todo])
+    cpus = os.cpu_count() or 1
+    got = training_time_left(spec, pd.DataFrame(list(recs.values())), [c for c in todo if c.run_id not in stored],
+                             cpus)  # fmt: skip
+    return None if got is None else {**got, "cpus": cpus}
+
+
 def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str]:
     """What the report says above the fit it shows, in one line each: the fit was made from another runs table
     than today's ``runs.parquet`` (the sha256 ``run_meta.json`` records; also when runs.parquet is gone or
@@ -647,7 +665,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     the epoch); ``running_stage_s`` (s) since the current progress display started, ``eta_s`` (s); of a stopped
     command with a record (``command.json``) ``started_at``, ``last_progress_at`` (its progress file's last write,
     None without one), ``stopped_at`` (its last sign of work: that write, or its start plus the stage wall times
-    it recorded; times in s since the epoch) and ``ran_s`` (s from its start to ``stopped_at``)), ``command`` (the
+    it recorded; times in s since the epoch) and ``ran_s`` (s from its start to ``stopped_at``); of a stopped folder
+    with pending runs ``train_left``: the training they need on this machine's CPUs at the FLOP/s of the folder's
+    own ok records, :func:`_train_left`, None when no record gives a rate), ``command`` (the
     running command's record: command line, kind, pid, host, started_at; None when none runs), ``last_command``
     (when none runs: the command line of the folder's newest command record, else None), ``resume_with`` (of a
     stopped folder: that command line with ``--resume``, which continues it; else None), ``progress`` (the running command's open
@@ -834,6 +854,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         ]
     if state == "stopped":  # how long the stopped command ran, from what its files show
         _stopped_time(record, progress_file, walls, tm)
+        if runs["pending"] and cells is not None and spec is not None:
+            tm["train_left"] = _train_left(spec, cells, recs, store)
     elif state == "finished" and (record or {}).get("kind") in ("sweep", "tune-lr"):
         # a finished sweep or tune-lr command records no stage wall time (only `run` writes run_meta.json's): its
         # time is its start to its progress display's last write, when that display was its own
@@ -1084,6 +1106,14 @@ def format_status(st: dict) -> list[str]:
             + (f" (stage wall times: {walls})" if walls else "")
             + stage_s
             + eta
+        )
+    if tm.get("train_left"):
+        t = tm["train_left"]
+        lines.append(
+            f"  training left: about {_fmt_s(t['seconds'])} for its {t['runs']} runs on this machine's {t['cpus']} "
+            f"CPU{'s' * (t['cpus'] != 1)}, at the FLOP/s of the {t['rate_runs']} ok run"
+            f"{'s' * (t['rate_runs'] != 1)} recorded here (the sweep stage alone; `run --dry-run` says what it "
+            "assumes)"
         )
     if tm.get("earlier_commands"):
         runs_of = [f"{c.get('kind') or '?'} {_fmt_s(float(c.get('ran_s') or 0.0))}" for c in tm["earlier_commands"]]

@@ -1,0 +1,157 @@
+"""The training time left in a folder with recorded runs: predicted from the FLOP/s its own ok runs trained at, in
+`run --dry-run` (``est_train_min_left``) and in `loopscale status` of a stopped folder (``time.train_left``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from loopscale.model.train import resolve_tokens
+from loopscale.sweep.design_cmd import OVERHEAD_S, training_time_left
+from loopscale.sweep.presets import preset_spec
+from loopscale.sweep.spec import parse_spec, spec_to_yaml
+from loopscale.sweep.status import collect_status, format_status
+from loopscale.sweep.store import ResultsStore, run_record
+
+RATE = {16: 1e8, 32: 4e8}
+"""Training FLOP/s per run of each width in the records these tests write (one slot)."""
+
+
+def _two_seeds():
+    """The smoke grid at 2 seeds a cell: 32 runs, each cell's 2 seeds one seed-ensemble trial on CPU."""
+    spec = parse_spec({**preset_spec("smoke").model_dump(mode="python"), "seeds": 2})
+    assert spec.ensemble_members() >= 2
+    return spec
+
+
+def _C(cell) -> float:
+    from loopscale.model.accounting import flops_per_token
+
+    return float(flops_per_token(cell.run.model)) * resolve_tokens(cell.run)
+
+
+def _ok(cell, members: int, rate: float) -> dict:
+    """An ok result of ``cell`` trained in a trial of ``members`` members of its C at ``rate`` FLOP/s per member:
+    the members share the trial's wall time, members x C / rate."""
+    c = _C(cell)
+    return {"status": "ok", "final_val_loss": 3.0, "D": resolve_tokens(cell.run), "C": c,
+            "wall_s": members * c / rate, "ensemble": {"members": members}}  # fmt: skip
+
+
+def _lpt(seconds: list[float], slots: int) -> float:
+    load = [0.0] * slots
+    for x in sorted(seconds, reverse=True):
+        load[load.index(min(load))] += x
+    return max(load)
+
+
+def test_the_time_left_is_each_left_run_at_its_cells_measured_rate():
+    """Seed 0 of every cell recorded (trials of 2 members, so each record's k C / wall_s is its width's rate); the
+    seed-1 runs left train one per trial at their own cell's rate: on 1 CPU the sum of C / rate plus the overhead
+    per trial, on 2 CPUs the same trials packed longest first onto 2 slots."""
+    import pandas as pd
+
+    spec = _two_seeds()
+    cells = spec.cells()
+    rows = [run_record(c, _ok(c, 2, RATE[c.run.model.d_model])).to_row() for c in cells if c.seed == 0]
+    left = [c for c in cells if c.seed == 1]
+    per_trial = [_C(c) / RATE[c.run.model.d_model] + OVERHEAD_S for c in left]
+    one = training_time_left(spec, pd.DataFrame(rows), left, cpus=1)
+    assert one["seconds"] == pytest.approx(sum(per_trial), rel=1e-9)
+    assert (one["runs"], one["trials"], one["slots"], one["measured_runs"], one["rate_runs"]) == (16, 16, 1, 16, 16)
+    two = training_time_left(spec, pd.DataFrame(rows), left, cpus=2)
+    assert two["seconds"] == pytest.approx(_lpt(per_trial, 2), rel=1e-9) and two["slots"] == 2
+    assert two["seconds"] < 0.6 * one["seconds"]
+
+
+def test_cells_without_a_measurement_take_the_median_rate_of_their_r():
+    """Only the D = 2048 cells recorded (both seeds, one trial each): the D = 4096 trials left take, at each r, the
+    median of the rates measured there (d 16 and d 32: 2.5e8), their 2 members' FLOPs summed. Failed or rate-less
+    records give no rate; with no rate at all there is no prediction."""
+    import pandas as pd
+
+    spec = _two_seeds()
+    cells = spec.cells()
+    short = [c for c in cells if resolve_tokens(c.run) == 2048]
+    rows = [run_record(c, _ok(c, 2, RATE[c.run.model.d_model])).to_row() for c in short]
+    rows.append(run_record(cells[0], {"status": "failed", "C": 1.0, "wall_s": 1e-9, "D": 2048}).to_row())
+    left = [c for c in cells if resolve_tokens(c.run) == 4096]
+    trials: dict = {}
+    for c in left:
+        key = (c.run.model.d_model, c.r)
+        trials[key] = trials.get(key, OVERHEAD_S) + _C(c) / 2.5e8
+    got = training_time_left(spec, pd.DataFrame(rows), left, cpus=1)
+    assert got["seconds"] == pytest.approx(sum(trials.values()), rel=1e-9)
+    assert (got["runs"], got["trials"], got["measured_runs"], got["rate_runs"]) == (16, 8, 0, 16)
+    no_rate = [run_record(c, {"status": "ok", "final_val_loss": 3.0}).to_row() for c in short]
+    assert training_time_left(spec, pd.DataFrame(no_rate), left, cpus=1) is None
+    assert training_time_left(spec, pd.DataFrame(rows), [], cpus=1) is None
+
+
+@pytest.fixture
+def half_timed(tmp_path):
+    """A stopped smoke folder: 8 of its 16 runs recorded ok with a training time, the other 8 untrained."""
+    spec = preset_spec("smoke")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    (out / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 60.0}}))
+    cells = spec.cells()
+    store = ResultsStore(out)
+    for c in cells[:8]:
+        store.write_run(run_record(c, _ok(c, 1, RATE[c.run.model.d_model]), finished_at=time.time() - 30))
+    return out, spec, cells
+
+
+def _dry(out, *extra, spec_file=None):
+    spec_file = spec_file or out / "spec.yaml"
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(spec_file), "--dry-run",
+                          "--json", "--out", str(out), *extra], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_timed, tmp_path):
+    """The smoke folder half trained: `run --dry-run --num-cpus 1` predicts the 8 runs left at their own cells'
+    measured rates (its cells at the other D take the median of their r), `status` gives the same on this
+    machine's cores; `--address` gives none (the runs train on the cluster), a new folder none, and a folder
+    whose records hold no training time says why there is none."""
+    import os
+
+    import pandas as pd
+
+    out, spec, cells = half_timed
+    p = _dry(out, "--num-cpus", "1")
+    rows = pd.DataFrame(list(ResultsStore(out).recorded().values()))
+    want = training_time_left(spec, rows, cells[8:], cpus=1)
+    assert want is not None and p["est_train_min_left"] == pytest.approx(want["seconds"] / 60.0, rel=1e-9)
+    assert p["train_time_assumption"].startswith("the sweep stage's training alone (LR tuning and the fit not "
+                                                 "counted), on 1 CPU here (1 trial at once), at the FLOP/s of the 8 ok "
+                                                 "runs recorded here (0 of the 8 runs left train in a cell measured")
+    # the D = 4096 cells left: at each r the median of the d 16 and d 32 rates
+    assert want["seconds"] == pytest.approx(sum(_C(c) / 2.5e8 + OVERHEAD_S for c in cells[8:]), rel=1e-9)
+    cluster = _dry(out, "--address", "10.0.0.1:6379")
+    assert cluster["est_train_min_left"] is None and "on the cluster" in cluster["train_time_assumption"]
+    new = _dry(tmp_path / "new", spec_file=out / "spec.yaml")
+    assert new["est_train_min_left"] is None and new["train_time_assumption"] is None
+
+    st = collect_status(out)
+    assert st["state"] == "stopped" and st["runs"]["pending"] == 8
+    left = st["time"]["train_left"]
+    here = training_time_left(spec, rows, cells[8:], cpus=os.cpu_count() or 1)
+    assert left["seconds"] == pytest.approx(here["seconds"], rel=1e-9) and left["cpus"] == (os.cpu_count() or 1)
+    text = "\n".join(format_status(st))
+    assert "training left: about" in text and "for its 8 runs on this machine's" in text
+
+    untimed = tmp_path / "untimed"
+    untimed.mkdir()
+    (untimed / "spec.yaml").write_text(spec_to_yaml(spec))
+    ResultsStore(untimed).write_run(run_record(cells[0], {"status": "ok", "final_val_loss": 3.0}))
+    q = _dry(untimed)
+    assert q["est_train_min_left"] is None and q["train_time_assumption"] == (
+        "not estimated: no ok run recorded here with a training time (wall_s) and FLOPs (C) to take a rate from")
+    assert collect_status(untimed)["time"].get("train_left") is None
