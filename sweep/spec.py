@@ -414,6 +414,41 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
+        """The checks across keys, before any compute. Their independent parts (model depth and r, the grid's sizes
+        and budgets, seeds, variants, lr, training and resources) are each checked, and every problem found is
+        said at once (joined by "; "); lr.table is checked against the grid's sizes only once those are valid.
+        Then every cell's model and trainer configuration is built (:meth:`_check_run_configs`)."""
+        problems: list[str] = []
+
+        def part(check) -> bool:
+            try:
+                check()
+            except ValueError as e:
+                problems.append(str(e))
+                return False
+            return True
+
+        part(self._check_depth_and_r)
+        grid_ok = part(self._check_grid)
+        part(self._check_seeds)
+        part(self._check_variants)
+        if grid_ok:  # lr.table names sizes of the grid
+            part(self._check_lr)
+        part(self._check_training)
+        if problems:
+            raise ValueError("; ".join(problems))
+        # every cell must build a valid model (catches e.g. d_model not divisible by head_dim) before Ray starts
+        for s in self.all_sizes():
+            for r in self.r:
+                try:
+                    self._model_config(s, r, "baseline", 2)
+                except ValueError as e:
+                    raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
+        self._check_run_configs()
+        return self
+
+    def _check_depth_and_r(self) -> None:
+        """The looped block has a layer, and every r divides it. Raises: ValueError."""
         from loopscale.model.config import PRESETS, valid_r
 
         base = dict(PRESETS[self.model.preset])
@@ -437,6 +472,9 @@ class SweepSpec(_Strict):
                 f"r={bad} must divide the looped depth (effective_depth - n_prelude - n_coda = {depth - pre - coda}); "
                 f"valid r: {ok}"
             )
+
+    def _check_grid(self) -> None:
+        """Exactly one of tokens (with sizes) or budgets, each non-empty, distinct, positive. Raises: ValueError."""
         if (self.tokens is None) == (self.budgets is None):
             raise ValueError("give exactly one of 'tokens' (D per size) or 'budgets' ({C: [sizes]})")
         if self.tokens is not None:
@@ -480,6 +518,9 @@ class SweepSpec(_Strict):
         for s in self.all_sizes():
             if s <= 0:
                 raise ValueError(f"sizes must be positive, got {s}")
+
+    def _check_seeds(self) -> None:
+        """Seeds per r (every r of the grid), data_seed in range, r = 1 in r with a ladder. Raises: ValueError."""
         if isinstance(self.seeds, dict) and set(self.seeds) != set(self.r):
             raise ValueError(
                 f"seeds per r must give every r of the grid exactly: r = {sorted(self.r)}, seeds has "
@@ -503,11 +544,17 @@ class SweepSpec(_Strict):
             raise ValueError(
                 "ladder adds plain r = 1 models next to r = 1 of the grid: put 1 in r (e.g. r: [1, 2, 4, 8])"
             )
+
+    def _check_variants(self) -> None:
+        """Variants non-empty and distinct. Raises: ValueError."""
         if not self.variants:
             raise ValueError("variants must be non-empty, e.g. [baseline]")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants must be distinct, got {names}")
+
+    def _check_lr(self) -> None:
+        """lr: 'tune', a positive fixed LR, or a table of every size (and r) of the grid. Raises: ValueError."""
         if self.lr != "tune":
             keys = set(self.lr)
             if keys == {"fixed"}:
@@ -562,6 +609,9 @@ class SweepSpec(_Strict):
                     f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}"
                     + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else "")
                 )
+
+    def _check_training(self) -> None:
+        """lr_data_exponent only with Muon / MuonH; resources.gpus above 1 whole. Raises: ValueError."""
         if self.lr_data_exponent and self.training.optimizer == "adamw":
             raise ValueError(
                 f"lr_data_exponent={self.lr_data_exponent:g} scales the Muon matrix LR (the paper's data transfer), "
@@ -573,15 +623,6 @@ class SweepSpec(_Strict):
             and self.resources.gpus != int(self.resources.gpus)
         ):
             raise ValueError(f"resources.gpus above 1 must be whole, got {self.resources.gpus}")
-        # every cell must build a valid model (catches e.g. d_model not divisible by head_dim) before Ray starts
-        for s in self.all_sizes():
-            for r in self.r:
-                try:
-                    self._model_config(s, r, "baseline", 2)
-                except ValueError as e:
-                    raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
-        self._check_run_configs()
-        return self
 
     def _check_run_configs(self) -> None:
         """Build the full trainer configuration (``RunConfig``) of every grid point, so a value that every run

@@ -966,3 +966,23 @@ def test_a_top_level_key_of_another_name_or_section_says_where_it_belongs(key, v
     with pytest.raises(SpecError) as e:
         parse_spec({**copy.deepcopy(PRESETS["smoke"]), key: value})
     assert f"{key}: Extra inputs are not permitted ({hint})" in str(e.value), str(e.value)
+
+
+def test_every_problem_across_keys_is_said_at_once():
+    """A spec with problems in several independent parts (r, seeds, variants, lr, training) names all of them in
+    one error (it named the first, so each fix met the next); lr.table is checked against the sizes only once the
+    grid's sizes are valid (a table checked against an empty grid would name every size as foreign)."""
+    base = preset_spec("smoke").model_dump(mode="python")
+    with pytest.raises(SpecError) as e:
+        parse_spec({**base, "r": [1, 3], "seeds": [], "variants": [], "lr": {"fixd": 0.1}, "lr_data_exponent": 0.5})
+    msg = str(e.value)
+    said = ["r=[3] must divide the looped depth", "seeds must be non-empty", "variants must be non-empty",
+            "lr must be 'tune', {fixed: <lr>} or {table: ...}, got keys ['fixd'] (did you mean 'fixed'?)",
+            "lr_data_exponent=0.5 scales the Muon matrix LR"]  # fmt: skip
+    assert all(s in msg for s in said), msg
+    assert [msg.index(s) for s in said] == sorted(msg.index(s) for s in said)  # in the spec's order of parts
+    with pytest.raises(SpecError) as e:
+        parse_spec({**base, "sizes": [], "lr": {"table": {99: 0.1}}})
+    assert "sizes must be non-empty with 'tokens'" in str(e.value) and "lr.table" not in str(e.value)
+    with pytest.raises(SpecError, match=r"lr.table has entries for 99, not sizes of the grid \[16, 32\]"):
+        parse_spec({**base, "lr": {"table": {99: 0.1}}})
