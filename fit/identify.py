@@ -165,7 +165,7 @@ its bootstrap refits, warm-started there, leave phi_r where it is and gave zero-
 def _per_r_row(shared: dict, r: int) -> dict:
     """One row of :func:`per_r_phi`: phi_r fitted to the r = 1 runs plus those of ``r``, with its interval,
     ``boot_planned``: its bootstrap resamples (0 when phi_r is flat here and none is drawn) and ``boot_ok``: those
-    refitted ok (``per_r_phi`` reports them, then drops both keys)."""
+    refitted ok (``per_r_phi`` reports them, drops ``boot_planned`` and keeps ``boot_ok`` as ``n_boot``)."""
     from loopscale.fit.bootstrapping import _own_results, bootstrap
 
     df, starts, B, seed, stratify_by = (shared[k] for k in ("df", "starts", "B", "seed", "stratify_by"))
@@ -257,7 +257,9 @@ def per_r_phi(
     rows = map_tasks(_per_r_row, shared, rs[1:], address)
     if n:
         _notify(n, n)
-    ok = sum(row.pop("boot_ok") for row in rows)
+    for row in rows:  # each row keeps its own count: an interval from few refits is read as such (the report)
+        row["n_boot"] = row.pop("boot_ok")
+    ok = sum(row["n_boot"] for row in rows)
     planned = sum(row.pop("boot_planned") for row in rows)  # less the r whose phi_r is flat: no resample drawn
     if planned > 0:  # all r together: run here or as tasks (whose listeners are not the driver's)
         _notify_result(planned, ok, "per_r")
@@ -428,13 +430,13 @@ def identify(
 
     # 3. per-r phi consistency
     if per_r is not None and len(per_r) >= 2 and per_r[["lo", "hi"]].notna().all().all():
-        details["per_r"] = per_r[["r", "phi", "lo", "hi"]].to_dict("records")
+        details["per_r"] = per_r[[c for c in ("r", "phi", "lo", "hi", "n_boot") if c in per_r.columns]].to_dict("records")
         if why := per_r_disagree(per_r):
             causes.append(Cause.PER_R_DISAGREE)
             reasons[Cause.PER_R_DISAGREE.value] = why
     elif per_r is not None and len(per_r) >= 2:
         details["checks_skipped"].append("per_r (phi per r came without intervals)")
-        details["per_r"] = per_r[["r", "phi", "lo", "hi"]].to_dict("records")
+        details["per_r"] = per_r[[c for c in ("r", "phi", "lo", "hi", "n_boot") if c in per_r.columns]].to_dict("records")
         if "no_interval" in per_r.columns:
             details["per_r_no_interval"] = {str(int(x.r)): x.no_interval for x in per_r.itertuples()
                                             if isinstance(x.no_interval, str)}  # fmt: skip

@@ -263,19 +263,22 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     if ident.get("per_r"):
         L.append("| r | φ_r | 95 % CI | r^φ_r | on a bound |")
         L.append("|---|---|---|---|---|")
-        beside = False  # a phi_r outside its own percentile interval (the interval is still the one checked)
+        beside = []  # phi_r outside its own percentile interval (the interval is still the one checked): refits
         for row in ident["per_r"]:
             lo, hi = row.get("lo"), row.get("hi")
             ci = "–" if lo is None or hi is None else f"[{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
             out_ci = lo is not None and hi is not None and not lo <= float(row["phi"]) <= hi
-            beside |= out_ci
+            if out_ci:
+                beside.append(row.get("n_boot"))
             rp = float(row["r"]) ** float(row["phi"])
             L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci}{' †' if out_ci else ''} | {_fmt(rp, 3)} | "
                      f"{_bound_cell(row.get('on_bound'))} |")
         if beside:
-            from loopscale.fit.bootstrapping import ESTIMATE_OUTSIDE_CI_NOTE
+            from loopscale.fit.bootstrapping import estimate_outside_note
 
-            L.append(f"\n† {ESTIMATE_OUTSIDE_CI_NOTE}.")
+            # the fewest refits of those rows decide (an analysis.json written before n_boot was kept: not known)
+            known = [int(n) for n in beside if n is not None]
+            L.append(f"\n† {estimate_outside_note(min(known) if len(known) == len(beside) else None)}.")
         for r, why in (ident.get("per_r_no_interval") or {}).items():
             L.append(f"\nNo interval for φ_r at r = {r}: {why}; the per-r check is skipped.")
         L.append("")

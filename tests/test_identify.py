@@ -228,6 +228,7 @@ def test_profile_and_per_r_as_ray_tasks_equal_the_serial_values():
     prof = phi_profile(df, GRID, starts=10)
     pr = per_r_phi(df, starts=12, B=6)
     assert np.isfinite(pr[["lo", "hi"]].to_numpy()).all()
+    assert pr["n_boot"].tolist() == [6, 6, 6]  # each r's refitted resamples, which the report's note reads
     with pytest.raises(ValueError, match="inside"):
         phi_profile(df, np.array([0.0, 3.5]), starts=10)
     with pytest.raises(ValueError, match="non-empty"):

@@ -719,6 +719,14 @@ def test_a_per_r_phi_outside_its_interval_is_marked(tmp_path):
     assert "\n† estimate outside its bootstrap interval" in text
     inside = {**ident, "per_r": ident["per_r"][:1]}
     assert "† estimate outside its bootstrap interval" not in _report(tmp_path / "b", inside).split("### Is φ")[1]
+    # the per-r intervals rest on 40 refits each (`run`'s rule): the note says so rather than naming a basin, as
+    # the joint law's does for few resamples; with the analysis's count known and >= 50 it names the basin
+    few = {**ident, "per_r": [{**row, "n_boot": 40} for row in ident["per_r"]]}
+    text = _report(tmp_path / "c", few)
+    assert "\n† estimate outside its bootstrap interval, which rests on 40 refitted resample(s): too few to say" in text
+    assert "another basin" not in text.split("### Is φ")[1]
+    many = {**ident, "per_r": [{**row, "n_boot": 200} for row in ident["per_r"]]}
+    assert "(the resamples' fits land in another basin)" in _report(tmp_path / "d", many).split("### Is φ")[1]
 
 
 def test_the_report_flags_intervals_from_few_resamples(tmp_path):
