@@ -249,7 +249,7 @@ def _rates(runs: pd.DataFrame) -> pd.DataFrame:
     return t.groupby(keys, sort=True)["rate"].median().reset_index()
 
 
-def training_time_left(spec, records: pd.DataFrame, left, cpus: int) -> dict | None:
+def training_time_left(spec, records: pd.DataFrame, left, cpus: int, cores: int | None = None) -> dict | None:
     """Predicted training time of the grid cells ``left`` of ``spec`` (the runs left to train) on ``cpus`` CPUs,
     at the FLOP/s that the ok runs of ``records`` (a run folder's own records) trained at, as :func:`design` predicts
     a candidate's time (:data:`WALL_ASSUMPTION`): each run at its cell's measured rate (cell: r, unique layers, width, D), else the
@@ -261,11 +261,15 @@ def training_time_left(spec, records: pd.DataFrame, left, cpus: int) -> dict | N
         records: run records with ``status``, ``C`` (FLOPs), ``wall_s`` (s), ``r``, ``d_model``, ``D`` and the
             layer counts (``runs.parquet``'s columns); rows without a positive finite ``C / wall_s`` are skipped.
         left: the grid cells still to train (:meth:`loopscale.sweep.spec.SweepSpec.cells`' items), grouped into
-            trials as the sweep groups them. cpus: CPUs the sweep's trials share (>= 1).
+            trials as the sweep groups them. cpus: CPUs the sweep's trials share (>= 1). cores: the cores that
+            run them, when known: Ray starts ``cpus // resources.cpus`` trials whatever the cores, but trials beyond
+            the cores share them and train no faster in all, so the slots are ``min(cpus, cores) //
+            resources.cpus`` (measured: ``--num-cpus 6`` on 2 cores took 27 s where 2 CPUs took 21 s).
     Returns:
         None when no ok record has a positive finite ``C / wall_s`` or no run is left; else a dict: ``seconds``,
-        ``runs`` (left runs counted), ``trials``, ``slots`` (trials at once), ``measured_runs`` (left runs whose
-        own cell has a measured rate) and ``rate_runs`` (records the rates come from).
+        ``runs`` (left runs counted), ``trials``, ``slots`` (trials training at full speed at once),
+        ``measured_runs`` (left runs whose own cell has a measured rate) and ``rate_runs`` (records the rates come
+        from).
     """
     from loopscale.fit.design import match_cells, wall_time_s
     from loopscale.fit.io import with_layers_unique
@@ -282,7 +286,7 @@ def training_time_left(spec, records: pd.DataFrame, left, cpus: int) -> dict | N
     plan = planned_runs(spec, cells=left)
     rate, src = match_cells(plan, rates, "rate")
     per_trial = plan.assign(C=plan["C"] / rate).groupby("trial")["C"].sum().to_frame()  # seconds per trial
-    slots = max(1, int(cpus // spec.resources.cpus))
+    slots = max(1, int(min(cpus, cores or cpus) // spec.resources.cpus))
     return dict(seconds=wall_time_s(per_trial, 1.0, slots, overhead_s=OVERHEAD_S), runs=len(plan),
                 trials=len(per_trial), slots=slots, measured_runs=sum(x == "cell" for x in src),
                 rate_runs=len(ok))  # fmt: skip

@@ -336,8 +336,8 @@ def _grid_done(spec, out: Path) -> bool:
 def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None, dict | str | None]:
     """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok, diverged or did
     not learn) record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None
-    for a folder with no run records. Runs that finished with no driver there to record them (their result.json in
-    a local storage) are counted apart: `run` records them without training. With ``lr: tune`` and no LR table yet,
+    for a folder with no run records and no finished run's result. Runs that finished with no driver there to
+    record them (their result.json in a local storage) are counted apart: `run` records them without training. With ``lr: tune`` and no LR table yet,
     the grid's runs are not defined (their LR is part of them): the note says so. Reads only (call inside
     :func:`loopscale.sweep.store.look_only`).
 
@@ -355,16 +355,17 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     if not out.is_dir():
         return None, None
     store = ResultsStore(out)
-    if not (recorded := store.recorded()):
-        return None, None
-    done_ids = store.completed_ids()
+    recorded = store.recorded()
     cells = _grid_cells_if_known(spec, out)
+    storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
+    if not recorded and (cells is None or not stored_result_ids(storage, [c.run_id for c in cells])):
+        return None, None  # no run of the folder finished (its records lost, their results kept count): a new plan
+    done_ids = store.completed_ids()
     if cells is None:
         note = (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning "
                 "runs first, then the grid (its runs' LR is part of their definition)")  # fmt: skip
         return note, "not estimated: the grid's runs are defined once the LR table exists"
     n_done = sum(c.run_id in done_ids for c in cells)
-    storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     stored = stored_result_ids(storage, [c.run_id for c in cells if c.run_id not in done_ids])
     left = [c for c in cells if c.run_id not in done_ids and c.run_id not in stored]
     more = f", {len(stored)} more finished and are recorded when `run` continues" if stored else ""
@@ -378,7 +379,8 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
 
         from loopscale.sweep.design_cmd import training_time_left
 
-        time_left = training_time_left(spec, pd.DataFrame(list(recorded.values())), left, cpus) or (
+        time_left = training_time_left(spec, pd.DataFrame(list(recorded.values())), left, cpus,
+                                       cores=os.cpu_count()) or (
             "not estimated: no ok run recorded here with a training time (wall_s) and FLOPs (C) to take a rate from"
         )
     flops_left = sum(flops_per_token(c.run.model) * resolve_tokens(c.run) for c in left)
@@ -398,11 +400,15 @@ def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
     cells = ("every run left trains in a cell measured here" if t["measured_runs"] == t["runs"] else
              f"{t['measured_runs']} of the {t['runs']} runs left train in a cell measured here, the others at the "
              "median of their r's cells")  # fmt: skip
+    cores = os.cpu_count() or cpus
+    on = (f"on {cpus} CPU{'s' * (cpus != 1)} here" if cpus <= cores else
+          f"on {cpus} CPUs given to Ray on {cores} cores here (trials beyond the cores share them: no faster in all)")
     return {
         "est_train_min_left": t["seconds"] / 60.0,
         "train_time_assumption": (
-            f"the sweep stage's training alone (LR tuning and the fit not counted), on {cpus} CPU{'s' * (cpus != 1)} here "
-            f"({t['slots']} trial{'s' * (t['slots'] != 1)} at once), at the FLOP/s of the {t['rate_runs']} ok "
+            f"the sweep stage's training alone (LR tuning and the fit not counted), {on} "
+            f"({t['slots']} trial{'s' * (t['slots'] != 1)} at full speed at once), at the FLOP/s of the "
+            f"{t['rate_runs']} ok "
             f"run{'s' * (t['rate_runs'] != 1)} recorded here ({cells}), as `loopscale design` predicts times"
         ),
     }

@@ -66,6 +66,8 @@ def test_the_time_left_is_each_left_run_at_its_cells_measured_rate():
     two = training_time_left(spec, pd.DataFrame(rows), left, cpus=2)
     assert two["seconds"] == pytest.approx(_lpt(per_trial, 2), rel=1e-9) and two["slots"] == 2
     assert two["seconds"] < 0.6 * one["seconds"]
+    # Ray given more CPUs than the machine has cores: the trials beyond the cores share them, no faster in all
+    assert training_time_left(spec, pd.DataFrame(rows), left, cpus=6, cores=2) == two
 
 
 def test_cells_without_a_measurement_take_the_median_rate_of_their_r():
@@ -130,10 +132,14 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     want = training_time_left(spec, rows, cells[8:], cpus=1)
     assert want is not None and p["est_train_min_left"] == pytest.approx(want["seconds"] / 60.0, rel=1e-9)
     assert p["train_time_assumption"].startswith("the sweep stage's training alone (LR tuning and the fit not "
-                                                 "counted), on 1 CPU here (1 trial at once), at the FLOP/s of the 8 ok "
+                                                 "counted), on 1 CPU here (1 trial at full speed at once), at the FLOP/s of the 8 ok "
                                                  "runs recorded here (0 of the 8 runs left train in a cell measured")
     # the D = 4096 cells left: at each r the median of the d 16 and d 32 rates
     assert want["seconds"] == pytest.approx(sum(_C(c) / 2.5e8 + OVERHEAD_S for c in cells[8:]), rel=1e-9)
+    many = _dry(out, "--num-cpus", "4096")
+    assert f"on 4096 CPUs given to Ray on {os.cpu_count()} cores here" in many["train_time_assumption"]
+    cores = training_time_left(spec, rows, cells[8:], cpus=os.cpu_count() or 1)
+    assert many["est_train_min_left"] == pytest.approx(cores["seconds"] / 60.0, rel=1e-9)
     cluster = _dry(out, "--address", "10.0.0.1:6379")
     assert cluster["est_train_min_left"] is None and "on the cluster" in cluster["train_time_assumption"]
     new = _dry(tmp_path / "new", spec_file=out / "spec.yaml")
@@ -155,3 +161,21 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     assert q["est_train_min_left"] is None and q["train_time_assumption"] == (
         "not estimated: no ok run recorded here with a training time (wall_s) and FLOPs (C) to take a rate from")
     assert collect_status(untimed)["time"].get("train_left") is None
+
+
+def test_a_dry_run_counts_finished_runs_whose_records_are_gone(tmp_path):
+    """A folder whose records are gone (runs.parquet and parts/ deleted) but whose runs finished (each result.json
+    in its storage workspace) was planned as a new grid (``recorded`` None) while `status` said 16 more finished
+    and `--resume` trained none of them: the dry run now says so too."""
+    spec = preset_spec("smoke")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    for c in spec.cells():
+        done = out / "tune" / "checkpoints" / c.run_id
+        done.mkdir(parents=True)
+        (done / "result.json").write_text("{}")
+    p = _dry(out)
+    assert p["recorded"] == ("0 of 16 runs recorded, 16 more finished and are recorded when `run` continues; nothing "
+                             "left to train (`run` fits and reports, unless they are up to date)"), p
+    assert collect_status(out)["runs"]["unrecorded"] == 16
