@@ -608,13 +608,18 @@ class NoRunFinished(CommandFailed):
 
 
 def no_run_finished(n_total: int, reasons: list[str]) -> NoRunFinished:
-    """The :class:`NoRunFinished` error for ``n_total`` runs that all failed, naming the most common reason."""
+    """The :class:`NoRunFinished` error for ``n_total`` runs that all failed, naming the most common reason and
+    the next two with their counts (a grid of 10 diverged and 2 did-not-learn runs named the diverged only)."""
     from collections import Counter
 
     if not reasons:
         return NoRunFinished(f"0 of {n_total} runs finished (no error was recorded; see the Tune logs)")
-    top, k = Counter(reasons).most_common(1)[0]
-    return NoRunFinished(f"0 of {n_total} runs finished: {top} ({k} of {len(reasons)} failures)")
+    ranked = Counter(reasons).most_common()
+    (top, k), rest = ranked[0], ranked[1:]
+    also = "; ".join(f"{why} ({n})" for why, n in rest[:2]) + (f"; {len(rest) - 2} other reasons" if len(rest) > 2
+                                                                else "")  # fmt: skip
+    return NoRunFinished(f"0 of {n_total} runs finished: {top} ({k} of {len(reasons)} failures)"
+                         + (f"; also {also}" if also else ""))  # fmt: skip
 
 
 def errored_run_ids(result_grid) -> list[str]:

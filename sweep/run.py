@@ -25,6 +25,7 @@ import os
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import typer
@@ -442,6 +443,33 @@ def _corpus_absent_for_fit(spec, out: Path) -> bool:
         return False
 
 
+def nothing_to_fit(spec, out: Path) -> str | None:
+    """Why ``run`` in ``out`` can only fail, or None: every run of the grid has a finished record (so none is
+    trained again) and not one is ok (each diverged or did not learn), so the fit has nothing to fit. ``run`` and
+    its dry run refuse such a folder at once, and ``status`` says it instead of ``--resume`` (which trained
+    nothing and ended in "no runs with status 'ok' to fit"). A folder whose grid is not known yet (no LR table, an
+    unreadable file) is not judged here."""
+    from loopscale.sweep.store import ResultsStore
+
+    cells = _grid_cells_if_known(spec, out) if out.is_dir() else None
+    if not cells:
+        return None
+    latest = ResultsStore(out).recorded()
+    rows = [latest.get(c.run_id) for c in cells]
+    if any(r is None or r["status"] in ("ok", "failed") for r in rows):
+        return None
+    return nothing_to_fit_line(out, Counter(r["status"] for r in rows))
+
+
+def nothing_to_fit_line(out, counts) -> str:
+    """The sentence of :func:`nothing_to_fit` for ``counts`` ({status: runs}) of the runs of ``out``."""
+    said = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return (f"every run of the grid in {out} finished and none is ok ({said}): there is nothing to fit, and a "
+            "finished run is not trained again; the LR is likely too high: lower it (lr: {fixed: ...}, or lr: tune) "
+            "and train in a new --out folder (loopscale sweep SPEC --out DIR --force moves these runs aside and "
+            "trains the same spec again)")
+
+
 def _read_as_run_reads(spec, out: Path) -> None:
     """Read the folder's files that :func:`run_pipeline` reads, and moves aside when unreadable, before and between
     its stages: the LR table (``lr: tune``), ``run_meta.json`` and ``fit/analysis.json``. Called inside
@@ -805,6 +833,8 @@ def run_cmd(
                 check_folder_spec(out_dir, spec, corpus=not absent)
                 set_aside_torn_spec(out_dir)  # listed: `run` keeps a torn spec.yaml aside and writes its own
                 _read_as_run_reads(spec, Path(out_dir))
+                if why := nothing_to_fit(spec, Path(out_dir)):
+                    raise ValueError(why)
                 if resume:  # as `run --resume` checks it, before anything is written
                     from loopscale.sweep.commands import check_resume_storage
 
@@ -843,6 +873,8 @@ def run_cmd(
 
     refuse_busy_folder(out_dir, "`loopscale run`")
     refuse_foreign_files(out_dir)
+    if why := nothing_to_fit(spec, Path(out_dir)):
+        raise ValueError(why)
     from loopscale.cluster.options import reachable_storage
 
     fresh = not (Path(out_dir).is_dir() and any(Path(out_dir).iterdir()))  # before a storage inside it is made

@@ -670,7 +670,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     own ok records, :func:`_train_left`, None when no record gives a rate), ``command`` (the
     running command's record: command line, kind, pid, host, started_at; None when none runs), ``last_command``
     (when none runs: the command line of the folder's newest command record, else None), ``resume_with`` (of a
-    stopped folder: that command line with ``--resume``, which continues it; else None), ``progress`` (the running command's open
+    stopped folder: that command line with ``--resume``, which continues it; else None), ``nothing_to_fit`` (of a
+    stopped folder whose runs all finished and none is ok: why ``--resume`` cannot help, and then ``resume_with`` is
+    None; else None), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
     Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
@@ -863,10 +865,17 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         _stopped_time(record, progress_file, walls, found)
         if found.get("last_progress_at") is not None:
             tm.update(found)
-    resume_with = None
+    resume_with = nothing_to_fit = None
     if state == "stopped":  # the line that continues it, its relative paths read where that command ran
         line, line_cwd = _resumable_command(record, stage, out)
         resume_with = resume_command(line, out, line_cwd)
+        ended = {k: by.get(k, 0) for k in ("diverged", "did_not_learn")}
+        if total and sum(ended.values()) == total and not (runs["running"] or runs["unrecorded"]):
+            # every run finished, none ok: --resume trains nothing and its fit fails (`run` refuses the folder)
+            from loopscale.sweep.run import nothing_to_fit_line
+
+            nothing_to_fit = nothing_to_fit_line(out, {k: n for k, n in ended.items() if n})
+            resume_with = None
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
@@ -885,6 +894,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
         "last_command": None if cmd else (record or {}).get("command"),
         "resume_with": resume_with,
+        "nothing_to_fit": nothing_to_fit,
         "progress": progress,
         "tune": tune_out,
         "storage_error": storage_error,
@@ -1198,6 +1208,8 @@ def format_status(st: dict) -> list[str]:
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")
     if st.get("resume_with"):
         lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
+    if st.get("nothing_to_fit"):
+        lines.append(f"cannot continue: {st['nothing_to_fit']}")
     return lines
 
 

@@ -179,3 +179,45 @@ def test_a_dry_run_counts_finished_runs_whose_records_are_gone(tmp_path):
     assert p["recorded"] == ("0 of 16 runs recorded, 16 more finished and are recorded when `run` continues; nothing "
                              "left to train (`run` fits and reports, unless they are up to date)"), p
     assert collect_status(out)["runs"]["unrecorded"] == 16
+
+
+def test_a_folder_whose_runs_all_finished_without_one_ok_is_refused_and_status_says_why(tmp_path):
+    """Every run diverged or did not learn (an LR far too high): the hints led to reruns that could not help —
+    status said `--resume`, the dry run 'nothing left to train (`run` fits and reports ...)', and `run --resume`
+    trained nothing and failed in the fit. `run` and its dry run now refuse such a folder before writing anything,
+    naming the counts and what to change, and status says it instead of --resume; the sweep's own error names
+    every reason with its count."""
+    from loopscale.sweep.grid import no_run_finished
+
+    spec = preset_spec("smoke")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    (out / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 60.0}}))
+    store = ResultsStore(out)
+    cells = spec.cells()
+    for i, c in enumerate(cells):
+        store.write_run(run_record(c, {"status": "did_not_learn" if i < 2 else "diverged"}))
+    store.consolidate()
+    said = (f"every run of the grid in {out} finished and none is ok (14 diverged, 2 did not learn): there is "
+            "nothing to fit, and a finished run is not trained again; the LR is likely too high")
+    dry = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(out / "spec.yaml"), "--dry-run",
+                          "--json", "--out", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert dry.returncode == 2 and json.loads(dry.stdout.splitlines()[0])["refused"].startswith(said), dry.stdout
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(out / "spec.yaml"), "--resume",
+                          "--out", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 2 and said in " ".join(res.stderr.split()), res.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # refused before anything was written
+    st = collect_status(out)
+    assert st["state"] == "stopped" and st["resume_with"] is None and st["nothing_to_fit"].startswith(said)
+    assert any(line.startswith("cannot continue: every run") for line in format_status(st))
+    # one run left to train: it may learn, so nothing is refused and status gives --resume
+    store.forget({cells[5].run_id})
+    assert collect_status(out)["nothing_to_fit"] is None
+    assert json.loads(subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(out / "spec.yaml"),
+                                      "--dry-run", "--json", "--out", str(out)], capture_output=True, text=True,
+                                     timeout=120).stdout)["refused"] is None  # fmt: skip
+    err = str(no_run_finished(12, ["diverged (status in runs.parquet)"] * 10 + ["did_not_learn (...)"] * 2))
+    assert err == ("0 of 12 runs finished: diverged (status in runs.parquet) (10 of 12 failures); also "
+                   "did_not_learn (...) (2)")
