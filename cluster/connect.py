@@ -121,20 +121,42 @@ def _embedded_hint(address: str | None) -> str:
     return "leave --address unset"
 
 
+def auto_address() -> str | None:
+    """The ``host:port`` that ``ray.init(address="auto")`` would join (Ray's own resolution: the cluster ``ray
+    start`` last started on this machine, else any Ray running here, RAY_ADDRESS first), or None when there is
+    none."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        return canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        return None
+
+
 def check_reachable(
     address: str | None, timeout: float = REACH_TIMEOUT_S, *, hint: str = "leave --address unset"
 ) -> None:
     """Check that something accepts a TCP connection at a ``host:port`` (or ``ray://host:port``) address, without
     starting Ray: joining an address nobody serves made ``ray.init`` wait for ever (Ray 2.60 retries the GCS every
-    30 s and says so only in its log). ``None``, ``"auto"`` and anything :func:`validate_address` refuses pass
-    unchecked (``"auto"`` is checked by ``ray.init``, see :func:`ray_session`).
+    30 s and says so only in its log). ``"auto"`` is first resolved as ``ray.init`` resolves it (the cluster that
+    ``ray start`` last started on this machine, else any running there): with none, a run failed only once Ray
+    started, after it had written its folder's spec and logs, and its dry run said nothing. ``None`` and anything
+    :func:`validate_address` refuses pass unchecked.
 
     Raises:
-        ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s).
+        ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s), or
+            ``"auto"`` finds no Ray cluster on this machine.
     """
     if address is None:
         return
     a = address.strip()
+    if a == "auto":
+        a = auto_address() or ""
+        if not a:
+            raise ValueError(  # as ray_session words Ray's own error for it
+                "address='auto': Could not find any running Ray instance; start one with `ray start --head`, give "
+                f"its host:port, or {hint} for the embedded local Ray"
+            ) from None
     m = _HOST_PORT.match(a[len("ray://") :] if a.startswith("ray://") else a)
     if m is None:
         return

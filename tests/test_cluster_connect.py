@@ -81,10 +81,24 @@ def test_bad_options_fail_before_ray_starts(monkeypatch):
     assert not _ray_initialized()
 
 
-def test_cluster_options_validate():
-    """ClusterOptions.validate names the CLI flags in its errors."""
+def test_cluster_options_validate(monkeypatch):
+    """ClusterOptions.validate names the CLI flags in its errors. 'auto' is resolved as ray.init resolves it: with
+    no Ray on this machine it is refused here, before a command writes anything (a run wrote its folder's spec and
+    logs, then failed in ray.init; its dry run passed); with one, its address must answer."""
+    import socket
+
+    from loopscale.cluster import connect
+
     ClusterOptions().validate()
-    ClusterOptions(address="auto").validate()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(connect, "auto_address", lambda: None)
+    with pytest.raises(ValueError, match=r"^address='auto': Could not find any running Ray instance; start one"):
+        ClusterOptions(address="auto").validate()
+    with socket.socket() as srv:  # something listening where 'auto' resolves
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        monkeypatch.setattr(connect, "auto_address", lambda: f"127.0.0.1:{srv.getsockname()[1]}")
+        ClusterOptions(address="auto").validate()
     ClusterOptions(num_cpus=1, ray_temp_dir="/tmp/lsray").validate()
     with pytest.raises(ValueError, match="--num-cpus, --ray-temp-dir cannot be combined with --address"):
         ClusterOptions(address="auto", num_cpus=1, ray_temp_dir="/tmp/x").validate()
