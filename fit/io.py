@@ -43,9 +43,18 @@ def read_table(table: Any) -> pd.DataFrame:
         if p.is_dir() and (p / "runs.parquet").is_file():  # the folder of a `loopscale run` / `sweep`
             p = p / "runs.parquet"
         if p.suffix.lower() in (".parquet", ".pq") or p.is_dir():
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            return pq.read_table(p).to_pandas()
+            try:
+                return pq.read_table(p).to_pandas()
+            except (pa.ArrowInvalid, OSError) as e:  # torn or not Parquet: said as such, not pyarrow's bare words
+                first = " ".join(str(e).split())
+                raise ValueError(
+                    f"table {str(p)!r} is not a readable Parquet table ({first}): torn, half-written or another "
+                    "format; for a run folder's runs.parquet, `loopscale status DIR` says what its next command "
+                    "does with it (its runs' records in parts/ and their results are kept)"
+                ) from None
         if p.suffix.lower() == ".csv":
             try:
                 df = pd.read_csv(p)

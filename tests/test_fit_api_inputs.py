@@ -222,3 +222,21 @@ def test_a_joint_fit_of_one_r_advises_fixing_phi_only_where_phi_acts():
     assert "--phi" not in str(e.value)
     with pytest.raises(ValueError, match=r"every run has r = 4; .* or fix phi \(--phi 0.5; phi=0.5 in Python\)$"):
         prepare(t.assign(r=4), make_law("joint"))
+
+
+def test_a_torn_runs_parquet_is_said_as_such_by_fit(tmp_path):
+    """`loopscale fit DIR` on a folder whose runs.parquet is cut short printed pyarrow's bare "Parquet magic bytes
+    not found in footer" (status on the same folder explained it): it now names the table, says it is unreadable
+    and where to look, exit 2."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.io import read_table
+    from loopscale.sweep.cli import app
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "runs.parquet").write_bytes((EXAMPLE / "runs.parquet").read_bytes()[:3000])
+    with pytest.raises(ValueError, match=r"runs.parquet' is not a readable Parquet table \(.*magic bytes.*\): torn"):
+        read_table(run)
+    res = CliRunner().invoke(app, ["fit", str(run)])
+    assert res.exit_code == 2 and "is not a readable Parquet table" in res.output and "`loopscale status DIR`" in res.output
