@@ -815,7 +815,8 @@ def run_cmd(
         # read changing nothing (a runs part without its curves part is not moved aside by a dry run)
         with look_only() as early:
             absent = _corpus_absent_for_fit(spec, Path(out_dir).resolve())
-        p = plan(spec, data=not absent)
+        # the folder the run would write (the default runs/<spec> is otherwise seen nowhere), then the plan
+        p = {"out": str(Path(out_dir).resolve()), **plan(spec, data=not absent)}
         if absent:
             p["corpus_warning"] = _absent_corpus_note(spec)
         else:

@@ -144,6 +144,11 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     assert cluster["est_train_min_left"] is None and "on the cluster" in cluster["train_time_assumption"]
     new = _dry(tmp_path / "new", spec_file=out / "spec.yaml")
     assert new["est_train_min_left"] is None and new["train_time_assumption"] is None
+    # the plan names the folder it is for first (the default runs/<spec> was seen nowhere)
+    assert list(new)[0] == "out" and new["out"] == str((tmp_path / "new").resolve())
+    dflt = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "smoke", "--dry-run"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert dflt.returncode == 0 and dflt.stdout.splitlines()[0].split() == ["out:", str(tmp_path / "runs" / "smoke")]
 
     st = collect_status(out)
     assert st["state"] == "stopped" and st["runs"]["pending"] == 8
