@@ -358,16 +358,18 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     store = ResultsStore(out)
     recorded = store.recorded()
     cells = _grid_cells_if_known(spec, out)
-    storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
-    if not recorded and (cells is None or not stored_result_ids(storage, [c.run_id for c in cells])):
-        return None, None  # no run of the folder finished (its records lost, their results kept count): a new plan
     done_ids = store.completed_ids()
     if cells is None:
+        if not recorded:
+            return None, None
         note = (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning "
                 "runs first, then the grid (its runs' LR is part of their definition)")  # fmt: skip
         return note, "not estimated: the grid's runs are defined once the LR table exists"
-    n_done = sum(c.run_id in done_ids for c in cells)
+    storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     stored = stored_result_ids(storage, [c.run_id for c in cells if c.run_id not in done_ids])
+    if not recorded and not stored:
+        return None, None  # no run of the folder finished (its records lost, their results kept count): a new plan
+    n_done = sum(c.run_id in done_ids for c in cells)
     left = [c for c in cells if c.run_id not in done_ids and c.run_id not in stored]
     more = f", {len(stored)} more finished and are recorded when `run` continues" if stored else ""
     if not left:
@@ -452,17 +454,16 @@ def nothing_to_fit(spec, out: Path) -> str | None:
     from loopscale.sweep.store import ResultsStore
 
     cells = _grid_cells_if_known(spec, out) if out.is_dir() else None
-    if not cells:
-        return None
-    latest = ResultsStore(out).recorded()
+    return nothing_to_fit_in(out, cells, ResultsStore(out).recorded()) if cells else None
+
+
+def nothing_to_fit_in(out, cells, latest: dict) -> str | None:
+    """:func:`nothing_to_fit` for the grid ``cells`` of ``out`` and ``latest``, its newest record of each run
+    ({run id: record}, as :meth:`loopscale.sweep.store.ResultsStore.recorded` gives it)."""
     rows = [latest.get(c.run_id) for c in cells]
     if any(r is None or r["status"] in ("ok", "failed") for r in rows):
         return None
-    return nothing_to_fit_line(out, Counter(r["status"] for r in rows))
-
-
-def nothing_to_fit_line(out, counts) -> str:
-    """The sentence of :func:`nothing_to_fit` for ``counts`` ({status: runs}) of the runs of ``out``."""
+    counts = Counter(r["status"] for r in rows)
     said = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     return (f"every run of the grid in {out} finished and none is ok ({said}): there is nothing to fit, and a "
             "finished run is not trained again; the LR is likely too high: lower it (lr: {fixed: ...}, or lr: tune) "

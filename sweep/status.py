@@ -203,21 +203,19 @@ def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -
     )
 
 
-def _train_left(spec, cells, recs: dict, store) -> dict | None:
+def _train_left(spec, cells, recs: dict, stored: set[str]) -> dict | None:
     """The training the pending runs of a stopped folder need on this machine's CPUs, at the FLOP/s of the folder's
     own ok records (:func:`loopscale.sweep.design_cmd.training_time_left`: ``seconds``, ``runs``, ``trials``,
     ``slots``, ``measured_runs``, ``rate_runs``, and ``cpus``); None when no record gives a rate. Runs already
-    finished but not yet recorded are not counted (the next command records them without training)."""
+    finished but not yet recorded (``stored``: their result.json in the storage) are not counted: the next command
+    records them without training."""
     import pandas as pd
 
     from loopscale.sweep.design_cmd import training_time_left
-    from loopscale.sweep.workspace import stored_result_ids
 
-    todo = [c for c in cells if c.run_id not in recs or recs[c.run_id]["status"] == "failed"]
-    stored = stored_result_ids(store, [c.run_id for c in todo])
+    todo = [c for c in cells if recs.get(c.run_id, {}).get("status") in (None, "failed") and c.run_id not in stored]
     cpus = os.cpu_count() or 1
-    got = training_time_left(spec, pd.DataFrame(list(recs.values())), [c for c in todo if c.run_id not in stored],
-                             cpus)  # fmt: skip
+    got = training_time_left(spec, pd.DataFrame(list(recs.values())), todo, cpus)
     return None if got is None else {**got, "cpus": cpus}
 
 
@@ -762,7 +760,10 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     # records them without training
     from loopscale.sweep.workspace import stored_result_ids
 
-    unrecorded = len(stored_result_ids(store, [c.run_id for c in cells or [] if c.run_id not in recs]))
+    # (failed ones too: stored once here, their retraining counted in the time left below)
+    stored = stored_result_ids(store, [c.run_id for c in cells or [] if recs.get(c.run_id, {}).get("status") in
+                                       (None, "failed")])  # fmt: skip
+    unrecorded = sum(rid not in recs for rid in stored)
     runs = {"total": total, **by, "running": n_running, "unrecorded": min(unrecorded, max(0, left - n_running))}
     runs["pending"] = max(0, left - n_running - runs["unrecorded"])
     failures = [
@@ -857,7 +858,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     if state == "stopped":  # how long the stopped command ran, from what its files show
         _stopped_time(record, progress_file, walls, tm)
         if runs["pending"] and cells is not None and spec is not None:
-            tm["train_left"] = _train_left(spec, cells, recs, store)
+            tm["train_left"] = _train_left(spec, cells, recs, stored)
     elif state == "finished" and (record or {}).get("kind") in ("sweep", "tune-lr"):
         # a finished sweep or tune-lr command records no stage wall time (only `run` writes run_meta.json's): its
         # time is its start to its progress display's last write, when that display was its own
@@ -869,13 +870,11 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     if state == "stopped":  # the line that continues it, its relative paths read where that command ran
         line, line_cwd = _resumable_command(record, stage, out)
         resume_with = resume_command(line, out, line_cwd)
-        ended = {k: by.get(k, 0) for k in ("diverged", "did_not_learn")}
-        if total and sum(ended.values()) == total and not (runs["running"] or runs["unrecorded"]):
-            # every run finished, none ok: --resume trains nothing and its fit fails (`run` refuses the folder)
-            from loopscale.sweep.run import nothing_to_fit_line
+        if cells:  # every run finished, none ok: --resume trains nothing and its fit fails (`run` refuses it)
+            from loopscale.sweep.run import nothing_to_fit_in
 
-            nothing_to_fit = nothing_to_fit_line(out, {k: n for k, n in ended.items() if n})
-            resume_with = None
+            if nothing_to_fit := nothing_to_fit_in(out, cells, recs):
+                resume_with = None
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
