@@ -258,18 +258,24 @@ def move_aside(uri: str, reason: str, filesystem: pafs.FileSystem | None = None,
     return new
 
 
-def read_json_or_aside(uri: str, filesystem: pafs.FileSystem | None = None):
-    """The JSON value at ``uri``; None when there is no file, or when it cannot be parsed (a torn or empty file
-    is moved aside with :func:`move_aside`, so the caller treats it as never written and redoes that work)."""
+def read_json_or_aside(uri: str, filesystem: pafs.FileSystem | None = None) -> dict | None:
+    """The JSON object at ``uri`` (every file loopscale writes as JSON holds one); None when there is no file, or
+    when it is not one: a torn or empty file, or valid JSON of another kind (a list, a number) is moved aside with
+    :func:`move_aside`, so the caller treats it as never written and redoes that work (a ``run_meta.json``
+    holding a list had crashed ``run`` and ``status`` with a bare TypeError / AttributeError)."""
     try:
         data = read_bytes(uri, filesystem)
     except FileNotFoundError:
         return None
     try:
-        return json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         move_aside(uri, f"not valid JSON: {e}" if data else "0 bytes", filesystem)
         return None
+    if not isinstance(value, dict):
+        move_aside(uri, f"not a JSON object (a JSON {type(value).__name__})", filesystem)
+        return None
+    return value
 
 
 def remove(uri: str, filesystem: pafs.FileSystem | None = None) -> None:

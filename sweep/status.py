@@ -295,11 +295,27 @@ def fit_headlines(ana: dict) -> list[str]:
     return lines
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path, problems: list[str] | None = None) -> dict | None:
+    """The JSON object in ``path``; None when there is none: no file, or one that is not a JSON object (torn,
+    empty, another kind of JSON value), which is then described in ``problems`` (when given) and read as absent."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as e:
+        why = f"{type(e).__name__}: {e}"
+    else:
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            why = f"not valid JSON: {e}" if text.strip() else "0 bytes"
+        else:
+            if isinstance(value, dict):
+                return value
+            why = f"not a JSON object (a JSON {type(value).__name__})"
+    if problems is not None:
+        problems.append(f"{path} ({why})")
+    return None
 
 
 def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:
@@ -382,9 +398,10 @@ def _tabled_studies(lr_rows: list[dict] | None) -> set[tuple[int, int]]:
     return found
 
 
-def _planned(out: Path, lr_rows: list[dict] | None):
-    """(spec, planned cells) from ``OUT/spec.yaml``, or (None, None) without one; ``lr_rows``: the folder's LR
-    table (:func:`_lr_rows`), which gives the cells' LRs when the spec tunes them."""
+def _planned(out: Path, lr_rows: list[dict] | None, problems: list[str] | None = None):
+    """(spec, planned cells) from ``OUT/spec.yaml``, or (None, None) without one or with one that does not read
+    as a spec (described in ``problems`` when given); ``lr_rows``: the folder's LR table (:func:`_lr_rows`), which
+    gives the cells' LRs when the spec tunes them."""
     from loopscale.sweep.spec import load_spec
 
     path = out / "spec.yaml"
@@ -392,7 +409,11 @@ def _planned(out: Path, lr_rows: list[dict] | None):
         return None, None
     try:
         spec = load_spec(path)
-    except Exception:
+    except Exception as e:  # torn, hand-edited, or another tool's spec.yaml: said in status's ``unreadable_own``
+        if problems is not None:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            problems.append(f"{path} (not a spec this loopscale reads: {first}; `loopscale run SPEC --out "
+                            f"{out}` sets it aside and writes its own)")  # fmt: skip
         return None, None
     table = None
     if spec.lr == "tune":
@@ -682,7 +703,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     only, not yet in ``runs.parquet``: the command stopped before writing it), ``design`` (``design_prediction.json`` when ``loopscale design
     --out`` wrote one here, else None), ``unreadable`` (results files that could not be
     read and runs parts without their curves part, with why: read as no records; an LR table that could not be
-    read: read as none), ``storage_error`` (why the Tune state's storage could not be read, else None) and
+    read: read as none), ``unreadable_own`` (the folder's own files that do not read, with why, each read as absent:
+a spec.yaml that is not a spec this loopscale reads, a run_meta.json, command record, progress file or
+fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune state's storage could not be read, else None) and
     ``counts`` (what each count counts).
 
     Raises:
@@ -700,13 +723,14 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             "logs/ of a command): give the --out folder of a `loopscale run`, `sweep` or `tune-lr`"
         )
     now = time.time()
-    meta = _read_json(out / "run_meta.json") or {}
-    record = _read_json(out / "logs" / COMMAND_NAME)
-    progress_file = _read_json(out / "logs" / "progress.json")
+    own_unreadable: list[str] = []  # the folder's own files that do not read: said, and read as absent
+    meta = _read_json(out / "run_meta.json", own_unreadable) or {}
+    record = _read_json(out / "logs" / COMMAND_NAME, own_unreadable)
+    progress_file = _read_json(out / "logs" / "progress.json", own_unreadable)
     alive, cmd, progress = _liveness(record, progress_file)
     lr_unreadable: list[str] = []
     lr_rows = _lr_rows(out, lr_unreadable)
-    spec, cells = _planned(out, lr_rows)
+    spec, cells = _planned(out, lr_rows, own_unreadable)
     unreadable: list[str] = []
     recs = _records(out, unreadable)
     unreadable += lr_unreadable
@@ -791,7 +815,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
             lr["table"] = [{k: row.get(k) for k in keep} for row in lr_rows]
         if spec is not None and spec.lr != "tune":  # tune-lr on a spec that fixes the LR: the runs do not use it
             lr["table_used"] = False
-    ana = _read_json(out / "fit" / "analysis.json")
+    ana = _read_json(out / "fit" / "analysis.json", own_unreadable)
     fit = fit_headlines(ana) if ana else []
     fit_caveats = _fit_caveats(out, ana, meta, pending=runs["pending"] + runs["running"]) if fit else []
     # stage and state: a folder no command has worked in (only `loopscale design --out` wrote its spec and
@@ -905,6 +929,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "runs_in_parts_only": in_parts_only,
         "design": "design_prediction.json" if (out / "design_prediction.json").is_file() else None,
         "unreadable": unreadable,
+        "unreadable_own": own_unreadable,
         "counts": {
             "runs": "training runs (one per grid cell and seed); running: "
             + (
@@ -1202,6 +1227,8 @@ def format_status(st: dict) -> list[str]:
         lines.append(f"unreadable, read as no runs: {'; '.join(runs_bad)}")
     if lr_bad:
         lines.append(f"unreadable, read as no LR table: {'; '.join(lr_bad)}")
+    if st.get("unreadable_own"):
+        lines.append(f"unreadable, read as absent: {'; '.join(st['unreadable_own'])}")
     if st.get("set_aside"):
         kept = "; ".join(_set_aside_line(a) for a in st["set_aside"])
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")

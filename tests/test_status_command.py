@@ -855,3 +855,37 @@ def test_a_smoothed_lr_is_not_paired_with_another_lrs_loss(tmp_path):
     text = format_status(collect_status(tmp_path))
     assert "  size 16 r 1: lr 0.00881 (val 4.9091 at lr 0.008621, the best trial's; lr is smoothed, 3 trials, " \
            "0 pruned)" in text  # fmt: skip
+
+
+def test_a_folder_file_that_does_not_read_is_said_by_status_and_set_aside_by_run(tmp_path):
+    """A spec.yaml that is not a loopscale spec, and a run_meta.json that is not a JSON object (here a list, which
+    crashed `status` with AttributeError and `run` with TypeError), are named by `status` as read as absent; `run`
+    (its dry run lists it) moves such a run_meta.json aside like a torn one."""
+    from typer.testing import CliRunner
+
+    from loopscale.cluster.storage import read_json_or_aside
+    from loopscale.sweep.cli import app
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "spec.yaml").write_text("foo: bar\n", encoding="utf-8")
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "run_meta.json").write_text("[1, 2]", encoding="utf-8")
+    st = collect_status(foreign)
+    assert st["state"] == "empty" and st["spec"] is None
+    (line,) = st["unreadable_own"]
+    assert line.startswith(f"{foreign / 'spec.yaml'} (not a spec this loopscale reads: invalid sweep spec: foo")
+    assert "sets it aside and writes its own" in line
+    res = CliRunner().invoke(app, ["status", str(listed)])
+    assert res.exit_code == 0, res.output
+    assert f"unreadable, read as absent: {listed / 'run_meta.json'} (not a JSON object (a JSON list))" in res.output
+    dry = CliRunner().invoke(app, ["run", "--preset", "smoke", "--out", str(listed), "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["unreadable"] == [
+        f"{listed / 'run_meta.json'} is unreadable (not a JSON object (a JSON list)): the command would move it aside "
+        "and treat it as missing"
+    ]
+    with pytest.warns(UserWarning, match="not a JSON object"):
+        assert read_json_or_aside(str(listed / "run_meta.json")) is None
+    assert not (listed / "run_meta.json").exists() and len(list(listed.glob("run_meta.json.unreadable-*"))) == 1
