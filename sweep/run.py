@@ -394,6 +394,40 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
             f"training FLOPs ({flops_left / flops_all:.0%})"), time_left
 
 
+def _lr_tuning_note(spec, out: Path) -> str | None:
+    """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in ``out`` yet, how much of the LR
+    tuning an earlier command there finished (studies with a done marker in ``tune_lr/done/``, which `run` does
+    not tune again; trials of the other studies that the Optuna storage ``tune_lr/optuna.db`` holds finished) and
+    so what `run` tunes before the grid. None when the spec fixes the LR, the table exists, or nothing of the tuning was done."""
+    from loopscale.sweep.lr_search import finished_trials, study_keys, trials_per_study
+    from loopscale.sweep.lr_table import lr_table_present
+
+    if spec.lr != "tune" or lr_table_present(out / "lr_table.parquet"):
+        return None
+    keys = study_keys(spec)
+    done = [(s, r) for s, r in keys if (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file()]
+    rest = [k for k in keys if k not in done]
+    db = out / "tune_lr" / "optuna.db"
+    n_trials = 0
+    if rest and db.is_file():
+        try:
+            n_trials = len(finished_trials(f"sqlite:///{db.resolve()}", [f"{spec.name}_size{s}_r{r}" for s, r in rest]))
+        except Exception as e:  # noqa: BLE001  a torn database: `run` would fail on it too, so say it
+            return (f"{len(done)} of {len(keys)} LR studies finished here; {db} does not read ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}), so the trials of the other studies are unknown")  # fmt: skip
+    if not done and not n_trials:
+        return None
+    if not rest:
+        return (f"all {len(keys)} LR studies finished here; `run` writes the LR table from them, training no LR "
+                "trial again, then trains the grid")
+    per = trials_per_study(spec.tune)
+    one = len(rest) == 1
+    kept = (f" ({n_trials} of {'its' if one else 'their'} {len(rest) * per} trials finished earlier; with --resume "
+            f"{'the stopped study goes' if one else 'stopped studies go'} on from them)" if n_trials else "")  # fmt: skip
+    return (f"{len(done)} of {len(keys)} LR studies finished here; `run` tunes the other {len(rest)}{kept}, then "
+            "writes the LR table and trains the grid")
+
+
 def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
     """The dry run's ``est_train_min_left`` (minutes of training left, or None) and ``train_time_assumption`` (what
     the figure counts, or why there is none) from :func:`_recorded_note`'s ``time_left``."""
@@ -851,6 +885,7 @@ def run_cmd(
                     usable_out_dir(local_path(spec.storage_path), what="storage (--storage, or the spec's storage_path)")
                 p["refused"] = None
                 cpus = (num_cpus or os.cpu_count() or 1) if address is None else None
+                p["lr_tuning_done"] = _lr_tuning_note(spec, Path(out_dir))
                 p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
                 p.update(_time_left_plan(time_left, cpus))
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would

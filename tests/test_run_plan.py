@@ -702,3 +702,44 @@ def test_a_dry_run_lists_a_torn_spec_yaml_that_run_sets_aside(tmp_path):
     assert p["refused"] is None and _tree(out) == before
     assert p["unreadable"] == [f"{out / 'spec.yaml'} is unreadable (not a spec this loopscale reads (cut short or "
                                "edited)): the command would move it aside and treat it as missing"], p["unreadable"]
+
+
+def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_path):
+    """A folder whose LR tuning stopped part-way (one of two studies done, two of the other's four trials in the
+    Optuna storage, no LR table): the dry run says what `run` tunes before the grid (it said nothing); with every
+    study done, that the table is written from them; a folder with an LR table, or with no tuning, says nothing."""
+    import optuna
+    from tiny_spec import tiny_spec
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.spec import parse_spec, spec_to_yaml
+
+    spec = parse_spec(tiny_spec(lr="tune", tune={"num_samples": 4, "tokens": 2048}))
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec), encoding="utf-8")
+    out = tmp_path / "out"
+
+    def said() -> str | None:
+        res = CliRunner().invoke(app, ["run", str(spec_file), "--out", str(out), "--dry-run", "--json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)["lr_tuning_done"]
+
+    assert said() is None  # a new folder
+    done = out / "tune_lr" / "done"
+    done.mkdir(parents=True)
+    (out / "spec.yaml").write_text(spec_to_yaml(spec), encoding="utf-8")
+    assert said() is None  # the tuning not begun
+    (done / "size16_r1.json").write_text(json.dumps({"study_name": "tiny_size16_r1"}), encoding="utf-8")
+    assert said() == ("1 of 2 LR studies finished here; `run` tunes the other 1, then writes the LR table and "
+                      "trains the grid")  # fmt: skip
+    study = optuna.create_study(study_name="tiny_size16_r2", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}")
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+    for lr in (0.01, 0.03):
+        study.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=3.0))
+    assert said() == ("1 of 2 LR studies finished here; `run` tunes the other 1 (2 of its 4 trials finished "
+                      "earlier; with --resume the stopped study goes on from them), then writes the LR table and "
+                      "trains the grid")  # fmt: skip
+    (done / "size16_r2.json").write_text(json.dumps({"study_name": "tiny_size16_r2"}), encoding="utf-8")
+    assert said() == ("all 2 LR studies finished here; `run` writes the LR table from them, training no LR trial "
+                      "again, then trains the grid")  # fmt: skip
