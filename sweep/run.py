@@ -691,13 +691,17 @@ def run_pipeline(
             stages()
     else:
         stages()
-    save_meta()  # the report names this command (last_command) also when every stage was skipped
+    # the report names this command (last_command) also when every stage was skipped; report_unfinished until
+    # it is written, so that status says stage report meanwhile (a folder's earlier report.md read as done)
+    meta["report_unfinished"] = True
+    save_meta()
     t0 = time.time()
     report = build_report(out)
     dt = time.time() - t0
     meta["stage_wall_s"]["report"] = meta["stage_wall_s"].get("report", 0.0) + dt
     meta["last_command_stage_wall_s"]["report"] = dt
     meta["report"] = str(report)
+    del meta["report_unfinished"]
     save_meta()
     log(f"[4/4] report: {report}")
     return meta

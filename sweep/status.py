@@ -13,7 +13,8 @@ Sources (nothing is trained, started or changed; files are only read):
   runs), Tune trials, tokens/s and ETA, its pid and host;
 * Tune's experiment state under the storage (``--storage``; default ``OUT/tune``): the trials of the newest grid
   experiment and their status (``ray.tune.ExperimentAnalysis``);
-* ``OUT/run_meta.json`` (stage wall times; ``fit_unfinished`` while a fit stage runs or after it was stopped),
+* ``OUT/run_meta.json`` (stage wall times; ``fit_unfinished`` while a fit stage runs or after it was stopped,
+  ``report_unfinished`` while the report is written or after the command stopped there),
   ``OUT/lr_table.parquet`` and ``OUT/tune_lr/`` (LR tuning),
   ``OUT/fit/analysis.json`` (the fit headline, as ``loopscale run`` prints it).
 
@@ -841,7 +842,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         stage = "done"
     elif ana is None or meta.get("fit_unfinished") is not None:  # no fit yet, or one started that never ended
         stage = "fit"
-    elif not (out / "report.md").is_file():
+    elif not (out / "report.md").is_file() or meta.get("report_unfinished"):  # (being) rewritten: not done yet
         stage = "report"
     else:
         stage = "done"

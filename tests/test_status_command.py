@@ -889,3 +889,24 @@ def test_a_folder_file_that_does_not_read_is_said_by_status_and_set_aside_by_run
     with pytest.warns(UserWarning, match="not a JSON object"):
         assert read_json_or_aside(str(listed / "run_meta.json")) is None
     assert not (listed / "run_meta.json").exists() and len(list(listed.glob("run_meta.json.unreadable-*"))) == 1
+
+
+def test_a_report_being_rewritten_is_stage_report_not_done(tmp_path):
+    """While `run` writes the report (run_meta.json's report_unfinished), a folder that already held a report.md
+    read as "running, stage done"; now it is stage report, running while the command lives and stopped (with the
+    command that rewrites it) after it was killed there."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default", out)
+    assert (collect_status(out)["state"], collect_status(out)["stage"]) == ("finished", "done")
+    meta = json.loads((out / "run_meta.json").read_text())
+    (out / "run_meta.json").write_text(json.dumps({**meta, "report_unfinished": True}))
+    _record(out, 5, command=f"loopscale run {out / 'spec.yaml'} --out {out} --resume")
+    st = collect_status(out)
+    assert (st["state"], st["stage"]) == ("running", "report")
+    _record(out, 5, pid=2**22 + 12345, command=f"loopscale run {out / 'spec.yaml'} --out {out} --resume")  # gone
+    st = collect_status(out)
+    assert (st["state"], st["stage"]) == ("stopped", "report") and "--resume" in st["resume_with"]
+    (out / "run_meta.json").write_text(json.dumps(meta))
+    assert collect_status(out)["stage"] == "done"
