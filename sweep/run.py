@@ -891,6 +891,11 @@ def run_cmd(
                 cpus = (num_cpus or os.cpu_count() or 1) if address is None else None
                 p["lr_tuning_done"] = _lr_tuning_note(spec, Path(out_dir))
                 p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
+                if p["recorded"] is None and time_left is None:  # no run finished here: no rate to take
+                    time_left = ("not estimated: the runs train on the cluster, not on this machine's CPUs"
+                                 if cpus is None else
+                                 "not estimated before a run has finished in this folder: the figure takes the "
+                                 "FLOP/s of the folder's own runs (a dry run or `status` of a stopped run gives it)")  # fmt: skip
                 p.update(_time_left_plan(time_left, cpus))
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)

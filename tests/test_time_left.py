@@ -143,7 +143,10 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     cluster = _dry(out, "--address", "10.0.0.1:6379")
     assert cluster["est_train_min_left"] is None and "on the cluster" in cluster["train_time_assumption"]
     new = _dry(tmp_path / "new", spec_file=out / "spec.yaml")
-    assert new["est_train_min_left"] is None and new["train_time_assumption"] is None
+    assert new["est_train_min_left"] is None and new["train_time_assumption"] == (
+        "not estimated before a run has finished in this folder: the figure takes the FLOP/s of the folder's own "
+        "runs (a dry run or `status` of a stopped run gives it)"
+    )
     # the plan names the folder it is for first (the default runs/<spec> was seen nowhere)
     assert list(new)[0] == "out" and new["out"] == str((tmp_path / "new").resolve())
     dflt = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "smoke", "--dry-run"], cwd=tmp_path,
