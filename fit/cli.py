@@ -125,7 +125,8 @@ def _out_dir_lock(out: Path):
 def fit_cmd(
     table: Annotated[
         Path,
-        typer.Argument(help="Runs table (.parquet or .csv): loss/final_val_loss, D, N or N_once/N_rec/r."),
+        typer.Argument(help="Runs table (.parquet or .csv): loss or final_val_loss (nats/token), D (tokens), and N "
+                       "(parameters; Chinchilla law) or N_once, N_rec (parameters) and r (joint law)."),
     ],
     law: Annotated[
         str,
@@ -336,7 +337,15 @@ def fit_cmd(
         loss_note = _loss_column_note(data)
         if loss_note:
             summary["loss_column_note"] = loss_note
+        from loopscale.fit.io import unit_warnings
+
+        units = unit_warnings(data)
+        if units:
+            summary["unit_warnings"] = units
         n_note = _n_column_note(data) if law == "chinchilla" else None
+        if law == "chinchilla" and data.source_names.get("N") == "N_once + N_rec":
+            n_note = ("the table has no N: N = N_once + N_rec, the unique parameters (as `loopscale run`'s per-r "
+                      "Chinchilla fits take them)")  # fmt: skip
         if n_note:
             summary["n_column_note"] = n_note
         if ident is not None:  # strict JSON: a per-r phi without an interval has NaN ends (null here)
@@ -443,6 +452,7 @@ def fit_cmd(
             lines.append(f"  note: {pooled_note}")
         if loss_note:
             lines.append(f"  note: {loss_note}")
+        lines.extend(f"  warning: {u}" for u in units)
         if n_note:
             lines.append(f"  note: {n_note}")
         for term in flat_terms:

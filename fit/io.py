@@ -232,6 +232,15 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         if renamed is not df:
             given[target] = next(a for a in aliases if a in df.columns)
         df = renamed
+    if law.name == "chinchilla" and "N" not in df.columns and {"N_once", "N_rec"} <= set(df.columns):
+        # a looped table without N: one architecture's law on its unique parameters, as `loopscale run`'s per-r
+        # Chinchilla fits take them (N_unique = N_once + N_rec)
+        try:
+            n_unique = pd.to_numeric(df["N_once"]) + pd.to_numeric(df["N_rec"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"columns 'N_once' and 'N_rec' must be numeric (N = N_once + N_rec): {exc}") from exc
+        df = df.assign(N=n_unique)
+        given["N"] = "N_once + N_rec"
     n_excluded, by_status = 0, {}
     rows = np.arange(len(df))  # each row's place in the table as read (when no duplicate was dropped)
 
@@ -335,6 +344,50 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         duplicate_run_ids=tuple(str(v) for v in dups["run_id"]) if len(dups) else (),
         source_names={k: v for k, v in given.items() if k != v},
     )
+
+
+LOSS_PLAUSIBLE_MAX = 15.0
+"""Nats/token above which a loss is flagged as not a cross-entropy: a uniform guess over 3 million tokens is 14.9
+nats/token, so no language model's loss, trained or not, reaches it; a perplexity column easily does."""
+
+
+def unit_warnings(data: FitData) -> list[str]:
+    """Values that read as another unit than the fit's (loss in nats/token, D in tokens, N / N_once / N_rec in
+    parameters), one sentence each; empty when none. The fit runs either way: a D in millions of tokens or N in
+    millions of parameters changes only B or A (E, alpha, beta and phi are the same), a perplexity changes every
+    parameter. Loss in bits (nats / ln 2) cannot be told from its values: the units are said in ``--help``.
+
+    Flags: a loss above :data:`LOSS_PLAUSIBLE_MAX`; every D below 10,000 tokens; every N (or N_once + N_rec) below
+    1,000 parameters; D below 0.1 tokens per parameter on every row (a run trains on at least that many in any
+    published scaling grid; the paper's grid on 20 and more). A loopscale results table (``run_id``,
+    ``flops_per_token``, ``tokenizer`` and ``vocab_size`` columns: units set by the trainer that wrote it) gets none:
+    its smallest grids (the ``smoke`` preset: D of 1,024 tokens) are below these bounds by design."""
+    if {"run_id", "flops_per_token", "tokenizer", "vocab_size"} <= set(data.frame.columns):
+        return []
+    c = data.cols
+    out = []
+    loss = c["loss"]
+    if loss.size and float(loss.max()) > LOSS_PLAUSIBLE_MAX:
+        n = int((loss > LOSS_PLAUSIBLE_MAX).sum())
+        out.append(
+            f"loss reaches {float(loss.max()):.4g} ({n} of {loss.size} rows above {LOSS_PLAUSIBLE_MAX:g}): the fit "
+            "reads the loss as cross-entropy in nats/token, which no language model's loss exceeds there; a "
+            "perplexity is exp of it: fit its natural log (np.log)"
+        )
+    n_par = c["N"] if "N" in c else (c["N_once"] + c["N_rec"] if "N_once" in c else None)
+    what = "N" if "N" in c else "N_once + N_rec"
+    d = c["D"]
+    if d.size and float(d.max()) < 1e4:
+        out.append(f"D is below 10,000 tokens on every row (largest {float(d.max()):.4g}): the fit reads D in "
+                   "tokens; a D in millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
+    if n_par is not None and n_par.size and float(n_par.max()) < 1e3:
+        out.append(f"{what} is below 1,000 parameters on every row (largest {float(n_par.max()):.4g}): the fit reads "
+                   "parameters; a count in millions fits another A (the other parameters are the same)")  # fmt: skip
+    if n_par is not None and d.size and float(d.max()) >= 1e4 and float((d / n_par).max()) < 0.1:
+        out.append(f"D is below 0.1 tokens per parameter on every row (D / ({what}) at most "
+                   f"{float((d / n_par).max()):.3g}): the fit reads D in tokens; a D in millions or billions of "
+                   "tokens fits another B (the other parameters are the same)")  # fmt: skip
+    return out
 
 
 def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:

@@ -240,3 +240,68 @@ def test_a_torn_runs_parquet_is_said_as_such_by_fit(tmp_path):
         read_table(run)
     res = CliRunner().invoke(app, ["fit", str(run)])
     assert res.exit_code == 2 and "is not a readable Parquet table" in res.output and "`loopscale status DIR`" in res.output
+
+
+def _outside_table(n_scale: float = 1.0, d_scale: float = 1.0) -> pd.DataFrame:
+    """A hand-made joint-law table (4 r x 3 widths x 3 D, noise-free), N and D scaled by the given factors."""
+    import numpy as np
+
+    from loopscale.fit.synthetic import joint_loss
+
+    rows = [dict(r=r, N_once=w * 2e4, N_rec=w * 8e4 / r, D=dd) for r in (1, 2, 4, 8) for w in (1, 4, 16)
+            for dd in (2e8, 5e8, 1e9)]  # fmt: skip
+    df = pd.DataFrame(rows)
+    df["loss"] = joint_loss(df, dict(E=1.8, A=400.0, alpha=0.34, B=2000.0, beta=0.36, phi=0.5))
+    return df.assign(N_once=df.N_once * n_scale, N_rec=df.N_rec * n_scale, D=df.D * d_scale).astype(np.float64)
+
+
+def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table_is_not():
+    """A perplexity column, D in millions and N in millions were fitted without a word (E, B or A then wrong);
+    each is now one warning naming the unit the fit reads. The same bounds would flag the smoke preset's own
+    tables (D of 1,024 tokens), so a loopscale results table gets none."""
+    import numpy as np
+
+    from loopscale.fit.io import prepare, unit_warnings
+    from loopscale.fit.laws import make_law
+
+    law = make_law("joint")
+    good = _outside_table()
+    assert unit_warnings(prepare(good, law)) == []
+    (ppl,) = unit_warnings(prepare(good.assign(loss=np.exp(good["loss"])), law))
+    assert ppl.startswith("loss reaches ") and "(36 of 36 rows above 15)" in ppl and "natural log" in ppl
+    (d_m,) = unit_warnings(prepare(_outside_table(d_scale=1e-6), law))
+    assert d_m == ("D is below 10,000 tokens on every row (largest 1000): the fit reads D in tokens; a D in "
+                   "millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
+    (d_per_n,) = unit_warnings(prepare(_outside_table(n_scale=10, d_scale=1e-5), law))  # D <= 1e4, N >= 3e5
+    assert d_per_n.startswith("D is below 0.1 tokens per parameter on every row (D / (N_once + N_rec) at most ")
+    (n_m,) = unit_warnings(prepare(_outside_table(n_scale=1e-6), law))
+    assert n_m.startswith("N_once + N_rec is below 1,000 parameters on every row (largest 1.6)")
+    smoke_like = _outside_table(n_scale=10, d_scale=1e-5).assign(run_id=[f"r{i}" for i in range(36)], flops_per_token=1.0,
+                                                     tokenizer="byte", vocab_size=256)  # fmt: skip
+    assert unit_warnings(prepare(smoke_like, law)) == []
+
+
+def test_fit_states_units_and_fits_the_chinchilla_law_on_n_once_plus_n_rec(tmp_path):
+    """`fit --law chinchilla --r 4` of a looped table without N refused it ('missing N'); N = N_once + N_rec (the
+    unique parameters, as the run's per-r fits take them) is now fitted and said; --json carries the unit
+    warnings; --help names every unit."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    table = tmp_path / "t.csv"
+    _outside_table().to_csv(table, index=False)
+    res = CliRunner().invoke(app, ["fit", str(table), "--law", "chinchilla", "--r", "4", "--starts", "20",
+                                   "--workers", "1"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "law chinchilla: n = 9 runs" in res.output
+    assert "note: the table has no N: N = N_once + N_rec, the unique parameters" in res.output
+    millions = tmp_path / "m.csv"
+    _outside_table(d_scale=1e-6).to_csv(millions, index=False)
+    js = CliRunner().invoke(app, ["fit", str(millions), "--starts", "20", "--workers", "1", "--json"])
+    assert js.exit_code == 0, js.output
+    assert json.loads(js.stdout)["unit_warnings"][0].startswith("D is below 10,000 tokens on every row")
+    helped = CliRunner().invoke(app, ["fit", "--help"], env={"COLUMNS": "200"})
+    assert "(nats/token), D (tokens)" in " ".join(helped.output.split())
