@@ -79,6 +79,28 @@ def _experiments(storage_path: str, prefix: str) -> list[str]:
     return sorted(n for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit())
 
 
+def no_lr_table_message(spec, out: Path) -> str:
+    """Why ``sweep`` of an ``lr: tune`` spec cannot start in ``out`` (no LR table there) and the commands that make
+    one: ``tune-lr`` with the folder's own ``spec.yaml`` when it has one (``--resume`` when a study there stopped
+    part-way), or ``run``, which tunes and then trains; with how much of the tuning is done
+    (:func:`loopscale.sweep.run._lr_tuning_note`)."""
+    import shlex
+
+    from loopscale.sweep.run import lr_tuning_progress
+
+    src = shlex.quote(str(out / "spec.yaml")) if (out / "spec.yaml").is_file() else "SPEC"
+    p = lr_tuning_progress(spec, out) if out.is_dir() else None
+    begun = bool(p and (p["done"] or p["trials"]))
+    done = ""
+    if begun:
+        trials = f", and {p['trials']} trials of the others" if p["trials"] else ""
+        done = f" ({p['done']} of {p['studies']} LR studies finished here{trials})"
+    return (f"no LR table at {out / 'lr_table.parquet'}: the spec tunes the LR (lr: tune), and the grid's runs are "
+            "defined by their LRs; make it with "
+            f"`loopscale tune-lr {src} --out {shlex.quote(str(out))}{' --resume' if begun else ''}` first{done}, or "
+            "use `loopscale run`, which tunes and then trains")
+
+
 def run_sweep(
     spec,
     out_dir: str | Path,
@@ -148,7 +170,10 @@ def run_sweep(
     out = Path(out_dir).resolve()
     check_folder_spec(out, spec)  # before the LR table of the folder is read
     if spec.lr == "tune" and lr_table is None and cells is None:
-        lr_table = read_lr_table(out / "lr_table.parquet")
+        try:
+            lr_table = read_lr_table(out / "lr_table.parquet")
+        except FileNotFoundError as e:  # say the command that makes it, with this folder's spec, and what is done
+            raise FileNotFoundError(no_lr_table_message(spec, out)) from e
     if cells is None:
         cells = spec.cells(lr_table=lr_table)
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")

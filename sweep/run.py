@@ -394,37 +394,57 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
             f"training FLOPs ({flops_left / flops_all:.0%})"), time_left
 
 
-def _lr_tuning_note(spec, out: Path) -> str | None:
-    """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in ``out`` yet, how much of the LR
-    tuning an earlier command there finished (studies with a done marker in ``tune_lr/done/``, which `run` does
-    not tune again; trials of the other studies that the Optuna storage ``tune_lr/optuna.db`` holds finished) and
-    so what `run` tunes before the grid. None when the spec fixes the LR, the table exists, or nothing of the tuning was done."""
+def lr_tuning_progress(spec, out: Path) -> dict | None:
+    """How much of the LR tuning of ``spec`` (``lr: tune``) is done in ``out``: ``studies`` (how many), ``done``
+    (those with a done marker in ``tune_lr/done/``, which no command tunes again), ``trials`` (finished trials of
+    the other studies in the Optuna storage ``tune_lr/optuna.db``; None when it does not read, with ``db_error``
+    saying why) and ``per_study`` (trials one study runs). None when the spec fixes the LR. Reads only."""
     from loopscale.sweep.lr_search import finished_trials, study_keys, trials_per_study
-    from loopscale.sweep.lr_table import lr_table_present
 
-    if spec.lr != "tune" or lr_table_present(out / "lr_table.parquet"):
+    if spec.lr != "tune":
         return None
     keys = study_keys(spec)
     done = [(s, r) for s, r in keys if (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file()]
     rest = [k for k in keys if k not in done]
     db = out / "tune_lr" / "optuna.db"
-    n_trials = 0
+    got = {"studies": len(keys), "done": len(done), "trials": 0, "per_study": trials_per_study(spec.tune),
+           "db_error": None}  # fmt: skip
     if rest and db.is_file():
         try:
-            n_trials = len(finished_trials(f"sqlite:///{db.resolve()}", [f"{spec.name}_size{s}_r{r}" for s, r in rest]))
-        except Exception as e:  # noqa: BLE001  a torn database: `run` would fail on it too, so say it
-            return (f"{len(done)} of {len(keys)} LR studies finished here; {db} does not read ({type(e).__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else ''}), so the trials of the other studies are unknown")  # fmt: skip
-    if not done and not n_trials:
+            got["trials"] = len(finished_trials(f"sqlite:///{db.resolve()}", [f"{spec.name}_size{s}_r{r}" for s, r in rest]))
+        except Exception as e:  # noqa: BLE001  a torn database: said, as `run` would fail on it too
+            got["trials"] = None
+            got["db_error"] = f"{db} does not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    return got
+
+
+def _lr_tuning_note(spec, out: Path) -> str | None:
+    """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in ``out`` yet, how much of the LR
+    tuning an earlier command there finished (:func:`lr_tuning_progress`: studies done, which `run` does not tune
+    again; finished trials of the others) and so what `run` tunes before the grid; with the LR table there, that
+    `run` skips the tuning. None when the spec fixes the LR, or nothing of the tuning was done."""
+    from loopscale.sweep.lr_table import lr_table_present
+
+    if spec.lr != "tune":
         return None
-    if not rest:
-        return (f"all {len(keys)} LR studies finished here; `run` writes the LR table from them, training no LR "
+    if lr_table_present(out / "lr_table.parquet"):
+        return ("lr_table.parquet exists here: `run` skips LR tuning and trains the grid at its LRs (lr_trials and "
+                "lr_flops_max above are what the tuning costs where it runs)")  # fmt: skip
+    p = lr_tuning_progress(spec, out)
+    n_rest = p["studies"] - p["done"]
+    if p["db_error"]:
+        return (f"{p['done']} of {p['studies']} LR studies finished here; {p['db_error']}, so the trials of the "
+                "other studies are unknown")  # fmt: skip
+    if not p["done"] and not p["trials"]:
+        return None
+    if not n_rest:
+        return (f"all {p['studies']} LR studies finished here; `run` writes the LR table from them, training no LR "
                 "trial again, then trains the grid")
-    per = trials_per_study(spec.tune)
-    one = len(rest) == 1
-    kept = (f" ({n_trials} of {'its' if one else 'their'} {len(rest) * per} trials finished earlier; with --resume "
-            f"{'the stopped study goes' if one else 'stopped studies go'} on from them)" if n_trials else "")  # fmt: skip
-    return (f"{len(done)} of {len(keys)} LR studies finished here; `run` tunes the other {len(rest)}{kept}, then "
+    one = n_rest == 1
+    kept = (f" ({p['trials']} of {'its' if one else 'their'} {n_rest * p['per_study']} trials finished earlier; with "
+            f"--resume {'the stopped study goes' if one else 'stopped studies go'} on from them)"
+            if p["trials"] else "")  # fmt: skip
+    return (f"{p['done']} of {p['studies']} LR studies finished here; `run` tunes the other {n_rest}{kept}, then "
             "writes the LR table and trains the grid")
 
 

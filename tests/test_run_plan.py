@@ -740,6 +740,19 @@ def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_pat
     assert said() == ("1 of 2 LR studies finished here; `run` tunes the other 1 (2 of its 4 trials finished "
                       "earlier; with --resume the stopped study goes on from them), then writes the LR table and "
                       "trains the grid")  # fmt: skip
+    # `sweep` there names the folder's spec and --resume (it said `loopscale tune-lr SPEC --out ...` first)
+    sw = CliRunner().invoke(app, ["sweep", str(spec_file), "--out", str(out)])
+    assert sw.exit_code == 2, sw.output
+    assert (f"make it with `loopscale tune-lr {out / 'spec.yaml'} --out {out} --resume` first (1 of 2 LR studies "
+            "finished here, and 2 trials of the others), or use `loopscale run`") in " ".join(sw.output.split())
     (done / "size16_r2.json").write_text(json.dumps({"study_name": "tiny_size16_r2"}), encoding="utf-8")
     assert said() == ("all 2 LR studies finished here; `run` writes the LR table from them, training no LR trial "
                       "again, then trains the grid")  # fmt: skip
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    rows = [dict(size=16, r=r, tuned_r=r, N_unique=1000, N_usage=1000, lr_best=0.02, best_val_loss=3.25,
+                 lr_smoothed=0.02, lr=0.02, n_trials=4, n_pruned=0, budget_tokens=2048, study_name=f"tiny_size16_r{r}",
+                 storage="sqlite:///x") for r in (1, 2)]  # fmt: skip
+    write_table_atomic(to_table(rows, _lr_table_schema()), out / "lr_table.parquet")
+    assert said().startswith("lr_table.parquet exists here: `run` skips LR tuning and trains the grid at its LRs")
