@@ -331,7 +331,9 @@ def unhealthy_reason(result: dict) -> str | None:
     * did not learn: the trainer's status ``did_not_learn`` (its final loss not below ln V, or its model collapsed
       to one prediction: :data:`loopscale.model.train.DID_NOT_LEARN`), a validation loss not below the start level
       ln V (the loss of the uniform prediction an untrained model starts at), or a loss that did not go below its
-      value at the first milestone (a flat curve: the run collapsed to a constant prediction, whatever the LR).
+      value at the first milestone (a flat curve: the run collapsed to a constant prediction, whatever the LR; or
+      a rising one: it got worse after the first milestone, unstable at that LR, even when its end is below a
+      healthy trial's).
     """
     if result.get("status") == "diverged":
         return f"diverged at step {result.get('diverged_step')} (NaN/inf or exploding training loss)"
@@ -346,9 +348,11 @@ def unhealthy_reason(result: dict) -> str | None:
     if final >= start:
         return f"did not learn: validation loss {final:.4f} is not below the start level ln V = {start:.4f}"
     if len(vals) >= 2 and not final < vals[0] * (1 - 1e-6):
+        shape = ("a rising curve: the loss got worse after the first milestone, training is unstable at this LR"
+                 if final > vals[0] * (1 + 1e-3) else "a flat curve")  # fmt: skip
         return (
             f"did not learn: validation loss {final:.4f} at the end is not below {vals[0]:.4f} at the first "
-            "milestone (a flat curve)"
+            f"milestone ({shape})"
         )
     return None
 
@@ -676,13 +680,20 @@ def rejected_trials(study) -> list[tuple[float, str]]:
 def rejected_note(size: int, r: int, study) -> str | None:
     """One console line naming a study's rejected trials with their LR and reason, or None when it has none: a
     trial rejected as flat or diverged is otherwise seen only as a failed marker in ``lr_table.png``."""
+    import optuna
+
     rejected = rejected_trials(study)
     if not rejected:
         return None
-    n = len(study.get_trials(deepcopy=False))
-    return f"size {size}, r {r}: {len(rejected)} of {n} trials rejected: " + "; ".join(
+    trials = study.get_trials(deepcopy=False)
+    healthy = sum(t.state == optuna.trial.TrialState.COMPLETE and t.value is not None for t in trials)
+    line = f"size {size}, r {r}: {len(rejected)} of {len(trials)} trials rejected: " + "; ".join(
         f"LR {lr:.3g}: {why}" for lr, why in rejected
     )
+    if healthy == 1:  # nothing was compared: the chosen LR is merely the one that trained without a fault
+        line += ("; the chosen LR is the study's only healthy trial, so no LR was compared with it: raise "
+                 "tune.num_samples, or narrow tune.lr_min / lr_max toward it")  # fmt: skip
+    return line
 
 
 def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plotted: list = ()):

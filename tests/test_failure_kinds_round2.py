@@ -586,6 +586,10 @@ def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
     assert "flat curve" in unhealthy_reason(
         dict(ok, final_val_loss=4.73, curve=[curve[0], dict(curve[1], val_loss=4.73)])
     )
+    # a curve that rose after the first milestone is named as such (it read "a flat curve" at 3.2006 vs 3.1663)
+    rose = unhealthy_reason(dict(ok, final_val_loss=4.9, curve=[curve[0], dict(curve[1], val_loss=4.9)]))
+    assert rose.endswith("(a rising curve: the loss got worse after the first milestone, training is unstable at "
+                         "this LR)")  # fmt: skip
     # the trainer's own verdict: a collapsed model's loss can be below ln V and its curve falling
     said = "the model collapsed: ... (status did_not_learn: fits leave it out); lr=50 is likely too high"
     assert unhealthy_reason(dict(ok, status="did_not_learn", warnings=["x", said])) == f"did not learn: {said}"

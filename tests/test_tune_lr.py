@@ -243,6 +243,12 @@ def test_rejected_trials_are_named_with_their_lr_and_reason():
     note = rejected_note(16, 2, st)
     assert note.startswith("size 16, r 2: 2 of 4 trials rejected: LR 10: did not learn")
     assert "; LR 30: diverged at step 3" in note and "boom" not in note
+    # LR 3 is the only healthy trial: the choice compared nothing, and the note says so (a new user's study chose
+    # its one healthy LR over a rejected one whose end loss was lower, without a word)
+    assert note.endswith("; the chosen LR is the study's only healthy trial, so no LR was compared with it: raise "
+                         "tune.num_samples, or narrow tune.lr_min / lr_max toward it")  # fmt: skip
+    st.add_trial(optuna.trial.create_trial(params={"lr": 2.0}, distributions=dist, value=4.8))
+    assert "only healthy trial" not in rejected_note(16, 2, st)
     ok = optuna.create_study()
     ok.add_trial(optuna.trial.create_trial(params={"lr": 3.0}, distributions=dist, value=4.77))
     assert rejected_note(16, 2, ok) is None
