@@ -1408,6 +1408,11 @@ class TokenData:
         return self.meta.get("val_bytes_per_token")
 
 
+VAL_NAMES_KEPT = 20
+"""How many validation documents' names a token cache's ``meta.json`` keeps (``val_doc_names``, in corpus order):
+all of them for a folder of files, the first ones of a large Parquet corpus."""
+
+
 def _write_stream(
     docs: Iterator[Document], tokenizer, out_dir: Path, batch_docs: int = 256, by_document: bool = True
 ) -> dict:
@@ -1420,6 +1425,7 @@ def _write_stream(
     dtype = _dtype_for(tokenizer.vocab_size)
     counts = {"train": 0, "val": 0}
     ndocs = {"train": 0, "val": 0}
+    val_names: list[str] = []  # the first VAL_NAMES_KEPT validation documents, for the user to see which
     val_bytes = 0
     total_chars = 0  # of every document's cleaned text, as _bpe_training_texts counts them
     files = {s: open(out_dir / f"{s}.bin", "wb") for s in counts}
@@ -1438,6 +1444,8 @@ def _write_stream(
                 ndocs[s] += 1
                 if s == "val":
                     val_bytes += len(d.text.encode("utf-8"))
+                    if len(val_names) < VAL_NAMES_KEPT:
+                        val_names.append(d.name)
             buf.clear()
 
         for d in docs:
@@ -1478,6 +1486,7 @@ def _write_stream(
         "n_val_tokens": counts["val"],
         "n_train_docs": ndocs["train"],
         "n_val_docs": ndocs["val"],
+        **({"val_doc_names": val_names} if split_rule == "document" else {}),
         "split_rule": split_rule,
         "val_bytes_per_token": val_bytes / counts["val"] if counts["val"] else None,
     }

@@ -505,7 +505,9 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)
     """What the run trained and validated on: ``split_rule``, ``n_train_tokens``, ``n_val_tokens``,
-    ``n_train_docs``, ``n_val_docs`` and, for BPE, ``bpe_training`` (docs, bytes, merges the tokenizer learned)."""
+    ``n_train_docs``, ``n_val_docs``, split by document ``val_doc_names`` (the first
+    :data:`loopscale.model.data.VAL_NAMES_KEPT` validation documents; absent for a cache built before they were
+    kept) and, for BPE, ``bpe_training`` (docs, bytes, merges the tokenizer learned)."""
 
     def to_dict(self) -> dict:
         """Plain JSON-serialisable dict."""
@@ -774,7 +776,8 @@ def _newest_readable_checkpoint(checkpoint_dir: str | Path | None) -> tuple[Path
     return None, None
 
 
-_DATA_SUMMARY_KEYS = ("split_rule", "n_train_tokens", "n_val_tokens", "n_train_docs", "n_val_docs", "bpe_training")
+_DATA_SUMMARY_KEYS = ("split_rule", "n_train_tokens", "n_val_tokens", "n_train_docs", "n_val_docs", "val_doc_names",
+                      "bpe_training")
 
 # --------------------------------------------------------------------------------------------------------
 # Training

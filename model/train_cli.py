@@ -325,4 +325,7 @@ def _split_text(dd: dict) -> str:
         n_docs = (dd.get("n_train_docs") or 0) + (dd.get("n_val_docs") or 0)
         what = "a token file" if dd.get("n_train_docs") is None else f"{n_docs} document{'s' * (n_docs != 1)}"
         return f"{what}, split by position: the last {float(frac):.0%} of the tokens are validation"
-    return f"{dd.get('n_train_docs')} train / {dd.get('n_val_docs')} validation documents, split by {rule}"
+    names = dd.get("val_doc_names") or []  # caches built before they were kept have none
+    more = (dd.get("n_val_docs") or 0) - len(names)
+    named = f": {', '.join(names)}" + (f" and {more} more" if more > 0 else "") if names else ""
+    return f"{dd.get('n_train_docs')} train / {dd.get('n_val_docs')} validation documents{named}; split by {rule}"
