@@ -34,14 +34,17 @@ from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
 
-FIT_RULES_VERSION = 3
+FIT_RULES_VERSION = 4
 """Version of the rules by which the analysis turns runs into numbers and verdicts: the fitter's settings, the
 bootstrap, the identification rule, the ladder. Raise it with every change that can alter a finished analysis's
 parameters, intervals or verdict (not with report wording or figures): ``analysis.json`` records it as
 ``fit_rules``, ``loopscale run --resume`` refits a folder fitted under another version, and the report says when
 its fits follow other rules. 1: analyses that recorded none (before 2026-12-03); 2: phi_r intervals that miss by
 at most 1e-6 share a value, the per-r law fitted with the run's starts; 3: a per-r Chinchilla fit needs
-:data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points (it counted runs, so seeds of one cell passed as points)."""
+:data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points (it counted runs, so seeds of one cell passed as points); 4:
+with two D, as with one, the D-term's E, B and beta are not identified: the rule does not check them for the box
+edge (it checks the smaller of the two offsets E + B D^-beta), no frontier is computed, and a per-r Chinchilla fit
+needs 3 N and 3 D."""
 CHINCHILLA_MIN_POINTS = 6
 """Distinct (N, D) points a per-r Chinchilla fit needs: more than the law's 5 parameters (E, A, alpha, B, beta)."""
 JOINT_PARAMS = 6
@@ -357,15 +360,62 @@ def _read_runs(runs: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]
     return df, dups, status
 
 
+def _two_values_apply(ok: pd.DataFrame) -> bool:
+    """Whether fit rules version 4 (two D, or a per-r Chinchilla fit on two N or two D) changes the analysis of
+    the ok runs ``ok``: a variant whose runs have two D, or an r whose runs a version-3 per-r Chinchilla fit took
+    (:data:`CHINCHILLA_MIN_POINTS` points, 2 or more N and D) with two N or two D."""
+    for frame in variant_frames(ok).values():
+        if frame["D"].nunique() == 2:
+            return True
+        for _, sub in frame.groupby("r"):
+            n = sub["N_unique"] if "N_unique" in sub.columns else sub["N_once"] + sub["N_rec"]
+            n_sizes, n_d = n.nunique(), sub["D"].nunique()
+            points = len(pd.DataFrame({"N": n.to_numpy(), "D": sub["D"].to_numpy()}).drop_duplicates())
+            if points >= CHINCHILLA_MIN_POINTS and min(n_sizes, n_d) == 2:
+                return True
+    return False
+
+
+RULE_CHANGES_APPLY = {4: _two_values_apply}
+"""Per fit rules version, a test of whether its change alters the analysis of a table of ok runs (columns ``D``,
+``r``, ``N_once``, ``N_rec``, ``variant``); a version without a test is taken to alter every analysis."""
+
+
+def fit_rules_in_effect(made: int, runs: pd.DataFrame | None) -> int:
+    """The fit rules version that an analysis made under version ``made`` of the runs table ``runs`` (all of its
+    rows; the ok ones are tested) is equivalent to: :data:`FIT_RULES_VERSION` when no change since ``made`` alters
+    the analysis of these runs (:data:`RULE_CHANGES_APPLY`: e.g. version 4 changed only designs with two D), else
+    ``made``. So ``run --resume`` refits, and the report and ``status`` say "made under other fit rules", only where
+    the rules changed what the analysis would say. ``runs`` None (unknown): ``made``."""
+    if made >= FIT_RULES_VERSION or runs is None:
+        return made
+    ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+    if not {"D", "r", "N_once", "N_rec"} <= set(ok.columns):
+        return made
+    for v in range(made + 1, FIT_RULES_VERSION + 1):
+        test = RULE_CHANGES_APPLY.get(v)
+        if test is None or test(ok):
+            return made
+    return FIT_RULES_VERSION
+
+
 def frontier_unidentified(frame: pd.DataFrame) -> str | None:
     """Why the law's compute-optimal frontier cannot be read off a fit to ``frame`` (one variant's runs, with ``D``),
     or None. With one token budget D the law's ``B D^-beta`` is one constant: B and beta are not identified, so the
     law cannot say how the loss trades N against D at a fixed compute, and N*, D* and L* would follow the fitter's
-    arbitrary split of that constant (two variants sharing the same r = 1 runs gave L* 8.06 and 4.84 there)."""
+    arbitrary split of that constant (two variants sharing the same r = 1 runs gave L* 8.06 and 4.84 there). With
+    two it is pinned at two D, fewer values than (E, B, beta): the same (the ``smoke`` preset's fit gave B = 1.3e7,
+    beta = 2.16 and B = 3.7e4, beta = 1.37 at one objective with 100 and 500 starts)."""
     if "D" in frame.columns and frame["D"].nunique() < 2:
         return (f"one token budget (D = {float(frame['D'].iloc[0]):.4g} tokens): the law's D-term B D^-beta is one "
                 "constant, B and beta are not identified, so the law cannot trade N against D at a fixed compute; "
                 "a grid of several D (tokens:) or FLOP budgets (budgets:) gives a frontier")
+    if "D" in frame.columns and frame["D"].nunique() == 2:
+        d = sorted(float(x) for x in frame["D"].unique())
+        return (f"two token budgets (D = {d[0]:.4g} and {d[1]:.4g} tokens): the law's D-term B D^-beta is pinned at "
+                "those two D only, fewer values than E, B and beta, so none of the three is identified (fits of "
+                "the same quality split it otherwise) and the law's trade of N against D at a fixed compute is "
+                "arbitrary; a grid of three or more D (tokens:) or FLOP budgets (budgets:) gives a frontier")
     return None
 
 
@@ -408,8 +458,9 @@ def chinchilla_per_r(frame: pd.DataFrame, *, starts: int, seed: int) -> dict[str
     """The per-r Chinchilla fits of a variant's runs (paper Table 1; L = E + A N^-alpha + B D^-beta with N the
     unique non-embedding parameters, ``N_unique``, or ``N_once + N_rec`` for a table without it): ``{str(r): fit
     record}``, each fitted (:func:`fitted`) or skipped (:func:`skipped`, ``TOO_FEW_RUNS``, saying why). A fit needs
-    :data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points with at least 2 N and 2 D: seeds of one cell are one
-    point (with 2 sizes x 2 D and 2 seeds, 8 runs gave 4 points and an unmoved start)."""
+    :data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points with at least 3 N and 3 D: seeds of one cell are one
+    point (with 2 sizes x 2 D and 2 seeds, 8 runs gave 4 points and an unmoved start), and a term pinned at two
+    values (A N^-alpha at two N, B D^-beta at two D) leaves E and its own two parameters unidentified."""
     from loopscale.fit.fitter import fit_law
 
     per_r = {}
@@ -418,14 +469,15 @@ def chinchilla_per_r(frame: pd.DataFrame, *, starts: int, seed: int) -> dict[str
             sub = sub.assign(N_unique=sub["N_once"] + sub["N_rec"])
         n_sizes, n_d = sub["N_unique"].nunique(), sub["D"].nunique()
         points = len(sub[["N_unique", "D"]].drop_duplicates())
-        if points >= CHINCHILLA_MIN_POINTS and n_d >= 2 and n_sizes >= 2:
+        if points >= CHINCHILLA_MIN_POINTS and n_d >= 3 and n_sizes >= 3:
             f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
             per_r[str(int(r))] = fitted(json_safe(f.to_dict()))
         else:
             per_r[str(int(r))] = skipped(
                 FitOutcome.TOO_FEW_RUNS,
                 f"{len(sub)} runs at {points} distinct (N, D) point{'s' * (points != 1)} ({n_sizes} N, {n_d} D; a "
-                f"width or a ladder depth is an N); need >= {CHINCHILLA_MIN_POINTS} points with >= 2 N and >= 2 D",
+                f"width or a ladder depth is an N); need >= {CHINCHILLA_MIN_POINTS} points with >= 3 N and >= 3 D "
+                "(a term pinned at two values leaves its three parameters unidentified)",
             )
     return per_r
 

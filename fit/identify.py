@@ -9,7 +9,9 @@ can fail to identify it in three ways, each of which this module detects:
     box; phi in [-3, 3]): the optimum is not interior, so the interval is the box's, not the data's. When every run
     has the same D (a fixed-D design) the D-term B D^-beta is a constant folded into E: E, B and beta are then not
     checked, and ``E_D = E + B D^-beta`` is the identified offset (checked against the lower edge of E's box: an
-    offset at the floor means the N-term's curvature, alpha, is not identified either).
+    offset at the floor means the N-term's curvature, alpha, is not identified either). With two D the D-term is
+    pinned at those two only, fewer values than its three parameters: E, B and beta are not checked either, and
+    the smaller of the two offsets is.
 ``FLAT_PROFILE``
     the profile objective (every other parameter refitted at each fixed phi) rises by less than one run's worth,
     ``2 / n`` of its minimum (n runs), at phi_hat - 1 or at phi_hat + 1 (or the profile's end, if nearer): the
@@ -43,7 +45,8 @@ from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import PHI_BOUNDS, PUBLIC_BOUNDS, make_law
 
-__all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "per_r_fittable", "identify", "fixed_D"]
+__all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "per_r_fittable", "identify", "fixed_D",
+           "d_term_unidentified"]
 
 
 class Cause(StrEnum):
@@ -96,6 +99,18 @@ class Identification:
             "E_D": self.E_D,
             **self.details,
         }
+
+
+def d_term_unidentified(frame: pd.DataFrame | None) -> np.ndarray | None:
+    """The distinct D (tokens) of ``frame``'s runs when there are only one or two, else None (also without a frame
+    or a ``D`` column). The law's D-term enters only as ``E + B D^-beta`` at the runs' D: one D pins one value of it
+    and two D two values, fewer than its three parameters, so a one-parameter family (or more) of (E, B, beta)
+    fits as well and none of them is identified; from three D on the three are (the report and the rule then
+    check them)."""
+    if frame is None or "D" not in frame:
+        return None
+    d = np.unique(np.asarray(frame["D"], dtype=float))
+    return d if 1 <= d.size <= 2 else None
 
 
 def fixed_D(table: Any) -> bool:
@@ -370,7 +385,8 @@ def identify(
         raise ValueError("identify needs the joint-law fit with phi free (law='joint', phi=None)")
     n = int(point.n)
     frame = point.data
-    is_fixed_D = bool(frame is not None and "D" in frame and np.unique(frame["D"]).size == 1)
+    few_d = d_term_unidentified(frame)
+    is_fixed_D = few_d is not None and few_d.size == 1
     causes: list[Cause] = []
     reasons: dict[str, str] = {}
     details: dict[str, Any] = {"n": n, "checks_skipped": []}
@@ -380,17 +396,20 @@ def identify(
     box = PUBLIC_BOUNDS
     on_edge = []
     for k, (lo, hi) in box.items():
-        if is_fixed_D and k in ("E", "B", "beta"):
+        if few_d is not None and k in ("E", "B", "beta"):  # not identified by one or two D: not checked
             continue
         v = float(np.log(p[k])) if k in ("E", "A", "B") else float(p[k])
         tol = bound_rtol * (hi - lo)
         if v <= lo + tol or v >= hi - tol:
             on_edge.append(k)
-    if is_fixed_D:  # the identified offset itself at the floor of E's box: the N-term's curvature is not identified
-        E_D0 = float(p["E"] + p["B"] * float(np.unique(frame["D"])[0]) ** (-p["beta"]))
+    if few_d is not None:  # an identified offset at the floor of E's box: the N-term's curvature is not identified
         lo_e, hi_e = box["E"]
-        if np.log(E_D0) <= lo_e + bound_rtol * (hi_e - lo_e):
-            on_edge.append("E_D (= E + B D^-beta, the offset of a fixed-D design)")
+        offsets = {float(d): float(p["E"] + p["B"] * float(d) ** (-p["beta"])) for d in few_d}
+        if few_d.size == 2:
+            details["D_offsets"] = {f"{d:.6g}": o for d, o in offsets.items()}
+        if np.log(min(offsets.values())) <= lo_e + bound_rtol * (hi_e - lo_e):
+            on_edge.append("E_D (= E + B D^-beta, the offset of a fixed-D design)" if is_fixed_D else
+                           f"E + B D^-beta at D = {max(offsets):.6g} (the smaller offset of a two-D design)")  # fmt: skip
     phi_ci = None
     if ci is not None and ci[0] is not None and ci[1] is not None and np.isfinite(ci[0]) and np.isfinite(ci[1]):
         phi_ci = (float(ci[0]), float(ci[1]))

@@ -18,6 +18,7 @@ import pandas as pd
 import typer
 
 from loopscale.fit.analysis import JOINT_PARAMS, FitOutcome, phi_identified, phi_not_identified
+from loopscale.fit.identify import d_term_unidentified
 from loopscale.fit.laws import make_law
 
 
@@ -258,6 +259,11 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
         "φ̂ ± 1, and φ fitted from each r against the r = 1 runs (φ_r) has intervals with a common value."
         + (" Every run has the same D: the D-term is a constant folded into E "
            f"(E + B·D^−β = {_fmt(ident.get('E_D'), 4)})." if ident.get("fixed_D") else "")
+        + (" The runs have two D: the D-term is pinned at those two only ("
+           + ", ".join(f"E + B·D^−β = {_fmt(o, 4)} at D = {_fmt(float(d), 4)}"
+                       for d, o in ident["D_offsets"].items())
+           + "), fewer values than E, B and β, so those three are not identified and not checked."
+           if ident.get("D_offsets") else "")
         + "\n"
     )
     if ident.get("per_r"):
@@ -418,13 +424,14 @@ def _stale_fit(d: Path, meta: dict) -> str | None:
     )
 
 
-def _other_fit_rules(ana: dict) -> str | None:
+def _other_fit_rules(ana: dict, runs: pd.DataFrame | None = None) -> str | None:
     """A note when ``analysis.json`` follows other fit rules than this installation's
-    (:data:`loopscale.fit.analysis.FIT_RULES_VERSION`; version 1 when it records none): the fits' intervals and
-    verdicts may differ from today's. None when they agree."""
-    from loopscale.fit.analysis import FIT_RULES_VERSION
+    (:data:`loopscale.fit.analysis.FIT_RULES_VERSION`; version 1 when it records none) in a way that alters the
+    analysis of ``runs`` (:func:`loopscale.fit.analysis.fit_rules_in_effect`): the fits' intervals and verdicts
+    may differ from today's. None when they agree."""
+    from loopscale.fit.analysis import FIT_RULES_VERSION, fit_rules_in_effect
 
-    made = int(ana.get("fit_rules", 1))
+    made = fit_rules_in_effect(int(ana.get("fit_rules", 1)), runs)
     if made == FIT_RULES_VERSION:
         return None
     return (
@@ -508,7 +515,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     stale = _stale_fit(d, meta)
     if stale:
         L.append(stale)
-    if other := _other_fit_rules(ana):
+    if other := _other_fit_rules(ana, runs):
         L.append(other)
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
@@ -658,6 +665,15 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             L.append(f"| {k} | {_fmt(p[k])} | {_ci(ci, k)}{' †' if k in (outside or ()) else ''} |")
         if outside:
             L.append(f"\n† {estimate_outside_note(boot.get('n_ok'))}.")
+        mine = variant_frames(runs).get(vname, runs) if "r" in runs.columns else runs  # with the shared r = 1 runs
+        fitted = mine[mine["status"] == "ok"] if "status" in mine.columns else mine
+        if (few_d := d_term_unidentified(fitted)) is not None:  # E, B, beta: one of many equal fits (and intervals)
+            which = (f"one D ({_fmt(float(few_d[0]), 4)} tokens)" if few_d.size == 1 else
+                     f"two D ({_fmt(float(few_d[0]), 4)} and {_fmt(float(few_d[1]), 4)} tokens)")  # fmt: skip
+            pinned = "is one constant" if few_d.size == 1 else "is pinned at those two only"
+            L.append(f"\n> **Note:** the runs have {which}, so the D-term B·D^−β {pinned}: E, B and β are not "
+                     "identified (fits of the same quality split E + B·D^−β otherwise), and their values and intervals "
+                     "above are one such split, not a measurement; three or more D identify them.")  # fmt: skip
         if not boot.get("no_interval_reason") and (edge := box_edge_interval_note(ci)):
             L.append(f"\n> **Note:** {edge}.")
         L.append(
@@ -677,7 +693,6 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
                 "treat φ and its interval with care (see the README's section on the fit's limits)."
             )
-        mine = variant_frames(runs).get(vname, runs) if "r" in runs.columns else runs  # with the shared r = 1 runs
         L.extend(_identification_section(v, mine))
         pred_path = d / "design_prediction.json"
         if vname == "baseline" and pred_path.is_file():

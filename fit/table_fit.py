@@ -280,7 +280,8 @@ def _one_point(src: pd.DataFrame) -> None:
 def chinchilla_flat_terms(data) -> list[str]:
     """What a Chinchilla fit (L = E + A N^-alpha + B D^-beta) cannot tell apart in ``data``
     (:class:`~loopscale.fit.io.FitData`): with one N the term A N^-alpha is one constant (E, A, alpha not
-    identified), with one D the term B D^-beta (E, B, beta), and with that and no more than 3 values of the other
+    identified), with one D the term B D^-beta (E, B, beta), with two N or two D that term is pinned at two values,
+    fewer than its three parameters (none of them identified either), and with one and no more than 3 values of the other
     (the 3 parameters left), none of them; with several of each but no more distinct (N, D) points than the law's 5
     parameters, none of them either.
 
@@ -290,28 +291,34 @@ def chinchilla_flat_terms(data) -> list[str]:
     if n.size < 2 and d.size < 2:
         raise ValueError(
             f"law 'chinchilla': the {data.n} runs fitted share one N ({n[0]:.6g}) and one D ({d[0]:.6g}), one point "
-            "of the law: its parameters cannot be fitted (the report skips such fits: it needs >= 6 runs with >= 2 "
-            "sizes and >= 2 budgets); fit a table with several sizes or budgets, or the joint law across r"
+            "of the law: its parameters cannot be fitted (the report skips such fits: it needs >= 6 points with >= 3 "
+            "sizes and >= 3 budgets); fit a table with several sizes or budgets, or the joint law across r"
         )
     out = []
-    if n.size < 2:
+    one_n, one_d = n.size < 2, d.size < 2
+    if one_n:
         out.append(f"every run has one N = {n[0]:.6g}: A N^-alpha is one constant, so E, A and alpha are not "
                    "identified (only E + A N^-alpha is)")  # fmt: skip
-    if d.size < 2:
+    if one_d:
         out.append(f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not "
                    "identified (only E + B D^-beta is)")  # fmt: skip
     for one, other, left in (("D", n, "E + B D^-beta, A and alpha"), ("N", d, "E + A N^-alpha, B and beta")):
-        if len(out) == 1 and (d.size if one == "D" else n.size) < 2 and other.size <= 3:
+        if (one_d if one == "D" else one_n) and not (one_n and one_d) and other.size <= 3:
             # one term a constant leaves 3 parameters: on no more than 3 values of the other, none is pinned
             out.append(f"the {data.n} runs lie on {other.size} distinct {'N' if one == 'D' else 'D'} at that one "
                        f"{one}, no more than the 3 parameters left ({left}): the fit passes through every point "
                        f"with nothing left over to test it, so none of them is identified (add "
                        f"{'sizes' if one == 'D' else 'token budgets'})")  # fmt: skip
-    points = len({(float(a), float(b)) for a, b in zip(data.cols["N"], data.cols["D"], strict=True)})
-    if not out and points <= CHINCHILLA_PARAMS:
-        out.append(f"the {data.n} runs lie on {points} distinct (N, D) points (seeds of one cell are one point), no "
-                   f"more than the law's {CHINCHILLA_PARAMS} parameters: the fit can pass through every point with "
-                   "many parameter sets, so none of them is identified (add sizes or token budgets)")  # fmt: skip
+    if not (one_n or one_d):
+        for name, v, term, params in (("N", n, "A N^-alpha", "E, A and alpha"), ("D", d, "B D^-beta", "E, B and beta")):
+            if v.size == 2:  # the term pinned at two values, fewer than its three parameters (E shared)
+                out.append(f"the runs have two {name} ({v[0]:.6g} and {v[1]:.6g}): {term} is pinned at those two "
+                           f"only, fewer values than {params}, so none of the three is identified")  # fmt: skip
+        points = len({(float(a), float(b)) for a, b in zip(data.cols["N"], data.cols["D"], strict=True)})
+        if points <= CHINCHILLA_PARAMS:
+            out.append(f"the {data.n} runs lie on {points} distinct (N, D) points (seeds of one cell are one point), "
+                       f"no more than the law's {CHINCHILLA_PARAMS} parameters: the fit can pass through every point "
+                       "with many parameter sets, so none of them is identified (add sizes or token budgets)")  # fmt: skip
     return out
 
 
@@ -321,10 +328,14 @@ CHINCHILLA_PARAMS = 5
 
 def _joint_flat_terms(data) -> list[str]:
     """What a joint fit (paper Eq. 3, or one phi per r) cannot tell apart in ``data``: with one D the term
-    B D^-beta is one constant, so E, B and beta are not identified (the report says so for such a grid too)."""
+    B D^-beta is one constant, with two it is pinned at two values, fewer than E, B and beta, so none of them is
+    identified (the report says so for such a grid too)."""
     d = np.unique(data.cols["D"])
-    if d.size > 1:
+    if d.size > 2:
         return []
+    if d.size == 2:
+        return [f"the runs have two D ({d[0]:.6g} and {d[1]:.6g}): B D^-beta is pinned at those two only, fewer "
+                "values than E, B and beta, so none of the three is identified (only E + B D^-beta at each D is)"]  # fmt: skip
     return [f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not identified "
             "(only E + B D^-beta is)"]  # fmt: skip
 

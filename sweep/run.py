@@ -669,6 +669,15 @@ def run_pipeline(
         digest = file_digest(out / "runs.parquet")
         ana = out / "fit" / "analysis.json"
         before = meta.get("fit_input") or {}
+        if before.get("fit_rules", 1) != FIT_RULES_VERSION and before.get("runs_sha256") == digest:
+            # a change of the fit rules that does not alter this design's analysis needs no refit (e.g. version
+            # 4 changed only designs with two D): the fit counts as made under today's rules
+            import pandas as pd
+
+            from loopscale.fit.analysis import fit_rules_in_effect
+
+            before = {**before, "fit_rules": fit_rules_in_effect(before.get("fit_rules", 1),
+                                                                 pd.read_parquet(out / "runs.parquet"))}
         if read_json_or_aside(str(ana)) is not None and before == {"runs_sha256": digest, **fit_settings}:
             meta["skipped"].append("fit")
             log("[3/4] fit: runs.parquet, settings and fit rules unchanged, skipped")

@@ -263,7 +263,15 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
     elif fitted and file_digest(runs) != fitted:
         caveats.append(f"stale: made from another runs table, runs.parquet changed since the fit; {rerun} refits it "
                        f"({first})")
-    made = int(ana.get("fit_rules", 1))
+    import pandas as pd
+
+    from loopscale.fit.analysis import fit_rules_in_effect
+
+    try:  # a change of the rules that does not alter this design's analysis is no caveat
+        table = pd.read_parquet(runs) if runs.is_file() else None
+    except Exception:  # noqa: BLE001  an unreadable runs.parquet: said as unreadable elsewhere
+        table = None
+    made = fit_rules_in_effect(int(ana.get("fit_rules", 1)), table)
     if made != FIT_RULES_VERSION:
         caveats.append(f"made under fit rules version {made}, this loopscale applies version {FIT_RULES_VERSION}, "
                        f"whose intervals and verdicts may differ; {rerun} refits it ({first})")

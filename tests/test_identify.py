@@ -404,3 +404,42 @@ def test_a_flat_profile_reason_gives_digits_enough_to_tell_rise_and_threshold_ap
     assert Cause.FLAT_PROFILE in out.causes
     assert "rises by only 6.23 % at phi = " in out.reasons["flat_profile"]
     assert out.reasons["flat_profile"].endswith("(one run's worth is 6.25 %)")
+
+
+def test_with_two_D_the_d_term_is_not_checked_and_gives_no_frontier():
+    """The smoke preset's two D: fits of one objective gave B = 1.3e7, beta = 2.16 and B = 3.7e4, beta = 1.37 (100
+    vs 500 starts), and the report printed them and a frontier. With two D, as with one, E, B and beta are not
+    checked against the box edge (the smaller offset E + B D^-beta is), the analysis computes no frontier, the fit
+    CLI names the three as not identified, and a fit made under rules version 3 counts as today's only where the
+    change does not apply (one D; three D)."""
+    import dataclasses
+
+    from loopscale.fit.analysis import FIT_RULES_VERSION, fit_rules_in_effect, frontier_unidentified
+    from loopscale.fit.identify import d_term_unidentified
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+    from loopscale.fit.table_fit import _joint_flat_terms
+
+    two = _table({2: 0.46, 4: 0.46, 8: 0.46}, tokens=(1e6, 4e6))
+    three = _table({2: 0.46, 4: 0.46, 8: 0.46})
+    assert list(d_term_unidentified(two)) == [1e6, 4e6] and d_term_unidentified(three) is None
+    for df, checked in ((two, False), (three, True)):
+        point = fit_law(df, law="joint", starts=20)
+        edge = dataclasses.replace(point, params={**point.params, "beta": 2.5})  # beta on its box edge
+        out = identify(edge, None, None, None)
+        assert ("beta" in out.reasons.get(Cause.ON_BOUND.value, "")) is checked
+    out = identify(dataclasses.replace(point := fit_law(two, law="joint", starts=20),
+                                       params={**point.params, "beta": 2.5}), None, None, None)  # fmt: skip
+    p = point.params
+    assert out.details["D_offsets"] == pytest.approx({"1e+06": p["E"] + p["B"] * 1e6 ** -2.5,
+                                                      "4e+06": p["E"] + p["B"] * 4e6 ** -2.5})  # fmt: skip
+    assert not out.fixed_D and out.E_D is None
+    assert frontier_unidentified(two.assign(C=1.0)).startswith("two token budgets (D = 1e+06 and 4e+06 tokens)")
+    assert frontier_unidentified(three.assign(C=1.0)) is None
+    (flat,) = _joint_flat_terms(prepare(two, make_law("joint")))
+    assert flat.startswith("the runs have two D (1e+06 and 4e+06): B D^-beta is pinned at those two only")
+    assert _joint_flat_terms(prepare(three, make_law("joint"))) == []
+    one_d = _table({2: 0.46, 4: 0.46, 8: 0.46}, tokens=(1e6,))
+    assert fit_rules_in_effect(3, one_d) == FIT_RULES_VERSION == 4
+    assert fit_rules_in_effect(3, three) == 4 and fit_rules_in_effect(3, two) == 3
+    assert fit_rules_in_effect(2, one_d) == 2 and fit_rules_in_effect(3, None) == 3  # no test for 3; runs unknown
