@@ -51,9 +51,17 @@ _WHERE = {
 }
 
 
+_SUBMODULES = ("analysis", "bootstrapping", "derived", "design", "fitter", "identify", "io", "ladder", "laws",
+               "outputs", "plots", "run_report", "table_fit", "variants")
+"""Modules the docs and the report name (``loopscale.fit.identify``: the identification rule), reachable as
+attributes of the package without importing them first, as the names of :data:`__all__` are."""
+
+
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
         return getattr(import_module(_WHERE[name]), name)
+    if name in _SUBMODULES:
+        return import_module(f"loopscale.fit.{name}")
     raise AttributeError(f"module 'loopscale.fit' has no attribute {name!r}")
 
 

@@ -305,3 +305,14 @@ def test_fit_states_units_and_fits_the_chinchilla_law_on_n_once_plus_n_rec(tmp_p
     assert json.loads(js.stdout)["unit_warnings"][0].startswith("D is below 10,000 tokens on every row")
     helped = CliRunner().invoke(app, ["fit", "--help"], env={"COLUMNS": "200"})
     assert "(nats/token), D (tokens)" in " ".join(helped.output.split())
+
+
+def test_the_modules_the_docs_name_are_attributes_of_the_package():
+    """The report's rule line names `loopscale.fit.identify`; `import loopscale.fit as lf; lf.identify` raised
+    AttributeError in a fresh interpreter (a submodule is an attribute only once imported)."""
+    import subprocess
+    import sys
+
+    code = "import loopscale.fit as lf; print(lf.identify.identify.__name__, lf.laws.PHI_BOUNDS)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["identify", "(-3.0,", "3.0)"], out.stderr
