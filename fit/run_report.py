@@ -19,7 +19,7 @@ import typer
 
 from loopscale.fit.analysis import JOINT_PARAMS, FitOutcome, phi_identified, phi_not_identified
 from loopscale.fit.identify import d_term_unidentified
-from loopscale.fit.laws import make_law
+from loopscale.fit.laws import PHI_BOUNDS, make_law
 
 
 def _variant_model_line(runs, vname: str) -> str | None:
@@ -277,8 +277,11 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
             if out_ci:
                 beside.append(row.get("n_boot"))
             rp = float(row["r"]) ** float(row["phi"])
+            bound = [n for n in str(row.get("on_bound") or "").split(",") if n]
+            if lo is not None and hi is not None and (lo <= PHI_BOUNDS[0] + 1e-3 or hi >= PHI_BOUNDS[1] - 1e-3):
+                bound.append("φ_r interval")  # an end on phi's box: the box, not the data, sets it
             L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci}{' †' if out_ci else ''} | {_fmt(rp, 3)} | "
-                     f"{_bound_cell(row.get('on_bound'))} |")
+                     f"{_bound_cell(bound)} |")
         if beside:
             from loopscale.fit.bootstrapping import estimate_outside_note
 

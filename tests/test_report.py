@@ -272,6 +272,10 @@ def test_fits_with_a_parameter_on_the_box_edge_say_so_in_every_table(tmp_path):
              "hi": None, "on_bound": ""}]  # fmt: skip
     text = _report(tmp_path / "b", {"identified": False, "headline": "phi not identified", "per_r": per_r})
     assert "| 2 | 0.3 | [0.1, 0.5] | 1.23 | alpha, E |" in text and "| 4 | 0.4 | – | 1.74 | – |" in text
+    # a phi_r interval that ends on phi's box (a new user's hyperconnect phi_2 [0.749, 3] showed only alpha)
+    edge = [{"r": 2, "phi": 1.2, "lo": 0.749, "hi": 2.99999, "on_bound": "alpha"}, per_r[1]]
+    text = _report(tmp_path / "c", {"identified": False, "headline": "phi not identified", "per_r": edge})
+    assert "| 2 | 1.2 | [0.749, 3] | 2.3 | alpha, φ_r interval |" in text
 
 
 @pytest.mark.parametrize("name", ["example_cpu", "example_cpu_ladder", "example_cpu_previous_default",
