@@ -243,10 +243,10 @@ def _prediction_section(pred: dict, v: dict) -> list[str]:
     return L
 
 
-def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
-    """Markdown: the identification verdict for phi (loopscale.fit.identify), phi per r, the figures, the worth of
-    every looped model in unique layers when the grid has a ladder, and the seed spread per cell of ``runs`` (the
-    variant's own runs)."""
+def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) -> list[str]:
+    """Markdown: the identification verdict for phi (loopscale.fit.identify), phi per r, the figures (of the run
+    folder ``d``: a missing one is said, :func:`_figure`), the worth of every looped model in unique layers when the
+    grid has a ladder, and the seed spread per cell of ``runs`` (the variant's own runs)."""
     ident = v.get("identification") or {}
     L: list[str] = []
     if not ident:
@@ -305,7 +305,7 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
     for key, title in (("phi_profile", "profile of the objective in φ"), ("phi_per_r", "φ and r^φ per r")):
         f = (ident.get("files") or {}).get(key)
         if f:
-            L.append(f"![{title}](fit/{f})\n")
+            L.append(_figure(d, f"fit/{f}", title) + "\n")
     ladder = v.get("ladder") or []
     if ident.get("ladder_error"):
         L.append("### Worth in unique layers (the unique-depth ladder)\n")
@@ -355,7 +355,7 @@ def _identification_section(v: dict, runs: pd.DataFrame) -> list[str]:
                      f"(N* ≤ N_once, so no r^φ_r > 0 solves the law); share of bootstrap draws so placed: {shares}.")
         f = (ident.get("files") or {}).get("ladder")
         if f:
-            L.append(f"\n![worth in unique layers](fit/{f})\n")
+            L.append("\n" + _figure(d, f"fit/{f}", "worth in unique layers") + "\n")
     if "seed" in runs.columns and runs["seed"].nunique() > 1:
         ok = runs[runs["status"] == "ok"]
         keys = [c for c in ("d_model", "r", "n_recur_block", "D") if c in ok.columns]
@@ -696,7 +696,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
                 "treat φ and its interval with care (see the README's section on the fit's limits)."
             )
-        L.extend(_identification_section(v, mine))
+        L.extend(_identification_section(v, mine, d))
         pred_path = d / "design_prediction.json"
         if vname == "baseline" and pred_path.is_file():
             L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v))
@@ -751,11 +751,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             ("fit_curves.png", "data and fitted curves"),
         ):
             if key in files:
-                L.append(
-                    f"\n![{cap}](fit/{files[key]})"
-                    if not files[key].startswith("fit/")
-                    else f"\n![{cap}]({files[key]})"
-                )
+                rel = files[key] if files[key].startswith("fit/") else f"fit/{files[key]}"
+                L.append("\n" + _figure(d, rel, cap))
         L.append("")
     # a variant of one D has no frontier (B and beta not identified); analysis files written before it was said
     # keep their frontier rows, which are left out here for the same reason
@@ -978,19 +975,41 @@ def _data_line(runs: pd.DataFrame) -> str | None:
 
 def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:
     """Redraw each variant's joint-fit figures (``fit/<variant>/fit_curves.png``, ``residuals.png``) from its
-    ``fit.json`` and the points :func:`loopscale.fit.analysis.joint_fit_points` gives; a variant whose points do not
-    match its fit (another version's fit rule) keeps its figures."""
+    ``fit.json`` and the points :func:`loopscale.fit.analysis.joint_fit_points` gives (a variant whose points do not
+    match its fit, another version's fit rule, keeps them), and its identification figures (``phi_profile.png``,
+    ``phi_per_r.png``) from the profile and per-r rows ``analysis.json`` holds."""
     from loopscale.fit.analysis import joint_fit_points
+    from loopscale.fit.identify_plots import plot_per_r, plot_phi_profile
     from loopscale.fit.outputs import redraw_fit_figures
 
     points = None
     for vname, v in ana.get("variants", {}).items():
+        ident = v.get("identification") or {}
+        drawn = ident.get("files") or {}
+        ci = tuple(ident["ci"]) if ident.get("ci") else None
+        if drawn.get("phi_profile") and ident.get("profile") and ident.get("n"):
+            plot_phi_profile(pd.DataFrame(ident["profile"]), float(ident["phi"]), ci, int(ident["n"]),
+                             d / "fit" / drawn["phi_profile"])  # fmt: skip
+        if drawn.get("phi_per_r") and ident.get("per_r"):
+            plot_per_r(pd.DataFrame(ident["per_r"]), float(ident["phi"]), ci, d / "fit" / drawn["phi_per_r"])
         files = v.get("files") or {}
         if "fit.json" not in files or "fit_curves.png" not in files:
             continue
         points = joint_fit_points(runs) if points is None else points
         if vname in points:
             redraw_fit_figures(d / "fit" / files["fit.json"], points[vname])
+
+
+def _figure(d: Path | None, rel: str, caption: str) -> str:
+    """The Markdown image of ``d/rel``, or where that file is missing (deleted, or never drawn) a line saying so,
+    with a warning: a link to nothing showed an empty frame without a word."""
+    if d is None or (d / rel).is_file():
+        return f"![{caption}]({rel})"
+    import warnings
+
+    warnings.warn(f"{d / rel} is missing: report.md names it ({caption}) without the figure; the fit stage draws it "
+                  "(a refit redraws it)", stacklevel=2)  # fmt: skip
+    return f"*Figure missing: `{rel}` ({caption}) is not in the folder; the fit stage draws it (a refit redraws it).*"
 
 
 def _excluded_table(rows: list[dict]) -> list[str]:

@@ -359,7 +359,8 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
     vdir = run / "fit" / "baseline"
     for name in ("fit_curves.png", "residuals.png"):
         (vdir / name).unlink()
-    build_report(run)  # the run's own report stage: the fit stage has just drawn them
+    with pytest.warns(UserWarning, match="is missing"):  # said (below), not drawn:
+        build_report(run)  # the run's own report stage: the fit stage has just drawn them
     assert not (vdir / "fit_curves.png").exists()
     build_report(run, redraw_fits=True)
     assert (vdir / "fit_curves.png").stat().st_size > 10_000 and (vdir / "residuals.png").stat().st_size > 10_000
@@ -368,8 +369,20 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
     (vdir / "fit.json").write_text(json.dumps(fit), encoding="utf-8")
     for name in ("fit_curves.png", "residuals.png"):
         (vdir / name).unlink()
-    build_report(run, redraw_fits=True)
+    with pytest.warns(UserWarning, match="fit_curves.png is missing: report.md names it"):
+        text = build_report(run, redraw_fits=True).read_text(encoding="utf-8")
     assert not (vdir / "fit_curves.png").exists() and not (vdir / "residuals.png").exists()
+    # a figure that is not there is said, not linked (a new user's report linked deleted figures without a word)
+    assert ("*Figure missing: `fit/baseline/fit_curves.png` (data and fitted curves) is not in the folder; the fit "
+            "stage draws it (a refit redraws it).*") in text and "![data and fitted curves]" not in text
+    # the identification figures are drawn again from analysis.json's profile and per-r rows
+    ident = tmp_path / "ident"
+    shutil.copytree(EXAMPLE.parent / "example_cpu", ident)
+    for name in ("phi_profile.png", "phi_per_r.png"):
+        (ident / "fit" / "baseline" / name).unlink()
+    text = build_report(ident, redraw_fits=True).read_text(encoding="utf-8")
+    assert all((ident / "fit" / "baseline" / n).stat().st_size > 10_000 for n in ("phi_profile.png", "phi_per_r.png"))
+    assert "![profile of the objective in φ](fit/baseline/phi_profile.png)" in text
 
 
 def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool]) -> str:
