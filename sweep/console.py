@@ -759,19 +759,28 @@ class BootstrapView(_View):
         if done == 0 or not self.calls:  # a new bootstrap call started (run_chunks reports (0, total) first)
             self.calls.append(int(total))
             self.calls_done.append(0)
+            self._urgent = True  # status read the last call's "200 of 200" for seconds into the next one
         self.total, self.done = int(total), int(done)
         self.calls_done[-1] = self.done
         # which bootstrap the count is of: a run's analysis runs several in a row (each variant's joint fit, of B
         # refits, then the per-r intervals'), and '12/194' after '176/200' read as a count gone backwards
+        self.show(self.done, f"refits ({self._call_label()})")
+
+    def _call_label(self) -> str:
+        """Which bootstrap call the count is of: 'bootstrap 3, joint fit'."""
         what = "joint fit" if self.B and self.total == self.B else "phi per r or variant comparison" if self.B else None
-        self.show(self.done, f"refits (bootstrap {len(self.calls)}{f', {what}' if what else ''})")
+        return f"bootstrap {len(self.calls)}{f', {what}' if what else ''}"
 
     def result(self, planned: int, ok: int, phase: str | None = None) -> None:
         """A bootstrap ended: ``planned`` resamples, ``ok`` of them refitted (``progress_listener``'s)."""
         self.results.append((int(planned), int(ok), phase))
 
     def state(self) -> dict:
-        return {"done": self.done}
+        """``done`` of ``total`` refits of the current bootstrap call, ``call`` (its label, as the console shows
+        it) and ``calls_ended`` (the calls before it, with their refits)."""
+        return {"done": self.done, "call": self._call_label() if self.calls else None,
+                "calls_ended": len(self.calls) - 1 if self.calls else 0,
+                "refits_ended": sum(self.calls_done[:-1])}  # fmt: skip
 
     def _named_calls(self) -> str:
         """The refit calls by their sizes: each variant's joint fit (B), then the per-r phi intervals."""

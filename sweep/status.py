@@ -1171,8 +1171,11 @@ def format_status(st: dict) -> list[str]:
             f"LR trials: {sum(tr.values())} of {p.get('total')} ({tr.get('PRUNED', 0)} pruned, "
             f"{tr.get('FAIL', 0)} failed)" + (f"; best so far {best}" if best else "")
         )
-    if p and p.get("stage") == "bootstrap":
-        lines.append(f"bootstrap: {p.get('done')} of {p.get('total')} refits")
+    if p and p.get("stage") == "bootstrap":  # which call of the fit's several, as the console shows it
+        call = f" ({p['call']})" if p.get("call") else ""
+        before = (f"; {p['calls_ended']} bootstrap{'s' * (p['calls_ended'] != 1)} of {p.get('refits_ended')} refits "
+                  "ended before it" if p.get("calls_ended") else "")  # fmt: skip
+        lines.append(f"bootstrap: {p.get('done')} of {p.get('total')} refits{call}{before}")
     tune = st.get("tune") or {}
     if "source" in tune:
         trials = tune.get("trials")

@@ -822,3 +822,28 @@ def test_grid_counts_a_run_its_trial_reports_failed_as_failed(monkeypatch):
     assert view.counts == {"done": 1, "running": 0, "pending": 0, "failed": 1}
     view.close()
     assert "grid: 1 runs done, 1 failed" in buf.getvalue()
+
+
+def test_status_names_which_bootstrap_of_the_fit_its_refit_count_is_of(tmp_path):
+    """`status` during a run's fit printed 'bootstrap: 200 of 200 refits' while the console showed '72/200 refits
+    (bootstrap 3, joint fit)': progress.json held the last call's count until the next heartbeat, and said nothing
+    of which call. A new call is written at once, with its label and the calls that ended before it."""
+    import json
+
+    from loopscale.sweep.status import collect_status, format_status
+
+    out = tmp_path / "run"
+    (out / "logs").mkdir(parents=True)
+    (out / "run_meta.json").write_text("{}")
+    con = console.Console(io.StringIO(), interactive=False)
+    con.out_dir = out  # as console.session sets it for a command writing into the folder
+    view = console.BootstrapView(con, B=200)
+    for done in (0, 120, 200):  # bootstrap 1 (the joint fit) ends
+        view.step(done, 200)
+    view.step(0, 200)  # bootstrap 2 starts: written now, not HEARTBEAT_S later
+    doc = json.loads((out / "logs" / "progress.json").read_text())
+    assert (doc["done"], doc["call"], doc["calls_ended"], doc["refits_ended"]) == (0, "bootstrap 2, joint fit", 1, 200)
+    view.step(72, 200)
+    view.heartbeat()
+    line = next(ln for ln in format_status(collect_status(out)) if ln.startswith("bootstrap:"))
+    assert line == "bootstrap: 72 of 200 refits (bootstrap 2, joint fit); 1 bootstrap of 200 refits ended before it"
