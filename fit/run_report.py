@@ -731,10 +731,23 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             L.append("\n### What one recurrence is worth here\n")
             if not phi_identified(v):
                 L.append(_unidentified_caveat(f"fitted point estimate φ̂ = {_fmt(p['phi'], 3)}") + "\n")
+            phi_ci = None if boot.get("no_interval_reason") else _interval(ci, "phi")
+            if phi_ci:
+                L.append("Intervals: φ's bootstrap interval carried through (r^φ and N_eff rise with φ, so the "
+                         "percentile interval of each is r^φ and N_eff at φ's ends).\n")
             for e in v["equivalence"]:
+                rp_ci = neff_ci = ""
+                if phi_ci:  # N_eff = N_unique - N_rec + r^phi N_rec (N_unique = N_once + N_rec)
+                    rp = [float(e["r"]) ** x for x in phi_ci]
+                    n_rec = (e["N_eff"] - e["N_unique"]) / (e["r_phi"] - 1) if e["r_phi"] != 1 else None
+                    rp_ci = f" [{_fmt(rp[0], 3)}, {_fmt(rp[1], 3)}]"
+                    if n_rec is not None and math.isfinite(n_rec):
+                        ne = [e["N_unique"] + (x - 1) * n_rec for x in rp]
+                        neff_ci = f" [{_fmt(ne[0], 3)}, {_fmt(ne[1], 3)}]"
                 s = (
                     f"- At r = {e['r']} (d_model {e['d_model']}), a model with N_unique = {_fmt(e['N_unique'], 3)} "
-                    f"performs like a non-looped model of N_eff = {_fmt(e['N_eff'], 3)} (r^φ = {_fmt(e['r_phi'], 3)})"
+                    f"performs like a non-looped model of N_eff = {_fmt(e['N_eff'], 3)}{neff_ci} (r^φ = "
+                    f"{_fmt(e['r_phi'], 3)}{rp_ci})"
                 )
                 if e.get("flops_per_token") is not None:
                     s += f" and costs {_fmt(e['flops_per_token'], 3)} training FLOPs/token"

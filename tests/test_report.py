@@ -922,3 +922,20 @@ def test_a_report_without_a_readable_runs_table_names_what_rebuilds_it(tmp_path)
     (other / "notes.txt").write_text("not a run")
     with pytest.raises(FileNotFoundError, match="is not a loopscale output folder"):
         build_report(other)
+
+
+def test_what_one_recurrence_is_worth_carries_phis_interval():
+    """The report gave r^phi and N_eff as points only ('r^φ = 0.839'), though fit.json's ci_derived holds their
+    intervals; the lines now carry phi's interval through them (both rise with phi), the same as ci_derived's."""
+    import re
+
+    text = (EXAMPLE.parent / "example_cpu_seeds4" / "report.md").read_text(encoding="utf-8")
+    fit = json.loads((EXAMPLE.parent / "example_cpu_seeds4" / "fit" / "baseline" / "fit.json").read_text())
+    lines = [ln for ln in text.splitlines() if ln.startswith("- At r = ")]
+    assert len(lines) == 3
+    for ln in lines:
+        r = int(re.match(r"- At r = (\d+)", ln).group(1))
+        lo, hi = (float(x) for x in re.search(r"r\^φ = [-\d.e+]+ \[([-\d.e+]+), ([-\d.e+]+)\]", ln).groups())
+        want = fit["ci_derived"][f"r_phi_{r}"]
+        assert lo == pytest.approx(want[0], rel=5e-3) and hi == pytest.approx(want[1], rel=5e-3), ln
+        assert re.search(r"N_eff = [\d.e+]+ \[[\d.e+]+, [\d.e+]+\]", ln), ln
