@@ -982,7 +982,8 @@ def _data_line(runs: pd.DataFrame) -> str | None:
     if "epochs" in runs.columns and runs["epochs"].notna().any():
         most = float(runs["epochs"].max())
         repeated = " (the data repeated)" if most > 1 else ""
-        parts.append(f"at most {most:.2f} epochs of the training tokens per run{repeated}")
+        shown = f"{most:.2f}" if most >= 0.01 else f"{most:.2g}"  # a smoke run's 0.00025 read "0.00"
+        parts.append(f"at most {shown} epochs of the training tokens per run{repeated}")
     return "- data: " + "; ".join(parts) if parts else None
 
 

@@ -644,6 +644,10 @@ def test_report_names_the_data_the_runs_read(tmp_path):
     (line,) = [ln for ln in text.splitlines() if ln.startswith("- data:")]
     assert line == ("- data: corpus `embedded` (corpus_sha256 ab12cd34ef56: a hash of its files' names and content); "
                     "tokenizer byte (vocabulary 256); sequence length 128; at most 2.50 epochs of the training tokens per run (the data repeated)")  # fmt: skip
+    runs["epochs"] = 0.00025  # a smoke run's share of the corpus read "at most 0.00 epochs"
+    runs.to_parquet(run / "runs.parquet")
+    text = _section(build_report(run).read_text(encoding="utf-8"), "## Sweep summary")
+    assert "; at most 0.00025 epochs of the training tokens per run" in text
 
 
 def test_a_one_D_grid_gets_no_frontier_and_says_why(tmp_path):
