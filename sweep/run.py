@@ -418,6 +418,25 @@ def lr_tuning_progress(spec, out: Path) -> dict | None:
     return got
 
 
+def _fit_settings_plan(spec, bootstrap: int | None, starts: int | None) -> dict:
+    """The dry run's ``fit_bootstrap`` and ``fit_starts`` (B and multi-starts the fit stage will use) and
+    ``fit_settings_from`` (where they come from: the options, or the defaults of the spec's name,
+    :data:`FIT_DEFAULTS`): a tiny custom spec gets the paper's B = 200 and 500 starts, and its fit can take minutes
+    after seconds of training."""
+    b_def, s_def = fit_defaults(spec)
+    b, st = (b_def if bootstrap is None else bootstrap), (s_def if starts is None else starts)
+    if bootstrap is not None and starts is not None:
+        src = "--bootstrap and --starts"
+    else:
+        which = spec.name if spec.name in FIT_DEFAULTS else None
+        src = (f"the {which} preset's defaults" if which else
+               f"the paper's defaults (B = {b_def}, {s_def} starts), as for every spec not named like a preset")  # fmt: skip
+        src += ("" if bootstrap is None and starts is None else
+                f", with {'--bootstrap' if bootstrap is not None else '--starts'} given")  # fmt: skip
+        src += "; the fit's time grows with B x starts: --bootstrap and --starts lower them"
+    return {"fit_bootstrap": b, "fit_starts": st, "fit_settings_from": src}
+
+
 def _lr_tuning_note(spec, out: Path) -> str | None:
     """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in ``out`` yet, how much of the LR
     tuning an earlier command there finished (:func:`lr_tuning_progress`: studies done, which `run` does not tune
@@ -885,6 +904,7 @@ def run_cmd(
             absent = _corpus_absent_for_fit(spec, Path(out_dir).resolve())
         # the folder the run would write (the default runs/<spec> is otherwise seen nowhere), then the plan
         p = {"out": str(Path(out_dir).resolve()), **plan(spec, data=not absent)}
+        p.update(_fit_settings_plan(spec, bootstrap, starts))
         if absent:
             p["corpus_warning"] = _absent_corpus_note(spec)
         else:

@@ -756,3 +756,32 @@ def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_pat
                  storage="sqlite:///x") for r in (1, 2)]  # fmt: skip
     write_table_atomic(to_table(rows, _lr_table_schema()), out / "lr_table.parquet")
     assert said().startswith("lr_table.parquet exists here: `run` skips LR tuning and trains the grid at its LRs")
+
+
+def test_the_dry_run_names_the_fit_settings_and_where_they_come_from(tmp_path):
+    """A tiny custom spec got the paper's B = 200 and 500 starts (a 4.3 min fit after 8 s of training) and the
+    dry run said nothing of them; it now gives them and their source."""
+    from tiny_spec import tiny_spec
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.spec import parse_spec, spec_to_yaml
+
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(parse_spec(tiny_spec())), encoding="utf-8")
+
+    def dry(*extra) -> dict:
+        res = CliRunner().invoke(app, ["run", *extra, "--out", str(tmp_path / "o"), "--dry-run", "--json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    p = dry(str(spec_file))
+    assert (p["fit_bootstrap"], p["fit_starts"]) == (200, 500)
+    assert p["fit_settings_from"].startswith("the paper's defaults (B = 200, 500 starts), as for every spec not "
+                                             "named like a preset; the fit's time grows with B x starts")  # fmt: skip
+    p = dry(str(spec_file), "--bootstrap", "40")
+    assert (p["fit_bootstrap"], p["fit_starts"]) == (40, 500) and ", with --bootstrap given;" in p["fit_settings_from"]
+    p = dry("--preset", "smoke")
+    assert (p["fit_bootstrap"], p["fit_starts"]) == (100, 100)
+    assert p["fit_settings_from"].startswith("the smoke preset's defaults;")
+    assert dry("--preset", "smoke", "--bootstrap", "8", "--starts", "9")["fit_settings_from"] == "--bootstrap and --starts"
