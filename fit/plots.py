@@ -226,7 +226,9 @@ def plot_phi_bootstrap(boot: Any, path: str | Path, point_phi: float | None = No
         ax.axvline(point_phi, color="C0", label=f"point φ = {point_phi:.3f}")
     ax.set_xlabel("φ")
     ax.set_ylabel("resamples")
-    ax.set_title(f"bootstrap φ (B = {boot.B}, blocks: {boot.block_by or 'iid'})")
+    strata = (getattr(boot, "extra", None) or {}).get("stratify_by")  # seeds resampled within cells: not iid blocks
+    ax.set_title(f"bootstrap φ (B = {boot.B}, " + ("seeds within cells)" if strata else
+                                                   f"blocks: {boot.block_by or 'iid'})"))  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
     out = Path(path)

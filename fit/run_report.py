@@ -1007,11 +1007,34 @@ def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:
         if drawn.get("phi_per_r") and ident.get("per_r"):
             plot_per_r(pd.DataFrame(ident["per_r"]), float(ident["phi"]), ci, d / "fit" / drawn["phi_per_r"])
         files = v.get("files") or {}
+        _redraw_phi_bootstrap(d / "fit", files)
         if "fit.json" not in files or "fit_curves.png" not in files:
             continue
         points = joint_fit_points(runs) if points is None else points
         if vname in points:
             redraw_fit_figures(d / "fit" / files["fit.json"], points[vname])
+
+
+def _redraw_phi_bootstrap(fit_dir: Path, files: dict) -> None:
+    """Draw a variant's missing ``phi_bootstrap.png`` again from its ``bootstrap.parquet`` (the draws) and
+    ``fit.json`` (phi, its interval and the bootstrap's settings); nothing when it is there or they are not."""
+    import types
+
+    from loopscale.fit.plots import plot_phi_bootstrap
+
+    png, draws, fj = (files.get(k) for k in ("phi_bootstrap.png", "bootstrap.parquet", "fit.json"))
+    if not (png and draws and fj) or (fit_dir / png).is_file():
+        return
+    try:
+        fit = json.loads((fit_dir / fj).read_text(encoding="utf-8"))
+        table = pd.read_parquet(fit_dir / draws)
+    except (OSError, ValueError):  # unreadable: the report says the figure is missing
+        return
+    b = fit.get("bootstrap") or {}
+    boot = types.SimpleNamespace(draws=table, ci={k: tuple(v) for k, v in (fit.get("ci") or {}).items() if v},
+                                 level=b.get("level", 0.95), B=b.get("B"), block_by=b.get("block_by"),
+                                 extra={"stratify_by": b.get("stratify_by")})  # fmt: skip
+    plot_phi_bootstrap(boot, fit_dir / png, (fit.get("params") or {}).get("phi"))
 
 
 def _figure(d: Path | None, rel: str, caption: str) -> str:

@@ -378,11 +378,12 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
     # the identification figures are drawn again from analysis.json's profile and per-r rows
     ident = tmp_path / "ident"
     shutil.copytree(EXAMPLE.parent / "example_cpu", ident)
-    for name in ("phi_profile.png", "phi_per_r.png"):
+    drawn = ("phi_profile.png", "phi_per_r.png", "phi_bootstrap.png")  # the last from bootstrap.parquet, fit.json
+    for name in drawn:
         (ident / "fit" / "baseline" / name).unlink()
     text = build_report(ident, redraw_fits=True).read_text(encoding="utf-8")
-    assert all((ident / "fit" / "baseline" / n).stat().st_size > 10_000 for n in ("phi_profile.png", "phi_per_r.png"))
-    assert "![profile of the objective in φ](fit/baseline/phi_profile.png)" in text
+    assert all((ident / "fit" / "baseline" / n).stat().st_size > 10_000 for n in drawn)
+    assert "![profile of the objective in φ](fit/baseline/phi_profile.png)" in text and "Figure missing" not in text
 
 
 def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool]) -> str:
