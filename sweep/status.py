@@ -435,6 +435,34 @@ def _planned(out: Path, lr_rows: list[dict] | None, problems: list[str] | None =
         return spec, None
 
 
+def _studies_best(out: Path, spec_name: str, keys: list[tuple[int, int]]) -> list[dict]:
+    """The best healthy trial (lowest validation loss) of each finished LR study ``keys`` in the folder's Optuna
+    storage (``tune_lr/optuna.db``), as ``{size, r, lr, val_loss, trials}``: what a folder whose tuning stopped
+    part-way has found (its LR table, smoothed over sizes with ``tune.smooth``, is written once every study has
+    ended). Empty when the storage does not read. Reads only."""
+    db = out / "tune_lr" / "optuna.db"
+    if not db.is_file():
+        return []
+    try:
+        import optuna
+
+        from loopscale.sweep.callbacks import optuna_storage
+        from loopscale.sweep.lr_search import _choose
+
+        storage = optuna_storage(f"sqlite:///{db.resolve()}")
+        have = set(optuna.study.get_all_study_names(storage))
+        best = []
+        for s, r in keys:
+            if f"{spec_name}_size{s}_r{r}" not in have:
+                continue
+            lr, val, n, _ = _choose(optuna.load_study(study_name=f"{spec_name}_size{s}_r{r}", storage=storage))
+            if lr is not None:
+                best.append({"size": s, "r": r, "lr": lr, "val_loss": val, "trials": n})
+        return best
+    except Exception:  # noqa: BLE001  a torn or locked storage: status says what it can without it
+        return []
+
+
 def _pid_alive(pid, proc_start=None) -> bool:
     """Process ``pid`` of this host is alive (and, when ``proc_start`` is known on both sides, is the same process)."""
     try:
@@ -811,10 +839,11 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
 
         keys = study_keys(spec)
         tabled = _tabled_studies(lr_rows)
-        n_done = sum(
-            (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() or (s, r) in tabled for s, r in keys
-        )
-        lr["studies"] = {"done": n_done, "total": len(keys)}
+        done_keys = [(s, r) for s, r in keys
+                     if (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() or (s, r) in tabled]  # fmt: skip
+        lr["studies"] = {"done": len(done_keys), "total": len(keys)}
+        if "table" not in lr and lr_rows is None and done_keys:  # tuning stopped part-way: what the studies chose
+            lr["studies"]["best"] = _studies_best(out, spec.name, done_keys)
     elif kind == "tune-lr":  # no spec here: the studies finished, out of a total only the command knew
         marked = {p.stem for p in (out / "tune_lr" / "done").glob("*.json")}
         lr["studies"] = {"done": len(marked | {f"size{s}_r{r}" for s, r in _tabled_studies(lr_rows)}), "total": None}
@@ -1198,8 +1227,11 @@ def format_status(st: dict) -> list[str]:
     lr = st.get("lr") or {}
     if "studies" in lr:
         tot = lr["studies"]["total"]
+        chose = "; ".join(f"size {b['size']} r {b['r']}: lr {b['lr']:.4g} (val {b['val_loss']:.4f}, {b['trials']} "
+                          "trials)" for b in lr["studies"].get("best") or [])  # fmt: skip
         lines.append(
             f"LR studies: {lr['studies']['done']}" + (f" of {tot}" if tot is not None else "") + " done"
+            + (f"; best so far: {chose} (the LR table is written when every study has ended)" if chose else "")
         )
     if lr.get("table") and lr.get("table_used") is False:
         lines.append("LR table (tuned, not used: the spec fixes the LR of every run):")

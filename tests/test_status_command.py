@@ -910,3 +910,31 @@ def test_a_report_being_rewritten_is_stage_report_not_done(tmp_path):
     assert (st["state"], st["stage"]) == ("stopped", "report") and "--resume" in st["resume_with"]
     (out / "run_meta.json").write_text(json.dumps(meta))
     assert collect_status(out)["stage"] == "done"
+
+
+def test_a_folder_whose_lr_tuning_stopped_part_way_shows_what_its_finished_studies_chose(tmp_path):
+    """`status` of a tune-lr folder stopped after 1 of 2 studies said 'LR studies: 1 of 2 done' and nothing of
+    the LR that study found (the LR table is written only once every study has ended); it now gives each finished
+    study's best healthy trial from the Optuna storage."""
+    import optuna
+    from tiny_spec import tiny_spec
+
+    from loopscale.sweep.spec import parse_spec
+
+    out = tmp_path / "out"
+    (out / "tune_lr" / "done").mkdir(parents=True)
+    spec = parse_spec(tiny_spec(lr="tune", tune={"num_samples": 4, "tokens": 2048}))
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    (out / "tune_lr" / "done" / "size16_r1.json").write_text("{}")
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+    for name, trials in (("tiny_size16_r1", [(0.01, 3.3), (0.03, 3.1), (0.1, None)]), ("tiny_size16_r2", [(0.02, 3.0)])):
+        st = optuna.create_study(study_name=name, storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}")
+        for lr, v in trials:
+            st.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=v) if v is not None
+                         else optuna.trial.create_trial(params={"lr": lr}, distributions=dist,
+                                                        state=optuna.trial.TrialState.FAIL))  # fmt: skip
+    st = collect_status(out)
+    assert st["lr"]["studies"] == {"done": 1, "total": 2, "best": [
+        {"size": 16, "r": 1, "lr": 0.03, "val_loss": 3.1, "trials": 3}]}  # the unfinished r = 2 study is not listed
+    assert ("LR studies: 1 of 2 done; best so far: size 16 r 1: lr 0.03 (val 3.1000, 3 trials) (the LR table is "
+            "written when every study has ended)") in format_status(st)
