@@ -733,8 +733,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
     Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
     display, used while the grid runs, as the console shows it), ``updated_at`` (s since the epoch: when that source
-    was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done and the LR
-    table rows), ``fit`` (headline lines), ``fit_caveats`` (the report's notes above that fit, a line each: stale, or made
+    was written), ``stage`` (sweep), ``experiment``, ``runs``/``runs_per_trial``), ``lr`` (LR studies done, with
+    ``best``: each finished study's best trial while there is no LR table yet, and the LR table rows), ``fit`` (headline lines), ``fit_caveats`` (the report's notes above that fit, a line each: stale, or made
     under other fit rules), ``fit_earlier`` (True when they are an earlier fit's: a fit stage started
     since has not ended), ``set_aside`` (:func:`set_aside_folders`), ``runs_in_parts_only`` (finished runs whose records are in ``parts/``
     only, not yet in ``runs.parquet``: the command stopped before writing it), ``design`` (``design_prediction.json`` when ``loopscale design
