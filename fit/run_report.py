@@ -679,10 +679,15 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                      "above are one such split, not a measurement; three or more D identify them.")  # fmt: skip
         if not boot.get("no_interval_reason") and (edge := box_edge_interval_note(ci)):
             L.append(f"\n> **Note:** {edge}.")
+        # with one or two D, E, B and beta on the box edge say nothing the note above does not (the rule skips them)
+        bound = [k for k in j.get("on_bound") or [] if few_d is None or k not in ("E", "B", "beta")]
+        d_term = [k for k in j.get("on_bound") or [] if k not in bound]
         L.append(
             f"\nR² = {_fmt(j['r2'], 4)}, RMSE = {_fmt(j['rmse'], 3)} nats, max |residual| = "
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
-            f"n = {fitted_points(v, j)}, parameters on a bound: {j.get('on_bound') or 'none'}."
+            f"n = {fitted_points(v, j)}, parameters on a bound: {bound or 'none'}"
+            + (f" (and {', '.join(d_term)} of the D-term, not identified here: see the note above)" if d_term else "")
+            + "."
         )
         phi_ci = _interval(ci, "phi")
         if phi_ci and (phi_ci[0] <= -3 + 1e-6 or phi_ci[1] >= 3 - 1e-6):
@@ -691,7 +696,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 "not identify φ. Widths must straddle the loss-minimising width at each budget, and each "
                 "run needs enough tokens per parameter for the N-term to show (README: the fit's limits)."
             )
-        if j.get("on_bound"):
+        if bound:
             L.append(
                 "\n> **Warning:** parameters at the search box edge mean the data do not identify them; "
                 "treat φ and its interval with care (see the README's section on the fit's limits)."
