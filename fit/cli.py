@@ -125,8 +125,9 @@ def _out_dir_lock(out: Path):
 def fit_cmd(
     table: Annotated[
         Path,
-        typer.Argument(help="Runs table (.parquet or .csv): loss or final_val_loss (nats/token), D (tokens), and N "
-                       "(parameters; Chinchilla law) or N_once, N_rec (parameters) and r (joint law)."),
+        typer.Argument(help="Runs table (.parquet or .csv): loss or final_val_loss (nats/token: ln of a perplexity, "
+                       "bits x ln 2), D (tokens), and N (parameters; Chinchilla law) or N_once, N_rec (parameters) "
+                       "and r (joint law)."),
     ],
     law: Annotated[
         str,

@@ -357,11 +357,13 @@ def unit_warnings(data: FitData) -> list[str]:
     millions of parameters changes only B or A (E, alpha, beta and phi are the same), a perplexity changes every
     parameter. Loss in bits (nats / ln 2) cannot be told from its values: the units are said in ``--help``.
 
-    Flags: a loss above :data:`LOSS_PLAUSIBLE_MAX`; every D below 10,000 tokens; every N (or N_once + N_rec) below
-    1,000 parameters; D below 0.1 tokens per parameter on every row (a run trains on at least that many in any
-    published scaling grid; the paper's grid on 20 and more). A loopscale results table (``run_id``,
-    ``flops_per_token``, ``tokenizer`` and ``vocab_size`` columns: units set by the trainer that wrote it) gets none:
-    its smallest grids (the ``smoke`` preset: D of 1,024 tokens) are below these bounds by design."""
+    Flags: a loss above :data:`LOSS_PLAUSIBLE_MAX`; every D below 1,000 tokens (less than one batch of the ``cpu``
+    preset); every N (or N_once + N_rec) below 1,000 parameters; D below 0.1 tokens per parameter on every row (a
+    run trains on at least that many in any published scaling grid; the paper's on 20 and more, the ``smoke``
+    preset's on 0.2 and more); D above 100,000 tokens per parameter on every row (N in millions: heavily
+    over-trained models reach a few thousand). A loopscale results table (``run_id``, ``flops_per_token``,
+    ``tokenizer`` and ``vocab_size`` columns: units set by the trainer that wrote it) gets none. A perplexity
+    below 15 cannot be told from a loss by its values either."""
     if {"run_id", "flops_per_token", "tokenizer", "vocab_size"} <= set(data.frame.columns):
         return []
     c = data.cols
@@ -377,16 +379,20 @@ def unit_warnings(data: FitData) -> list[str]:
     n_par = c["N"] if "N" in c else (c["N_once"] + c["N_rec"] if "N_once" in c else None)
     what = "N" if "N" in c else "N_once + N_rec"
     d = c["D"]
-    if d.size and float(d.max()) < 1e4:
-        out.append(f"D is below 10,000 tokens on every row (largest {float(d.max()):.4g}): the fit reads D in "
+    if d.size and float(d.max()) < 1e3:
+        out.append(f"D is below 1,000 tokens on every row (largest {float(d.max()):.4g}): the fit reads D in "
                    "tokens; a D in millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
     if n_par is not None and n_par.size and float(n_par.max()) < 1e3:
         out.append(f"{what} is below 1,000 parameters on every row (largest {float(n_par.max()):.4g}): the fit reads "
                    "parameters; a count in millions fits another A (the other parameters are the same)")  # fmt: skip
-    if n_par is not None and d.size and float(d.max()) >= 1e4 and float((d / n_par).max()) < 0.1:
+    if n_par is not None and d.size and float(d.max()) >= 1e3 and float((d / n_par).max()) < 0.1:
         out.append(f"D is below 0.1 tokens per parameter on every row (D / ({what}) at most "
                    f"{float((d / n_par).max()):.3g}): the fit reads D in tokens; a D in millions or billions of "
                    "tokens fits another B (the other parameters are the same)")  # fmt: skip
+    if n_par is not None and d.size and float(n_par.max()) >= 1e3 and float((d / n_par).min()) > 1e5:
+        out.append(f"D is above 100,000 tokens per parameter on every row (D / ({what}) at least "
+                   f"{float((d / n_par).min()):.3g}): the fit reads N in parameters; a count in millions or "
+                   "billions fits another A (the other parameters are the same)")  # fmt: skip
     return out
 
 

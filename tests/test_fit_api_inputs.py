@@ -269,9 +269,14 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     assert unit_warnings(prepare(good, law)) == []
     (ppl,) = unit_warnings(prepare(good.assign(loss=np.exp(good["loss"])), law))
     assert ppl.startswith("loss reaches ") and "(36 of 36 rows above 15)" in ppl and "natural log" in ppl
-    (d_m,) = unit_warnings(prepare(_outside_table(d_scale=1e-6), law))
-    assert d_m == ("D is below 10,000 tokens on every row (largest 1000): the fit reads D in tokens; a D in "
+    (d_m,) = unit_warnings(prepare(_outside_table(d_scale=1e-7), law))
+    assert d_m == ("D is below 1,000 tokens on every row (largest 100): the fit reads D in tokens; a D in "
                    "millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
+    # a grid as small as a smoke run's, cut to the fit's columns (D 4,000-20,000 tokens, N 3e3-1.6e5): none
+    assert unit_warnings(prepare(_outside_table(n_scale=0.1, d_scale=2e-5), law)) == []
+    # N in millions of models of 1B and more: D per parameter far beyond any trained model's
+    (n_big,) = unit_warnings(prepare(_outside_table(n_scale=1e-3), law))
+    assert n_big.startswith("D is above 100,000 tokens per parameter on every row (D / (N_once + N_rec) at least ")
     (d_per_n,) = unit_warnings(prepare(_outside_table(n_scale=10, d_scale=1e-5), law))  # D <= 1e4, N >= 3e5
     assert d_per_n.startswith("D is below 0.1 tokens per parameter on every row (D / (N_once + N_rec) at most ")
     (n_m,) = unit_warnings(prepare(_outside_table(n_scale=1e-6), law))
@@ -302,9 +307,9 @@ def test_fit_states_units_and_fits_the_chinchilla_law_on_n_once_plus_n_rec(tmp_p
     _outside_table(d_scale=1e-6).to_csv(millions, index=False)
     js = CliRunner().invoke(app, ["fit", str(millions), "--starts", "20", "--workers", "1", "--json"])
     assert js.exit_code == 0, js.output
-    assert json.loads(js.stdout)["unit_warnings"][0].startswith("D is below 10,000 tokens on every row")
+    assert json.loads(js.stdout)["unit_warnings"][0].startswith("D is below 0.1 tokens per parameter on every row")
     helped = CliRunner().invoke(app, ["fit", "--help"], env={"COLUMNS": "200"})
-    assert "(nats/token), D (tokens)" in " ".join(helped.output.split())
+    assert "(nats/token: ln of a perplexity, bits x ln 2), D (tokens)" in " ".join(helped.output.split())
 
 
 def test_the_modules_the_docs_name_are_attributes_of_the_package():
