@@ -939,6 +939,10 @@ def run_cmd(
                 p["refused"] = None
                 cpus = (num_cpus or os.cpu_count() or 1) if address is None else None
                 p["lr_tuning_done"] = _lr_tuning_note(spec, Path(out_dir))
+                from loopscale.sweep.lr_table import lr_table_present
+
+                if spec.lr == "tune" and p["lr_warning"] and lr_table_present(Path(out_dir) / "lr_table.parquet"):
+                    p["lr_warning"] = None  # the tuning it warns of will not run: lr_tuning_done says so
                 p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
                 if p["recorded"] is None and time_left is None:  # no run finished here: no rate to take
                     time_left = ("not estimated: the runs train on the cluster, not on this machine's CPUs"

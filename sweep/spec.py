@@ -1913,7 +1913,7 @@ def set_aside_torn_spec(out: str | Path) -> None:
     spec_file = Path(out) / FOLDER_SPEC
     if spec_file.is_file() and not _folder_spec_text(spec_file):
         empty = not spec_file.read_bytes().strip()
-        move_aside(str(spec_file), "0 bytes" if empty else "not a spec this loopscale reads (cut short or edited)")
+        move_aside(str(spec_file), "0 bytes" if empty else "not a spec this loopscale reads: cut short, edited, or another tool's file")
 
 
 def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:

@@ -756,6 +756,15 @@ def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_pat
                  storage="sqlite:///x") for r in (1, 2)]  # fmt: skip
     write_table_atomic(to_table(rows, _lr_table_schema()), out / "lr_table.parquet")
     assert said().startswith("lr_table.parquet exists here: `run` skips LR tuning and trains the grid at its LRs")
+    # the LR-cost warning of a tuning that will not run is dropped (it warned of 8x the grid's FLOPs there)
+    with_cost = parse_spec(tiny_spec(lr="tune", tune={"num_samples": 4, "tokens": 200_000}))
+    spec_file.write_text(spec_to_yaml(with_cost), encoding="utf-8")
+    (out / "spec.yaml").write_text(spec_to_yaml(with_cost), encoding="utf-8")
+    fresh = CliRunner().invoke(app, ["run", str(spec_file), "--out", str(tmp_path / "new"), "--dry-run", "--json"])
+    assert json.loads(fresh.stdout)["lr_warning"].startswith("LR tuning may cost up to")
+    tuned = CliRunner().invoke(app, ["run", str(spec_file), "--out", str(out), "--dry-run", "--json"])
+    assert tuned.exit_code == 0, tuned.output
+    assert json.loads(tuned.stdout)["lr_warning"] is None
 
 
 def test_the_dry_run_names_the_fit_settings_and_where_they_come_from(tmp_path):
