@@ -700,8 +700,9 @@ def test_a_dry_run_lists_a_torn_spec_yaml_that_run_sets_aside(tmp_path):
                           str(out), "--dry-run", "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
     p = json.loads(res.stdout)
     assert p["refused"] is None and _tree(out) == before
-    assert p["unreadable"] == [f"{out / 'spec.yaml'} is unreadable (not a spec this loopscale reads (cut short or "
-                               "edited)): the command would move it aside and treat it as missing"], p["unreadable"]
+    assert p["unreadable"] == [f"{out / 'spec.yaml'} is unreadable (not a spec this loopscale reads: cut short, "
+                               "edited, or another tool's file): the command would move it aside and treat it as "
+                               "missing"], p["unreadable"]  # fmt: skip
 
 
 def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_path):
