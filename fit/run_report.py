@@ -791,15 +791,29 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append("| variant | C (FLOPs) | r | N* (unique) | N_eff* | D* (tokens) | L* (nats) |")
         L.append("|---|---|---|---|---|---|---|")
         edge = frontier["at_search_edge"].fillna(False).astype(bool) if "at_search_edge" in frontier else None
+        trained = _trained_ranges(runs)  # per variant: the (N_unique, D) ranges its ok runs span
+        beyond = []
         for i, row in frontier.sort_values(["variant", "C", "r"]).iterrows():
             mark = "†" if edge is not None and edge.loc[i] else ""
+            rng = trained.get(str(row.get("variant", "baseline")))
+            n_out = rng is not None and not rng["N"][0] * (1 - 1e-9) <= row["N_star"] <= rng["N"][1] * (1 + 1e-9)
+            d_out = rng is not None and not rng["D"][0] * (1 - 1e-9) <= row["D_star"] <= rng["D"][1] * (1 + 1e-9)
+            if n_out or d_out:
+                beyond.append(str(row.get("variant", "baseline")))
             L.append(
-                f"| {row['variant']} | {_fmt(row['C'])} | {int(row['r'])} | {_fmt(row['N_star'], 3)}{mark} | "
-                f"{_fmt(row['N_eff_star'], 3)} | {_fmt(row['D_star'], 3)} | {_fmt(row['L_star'], 4)} |"
+                f"| {row['variant']} | {_fmt(row['C'])} | {int(row['r'])} | {_fmt(row['N_star'], 3)}{mark}"
+                f"{'‡' if n_out else ''} | {_fmt(row['N_eff_star'], 3)} | {_fmt(row['D_star'], 3)}{'‡' if d_out else ''}"
+                f" | {_fmt(row['L_star'], 4)} |"
             )
         if edge is not None and edge.any():
             L.append("\n† N* on an end of the searched range (1e3 .. 1e15 unique parameters): the law has no optimum "
                      "inside it at that budget, so that row is the range's end, not a compute-optimal model.")
+        if beyond:
+            spans = "; ".join(f"{v}: N {_fmt(trained[v]['N'][0], 3)} .. {_fmt(trained[v]['N'][1], 3)} unique "
+                              f"parameters, D {_fmt(trained[v]['D'][0], 3)} .. {_fmt(trained[v]['D'][1], 3)} tokens"
+                              for v in dict.fromkeys(beyond))  # fmt: skip
+            L.append(f"\n‡ outside the sizes or token budgets the grid trained ({spans}): the law extrapolated "
+                     "there, not a measured optimum.")
         L.append("")
     if ana.get("budget_kind") == "D":
         L.append("## IsoFLOP parabolas\n")
@@ -874,6 +888,21 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
 
     out = d / "report.md"
     write_text_atomic(str(out), "\n".join(L) + "\n")
+    return out
+
+
+def _trained_ranges(runs: pd.DataFrame | None) -> dict[str, dict[str, tuple[float, float]]]:
+    """``{variant: {"N": (lo, hi), "D": (lo, hi)}}``: the unique parameters (N_once + N_rec) and tokens its ok runs
+    (with the shared r = 1 runs) span, against which the frontier's N* and D* are marked as extrapolated."""
+    from loopscale.fit.analysis import variant_frames
+
+    if runs is None or not {"N_once", "N_rec", "D", "r"} <= set(runs.columns):
+        return {}
+    ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+    out = {}
+    for v, f in (variant_frames(ok) if len(ok) else {}).items():
+        n = (f["N_once"] + f["N_rec"]).astype(float)
+        out[str(v)] = {"N": (float(n.min()), float(n.max())), "D": (float(f["D"].min()), float(f["D"].max()))}
     return out
 
 

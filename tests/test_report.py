@@ -954,3 +954,13 @@ def test_d_term_parameters_on_the_box_edge_of_a_one_D_grid_raise_no_warning_on_p
     # test_committed_example_reports_are_what_the_report_command_renders_now holds it to the report command
     assert "parameters on a bound: none (and B, E of the D-term, not identified here: see the note above)." in text
     assert "treat φ and its interval with care" not in _section(text, "### Joint law")
+
+
+def test_frontier_values_outside_the_trained_sizes_or_budgets_are_marked():
+    """The frontier gave N*, D* and L* beyond the sizes and token budgets the grid trained (a new user's D* was 2.7x
+    the largest D, its L* below every measured loss) as if measured; such values are marked ‡ and the range said."""
+    text = _section((EXAMPLE / "report.md").read_text(encoding="utf-8"), "## Compute-optimal frontier")
+    assert "| baseline | 5.393e+12 | 1 | 4.07e+04 | 4.07e+04 | 9.68e+06‡ | 1.564 |" in text  # N* inside, D* above
+    assert "| baseline | 1.141e+11 | 4 | 1e+03‡ | 495 | 1.80e+06 | 2.307 |" in text  # N* below, D* inside
+    assert ("‡ outside the sizes or token budgets the grid trained (baseline: N 9.87e+03 .. 2.78e+05 unique "
+            "parameters, D 2.50e+05 .. 2.00e+06 tokens): the law extrapolated there, not a measured optimum.") in text
