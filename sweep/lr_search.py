@@ -405,7 +405,7 @@ def study_plan(
         seed=spec.seeds_for(min(spec.r))[0],
     )
     base_d = dataclasses.replace(base, run=run, budget=None).to_dict()
-    study_name = f"{spec.name}_size{size}_r{r}"
+    name = study_name(spec.name, size, r)
     constants = {
         "base": base_d,
         "storage": storage_path,
@@ -421,7 +421,7 @@ def study_plan(
         # a finite set: each value of it tried exactly once (a sampler repeats some values and misses others)
         param_space, num_samples = {**constants, "lr": tune.grid_search(lr_grid(ts))}, 1
     else:
-        sampler = optuna.samplers.TPESampler(seed=study_seed(ts.seed, study_name))
+        sampler = optuna.samplers.TPESampler(seed=study_seed(ts.seed, name))
         search = OptunaSearch(space=space, metric=METRIC, mode="min", sampler=sampler)
     scheduler = _persistent_asha_cls()(
         str(tune_dir / "asha" / f"{experiment}.json"),
@@ -436,7 +436,7 @@ def study_plan(
     if spec.resources.gpus:
         resources["gpu"] = float(spec.resources.gpus)
     db = f"sqlite:///{(tune_dir / 'optuna.db').resolve()}"
-    mirror = _mirror_cls()(db, study_name, space, M, str(tune_dir / "asha" / f"{experiment}.json"))
+    mirror = _mirror_cls()(db, name, space, M, str(tune_dir / "asha" / f"{experiment}.json"))
     tune_config = tune.TuneConfig(
         search_alg=search,
         scheduler=scheduler,
@@ -464,7 +464,7 @@ def study_plan(
         space=space,
         scheduler=scheduler,
         mirror=mirror,
-        study_name=study_name,
+        study_name=name,
         experiment=run_config.name,
         storage_url=db,
         budget_tokens=steps * B,
@@ -539,7 +539,7 @@ def _run_study(
     import optuna
     from ray import tune
 
-    experiment = f"tune_lr_{spec.name}_size{size}_r{r}"
+    experiment = f"tune_lr_{study_name(spec.name, size, r)}"
     plan = study_plan(spec, size, r, tune_dir, storage_path, experiment=experiment, track=track)
     optuna.create_study(
         study_name=plan["study_name"],
@@ -636,20 +636,49 @@ def _fit_study(tuner, plan: dict, exp_uri: str, size: int, r: int) -> list[float
     return sorted({float(t.config["lr"]) for t in trials if lost_checkpoint(t) and "lr" in t.config})
 
 
+def study_name(spec_name: str, size: int, r: int) -> str:
+    """The Optuna study (in ``tune_lr/optuna.db``) of LR tuning at ``size`` and ``r``."""
+    return f"{spec_name}_size{size}_r{r}"
+
+
+def done_marker(out_dir: str | Path, size: int, r: int) -> Path:
+    """The file tune-lr writes in ``out_dir`` once the study at ``size`` and ``r`` has ended with a healthy trial
+    (``tune_lr/done/size<s>_r<r>.json``): such a study is not tuned again."""
+    return Path(out_dir) / "tune_lr" / "done" / f"size{size}_r{r}.json"
+
+
+def _existing_studies(storage_url: str, study_names):
+    """``(name, study)`` of each of ``study_names`` that ``storage_url`` holds, in their order (none created)."""
+    import optuna
+
+    storage = optuna_storage(storage_url)
+    have = set(optuna.study.get_all_study_names(storage))
+    for name in study_names:
+        if name in have:
+            yield name, optuna.load_study(study_name=name, storage=storage)
+
+
+def best_trials(storage_url: str, study_names) -> dict[str, tuple[float, float, int]]:
+    """``{study name: (lr, validation loss, trials)}`` of the best healthy trial (:func:`_choose`) of each of
+    ``study_names`` in ``storage_url`` that has one: what a study has found so far."""
+    out = {}
+    for name, study in _existing_studies(storage_url, study_names):
+        lr, val, n, _ = _choose(study)
+        if lr is not None:
+            out[name] = (lr, val, n)
+    return out
+
+
 def finished_trials(storage_url: str, study_names) -> list[tuple[str, float, str, float | None]]:
     """(study name, lr, state name, value) of each finished trial (complete, pruned or failed) that the studies
     ``study_names`` hold in ``storage_url``: those of a study an earlier command began (stopped mid-study, or
     without a healthy trial); none of a study not created yet."""
     import optuna
 
-    storage = optuna_storage(storage_url)
-    have = set(optuna.study.get_all_study_names(storage))
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
     out = []
-    for name in study_names:
-        if name not in have:
-            continue
-        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False, states=states):
+    for name, study in _existing_studies(storage_url, study_names):
+        for t in study.get_trials(deepcopy=False, states=states):
             out.append((name, float(t.params["lr"]), t.state.name, t.value))
     return out
 
@@ -838,16 +867,15 @@ def run_tune_lr(
         )
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")
     todo = study_keys(spec)
-    done_dir = tune_dir / "done"
     rows = []
-    done_info = {(s, r): read_json_or_aside(str(done_dir / f"size{s}_r{r}.json")) for s, r in todo}
+    done_info = {(s, r): read_json_or_aside(str(done_marker(out, s, r))) for s, r in todo}
     pending = [(s, r) for s, r in todo if done_info[(s, r)] is None]
     failures: dict = {}
     failed_info: dict = {}
     n_failed_trials = 0
     if pending:
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
-        names = {f"{spec.name}_size{s}_r{r}": (s, r) for s, r in pending}
+        names = {study_name(spec.name, s, r): (s, r) for s, r in pending}
         before = finished_trials(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}", names)
         console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune), before))
         # ending_view first: a Ray that fails to start must not leave the LR display open
@@ -868,8 +896,9 @@ def run_tune_lr(
                     failed_info[(s, r)] = info
                     n_failed_trials += len(failure[1])
                     continue
-                done_dir.mkdir(exist_ok=True)
-                write_text_atomic(str(done_dir / f"size{s}_r{r}.json"), json.dumps(info))
+                marker = done_marker(out, s, r)
+                marker.parent.mkdir(exist_ok=True)
+                write_text_atomic(str(marker), json.dumps(info))
                 done_info[(s, r)] = info
     if failures:
         plotted = []

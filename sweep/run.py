@@ -399,19 +399,25 @@ def lr_tuning_progress(spec, out: Path) -> dict | None:
     (those with a done marker in ``tune_lr/done/``, which no command tunes again), ``trials`` (finished trials of
     the other studies in the Optuna storage ``tune_lr/optuna.db``; None when it does not read, with ``db_error``
     saying why) and ``per_study`` (trials one study runs). None when the spec fixes the LR. Reads only."""
-    from loopscale.sweep.lr_search import finished_trials, study_keys, trials_per_study
+    from loopscale.sweep.lr_search import (
+        done_marker,
+        finished_trials,
+        study_keys,
+        study_name,
+        trials_per_study,
+    )
 
     if spec.lr != "tune":
         return None
     keys = study_keys(spec)
-    done = [(s, r) for s, r in keys if (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file()]
+    done = [(s, r) for s, r in keys if done_marker(out, s, r).is_file()]
     rest = [k for k in keys if k not in done]
     db = out / "tune_lr" / "optuna.db"
     got = {"studies": len(keys), "done": len(done), "trials": 0, "per_study": trials_per_study(spec.tune),
            "db_error": None}  # fmt: skip
     if rest and db.is_file():
         try:
-            got["trials"] = len(finished_trials(f"sqlite:///{db.resolve()}", [f"{spec.name}_size{s}_r{r}" for s, r in rest]))
+            got["trials"] = len(finished_trials(f"sqlite:///{db.resolve()}", [study_name(spec.name, s, r) for s, r in rest]))
         except Exception as e:  # noqa: BLE001  a torn database: said, as `run` would fail on it too
             got["trials"] = None
             got["db_error"] = f"{db} does not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"

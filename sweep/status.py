@@ -440,27 +440,17 @@ def _studies_best(out: Path, spec_name: str, keys: list[tuple[int, int]]) -> lis
     storage (``tune_lr/optuna.db``), as ``{size, r, lr, val_loss, trials}``: what a folder whose tuning stopped
     part-way has found (its LR table, smoothed over sizes with ``tune.smooth``, is written once every study has
     ended). Empty when the storage does not read. Reads only."""
+    from loopscale.sweep.lr_search import best_trials, study_name
+
     db = out / "tune_lr" / "optuna.db"
     if not db.is_file():
         return []
     try:
-        import optuna
-
-        from loopscale.sweep.callbacks import optuna_storage
-        from loopscale.sweep.lr_search import _choose
-
-        storage = optuna_storage(f"sqlite:///{db.resolve()}")
-        have = set(optuna.study.get_all_study_names(storage))
-        best = []
-        for s, r in keys:
-            if f"{spec_name}_size{s}_r{r}" not in have:
-                continue
-            lr, val, n, _ = _choose(optuna.load_study(study_name=f"{spec_name}_size{s}_r{r}", storage=storage))
-            if lr is not None:
-                best.append({"size": s, "r": r, "lr": lr, "val_loss": val, "trials": n})
-        return best
+        best = best_trials(f"sqlite:///{db.resolve()}", [study_name(spec_name, s, r) for s, r in keys])
     except Exception:  # noqa: BLE001  a torn or locked storage: status says what it can without it
         return []
+    return [{"size": s, "r": r, "lr": b[0], "val_loss": b[1], "trials": b[2]} for s, r in keys
+            if (b := best.get(study_name(spec_name, s, r)))]  # fmt: skip
 
 
 def _pid_alive(pid, proc_start=None) -> bool:
@@ -835,12 +825,11 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
     # LR tuning
     lr: dict = {}
     if spec is not None and spec.lr == "tune":
-        from loopscale.sweep.lr_search import study_keys
+        from loopscale.sweep.lr_search import done_marker, study_keys
 
         keys = study_keys(spec)
         tabled = _tabled_studies(lr_rows)
-        done_keys = [(s, r) for s, r in keys
-                     if (out / "tune_lr" / "done" / f"size{s}_r{r}.json").is_file() or (s, r) in tabled]  # fmt: skip
+        done_keys = [(s, r) for s, r in keys if done_marker(out, s, r).is_file() or (s, r) in tabled]
         lr["studies"] = {"done": len(done_keys), "total": len(keys)}
         if "table" not in lr and lr_rows is None and done_keys:  # tuning stopped part-way: what the studies chose
             lr["studies"]["best"] = _studies_best(out, spec.name, done_keys)
