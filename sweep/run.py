@@ -344,8 +344,8 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
 
     Returns ``(note, time_left)``: ``time_left`` is :func:`loopscale.sweep.design_cmd.training_time_left`'s
     prediction for the runs left on ``cpus`` CPUs (None: the runs train on a cluster) at the FLOP/s of the
-    folder's own ok records, or a sentence saying why there is none; None when nothing is left to train or the
-    folder has no run records."""
+    folder's own ok records, or a sentence saying why there is none (also for a folder where no run has finished);
+    None when nothing is left to train."""
     from loopscale.cluster.storage import absolute_uri
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -353,22 +353,27 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     from loopscale.sweep.store import ResultsStore
     from loopscale.sweep.workspace import stored_result_ids
 
+    on_cluster = "not estimated: the runs{} train on the cluster, not on this machine's CPUs"
+    # no run finished here yet: no rate to take
+    nothing_yet = (None, on_cluster.format("") if cpus is None else
+                   "not estimated before a run has finished in this folder: the figure takes the FLOP/s of the "
+                   "folder's own runs (a dry run or `status` of a stopped run gives it)")  # fmt: skip
     if not out.is_dir():
-        return None, None
+        return nothing_yet
     store = ResultsStore(out)
     recorded = store.recorded()
     cells = _grid_cells_if_known(spec, out)
     done_ids = store.completed_ids()
     if cells is None:
         if not recorded:
-            return None, None
+            return nothing_yet
         note = (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning "
                 "runs first, then the grid (its runs' LR is part of their definition)")  # fmt: skip
         return note, "not estimated: the grid's runs are defined once the LR table exists"
     storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     stored = stored_result_ids(storage, [c.run_id for c in cells if c.run_id not in done_ids])
     if not recorded and not stored:
-        return None, None  # no run of the folder finished (its records lost, their results kept count): a new plan
+        return nothing_yet  # no run of the folder finished (its records lost, their results kept count): a new plan
     n_done = sum(c.run_id in done_ids for c in cells)
     left = [c for c in cells if c.run_id not in done_ids and c.run_id not in stored]
     more = f", {len(stored)} more finished and are recorded when `run` continues" if stored else ""
@@ -376,7 +381,7 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
         return (f"{n_done} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports, "
                 "unless they are up to date)"), None
     if cpus is None:
-        time_left = "not estimated: the runs left train on the cluster, not on this machine's CPUs"
+        time_left = on_cluster.format(" left")
     else:
         import pandas as pd
 
@@ -443,16 +448,14 @@ def _fit_settings_plan(spec, bootstrap: int | None, starts: int | None) -> dict:
     return {"fit_bootstrap": b, "fit_starts": st, "fit_settings_from": src}
 
 
-def _lr_tuning_note(spec, out: Path) -> str | None:
+def _lr_tuning_note(spec, out: Path, tuned: bool) -> str | None:
     """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in ``out`` yet, how much of the LR
     tuning an earlier command there finished (:func:`lr_tuning_progress`: studies done, which `run` does not tune
-    again; finished trials of the others) and so what `run` tunes before the grid; with the LR table there, that
-    `run` skips the tuning. None when the spec fixes the LR, or nothing of the tuning was done."""
-    from loopscale.sweep.lr_table import lr_table_present
-
+    again; finished trials of the others) and so what `run` tunes before the grid; with the LR table there
+    (``tuned``), that `run` skips the tuning. None when the spec fixes the LR, or nothing of the tuning was done."""
     if spec.lr != "tune":
         return None
-    if lr_table_present(out / "lr_table.parquet"):
+    if tuned:
         return ("lr_table.parquet exists here: `run` skips LR tuning and trains the grid at its LRs (lr_trials and "
                 "lr_flops_max above are what the tuning costs where it runs)")  # fmt: skip
     p = lr_tuning_progress(spec, out)
@@ -944,17 +947,13 @@ def run_cmd(
                     usable_out_dir(local_path(spec.storage_path), what="storage (--storage, or the spec's storage_path)")
                 p["refused"] = None
                 cpus = (num_cpus or os.cpu_count() or 1) if address is None else None
-                p["lr_tuning_done"] = _lr_tuning_note(spec, Path(out_dir))
                 from loopscale.sweep.lr_table import lr_table_present
 
-                if spec.lr == "tune" and p["lr_warning"] and lr_table_present(Path(out_dir) / "lr_table.parquet"):
+                tuned = spec.lr == "tune" and lr_table_present(Path(out_dir) / "lr_table.parquet")
+                p["lr_tuning_done"] = _lr_tuning_note(spec, Path(out_dir), tuned)
+                if tuned:
                     p["lr_warning"] = None  # the tuning it warns of will not run: lr_tuning_done says so
                 p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
-                if p["recorded"] is None and time_left is None:  # no run finished here: no rate to take
-                    time_left = ("not estimated: the runs train on the cluster, not on this machine's CPUs"
-                                 if cpus is None else
-                                 "not estimated before a run has finished in this folder: the figure takes the "
-                                 "FLOP/s of the folder's own runs (a dry run or `status` of a stopped run gives it)")  # fmt: skip
                 p.update(_time_left_plan(time_left, cpus))
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)
