@@ -360,17 +360,25 @@ def _read_runs(runs: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]
     return df, dups, status
 
 
+def _chinchilla_design(sub: pd.DataFrame) -> tuple[pd.DataFrame, int, int, int]:
+    """One r's runs for its Chinchilla fit (with ``N_unique``: N_once + N_rec for a table without it) and their
+    distinct sizes, D and (N, D) points."""
+    if "N_unique" not in sub.columns:  # a hand-made table: the unique parameters are N_once + N_rec
+        sub = sub.assign(N_unique=sub["N_once"] + sub["N_rec"])
+    return sub, sub["N_unique"].nunique(), sub["D"].nunique(), len(sub[["N_unique", "D"]].drop_duplicates())
+
+
 def _two_values_apply(ok: pd.DataFrame) -> bool:
     """Whether fit rules version 4 (two D, or a per-r Chinchilla fit on two N or two D) changes the analysis of
     the ok runs ``ok``: a variant whose runs have two D, or an r whose runs a version-3 per-r Chinchilla fit took
     (:data:`CHINCHILLA_MIN_POINTS` points, 2 or more N and D) with two N or two D."""
+    from loopscale.fit.identify import d_term_unidentified
+
     for frame in variant_frames(ok).values():
-        if frame["D"].nunique() == 2:
+        if (d := d_term_unidentified(frame)) is not None and d.size == 2:
             return True
         for _, sub in frame.groupby("r"):
-            n = sub["N_unique"] if "N_unique" in sub.columns else sub["N_once"] + sub["N_rec"]
-            n_sizes, n_d = n.nunique(), sub["D"].nunique()
-            points = len(pd.DataFrame({"N": n.to_numpy(), "D": sub["D"].to_numpy()}).drop_duplicates())
+            _, n_sizes, n_d, points = _chinchilla_design(sub)
             if points >= CHINCHILLA_MIN_POINTS and min(n_sizes, n_d) == 2:
                 return True
     return False
@@ -406,12 +414,14 @@ def frontier_unidentified(frame: pd.DataFrame) -> str | None:
     arbitrary split of that constant (two variants sharing the same r = 1 runs gave L* 8.06 and 4.84 there). With
     two it is pinned at two D, fewer values than (E, B, beta): the same (the ``smoke`` preset's fit gave B = 1.3e7,
     beta = 2.16 and B = 3.7e4, beta = 1.37 at one objective with 100 and 500 starts)."""
-    if "D" in frame.columns and frame["D"].nunique() < 2:
-        return (f"one token budget (D = {float(frame['D'].iloc[0]):.4g} tokens): the law's D-term B D^-beta is one "
+    from loopscale.fit.identify import d_term_unidentified
+
+    d = d_term_unidentified(frame)
+    if d is not None and d.size == 1:
+        return (f"one token budget (D = {d[0]:.4g} tokens): the law's D-term B D^-beta is one "
                 "constant, B and beta are not identified, so the law cannot trade N against D at a fixed compute; "
                 "a grid of several D (tokens:) or FLOP budgets (budgets:) gives a frontier")
-    if "D" in frame.columns and frame["D"].nunique() == 2:
-        d = sorted(float(x) for x in frame["D"].unique())
+    if d is not None:
         return (f"two token budgets (D = {d[0]:.4g} and {d[1]:.4g} tokens): the law's D-term B D^-beta is pinned at "
                 "those two D only, fewer values than E, B and beta, so none of the three is identified (fits of "
                 "the same quality split it otherwise) and the law's trade of N against D at a fixed compute is "
@@ -465,10 +475,7 @@ def chinchilla_per_r(frame: pd.DataFrame, *, starts: int, seed: int) -> dict[str
 
     per_r = {}
     for r, sub in frame.groupby("r"):
-        if "N_unique" not in sub.columns:  # a hand-made table: the unique parameters are N_once + N_rec
-            sub = sub.assign(N_unique=sub["N_once"] + sub["N_rec"])
-        n_sizes, n_d = sub["N_unique"].nunique(), sub["D"].nunique()
-        points = len(sub[["N_unique", "D"]].drop_duplicates())
+        sub, n_sizes, n_d, points = _chinchilla_design(sub)
         if points >= CHINCHILLA_MIN_POINTS and n_d >= 3 and n_sizes >= 3:
             f = fit_law(sub.assign(N=sub["N_unique"]), law="chinchilla", starts=starts, seed=seed)
             per_r[str(int(r))] = fitted(json_safe(f.to_dict()))

@@ -101,9 +101,9 @@ class Identification:
         }
 
 
-def d_term_unidentified(frame: pd.DataFrame | None) -> np.ndarray | None:
-    """The distinct D (tokens) of ``frame``'s runs when there are only one or two, else None (also without a frame
-    or a ``D`` column). The law's D-term enters only as ``E + B D^-beta`` at the runs' D: one D pins one value of it
+def d_term_unidentified(frame: pd.DataFrame | dict | None) -> np.ndarray | None:
+    """The distinct D (tokens) of ``frame``'s runs (a DataFrame, or a mapping such as ``FitData.cols``) when there
+    are only one or two, else None (also without a frame or a ``D`` column). The law's D-term enters only as ``E + B D^-beta`` at the runs' D: one D pins one value of it
     and two D two values, fewer than its three parameters, so a one-parameter family (or more) of (E, B, beta)
     fits as well and none of them is identified; from three D on the three are (the report and the rule then
     check them)."""

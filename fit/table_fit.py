@@ -330,8 +330,10 @@ def _joint_flat_terms(data) -> list[str]:
     """What a joint fit (paper Eq. 3, or one phi per r) cannot tell apart in ``data``: with one D the term
     B D^-beta is one constant, with two it is pinned at two values, fewer than E, B and beta, so none of them is
     identified (the report says so for such a grid too)."""
-    d = np.unique(data.cols["D"])
-    if d.size > 2:
+    from loopscale.fit.identify import d_term_unidentified
+
+    d = d_term_unidentified(data.cols)
+    if d is None:
         return []
     if d.size == 2:
         return [f"the runs have two D ({d[0]:.6g} and {d[1]:.6g}): B D^-beta is pinned at those two only, fewer "
