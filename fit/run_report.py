@@ -740,15 +740,17 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             if phi_ci:
                 L.append("Intervals: φ's bootstrap interval carried through (r^φ and N_eff rise with φ, so the "
                          "percentile interval of each is r^φ and N_eff at φ's ends).\n")
+            from loopscale.fit.derived import equivalence
+
             for e in v["equivalence"]:
                 rp_ci = neff_ci = ""
-                if phi_ci:  # N_eff = N_unique - N_rec + r^phi N_rec (N_unique = N_once + N_rec)
-                    rp = [float(e["r"]) ** x for x in phi_ci]
-                    n_rec = (e["N_eff"] - e["N_unique"]) / (e["r_phi"] - 1) if e["r_phi"] != 1 else None
-                    rp_ci = f" [{_fmt(rp[0], 3)}, {_fmt(rp[1], 3)}]"
-                    if n_rec is not None and math.isfinite(n_rec):
-                        ne = [e["N_unique"] + (x - 1) * n_rec for x in rp]
-                        neff_ci = f" [{_fmt(ne[0], 3)}, {_fmt(ne[1], 3)}]"
+                if phi_ci:  # the statement's model (its width and r among the fitted runs) at phi's two ends
+                    rp_ci = " [" + ", ".join(_fmt(float(e["r"]) ** x, 3) for x in phi_ci) + "]"
+                    cell = fitted[(fitted["r"] == e["r"]) & (fitted["d_model"] == e["d_model"])]
+                    if len(cell):
+                        ends = [equivalence(float(cell["N_once"].iloc[0]), float(cell["N_rec"].iloc[0]), float(e["r"]),
+                                            x)["N_eff"] for x in phi_ci]  # fmt: skip
+                        neff_ci = " [" + ", ".join(_fmt(x, 3) for x in ends) + "]"
                 s = (
                     f"- At r = {e['r']} (d_model {e['d_model']}), a model with N_unique = {_fmt(e['N_unique'], 3)} "
                     f"performs like a non-looped model of N_eff = {_fmt(e['N_eff'], 3)}{neff_ci} (r^φ = "
