@@ -270,6 +270,8 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
         L.append("| r | φ_r | 95 % CI | r^φ_r | on a bound |")
         L.append("|---|---|---|---|---|")
         beside = []  # phi_r outside its own percentile interval (the interval is still the one checked): refits
+        few_d = bool(ident.get("fixed_D") or ident.get("D_offsets"))  # E, B, beta not identified: named apart
+        d_term_rows = False
         for row in ident["per_r"]:
             lo, hi = row.get("lo"), row.get("hi")
             ci = "–" if lo is None or hi is None else f"[{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
@@ -278,10 +280,17 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
                 beside.append(row.get("n_boot"))
             rp = float(row["r"]) ** float(row["phi"])
             bound = [n for n in str(row.get("on_bound") or "").split(",") if n]
+            d_term = [n for n in bound if few_d and n in ("E", "B", "beta")]
+            bound = [n for n in bound if n not in d_term]
+            d_term_rows |= bool(d_term)
             if lo is not None and hi is not None and (lo <= PHI_BOUNDS[0] + 1e-3 or hi >= PHI_BOUNDS[1] - 1e-3):
                 bound.append("φ_r interval")  # an end on phi's box: the box, not the data, sets it
+            cell = _bound_cell(bound) + (f" (D-term: {', '.join(d_term)} §)" if d_term else "")
             L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci}{' †' if out_ci else ''} | {_fmt(rp, 3)} | "
-                     f"{_bound_cell(bound)} |")
+                     f"{cell} |")
+        if d_term_rows:
+            L.append("\n§ A parameter of the D-term E + B·D^−β, which one or two D do not identify (see above): on the "
+                     "box edge in that fit, as in many fits of the same quality; the rule does not check it.")
         if beside:
             from loopscale.fit.bootstrapping import estimate_outside_note
 

@@ -964,3 +964,23 @@ def test_frontier_values_outside_the_trained_sizes_or_budgets_are_marked():
     assert "| baseline | 1.141e+11 | 4 | 1e+03‡ | 495 | 1.80e+06 | 2.307 |" in text  # N* below, D* inside
     assert ("‡ outside the sizes or token budgets the grid trained (baseline: N 9.87e+03 .. 2.78e+05 unique "
             "parameters, D 2.50e+05 .. 2.00e+06 tokens): the law extrapolated there, not a measured optimum.") in text
+
+
+def test_per_r_rows_name_d_term_parameters_apart_where_one_or_two_D_leave_them_unidentified():
+    """The per-r table's "on a bound" column listed E, B and beta as for any fit, though with one or two D they are
+    not identified (the joint line already named them apart); they are now marked as the D-term's, with a footnote,
+    and listed plainly where three or more D identify them."""
+    import pandas as pd
+
+    from loopscale.fit.run_report import _identification_section
+
+    ident = {"headline": "phi = 0.5", "phi": 0.5, "fixed_D": False,
+             "per_r": [{"r": 2, "phi": 0.4, "lo": 0.1, "hi": 0.7, "n": 20, "on_bound": "B,E,alpha"}]}
+    many = "\n".join(_identification_section({"identification": ident}, pd.DataFrame()))
+    assert "| 2 | 0.4 | [0.1, 0.7] | 1.32 | B, E, alpha |" in many and "§" not in many
+    for few in ({"fixed_D": True}, {"D_offsets": {"1e+06": 3.1, "2e+06": 3.0}}):
+        text = "\n".join(_identification_section({"identification": {**ident, **few}}, pd.DataFrame()))
+        assert "| 2 | 0.4 | [0.1, 0.7] | 1.32 | alpha (D-term: B, E §) |" in text, text
+        assert "§ A parameter of the D-term E + B·D^−β, which one or two D do not identify" in text
+    seeds4 = (EXAMPLE.parent / "example_cpu_seeds4" / "report.md").read_text(encoding="utf-8")
+    assert "| 4 | -0.129 | [-0.736, -0.0169] | 0.836 | – (D-term: B, E §) |" in seeds4
