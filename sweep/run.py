@@ -127,7 +127,7 @@ def plan(spec, *, data: bool = True) -> dict:
             asked = tuning_tokens_asked(spec, model, r)
             if steps * spec.training.batch_tokens >= 2 * asked:
                 lr_rounded[f"size{s}_r{r}"] = (asked, steps * spec.training.batch_tokens)
-            lr_flops += flops_per_token(model) * steps * spec.training.batch_tokens * trials_per_study(spec.tune)
+            lr_flops += lr_study_flops(spec, s, r)
     gpu_hours = total_c / (GPU_PEAK_FLOPS * ASSUMED_MFU) / 3600.0
     from loopscale.sweep.grid import trial_groups
 
@@ -145,11 +145,7 @@ def plan(spec, *, data: bool = True) -> dict:
         "lr_trials": n_studies * trials_per_study(spec.tune),
         "lr_trial_tokens": lr_trial_tokens,
         "lr_flops_max": lr_flops,
-        "lr_warning": (f"LR tuning may cost up to {lr_flops / total_c:.3g}x the grid's training FLOPs ({lr_flops:.3g} "
-                       f"against {total_c:.3g}; every trial trained to its full budget, ASHA stops some early): lower "
-                       + ("tune.num_milestones (or training.batch_tokens), tune.num_samples, or fix lr"
-                          if lr_rounded else "tune.tokens (or tune.tokens_per_param) or tune.num_samples, or fix lr")
-                       if total_c > 0 and lr_flops > total_c else None),  # fmt: skip
+        "lr_warning": lr_cost_warning(lr_flops, total_c, bool(lr_rounded)),
         "lr_tokens_rounding": (
             f"an LR trial trains at least one step of training.batch_tokens = {spec.training.batch_tokens} per "
             f"milestone (tune.num_milestones = {spec.tune.num_milestones}), so "
@@ -399,11 +395,34 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
             f"training FLOPs ({flops_left / flops_all:.0%})"), time_left
 
 
+def lr_study_flops(spec, size, r: int) -> float:
+    """Training FLOPs of one LR study of ``spec`` (size ``size``, loop count ``r``) if each of its trials ran its
+    full budget (ASHA stops some early): F (model accounting, paper Sec. 3.2) x the trial's tokens x trials."""
+    from loopscale.model.accounting import flops_per_token
+    from loopscale.sweep.lr_search import trials_per_study
+
+    steps, _ = spec.tuning_steps(size, r)
+    return flops_per_token(spec.tuning_model(size, r)) * steps * spec.training.batch_tokens * trials_per_study(spec.tune)
+
+
+def lr_cost_warning(lr_flops: float, grid_flops: float, rounded: bool, what: str = "LR tuning") -> str | None:
+    """The dry run's ``lr_warning``: ``what`` (the tuning, or the studies an earlier command left) may cost
+    ``lr_flops`` FLOPs, more than the grid's ``grid_flops``; says what lowers it (``rounded``: trials train more
+    than ``tune`` asks because of whole steps per milestone). None when it costs no more than the grid."""
+    if grid_flops <= 0 or lr_flops <= grid_flops:
+        return None
+    return (f"{what} may cost up to {lr_flops / grid_flops:.3g}x the grid's training FLOPs ({lr_flops:.3g} against "
+            f"{grid_flops:.3g}; every trial trained to its full budget, ASHA stops some early): lower "
+            + ("tune.num_milestones (or training.batch_tokens), tune.num_samples, or fix lr" if rounded
+               else "tune.tokens (or tune.tokens_per_param) or tune.num_samples, or fix lr"))  # fmt: skip
+
+
 def lr_tuning_progress(spec, out: Path) -> dict | None:
     """How much of the LR tuning of ``spec`` (``lr: tune``) is done in ``out``: ``studies`` (how many), ``done``
     (those with a done marker in ``tune_lr/done/``, which no command tunes again), ``trials`` (finished trials of
     the other studies in the Optuna storage ``tune_lr/optuna.db``; None when it does not read, with ``db_error``
-    saying why) and ``per_study`` (trials one study runs). None when the spec fixes the LR. Reads only."""
+    saying why), ``per_study`` (trials one study runs) and ``rest`` (the (size, r) keys of the studies not done).
+    None when the spec fixes the LR. Reads only."""
     from loopscale.sweep.lr_search import (
         done_marker,
         finished_trials,
@@ -419,7 +438,7 @@ def lr_tuning_progress(spec, out: Path) -> dict | None:
     rest = [k for k in keys if k not in done]
     db = out / "tune_lr" / "optuna.db"
     got = {"studies": len(keys), "done": len(done), "trials": 0, "per_study": trials_per_study(spec.tune),
-           "db_error": None}  # fmt: skip
+           "db_error": None, "rest": rest}  # fmt: skip
     if rest and db.is_file():
         try:
             got["trials"] = len(finished_trials(f"sqlite:///{db.resolve()}", [study_name(spec.name, s, r) for s, r in rest]))
@@ -474,6 +493,20 @@ def _lr_tuning_note(spec, out: Path, tuned: bool) -> str | None:
             if p["trials"] else "")  # fmt: skip
     return (f"{p['done']} of {p['studies']} LR studies finished here; `run` tunes the other {n_rest}{kept}, then "
             "writes the LR table and trains the grid")
+
+
+def _lr_left_plan(spec, out: Path, p: dict) -> dict:
+    """For a folder where an earlier command finished part of the LR tuning: ``lr_trials_left`` (trials `run`
+    still trains: those of the studies not done, less their finished ones; None when the Optuna storage does not
+    read) and ``lr_warning`` recomputed for those studies alone (:func:`lr_cost_warning`; ``lr_trials`` and
+    ``lr_flops_max`` stay the whole tuning's)."""
+    prog = lr_tuning_progress(spec, out)
+    rest = prog["rest"]
+    left = None if prog["trials"] is None else len(rest) * prog["per_study"] - prog["trials"]
+    flops = sum(lr_study_flops(spec, s, r) for s, r in rest)
+    what = f"The {len(rest)} LR stud{'y' if len(rest) == 1 else 'ies'} left"
+    return {"lr_trials_left": left,
+            "lr_warning": lr_cost_warning(flops, p["train_flops_total"], bool(p.get("lr_tokens_rounding")), what)}
 
 
 def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
@@ -953,6 +986,8 @@ def run_cmd(
                 p["lr_tuning_done"] = _lr_tuning_note(spec, Path(out_dir), tuned)
                 if tuned:
                     p["lr_warning"] = None  # the tuning it warns of will not run: lr_tuning_done says so
+                elif p["lr_tuning_done"] is not None:  # part done: the trials and the cost of what is left
+                    p.update(_lr_left_plan(spec, Path(out_dir), p))
                 p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
                 p.update(_time_left_plan(time_left, cpus))
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would

@@ -741,6 +741,8 @@ def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_pat
     assert said() == ("1 of 2 LR studies finished here; `run` tunes the other 1 (2 of its 4 trials finished "
                       "earlier; with --resume the stopped study goes on from them), then writes the LR table and "
                       "trains the grid")  # fmt: skip
+    left = json.loads(CliRunner().invoke(app, ["run", str(spec_file), "--out", str(out), "--dry-run", "--json"]).stdout)
+    assert (left["lr_trials"], left["lr_trials_left"]) == (8, 2)  # the whole tuning's, and the 4 - 2 left to train
     # `sweep` there names the folder's spec and --resume (it said `loopscale tune-lr SPEC --out ...` first)
     sw = CliRunner().invoke(app, ["sweep", str(spec_file), "--out", str(out)])
     assert sw.exit_code == 2, sw.output
@@ -766,6 +768,43 @@ def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_pat
     tuned = CliRunner().invoke(app, ["run", str(spec_file), "--out", str(out), "--dry-run", "--json"])
     assert tuned.exit_code == 0, tuned.output
     assert json.loads(tuned.stdout)["lr_warning"] is None
+
+
+def test_the_dry_run_of_a_half_tuned_folder_weighs_the_lr_studies_left(tmp_path):
+    """With one of two LR studies done, the dry run's LR-cost warning still counted both studies' FLOPs; it now
+    counts the study left (its ratio to the grid's FLOPs is that study's alone), and ``lr_trials_left`` gives its
+    trials, while ``lr_trials`` and ``lr_flops_max`` stay the whole tuning's."""
+    from tiny_spec import tiny_spec
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.run import lr_study_flops
+    from loopscale.sweep.spec import parse_spec, spec_to_yaml
+
+    spec = parse_spec(tiny_spec(lr="tune", tune={"num_samples": 4, "tokens": 200_000}))
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec), encoding="utf-8")
+    out = tmp_path / "out"
+
+    def dry(folder) -> dict:
+        res = CliRunner().invoke(app, ["run", str(spec_file), "--out", str(folder), "--dry-run", "--json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    whole = dry(tmp_path / "new")
+    assert whole["lr_warning"].startswith("LR tuning may cost up to") and "lr_trials_left" not in whole
+    (out / "tune_lr" / "done").mkdir(parents=True)
+    (out / "spec.yaml").write_text(spec_to_yaml(spec), encoding="utf-8")
+    (out / "tune_lr" / "done" / "size16_r2.json").write_text(json.dumps({"study_name": "tiny_size16_r2"}))
+    half = dry(out)
+    assert (half["lr_trials"], half["lr_trials_left"], half["lr_flops_max"]) == (8, 4, whole["lr_flops_max"])
+    rest = lr_study_flops(spec, 16, 1)
+    assert 0 < rest < whole["lr_flops_max"]
+    grid = half["train_flops_total"]
+    assert half["lr_warning"] == (f"The 1 LR study left may cost up to {rest / grid:.3g}x the grid's training FLOPs "
+                                  f"({rest:.3g} against {grid:.3g}; every trial trained to its full budget, ASHA "
+                                  "stops some early): lower tune.tokens (or tune.tokens_per_param) or "
+                                  "tune.num_samples, or fix lr")  # fmt: skip
 
 
 def test_the_dry_run_names_the_fit_settings_and_where_they_come_from(tmp_path):
