@@ -191,13 +191,15 @@ def one_corpus(runs: pd.DataFrame, what: str = "the table") -> None:
         )
 
 
-def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) -> FitData:
+def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None, csv: bool | None = None) -> FitData:
     """Load, filter by ``status`` and validate a table for ``law``.
 
     Args:
         table: path, DataFrame or pyarrow Table (see module docstring for columns).
         law: the law object (its ``columns`` are required).
         block_by: optional block-bootstrap columns that must exist.
+        csv: the rows are a CSV file's, in its order (messages name their lines); None: when ``table`` is a path
+            to a ``.csv`` file.
     Returns:
         :class:`FitData`: one row per ``run_id`` (:func:`drop_duplicate_runs`), rows with ``status != "ok"`` left
         out; both kinds of dropped rows count in ``n_excluded``.
@@ -209,7 +211,8 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
             line in a CSV file (header = line 1), else by their 0-based row number.
     """
     raw = read_table(table)
-    csv = isinstance(table, str | Path) and Path(table).suffix.lower() == ".csv"
+    if csv is None:
+        csv = isinstance(table, str | Path) and Path(table).suffix.lower() == ".csv"
 
     def row_name(k: int) -> str:
         """Row ``k`` (0-based, of the table as read) as the user finds it: a CSV's line (its header is line 1)."""
@@ -232,22 +235,35 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
         if renamed is not df:
             given[target] = next(a for a in aliases if a in df.columns)
         df = renamed
-    if law.name == "chinchilla" and "N" not in df.columns and {"N_once", "N_rec"} <= set(df.columns):
-        # a looped table without N: one architecture's law on its unique parameters, as `loopscale run`'s per-r
-        # Chinchilla fits take them (N_unique = N_once + N_rec)
-        try:
-            n_unique = pd.to_numeric(df["N_once"]) + pd.to_numeric(df["N_rec"])
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"columns 'N_once' and 'N_rec' must be numeric (N = N_once + N_rec): {exc}") from exc
-        df = df.assign(N=n_unique)
-        given["N"] = "N_once + N_rec"
-    n_excluded, by_status = 0, {}
     rows = np.arange(len(df))  # each row's place in the table as read (when no duplicate was dropped)
 
     def where(i: int) -> str:
         """Row ``i`` of the rows left, named as the user finds it: its row in the table and its run_id."""
         at = row_name(int(rows[i])) if not len(dups) else f"row {i} of the rows left"
         return at + (f" (run_id {df['run_id'].iloc[i]!r})" if "run_id" in df.columns else "")
+
+    def numeric(c: str, what: str) -> pd.Series:
+        """Column ``c`` as numbers; a value that is not one is named with its row (ValueError, ``what`` the
+        column as the message names it)."""
+        try:
+            return pd.to_numeric(df[c])
+        except (TypeError, ValueError) as exc:
+            try:
+                odd = pd.to_numeric(df[c], errors="coerce").isna() & df[c].notna()
+            except (TypeError, ValueError):  # values no coercion reads (e.g. lists): pandas' own words
+                raise ValueError(f"{what} must be numeric: {exc}") from exc
+            i = int(np.argmax(odd.to_numpy())) if odd.any() else None
+            at = f"{df[c].iloc[i]!r} at {where(i)}" if i is not None else str(exc)
+            raise ValueError(f"{what} must be numeric: {at}") from exc
+
+    if law.name == "chinchilla" and "N" not in df.columns and {"N_once", "N_rec"} <= set(df.columns):
+        # a looped table without N: one architecture's law on its unique parameters, as `loopscale run`'s per-r
+        # Chinchilla fits take them (N_unique = N_once + N_rec)
+        n_unique = (numeric("N_once", "column 'N_once' (N = N_once + N_rec)")
+                    + numeric("N_rec", "column 'N_rec' (N = N_once + N_rec)"))  # fmt: skip
+        df = df.assign(N=n_unique)
+        given["N"] = "N_once + N_rec"
+    n_excluded, by_status = 0, {}
 
     if "status" in df.columns:
         st = df["status"].astype("string").fillna("<null>")
@@ -281,10 +297,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None) ->
     cols: dict[str, np.ndarray] = {}
     extra = [c for c in ("C", "r") if c in df.columns and c not in need]
     for c in (*need, *extra):
-        try:
-            arr = pd.to_numeric(df[c]).to_numpy(dtype=np.float64, na_value=np.nan)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"column {given.get(c, c)!r} must be numeric: {exc}") from exc
+        arr = numeric(c, f"column {given.get(c, c)!r}").to_numpy(dtype=np.float64, na_value=np.nan)
         bad = ~np.isfinite(arr)
         if bad.any():
             raise ValueError(

@@ -9,6 +9,7 @@ resampled within cells, a Chinchilla fit of one point refused. :func:`loopscale.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -158,6 +159,7 @@ def fit_table(
         return df[df["r"].isin(keep)].reset_index(drop=True)
 
     src = read_table(table)
+    read = src
     if r is not None and variant is None:  # e.g. r = 1: the runs every variant shares need no variant named
         whole = only_r(src)
         src, variant = one_variant(whole, None)
@@ -177,7 +179,9 @@ def fit_table(
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     # the blocking's columns are checked also without a bootstrap (a typo there would otherwise pass unseen)
     try:
-        data = prepare(with_layers_unique(src), lw, block_by=blocks or None)
+        # a CSV's rows, none left out by variant or r: messages name their lines in the file
+        in_file = src is read and isinstance(table, str | Path) and Path(table).suffix.lower() == ".csv"
+        data = prepare(with_layers_unique(src), lw, block_by=blocks or None, csv=in_file)
     except ValueError:
         if lw.name == "chinchilla":
             _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs

@@ -1192,3 +1192,31 @@ def test_fit_cli_names_a_wrong_variant_before_ray_starts(tmp_path, monkeypatch):
         shutil.rmtree(short, ignore_errors=True)
     assert res.exit_code == 2, res.output
     assert "--variant nosuch: the table's runs are all of variant 'baseline'" in res.output and not started
+
+
+def test_a_value_that_is_not_a_number_is_named_with_its_row_and_a_csv_by_its_line(tmp_path):
+    """'abc' in N_once gave "Unable to parse string 'abc' at position 1" (pandas' words, its position), and every
+    row error of `loopscale fit t.csv` said "row k" of the frame, not the file's line. Both name the value and where
+    it is: a CSV by its line (header = line 1), when the rows fitted are the file's own; rows left out by r or
+    variant first are named by their row among those fitted."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint()
+    t["N_once"] = t["N_once"].astype(object)
+    t.loc[4, "N_once"] = "abc"
+    with pytest.raises(ValueError, match=r"^column 'N_once' must be numeric: 'abc' at row 4$"):
+        prepare(t, make_law("joint"))
+    with pytest.raises(ValueError, match=r"^column 'N_once' \(N = N_once \+ N_rec\) must be numeric: 'abc' at row 4$"):
+        prepare(t.drop(columns=[c for c in ("N",) if c in t.columns]), make_law("chinchilla"))
+    path = tmp_path / "t.csv"
+    t.to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
+    assert res.exit_code == 2 and "column 'N_once' must be numeric: 'abc' at line 6 of the CSV" in res.output, res.output
+    t.loc[4, "N_once"] = t.loc[5, "N_once"]
+    t.loc[7, "loss"] = np.nan
+    t.to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
+    assert res.exit_code == 2 and "NaN/inf value(s) (first at line 9 of the CSV;" in res.output, res.output
