@@ -45,6 +45,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1426,6 +1427,7 @@ def _write_stream(
     counts = {"train": 0, "val": 0}
     ndocs = {"train": 0, "val": 0}
     val_names: list[str] = []  # the first VAL_NAMES_KEPT validation documents, for the user to see which
+    last_docs: deque[tuple[str, int]] = deque(maxlen=TAIL_DOCS_KEPT)  # (name, tokens): where a position split's tail is
     val_bytes = 0
     total_chars = 0  # of every document's cleaned text, as _bpe_training_texts counts them
     files = {s: open(out_dir / f"{s}.bin", "wb") for s in counts}
@@ -1441,6 +1443,7 @@ def _write_stream(
                 arr[1:] = ids
                 files[s].write(arr.tobytes())
                 counts[s] += len(arr)
+                last_docs.append((d.name, len(arr)))
                 ndocs[s] += 1
                 if s == "val":
                     val_bytes += len(d.text.encode("utf-8"))
@@ -1458,7 +1461,7 @@ def _write_stream(
     finally:
         for f in files.values():
             f.close()
-    split_rule = "document"
+    split_rule, tail = "document", None
     if counts["train"] + counts["val"] == 0:
         raise CorpusContentError(
             "corpus contains no text (every document is empty after cleaning: only whitespace, NUL bytes or empty "
@@ -1478,7 +1481,9 @@ def _write_stream(
         ndocs = {"train": ndocs["train"] + ndocs["val"], "val": 0}  # the tail is part of the last document
         val_bytes = len(tokenizer.decode(full[-n_val:]).encode("utf-8"))
         split_rule = f"token tail {VAL_TAIL_FRAC}"
+        tail = _tail_documents(last_docs, n_val)  # every document went to one file, in corpus order
     return {
+        **({"val_tail_docs": tail} if split_rule != "document" else {}),
         **({"val_tail_after_bpe_text": True} if split_rule != "document" and isinstance(tokenizer, BPETokenizer)
            else {}),  # fmt: skip
         "dtype": np.dtype(dtype).name,
@@ -1490,6 +1495,32 @@ def _write_stream(
         "split_rule": split_rule,
         "val_bytes_per_token": val_bytes / counts["val"] if counts["val"] else None,
     }
+
+
+TAIL_DOCS_KEPT = 10_000
+"""How many of the last documents a token stream remembers (name, tokens) to name those a position split's
+validation tail covers (``val_tail_docs``)."""
+
+
+def _tail_documents(last_docs: Iterable[tuple[str, int]], n_val: int) -> dict:
+    """The documents a position split's validation tail (the last ``n_val`` tokens of the stream) covers, from
+    ``last_docs``, the stream's last documents in order with their token counts (separator included): ``names``
+    (in corpus order from the one the tail begins in, at most :data:`VAL_NAMES_KEPT`), ``n_docs`` (how many),
+    ``first_from`` (the share of the first one's tokens before the tail begins: 0.0 when the tail begins with it),
+    ``complete`` (False when the tail reaches further back than the remembered documents: ``n_docs`` then counts
+    only those)."""
+    got: list[tuple[str, int]] = []
+    covered = 0
+    for name, n in reversed(list(last_docs)):
+        got.append((name, n))
+        covered += n
+        if covered >= n_val:
+            break
+    got.reverse()
+    first_n = got[0][1] if got else 0
+    before = max(covered - n_val, 0)  # tokens of the first document that stay training
+    return {"names": [nm for nm, _ in got[:VAL_NAMES_KEPT]], "n_docs": len(got),
+            "first_from": round(before / first_n, 4) if first_n else 0.0, "complete": covered >= n_val}
 
 
 def _tail_after_bpe_text(full: np.ndarray, n_val: int, tokenizer, tail_chars: int) -> int:

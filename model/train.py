@@ -507,7 +507,9 @@ class RunResult:
     """What the run trained and validated on: ``split_rule``, ``n_train_tokens``, ``n_val_tokens``,
     ``n_train_docs``, ``n_val_docs``, split by document ``val_doc_names`` (the first
     :data:`loopscale.model.data.VAL_NAMES_KEPT` validation documents; absent for a cache built before they were
-    kept) and, for BPE, ``bpe_training`` (docs, bytes, merges the tokenizer learned)."""
+    kept), split by position ``val_tail_docs`` (the documents the validation tail covers: ``names``, ``n_docs``,
+    ``first_from``, the share of the first one that stays training; absent for a token file or an older cache)
+    and, for BPE, ``bpe_training`` (docs, bytes, merges the tokenizer learned)."""
 
     def to_dict(self) -> dict:
         """Plain JSON-serialisable dict."""
@@ -777,7 +779,7 @@ def _newest_readable_checkpoint(checkpoint_dir: str | Path | None) -> tuple[Path
 
 
 _DATA_SUMMARY_KEYS = ("split_rule", "n_train_tokens", "n_val_tokens", "n_train_docs", "n_val_docs", "val_doc_names",
-                      "bpe_training")
+                      "val_tail_docs", "bpe_training")
 
 # --------------------------------------------------------------------------------------------------------
 # Training

@@ -324,7 +324,17 @@ def _split_text(dd: dict) -> str:
         frac = rule.split()[-1]
         n_docs = (dd.get("n_train_docs") or 0) + (dd.get("n_val_docs") or 0)
         what = "a token file" if dd.get("n_train_docs") is None else f"{n_docs} document{'s' * (n_docs != 1)}"
-        return f"{what}, split by position: the last {float(frac):.0%} of the tokens are validation"
+        where = ""
+        if tail := dd.get("val_tail_docs"):  # caches built before it was kept have none
+            names, n = tail.get("names") or [], int(tail.get("n_docs") or 0)
+            first = (f"the last {1 - float(tail.get('first_from') or 0):.0%} of {names[0]}" if
+                     tail.get("first_from") else names[0]) if names else ""  # fmt: skip
+            rest = names[1:]
+            more = n - len(names) if tail.get("complete", True) else None
+            where = (f": {first}" + (f", {', '.join(rest)}" if rest else "")
+                     + (f" and {more} more" if more else "") + (" and earlier documents" if more is None else "")
+                     ) if names else ""  # fmt: skip
+        return f"{what}, split by position: the last {float(frac):.0%} of the tokens are validation{where}"
     names = dd.get("val_doc_names") or []  # caches built before they were kept have none
     more = (dd.get("n_val_docs") or 0) - len(names)
     named = f": {', '.join(names)}" + (f" and {more} more" if more > 0 else "") if names else ""

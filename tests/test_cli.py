@@ -225,7 +225,7 @@ def test_fit_and_model_errors_name_the_flags():
         neg = Path(d) / "neg.csv"
         neg.write_text(rows.replace("3.1", "-1.0"))
         res = CliRunner().invoke(app, ["fit", str(neg), "--law", "chinchilla"])
-        assert res.exit_code == 2 and "row 1 has -1.0" in res.output and "np." not in res.output, res.output
+        assert res.exit_code == 2 and "line 3 of the CSV has -1.0" in res.output and "np." not in res.output, res.output
     res = CliRunner().invoke(app, ["model", "info", "--preset", "cpu"])
     assert res.exit_code == 2 and "--d-model" in res.output and "--width-scale" in res.output, res.output
 
@@ -481,3 +481,40 @@ def test_train_line_counts_one_step_in_the_singular():
                                        "--eval-tokens", "64", "--tokens", tokens])  # fmt: skip
         assert res.exit_code == 0, res.output
         assert f"D={256 if tokens == '129' else 512} tokens {steps}," in res.stderr, res.stderr
+
+
+def test_a_position_split_names_the_documents_its_validation_tail_covers(tmp_path):
+    """A corpus split by position said only "the last 5% of the tokens are validation", not of which file; the
+    cache now records the documents the tail covers (``val_tail_docs``: names in corpus order, how many, the share
+    of the first that stays training) and the ``data`` line names them."""
+    from loopscale.model.config import preset_config
+    from loopscale.model.data import VAL_TAIL_FRAC, _tail_documents, is_validation_doc
+    from loopscale.model.train import RunConfig, train_run
+    from loopscale.model.train_cli import _split_text
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    sizes = {"a.txt": 3000, "b.txt": 4000, "c.txt": 200}
+    assert not any(is_validation_doc(n) for n in sizes)  # no document is validation-named: split by position
+    for n, k in sizes.items():
+        (corpus / n).write_text(("lorem ipsum dolor sit amet " * 200)[:k])
+    res = train_run(RunConfig(model=preset_config("cpu", r=1, d_model=16, seq_len=32), tokens=512, batch_tokens=256,
+                              eval_tokens=256, lr=0.01, corpus=str(corpus), cache_dir=str(tmp_path / "cache")))  # fmt: skip
+    d = res.data
+    total = sum(k + 1 for k in sizes.values())  # bytes, and one separator per document
+    n_val = round(total * VAL_TAIL_FRAC)
+    assert d["split_rule"].startswith("token tail") and d["n_val_tokens"] == n_val
+    assert n_val > sizes["c.txt"] + 1  # the tail begins inside b.txt and takes all of c.txt
+    before = sizes["b.txt"] + 1 - (n_val - sizes["c.txt"] - 1)
+    assert d["val_tail_docs"] == {"names": ["b.txt", "c.txt"], "n_docs": 2,
+                                  "first_from": round(before / (sizes["b.txt"] + 1), 4), "complete": True}
+    share = 1 - d["val_tail_docs"]["first_from"]
+    assert _split_text(d) == (f"3 documents, split by position: the last 5% of the tokens are validation: the last "
+                              f"{share:.0%} of b.txt, c.txt")  # fmt: skip
+    # a tail longer than the documents remembered says so; one that begins with a document takes it whole
+    assert _tail_documents([("x", 10), ("y", 5)], 40) == {"names": ["x", "y"], "n_docs": 2, "first_from": 0.0,
+                                                          "complete": False}  # fmt: skip
+    assert _tail_documents([("x", 10), ("y", 5)], 5)["first_from"] == 0.0
+    assert _split_text({"split_rule": "token tail 0.05", "n_train_docs": 3, "n_val_docs": 0,
+                        "val_tail_docs": {"names": ["x", "y"], "n_docs": 2, "first_from": 0.0, "complete": False}}
+                       ).endswith("validation: x, y and earlier documents")  # fmt: skip
