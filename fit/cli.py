@@ -343,6 +343,8 @@ def fit_cmd(
         units = unit_warnings(data)
         if units:
             summary["unit_warnings"] = units
+        if data.near_duplicates:
+            summary["near_duplicates"] = data.near_duplicates
         n_note = _n_column_note(data) if law == "chinchilla" else None
         if law == "chinchilla" and data.source_names.get("N") == "N_once + N_rec":
             n_note = ("the table has no N: N = N_once + N_rec, the unique parameters (as `loopscale run`'s per-r "
@@ -454,6 +456,8 @@ def fit_cmd(
         if loss_note:
             lines.append(f"  note: {loss_note}")
         lines.extend(f"  warning: {u}" for u in units)
+        if data.near_duplicates:
+            lines.append(f"  warning: {data.near_duplicates}")
         if n_note:
             lines.append(f"  note: {n_note}")
         for term in flat_terms:

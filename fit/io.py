@@ -94,6 +94,9 @@ class FitData:
         duplicate_run_ids: the ``run_id`` of each row dropped for a newer row of the same run (one entry per row).
         source_names: the table's own name of each column that ``frame`` names otherwise (e.g. ``{"loss":
             "final_val_loss"}``), for messages.
+        near_duplicates: for a table without ``run_id``, a sentence naming rows that equal an earlier kept row in
+            every column to :data:`NEAR_DUPLICATE_DIGITS` significant digits (the same run listed twice, rounded
+            otherwise, would count twice in the fit); None when there are none.
     """
 
     cols: dict[str, np.ndarray]
@@ -102,6 +105,7 @@ class FitData:
     excluded_by_status: dict[str, int] = field(default_factory=dict)
     duplicate_run_ids: tuple[str, ...] = ()
     source_names: dict[str, str] = field(default_factory=dict)
+    near_duplicates: str | None = None
 
     def table_columns(self) -> list[str]:
         """The columns of ``frame`` as the user's table names them (``final_val_loss``, not ``loss``)."""
@@ -349,6 +353,13 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None, cs
             f"a joint fit with phi free needs at least 2 distinct r values; every run has r = {only}; fit one "
             f"architecture's law instead (--law chinchilla; law='chinchilla' in Python){fix}"
         )
+    near = None
+    if "run_id" not in df.columns and len(df) > 1 and (pair := _near_duplicate(df)) is not None:
+        n_rep, k, same = pair
+        near = (f"{n_rep} row(s) equal an earlier row in every column to {NEAR_DUPLICATE_DIGITS} significant digits "
+                f"(the first: {where(k)}, as {where(same)}), though not exactly: the same run listed twice, rounded "
+                "otherwise, counts twice in the fit and narrows its intervals; drop the repeats, or add a column "
+                "that tells the runs apart (run_id or seed) if they are different runs")  # fmt: skip
     return FitData(
         cols=cols,
         frame=df,
@@ -356,7 +367,40 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None, cs
         excluded_by_status=by_status,
         duplicate_run_ids=tuple(str(v) for v in dups["run_id"]) if len(dups) else (),
         source_names={k: v for k, v in given.items() if k != v},
+        near_duplicates=near,
     )
+
+
+NEAR_DUPLICATE_DIGITS = 6
+"""Significant digits to which two rows of a table without ``run_id`` that agree in every column are named as one
+run listed twice (:attr:`FitData.near_duplicates`): two seeds' losses differ by far more (their spread is ~1 %)."""
+
+
+def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
+    """Rows of ``df`` equal to an earlier row in every column with numbers rounded to :data:`NEAR_DUPLICATE_DIGITS`
+    significant digits: ``(how many, the first such row, the earlier row it equals)`` (0-based positions), or None
+    (also for a table whose cells do not compare, e.g. lists)."""
+    key = {}
+    for c in df.columns:
+        num = pd.to_numeric(df[c], errors="coerce")
+        if num.notna().all():
+            x = num.to_numpy(dtype=np.float64)
+            scale = np.ones_like(x)
+            nz = np.isfinite(x) & (x != 0)
+            scale[nz] = 10.0 ** (np.floor(np.log10(np.abs(x[nz]))) - (NEAR_DUPLICATE_DIGITS - 1))
+            key[c] = np.round(x / scale) * scale
+        else:
+            key[c] = df[c].to_numpy()
+    try:
+        rounded = pd.DataFrame(key)
+        rep = rounded.duplicated(keep="first").to_numpy()
+    except TypeError:  # unhashable cells
+        return None
+    if not rep.any():
+        return None
+    k = int(np.argmax(rep))
+    same = int(np.flatnonzero((rounded.iloc[:k] == rounded.iloc[k]).all(axis=1).to_numpy())[0])
+    return int(rep.sum()), k, same
 
 
 LOSS_PLAUSIBLE_MAX = 15.0

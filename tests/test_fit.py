@@ -1220,3 +1220,32 @@ def test_a_value_that_is_not_a_number_is_named_with_its_row_and_a_csv_by_its_lin
     t.to_csv(path, index=False)
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
     assert res.exit_code == 2 and "NaN/inf value(s) (first at line 9 of the CSV;" in res.output, res.output
+
+
+def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
+    """A run listed twice, once with its loss rounded (a table pasted together from two exports), passed the exact
+    duplicate check and was fitted as two runs without a word; rows equal in every column to 6 significant digits
+    are now named (a CSV by its lines), while seeds of one cell, whose losses differ, are not."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint()
+    again = t.iloc[[4]].assign(loss=t["loss"].iloc[4] * (1 + 3e-8))
+    data = prepare(pd.concat([t, again], ignore_index=True), make_law("joint"))
+    assert data.near_duplicates.startswith(f"1 row(s) equal an earlier row in every column to 6 significant digits "
+                                           f"(the first: row {len(t)}, as row 4), though not exactly")  # fmt: skip
+    assert prepare(t, make_law("joint")).near_duplicates is None
+    seed2 = t.assign(loss=t["loss"] * 1.01)  # another seed of every cell: its losses differ by 1 %
+    assert prepare(pd.concat([t, seed2], ignore_index=True), make_law("joint")).near_duplicates is None
+    ids = pd.concat([t, again], ignore_index=True).assign(run_id=[f"r{i}" for i in range(len(t) + 1)])
+    assert prepare(ids, make_law("joint")).near_duplicates is None  # named runs: two ids are two runs
+    path = tmp_path / "near.csv"
+    pd.concat([t, again], ignore_index=True).to_csv(path, index=False, float_format="%.12g")
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0", "--starts", "8"])
+    assert res.exit_code == 0, res.output
+    assert f"warning: 1 row(s) equal an earlier row in every column to 6 significant digits (the first: line " \
+           f"{len(t) + 2} of the CSV, as line 6 of the CSV)" in res.output, res.output
+    js = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0", "--starts", "8", "--json"])
+    assert json.loads(js.stdout)["near_duplicates"] == prepare(path, make_law("joint")).near_duplicates
