@@ -327,8 +327,9 @@ def _split_text(dd: dict) -> str:
         where = ""
         if tail := dd.get("val_tail_docs"):  # caches built before it was kept have none
             names, n = tail.get("names") or [], int(tail.get("n_docs") or 0)
-            first = (f"the last {1 - float(tail.get('first_from') or 0):.0%} of {names[0]}" if
-                     tail.get("first_from") else names[0]) if names else ""  # fmt: skip
+            share = 1 - float(tail.get("first_from") or 0)  # of the first document's tokens, validation
+            pct = f"{share:.0%}" if share >= 0.01 else "under 1%"
+            first = (f"the last {pct} of {names[0]}" if tail.get("first_from") else names[0]) if names else ""
             rest = names[1:]
             more = n - len(names) if tail.get("complete", True) else None
             where = (f": {first}" + (f", {', '.join(rest)}" if rest else "")
