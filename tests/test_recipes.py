@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -352,7 +353,8 @@ def test_slurm_script():
     assert "export RAY_AUTH_MODE=token" in text and "--dashboard-host=127.0.0.1" in text
     # the head is waited for (a fixed sleep let a slow head fail the driver), and each srun step asks for the
     # node's CPUs and GPUs itself (Slurm >= 22.05 steps do not inherit --cpus-per-task)
-    assert 'ray health-check --address "$HEAD_ADDRESS"' in text and "sleep 20" not in text
+    assert 'until ray status --address "$HEAD_ADDRESS"' in text and "sleep 20" not in text
+    assert "health-check" not in text  # Ray's help calls `ray health-check` not a public API
     assert text.count('--cpus-per-task="$CPUS_PER_NODE" --gpus-per-node="$GPUS_PER_NODE"') == 2
     assert "export LOOPSCALE_CACHE=" in text
     # it stops the Ray nodes it started (its background srun steps), not every Ray of the user on a shared node
@@ -475,3 +477,31 @@ def test_local_cluster_demo_joins_its_own_head_by_address():
     assert text.index("export RAY_AUTH_MODE=") < text.index('"$RAY" start')  # head and driver share one mode
     assert not any(re.search(r"\bray\b.*\bstop\b|\$RAY\"? stop", ln) for ln in code), "the demo must not `ray stop`"
     assert 'kill -TERM "$HEAD_PID"' in text
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to run the SLURM recipe's wait loop")
+def test_slurm_script_waits_for_the_head_and_gives_up_with_a_message(tmp_path):
+    """The recipe's wait for the Ray head, run with a stand-in `ray` that answers on its third call: it waits through
+    the failed tries and goes on; with a head that never answers it stops with exit 1 and says so after
+    HEAD_WAIT_S, instead of starting workers against nothing."""
+    text = (RECIPES / "slurm-sbatch.sh").read_text()
+    start = text.index("# wait until the head answers")
+    block = text[start:text.index("\ndone\n", start) + len("\ndone\n")]
+    stub = tmp_path / "bin" / "ray"
+    stub.parent.mkdir()
+    calls = tmp_path / "calls"
+    stub.write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\n'
+                    f'[ "$(wc -l < {calls})" -ge 3 ]\n')  # fmt: skip
+    stub.chmod(0o755)
+    script = tmp_path / "wait.sh"
+    script.write_text("set -euo pipefail\nsleep() { :; }\nHEAD_ADDRESS=10.0.0.1:6379\n" + block + "echo head-up\n")
+    env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}"}
+    res = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "head-up", res
+    assert calls.read_text().splitlines() == ["status --address 10.0.0.1:6379"] * 3
+    calls.write_text("")
+    stub.write_text("#!/usr/bin/env bash\nexit 1\n")
+    res = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                         env={**env, "HEAD_WAIT_S": "0"})  # fmt: skip
+    assert res.returncode == 1 and "head-up" not in res.stdout
+    assert res.stderr.strip() == "Ray head at 10.0.0.1:6379 not up after 0 s", res.stderr

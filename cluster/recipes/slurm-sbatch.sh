@@ -52,12 +52,17 @@ echo "Ray head on ${HEAD_NODE} (${HEAD_ADDRESS}); ${#NODES[@]} nodes"
 srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" --cpus-per-task="$CPUS_PER_NODE" --gpus-per-node="$GPUS_PER_NODE" \
   ray start --head --node-ip-address="$HEAD_IP" --port="$RAY_PORT" \
   --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" --dashboard-host=127.0.0.1 --block &
-# wait until the head answers (a fixed sleep let a slow head fail the driver's reachability check: exit 2)
-for _ in $(seq 60); do
-  ray health-check --address "$HEAD_ADDRESS" >/dev/null 2>&1 && break
+# wait until the head answers: `ray status` exits 0 once it reaches the head (a fixed sleep let a slow head fail the
+# driver's reachability check: exit 2); one try at a head not yet listening can itself take ~40 s
+HEAD_WAIT_S="${HEAD_WAIT_S:-300}"
+wait_from=$SECONDS
+until ray status --address "$HEAD_ADDRESS" >/dev/null 2>&1; do
+  if (( SECONDS - wait_from >= HEAD_WAIT_S )); then
+    echo "Ray head at $HEAD_ADDRESS not up after $((SECONDS - wait_from)) s" >&2
+    exit 1
+  fi
   sleep 5
 done
-ray health-check --address "$HEAD_ADDRESS" >/dev/null 2>&1 || { echo "Ray head not up after 300 s" >&2; exit 1; }
 
 # Workers: one ray start per remaining node.
 for node in "${NODES[@]:1}"; do
