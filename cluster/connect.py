@@ -136,16 +136,17 @@ def auto_address() -> str | None:
 def check_reachable(
     address: str | None, timeout: float = REACH_TIMEOUT_S, *, hint: str = "leave --address unset"
 ) -> None:
-    """Check that something accepts a TCP connection at a ``host:port`` (or ``ray://host:port``) address, without
-    starting Ray: joining an address nobody serves made ``ray.init`` wait for ever (Ray 2.60 retries the GCS every
-    30 s and says so only in its log). ``"auto"`` is first resolved as ``ray.init`` resolves it (the cluster that
+    """Check that something accepts a TCP connection at a ``host:port`` (or ``ray://host:port``) address and answers
+    HTTP/2's connection preface as a gRPC server does (:func:`_grpc_answer`; a web server there, e.g. a dashboard
+    port given by mistake, is refused), without starting Ray: joining an address nobody serves, or a service other
+    than Ray, made ``ray.init`` wait for ever (Ray 2.60 retries the GCS every 30 s and says so only in its log). ``"auto"`` is first resolved as ``ray.init`` resolves it (the cluster that
     ``ray start`` last started on this machine, else any running there): with none, a run failed only once Ray
     started, after it had written its folder's spec and logs, and its dry run said nothing. ``None`` and anything
     :func:`validate_address` refuses pass unchecked.
 
     Raises:
-        ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s), or
-            ``"auto"`` finds no Ray cluster on this machine.
+        ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s),
+            a service that is not gRPC answers there, or ``"auto"`` finds no Ray cluster on this machine.
     """
     if address is None:
         return
@@ -164,8 +165,8 @@ def check_reachable(
 
     host, port = m.group("host").strip("[]"), int(m.group("port"))
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            answer = _grpc_answer(conn, timeout)
     except OSError as e:
         why = f"no answer within {timeout:g} s" if isinstance(e, TimeoutError) else (e.strerror or str(e) or type(e).__name__)
         raise ValueError(
@@ -173,6 +174,47 @@ def check_reachable(
             f"that the cluster is running and that its port is open to this machine, or {hint} for the embedded "
             "local Ray"
         ) from None
+    if answer is not None:
+        raise ValueError(
+            f"something listens at {a}, but not a Ray head: {answer}, where a Ray head's port (its GCS, 6379 by "
+            "default, or the Ray Client's for ray://) answers in gRPC; check the port (the head's `ray start "
+            f"--head` prints the address; 8265 is the dashboard's, for `ray job submit`), or {hint} for the "
+            "embedded local Ray"
+        )
+
+
+#: HTTP/2's client connection preface (RFC 9113 Sec. 3.4) and an empty SETTINGS frame: a gRPC server, as a Ray
+#: head's GCS and Ray Client ports are, answers it with a SETTINGS frame of its own (frame type 0x4).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 0x4, 0, 0, 0, 0, 0])
+
+
+def _grpc_answer(conn, timeout: float) -> str | None:
+    """What a non-gRPC service at the other end of the connected socket ``conn`` answered to HTTP/2's connection
+    preface, as a short phrase; None when it answered as gRPC (a SETTINGS frame) and also when it cannot be told:
+    no answer within ``timeout`` s, a socket error while asking, or Ray over TLS (``RAY_USE_TLS``), whose port
+    expects a TLS handshake first. Joining such a service made ``ray.init`` wait for ever (Ray retries its GCS
+    every ~40 s and says so only in its log), with a signal held until Ray started."""
+    if os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes"):
+        return None
+    data, closed = b"", False
+    try:
+        conn.settimeout(timeout)
+        conn.sendall(_H2_PREFACE)
+        while len(data) < 9:
+            chunk = conn.recv(9 - len(data))
+            if not chunk:
+                closed = True
+                break
+            data += chunk
+    except OSError:  # a timeout, or a reset: judged by what came before it (nothing: not told)
+        pass
+    if not data:
+        return "it closed the connection without answering" if closed else None
+    if len(data) >= 4 and data[3] == 0x4:
+        return None
+    if data.startswith(b"HTTP/") or data[:1] in (b"<", b"{"):
+        return "it answered in HTTP/1 (a web server)"
+    return f"it answered {data!r}"
 
 
 def _validate_local_options(
