@@ -172,16 +172,44 @@ def drop_duplicate_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df.iloc[kept[np.argsort(slot[kept], kind="stable")]].reset_index(drop=True), df.loc[~keep]
 
 
+def one_tokenizer(runs: pd.DataFrame, what: str = "the table") -> None:
+    """Refuse runs whose losses count different tokens: a loss in nats per token of one tokenizer (``tokenizer``,
+    ``vocab_size`` columns, as loopscale's results name them) is not on the scale of another's (a byte-level model's
+    token is a byte, a BPE model's several), so one law fitted to both reads the tokenizer's difference as the
+    law's. Columns that are absent, or null on a run, are not compared.
+
+    Raises:
+        ValueError: two or more (tokenizer, vocab_size) pairs, each with its number of runs.
+    """
+    cols = [c for c in ("tokenizer", "vocab_size") if c in runs.columns]
+    if not cols:
+        return
+    keys = runs[cols].dropna()
+    if len(keys.drop_duplicates()) <= 1:
+        return
+    counts = keys.astype(str).value_counts()
+    said = ", ".join(f"{int(n)} runs " + " ".join(f"{c}={v}" for c, v in zip(cols, k, strict=True))
+                     for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))  # fmt: skip
+    raise ValueError(
+        f"{what}'s ok runs count their loss in the tokens of {len(counts)} tokenizers ({said}): a loss in nats per "
+        "token of one is not on the scale of another's, so they are not one grid and are not fitted; filter the "
+        f"table to the runs of one tokenizer (one value of {' and '.join(cols)})"
+    )
+
+
 def one_corpus(runs: pd.DataFrame, what: str = "the table") -> None:
-    """Refuse runs that read different corpus contents: two texts, two validation sets, so not one grid to fit.
+    """Refuse runs that read different corpus contents: two texts, two validation sets, so not one grid to fit;
+    and runs of two tokenizers (:func:`one_tokenizer`).
 
     Args:
         runs: the runs to be fitted (already left to the ok ones). Without a ``corpus_sha256`` column, or with one
             value in it (null values, from records that name no hash, are not compared), nothing is checked.
         what: the table's name in the message.
     Raises:
-        ValueError: two or more hashes, each with its number of runs (hash shortened to 12 characters).
+        ValueError: two or more hashes, each with its number of runs (hash shortened to 12 characters); two or
+            more tokenizers (:func:`one_tokenizer`).
     """
+    one_tokenizer(runs, what)
     if "corpus_sha256" not in runs.columns:
         return
     counts = runs["corpus_sha256"].dropna().astype(str)

@@ -887,6 +887,32 @@ def test_fit_cli_refuses_ok_runs_of_two_corpus_contents(tmp_path):
         assert res.exit_code == 0, res.output
 
 
+def test_fit_refuses_ok_runs_of_two_tokenizers(tmp_path):
+    """Runs of a bpe:1024 grid and a byte grid on the same corpus (one corpus_sha256) were fitted together without
+    a word (a new user's phi = -0.976, R^2 = -0.47): a loss in nats per token of one tokenizer is not on the scale of
+    another's. `fit` refuses them (exit 2), naming each tokenizer with its number of runs; one tokenizer, or a
+    second one only on a diverged run, is fitted."""
+    from typer.testing import CliRunner
+
+    t = _base_joint().assign(status="ok", run_id=lambda d: [f"run{i}" for i in range(len(d))], corpus_sha256="a" * 64)
+    t["tokenizer"] = ["byte"] * 12 + ["bpe:1024"] * (len(t) - 12)
+    t["vocab_size"] = [256] * 12 + [1024] * (len(t) - 12)
+    path = tmp_path / "runs.parquet"
+    t.to_parquet(path)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path), "--starts", "10"])
+    assert res.exit_code == 2, res.output
+    out = " ".join(res.output.split())
+    assert len(t) - 12 < 12  # most runs first
+    assert ("the table's ok runs count their loss in the tokens of 2 tokenizers (12 runs tokenizer=byte "
+            f"vocab_size=256, {len(t) - 12} runs tokenizer=bpe:1024 vocab_size=1024)") in out, out
+    one = t.assign(tokenizer="byte", vocab_size=256)
+    one.loc[0, ["tokenizer", "vocab_size", "status", "loss"]] = ["bpe:1024", 1024, "diverged", np.nan]
+    for ok in (one, t.drop(columns=["tokenizer", "vocab_size"])):
+        ok.to_parquet(path)
+        res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "10"])
+        assert res.exit_code == 0, res.output
+
+
 def test_frontier_flops_of_one_model_per_r_are_its_measured_flops_per_token():
     """With one model size at an r the FLOPs per token fell back to 6 N, leaving out a looped block's r passes:
     D* of the cpu preset's r = 2 model was C / (6 N*), a third of its true value. One size now gives F = (C / D) / N
