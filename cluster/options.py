@@ -16,9 +16,11 @@ flags with the same meaning::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -205,12 +207,16 @@ def validate_storage(storage: str | None) -> str | None:
 
     if (m := re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(?!//)", storage)) and m.group(1).lower() in STORAGE_SCHEMES:
         # `s3:/bucket` or `file:/abs` would be a local folder named `s3:` under the current directory
-        scheme = m.group(1).lower()
-        fix = f"{scheme}://{storage[m.end():].lstrip('/')}" if scheme != "file" else f"file:///{storage[m.end():].lstrip('/')}"
+        scheme, rest = m.group(1).lower(), storage[m.end():]
+        if scheme == "file":  # `file:/abs` meant /abs; `file:rel` the path rel under the current directory
+            from loopscale.cluster.storage import absolute_uri
+
+            fix = f"{'file://' + absolute_uri(rest)!r} or the plain path {rest!r}"
+        else:
+            fix = repr(f"{scheme}://{rest.lstrip('/')}")
         raise ValueError(
             f"storage={storage!r} starts with the scheme {m.group(1)!r} but not its '//': it would be read as a local "
-            f"folder named {m.group(0)!r} under the current directory; write {fix!r}"
-            + (" or the plain path" if scheme == "file" else "")
+            f"folder named {m.group(0)!r} under the current directory; write {fix}"
         )
     if "://" in storage:
         scheme, rest = storage.split("://", 1)
@@ -249,12 +255,14 @@ def reachable_storage(storage: str | None, *, write: bool = False) -> None:
     is written or Ray starts: without this a bucket that cannot be reached (no network, a mistyped name, no
     credentials) stops the command at its first read with pyarrow's traceback (``s3://``), or after Google's
     15-minute retry policy (``gs://``, probed here with a 20 s one). A local path or ``file://`` URI is read only
-    with ``write`` (a command that writes there): it is created if missing and a probe file is written and removed,
-    so a path under a file or on a read-only file system is one line, not a traceback from Tune.
+    with ``write`` (a command that writes there): a probe file is written and removed in it (in the directories
+    made for it where it is missing, removed again: a command refused after this check leaves nothing there), so a
+    path under a file or on a read-only file system is one line, not a traceback from Tune.
 
     Raises:
-        ValueError: the location cannot be reached (the message carries pyarrow's reason), or (``write``) the local
-            directory cannot be created or written.
+        ValueError: the location cannot be reached, in one line: the first line of pyarrow's reason (what its C++
+            side writes to file descriptor 2 meanwhile, e.g. HDFS's search for a JVM, is kept out of the terminal)
+            and what to check for that scheme; or (``write``) the local directory cannot be created or written.
     """
     if storage is None:
         return
@@ -266,21 +274,74 @@ def reachable_storage(storage: str | None, *, write: bool = False) -> None:
 
     from loopscale.cluster import storage as st
 
+    scheme = storage.split("://", 1)[0].lower()
     probe = storage
-    if storage.split("://", 1)[0].lower() in ("gs", "gcs") and "retry_limit_seconds=" not in storage:
+    if scheme in ("gs", "gcs") and "retry_limit_seconds=" not in storage:
         probe += ("&" if "?" in storage else "?") + "retry_limit_seconds=20"
+    said: list[str] = []
     try:
-        st.exists(probe)
+        with _fd2_captured() as said:  # what pyarrow's C++ side (libhdfs, the JVM) writes straight to fd 2
+            st.exists(probe)
     except (OSError, ValueError, pa.ArrowException) as e:  # abfs:// without credentials: ArrowException
-        raise ValueError(
-            f"storage {storage!r} cannot be reached: {e}; check the network, the bucket's name and this machine's "
-            "credentials (instance role, AWS_*/GOOGLE_* variables)"
-        ) from None
+        # the first line is the reason; HDFS without a JVM appends the ~90 places it looked for libjvm
+        reason = next((ln.strip() for ln in [*str(e).splitlines(), *said] if ln.strip()), type(e).__name__)
+        raise ValueError(f"storage {storage!r} cannot be reached: {reason}; {_storage_advice(scheme)}") from None
+    if said:  # reached: what it wrote is not hidden
+        sys.stderr.write("".join(said))
+        sys.stderr.flush()
+
+
+def _storage_advice(scheme: str) -> str:
+    """What to check when a storage of ``scheme`` cannot be reached (the end of :func:`reachable_storage`'s
+    message)."""
+    if scheme in ("hdfs", "viewfs"):
+        return (
+            "pyarrow's HDFS needs Hadoop's libhdfs and a JVM on this machine (JAVA_HOME, HADOOP_HOME, and CLASSPATH "
+            "from `hadoop classpath --glob`) and the namenode's host:port in the URI (hdfs://NAMENODE:8020/path)"
+        )
+    if scheme in ("abfs", "abfss"):
+        return (
+            "check the network, the storage account's and container's names and this machine's Azure credentials "
+            "(managed identity, AZURE_* variables)"
+        )
+    return (
+        "check the network, the bucket's name and this machine's credentials (instance role, AWS_*/GOOGLE_* "
+        "variables)"
+    )
+
+
+@contextlib.contextmanager
+def _fd2_captured():
+    """Send what is written to file descriptor 2 (C/C++ code's stderr, which ``sys.stderr`` does not see) to a
+    temporary file while the block runs; yields a list that holds its lines afterwards (also when the block
+    raises). fd 2 is restored in any case; where it cannot be duplicated (closed), nothing is captured."""
+    import tempfile
+
+    lines: list[str] = []
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield lines
+        return
+    try:
+        with tempfile.TemporaryFile(mode="w+b") as tmp:
+            sys.stderr.flush()
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield lines
+            finally:
+                os.dup2(saved, 2)
+                tmp.seek(0)
+                lines += tmp.read().decode(errors="replace").splitlines(keepends=True)
+    finally:
+        os.close(saved)
 
 
 def _writable_local_storage(storage: str) -> None:
-    """Create the local storage directory ``storage`` (a path or ``file://`` URI) if missing and write and remove a
-    probe file in it (a permission check alone passes for root on a read-only file system such as /sys).
+    """Write and remove a probe file in the local storage directory ``storage`` (a path or ``file://`` URI; a
+    permission check alone passes for root on a read-only file system such as /sys). Where it is missing, it and
+    its missing parents are created for the probe and removed again, so that the check leaves the file system as
+    it was (Tune creates the storage when it starts).
 
     Raises:
         ValueError: it cannot be created or written, with the system's reason.
@@ -290,6 +351,11 @@ def _writable_local_storage(storage: str) -> None:
     from loopscale.cluster.storage import local_path
 
     path = local_path(storage)
+    made: list[Path] = []  # the missing directories, deepest first: removed again after the probe
+    p = path
+    while not os.path.lexists(p) and p.parent != p:
+        made.append(p)
+        p = p.parent
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".loopscale_probe_"):
@@ -302,6 +368,12 @@ def _writable_local_storage(storage: str) -> None:
             + "; give a writable directory (on a multi-node cluster, one every node shares), or leave it unset for "
             "OUT/tune"
         ) from None
+    finally:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:  # not made (mkdir failed above it), or not empty (written meanwhile): left as it is
+                pass
 
 
 def usable_out_dir(out: Path, what: str = "--out") -> Path:
