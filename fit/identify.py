@@ -25,8 +25,9 @@ can fail to identify it in three ways, each of which this module detects:
     resampled by D): a point estimate with nothing to weigh it is not a result. (Without a bootstrap asked for, the
     headline only says there is no interval.)
 
-Otherwise the headline is "phi = x [lo, hi]"; when the interval's half-width exceeds the requested precision the
-headline says so (identified but imprecise). A check that could not be made (no profile; phi per r without
+Otherwise the headline is "phi = x [lo, hi]"; when the interval's half-width exceeds the precision target
+(``target_half_width``, 0.15 by default) the headline says so (identified but imprecise): the rule decides whether
+phi is identified, not whether it is precise enough for a purpose. A check that could not be made (no profile; phi per r without
 intervals; no r = 1 runs or fewer than two r > 1 with enough runs to fit phi_r) is named at the end of the headline
 ("not checked: ...").
 """
@@ -479,7 +480,8 @@ def identify(
     else:
         headline = f"phi = {phi_hat:.3f}, 95 % CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}]"
         if not precise:
-            headline += f" (half-width {half:.2f} > the {target_half_width:g} asked: identified but imprecise)"
+            headline += (f" (half-width {half:.2f} > {target_half_width:g}, the precision target: identified but "
+                         "imprecise)")  # fmt: skip
     if not causes and details["checks_skipped"]:
         headline += "; not checked: " + ", ".join(details["checks_skipped"])
     return Identification(

@@ -82,6 +82,12 @@ def test_a_bootstrap_that_gave_no_interval_does_not_identify_phi():
     plain = identify(point, None, prof, None)
     assert plain.identified and plain.headline.startswith(f"phi = {point.params['phi']:.3f} (no interval")
     assert identify(point, (0.3, 0.6), prof, None, no_interval=None).identified
+    # an interval wider than the precision target: identified, and said to be imprecise against a target the user
+    # did not set ("the 0.15 asked" read as if they had)
+    wide = identify(point, (0.1, 0.7), prof, None)
+    assert wide.identified and not wide.precise
+    assert "(half-width 0.30 > 0.15, the precision target: identified but imprecise)" in wide.headline, wide.headline
+    assert identify(point, (0.1, 0.7), prof, None, target_half_width=0.3).precise
 
 
 def test_not_identified_on_bound():
