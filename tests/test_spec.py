@@ -986,3 +986,21 @@ def test_every_problem_across_keys_is_said_at_once():
     assert "sizes must be non-empty with 'tokens'" in str(e.value) and "lr.table" not in str(e.value)
     with pytest.raises(SpecError, match=r"lr.table has entries for 99, not sizes of the grid \[16, 32\]"):
         parse_spec({**base, "lr": {"table": {99: 0.1}}})
+
+
+def test_model_copy_with_a_section_mapping_changes_only_the_keys_it_names():
+    """`preset_spec("smoke").model_copy(update={"training": {"batch_tokens": 512}})` reset the section's other keys to
+    their defaults without a word (eval_tokens 2048 -> 65536, checkpoint_every_steps 4 -> None); a mapping now
+    changes the keys it names, a section object still replaces the section, and other values are replaced."""
+    from loopscale.sweep.presets import preset_spec
+
+    smoke = preset_spec("smoke")
+    c = smoke.model_copy(update={"training": {"batch_tokens": 512}})
+    assert c.training.batch_tokens == 512
+    assert (c.training.eval_tokens, c.training.checkpoint_every_steps) == (2048, 4) == (
+        smoke.training.eval_tokens, smoke.training.checkpoint_every_steps)  # fmt: skip
+    whole = type(smoke.training)(batch_tokens=512)  # an object: the section as given, its defaults included
+    assert smoke.model_copy(update={"training": whole}).training.eval_tokens == whole.eval_tokens != 2048
+    assert smoke.model_copy(update={"tokens": [4096]}).tokens == [4096]  # not merged into [2048, 4096]
+    with pytest.raises(SpecError, match="training"):
+        smoke.model_copy(update={"training": {"batch_tokens": "many"}})
