@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -120,15 +121,18 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def variant_frames(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Rows per variant (``variant`` column; all rows are ``baseline`` without one); a variant without r = 1 rows
+def variant_frames(df: pd.DataFrame, order: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Rows per variant (``variant`` column; all rows are ``baseline`` without one), ``baseline`` first, then in
+    ``order`` (e.g. the spec's ``variants``), then alphabetically; a variant without r = 1 rows
     borrows the baseline's (or those of a variant of r = 1 runs only: :func:`loopscale.fit.io.shared_r1`), so each
     frame is one variant's fit. The variant that lends its r = 1 runs gets no frame of its own when it has no looped
     runs and other variants have (a spec whose ``variants`` leave out ``baseline``: its r = 1 runs are labelled
     ``baseline``)."""
     if "variant" not in df.columns:
         return {"baseline": df}
-    names = sorted(df["variant"].astype(str).unique().tolist(), key=lambda v: (v != "baseline", v))
+    rank = {v: i for i, v in enumerate(order or ())}
+    names = sorted(df["variant"].astype(str).unique().tolist(),
+                   key=lambda v: (v != "baseline", rank.get(v, len(rank)), v))  # fmt: skip
     base, r1 = shared_r1(df, "baseline" if "baseline" in names else names[0])
     looped = set(df.loc[df["r"] > 1, "variant"].astype(str))
     out = {}
@@ -499,6 +503,7 @@ def analyze(
     workers: int | None = None,
     address: str | None = None,
     plots: bool = True,
+    variant_order: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Fit everything the report shows and write it under ``out_dir``.
 
@@ -509,6 +514,8 @@ def analyze(
         out_dir: where the analysis files go (created).
         B: bootstrap resamples of the joint fit per variant (paper: 200). starts: multi-starts per fit (paper: 500).
         seed: RNG seed (same seed, same CIs whatever ``workers``). workers/address: Ray for the bootstrap.
+        variant_order: the order of the variants after ``baseline`` (``loopscale run``: the spec's); others
+            alphabetically (:func:`variant_frames`).
     Returns:
         The ``analysis.json`` content (dict). With more than one variant, ``variant_comparison`` is
         :func:`loopscale.fit.variants.compare_variants`'s result, each of its ``comparisons`` with ``identified``
@@ -559,7 +566,7 @@ def analyze(
         "variants": {},
     }
     frontier_rows, iso_rows = [], []
-    for vname, frame in variant_frames(df).items():
+    for vname, frame in variant_frames(df, variant_order).items():
         vdir = out / vname
         v: dict[str, Any] = {"n": len(frame)}
         per_r = chinchilla_per_r(frame, starts=starts, seed=seed)

@@ -770,6 +770,7 @@ def run_pipeline(
                     starts=starts,
                     seed=seed,
                     address=cluster.address,
+                    variant_order=[v.name for v in spec.variants],
                 )
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
                 meta["fit_command"] = command  # the report names it: the fit it shows is this command's

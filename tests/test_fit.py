@@ -1275,3 +1275,23 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
            f"{len(t) + 2} of the CSV, as line 6 of the CSV)" in res.output, res.output
     js = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0", "--starts", "8", "--json"])
     assert json.loads(js.stdout)["near_duplicates"] == prepare(path, make_law("joint")).near_duplicates
+
+
+def test_variants_come_in_the_specs_order_after_baseline(tmp_path):
+    """A spec's variants [baseline, trunc_bptt, hyperconnect] came out baseline, hyperconnect, trunc_bptt (sorted);
+    `loopscale run` now gives analyze the spec's order, which analysis.json and the report follow. Without an
+    order (an outside table), baseline first, then alphabetically, as before."""
+    from loopscale.fit.analysis import analyze, variant_frames
+
+    base = _base_joint().assign(variant="baseline", status="ok")
+    looped = base[base["r"] > 1]
+    table = pd.concat([base, looped.assign(variant="trunc_bptt"), looped.assign(variant="hyperconnect",
+                                                                             loss=looped["loss"] * 1.01)],
+                      ignore_index=True)  # fmt: skip
+    assert list(variant_frames(table)) == ["baseline", "hyperconnect", "trunc_bptt"]
+    spec_order = ["baseline", "trunc_bptt", "hyperconnect"]
+    assert list(variant_frames(table, spec_order)) == spec_order
+    assert list(variant_frames(table, ["trunc_bptt"])) == spec_order  # the unnamed ones after, alphabetically
+    ana = analyze(table, tmp_path / "fit", B=0, starts=4, workers=1, plots=False, variant_order=spec_order)
+    assert list(ana["variants"]) == spec_order
+    assert list(json.loads((tmp_path / "fit" / "analysis.json").read_text())["variants"]) == spec_order
