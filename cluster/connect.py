@@ -190,26 +190,28 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 0x4, 0, 0, 0
 
 def _grpc_answer(conn, timeout: float) -> str | None:
     """What a non-gRPC service at the other end of the connected socket ``conn`` answered to HTTP/2's connection
-    preface, as a short phrase; None when it answered as gRPC (a SETTINGS frame) and also when it cannot be told:
-    no answer within ``timeout`` s, a socket error while asking, or Ray over TLS (``RAY_USE_TLS``), whose port
-    expects a TLS handshake first. Joining such a service made ``ray.init`` wait for ever (Ray retries its GCS
+    preface, as a short phrase (also: it closed or reset the connection, or said nothing within ``timeout`` s);
+    None when it answered as gRPC (a SETTINGS frame), and under Ray over TLS (``RAY_USE_TLS``), whose port expects
+    a TLS handshake first. Joining such a service made ``ray.init`` wait for ever (Ray retries its GCS
     every ~40 s and says so only in its log), with a signal held until Ray started."""
     if os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes"):
         return None
-    data, closed = b"", False
+    data, ended = b"", None
     try:
         conn.settimeout(timeout)
         conn.sendall(_H2_PREFACE)
         while len(data) < 9:
             chunk = conn.recv(9 - len(data))
             if not chunk:
-                closed = True
+                ended = "it closed the connection without answering"
                 break
             data += chunk
-    except OSError:  # a timeout, or a reset: judged by what came before it (nothing: not told)
-        pass
+    except TimeoutError:  # a gRPC server answers at once (a Ray head in milliseconds)
+        ended = f"it did not answer within {timeout:g} s"
+    except OSError as e:  # e.g. reset: what came before it decides
+        ended = f"it closed the connection without answering ({e.strerror or type(e).__name__})"
     if not data:
-        return "it closed the connection without answering" if closed else None
+        return ended
     if len(data) >= 4 and data[3] == 0x4:
         return None
     if data.startswith(b"HTTP/") or data[:1] in (b"<", b"{"):

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
 from loopscale.cluster.connect import check_reachable
 
 
-def _serve_once(answer: bytes | None) -> tuple[str, threading.Thread]:
-    """A one-connection TCP server on 127.0.0.1 that reads the client's first bytes, then writes ``answer`` (None:
-    writes nothing and closes) and closes. Returns its ``host:port`` and its thread."""
+def _serve_once(answer: bytes | None, *, at_once: bool = False, hold: float = 0.0) -> tuple[str, threading.Thread]:
+    """A one-connection TCP server on 127.0.0.1 that reads the client's first bytes (``at_once``: closes before
+    reading them), then writes ``answer`` (None: nothing), waits ``hold`` s and closes. Returns its ``host:port``
+    and its thread."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -23,9 +25,12 @@ def _serve_once(answer: bytes | None) -> tuple[str, threading.Thread]:
         with srv:
             conn, _ = srv.accept()
             with conn:
+                if at_once:
+                    return
                 conn.recv(64)
                 if answer:
                     conn.sendall(answer)
+                time.sleep(hold)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
@@ -52,6 +57,22 @@ def test_a_service_that_is_not_a_ray_head_is_refused(answer, said, monkeypatch):
     msg = str(e.value)
     assert msg.startswith(f"something listens at {addr}, but not a Ray head: {said.replace(chr(92), '')}"), msg
     assert "8265 is the dashboard's" in msg and "\n" not in msg
+
+
+def test_a_port_that_closes_at_once_or_says_nothing_is_refused(monkeypatch):
+    """A server that accepts and closes before reading (the client then sees a reset, which passed as 'cannot be
+    told') or accepts and says nothing: Ray's start hung on both, holding Ctrl-C; both are refused."""
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
+    addr, t = _serve_once(None, at_once=True)
+    with pytest.raises(ValueError, match=rf"^something listens at {addr}, but not a Ray head: it closed the "
+                                         r"connection without answering"):  # fmt: skip
+        check_reachable(addr, timeout=5)
+    t.join(5)
+    addr, t = _serve_once(None, hold=3.0)
+    with pytest.raises(ValueError, match=rf"^something listens at {addr}, but not a Ray head: it did not answer "
+                                         r"within 1 s"):  # fmt: skip
+        check_reachable(addr, timeout=1)
+    t.join(5)
 
 
 def test_a_grpc_server_passes_and_tls_is_not_probed(monkeypatch):
