@@ -176,25 +176,30 @@ def one_tokenizer(runs: pd.DataFrame, what: str = "the table") -> None:
     """Refuse runs whose losses count different tokens: a loss in nats per token of one tokenizer (``tokenizer``,
     ``vocab_size`` columns, as loopscale's results name them) is not on the scale of another's (a byte-level model's
     token is a byte, a BPE model's several), so one law fitted to both reads the tokenizer's difference as the
-    law's. Columns that are absent, or null on a run, are not compared.
+    law's. Each column is compared on its own, over the runs where it is not null (``vocab_size`` as a number:
+    256 and 256.0 are one); an absent column is not compared.
 
     Raises:
-        ValueError: two or more (tokenizer, vocab_size) pairs, each with its number of runs.
+        ValueError: two or more values in either column, each with its number of runs.
     """
-    cols = [c for c in ("tokenizer", "vocab_size") if c in runs.columns]
-    if not cols:
-        return
-    keys = runs[cols].dropna()
-    if len(keys.drop_duplicates()) <= 1:
-        return
-    counts = keys.astype(str).value_counts()
-    said = ", ".join(f"{int(n)} runs " + " ".join(f"{c}={v}" for c, v in zip(cols, k, strict=True))
-                     for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))  # fmt: skip
-    raise ValueError(
-        f"{what}'s ok runs count their loss in the tokens of {len(counts)} tokenizers ({said}): a loss in nats per "
-        "token of one is not on the scale of another's, so they are not one grid and are not fitted; filter the "
-        f"table to the runs of one tokenizer (one value of {' and '.join(cols)})"
-    )
+    for col in ("tokenizer", "vocab_size"):
+        if col not in runs.columns:
+            continue
+        vals = runs[col].dropna()
+        if col == "vocab_size":
+            num = pd.to_numeric(vals, errors="coerce")
+            vals = vals.where(num.isna(), num).map(lambda v: int(v) if isinstance(v, float) and v.is_integer() else v)
+        else:
+            vals = vals.astype(str)
+        counts = vals.value_counts()
+        if len(counts) <= 1:
+            continue
+        said = ", ".join(f"{int(n)} runs {col}={k!r}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        raise ValueError(
+            f"{what}'s ok runs count their loss in the tokens of {len(counts)} tokenizers ({said}): a loss in nats "
+            "per token of one is not on the scale of another's, so they are not one grid and are not fitted; "
+            f"filter the table to the runs of one tokenizer (one value of {col})"
+        )
 
 
 def one_corpus(runs: pd.DataFrame, what: str = "the table") -> None:
@@ -288,13 +293,6 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None, cs
             at = f"{df[c].iloc[i]!r} at {where(i)}" if i is not None else str(exc)
             raise ValueError(f"{what} must be numeric: {at}") from exc
 
-    if law.name == "chinchilla" and "N" not in df.columns and {"N_once", "N_rec"} <= set(df.columns):
-        # a looped table without N: one architecture's law on its unique parameters, as `loopscale run`'s per-r
-        # Chinchilla fits take them (N_unique = N_once + N_rec)
-        n_unique = (numeric("N_once", "column 'N_once' (N = N_once + N_rec)")
-                    + numeric("N_rec", "column 'N_rec' (N = N_once + N_rec)"))  # fmt: skip
-        df = df.assign(N=n_unique)
-        given["N"] = "N_once + N_rec"
     n_excluded, by_status = 0, {}
 
     if "status" in df.columns:
@@ -304,6 +302,13 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None, cs
         by_status = dict(Counter(st[bad].tolist()))
         rows = rows[~bad.to_numpy()]
         df = df.loc[~bad.to_numpy()].reset_index(drop=True)
+    if law.name == "chinchilla" and "N" not in df.columns and {"N_once", "N_rec"} <= set(df.columns):
+        # a looped table without N: one architecture's law on its unique parameters, as `loopscale run`'s per-r
+        # Chinchilla fits take them (N_unique = N_once + N_rec)
+        n_unique = (numeric("N_once", "column 'N_once' (N = N_once + N_rec)")
+                    + numeric("N_rec", "column 'N_rec' (N = N_once + N_rec)"))  # fmt: skip
+        df = df.assign(N=n_unique)
+        given["N"] = "N_once + N_rec"
     one_corpus(df)
     need = ("loss", "D", *law.columns)
     missing = [c for c in need if c not in df.columns]

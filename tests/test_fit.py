@@ -903,8 +903,18 @@ def test_fit_refuses_ok_runs_of_two_tokenizers(tmp_path):
     assert res.exit_code == 2, res.output
     out = " ".join(res.output.split())
     assert len(t) - 12 < 12  # most runs first
-    assert ("the table's ok runs count their loss in the tokens of 2 tokenizers (12 runs tokenizer=byte "
-            f"vocab_size=256, {len(t) - 12} runs tokenizer=bpe:1024 vocab_size=1024)") in out, out
+    assert ("the table's ok runs count their loss in the tokens of 2 tokenizers (12 runs tokenizer='byte', "
+            f"{len(t) - 12} runs tokenizer='bpe:1024')") in out, out
+    # a null in one column disabled the whole check (rows with any null were dropped); each column is compared
+    half = t.assign(vocab_size=[256] * 12 + [None] * (len(t) - 12))
+    half.to_parquet(path)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "10"])
+    assert res.exit_code == 2 and "2 tokenizers (12 runs tokenizer='byte'" in " ".join(res.output.split())
+    from loopscale.fit.io import one_tokenizer
+
+    one_tokenizer(pd.DataFrame({"vocab_size": [256, "256", 256.0], "tokenizer": ["byte", None, "byte"]}))  # one
+    with pytest.raises(ValueError, match=r"2 tokenizers \(1 runs vocab_size=1024, 1 runs vocab_size=256\)"):
+        one_tokenizer(pd.DataFrame({"vocab_size": [256, 1024]}))
     one = t.assign(tokenizer="byte", vocab_size=256)
     one.loc[0, ["tokenizer", "vocab_size", "status", "loss"]] = ["bpe:1024", 1024, "diverged", np.nan]
     for ok in (one, t.drop(columns=["tokenizer", "vocab_size"])):
@@ -1241,6 +1251,9 @@ def test_a_value_that_is_not_a_number_is_named_with_its_row_and_a_csv_by_its_lin
     t.to_csv(path, index=False)
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
     assert res.exit_code == 2 and "column 'N_once' must be numeric: 'abc' at line 6 of the CSV" in res.output, res.output
+    # a row left out for its status is not validated (N = N_once + N_rec was computed before the status filter)
+    failed = t.assign(status=["failed" if i == 4 else "ok" for i in range(len(t))])
+    assert prepare(failed.drop(columns=[c for c in ("N",) if c in t.columns]), make_law("chinchilla")).n == len(t) - 1
     t.loc[4, "N_once"] = t.loc[5, "N_once"]
     t.loc[7, "loss"] = np.nan
     t.to_csv(path, index=False)
