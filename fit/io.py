@@ -228,15 +228,44 @@ def one_corpus(runs: pd.DataFrame, what: str = "the table") -> None:
         )
 
 
-def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None, csv: bool | None = None) -> FitData:
+def csv_record_lines(path: str | Path) -> list[int] | None:
+    """The line of a CSV file (header = line 1) on which each data row starts, in the order ``pandas.read_csv``
+    reads them: blank lines skipped, a quoted field spanning lines counted. None when ``path`` is not a ``.csv``
+    file or the file does not parse as comma-separated UTF-8."""
+    import csv
+
+    p = Path(path)
+    if p.suffix.lower() != ".csv" or not p.is_file():
+        return None
+    out: list[int] = []
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            end = 0  # the last line of the record before
+            header = True
+            for rec in reader:
+                start, end = end + 1, reader.line_num
+                if not rec or all(not x.strip() for x in rec) and len(rec) <= 1:  # a blank line: pandas skips it
+                    continue
+                if header:
+                    header = False
+                    continue
+                out.append(start)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return out
+
+
+def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
+            lines: list[int] | None = None) -> FitData:  # fmt: skip
     """Load, filter by ``status`` and validate a table for ``law``.
 
     Args:
         table: path, DataFrame or pyarrow Table (see module docstring for columns).
         law: the law object (its ``columns`` are required).
         block_by: optional block-bootstrap columns that must exist.
-        csv: the rows are a CSV file's, in its order (messages name their lines); None: when ``table`` is a path
-            to a ``.csv`` file.
+        lines: the line in a CSV file of each row of ``table`` (messages name rows by it); None: computed when
+            ``table`` is a path to a ``.csv`` file (:func:`csv_record_lines`), else rows are named by number.
     Returns:
         :class:`FitData`: one row per ``run_id`` (:func:`drop_duplicate_runs`), rows with ``status != "ok"`` left
         out; both kinds of dropped rows count in ``n_excluded``.
@@ -248,12 +277,14 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None, cs
             line in a CSV file (header = line 1), else by their 0-based row number.
     """
     raw = read_table(table)
-    if csv is None:
-        csv = isinstance(table, str | Path) and Path(table).suffix.lower() == ".csv"
+    if lines is None and isinstance(table, str | Path):
+        lines = csv_record_lines(table)
+    if lines is not None and len(lines) != len(raw):
+        lines = None
 
     def row_name(k: int) -> str:
         """Row ``k`` (0-based, of the table as read) as the user finds it: a CSV's line (its header is line 1)."""
-        return f"line {k + 2} of the CSV" if csv else f"row {k}"
+        return f"line {lines[k]} of the CSV" if lines is not None else f"row {k}"
 
     if "run_id" not in raw.columns and len(raw) and (rep := raw.duplicated(keep="first").to_numpy()).any():
         # an outside table names no run: a row repeated in every column is the same run listed twice (e.g. a table

@@ -18,6 +18,9 @@ import pandas as pd
 
 from loopscale.fit.laws import Law
 
+_LINE = "__csv_line__"
+"""A column :func:`fit_table` carries through the variant and r filters: each row's line in the CSV file it read."""
+
 
 @dataclass(frozen=True)
 class TableFit:
@@ -120,7 +123,7 @@ def fit_table(
     from loopscale.fit.analysis import seed_replicates
     from loopscale.fit.bootstrapping import bootstrap_data
     from loopscale.fit.fitter import check_fit_args, fit_data
-    from loopscale.fit.io import prepare, read_table, with_layers_unique
+    from loopscale.fit.io import csv_record_lines, prepare, read_table, with_layers_unique
     from loopscale.fit.laws import make_law
 
     check_fit_args(starts=starts, seed=seed, delta=delta, B=bootstrap, B_name="bootstrap", B_zero="no bootstrap",
@@ -159,7 +162,9 @@ def fit_table(
         return df[df["r"].isin(keep)].reset_index(drop=True)
 
     src = read_table(table)
-    read = src
+    lines = csv_record_lines(table) if isinstance(table, str | Path) else None
+    if lines is not None and len(lines) == len(src):  # each row's line in the file, carried through the filters
+        src = src.assign(**{_LINE: lines})
     if r is not None and variant is None:  # e.g. r = 1: the runs every variant shares need no variant named
         whole = only_r(src)
         src, variant = one_variant(whole, None)
@@ -167,6 +172,8 @@ def fit_table(
         whole = src
         src, variant = one_variant(src, variant)
         src = only_r(src) if r is not None else src
+    lines = src[_LINE].tolist() if _LINE in src.columns else None
+    src, whole = src.drop(columns=_LINE, errors="ignore"), whole.drop(columns=_LINE, errors="ignore")
     others = _other_variants_rows(whole, src)
     if lw is None:  # one phi per looped r of the rows fitted (status ok)
         if "r" not in src.columns:
@@ -179,9 +186,7 @@ def fit_table(
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     # the blocking's columns are checked also without a bootstrap (a typo there would otherwise pass unseen)
     try:
-        # a CSV's rows, none left out by variant or r: messages name their lines in the file
-        in_file = src is read and isinstance(table, str | Path) and Path(table).suffix.lower() == ".csv"
-        data = prepare(with_layers_unique(src), lw, block_by=blocks or None, csv=in_file)
+        data = prepare(with_layers_unique(src), lw, block_by=blocks or None, lines=lines)
     except ValueError:
         if lw.name == "chinchilla":
             _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs

@@ -1308,3 +1308,38 @@ def test_variants_come_in_the_specs_order_after_baseline(tmp_path):
     ana = analyze(table, tmp_path / "fit", B=0, starts=4, workers=1, plots=False, variant_order=spec_order)
     assert list(ana["variants"]) == spec_order
     assert list(json.loads((tmp_path / "fit" / "analysis.json").read_text())["variants"]) == spec_order
+
+
+def test_csv_rows_are_named_by_their_own_line_after_blank_lines_quoted_newlines_and_filters(tmp_path):
+    """Rows were named line k + 2: wrong after a blank line or a quoted field spanning two lines (line 7 for a NaN
+    on line 8), and a row of a --variant or --r fit was named "row k" of the reordered rows fitted, a row the user
+    cannot find. Each row is now named by the line it starts on, through the filters."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.io import csv_record_lines
+
+    t = _base_joint().assign(note="x")
+    t.loc[2, "note"] = "two\nlines"  # a quoted field over two lines
+    k = int(np.flatnonzero((t["r"] == 2).to_numpy() & (np.arange(len(t)) > 2))[0])  # an r = 2 row after it
+    t.loc[k, "loss"] = np.nan
+    path = tmp_path / "t.csv"
+    head, rest = t.to_csv(index=False).split("\n", 1)
+    path.write_text(head + "\n\n" + rest)  # a blank line after the header
+    lines = csv_record_lines(path)
+    assert lines[:4] == [3, 4, 5, 7] and len(lines) == len(t)  # row 2 takes lines 5-6
+    assert lines[k] == k + 4  # the blank line and the second line of row 2 before it
+    assert path.read_text().splitlines()[lines[k] - 1].endswith(",,x")  # the NaN loss, then the note
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
+    assert res.exit_code == 2 and f"first at line {lines[k]} of the CSV;" in res.output, res.output
+    # --r 2: named by its line, not by its place among the rows fitted
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--r", "2", "--law", "chinchilla", "--bootstrap", "0"])
+    assert res.exit_code == 2 and f"first at line {lines[k]} of the CSV;" in res.output, res.output
+    # a variant's fit (the baseline's r = 1 runs borrowed, its looped rows first): the same
+    t.loc[k, "loss"] = 3.0
+    var = pd.concat([t.assign(variant="baseline"), t[t["r"] > 1].assign(variant="B")], ignore_index=True)
+    bad = len(t) + int((t["r"] > 1).iloc[:k].sum())  # B's copy of row k
+    var.loc[bad, "loss"] = np.nan
+    var.to_csv(path, index=False)
+    want = csv_record_lines(path)[bad]
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--variant", "B", "--bootstrap", "0"])
+    assert res.exit_code == 2 and f"first at line {want} of the CSV;" in res.output, res.output
