@@ -328,7 +328,7 @@ def _split_text(dd: dict) -> str:
         if tail := dd.get("val_tail_docs"):  # caches built before it was kept have none
             names, n = tail.get("names") or [], int(tail.get("n_docs") or 0)
             share = 1 - float(tail.get("first_from") or 0)  # of the first document's tokens, validation
-            pct = f"{share:.0%}" if share >= 0.01 else "under 1%"
+            pct = "under 1%" if share < 0.01 else "over 99%" if share > 0.99 else f"{share:.0%}"  # never 0 % or 100 %
             first = (f"the last {pct} of {names[0]}" if tail.get("first_from") else names[0]) if names else ""
             rest = names[1:]
             more = n - len(names) if tail.get("complete", True) else None

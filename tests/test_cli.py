@@ -521,3 +521,6 @@ def test_a_position_split_names_the_documents_its_validation_tail_covers(tmp_pat
     assert _split_text({"split_rule": "token tail 0.05", "n_train_docs": 3, "n_val_docs": 0,
                         "val_tail_docs": {"names": ["x"], "n_docs": 1, "first_from": 0.998, "complete": True}}
                        ).endswith("validation: the last under 1% of x")  # fmt: skip
+    assert _split_text({"split_rule": "token tail 0.05", "n_train_docs": 3, "n_val_docs": 0,
+                        "val_tail_docs": {"names": ["x", "y"], "n_docs": 2, "first_from": 0.0042, "complete": True}}
+                       ).endswith("validation: the last over 99% of x, y")  # 4 of x's 957 tokens stay training
