@@ -912,10 +912,12 @@ class SweepSpec(_Strict):
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> SweepSpec:
         """A copy of the spec; with ``update`` (top-level keys, values as in the YAML or as objects), the result is
         validated as a spec read from a file (pydantic's own ``model_copy`` skips validation: ``r="banana"`` passed,
-        to fail later inside ``cells()`` or a sweep with a TypeError). A section given as a mapping (``training``,
-        ``tune``, ``model``, ...: ``{"training": {"batch_tokens": 512}}``) changes the keys it names and keeps the
-        section's others (it reset them to their defaults: the smoke preset's eval_tokens 2048 became 65536); a
-        section given as its object replaces it whole. Other values (``r``, ``tokens``, ...) are replaced.
+        to fail later inside ``cells()`` or a sweep with a TypeError). Each key given replaces that key's value
+        whole, as in a spec file: a section given as a mapping (``{"training": {"batch_tokens": 512}}``) is that
+        section with its other keys at their defaults, not the preset's (the smoke preset's eval_tokens 2048 would
+        become 65536). To change some keys of a section and keep the rest, give the section's own changed copy:
+        ``update={"training": spec.training.model_copy(update={"batch_tokens": 512})}`` (a merge would keep keys that
+        exclude the one given, e.g. ``tune.tokens`` beside a new ``tune.tokens_per_param``).
 
         Raises:
             SpecError: the updated spec is invalid; the message names the key (``r: ...``).
@@ -925,14 +927,7 @@ class SweepSpec(_Strict):
         unknown = sorted(set(update) - set(type(self).model_fields))
         if unknown:
             raise SpecError(f"model_copy: unknown spec key(s) {unknown}; the keys are {sorted(type(self).model_fields)}")
-        now = self.model_dump()
-
-        def merged(old: Any, new: Any, section: Any) -> Any:  # a mapping into a section: its keys, the rest kept
-            if not (isinstance(section, BaseModel) and isinstance(new, dict) and isinstance(old, dict)):
-                return new
-            return {**old, **{k: merged(old.get(k), v, getattr(section, k, None)) for k, v in new.items()}}
-
-        return parse_spec({**now, **{k: merged(now[k], v, getattr(self, k)) for k, v in update.items()}})
+        return parse_spec({**self.model_dump(), **update})
 
     def cells(self, lr_table: dict | None = None) -> list[Cell]:
         """Every grid cell, in a fixed order (variant, budget, size, r, seed).

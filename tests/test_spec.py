@@ -988,19 +988,19 @@ def test_every_problem_across_keys_is_said_at_once():
         parse_spec({**base, "lr": {"table": {99: 0.1}}})
 
 
-def test_model_copy_with_a_section_mapping_changes_only_the_keys_it_names():
-    """`preset_spec("smoke").model_copy(update={"training": {"batch_tokens": 512}})` reset the section's other keys to
-    their defaults without a word (eval_tokens 2048 -> 65536, checkpoint_every_steps 4 -> None); a mapping now
-    changes the keys it names, a section object still replaces the section, and other values are replaced."""
+def test_model_copy_replaces_each_key_given_and_a_section_copy_keeps_the_rest():
+    """Each key given replaces its value whole, as in a spec file: a section mapping is that section at its defaults
+    (merging it into the preset's kept keys that exclude the one given: {"tune": {"tokens_per_param": 20}} was
+    refused for tune.tokens set too); the section's own changed copy keeps the preset's other keys."""
     from loopscale.sweep.presets import preset_spec
 
     smoke = preset_spec("smoke")
-    c = smoke.model_copy(update={"training": {"batch_tokens": 512}})
-    assert c.training.batch_tokens == 512
-    assert (c.training.eval_tokens, c.training.checkpoint_every_steps) == (2048, 4) == (
-        smoke.training.eval_tokens, smoke.training.checkpoint_every_steps)  # fmt: skip
-    whole = type(smoke.training)(batch_tokens=512)  # an object: the section as given, its defaults included
-    assert smoke.model_copy(update={"training": whole}).training.eval_tokens == whole.eval_tokens != 2048
-    assert smoke.model_copy(update={"tokens": [4096]}).tokens == [4096]  # not merged into [2048, 4096]
+    mapped = smoke.model_copy(update={"training": {"batch_tokens": 512}})
+    assert mapped.training.batch_tokens == 512 and mapped.training.eval_tokens == type(smoke.training)().eval_tokens
+    kept = smoke.model_copy(update={"training": smoke.training.model_copy(update={"batch_tokens": 512})})
+    assert (kept.training.batch_tokens, kept.training.eval_tokens, kept.training.checkpoint_every_steps) == (
+        512, smoke.training.eval_tokens, smoke.training.checkpoint_every_steps)  # fmt: skip
+    assert smoke.model_copy(update={"tune": {"tokens_per_param": 20}}).tune.tokens_per_param == 20
+    assert smoke.model_copy(update={"tokens": [4096]}).tokens == [4096]
     with pytest.raises(SpecError, match="training"):
         smoke.model_copy(update={"training": {"batch_tokens": "many"}})
