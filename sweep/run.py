@@ -488,9 +488,9 @@ def _lr_tuning_note(spec, out: Path, tuned: bool) -> str | None:
         return (f"all {p['studies']} LR studies finished here; `run` writes the LR table from them, training no LR "
                 "trial again, then trains the grid")
     one = n_rest == 1
-    kept = (f" ({p['trials']} of {'its' if one else 'their'} {n_rest * p['per_study']} trials finished earlier; with "
-            f"--resume {'the stopped study goes' if one else 'stopped studies go'} on from them)"
-            if p["trials"] else "")  # fmt: skip
+    kept = (f" ({p['trials']} of {'its' if one else 'their'} {n_rest * p['per_study']} trials finished earlier: their "
+            f"results are reused, not trained again; --resume restores {'the stopped study' if one else 'stopped studies'}"
+            " as it stopped)" if p["trials"] else "")  # fmt: skip
     return (f"{p['done']} of {p['studies']} LR studies finished here; `run` tunes the other {n_rest}{kept}, then "
             "writes the LR table and trains the grid")
 
@@ -498,13 +498,16 @@ def _lr_tuning_note(spec, out: Path, tuned: bool) -> str | None:
 def _lr_left_plan(spec, out: Path, p: dict) -> dict:
     """For a folder where an earlier command finished part of the LR tuning: ``lr_trials_left`` (trials `run`
     still trains: those of the studies not done, less their finished ones; None when the Optuna storage does not
-    read) and ``lr_warning`` recomputed for those studies alone (:func:`lr_cost_warning`; ``lr_trials`` and
-    ``lr_flops_max`` stay the whole tuning's)."""
+    read) and ``lr_warning`` recomputed for those trials alone (:func:`lr_cost_warning`: the studies left, in the
+    share of their trials not finished; ``lr_trials`` and ``lr_flops_max`` stay the whole tuning's)."""
     prog = lr_tuning_progress(spec, out)
     rest = prog["rest"]
-    left = None if prog["trials"] is None else len(rest) * prog["per_study"] - prog["trials"]
-    flops = sum(lr_study_flops(spec, s, r) for s, r in rest)
-    what = f"The {len(rest)} LR stud{'y' if len(rest) == 1 else 'ies'} left"
+    planned = len(rest) * prog["per_study"]
+    left = None if prog["trials"] is None else max(planned - prog["trials"], 0)
+    # the studies' FLOPs in the share of their trials left (trials of one study train alike)
+    flops = sum(lr_study_flops(spec, s, r) for s, r in rest) * (1.0 if left is None or not planned else left / planned)
+    what = (f"The {len(rest)} LR stud{'y' if len(rest) == 1 else 'ies'} left"
+            + (f" ({left} trial{'s' * (left != 1)} to train)" if left is not None and left < planned else ""))
     return {"lr_trials_left": left,
             "lr_warning": lr_cost_warning(flops, p["train_flops_total"], bool(p.get("lr_tokens_rounding")), what)}
 

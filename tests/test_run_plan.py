@@ -739,7 +739,8 @@ def test_the_dry_run_says_how_much_lr_tuning_an_earlier_command_finished(tmp_pat
     for lr in (0.01, 0.03):
         study.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=3.0))
     assert said() == ("1 of 2 LR studies finished here; `run` tunes the other 1 (2 of its 4 trials finished "
-                      "earlier; with --resume the stopped study goes on from them), then writes the LR table and "
+                      "earlier: their results are reused, not trained again; --resume restores the stopped study as "
+                      "it stopped), then writes the LR table and "
                       "trains the grid")  # fmt: skip
     left = json.loads(CliRunner().invoke(app, ["run", str(spec_file), "--out", str(out), "--dry-run", "--json"]).stdout)
     assert (left["lr_trials"], left["lr_trials_left"]) == (8, 2)  # the whole tuning's, and the 4 - 2 left to train
@@ -805,6 +806,21 @@ def test_the_dry_run_of_a_half_tuned_folder_weighs_the_lr_studies_left(tmp_path)
                                   f"({rest:.3g} against {grid:.3g}; every trial trained to its full budget, ASHA "
                                   "stops some early): lower tune.tokens (or tune.tokens_per_param) or "
                                   "tune.num_samples, or fix lr")  # fmt: skip
+    # two of that study's four trials finished: half its FLOPs are left, and the warning says how many trials
+    import optuna
+
+    study = optuna.create_study(study_name="tiny_size16_r1", storage=f"sqlite:///{out / 'tune_lr' / 'optuna.db'}")
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+    for lr in (0.01, 0.03):
+        study.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=3.0))
+    part = dry(out)
+    assert part["lr_trials_left"] == 2
+    assert part["lr_warning"].startswith(f"The 1 LR study left (2 trials to train) may cost up to "
+                                         f"{rest / 2 / grid:.3g}x the grid's training FLOPs ({rest / 2:.3g} against")
+    for lr in (0.1, 0.3):
+        study.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions=dist, value=3.0))
+    done = dry(out)  # every trial finished, its done marker not yet written: nothing to train, nothing to warn of
+    assert (done["lr_trials_left"], done["lr_warning"]) == (0, None)
 
 
 def test_the_dry_run_names_the_fit_settings_and_where_they_come_from(tmp_path):
