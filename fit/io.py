@@ -447,7 +447,7 @@ def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
     key = {}
     for c in df.columns:
         num = pd.to_numeric(df[c], errors="coerce")
-        if num.notna().all():
+        if num.notna().sum() == df[c].notna().sum():  # every value a number, nulls aside (NaN equals NaN here)
             x = num.to_numpy(dtype=np.float64)
             scale = np.ones_like(x)
             nz = np.isfinite(x) & (x != 0)

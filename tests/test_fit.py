@@ -1278,6 +1278,10 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     assert prepare(t, make_law("joint")).near_duplicates is None
     seed2 = t.assign(loss=t["loss"] * 1.01)  # another seed of every cell: its losses differ by 1 %
     assert prepare(pd.concat([t, seed2], ignore_index=True), make_law("joint")).near_duplicates is None
+    # a column with a null elsewhere was compared unrounded, so the repeat went unnamed
+    lr = pd.concat([t, again], ignore_index=True).assign(lr=[np.nan] + [0.01 * (1 + 1e-9 * i) for i in range(len(t))])
+    lr.loc[len(t), "lr"] = 0.01 * (1 + 1e-9 * 4) * (1 + 2e-8)  # the repeat's lr, exported with other rounding
+    assert prepare(lr, make_law("joint")).near_duplicates is not None
     ids = pd.concat([t, again], ignore_index=True).assign(run_id=[f"r{i}" for i in range(len(t) + 1)])
     assert prepare(ids, make_law("joint")).near_duplicates is None  # named runs: two ids are two runs
     path = tmp_path / "near.csv"
