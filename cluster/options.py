@@ -197,7 +197,9 @@ def validate_storage(storage: str | None) -> str | None:
 
     Raises:
         ValueError: empty, an unknown scheme (the message lists the known ones), a known scheme without its ``//``
-            (``s3:/bucket``, ``file:/abs``: a local folder named ``s3:`` otherwise), or ``user:secret@`` in it.
+            (``s3:/bucket``, ``file:/abs``: a local folder named ``s3:`` otherwise; for ``file:`` the plain path is
+            advised), ``user:secret@`` in it, or a ``file:///`` URI pyarrow cannot parse (a space) or decodes to
+            another folder than written (a ``%`` escape).
     """
     if storage is None:
         return None
@@ -209,9 +211,9 @@ def validate_storage(storage: str | None) -> str | None:
         # `s3:/bucket` or `file:/abs` would be a local folder named `s3:` under the current directory
         scheme, rest = m.group(1).lower(), storage[m.end():]
         if scheme == "file":  # `file:/abs` meant /abs; `file:rel` the path rel under the current directory
-            from loopscale.cluster.storage import absolute_uri
-
-            fix = f"{'file://' + absolute_uri(rest)!r} or the plain path {rest!r}"
+            if not rest.strip():
+                raise ValueError(f"storage={storage!r} names no path: give a directory, e.g. '/shared/runs'")
+            fix = f"the plain path {rest!r}"  # a URI would need its spaces and '%' escaped; a path is read as written
         else:
             fix = repr(f"{scheme}://{rest.lstrip('/')}")
         raise ValueError(
@@ -234,6 +236,22 @@ def validate_storage(storage: str | None) -> str | None:
             # would be relative ('localhost/abs' under the current directory)
             rest = rest[len("localhost"):]
             storage, netloc = f"{scheme}://{rest}", ""
+        if scheme.lower() == "file" and netloc == "":  # what pyarrow reads, or why it cannot: said now, not in Tune
+            import pyarrow as pa
+            import pyarrow.fs as pafs
+
+            try:
+                _, meant = pafs.FileSystem.from_uri(storage)
+            except (pa.ArrowInvalid, ValueError) as e:
+                raise ValueError(
+                    f"storage={storage!r} is not a URI pyarrow reads ({' '.join(str(e).split())}): give the plain "
+                    f"path {rest[2:] if rest.startswith('//') else rest!r} instead"
+                ) from None
+            if "%" in rest and meant != rest.split("?", 1)[0]:  # rel%20x: a URI decodes it, a path would not
+                raise ValueError(
+                    f"storage={storage!r} is read as the folder {meant!r} (a URI decodes '%' escapes); give the "
+                    f"plain path {meant!r} if that is the folder meant"
+                )
         if scheme.lower() == "file" and netloc != "":
             raise ValueError(
                 f"storage={storage!r}: a file:// URI takes an absolute path after its two slashes (file:///abs/dir, "

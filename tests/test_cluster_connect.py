@@ -94,11 +94,13 @@ def test_cluster_options_validate(monkeypatch):
     monkeypatch.setattr(connect, "auto_address", lambda: None)
     with pytest.raises(ValueError, match=r"^address='auto': Could not find any running Ray instance; start one"):
         ClusterOptions(address="auto").validate()
-    with socket.socket() as srv:  # something listening where 'auto' resolves
-        srv.bind(("127.0.0.1", 0))
-        srv.listen()
-        monkeypatch.setattr(connect, "auto_address", lambda: f"127.0.0.1:{srv.getsockname()[1]}")
-        ClusterOptions(address="auto").validate()
+    from test_address_probe import _serve_once
+
+    # a gRPC server where 'auto' resolves (it answers HTTP/2's preface as a Ray head does)
+    addr, t = _serve_once(bytes([0, 0, 0, 0x4, 0, 0, 0, 0, 0]))
+    monkeypatch.setattr(connect, "auto_address", lambda: addr)
+    ClusterOptions(address="auto").validate()
+    t.join(5)
     ClusterOptions(num_cpus=1, ray_temp_dir="/tmp/lsray").validate()
     with pytest.raises(ValueError, match="--num-cpus, --ray-temp-dir cannot be combined with --address"):
         ClusterOptions(address="auto", num_cpus=1, ray_temp_dir="/tmp/x").validate()
@@ -392,7 +394,7 @@ def test_storage_option_validation():
         validate_storage("s3://AKIAEXAMPLE:secret@bucket/x")
     # a known scheme without its '//' was a local folder named 's3:' under the current directory, trained into
     # without a word (unshared checkpoints on a cluster)
-    for typo, fix in (("s3:/bucket/x", "'s3://bucket/x'"), ("gs:b/x", "'gs://b/x'"), ("file:/abs/x", "'file:///abs/x'")):
+    for typo, fix in (("s3:/bucket/x", "'s3://bucket/x'"), ("gs:b/x", "'gs://b/x'"), ("file:/abs/x", "the plain path '/abs/x'")):
         with pytest.raises(ValueError, match=f"not its '//'.*write {fix}"):
             validate_storage(typo)
     assert validate_storage("S3://Bucket/X") == "s3://Bucket/X"  # pyarrow knows lower-case schemes only

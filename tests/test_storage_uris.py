@@ -152,25 +152,30 @@ def test_the_local_storage_check_leaves_a_missing_storage_missing(tmp_path):
 
 def test_file_without_its_slashes_is_answered_with_the_path_meant(tmp_path, monkeypatch):
     """`--storage file:st_rel3` was answered "write 'file:///st_rel3' or the plain path": file:///st_rel3 is
-    /st_rel3 at the file system's root, not ./st_rel3. The advice now names the path under the current directory
-    as a file:/// URI, or the plain path as given; `file:/abs` keeps /abs."""
+    /st_rel3 at the file system's root, not ./st_rel3. The advice is now the plain path as given (read as written,
+    where a URI would need its spaces and '%' escaped); `file:` alone names no path; a file:/// URI pyarrow cannot
+    parse (a space) or decodes to another folder (a '%' escape) is said before anything is written."""
     from loopscale.cluster.options import validate_storage
 
     monkeypatch.chdir(tmp_path)
     head = "starts with the scheme 'file' but not its '//': it would be read as a local folder named 'file:' under " \
-           "the current directory; write"  # fmt: skip
-    with pytest.raises(ValueError) as e:
-        validate_storage("file:st_rel3")
-    assert str(e.value) == f"storage='file:st_rel3' {head} 'file://{tmp_path}/st_rel3' or the plain path 'st_rel3'"
-    with pytest.raises(ValueError) as e:
-        validate_storage("file:runs/st")
-    assert str(e.value) == f"storage='file:runs/st' {head} 'file://{tmp_path}/runs/st' or the plain path 'runs/st'"
-    with pytest.raises(ValueError) as e:
-        validate_storage("file:/abs/x")
-    assert str(e.value) == f"storage='file:/abs/x' {head} 'file:///abs/x' or the plain path '/abs/x'"
+           "the current directory; write the plain path"  # fmt: skip
+    for typo, path in (("file:st_rel3", "st_rel3"), ("file:runs/st", "runs/st"), ("file:/abs/x", "/abs/x"),
+                       ("file:my runs", "my runs")):  # fmt: skip
+        with pytest.raises(ValueError) as e:
+            validate_storage(typo)
+        assert str(e.value) == f"storage={typo!r} {head} {path!r}"
+    with pytest.raises(ValueError, match=r"^storage='file:' names no path"):
+        validate_storage("file:")
     with pytest.raises(ValueError) as e:
         validate_storage("S3:/b/x")
     assert str(e.value).endswith("named 'S3:' under the current directory; write 's3://b/x'")
-    # what the advice names is accepted, and is the same folder as the plain path
+    with pytest.raises(ValueError, match=r"^storage='file:///tmp/my runs' is not a URI pyarrow reads \(Cannot parse "
+                                         r"URI.*\): give the plain path '/tmp/my runs' instead$"):  # fmt: skip
+        validate_storage("file:///tmp/my runs")
+    with pytest.raises(ValueError, match=r"^storage='file:///tmp/rel%20x' is read as the folder '/tmp/rel x'"):
+        validate_storage("file:///tmp/rel%20x")
+    # the plain paths the advice names are accepted, as is a URI pyarrow reads as written
     assert validate_storage(f"file://{tmp_path}/st_rel3") == f"file://{tmp_path}/st_rel3"
     assert validate_storage("st_rel3") == str(tmp_path / "st_rel3")
+    assert validate_storage("my runs") == str(tmp_path / "my runs")
