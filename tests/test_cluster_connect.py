@@ -85,7 +85,6 @@ def test_cluster_options_validate(monkeypatch):
     """ClusterOptions.validate names the CLI flags in its errors. 'auto' is resolved as ray.init resolves it: with
     no Ray on this machine it is refused here, before a command writes anything (a run wrote its folder's spec and
     logs, then failed in ray.init; its dry run passed); with one, its address must answer."""
-    import socket
 
     from loopscale.cluster import connect
 
