@@ -46,7 +46,7 @@ from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import PHI_BOUNDS, PUBLIC_BOUNDS, make_law
 
-__all__ = ["Cause", "Identification", "phi_profile", "per_r_phi", "per_r_fittable", "identify", "fixed_D",
+__all__ = ["Cause", "Identification", "stored_headline", "phi_profile", "per_r_phi", "per_r_fittable", "identify", "fixed_D",
            "d_term_unidentified"]
 
 
@@ -356,6 +356,19 @@ def rule_per_r(
         return None
     return per_r_phi(frame[frame["r"].isin([1, *fittable])], starts=max(10, min(starts, RULE_PER_R_STARTS)),
                      B=min(B, RULE_PER_R_B), seed=seed, stratify_by=strata, address=address)  # fmt: skip
+
+
+def stored_headline(ident: dict) -> str | None:
+    """The headline of an identification read back from ``analysis.json`` (:meth:`Identification.to_dict`), in
+    today's words: one written before the precision target was named so read "> the 0.15 asked" (a target the user
+    had not set). None when there is none."""
+    import re
+
+    h = ident.get("headline")
+    if not isinstance(h, str):
+        return None
+    return re.sub(r"> the ([0-9.]+) asked: identified but imprecise", r"> \1, the precision target: identified but "
+                  "imprecise", h)
 
 
 def identify(

@@ -252,7 +252,9 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
     if not ident:
         return L
     L.append("\n### Is φ identified?\n")
-    L.append(f"**{ident['headline']}**\n")
+    from loopscale.fit.identify import stored_headline
+
+    L.append(f"**{stored_headline(ident)}**\n")
     L.append(
         "Rule (`loopscale.fit.identify`): φ is reported only when no fitted parameter and no end of its interval "
         "is on the search-box edge, the profile of the objective in φ rises by at least one run's worth (2/n) at "

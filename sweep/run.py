@@ -1053,13 +1053,15 @@ def run_cmd(
             "stage_wall_s": meta["stage_wall_s"],
             "this_command_stage_wall_s": meta["last_command_stage_wall_s"],
         }
+        from loopscale.fit.identify import stored_headline
+
         summary["variants"] = {
             k: {
                 "phi": (v.get("joint") or {}).get("params", {}).get("phi"),
                 "ci": (v.get("joint") or {}).get("ci", {}).get("phi"),
                 "r2": (v.get("joint") or {}).get("r2"),
                 "identified": (v.get("identification") or {}).get("identified"),
-                "headline": (v.get("identification") or {}).get("headline"),
+                "headline": stored_headline(v.get("identification") or {}),
             }
             for k, v in ana.get("variants", {}).items()
         }

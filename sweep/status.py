@@ -294,7 +294,9 @@ def fit_headlines(ana: dict) -> list[str]:
             continue
         ident = v.get("identification") or {}
         if ident.get("headline"):
-            lines.append(f"{vname}: {ident['headline']}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)})")
+            from loopscale.fit.identify import stored_headline
+
+            lines.append(f"{vname}: {stored_headline(ident)}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)})")
             continue
         lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
         lines.append(

@@ -449,3 +449,21 @@ def test_with_two_D_the_d_term_is_not_checked_and_gives_no_frontier():
     assert fit_rules_in_effect(3, one_d) == FIT_RULES_VERSION == 4
     assert fit_rules_in_effect(3, three) == 4 and fit_rules_in_effect(3, two) == 3
     assert fit_rules_in_effect(2, one_d) == 2 and fit_rules_in_effect(3, None) == 3  # no test for 3; runs unknown
+
+
+def test_a_stored_headline_reads_in_todays_words():
+    """analysis.json files written before the precision target was named hold "> the 0.15 asked" (a target the
+    user had not set); the report, status and run's summary read them in today's words, other headlines as
+    written."""
+    from pathlib import Path
+
+    from loopscale.fit.identify import stored_headline
+
+    old = {"headline": "phi = -0.253, 95 % CI [-0.573, -0.041] (half-width 0.27 > the 0.15 asked: identified but "
+                       "imprecise)"}  # fmt: skip
+    assert stored_headline(old) == ("phi = -0.253, 95 % CI [-0.573, -0.041] (half-width 0.27 > 0.15, the precision "
+                                    "target: identified but imprecise)")  # fmt: skip
+    plain = {"headline": "phi not identified by this grid: on the search-box edge: alpha"}
+    assert stored_headline(plain) == plain["headline"] and stored_headline({}) is None
+    report = (Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4" / "report.md").read_text()
+    assert "the 0.15 asked" not in report and "> 0.15, the precision target: identified but imprecise" in report
