@@ -155,7 +155,8 @@ def fit_table(
     def only_r(df: pd.DataFrame) -> pd.DataFrame:
         keep = {int(v) for v in np.atleast_1d(r)}
         if "r" not in df.columns:
-            raise ValueError(f"r={r!r} given but the table has no 'r' column; columns: {list(df.columns)}")
+            cols = [c for c in df.columns if c != _LINE]  # the table's own
+            raise ValueError(f"r={r!r} given but the table has no 'r' column; columns: {cols}")
         have = sorted(int(v) for v in df["r"].dropna().unique())
         if not keep <= set(have):
             raise ValueError(f"r={sorted(keep)}: the table has r = {have}")

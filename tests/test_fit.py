@@ -1347,3 +1347,7 @@ def test_csv_rows_are_named_by_their_own_line_after_blank_lines_quoted_newlines_
     want = csv_record_lines(path)[bad]
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--variant", "B", "--bootstrap", "0"])
     assert res.exit_code == 2 and f"first at line {want} of the CSV;" in res.output, res.output
+    # the line numbers are loopscale's own column, never named as the table's
+    t.drop(columns="r").to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--r", "2", "--law", "chinchilla", "--bootstrap", "0"])
+    assert res.exit_code == 2 and "has no 'r' column" in res.output and "__csv_line__" not in res.output, res.output
