@@ -467,17 +467,17 @@ def _fit_settings_plan(spec, bootstrap: int | None, starts: int | None) -> dict:
     return {"fit_bootstrap": b, "fit_starts": st, "fit_settings_from": src}
 
 
-def _lr_tuning_note(spec, out: Path, tuned: bool) -> str | None:
-    """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in ``out`` yet, how much of the LR
-    tuning an earlier command there finished (:func:`lr_tuning_progress`: studies done, which `run` does not tune
-    again; finished trials of the others) and so what `run` tunes before the grid; with the LR table there
-    (``tuned``), that `run` skips the tuning. None when the spec fixes the LR, or nothing of the tuning was done."""
-    if spec.lr != "tune":
-        return None
+def _lr_tuning_note(p: dict | None, tuned: bool) -> str | None:
+    """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in the folder yet, how much of the LR
+    tuning an earlier command there finished (``p``, its :func:`lr_tuning_progress`: studies done, which `run` does
+    not tune again; finished trials of the others) and so what `run` tunes before the grid; with the LR table there
+    (``tuned``, an ``lr: tune`` spec's), that `run` skips the tuning. None when the spec fixes the LR (``p`` None),
+    or nothing of the tuning was done."""
     if tuned:
         return ("lr_table.parquet exists here: `run` skips LR tuning and trains the grid at its LRs (lr_trials and "
                 "lr_flops_max above are what the tuning costs where it runs)")  # fmt: skip
-    p = lr_tuning_progress(spec, out)
+    if p is None:
+        return None
     n_rest = p["studies"] - p["done"]
     if p["db_error"]:
         return (f"{p['done']} of {p['studies']} LR studies finished here; {p['db_error']}, so the trials of the "
@@ -495,12 +495,12 @@ def _lr_tuning_note(spec, out: Path, tuned: bool) -> str | None:
             "writes the LR table and trains the grid")
 
 
-def _lr_left_plan(spec, out: Path, p: dict) -> dict:
-    """For a folder where an earlier command finished part of the LR tuning: ``lr_trials_left`` (trials `run`
-    still trains: those of the studies not done, less their finished ones; None when the Optuna storage does not
-    read) and ``lr_warning`` recomputed for those trials alone (:func:`lr_cost_warning`: the studies left, in the
-    share of their trials not finished; ``lr_trials`` and ``lr_flops_max`` stay the whole tuning's)."""
-    prog = lr_tuning_progress(spec, out)
+def _lr_left_plan(spec, prog: dict, p: dict) -> dict:
+    """For a folder where an earlier command finished part of the LR tuning (``prog``, its
+    :func:`lr_tuning_progress`; ``p`` the plan): ``lr_trials_left`` (trials `run` still trains: those of the
+    studies not done, less their finished ones; None when the Optuna storage does not read) and ``lr_warning``
+    recomputed for those trials alone (:func:`lr_cost_warning`: the studies left, in the share of their trials not
+    finished; ``lr_trials`` and ``lr_flops_max`` stay the whole tuning's)."""
     rest = prog["rest"]
     planned = len(rest) * prog["per_study"]
     left = None if prog["trials"] is None else max(planned - prog["trials"], 0)
@@ -987,11 +987,12 @@ def run_cmd(
                 from loopscale.sweep.lr_table import lr_table_present
 
                 tuned = spec.lr == "tune" and lr_table_present(Path(out_dir) / "lr_table.parquet")
-                p["lr_tuning_done"] = _lr_tuning_note(spec, Path(out_dir), tuned)
+                prog = None if tuned else lr_tuning_progress(spec, Path(out_dir))  # the Optuna storage read once
+                p["lr_tuning_done"] = _lr_tuning_note(prog, tuned)
                 if tuned:
                     p["lr_warning"] = None  # the tuning it warns of will not run: lr_tuning_done says so
                 elif p["lr_tuning_done"] is not None:  # part done: the trials and the cost of what is left
-                    p.update(_lr_left_plan(spec, Path(out_dir), p))
+                    p.update(_lr_left_plan(spec, prog, p))
                 p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
                 p.update(_time_left_plan(time_left, cpus))
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
