@@ -172,6 +172,12 @@ def drop_duplicate_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df.iloc[kept[np.argsort(slot[kept], kind="stable")]].reset_index(drop=True), df.loc[~keep]
 
 
+def _most_runs_first(counts: pd.Series) -> list[tuple[Any, int]]:
+    """``(value, runs)`` pairs of a ``value_counts`` result, most runs first, ties by the value's text: the order
+    in which :func:`one_tokenizer` and :func:`one_corpus` name the values they refuse."""
+    return [(k, int(n)) for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))]
+
+
 def one_tokenizer(runs: pd.DataFrame, what: str = "the table") -> None:
     """Refuse runs whose losses count different tokens: a loss in nats per token of one tokenizer (``tokenizer``,
     ``vocab_size`` columns, as loopscale's results name them) is not on the scale of another's (a byte-level model's
@@ -194,7 +200,7 @@ def one_tokenizer(runs: pd.DataFrame, what: str = "the table") -> None:
         counts = vals.value_counts()
         if len(counts) <= 1:
             continue
-        said = ", ".join(f"{int(n)} runs {col}={k!r}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        said = ", ".join(f"{n} runs {col}={k!r}" for k, n in _most_runs_first(counts))
         raise ValueError(
             f"{what}'s ok runs count their loss in the tokens of {len(counts)} tokenizers ({said}): a loss in nats "
             "per token of one is not on the scale of another's, so they are not one grid and are not fitted; "
@@ -220,7 +226,7 @@ def one_corpus(runs: pd.DataFrame, what: str = "the table") -> None:
     counts = runs["corpus_sha256"].dropna().astype(str)
     counts = counts[counts != ""].value_counts()
     if len(counts) > 1:
-        said = ", ".join(f"{int(n)} runs {h[:12]}" for h, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        said = ", ".join(f"{n} runs {h[:12]}" for h, n in _most_runs_first(counts))
         raise ValueError(
             f"{what}'s ok runs read {len(counts)} different corpus contents (corpus_sha256: {said}), i.e. two texts "
             "with two validation sets, so they are not one grid and are not fitted; filter the table to the runs "
@@ -245,7 +251,7 @@ def csv_record_lines(path: str | Path) -> list[int] | None:
             header = True
             for rec in reader:
                 start, end = end + 1, reader.line_num
-                if not rec or all(not x.strip() for x in rec) and len(rec) <= 1:  # a blank line: pandas skips it
+                if not rec or (len(rec) == 1 and not rec[0].strip()):  # a blank line: pandas skips it
                     continue
                 if header:
                     header = False
