@@ -316,6 +316,12 @@ def _dump_json(obj) -> None:
     sys.stdout.write("\n")
 
 
+def _names_and_more(names: list[str], total: int) -> str:
+    """``": a, b and 3 more"`` for the first ``names`` of ``total`` documents; empty without names."""
+    more = total - len(names)
+    return f": {', '.join(names)}" + (f" and {more} more" if more > 0 else "") if names else ""
+
+
 def _split_text(dd: dict) -> str:
     """How the corpus was split, for the ``data`` line: by document (train / validation documents) or by position
     (one document, or a token file: the token tail is validation)."""
@@ -325,18 +331,14 @@ def _split_text(dd: dict) -> str:
         n_docs = (dd.get("n_train_docs") or 0) + (dd.get("n_val_docs") or 0)
         what = "a token file" if dd.get("n_train_docs") is None else f"{n_docs} document{'s' * (n_docs != 1)}"
         where = ""
-        if tail := dd.get("val_tail_docs"):  # caches built before it was kept have none
-            names, n = tail.get("names") or [], int(tail.get("n_docs") or 0)
+        tail = dd.get("val_tail_docs") or {}  # caches built before it was kept have none
+        if names := list(tail.get("names") or []):
             share = 1 - float(tail.get("first_from") or 0)  # of the first document's tokens, validation
             pct = "under 1%" if share < 0.01 else "over 99%" if share > 0.99 else f"{share:.0%}"  # never 0 % or 100 %
-            first = (f"the last {pct} of {names[0]}" if tail.get("first_from") else names[0]) if names else ""
-            rest = names[1:]
-            more = n - len(names) if tail.get("complete", True) else None
-            where = (f": {first}" + (f", {', '.join(rest)}" if rest else "")
-                     + (f" and {more} more" if more else "") + (" and earlier documents" if more is None else "")
-                     ) if names else ""  # fmt: skip
+            if tail.get("first_from"):
+                names[0] = f"the last {pct} of {names[0]}"
+            where = (f": {', '.join(names)} and earlier documents" if not tail.get("complete", True)
+                     else _names_and_more(names, int(tail.get("n_docs") or 0)))  # fmt: skip
         return f"{what}, split by position: the last {float(frac):.0%} of the tokens are validation{where}"
-    names = dd.get("val_doc_names") or []  # caches built before they were kept have none
-    more = (dd.get("n_val_docs") or 0) - len(names)
-    named = f": {', '.join(names)}" + (f" and {more} more" if more > 0 else "") if names else ""
+    named = _names_and_more(dd.get("val_doc_names") or [], dd.get("n_val_docs") or 0)  # older caches: no names
     return f"{dd.get('n_train_docs')} train / {dd.get('n_val_docs')} validation documents{named}; split by {rule}"
