@@ -245,7 +245,7 @@ def validate_storage(storage: str | None) -> str | None:
             except (pa.ArrowInvalid, ValueError) as e:
                 raise ValueError(
                     f"storage={storage!r} is not a URI pyarrow reads ({' '.join(str(e).split())}): give the plain "
-                    f"path {rest[2:] if rest.startswith('//') else rest!r} instead"
+                    f"path {rest!r} instead"
                 ) from None
             if "%" in rest and meant != rest.split("?", 1)[0]:  # rel%20x: a URI decodes it, a path would not
                 raise ValueError(
