@@ -515,7 +515,7 @@ def analyze(
         B: bootstrap resamples of the joint fit per variant (paper: 200). starts: multi-starts per fit (paper: 500).
         seed: RNG seed (same seed, same CIs whatever ``workers``). workers/address: Ray for the bootstrap.
         variant_order: the order of the variants after ``baseline`` (``loopscale run``: the spec's); others
-            alphabetically (:func:`variant_frames`).
+            alphabetically (:func:`variant_frames`). The variant sections and the Δφ rows follow it.
     Returns:
         The ``analysis.json`` content (dict). With more than one variant, ``variant_comparison`` is
         :func:`loopscale.fit.variants.compare_variants`'s result, each of its ``comparisons`` with ``identified``
@@ -642,6 +642,9 @@ def analyze(
             comp = json_safe(compare_variants(df, B=B, seed=seed, starts=starts, workers=workers, address=address))
         except ValueError as e:  # e.g. a variant with a single r: reported, not fatal
             comp = skipped(FitOutcome.REFUSED, str(e))
+        if comp.get("comparisons"):  # the rows in the variant sections' order (computed in sorted order, numbers alike)
+            rank = {v: i for i, v in enumerate(variant_frames(df, variant_order))}
+            comp["comparisons"] = dict(sorted(comp["comparisons"].items(), key=lambda kv: rank.get(kv[0], len(rank))))
         for name, c in comp.get("comparisons", {}).items():
             # a difference of phi values the grid does not identify is not a result (as phi itself is not)
             unid = phi_not_identified((comp["baseline"], name), result["variants"])
