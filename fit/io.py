@@ -443,34 +443,51 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
 
 NEAR_DUPLICATE_DIGITS = 6
 """Significant digits to which two rows of a table without ``run_id`` that agree in every column are named as one
-run listed twice (:attr:`FitData.near_duplicates`): two seeds' losses differ by far more (their spread is ~1 %)."""
+run listed twice (:attr:`FitData.near_duplicates`): two seeds' losses differ by far more (their spread is ~1 %).
+Two numbers agree when they differ by at most half a unit in this digit of the larger: ``|a - b| <= 5e-6 max(|a|,
+|b|)``, so a pair on either side of a rounding boundary (2.7456749996 and 2.745675) agrees too."""
 
 
 def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
-    """Rows of ``df`` equal to an earlier row in every column with numbers rounded to :data:`NEAR_DUPLICATE_DIGITS`
-    significant digits: ``(how many, the first such row, the earlier row it equals)`` (0-based positions), or None
-    (also for a table whose cells do not compare, e.g. lists)."""
-    key = {}
+    """Rows of ``df`` equal to an earlier row in every column, numbers to :data:`NEAR_DUPLICATE_DIGITS` significant
+    digits (NaN equal to NaN), other values exactly: ``(how many, the first such row, the earliest row it equals)``
+    (0-based positions), or None (also for a table whose cells do not compare, e.g. lists). Rows are sorted by their
+    other values and then by the numeric column with the most distinct values; each is compared with the rows after
+    it that are still within the tolerance in that column, so every pair is found without comparing all pairs."""
+    rtol = 0.5 * 10.0 ** (1 - NEAR_DUPLICATE_DIGITS)
+    num, other = [], []
     for c in df.columns:
-        num = pd.to_numeric(df[c], errors="coerce")
-        if num.notna().sum() == df[c].notna().sum():  # every value a number, nulls aside (NaN equals NaN here)
-            x = num.to_numpy(dtype=np.float64)
-            scale = np.ones_like(x)
-            nz = np.isfinite(x) & (x != 0)
-            scale[nz] = 10.0 ** (np.floor(np.log10(np.abs(x[nz]))) - (NEAR_DUPLICATE_DIGITS - 1))
-            key[c] = np.round(x / scale) * scale
+        x = pd.to_numeric(df[c], errors="coerce")
+        if x.notna().sum() == df[c].notna().sum():  # every value a number, nulls aside
+            num.append(x.to_numpy(dtype=np.float64))
         else:
-            key[c] = df[c].to_numpy()
+            other.append(c)
+    n = len(df)
     try:
-        rounded = pd.DataFrame(key)
-        rep = rounded.duplicated(keep="first").to_numpy()
+        group = (df.groupby(other, dropna=False, sort=False).ngroup().to_numpy() if other
+                 else np.zeros(n, dtype=np.int64))  # fmt: skip
     except TypeError:  # unhashable cells
         return None
-    if not rep.any():
+    X = np.column_stack(num) if num else np.zeros((n, 0))
+    pivot = X[:, int(np.argmax([len(np.unique(col)) for col in num]))] if num else np.zeros(n)
+    key = np.where(np.isnan(pivot), np.inf, pivot)  # NaNs together, after every number
+    order = np.lexsort((key, group))
+    earliest: dict[int, int] = {}  # a repeated row -> the earliest row it equals
+    for a, i in enumerate(order):
+        for j in order[a + 1:]:
+            if group[j] != group[i]:
+                break
+            if not (key[j] == key[i] or abs(key[j] - key[i]) <= rtol * max(abs(key[i]), abs(key[j]))):
+                break
+            xi, xj = X[i], X[j]
+            same = (xi == xj) | (np.isnan(xi) & np.isnan(xj)) | (np.abs(xi - xj) <= rtol * np.maximum(np.abs(xi), np.abs(xj)))
+            if same.all():
+                lo, hi = (int(i), int(j)) if i < j else (int(j), int(i))
+                earliest[hi] = min(earliest.get(hi, lo), lo)
+    if not earliest:
         return None
-    k = int(np.argmax(rep))
-    same = int(np.flatnonzero((rounded.iloc[:k] == rounded.iloc[k]).all(axis=1).to_numpy())[0])
-    return int(rep.sum()), k, same
+    k = min(earliest)
+    return len(earliest), k, earliest[k]
 
 
 LOSS_PLAUSIBLE_MAX = 15.0

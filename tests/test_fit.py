@@ -1282,6 +1282,18 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     lr = pd.concat([t, again], ignore_index=True).assign(lr=[np.nan] + [0.01 * (1 + 1e-9 * i) for i in range(len(t))])
     lr.loc[len(t), "lr"] = 0.01 * (1 + 1e-9 * 4) * (1 + 2e-8)  # the repeat's lr, exported with other rounding
     assert prepare(lr, make_law("joint")).near_duplicates is not None
+    # a repeat on the other side of a rounding boundary (rounded to 6 digits they were 2.74567 and 2.74568)
+    edge = t.assign(loss=t["loss"].where(t.index != 4, 2.745675))
+    straddle = edge.iloc[[4]].assign(loss=2.7456749996)
+    near = prepare(pd.concat([edge, straddle], ignore_index=True), make_law("joint")).near_duplicates
+    assert near is not None and f"(the first: row {len(t)}, as row 4)" in near
+    # three copies: two rows repeat the first, each named against the earliest
+    three = pd.concat([t, again, again.assign(loss=again["loss"] * (1 + 1e-7))], ignore_index=True)
+    assert prepare(three, make_law("joint")).near_duplicates.startswith(
+        f"2 row(s) equal an earlier row in every column to 6 significant digits (the first: row {len(t)}, as row 4)")
+    # one digit more apart is two runs (1e-5 relative, e.g. two seeds' losses that happen to be close)
+    apart = t.iloc[[4]].assign(loss=t["loss"].iloc[4] * (1 + 1e-5))
+    assert prepare(pd.concat([t, apart], ignore_index=True), make_law("joint")).near_duplicates is None
     ids = pd.concat([t, again], ignore_index=True).assign(run_id=[f"r{i}" for i in range(len(t) + 1)])
     assert prepare(ids, make_law("joint")).near_duplicates is None  # named runs: two ids are two runs
     path = tmp_path / "near.csv"
