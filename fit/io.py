@@ -302,19 +302,19 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
             f"{row_name(same)}); a run listed twice counts twice in the fit and narrows its intervals: drop the "
             "repeats (pandas: df.drop_duplicates()) or add a column that tells the runs apart (run_id or seed)"
         )
-    df, dups = drop_duplicate_runs(raw)
+    pos = "__row_in_table__"  # each row's place in the table as read, carried through the dropping of old rows
+    df, dups = drop_duplicate_runs(raw.assign(**{pos: np.arange(len(raw))}))
+    rows, dups = df.pop(pos).to_numpy(), dups.drop(columns=pos)
     given = {c: c for c in df.columns}  # the table's own name of each column, for error messages
     for target, aliases in (("loss", LOSS_ALIASES), ("N", N_ALIASES if law.name == "chinchilla" else ())):
         renamed = _resolve_alias(df, target, aliases)
         if renamed is not df:
             given[target] = next(a for a in aliases if a in df.columns)
         df = renamed
-    rows = np.arange(len(df))  # each row's place in the table as read (when no duplicate was dropped)
 
     def where(i: int) -> str:
         """Row ``i`` of the rows left, named as the user finds it: its row in the table and its run_id."""
-        at = row_name(int(rows[i])) if not len(dups) else f"row {i} of the rows left"
-        return at + (f" (run_id {df['run_id'].iloc[i]!r})" if "run_id" in df.columns else "")
+        return row_name(int(rows[i])) + (f" (run_id {df['run_id'].iloc[i]!r})" if "run_id" in df.columns else "")
 
     def numeric(c: str, what: str) -> pd.Series:
         """Column ``c`` as numbers; a value that is not one is named with its row (ValueError, ``what`` the

@@ -1370,3 +1370,29 @@ def test_csv_rows_are_named_by_their_own_line_after_blank_lines_quoted_newlines_
     t.drop(columns="r").to_csv(path, index=False)
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--r", "2", "--law", "chinchilla", "--bootstrap", "0"])
     assert res.exit_code == 2 and "has no 'r' column" in res.output and "__csv_line__" not in res.output, res.output
+
+
+def test_rows_are_named_by_their_place_in_the_table_when_a_run_id_repeats(tmp_path):
+    """With a run_id listed twice (an older row kept beside the newer), every row error said "row i of the rows
+    left", a place among rows the user never sees. The rows are now named by their place in the table as read (a
+    CSV by its line), the repeated run's by the newer row's, the one that is fitted."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint().assign(run_id=lambda f: [f"run{i}" for i in range(len(f))])
+    older = t.iloc[[2]].assign(loss=t["loss"].iloc[2] * 1.5)  # run2's first attempt, superseded by the row below
+    table = pd.concat([t.iloc[:2], older, t.iloc[2:]], ignore_index=True)  # run2 at rows 2 (old) and 3 (new)
+    table.loc[8, "loss"] = np.nan  # run7, row 8 of the table (row 7 of the rows left)
+    with pytest.raises(ValueError, match=r"first at row 8 \(run_id 'run7'\)"):
+        prepare(table, make_law("joint"))
+    path = tmp_path / "t.csv"
+    table.to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
+    assert res.exit_code == 2 and "first at line 10 of the CSV (run_id 'run7')" in res.output, res.output
+    # the repeated run is named by its newer row (row 3), the one the fit reads
+    table.loc[8, "loss"] = t["loss"].iloc[7]
+    table.loc[3, "loss"] = -1.0
+    with pytest.raises(ValueError, match=r"; row 3 \(run_id 'run2'\) has -1.0"):
+        prepare(table, make_law("joint"))
