@@ -267,15 +267,23 @@ def read_json_or_aside(uri: str, filesystem: pafs.FileSystem | None = None) -> d
         data = read_bytes(uri, filesystem)
     except FileNotFoundError:
         return None
+    value, why = json_object(data)
+    if why is not None:
+        move_aside(uri, why, filesystem)
+    return value
+
+
+def json_object(data: bytes) -> tuple[dict | None, str | None]:
+    """``(the JSON object in data, None)``, or ``(None, why not)`` for bytes that are not one: empty (``"0 bytes"``,
+    ``"whitespace only"``), not UTF-8 JSON (``"not valid JSON: ..."``), or valid JSON of another kind (``"not a JSON object (a JSON
+    list)"``). How :func:`read_json_or_aside` and ``loopscale status`` (which moves nothing) tell a torn file."""
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        move_aside(uri, f"not valid JSON: {e}" if data else "0 bytes", filesystem)
-        return None
+        return None, (f"not valid JSON: {e}" if data.strip() else "0 bytes" if not data else "whitespace only")
     if not isinstance(value, dict):
-        move_aside(uri, f"not a JSON object (a JSON {type(value).__name__})", filesystem)
-        return None
-    return value
+        return None, f"not a JSON object (a JSON {type(value).__name__})"
+    return value, None
 
 
 def remove(uri: str, filesystem: pafs.FileSystem | None = None) -> None:

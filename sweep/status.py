@@ -309,24 +309,17 @@ def fit_headlines(ana: dict) -> list[str]:
 def _read_json(path: Path, problems: list[str] | None = None) -> dict | None:
     """The JSON object in ``path``; None when there is none: no file, or one that is not a JSON object (torn,
     empty, another kind of JSON value), which is then described in ``problems`` (when given) and read as absent."""
+    from loopscale.cluster.storage import json_object
+
     try:
-        text = path.read_text(encoding="utf-8")
+        value, why = json_object(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        why = f"{type(e).__name__}: {e}"
-    else:
-        try:
-            value = json.loads(text)
-        except ValueError as e:
-            why = f"not valid JSON: {e}" if text.strip() else "0 bytes"
-        else:
-            if isinstance(value, dict):
-                return value
-            why = f"not a JSON object (a JSON {type(value).__name__})"
-    if problems is not None:
+    except OSError as e:
+        value, why = None, f"{type(e).__name__}: {e}"
+    if why is not None and problems is not None:
         problems.append(f"{path} ({why})")
-    return None
+    return value
 
 
 def _records(out: Path, unreadable: list[str] | None = None) -> dict[str, dict]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -380,3 +381,25 @@ def test_earlier_storages_reads_the_stopped_commands_record_and_survives_a_forei
     for doc in ('"x"', "[]", '{"earlier_commands": ["x"]}'):
         (out / "logs" / "command.json").write_text(doc)
         assert earlier_storages(out) == []
+
+
+def test_status_and_the_commands_tell_a_torn_json_file_alike(tmp_path):
+    """`status` (which moves nothing) and the commands (which move such a file aside) read a JSON file through one
+    function, so both name the same reason: an empty file, whitespace, bytes that are not UTF-8 JSON, or JSON of
+    another kind than an object."""
+    from loopscale.cluster.storage import json_object, read_json_or_aside
+    from loopscale.sweep.status import _read_json
+
+    cases = {b"": "0 bytes", b" \n": "whitespace only", b"[1, 2]": "not a JSON object (a JSON list)",
+             b"\xff{": "not valid JSON: 'utf-8' codec can't decode byte 0xff", b'{"a": ': "not valid JSON: Expecting value"}
+    for i, (data, why) in enumerate(cases.items()):
+        assert json_object(data)[0] is None and json_object(data)[1].startswith(why)
+        path = tmp_path / f"m{i}.json"
+        path.write_bytes(data)
+        problems: list[str] = []
+        assert _read_json(path, problems) is None and problems == [f"{path} ({json_object(data)[1]})"]
+        assert path.exists()  # status moved nothing
+        with pytest.warns(UserWarning, match=re.escape(why)):
+            assert read_json_or_aside(str(path)) is None
+        assert not path.exists()  # the command moved it aside
+    assert json_object(b'{"a": 1}') == ({"a": 1}, None)
