@@ -246,7 +246,7 @@ def _prediction_section(pred: dict, v: dict) -> list[str]:
 def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) -> list[str]:
     """Markdown: the identification verdict for phi (loopscale.fit.identify), phi per r, the figures (of the run
     folder ``d``: a missing one is said, :func:`_figure`), the worth of every looped model in unique layers when the
-    grid has a ladder, and the seed spread per cell of ``runs`` (the variant's own runs)."""
+    grid has a ladder, and the seed spread per cell of ``runs`` (the variant's own ok runs)."""
     ident = v.get("identification") or {}
     L: list[str] = []
     if not ident:
@@ -368,7 +368,7 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
         if f:
             L.append("\n" + _figure(d, f"fit/{f}", "worth in unique layers") + "\n")
     if "seed" in runs.columns and runs["seed"].nunique() > 1:
-        ok = runs[runs["status"] == "ok"]
+        ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
         keys = [c for c in ("d_model", "r", "n_recur_block", "D") if c in ok.columns]
         sd = ok.groupby(keys)["final_val_loss"].agg(n="count", avg="mean", sd="std").reset_index()
         sd = sd[sd["n"] >= 2]
@@ -499,6 +499,9 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     # one row per run, the newest, as the fits read them: a run id listed twice (tables concatenated) counted twice
     # in the summary, beside the fits' status counts of one row per run
     runs = drop_duplicate_runs(runs)[0]
+    # each variant's ok runs (with the shared r = 1 runs), the rows its fit read (loopscale.fit.analysis.analyze)
+    ok_runs = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+    frames = variant_frames(ok_runs) if len(ok_runs) and "r" in runs.columns else {}
 
     ana_path = d / "fit" / "analysis.json"
     ana = read_json_or_aside(str(ana_path))  # an unreadable one is moved aside and counts as missing
@@ -679,9 +682,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             L.append(f"| {k} | {_fmt(p[k])} | {_ci(ci, k)}{' †' if k in (outside or ()) else ''} |")
         if outside:
             L.append(f"\n† {estimate_outside_note(boot.get('n_ok'))}.")
-        mine = variant_frames(runs).get(vname, runs) if "r" in runs.columns else runs  # with the shared r = 1 runs
-        fitted = mine[mine["status"] == "ok"] if "status" in mine.columns else mine
-        if (few_d := d_term_unidentified(fitted)) is not None:  # E, B, beta: one of many equal fits (and intervals)
+        mine = frames.get(vname, ok_runs)  # the variant's ok runs, with the shared r = 1 runs
+        if (few_d := d_term_unidentified(mine)) is not None:  # E, B, beta: one of many equal fits (and intervals)
             which = (f"one D ({_fmt(float(few_d[0]), 4)} tokens)" if few_d.size == 1 else
                      f"two D ({_fmt(float(few_d[0]), 4)} and {_fmt(float(few_d[1]), 4)} tokens)")  # fmt: skip
             pinned = "is one constant" if few_d.size == 1 else "is pinned at those two only"
@@ -757,7 +759,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 rp_ci = neff_ci = ""
                 if phi_ci:  # the statement's model (its width and r among the fitted runs) at phi's two ends
                     rp_ci = " [" + ", ".join(_fmt(float(e["r"]) ** x, 3) for x in phi_ci) + "]"
-                    cell = fitted[(fitted["r"] == e["r"]) & (fitted["d_model"] == e["d_model"])]
+                    cell = mine[(mine["r"] == e["r"]) & (mine["d_model"] == e["d_model"])]
                     if len(cell):
                         ends = [equivalence(float(cell["N_once"].iloc[0]), float(cell["N_rec"].iloc[0]), float(e["r"]),
                                             x)["N_eff"] for x in phi_ci]  # fmt: skip
@@ -787,7 +789,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append("")
     # a variant of one D has no frontier (B and beta not identified); analysis files written before it was said
     # keep their frontier rows, which are left out here for the same reason
-    no_frontier = _frontier_not_identified(ana, runs)
+    no_frontier = _frontier_not_identified(ana, frames)
     if frontier is not None and len(frontier) and "variant" in frontier:
         frontier = frontier[~frontier["variant"].astype(str).isin(no_frontier)]
     has_rows = frontier is not None and len(frontier) > 0
@@ -804,7 +806,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append("| variant | C (FLOPs) | r | N* (unique) | N_eff* | D* (tokens) | L* (nats) |")
         L.append("|---|---|---|---|---|---|---|")
         edge = frontier["at_search_edge"].fillna(False).astype(bool) if "at_search_edge" in frontier else None
-        trained = _trained_ranges(runs)  # per variant: the (N_unique, D) ranges its ok runs span
+        trained = _trained_ranges(frames)  # per variant: the (N_unique, D) ranges its ok runs span
         beyond = []
         for i, row in frontier.sort_values(["variant", "C", "r"]).iterrows():
             mark = "†" if edge is not None and edge.loc[i] else ""
@@ -904,37 +906,31 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     return out
 
 
-def _trained_ranges(runs: pd.DataFrame | None) -> dict[str, dict[str, tuple[float, float]]]:
+def _trained_ranges(frames: dict[str, pd.DataFrame]) -> dict[str, dict[str, tuple[float, float]]]:
     """``{variant: {"N": (lo, hi), "D": (lo, hi)}}``: the unique parameters (N_once + N_rec) and tokens its ok runs
-    (with the shared r = 1 runs) span, against which the frontier's N* and D* are marked as extrapolated."""
-    from loopscale.fit.analysis import variant_frames
-
-    if runs is None or not {"N_once", "N_rec", "D", "r"} <= set(runs.columns):
-        return {}
-    ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+    (``frames``: :func:`loopscale.fit.analysis.variant_frames` of the ok runs, with the shared r = 1 runs) span,
+    against which the frontier's N* and D* are marked as extrapolated."""
     out = {}
-    for v, f in (variant_frames(ok) if len(ok) else {}).items():
+    for v, f in frames.items():
+        if not {"N_once", "N_rec", "D"} <= set(f.columns):
+            return {}
         n = (f["N_once"] + f["N_rec"]).astype(float)
         out[str(v)] = {"N": (float(n.min()), float(n.max())), "D": (float(f["D"].min()), float(f["D"].max()))}
     return out
 
 
-def _frontier_not_identified(ana: dict, runs: pd.DataFrame | None) -> dict[str, str]:
+def _frontier_not_identified(ana: dict, frames: dict[str, pd.DataFrame]) -> dict[str, str]:
     """``{variant: why}`` for the variants whose fit gives no compute-optimal frontier: analysis.json's skipped
-    ``frontier`` record, or (files written before it was recorded) a variant whose ok runs have one D
-    (:func:`loopscale.fit.analysis.frontier_unidentified`)."""
-    from loopscale.fit.analysis import frontier_unidentified, variant_frames
+    ``frontier`` record, or (files written before it was recorded) a variant whose ok runs (``frames``, as
+    :func:`_trained_ranges`) have one D (:func:`loopscale.fit.analysis.frontier_unidentified`)."""
+    from loopscale.fit.analysis import frontier_unidentified
 
     out = {}
-    frames = {}
-    if runs is not None and "D" in runs.columns:
-        ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
-        frames = variant_frames(ok) if len(ok) else {}
     for name, v in (ana.get("variants") or {}).items():
         rec = v.get("frontier") if isinstance(v, dict) else None
         if isinstance(rec, dict) and rec.get("skipped"):
             out[name] = rec["skipped"]
-        elif name in frames and (why := frontier_unidentified(frames[name])):
+        elif name in frames and "D" in frames[name].columns and (why := frontier_unidentified(frames[name])):
             out[name] = why
     return out
 
