@@ -254,8 +254,8 @@ def test_lm_loss_is_the_cross_entropy_of_the_next_token():
     logits = m(w[:, :-1])
     ref = -logits.log_softmax(-1).gather(-1, w[:, 1:, None]).squeeze(-1)  # [3, 8] nats
     loss = LMLoss(m)
-    assert float(loss(w)) == pytest.approx(float(ref.mean()), rel=1e-12)
-    assert float(loss(w, "sum")) == pytest.approx(float(ref.sum()), rel=1e-12)
+    assert loss(w).item() == pytest.approx(ref.mean().item(), rel=1e-12)
+    assert loss(w, "sum").item() == pytest.approx(ref.sum().item(), rel=1e-12)
     loss(w).backward()
     assert float(m.wte.weight.grad.abs().sum()) > 0
     assert [n for n, _ in loss.named_parameters()] == [f"model.{n}" for n, _ in m.named_parameters()]
