@@ -369,7 +369,8 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
     (vdir / "fit.json").write_text(json.dumps(fit), encoding="utf-8")
     for name in ("fit_curves.png", "residuals.png"):
         (vdir / name).unlink()
-    with pytest.warns(UserWarning, match="fit_curves.png is missing: report.md names it"):
+    with (pytest.warns(UserWarning, match="fit_curves.png is missing: report.md names it"),
+          pytest.warns(UserWarning, match="residuals.png is missing: report.md names it")):
         text = build_report(run, redraw_fits=True).read_text(encoding="utf-8")
     assert not (vdir / "fit_curves.png").exists() and not (vdir / "residuals.png").exists()
     # a figure that is not there is said, not linked (a new user's report linked deleted figures without a word)
