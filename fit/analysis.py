@@ -520,7 +520,9 @@ def analyze(
         The ``analysis.json`` content (dict). With more than one variant, ``variant_comparison`` is
         :func:`loopscale.fit.variants.compare_variants`'s result, each of its ``comparisons`` with ``identified``
         (False when the identification check did not accept phi of the variant or of the baseline: the Δφ is
-        then not a result) and, when False, ``not_identified`` (those variants' names).
+        then not a result) and, when False, ``not_identified`` (those variants' names); and
+        ``same_losses_as_baseline_r``, the r at which the variant's runs end at the baseline's losses
+        (:func:`loopscale.fit.variants.same_losses_as_baseline`), when there are any.
     Raises:
         ValueError: no ``ok`` runs, or a table the fitter rejects (its message names the column).
     """
@@ -645,7 +647,11 @@ def analyze(
         if comp.get("comparisons"):  # the rows in the variant sections' order (computed in sorted order, numbers alike)
             rank = {v: i for i, v in enumerate(variant_frames(df, variant_order))}
             comp["comparisons"] = dict(sorted(comp["comparisons"].items(), key=lambda kv: rank.get(kv[0], len(rank))))
+        from loopscale.fit.variants import same_losses_as_baseline
+
         for name, c in comp.get("comparisons", {}).items():
+            if same := same_losses_as_baseline(df, comp["baseline"], name):
+                c["same_losses_as_baseline_r"] = same
             # a difference of phi values the grid does not identify is not a result (as phi itself is not)
             unid = phi_not_identified((comp["baseline"], name), result["variants"])
             c["identified"] = not unid

@@ -890,14 +890,28 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 L.append(_unidentified_caveat(which, use) + "\n")
             L.append("| variant | φ | Δφ | 95 % CI | share of resamples with Δφ ≤ 0 | a result? |")
             L.append("|---|---|---|---|---|---|")
+            same = {n: c["same_losses_as_baseline_r"] for n, c in rows.items() if c.get("same_losses_as_baseline_r")}
             for name, c in rows.items():
                 verdict = f"not a result: φ not identified ({', '.join(unid[name])})" if unid[name] else "yes"
                 if c.get("no_interval"):
                     verdict = f"no interval: {c['no_interval']}" + ("" if verdict == "yes" else f"; {verdict}")
+                if name in same:
+                    verdict += f"; the baseline's losses at r = {', '.join(map(str, same[name]))} (‖)"
                 L.append(
                     f"| {name} | {_fmt(c.get('phi'), 3)} | {_fmt(c.get('delta_phi'), 3)} | "
                     f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} | {verdict} |"
                 )
+            for name, rs in same.items():
+                from loopscale.fit.variants import SAME_LOSS_RTOL
+
+                why = (" Truncated BPTT on short runs: the loop's state weight W_h starts at zero (W_inject = [I | 0]) "
+                       "and is still small, so the gradient through the detached early recurrences is too small to "
+                       "change the model; longer runs are needed to measure truncation." if name == "trunc_bptt"
+                       else "")  # fmt: skip
+                L.append(f"\n‖ **{name} trained the baseline's models at r = {', '.join(map(str, rs))}**: each of its "
+                         f"runs there ends at the loss of the baseline's run of the same cell and seed (to "
+                         f"{SAME_LOSS_RTOL:g} relative; two seeds differ by ~1 %), so the change made no measurable "
+                         f"difference to training at those r, and Δφ cannot show one.{why}")
             L.append("")
     from loopscale.cluster.storage import write_text_atomic
 

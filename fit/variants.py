@@ -259,3 +259,39 @@ def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, w
         "n_failed": 0,
     }
 
+
+
+SAME_LOSS_RTOL = 1e-5
+"""Relative difference of final losses below which a variant's run and the baseline's run of the same cell and seed
+count as the same model (:func:`same_losses_as_baseline`): two seeds differ by ~1 %, a change that matters to
+training by far more than this, float rounding of one model by less."""
+
+
+def same_losses_as_baseline(df: pd.DataFrame, baseline: str, variant: str,
+                            rtol: float = SAME_LOSS_RTOL) -> list[int]:  # fmt: skip
+    """The looped r (> 1) at which every run of ``variant`` ends at the loss of the ``baseline`` run of the same cell
+    and seed, to ``rtol``: there the variant trained, to float rounding, the baseline's models, so its φ and Δφ
+    measure nothing of the change. Seen with truncated BPTT (``trunc_bptt``) on the ``smoke`` preset's short AdamW
+    runs (r = 4 and 8 equal to 6 digits): the loop's state weight W_h starts at zero (W_inject = [I | 0]) and is
+    still small, so the gradient through the detached early recurrences is below float precision.
+
+    Args:
+        df: runs with ``variant``, ``r``, ``loss`` (nats/token) and the cell columns present among ``d_model``,
+            ``n_recur_block``, ``budget``, ``D``, ``seed``.
+        baseline, variant: the two variants' names.
+    Returns:
+        Sorted r values (empty when the variant's runs differ at every r, or no run of it has a baseline twin).
+    """
+    keys = [c for c in ("r", "d_model", "n_recur_block", "budget", "D", "seed") if c in df.columns]
+    if "loss" not in df.columns or "variant" not in df.columns:
+        return []
+    v = df[(df["variant"].astype(str) == variant) & (df["r"] > 1)]
+    b = df[df["variant"].astype(str) == baseline]
+    pairs = v[keys + ["loss"]].merge(b[keys + ["loss"]], on=keys, suffixes=("_v", "_b"))
+    out = []
+    for r, g in pairs.groupby("r"):
+        if (v["r"] == r).sum() == len(g) and len(g):  # every run of the variant at this r has its twin
+            lv, lb = g["loss_v"].to_numpy(float), g["loss_b"].to_numpy(float)
+            if np.all(np.abs(lv - lb) <= rtol * np.maximum(np.abs(lv), np.abs(lb))):
+                out.append(int(r))
+    return sorted(out)

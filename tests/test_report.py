@@ -985,3 +985,38 @@ def test_per_r_rows_name_d_term_parameters_apart_where_one_or_two_D_leave_them_u
         assert "§ A parameter of the D-term E + B·D^−β, which one or two D do not identify" in text
     seeds4 = (EXAMPLE.parent / "example_cpu_seeds4" / "report.md").read_text(encoding="utf-8")
     assert "| 4 | -0.129 | [-0.736, -0.0169] | 0.836 | – (D-term: B, E §) |" in seeds4
+
+
+def test_a_variant_that_trained_the_baselines_models_is_said(tmp_path):
+    """A smoke-sized grid with trunc_bptt (AdamW, 8-16 steps) ended at the baseline's losses to 6 digits at r = 4
+    and 8: truncation changed nothing there, and the report showed Δφ = −5e-07 [−0.001, 0.002] without a word, a
+    "no change" a reader could take for a finding. The analysis names those r and the Δφ table says so."""
+    import pandas as pd
+
+    from loopscale.fit.analysis import analyze
+    from loopscale.fit.run_report import build_report
+    from loopscale.fit.variants import same_losses_as_baseline
+
+    base = pd.read_parquet(EXAMPLE / "runs.parquet")
+    base = base[base["status"] == "ok"]
+    looped = base[base["r"] > 1].copy()
+    twin = looped.assign(variant="trunc_bptt", run_id=looped["run_id"] + "t")
+    twin.loc[twin["r"] == 2, "final_val_loss"] *= 1.002  # r = 2: a measurable change; r = 4, 8: the same losses
+    twin.loc[twin["r"] == 4, "final_val_loss"] *= 1 + 3e-6  # within float rounding of one model
+    runs = pd.concat([base, twin], ignore_index=True)
+    assert same_losses_as_baseline(runs.assign(loss=runs["final_val_loss"]), "baseline", "trunc_bptt") == [4, 8]
+    assert same_losses_as_baseline(runs.assign(loss=runs["final_val_loss"]), "baseline", "trunc_bptt", rtol=1e-6) == [8]
+    partial = runs.drop(index=runs.index[(runs["variant"] == "baseline") & (runs["r"] == 8)][:1])
+    assert same_losses_as_baseline(partial.assign(loss=partial["final_val_loss"]), "baseline", "trunc_bptt") == [4]
+    run = tmp_path / "run"
+    run.mkdir()
+    runs.to_parquet(run / "runs.parquet")
+    ana = analyze(run / "runs.parquet", run / "fit", B=0, starts=4, workers=1, plots=False)
+    assert ana["variant_comparison"]["comparisons"]["trunc_bptt"]["same_losses_as_baseline_r"] == [4, 8]
+    sec = _section(build_report(run).read_text(encoding="utf-8"), "## Variants: Δφ against the baseline")
+    assert "; the baseline's losses at r = 4, 8 (‖) |" in sec
+    assert "‖ **trunc_bptt trained the baseline's models at r = 4, 8**: each of its runs there ends at the loss" in sec
+    assert "Truncated BPTT on short runs" in sec
+    # a variant whose runs all differ gets no such note
+    runs.loc[runs["variant"] == "trunc_bptt", "final_val_loss"] *= 1.01
+    assert same_losses_as_baseline(runs.assign(loss=runs["final_val_loss"]), "baseline", "trunc_bptt") == []
