@@ -427,6 +427,25 @@ def _submit(fn, shared: Any, args: list[tuple]) -> list:
 
 _LISTENERS: list = []  # (progress fn, result fn or None)
 _QUIET_RESULTS: list = []  # non-empty while a caller reports its bootstraps' results itself (per_r_phi)
+_PHASES: list = []  # what the bootstraps running now are for ("per_r", "variants"), innermost last
+
+
+@contextlib.contextmanager
+def bootstrap_phase(name: str):
+    """While the block runs, :func:`current_phase` is ``name``: what the bootstraps started in it are for
+    (``"per_r"``: :func:`loopscale.fit.identify.per_r_phi`'s intervals; ``"variants"``:
+    :func:`loopscale.fit.variants.compare_variants`'s paired refits), so that a progress listener can name a
+    bootstrap while it runs, not only when it ends (``progress_listener``'s ``phase``)."""
+    _PHASES.append(name)
+    try:
+        yield
+    finally:
+        _PHASES.pop()
+
+
+def current_phase() -> str | None:
+    """What the bootstraps running now are for (:func:`bootstrap_phase`); None: a bootstrap of its own."""
+    return _PHASES[-1] if _PHASES else None
 
 
 @contextlib.contextmanager

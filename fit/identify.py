@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loopscale.fit.bootstrapping import bootstrap_phase
 from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import PHI_BOUNDS, PUBLIC_BOUNDS, make_law
@@ -219,6 +220,7 @@ def _per_r_row(shared: dict, r: int) -> dict:
                 no_interval=no_interval, boot_ok=n_ok, boot_planned=B)  # fmt: skip
 
 
+@bootstrap_phase("per_r")
 def per_r_phi(
     table: Any,
     *,

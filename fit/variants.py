@@ -21,6 +21,7 @@ import pandas as pd
 
 from loopscale.fit.bootstrapping import (
     _notify_result,
+    bootstrap_phase,
     cell_ids,
     cell_mean_draws,
     percentile_ci,
@@ -31,6 +32,7 @@ from loopscale.fit.io import default_block_by, prepare, read_table, shared_r1
 from loopscale.fit.laws import make_law
 
 
+@bootstrap_phase("variants")
 def compare_variants(
     table: Any,
     baseline: str | None = None,

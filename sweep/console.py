@@ -766,9 +766,17 @@ class BootstrapView(_View):
         # refits, then the per-r intervals'), and '12/194' after '176/200' read as a count gone backwards
         self.show(self.done, f"refits ({self._call_label()})")
 
+    _CALL_NAMES = {"per_r": "phi per r", "variants": "variant comparison"}
+    """A running bootstrap's name by its phase (:func:`loopscale.fit.bootstrapping.current_phase`)."""
+
     def _call_label(self) -> str:
-        """Which bootstrap call the count is of: 'bootstrap 3, joint fit'."""
-        what = "joint fit" if self.B and self.total == self.B else "phi per r or variant comparison" if self.B else None
+        """Which bootstrap call the count is of: 'bootstrap 3, joint fit' (by the phase the fit is in; a call of
+        B refits outside a phase is a joint fit; the variant comparison's calls have B refits too)."""
+        from loopscale.fit.bootstrapping import current_phase
+
+        what = self._CALL_NAMES.get(current_phase() or "")
+        if what is None and self.B:
+            what = "joint fit" if self.total == self.B else "phi per r or variant comparison"
         return f"bootstrap {len(self.calls)}{f', {what}' if what else ''}"
 
     def result(self, planned: int, ok: int, phase: str | None = None) -> None:

@@ -772,6 +772,20 @@ def test_bootstrap_progress_lines_say_which_bootstrap_they_count(monkeypatch):
     lines = [ln for ln in buf.getvalue().splitlines() if "/" in ln.split(" refits")[0]]
     assert "bootstrap: 10/10 refits (bootstrap 1, joint fit)" in lines, lines
     assert "bootstrap: 4/4 refits (bootstrap 2, phi per r or variant comparison)" in lines, lines
+    # the variant comparison's calls have B refits too: they were called 'joint fit'; the phase names them now
+    buf.truncate(0)
+    buf.seek(0)
+    with console.bootstrap_view(B=10):
+        with bootstrapping.bootstrap_phase("variants"):
+            bootstrapping.run_chunks({}, [(list(range(10)), None)], 1, None)
+        with bootstrapping.bootstrap_phase("per_r"):
+            bootstrapping.run_chunks({}, [(list(range(10)), None)], 1, None)
+        bootstrapping.run_chunks({}, [(list(range(10)), None)], 1, None)
+    lines = [ln for ln in buf.getvalue().splitlines() if "/" in ln.split(" refits")[0]]
+    assert "bootstrap: 10/10 refits (bootstrap 1, variant comparison)" in lines, lines
+    assert "bootstrap: 10/10 refits (bootstrap 2, phi per r)" in lines, lines
+    assert "bootstrap: 10/10 refits (bootstrap 3, joint fit)" in lines, lines
+    assert bootstrapping.current_phase() is None
 
 
 def test_grid_rate_counts_a_new_trial_before_its_first_report(monkeypatch):
@@ -847,3 +861,20 @@ def test_status_names_which_bootstrap_of_the_fit_its_refit_count_is_of(tmp_path)
     view.heartbeat()
     line = next(ln for ln in format_status(collect_status(out)) if ln.startswith("bootstrap:"))
     assert line == "bootstrap: 72 of 200 refits (bootstrap 2, joint fit); 1 bootstrap of 200 refits ended before it"
+
+
+def test_the_variant_comparison_and_per_r_bootstraps_run_in_their_phase(monkeypatch):
+    """compare_variants and per_r_phi mark their bootstraps with their phase while they run (the console names a
+    running call by it); outside them no phase is set."""
+    from loopscale.fit import bootstrapping, identify, variants
+
+    seen = []
+    monkeypatch.setattr(variants, "read_table", lambda t: seen.append(bootstrapping.current_phase()) or t)
+    monkeypatch.setattr(identify, "_frame", lambda t: seen.append(bootstrapping.current_phase()) or t)
+    import pandas as pd
+
+    with pytest.raises(ValueError):
+        variants.compare_variants(pd.DataFrame({"x": [1]}), B=0)
+    with pytest.raises((ValueError, KeyError)):
+        identify.per_r_phi(pd.DataFrame({"r": [1, 1]}))
+    assert seen == ["variants", "per_r"] and bootstrapping.current_phase() is None
