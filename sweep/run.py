@@ -467,6 +467,33 @@ def _fit_settings_plan(spec, bootstrap: int | None, starts: int | None) -> dict:
     return {"fit_bootstrap": b, "fit_starts": st, "fit_settings_from": src}
 
 
+def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
+    """The dry run's ``fit_stage``: what ``run`` does with the folder's finished fit (``run_meta.json``'s
+    ``fit_input``), given the fit settings it would use (``planned``: ``B``, ``starts``, ``seed``) and whether it
+    trains or records runs first (``trains``: runs.parquet then changes). None for a folder without a finished fit.
+    A plain ``--resume`` of a folder fitted with ``--bootstrap 100 --starts 100`` refitted at the defaults (B = 200,
+    500 starts) for minutes, which the dry run did not say."""
+    from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
+    from loopscale.sweep.status import _read_json
+
+    before = (_read_json(out / "run_meta.json") or {}).get("fit_input")
+    if not isinstance(before, dict) or not (out / "fit" / "analysis.json").is_file():
+        return None
+    names = {"B": "B = {}", "starts": "{} starts", "seed": "seed {}"}
+    differ = [k for k in names if before.get(k) != planned[k]]
+    if differ:
+        was = ", ".join(names[k].format(before.get(k)) for k in differ)
+        now = ", ".join(names[k].format(planned[k]) for k in differ)
+        opts = " ".join(f"--{'bootstrap' if k == 'B' else k} {before.get(k)}" for k in differ)
+        return (f"`run` refits: the folder's fit used {was}, this command's would use {now} (the earlier fit and its "
+                f"report are moved aside to earlier_fit_*, not replaced); give {opts} to keep the folder's settings")
+    runs = out / "runs.parquet"
+    if (not trains and before.get("fit_rules") == FIT_RULES_VERSION and runs.is_file()
+            and file_digest(runs) == before.get("runs_sha256")):  # fmt: skip
+        return f"the folder's fit (B = {planned['B']}, {planned['starts']} starts) is up to date: `run` skips it"
+    return None
+
+
 def _lr_tuning_note(p: dict | None, tuned: bool) -> str | None:
     """The dry run's ``lr_tuning_done``: with ``lr: tune`` and no LR table in the folder yet, how much of the LR
     tuning an earlier command there finished (``p``, its :func:`lr_tuning_progress`: studies done, which `run` does
@@ -995,6 +1022,9 @@ def run_cmd(
                     p.update(_lr_left_plan(spec, prog, p))
                 p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
                 p.update(_time_left_plan(time_left, cpus))
+                trains = time_left is not None or "recorded when `run` continues" in (p["recorded"] or "")
+                p["fit_stage"] = _fit_stage_note(Path(out_dir), {"B": p["fit_bootstrap"], "starts": p["fit_starts"],
+                                                                 "seed": seed}, trains)  # fmt: skip
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
                 p["refused"] = str(e)
         p["unreadable"] = list(dict.fromkeys([*early, *unreadable])) or None  # each file once (several checks read it)

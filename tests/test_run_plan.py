@@ -850,3 +850,37 @@ def test_the_dry_run_names_the_fit_settings_and_where_they_come_from(tmp_path):
     assert (p["fit_bootstrap"], p["fit_starts"]) == (100, 100)
     assert p["fit_settings_from"].startswith("the smoke preset's defaults;")
     assert dry("--preset", "smoke", "--bootstrap", "8", "--starts", "9")["fit_settings_from"] == "--bootstrap and --starts"
+
+
+def test_the_dry_run_says_whether_the_folders_fit_is_redone(tmp_path):
+    """A folder fitted with --bootstrap 100 --starts 100 was refitted by a plain `run --resume` at the defaults
+    (B = 200, 500 starts) for minutes, and its dry run said only "nothing left to train (`run` fits and reports,
+    unless they are up to date)". The dry run's fit_stage now names the settings that differ and the options that
+    keep them, or says the fit is up to date; nothing for a folder without a finished fit."""
+    import pandas as pd
+
+    from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
+    from loopscale.sweep.run import _fit_stage_note
+
+    out = tmp_path / "run"
+    (out / "fit").mkdir(parents=True)
+    planned = {"B": 200, "starts": 500, "seed": 0}
+    assert _fit_stage_note(out, planned, trains=False) is None  # no run_meta.json
+    pd.DataFrame({"r": [1, 2]}).to_parquet(out / "runs.parquet")
+    fit_input = {"runs_sha256": file_digest(out / "runs.parquet"), "B": 100, "starts": 100, "seed": 0,
+                 "fit_rules": FIT_RULES_VERSION}  # fmt: skip
+    (out / "run_meta.json").write_text(json.dumps({"fit_input": fit_input}))
+    assert _fit_stage_note(out, planned, trains=False) is None  # no analysis.json: no finished fit
+    (out / "fit" / "analysis.json").write_text("{}")
+    note = _fit_stage_note(out, planned, trains=False)
+    assert note == ("`run` refits: the folder's fit used B = 100, 100 starts, this command's would use B = 200, 500 "
+                    "starts (the earlier fit and its report are moved aside to earlier_fit_*, not replaced); give "
+                    "--bootstrap 100 --starts 100 to keep the folder's settings")  # fmt: skip
+    assert _fit_stage_note(out, {**planned, "starts": 100, "seed": 3}, trains=False).endswith(
+        "used B = 100, seed 0, this command's would use B = 200, seed 3 (the earlier fit and its report are moved "
+        "aside to earlier_fit_*, not replaced); give --bootstrap 100 --seed 0 to keep the folder's settings")
+    same = {"B": 100, "starts": 100, "seed": 0}
+    assert _fit_stage_note(out, same, trains=False) == "the folder's fit (B = 100, 100 starts) is up to date: `run` skips it"
+    assert _fit_stage_note(out, same, trains=True) is None  # runs to train first: the runs table changes
+    pd.DataFrame({"r": [1, 2, 4]}).to_parquet(out / "runs.parquet")
+    assert _fit_stage_note(out, same, trains=False) is None  # other runs than the fit's
