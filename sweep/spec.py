@@ -1895,6 +1895,13 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
         return ""
     old, new = parsed.model_dump(mode="json"), spec.model_dump(mode="json")
     found: list[str] = []
+    for d in (old, new):  # variants by name (hc_lanes is hyperconnect's alone: other variants refuse the key)
+        d["variants"] = [v["name"] if v.get("name") != "hyperconnect" else f"hyperconnect (hc_lanes {v.get('hc_lanes')})"
+                         for v in d.get("variants") or []]  # fmt: skip
+    if old["variants"] != new["variants"] and sorted(old["variants"]) == sorted(new["variants"]):
+        found.append(f"variants: {old['variants']!r} -> {new['variants']!r} (the same variants in another order: "
+                     "the order is part of the spec; list them in the folder's order)")
+        old["variants"] = new["variants"]
 
     def walk(a, b, path: str) -> None:
         if isinstance(a, dict) and isinstance(b, dict):

@@ -1004,3 +1004,29 @@ def test_model_copy_replaces_each_key_given_and_a_section_copy_keeps_the_rest():
     assert smoke.model_copy(update={"tokens": [4096]}).tokens == [4096]
     with pytest.raises(SpecError, match="training"):
         smoke.model_copy(update={"training": {"batch_tokens": "many"}})
+
+
+def test_a_folder_of_other_variants_names_them_by_name_and_a_reorder_as_such(tmp_path):
+    """A folder of [baseline, trunc_bptt] refused [trunc_bptt, baseline] naming each variant with hc_lanes 2, a key
+    those variants refuse, and without saying that only the order differed. Variants are named by name (hyperconnect
+    with its lanes), and a reorder says that the order is part of the spec."""
+    import re
+
+    import yaml
+
+    from loopscale.sweep.spec import check_folder_spec, spec_to_yaml
+
+    base = yaml.safe_load(spec_to_yaml(preset_spec("smoke")))
+    out = tmp_path / "run"
+    out.mkdir()
+    spec = parse_spec({**base, "variants": ["baseline", "trunc_bptt"]})
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    swapped = parse_spec({**base, "variants": ["trunc_bptt", "baseline"]})
+    with pytest.raises(ValueError, match=re.escape(
+            "it differs in variants: ['baseline', 'trunc_bptt'] -> ['trunc_bptt', 'baseline'] (the same variants in "
+            "another order: the order is part of the spec; list them in the folder's order))")):  # fmt: skip
+        check_folder_spec(out, swapped, corpus=False)
+    hc = parse_spec({**base, "variants": ["baseline", {"name": "hyperconnect", "hc_lanes": 4}]})
+    with pytest.raises(ValueError, match=re.escape(
+            "it differs in variants: ['baseline', 'trunc_bptt'] -> ['baseline', 'hyperconnect (hc_lanes 4)'])")):
+        check_folder_spec(out, hc, corpus=False)
