@@ -627,7 +627,12 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append("![loss vs compute](loss_vs_compute.png)\n")
     several = len(ana.get("variants", {})) > 1
     for vname, v in ana.get("variants", {}).items():
-        L.append(f"## Variant `{vname}` ({v.get('n')} runs)\n")
+        vf = frames.get(vname)
+        own = int((vf["variant"].astype(str) == vname).sum()) if vf is not None and "variant" in vf.columns else None
+        if own is not None and own != len(vf) and len(vf) == v.get("n"):  # its fit holds the shared r = 1 runs too
+            L.append(f"## Variant `{vname}` ({own} runs, fitted with the {len(vf) - own} shared r = 1 runs)\n")
+        else:
+            L.append(f"## Variant `{vname}` ({v.get('n')} runs)\n")
         if several and (what := _variant_model_line(runs, vname)):  # what tells the variants apart
             L.append(what + "\n")
         L.append("### Per-r Chinchilla fits (L = E + A·N^−α + B·D^−β, N = unique non-embedding params)\n")
@@ -657,7 +662,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             phi_line = f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi', 3)}** "
         L.append(
             phi_line + f"({_resampling(boot)}, B = {boot.get('B')}, "
-            f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate draws redrawn, "
+            f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate "
+            f"draw{'' if boot.get('n_degenerate') == 1 else 's'} redrawn, "
             f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
         )
         from loopscale.fit.bootstrapping import (

@@ -1013,10 +1013,29 @@ def test_a_variant_that_trained_the_baselines_models_is_said(tmp_path):
     runs.to_parquet(run / "runs.parquet")
     ana = analyze(run / "runs.parquet", run / "fit", B=0, starts=4, workers=1, plots=False)
     assert ana["variant_comparison"]["comparisons"]["trunc_bptt"]["same_losses_as_baseline_r"] == [4, 8]
-    sec = _section(build_report(run).read_text(encoding="utf-8"), "## Variants: Δφ against the baseline")
+    text = build_report(run).read_text(encoding="utf-8")
+    sec = _section(text, "## Variants: Δφ against the baseline")
     assert "; the baseline's losses at r = 4, 8 (‖) |" in sec
+    # the variant's heading counts its own runs and the shared r = 1 runs apart (it said 16 runs for 12 of its own)
+    n1, n_looped = int((base["r"] == 1).sum()), len(looped)
+    assert f"## Variant `trunc_bptt` ({n_looped} runs, fitted with the {n1} shared r = 1 runs)" in text
+    assert f"## Variant `baseline` ({len(base)} runs)" in text
     assert "‖ **trunc_bptt trained the baseline's models at r = 4, 8**: each of its runs there ends at the loss" in sec
     assert "Truncated BPTT on short runs" in sec
     # a variant whose runs all differ gets no such note
     runs.loc[runs["variant"] == "trunc_bptt", "final_val_loss"] *= 1.01
     assert same_losses_as_baseline(runs.assign(loss=runs["final_val_loss"]), "baseline", "trunc_bptt") == []
+
+
+def test_one_degenerate_draw_is_one_draw(tmp_path):
+    """The joint line read "1 degenerate draws redrawn"."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    p = run / "fit" / "analysis.json"
+    ana = json.loads(p.read_text(encoding="utf-8"))
+    ana["variants"]["baseline"]["joint"]["bootstrap"]["n_degenerate"] = 1
+    p.write_text(json.dumps(ana), encoding="utf-8")
+    text = build_report(run).read_text(encoding="utf-8")
+    assert ", 1 degenerate draw redrawn, " in text and "1 degenerate draws" not in text
