@@ -551,7 +551,11 @@ class SweepSpec(_Strict):
             raise ValueError("variants must be non-empty, e.g. [baseline]")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
-            raise ValueError(f"variants must be distinct, got {names}")
+            twice = sorted({n for n in names if names.count(n) > 1})
+            lanes = (" (hyperconnect takes one hc_lanes per spec: compare lane counts in separate --out folders)"
+                     if "hyperconnect" in twice else "")  # fmt: skip
+            raise ValueError(f"variants must be distinct, got {names}: each name once, {twice} listed more than "
+                             f"once{lanes}")
 
     def _check_lr(self) -> None:
         """lr: 'tune', a positive fixed LR, or a table of every size (and r) of the grid. Raises: ValueError."""

@@ -230,6 +230,13 @@ def _bad(mutate):
          "lr.table[16] has no entry for r = 4, 8; it gives r = 1, 2 and the grid has r = [1, 2, 4, 8]"),
         # a repeated size or D was dropped without a word (repeated r, seeds and ladder values were refused)
         (lambda d: d.update(sizes=[16, 16]), "sizes must hold distinct values, got [16, 16] (16 twice)"),
+        # two lane counts of hyperconnect were refused without saying which name repeats or why
+        (lambda d: d.update(variants=["baseline", {"name": "hyperconnect", "hc_lanes": 2},
+                                      {"name": "hyperconnect", "hc_lanes": 4}]),
+         "variants must be distinct, got ['baseline', 'hyperconnect', 'hyperconnect']: each name once, "
+         "['hyperconnect'] listed more than once (hyperconnect takes one hc_lanes per spec: compare lane counts in "
+         "separate --out folders)"),
+        (lambda d: d.update(variants=["baseline", "baseline"]), "['baseline'] listed more than once"),
         (lambda d: d.update(tokens=[4096, 8192, 4096]), "tokens must hold distinct values"),
         (lambda d: d.update(sizes=[16], tokens={16: [4096, 4096]}), "tokens for size 16 must hold distinct"),
         (lambda d: d.update(sizes=[], tokens=None, budgets={1e9: [16, 32, 16]}), "budgets[1e+09] must hold distinct values"),
