@@ -1096,5 +1096,8 @@ def run_cmd(
             }
             for k, v in ana.get("variants", {}).items()
         }
+        if comp := ana.get("variant_comparison"):  # Δφ per variant (fit/analysis.json has the same)
+            summary["variant_comparison"] = {"baseline": comp.get("baseline"), "skipped": comp.get("skipped"),
+                                             "comparisons": comp.get("comparisons")}  # fmt: skip
         json.dump(summary, sys.stdout)
         sys.stdout.write("\n")

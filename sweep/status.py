@@ -303,6 +303,32 @@ def fit_headlines(ana: dict) -> list[str]:
             f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
             f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)})"
         )
+    return lines + delta_phi_lines(ana)
+
+
+def delta_phi_lines(ana: dict) -> list[str]:
+    """One line per variant compared with the baseline (``analysis.json``'s ``variant_comparison``): Δφ with its
+    paired-bootstrap 95 % CI, and what keeps it from being a result (a φ the identification rule did not accept,
+    no interval, or runs that ended at the baseline's losses); the comparison's reason when it was skipped."""
+    comp = ana.get("variant_comparison") or {}
+    if comp.get("skipped"):
+        return [f"no delta phi: {comp['skipped']}"]
+    base = comp.get("baseline", "baseline")
+    lines = []
+    for name, c in (comp.get("comparisons") or {}).items():
+        ci = c.get("ci") or [float("nan"), float("nan")]
+        notes = []
+        if c.get("not_identified"):
+            notes.append(f"not a result: phi not identified ({', '.join(c['not_identified'])})")
+        if c.get("no_interval"):
+            notes.append(f"no interval: {c['no_interval']}")
+        if c.get("same_losses_as_baseline_r"):
+            notes.append(f"its runs at r = {', '.join(map(str, c['same_losses_as_baseline_r']))} ended at the "
+                         f"baseline's losses")
+        line = f"{name} - {base}: delta phi = {c.get('delta_phi', float('nan')):.3f}"
+        if not c.get("no_interval"):
+            line += f", 95 % CI [{ci[0]:.3f}, {ci[1]:.3f}]"
+        lines.append(line + (f" ({'; '.join(notes)})" if notes else ""))
     return lines
 
 

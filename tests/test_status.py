@@ -403,3 +403,24 @@ def test_status_and_the_commands_tell_a_torn_json_file_alike(tmp_path):
             assert read_json_or_aside(str(path)) is None
         assert not path.exists()  # the command moved it aside
     assert json_object(b'{"a": 1}') == ({"a": 1}, None)
+
+
+def test_the_last_lines_give_delta_phi_per_variant():
+    """Δφ was only in report.md: `run`'s last lines, `status` and `run --json` gave each variant's φ alone. The
+    headlines now end with one Δφ line per compared variant, saying what keeps it from being a result."""
+    from loopscale.sweep.status import delta_phi_lines, fit_headlines
+
+    comp = {"baseline": "baseline", "comparisons": {
+        "trunc_bptt": {"delta_phi": -0.0812, "ci": [-0.15, -0.02], "not_identified": ["baseline"],
+                       "same_losses_as_baseline_r": [8]},
+        "hyperconnect": {"delta_phi": 0.19, "ci": [0.11, 0.28]},
+        "other": {"delta_phi": 0.05, "ci": [float("nan")] * 2, "no_interval": "no bootstrap (B = 0)"}}}  # fmt: skip
+    assert delta_phi_lines({"variant_comparison": comp}) == [
+        "trunc_bptt - baseline: delta phi = -0.081, 95 % CI [-0.150, -0.020] (not a result: phi not identified "
+        "(baseline); its runs at r = 8 ended at the baseline's losses)",
+        "hyperconnect - baseline: delta phi = 0.190, 95 % CI [0.110, 0.280]",
+        "other - baseline: delta phi = 0.050 (no interval: no bootstrap (B = 0))",
+    ]
+    assert delta_phi_lines({"variant_comparison": {"skipped": "a variant with a single r"}}) == [
+        "no delta phi: a variant with a single r"]
+    assert delta_phi_lines({}) == [] and fit_headlines({"variant_comparison": comp})[-1].startswith("other - baseline")
