@@ -453,7 +453,8 @@ def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
     digits (NaN equal to NaN), other values exactly: ``(how many, the first such row, the earliest row it equals)``
     (0-based positions), or None (also for a table whose cells do not compare, e.g. lists). Rows are sorted by their
     other values and then by the numeric column with the most distinct values; each is compared with the rows after
-    it that are still within the tolerance in that column, so every pair is found without comparing all pairs."""
+    it that are still within the tolerance in that column (vectorised over rows, one offset at a time), so every
+    pair is found without comparing all pairs. Infinite values equal only the same infinity."""
     rtol = 0.5 * 10.0 ** (1 - NEAR_DUPLICATE_DIGITS)
     num, other = [], []
     for c in df.columns:
@@ -470,24 +471,28 @@ def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
         return None
     X = np.column_stack(num) if num else np.zeros((n, 0))
     pivot = X[:, int(np.argmax([len(np.unique(col)) for col in num]))] if num else np.zeros(n)
-    key = np.where(np.isnan(pivot), np.inf, pivot)  # NaNs together, after every number
-    order = np.lexsort((key, group))
-    earliest: dict[int, int] = {}  # a repeated row -> the earliest row it equals
-    for a, i in enumerate(order):
-        for j in order[a + 1:]:
-            if group[j] != group[i]:
-                break
-            if not (key[j] == key[i] or abs(key[j] - key[i]) <= rtol * max(abs(key[i]), abs(key[j]))):
-                break
-            xi, xj = X[i], X[j]
-            same = (xi == xj) | (np.isnan(xi) & np.isnan(xj)) | (np.abs(xi - xj) <= rtol * np.maximum(np.abs(xi), np.abs(xj)))
-            if same.all():
-                lo, hi = (int(i), int(j)) if i < j else (int(j), int(i))
-                earliest[hi] = min(earliest.get(hi, lo), lo)
-    if not earliest:
+
+    def close(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Elementwise: equal, both NaN, or both finite and within ``rtol`` of the larger (inf equals only inf)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            near = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= rtol * np.maximum(np.abs(a), np.abs(b)))
+        return (a == b) | (np.isnan(a) & np.isnan(b)) | near
+
+    order = np.lexsort((np.where(np.isnan(pivot), np.inf, pivot), group))  # NaNs after every number
+    Xs, ps, gs = X[order], pivot[order], group[order]
+    earliest = np.full(n, n)  # of each row (0-based position), the earliest row it equals; n: none
+    alive = np.ones(max(n - 1, 0), dtype=bool)  # rows whose window (same group, pivot within rtol) goes on
+    for k in range(1, n):  # the rows k places apart in the sorted order, all at once
+        alive = alive[: n - k] & (gs[: n - k] == gs[k:]) & close(ps[: n - k], ps[k:])
+        if not alive.any():
+            break
+        same = alive & close(Xs[: n - k], Xs[k:]).all(axis=1)
+        i, j = order[: n - k][same], order[k:][same]
+        np.minimum.at(earliest, np.maximum(i, j), np.minimum(i, j))
+    rep = np.flatnonzero(earliest < n)
+    if not len(rep):
         return None
-    k = min(earliest)
-    return len(earliest), k, earliest[k]
+    return len(rep), int(rep[0]), int(earliest[rep[0]])
 
 
 LOSS_PLAUSIBLE_MAX = 15.0

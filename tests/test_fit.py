@@ -1291,6 +1291,13 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     three = pd.concat([t, again, again.assign(loss=again["loss"] * (1 + 1e-7))], ignore_index=True)
     assert prepare(three, make_law("joint")).near_duplicates.startswith(
         f"2 row(s) equal an earlier row in every column to 6 significant digits (the first: row {len(t)}, as row 4)")
+    # an infinite value equals only the same infinity (|inf - 3| <= rtol * inf held: a false alarm)
+    from loopscale.fit.io import _near_duplicate
+
+    gn = pd.concat([t, again], ignore_index=True).assign(grad_norm_max=[3.0] * len(t) + [np.inf])
+    assert prepare(gn, make_law("joint")).near_duplicates is None
+    assert _near_duplicate(pd.DataFrame({"loss": [2.5, 2.5], "g": [np.inf, -np.inf]})) is None
+    assert _near_duplicate(pd.DataFrame({"loss": [2.5, 2.5], "g": [np.inf, np.inf]})) == (1, 1, 0)
     # one digit more apart is two runs (1e-5 relative, e.g. two seeds' losses that happen to be close)
     apart = t.iloc[[4]].assign(loss=t["loss"].iloc[4] * (1 + 1e-5))
     assert prepare(pd.concat([t, apart], ignore_index=True), make_law("joint")).near_duplicates is None
