@@ -281,8 +281,11 @@ def json_object(data: bytes) -> tuple[dict | None, str | None]:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         return None, (f"not valid JSON: {e}" if data.strip() else "0 bytes" if not data else "whitespace only")
+    except RecursionError:
+        return None, "not valid JSON: nested too deeply to read"
     if not isinstance(value, dict):
-        return None, f"not a JSON object (a JSON {type(value).__name__})"
+        kind = {list: "list", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "null")
+        return None, f"not a JSON object (a JSON {kind})"
     return value, None
 
 

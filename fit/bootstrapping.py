@@ -26,6 +26,7 @@ running/addressed cluster is used (``loopscale.cluster.connect.ray_session``), a
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import sys
 import time
@@ -427,25 +428,25 @@ def _submit(fn, shared: Any, args: list[tuple]) -> list:
 
 _LISTENERS: list = []  # (progress fn, result fn or None)
 _QUIET_RESULTS: list = []  # non-empty while a caller reports its bootstraps' results itself (per_r_phi)
-_PHASES: list = []  # what the bootstraps running now are for ("per_r", "variants"), innermost last
+_PHASE: contextvars.ContextVar[str | None] = contextvars.ContextVar("loopscale_bootstrap_phase", default=None)
 
 
 @contextlib.contextmanager
 def bootstrap_phase(name: str):
-    """While the block runs, :func:`current_phase` is ``name``: what the bootstraps started in it are for
-    (``"per_r"``: :func:`loopscale.fit.identify.per_r_phi`'s intervals; ``"variants"``:
-    :func:`loopscale.fit.variants.compare_variants`'s paired refits), so that a progress listener can name a
-    bootstrap while it runs, not only when it ends (``progress_listener``'s ``phase``)."""
-    _PHASES.append(name)
+    """While the block runs, :func:`current_phase` is ``name`` in this thread (a context variable): what the
+    bootstraps started in it are for (``"per_r"``: :func:`loopscale.fit.identify.per_r_phi`'s intervals;
+    ``"variants"``: :func:`loopscale.fit.variants.compare_variants`'s paired refits), so that a progress listener
+    can name a bootstrap while it runs, not only when it ends (``progress_listener``'s ``phase``)."""
+    token = _PHASE.set(name)
     try:
         yield
     finally:
-        _PHASES.pop()
+        _PHASE.reset(token)
 
 
 def current_phase() -> str | None:
     """What the bootstraps running now are for (:func:`bootstrap_phase`); None: a bootstrap of its own."""
-    return _PHASES[-1] if _PHASES else None
+    return _PHASE.get()
 
 
 @contextlib.contextmanager

@@ -901,8 +901,9 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 verdict = f"not a result: φ not identified ({', '.join(unid[name])})" if unid[name] else "yes"
                 if c.get("no_interval"):
                     verdict = f"no interval: {c['no_interval']}" + ("" if verdict == "yes" else f"; {verdict}")
-                if name in same:
-                    verdict += f"; the baseline's losses at r = {', '.join(map(str, same[name]))} (‖)"
+                if name in same:  # not a result either way: the change did not alter training there
+                    at = f"the baseline's losses at r = {', '.join(map(str, same[name]))} (‖)"
+                    verdict = f"no: {at}" if verdict == "yes" else f"{verdict}; {at}"
                 L.append(
                     f"| {name} | {_fmt(c.get('phi'), 3)} | {_fmt(c.get('delta_phi'), 3)} | "
                     f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} | {verdict} |"

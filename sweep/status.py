@@ -314,6 +314,10 @@ def delta_phi_lines(ana: dict) -> list[str]:
     if comp.get("skipped"):
         return [f"no delta phi: {comp['skipped']}"]
     base = comp.get("baseline", "baseline")
+
+    def num(x: object) -> str:  # a value of an older or hand-edited file may be null
+        return f"{x:.3f}" if isinstance(x, int | float) else "nan"
+
     lines = []
     for name, c in (comp.get("comparisons") or {}).items():
         ci = c.get("ci") or [float("nan"), float("nan")]
@@ -325,9 +329,9 @@ def delta_phi_lines(ana: dict) -> list[str]:
         if c.get("same_losses_as_baseline_r"):
             notes.append(f"its runs at r = {', '.join(map(str, c['same_losses_as_baseline_r']))} ended at the "
                          f"baseline's losses")
-        line = f"{name} - {base}: delta phi = {c.get('delta_phi', float('nan')):.3f}"
+        line = f"{name} - {base}: delta phi = {num(c.get('delta_phi'))}"
         if not c.get("no_interval"):
-            line += f", 95 % CI [{ci[0]:.3f}, {ci[1]:.3f}]"
+            line += f", 95 % CI [{num(ci[0])}, {num(ci[1])}]"
         lines.append(line + (f" ({'; '.join(notes)})" if notes else ""))
     return lines
 

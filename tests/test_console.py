@@ -878,3 +878,26 @@ def test_the_variant_comparison_and_per_r_bootstraps_run_in_their_phase(monkeypa
     with pytest.raises((ValueError, KeyError)):
         identify.per_r_phi(pd.DataFrame({"r": [1, 1]}))
     assert seen == ["variants", "per_r"] and bootstrapping.current_phase() is None
+
+
+def test_a_bootstrap_phase_is_its_own_threads():
+    """The phase was one list for the whole process: two fits in threads (a notebook) read each other's phase."""
+    import threading
+
+    from loopscale.fit.bootstrapping import bootstrap_phase, current_phase
+
+    seen = {}
+    started = threading.Barrier(2)
+
+    def fit(name: str) -> None:
+        with bootstrap_phase(name):
+            started.wait(timeout=10)  # both inside their phase at once
+            seen[name] = current_phase()
+            started.wait(timeout=10)
+
+    threads = [threading.Thread(target=fit, args=(n,)) for n in ("variants", "per_r")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert seen == {"variants": "variants", "per_r": "per_r"} and current_phase() is None

@@ -387,7 +387,7 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
     assert "![profile of the objective in φ](fit/baseline/phi_profile.png)" in text and "Figure missing" not in text
 
 
-def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool]) -> str:
+def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool], **extra) -> str:
     """The example run with a second variant (`trunc_bptt`, the baseline's record copied) and a Δφ row against the
     baseline, each variant's identification verdict as ``verdicts`` says; the report's Δφ section."""
     from loopscale.fit.run_report import build_report
@@ -402,7 +402,7 @@ def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool]) -> str:
             "identified": ok,
             "headline": "phi = 0.5 [0.4, 0.6] (identified)" if ok else "phi not identified by this grid: flat profile",
         }
-    row = {"phi": 0.98, "delta_phi": 0.00276, "ci": [-0.05203, 0.09559], "frac_delta_le_0": 0.35, "n_ok": 20}
+    row = {"phi": 0.98, "delta_phi": 0.00276, "ci": [-0.05203, 0.09559], "frac_delta_le_0": 0.35, "n_ok": 20, **extra}
     ana["variant_comparison"] = {"baseline": "baseline", "B": 20, "comparisons": {"trunc_bptt": row}}
     p.write_text(json.dumps(ana), encoding="utf-8")
     return _section(build_report(run).read_text(encoding="utf-8"), "## Variants: Δφ against the baseline")
@@ -1039,3 +1039,11 @@ def test_one_degenerate_draw_is_one_draw(tmp_path):
     p.write_text(json.dumps(ana), encoding="utf-8")
     text = build_report(run).read_text(encoding="utf-8")
     assert ", 1 degenerate draw redrawn, " in text and "1 degenerate draws" not in text
+
+
+def test_a_delta_phi_of_the_baselines_models_is_no_result_even_when_both_phi_are_identified(tmp_path):
+    """The 'a result?' column read "yes; the baseline's losses at r = 4, 8", against its own note ("Δφ cannot show
+    one"): such a row is now "no"."""
+    sec = _with_variant_comparison(tmp_path, {"baseline": True, "trunc_bptt": True}, same_losses_as_baseline_r=[4, 8])
+    row = next(ln for ln in sec.splitlines() if ln.startswith("| trunc_bptt"))
+    assert row.endswith("| no: the baseline's losses at r = 4, 8 (‖) |") and "yes" not in row

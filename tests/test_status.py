@@ -391,6 +391,8 @@ def test_status_and_the_commands_tell_a_torn_json_file_alike(tmp_path):
     from loopscale.sweep.status import _read_json
 
     cases = {b"": "0 bytes", b" \n": "whitespace only", b"[1, 2]": "not a JSON object (a JSON list)",
+             b"null": "not a JSON object (a JSON null)", b'"x"': "not a JSON object (a JSON string)",
+             b"[" * 100000: "not valid JSON",
              b"\xff{": "not valid JSON: 'utf-8' codec can't decode byte 0xff", b'{"a": ': "not valid JSON: Expecting value"}
     for i, (data, why) in enumerate(cases.items()):
         assert json_object(data)[0] is None and json_object(data)[1].startswith(why)
@@ -424,3 +426,6 @@ def test_the_last_lines_give_delta_phi_per_variant():
     assert delta_phi_lines({"variant_comparison": {"skipped": "a variant with a single r"}}) == [
         "no delta phi: a variant with a single r"]
     assert delta_phi_lines({}) == [] and fit_headlines({"variant_comparison": comp})[-1].startswith("other - baseline")
+    # a null of an older or hand-edited analysis.json reads as nan (it raised TypeError in `status` and `run`)
+    odd = {"baseline": "baseline", "comparisons": {"x": {"delta_phi": None, "ci": [None, None]}}}
+    assert delta_phi_lines({"variant_comparison": odd}) == ["x - baseline: delta phi = nan, 95 % CI [nan, nan]"]
