@@ -467,6 +467,22 @@ def _fit_settings_plan(spec, bootstrap: int | None, starts: int | None) -> dict:
     return {"fit_bootstrap": b, "fit_starts": st, "fit_settings_from": src}
 
 
+def fit_input_in_effect(before: dict, runs: Path, digest: str) -> dict:
+    """``run_meta.json``'s ``fit_input`` (the runs' sha256 and the settings of the folder's last finished fit) with
+    its fit rules read as today's: a change of the fit rules that does not alter this design's analysis needs no
+    refit (e.g. version 4 changed only designs with two D), so such a fit of the same runs (``digest``, the sha256
+    of ``runs``) counts as made under today's rules (:func:`loopscale.fit.analysis.fit_rules_in_effect`)."""
+    from loopscale.fit.analysis import FIT_RULES_VERSION
+
+    if before.get("fit_rules", 1) != FIT_RULES_VERSION and before.get("runs_sha256") == digest:
+        import pandas as pd
+
+        from loopscale.fit.analysis import fit_rules_in_effect
+
+        return {**before, "fit_rules": fit_rules_in_effect(before.get("fit_rules", 1), pd.read_parquet(runs))}
+    return before
+
+
 def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
     """The dry run's ``fit_stage``: what ``run`` does with the folder's finished fit (``run_meta.json``'s
     ``fit_input``), given the fit settings it would use (``planned``: ``B``, ``starts``, ``seed``) and whether it
@@ -477,20 +493,30 @@ def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
     from loopscale.sweep.status import _read_json
 
     before = (_read_json(out / "run_meta.json") or {}).get("fit_input")
-    if not isinstance(before, dict) or not (out / "fit" / "analysis.json").is_file():
+    if not isinstance(before, dict) or not (out / "fit" / "analysis.json").exists():
         return None
+    aside = "the earlier fit and its report are moved aside to earlier_fit_*, not replaced"
     names = {"B": "B = {}", "starts": "{} starts", "seed": "seed {}"}
     differ = [k for k in names if before.get(k) != planned[k]]
     if differ:
         was = ", ".join(names[k].format(before.get(k)) for k in differ)
         now = ", ".join(names[k].format(planned[k]) for k in differ)
         opts = " ".join(f"--{'bootstrap' if k == 'B' else k} {before.get(k)}" for k in differ)
-        return (f"`run` refits: the folder's fit used {was}, this command's would use {now} (the earlier fit and its "
-                f"report are moved aside to earlier_fit_*, not replaced); give {opts} to keep the folder's settings")
+        return (f"`run` refits: the folder's fit used {was}, this command's would use {now} ({aside}); give {opts} "
+                "to keep the folder's settings")
+    if _read_json(out / "fit" / "analysis.json") is None:  # torn: `run` moves it aside and refits
+        return "`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again)"
     runs = out / "runs.parquet"
-    if (not trains and before.get("fit_rules") == FIT_RULES_VERSION and runs.is_file()
-            and file_digest(runs) == before.get("runs_sha256")):  # fmt: skip
+    if trains or not runs.is_file():
+        return None  # runs are trained or recorded first: the runs table changes, and the fit with it
+    digest = file_digest(runs)
+    now_in = fit_input_in_effect(before, runs, digest)
+    if now_in == {"runs_sha256": digest, **planned, "fit_rules": FIT_RULES_VERSION}:  # as `run` decides
         return f"the folder's fit (B = {planned['B']}, {planned['starts']} starts) is up to date: `run` skips it"
+    made = now_in.get("fit_rules", 1)
+    if now_in.get("runs_sha256") == digest and made != FIT_RULES_VERSION:
+        return (f"`run` refits: the folder's fit follows fit rules version {made}, this loopscale's are version "
+                f"{FIT_RULES_VERSION} ({aside})")
     return None
 
 
@@ -759,16 +785,7 @@ def run_pipeline(
         # 3. fits
         digest = file_digest(out / "runs.parquet")
         ana = out / "fit" / "analysis.json"
-        before = meta.get("fit_input") or {}
-        if before.get("fit_rules", 1) != FIT_RULES_VERSION and before.get("runs_sha256") == digest:
-            # a change of the fit rules that does not alter this design's analysis needs no refit (e.g. version
-            # 4 changed only designs with two D): the fit counts as made under today's rules
-            import pandas as pd
-
-            from loopscale.fit.analysis import fit_rules_in_effect
-
-            before = {**before, "fit_rules": fit_rules_in_effect(before.get("fit_rules", 1),
-                                                                 pd.read_parquet(out / "runs.parquet"))}
+        before = fit_input_in_effect(meta.get("fit_input") or {}, out / "runs.parquet", digest)
         if read_json_or_aside(str(ana)) is not None and before == {"runs_sha256": digest, **fit_settings}:
             meta["skipped"].append("fit")
             log("[3/4] fit: runs.parquet, settings and fit rules unchanged, skipped")

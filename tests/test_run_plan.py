@@ -882,5 +882,22 @@ def test_the_dry_run_says_whether_the_folders_fit_is_redone(tmp_path):
     same = {"B": 100, "starts": 100, "seed": 0}
     assert _fit_stage_note(out, same, trains=False) == "the folder's fit (B = 100, 100 starts) is up to date: `run` skips it"
     assert _fit_stage_note(out, same, trains=True) is None  # runs to train first: the runs table changes
+    # a torn analysis.json: `run` moves it aside and refits (the dry run called that fit up to date)
+    (out / "fit" / "analysis.json").write_text('{"variants": ')
+    assert _fit_stage_note(out, same, trains=False) == (
+        "`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again)")
+    (out / "fit" / "analysis.json").write_text("{}")
+    # a fit made under older fit rules: refitted where the rules changed the analysis of these runs (here a table
+    # fit_rules_in_effect cannot test), up to date where they did not (one D: version 4 changed designs of two D)
+    old_rules = {**fit_input, "fit_rules": FIT_RULES_VERSION - 1}
+    (out / "run_meta.json").write_text(json.dumps({"fit_input": old_rules}))
+    assert _fit_stage_note(out, same, trains=False) == (
+        f"`run` refits: the folder's fit follows fit rules version {FIT_RULES_VERSION - 1}, this loopscale's are "
+        f"version {FIT_RULES_VERSION} (the earlier fit and its report are moved aside to earlier_fit_*, not replaced)")
+    one_d = pd.DataFrame({"r": [1, 2], "D": [1e6, 1e6], "N_once": [10.0, 5.0], "N_rec": [0.0, 5.0], "status": "ok"})
+    one_d.to_parquet(out / "runs.parquet")
+    (out / "run_meta.json").write_text(json.dumps(
+        {"fit_input": {**old_rules, "runs_sha256": file_digest(out / "runs.parquet")}}))
+    assert _fit_stage_note(out, same, trains=False).endswith("is up to date: `run` skips it")
     pd.DataFrame({"r": [1, 2, 4]}).to_parquet(out / "runs.parquet")
     assert _fit_stage_note(out, same, trains=False) is None  # other runs than the fit's
