@@ -478,7 +478,7 @@ def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
             near = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= rtol * np.maximum(np.abs(a), np.abs(b)))
         return (a == b) | (np.isnan(a) & np.isnan(b)) | near
 
-    order = np.lexsort((np.where(np.isnan(pivot), np.inf, pivot), group))  # NaNs after every number
+    order = np.lexsort((np.nan_to_num(pivot, nan=0.0), np.isnan(pivot), group))  # NaNs after every number, inf
     Xs, ps, gs = X[order], pivot[order], group[order]
     earliest = np.full(n, n)  # of each row (0-based position), the earliest row it equals; n: none
     alive = np.ones(max(n - 1, 0), dtype=bool)  # rows whose window (same group, pivot within rtol) goes on

@@ -1298,6 +1298,8 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     assert prepare(gn, make_law("joint")).near_duplicates is None
     assert _near_duplicate(pd.DataFrame({"loss": [2.5, 2.5], "g": [np.inf, -np.inf]})) is None
     assert _near_duplicate(pd.DataFrame({"loss": [2.5, 2.5], "g": [np.inf, np.inf]})) == (1, 1, 0)
+    # NaNs of the sorted column sit after its infinities, so an inf between two NaN rows does not part them
+    assert _near_duplicate(pd.DataFrame({"p": [np.nan, np.inf, np.nan, 1.0], "x": [1, 2, 1, 3]})) == (1, 2, 0)
     # one digit more apart is two runs (1e-5 relative, e.g. two seeds' losses that happen to be close)
     apart = t.iloc[[4]].assign(loss=t["loss"].iloc[4] * (1 + 1e-5))
     assert prepare(pd.concat([t, apart], ignore_index=True), make_law("joint")).near_duplicates is None
