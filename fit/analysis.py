@@ -645,7 +645,7 @@ def analyze(
         except ValueError as e:  # e.g. a variant with a single r: reported, not fatal
             comp = skipped(FitOutcome.REFUSED, str(e))
         if comp.get("comparisons"):  # the rows in the variant sections' order (computed in sorted order, numbers alike)
-            rank = {v: i for i, v in enumerate(variant_frames(df, variant_order))}
+            rank = {v: i for i, v in enumerate(result["variants"])}
             comp["comparisons"] = dict(sorted(comp["comparisons"].items(), key=lambda kv: rank.get(kv[0], len(rank))))
         from loopscale.fit.variants import same_losses_as_baseline
 

@@ -908,9 +908,9 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                     f"| {name} | {_fmt(c.get('phi'), 3)} | {_fmt(c.get('delta_phi'), 3)} | "
                     f"{_ci({'d': c.get('ci')}, 'd')} | {_fmt(c.get('frac_delta_le_0'), 3)} | {verdict} |"
                 )
-            for name, rs in same.items():
-                from loopscale.fit.variants import SAME_LOSS_RTOL
+            from loopscale.fit.variants import SAME_LOSS_RTOL
 
+            for name, rs in same.items():
                 why = (" Truncated BPTT on short runs: the loop's state weight W_h starts at zero (W_inject = [I | 0]) "
                        "and is still small, so the gradient through the detached early recurrences is too small to "
                        "change the model; longer runs are needed to measure truncation." if name == "trunc_bptt"

@@ -330,7 +330,7 @@ def _grid_done(spec, out: Path) -> bool:
     return cells is not None and {c.run_id for c in cells} <= ResultsStore(out).completed_ids()
 
 
-def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None, dict | str | None]:
+def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None, dict | str | None, bool]:
     """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok, diverged or did
     not learn) record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None
     for a folder with no run records and no finished run's result. Runs that finished with no driver there to
@@ -338,10 +338,11 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     the grid's runs are not defined (their LR is part of them): the note says so. Reads only (call inside
     :func:`loopscale.sweep.store.look_only`).
 
-    Returns ``(note, time_left)``: ``time_left`` is :func:`loopscale.sweep.design_cmd.training_time_left`'s
+    Returns ``(note, time_left, changes)``: ``time_left`` is :func:`loopscale.sweep.design_cmd.training_time_left`'s
     prediction for the runs left on ``cpus`` CPUs (None: the runs train on a cluster) at the FLOP/s of the
     folder's own ok records, or a sentence saying why there is none (also for a folder where no run has finished);
-    None when nothing is left to train."""
+    None when nothing is left to train; ``changes``, whether ``run`` trains or records runs before it fits (its
+    runs table then changes, and the fit with it)."""
     from loopscale.cluster.storage import absolute_uri
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -353,7 +354,7 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     # no run finished here yet: no rate to take
     nothing_yet = (None, on_cluster.format("") if cpus is None else
                    "not estimated before a run has finished in this folder: the figure takes the FLOP/s of the "
-                   "folder's own runs (a dry run or `status` of a stopped run gives it)")  # fmt: skip
+                   "folder's own runs (a dry run or `status` of a stopped run gives it)", True)  # fmt: skip
     if not out.is_dir():
         return nothing_yet
     store = ResultsStore(out)
@@ -365,7 +366,7 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
             return nothing_yet
         note = (f"{len(done_ids)} finished run record{'s' * (len(done_ids) != 1)}, but no LR table yet: LR tuning "
                 "runs first, then the grid (its runs' LR is part of their definition)")  # fmt: skip
-        return note, "not estimated: the grid's runs are defined once the LR table exists"
+        return note, "not estimated: the grid's runs are defined once the LR table exists", True
     storage = absolute_uri(spec.storage_path) if spec.storage_path else str(out / "tune")
     stored = stored_result_ids(storage, [c.run_id for c in cells if c.run_id not in done_ids])
     if not recorded and not stored:
@@ -375,7 +376,7 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     more = f", {len(stored)} more finished and are recorded when `run` continues" if stored else ""
     if not left:
         return (f"{n_done} of {len(cells)} runs recorded{more}; nothing left to train (`run` fits and reports, "
-                "unless they are up to date)"), None
+                "unless they are up to date)"), None, bool(stored)
     if cpus is None:
         time_left = on_cluster.format(" left")
     else:
@@ -392,7 +393,7 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     n_trials = len(trial_groups(left, spec.ensemble_members()))
     return (f"{n_done} of {len(cells)} runs recorded (ok, diverged or did not learn){more}; {len(left)} left to "
             f"train in {n_trials} trial{'s' * (n_trials != 1)}, {flops_left:.3g} of the grid's {flops_all:.3g} "
-            f"training FLOPs ({flops_left / flops_all:.0%})"), time_left
+            f"training FLOPs ({flops_left / flops_all:.0%})"), time_left, True
 
 
 def lr_study_flops(spec, size, r: int) -> float:
@@ -1037,9 +1038,8 @@ def run_cmd(
                     p["lr_warning"] = None  # the tuning it warns of will not run: lr_tuning_done says so
                 elif p["lr_tuning_done"] is not None:  # part done: the trials and the cost of what is left
                     p.update(_lr_left_plan(spec, prog, p))
-                p["recorded"], time_left = _recorded_note(spec, Path(out_dir), cpus)
+                p["recorded"], time_left, trains = _recorded_note(spec, Path(out_dir), cpus)
                 p.update(_time_left_plan(time_left, cpus))
-                trains = time_left is not None or "recorded when `run` continues" in (p["recorded"] or "")
                 p["fit_stage"] = _fit_stage_note(Path(out_dir), {"B": p["fit_bootstrap"], "starts": p["fit_starts"],
                                                                  "seed": seed}, trains)  # fmt: skip
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would
