@@ -1055,6 +1055,8 @@ def run_cmd(
             sys.stdout.write("\n")
         else:
             for k, v in p.items():
+                if k == "refused" and v:  # its text is the error line below, said once
+                    v = "yes: the error below says why"
                 typer.echo(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
         if p["refused"]:
             raise ValueError(f"run would refuse this spec: {p['refused']}")

@@ -612,6 +612,24 @@ def test_a_dry_run_refuses_the_storage_run_refuses(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()  # a dry run creates nothing
 
 
+def test_a_console_dry_run_says_a_refusal_once(tmp_path):
+    """The console plan printed a refusal's text twice, as `refused: <text>` in the table and as the error line
+    after it. The table now points to the error line, which gives the text once; --json keeps it in `refused`."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    (tmp_path / "a_file").write_text("x")
+    storage = str(tmp_path / "a_file" / "st")
+    res = CliRunner().invoke(app, ["run", "--preset", "smoke", "--out", str(tmp_path / "o"), "--dry-run",
+                                   "--storage", storage])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    said = f"{tmp_path / 'a_file'} is a file"
+    flat = " ".join(res.output.split())
+    assert flat.count(said) == 1 and "error: run would refuse this spec: storage" in flat, res.output
+    assert "refused: yes: the error below says why" in flat
+
+
 def test_a_dry_run_on_a_folder_with_recorded_runs_says_what_is_left_to_train(half_done, tmp_path):
     """A dry run on a folder whose runs are partly recorded planned every run as if none were: it now says how many
     are recorded, how many finished runs `run` will record without training (their result.json in the storage), and
