@@ -7,9 +7,11 @@ stopped and never retrains a finished run):
 2. ``sweep``: the iso-depth grid on Ray Tune -> ``runs.parquet``, ``curves.parquet``;
 3. ``fit``: per-r Chinchilla fits, the joint law with block bootstrap, restricted phi = 0 / 1, IsoFLOP analysis,
    frontier (:func:`loopscale.fit.analysis.analyze`) -> ``fit/``; skipped when ``runs.parquet`` and the fit settings
-   are those of the last fit that ended (``run_meta.json``'s ``fit_input``); while the stage runs, and after it was
-   stopped, ``run_meta.json`` holds ``fit_unfinished`` (its settings) instead, so ``loopscale status`` says the fit
-   stage is not done although ``fit/`` and ``report.md`` hold an earlier fit's; ``fit_command`` is the command whose
+   are those of the last fit that ended (``run_meta.json``'s ``fit_input``); the fit is written into
+   ``fit.partial/``, which takes ``fit/``'s place when it ends (an earlier fit and its report are then moved to
+   ``earlier_fit_<UTC time>/``), so a fit stopped part-way leaves the earlier one whole; while the stage runs, and
+   after it was stopped, ``run_meta.json`` also holds ``fit_unfinished`` (its settings), so ``loopscale status``
+   says the fit stage is not done and shows ``fit/`` as an earlier fit's; ``fit_command`` is the command whose
    fit ended last (the one ``fit/`` holds, named by the report's "Produced by" line);
 4. ``report``: ``report.md`` and PNGs (:func:`loopscale.fit.run_report.build_report`), always rebuilt (cheap).
 
@@ -23,6 +25,7 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from collections import Counter
@@ -50,6 +53,11 @@ def fit_defaults(spec) -> tuple[int, int]:
     (:data:`FIT_DEFAULTS` by ``spec.name``)."""
     return FIT_DEFAULTS.get(spec.name, FIT_DEFAULTS["paper"])
 
+
+FIT_STAGING = "fit.partial"
+"""The folder ``run``'s fit stage writes into; it takes ``fit/``'s place when the fit ends (the earlier ``fit/`` and
+report moved to ``earlier_fit_<UTC time>/``), so that a fit stopped part-way leaves the earlier fit whole. A rerun
+removes what a stopped fit left there before it fits."""
 
 #: assumed sustained throughput for --dry-run GPU-hour estimates: 40 % MFU of an H100's dense bf16 peak.
 GPU_PEAK_FLOPS = 989e12
@@ -700,7 +708,7 @@ def run_pipeline(
     from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import record_folder_spec
     from loopscale.sweep.status import mark_started
-    from loopscale.sweep.store import ResultsStore, move_report_outputs
+    from loopscale.sweep.store import REPORT_OUTPUTS, ResultsStore, move_report_outputs
     from loopscale.sweep.tracking import parse_track
 
     cluster = cluster or ClusterOptions()
@@ -789,21 +797,25 @@ def run_pipeline(
         before = fit_input_in_effect(meta.get("fit_input") or {}, out / "runs.parquet", digest)
         if read_json_or_aside(str(ana)) is not None and before == {"runs_sha256": digest, **fit_settings}:
             meta["skipped"].append("fit")
+            # a refit stopped part-way left this fit in place, and it is the one asked for: what the stopped fit
+            # wrote is dropped, and the stage is done
+            meta.pop("fit_unfinished", None)
+            if (out / FIT_STAGING).exists():
+                shutil.rmtree(out / FIT_STAGING)
             log("[3/4] fit: runs.parquet, settings and fit rules unchanged, skipped")
         else:
             made = before.get("fit_rules", 1)
             if before and made != FIT_RULES_VERSION and ana.is_file():
                 log(f"[3/4] fit: the folder's fit follows fit rules version {made}, this loopscale's are version "
                     f"{FIT_RULES_VERSION}: refitting")
-            if before and ana.is_file():  # a finished fit of other runs, settings or rules: kept, not replaced
-                aside = new_aside_folder(out, "earlier_fit")
-                moved = move_report_outputs(out, aside)
-                log(f"[3/4] fit: the earlier fit ({', '.join(f'{k} {v}' for k, v in before.items() if k != 'runs_sha256')}"
-                    f") and its report moved to {aside} ({', '.join(moved)})")
+            finished = bool(before) and ana.is_file()  # a finished fit of other runs, settings or rules
             log(f"[3/4] fit: joint law + block bootstrap (B = {bootstrap}, {starts} starts) ...")
-            # until the fit ends, fit/ is no finished fit's (the analysis rewrites a variant's files as it goes): a
-            # rerun refits whatever its settings, and status calls the fit stage unfinished, also after Ctrl-C
-            meta.pop("fit_input", None)
+            # the fit is written into fit.partial/ and takes fit/'s place when it ends: a refit stopped part-way
+            # leaves the folder's earlier fit and its report whole (fit_input still describes them); until then
+            # fit_unfinished says the stage has not ended (status: stage fit, showing the earlier fit as earlier)
+            staging = out / FIT_STAGING
+            if staging.exists():  # a fit stopped part-way: no finished fit's files
+                shutil.rmtree(staging)
             meta["fit_unfinished"] = fit_settings
             save_meta()
             # a fit-only rerun starts no Ray for the stages above: the fit's embedded Ray is then started here with
@@ -813,13 +825,20 @@ def run_pipeline(
             with timed("fit"), console.bootstrap_view(B=bootstrap), fit_ray:
                 analyze(
                     out / "runs.parquet",
-                    out / "fit",
+                    staging,
                     B=bootstrap,
                     starts=starts,
                     seed=seed,
                     address=cluster.address,
                     variant_order=[v.name for v in spec.variants],
                 )
+                if any((out / n).exists() for n in REPORT_OUTPUTS):  # kept, not replaced
+                    aside = new_aside_folder(out, "earlier_fit")
+                    moved = move_report_outputs(out, aside)
+                    what = (f"the earlier fit ({', '.join(f'{k} {v}' for k, v in before.items() if k != 'runs_sha256')})"
+                            " and its report" if finished else "what an earlier fit that did not end left")  # fmt: skip
+                    log(f"[3/4] fit: {what} moved to {aside} ({', '.join(moved)})")
+                staging.rename(out / "fit")
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
                 meta["fit_command"] = command  # the report names it: the fit it shows is this command's
                 meta["fit_versions"] = version_line()  # and the loopscale (and libraries) that made it

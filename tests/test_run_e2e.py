@@ -149,6 +149,44 @@ def test_a_fit_made_under_other_fit_rules_is_said_and_refitted_on_resume(smoke_r
     assert f"and its report moved to {aside[0]} (fit, report.md, loss_vs_compute.png)" in p.stdout + p.stderr
 
 
+def test_a_refit_stopped_part_way_leaves_the_earlier_fit_and_report_whole(smoke_run, tmp_path):
+    """A refit (other --bootstrap) stopped by Ctrl-C while the analysis writes its files: the folder's fit/,
+    report.md and figure are as they were (they had been moved to earlier_fit_*/ before the refit, leaving no report
+    at the top), the stopped fit's files are apart in fit.partial/, and status says the fit stage has not ended. A
+    rerun with the folder's own fit settings then skips the fit and drops fit.partial/: the folder is done."""
+    out, _, _ = smoke_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    kept = {p.relative_to(run): p.read_bytes() for p in [run / "report.md", run / "loss_vs_compute.png",
+                                                          *(run / "fit").rglob("*")] if p.is_file()}  # fmt: skip
+    stop_in_fit = (
+        "import sys, pathlib, loopscale.fit.analysis as a\n"
+        "def stop(runs, out_dir, **kwargs):\n"
+        "    pathlib.Path(out_dir, 'baseline').mkdir(parents=True)\n"
+        "    pathlib.Path(out_dir, 'analysis.json').write_text('{}')\n"
+        "    raise KeyboardInterrupt\n"
+        "a.analyze = stop\n"
+        "from loopscale.sweep.cli import main\n"
+        f"sys.argv = ['loopscale', 'run', '--preset', 'smoke', '--out', {str(run)!r}, '--resume', '--bootstrap', '7']\n"
+        "main()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", stop_in_fit], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 130, p.stderr[-3000:]
+    assert {q: q_path.read_bytes() for q in kept if (q_path := run / q).is_file()} == kept
+    assert (run / "fit.partial" / "analysis.json").read_text() == "{}"
+    assert not [d for d in run.iterdir() if d.name.startswith("earlier_fit_")]
+    st = json.loads(_run(["status", str(run), "--json"]).stdout)
+    assert (st["state"], st["stage"], st["fit_earlier"]) == ("stopped", "fit", True)
+    p = _run(["run", "--preset", "smoke", "--out", str(run), "--resume", "--json"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "fit" in json.loads(p.stdout.strip().splitlines()[-1])["skipped"]
+    assert not (run / "fit.partial").exists()
+    assert {q: (run / q).read_bytes() for q in kept if q.name != "report.md"} == {
+        q: b for q, b in kept.items() if q.name != "report.md"}  # the report is rebuilt; the fit is the same
+    st = json.loads(_run(["status", str(run), "--json"]).stdout)
+    assert (st["state"], st["stage"], st["fit_earlier"]) == ("finished", "done", False)
+
+
 def test_resume_after_a_stop_between_the_last_run_and_runs_parquet(smoke_run, tmp_path):
     """A Ctrl-C or kill just after the grid's last run was recorded (its part written, runs.parquet not yet) left a
     folder of parts only; `run --resume` skipped the grid ("every cell is in runs.parquet") and then failed on the

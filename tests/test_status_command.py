@@ -566,7 +566,9 @@ def test_commands_run_one_by_one_are_each_timed(started):
 def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
     """Ctrl-C in the fit stage of a rerun with other fit settings: status says the run stopped in the fit stage and
     gives the command that continues it (it said "finished, stage done", with the earlier fit's headline as if it
-    were the new one's). The earlier fit's analysis.json and report.md are kept whole in a folder of their own."""
+    were the new one's). The earlier fit's analysis.json and report.md stay where they were, whole (they were moved
+    to earlier_fit_*/ before the refit, which left the folder without a report when it was stopped): the refit
+    writes into fit.partial/ and takes fit/'s place only when it ends."""
     spec = preset_spec("smoke")
     store = ResultsStore(started)
     for c in spec.cells():
@@ -580,8 +582,11 @@ def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
     (started / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"fit": 5.0},
                                                        "fit_input": {"runs_sha256": "0" * 64, "B": 10}}))  # fmt: skip
     stop_in_fit = (
-        "import sys, loopscale.fit.analysis as a\n"
-        "def stop(*args, **kwargs):\n    raise KeyboardInterrupt\n"
+        "import sys, pathlib, loopscale.fit.analysis as a\n"
+        "def stop(runs, out_dir, **kwargs):\n"
+        "    pathlib.Path(out_dir, 'baseline').mkdir(parents=True)\n"
+        "    pathlib.Path(out_dir, 'baseline', 'fit.json').write_text('{}')\n"  # part-way through its files
+        "    raise KeyboardInterrupt\n"
         "a.analyze = stop\n"
         "from loopscale.sweep.cli import main\n"
         f"sys.argv = ['loopscale', 'run', '--preset', 'smoke', '--out', {str(started)!r}, '--resume',"
@@ -597,12 +602,20 @@ def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
     text = format_status(st)
     assert text[0].endswith("— stopped, stage fit")
     assert text[-1].startswith("to continue (finished runs are kept): loopscale run --preset smoke")
-    # the earlier fit and its report were moved aside whole before the refit started (a refit stopped half-way had
-    # rewritten some of its files), and status names where
-    aside = [d for d in started.iterdir() if d.name.startswith("earlier_fit_")]
-    assert len(aside) == 1 and json.loads((aside[0] / "fit" / "analysis.json").read_text()) == earlier
-    assert (aside[0] / "report.md").read_text() == "# an earlier fit's report\n"
-    assert f"{aside[0].name}/" in text[-2] and text[-2].startswith("set aside by earlier commands")
+    # the earlier fit and its report are where they were, whole; status shows that fit as an earlier one's
+    assert sorted(p.name for p in (started / "fit").iterdir()) == ["analysis.json"]
+    assert json.loads((started / "fit" / "analysis.json").read_text()) == earlier
+    assert (started / "report.md").read_text() == "# an earlier fit's report\n"
+    assert not [d for d in started.iterdir() if d.name.startswith("earlier_fit_")]
+    assert (started / "fit.partial" / "baseline" / "fit.json").is_file()  # the stopped fit's files, apart
+    assert any(line.startswith("fit (an earlier fit's; the fit stage started since has not ended)") for line in text)
+    assert json.loads((started / "run_meta.json").read_text())["fit_input"] == {"runs_sha256": "0" * 64, "B": 10}
+    # the next fit starts from nothing: what the stopped one left is removed first
+    fresh = stop_in_fit.replace("    pathlib.Path(out_dir, 'baseline').mkdir",
+                                "    assert not pathlib.Path(out_dir).exists(), 'stale'\n"
+                                "    pathlib.Path(out_dir, 'baseline').mkdir")  # fmt: skip
+    p = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 130 and "stale" not in p.stderr, p.stderr[-3000:]
 
 
 def test_a_spec_storage_out_of_reach_is_said_not_skipped(tmp_path, s3_offline):
