@@ -528,8 +528,9 @@ def _liveness(cmd: dict | None, progress: dict | None) -> tuple[bool, dict | Non
     return (True, cmd, open_progress) if fresh else (False, None, None)
 
 
-RUN_WRITES = ("report.md", "loss_vs_compute.png", "fit/fit.json", "fit/analysis.json", "curves.parquet")
-"""Files of a run folder that ``loopscale run`` replaces whole (its report and fit outputs)."""
+RUN_WRITES = ("report.md", "loss_vs_compute.png", "fit/fit.json", "fit/analysis.json", "curves.parquet", "fit.partial")
+"""Files of a run folder that ``loopscale run`` replaces whole (its report and fit outputs, and the folder its fit stage
+writes into first)."""
 
 OWN_MARKS = ("spec.yaml", "run_meta.json", f"logs/{COMMAND_NAME}", "logs/progress.json", "parts/runs")
 """Files only a loopscale command writes (with its ``tune/`` folder): a folder holding one is a loopscale folder."""

@@ -734,6 +734,12 @@ def test_run_refuses_a_folder_of_someone_elses_report_before_writing(tmp_path):
     (out / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
     refuse_foreign_files(out)  # a run folder's own report
     refuse_foreign_files(tmp_path / "new")  # a folder not made yet
+    # a folder of one's own named fit.partial: `run` writes its fit there first (and removes what a stopped fit left)
+    mine = tmp_path / "u4"
+    (mine / "fit.partial").mkdir(parents=True)
+    res = CliRunner().invoke(app, ["run", "smoke", "--out", str(mine)])
+    assert res.exit_code == 2 and "holds fit.partial, which `loopscale run` writes" in " ".join(res.output.split())
+    assert [p.name for p in mine.iterdir()] == ["fit.partial"]
 
 
 def test_a_folder_whose_fit_a_sweep_left_undone_is_continued_with_run(started):
