@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 SPEC_VERSION = 1
 
@@ -413,14 +421,21 @@ class SweepSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _check(self) -> SweepSpec:
+    def _check(self, info: ValidationInfo) -> SweepSpec:
         """The checks across keys, before any compute. Their independent parts (model depth and r, the grid's sizes
         and budgets, seeds, variants, lr, training and resources) are each checked, and every problem found is
         said at once (joined by "; "); lr.table is checked against the grid's sizes only once those are valid.
-        Then every cell's model and trainer configuration is built (:meth:`_check_run_configs`)."""
+        Then every cell's model and trainer configuration is built (:meth:`_check_run_configs`).
+
+        With ``context={"invalid": keys}`` (:func:`parse_spec`, once those top-level keys failed their own checks and
+        were left out) only the parts that read none of them run, and nothing is built: their problems are said
+        with the keys' own, in one round."""
+        invalid = set((info.context or {}).get("invalid", ()))
         problems: list[str] = []
 
-        def part(check) -> bool:
+        def part(check, reads: set[str]) -> bool:
+            if reads & invalid:
+                return False
             try:
                 check()
             except ValueError as e:
@@ -428,15 +443,18 @@ class SweepSpec(_Strict):
                 return False
             return True
 
-        part(self._check_depth_and_r)
-        grid_ok = part(self._check_grid)
-        part(self._check_seeds)
-        part(self._check_variants)
+        grid = {"tokens", "budgets", "sizes"}
+        part(self._check_depth_and_r, {"model", "r"})
+        grid_ok = part(self._check_grid, grid)
+        part(self._check_seeds, {"seeds", "r", "data_seed", "ladder"})
+        part(self._check_variants, {"variants"})
         if grid_ok:  # lr.table names sizes of the grid
-            part(self._check_lr)
-        part(self._check_training)
+            part(self._check_lr, {"lr", "r", "ladder", *grid})
+        part(self._check_training, {"lr_data_exponent", "training", "resources"})
         if problems:
             raise ValueError("; ".join(problems))
+        if invalid:
+            return self
         # every cell must build a valid model (catches e.g. d_model not divisible by head_dim) before Ray starts
         for s in self.all_sizes():
             for r in self.r:
@@ -1365,7 +1383,18 @@ def parse_spec(data: dict) -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_fmt_error(e)) from None
+        first = e
+    # the keys that failed their own checks: the checks across keys that read none of them are run without them, so
+    # that their problems come in the same message (a second round after the fix was needed to see them)
+    invalid = {err["loc"][0] for err in first.errors() if err["loc"]}
+    if invalid and all(err["loc"] for err in first.errors()):
+        try:
+            SweepSpec.model_validate({k: v for k, v in data.items() if k not in invalid}, context={"invalid": invalid})
+        except ValidationError as e:
+            across = [err for err in e.errors() if not err["loc"]]
+            if across:
+                raise SpecError(f"{_fmt_error(first)}; {'; '.join(_fmt_one(err, ()) for err in across)}") from None
+    raise SpecError(_fmt_error(first)) from None
 
 
 def load_spec(path: str | Path) -> SweepSpec:
