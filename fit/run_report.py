@@ -213,6 +213,16 @@ def fitted_points(v: dict, j: dict) -> str:
     return f"{j['n']} runs"
 
 
+def _worth_key(key: str) -> tuple[int, int | None, float | None]:
+    """A key of a design's ``worth_half_width`` (:func:`loopscale.fit.design._worth_by_r`) as (r, d_model, D): ``"4"``
+    where each r has one looped cell, ``"4/32/16384"`` where it has several (d_model and D then None and the D in
+    tokens)."""
+    r, *rest = str(key).split("/")
+    if len(rest) == 2:
+        return int(r), int(rest[0]), float(rest[1])
+    return int(r), None, None
+
+
 def _prediction_section(pred: dict, v: dict) -> list[str]:
     """Predicted (``loopscale design --out``, the candidate that is the spec as written) next to achieved
     half-widths: phi's bootstrap interval and each looped model's worth in unique layers."""
@@ -223,11 +233,14 @@ def _prediction_section(pred: dict, v: dict) -> list[str]:
     lo_hi = (j.get("ci") or {}).get("phi")
     rows = [("φ (joint fit)", cand.get("phi_half_width"),
              (lo_hi[1] - lo_hi[0]) / 2 if lo_hi and None not in lo_hi else None)]  # fmt: skip
-    worth = {int(w["r"]): w for w in v.get("ladder") or []}
-    for r, hw in sorted((cand.get("worth_half_width") or {}).items(), key=lambda kv: int(kv[0])):
-        w = worth.get(int(r))
+    ladder = v.get("ladder") or []
+    for key, hw in sorted((cand.get("worth_half_width") or {}).items(), key=lambda kv: _worth_key(kv[0])):
+        r, d, D = _worth_key(key)  # "r", or "r/d_model/D" where the design has several looped cells at one r
+        w = next((w for w in ladder if int(w["r"]) == r and (d is None or (int(w["d_model"]) == d and
+                  math.isclose(float(w["D"]), D, rel_tol=1e-5)))), None)  # fmt: skip
         got = (w["worth_hi"] - w["worth_lo"]) / 2 if w and w.get("worth_lo") is not None else None
-        rows.append((f"worth in unique layers, r = {r}", hw, got))
+        where = "" if d is None else f" (d_model {d}, D {D:g})"
+        rows.append((f"worth in unique layers, r = {r}{where}", hw, got))
     L = [
         "\n### Predicted and achieved precision\n",
         f"`loopscale design` predicted these 95 % half-widths from the pilot `{pred.get('pilot')}` "

@@ -332,6 +332,31 @@ def test_the_report_carries_the_design_predictions_warnings(tmp_path):
     assert "> **The design warned:** the pilot does not pin the law down" in section
 
 
+def test_a_prediction_of_several_looped_cells_per_r_is_matched_cell_by_cell():
+    """A design with a ladder at two widths (or budgets) keys its worth half-widths "r/d_model/D"; the report read
+    every key as an int, and `run` and `report` of a folder `design --out` wrote ended in "invalid literal for
+    int() with base 10: '2/16/16384'", with no report. Each key is now set beside its own cell's achieved
+    half-width."""
+    from loopscale.fit.run_report import _prediction_section
+
+    pred = {"pilot": "p", "candidates": [{"spec_as_written": True, "n_sim": 20, "wall_min": 1.0, "phi_half_width": 0.2,
+                                          "worth_half_width": {"2/16/16384": 0.5, "2/32/16384": 0.25,
+                                                               "4/16/1.00045e+06": 1.0}}]}  # fmt: skip
+    ladder = [{"r": 2, "d_model": 16, "D": 16384.0, "worth_lo": 3.0, "worth_hi": 4.0},
+              {"r": 2, "d_model": 32, "D": 16384.0, "worth_lo": 3.0, "worth_hi": 3.2},
+              {"r": 4, "d_model": 16, "D": 1000448.0, "worth_lo": 2.0, "worth_hi": 6.0}]  # fmt: skip
+    rows = [ln for ln in _prediction_section(pred, {"joint": {"ci": {"phi": [0.1, 0.5]}}, "ladder": ladder})
+            if ln.startswith("| worth")]  # fmt: skip
+    assert rows == ["| worth in unique layers, r = 2 (d_model 16, D 16384) | 0.5 | 0.5 | 1 |",
+                    "| worth in unique layers, r = 2 (d_model 32, D 16384) | 0.25 | 0.1 | 0.4 |",
+                    "| worth in unique layers, r = 4 (d_model 16, D 1.00045e+06) | 1 | 2 | 2 |"], rows  # fmt: skip
+    # one looped cell per r: keyed by r, as before
+    pred["candidates"][0]["worth_half_width"] = {"4": 1.0, "2": 0.5}
+    rows = [ln for ln in _prediction_section(pred, {"joint": {}, "ladder": ladder[1:]}) if ln.startswith("| worth")]
+    assert rows == ["| worth in unique layers, r = 2 | 0.5 | 0.1 | 0.2 |",
+                    "| worth in unique layers, r = 4 | 1 | 2 | 2 |"], rows  # fmt: skip
+
+
 def test_the_phi_line_gives_its_interval_to_the_estimates_digits(tmp_path):
     """The joint law's phi line printed the estimate to 3 significant digits and its interval to 4
     ("φ̂ = 0.908, bootstrap 95 % CI [0.846, 0.9881]"); both are to 3 now, as the identification headline."""
