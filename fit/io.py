@@ -292,14 +292,21 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         """Row ``k`` (0-based, of the table as read) as the user finds it: a CSV's line (its header is line 1)."""
         return f"line {lines[k]} of the CSV" if lines is not None else f"row {k}"
 
-    if "run_id" not in raw.columns and len(raw) and (rep := raw.duplicated(keep="first").to_numpy()).any():
+    labels = row_label_columns(raw)
+    beside = ""  # what the repeated-run checks leave out, said in their messages
+    if labels:
+        names, many = ", ".join(map(repr, labels)), len(labels) > 1
+        beside = (f" (column{'s' * many} {names} aside: {'they number' if many else 'it numbers'} the rows, as "
+                  "pandas' to_csv writes its index unless index=False)")  # fmt: skip
+    compared = raw.drop(columns=labels)
+    if "run_id" not in raw.columns and len(raw) and (rep := compared.duplicated(keep="first").to_numpy()).any():
         # an outside table names no run: a row repeated in every column is the same run listed twice (e.g. a table
         # concatenated with itself), which the fit would count twice, narrowing its intervals
         k = int(np.argmax(rep))
-        same = int(np.flatnonzero((raw.iloc[:k] == raw.iloc[k]).all(axis=1).to_numpy())[0])
+        same = int(np.flatnonzero((compared.iloc[:k] == compared.iloc[k]).all(axis=1).to_numpy())[0])
         raise ValueError(
-            f"{int(rep.sum())} row(s) repeat an earlier row in every column (the first: {row_name(k)}, equal to "
-            f"{row_name(same)}); a run listed twice counts twice in the fit and narrows its intervals: drop the "
+            f"{int(rep.sum())} row(s) repeat an earlier row in every column{beside} (the first: {row_name(k)}, equal "
+            f"to {row_name(same)}); a run listed twice counts twice in the fit and narrows its intervals: drop the "
             "repeats (pandas: df.drop_duplicates()) or add a column that tells the runs apart (run_id or seed)"
         )
     pos = "__row_in_table__"  # each row's place in the table as read, carried through the dropping of old rows
@@ -424,10 +431,11 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
             f"architecture's law instead (--law chinchilla; law='chinchilla' in Python){fix}"
         )
     near = None
-    if "run_id" not in df.columns and len(df) > 1 and (pair := _near_duplicate(df)) is not None:
+    unlabelled = df.drop(columns=labels, errors="ignore")
+    if "run_id" not in df.columns and len(df) > 1 and (pair := _near_duplicate(unlabelled)) is not None:
         n_rep, k, same = pair
-        near = (f"{n_rep} row(s) equal an earlier row in every column to {NEAR_DUPLICATE_DIGITS} significant digits "
-                f"(the first: {where(k)}, as {where(same)}), though not exactly: the same run listed twice, rounded "
+        near = (f"{n_rep} row(s) equal an earlier row in every column{beside} to {NEAR_DUPLICATE_DIGITS} significant "
+                f"digits (the first: {where(k)}, as {where(same)}), though not exactly: the same run listed twice, rounded "
                 "otherwise, counts twice in the fit and narrows its intervals; drop the repeats, or add a column "
                 "that tells the runs apart (run_id or seed) if they are different runs")  # fmt: skip
     return FitData(
@@ -439,6 +447,24 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         source_names={k: v for k, v in given.items() if k != v},
         near_duplicates=near,
     )
+
+
+ROW_LABEL_NAMES = ("Unnamed: 0", "index")
+"""Names of a column that only numbers a table's rows: pandas' ``to_csv`` writes the index as an unnamed first column
+(read back as ``Unnamed: 0``), ``reset_index`` names it ``index``."""
+
+
+def row_label_columns(df: pd.DataFrame) -> list[str]:
+    """The columns of ``df`` that only label its rows (:data:`ROW_LABEL_NAMES`, holding distinct whole numbers, as a
+    DataFrame's index does): a run listed twice differs from itself there, so the checks for repeated runs leave them
+    out."""
+    out = []
+    for c in ROW_LABEL_NAMES:
+        if c in df.columns:
+            x = pd.to_numeric(df[c], errors="coerce")
+            if x.notna().all() and (x == x.round()).all() and x.is_unique:
+                out.append(c)
+    return out
 
 
 NEAR_DUPLICATE_DIGITS = 6

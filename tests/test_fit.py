@@ -406,6 +406,23 @@ def test_an_outside_table_listing_a_run_twice_is_refused(tmp_path):
         prepare(path, make_law("joint"))
     seeds = pd.concat([t.assign(seed=0), t.assign(seed=1, loss=t["loss"])], ignore_index=True)
     assert prepare(seeds, make_law("joint")).n == 2 * len(t)
+    # written with pandas' index (to_csv's default): the row numbers differ, the runs do not (it was fitted, n + 2)
+    twice.to_csv(path)
+    with pytest.raises(ValueError, match=r"2 row\(s\) repeat an earlier row in every column \(column 'Unnamed: 0' "
+                       r"aside: it numbers the rows, as pandas' to_csv writes its index unless index=False\) \(the "
+                       rf"first: line {len(t) + 2} of the CSV, equal to line 7 of the CSV\)"):  # fmt: skip
+        prepare(path, make_law("joint"))
+    with pytest.raises(ValueError, match=r"column 'index' aside"):
+        prepare(twice.reset_index(), make_law("joint"))
+    # rounded otherwise: the near-duplicate note leaves the row numbers out too
+    near = twice.copy()
+    near.loc[len(t), "loss"] = near.loc[5, "loss"] * (1 + 1e-7)
+    near = near.iloc[: len(t) + 1].reset_index()
+    note = prepare(near, make_law("joint")).near_duplicates
+    assert note is not None and note.startswith("1 row(s) equal an earlier row in every column (column 'index' aside")
+    # a column named so that is no row label (not distinct whole numbers) is compared as any other
+    with pytest.raises(ValueError, match=r"in every column \(the first"):
+        prepare(twice.assign(index=1.5), make_law("joint"))
     # a loopscale table names its runs: repeated run ids keep the newest row (not refused)
     ids = t.assign(run_id=[f"run{i}" for i in range(len(t))])
     assert prepare(pd.concat([ids, ids], ignore_index=True), make_law("joint")).n == len(t)
