@@ -87,21 +87,36 @@ def _no_runs_table_message(d: Path, torn: bool) -> str:
     with none; a folder no loopscale command wrote is said to be none."""
     parts = d / "parts" / "runs"
     has_parts = parts.is_dir() and any(parts.glob("*.parquet"))
-    ours = has_parts or any((d / n).exists() for n in ("spec.yaml", "run_meta.json", "logs", "tune", "fit"))
     what = (f"{d / 'runs.parquet'} was unreadable (torn or corrupt) and was moved aside (runs.parquet.unreadable-*)"
             if torn else f"{d / 'runs.parquet'} not found")  # fmt: skip
-    if not ours:
+    if not _is_loopscale_folder(d):
         return (f"{what}, and {d} is not a loopscale output folder (no spec.yaml, run_meta.json or parts/): give the "
                 "output folder of `loopscale run` (its --out)")  # fmt: skip
     spec = f"{d / 'spec.yaml'}" if (d / "spec.yaml").is_file() else "SPEC"
     if has_parts:
         return (f"{what}; its runs' own records are still in {parts}: `loopscale run {spec} --out {d} --resume` "
                 "rebuilds it from them, training only the runs missing there, then fits and reports")
+    if not torn and not any((d / n).exists() for n in ("run_meta.json", "logs", "tune", "fit")):
+        # a folder `loopscale design --out` (or a stopped run before its first record) prepared: nothing trained yet
+        return (f"{what}: no run has been trained in {d} yet (it holds its spec"
+                f"{', and a design prediction' if (d / 'design_prediction.json').is_file() else ''}): `loopscale run "
+                f"{spec} --out {d}` trains the grid, fits it and writes the report")
     return (f"{what}, and {d} holds no other record of its runs (no parts/): `loopscale run {spec} --out {d} "
             "--resume` trains them again, or restore runs.parquet from a copy")
 
 
-def _read_parquet(path: Path) -> pd.DataFrame | None:
+def _is_loopscale_folder(d: Path) -> bool:
+    """Whether a loopscale command wrote ``d`` (its spec, run record, logs, Tune state, fit or runs' parts): only
+    then does ``report`` move an unreadable file of it aside."""
+    parts = d / "parts" / "runs"
+    return (parts.is_dir() and any(parts.glob("*.parquet"))) or any(
+        (d / n).exists() for n in ("spec.yaml", "run_meta.json", "logs", "tune", "fit"))
+
+
+def _read_parquet(path: Path, aside: bool = True) -> pd.DataFrame | None:
+    """The Parquet table at ``path``, or None when it is missing or unreadable; an unreadable one (torn by a crash)
+    is moved aside (:func:`loopscale.cluster.storage.move_aside`) unless ``aside`` is False (a folder loopscale did
+    not write: its files are left as they are)."""
     if not path.exists():
         return None
     import pyarrow as pa
@@ -112,7 +127,8 @@ def _read_parquet(path: Path) -> pd.DataFrame | None:
     try:
         return pq.read_table(path).to_pandas()
     except (pa.ArrowException, OSError, ValueError) as e:  # torn by a crash: moved aside, read as missing
-        move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
+        if aside:
+            move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None
 
 
@@ -496,7 +512,14 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         raise ValueError(f"{d} is not writable: the report writes report.md and its figures there; give a writable "
                          "folder (e.g. a copy of this one)") from None  # fmt: skip
     torn = (d / "runs.parquet").exists()
-    runs = _read_parquet(d / "runs.parquet")
+    ours = _is_loopscale_folder(d)
+    runs = _read_parquet(d / "runs.parquet", aside=ours)
+    if runs is None and torn and not ours:
+        raise FileNotFoundError(
+            f"{d / 'runs.parquet'} is not a readable Parquet table, and {d} is not a loopscale output folder (no "
+            "spec.yaml, run_meta.json or parts/), so nothing there was changed: give the output folder of "
+            "`loopscale run` (its --out)"
+        )
     if runs is None and (d / "fit.json").is_file():
         raise FileNotFoundError(
             f"{d} holds a `loopscale fit` output (fit.json), not a run folder: report.md is built for the folder "

@@ -953,6 +953,23 @@ def test_a_report_without_a_readable_runs_table_names_what_rebuilds_it(tmp_path)
     (other / "notes.txt").write_text("not a run")
     with pytest.raises(FileNotFoundError, match="is not a loopscale output folder"):
         build_report(other)
+    # an unreadable runs.parquet in a folder no loopscale command wrote is left where it is (it was renamed aside,
+    # and the folder then refused as not loopscale's)
+    (other / "runs.parquet").write_text("garbage")
+    with pytest.raises(FileNotFoundError, match=r"runs.parquet is not a readable Parquet table, and .* is not a "
+                                                r"loopscale output folder .*so nothing there was changed"):  # fmt: skip
+        build_report(other)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt", "runs.parquet"]
+    # a folder `loopscale design --out` prepared: nothing was trained, so nothing is trained "again"
+    planned = tmp_path / "planned"
+    planned.mkdir()
+    shutil.copy(run / "spec.yaml", planned / "spec.yaml")
+    (planned / "design_prediction.json").write_text("{}")
+    with pytest.raises(FileNotFoundError) as e:
+        build_report(planned)
+    assert str(e.value) == (f"{planned / 'runs.parquet'} not found: no run has been trained in {planned} yet (it "
+                            f"holds its spec, and a design prediction): `loopscale run {planned / 'spec.yaml'} --out "
+                            f"{planned}` trains the grid, fits it and writes the report")  # fmt: skip
 
 
 def test_what_one_recurrence_is_worth_carries_phis_interval():
