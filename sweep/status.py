@@ -768,8 +768,15 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
     from loopscale.sweep.grid import error_line
 
     out = Path(out_dir).resolve()
+    if not out.exists():
+        raise FileNotFoundError(f"{out} does not exist: give the --out folder of a run or sweep")
     if not out.is_dir():
         raise FileNotFoundError(f"{out} is not a directory: give the --out folder of a run or sweep")
+    if not _is_output(out) and (out / "fit.json").is_file():
+        raise NotAnOutput(
+            f"{out} holds a `loopscale fit` output (fit.json), not the folder of a run or sweep: status follows the "
+            f"commands that train runs; this fit's numbers are in {out / 'fit.json'} and its figures are the PNGs there"
+        )
     if not _is_output(out) and not (storage and _tune_state(storage, None)):
         raise NotAnOutput(
             f"{out} is not a loopscale output folder (no spec.yaml, runs.parquet, tune_lr/, lr_table.parquet or "

@@ -356,6 +356,14 @@ def test_a_folder_that_is_not_a_loopscale_output_is_refused(tmp_path):
     p = subprocess.run(STATUS + [str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "not a loopscale output folder" in p.stderr, p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["notes.txt"]  # nothing was created there
+    # a folder that does not exist is said so (it read "is not a directory"); a `loopscale fit --out` folder is
+    # named as one, with where its numbers are (as `report` names it)
+    with pytest.raises(FileNotFoundError, match=r"nope does not exist: give the --out folder of a run or sweep"):
+        collect_status(tmp_path / "nope")
+    (tmp_path / "fit.json").write_text("{}")
+    with pytest.raises(NotAnOutput, match=r"holds a `loopscale fit` output \(fit.json\), not the folder of a run or "
+                                          r"sweep: .*this fit's numbers are in .*fit.json"):  # fmt: skip
+        collect_status(tmp_path)
 
 
 def _dead_pid() -> int:
