@@ -770,6 +770,12 @@ def design_cmd(
         from loopscale.sweep.spec import check_folder_spec
 
         usable_out_dir(out)
+        from loopscale.sweep.status import OWN_MARKS, refuse_foreign_files
+
+        if (out / "fit.json").is_file() and not any((out / m).exists() for m in OWN_MARKS):
+            raise ValueError(f"--out {out} holds a `loopscale fit` output (fit.json): the prediction is for the folder "
+                             "a `loopscale run` will train in; give a new folder (or that run's --out)")  # fmt: skip
+        refuse_foreign_files(out)  # someone else's report.md there, which the run would replace
         check_folder_spec(out, spec)
     res = _design_with_progress(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts,
                                 seed=seed)

@@ -181,6 +181,17 @@ def test_design_out_refuses_a_folder_of_another_spec_before_simulating(tmp_path)
                                    "--seeds", "2", "--n-sim", "3", "--starts", "4", "--out", str(other)])
     assert res.exit_code == 2 and "holds a run of a different spec" in res.output, res.output
     assert sorted(p.name for p in other.iterdir()) == ["spec.yaml"]
+    # a `loopscale fit --out` folder (fit.json and its figures) got the run's spec.yaml and the prediction beside
+    # them; a folder of someone else's report.md is refused as `run` refuses it
+    for name, said in (("fit.json", "holds a `loopscale fit` output (fit.json)"),
+                       ("report.md", "holds report.md, which `loopscale run` writes, but no loopscale output")):  # fmt: skip
+        theirs = tmp_path / f"theirs_{name}"
+        theirs.mkdir()
+        (theirs / name).write_text("{}")
+        res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5",
+                                       "--seeds", "2", "--n-sim", "3", "--starts", "4", "--out", str(theirs)])
+        assert res.exit_code == 2 and said in " ".join(res.output.split()), res.output
+        assert [p.name for p in theirs.iterdir()] == [name]
 
 
 def test_design_out_that_is_a_file_is_refused_before_simulating(tmp_path, monkeypatch):
