@@ -672,14 +672,15 @@ def print_design(res: dict[str, Any]) -> None:
                       f"{c['noise_sd']:.4f}", c["noise_source"], f"{c['s_per_run']:.1f}", c["rate_source"])
     rs = sorted({int(r) for c in res["candidates"] for r in c["r_phi_half_width"]})
     worth_keys = sorted({k for c in res["candidates"] for k in c["worth_half_width"]}, key=str)
-    tab = Table(title=f"candidates, best first (budget {res['minutes']:g} min on {res['cpus']} CPUs, "
-                      f"{res['slots']} trials at once, a trial a run or a seed ensemble; {res['n_sim']} simulated "
-                      "draws each)")
+    tab = Table(title=f"candidates, best first (budget {res['minutes']:g} min on {res['cpus']} CPU"
+                      f"{'s' * (res['cpus'] != 1)}, {res['slots']} trial{'s' * (res['slots'] != 1)} at once, a trial "
+                      f"a run or a seed ensemble; {res['n_sim']} simulated draws each)")  # fmt: skip
     for col in ("seeds", "runs", "min", "fits", "±φ", "se", *[f"±{r}^φ" for r in rs],
                 *[f"±worth r={k}" for k in worth_keys]):  # fmt: skip
         tab.add_column(col, justify="right")
-    for c in res["candidates"]:
-        fits = ("yes, tie" if c.get("tie") and c.get("diff_se") else "yes") if c["fits"] else "no"
+    for c in res["candidates"]:  # no "tie" where nothing is recommended (a warning withheld it): a tie with nothing
+        tie = c.get("tie") and c.get("diff_se") and res["best"] is not None
+        fits = ("yes, tie" if tie else "yes") if c["fits"] else "no"
         tab.add_row(
             c["seeds"] + ("*" if c["spec_as_written"] else ""), str(c["runs"]), f"{c['wall_min']:.1f}", fits,
             _fmt(c["phi_half_width"]), _fmt(c.get("phi_half_width_se", math.nan)),
@@ -695,9 +696,10 @@ def print_design(res: dict[str, Any]) -> None:
     con.print(tab)
     con.print("±: predicted 95 % half-width (worth in unique layers; seed SD in nats/token); se: Monte-Carlo "
               "standard error of ±φ (bootstrap over the draws)")
-    con.print(f"best: among the candidates that fit, the narrowest ±φ and those within {TIE_SE:g} se of it (the "
-              "difference's, paired over common draws) tie ('yes, tie'); the tie with the most runs is best")
     best = res["best"]
+    if best is not None:  # the rule of the ties shown; withheld, no candidate is marked
+        con.print(f"best: among the candidates that fit, the narrowest ±φ and those within {TIE_SE:g} se of it (the "
+                  "difference's, paired over common draws) tie ('yes, tie'); the tie with the most runs is best")
     for w in res.get("warnings") or []:
         con.print(f"[bold yellow]warning:[/] {w}")
     con.print(f"best within {res['minutes']:g} min: " + (f"{best} seeds per cell" if best else _no_best(res)))

@@ -83,3 +83,17 @@ def test_design_cli_captured_output_is_not_cut(not_a_terminal):
     assert "…" not in res.output
     assert "32/64*" in res.output
     assert "±worth r=8" in res.output
+
+
+def test_no_tie_is_shown_where_nothing_is_recommended(not_a_terminal, capsys):
+    """A design whose warning withheld the recommendation (best: none) still marked candidates 'yes, tie', a tie
+    with nothing; the table now says only whether each fits. A recommended design keeps its ties. One CPU and one
+    trial at once are said in the singular ("1 trials")."""
+    res = _result()
+    for c in res["candidates"]:
+        c.update(tie=c["fits"], diff_se=0.01)
+    print_design(res)
+    assert "yes, tie" in capsys.readouterr().out
+    print_design({**res, "best": None, "warnings": ["the pilot does not pin the law down"], "cpus": 1, "slots": 1})
+    out = capsys.readouterr().out
+    assert "yes, tie" not in out and " yes " in out and "on 1 CPU, 1 trial at once" in " ".join(out.split())
