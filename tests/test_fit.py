@@ -428,6 +428,21 @@ def test_an_outside_table_listing_a_run_twice_is_refused(tmp_path):
     assert prepare(pd.concat([ids, ids], ignore_index=True), make_law("joint")).n == len(t)
 
 
+def test_a_boolean_column_is_not_read_as_numbers():
+    """A Parquet r column of booleans was read as r = 1 / 2 ... as 0 / 1, and refused as "every run has r = 1";
+    a boolean is named as such, with its row."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint()
+    with pytest.raises(ValueError, match=r"^column 'r' must be numeric: false \(a boolean\) at row 0$"):
+        prepare(t.assign(r=t["r"] > 1), make_law("joint"))
+    mixed = t.assign(D=t["D"].astype(object))
+    mixed.loc[3, "D"] = True
+    with pytest.raises(ValueError, match=r"must be numeric: true \(a boolean\) at row 3"):
+        prepare(mixed, make_law("joint"))
+
+
 def test_csv_errors_name_the_line_and_a_semicolon_csv_is_named_as_such(tmp_path):
     """Errors named a CSV's rows 0-based from the first data row ('row 3' was line 5 of the file); a CSV separated
     by ';' was refused as missing every column, showing one column 'budget;s;...;loss' with no hint."""
