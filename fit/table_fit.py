@@ -193,6 +193,8 @@ def fit_table(
             _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs
         raise
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)
+    if lw.name == "joint_per_r":
+        flat_terms += _single_point_phis(data)
     # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
     # fits them, to the cell means, seeds resampled within cells; per_run keeps one point per run
     rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
@@ -350,6 +352,23 @@ def _joint_flat_terms(data) -> list[str]:
                 "values than E, B and beta, so none of the three is identified (only E + B D^-beta at each D is)"]  # fmt: skip
     return [f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not identified "
             "(only E + B D^-beta is)"]  # fmt: skip
+
+
+def _single_point_phis(data) -> list[str]:
+    """For a fit with one phi per r (:class:`loopscale.fit.laws.JointPerRLaw`): the r whose runs are all at one
+    point of the law (one N_once, N_rec and D, seeds aside), one sentence each. The law passes through that point
+    whatever it is, so its phi_r takes the point's offset from the other r's law, with no residual to check it by."""
+    c = data.cols
+    out = []
+    for r in sorted({int(v) for v in c["r"] if v > 1}):
+        at = c["r"] == r
+        points = {(a, b, d) for a, b, d in zip(c["N_once"][at], c["N_rec"][at], c["D"][at], strict=True)}
+        if len(points) == 1:
+            n = int(at.sum())
+            out.append(f"phi_{r} rests on a single point of the law ({n} run{'s' * (n > 1)} at r = {r}, one N and D): "
+                       "the law passes through it whatever it is, so nothing in the table checks phi_"
+                       f"{r}; add r = {r} runs at other widths or token budgets")  # fmt: skip
+    return out
 
 
 def looped_variants(df: pd.DataFrame) -> list[str]:

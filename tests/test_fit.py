@@ -697,6 +697,15 @@ def test_fit_cli_law_help_lists_every_law_the_fitter_accepts(tmp_path):
     assert d["law"] == "joint_per_r" and {"phi_2", "phi_4"} <= set(d["params"]) and "phi" not in d["params"]
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "joint_per_r", "--bootstrap", "3"])
     assert res.exit_code == 2 and "--law joint_per_r is a point fit" in res.output
+    # an r of one run: its phi is fitted exactly through it, which is said (it was printed as any other phi)
+    assert not any("rests on a single point" in t for t in d.get("not_identified", []))
+    lone = pd.concat([_base_joint(), _base_joint().query("r == 4").iloc[[0]].assign(r=3, loss=lambda x: x["loss"] - 0.01)])
+    lone.to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "joint_per_r", "--starts", "20"])
+    assert res.exit_code == 0, res.output
+    assert ("warning: phi_3 rests on a single point of the law (1 run at r = 3, one N and D): the law passes through "
+            "it whatever it is, so nothing in the table checks phi_3") in " ".join(res.output.split())
+    assert "phi_2 rests" not in res.output and "phi_4 rests" not in res.output
 
 
 def _law_help(fn) -> str:
