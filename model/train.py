@@ -1098,6 +1098,11 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
                             f"seq_len={mcfg.seq_len})")  # fmt: skip
     if cfg.lr == 0:
         run_warnings.append("lr=0: no parameter moves, so the final loss is the initial model's")
+    if getattr(device, "type", str(device)) == "cpu" and cfg.precision == "bf16":
+        run_warnings.append("precision=bf16 on a CPU: bf16 autocast is meant for GPUs; on a CPU its casts can cost "
+                            "more than its matmuls save (measured: 2.4x slower than fp32 at d_model 16, r 2, on a "
+                            "Xeon with AMX-BF16), and its losses differ from fp32 runs' by rounding; compare "
+                            "tokens_per_s with precision=fp32")  # fmt: skip
     return _Prepared(
         device=device,
         data=data,
