@@ -25,6 +25,17 @@ from loopscale.model.options import (
     with_run_flags,
 )
 
+def _how_trained(run) -> str:
+    """How ``run`` trains, in one line for the console (``--json`` has each as its own key): optimizer (and its
+    orthogonalisation), LR and schedule, truncated BPTT when set, seed, precision, compile and threads."""
+    m = run.model
+    opt = run.optimizer + (f" ({run.orthogonalization})" if run.optimizer != "adamw" else "")
+    bptt = f", bptt_k={m.bptt_k} of r={m.r}" if m.bptt_k is not None and m.bptt_k != m.r else ""
+    return (f"{opt}, lr={run.lr:g} ({run.schedule}){bptt}, seed={run.seed}, {run.precision}, "
+            f"compile {'on' if run.compile else 'off'}, {run.num_threads} thread{'s' * (run.num_threads != 1)} on "
+            f"{run.device}")
+
+
 JSON_KEYS = (
     "status",
     "final_val_loss",
@@ -114,6 +125,7 @@ def train_cmd(
             f"C={flops_per_token(m) * D:.4g} FLOPs, D/(N_once + r N_rec)={D / n_eff:.3g}",
             err=True,
         )
+        typer.echo(f"  {_how_trained(run)}", err=True)
     shown = _ShownWarnings()
     with shown:
         res = train_run(run)
@@ -255,6 +267,7 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
             "FLOPs per member",
             err=True,
         )
+        typer.echo("  " + _how_trained(run).replace(f", seed={run.seed}", ""), err=True)  # the seeds: above
     shown = _ShownWarnings()
     with shown:
         results = train_ensemble(run, members)

@@ -446,6 +446,20 @@ def test_train_shows_its_validation_curve_and_the_warnings_it_recorded():
                for w in json.loads(res.stdout)["warnings"])  # fmt: skip
 
 
+def test_train_console_says_how_the_run_trains():
+    """The console showed the grid point (r, d, D, C) but not how it trained: a --bptt-k 2 run differed only by its
+    C, and optimizer, LR, precision and compile were in --json alone. A second line now says them."""
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--r", "4", "--tokens", "2048", "--batch-tokens",
+                                   "1024", "--bptt-k", "2", "--optimizer", "muonh", "--lr", "0.02"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert ("  muonh (newton_schulz), lr=0.02 (linear), bptt_k=2 of r=4, seed=0, fp32, compile off, 1 thread on "
+            "cpu\n") in res.stderr, res.stderr
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--r", "2", "--tokens", "2048", "--batch-tokens",
+                                   "1024", "--seeds", "0,3"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "  adamw, lr=0.003 (linear), fp32, compile off, 1 thread on cpu\n" in res.stderr, res.stderr
+
+
 def test_an_ensembles_console_output_shows_each_members_validation_curve():
     """`train --seeds k --eval-every-steps n` showed only each member's final loss on the console (the curve was in
     --json alone), where a single run shows its curve. Each member's line is now followed by its curve, equal to
