@@ -25,6 +25,7 @@ from loopscale.model.options import (
     with_run_flags,
 )
 
+
 def _how_trained(run) -> str:
     """How ``run`` trains, in one line for the console (``--json`` has each as its own key): optimizer (and its
     orthogonalisation), LR and schedule, truncated BPTT when set, seed, precision, compile and threads."""
