@@ -184,7 +184,8 @@ def fit_cmd(
     workers: Annotated[
         int | None,
         typer.Option(
-            "--workers", min=1, help="Parallel bootstrap workers (embedded Ray CPUs; 1 = serial, no Ray)."
+            "--workers", min=1, help="Parallel bootstrap workers (embedded Ray CPUs; 1 = serial, no Ray). Default: every core, through "
+            "an embedded Ray (a point fit starts none)."
         ),
     ] = None,
     delta: Annotated[

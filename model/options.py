@@ -173,7 +173,9 @@ def _field_docs(cls) -> dict[str, str]:
             and isinstance(b.value, ast.Constant)
             and isinstance(b.value.value, str)
         ):
-            out[a.target.id] = " ".join(b.value.value.split())
+            # Sphinx roles read as plain names in --help: ":func:`a.b`" -> "a.b", "``x``" -> "x"
+            text = re.sub(r":\w+:`~?([^`]+)`", r"\1", " ".join(b.value.value.split()))
+            out[a.target.id] = text.replace("``", "")
     return out
 
 

@@ -183,7 +183,7 @@ class RunConfig:
     eval_every_steps: int | None = _setting(None, spec={"gt": 0})
     """Evaluate every k steps (always at the end; None: at the end only, as the paper)."""
     checkpoint_dir: str | None = _setting(None)
-    """Folder of atomic checkpoints; train_run resumes from the newest one found there."""
+    """Folder of atomic checkpoints; a run resumes from the newest one found there."""
     checkpoint_every_steps: int | None = _setting(None, spec={"gt": 0})
     """Write a checkpoint every k steps (and at the last step): a positive integer, or None for no checkpoints (0
     is refused). With k set, ``train_run`` / ``train_ensemble`` need ``checkpoint_dir`` and raise ValueError before
