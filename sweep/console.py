@@ -329,6 +329,14 @@ def session(
                     f"({con.hidden_notices} repeated warnings/errors not shown; all output: {con.log_path})",
                     err=True,
                 )
+    except BaseException as e:  # the command's record says how it ended (status of the folder then says why)
+        from click.exceptions import Exit
+
+        if con.out_dir is not None and not isinstance(e, GeneratorExit | SystemExit | Exit):
+            from loopscale.sweep.status import mark_ended
+
+            mark_ended(con.out_dir, e)
+        raise
     finally:
         end_view()
         _CURRENT = prev

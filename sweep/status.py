@@ -177,6 +177,33 @@ def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> 
         pass
 
 
+def mark_ended(out_dir: str | Path, exc: BaseException) -> None:
+    """Add to ``OUT/logs/command.json`` how this process's command ended when it ended by ``exc``: ``ended`` =
+    ``{"how": "interrupted" | "error", "message": its first line, "at": s since the epoch}``, so that ``loopscale
+    status`` of the stopped folder says why it stopped (a command that failed read as any stopped one, and the
+    ``--resume`` status offered could fail the same way). Only this process's own record is changed (a record of
+    another command, or none, is left as it is); a failed write is ignored (status is informative)."""
+    from loopscale.cluster.options import Interrupted
+
+    out = Path(out_dir).resolve()
+    path = out / "logs" / COMMAND_NAME
+    rec = _read_json(path)
+    me = (os.getpid(), socket.gethostname(), _proc_start(os.getpid()))
+    if not rec or (rec.get("pid"), rec.get("host"), rec.get("proc_start")) != me:
+        return
+    how = "interrupted" if isinstance(exc, KeyboardInterrupt | Interrupted) else "error"
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    if how == "error" and not isinstance(exc, ValueError | FileNotFoundError | OSError):
+        line = f"{type(exc).__name__}: {line}"  # a bug's exception: its type says what broke
+    from loopscale.cluster.storage import write_text_atomic
+
+    try:
+        write_text_atomic(str(path), json.dumps({**rec, "ended": {"how": how, "message": line, "at": time.time()}}))
+    except OSError:
+        pass
+
+
 def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -> None:
     """Refuse to start ``what`` (a command about to write into ``out_dir``) while another command works there: the
     folder's command record (:func:`mark_started`) names a live process (this host: its pid lives; another host: its
@@ -741,8 +768,10 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     with pending runs ``train_left``: the training they need on this machine's CPUs at the FLOP/s of the folder's
     own ok records, :func:`_train_left`, None when no record gives a rate), ``command`` (the
     running command's record: command line, kind, pid, host, started_at; None when none runs), ``last_command``
-    (when none runs: the command line of the folder's newest command record, else None), ``resume_with`` (of a
-    stopped folder: that command line with ``--resume``, which continues it; else None), ``nothing_to_fit`` (of a
+    (when none runs: the command line of the folder's newest command record, else None), ``last_command_error``
+    (of a stopped folder: the error line its last command ended with, :func:`mark_ended`; None when it was
+    interrupted or killed), ``resume_with`` (of a stopped folder: that command line with ``--resume``, which
+    continues it; else None), ``nothing_to_fit`` (of a
     stopped folder whose runs all finished and none is ok: why ``--resume`` cannot help, and then ``resume_with`` is
     None; else None), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
@@ -976,6 +1005,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         "time": tm,
         "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
         "last_command": None if cmd else (record or {}).get("command"),
+        "last_command_error": _ended_with_error(record) if state == "stopped" else None,
         "resume_with": resume_with,
         "nothing_to_fit": nothing_to_fit,
         "progress": progress,
@@ -1298,11 +1328,22 @@ def format_status(st: dict) -> list[str]:
     if st.get("set_aside"):
         kept = "; ".join(_set_aside_line(a) for a in st["set_aside"])
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")
+    if st.get("last_command_error"):
+        lines.append(f"the last command stopped on an error: {st['last_command_error']}")
     if st.get("resume_with"):
         lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
     if st.get("nothing_to_fit"):
         lines.append(f"cannot continue: {st['nothing_to_fit']}")
     return lines
+
+
+def _ended_with_error(record: dict | None) -> str | None:
+    """The error line a stopped folder's last command ended with (:func:`mark_ended`), or None (it was interrupted,
+    killed, or wrote no record of its end)."""
+    ended = (record or {}).get("ended")
+    if isinstance(ended, dict) and ended.get("how") == "error" and ended.get("message"):
+        return str(ended["message"])
+    return None
 
 
 def _set_aside_line(a: dict) -> str:

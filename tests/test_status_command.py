@@ -618,6 +618,17 @@ def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
     assert (started / "fit.partial" / "baseline" / "fit.json").is_file()  # the stopped fit's files, apart
     assert any(line.startswith("fit (an earlier fit's; the fit stage started since has not ended)") for line in text)
     assert json.loads((started / "run_meta.json").read_text())["fit_input"] == {"runs_sha256": "0" * 64, "B": 10}
+    assert st["last_command_error"] is None  # stopped by Ctrl-C, not by an error
+    # a command that stopped on an error: status says which (it read as any stopped folder, and the --resume it
+    # offered could fail the same way)
+    failing = stop_in_fit.replace("raise KeyboardInterrupt", "raise ValueError(\"invalid literal for int(): '2/16'\")")
+    p = subprocess.run([sys.executable, "-c", failing], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "error: invalid literal for int(): '2/16'" in p.stderr, p.stderr[-3000:]
+    st = collect_status(started)
+    assert (st["state"], st["last_command_error"]) == ("stopped", "invalid literal for int(): '2/16'")
+    text = format_status(st)
+    assert text[-2:] == ["the last command stopped on an error: invalid literal for int(): '2/16'",
+                         f"to continue (finished runs are kept): {st['resume_with']}"]  # fmt: skip
     # the next fit starts from nothing: what the stopped one left is removed first
     fresh = stop_in_fit.replace("    pathlib.Path(out_dir, 'baseline').mkdir",
                                 "    assert not pathlib.Path(out_dir).exists(), 'stale'\n"
