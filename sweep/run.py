@@ -501,10 +501,18 @@ def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
     from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
     from loopscale.sweep.status import _read_json
 
-    before = (_read_json(out / "run_meta.json") or {}).get("fit_input")
+    meta = _read_json(out / "run_meta.json") or {}
+    before = meta.get("fit_input")
     if not isinstance(before, dict) or not (out / "fit" / "analysis.json").exists():
         return None
     aside = "the earlier fit and its report are moved aside to earlier_fit_*, not replaced"
+    last, took = meta.get("fit_last"), ""
+    try:  # how long the folder's last fit took, beside a refit (older folders did not record it)
+        took = (f"; the folder's last fit took {float(last['wall_s']) / 60:.1f} min at B = {int(last['B'])}, "
+                f"{int(last['starts'])} starts")  # fmt: skip
+    except (TypeError, KeyError, ValueError):
+        pass
+    aside += took
     names = {"B": "B = {}", "starts": "{} starts", "seed": "seed {}"}
     differ = [k for k in names if before.get(k) != planned[k]]
     if differ:
@@ -514,7 +522,7 @@ def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
         return (f"`run` refits: the folder's fit used {was}, this command's would use {now} ({aside}); give {opts} "
                 "to keep the folder's settings")
     if _read_json(out / "fit" / "analysis.json") is None:  # torn: `run` moves it aside and refits
-        return "`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again)"
+        return f"`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again{took})"
     runs = out / "runs.parquet"
     if trains or not runs.is_file():
         return None  # runs are trained or recorded first: the runs table changes, and the fit with it
@@ -823,6 +831,7 @@ def run_pipeline(
             own_ray = not need_ray and any(v is not None for k, v in ray_opts.items() if k != "address")
             fit_ray = cluster.session() if own_ray else contextlib.nullcontext()
             with timed("fit"), console.bootstrap_view(B=bootstrap), fit_ray:
+                fit_t0 = time.time()
                 analyze(
                     out / "runs.parquet",
                     staging,
@@ -840,6 +849,8 @@ def run_pipeline(
                     log(f"[3/4] fit: {what} moved to {aside} ({', '.join(moved)})")
                 staging.rename(out / "fit")
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
+                # how long it took (the dry run sets it beside a refit), Ray's start-up for the bootstrap included
+                meta["fit_last"] = {"wall_s": time.time() - fit_t0, "B": bootstrap, "starts": starts}
                 meta["fit_command"] = command  # the report names it: the fit it shows is this command's
                 meta["fit_versions"] = version_line()  # and the loopscale (and libraries) that made it
                 del meta["fit_unfinished"]

@@ -69,6 +69,10 @@ def test_smoke_run_fit_has_phi_inside_its_interval(smoke_run):
     assert 0 < fit["r2"] <= 1
     ana = json.loads((out / "fit" / "analysis.json").read_text())
     assert set(ana["variants"]["baseline"]["restricted"]) == {"phi=0", "phi=1"}
+    # the fit's own time and settings, which a later dry run sets beside a refit
+    last = json.loads((out / "run_meta.json").read_text())["fit_last"]
+    assert (last["B"], last["starts"]) == (100, 100) and 0 < last["wall_s"] <= json.loads(
+        (out / "run_meta.json").read_text())["stage_wall_s"]["fit"]
 
 
 def test_smoke_run_writes_report_and_figures(smoke_run):

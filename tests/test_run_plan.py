@@ -919,3 +919,14 @@ def test_the_dry_run_says_whether_the_folders_fit_is_redone(tmp_path):
     assert _fit_stage_note(out, same, trains=False).endswith("is up to date: `run` skips it")
     pd.DataFrame({"r": [1, 2, 4]}).to_parquet(out / "runs.parquet")
     assert _fit_stage_note(out, same, trains=False) is None  # other runs than the fit's
+    # the folder's last fit's time (run_meta.json's fit_last) is said beside a refit
+    (out / "run_meta.json").write_text(json.dumps({"fit_input": fit_input,
+                                                   "fit_last": {"wall_s": 45.0, "B": 100, "starts": 100}}))  # fmt: skip
+    pd.DataFrame({"r": [1, 2]}).to_parquet(out / "runs.parquet")
+    assert _fit_stage_note(out, planned, trains=False) == (
+        "`run` refits: the folder's fit used B = 100, 100 starts, this command's would use B = 200, 500 starts (the "
+        "earlier fit and its report are moved aside to earlier_fit_*, not replaced; the folder's last fit took 0.8 "
+        "min at B = 100, 100 starts); give --bootstrap 100 --starts 100 to keep the folder's settings")
+    (out / "fit" / "analysis.json").write_text('{"variants": ')
+    assert _fit_stage_note(out, same, trains=False).endswith(
+        "(it is moved aside, and the fit made again; the folder's last fit took 0.8 min at B = 100, 100 starts)")
