@@ -531,8 +531,9 @@ def test_degenerate_bootstrap_says_why_and_report_renders_it(tmp_path):
     p = _cli("run", str(spec), "--dry-run")
     assert (
         p.returncode == 2
-        and "refused" in p.stdout
-        and "every run has the same budget (tokens: 2048)" in p.stdout
+        and "refused: yes: the error below says why" in p.stdout
+        and "error: run would refuse this spec: " in p.stderr
+        and "every run has the same budget (tokens: 2048)" in p.stderr
     )
     p = _cli("run", str(spec), "--out", str(tmp_path / "out"))
     assert p.returncode == 2 and "add a second budget to 'tokens'" in p.stderr

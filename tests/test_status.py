@@ -139,7 +139,7 @@ def test_status_cli_json_and_missing_dir(half_done, tmp_path):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["runs"]["pending"] == 8
     p = subprocess.run(cmd + [str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "is not a directory" in p.stderr
+    assert p.returncode == 2 and "nope does not exist: give the --out folder of a run or sweep" in p.stderr
 
 
 def test_status_reads_the_tune_state_where_the_recorded_command_put_it(half_done, tmp_path, monkeypatch):
