@@ -845,7 +845,7 @@ def run_pipeline(
                     aside = new_aside_folder(out, "earlier_fit")
                     moved = move_report_outputs(out, aside)
                     what = (f"the earlier fit ({', '.join(f'{k} {v}' for k, v in before.items() if k != 'runs_sha256')})"
-                            " and its report" if finished else "what an earlier fit that did not end left")  # fmt: skip
+                            " and its report" if finished else "the files of an earlier fit this folder has no record of finishing")  # fmt: skip
                     log(f"[3/4] fit: {what} moved to {aside} ({', '.join(moved)})")
                 staging.rename(out / "fit")
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
