@@ -373,6 +373,18 @@ def stored_headline(ident: dict) -> str | None:
                   "imprecise", h)
 
 
+BOUND_RTOL = 1e-3
+"""A parameter, or an end of phi's interval, within this fraction of its box's width from an edge counts as on the
+bound (:func:`identify`; for phi in [-3, 3]: within 0.006)."""
+
+
+def phi_interval_on_bound(lo: float, hi: float, rtol: float = BOUND_RTOL) -> bool:
+    """Whether the interval [lo, hi] of a phi (the joint fit's, or a phi_r's) has an end on phi's search box
+    (:data:`loopscale.fit.laws.PHI_BOUNDS`), within ``rtol`` of the box's width: the box, not the data, then sets it."""
+    tol = rtol * (PHI_BOUNDS[1] - PHI_BOUNDS[0])
+    return lo <= PHI_BOUNDS[0] + tol or hi >= PHI_BOUNDS[1] - tol
+
+
 def identify(
     point: FitResult,
     ci: tuple[float | None, float | None] | None,
@@ -380,7 +392,7 @@ def identify(
     per_r: pd.DataFrame | None,
     *,
     target_half_width: float = 0.15,
-    bound_rtol: float = 1e-3,
+    bound_rtol: float = BOUND_RTOL,
     no_interval: str | None = None,
 ) -> Identification:
     """Apply the identification rule (module docstring) to a joint fit with phi free.
@@ -429,8 +441,7 @@ def identify(
     phi_ci = None
     if ci is not None and ci[0] is not None and ci[1] is not None and np.isfinite(ci[0]) and np.isfinite(ci[1]):
         phi_ci = (float(ci[0]), float(ci[1]))
-        tol = bound_rtol * (PHI_BOUNDS[1] - PHI_BOUNDS[0])
-        if phi_ci[0] <= PHI_BOUNDS[0] + tol or phi_ci[1] >= PHI_BOUNDS[1] - tol:
+        if phi_interval_on_bound(*phi_ci, rtol=bound_rtol):
             on_edge.append("phi interval")
     if on_edge:
         causes.append(Cause.ON_BOUND)

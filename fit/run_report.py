@@ -18,8 +18,8 @@ import pandas as pd
 import typer
 
 from loopscale.fit.analysis import JOINT_PARAMS, FitOutcome, phi_identified, phi_not_identified
-from loopscale.fit.identify import d_term_unidentified
-from loopscale.fit.laws import PHI_BOUNDS, make_law
+from loopscale.fit.identify import d_term_unidentified, phi_interval_on_bound
+from loopscale.fit.laws import make_law
 
 
 def _variant_model_line(runs, vname: str) -> str | None:
@@ -314,7 +314,7 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
             d_term = [n for n in bound if few_d and n in ("E", "B", "beta")]
             bound = [n for n in bound if n not in d_term]
             d_term_rows |= bool(d_term)
-            if lo is not None and hi is not None and (lo <= PHI_BOUNDS[0] + 1e-3 or hi >= PHI_BOUNDS[1] - 1e-3):
+            if lo is not None and hi is not None and phi_interval_on_bound(lo, hi):
                 bound.append("φ_r interval")  # an end on phi's box: the box, not the data, sets it
             cell = _bound_cell(bound) + (f" (D-term: {', '.join(d_term)} §)" if d_term else "")
             L.append(f"| {row['r']} | {_fmt(row['phi'], 3)} | {ci}{' †' if out_ci else ''} | {_fmt(rp, 3)} | "

@@ -276,6 +276,15 @@ def test_fits_with_a_parameter_on_the_box_edge_say_so_in_every_table(tmp_path):
     edge = [{"r": 2, "phi": 1.2, "lo": 0.749, "hi": 2.99999, "on_bound": "alpha"}, per_r[1]]
     text = _report(tmp_path / "c", {"identified": False, "headline": "phi not identified", "per_r": edge})
     assert "| 2 | 1.2 | [0.749, 3] | 2.3 | alpha, φ_r interval |" in text
+    # the same tolerance as the joint phi's interval in the identification rule (0.1 % of the box's width, 0.006):
+    # an end at 2.995 was marked for the joint phi and not for a phi_r (the table's check was 1e-3 in phi)
+    from loopscale.fit.identify import phi_interval_on_bound
+
+    near = [{**edge[0], "hi": 2.995}, per_r[1]]
+    text = _report(tmp_path / "d", {"identified": False, "headline": "phi not identified", "per_r": near})
+    row = next(ln for ln in text.splitlines() if ln.startswith("| 2 | 1.2 |"))
+    assert phi_interval_on_bound(0.749, 2.995) and row.endswith("| alpha, φ_r interval |"), row
+    assert not phi_interval_on_bound(-2.99, 2.99)
 
 
 @pytest.mark.parametrize("name", ["example_cpu", "example_cpu_ladder", "example_cpu_previous_default",
