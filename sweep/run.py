@@ -492,6 +492,15 @@ def fit_input_in_effect(before: dict, runs: Path, digest: str) -> dict:
     return before
 
 
+def fit_made_as(analysis: dict, settings: dict) -> bool:
+    """Whether the fit whose ``analysis.json`` is ``analysis`` was made with ``settings``' B, starts and seed, as its
+    own ``settings`` record them (an analysis without them: True). A kill between a fit's taking ``fit/``'s place
+    and ``run_meta.json``'s write would leave another fit there under the record's settings: ``run`` and its dry
+    run then refit instead of skipping."""
+    own = analysis.get("settings") if isinstance(analysis, dict) else None
+    return not isinstance(own, dict) or all(own.get(k) == settings.get(k) for k in ("B", "starts", "seed"))
+
+
 def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
     """The dry run's ``fit_stage``: what ``run`` does with the folder's finished fit (``run_meta.json``'s
     ``fit_input``), given the fit settings it would use (``planned``: ``B``, ``starts``, ``seed``) and whether it
@@ -521,8 +530,13 @@ def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
         opts = " ".join(f"--{'bootstrap' if k == 'B' else k} {before.get(k)}" for k in differ)
         return (f"`run` refits: the folder's fit used {was}, this command's would use {now} ({aside}); give {opts} "
                 "to keep the folder's settings")
-    if _read_json(out / "fit" / "analysis.json") is None:  # torn: `run` moves it aside and refits
+    done = _read_json(out / "fit" / "analysis.json")
+    if done is None:  # torn: `run` moves it aside and refits
         return f"`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again{took})"
+    if not fit_made_as(done, planned):
+        own = done["settings"]
+        return (f"`run` refits: fit/ holds a fit made with B = {own.get('B')}, {own.get('starts')} starts, seed "
+                f"{own.get('seed')}, not the one run_meta.json records ({aside})")
     runs = out / "runs.parquet"
     if trains or not runs.is_file():
         return None  # runs are trained or recorded first: the runs table changes, and the fit with it
@@ -803,7 +817,8 @@ def run_pipeline(
         digest = file_digest(out / "runs.parquet")
         ana = out / "fit" / "analysis.json"
         before = fit_input_in_effect(meta.get("fit_input") or {}, out / "runs.parquet", digest)
-        if read_json_or_aside(str(ana)) is not None and before == {"runs_sha256": digest, **fit_settings}:
+        done = read_json_or_aside(str(ana))
+        if done is not None and fit_made_as(done, fit_settings) and before == {"runs_sha256": digest, **fit_settings}:
             meta["skipped"].append("fit")
             # a refit stopped part-way left this fit in place, and it is the one asked for: what the stopped fit
             # wrote is dropped, and the stage is done
@@ -826,6 +841,7 @@ def run_pipeline(
                 shutil.rmtree(staging)
             meta["fit_unfinished"] = fit_settings
             save_meta()
+            moved_line = None
             # a fit-only rerun starts no Ray for the stages above: the fit's embedded Ray is then started here with
             # --num-cpus / --num-gpus / --ray-temp-dir, when given (else the bootstrap starts one on all cores)
             own_ray = not need_ray and any(v is not None for k, v in ray_opts.items() if k != "address")
@@ -844,9 +860,11 @@ def run_pipeline(
                 if any((out / n).exists() for n in REPORT_OUTPUTS):  # kept, not replaced
                     aside = new_aside_folder(out, "earlier_fit")
                     moved = move_report_outputs(out, aside)
-                    what = (f"the earlier fit ({', '.join(f'{k} {v}' for k, v in before.items() if k != 'runs_sha256')})"
-                            " and its report" if finished else "the files of an earlier fit this folder has no record of finishing")  # fmt: skip
-                    log(f"[3/4] fit: {what} moved to {aside} ({', '.join(moved)})")
+                    settings = ", ".join(f"{k} {v}" for k, v in before.items() if k != "runs_sha256")
+                    what = (f"the earlier fit ({settings}) and its report" if finished else
+                            f"the earlier fit ({settings}), whose analysis.json did not read, and its report" if before
+                            else "the files of an earlier fit this folder has no record of finishing")  # fmt: skip
+                    moved_line = f"[3/4] fit: {what} moved to {aside} ({', '.join(moved)})"
                 staging.rename(out / "fit")
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
                 # how long it took (the dry run sets it beside a refit), Ray's start-up for the bootstrap included
@@ -854,6 +872,9 @@ def run_pipeline(
                 meta["fit_command"] = command  # the report names it: the fit it shows is this command's
                 meta["fit_versions"] = version_line()  # and the loopscale (and libraries) that made it
                 del meta["fit_unfinished"]
+                save_meta()  # at once: the record describes fit/ before Ray's shutdown, which a kill may cut short
+            if moved_line:  # after the bootstrap's own summary line
+                log(moved_line)
 
     if need_ray:
         with cluster.session():

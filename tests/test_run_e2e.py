@@ -189,6 +189,16 @@ def test_a_refit_stopped_part_way_leaves_the_earlier_fit_and_report_whole(smoke_
         q: b for q, b in kept.items() if q.name != "report.md"}  # the report is rebuilt; the fit is the same
     st = json.loads(_run(["status", str(run), "--json"]).stdout)
     assert (st["state"], st["stage"], st["fit_earlier"]) == ("finished", "done", False)
+    # a fit/ made with other settings than run_meta.json records (a kill between the fit's taking fit/'s place and
+    # the record's write): the dry run and the run refit it instead of skipping it under the record's settings
+    ana = json.loads((run / "fit" / "analysis.json").read_text())
+    (run / "fit" / "analysis.json").write_text(json.dumps({**ana, "settings": {**ana["settings"], "B": 50}}))
+    dry = _run(["run", "--preset", "smoke", "--out", str(run), "--resume", "--dry-run", "--json"])
+    assert json.loads(dry.stdout.splitlines()[0])["fit_stage"].startswith(
+        "`run` refits: fit/ holds a fit made with B = 50, 100 starts, seed 0, not the one run_meta.json records")
+    p = subprocess.run([sys.executable, "-c", stop_in_fit.replace(", '--bootstrap', '7'", "")], capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 130 and "[3/4] fit: joint law" in p.stdout + p.stderr, p.stderr[-3000:]
 
 
 def test_resume_after_a_stop_between_the_last_run_and_runs_parquet(smoke_run, tmp_path):
