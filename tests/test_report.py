@@ -540,8 +540,8 @@ def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monk
 
     def analyze(runs, o, **k):  # the example's fit/ stands for each fit (a refit moves the earlier one aside)
         fits.append(k["B"])
-        shutil.copytree(src / "fit", o, dirs_exist_ok=True)
-        (o / "analysis.json").write_text(json.dumps(today))
+        shutil.copytree(src / "fit", o, dirs_exist_ok=True)  # with its own settings, as analyze writes them
+        (o / "analysis.json").write_text(json.dumps({**today, "settings": {k_: k[k_] for k_ in ("B", "starts", "seed")}}))
 
     monkeypatch.setattr(run_mod, "_grid_done", lambda spec, o: True)  # the example's runs stand for the grid's
     monkeypatch.setattr(analysis, "analyze", analyze)
