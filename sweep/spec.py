@@ -1387,6 +1387,11 @@ def parse_spec(data: dict) -> SweepSpec:
     # the keys that failed their own checks: the checks across keys that read none of them are run without them, so
     # that their problems come in the same message (a second round after the fix was needed to see them)
     invalid = {err["loc"][0] for err in first.errors() if err["loc"]}
+    for err in first.errors():  # a misspelt key: the key it stands for would be read at its default, so it counts
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:  # as invalid too (no problem made up from it)
+            close = _closest(str(err["loc"][0]), list(SweepSpec.model_fields))
+            if close:
+                invalid.add(close)
     if invalid and all(err["loc"] for err in first.errors()):
         try:
             SweepSpec.model_validate({k: v for k, v in data.items() if k not in invalid}, context={"invalid": invalid})

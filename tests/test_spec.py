@@ -299,6 +299,11 @@ def test_a_spec_with_bad_keys_and_problems_across_keys_names_both_in_one_round()
     # without a bad key of its own, a problem across keys is said as before
     with pytest.raises(SpecError, match=r"^invalid sweep spec: r=\[3\] must divide"):
         parse_spec(_bad(lambda d: d.update(r=[1, 3])))
+    # a misspelt key stands for another, which would be read at its default: the checks reading that one are left
+    # out too (rr: [1, 2] made up "seeds per r must give every r of the grid exactly: r = [1, 2, 4, 8]")
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(rr=d.pop("r") and [1, 2], seeds={1: [0], 2: [0, 1]}, ladder=[])))
+    assert str(e.value) == "invalid sweep spec: rr: Extra inputs are not permitted (did you mean 'r'?)"
     # tokens invalid: the grid's own check (give one of tokens or budgets) is not made up from its absence
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(tokens="lots", r=[1, 3])))
