@@ -801,6 +801,10 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         raise FileNotFoundError(f"{out} does not exist: give the --out folder of a run or sweep")
     if not out.is_dir():
         raise FileNotFoundError(f"{out} is not a directory: give the --out folder of a run or sweep")
+    if not _is_output(out) and (above := next((p for p in (out.parent, out.parent.parent) if p != out and
+                                               _is_output(p)), None)) is not None:  # fmt: skip
+        raise NotAnOutput(f"{out} is inside the loopscale output folder {above} (its {out.relative_to(above)}/): "
+                          f"give that folder, `loopscale status {above}`")  # fmt: skip
     if not _is_output(out) and (out / "fit.json").is_file():
         raise NotAnOutput(
             f"{out} holds a `loopscale fit` output (fit.json), not the folder of a run or sweep: status follows the "

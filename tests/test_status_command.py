@@ -360,6 +360,15 @@ def test_a_folder_that_is_not_a_loopscale_output_is_refused(tmp_path):
     # named as one, with where its numbers are (as `report` names it)
     with pytest.raises(FileNotFoundError, match=r"nope does not exist: give the --out folder of a run or sweep"):
         collect_status(tmp_path / "nope")
+    # a folder inside a run folder (its fit/ or fit/<variant>/, which hold fit.json): the run folder is named
+    run = tmp_path / "run"
+    (run / "fit" / "baseline").mkdir(parents=True)
+    (run / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
+    (run / "fit" / "baseline" / "fit.json").write_text("{}")
+    for inner in (run / "fit", run / "fit" / "baseline"):
+        with pytest.raises(NotAnOutput, match=rf"is inside the loopscale output folder {run} \(its "
+                                              rf"{inner.relative_to(run)}/\): give that folder"):  # fmt: skip
+            collect_status(inner)
     (tmp_path / "fit.json").write_text("{}")
     with pytest.raises(NotAnOutput, match=r"holds a `loopscale fit` output \(fit.json\), not the folder of a run or "
                                           r"sweep: .*this fit's numbers are in .*fit.json"):  # fmt: skip
