@@ -31,8 +31,10 @@ def _how_trained(run) -> str:
     orthogonalisation), LR and schedule, truncated BPTT when set, seed, precision, compile and threads."""
     m = run.model
     opt = run.optimizer + (f" ({run.orthogonalization})" if run.optimizer != "adamw" else "")
+    lr = f"lr={run.lr:g}" + (f" x {run.lr_data_factor:g} for the Muon matrices" if run.lr_data_factor != 1 else "")
+    inj = f", {m.injection} injection" + (f" ({m.hc_lanes} lanes)" if m.injection == "hyperconnect" else "")
     bptt = f", bptt_k={m.bptt_k} of r={m.r}" if m.bptt_k is not None and m.bptt_k != m.r else ""
-    return (f"{opt}, lr={run.lr:g} ({run.schedule}){bptt}, seed={run.seed}, {run.precision}, "
+    return (f"{opt}, {lr} ({run.schedule}){inj if m.r > 1 else ''}{bptt}, seed={run.seed}, {run.precision}, "
             f"compile {'on' if run.compile else 'off'}, {run.num_threads} thread{'s' * (run.num_threads != 1)} on "
             f"{run.device}")
 

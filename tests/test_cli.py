@@ -452,12 +452,17 @@ def test_train_console_says_how_the_run_trains():
     res = CliRunner().invoke(app, ["train", "--d-model", "16", "--r", "4", "--tokens", "2048", "--batch-tokens",
                                    "1024", "--bptt-k", "2", "--optimizer", "muonh", "--lr", "0.02"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert ("  muonh (newton_schulz), lr=0.02 (linear), bptt_k=2 of r=4, seed=0, fp32, compile off, 1 thread on "
-            "cpu\n") in res.stderr, res.stderr
+    assert ("  muonh (newton_schulz), lr=0.02 (linear), linear injection, bptt_k=2 of r=4, seed=0, fp32, compile "
+            "off, 1 thread on cpu\n") in res.stderr, res.stderr
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--r", "2", "--tokens", "2048", "--batch-tokens", "1024",
+                                   "--optimizer", "muon", "--lr-data-factor", "2", "--injection", "hyperconnect"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert ("  muon (newton_schulz), lr=0.003 x 2 for the Muon matrices (linear), hyperconnect injection (2 lanes), "
+            "seed=0") in res.stderr, res.stderr
     res = CliRunner().invoke(app, ["train", "--d-model", "16", "--r", "2", "--tokens", "2048", "--batch-tokens",
                                    "1024", "--seeds", "0,3"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "  adamw, lr=0.003 (linear), fp32, compile off, 1 thread on cpu\n" in res.stderr, res.stderr
+    assert "  adamw, lr=0.003 (linear), linear injection, fp32, compile off, 1 thread on cpu\n" in res.stderr, res.stderr
 
 
 def test_an_ensembles_console_output_shows_each_members_validation_curve():
