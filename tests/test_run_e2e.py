@@ -179,7 +179,9 @@ def test_a_refit_stopped_part_way_leaves_the_earlier_fit_and_report_whole(smoke_
     assert {q: q_path.read_bytes() for q in kept if (q_path := run / q).is_file()} == kept
     assert (run / "fit.partial" / "analysis.json").read_text() == "{}"
     assert not [d for d in run.iterdir() if d.name.startswith("earlier_fit_")]
-    st = json.loads(_run(["status", str(run), "--json"]).stdout)
+    from loopscale.sweep.status import collect_status
+
+    st = collect_status(run)  # in-process: the CLI's is tested elsewhere
     assert (st["state"], st["stage"], st["fit_earlier"]) == ("stopped", "fit", True)
     p = _run(["run", "--preset", "smoke", "--out", str(run), "--resume", "--json"])
     assert p.returncode == 0, p.stderr[-3000:]
@@ -187,14 +189,15 @@ def test_a_refit_stopped_part_way_leaves_the_earlier_fit_and_report_whole(smoke_
     assert not (run / "fit.partial").exists()
     assert {q: (run / q).read_bytes() for q in kept if q.name != "report.md"} == {
         q: b for q, b in kept.items() if q.name != "report.md"}  # the report is rebuilt; the fit is the same
-    st = json.loads(_run(["status", str(run), "--json"]).stdout)
+    st = collect_status(run)
     assert (st["state"], st["stage"], st["fit_earlier"]) == ("finished", "done", False)
     # a fit/ made with other settings than run_meta.json records (a kill between the fit's taking fit/'s place and
     # the record's write): the dry run and the run refit it instead of skipping it under the record's settings
     ana = json.loads((run / "fit" / "analysis.json").read_text())
     (run / "fit" / "analysis.json").write_text(json.dumps({**ana, "settings": {**ana["settings"], "B": 50}}))
-    dry = _run(["run", "--preset", "smoke", "--out", str(run), "--resume", "--dry-run", "--json"])
-    assert json.loads(dry.stdout.splitlines()[0])["fit_stage"].startswith(
+    from loopscale.sweep.run import _fit_stage_note
+
+    assert _fit_stage_note(run, {"B": 100, "starts": 100, "seed": 0}, trains=False).startswith(
         "`run` refits: fit/ holds a fit made with B = 50, 100 starts, seed 0, not the one run_meta.json records")
     p = subprocess.run([sys.executable, "-c", stop_in_fit.replace(", '--bootstrap', '7'", "")], capture_output=True,
                        text=True, timeout=300)  # fmt: skip
