@@ -132,7 +132,7 @@ def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> 
     path = out / "logs" / COMMAND_NAME
     pid, host, ticks = os.getpid(), socket.gethostname(), _proc_start(os.getpid())
     cur = _read_json(path)
-    if cur and (cur.get("pid"), cur.get("host"), cur.get("proc_start")) == (pid, host, ticks):
+    if _of_this_process(cur):
         return
     import shlex
 
@@ -177,6 +177,13 @@ def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> 
         pass
 
 
+def _of_this_process(rec: dict | None) -> bool:
+    """Whether the command record ``rec`` (:func:`mark_started`) is this process's: its pid, host and process start
+    (a pid reused by a later process is not this one)."""
+    me = (os.getpid(), socket.gethostname(), _proc_start(os.getpid()))
+    return bool(rec) and (rec.get("pid"), rec.get("host"), rec.get("proc_start")) == me
+
+
 def mark_ended(out_dir: str | Path, exc: BaseException) -> None:
     """Add to ``OUT/logs/command.json`` how this process's command ended when it ended by ``exc``: ``ended`` =
     ``{"how": "interrupted" | "error", "message": its first line, "at": s since the epoch}``, so that ``loopscale
@@ -188,8 +195,7 @@ def mark_ended(out_dir: str | Path, exc: BaseException) -> None:
     out = Path(out_dir).resolve()
     path = out / "logs" / COMMAND_NAME
     rec = _read_json(path)
-    me = (os.getpid(), socket.gethostname(), _proc_start(os.getpid()))
-    if not rec or (rec.get("pid"), rec.get("host"), rec.get("proc_start")) != me:
+    if not _of_this_process(rec):
         return
     how = "interrupted" if isinstance(exc, KeyboardInterrupt | Interrupted) else "error"
     text = str(exc).strip()
@@ -801,20 +807,22 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         raise FileNotFoundError(f"{out} does not exist: give the --out folder of a run or sweep")
     if not out.is_dir():
         raise FileNotFoundError(f"{out} is not a directory: give the --out folder of a run or sweep")
-    if not _is_output(out) and (above := next((p for p in (out.parent, out.parent.parent) if p != out and
-                                               _is_output(p)), None)) is not None:  # fmt: skip
-        raise NotAnOutput(f"{out} is inside the loopscale output folder {above} (its {out.relative_to(above)}/): "
-                          f"give that folder, `loopscale status {above}`")  # fmt: skip
-    if not _is_output(out) and (out / "fit.json").is_file():
-        raise NotAnOutput(
-            f"{out} holds a `loopscale fit` output (fit.json), not the folder of a run or sweep: status follows the "
-            f"commands that train runs; this fit's numbers are in {out / 'fit.json'} and its figures are the PNGs there"
-        )
-    if not _is_output(out) and not (storage and _tune_state(storage, None)):
-        raise NotAnOutput(
-            f"{out} is not a loopscale output folder (no spec.yaml, runs.parquet, tune_lr/, lr_table.parquet or "
-            "logs/ of a command): give the --out folder of a `loopscale run`, `sweep` or `tune-lr`"
-        )
+    if not _is_output(out):  # what the folder is instead, checked in this order
+        above = next((p for p in (out.parent, out.parent.parent) if p != out and _is_output(p)), None)
+        if above is not None:
+            raise NotAnOutput(f"{out} is inside the loopscale output folder {above} (its {out.relative_to(above)}/): "
+                              f"give that folder, `loopscale status {above}`")  # fmt: skip
+        if (out / "fit.json").is_file():
+            raise NotAnOutput(
+                f"{out} holds a `loopscale fit` output (fit.json), not the folder of a run or sweep: status follows "
+                f"the commands that train runs; this fit's numbers are in {out / 'fit.json'} and its figures are the "
+                "PNGs there"
+            )
+        if not (storage and _tune_state(storage, None)):
+            raise NotAnOutput(
+                f"{out} is not a loopscale output folder (no spec.yaml, runs.parquet, tune_lr/, lr_table.parquet or "
+                "logs/ of a command): give the --out folder of a `loopscale run`, `sweep` or `tune-lr`"
+            )
     now = time.time()
     own_unreadable: list[str] = []  # the folder's own files that do not read: said, and read as absent
     meta = _read_json(out / "run_meta.json", own_unreadable) or {}
