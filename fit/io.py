@@ -327,8 +327,10 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         """Column ``c`` as numbers; a value that is not one is named with its row (ValueError, ``what`` the
         column as the message names it). True / false values are no numbers (read as 1 / 0 they gave e.g. "every
         run has r = 1")."""
-        if pd.api.types.is_bool_dtype(df[c]) or (df[c].dtype == object and df[c].map(type).eq(bool).any()):
-            i = int(np.argmax(df[c].map(lambda x: isinstance(x, bool | np.bool_)).to_numpy()))
+        boolean = (df[c].map(lambda x: isinstance(x, bool | np.bool_)).to_numpy(bool) if df[c].dtype == object
+                   else df[c].notna().to_numpy(bool) & pd.api.types.is_bool_dtype(df[c]))  # fmt: skip
+        if boolean.any():
+            i = int(np.argmax(boolean))
             raise ValueError(f"{what} must be numeric: {str(bool(df[c].iloc[i])).lower()} (a boolean) at {where(i)}")
         try:
             return pd.to_numeric(df[c])
