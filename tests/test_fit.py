@@ -441,6 +441,13 @@ def test_a_boolean_column_is_not_read_as_numbers():
     mixed.loc[3, "D"] = True
     with pytest.raises(ValueError, match=r"must be numeric: true \(a boolean\) at row 3"):
         prepare(mixed, make_law("joint"))
+    # numpy booleans in an object column (missed), and a nullable boolean column whose first value is missing
+    # (bool(NA) raised TypeError)
+    with pytest.raises(ValueError, match=r"must be numeric: true \(a boolean\) at row 3"):
+        prepare(mixed.assign(D=mixed["D"].map(lambda x: np.bool_(x) if isinstance(x, bool) else x)), make_law("joint"))
+    nullable = (t["r"] > 1).astype("boolean").where(t.index > 0)
+    with pytest.raises(ValueError, match=r"^column 'r' must be numeric: false \(a boolean\) at row 1$"):
+        prepare(t.assign(r=nullable), make_law("joint"))
 
 
 def test_csv_errors_name_the_line_and_a_semicolon_csv_is_named_as_such(tmp_path):
