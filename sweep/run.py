@@ -9,7 +9,8 @@ stopped and never retrains a finished run):
    frontier (:func:`loopscale.fit.analysis.analyze`) -> ``fit/``; skipped when ``runs.parquet`` and the fit settings
    are those of the last fit that ended (``run_meta.json``'s ``fit_input``); the fit is written into
    ``fit.partial/``, which takes ``fit/``'s place when it ends (an earlier fit and its report are then moved to
-   ``earlier_fit_<UTC time>/``), so a fit stopped part-way leaves the earlier one whole; while the stage runs, and
+   ``earlier_fit_<UTC time>/``), so a fit stopped part-way leaves the earlier one whole (a ``fit.partial/`` the stage
+   did not mark with :data:`FIT_STAGING_MARK` is refused, not removed); while the stage runs, and
    after it was stopped, ``run_meta.json`` also holds ``fit_unfinished`` (its settings), so ``loopscale status``
    says the fit stage is not done and shows ``fit/`` as an earlier fit's; ``fit_command`` is the command whose
    fit ended last (the one ``fit/`` holds, named by the report's "Produced by" line);
@@ -55,6 +56,9 @@ def fit_defaults(spec) -> tuple[int, int]:
 
 
 FIT_STAGING = "fit.partial"
+FIT_STAGING_MARK = ".loopscale-fit-stage"
+"""The file the fit stage writes into :data:`FIT_STAGING` before anything else: a ``fit.partial/`` without it is not
+the fit stage's (``loopscale run`` refuses to remove it)."""
 """The folder ``run``'s fit stage writes into; it takes ``fit/``'s place when the fit ends (the earlier ``fit/`` and
 report moved to ``earlier_fit_<UTC time>/``), so that a fit stopped part-way leaves the earlier fit whole. A rerun
 removes what a stopped fit left there before it fits."""
@@ -841,6 +845,8 @@ def run_pipeline(
                 shutil.rmtree(staging)
             meta["fit_unfinished"] = fit_settings
             save_meta()
+            staging.mkdir()
+            (staging / FIT_STAGING_MARK).write_text("written by loopscale run's fit stage; removed when it ends\n")
             moved_line = None
             # a fit-only rerun starts no Ray for the stages above: the fit's embedded Ray is then started here with
             # --num-cpus / --num-gpus / --ray-temp-dir, when given (else the bootstrap starts one on all cores)
@@ -865,6 +871,7 @@ def run_pipeline(
                             f"the earlier fit ({settings}), whose analysis.json did not read, and its report" if before
                             else "the files of an earlier fit this folder has no record of finishing")  # fmt: skip
                     moved_line = f"[3/4] fit: {what} moved to {aside} ({', '.join(moved)})"
+                (staging / FIT_STAGING_MARK).unlink()
                 staging.rename(out / "fit")
                 meta["fit_input"] = {"runs_sha256": digest, **fit_settings}
                 # how long it took (the dry run sets it beside a refit), Ray's start-up for the bootstrap included

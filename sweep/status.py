@@ -574,11 +574,16 @@ def refuse_foreign_files(out_dir: str | Path) -> None:
     ``report.md``) but nothing only loopscale writes (:data:`OWN_MARKS`): they are someone else's, and a run
     overwrote a user's own ``report.md`` without a word. A missing or empty folder, and loopscale's own, pass.
 
+    In a loopscale folder, a ``fit.partial`` the fit stage did not leave is refused too.
+
     Raises:
         ValueError: such files, named, with what to do.
     """
     out = Path(out_dir)
-    if not out.is_dir() or any((out / m).exists() for m in (*OWN_MARKS, "tune")):
+    if not out.is_dir():
+        return
+    if any((out / m).exists() for m in (*OWN_MARKS, "tune")):
+        _refuse_foreign_staging(out)
         return
     theirs = [m for m in RUN_WRITES if (out / m).exists()]
     if theirs:
@@ -587,6 +592,31 @@ def refuse_foreign_files(out_dir: str | Path) -> None:
             f"{', '.join(OWN_MARKS[:3])}): they are not from a run and would be replaced; give another --out, or "
             "move them away"
         )
+
+
+def _refuse_foreign_staging(out: Path) -> None:
+    """In a loopscale folder, refuse a ``fit.partial/`` that the fit stage did not leave (no mark file inside, and
+    ``run_meta.json`` records no fit stopped part-way): ``loopscale run`` removes its own before it refits, and
+    removed a user's folder of that name without a word.
+
+    Raises:
+        ValueError: naming the folder, with what to do.
+    """
+    from loopscale.sweep.run import FIT_STAGING, FIT_STAGING_MARK
+
+    staging = out / FIT_STAGING
+    if not staging.exists() or (staging / FIT_STAGING_MARK).is_file():
+        return
+    try:  # a fit stage stopped part-way before the mark file was written
+        if json.loads((out / "run_meta.json").read_text()).get("fit_unfinished") is not None:
+            return
+    except (OSError, ValueError, AttributeError):
+        pass
+    raise ValueError(
+        f"--out {out} holds {FIT_STAGING}{'/' if staging.is_dir() else ''}, which `loopscale run`'s fit stage writes "
+        "and removes, but no fit stage of this folder left it (it has no "
+        f"{FIT_STAGING_MARK} and run_meta.json records no fit stopped part-way): move it away, or give another --out"
+    )
 
 
 def _is_output(out: Path) -> bool:

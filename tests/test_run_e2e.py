@@ -178,6 +178,8 @@ def test_a_refit_stopped_part_way_leaves_the_earlier_fit_and_report_whole(smoke_
     assert p.returncode == 130, p.stderr[-3000:]
     assert {q: q_path.read_bytes() for q in kept if (q_path := run / q).is_file()} == kept
     assert (run / "fit.partial" / "analysis.json").read_text() == "{}"
+    assert (run / "fit.partial" / ".loopscale-fit-stage").is_file()  # its mark: the next run may remove it
+    assert not (run / "fit" / ".loopscale-fit-stage").exists()  # a finished fit keeps no mark
     assert not [d for d in run.iterdir() if d.name.startswith("earlier_fit_")]
     from loopscale.sweep.status import collect_status
 

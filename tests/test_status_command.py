@@ -638,9 +638,9 @@ def test_a_run_stopped_in_its_fit_stage_is_not_finished(started):
     text = format_status(st)
     assert text[-2:] == ["the last command stopped on an error: invalid literal for int(): '2/16'",
                          f"to continue (finished runs are kept): {st['resume_with']}"]  # fmt: skip
-    # the next fit starts from nothing: what the stopped one left is removed first
+    # the next fit starts from nothing: what the stopped one left is removed first (only the stage's mark is there)
     fresh = stop_in_fit.replace("    pathlib.Path(out_dir, 'baseline').mkdir",
-                                "    assert not pathlib.Path(out_dir).exists(), 'stale'\n"
+                                "    assert [q.name for q in pathlib.Path(out_dir).iterdir()] == ['.loopscale-fit-stage'], 'stale'\n"
                                 "    pathlib.Path(out_dir, 'baseline').mkdir")  # fmt: skip
     p = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=300)
     assert p.returncode == 130 and "stale" not in p.stderr, p.stderr[-3000:]
@@ -768,6 +768,24 @@ def test_run_refuses_a_folder_of_someone_elses_report_before_writing(tmp_path):
     res = CliRunner().invoke(app, ["run", "smoke", "--out", str(mine)])
     assert res.exit_code == 2 and "holds fit.partial, which `loopscale run` writes" in " ".join(res.output.split())
     assert [p.name for p in mine.iterdir()] == ["fit.partial"]
+    # ... also inside a loopscale folder: the next `run` removed it as a stopped fit's (it was not)
+    (mine / "spec.yaml").write_text(spec_to_yaml(preset_spec("smoke")))
+    (mine / "fit.partial" / "notes.txt").write_text("MINE")
+    for args in (["run", "smoke", "--out", str(mine)], ["run", "smoke", "--out", str(mine), "--dry-run"]):
+        res = CliRunner().invoke(app, args)
+        flat = " ".join(res.output.split())
+        assert res.exit_code == 2 and "holds fit.partial/, which `loopscale run`'s fit stage writes and removes" in flat
+        assert "no fit stage of this folder left it" in flat, res.output
+    assert (mine / "fit.partial" / "notes.txt").read_text() == "MINE"
+    assert sorted(p.name for p in mine.iterdir()) == ["fit.partial", "spec.yaml"]
+    # the fit stage's own: its mark file, or (a stop before the mark was written) run_meta.json's fit_unfinished
+    (mine / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "fit_unfinished": {"B": 10}}))
+    refuse_foreign_files(mine)
+    (mine / "run_meta.json").write_text(json.dumps({"spec_name": "smoke"}))
+    with pytest.raises(ValueError, match="no fit stage of this folder left it"):
+        refuse_foreign_files(mine)
+    (mine / "fit.partial" / ".loopscale-fit-stage").write_text("")
+    refuse_foreign_files(mine)
 
 
 def test_a_folder_whose_fit_a_sweep_left_undone_is_continued_with_run(started):
