@@ -428,8 +428,10 @@ class SweepSpec(_Strict):
         Then every cell's model and trainer configuration is built (:meth:`_check_run_configs`).
 
         With ``context={"invalid": keys}`` (:func:`parse_spec`, once those top-level keys failed their own checks and
-        were left out) only the parts that read none of them run, and nothing is built: their problems are said
-        with the keys' own, in one round."""
+        were left out) only the parts that read none of them run: their problems are said with the keys' own, in one
+        round. Then, and when a part found a problem, one cell's run configuration (plain r = 1, the grid's first
+        size and budget) is built in place of every cell's (:meth:`_check_one_run_config`), unless it reads an
+        invalid key."""
         invalid = set((info.context or {}).get("invalid", ()))
         problems: list[str] = []
 
@@ -451,6 +453,11 @@ class SweepSpec(_Strict):
         if grid_ok:  # lr.table names sizes of the grid
             part(self._check_lr, {"lr", "r", "ladder", *grid})
         part(self._check_training, {"lr_data_exponent", "training", "resources"})
+        if (problems or invalid) and grid_ok:
+            # the full build below needs every key valid: one cell's run configuration (plain r = 1, the grid's
+            # first size and budget) is checked now, so that a value every run would refuse (e.g. a batch that is not
+            # a multiple of seq_len) comes in this round too
+            part(self._check_one_run_config, self._RUN_CONFIG_READS)
         if problems:
             raise ValueError("; ".join(problems))
         if invalid:
@@ -646,6 +653,39 @@ class SweepSpec(_Strict):
         ):
             raise ValueError(f"resources.gpus above 1 must be whole, got {self.resources.gpus}")
 
+    _RUN_CONFIG_READS = frozenset({"model", "corpus", "text_column", "tokenizer", "data_seed", "resources", "training",
+                                   "tokens", "budgets", "sizes"})
+    """The keys one cell's run configuration reads (at r = 1 with seed 0: not ``r`` nor ``seeds``)."""
+
+    def _check_one_run_config(self) -> None:
+        """Build the run configuration of one cell (r = 1, the grid's first size and budget, seed 0), as
+        :meth:`_check_run_configs` builds every cell's; used when other keys are invalid, so that its problem is said
+        in the same round. A model that does not build is left to the model's own check. Raises: ValueError."""
+        from loopscale.model.train import MAX_SEED
+
+        if not 0 <= self.data_seed <= MAX_SEED:  # the seeds' own check says it
+            return
+        kind, budget, s = self._plan()[0]
+        try:
+            model = self._model_config(s, 1, "baseline", 2)
+        except ValueError:
+            return
+        try:
+            self._run_config(model, kind, budget, 1.0, 0)
+        except ValueError as e:
+            raise ValueError(self._run_config_problem(str(e), model, s, "r=1", budget)) from None
+
+    def _run_config_problem(self, msg: str, model, s: int, where: str, budget: float) -> str:
+        """The message of a run configuration every trial would refuse (``msg``: RunConfig's words)."""
+        if "vocab_size" in msg and "tokenizer" in msg:
+            msg = (
+                f"model.vocab_size: {model.vocab_size} is smaller than the vocabulary of tokenizer "
+                f"{self.tokenizer!r}; set model.vocab_size to at least "
+                f"{_tokenizer_vocab(self.tokenizer)}, or leave it out (then it is sized from the "
+                "tokenizer)"
+            )
+        return f"training: the run at size {s}, {where}, budget {budget:g} would fail in every trial: {msg}"
+
     def _check_run_configs(self) -> None:
         """Build the full trainer configuration (``RunConfig``) of every grid point, so a value that every run
         would reject (a vocabulary smaller than the tokenizer's, a batch that is not a multiple of seq_len, ...) is
@@ -661,18 +701,8 @@ class SweepSpec(_Strict):
                 try:
                     run = self._run_config(model, kind, budget, 1.0, self.seeds_for(r)[0])
                 except ValueError as e:
-                    msg = str(e)
-                    if "vocab_size" in msg and "tokenizer" in msg:
-                        msg = (
-                            f"model.vocab_size: {model.vocab_size} is smaller than the vocabulary of tokenizer "
-                            f"{self.tokenizer!r}; set model.vocab_size to at least "
-                            f"{_tokenizer_vocab(self.tokenizer)}, or leave it out (then it is sized from the "
-                            "tokenizer)"
-                        )
                     where = f"r={r}" if depth is None else f"ladder depth {depth}"
-                    raise ValueError(
-                        f"training: the run at size {s}, {where}, budget {budget:g} would fail in every trial: {msg}"
-                    ) from None
+                    raise ValueError(self._run_config_problem(str(e), model, s, where, budget)) from None
                 if kind == "C":
                     self._check_budget(budget, s, r, depth, run)
                 # each variant's looped model costs its own FLOPs per token: one D per budget for each

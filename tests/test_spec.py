@@ -308,6 +308,20 @@ def test_a_spec_with_bad_keys_and_problems_across_keys_names_both_in_one_round()
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(tokens="lots", r=[1, 3])))
     assert "exactly one of" not in str(e.value) and "valid r: [1, 2, 4, 8]" in str(e.value)
+    # a run configuration every trial would refuse came in a later round still (it needs every key valid to build
+    # every cell): one cell's (r = 1) is now checked beside the other keys' problems
+    odd_batch = {**_bad(lambda d: None)["training"], "batch_tokens": 1000}
+    for other in (dict(r=[1, 3]), dict(seeds=0), dict(rr=[1, 2])):
+        with pytest.raises(SpecError) as e:
+            parse_spec(_bad(lambda d, o=other: d.update(training=odd_batch, **o)))
+        assert str(e.value).endswith(f"training: the run at size {_bad(lambda d: None)['sizes'][0]}, r=1, budget "
+                                     f"{_bad(lambda d: None)['tokens'][0]:g} would fail in every trial: batch_tokens "
+                                     "must be a positive multiple of model.seq_len=32, got 1000 (e.g. 992)"), str(e.value)
+        assert str(e.value).count("batch_tokens") == 1
+    # ... not with training itself invalid (the defaults in its place would make up a problem)
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(r=[1, 3], training={**odd_batch, "optimizer": "foo"})))
+    assert "would fail in every trial" not in str(e.value)
 
 
 def test_gpus_where_none_exist_fail_before_ray():
