@@ -56,12 +56,12 @@ def fit_defaults(spec) -> tuple[int, int]:
 
 
 FIT_STAGING = "fit.partial"
-FIT_STAGING_MARK = ".loopscale-fit-stage"
-"""The file the fit stage writes into :data:`FIT_STAGING` before anything else: a ``fit.partial/`` without it is not
-the fit stage's (``loopscale run`` refuses to remove it)."""
 """The folder ``run``'s fit stage writes into; it takes ``fit/``'s place when the fit ends (the earlier ``fit/`` and
 report moved to ``earlier_fit_<UTC time>/``), so that a fit stopped part-way leaves the earlier fit whole. A rerun
 removes what a stopped fit left there before it fits."""
+FIT_STAGING_MARK = ".loopscale-fit-stage"
+"""The file the fit stage writes into :data:`FIT_STAGING` before anything else: a ``fit.partial/`` without it is not
+the fit stage's (``loopscale run`` refuses to remove it)."""
 
 #: assumed sustained throughput for --dry-run GPU-hour estimates: 40 % MFU of an H100's dense bf16 peak.
 GPU_PEAK_FLOPS = 989e12
