@@ -1161,8 +1161,10 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
     """The command line that continues a stopped ``command`` (``loopscale run|sweep|tune-lr ...``): the same line
     with ``--resume`` (added once) and without ``--force`` (which would retrain the runs already redone); None
     without a command line. When its ``--out`` (read against the command's
-    working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), ``folder`` replaces it; a
-    relative local ``--storage`` is made absolute against ``cwd`` (a relative SPEC path stays as it was given)."""
+    working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), or was given relative,
+    ``folder`` (absolute) replaces it; a relative local ``--storage`` and a relative SPEC file (a ``.yaml`` / ``.yml``
+    found under ``cwd``) are made absolute against ``cwd``: the line run from another directory started a new run
+    there ("nothing to resume") or found no spec."""
     import shlex
 
     if not command:
@@ -1184,9 +1186,15 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
         was = Path(value).expanduser()
         was = was if was.is_absolute() or not cwd else Path(cwd) / was
         here = Path(folder).resolve()
-        if was.resolve() != here:
+        if was.resolve() != here or not Path(value).expanduser().is_absolute():
             argv[i : i + width] = ["--out", str(here)]
             command = shlex.join(argv)
+    if cwd:
+        for j, a in enumerate(argv[2:], start=2):
+            if (not a.startswith("-") and a.lower().endswith((".yaml", ".yml")) and not Path(a).expanduser().is_absolute()
+                    and (Path(cwd) / a).is_file()):  # fmt: skip
+                argv[j] = str(Path(cwd) / a)
+                command = shlex.join(argv)
     return command if "--resume" in command.split() else f"{command} --resume"
 
 

@@ -175,8 +175,15 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
     line = "loopscale run --preset smoke --out src --seed 3"
     assert resume_command(line, here, str(tmp_path)) == f"loopscale run --preset smoke --out {here} --seed 3 --resume"
     assert resume_command("loopscale run --out=src", here, str(tmp_path)) == f"loopscale run --out {here} --resume"
-    same = "loopscale run --out dst --resume"  # not moved: the line as it was run
-    assert resume_command(same, here, str(tmp_path)) == same
+    # not moved, --out relative: named absolute (the line run from another directory started a new run there,
+    # "nothing to resume"), and so is a relative SPEC file found where the command ran ("sweep spec not found")
+    same = "loopscale run --out dst --resume"
+    assert resume_command(same, here, str(tmp_path)) == f"loopscale run --out {here} --resume"
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "mine.yaml").write_text("name: mine\n")
+    rel_spec = "loopscale run specs/mine.yaml --out dst"
+    assert resume_command(rel_spec, here, str(tmp_path)) == f"loopscale run {tmp_path / 'specs' / 'mine.yaml'} --out {here} --resume"
+    assert resume_command(f"loopscale run smoke --out {here}", here, str(tmp_path)) == f"loopscale run smoke --out {here} --resume"
     assert resume_command(line) == f"{line} --resume"
     # a relative --storage was the storage under the command's working directory: the line run from elsewhere
     # made an empty second storage and restored nothing; it now names the storage the command used
