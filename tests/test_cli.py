@@ -549,3 +549,60 @@ def test_a_position_split_names_the_documents_its_validation_tail_covers(tmp_pat
     assert _split_text({"split_rule": "token tail 0.05", "n_train_docs": 3, "n_val_docs": 0,
                         "val_tail_docs": {"names": ["x", "y"], "n_docs": 2, "first_from": 0.0042, "complete": True}}
                        ).endswith("validation: the last over 99% of x, y")  # 4 of x's 957 tokens stay training
+
+
+def test_fit_of_a_stopped_sweeps_folder_says_which_planned_runs_are_missing(tmp_path):
+    """`loopscale fit DIR` on a folder whose sweep was stopped fitted the runs there were (φ, R², "0 excluded") and
+    never said that 4 of the 16 planned runs, among them a width's r = 1 runs, were not trained yet. It now counts
+    and names them (console warning, `unfinished_grid` in --json); a finished grid gets no such line."""
+    import json
+
+    import numpy as np
+
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.store import ResultsStore, run_record
+
+    spec = preset_spec("smoke")
+    (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
+    cells = spec.cells()
+    rng = np.random.default_rng(0)
+    store = ResultsStore(tmp_path)
+    left = [c for c in cells if (c.size, c.r) == (16, 1) or (c.size, c.r, c.run.tokens) == (16, 2, min(x.run.tokens for x in cells))]
+    assert 0 < len(left) < len(cells)
+
+    def record(c):  # a loss from the joint law at phi = 0.5, with the counts the trainer would record
+        from loopscale.model.accounting import flops_per_token, n_once, n_rec, train_flops
+        from loopscale.model.train import resolve_tokens
+
+        m, D = c.run.model, resolve_tokens(c.run)
+        got = {"N_once": n_once(m), "N_rec": n_rec(m), "D": D, "C": train_flops(m, D), "flops_per_token": flops_per_token(m)}
+        n = got["N_once"] + c.r**0.5 * got["N_rec"]
+        loss = 1.5 + 40 * n**-0.35 + 300 * got["D"] ** -0.35 + 0.003 * rng.standard_normal()
+        return run_record(c, {"status": "ok", "final_val_loss": float(loss), **got})
+
+    for c in cells:
+        if c not in left:
+            store.write_run(record(c))
+    store.consolidate()
+    res = CliRunner().invoke(app, ["fit", str(tmp_path), "--starts", "10", "--json"])
+    assert res.exit_code == 0, res.output
+    note = json.loads(res.stdout)["unfinished_grid"]
+    assert note.startswith(f"{tmp_path}'s spec plans {len(cells)} runs and runs.parquet holds {len(cells) - len(left)} "
+                           f"of them: {len(left)} not trained yet (r = 1, size 16, D = ")
+    assert f"`loopscale status {tmp_path}` says what is left" in note
+    for given in (tmp_path, tmp_path / "runs.parquet"):  # the folder, or its table by its file
+        res = CliRunner().invoke(app, ["fit", str(given), "--starts", "10"])
+        assert res.exit_code == 0 and f"  warning: {note}" in res.stdout.splitlines(), res.stdout
+    # a copy of the table outside its folder: no spec to count against
+    import shutil
+
+    (tmp_path / "copy").mkdir()
+    shutil.copy(tmp_path / "runs.parquet", tmp_path / "copy" / "runs.parquet")
+    res = CliRunner().invoke(app, ["fit", str(tmp_path / "copy" / "runs.parquet"), "--starts", "10", "--json"])
+    assert res.exit_code == 0 and "unfinished_grid" not in json.loads(res.stdout)
+    for c in left:
+        store.write_run(record(c))
+    store.consolidate()
+    res = CliRunner().invoke(app, ["fit", str(tmp_path), "--starts", "10", "--json"])
+    assert res.exit_code == 0 and "unfinished_grid" not in json.loads(res.stdout)
