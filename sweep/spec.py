@@ -658,22 +658,37 @@ class SweepSpec(_Strict):
     """The keys one cell's run configuration reads (at r = 1 with seed 0: not ``r`` nor ``seeds``)."""
 
     def _check_one_run_config(self) -> None:
-        """Build the run configuration of one cell (r = 1, the grid's first size and budget, seed 0), as
-        :meth:`_check_run_configs` builds every cell's; used when other keys are invalid, so that its problem is said
-        in the same round. A model that does not build is left to the model's own check. Raises: ValueError."""
-        from loopscale.model.train import MAX_SEED
+        """Build the plain r = 1 cells' models and run configurations (seed 0) as :meth:`_check_run_configs` builds
+        every cell's, and refuse two budgets of one of them that train the same D; used when other keys are invalid
+        or another check found a problem, so that these problems are said in the same round. When the first size's
+        model does not build, the problem is the model's, left to its own check. Raises: ValueError (the first
+        problem found)."""
+        from loopscale.model.train import MAX_SEED, resolve_tokens
 
         if not 0 <= self.data_seed <= MAX_SEED:  # the seeds' own check says it
             return
-        kind, budget, s = self._plan()[0]
+        plan = self._plan()
         try:
-            model = self._model_config(s, 1, "baseline", 2)
+            self._model_config(plan[0][2], 1, "baseline", 2)
         except ValueError:
             return
-        try:
-            self._run_config(model, kind, budget, 1.0, 0)
-        except ValueError as e:
-            raise ValueError(self._run_config_problem(str(e), model, s, "r=1", budget)) from None
+        models: dict[int, Any] = {}
+        trained: dict[int, dict[int, float]] = {}
+        for kind, budget, s in plan:
+            if s not in models:
+                try:
+                    models[s] = self._model_config(s, 1, "baseline", 2)
+                except ValueError as e:
+                    raise ValueError(f"sizes: size {s} at r=1 is invalid: {e}") from None
+            try:
+                run = self._run_config(models[s], kind, budget, 1.0, 0)
+            except ValueError as e:
+                raise ValueError(self._run_config_problem(str(e), models[s], s, "r=1", budget)) from None
+            D = resolve_tokens(run)
+            seen = trained.setdefault(s, {})
+            if D in seen:
+                self._refuse_same_d(kind, seen[D], budget, D, s, 1, None, "baseline", run.batch_tokens)
+            seen[D] = budget
 
     def _run_config_problem(self, msg: str, model, s: int, where: str, budget: float) -> str:
         """The message of a run configuration every trial would refuse (``msg``: RunConfig's words)."""

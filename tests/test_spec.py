@@ -318,6 +318,14 @@ def test_a_spec_with_bad_keys_and_problems_across_keys_names_both_in_one_round()
                                      f"{_bad(lambda d: None)['tokens'][0]:g} would fail in every trial: batch_tokens "
                                      "must be a positive multiple of model.seq_len=32, got 1000 (e.g. 992)"), str(e.value)
         assert str(e.value).count("batch_tokens") == 1
+    # a size whose model does not build, and two budgets one model trains as one D: in the same round too
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(sizes=[16, 30], lr={"fixed": -0.01})))
+    assert str(e.value) == ("invalid sweep spec: lr.fixed must be a positive number, got -0.01; sizes: size 30 at r=1 is "
+                            "invalid: d_model must be divisible by head_dim: d_model=30, head_dim=16 (try d_model=32)")
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(tokens=[2048, 2050], r=[1, 3, 4])))
+    assert "valid r: [1, 2, 4, 8]; tokens: 2048 and 2050 both round to D = 2048 tokens" in str(e.value)
     # ... not with training itself invalid (the defaults in its place would make up a problem)
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(r=[1, 3], training={**odd_batch, "optimizer": "foo"})))
