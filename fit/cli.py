@@ -122,6 +122,12 @@ def _out_dir_lock(out: Path):
                 break
 
 
+TABLE_WARNINGS: list = []
+"""Functions ``(table path) -> str | None`` whose warning about the table, when one gives one, ``fit`` prints
+(``--json``: ``unfinished_grid``). The loopscale command line adds the check of a run folder's table against the runs
+its spec plans (:func:`loopscale.sweep.run.unfinished_grid_note`): fit/ reads tables and knows no spec."""
+
+
 def fit_cmd(
     table: Annotated[
         Path,
@@ -339,7 +345,7 @@ def fit_cmd(
         loss_note = _loss_column_note(data)
         if loss_note:
             summary["loss_column_note"] = loss_note
-        if unfinished := _unfinished_grid_note(table):
+        if unfinished := next((n for note in TABLE_WARNINGS if (n := note(table))), None):
             summary["unfinished_grid"] = unfinished
         from loopscale.fit.io import unit_warnings
 
@@ -517,46 +523,6 @@ def _n_column_note(data) -> str | None:
     return (
         "the table has both N and N_unique, and they differ: the N column was fitted (N_unique is read only when a "
         "table has no N column; drop N to fit on the unique parameters)"
-    )
-
-
-def _unfinished_grid_note(table) -> str | None:
-    """For a run or sweep folder given as the table (or its ``runs.parquet``): the runs its spec (``spec.yaml``) plans
-    that ``runs.parquet`` does not hold yet (a sweep stopped part-way), counted and named; None for a file, a folder without a spec, or a
-    grid whose every run is there. A fit of part of a grid can miss whole cells (a width's r = 1 runs), and nothing
-    said so."""
-    folder = Path(table)
-    if folder.name == "runs.parquet":  # the folder's table, given by its file or (read_table) by its folder
-        folder = folder.parent
-    if not (folder.is_dir() and (folder / "spec.yaml").is_file() and (folder / "runs.parquet").is_file()):
-        return None
-    try:
-        import pyarrow.parquet as pq
-
-        from loopscale.sweep.run import _grid_cells_if_known
-        from loopscale.sweep.spec import load_spec
-        from loopscale.sweep.store import look_only
-
-        with look_only():  # reads only: a torn LR table is not moved aside by a fit
-            cells = _grid_cells_if_known(load_spec(folder / "spec.yaml"), folder)  # with its LR table (lr: tune)
-        held = set(pq.read_table(folder / "runs.parquet", columns=["run_id"]).column("run_id").to_pylist())
-    except Exception:  # a spec or table that does not read: the fit's own reading says what is wrong with it
-        return None
-    if not cells:
-        return None
-    missing = [c for c in cells if c.run_id not in held]
-    if not missing or len(missing) == len(cells):  # none of its runs: a table of another grid, or of a loopscale
-        return None  # whose runs were defined otherwise (its run ids differ), is not this spec's to count
-
-    def name(c) -> str:
-        budget = f"D = {c.run.tokens}" if c.budget is None else f"C = {c.budget:g}"
-        return f"r = {c.r}, size {c.size}, {budget}, seed {c.seed}" + (f", {c.variant}" if c.variant != "baseline" else "")
-
-    shown = "; ".join(name(c) for c in missing[:3]) + (f"; and {len(missing) - 3} more" if len(missing) > 3 else "")
-    return (
-        f"{folder}'s spec plans {len(cells)} runs and runs.parquet holds {len(cells) - len(missing)} of them: "
-        f"{len(missing)} not trained yet ({shown}); this fit is of the runs there are (a missing cell changes every "
-        f"parameter); `loopscale status {folder}` says what is left and the command that trains it"
     )
 
 
