@@ -330,6 +330,16 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
             L.append(f"\n† {estimate_outside_note(min(known) if len(known) == len(beside) else None)}.")
         for r, why in (ident.get("per_r_no_interval") or {}).items():
             L.append(f"\nNo interval for φ_r at r = {r}: {why}; the per-r check is skipped.")
+        refits = [int(row["n_boot"]) for row in ident["per_r"]  # the rows with an interval
+                  if row.get("n_boot") is not None and row["n_boot"] == row["n_boot"] and row.get("lo") is not None]
+        if refits:  # the rule's own bootstrap, smaller than the run's (its intervals move more with the seed)
+            from loopscale.fit.identify import RULE_PER_R_B, RULE_PER_R_STARTS
+
+            n = f"{min(refits)}" if min(refits) == max(refits) else f"{min(refits)}–{max(refits)}"
+            L.append(f"\nEach φ_r interval rests on {n} bootstrap refits: the identification rule refits at most "
+                     f"{RULE_PER_R_B} resamples per r ({RULE_PER_R_STARTS} starts each), whatever the fit's B, so "
+                     "these intervals, and a verdict near the check's edge, move more with the bootstrap seed than "
+                     "the joint fit's.")
         L.append("")
     lpr = ident.get("law_per_r") or {}
     if "r2" in lpr:

@@ -785,6 +785,10 @@ def test_a_per_r_phi_outside_its_interval_is_marked(tmp_path):
     text = _report(tmp_path / "c", few)
     assert "\n† estimate outside its bootstrap interval, which rests on 40 refitted resample(s): too few to say" in text
     assert "another basin" not in text.split("### Is φ")[1]
+    # and the table says how many refits its intervals rest on, whatever the run's B (it never did)
+    assert ("\nEach φ_r interval rests on 40 bootstrap refits: the identification rule refits at most 40 resamples "
+            "per r (60 starts each), whatever the fit's B") in text
+    assert "Each φ_r interval rests on" not in _report(tmp_path / "e", ident)  # an analysis without the count
     many = {**ident, "per_r": [{**row, "n_boot": 200} for row in ident["per_r"]]}
     assert "(the resamples' fits land in another basin)" in _report(tmp_path / "d", many).split("### Is φ")[1]
 
