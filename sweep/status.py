@@ -315,7 +315,9 @@ def fit_headlines(ana: dict) -> list[str]:
     """The last lines ``loopscale run`` prints: per variant with a joint fit, the identification headline (when the
     identification rule gave one, it decides what may be claimed) or phi with its 95 % bootstrap CI, and R^2 with
     what was fitted (runs, or cell means of runs: :func:`loopscale.fit.run_report.fitted_points`); a variant whose
-    joint fit was skipped gets why (e.g. its only runs with status ok are of one r), not nothing."""
+    joint fit was skipped gets why (e.g. its only runs with status ok are of one r), not nothing. A joint fit whose
+    interval rests on fewer than ``FEW_RESAMPLES`` refits says so on its line (the report warns of it)."""
+    from loopscale.fit.bootstrapping import FEW_RESAMPLES
     from loopscale.fit.run_report import fitted_points
 
     lines = []
@@ -326,15 +328,19 @@ def fit_headlines(ana: dict) -> list[str]:
                 lines.append(f"{vname}: no joint fit, so no phi: {j['skipped']} ({v.get('n', '?')} runs with status ok)")
             continue
         ident = v.get("identification") or {}
+        # intervals from few refits: the report warns of them; the headline, which weighs them, said nothing
+        n_ok = (j.get("bootstrap") or {}).get("n_ok")
+        few = (f" (its interval rests on {n_ok} bootstrap refits, fewer than {FEW_RESAMPLES}: it and any verdict move "
+               "with the bootstrap seed; --bootstrap 200)") if n_ok is not None and 0 < int(n_ok) < FEW_RESAMPLES else ""
         if ident.get("headline"):
             from loopscale.fit.identify import stored_headline
 
-            lines.append(f"{vname}: {stored_headline(ident)}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)})")
+            lines.append(f"{vname}: {stored_headline(ident)}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)}){few}")
             continue
         lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
         lines.append(
             f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
-            f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)})"
+            f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)}){few}"
         )
     return lines + delta_phi_lines(ana)
 

@@ -121,6 +121,14 @@ def test_fit_headline_is_the_one_run_prints():
         "baseline: phi = 0.500, 95 % CI [0.250, 0.750], R^2 = 0.9900 (16 runs)",
         "other: H; R^2 = 0.9000 (8 runs)",
     ]
+    # intervals from fewer than 50 refits (--bootstrap 20): the line says so, as the report does; 50 and more do not
+    ana["variants"]["baseline"]["joint"]["bootstrap"] = {"B": 20, "n_ok": 20}
+    ana["variants"]["other"]["joint"]["bootstrap"] = {"B": 200, "n_ok": 199}
+    assert fit_headlines(ana) == [
+        "baseline: phi = 0.500, 95 % CI [0.250, 0.750], R^2 = 0.9900 (16 runs) (its interval rests on 20 bootstrap "
+        "refits, fewer than 50: it and any verdict move with the bootstrap seed; --bootstrap 200)",
+        "other: H; R^2 = 0.9000 (8 runs)",
+    ]
 
 
 def test_fit_headline_says_why_a_variant_has_no_joint_fit():
