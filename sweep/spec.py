@@ -1237,6 +1237,17 @@ def _did_you_mean(loc: tuple) -> str:
     if elsewhere:
         return f" ({elsewhere})"
     close = _closest(key, list(cls.model_fields))
+    if not where:  # a section's key put at the top (eval_token: said "did you mean 'tokens'?")
+        import difflib
+
+        def ratio(name: str) -> float:
+            return difflib.SequenceMatcher(None, key, name).ratio()
+
+        nested = [f"{name}.{sub}" for name, f in SweepSpec.model_fields.items()
+                  if (sec := _model_in(f.annotation)) is not None for sub in sec.model_fields]  # fmt: skip
+        best = max(nested, key=lambda q: ratio(q.split(".")[-1]), default=None)
+        if best and ratio(best.split(".")[-1]) >= 0.6 and (close is None or ratio(best.split(".")[-1]) > ratio(close)):
+            close = best
     if close:
         return f" (did you mean {close!r}?)"
     return f" (the keys {'of ' + where if where else 'at the top'} are: {', '.join(cls.model_fields)})"

@@ -897,6 +897,10 @@ def test_a_binary_spec_file_names_itself(tmp_path):
         ("model", "zzz", "the keys of model are: preset, effective_depth, n_prelude"),
         ("", "zzz", "the keys at the top are: name, corpus"),
         ("tune", "num_sample", "did you mean 'num_samples'?"),
+        # a section's key put at the top: its place is named (eval_token said "did you mean 'tokens'?")
+        ("", "eval_token", "did you mean 'training.eval_tokens'?"),
+        ("", "checkpoint_every", "did you mean 'training.checkpoint_every_steps'?"),
+        ("", "sizez", "did you mean 'sizes'?"),
     ],
 )
 def test_an_unknown_key_says_where_it_belongs_or_what_is_allowed(section, key, hint):
