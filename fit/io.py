@@ -535,7 +535,8 @@ nats/token, so no language model's loss, trained or not, reaches it; a perplexit
 def unit_warnings(data: FitData) -> list[str]:
     """Values that read as another unit than the fit's (loss in nats/token, D in tokens, N / N_once / N_rec in
     parameters), one sentence each; empty when none. The fit runs either way: a D in millions of tokens or N in
-    millions of parameters changes only B or A (E, alpha, beta and phi are the same), a perplexity changes every
+    millions of parameters changes only B or A (E, alpha, beta and phi are the same; for D only with three D or more:
+    with fewer, E, B and beta are not pinned down and the fit can land elsewhere), a perplexity changes every
     parameter. Loss in bits (nats / ln 2) cannot be told from its values: the units are said in ``--help``.
 
     Flags: a loss above :data:`LOSS_PLAUSIBLE_MAX`; every D below 1,000 tokens (less than one batch of the ``cpu``
@@ -560,16 +561,19 @@ def unit_warnings(data: FitData) -> list[str]:
     n_par = c["N"] if "N" in c else (c["N_once"] + c["N_rec"] if "N_once" in c else None)
     what = "N" if "N" in c else "N_once + N_rec"
     d = c["D"]
+    # another unit of D scales B alone only where E, B and beta are pinned down: three D or more
+    d_same = ("the other parameters are the same" if np.unique(d).size >= 3 else
+              f"with {np.unique(d).size} value(s) of D, E, B and beta are not pinned down and may move too")  # fmt: skip
     if d.size and float(d.max()) < 1e3:
         out.append(f"D is below 1,000 tokens on every row (largest {float(d.max()):.4g}): the fit reads D in "
-                   "tokens; a D in millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
+                   f"tokens; a D in millions or billions of tokens fits another B ({d_same})")  # fmt: skip
     if n_par is not None and n_par.size and float(n_par.max()) < 1e3:
         out.append(f"{what} is below 1,000 parameters on every row (largest {float(n_par.max()):.4g}): the fit reads "
                    "parameters; a count in millions fits another A (the other parameters are the same)")  # fmt: skip
     if n_par is not None and d.size and float(d.max()) >= 1e3 and float((d / n_par).max()) < 0.1:
         out.append(f"D is below 0.1 tokens per parameter on every row (D / ({what}) at most "
                    f"{float((d / n_par).max()):.3g}): the fit reads D in tokens; a D in millions or billions of "
-                   "tokens fits another B (the other parameters are the same)")  # fmt: skip
+                   f"tokens fits another B ({d_same})")  # fmt: skip
     if n_par is not None and d.size and float(n_par.max()) >= 1e3 and float((d / n_par).min()) > 1e5:
         out.append(f"D is above 100,000 tokens per parameter on every row (D / ({what}) at least "
                    f"{float((d / n_par).min()):.3g}): the fit reads N in parameters; a count in millions or "

@@ -272,6 +272,11 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     (d_m,) = unit_warnings(prepare(_outside_table(d_scale=1e-7), law))
     assert d_m == ("D is below 1,000 tokens on every row (largest 100): the fit reads D in tokens; a D in "
                    "millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
+    # with two D, E, B and beta are not pinned down: another unit of D moved E and beta too (the note said not)
+    two_d = _outside_table(d_scale=1e-7)
+    two_d = two_d[two_d["D"].isin(sorted(two_d["D"].unique())[:2])]
+    (d_2,) = unit_warnings(prepare(two_d, law))
+    assert d_2.endswith("fits another B (with 2 value(s) of D, E, B and beta are not pinned down and may move too)")
     # a grid as small as a smoke run's, cut to the fit's columns (D 4,000-20,000 tokens, N 3e3-1.6e5): none
     assert unit_warnings(prepare(_outside_table(n_scale=0.1, d_scale=2e-5), law)) == []
     # N in millions of models of 1B and more: D per parameter far beyond any trained model's
