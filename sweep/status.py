@@ -1168,7 +1168,8 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
     with ``--resume`` (added once) and without ``--force`` (which would retrain the runs already redone); None
     without a command line. When its ``--out`` (read against the command's
     working directory ``cwd``) is not ``folder`` (the folder was moved or copied since), or was given relative,
-    ``folder`` (absolute) replaces it; a relative local ``--storage`` and a relative SPEC file (a ``.yaml`` / ``.yml``
+    ``folder`` (absolute) replaces it, and is added when the line has none (the default ``runs/NAME`` is relative);
+    a relative local ``--storage`` and a relative SPEC file (a ``.yaml`` / ``.yml``
     found under ``cwd``) are made absolute against ``cwd``: the line run from another directory started a new run
     there ("nothing to resume") or found no spec."""
     import shlex
@@ -1195,6 +1196,9 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
         if was.resolve() != here or not Path(value).expanduser().is_absolute():
             argv[i : i + width] = ["--out", str(here)]
             command = shlex.join(argv)
+    elif folder is not None and len(argv) > 1:  # the default --out (runs/NAME) is relative too: named
+        argv += ["--out", str(Path(folder).resolve())]
+        command = shlex.join(argv)
     if cwd:
         for j, a in enumerate(argv[2:], start=2):
             if (not a.startswith("-") and a.lower().endswith((".yaml", ".yml")) and not Path(a).expanduser().is_absolute()

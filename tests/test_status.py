@@ -192,6 +192,7 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
     rel_spec = "loopscale run specs/mine.yaml --out dst"
     assert resume_command(rel_spec, here, str(tmp_path)) == f"loopscale run {tmp_path / 'specs' / 'mine.yaml'} --out {here} --resume"
     assert resume_command(f"loopscale run smoke --out {here}", here, str(tmp_path)) == f"loopscale run smoke --out {here} --resume"
+    assert resume_command("loopscale run smoke", here, str(tmp_path)) == f"loopscale run smoke --out {here} --resume"
     assert resume_command(line) == f"{line} --resume"
     # a relative --storage was the storage under the command's working directory: the line run from elsewhere
     # made an empty second storage and restored nothing; it now names the storage the command used
