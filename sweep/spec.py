@@ -429,9 +429,8 @@ class SweepSpec(_Strict):
 
         With ``context={"invalid": keys}`` (:func:`parse_spec`, once those top-level keys failed their own checks and
         were left out) only the parts that read none of them run: their problems are said with the keys' own, in one
-        round. Then, and when a part found a problem, one cell's run configuration (plain r = 1, the grid's first
-        size and budget) is built in place of every cell's (:meth:`_check_one_run_config`), unless it reads an
-        invalid key."""
+        round. Then, and when a part found a problem, the plain r = 1 runs of every size and budget are built in place
+        of every cell (:meth:`_check_one_run_config`), unless they read an invalid key."""
         invalid = set((info.context or {}).get("invalid", ()))
         problems: list[str] = []
 
@@ -454,9 +453,9 @@ class SweepSpec(_Strict):
             part(self._check_lr, {"lr", "r", "ladder", *grid})
         part(self._check_training, {"lr_data_exponent", "training", "resources"})
         if (problems or invalid) and grid_ok:
-            # the full build below needs every key valid: one cell's run configuration (plain r = 1, the grid's
-            # first size and budget) is checked now, so that a value every run would refuse (e.g. a batch that is not
-            # a multiple of seq_len) comes in this round too
+            # the full build below needs every key valid: the plain r = 1 runs are built now, so that a value every
+            # run would refuse (e.g. a batch that is not a multiple of seq_len), a size whose model does not build and
+            # two budgets that train one D come in this round too
             part(self._check_one_run_config, self._RUN_CONFIG_READS)
         if problems:
             raise ValueError("; ".join(problems))
@@ -655,7 +654,7 @@ class SweepSpec(_Strict):
 
     _RUN_CONFIG_READS = frozenset({"model", "corpus", "text_column", "tokenizer", "data_seed", "resources", "training",
                                    "tokens", "budgets", "sizes"})
-    """The keys one cell's run configuration reads (at r = 1 with seed 0: not ``r`` nor ``seeds``)."""
+    """The keys the plain r = 1 runs' configurations read (with seed 0: not ``r`` nor ``seeds``)."""
 
     def _check_one_run_config(self) -> None:
         """Build the plain r = 1 cells' models and run configurations (seed 0) as :meth:`_check_run_configs` builds
