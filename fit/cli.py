@@ -122,10 +122,10 @@ def _out_dir_lock(out: Path):
                 break
 
 
-TABLE_WARNINGS: list = []
-"""Functions ``(table path) -> str | None`` whose warning about the table, when one gives one, ``fit`` prints
-(``--json``: ``unfinished_grid``). The loopscale command line adds the check of a run folder's table against the runs
-its spec plans (:func:`loopscale.sweep.run.unfinished_grid_note`): fit/ reads tables and knows no spec."""
+UNFINISHED_GRID_NOTE = None
+"""``(table path) -> str | None``: the warning ``fit`` prints (``--json``: ``unfinished_grid``) for a run folder's table
+that lacks runs its spec plans. The loopscale command line sets it (:func:`loopscale.sweep.run.unfinished_grid_note`):
+fit/ reads tables and knows no spec."""
 
 
 def fit_cmd(
@@ -345,7 +345,8 @@ def fit_cmd(
         loss_note = _loss_column_note(data)
         if loss_note:
             summary["loss_column_note"] = loss_note
-        if unfinished := next((n for note in TABLE_WARNINGS if (n := note(table))), None):
+        unfinished = UNFINISHED_GRID_NOTE(table) if UNFINISHED_GRID_NOTE is not None else None
+        if unfinished:
             summary["unfinished_grid"] = unfinished
         from loopscale.fit.io import unit_warnings
 

@@ -562,8 +562,9 @@ def unit_warnings(data: FitData) -> list[str]:
     what = "N" if "N" in c else "N_once + N_rec"
     d = c["D"]
     # another unit of D scales B alone only where E, B and beta are pinned down: three D or more
-    d_same = ("the other parameters are the same" if np.unique(d).size >= 3 else
-              f"with {np.unique(d).size} value(s) of D, E, B and beta are not pinned down and may move too")  # fmt: skip
+    n_d = np.unique(d).size
+    d_same = ("the other parameters are the same" if n_d >= 3 else
+              f"with {n_d} value(s) of D, E, B and beta are not pinned down and may move too")  # fmt: skip
     if d.size and float(d.max()) < 1e3:
         out.append(f"D is below 1,000 tokens on every row (largest {float(d.max()):.4g}): the fit reads D in "
                    f"tokens; a D in millions or billions of tokens fits another B ({d_same})")  # fmt: skip

@@ -430,7 +430,7 @@ class SweepSpec(_Strict):
         With ``context={"invalid": keys}`` (:func:`parse_spec`, once those top-level keys failed their own checks and
         were left out) only the parts that read none of them run: their problems are said with the keys' own, in one
         round. Then, and when a part found a problem, the plain r = 1 runs of every size and budget are built in place
-        of every cell (:meth:`_check_one_run_config`), unless they read an invalid key."""
+        of every cell (:meth:`_check_plain_runs`), unless they read an invalid key."""
         invalid = set((info.context or {}).get("invalid", ()))
         problems: list[str] = []
 
@@ -456,18 +456,13 @@ class SweepSpec(_Strict):
             # the full build below needs every key valid: the plain r = 1 runs are built now, so that a value every
             # run would refuse (e.g. a batch that is not a multiple of seq_len), a size whose model does not build and
             # two budgets that train one D come in this round too
-            part(self._check_one_run_config, self._RUN_CONFIG_READS)
+            part(self._check_plain_runs, self._RUN_CONFIG_READS)
         if problems:
             raise ValueError("; ".join(problems))
         if invalid:
             return self
         # every cell must build a valid model (catches e.g. d_model not divisible by head_dim) before Ray starts
-        for s in self.all_sizes():
-            for r in self.r:
-                try:
-                    self._model_config(s, r, "baseline", 2)
-                except ValueError as e:
-                    raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
+        self._check_models(self.r)
         self._check_run_configs()
         return self
 
@@ -656,68 +651,61 @@ class SweepSpec(_Strict):
                                    "tokens", "budgets", "sizes"})
     """The keys the plain r = 1 runs' configurations read (with seed 0: not ``r`` nor ``seeds``)."""
 
-    def _check_one_run_config(self) -> None:
-        """Build the plain r = 1 cells' models and run configurations (seed 0) as :meth:`_check_run_configs` builds
-        every cell's, and refuse two budgets of one of them that train the same D; used when other keys are invalid
-        or another check found a problem, so that these problems are said in the same round. When the first size's
-        model does not build, the problem is the model's, left to its own check. Raises: ValueError (the first
-        problem found)."""
-        from loopscale.model.train import MAX_SEED, resolve_tokens
+    def _check_plain_runs(self) -> None:
+        """The checks of :meth:`_check_models` and :meth:`_check_run_configs` on the plain r = 1 runs only (seed 0);
+        used when other keys are invalid or another check found a problem, so that a size whose model does not build,
+        a value every run's trainer would refuse and two budgets that train one D are said in the same round. When the
+        first size's model does not build, the problem is the model's, left to its own check. Raises: ValueError (the
+        first problem found)."""
+        from loopscale.model.train import MAX_SEED
 
         if not 0 <= self.data_seed <= MAX_SEED:  # the seeds' own check says it
             return
-        plan = self._plan()
         try:
-            self._model_config(plan[0][2], 1, "baseline", 2)
+            self._model_config(self.all_sizes()[0], 1, "baseline", 2)
         except ValueError:
             return
-        models: dict[int, Any] = {}
-        trained: dict[int, dict[int, float]] = {}
-        for kind, budget, s in plan:
-            if s not in models:
+        self._check_models([1])
+        self._check_run_configs(plain=True)
+
+    def _check_models(self, rs) -> None:
+        """Every size's baseline model at each r of ``rs`` builds. Raises: ValueError naming the size and r."""
+        for s in self.all_sizes():
+            for r in rs:
                 try:
-                    models[s] = self._model_config(s, 1, "baseline", 2)
+                    self._model_config(s, r, "baseline", 2)
                 except ValueError as e:
-                    raise ValueError(f"sizes: size {s} at r=1 is invalid: {e}") from None
-            try:
-                run = self._run_config(models[s], kind, budget, 1.0, 0)
-            except ValueError as e:
-                raise ValueError(self._run_config_problem(str(e), models[s], s, "r=1", budget)) from None
-            D = resolve_tokens(run)
-            seen = trained.setdefault(s, {})
-            if D in seen:
-                self._refuse_same_d(kind, seen[D], budget, D, s, 1, None, "baseline", run.batch_tokens)
-            seen[D] = budget
+                    raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
 
-    def _run_config_problem(self, msg: str, model, s: int, where: str, budget: float) -> str:
-        """The message of a run configuration every trial would refuse (``msg``: RunConfig's words)."""
-        if "vocab_size" in msg and "tokenizer" in msg:
-            msg = (
-                f"model.vocab_size: {model.vocab_size} is smaller than the vocabulary of tokenizer "
-                f"{self.tokenizer!r}; set model.vocab_size to at least "
-                f"{_tokenizer_vocab(self.tokenizer)}, or leave it out (then it is sized from the "
-                "tokenizer)"
-            )
-        return f"training: the run at size {s}, {where}, budget {budget:g} would fail in every trial: {msg}"
-
-    def _check_run_configs(self) -> None:
+    def _check_run_configs(self, *, plain: bool = False) -> None:
         """Build the full trainer configuration (``RunConfig``) of every grid point, so a value that every run
         would reject (a vocabulary smaller than the tokenizer's, a batch that is not a multiple of seq_len, ...) is
         an error here, before Ray starts, naming the spec keys involved, and never a trial failure. Two budgets of
-        one model that train the same D (:func:`loopscale.model.train.resolve_tokens`) are refused too."""
+        one model that train the same D (:func:`loopscale.model.train.resolve_tokens`) are refused too. ``plain``:
+        the plain r = 1 runs only, with seed 0, and no FLOP budget's check (:meth:`_check_plain_runs`)."""
         from loopscale.model.train import resolve_tokens
 
-        points = [(r, None) for r in self.r] + [(1, depth) for depth in self.ladder]
+        points = [(1, None)] if plain else [(r, None) for r in self.r] + [(1, depth) for depth in self.ladder]
         trained: dict[tuple, dict[int, float]] = {}  # (size, model) -> {D trained: the budget written}
         for kind, budget, s in self._plan():
             for r, depth in points:
                 model = self._model_config(s, r, "baseline", 2, depth=depth)
                 try:
-                    run = self._run_config(model, kind, budget, 1.0, self.seeds_for(r)[0])
+                    run = self._run_config(model, kind, budget, 1.0, 0 if plain else self.seeds_for(r)[0])
                 except ValueError as e:
+                    msg = str(e)
+                    if "vocab_size" in msg and "tokenizer" in msg:
+                        msg = (
+                            f"model.vocab_size: {model.vocab_size} is smaller than the vocabulary of tokenizer "
+                            f"{self.tokenizer!r}; set model.vocab_size to at least "
+                            f"{_tokenizer_vocab(self.tokenizer)}, or leave it out (then it is sized from the "
+                            "tokenizer)"
+                        )
                     where = f"r={r}" if depth is None else f"ladder depth {depth}"
-                    raise ValueError(self._run_config_problem(str(e), model, s, where, budget)) from None
-                if kind == "C":
+                    raise ValueError(
+                        f"training: the run at size {s}, {where}, budget {budget:g} would fail in every trial: {msg}"
+                    ) from None
+                if kind == "C" and not plain:
                     self._check_budget(budget, s, r, depth, run)
                 # each variant's looped model costs its own FLOPs per token: one D per budget for each
                 models = {"baseline": run.model}
@@ -1239,13 +1227,13 @@ def _did_you_mean(loc: tuple) -> str:
     if not where:  # a section's key put at the top (eval_token: said "did you mean 'tokens'?")
         import difflib
 
-        def ratio(name: str) -> float:
+        def ratio(name: str) -> float:  # difflib's, as _closest's cutoff reads it
             return difflib.SequenceMatcher(None, key, name).ratio()
 
-        nested = [f"{name}.{sub}" for name, f in SweepSpec.model_fields.items()
-                  if (sec := _model_in(f.annotation)) is not None for sub in sec.model_fields]  # fmt: skip
-        best = max(nested, key=lambda q: ratio(q.split(".")[-1]), default=None)
-        if best and ratio(best.split(".")[-1]) >= 0.6 and (close is None or ratio(best.split(".")[-1]) > ratio(close)):
+        score = {f"{name}.{sub}": ratio(sub) for name, f in SweepSpec.model_fields.items()
+                 if (sec := _model_in(f.annotation)) is not None for sub in sec.model_fields}  # fmt: skip
+        best = max(score, key=score.__getitem__, default=None)
+        if best and score[best] >= 0.6 and (close is None or score[best] > ratio(close)):
             close = best
     if close:
         return f" (did you mean {close!r}?)"

@@ -317,7 +317,7 @@ def fit_headlines(ana: dict) -> list[str]:
     what was fitted (runs, or cell means of runs: :func:`loopscale.fit.run_report.fitted_points`); a variant whose
     joint fit was skipped gets why (e.g. its only runs with status ok are of one r), not nothing. A joint fit whose
     interval rests on fewer than ``FEW_RESAMPLES`` refits says so on its line (the report warns of it)."""
-    from loopscale.fit.bootstrapping import FEW_RESAMPLES
+    from loopscale.fit.bootstrapping import FEW_RESAMPLES, few_resamples_note
     from loopscale.fit.run_report import fitted_points
 
     lines = []
@@ -331,7 +331,7 @@ def fit_headlines(ana: dict) -> list[str]:
         # intervals from few refits: the report warns of them; the headline, which weighs them, said nothing
         n_ok = (j.get("bootstrap") or {}).get("n_ok")
         few = (f" (its interval rests on {n_ok} bootstrap refits, fewer than {FEW_RESAMPLES}: it and any verdict move "
-               "with the bootstrap seed; --bootstrap 200)") if n_ok is not None and 0 < int(n_ok) < FEW_RESAMPLES else ""
+               "with the bootstrap seed; --bootstrap 200)") if few_resamples_note(n_ok) else ""
         if ident.get("headline"):
             from loopscale.fit.identify import stored_headline
 
@@ -613,11 +613,8 @@ def _refuse_foreign_staging(out: Path) -> None:
     staging = out / FIT_STAGING
     if not staging.exists() or (staging / FIT_STAGING_MARK).is_file():
         return
-    try:  # a fit stage stopped part-way before the mark file was written
-        if json.loads((out / "run_meta.json").read_text()).get("fit_unfinished") is not None:
-            return
-    except (OSError, ValueError, AttributeError):
-        pass
+    if (_read_json(out / "run_meta.json") or {}).get("fit_unfinished") is not None:  # stopped before the mark
+        return
     raise ValueError(
         f"--out {out} holds {FIT_STAGING}{'/' if staging.is_dir() else ''}, which `loopscale run`'s fit stage writes "
         "and removes, but no fit stage of this folder left it (it has no "
