@@ -1209,7 +1209,24 @@ def _model_in(annotation) -> type[BaseModel] | None:
 
 def _did_you_mean(loc: tuple) -> str:
     """For an unknown key at ``loc`` (pydantic's error location from :class:`SweepSpec`): " (did you mean 'x'?)"
-    naming the closest key the spec accepts there, or ''."""
+    naming the closest key the spec accepts there (:func:`_closest_key`), a hint where the key belongs, or the keys
+    accepted there; '' where ``loc`` is not in a section of the spec."""
+    where = ".".join(str(p) for p in loc[:-1] if not isinstance(p, int))
+    elsewhere = _KEYS_ELSEWHERE.get((where, str(loc[-1])))
+    if elsewhere:
+        return f" ({elsewhere})"
+    cls = _section_at(loc)
+    if cls is None:
+        return ""
+    close = _closest_key(loc)
+    if close:
+        return f" (did you mean {close!r}?)"
+    return f" (the keys {'of ' + where if where else 'at the top'} are: {', '.join(cls.model_fields)})"
+
+
+def _section_at(loc: tuple) -> type[BaseModel] | None:
+    """The model of the spec's section holding the key at ``loc`` (:class:`SweepSpec` for a top-level key), or
+    None where ``loc`` does not run through the spec's sections."""
     cls: type[BaseModel] | None = SweepSpec
     for part in loc[:-1]:
         if isinstance(part, int):  # an item of a list: the same model
@@ -1217,14 +1234,21 @@ def _did_you_mean(loc: tuple) -> str:
         field = cls.model_fields.get(part) if cls is not None else None
         cls = _model_in(field.annotation) if field is not None else None
         if cls is None:
-            return ""
+            return None
+    return cls
+
+
+def _closest_key(loc: tuple) -> str | None:
+    """The key a misspelt key at ``loc`` most likely stands for, as the spec writes it: a key of the same section
+    (difflib ratio >= 0.6), or, for a top-level key, a section's key when that is closer (``eval_token`` ->
+    ``'training.eval_tokens'``, not ``'tokens'``); None when nothing is that close. :func:`_did_you_mean` suggests
+    it, and :func:`parse_spec` treats the section it names as unread."""
+    cls = _section_at(loc)
+    if cls is None:
+        return None
     key = str(loc[-1])
-    where = ".".join(str(p) for p in loc[:-1] if not isinstance(p, int))
-    elsewhere = _KEYS_ELSEWHERE.get((where, key))
-    if elsewhere:
-        return f" ({elsewhere})"
     close = _closest(key, list(cls.model_fields))
-    if not where:  # a section's key put at the top (eval_token: said "did you mean 'tokens'?")
+    if cls is SweepSpec:
         import difflib
 
         def ratio(name: str) -> float:  # difflib's, as _closest's cutoff reads it
@@ -1235,9 +1259,7 @@ def _did_you_mean(loc: tuple) -> str:
         best = max(score, key=score.__getitem__, default=None)
         if best and score[best] >= 0.6 and (close is None or score[best] > ratio(close)):
             close = best
-    if close:
-        return f" (did you mean {close!r}?)"
-    return f" (the keys {'of ' + where if where else 'at the top'} are: {', '.join(cls.model_fields)})"
+    return close
 
 
 _KEYS_ELSEWHERE = {
@@ -1432,9 +1454,9 @@ def parse_spec(data: dict) -> SweepSpec:
     invalid = {err["loc"][0] for err in first.errors() if err["loc"]}
     for err in first.errors():  # a misspelt key: the key it stands for would be read at its default, so it counts
         if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:  # as invalid too (no problem made up from it)
-            close = _closest(str(err["loc"][0]), list(SweepSpec.model_fields))
-            if close:
-                invalid.add(close)
+            close = _closest_key(err["loc"])  # the key the message suggests; for a section's key ('training.eval_tokens')
+            if close:  # its section counts as invalid
+                invalid.add(close.split(".")[0])
     if invalid and all(err["loc"] for err in first.errors()):
         try:
             SweepSpec.model_validate({k: v for k, v in data.items() if k not in invalid}, context={"invalid": invalid})

@@ -304,6 +304,12 @@ def test_a_spec_with_bad_keys_and_problems_across_keys_names_both_in_one_round()
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(rr=d.pop("r") and [1, 2], seeds={1: [0], 2: [0, 1]}, ladder=[])))
     assert str(e.value) == "invalid sweep spec: rr: Extra inputs are not permitted (did you mean 'r'?)"
+    # ... and it stands for the key its message suggests: a section's key put at the top (eval_token ->
+    # training.eval_tokens) leaves tokens' own checks in (it left them out, as if tokens were misspelt)
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(eval_token=1, tokens={16: [4096], 64: [4096]})))
+    assert str(e.value) == ("invalid sweep spec: eval_token: Extra inputs are not permitted (did you mean "
+                            "'training.eval_tokens'?); tokens has sizes [64] not in sizes [16, 32]")
     # tokens invalid: the grid's own check (give one of tokens or budgets) is not made up from its absence
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(tokens="lots", r=[1, 3])))
