@@ -270,6 +270,27 @@ def seed_replicates(frame: pd.DataFrame) -> SeedReplicates | None:
     return SeedReplicates(strata=strata, cells=int(frame.groupby(list(strata)).ngroups), runs=int(len(frame)))
 
 
+def uneven_seeds(frame: pd.DataFrame) -> dict[str, Any] | None:
+    """Where the joint law is fitted to the runs themselves (several D, or fewer cells than the law's parameters)
+    and cells hold different numbers of runs (e.g. per-r seeds ``{1: 1, 2: 2}``): each run is one point of the
+    fit (Huber loss summed over points), so a cell with more seeds weighs more. Returns ``{"cells", "runs_per_cell": [min, max],
+    "by_r": {r: [min, max]}}`` (a cell: the runs with equal ``d_model``, ``layers_unique``, ``N_once``, ``N_rec``,
+    ``N``, ``r`` and ``D``, of those the frame has), or None when every cell holds as many runs, or the frame lacks
+    ``D`` or every model column (its runs could not be told apart as seeds of one model)."""
+    cols = [c for c in ("d_model", "layers_unique", "N_once", "N_rec", "N", "r", "D")
+            if c in frame.columns and frame[c].notna().any()]  # fmt: skip
+    if "D" not in cols or not set(cols) & {"d_model", "N_once", "N_rec", "N"} or len(frame) == 0:
+        return None
+    size = frame.groupby(cols, dropna=False).size()
+    if int(size.min()) == int(size.max()):
+        return None
+    out: dict[str, Any] = {"cells": int(len(size)), "runs_per_cell": [int(size.min()), int(size.max())]}
+    if "r" in cols:
+        per_r = size.groupby(level="r").agg(["min", "max"])
+        out["by_r"] = {str(int(r)): [int(row["min"]), int(row["max"])] for r, row in per_r.iterrows()}
+    return out
+
+
 def law_per_r(joint, *, starts: int, seed: int) -> dict:
     """The joint law with one phi per r (``law="joint_per_r"``) fitted to the very points the one-phi fit ``joint``
     used (``joint.data``: cell means or runs): R^2 of both forms side by side, its phi_r, and the parameters on the
@@ -617,6 +638,8 @@ def analyze(
             v["bootstrap_stratified_by"] = list(strata)
         if rep is not None:
             v["fitted_to"] = rep.fitted_to()
+        if not means and (uneven := uneven_seeds(frame)):
+            v["uneven_seeds"] = uneven  # the runs are the points: cells with more seeds weigh more
         # compute-optimal frontier of the law (per r, at each budget), and the approximate IsoFLOP vertices
         if "C" in frame.columns and (why := frontier_unidentified(frame)):
             v["frontier"] = skipped(FitOutcome.REFUSED, why)

@@ -331,6 +331,12 @@ def fit_cmd(
         fitted_to, fitted_line = _fitted_to(rep, per_run, data.n, bootstrap > 0)
         if fitted_to is not None:
             summary["fitted_to"] = fitted_to
+        from loopscale.fit.analysis import uneven_seeds
+        from loopscale.fit.run_report import uneven_seeds_line
+
+        uneven = uneven_seeds(data.frame)  # runs as points (cell means are one point each): unequal seeds weigh
+        if uneven:
+            summary["uneven_seeds"] = uneven
         pooled = tf.pooled_r
         pooled_note = None
         if pooled:  # one architecture's law fitted to several: said, with the way to fit one
@@ -423,6 +429,8 @@ def fit_cmd(
             lines.insert(2, f"  * {estimate_outside_note(boot.B - boot.n_failed)}")
         if fitted_line:
             lines.insert(1, f"  {fitted_line}")
+        if uneven:
+            lines.insert(1, f"  {uneven_seeds_line(uneven)}")
         if tf.other_variants_rows:  # rows of the table this variant's fit does not use: counted, not silent
             left = ", ".join(f"{n} of variant {v!r}" for v, n in tf.other_variants_rows.items())
             lines.insert(1, f"  not fitted: {left} (another variant's fit; --variant NAME fits it)")

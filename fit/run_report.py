@@ -219,14 +219,28 @@ def _resampling(boot: dict) -> str:
 
 
 def fitted_points(v: dict, j: dict) -> str:
-    """What the joint fit was fitted to: runs, or cell means of runs."""
+    """What the joint fit was fitted to: runs, or cell means of runs; for runs in cells of unequal size
+    (``uneven_seeds``, :func:`loopscale.fit.analysis.uneven_seeds`), that cells with more seeds weigh more."""
     ft = v.get("fitted_to") or {}
     if ft.get("what") == "cell_means":
         return f"{ft['cells']} cell means of {ft['runs']} runs"
     if ft.get("what") == "runs":  # seeds as replicates, but too few cells for the law: the runs, said why
-        return (f"{j['n']} runs (their {ft['cells']} cells are fewer than the law's {JOINT_PARAMS} parameters, so the "
+        what = (f"{j['n']} runs (their {ft['cells']} cells are fewer than the law's {JOINT_PARAMS} parameters, so the "
                 "runs are fitted, not the cell means; seeds resampled within cells)")
-    return f"{j['n']} runs"
+    else:
+        what = f"{j['n']} runs"
+    if u := v.get("uneven_seeds"):
+        what += f"; {uneven_seeds_line(u)}"
+    return what
+
+
+def uneven_seeds_line(u: dict) -> str:
+    """In words, :func:`loopscale.fit.analysis.uneven_seeds`'s record: each run is a point and cells hold different
+    numbers of runs, so those with more seeds weigh more."""
+    lo, hi = u["runs_per_cell"]
+    by_r = "; ".join(f"r = {r}: {a}" if a == b else f"r = {r}: {a}-{b}" for r, (a, b) in (u.get("by_r") or {}).items())
+    return (f"each run is one point and the {u['cells']} cells hold {lo} to {hi} runs{f' ({by_r})' if by_r else ''}, "
+            "so cells with more seeds weigh more in the fit")
 
 
 def _worth_key(key: str) -> tuple[int, int | None, float | None]:

@@ -351,6 +351,41 @@ def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
             assert (key in json.loads(res.stdout)) is says
 
 
+def test_fit_says_when_cells_with_more_seeds_weigh_more(tmp_path):
+    """Per-r seeds ({1: 1, 2: 2}) on a grid of several D: every run is a point of the fit, so the r = 2 cells weighed
+    twice, and neither `fit` nor the report said so. Both now do (--json: ``uneven_seeds``); a grid with as many
+    seeds in every cell says nothing."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from loopscale.fit.run_report import fitted_points
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for d, n_once, n_rec in ((16, 2e4, 1e4), (32, 8e4, 4e4), (64, 3e5, 1.5e5)):
+        for r in (1, 2):
+            for D in (1e6, 3e6, 1e7):
+                for seed in range(r):  # one seed at r = 1, two at r = 2
+                    loss = 2.0 + 300 * (n_once + r**0.5 * n_rec) ** -0.3 + 200 * D**-0.3 + rng.normal(0, 0.003)
+                    rows.append(dict(d_model=d, r=r, N_once=n_once, N_rec=n_rec, D=D, seed=seed, loss=loss))
+    uneven, even = tmp_path / "uneven.csv", tmp_path / "even.csv"
+    pd.DataFrame(rows).to_csv(uneven, index=False)
+    pd.DataFrame(rows).drop_duplicates(["d_model", "r", "D"]).to_csv(even, index=False)
+    res = CliRunner().invoke(app, ["fit", str(uneven), "--starts", "10"])
+    assert res.exit_code == 0, res.output
+    line = ("each run is one point and the 18 cells hold 1 to 2 runs (r = 1: 1; r = 2: 2), so cells with more seeds "
+            "weigh more in the fit")  # fmt: skip
+    assert line in res.stdout, res.stdout
+    got = json.loads(CliRunner().invoke(app, ["fit", str(uneven), "--starts", "10", "--json"]).stdout)
+    assert got["uneven_seeds"] == {"cells": 18, "runs_per_cell": [1, 2], "by_r": {"1": [1, 1], "2": [2, 2]}}
+    res = CliRunner().invoke(app, ["fit", str(even), "--starts", "10", "--json"])
+    assert res.exit_code == 0 and "uneven_seeds" not in json.loads(res.stdout)
+    # the report's n = ... says it too
+    assert fitted_points({"uneven_seeds": got["uneven_seeds"]}, {"n": 27}) == f"27 runs; {line}"
+
+
 @pytest.mark.parametrize("seeds", [[], ["--seeds", "2"]])
 def test_train_json_of_a_diverged_run_is_strict_json_and_exits_1(tmp_path, monkeypatch, seeds):
     """`train --json` on a run that diverges exits 1 as the text output does (it exited 0), and prints strict

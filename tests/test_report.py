@@ -716,6 +716,13 @@ def test_a_one_D_grid_gets_no_frontier_and_says_why(tmp_path):
     assert "frontier" not in ana["variants"]["baseline"]
     fr = pq.read_table(tmp_path / "fit2" / "frontier.parquet").to_pandas()
     assert len(fr) and "at_search_edge" in fr.columns
+    assert "uneven_seeds" not in ana["variants"]["baseline"]  # one run per cell
+    # a second seed at r = 2 only: the runs are the points, so those cells weigh twice, which the analysis records
+    more = several[several["r"] == 2].assign(seed=1, run_id=lambda f: f["run_id"] + "-s1",
+                                             final_val_loss=lambda f: f["final_val_loss"] + 0.01)  # fmt: skip
+    ana = analysis.analyze(pd.concat([several, more]), tmp_path / "fit3", B=0, starts=8, workers=1, plots=False)
+    u = ana["variants"]["baseline"]["uneven_seeds"]
+    assert u["cells"] == 48 and u["runs_per_cell"] == [1, 2] and u["by_r"]["2"] == [2, 2] and u["by_r"]["1"] == [1, 1]
 
 
 def test_ladder_rows_show_minus_infinity_and_extrapolation(tmp_path):
