@@ -311,7 +311,10 @@ def preset_config(
                  "d_model 16 and 32)" if preset == "smoke" else "")  # fmt: skip
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}{sweep}")
     if (d_model is None) == (width_scale is None):
-        raise ValueError("give exactly one of d_model or width_scale (--d-model / --width-scale on the command line)")
+        got = "neither" if d_model is None else f"both (d_model={d_model!r}, width_scale={width_scale!r})"
+        raise ValueError(f"give exactly one of d_model or width_scale (--d-model / --width-scale on the command line), "
+                         f"got {got}: e.g. d_model=16 (the cpu sweep preset's width) or width_scale=10 (d = 64 s = 640, "
+                         "the paper preset's s = 10)")
     if width_scale is not None:
         if not isinstance(width_scale, numbers.Integral) or isinstance(width_scale, bool) or width_scale <= 0:
             d = 64 * width_scale if _is_real(width_scale) and math.isfinite(width_scale) and width_scale > 0 else None

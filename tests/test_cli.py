@@ -308,6 +308,17 @@ def test_a_token_cache_names_its_validation_documents(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "args, got",
+    [([], "got neither: e.g. d_model=16"), (["--d-model", "640", "--width-scale", "10"], "got both (d_model=640, ")],
+)
+def test_model_info_without_a_width_says_what_to_give(args, got):
+    """`model info` with no width said only 'give exactly one of d_model or width_scale': it now says which was
+    wrong (neither or both) and gives an example of each."""
+    res = CliRunner().invoke(app, ["model", "info", *args])
+    assert res.exit_code == 2 and got in res.output and "width_scale=10 (d = 64 s = 640" in res.output, res.output
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
         (["--d-model", "16"], "give exactly one of --tokens D (training tokens) or --target-flops C"),
