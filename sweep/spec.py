@@ -429,8 +429,9 @@ class SweepSpec(_Strict):
 
         With ``context={"invalid": keys}`` (:func:`parse_spec`, once those top-level keys failed their own checks and
         were left out) only the parts that read none of them run: their problems are said with the keys' own, in one
-        round. Then, and when a part found a problem, the plain r = 1 runs of every size and budget are built in place
-        of every cell (:meth:`_check_plain_runs`), unless they read an invalid key."""
+        round. Then, and when a part found a problem, the plain r = 1 models of every size and the runs of every
+        budget are built in place of every cell (:meth:`_check_plain_models`, :meth:`_check_plain_runs`), each
+        unless it reads an invalid key."""
         invalid = set((info.context or {}).get("invalid", ()))
         problems: list[str] = []
 
@@ -456,7 +457,8 @@ class SweepSpec(_Strict):
             # the full build below needs every key valid: the plain r = 1 runs are built now, so that a value every
             # run would refuse (e.g. a batch that is not a multiple of seq_len), a size whose model does not build and
             # two budgets that train one D come in this round too
-            part(self._check_plain_runs, self._RUN_CONFIG_READS)
+            if part(self._check_plain_models, {"model", "tokenizer", *grid}):  # with training invalid too
+                part(self._check_plain_runs, self._RUN_CONFIG_READS)
         if problems:
             raise ValueError("; ".join(problems))
         if invalid:
@@ -651,21 +653,26 @@ class SweepSpec(_Strict):
                                    "tokens", "budgets", "sizes"})
     """The keys the plain r = 1 runs' configurations read (with seed 0: not ``r`` nor ``seeds``)."""
 
-    def _check_plain_runs(self) -> None:
-        """The checks of :meth:`_check_models` and :meth:`_check_run_configs` on the plain r = 1 runs only (seed 0);
-        used when other keys are invalid or another check found a problem, so that a size whose model does not build,
-        a value every run's trainer would refuse and two budgets that train one D are said in the same round. When the
-        first size's model does not build, the problem is the model's, left to its own check. Raises: ValueError (the
-        first problem found)."""
-        from loopscale.model.train import MAX_SEED
-
-        if not 0 <= self.data_seed <= MAX_SEED:  # the seeds' own check says it
-            return
+    def _check_plain_models(self) -> None:
+        """:meth:`_check_models` on the plain r = 1 models of every size; used when other keys are invalid or another
+        check found a problem, so that a size whose model does not build is said in the same round (it reads the
+        model, the tokenizer and the sizes only: a misspelt training key does not hold it back). When the first
+        size's model does not build, the problem is the model's, left to its own check. Raises: ValueError naming
+        the size."""
         try:
             self._model_config(self.all_sizes()[0], 1, "baseline", 2)
         except ValueError:
             return
         self._check_models([1])
+
+    def _check_plain_runs(self) -> None:
+        """:meth:`_check_run_configs` on the plain r = 1 runs only (seed 0), once their models build
+        (:meth:`_check_plain_models`); used as that is, so that a value every run's trainer would refuse and two
+        budgets that train one D are said in the same round. Raises: ValueError (the first problem found)."""
+        from loopscale.model.train import MAX_SEED
+
+        if not 0 <= self.data_seed <= MAX_SEED:  # the seeds' own check says it
+            return
         self._check_run_configs(plain=True)
 
     def _check_models(self, rs) -> None:

@@ -310,6 +310,12 @@ def test_a_spec_with_bad_keys_and_problems_across_keys_names_both_in_one_round()
         parse_spec(_bad(lambda d: d.update(eval_token=1, tokens={16: [4096], 64: [4096]})))
     assert str(e.value) == ("invalid sweep spec: eval_token: Extra inputs are not permitted (did you mean "
                             "'training.eval_tokens'?); tokens has sizes [64] not in sizes [16, 32]")
+    # and a size whose model does not build (the model reads no training key) is said beside it too
+    odd_batch = {**_bad(lambda d: None)["training"], "batch_tokens": 1000}
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(eval_token=1, r=[1, 3], sizes=[16, 30], training=odd_batch)))
+    assert str(e.value).endswith("valid r: [1, 2, 4, 8]; sizes: size 30 at r=1 is invalid: d_model must be divisible "
+                                 "by head_dim: d_model=30, head_dim=16 (try d_model=32)"), str(e.value)
     # tokens invalid: the grid's own check (give one of tokens or budgets) is not made up from its absence
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(tokens="lots", r=[1, 3])))
