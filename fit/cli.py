@@ -334,7 +334,7 @@ def fit_cmd(
         from loopscale.fit.analysis import uneven_seeds
         from loopscale.fit.run_report import uneven_seeds_line
 
-        uneven = uneven_seeds(data.frame)  # runs as points (cell means are one point each): unequal seeds weigh
+        uneven = uneven_seeds(fit.data)  # the points fitted: runs weigh by their cell's seeds, cell means do not
         if uneven:
             summary["uneven_seeds"] = uneven
         pooled = tf.pooled_r

@@ -395,6 +395,12 @@ def test_fit_says_when_cells_with_more_seeds_weigh_more(tmp_path):
     assert res.exit_code == 0 and "uneven_seeds" not in json.loads(res.stdout)
     # the report's n = ... says it too
     assert fitted_points({"uneven_seeds": got["uneven_seeds"]}, {"n": 27}) == f"27 runs; {line}"
+    # seed replicates fitted as cell means weigh each cell once: nothing said (it was, from the table's runs);
+    # --per-run fits the runs, and then their unequal seeds weigh
+    example = Path(__file__).resolve().parents[1] / "docs" / "example_cpu"  # 32 seeds per plain cell, 64 per looped
+    for extra, says in (([], False), (["--per-run"], True)):
+        res = CliRunner().invoke(app, ["fit", str(example), "--starts", "5", "--json", *extra])
+        assert res.exit_code == 0 and ("uneven_seeds" in json.loads(res.stdout)) is says, res.output
 
 
 @pytest.mark.parametrize("seeds", [[], ["--seeds", "2"]])
