@@ -112,6 +112,20 @@ def phi_not_identified(names: Any, variants: dict) -> list[str]:
     return [n for n in dict.fromkeys(names) if not phi_identified(variants.get(n) or {})]
 
 
+def missing_fit_files(fit_dir: str | Path, analysis: dict) -> list[str]:
+    """The data files a finished fit's ``analysis.json`` (``analysis``, read from ``fit_dir``) lists per variant
+    (``files``: ``fit.json``, ``bootstrap.parquet``) that are not in ``fit_dir``, as paths relative to it (e.g.
+    ``["baseline/fit.json"]``); figures are left out (the report redraws or names them). A fit missing any is not
+    whole: ``loopscale run`` refits instead of skipping it."""
+    d = Path(fit_dir)
+    out = []
+    for v in (analysis.get("variants") or {}).values() if isinstance(analysis, dict) else ():
+        for rel in (v.get("files") or {}).values() if isinstance(v, dict) else ():
+            if isinstance(rel, str) and not rel.endswith(".png") and not (d / rel).is_file():
+                out.append(rel)
+    return out
+
+
 def file_digest(path: str | Path) -> str:
     """sha256 of a file's bytes (hex), used to skip an analysis whose input did not change."""
     h = hashlib.sha256()

@@ -510,6 +510,28 @@ def _other_fit_rules(ana: dict, runs: pd.DataFrame | None = None) -> str | None:
     )
 
 
+def _lost_fit_files(d: Path, ana: dict) -> str | None:
+    """A warning when files of the fit that ``analysis.json`` lists are not in ``d/fit`` (a variant's folder
+    deleted: :func:`loopscale.fit.analysis.missing_fit_files`), with the command that refits; None when all are
+    there."""
+    import warnings
+
+    from loopscale.fit.analysis import missing_fit_files
+
+    lost = missing_fit_files(d / "fit", ana)
+    if not lost:
+        return None
+    spec = d / "spec.yaml"
+    what = ", ".join(f"`fit/{p}`" for p in lost)
+    warnings.warn(f"{d}: the fit's files {', '.join(f'fit/{p}' for p in lost)} are missing; the report's numbers are "
+                  "fit/analysis.json's, and figures drawn from those files are missing", stacklevel=3)  # fmt: skip
+    return (
+        f"> **Fit files missing.** {what} are not in the folder: the numbers below are `fit/analysis.json`'s, and "
+        f"the figures drawn from those files are missing. `loopscale run {spec if spec.is_file() else 'SPEC'} --out "
+        f"{d} --resume` refits (training nothing when every run is in runs.parquet) and redraws them.\n"
+    )
+
+
 def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files. With ``redraw_fits`` (the
     ``loopscale report`` command) each variant's ``fit_curves.png`` and ``residuals.png`` are drawn again too, from
@@ -594,6 +616,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append(stale)
     if other := _other_fit_rules(ana, runs):
         L.append(other)
+    if lost := _lost_fit_files(d, ana):
+        L.append(lost)
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")
@@ -1125,6 +1149,9 @@ def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:
         ident = v.get("identification") or {}
         drawn = ident.get("files") or {}
         ci = tuple(ident["ci"]) if ident.get("ci") else None
+        for rel in drawn.values():  # a variant's folder deleted: drawn again into a new one
+            if isinstance(rel, str):
+                (d / "fit" / rel).parent.mkdir(parents=True, exist_ok=True)
         if drawn.get("phi_profile") and ident.get("profile") and ident.get("n"):
             plot_phi_profile(pd.DataFrame(ident["profile"]), float(ident["phi"]), ci, int(ident["n"]),
                              d / "fit" / drawn["phi_profile"])  # fmt: skip
@@ -1132,8 +1159,8 @@ def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:
             plot_per_r(pd.DataFrame(ident["per_r"]), float(ident["phi"]), ci, d / "fit" / drawn["phi_per_r"])
         files = v.get("files") or {}
         _redraw_phi_bootstrap(d / "fit", files)
-        if "fit.json" not in files or "fit_curves.png" not in files:
-            continue
+        if "fit.json" not in files or "fit_curves.png" not in files or not (d / "fit" / files["fit.json"]).is_file():
+            continue  # (no fit.json: the report names the figures missing, and `run --resume` refits)
         points = joint_fit_points(runs) if points is None else points
         if vname in points:
             redraw_fit_figures(d / "fit" / files["fit.json"], points[vname])

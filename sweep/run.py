@@ -551,7 +551,7 @@ def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
     trains or records runs first (``trains``: runs.parquet then changes). None for a folder without a finished fit.
     A plain ``--resume`` of a folder fitted with ``--bootstrap 100 --starts 100`` refitted at the defaults (B = 200,
     500 starts) for minutes, which the dry run did not say."""
-    from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
+    from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest, missing_fit_files
     from loopscale.sweep.status import _read_json
 
     meta = _read_json(out / "run_meta.json") or {}
@@ -577,6 +577,8 @@ def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
     done = _read_json(out / "fit" / "analysis.json")
     if done is None:  # torn: `run` moves it aside and refits
         return f"`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again{took})"
+    if lost := missing_fit_files(out / "fit", done):
+        return f"`run` refits: the folder's fit lacks {', '.join(f'fit/{p}' for p in lost)} ({aside})"
     if not fit_made_as(done, planned):
         own = done["settings"]
         return (f"`run` refits: fit/ holds a fit made with B = {own.get('B')}, {own.get('starts')} starts, seed "
@@ -765,7 +767,7 @@ def run_pipeline(
             the state is saved, rerun with ``resume=True``.
     """
     from loopscale.cluster.storage import new_aside_folder, read_json_or_aside, write_text_atomic
-    from loopscale.fit.analysis import FIT_RULES_VERSION, analyze, file_digest
+    from loopscale.fit.analysis import FIT_RULES_VERSION, analyze, file_digest, missing_fit_files
     from loopscale.fit.run_report import build_report
     from loopscale.sweep import console
     from loopscale.sweep.cli import version_line
@@ -862,7 +864,9 @@ def run_pipeline(
         ana = out / "fit" / "analysis.json"
         before = fit_input_in_effect(meta.get("fit_input") or {}, out / "runs.parquet", digest)
         done = read_json_or_aside(str(ana))
-        if done is not None and fit_made_as(done, fit_settings) and before == {"runs_sha256": digest, **fit_settings}:
+        lost = missing_fit_files(out / "fit", done) if done is not None else []
+        if (done is not None and not lost and fit_made_as(done, fit_settings)
+                and before == {"runs_sha256": digest, **fit_settings}):  # fmt: skip
             meta["skipped"].append("fit")
             # a refit stopped part-way left this fit in place, and it is the one asked for: what the stopped fit
             # wrote is dropped, and the stage is done
@@ -872,7 +876,9 @@ def run_pipeline(
             log("[3/4] fit: runs.parquet, settings and fit rules unchanged, skipped")
         else:
             made = before.get("fit_rules", 1)
-            if before and made != FIT_RULES_VERSION and ana.is_file():
+            if lost:
+                log(f"[3/4] fit: the folder's fit lacks {', '.join(f'fit/{p}' for p in lost)}: refitting")
+            elif before and made != FIT_RULES_VERSION and ana.is_file():
                 log(f"[3/4] fit: the folder's fit follows fit rules version {made}, this loopscale's are version "
                     f"{FIT_RULES_VERSION}: refitting")
             finished = bool(before) and ana.is_file()  # a finished fit of other runs, settings or rules

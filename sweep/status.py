@@ -257,10 +257,11 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
     """What the report says above the fit it shows, in one line each: the fit was made from another runs table
     than today's ``runs.parquet`` (the sha256 ``run_meta.json`` records; also when runs.parquet is gone or
     unreadable), or under other fit rules than this loopscale's (``analysis.json``'s ``fit_rules``, version 1 when
-    none), with the command that refits it: ``loopscale run ... --resume`` where the folder's spec.yaml is readable
+    none), or missing files it lists (:func:`loopscale.fit.analysis.missing_fit_files`), with the command that
+    refits it: ``loopscale run ... --resume`` where the folder's spec.yaml is readable
     and ``run`` accepts the folder, else ``loopscale fit`` of the recorded runs into a new folder. ``pending``: the
     spec's runs not yet recorded, which that ``run`` trains first (so it is said to train nothing only at 0)."""
-    from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest
+    from loopscale.fit.analysis import FIT_RULES_VERSION, file_digest, missing_fit_files
     from loopscale.sweep.spec import RunsDefinedOtherwise, check_folder_runs, load_spec, refit_command
 
     caveats = []
@@ -308,6 +309,9 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
     if made != FIT_RULES_VERSION:
         caveats.append(f"made under fit rules version {made}, this loopscale applies version {FIT_RULES_VERSION}, "
                        f"whose intervals and verdicts may differ; {rerun} refits it ({first})")
+    if lost := missing_fit_files(out / "fit", ana):
+        caveats.append(f"its files {', '.join(f'fit/{p}' for p in lost)} are missing (the report shows analysis.json's "
+                       f"numbers without the figures drawn from them); {rerun} refits it ({first})")
     return caveats
 
 
@@ -1358,7 +1362,8 @@ def format_status(st: dict) -> list[str]:
         )
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     # a headline of a stale fit, or of other fit rules than this loopscale's, is not today's result: said on its line
-    flags = [w for w, key in (("stale", "stale:"), ("other fit rules", "made under fit rules")) if
+    flags = [w for w, key in (("stale", "stale:"), ("other fit rules", "made under fit rules"),
+                              ("files missing", "its files ")) if
              any(c.startswith(key) for c in st.get("fit_caveats") or [])]  # fmt: skip
     if flags:
         head += f" ({' and '.join(flags)}: see below)"

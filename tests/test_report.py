@@ -419,6 +419,22 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
     text = build_report(ident, redraw_fits=True).read_text(encoding="utf-8")
     assert all((ident / "fit" / "baseline" / n).stat().st_size > 10_000 for n in drawn)
     assert "![profile of the objective in φ](fit/baseline/phi_profile.png)" in text and "Figure missing" not in text
+    assert "Fit files missing" not in text
+    # a variant's whole folder deleted: `loopscale report` stopped with "[Errno 2] No such file or directory:
+    # .../phi_profile.png"; it now draws what analysis.json holds, and says which fit files are gone and what refits
+    shutil.rmtree(ident / "fit" / "baseline")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as said:  # (and each figure it cannot draw: named below)
+        warnings.simplefilter("always")
+        text = build_report(ident, redraw_fits=True).read_text(encoding="utf-8")
+    assert any("the fit's files fit/baseline/fit.json, fit/baseline/bootstrap.parquet are missing" in str(w.message)
+               for w in said), [str(w.message) for w in said]  # fmt: skip
+    assert (ident / "fit" / "baseline" / "phi_profile.png").stat().st_size > 10_000
+    assert (f"> **Fit files missing.** `fit/baseline/fit.json`, `fit/baseline/bootstrap.parquet` are not in the "
+            f"folder: the numbers below are `fit/analysis.json`'s, and the figures drawn from those files are missing. "
+            f"`loopscale run {ident / 'spec.yaml'} --out {ident} --resume` refits") in text
+    assert "*Figure missing: `fit/baseline/fit_curves.png`" in text
 
 
 def _with_variant_comparison(tmp_path: Path, verdicts: dict[str, bool], **extra) -> str:

@@ -904,6 +904,16 @@ def test_the_dry_run_says_whether_the_folders_fit_is_redone(tmp_path):
     (out / "fit" / "analysis.json").write_text('{"variants": ')
     assert _fit_stage_note(out, same, trains=False) == (
         "`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again)")
+    # a fit whose files are not all there (a variant's folder deleted): refitted (it was skipped as up to date, and
+    # the report's figures drawn from them stayed missing)
+    listed = {"variants": {"baseline": {"files": {"fit.json": "baseline/fit.json", "fit_curves.png": "baseline/f.png"}}}}
+    (out / "fit" / "analysis.json").write_text(json.dumps(listed))
+    assert _fit_stage_note(out, same, trains=False) == (
+        "`run` refits: the folder's fit lacks fit/baseline/fit.json (the earlier fit and its report are moved aside to "
+        "earlier_fit_*, not replaced)")
+    (out / "fit" / "baseline").mkdir()
+    (out / "fit" / "baseline" / "fit.json").write_text("{}")  # a figure missing is the report's to redraw or name
+    assert _fit_stage_note(out, same, trains=False).endswith("is up to date: `run` skips it")
     (out / "fit" / "analysis.json").write_text("{}")
     # a fit made under older fit rules: refitted where the rules changed the analysis of these runs (here a table
     # fit_rules_in_effect cannot test), up to date where they did not (one D: version 4 changed designs of two D)

@@ -244,10 +244,20 @@ def test_status_says_when_the_fit_it_shows_is_stale_or_of_other_fit_rules(tmp_pa
     ana["fit_rules"] = FIT_RULES_VERSION  # today's rules, and the runs table it was fitted to: nothing to say
     (out / "fit" / "analysis.json").write_text(json.dumps(ana))
     assert collect_status(out)["fit_caveats"] == []
-    t = pq.read_table(out / "runs.parquet")  # one run fewer than the fit was made from
-    pq.write_table(t.slice(0, t.num_rows - 1), out / "runs.parquet")
+    t, fitted = pq.read_table(out / "runs.parquet"), (out / "runs.parquet").read_bytes()
+    pq.write_table(t.slice(0, t.num_rows - 1), out / "runs.parquet")  # one run fewer than the fit was made from
     (stale,) = collect_status(out)["fit_caveats"]
     assert stale.startswith("stale: made from another runs table")
+    # a variant's fit folder deleted: the report showed the numbers without the files' figures, status nothing
+    (out / "runs.parquet").write_bytes(fitted)
+    assert collect_status(out)["fit_caveats"] == []
+    shutil.rmtree(out / "fit" / "baseline")
+    st = collect_status(out)
+    (lost,) = st["fit_caveats"]
+    assert lost == (f"its files fit/baseline/fit.json, fit/baseline/bootstrap.parquet are missing (the report shows "
+                    f"analysis.json's numbers without the figures drawn from them); `loopscale run {out / 'spec.yaml'} "
+                    f"--out {out} --resume` refits it (training nothing)")  # fmt: skip
+    assert any(ln.startswith("fit (files missing: see below): ") for ln in format_status(st))
 
 
 def test_status_of_a_folder_of_runs_an_older_loopscale_defined_names_the_fit_that_refits_them(tmp_path):
