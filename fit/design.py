@@ -425,6 +425,12 @@ def simulate_design(
                 worth_d[k][i] = w.get(k, np.nan)
     phis_a = phi_d[np.isfinite(phi_d)]
     rs = sorted(int(r) for r in np.unique(cols["r"]) if r > 1)
+    worth_hw = {k: _half_width(v, level) for k, v in worth_d.items()}
+    worth_se = {k: half_width_se(v, seed, level) for k, v in worth_d.items()}
+    if worth_d and (unbounded := _unbounded_worth(worth_d, worth_hw, np.isfinite(phi_d), base, level)):
+        for k in unbounded:
+            worth_hw[k] = worth_se[k] = float("nan")
+        worth_note = _unbounded_note(unbounded)
     return DesignPrediction(
         n_runs=len(design),
         n_sim=n_sim,
@@ -436,14 +442,48 @@ def simulate_design(
         on_bound_frac=on_bound / max(1, int(phis_a.size)),
         r_phi_half_width={r: _half_width(float(r) ** phis_a, level) for r in rs},
         worth_true=worth_true,
-        worth_half_width={k: _half_width(v, level) for k, v in worth_d.items()},
+        worth_half_width=worth_hw,
         n_cells=len(noiseless),
         phi_half_width_se=half_width_se(phi_d, seed, level),
-        worth_half_width_se={k: half_width_se(v, seed, level) for k, v in worth_d.items()},
+        worth_half_width_se=worth_se,
         phi_draws=tuple(float(x) for x in phi_d),
         worth_draws={k: tuple(float(x) for x in v) for k, v in worth_d.items()},
         worth_note=worth_note,
     )
+
+
+LEAVES_LADDER = "where its interval leaves the ladder"
+"""The words of a :attr:`DesignPrediction.worth_note` on a candidate's own draws (:func:`_unbounded_note`)."""
+
+
+def _unbounded_worth(worth_d: dict, worth_hw: dict, fitted: np.ndarray, design: pd.DataFrame,
+                     level: float) -> dict[Any, str]:
+    """The looped cells whose simulated worth in unique layers has no bounded interval, each with why: in more than
+    ``(1 - level) / 2`` of the refitted draws (``fitted``) the ladder did not fall with depth (no worth), or the
+    half-width is wider than the design's plain ladder spans (its deepest minus its shallowest rung, in layers).
+    Either way the interval's ends lie off the ladder, where a nearly flat simulated ladder placed a looped model at
+    hundreds (or 1e72) of layers; a half-width taken over the other draws looked like a precision."""
+    depths = design.loc[design["r"] == 1, "layers_unique"].astype(float)
+    span = float(depths.max() - depths.min()) if len(depths) else float("nan")
+    out = {}
+    n = int(fitted.sum())
+    for k, v in worth_d.items():
+        lost = int((~np.isfinite(v[fitted])).sum())
+        if n and lost > (1 - level) / 2 * n:
+            out[k] = f"its ladder did not fall with depth in {lost} of {n} draws"
+        elif np.isfinite(worth_hw[k]) and worth_hw[k] > span:
+            out[k] = (f"its half-width ({worth_hw[k]:.3g} layers) is wider than the ladder's span "
+                      f"({depths.min():g} to {depths.max():g} layers)")
+    return out
+
+
+def _unbounded_note(unbounded: dict[Any, str]) -> str:
+    """:attr:`DesignPrediction.worth_note` for :func:`_unbounded_worth`'s cells."""
+    which = "; ".join(f"r = {k}: {why}" if isinstance(k, int) else f"{k} (r/d_model/D): {why}"
+                      for k, why in unbounded.items())  # fmt: skip
+    return (f"the worth in unique layers is not predicted {LEAVES_LADDER} ({which}): the "
+            "simulated ladders are too flat for these seeds to place a looped model on them; more seeds per rung, "
+            "or rungs further apart, narrow it")
 
 
 def _slope_words(message: str) -> str:

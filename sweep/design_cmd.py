@@ -424,6 +424,7 @@ def design(
             than the joint law's parameters.
     """
     from loopscale.fit.design import (
+        LEAVES_LADDER,
         MC_BOOT,
         cell_noise,
         design_cell_means,
@@ -521,9 +522,16 @@ def design(
                            "spec_as_written": layout == own, "runs": len(full), "trials": int(full["trial"].nunique()),
                            "runs_fitted": len(plan),
                            "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
-    # the truth is every candidate's: its first note (the spec as written comes first) says it for all; a note
-    # that depends on the seeds (a ladder within a rung's noise) names the first candidate's numbers
-    warnings.extend([c["worth_note"] for c in candidates if c.get("worth_note")][:1])
+    # the truth is every candidate's: its first note on the truth's ladder (the spec as written comes first) says it
+    # for all, with the first candidate's numbers (a ladder within a rung's noise); a candidate whose own draws
+    # leave the ladder (simulate_design) gets its note, said with the candidates it is of
+    notes: dict[str, list[str]] = {}
+    for c in candidates:
+        note = c.get("worth_note")
+        if note and (LEAVES_LADDER in note or not any(LEAVES_LADDER not in n for n in notes)):
+            notes.setdefault(note, []).append(c["seeds"])
+    for note, of in notes.items():
+        warnings.append(note if len(notes) == 1 else f"seeds {', '.join(of)}: {note}")
     if len(spec.variants) > 1:
         warnings.append(
             f"this spec trains {len(spec.variants)} variants ({', '.join(v.name for v in spec.variants)}): runs, "
