@@ -68,6 +68,7 @@ class DesignPrediction:
         phi_sd: standard deviation of the refitted phi. phi_bias: mean refitted phi minus the truth.
         on_bound_frac: share of refits with phi on the search-box edge (a design that cannot identify phi has a
             large share). r_phi_half_width: the same half-width for r^phi, per r > 1.
+        n_cells: the design's cells, the distinct (N_once, N_rec, r, D) it fits (0 where not counted).
         phi_half_width_se, worth_half_width_se: Monte-Carlo standard error of ``phi_half_width`` and of each
             ``worth_half_width`` (:func:`half_width_se`: a bootstrap over the draws; NaN where not computed).
         phi_draws, worth_draws: the refitted phi and worth of every draw, draw i at index i (NaN where the draw
@@ -243,19 +244,22 @@ def simulate_phi(
     base = pd.DataFrame({**cols, "status": "ok"})
     law = make_law("joint")
     warm = law.from_public(truth)  # the truth is one start; the others are the fitter's usual sub-fit/random ones
-    datas, seeds = [], []
-    for _ in range(n_sim):
+    datas, seeds, which = [], [], []
+    phi_d = np.full(n_sim, np.nan)  # per draw (NaN: a draw the fitter refused or that did not fit)
+    for i in range(n_sim):
         sim = base.assign(loss=mean * np.exp(noise_rel * rng.standard_normal(mean.shape)))
         try:
             datas.append(prepare(sim, law))
         except ValueError:  # a draw the fitter refuses: skipped
             continue
         seeds.append(int(rng.integers(1 << 31)))
+        which.append(i)
     # every draw's refit advances in one batch (the values of one fit_data each)
-    for f in fit_many(law, datas, seeds, starts=starts, grid=False, warm=warm, n_polish=1):
+    for f, i in zip(fit_many(law, datas, seeds, starts=starts, grid=False, warm=warm, n_polish=1), which, strict=True):
         if f is None:
             continue
         phis.append(f.params["phi"])
+        phi_d[i] = f.params["phi"]
         on_bound += int("phi" in f.on_bound or not PHI_BOUNDS[0] < f.params["phi"] < PHI_BOUNDS[1])
     phis_a = np.asarray(phis)
 
@@ -272,6 +276,9 @@ def simulate_phi(
         phi_bias=float(phis_a.mean() - truth["phi"]) if phis_a.size else float("nan"),
         on_bound_frac=on_bound / max(1, int(phis_a.size)),
         r_phi_half_width={r: half(float(r) ** phis_a) for r in rs},
+        n_cells=int(base[["N_once", "N_rec", "r", "D"]].drop_duplicates().shape[0]),
+        phi_half_width_se=half_width_se(phi_d, seed, level),
+        phi_draws=tuple(float(x) for x in phi_d),
     )
 
 

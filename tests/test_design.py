@@ -33,6 +33,9 @@ def test_simulated_precision_scales_with_noise_and_seeds():
     assert more.phi_half_width < hi.phi_half_width  # 4 seeds per cell -> narrower
     assert abs(lo.phi_bias) < 0.1 and lo.phi_half_width < 0.3
     assert set(lo.r_phi_half_width) == {2, 4, 8}
+    # its cells and the half-width's Monte-Carlo SE are filled in (0 and NaN went into design_prediction.json)
+    assert lo.n_cells == more.n_cells == 48 and len(lo.phi_draws) == 12
+    assert 0 < lo.phi_half_width_se < lo.phi_half_width
 
 
 def test_seed_noise_recovers_a_known_spread():

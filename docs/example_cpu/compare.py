@@ -12,6 +12,7 @@ points it was fitted to). Prints a Markdown table, or one JSON object with ``--j
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -57,11 +58,13 @@ def _f(x: float | None) -> str:
 
 
 def main(argv: list[str]) -> None:
-    args = [a for a in argv if not a.startswith("--")]
-    if len(args) != 2:
-        raise SystemExit("usage: compare.py FIRST_RUN SECOND_RUN [--json]")
-    rows = compare(Path(args[0]), Path(args[1]))
-    if "--json" in argv:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("first", type=Path, help="the first run folder (runs.parquet + fit/analysis.json)")
+    ap.add_argument("second", type=Path, help="the second run folder")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a Markdown table")
+    args = ap.parse_args(argv)
+    rows = compare(args.first, args.second)
+    if args.json:
         print(json.dumps(rows))
         return
     print("| quantity | first run [95 % CI] | second run [95 % CI] | second inside first | first inside second |")

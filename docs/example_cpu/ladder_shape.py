@@ -13,7 +13,7 @@ the fit stage calls, with its 1000 draws and seed 0.
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import pandas as pd
@@ -36,6 +36,6 @@ def main(folders: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    main(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="+", help="run folders (each with runs.parquet), e.g. docs/example_cpu")
+    main(ap.parse_args().folders)

@@ -14,8 +14,8 @@ one-phi assumption, the same failure the per-r consistency test reports.
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -70,4 +70,6 @@ def check(run: Path) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps([check(Path(a)) for a in sys.argv[1:]], indent=1))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="+", help="run folders (each with runs.parquet and fit/analysis.json)")
+    print(json.dumps([check(Path(a)) for a in ap.parse_args().folders], indent=1))
