@@ -337,6 +337,9 @@ def fit_cmd(
         uneven = uneven_seeds(fit.data)  # the points fitted: runs weigh by their cell's seeds, cell means do not
         if uneven:
             summary["uneven_seeds"] = uneven
+        few_points = _underdetermined(fit)
+        if few_points:
+            summary["underdetermined"] = few_points
         pooled = tf.pooled_r
         pooled_note = None
         if pooled:  # one architecture's law fitted to several: said, with the way to fit one
@@ -431,6 +434,8 @@ def fit_cmd(
             lines.insert(1, f"  {fitted_line}")
         if uneven:
             lines.insert(1, f"  {uneven_seeds_line(uneven)}")
+        if few_points:
+            lines.insert(1, f"  warning: {few_points}")
         if tf.other_variants_rows:  # rows of the table this variant's fit does not use: counted, not silent
             left = ", ".join(f"{n} of variant {v!r}" for v, n in tf.other_variants_rows.items())
             lines.insert(1, f"  not fitted: {left} (another variant's fit; --variant NAME fits it)")
@@ -495,6 +500,20 @@ def fit_cmd(
                 m = summary["moved_aside"]
                 lines.append(f"  moved the earlier fit's {', '.join(m['files'])} to {m['to']}")
         print("\n".join(lines), file=sys.stdout)
+
+
+def _underdetermined(fit) -> str | None:
+    """When the runs ``fit`` was fitted to hold fewer distinct points of the law (distinct ``N``, ``N_once``,
+    ``N_rec``, ``r`` and ``D``, of those the table has) than the law has free parameters: no parameter is pinned
+    down by them (seeds of one cell add no point), so the fitted values are one of many that fit as well, and move
+    with the starts' seed. None otherwise."""
+    cols = [c for c in ("N", "N_once", "N_rec", "r", "D") if c in fit.data.columns]
+    n = int(fit.data[cols].drop_duplicates().shape[0]) if cols else fit.n
+    if n >= fit.n_params:
+        return None
+    return (f"the runs hold {n} distinct point{'s' if n != 1 else ''} ({', '.join(cols)}) for the law's "
+            f"{fit.n_params} free parameters: no parameter, phi included, is pinned down by them, and another --seed "
+            "gives other values; add cells (widths, token budgets, r) before reading any of them")
 
 
 def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dict | None, str | None]:

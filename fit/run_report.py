@@ -226,7 +226,8 @@ def fitted_points(v: dict, j: dict) -> str:
         return f"{ft['cells']} cell means of {ft['runs']} runs"
     if ft.get("what") == "runs":  # seeds as replicates, but too few cells for the law: the runs, said why
         what = (f"{j['n']} runs (their {ft['cells']} cells are fewer than the law's {JOINT_PARAMS} parameters, so the "
-                "runs are fitted, not the cell means; seeds resampled within cells)")
+                f"runs are fitted, not the cell means, and their {ft['cells']} distinct points pin no parameter "
+                "down; seeds resampled within cells)")
     else:
         what = f"{j['n']} runs"
     if u := v.get("uneven_seeds"):

@@ -362,6 +362,24 @@ def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
             assert (key in json.loads(res.stdout)) is says
 
 
+def test_fit_warns_when_the_runs_hold_fewer_points_than_the_law_has_parameters():
+    """`fit docs/example_cpu --r 2,4,8` (3 cells of 64 seeds) printed phi = -0.498 (-0.650 with --seed 1) with R^2
+    0.49 and no warning: 3 points cannot pin down 6 parameters. It now says so (--json: ``underdetermined``); the
+    whole table's 8 cells say nothing."""
+    import json
+
+    example = str(Path(__file__).resolve().parents[1] / "docs" / "example_cpu")
+    res = CliRunner().invoke(app, ["fit", example, "--r", "2,4,8", "--starts", "5"])
+    assert res.exit_code == 0, res.output
+    assert ("warning: the runs hold 3 distinct points (N_once, N_rec, r, D) for the law's 6 free parameters: no "
+            "parameter, phi included, is pinned down by them") in res.stdout  # fmt: skip
+    got = json.loads(CliRunner().invoke(app, ["fit", example, "--r", "2,4,8", "--starts", "5", "--phi", "0.5",
+                                              "--json"]).stdout)  # fmt: skip
+    assert got["underdetermined"].startswith("the runs hold 3 distinct points (N_once, N_rec, r, D) for the law's 5 ")
+    whole = json.loads(CliRunner().invoke(app, ["fit", example, "--starts", "5", "--json"]).stdout)
+    assert "underdetermined" not in whole
+
+
 def test_fit_says_when_cells_with_more_seeds_weigh_more(tmp_path):
     """Per-r seeds ({1: 1, 2: 2}) on a grid of several D: every run is a point of the fit, so the r = 2 cells weighed
     twice, and neither `fit` nor the report said so. Both now do (--json: ``uneven_seeds``); a grid with as many

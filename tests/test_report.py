@@ -845,8 +845,8 @@ def test_the_report_says_why_a_seeds_design_is_fitted_to_its_runs():
     few = SeedReplicates(("d_model", "r", "layers_unique", "D"), cells=5, runs=10)
     many = SeedReplicates(("d_model", "r", "layers_unique", "D"), cells=8, runs=24)
     assert fitted_points({"fitted_to": few.fitted_to()}, {"n": 10}) == (
-        "10 runs (their 5 cells are fewer than the law's 6 parameters, so the runs are fitted, not the cell means; "
-        "seeds resampled within cells)")  # fmt: skip
+        "10 runs (their 5 cells are fewer than the law's 6 parameters, so the runs are fitted, not the cell means, "
+        "and their 5 distinct points pin no parameter down; seeds resampled within cells)")  # fmt: skip
     assert fitted_points({"fitted_to": many.fitted_to()}, {"n": 8}) == "8 cell means of 24 runs"
     assert fitted_points({}, {"n": 16}) == "16 runs"  # seeds are not replicates (or an analysis without the key)
 
