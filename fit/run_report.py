@@ -379,7 +379,11 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
         L.append("### Worth in unique layers (the unique-depth ladder)\n")
         L.append(
             "Each looped model placed on the line loss = a + b·log L through the plain r = 1 models of the same "
-            "width and budget (`loopscale.fit.ladder`); intervals resample seeds within every run (95 %).\n"
+            "width and budget (`loopscale.fit.ladder`); intervals resample seeds within every run (95 %). Its φ_r "
+            "is the φ at which N_once + r^φ·N_rec equals the unique parameters of a plain model of that worth, read "
+            "off this line; the φ_r under \"Is φ identified?\" is the joint law's, fitted to each r with the r = 1 runs. The "
+            "two read the same runs through different curves (a line in log L, the law's power law in N), so they "
+            "differ, and r's order may too.\n"
         )
         power = any("worth_power" in w for w in ladder)  # analysis files written before it have no such column
         L.append("| d | D | r | unique layers | worth (layers) | 95 % CI | "
