@@ -146,32 +146,38 @@ def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
     ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
     if ok.empty or "C" not in ok.columns:
         return None
-    base = analysis.get("variants", {}).get("baseline") or next(
-        iter(analysis.get("variants", {}).values()), {}
-    )
-    params = (base.get("joint") or {}).get("params")
+    fits = analysis.get("variants", {})
+    names = list(ok["variant"].astype(str).unique()) if "variant" in ok.columns else [None]
+    names.sort(key=lambda v: (v != "baseline", list(fits).index(v) if v in fits else len(fits), str(v)))
+    markers, styles = ("o", "^", "s", "D", "v", "P"), ("-", "--", ":", "-.")
+
+    def params_of(v):  # a variant's own joint law (a table without variants: the baseline's, or the first fit's)
+        f = fits.get(v) or fits.get("baseline") or next(iter(fits.values()), {})
+        return (f.get("joint") or {}).get("params")
+
     rs = sorted(ok["r"].unique())
     fig, axes = plt.subplots(1, len(rs), figsize=(3.4 * len(rs), 3.3), sharey=True, squeeze=False)
     widths = sorted(ok["d_model"].unique()) if "d_model" in ok.columns else [None]
     cmap = plt.get_cmap("viridis")
     for ax, r in zip(axes[0], rs, strict=True):
         sub = ok[ok["r"] == r]
-        for i, w in enumerate(widths):
-            color = cmap(i / max(len(widths) - 1, 1))
-            s = sub if w is None else sub[sub["d_model"] == w]
-            if s.empty:
-                continue
-            ax.scatter(
-                s["C"], s["final_val_loss"], s=16, color=color, label=f"d={w}" if w else None, zorder=3
-            )
-            if params and "phi" in params and len(s) >= 1:
-                cgrid = np.geomspace(ok["C"].min() / 1.5, ok["C"].max() * 1.5, 60)
-                # one curve per model: a unique-depth ladder puts plain models of several depths at one width
-                for _, m in s.groupby(["N_once", "N_rec"], sort=True):
-                    f_tok = float((m["C"] / m["D"]).median())
-                    cols = {k: np.full(cgrid.size, float(m[k].iloc[0])) for k in ("N_once", "N_rec", "r")}
-                    pred = make_law("joint").predict(params, {**cols, "D": cgrid / f_tok})
-                    ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8)
+        for j, v in enumerate(names):
+            of_v = sub if v is None else sub[sub["variant"].astype(str) == v]
+            params = params_of(v)
+            for i, w in enumerate(widths):
+                color = cmap(i / max(len(widths) - 1, 1))
+                s = of_v if w is None else of_v[of_v["d_model"] == w]
+                if s.empty:
+                    continue
+                ax.scatter(s["C"], s["final_val_loss"], s=16, color=color, marker=markers[j % len(markers)], zorder=3)
+                if params and "phi" in params:
+                    cgrid = np.geomspace(ok["C"].min() / 1.5, ok["C"].max() * 1.5, 60)
+                    # one curve per model: a unique-depth ladder puts plain models of several depths at one width
+                    for _, m in s.groupby(["N_once", "N_rec"], sort=True):
+                        f_tok = float((m["C"] / m["D"]).median())
+                        cols = {k: np.full(cgrid.size, float(m[k].iloc[0])) for k in ("N_once", "N_rec", "r")}
+                        pred = make_law("joint").predict(params, {**cols, "D": cgrid / f_tok})
+                        ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8, ls=styles[j % len(styles)])
         ax.set_xscale("log")
         ax.set_xlim(ok["C"].min() / 1.5, ok["C"].max() * 1.5)
         log_ticks(ax.xaxis)
@@ -180,14 +186,24 @@ def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
         ax.grid(alpha=0.3)
     data_ylim(axes[0][0], ok["final_val_loss"])  # shared y: the data's range, not the curves'
     axes[0][0].set_ylabel("validation loss (nats/token)")
-    axes[0][-1].legend(fontsize=7)
-    fig.suptitle("loss vs compute per r (points: runs; lines: joint law per model)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=cmap(i / max(len(widths) - 1, 1)), marker="o", ls="", label=f"d={w}")
+               for i, w in enumerate(widths) if w is not None]  # fmt: skip
+    if len(names) > 1:  # each variant its marker, and its own law's curves their line style
+        handles += [Line2D([], [], color="0.4", marker=markers[j % len(markers)], ls=styles[j % len(styles)],
+                           label=str(v)) for j, v in enumerate(names)]  # fmt: skip
+    if handles:
+        axes[0][-1].legend(handles=handles, fontsize=7)
+    fig.suptitle("loss vs compute per r (points: runs; lines: joint law per model"
+                 + (", each variant its own)" if len(names) > 1 else ")"))
     fig.tight_layout()
     return fig
 
 
 def plot_loss_vs_compute(runs: pd.DataFrame, analysis: dict, path: Path) -> Path | None:
-    """Final validation loss (nats/token) vs training compute C (FLOPs), one panel per r, points coloured by width,
+    """Final validation loss (nats/token) vs training compute C (FLOPs), one panel per r, points coloured by width
+    (and marked by variant, whose curves take its own joint law and a line style of their own),
     with the joint law's prediction for every model (width, and depth where a ladder has several) as a curve over C (IsoFLOP style, paper Fig. 2), clipped to
     the data's loss range (:func:`loss_vs_compute_figure`). None (nothing written) without ok runs with ``C``."""
     fig = loss_vs_compute_figure(runs, analysis)

@@ -119,6 +119,35 @@ def test_loss_vs_compute_draws_one_curve_per_model_of_a_ladder():
         plt.close(fig)
 
 
+def test_loss_vs_compute_marks_each_variant_and_draws_its_own_law():
+    """With variants (trunc_bptt, hyperconnect) every run was drawn in its width's colour and one marker, and every
+    model's curve with the baseline's law: the figure could not tell a variant's runs apart and its extra curve
+    had no label. Each variant now has its marker and line style in the legend, and its curves its own law."""
+    from loopscale.fit.run_report import loss_vs_compute_figure
+
+    base = {"E": 1.5, "A": 3.0, "alpha": 0.2, "B": 1e5, "beta": 1.0, "phi": 0.5}
+    other = {**base, "phi": -0.5}
+    rows = [dict(status="ok", variant="baseline", r=1, d_model=16, D=1e6, C=6e10, N_once=1e4, N_rec=0.0,
+                 final_val_loss=2.0)]  # fmt: skip
+    for v, loss in (("baseline", 1.9), ("trunc_bptt", 1.95)):
+        rows.append(dict(status="ok", variant=v, r=2, d_model=16, D=1e6, C=9e10, N_once=4e3, N_rec=6e3,
+                         final_val_loss=loss))  # fmt: skip
+    runs = pd.DataFrame(rows)
+    ana = {"variants": {"baseline": {"joint": {"params": base}}, "trunc_bptt": {"joint": {"params": other}}}}
+    fig = loss_vs_compute_figure(runs, ana)
+    try:
+        ax = fig.axes[1]  # r = 2
+        assert len({c.get_paths()[0].vertices.tobytes() for c in ax.collections}) == 2  # two markers
+        law = make_law("joint")
+        cols = {"N_once": np.array([4e3]), "N_rec": np.array([6e3]), "r": np.array([2.0]), "D": np.array([1e6])}
+        got = sorted(float(np.interp(np.log(9e10), np.log(ln.get_xdata()), ln.get_ydata())) for ln in ax.get_lines())
+        want = sorted(float(law.predict(p, cols)[0]) for p in (base, other))
+        assert np.allclose(got, want, atol=1e-6) and abs(want[0] - want[1]) > 1e-3
+        assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["d=16", "baseline", "trunc_bptt"]
+    finally:
+        plt.close(fig)
+
+
 def test_loss_vs_compute_without_compute_column_draws_nothing():
     from loopscale.fit.run_report import loss_vs_compute_figure, plot_loss_vs_compute
 
