@@ -442,6 +442,10 @@ def design(
                          f"got {minutes}")
     if cpus < 1:
         raise ValueError(f"--cpus must be >= 1, got {cpus}")
+    if cpus < spec.resources.cpus:  # no trial would start: the sweep gives each trial resources.cpus CPUs
+        raise ValueError(f"--cpus {cpus} is fewer than the CPUs each trial takes (resources.cpus = "
+                         f"{spec.resources.cpus:g}), so no trial would start on that machine; give the --cpus of "
+                         "the machine the sweep runs on, or a spec whose resources.cpus fits it")  # fmt: skip
     if seed < 0:  # numpy's generators refuse it later with a message that names no option
         raise ValueError(f"--seed must be >= 0 (the simulation's RNG seed), got {seed}")
     layouts = [_seed_layout(x, spec.r) for x in seeds]
@@ -773,7 +777,13 @@ def design_cmd(
     from loopscale.sweep.presets import resolve_spec
 
     spec, _ = resolve_spec(spec_path, preset)
-    counts = tuple(seeds.replace(",", " ").split())
+    import re
+
+    entries = re.split(r"\s*,\s*|\s+", seeds.strip())  # "8,16", "8, 16" and "8 16" alike
+    if any(not x for x in entries) and seeds.strip():  # `--seeds 8,,16` or `,,`: a typo, not "no candidates"
+        raise ValueError(f"--seeds {seeds}: an empty entry; give counts k or k1/kL separated by commas, e.g. "
+                         "8,16,16/32 (the spec as written is always a candidate)")
+    counts = tuple(x for x in entries if x)
     if out is not None:  # before simulating: a file in the way, or a folder of another spec, which would show this
         # prediction as its own
         from loopscale.cluster.options import usable_out_dir

@@ -294,6 +294,8 @@ def test_a_pilot_trained_otherwise_than_the_spec_is_named_in_a_warning(tmp_path)
         ("minutes_inf", "--minutes must be a positive finite number of minutes (the training time budget), got inf"),
         ("minutes_nan", "--minutes must be a positive finite number of minutes (the training time budget), got nan"),
         ("seeds", "--seeds entries must"),
+        ("seeds_empty", "--seeds 8,,16: an empty entry"),  # was read as 8,16; `,,` as no candidate at all
+        ("cpus", "--cpus 2 is fewer than the CPUs each trial takes (resources.cpus = 4), so no trial would start"),
         ("seed", "Invalid value for '--seed'"),  # was numpy's bare "expected non-negative integer"
         ("preset", "preset must be one of"),
     ],
@@ -317,6 +319,12 @@ def test_cli_refuses_bad_input_before_simulating(tmp_path, monkeypatch, case, me
         args[5] = {"minutes": "0", "minutes_inf": "inf", "minutes_nan": "nan"}[case]
     elif case == "seeds":
         args[7] = "0,4"
+    elif case == "seeds_empty":
+        args[7] = "8,,16"
+    elif case == "cpus":  # each trial takes 4 CPUs: no trial fits a 2-CPU machine (it said "1 trial at once")
+        spec_file.write_text(spec_to_yaml(spec.model_copy(update={"resources": spec.resources.model_copy(
+            update={"cpus": 4})})))  # fmt: skip
+        args += ["--cpus", "2"]
     elif case == "seed":
         args += ["--seed", "-1"]
     elif case == "preset":
