@@ -123,7 +123,7 @@ def bench_one(args, r: int, device: torch.device) -> dict:
         "preset": args.preset,
         "d_model": cfg.d_model,
         "r": r,
-        "loss_in_compiled_graph": not args.loss_outside_compile,
+        "loss_in_compiled_graph": bool(args.compile) and not args.loss_outside_compile,  # nothing compiled: False
         "flops_per_token": Fpt,
         "tokens_per_s": tps,
         "mfu": Fpt * tps / peak if peak else None,
