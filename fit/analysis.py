@@ -368,20 +368,16 @@ def _identification(
         files["phi_profile"] = plot_phi_profile(profile, ident.phi, ident.ci, ident.details["n"], vdir / "phi_profile.png")
         if per_r is not None:
             files["phi_per_r"] = plot_per_r(per_r, ident.phi, ident.ci, vdir / "phi_per_r.png")
-    if "layers_unique" in frame.columns and "d_model" in frame.columns:
-        rung_counts = frame[frame["r"] == 1].groupby(["d_model", "D"])["layers_unique"].nunique()
-        if len(rung_counts) and int(rung_counts.max()) >= 2 and (frame["r"] > 1).any():
-            runs = frame.assign(seed=frame["seed"] if "seed" in frame.columns else 0)
-            keep = [int(d) for (d, _), k in rung_counts.items() if k >= 2]
-            runs = runs[runs["d_model"].isin(keep)]
-            try:
-                worth = ladder_table(runs, n_boot=1000, seed=seed)
-            except ValueError as e:  # e.g. a ladder whose loss does not fall with depth: said, not fatal
-                outd["ladder_error"] = str(e)
-                worth = pd.DataFrame()
-            ladder_rows = json_safe(worth.to_dict("records"))
-            if plots and len(worth):
-                files["ladder"] = plot_ladder(runs, worth, vdir / "ladder.png")
+    runs = ladder_runs(frame)
+    if runs is not None:
+        try:
+            worth = ladder_table(runs, n_boot=1000, seed=seed)
+        except ValueError as e:  # e.g. a ladder whose loss does not fall with depth: said, not fatal
+            outd["ladder_error"] = str(e)
+            worth = pd.DataFrame()
+        ladder_rows = json_safe(worth.to_dict("records"))
+        if plots and len(worth):
+            files["ladder"] = plot_ladder(runs, worth, vdir / "ladder.png")
     outd["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
     return json_safe(outd), ladder_rows
 
@@ -479,6 +475,34 @@ def _fit_ready(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if df["budget"].isna().all():
         return df.drop(columns=["budget"]), "D"
     return df, "C"
+
+
+def ladder_runs(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """The runs of one variant's fit (``frame``: ok runs with ``loss`` and ``layers_unique``) that its unique-depth
+    ladder reads (:func:`loopscale.fit.ladder.ladder_table`, the figure ``ladder.png``): the widths whose plain
+    r = 1 runs have two or more depths at some D, with a ``seed`` column (0 where the table has none); None when
+    the frame has no such ladder or no looped run."""
+    if not {"layers_unique", "d_model"} <= set(frame.columns):
+        return None
+    rung_counts = frame[frame["r"] == 1].groupby(["d_model", "D"])["layers_unique"].nunique()
+    if not len(rung_counts) or int(rung_counts.max()) < 2 or not (frame["r"] > 1).any():
+        return None
+    runs = frame.assign(seed=frame["seed"] if "seed" in frame.columns else 0)
+    keep = [int(d) for (d, _), k in rung_counts.items() if k >= 2]
+    return runs[runs["d_model"].isin(keep)]
+
+
+def ladder_frames(runs: Any) -> dict[str, pd.DataFrame]:
+    """Per variant, :func:`ladder_runs` of the runs :func:`analyze` fits (ok runs, one row per run id), for
+    redrawing ``ladder.png`` from ``analysis.json``'s ladder rows without refitting (``loopscale report``);
+    variants without a ladder are left out."""
+    df, _, status = _read_runs(runs)
+    if status is not None:
+        df = df[status == "ok"].reset_index(drop=True)
+    if df.empty:
+        return {}
+    df, _ = _fit_ready(df)
+    return {v: lr for v, frame in variant_frames(df).items() if (lr := ladder_runs(frame)) is not None}
 
 
 def joint_fit_points(runs: Any) -> dict[str, pd.DataFrame]:

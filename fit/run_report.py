@@ -1160,12 +1160,13 @@ def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:
     """Redraw each variant's joint-fit figures (``fit/<variant>/fit_curves.png``, ``residuals.png``) from its
     ``fit.json`` and the points :func:`loopscale.fit.analysis.joint_fit_points` gives (a variant whose points do not
     match its fit, another version's fit rule, keeps them), and its identification figures (``phi_profile.png``,
-    ``phi_per_r.png``) from the profile and per-r rows ``analysis.json`` holds."""
-    from loopscale.fit.analysis import joint_fit_points
-    from loopscale.fit.identify_plots import plot_per_r, plot_phi_profile
+    ``phi_per_r.png``) from the profile and per-r rows ``analysis.json`` holds, and a missing or unreadable
+    ``ladder.png`` from its ladder rows and the runs (:func:`loopscale.fit.analysis.ladder_frames`)."""
+    from loopscale.fit.analysis import joint_fit_points, ladder_frames
+    from loopscale.fit.identify_plots import plot_ladder, plot_per_r, plot_phi_profile
     from loopscale.fit.outputs import redraw_fit_figures
 
-    points = None
+    points = ladders = None
     for vname, v in ana.get("variants", {}).items():
         ident = v.get("identification") or {}
         drawn = ident.get("files") or {}
@@ -1178,6 +1179,11 @@ def _redraw_fit_figures(d: Path, runs: pd.DataFrame, ana: dict) -> None:
                              d / "fit" / drawn["phi_profile"])  # fmt: skip
         if drawn.get("phi_per_r") and ident.get("per_r"):
             plot_per_r(pd.DataFrame(ident["per_r"]), float(ident["phi"]), ci, d / "fit" / drawn["phi_per_r"])
+        if drawn.get("ladder") and v.get("ladder") and not _is_png(d / "fit" / drawn["ladder"]):
+            # missing or unreadable: drawn again from analysis.json's ladder rows and the runs they were read from
+            ladders = ladder_frames(runs) if ladders is None else ladders
+            if vname in ladders:
+                plot_ladder(ladders[vname], pd.DataFrame(v["ladder"]), d / "fit" / drawn["ladder"])
         files = v.get("files") or {}
         _redraw_phi_bootstrap(d / "fit", files)
         if "fit.json" not in files or "fit_curves.png" not in files or not (d / "fit" / files["fit.json"]).is_file():
@@ -1195,7 +1201,7 @@ def _redraw_phi_bootstrap(fit_dir: Path, files: dict) -> None:
     from loopscale.fit.plots import plot_phi_bootstrap
 
     png, draws, fj = (files.get(k) for k in ("phi_bootstrap.png", "bootstrap.parquet", "fit.json"))
-    if not (png and draws and fj) or (fit_dir / png).is_file():
+    if not (png and draws and fj) or _is_png(fit_dir / png):
         return
     try:
         fit = json.loads((fit_dir / fj).read_text(encoding="utf-8"))
@@ -1212,13 +1218,27 @@ def _redraw_phi_bootstrap(fit_dir: Path, files: dict) -> None:
 def _figure(d: Path | None, rel: str, caption: str) -> str:
     """The Markdown image of ``d/rel``, or where that file is missing (deleted, or never drawn) a line saying so,
     with a warning: a link to nothing showed an empty frame without a word."""
-    if d is None or (d / rel).is_file():
+    if d is None or _is_png(d / rel):
         return f"![{caption}]({rel})"
     import warnings
 
+    if (d / rel).exists():  # there, but not a PNG image (a torn or overwritten file): not linked as a figure
+        warnings.warn(f"{d / rel} is not a PNG image: report.md names it ({caption}) without the figure; the fit "
+                      "stage draws it (a refit redraws it)", stacklevel=2)  # fmt: skip
+        return (f"*Figure unreadable: `{rel}` ({caption}) is not a PNG image; the fit stage draws it (a refit redraws "
+                "it).*")
     warnings.warn(f"{d / rel} is missing: report.md names it ({caption}) without the figure; the fit stage draws it "
                   "(a refit redraws it)", stacklevel=2)  # fmt: skip
     return f"*Figure missing: `{rel}` ({caption}) is not in the folder; the fit stage draws it (a refit redraws it).*"
+
+
+def _is_png(path: Path) -> bool:
+    """``path`` is a file that starts as a PNG image does (its 8-byte signature)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == b"\x89PNG\r\n\x1a\n"
+    except OSError:
+        return False
 
 
 def _excluded_table(rows: list[dict]) -> list[str]:

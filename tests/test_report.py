@@ -420,17 +420,32 @@ def test_report_command_redraws_the_fit_figures_from_fit_json(tmp_path):
     assert all((ident / "fit" / "baseline" / n).stat().st_size > 10_000 for n in drawn)
     assert "![profile of the objective in φ](fit/baseline/phi_profile.png)" in text and "Figure missing" not in text
     assert "Fit files missing" not in text
+    # a figure that is there but is no PNG image (torn, overwritten) was linked as it was; it is said, and drawn
+    # again where the report can (ladder.png from analysis.json's ladder rows and the runs)
+    for name in ("ladder.png", "phi_bootstrap.png"):
+        (ident / "fit" / "baseline" / name).write_text("garbage")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        text = build_report(ident).read_text(encoding="utf-8")
+    assert sorted(str(w.message).split("/")[-1].split(":")[0] for w in said) == [
+        "ladder.png is not a PNG image", "phi_bootstrap.png is not a PNG image"]
+    assert "*Figure unreadable: `fit/baseline/ladder.png` (worth in unique layers) is not a PNG image" in text
+    text = build_report(ident, redraw_fits=True).read_text(encoding="utf-8")
+    for name in ("ladder.png", "phi_bootstrap.png"):
+        assert (ident / "fit" / "baseline" / name).stat().st_size > 10_000
+    assert "Figure unreadable" not in text and "![worth in unique layers](fit/baseline/ladder.png)" in text
     # a variant's whole folder deleted: `loopscale report` stopped with "[Errno 2] No such file or directory:
     # .../phi_profile.png"; it now draws what analysis.json holds, and says which fit files are gone and what refits
     shutil.rmtree(ident / "fit" / "baseline")
-    import warnings
-
     with warnings.catch_warnings(record=True) as said:  # (and each figure it cannot draw: named below)
         warnings.simplefilter("always")
         text = build_report(ident, redraw_fits=True).read_text(encoding="utf-8")
     assert any("the fit's files fit/baseline/fit.json, fit/baseline/bootstrap.parquet are missing" in str(w.message)
                for w in said), [str(w.message) for w in said]  # fmt: skip
     assert (ident / "fit" / "baseline" / "phi_profile.png").stat().st_size > 10_000
+    assert (ident / "fit" / "baseline" / "ladder.png").stat().st_size > 10_000
     assert (f"> **Fit files missing.** `fit/baseline/fit.json`, `fit/baseline/bootstrap.parquet` are not in the "
             f"folder: the numbers below are `fit/analysis.json`'s, and the figures drawn from those files are missing. "
             f"`loopscale run {ident / 'spec.yaml'} --out {ident} --resume` refits") in text
