@@ -287,10 +287,12 @@ def seed_replicates(frame: pd.DataFrame) -> SeedReplicates | None:
 def uneven_seeds(frame: pd.DataFrame) -> dict[str, Any] | None:
     """Where the joint law is fitted to the runs themselves (several D, or fewer cells than the law's parameters)
     and cells hold different numbers of runs (e.g. per-r seeds ``{1: 1, 2: 2}``): each run is one point of the
-    fit (Huber loss summed over points), so a cell with more seeds weighs more. Returns ``{"cells", "runs_per_cell": [min, max],
-    "by_r": {r: [min, max]}}`` (a cell: the runs with equal ``d_model``, ``layers_unique``, ``N_once``, ``N_rec``,
-    ``N``, ``r`` and ``D``, of those the frame has), or None when every cell holds as many runs, or the frame lacks
-    ``D`` or every model column (its runs could not be told apart as seeds of one model)."""
+    fit (Huber loss summed over points), so a cell with more seeds weighs more.
+
+    Returns ``{"cells", "runs_per_cell": [min, max], "by_r": {r: [min, max]}}`` (a cell: the runs with equal
+    ``d_model``, ``layers_unique``, ``N_once``, ``N_rec``, ``N``, ``r`` and ``D``, of those the frame has), or
+    None when every cell holds as many runs, or the frame lacks ``D`` or every model column (its runs could not be
+    told apart as seeds of one model)."""
     cols = [c for c in ("d_model", "layers_unique", "N_once", "N_rec", "N", "r", "D")
             if c in frame.columns and frame[c].notna().any()]  # fmt: skip
     if "D" not in cols or not set(cols) & {"d_model", "N_once", "N_rec", "N"} or len(frame) == 0:
