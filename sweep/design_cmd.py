@@ -424,7 +424,6 @@ def design(
             than the joint law's parameters.
     """
     from loopscale.fit.design import (
-        LEAVES_LADDER,
         MC_BOOT,
         cell_noise,
         design_cell_means,
@@ -526,16 +525,7 @@ def design(
                            "spec_as_written": layout == own, "runs": len(full), "trials": int(full["trial"].nunique()),
                            "runs_fitted": len(plan),
                            "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
-    # the truth is every candidate's: its first note on the truth's ladder (the spec as written comes first) says it
-    # for all, with the first candidate's numbers (a ladder within a rung's noise); a candidate whose own draws
-    # leave the ladder (simulate_design) gets its note, said with the candidates it is of
-    notes: dict[str, list[str]] = {}
-    for c in candidates:
-        note = c.get("worth_note")
-        if note and (LEAVES_LADDER in note or not any(LEAVES_LADDER not in n for n in notes)):
-            notes.setdefault(note, []).append(c["seeds"])
-    for note, of in notes.items():
-        warnings.append(note if len(notes) == 1 else f"seeds {', '.join(of)}: {note}")
+    warnings.extend(worth_warnings(candidates))
     if len(spec.variants) > 1:
         warnings.append(
             f"this spec trains {len(spec.variants)} variants ({', '.join(v.name for v in spec.variants)}): runs, "
@@ -606,6 +596,25 @@ def design(
         "candidates": candidates,
         "best": best,
     }
+
+
+def worth_warnings(candidates: list[dict]) -> list[str]:
+    """The warnings on the worth in unique layers from the candidates' ``worth_note`` (``seeds`` their labels, the
+    spec as written first). A note on the truth's own ladder (it does not fall with depth, or falls by less than
+    twice a rung's standard error) is said once, with the first candidate's numbers; a note on a candidate's own
+    draws (:data:`loopscale.fit.design.LEAVES_LADDER`: intervals that leave the ladder) is said with the
+    candidates it is of. With more than one note, each names its candidates (``"seeds 8, 16: ..."``)."""
+    from loopscale.fit.design import LEAVES_LADDER
+
+    truth_note, truth_of, leave = None, [], {}
+    for c in candidates:
+        note = c.get("worth_note")
+        if note and LEAVES_LADDER in note:
+            leave.setdefault(note, []).append(str(c["seeds"]))
+        elif note:
+            truth_note, truth_of = truth_note or note, [*truth_of, str(c["seeds"])]
+    notes: dict[str, list[str]] = {**({truth_note: truth_of} if truth_note else {}), **leave}
+    return [note if len(notes) == 1 else f"seeds {', '.join(of)}: {note}" for note, of in notes.items()]
 
 
 def _seed_layout(x: int | str, rs: list[int]) -> dict[int, int]:

@@ -180,3 +180,19 @@ def test_a_truth_whose_ladder_is_flat_predicts_phi_and_says_why_there_is_no_wort
     assert "does not fall with depth (slope " in pred.worth_note and pred.n_ok >= 1
     steep = simulate_design(pd.DataFrame(rows), TRUTH, n_sim=3, starts=3, seed=0)  # a law where depth helps
     assert steep.worth_note is None and len(steep.worth_true) == 4  # r = 2 and 4 at each D
+
+
+def test_worth_warnings_name_the_candidates_they_are_of():
+    """A note on the truth's ladder is said once; a candidate whose own draws leave the ladder gets its own note,
+    named with its seeds (the 8-seed candidate's ±2.8e72 layers came beside the 4-seed candidate's note only)."""
+    from loopscale.fit.design import LEAVES_LADDER
+    from loopscale.sweep.design_cmd import worth_warnings
+
+    flat, flat8 = "the worth ... is not predicted: less than twice (0.0097)", "... less than twice (0.0069)"
+    leaves = f"the worth in unique layers is not predicted {LEAVES_LADDER} (r = 4: ...)"
+    cands = [{"seeds": "4*", "worth_note": flat}, {"seeds": "8", "worth_note": leaves},
+             {"seeds": "16", "worth_note": None}, {"seeds": "12", "worth_note": flat8},
+             {"seeds": "24", "worth_note": leaves}]  # fmt: skip
+    assert worth_warnings(cands) == [f"seeds 4*, 12: {flat}", f"seeds 8, 24: {leaves}"]
+    assert worth_warnings(cands[:1] + cands[2:4]) == [flat]  # one kind: said once, with no names
+    assert worth_warnings([{"seeds": "16", "worth_note": None}]) == []
