@@ -498,13 +498,19 @@ def ladder_frames(runs: Any) -> dict[str, pd.DataFrame]:
     """Per variant, :func:`ladder_runs` of the runs :func:`analyze` fits (ok runs, one row per run id), for
     redrawing ``ladder.png`` from ``analysis.json``'s ladder rows without refitting (``loopscale report``);
     variants without a ladder are left out."""
+    return {v: lr for v, frame in _ok_variant_frames(runs).items() if (lr := ladder_runs(frame)) is not None}
+
+
+def _ok_variant_frames(runs: Any) -> dict[str, pd.DataFrame]:
+    """:func:`variant_frames` of the ok runs of ``runs`` (path or DataFrame; one row per run id, the newest), made
+    ready for the fits as :func:`analyze` makes them; empty without ok runs."""
     df, _, status = _read_runs(runs)
     if status is not None:
         df = df[status == "ok"].reset_index(drop=True)
     if df.empty:
         return {}
     df, _ = _fit_ready(df)
-    return {v: lr for v, frame in variant_frames(df).items() if (lr := ladder_runs(frame)) is not None}
+    return variant_frames(df)
 
 
 def joint_fit_points(runs: Any) -> dict[str, pd.DataFrame]:
@@ -516,14 +522,8 @@ def joint_fit_points(runs: Any) -> dict[str, pd.DataFrame]:
         runs: ``runs.parquet`` path or DataFrame (the sweep's results schema).
     Returns:
         ``{variant: DataFrame}`` (empty without ok runs)."""
-    df, _, status = _read_runs(runs)
-    if status is not None:
-        df = df[status == "ok"].reset_index(drop=True)
-    if df.empty:
-        return {}
-    df, _ = _fit_ready(df)
     out = {}
-    for vname, frame in variant_frames(df).items():
+    for vname, frame in _ok_variant_frames(runs).items():
         rep = seed_replicates(frame)
         out[vname] = rep.fit_frame(frame) if rep else frame
     return out

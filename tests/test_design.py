@@ -119,6 +119,21 @@ def test_half_width_monte_carlo_error_matches_its_spread():
     assert se == pytest.approx(actual, rel=0.35) and 0.1 < actual < 0.3
 
 
+def _ladder_design(seeds: int) -> pd.DataFrame:
+    """A design of a ladder (plain 2, 4 and 10 layers) and two looped models (r = 2 and 4) at width 32 and two D,
+    ``seeds`` runs per cell, each with a seed SD of 0.01 nats/token."""
+    rows = []
+    d = 32
+    nb = 12 * d * d
+    for D in (1e6, 4e6):
+        for r, layers in ((1, 2), (1, 4), (1, 10), (2, 6), (4, 4)):
+            n_once, n_rec = (layers * nb, 0.0) if r == 1 else (2 * nb, (layers - 2) * nb)
+            for s in range(seeds):
+                rows.append(dict(d_model=d, r=r, layers_unique=layers, N_once=n_once, N_rec=n_rec, D=D, seed=s,
+                                 noise_sd=0.01))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def test_a_worth_whose_simulated_interval_leaves_the_ladder_is_not_predicted():
     """The truth's ladder passed the two-standard-error test (8 seeds shrink a rung's error) while some simulated
     ladders stayed nearly flat: `design` printed ±584 and ±2.8e72 layers beside a warning that the worth is not
@@ -126,16 +141,7 @@ def test_a_worth_whose_simulated_interval_leaves_the_ladder_is_not_predicted():
     more than 2.5 % of the draws, or a half-width wider than the ladder spans) now gets none, and a note naming it."""
     from loopscale.fit.design import simulate_design
 
-    rows = []
-    d = 32
-    nb = 12 * d * d
-    for D in (1e6, 4e6):
-        for r, layers in ((1, 2), (1, 4), (1, 10), (2, 6), (4, 4)):
-            n_once, n_rec = (layers * nb, 0.0) if r == 1 else (2 * nb, (layers - 2) * nb)
-            for s in range(8):
-                rows.append(dict(d_model=d, r=r, layers_unique=layers, N_once=n_once, N_rec=n_rec, D=D, seed=s,
-                                 noise_sd=0.01))  # fmt: skip
-    design = pd.DataFrame(rows)
+    design = _ladder_design(8)
     keys = {"2/32/1e+06", "4/32/1e+06", "2/32/4e+06", "4/32/4e+06"}
 
     some = simulate_design(design, {**TRUTH, "A": TRUTH["A"] * 0.05}, n_sim=12, starts=1, seed=0)
@@ -164,21 +170,13 @@ def test_a_truth_whose_ladder_is_flat_predicts_phi_and_says_why_there_is_no_wort
     said 0.047 for the same runs). It now predicts phi and says why the worth is not predicted."""
     from loopscale.fit.design import simulate_design
 
-    rows = []
-    d = 32
-    nb = 12 * d * d
-    for D in (1e6, 4e6):
-        for r, layers in ((1, 2), (1, 4), (1, 10), (2, 6), (4, 4)):
-            n_once, n_rec = (layers * nb, 0.0) if r == 1 else (2 * nb, (layers - 2) * nb)
-            for s in range(3):
-                rows.append(dict(d_model=d, r=r, layers_unique=layers, N_once=n_once, N_rec=n_rec, D=D, seed=s,
-                                 noise_sd=0.01))  # fmt: skip
+    rows = _ladder_design(3)
     flat = {**TRUTH, "A": 0.0}
-    pred = simulate_design(pd.DataFrame(rows), flat, n_sim=3, starts=3, seed=0)
+    pred = simulate_design(rows, flat, n_sim=3, starts=3, seed=0)
     assert pred.worth_true == {} and pred.worth_half_width == {}
     assert pred.worth_note.startswith("the worth in unique layers is not predicted: the law taken as truth")
     assert "does not fall with depth (slope " in pred.worth_note and pred.n_ok >= 1
-    steep = simulate_design(pd.DataFrame(rows), TRUTH, n_sim=3, starts=3, seed=0)  # a law where depth helps
+    steep = simulate_design(rows, TRUTH, n_sim=3, starts=3, seed=0)  # a law where depth helps
     assert steep.worth_note is None and len(steep.worth_true) == 4  # r = 2 and 4 at each D
 
 
