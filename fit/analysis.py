@@ -112,17 +112,17 @@ def phi_not_identified(names: Any, variants: dict) -> list[str]:
     return [n for n in dict.fromkeys(names) if not phi_identified(variants.get(n) or {})]
 
 
-def missing_fit_files(fit_dir: str | Path, analysis: dict) -> list[str]:
-    """The data files a finished fit's ``analysis.json`` (``analysis``, read from ``fit_dir``) lists per variant
-    (``files``: ``fit.json``, ``bootstrap.parquet``) that are not in ``fit_dir``, as paths relative to it (e.g.
-    ``["baseline/fit.json"]``); figures are left out (the report redraws or names them). A fit missing any is not
-    whole: ``loopscale run`` refits instead of skipping it."""
-    d = Path(fit_dir)
+def missing_fit_files(run_dir: str | Path, analysis: dict) -> list[str]:
+    """The data files a finished fit's ``analysis.json`` (``analysis``, read from ``run_dir/fit``) lists per
+    variant (``files``: ``fit.json``, ``bootstrap.parquet``) that are not there, as paths relative to ``run_dir``
+    (e.g. ``["fit/baseline/fit.json"]``); figures are left out (the report redraws or names them). A fit missing
+    any is not whole: ``loopscale run`` refits instead of skipping it."""
+    d = Path(run_dir) / "fit"
     out = []
     for v in (analysis.get("variants") or {}).values() if isinstance(analysis, dict) else ():
         for rel in (v.get("files") or {}).values() if isinstance(v, dict) else ():
             if isinstance(rel, str) and not rel.endswith(".png") and not (d / rel).is_file():
-                out.append(rel)
+                out.append(f"fit/{rel}")
     return out
 
 

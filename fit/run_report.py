@@ -159,6 +159,7 @@ def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
     fig, axes = plt.subplots(1, len(rs), figsize=(3.4 * len(rs), 3.3), sharey=True, squeeze=False)
     widths = sorted(ok["d_model"].unique()) if "d_model" in ok.columns else [None]
     cmap = plt.get_cmap("viridis")
+    law, cgrid = make_law("joint"), np.geomspace(ok["C"].min() / 1.5, ok["C"].max() * 1.5, 60)  # every curve's
     for ax, r in zip(axes[0], rs, strict=True):
         sub = ok[ok["r"] == r]
         for j, v in enumerate(names):
@@ -171,12 +172,11 @@ def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
                     continue
                 ax.scatter(s["C"], s["final_val_loss"], s=16, color=color, marker=markers[j % len(markers)], zorder=3)
                 if params and "phi" in params:
-                    cgrid = np.geomspace(ok["C"].min() / 1.5, ok["C"].max() * 1.5, 60)
                     # one curve per model: a unique-depth ladder puts plain models of several depths at one width
                     for _, m in s.groupby(["N_once", "N_rec"], sort=True):
                         f_tok = float((m["C"] / m["D"]).median())
                         cols = {k: np.full(cgrid.size, float(m[k].iloc[0])) for k in ("N_once", "N_rec", "r")}
-                        pred = make_law("joint").predict(params, {**cols, "D": cgrid / f_tok})
+                        pred = law.predict(params, {**cols, "D": cgrid / f_tok})
                         ax.plot(cgrid, pred, color=color, lw=1, alpha=0.8, ls=styles[j % len(styles)])
         ax.set_xscale("log")
         ax.set_xlim(ok["C"].min() / 1.5, ok["C"].max() * 1.5)
@@ -539,12 +539,12 @@ def _lost_fit_files(d: Path, ana: dict) -> str | None:
 
     from loopscale.fit.analysis import missing_fit_files
 
-    lost = missing_fit_files(d / "fit", ana)
+    lost = missing_fit_files(d, ana)
     if not lost:
         return None
     spec = d / "spec.yaml"
-    what = ", ".join(f"`fit/{p}`" for p in lost)
-    warnings.warn(f"{d}: the fit's files {', '.join(f'fit/{p}' for p in lost)} are missing; the report's numbers are "
+    what = ", ".join(f"`{p}`" for p in lost)
+    warnings.warn(f"{d}: the fit's files {', '.join(lost)} are missing; the report's numbers are "
                   "fit/analysis.json's, and figures drawn from those files are missing", stacklevel=3)  # fmt: skip
     return (
         f"> **Fit files missing.** {what} are not in the folder: the numbers below are `fit/analysis.json`'s, and "
@@ -1222,14 +1222,12 @@ def _figure(d: Path | None, rel: str, caption: str) -> str:
         return f"![{caption}]({rel})"
     import warnings
 
-    if (d / rel).exists():  # there, but not a PNG image (a torn or overwritten file): not linked as a figure
-        warnings.warn(f"{d / rel} is not a PNG image: report.md names it ({caption}) without the figure; the fit "
-                      "stage draws it (a refit redraws it)", stacklevel=2)  # fmt: skip
-        return (f"*Figure unreadable: `{rel}` ({caption}) is not a PNG image; the fit stage draws it (a refit redraws "
-                "it).*")
-    warnings.warn(f"{d / rel} is missing: report.md names it ({caption}) without the figure; the fit stage draws it "
+    # there, but not a PNG image (a torn or overwritten file): not linked as a figure either
+    state, said, why = (("unreadable", "is not a PNG image", "is not a PNG image") if (d / rel).exists()
+                        else ("missing", "is missing", "is not in the folder"))  # fmt: skip
+    warnings.warn(f"{d / rel} {said}: report.md names it ({caption}) without the figure; the fit stage draws it "
                   "(a refit redraws it)", stacklevel=2)  # fmt: skip
-    return f"*Figure missing: `{rel}` ({caption}) is not in the folder; the fit stage draws it (a refit redraws it).*"
+    return f"*Figure {state}: `{rel}` ({caption}) {why}; the fit stage draws it (a refit redraws it).*"
 
 
 def _is_png(path: Path) -> bool:

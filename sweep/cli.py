@@ -97,8 +97,8 @@ def _register() -> None:
     model_app.command("info")(present_errors(model_cli.info_cmd))
     app.add_typer(model_app, name="model")
     app.command("train")(present_errors(model_cli.train_cmd))
-    # the list of commands shows a help's first paragraph with its source line breaks: a one-line summary instead
     fit_cli.UNFINISHED_GRID_NOTE = run_pipeline.unfinished_grid_note  # a run folder's runs its spec plans, not there yet
+    # the list of commands shows a help's first paragraph with its source line breaks: a one-line summary instead
     app.command("fit", short_help="Fit a scaling law (joint: phi) to a table of runs (bootstrap CIs with --bootstrap B).")(
         present_errors(_when_idle(fit_cli.fit_cmd, "`loopscale fit`", "its runs table, runs.parquet, is written when "
                                   "its grid ends", only_without="runs.parquet"))

@@ -577,8 +577,8 @@ def _fit_stage_note(out: Path, planned: dict, trains: bool) -> str | None:
     done = _read_json(out / "fit" / "analysis.json")
     if done is None:  # torn: `run` moves it aside and refits
         return f"`run` refits: fit/analysis.json does not read (it is moved aside, and the fit made again{took})"
-    if lost := missing_fit_files(out / "fit", done):
-        return f"`run` refits: the folder's fit lacks {', '.join(f'fit/{p}' for p in lost)} ({aside})"
+    if lost := missing_fit_files(out, done):
+        return f"`run` refits: the folder's fit lacks {', '.join(lost)} ({aside})"
     if not fit_made_as(done, planned):
         own = done["settings"]
         return (f"`run` refits: fit/ holds a fit made with B = {own.get('B')}, {own.get('starts')} starts, seed "
@@ -864,7 +864,7 @@ def run_pipeline(
         ana = out / "fit" / "analysis.json"
         before = fit_input_in_effect(meta.get("fit_input") or {}, out / "runs.parquet", digest)
         done = read_json_or_aside(str(ana))
-        lost = missing_fit_files(out / "fit", done) if done is not None else []
+        lost = missing_fit_files(out, done) if done is not None else []
         if (done is not None and not lost and fit_made_as(done, fit_settings)
                 and before == {"runs_sha256": digest, **fit_settings}):  # fmt: skip
             meta["skipped"].append("fit")
@@ -877,7 +877,7 @@ def run_pipeline(
         else:
             made = before.get("fit_rules", 1)
             if lost:
-                log(f"[3/4] fit: the folder's fit lacks {', '.join(f'fit/{p}' for p in lost)}: refitting")
+                log(f"[3/4] fit: the folder's fit lacks {', '.join(lost)}: refitting")
             elif before and made != FIT_RULES_VERSION and ana.is_file():
                 log(f"[3/4] fit: the folder's fit follows fit rules version {made}, this loopscale's are version "
                     f"{FIT_RULES_VERSION}: refitting")

@@ -667,7 +667,7 @@ class SweepSpec(_Strict):
 
     def _check_plain_runs(self) -> None:
         """:meth:`_check_run_configs` on the plain r = 1 runs only (seed 0), once their models build
-        (:meth:`_check_plain_models`); used as that is, so that a value every run's trainer would refuse and two
+        (:meth:`_check_plain_models`); used where that is, so that a value every run's trainer would refuse and two
         budgets that train one D are said in the same round. Raises: ValueError (the first problem found)."""
         from loopscale.model.train import MAX_SEED
 

@@ -309,8 +309,8 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
     if made != FIT_RULES_VERSION:
         caveats.append(f"made under fit rules version {made}, this loopscale applies version {FIT_RULES_VERSION}, "
                        f"whose intervals and verdicts may differ; {rerun} refits it ({first})")
-    if lost := missing_fit_files(out / "fit", ana):
-        caveats.append(f"its files {', '.join(f'fit/{p}' for p in lost)} are missing (the report shows analysis.json's "
+    if lost := missing_fit_files(out, ana):
+        caveats.append(f"its files {', '.join(lost)} are missing (the report shows analysis.json's "
                        f"numbers without the figures drawn from them); {rerun} refits it ({first})")
     return caveats
 
