@@ -196,7 +196,20 @@ def test_fit_with_its_own_ray_options_keeps_rays_info_lines_off_the_console():
         shutil.rmtree(tmp, ignore_errors=True)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout)["bootstrap"]["B"] == 4
-    assert p.stderr.splitlines() == ["bootstrap: 1/1 chunks"], p.stderr
+    # Ray's warnings and errors still show (fit/cli.py says so): on a machine whose disk was over 95% full the raylet's
+    # file_system_monitor error came between them; it is the machine's, and no INFO line is let through with it
+    lines = p.stderr.splitlines()
+    assert not [ln for ln in lines if " INFO " in ln or "Started a local Ray instance" in ln], p.stderr
+    assert [ln for ln in lines if not _rays_warning_or_error(ln)] == ["bootstrap: 1/1 chunks"], p.stderr
+
+
+def _rays_warning_or_error(line: str) -> bool:
+    """A raylet's or GCS's own WARNING/ERROR log line forwarded to the driver, e.g.
+    ``(raylet) [2026-12-06 00:46:15,574 E 24978 24989] (raylet) file_system_monitor.cc:116: ... over 95% full``."""
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    return re.match(r"\((raylet|gcs_server)[^)]*\) \[[0-9-]+ [0-9:,]+ [WEC] ", plain) is not None
 
 
 def test_the_fit_out_lock_neither_removes_the_holders_folder_nor_stops_a_fit_where_flock_fails(tmp_path, monkeypatch):
