@@ -326,9 +326,10 @@ def build_starts(
     grid: bool = True,
     n_alpha: int = 12,
 ) -> np.ndarray:
-    """Assemble ``starts`` start rows: warm starts first, then up to ``max(2, starts//20)`` sub-fit starts, then (if
-    ``grid``) up to ``starts//5`` grid points (sub-fit exponent grid: ``n_alpha`` x ``n_alpha`` [x phi]) (a seeded subsample when the grid is larger), the rest uniform random.
-    Returns shape ``(starts, P)`` (at least as many rows as warm starts + 1)."""
+    """Assemble the start rows of a multi-start fit: the warm starts first, then up to ``max(2, starts // 20)``
+    sub-fit starts (:func:`subfit_starts`, whose exponent grid is ``n_alpha`` x ``n_alpha`` [x phi]), then (if
+    ``grid``) up to ``starts // 5`` points of :func:`grid_starts` (a seeded subsample when it holds more), the rest
+    uniform random. Returns shape ``(max(starts, n_warm), P)``: every warm row is kept, even beyond ``starts``."""
     rows = []
     if warm is not None:
         rows.append(np.atleast_2d(warm))

@@ -146,18 +146,6 @@ def preset_spec(name: str) -> SweepSpec:
     return parse_spec(copy.deepcopy(PRESETS[name]))
 
 
-def preset_yaml(name: str) -> str:
-    """The YAML text of preset ``name`` as shipped in ``configs/<name>.yaml``."""
-    import yaml
-
-    if name not in PRESETS:
-        raise SpecError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
-    head = (
-        f"# loopscale sweep spec '{name}' (same content as loopscale.sweep.presets.preset_spec('{name}'))\n"
-    )
-    return head + yaml.safe_dump(copy.deepcopy(PRESETS[name]), sort_keys=False, default_flow_style=None)
-
-
 SPEC_HELP = "Sweep spec YAML, or a preset name: smoke | cpu | paper (default: --preset)."
 PRESET_HELP = "smoke | cpu (default) | paper."
 

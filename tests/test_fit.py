@@ -1455,3 +1455,25 @@ def test_rows_are_named_by_their_place_in_the_table_when_a_run_id_repeats(tmp_pa
     table.loc[3, "loss"] = -1.0
     with pytest.raises(ValueError, match=r"; row 3 \(run_id 'run2'\) has -1.0"):
         prepare(table, make_law("joint"))
+
+
+def test_build_starts_keeps_every_warm_row_first_and_fills_to_starts():
+    """Its docstring said "(at least as many rows as warm starts + 1)": with ``starts`` no larger than the warm rows
+    it returns the warm rows alone. Shape ``(max(starts, n_warm), P)``, the warm rows first and unchanged."""
+    from loopscale.fit.fitter import Objective, build_starts
+    from loopscale.fit.laws import make_law
+
+    rng = np.random.default_rng(0)
+    n = 24
+    cols = {"N_once": rng.uniform(1e6, 1e7, n), "N_rec": rng.uniform(1e6, 1e7, n),
+            "r": rng.choice([1.0, 2.0, 4.0, 8.0], n), "D": rng.uniform(1e8, 1e10, n), "loss": rng.uniform(2, 4, n)}  # fmt: skip
+    law = make_law("joint")
+    obj = Objective(law, cols)
+    lo, hi = law.bounds()
+    warm = lo + (hi - lo) * np.linspace(0.2, 0.8, 3)[:, None]
+    for starts, want in ((1, 3), (3, 3), (4, 4), (40, 40)):
+        rows = build_starts(law, obj, starts, np.random.default_rng(1), warm=warm)
+        assert rows.shape == (want, law.n_params), (starts, rows.shape)
+        np.testing.assert_array_equal(rows[:3], warm)
+        assert np.all(rows >= lo) and np.all(rows <= hi)
+    assert build_starts(law, obj, 40, np.random.default_rng(1)).shape == (40, law.n_params)
