@@ -34,6 +34,9 @@ import pyarrow.parquet as pq
 from loopscale.cluster.storage import LOOK_ONLY
 
 SCHEMA_VERSION = "1"
+"""Written into every table's metadata; raised only when a column changes meaning or type. Columns added since
+version 1 (``lr_data_factor``, ``orthogonalization``, ``corpus_sha256``, ``ensemble_size``, ``compiled``, ``warnings``,
+``error``) are read as null from an older table, so they left it at ``"1"``."""
 
 
 def _f(name: str, typ: pa.DataType, unit: str, doc: str, nullable: bool = True) -> pa.Field:
