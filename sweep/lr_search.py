@@ -874,6 +874,10 @@ def run_tune_lr(
     failed_info: dict = {}
     n_failed_trials = 0
     if pending:
+        from loopscale.sweep.run import lr_cost_left_warning
+
+        if costly := lr_cost_left_warning(spec, out):  # the dry run's lr_warning, said before the tuning starts
+            console.current().say(f"warning: {costly}", err=True)
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         names = {study_name(spec.name, s, r): (s, r) for s, r in pending}
         before = finished_trials(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}", names)

@@ -642,6 +642,23 @@ def _lr_left_plan(spec, prog: dict, p: dict) -> dict:
             "lr_warning": lr_cost_warning(flops, p["train_flops_total"], bool(p.get("lr_tokens_rounding")), what)}
 
 
+def lr_cost_left_warning(spec, out: Path) -> str | None:
+    """The dry run's ``lr_warning`` for the LR tuning left in the folder ``out``, which ``tune-lr`` (and ``run``'s
+    first stage) says as it starts that tuning: the whole tuning's FLOPs against the grid's
+    (:func:`lr_cost_warning`), or, where an earlier command there finished part of it, those of the studies and
+    trials left (:func:`_lr_left_plan`). None when the spec fixes the LR, the folder holds its LR table, or the
+    tuning left costs no more than the grid. Reads only."""
+    from loopscale.sweep.lr_table import lr_table_present
+
+    if spec.lr != "tune" or lr_table_present(Path(out) / "lr_table.parquet"):
+        return None
+    p = plan(spec, data=False)
+    prog = lr_tuning_progress(spec, Path(out))
+    if _lr_tuning_note(prog, False) is not None:  # part of it done here: what is left, as the dry run says
+        return _lr_left_plan(spec, prog, p)["lr_warning"]
+    return p["lr_warning"]
+
+
 def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
     """The dry run's ``est_train_min_left`` (minutes of training left, or None) and ``train_time_assumption`` (what
     the figure counts, or why there is none) from :func:`_recorded_note`'s ``time_left``."""

@@ -265,3 +265,40 @@ def test_edge_advice_names_the_setting_that_would_tell():
     assert edge_advice("lowest", 0.01, tune) == "raise tune.num_samples (tune.lr_min is 0.001)"
     listed = tune.model_copy(update={"lr_values": [0.01, 0.02, 0.04]})
     assert edge_advice("highest", 0.04, listed) == "add larger values to tune.lr_values"
+
+
+def test_tuning_that_costs_more_than_the_grid_is_said_before_it_starts(tmp_path, monkeypatch, capfd):
+    """`run --dry-run` warned that LR tuning may cost 1,420x the grid's training FLOPs, while `tune-lr` and `run`
+    themselves started that tuning saying nothing: the warning now comes as the tuning starts (before Ray), for what
+    is left of it, and not when the folder holds its LR table."""
+    from typer.testing import CliRunner
+
+    import loopscale.cluster.connect as connect
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.run import lr_cost_left_warning, plan
+    from loopscale.sweep.spec import spec_to_yaml
+
+    spec = _spec(num_samples=6, tokens=1 << 17)  # trials of 131,072 tokens against a grid of 2,048-4,096-token runs
+    want = plan(spec, data=False)["lr_warning"]
+    assert want and want.startswith("LR tuning may cost up to") and lr_cost_left_warning(spec, tmp_path) == want
+    assert lr_cost_left_warning(_spec(num_samples=1, tokens=256), tmp_path) is None  # cheaper than the grid
+
+    class Stop(Exception):
+        pass
+
+    def no_ray(*a, **k):
+        raise Stop("Ray not started in this test")
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)
+    (tmp_path / "s.yaml").write_text(spec_to_yaml(spec))
+    res = CliRunner().invoke(app, ["tune-lr", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")])
+    assert isinstance(res.exception, Stop), res.output
+    err = capfd.readouterr().err  # the console session writes to the process's stderr
+    assert f"warning: {want}" in " ".join(err.split()), err
+    # with the LR table there, nothing is left to tune: no warning
+    from loopscale.sweep.lr_table import _lr_table_schema
+
+    schema = _lr_table_schema()
+    rows = [{**dict.fromkeys(schema.names), "size": 16, "r": r, "lr": 0.01} for r in (1, 2)]
+    pq.write_table(__import__("pyarrow").Table.from_pylist(rows, schema=schema), tmp_path / "o" / "lr_table.parquet")
+    assert lr_cost_left_warning(spec, tmp_path / "o") is None
