@@ -818,6 +818,7 @@ def run_tune_lr(
     ray_temp_dir: str | None = None,
     plot: bool = True,
     track: tuple | list = (),
+    quiet: bool = False,
 ):
     """Run stage 1 for ``spec`` into ``out_dir`` and return the LR table (a pyarrow Table, also written to
     ``<out_dir>/lr_table.parquet``; the studies are in ``<out_dir>/tune_lr/optuna.db``).
@@ -827,7 +828,8 @@ def run_tune_lr(
     Studies already finished in ``out_dir`` are not rerun; ``resume`` restores an interrupted study's
     Tune experiment (or, when Tune's saved state of it is torn or mixed, goes on in a new one; the LRs of trials Tune
     cannot restore, their saved state naming a deleted checkpoint, go on in a fresh ``<experiment>_again``). ``track``: ``--track`` values or parsed targets (:mod:`loopscale.sweep.tracking`). Progress
-    (trials done/pruned/failed, best LR so far) is shown on the console (:class:`loopscale.sweep.console.LRView`).
+    (trials done/pruned/failed, best LR so far) is shown on the console (:class:`loopscale.sweep.console.LRView`)
+    unless ``quiet``, which turns off that display only (as :func:`loopscale.sweep.run_sweep`'s ``quiet``).
 
     Raises:
         SpecError: bad spec or runtime (GPUs requested where none exist), before Ray starts.
@@ -881,7 +883,8 @@ def run_tune_lr(
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         names = {study_name(spec.name, s, r): (s, r) for s, r in pending}
         before = finished_trials(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}", names)
-        console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune), before))
+        if not quiet:  # the studies' progress display (as run_sweep's quiet, it turns off that display only)
+            console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune), before))
         # ending_view first: a Ray that fails to start must not leave the LR display open
         with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
             from loopscale.cluster.connect import no_node_fits

@@ -302,3 +302,23 @@ def test_tuning_that_costs_more_than_the_grid_is_said_before_it_starts(tmp_path,
     rows = [{**dict.fromkeys(schema.names), "size": 16, "r": r, "lr": 0.01} for r in (1, 2)]
     pq.write_table(__import__("pyarrow").Table.from_pylist(rows, schema=schema), tmp_path / "o" / "lr_table.parquet")
     assert lr_cost_left_warning(spec, tmp_path / "o") is None
+
+
+def test_run_tune_lr_takes_quiet_as_run_sweep_does(tmp_path, monkeypatch):
+    """The README says `quiet=True` turns off the progress display of `run_sweep` and `run_tune_lr`; run_tune_lr
+    raised "unexpected keyword argument 'quiet'". Now it starts no LR display when quiet, and one when not."""
+    import loopscale.cluster.connect as connect
+    from loopscale.sweep import console
+
+    seen = []
+
+    def no_ray(*a, **k):
+        seen.append(type(console._VIEW).__name__ if console._VIEW is not None else None)
+        raise RuntimeError("Ray not started in this test")
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)
+    for quiet, out in ((True, "q"), (False, "v")):
+        with pytest.raises(RuntimeError, match="Ray not started"):
+            run_tune_lr(_spec(num_samples=2), tmp_path / out, quiet=quiet)
+        console.end_view()
+    assert seen == [None, "LRView"]
