@@ -553,6 +553,44 @@ def _lost_fit_files(d: Path, ana: dict) -> str | None:
     )
 
 
+def data_caveat(runs: pd.DataFrame) -> str | None:
+    """What the ok runs' own warnings (``warnings``, a JSON list per run) and ``epochs`` say of the data that the
+    fitted losses measure, when it is small: the fewest validation tokens any run was evaluated on where the
+    validation split held fewer than its ``eval_tokens`` (the trainer's :func:`loopscale.model.data.eval_tokens_note`),
+    and the most epochs any run made of its training tokens when above 1 (the data repeated). ``loopscale run``
+    prints it under its headline and the report puts it above its sections: a φ fitted to such losses is one of that
+    small corpus, however narrow its interval. None when neither holds (or the table lacks both columns)."""
+    import re
+
+    ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+    parts = []
+    if "warnings" in ok.columns:
+        said = re.compile(r"eval_tokens=(\d+) is more than the validation split holds \((\d+) tokens\): (\d+) tokens")
+        short = []
+        for text in ok["warnings"].dropna():
+            try:
+                notes = json.loads(text)
+            except (TypeError, ValueError):
+                continue
+            for note in notes if isinstance(notes, list) else []:
+                if m := said.search(str(note)):
+                    short.append((int(m.group(3)), int(m.group(1))))
+        if short:
+            got, asked = min(short)
+            n = len(short)
+            parts.append(f"{n} of {len(ok)} ok runs had their validation loss measured on fewer tokens than "
+                         f"eval_tokens asks (as few as {got:,} of {asked:,}: the corpus's validation split is smaller)")  # fmt: skip
+    if "epochs" in ok.columns and ok["epochs"].notna().any() and float(ok["epochs"].max()) > 1:
+        n = int((ok["epochs"] > 1).sum())
+        parts.append(f"{n} of {len(ok)} ok runs repeated their training tokens (up to {float(ok['epochs'].max()):.2f} "
+                     "epochs)")  # fmt: skip
+    if not parts:
+        return None
+    return ("; ".join(parts) + ". The losses fitted measure that small corpus, so φ and its interval describe it, not "
+            "the scaling of a model that keeps seeing new text: give a larger corpus (the dry run's "
+            "`corpus_train_tokens` and `epochs_max_run` say how large)")
+
+
 def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files. With ``redraw_fits`` (the
     ``loopscale report`` command) each variant's ``fit_curves.png`` and ``residuals.png`` are drawn again too, from
@@ -639,6 +677,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append(other)
     if lost := _lost_fit_files(d, ana):
         L.append(lost)
+    if small := data_caveat(runs):
+        L.append(f"> **Small data.** {small[0].upper()}{small[1:]}.\n")
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")

@@ -1213,9 +1213,14 @@ def run_cmd(
                 track=targets,
             )
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
+    from loopscale.sweep.status import runs_data_caveat
+
+    small = runs_data_caveat(Path(out_dir))  # losses of a small corpus: said under the headline, as the report does
     if not as_json:
         for line in fit_headlines(ana):
             typer.echo(line)
+        if small:
+            typer.echo(f"caution, small data: {small}")
     if as_json:
         summary = {
             "out": str(Path(out_dir).resolve()),
@@ -1223,6 +1228,7 @@ def run_cmd(
             "skipped": meta["skipped"],
             "stage_wall_s": meta["stage_wall_s"],
             "this_command_stage_wall_s": meta["last_command_stage_wall_s"],
+            "data_caveat": small,
         }
         from loopscale.fit.identify import stored_headline
 

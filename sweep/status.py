@@ -312,7 +312,26 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
     if lost := missing_fit_files(out, ana):
         caveats.append(f"its files {', '.join(lost)} are missing (the report shows analysis.json's "
                        f"numbers without the figures drawn from them); {rerun} refits it ({first})")
+    if table is not None:
+        from loopscale.fit.run_report import data_caveat
+
+        if small := data_caveat(table):  # the report's "Small data" note
+            caveats.append(f"small data: {small}")
     return caveats
+
+
+def runs_data_caveat(out: Path) -> str | None:
+    """:func:`loopscale.fit.run_report.data_caveat` of the runs in ``out/runs.parquet`` (None when it does not
+    read): what ``loopscale run`` prints under its headline when the losses fitted measure a small corpus."""
+    import pyarrow.parquet as pq
+
+    from loopscale.fit.run_report import data_caveat
+
+    try:
+        t = pq.read_table(Path(out) / "runs.parquet")
+    except Exception:  # noqa: BLE001  unreadable: the fit stage has said so
+        return None
+    return data_caveat(t.select([c for c in ("status", "warnings", "epochs") if c in t.column_names]).to_pandas())
 
 
 def fit_headlines(ana: dict) -> list[str]:
@@ -1363,7 +1382,7 @@ def format_status(st: dict) -> list[str]:
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     # a headline of a stale fit, or of other fit rules than this loopscale's, is not today's result: said on its line
     flags = [w for w, key in (("stale", "stale:"), ("other fit rules", "made under fit rules"),
-                              ("files missing", "its files ")) if
+                              ("files missing", "its files "), ("small data", "small data:")) if
              any(c.startswith(key) for c in st.get("fit_caveats") or [])]  # fmt: skip
     if flags:
         head += f" ({' and '.join(flags)}: see below)"

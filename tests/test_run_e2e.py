@@ -100,6 +100,7 @@ def test_rerun_skips_every_finished_stage(smoke_run):
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert {"sweep", "fit"} <= set(summary["skipped"])
+    assert summary["data_caveat"] is None  # the embedded corpus: 0.00025 epochs, every eval window there
     # stage_wall_s sums the folder's commands (the first run's sweep is in it); this command's own skip the sweep
     assert summary["stage_wall_s"]["sweep"] > 0 and set(summary["this_command_stage_wall_s"]) == {"report"}
     assert summary["stage_wall_s"]["report"] > summary["this_command_stage_wall_s"]["report"]  # both reports
