@@ -843,7 +843,8 @@ def unused_vocab_note(vocab_size: int, tokenizer: str) -> str | None:
         return None
     return (f"vocab_size={vocab_size} is {extra} rows more than the {tokenizer} tokenizer's {n} ids: those rows of "
             f"the embedding and output head are never an input or a target, yet the head computes their logits (F "
-            f"and C count them); set vocab_size to {n} (or leave it out)")  # fmt: skip
+            f"and C count them); set vocab_size to {n} (`loopscale train --vocab-size {n}`, a spec's "
+            f"model.vocab_size; the paper preset's own is 32064, for its 32000-token BPE)")  # fmt: skip
 
 
 COLLAPSE_SPREAD = 1e-4

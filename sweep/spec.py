@@ -828,6 +828,10 @@ class SweepSpec(_Strict):
             if not issubclass(w.category, CorpusWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         corpus_notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, CorpusWarning)))
+        from loopscale.model.train import unused_vocab_note
+
+        if note := unused_vocab_note(model.vocab_size, self.tokenizer):  # every run would warn of it too
+            corpus_notes.append(note)
         eval_notes: list[str] = []
         if split is not None:
             asked = [self.training.eval_tokens]

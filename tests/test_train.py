@@ -587,8 +587,27 @@ def test_a_vocabulary_well_above_the_tokenizers_ids_is_said(base):
     res = train_run(RunConfig(**{**base, "model": base["model"].replace(vocab_size=1000)}))
     assert ("vocab_size=1000 is 744 rows more than the byte tokenizer's 256 ids: those rows of the embedding and "
             "output head are never an input or a target, yet the head computes their logits (F and C count them); "
-            "set vocab_size to 256 (or leave it out)") in res.warnings  # fmt: skip
+            "set vocab_size to 256 (`loopscale train --vocab-size 256`, a spec's model.vocab_size; the paper preset's "
+            "own is 32064, for its 32000-token BPE)") in res.warnings  # fmt: skip
     assert not [w for w in train_run(RunConfig(**base)).warnings if w.startswith("vocab_size=")]
     assert unused_vocab_note(320, "byte") is None and unused_vocab_note(321, "byte") is not None  # 64 rows
     assert unused_vocab_note(32064, "bpe:32000") is None and unused_vocab_note(35201, "bpe:32000") is not None
     assert unused_vocab_note(70000, "pretokenized") is None
+
+
+def test_a_spec_whose_vocabulary_is_well_above_its_tokenizers_is_warned_before_any_run(tmp_path):
+    """A spec of the paper's model (V = 32064) on byte tokens: every run warned that 31,808 rows are never used
+    (and counted in F and C), while the dry run said nothing and the warning told to leave vocab_size out, which
+    gives the preset's 32064. The spec's corpus check now gives the note (the dry run's corpus_warning)."""
+    import copy
+
+    from loopscale.sweep.presets import PRESETS
+    from loopscale.sweep.spec import parse_spec
+
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["model"] = {"preset": "paper", "size_unit": "width_scale", "seq_len": 32}
+    d.update(sizes=[2, 4], tokenizer="byte")
+    corpus_notes, _ = parse_spec(d)._data_notes()
+    assert [n for n in corpus_notes if n.startswith("vocab_size=32064 is 31808 rows more than the byte tokenizer's")]
+    d["model"]["vocab_size"] = 256
+    assert not [n for n in parse_spec(d)._data_notes()[0] if n.startswith("vocab_size=")]
