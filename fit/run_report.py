@@ -553,6 +553,22 @@ def _lost_fit_files(d: Path, ana: dict) -> str | None:
     )
 
 
+def lr_study_notes(lr: pd.DataFrame) -> list[str]:
+    """What ``tune-lr`` said of its studies, as ``lr_table.parquet``'s ``notes`` column records it (a JSON list per
+    row: a chosen LR at the edge of the LRs tried, trials rejected as diverged or not learning), each note once (one
+    study's rows share them when its LR serves every r); [] for none or a table written before the column."""
+    out: list[str] = []
+    if "notes" not in lr.columns:
+        return out
+    for text in lr["notes"].dropna():
+        try:
+            notes = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        out += [str(n) for n in notes if isinstance(notes, list) and str(n) not in out]
+    return out
+
+
 def data_caveat(runs: pd.DataFrame) -> str | None:
     """What the ok runs' own warnings (``warnings``, a JSON list per run) and ``epochs`` say of the data that the
     fitted losses measure, when it is small: the fewest validation tokens any run was evaluated on where the
@@ -756,6 +772,9 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 f"\n**The runs did not use this table** at {unused} of {len(lr)} (size, r): they were trained at the "
                 "LR of the last column (a spec with a fixed LR, or a table tuned after the sweep)."
             )
+        if said := lr_study_notes(lr):
+            L.append("\n**What the LR studies said** (`tune-lr`, recorded in the table's `notes`):\n")
+            L.extend(f"- {n}" for n in said)
         pngs = sorted((d / "tune_lr").glob("loss_vs_lr_size*.png")) if (d / "tune_lr").exists() else []
         for p in pngs:
             L.append(f"\n![{p.stem}]({p.relative_to(d)})")

@@ -920,10 +920,13 @@ def run_tune_lr(
         info = done_info[(s, r)]
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
+        notes = []  # recorded with the study's rows: the report and `status` say them too
         if note := rejected_note(s, r, study):
             rejected.append(note)
+            notes.append(note)
         if edge := edge_of_tried(study, lr):
             at_edge.append(f"size {s}, r {r}: {lr:.3g}, the {edge} of {n} tried: {edge_advice(edge, lr, spec.tune)}")
+            notes.append(f"best LR at the edge of the LRs tried (the best may lie beyond them): {at_edge[-1]}")
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
         for rr in targets:
             rows.append(
@@ -942,6 +945,7 @@ def run_tune_lr(
                     budget_tokens=info["budget_tokens"],
                     study_name=info["study_name"],
                     storage=info["storage_url"],
+                    notes=json.dumps(notes),
                 )
             )
     if rejected:  # never chosen, whatever their loss (unhealthy_reason): say which and why

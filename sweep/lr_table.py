@@ -51,6 +51,8 @@ def _lr_table_schema():
             f("budget_tokens", pa.int64(), "tokens"),
             f("study_name", pa.string(), "-"),
             f("storage", pa.string(), "-"),
+            f("notes", pa.string(), "JSON list of what tune-lr said of the study: its chosen LR at the edge of the "
+                                    "LRs tried, its rejected trials ([] for none; null in older tables)"),
         ],
         metadata={"loopscale.table": "lr_table", "loopscale.schema_version": "1"},
     )

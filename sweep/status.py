@@ -970,6 +970,12 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         keep = ("size", "r", "lr", "lr_best", "best_val_loss", "n_trials", "n_pruned")
         if lr_rows is not None:  # an unreadable one is described under unreadable
             lr["table"] = [{k: row.get(k) for k in keep} for row in lr_rows]
+            import pandas as pd
+
+            from loopscale.fit.run_report import lr_study_notes
+
+            if notes := lr_study_notes(pd.DataFrame(lr_rows)):  # what tune-lr said of its studies, recorded
+                lr["notes"] = notes
         if spec is not None and spec.lr != "tune":  # tune-lr on a spec that fixes the LR: the runs do not use it
             lr["table_used"] = False
     ana = _read_json(out / "fit" / "analysis.json", own_unreadable)
@@ -1379,6 +1385,7 @@ def format_status(st: dict) -> list[str]:
             f"  size {row['size']} r {row['r']}: lr {lr_s} (val {val}{at}, {row['n_trials']} trials, "
             f"{row['n_pruned']} pruned)"
         )
+    lines += [f"  tune-lr said: {n}" for n in lr.get("notes") or []]
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"
     # a headline of a stale fit, or of other fit rules than this loopscale's, is not today's result: said on its line
     flags = [w for w, key in (("stale", "stale:"), ("other fit rules", "made under fit rules"),

@@ -1178,3 +1178,31 @@ def test_losses_of_a_small_corpus_are_said_above_the_report_and_under_the_headli
     assert f"> **Small data.** {said[0].upper()}{said[1:]}." in text
     st = collect_status(run)
     assert f"small data: {said}" in st["fit_caveats"]
+
+
+def test_what_the_lr_studies_said_is_in_the_report_and_status(tmp_path):
+    """`tune-lr` said "best LR at the edge of the LRs tried" for 5 of 8 studies (and named rejected trials) on the
+    console only: the report's Learning rates section and `status` listed the LRs as if well tuned. The LR table
+    now records each study's notes, and both say them (each once: one study's rows share them)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loopscale.fit.run_report import build_report, lr_study_notes
+    from loopscale.sweep.status import collect_status, format_status
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    lr = pq.read_table(run / "lr_table.parquet").to_pandas()
+    assert "notes" not in lr.columns and lr_study_notes(lr) == []  # a table written before the column: nothing
+    edge = "best LR at the edge of the LRs tried (the best may lie beyond them): size 16, r 1: 0.0631, the highest of 8"
+    rejected = "size 32, r 1: 1 of 8 trials rejected: LR 0.1: diverged"
+    lr["notes"] = [json.dumps([edge] if row["size"] == 16 else [rejected] if row["size"] == 32 else [])
+                   for _, row in lr.iterrows()]  # fmt: skip
+    pq.write_table(pa.Table.from_pandas(lr, preserve_index=False), run / "lr_table.parquet")
+    said = lr_study_notes(lr)
+    assert said == [n for n in (edge, rejected) if n in said] and edge in said  # each once, in the table's order
+    text = _section(build_report(run).read_text(encoding="utf-8"), "## Learning rates")
+    assert "**What the LR studies said**" in text and f"- {edge}" in text and text.count(edge) == 1
+    st = collect_status(run)
+    assert st["lr"]["notes"] == said
+    assert f"  tune-lr said: {edge}" in format_status(st)

@@ -50,6 +50,9 @@ def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path
 
     edge = edge_of_tried(study, best.params["lr"])
     assert ("best LR at the edge of the LRs tried" in capsys.readouterr().err) == (edge is not None)
+    # what it said is recorded with the study's rows (the report and `status` read it there): one study, both r
+    notes = [json.loads(row["notes"]) for row in rows]
+    assert notes[0] == notes[1] and any("best LR at the edge" in n for n in notes[0]) == (edge is not None)
     assert all(spec.tune.lr_min <= t.params["lr"] <= spec.tune.lr_max for t in study.trials)
     for t in complete:  # every milestone 1..4 was recorded
         assert sorted(t.intermediate_values) == [1, 2, 3, 4]
