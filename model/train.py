@@ -242,8 +242,8 @@ class RunConfig:
                 )
         if self.tokens is not None and round(self.tokens / self.batch_tokens) < 1:
             raise ValueError(
-                f"tokens={self.tokens} is less than half a batch (batch_tokens={self.batch_tokens}); "
-                f"use tokens >= {self.batch_tokens} or a smaller batch_tokens"
+                f"tokens={self.tokens} is at most half a batch (batch_tokens={self.batch_tokens}), so it rounds to "
+                f"no optimizer step; use tokens >= {self.batch_tokens} or a smaller batch_tokens"
             )
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
@@ -972,7 +972,9 @@ def check_fits_memory(mcfg: LoopedConfig, device, members: int = 1) -> None:
 
 def resolve_tokens(cfg: RunConfig) -> int:
     """D in tokens: ``tokens`` rounded to whole batches, or round(C / (F B)) B from ``target_flops``
-    (paper Sec. 2; :func:`loopscale.model.accounting.tokens_for_flops`)."""
+    (paper Sec. 2; :func:`loopscale.model.accounting.tokens_for_flops`). Python's ``round``, as the authors' code:
+    a budget of exactly k + 1/2 batches goes to the even step count (5,120 tokens at B = 2,048 trains 4,096,
+    7,168 trains 8,192)."""
     from loopscale.model.accounting import tokens_for_flops
 
     if cfg.target_flops is not None:

@@ -37,7 +37,7 @@ def base(trainer_corpus_dir, trainer_cache_dir):
         (dict(tokens=-5), "tokens must be a positive integer"),
         (dict(tokens=None), "exactly one of tokens"),
         (dict(target_flops=1e9), "exactly one of tokens"),
-        (dict(tokens=10), "less than half a batch"),
+        (dict(tokens=10), "is at most half a batch"),
         (dict(batch_tokens=100), "batch_tokens must be a positive multiple of model.seq_len=32"),
         (dict(micro_batch_tokens=96), "micro_batch_tokens"),
         (dict(optimizer="sgd"), "optimizer must be one of"),
@@ -611,3 +611,15 @@ def test_a_spec_whose_vocabulary_is_well_above_its_tokenizers_is_warned_before_a
     assert [n for n in corpus_notes if n.startswith("vocab_size=32064 is 31808 rows more than the byte tokenizer's")]
     d["model"]["vocab_size"] = 256
     assert not [n for n in parse_spec(d)._data_notes()[0] if n.startswith("vocab_size=")]
+
+
+def test_token_budgets_round_to_whole_steps_half_to_even_and_half_a_batch_trains_none(base):
+    """`--tokens 1024` at 2,048 tokens a step was refused as "less than half a batch" though it is exactly half;
+    ties go to the even step count (Python's round, as the authors' code): 5,120 -> 4,096, 7,168 -> 8,192."""
+    from loopscale.model.train import resolve_tokens
+
+    cfg = {**base, "batch_tokens": 2048}
+    assert [resolve_tokens(RunConfig(**{**cfg, "tokens": t})) for t in (1025, 3072, 5120, 7168)] == [
+        2048, 4096, 4096, 8192]  # fmt: skip
+    with pytest.raises(ValueError, match=r"tokens=1024 is at most half a batch \(batch_tokens=2048\), so it rounds"):
+        RunConfig(**{**cfg, "tokens": 1024})
