@@ -36,7 +36,16 @@ def _how_trained(run) -> str:
     bptt = f", bptt_k={m.bptt_k} of r={m.r}" if m.bptt_k is not None and m.bptt_k != m.r else ""
     return (f"{opt}, {lr} ({run.schedule}){inj if m.r > 1 else ''}{bptt}, seed={run.seed}, {run.precision}, "
             f"compile {'on' if run.compile else 'off'}, {run.num_threads} thread{'s' * (run.num_threads != 1)} on "
-            f"{run.device}")
+            f"{_device_said(run.device)}")
+
+
+def _device_said(name: str) -> str:
+    """The device a run trains on, as the trainer resolves it: ``auto`` names the device it picks."""
+    if name != "auto":
+        return name
+    from loopscale.model.train import _resolve_device
+
+    return f"{_resolve_device(name).type} (auto)"
 
 
 JSON_KEYS = (

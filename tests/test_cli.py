@@ -533,6 +533,11 @@ def test_train_console_says_how_the_run_trains():
                                    "1024", "--seeds", "0,3"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "  adamw, lr=0.003 (linear), linear injection, fp32, compile off, 1 thread on cpu\n" in res.stderr, res.stderr
+    # --device auto said "1 thread on auto": it names the device it picked (a CPU here)
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--tokens", "2048", "--batch-tokens", "1024",
+                                   "--device", "auto"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "compile off, 1 thread on cpu (auto)\n" in res.stderr, res.stderr
 
 
 def test_an_ensembles_console_output_shows_each_members_validation_curve():
