@@ -1715,6 +1715,25 @@ READ_FOR_COUNT_BYTES = 256 << 20
 size."""
 
 
+def _parquet_text_bytes(files, text_column: str, default: int) -> int:
+    """Uncompressed bytes of ``text_column`` in the Parquet ``files``, from their footers (no data page is read);
+    ``default`` when a footer does not give it. A file of 60 short titles beside a large other column is small text
+    to tokenize, however large the file."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    try:
+        for f in files:
+            md = pq.ParquetFile(f).metadata
+            for g in range(md.num_row_groups):
+                rg = md.row_group(g)
+                total += sum(rg.column(c).total_uncompressed_size for c in range(rg.num_columns)
+                             if rg.column(c).path_in_schema == text_column)  # fmt: skip
+    except Exception:  # noqa: BLE001  an unreadable footer: the file's size, as for other corpora
+        return default
+    return total
+
+
 def _token_file_split(path: Path) -> tuple[int, int, str]:
     """``(train, val, how)`` token counts of a pre-tokenized file as :func:`load_tokens` splits it (the last
     :data:`VAL_TAIL_FRAC` of its tokens are validation), from its length alone."""
@@ -1804,7 +1823,7 @@ def split_tokens_if_cheap(
     Known from a pre-tokenized file's length (the :data:`VAL_TAIL_FRAC` tail is validation), from the token cache's
     ``meta.json`` (a text or Parquet corpus of at most :data:`READ_FOR_COUNT_BYTES`, which is hashed to find it), from
     the embedded corpus's manifest with byte tokens, or by tokenizing a text or Parquet corpus of at most
-    ``tokenize_up_to`` bytes (None: :data:`TOKENIZE_TO_CHECK_BYTES`) into the token cache (as :func:`load_tokens`, which the runs then reuse; the corpus's
+    ``tokenize_up_to`` bytes (None: :data:`TOKENIZE_TO_CHECK_BYTES`; for Parquet, bytes of its text column) into the token cache (as :func:`load_tokens`, which the runs then reuse; the corpus's
     :class:`CorpusWarning` s are not issued here: the result's ``warnings`` hold those the cache records).
 
     Raises:
@@ -1840,6 +1859,8 @@ def split_tokens_if_cheap(
                 "embedded corpus: UTF-8 bytes + 1 separator per document",
             )
         return None
+    if src.kind == "parquet":  # what is tokenized is the text column, not the file (other columns can be most of it)
+        size = _parquet_text_bytes(src.files, text_column, size)
     if size > (TOKENIZE_TO_CHECK_BYTES if tokenize_up_to is None else tokenize_up_to) or tok_kind == "pretokenized":
         return None
     with warnings.catch_warnings():

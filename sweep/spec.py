@@ -779,7 +779,8 @@ class SweepSpec(_Strict):
         """Cheap checks of the corpus against the tokenizer and the model (:func:`loopscale.model.data.check_corpus`:
         the corpus exists, Parquet files have ``text_column``, a token file's dtype is stated and its ids fit
         ``vocab_size``; where the token counts are cheap to know — a token file, a corpus already in the token cache,
-        a text or Parquet corpus of at most ``TOKENIZE_TO_CHECK_BYTES`` bytes, tokenized here into the cache the runs
+        a text or Parquet corpus of at most ``TOKENIZE_TO_CHECK_BYTES`` bytes of text (a Parquet file's text column,
+        whatever its other columns weigh), tokenized here into the cache the runs
         reuse — it is not empty, BPE has enough text to train on, and both splits hold a window of ``seq_len + 1``
         tokens), before Ray starts and in ``--dry-run``.
 

@@ -447,3 +447,23 @@ def test_a_parquet_corpus_of_empty_or_null_text_is_refused_from_its_footers(tmp_
     D.check_corpus(str(tmp_path / "one.parquet"), "byte", 256)  # one row of text: read
     with pytest.raises(D.CorpusError, match="holds no text"):  # a folder of them: refused only when every file is
         D.check_corpus(str(tmp_path / "*mpty.parquet"), "byte", 256)
+
+
+def test_a_parquet_file_large_for_another_column_is_checked_by_its_text_columns_size(tmp_path):
+    """A 1.8 MB Parquet file whose text column held 60 short titles (about 1.5 KB) was too large for the cheap
+    pre-flight (it weighed the file), so `run --dry-run` said nothing and every trial later warned that 96 of its
+    2,048 eval tokens were there. The pre-flight now weighs the text column (from the footer): it counts the
+    tokens of such a file, and still leaves a large text column to the runs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    titles = [f"A short title number {i} about trade and peace." for i in range(60)]
+    blobs = [rng.bytes(40_000).hex() for _ in range(60)]  # 80 KB of hex text per row: 4.8 MB, little compression
+    f = tmp_path / "content.parquet"
+    pq.write_table(pa.table({"title": titles, "content": blobs}), f)
+    assert f.stat().st_size > D.TOKENIZE_TO_CHECK_BYTES
+    assert D._parquet_text_bytes([f], "title", -1) < 5_000
+    split = D.split_tokens_if_cheap(str(f), "byte", text_column="title", cache_dir=tmp_path / "cache")
+    assert split is not None and split.train + split.val == sum(len(t) + 1 for t in titles)
+    assert D.split_tokens_if_cheap(str(f), "byte", text_column="content", cache_dir=tmp_path / "cache") is None
