@@ -721,6 +721,15 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
                 CorpusWarning,
                 stacklevel=3,
             )
+        if warn and (links := _linked_folders(p)):
+            shown = ", ".join(str(x.relative_to(p)) for x in links[:3]) + (", ..." if len(links) > 3 else "")
+            warnings.warn(
+                f"corpus directory {corpus!r} holds {len(links)} symbolic link{'s' * (len(links) != 1)} to a folder "
+                f"({shown}), not followed: the files there are not read (a glob follows them, e.g. "
+                f"'{p / links[0].relative_to(p)}/**/*.txt'; or copy the folder in)",
+                CorpusWarning,
+                stacklevel=3,
+            )
         return files
     if not p.exists():
         raise CorpusNotFoundError(
@@ -728,6 +737,15 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
             "directory, a glob, a .parquet file, or a .bin/.npy token file)"
         )
     return [p]
+
+
+def _linked_folders(p: Path) -> list[Path]:
+    """Symbolic links to folders below the directory ``p`` (not hidden), which a directory corpus does not follow
+    (``Path.rglob`` lists them without descending)."""
+    return sorted(
+        x for x in p.rglob("*")
+        if x.is_symlink() and x.is_dir() and not any(part.startswith(".") for part in x.relative_to(p).parts)
+    )  # fmt: skip
 
 
 def relative_note(path: str) -> str:

@@ -467,3 +467,31 @@ def test_a_parquet_file_large_for_another_column_is_checked_by_its_text_columns_
     split = D.split_tokens_if_cheap(str(f), "byte", text_column="title", cache_dir=tmp_path / "cache")
     assert split is not None and split.train + split.val == sum(len(t) + 1 for t in titles)
     assert D.split_tokens_if_cheap(str(f), "byte", text_column="content", cache_dir=tmp_path / "cache") is None
+
+
+def test_a_symlinked_folder_in_a_corpus_directory_is_said_not_followed(tmp_path):
+    """A symbolic link to a folder inside a corpus directory was skipped without a word (a linked file is read):
+    its files are not part of the corpus (following links would change existing corpora's content hash), and a
+    warning now names it with the glob that does read it."""
+    words = "the people of this nation shall hold fast to liberty and the common good. " * 400
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text(words)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "b.txt").write_text(words)
+    (tmp_path / "c" / "more").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        files = D._expand(str(tmp_path / "c"), warn=True)
+    assert files == [tmp_path / "c" / "a.txt"]
+    said = [str(w.message) for w in caught if "symbolic link" in str(w.message)]
+    assert said == [f"corpus directory {str(tmp_path / 'c')!r} holds 1 symbolic link to a folder (more), not "
+                    f"followed: the files there are not read (a glob follows them, e.g. '{tmp_path / 'c' / 'more'}/**/*.txt'; "
+                    "or copy the folder in)"]  # fmt: skip
+    import glob
+
+    assert str(tmp_path / "c" / "more" / "b.txt") in glob.glob(f"{tmp_path / 'c' / 'more'}/**/*.txt", recursive=True)
+    (tmp_path / "c" / "more").unlink()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        D._expand(str(tmp_path / "c"), warn=True)
+    assert not [w for w in caught if "symbolic link" in str(w.message)]
