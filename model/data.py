@@ -1116,8 +1116,14 @@ def _open_token_file(path: Path) -> np.ndarray:
                 "numpy.save; save the token ids again with numpy.save"
             ) from None
         if arr.dtype not in (np.uint16, np.uint32) or arr.ndim != 1:
+            fix = ""
+            if arr.dtype.kind in "iu" and arr.ndim == 1:  # whole numbers of another width, e.g. int32 / int64 ids
+                fix = ("; for ids that are >= 0 and below 2**32, convert it once: "
+                       "np.save(path, np.load(path).astype(np.uint32))")  # fmt: skip
+            elif arr.dtype.kind in "iu":
+                fix = "; flatten its documents into one array first (np.concatenate), then save it as uint32"
             raise CorpusError(
-                f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}"
+                f"token file {str(path)!r} must be a 1-D uint16/uint32 array, got {arr.dtype} {arr.shape}{fix}"
             )
         if arr.size == 0:  # its split would say "-1 training tokens"
             raise CorpusError(f"token file {str(path)!r} is an empty array (0 tokens): it holds no token ids")

@@ -26,3 +26,20 @@ def test_an_object_npy_is_said_to_be_of_dtype_object(tmp_path):
     with pytest.raises(D.CorpusError, match="is a .npy array of dtype object") as e:
         D.check_corpus(str(f), "pretokenized", 512)
     assert "truncated" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "arr, fix",
+    [(np.arange(300, dtype=np.int32), "convert it once: np.save(path, np.load(path).astype(np.uint32))"),
+     (np.arange(300, dtype=np.int64), "convert it once: np.save(path, np.load(path).astype(np.uint32))"),
+     (np.arange(300, dtype=np.int32).reshape(3, 100), "flatten its documents into one array first"),
+     (np.arange(300, dtype=np.float32), None)],
+)  # fmt: skip
+def test_a_token_npy_of_other_whole_numbers_gets_the_conversion(tmp_path, arr, fix):
+    """An int32 or int64 array of ids (what np.array(list_of_ints) gives) was refused as not uint16/uint32 without
+    saying how to convert it; floats are not ids and get no such line."""
+    f = tmp_path / "ids.npy"
+    np.save(f, arr)
+    with pytest.raises(D.CorpusError, match="must be a 1-D uint16/uint32 array") as e:
+        D.check_corpus(str(f), "pretokenized", 512)
+    assert (fix in str(e.value)) if fix else ("convert" not in str(e.value) and "flatten" not in str(e.value))
