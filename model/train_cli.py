@@ -48,6 +48,17 @@ def _device_said(name: str) -> str:
     return f"{_resolve_device(name).type} (auto)"
 
 
+def _resumed_line(step: int | None, steps: int, checkpoint_dir) -> str | None:
+    """The console line of a run that went on from a checkpoint (``--json``: ``resumed_from_step``): a rerun of a
+    finished run printed its results again as if it had trained them. None for a run trained from step 0."""
+    if step is None:
+        return None
+    if step >= steps:
+        return (f"resumed: the checkpoint in {checkpoint_dir} is of the last step ({step} of {steps}): nothing was "
+                "trained again; the results above are the finished run's, measured again")  # fmt: skip
+    return f"resumed: from the checkpoint in {checkpoint_dir} at step {step} of {steps} (those steps not trained again)"
+
+
 JSON_KEYS = (
     "status",
     "final_val_loss",
@@ -178,6 +189,8 @@ def train_cmd(
     )
     if by_step := _val_by_step(out["curve"]):
         typer.echo(f"{'val_loss by step':>16}: {by_step}")
+    if (said := _resumed_line(res.resumed_from_step, int(out["D"]) // run.batch_tokens, run.checkpoint_dir)) is not None:
+        typer.echo(said, err=True)
     for w in out["warnings"]:  # the run's warnings it recorded without showing them (e.g. roundings, compile time)
         if w not in notes and w not in shown.messages:
             typer.echo(f"warning: {w}", err=True)
@@ -297,6 +310,9 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
             if by_step := _val_by_step(o["curve"]):
                 typer.echo(f"{'':>11}val_loss by step: {by_step}")
         o = rows[0]
+        said = _resumed_line(results[0].resumed_from_step, int(o["D"]) // run.batch_tokens, run.checkpoint_dir)
+        if said is not None:
+            typer.echo(said, err=True)
         tps = o["tokens_per_s"]
         rate = f"{tps:,.0f} tokens/s" if tps is not None and math.isfinite(tps) else "tokens/s not measured"
         typer.echo(f"per member: D {o['D']} tokens, C {o['C']:.4g} FLOPs, {rate}; "

@@ -681,3 +681,19 @@ def test_fit_of_a_stopped_sweeps_folder_says_which_planned_runs_are_missing(tmp_
     store.consolidate()
     res = CliRunner().invoke(app, ["fit", str(tmp_path), "--starts", "10", "--json"])
     assert res.exit_code == 0 and "unfinished_grid" not in json.loads(res.stdout)
+
+
+def test_a_rerun_of_a_finished_checkpointed_train_says_nothing_was_trained(tmp_path):
+    """Rerunning a finished `train --checkpoint-dir` printed its results again as if it had trained them: it now
+    says it resumed from the checkpoint of the last step and trained nothing (a single run and an ensemble)."""
+    for extra, name in (([], "one"), (["--seeds", "0,1"], "two")):
+        ck = tmp_path / name
+        args = ["train", "--d-model", "16", "--tokens", "2048", "--batch-tokens", "1024", "--checkpoint-dir", str(ck),
+                "--checkpoint-every-steps", "1", *extra]  # fmt: skip
+        first = CliRunner().invoke(app, args)
+        assert first.exit_code == 0, first.output
+        assert "resumed:" not in first.stderr
+        again = CliRunner().invoke(app, args)
+        assert again.exit_code == 0, again.output
+        assert (f"resumed: the checkpoint in {ck} is of the last step (2 of 2): nothing was trained again; the "
+                "results above are the finished run's, measured again") in again.stderr, again.stderr  # fmt: skip
