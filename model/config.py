@@ -337,4 +337,11 @@ def preset_config(
     base = dict(PRESETS[preset])
     base.update({k: v for k, v in overrides.items() if v is not None})
     eff, pre, coda = base.pop("effective_depth"), base.pop("n_prelude"), base.pop("n_coda")
+    hd = base.get("head_dim")
+    if width_scale is not None and isinstance(hd, int) and hd > 0 and d_model % hd:  # say it in the width asked for
+        s_ok = next(s for s in range(int(width_scale) + 1, int(width_scale) + hd + 1) if (64 * s) % hd == 0)
+        raise ValueError(
+            f"d_model must be divisible by head_dim: width_scale={width_scale} gives d_model={d_model}, head_dim={hd} "
+            f"(try width_scale={s_ok}, d_model={64 * s_ok}, or a smaller head_dim)"
+        )
     return iso_depth(d_model, r, effective_depth=eff, n_prelude=pre, n_coda=coda, **base)

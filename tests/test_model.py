@@ -567,3 +567,16 @@ def test_a_plain_model_takes_any_depth_whatever_the_presets_prelude_and_coda():
         iso_depth(16, 1, effective_depth=0, n_prelude=0, n_coda=0)
     with pytest.raises(ValueError, match="effective_depth must exceed n_prelude \\+ n_coda"):
         preset_config("cpu", r=2, d_model=16, effective_depth=2)
+
+
+def test_a_width_scale_that_head_dim_does_not_divide_suggests_a_width_scale():
+    """`--preset paper --width-scale 1` (d = 64, head_dim 128) suggested "(try d_model=128)", a flag the user had not
+    used: the message now gives the width scale that fits (and its d_model)."""
+    with pytest.raises(ValueError, match=r"width_scale=1 gives d_model=64, head_dim=128 \(try width_scale=2, "
+                                         r"d_model=128, or a smaller head_dim\)"):  # fmt: skip
+        preset_config("paper", r=1, width_scale=1)
+    with pytest.raises(ValueError, match=r"try width_scale=4, d_model=256"):
+        preset_config("paper", r=1, width_scale=3, head_dim=256)
+    with pytest.raises(ValueError, match=r"\(try d_model=128\)"):  # given as d_model: said as d_model
+        preset_config("paper", r=1, d_model=64)
+    assert preset_config("paper", r=4, width_scale=2).d_model == 128
