@@ -553,20 +553,27 @@ def _lost_fit_files(d: Path, ana: dict) -> str | None:
     )
 
 
-def lr_study_notes(lr: pd.DataFrame) -> list[str]:
-    """What ``tune-lr`` said of its studies, as ``lr_table.parquet``'s ``notes`` column records it (a JSON list per
-    row: a chosen LR at the edge of the LRs tried, trials rejected as diverged or not learning), each note once (one
-    study's rows share them when its LR serves every r); [] for none or a table written before the column."""
-    out: list[str] = []
-    if "notes" not in lr.columns:
-        return out
-    for text in lr["notes"].dropna():
+def _json_list_cells(column: pd.Series) -> list[list[str]]:
+    """Each non-null cell of a column of JSON lists of strings (the runs' ``warnings``, the LR table's ``notes``),
+    as a list; a cell that does not read as one is left out."""
+    cells = []
+    for text in column.dropna():
         try:
             notes = json.loads(text)
         except (TypeError, ValueError):
             continue
-        out += [str(n) for n in notes if isinstance(notes, list) and str(n) not in out]
-    return out
+        if isinstance(notes, list):
+            cells.append([str(n) for n in notes])
+    return cells
+
+
+def lr_study_notes(lr: pd.DataFrame) -> list[str]:
+    """What ``tune-lr`` said of its studies, as ``lr_table.parquet``'s ``notes`` column records it (a JSON list per
+    row: a chosen LR at the edge of the LRs tried, trials rejected as diverged or not learning), each note once (one
+    study's rows share them when its LR serves every r); [] for none or a table written before the column."""
+    if "notes" not in lr.columns:
+        return []
+    return list(dict.fromkeys(n for notes in _json_list_cells(lr["notes"]) for n in notes))
 
 
 def data_caveat(runs: pd.DataFrame) -> str | None:
@@ -582,15 +589,8 @@ def data_caveat(runs: pd.DataFrame) -> str | None:
     parts = []
     if "warnings" in ok.columns:
         said = re.compile(r"eval_tokens=(\d+) is more than the validation split holds \((\d+) tokens\): (\d+) tokens")
-        short = []
-        for text in ok["warnings"].dropna():
-            try:
-                notes = json.loads(text)
-            except (TypeError, ValueError):
-                continue
-            for note in notes if isinstance(notes, list) else []:
-                if m := said.search(str(note)):
-                    short.append((int(m.group(3)), int(m.group(1))))
+        short = [(int(m.group(3)), int(m.group(1))) for notes in _json_list_cells(ok["warnings"]) for note in notes
+                 if (m := said.search(note))]  # fmt: skip
         if short:
             got, asked = min(short)
             n = len(short)

@@ -774,6 +774,11 @@ def _choose(study) -> tuple[float | None, float | None, int, int]:
     return float(best.params["lr"]), float(best.value), len(trials), pruned
 
 
+EDGE_HEAD = "best LR at the edge of the LRs tried (the best may lie beyond them)"
+"""How `tune-lr` opens its line on studies whose chosen LR is the highest or lowest tried (console and the LR
+table's ``notes``)."""
+
+
 def edge_of_tried(study, lr: float | None) -> str | None:
     """'highest' / 'lowest' when ``lr`` (the chosen LR) is the largest / smallest LR among the study's finished
     trials (complete, pruned, or failed as unhealthy: diverged or did not learn; at least 3 distinct LRs), else
@@ -926,7 +931,7 @@ def run_tune_lr(
             notes.append(note)
         if edge := edge_of_tried(study, lr):
             at_edge.append(f"size {s}, r {r}: {lr:.3g}, the {edge} of {n} tried: {edge_advice(edge, lr, spec.tune)}")
-            notes.append(f"best LR at the edge of the LRs tried (the best may lie beyond them): {at_edge[-1]}")
+            notes.append(f"{EDGE_HEAD}: {at_edge[-1]}")
         targets = [r] if spec.tune.tune_per_r else sorted(spec.r)
         for rr in targets:
             rows.append(
@@ -952,7 +957,7 @@ def run_tune_lr(
         console.current().say("tune-lr: " + " | ".join(rejected), err=True)
     if at_edge:
         console.current().say(
-            "tune-lr: best LR at the edge of the LRs tried (the best may lie beyond them): " + "; ".join(at_edge),
+            f"tune-lr: {EDGE_HEAD}: " + "; ".join(at_edge),
             err=True,
         )
     _smooth(rows)
