@@ -355,7 +355,8 @@ def _identification(
 
     ci = boot.ci.get("phi") if boot is not None else None
     profile, per_r = rule_inputs(frame, starts=starts, B=B, seed=seed, strata=strata, address=address)
-    ident = identify(joint, ci, profile, per_r, no_interval=boot.no_interval_reason if boot is not None else None)
+    ident = identify(joint, ci, profile, per_r, no_interval=boot.no_interval_reason if boot is not None else None,
+                     n_resamples=boot.B - boot.n_failed if boot is not None else None)
     outd = ident.to_dict()
     # the alternative to one phi: the same law with phi free per r, fitted to the same points with the joint fit's
     # starts (one fit; with the profile's 30 its optimiser could stop short of `loopscale fit --law joint_per_r`)
@@ -661,7 +662,7 @@ def analyze(
             if B > 0
             else None
         )
-        files = write_fit_outputs(vdir, joint, boot, plots=plots, extra={"variant": vname})
+        files = write_fit_outputs(vdir, joint, boot, plots=plots, extra={"variant": vname}, keep_earlier=False)
         v["joint"] = fitted(summary_dict(joint, boot))  # what fit.json holds; never read back
         v["files"] = {k: str(Path(p).relative_to(out)) for k, p in files.items()}
         v["restricted"] = {}

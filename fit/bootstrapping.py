@@ -949,8 +949,26 @@ def bootstrap_data(
     extra: dict[str, Any] = {}
     if stratify_by:
         extra = {"stratify_by": list(stratify_by), "single_seed_note": single_seed_note(data.frame, tuple(stratify_by))}
+    elif note := one_run_blocks_note(cells, bb):
+        extra = {"one_run_blocks_note": note}
     return _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level,
                    derived, starts, seed, extra)  # fmt: skip
+
+
+def one_run_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None) -> str | None:
+    """The note for a block bootstrap whose every block holds one run (``cells``: shape ``(n,)``, every id once):
+    it resamples run by run, as ``block_by=None`` would, so its intervals leave out what runs of one
+    (budget, architecture) cell share (paper §4.3 resamples whole cells). On an iso-FLOP table this is a blocking
+    by a column that differs per run (D); the budget column blocks it. None for iid, fewer blocks than runs, or
+    fewer than 2 runs."""
+    if not block_by or cells.size < 2 or int(cells.max()) + 1 < cells.size:
+        return None
+    cols = ",".join(block_by)
+    return (
+        f"every ({cols}) block holds one run, so the bootstrap resampled run by run; if the table has a "
+        "budget column whose cells hold several runs (an iso-FLOP design), block by it: --block-by COLUMN,r "
+        "(block_by=('COLUMN', 'r') in Python)"
+    )
 
 
 def single_seed_note(frame: pd.DataFrame, keys: tuple[str, ...]) -> str | None:
@@ -1103,7 +1121,8 @@ def bootstrap(
     Args:
         table: path, DataFrame or pyarrow Table (columns as :func:`loopscale.fit.fitter.fit_law`).
         law: ``"joint"`` or ``"chinchilla"``. phi: fix phi (restricted joint law).
-        B: resamples. block_by: ``"default"`` (joint: ``(budget, r)`` or ``(C, r)`` or ``(D, r)``; Chinchilla: iid),
+        B: resamples. block_by: ``"default"`` (joint: ``(budget, r)``, else ``(C, r)`` or ``(D, r)``, whichever
+            makes fewer cells (:func:`loopscale.fit.io.default_block_by`); Chinchilla: iid),
             ``None``/``"iid"`` for iid over runs, or a tuple / comma-separated string of columns.
         seed: seeds the draws and the starts (resample k uses ``default_rng([seed, k])``).
         workers: CPUs for the embedded Ray (``1`` with no address: serial in-process, no Ray; ``None`` with no

@@ -12,11 +12,6 @@ import typer
 
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
 
-#: The files a fit writes to ``--out`` (an earlier fit's are moved aside before a fit writes there).
-_FIT_FILES = ("fit.json", "bootstrap.parquet", "phi_bootstrap.png", "identification.json", "fit_curves.png",
-              "residuals.png")
-
-
 #: The folders a ``loopscale run`` writes in its output folder (records, Tune state, logs, TensorBoard files).
 _RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard")
 
@@ -155,7 +150,8 @@ def fit_cmd(
         typer.Option(
             "--block-by",
             help="Bootstrap cells of a per-run fit: comma-separated columns (e.g. 'budget,r'), 'iid', or 'default' "
-            "(joint: budget,r / C,r / D,r; chinchilla: iid). A joint fit to cell means (seeds as replicates, see "
+            "(joint: budget,r if the table has budget, else C,r or D,r, whichever makes fewer cells; chinchilla: "
+            "iid). A joint fit to cell means (seeds as replicates, see "
             "--per-run) resamples seeds within cells instead; there --block-by needs --per-run.",
         ),
     ] = "default",
@@ -301,6 +297,7 @@ def fit_cmd(
         with warnings.catch_warnings(), plain_progress_lines() if json_out else contextlib.nullcontext():
             # its "no interval" and one-seed-cells warnings are the summary's own lines (below), said once
             warnings.filterwarnings("ignore", message="bootstrap: no interval")
+            warnings.filterwarnings("ignore", message="table: ")  # the table's input warnings: printed below
             warnings.filterwarnings("ignore", message=r"bootstrap: \d+ of \d+ cells have one seed")
             if not bootstrap or (address is None and num_gpus is None and ray_temp_dir is None):
                 # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
@@ -377,14 +374,10 @@ def fit_cmd(
         if out is not None:
             # an earlier fit's files are moved into a folder of their own before this fit writes (nothing written is
             # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)
-            earlier = [n for n in _FIT_FILES if (Path(out) / n).is_file()]
-            if earlier:
-                from loopscale.cluster.storage import new_aside_folder
+            from loopscale.fit.outputs import move_earlier_fit
 
-                aside = new_aside_folder(out, "earlier_fit")
-                for name in earlier:
-                    (Path(out) / name).replace(aside / name)
-                summary["moved_aside"] = {"files": earlier, "to": str(aside)}
+            if moved := move_earlier_fit(out):
+                summary["moved_aside"] = moved
             # fit.json says what --json says (what was fitted, what is not identified, the verdict), less the paths
             said = {k: v for k, v in summary.items() if k != "outputs"}
             summary["outputs"] = write_fit_outputs(out, fit, boot, extra=said)
@@ -463,6 +456,8 @@ def fit_cmd(
             else:
                 if note := boot.extra.get("single_seed_note"):
                     lines.append(f"  warning: {note}")
+                if note := boot.extra.get("one_run_blocks_note"):
+                    lines.append(f"  note: {note}")
                 if few := few_resamples_note(boot.B - boot.n_failed):
                     lines.append(f"  warning: {few}")
                 if edge := box_edge_interval_note(boot.ci):
@@ -498,7 +493,7 @@ def fit_cmd(
             lines.append(f"  wrote {', '.join(sorted(summary['outputs']))} to {out}")
             if summary.get("moved_aside"):
                 m = summary["moved_aside"]
-                lines.append(f"  moved the earlier fit's {', '.join(m['files'])} to {m['to']}")
+                lines.append(f"  moved the files already there that a fit writes ({', '.join(m['files'])}) to {m['to']}")
         print("\n".join(lines), file=sys.stdout)
 
 

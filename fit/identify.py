@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscale.fit.bootstrapping import bootstrap_phase
+from loopscale.fit.bootstrapping import FEW_RESAMPLES, bootstrap_phase
 from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
 from loopscale.fit.laws import PHI_BOUNDS, PUBLIC_BOUNDS, make_law
@@ -70,7 +70,9 @@ class Identification:
         headline: the sentence a report or CLI prints ("phi = x [lo, hi] ..." or "phi not identified by this grid:
             ...").
         phi, ci: point estimate and its interval (``None`` when unavailable).
-        half_width: (hi - lo) / 2 of ``ci``; ``precise`` is ``half_width <= target_half_width``.
+        half_width: (hi - lo) / 2 of ``ci``; ``precise`` is ``half_width <= target_half_width``, and False when
+            the interval rests on fewer than :data:`loopscale.fit.bootstrapping.FEW_RESAMPLES` refitted resamples
+            (``details["few_resamples"]``: their number; the headline then says the verdict is not to be trusted).
         fixed_D: every run had the same D (the D-term is a constant); ``E_D`` is then E + B D^-beta.
     """
 
@@ -394,6 +396,7 @@ def identify(
     target_half_width: float = 0.15,
     bound_rtol: float = BOUND_RTOL,
     no_interval: str | None = None,
+    n_resamples: int | None = None,
 ) -> Identification:
     """Apply the identification rule (module docstring) to a joint fit with phi free.
 
@@ -406,6 +409,10 @@ def identify(
         bound_rtol: a parameter within this fraction of the box width from an edge counts as on the bound.
         no_interval: why the bootstrap that was run gave no interval (``BootstrapResult.no_interval_reason``): the
             cause ``NO_INTERVAL``; None when it gave one or none was run.
+        n_resamples: the refitted resamples behind ``ci`` (``B - n_failed``); below
+            :data:`~loopscale.fit.bootstrapping.FEW_RESAMPLES` the interval's ends (and the per-r intervals, drawn as
+            many times) move from one bootstrap seed to the next: the checks are made all the same, but the
+            headline says the verdict rests on that few and ``precise`` is False. None: not known (not said).
     Raises:
         ValueError: ``point`` is not a joint fit with phi free.
     """
@@ -497,7 +504,8 @@ def identify(
         reasons[Cause.NO_INTERVAL.value] = f"no interval: the bootstrap gave none ({no_interval})"
 
     half = None if phi_ci is None else (phi_ci[1] - phi_ci[0]) / 2
-    precise = half is not None and half <= target_half_width
+    few = n_resamples is not None and phi_ci is not None and 0 < int(n_resamples) < FEW_RESAMPLES
+    precise = half is not None and half <= target_half_width and not few
     E_D = float(p["E"] + p["B"] * float(np.unique(frame["D"])[0]) ** (-p["beta"])) if is_fixed_D else None
     if causes:
         headline = "phi not identified by this grid: " + "; ".join(reasons[c.value] for c in causes)
@@ -510,6 +518,10 @@ def identify(
                          "imprecise)")  # fmt: skip
     if not causes and details["checks_skipped"]:
         headline += "; not checked: " + ", ".join(details["checks_skipped"])
+    if few:
+        details["few_resamples"] = int(n_resamples)
+        headline += (f" (a verdict from {int(n_resamples)} refitted resample(s), fewer than the {FEW_RESAMPLES} it "
+                     "needs: the interval's ends move with the bootstrap seed; --bootstrap 200 as `loopscale run`)")
     return Identification(
         identified=not causes,
         causes=tuple(causes),

@@ -583,17 +583,24 @@ def unit_warnings(data: FitData) -> list[str]:
 
 
 def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
-    """Default bootstrap blocks: joint law -> ``(budget, r)`` if ``budget`` holds values (iso-FLOP grids), else
-    ``(D, r)`` (token-budget grids, where ``budget`` is null and every size at one token budget shares D), else
-    ``(C, r)`` (paper §4.3: whole (budget, architecture) cells); Chinchilla law -> ``None`` (iid over runs)."""
+    """Default bootstrap blocks (paper §4.3: whole (budget, architecture) cells are resampled): joint law ->
+    ``(budget, r)`` if ``budget`` holds values (the sweep's iso-FLOP grids), else whichever of ``(C, r)`` and
+    ``(D, r)`` groups the runs into fewer cells, ``C`` on a tie: on an iso-FLOP table every run of a (C, r) cell
+    has its own D, so ``(D, r)`` would resample run by run; on a token-budget grid every size at one budget shares
+    D while C differs per run. Chinchilla law -> ``None`` (iid over runs). ``frame`` needs an ``r`` column for a
+    blocking; without ``budget``, ``C`` and ``D`` values -> ``None``."""
     if law.name != "joint":
         return None
     if "budget" in frame.columns and frame["budget"].notna().any():
         return ("budget", "r")
-    for c in ("D", "C"):
-        if c in frame.columns:
-            return (c, "r")
-    return None
+    best: tuple[str, ...] | None = None
+    n_best = None
+    for c in ("C", "D"):
+        if c in frame.columns and "r" in frame.columns and frame[c].notna().all():
+            n = len(frame.groupby([c, "r"], sort=False, dropna=False))
+            if n_best is None or n < n_best:
+                best, n_best = (c, "r"), n
+    return best
 
 
 def with_layers_unique(df: pd.DataFrame) -> pd.DataFrame:

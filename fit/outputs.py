@@ -49,6 +49,29 @@ def summary_dict(fit: Any, boot: Any | None = None) -> dict[str, Any]:
     return json_safe(d)
 
 
+#: The files a fit writes to its folder (``loopscale fit --out`` adds ``identification.json``): an earlier fit's
+#: are moved aside (:func:`move_earlier_fit`) before a fit writes there.
+FIT_FILES = ("fit.json", "bootstrap.parquet", "phi_bootstrap.png", "identification.json", "fit_curves.png",
+             "residuals.png")
+
+
+def move_earlier_fit(out_dir: str | Path) -> dict[str, Any] | None:
+    """Move the files of :data:`FIT_FILES` that ``out_dir`` already holds (an earlier fit's, or the user's own of
+    those names) into a new folder ``out_dir/earlier_fit_<UTC time>`` (:func:`loopscale.cluster.storage.new_aside_folder`),
+    so that a fit writing there loses nothing and leaves no earlier file (a bootstrap, a verdict) that reads as its
+    own. Returns ``{"files": [names], "to": folder}``, or None when there was nothing to move (no folder made)."""
+    out = Path(out_dir)
+    earlier = [n for n in FIT_FILES if (out / n).is_file()]
+    if not earlier:
+        return None
+    from loopscale.cluster.storage import new_aside_folder
+
+    aside = new_aside_folder(out, "earlier_fit")
+    for name in earlier:
+        (out / name).replace(aside / name)
+    return {"files": earlier, "to": str(aside)}
+
+
 def write_fit_outputs(
     out_dir: str | Path,
     fit: Any,
@@ -56,15 +79,23 @@ def write_fit_outputs(
     table: pd.DataFrame | None = None,
     plots: bool = True,
     extra: dict[str, Any] | None = None,
+    keep_earlier: bool = True,
 ) -> dict[str, str]:
     """Write ``fit.json`` (:func:`summary_dict`), ``bootstrap.parquet`` (one row per resample, when ``boot``), and PNGs:
     ``fit_curves.png`` (data + fitted curves per r), ``residuals.png`` (residual vs prediction) and, when ``boot`` has
     phi draws, ``phi_bootstrap.png``. ``table`` defaults to the rows the fit used (``fit.data``); ``extra``
     keys (e.g. ``variant``; ``loopscale fit`` adds every key of its ``--json`` but ``outputs``) are added to
-    fit.json.
+    fit.json. Files of those names already in ``out_dir`` (an earlier fit's) are first moved into
+    ``out_dir/earlier_fit_<UTC time>`` (:func:`move_earlier_fit`), with a ``UserWarning`` naming them and the folder;
+    ``keep_earlier=False`` replaces them (the run's analysis, which writes a whole folder of its own).
     Returns ``{name: path}`` of the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if keep_earlier and (moved := move_earlier_fit(out)):
+        import warnings
+
+        warnings.warn(f"moved the files already in {out} that a fit writes ({', '.join(moved['files'])}) to "
+                      f"{moved['to']}", UserWarning, stacklevel=2)
     files: dict[str, str] = {}
     p = out / "fit.json"
     from loopscale.cluster.storage import write_text_atomic

@@ -8,6 +8,7 @@ resampled within cells, a Chinchilla fit of one point refused. :func:`loopscale.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,6 +45,10 @@ class TableFit:
             when asked (``identify=True``), else None.
         other_variants_rows: {variant: rows} of the table left out because they belong to another variant's
             fit (empty when none).
+        input_warnings: what ``loopscale fit`` warns of in the table's values, one sentence each: values that read
+            as another unit (:func:`loopscale.fit.io.unit_warnings`: D in billions, a perplexity, ...) and rows that
+            repeat a kept row (:attr:`loopscale.fit.io.FitData.near_duplicates`); each is also raised as a
+            ``UserWarning`` starting ``"table: "``. The fit is made either way.
     """
 
     fit: Any
@@ -57,6 +62,7 @@ class TableFit:
     pooled_r: list[int] = field(default_factory=list)
     identification: Any = None
     other_variants_rows: dict[str, int] = field(default_factory=dict)
+    input_warnings: list[str] = field(default_factory=list)
 
     @property
     def params(self) -> dict[str, float]:
@@ -103,7 +109,8 @@ def fit_table(
         per_run: a table whose seeds are replicates: fit every run as a point and bootstrap blocks (``block_by``),
             instead of the cell means with seeds resampled within cells (the default, as ``loopscale run``).
         bootstrap: resamples B (0: none; paper: 200).
-        block_by: bootstrap blocks of a per-run fit: ``"default"`` (joint: budget,r / C,r / D,r; chinchilla: iid),
+        block_by: bootstrap blocks of a per-run fit: ``"default"`` (joint: budget,r, else C,r or D,r, whichever
+            makes fewer cells (:func:`loopscale.fit.io.default_block_by`); chinchilla: iid),
             ``"iid"`` (or None), or a tuple of column names.
         identify: apply the identification rule of ``loopscale run`` (joint law, phi free; needs ``bootstrap``).
         starts, seed, delta: the fitter's starts, RNG seed and Huber threshold (paper: 500, -, 1e-3).
@@ -123,7 +130,7 @@ def fit_table(
     from loopscale.fit.analysis import seed_replicates
     from loopscale.fit.bootstrapping import bootstrap_data
     from loopscale.fit.fitter import check_fit_args, fit_data
-    from loopscale.fit.io import csv_record_lines, prepare, read_table, with_layers_unique
+    from loopscale.fit.io import csv_record_lines, prepare, read_table, unit_warnings, with_layers_unique
     from loopscale.fit.laws import make_law
 
     check_fit_args(starts=starts, seed=seed, delta=delta, B=bootstrap, B_name="bootstrap", B_zero="no bootstrap",
@@ -192,6 +199,9 @@ def fit_table(
         if lw.name == "chinchilla":
             _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs
         raise
+    input_warnings = unit_warnings(data) + ([data.near_duplicates] if data.near_duplicates else [])
+    for w in input_warnings:  # said before the fit (a table in another unit is the likeliest reason for odd numbers)
+        warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)
     if lw.name == "joint_per_r":
         flat_terms += _single_point_phis(data)
@@ -234,7 +244,7 @@ def fit_table(
     return TableFit(
         fit=fit, boot=boot, data=data, law=lw, variant=variant, replicates=rep, by_cell=by_cell,
         flat_terms=flat_terms, pooled_r=pooled if len(pooled) > 1 else [], identification=ident,
-        other_variants_rows=others,
+        other_variants_rows=others, input_warnings=input_warnings,
     )  # fmt: skip
 
 
@@ -276,7 +286,8 @@ def identification(fit, boot, runs, *, strata, starts: int, seed: int):
 
     ci = boot.ci.get("phi") if boot is not None and not boot.no_interval_reason else None
     profile, per_r = rule_inputs(runs, starts=starts, B=boot.B if boot else 0, seed=seed, strata=strata)
-    return identify(fit, ci, profile, per_r, no_interval=boot.no_interval_reason if boot is not None else None)
+    return identify(fit, ci, profile, per_r, no_interval=boot.no_interval_reason if boot is not None else None,
+                    n_resamples=boot.B - boot.n_failed if boot is not None else None)
 
 
 def _one_point(src: pd.DataFrame) -> None:

@@ -545,7 +545,8 @@ def design(
         warnings.append(
             f"this spec's runs train for {plan_src['D'].nunique()} different token counts D (several token or FLOP "
             "budgets): `loopscale run` fits the joint law to every run "
-            "there (block bootstrap over (D, r) cells), while this design refits each draw's cell means: its "
+            "there (block bootstrap over (budget, r) cells: FLOP budgets, or D for token budgets), while this "
+            "design refits each draw's cell means: its "
             "half-widths describe the cell-mean fit, not the interval `run` will report, which can differ from them"
         )
     ladder = has_ladder(plan_src)

@@ -492,7 +492,8 @@ def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
                                                           "phi_bootstrap.png", "residuals.png"]  # fmt: skip
     assert json.loads((aside[0] / "fit.json").read_text())["n"] == len(_base_joint())
     assert json.loads((out / "fit.json").read_text())["n"] == int(_base_joint()["r"].isin([1, 2]).sum())
-    assert (f"moved the earlier fit's fit.json, bootstrap.parquet, phi_bootstrap.png, fit_curves.png, residuals.png "
+    assert (f"moved the files already there that a fit writes (fit.json, bootstrap.parquet, phi_bootstrap.png, "
+            f"fit_curves.png, residuals.png) "
             f"to {aside[0]}") in res.output
 
 
