@@ -45,6 +45,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = ["RayInfo", "ray_session", "validate_address", "check_reachable", "driver_thread_env", "no_node_fits"]
 
@@ -254,6 +255,15 @@ def _validate_local_options(
             f"{tmp}{temp_dir!r} is {len(temp_dir)} characters; Ray puts UNIX sockets under it, whose "
             "paths are limited to 107 bytes: use a short absolute path (<= 60 characters), e.g. '/tmp/lsray'"
         )
+    if temp_dir is not None:  # Ray creates it (and its session folders) when it starts: said before anything is written
+        p = Path(temp_dir)
+        while not p.exists() and p.parent != p:
+            p = p.parent
+        if not p.is_dir():
+            raise ValueError(f"{tmp}{temp_dir!r} cannot be created: {p} is a file; give a directory")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ValueError(f"{tmp}{temp_dir!r}: {p} is not writable (Ray writes its session files there); "
+                             "give a directory you can write, e.g. '/tmp/lsray'")
 
 
 @contextlib.contextmanager

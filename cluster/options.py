@@ -17,6 +17,7 @@ flags with the same meaning::
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import inspect
 import os
@@ -457,14 +458,43 @@ def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None =
     return f"interrupted: {what}; nothing partial was kept, rerun the command to start again"
 
 
+#: errno values of a disk that cannot take what a command writes: full, over quota, mounted read-only.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def disk_error(exc: BaseException) -> OSError | None:
+    """The ``OSError`` of a full, over-quota or read-only disk (:data:`DISK_ERRNOS`) that ``exc`` is, or that
+    caused it (its ``__cause__`` / ``__context__`` chain: Tune and pyarrow wrap it), else None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def disk_error_message(err: OSError, resumable: bool) -> str:
+    """The one line for :func:`disk_error`'s error: what the disk said, where, and how to go on."""
+    where = f" writing {err.filename}" if err.filename else ""
+    name = os.strerror(err.errno) if err.errno else ""
+    said = str(err) if name.lower() in str(err).lower() else f"{name} ({err})"
+    then = ("rerun the same command with --resume: what had finished is kept" if resumable
+            else "rerun the command")  # fmt: skip
+    return (f"{said}{where}; free space there (`df -h` shows where it is short) or choose another folder, "
+            f"then {then}")
+
+
 def present_errors(command):
     """Wrap a Typer command so that its errors reach the user as one line on stderr and an exit code:
     :class:`Interrupted` or ``KeyboardInterrupt`` -> "interrupted: ..." and :data:`EXIT_INTERRUPTED` (a SIGTERM
     is handled as a Ctrl-C, by :func:`loopscale.cluster.connect.sigterm_interrupts` or inside a Ray session:
     "interrupted (SIGTERM): ..." and :data:`EXIT_TERMINATED`);
     :class:`CommandFailed` -> "error: <message>" and :data:`EXIT_FAILED`;
-    ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`. Anything else is a bug
-    and keeps its traceback. The console script registers every command through it."""
+    ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`; a full, over-quota or
+    read-only disk anywhere in the error's chain (:func:`disk_error`) -> "error: ..." and :data:`EXIT_FAILED`.
+    Anything else is a bug and keeps its traceback. The console script registers every command through it."""
 
     resumable = "resume" in inspect.signature(command).parameters
 
@@ -488,5 +518,10 @@ def present_errors(command):
         except (ValueError, FileNotFoundError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(code=EXIT_USAGE) from None
+        except Exception as e:  # a full or read-only disk is the machine's state, not a bug: one line, no traceback
+            if (err := disk_error(e)) is None:
+                raise
+            typer.echo(f"error: {disk_error_message(err, resumable)}", err=True)
+            raise typer.Exit(code=EXIT_FAILED) from None
 
     return presented

@@ -134,9 +134,53 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
 _PYTHON_FORMAT = warnings.formatwarning
 
 
+def empty_path_argument(argv: list[str]) -> str | None:
+    """The refusal of an empty path on the command line ``argv`` (``sys.argv[1:]``), or None: a folder or file
+    argument given as ``''`` (``--out "$OUT"`` with ``OUT`` unset) reaches the command as ``Path('')``, the current
+    directory, and ``loopscale run smoke --out ''`` wrote a whole run among the files there. Checks every
+    argument of a ``pathlib.Path`` type of the command named in ``argv`` (``--out``, ``--pilot``, a folder
+    argument), as ``--opt ''``, ``--opt=`` or an empty positional; ``--out .`` still means the current directory."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    i, cmd = 0, None
+    while i < len(argv) and hasattr(group, "commands"):  # `model info`: a group's subcommand
+        if argv[i].startswith("-"):
+            return None
+        cmd = group.commands.get(argv[i])
+        if cmd is None:
+            return None
+        group, i = cmd, i + 1
+    if cmd is None or hasattr(cmd, "commands"):
+        return None
+    paths = [p for p in cmd.params if "Path" in str(getattr(getattr(p, "type_descriptor", None), "annotation", ""))]
+    options = {o for p in paths for o in p.opts if o.startswith("-")}
+    positional = [p.name for p in paths if not any(o.startswith("-") for o in p.opts)]
+    rest = argv[i:]
+    for j, a in enumerate(rest):
+        name = None
+        if "=" in a and a.split("=", 1)[0] in options and a.split("=", 1)[1] == "":
+            name = a.split("=", 1)[0]
+        elif a in options and j + 1 < len(rest) and rest[j + 1] == "":
+            name = a
+        elif a == "" and positional and not (j > 0 and rest[j - 1].startswith("-") and "=" not in rest[j - 1]):
+            name = positional[0].upper()
+        if name:
+            return (f"{name} is empty (an unset shell variable?): an empty path would be the current directory, "
+                    f"{Path.cwd()}; give the path, or '.' for the current directory")
+    return None
+
+
 def main() -> None:
     """Entry point of the ``loopscale`` console script."""
+    import sys
+
     warnings.formatwarning = _warning_line
+    if why := empty_path_argument(sys.argv[1:]):
+        from loopscale.cluster.options import EXIT_USAGE
+
+        typer.echo(f"error: {why}", err=True)
+        raise SystemExit(EXIT_USAGE)
     app()
 
 

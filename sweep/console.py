@@ -243,9 +243,31 @@ def _capture(log_path: Path, con: Console) -> Iterator[None]:
     saved = (os.dup(1), os.dup(2))
     head = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {' '.join(sys.argv)}\n"
 
+    log = None  # opened at the first line: a command refused before any output leaves no folder behind
+    log_failed: list[OSError] = []  # a log that cannot be written (a full disk) is given up, never the drain
+
+    def to_log(text: str, *, first: bool = False) -> None:
+        nonlocal log
+        if log_failed:
+            return
+        try:
+            if first:
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(log_path, "a", encoding="utf-8", errors="replace")
+            if log is not None:
+                log.write(text)
+                log.flush()
+        except OSError as e:  # e.g. ENOSPC: the pipe must still be drained, or every print of the driver fails
+            log_failed.append(e)
+            try:
+                con.say(f"warning: Ray's output can no longer be written to {log_path} ({e.strerror or e}); "
+                        "the command goes on, its output from here on is not kept", err=True)
+            except Exception:
+                pass
+
     def reader() -> None:
-        log = None  # opened at the first line: a command refused before any output leaves no folder behind
         buf = b""
+        started = False
         with os.fdopen(r, "rb", buffering=0) as src:
             while True:
                 chunk = src.read(65536)
@@ -253,23 +275,23 @@ def _capture(log_path: Path, con: Console) -> Iterator[None]:
                     break
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
-                if log is None and (lines or buf):
-                    log_path.parent.mkdir(parents=True, exist_ok=True)
-                    log = open(log_path, "a", encoding="utf-8", errors="replace")
-                    log.write(head)
+                if not started and (lines or buf):
+                    started = True
+                    to_log(head, first=True)
                 for raw in lines:
                     line = raw.decode("utf-8", errors="replace")
-                    log.write(strip_ansi(line) + "\n")
+                    to_log(strip_ansi(line) + "\n")
                     try:
                         con.captured_line(line)
                     except Exception:  # the console must never stop the drain (writers would block)
                         pass
-                if log is not None:
-                    log.flush()
+        if buf:
+            to_log(strip_ansi(buf.decode("utf-8", errors="replace")) + "\n")
         if log is not None:
-            if buf:
-                log.write(strip_ansi(buf.decode("utf-8", errors="replace")) + "\n")
-            log.close()
+            try:
+                log.close()
+            except OSError:
+                pass
 
     th = threading.Thread(target=reader, name="loopscale-console-capture", daemon=True)
     th.start()

@@ -901,3 +901,20 @@ def test_a_bootstrap_phase_is_its_own_threads():
     for t in threads:
         t.join(timeout=20)
     assert seen == {"variants": "variants", "per_r": "per_r"} and current_phase() is None
+
+
+def test_a_log_that_cannot_be_written_still_drains_the_pipe(tmp_path, capfd):
+    """On a full disk the capture thread died at its first failed write to ray.log; the pipe behind fds 1 and 2 then
+    broke, every later print of the driver raised BrokenPipeError, and Typer turned that into a silent exit 1. The
+    log is given up with one warning and the pipe is drained on (the command's own lines still reach the console)."""
+    (tmp_path / "logs").write_text("a file where the logs folder would go")  # mkdir of logs/ raises OSError
+    with console.session(tmp_path, json_mode=False) as con:
+        for i in range(3000):  # far more than a pipe's 64 KiB buffer: a dead reader would block or break here
+            os.write(2, f"2026-01-01 00:00:00,000\tINFO line {i:05d} of Ray's output, kept nowhere\n".encode())
+        os.write(2, b"2026-01-01 00:00:01,000\tWARNING tune.py:1 -- a warning after the log failed\n")
+        con.say("[2/4] sweep: still said")
+    cap = capfd.readouterr()
+    assert cap.out == "[2/4] sweep: still said\n"
+    assert "warning: Ray's output can no longer be written to" in cap.err
+    assert "a warning after the log failed" in cap.err
+    assert (tmp_path / "logs").is_file()

@@ -1,0 +1,89 @@
+"""The console script on a full disk, an unwritable Ray temp dir and an empty path argument: one `error:` line
+each, nothing written by a refusal."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+import typer
+
+
+def test_an_empty_out_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """`loopscale run smoke --out ''` (a script's `--out "$OUT"` with OUT unset) wrote a whole run into the
+    current directory, since Path('') is '.'."""
+    from loopscale.sweep.cli import empty_path_argument, main
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (["run", "smoke", "--out", ""], ["run", "smoke", "--out="], ["sweep", "--out", "", "smoke"]):
+        assert "--out is empty" in empty_path_argument(argv)
+    assert "TABLE is empty" in empty_path_argument(["fit", ""])
+    assert "OUT is empty" in empty_path_argument(["status", ""])
+    assert "--pilot is empty" in empty_path_argument(["design", "smoke", "--pilot", ""])
+    # '.' is a path given on purpose; a str option's empty value is its own command's to judge; no command: none
+    for argv in (["run", "smoke", "--out", "."], ["fit", "t.csv", "--block-by", ""], ["model", "info"], [], ["nope", ""]):
+        assert empty_path_argument(argv) is None, argv
+    monkeypatch.setattr("sys.argv", ["loopscale", "run", "smoke", "--out", ""])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    assert ex.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out is empty") and str(tmp_path) in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ray_temp_dir_that_cannot_be_written_is_refused_before_ray_starts(monkeypatch):
+    """--ray-temp-dir on a read-only file system gave a 71-line traceback after spec.yaml and logs/ were written."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from loopscale.cluster.options import ClusterOptions
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="lsrt", dir="/tmp"))  # short: Ray's limit is 60 characters
+    try:
+        _check_ray_temp_dir(tmp_path, monkeypatch, ClusterOptions)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _check_ray_temp_dir(tmp_path, monkeypatch, ClusterOptions):
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match=r"--ray-temp-dir '.*/f/rt' cannot be created: .*/f is a file"):
+        ClusterOptions(ray_temp_dir=str(tmp_path / "f" / "rt")).validate()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if str(p) == str(tmp_path) else real(p, mode))
+    with pytest.raises(ValueError, match=r"--ray-temp-dir '.*/rt/x': .* is not writable"):
+        ClusterOptions(ray_temp_dir=str(tmp_path / "rt" / "x")).validate()
+    monkeypatch.setattr(os, "access", real)
+    ClusterOptions(ray_temp_dir=str(tmp_path / "rt" / "x")).validate()  # a writable parent: accepted, not created
+    assert not (tmp_path / "rt").exists()
+
+
+def test_a_full_disk_anywhere_in_the_chain_is_one_error_line(capsys):
+    """A full disk during a sweep ended in 740 lines of tracebacks (Tune's TuneError around pyarrow's OSError),
+    or in nothing at all; it is one line naming the disk's error and --resume, exit 1."""
+    from loopscale.cluster.options import EXIT_FAILED, disk_error, present_errors
+
+    def cmd(resume: bool = False):
+        try:
+            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+        except OSError as e:
+            raise RuntimeError("TuneError: trial failed") from e
+
+    with pytest.raises(typer.Exit) as ex:
+        present_errors(cmd)()
+    assert ex.value.exit_code == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: [Errno 28] Error writing bytes to file")
+    assert "free space there" in err and "--resume" in err
+
+    def bug():
+        raise OSError(errno.EACCES, "denied")  # not a disk's state: a bug keeps its traceback
+
+    with pytest.raises(OSError):
+        present_errors(bug)()
+    assert disk_error(OSError(errno.EROFS, "Read-only file system", "/ro/x")).filename == "/ro/x"
+    assert disk_error(RuntimeError("x")) is None
