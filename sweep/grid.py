@@ -604,7 +604,11 @@ def result_grid_errors(result_grid) -> list[str]:
 
 
 class NoRunFinished(CommandFailed):
-    """Not one run of a command finished: the message is "0 of N runs finished: <most common error>"."""
+    """Not one run of a command finished: the message is "0 of N runs finished: <most common error>".
+    ``resumable`` False: ``--resume`` of the folder would end the same way (the message says what to change
+    instead); ``loopscale status`` then offers no ``--resume`` line."""
+
+    resumable: bool = True
 
 
 def no_run_finished(n_total: int, reasons: list[str]) -> NoRunFinished:

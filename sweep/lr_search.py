@@ -744,7 +744,7 @@ def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plott
             f"size {s}, r {r}: all {len(reasons)} trials diverged or did not learn at {where} "
             f"({k} of {len(reasons)}: {top})"
         )
-    return NoRunFinished(
+    err = NoRunFinished(
         "; ".join(parts) + "; no LR was chosen and lr_table.parquet was not written. Next: move the LR range "
         "(tune.lr_min / tune.lr_max or tune.lr_values: lower where the trials diverged or collapsed to a flat "
         "loss at a high LR, higher where the loss fell too slowly) and run again with another --out folder (this "
@@ -752,6 +752,8 @@ def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plott
         + (f"; loss by LR: {', '.join(str(p) for p in plotted)}" if plotted else "")
         + ")"
     )
+    err.resumable = False  # the finished studies are kept: --resume would choose from the same trials again
+    return err
 
 
 def study_seed(seed: int, study_name: str) -> int:

@@ -205,7 +205,10 @@ def mark_ended(out_dir: str | Path, exc: BaseException) -> None:
     from loopscale.cluster.storage import write_text_atomic
 
     try:
-        write_text_atomic(str(path), json.dumps({**rec, "ended": {"how": how, "message": line, "at": time.time()}}))
+        ended = {"how": how, "message": line, "at": time.time()}
+        if how == "error" and getattr(exc, "resumable", True) is False:
+            ended["resumable"] = False  # its --resume would end the same way (the message says what to change)
+        write_text_atomic(str(path), json.dumps({**rec, "ended": ended}))
     except OSError:
         pass
 
@@ -835,7 +838,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     interrupted or killed), ``resume_with`` (of a stopped folder: that command line with ``--resume``, which
     continues it; else None), ``nothing_to_fit`` (of a
     stopped folder whose runs all finished and none is ok: why ``--resume`` cannot help, and then ``resume_with`` is
-    None; else None), ``progress`` (the running command's open
+    None; else None), ``cannot_resume`` (of a folder whose last command ended on an error that ``--resume`` would
+    meet again, e.g. no LR of the range learned: why, and then ``resume_with`` is None; else None), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
     Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
@@ -1053,7 +1057,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         _stopped_time(record, progress_file, walls, found)
         if found.get("last_progress_at") is not None:
             tm.update(found)
-    resume_with = nothing_to_fit = None
+    resume_with = nothing_to_fit = cannot_resume = None
     if state == "stopped":  # the line that continues it, its relative paths read where that command ran
         line, line_cwd = _resumable_command(record, stage, out)
         resume_with = resume_command(line, out, line_cwd)
@@ -1062,6 +1066,11 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
 
             if nothing_to_fit := nothing_to_fit_in(out, cells, recs):
                 resume_with = None
+        ended = (record or {}).get("ended")
+        if resume_with and isinstance(ended, dict) and ended.get("how") == "error" and ended.get("resumable") is False:
+            resume_with = None
+            cannot_resume = ("--resume would end the same way: the last command's error, above, says what to change "
+                             "and where to run again")  # fmt: skip
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
@@ -1081,6 +1090,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         "last_command": None if cmd else (record or {}).get("command"),
         "last_command_error": _ended_with_error(record) if state == "stopped" else None,
         "resume_with": resume_with,
+        "cannot_resume": cannot_resume,
         "nothing_to_fit": nothing_to_fit,
         "progress": progress,
         "tune": tune_out,
@@ -1422,6 +1432,8 @@ def format_status(st: dict) -> list[str]:
         lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
     if st.get("nothing_to_fit"):
         lines.append(f"cannot continue: {st['nothing_to_fit']}")
+    if st.get("cannot_resume"):
+        lines.append(f"cannot continue: {st['cannot_resume']}")
     return lines
 
 

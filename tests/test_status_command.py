@@ -1003,3 +1003,37 @@ def test_a_folder_whose_lr_tuning_stopped_part_way_shows_what_its_finished_studi
         {"size": 16, "r": 1, "lr": 0.03, "val_loss": 3.1, "trials": 3}]}  # the unfinished r = 2 study is not listed
     assert ("LR studies: 1 of 2 done; best so far: size 16 r 1: lr 0.03 (val 3.1000, 3 trials) (the LR table is "
             "written when every study has ended)") in format_status(st)
+
+
+def test_a_folder_whose_lr_tuning_found_no_lr_gets_no_resume_line(tmp_path):
+    """When no LR of the range learned, `run` says to move the range and run again in another --out folder, but
+    `status` offered `... --resume`, which ends the same way. The error's record says --resume cannot help, and
+    status says so instead of offering it."""
+    spec = (Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml").read_text()
+    spec_path = tmp_path / "tt.yaml"
+    spec_path.write_text(spec.replace("name: smoke", "name: tt").replace("lr: {fixed: 0.01}", "lr: tune"))
+    out = tmp_path / "tt"
+    no_lr = (
+        "import sys, loopscale.sweep.lr_search as l\n"
+        "def fail(spec, out, **kw):\n"
+        "    raise l._no_healthy_trial(spec, {(16, 1): ('diverged', ['diverged'] * 4)}, 1, 4)\n"
+        "l.run_tune_lr = fail\n"
+        "from loopscale.sweep.cli import main\n"
+        f"sys.argv = ['loopscale', 'run', {str(spec_path)!r}, '--out', {str(out)!r}]\n"
+        "main()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", no_lr], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "all 4 trials diverged" in p.stderr and "another --out folder" in p.stderr, p.stderr[-3000:]
+    st = collect_status(out)
+    assert st["state"] == "stopped" and "all 4 trials diverged" in st["last_command_error"]
+    assert st["resume_with"] is None and "--resume would end the same way" in st["cannot_resume"]
+    text = format_status(st)
+    assert not any(line.startswith("to continue") for line in text)
+    assert text[-1].startswith("cannot continue: --resume would end the same way")
+    # an error --resume can get past (here a ValueError of the same stage) still gets its line
+    other = no_lr.replace("raise l._no_healthy_trial(spec, {(16, 1): ('diverged', ['diverged'] * 4)}, 1, 4)",
+                          "raise ValueError('a passing problem')")
+    p = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    st = collect_status(out)
+    assert st["cannot_resume"] is None and st["resume_with"].endswith("--resume")
