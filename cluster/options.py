@@ -138,7 +138,13 @@ class ClusterOptions:
         )  # fmt: skip
         if tune and client and (self.address is None or self.address.strip().startswith("ray://")):
             raise ValueError(f"{client} (Ray Client) cannot run `{tune}`: {RAY_CLIENT_TUNE}")
-        address = validate_address(self.address)
+        try:
+            address = validate_address(self.address)
+        except ValueError as e:  # a Tune command cannot use the Ray Client form the message offers
+            if tune:
+                raise ValueError(str(e).replace(" or 'ray://host:port' (Ray Client, e.g. 'ray://head:10001')",
+                                                "", 1)) from None  # fmt: skip
+            raise
         joined = f"--address {address!r}"
         if address is None and env is not None:  # Ray joins RAY_ADDRESS (as under `ray job submit`): name it
             try:
@@ -146,7 +152,8 @@ class ClusterOptions:
             except ValueError:
                 raise ValueError(
                     f"RAY_ADDRESS={env!r} (set in this environment; --address was not given) is not a Ray address; "
-                    "set it to 'auto', 'host:port' or 'ray://host:port', or unset it for the embedded local Ray"
+                    f"set it to 'auto', 'host:port'{'' if tune else ' or ray://host:port'}, or unset it for the "
+                    "embedded local Ray"
                 ) from None
             joined = f"RAY_ADDRESS={env!r} (set in this environment: the command joins that cluster)"
         if address is not None:
@@ -167,6 +174,8 @@ class ClusterOptions:
                 )
             if self.address is not None:
                 check_reachable(address)
+            else:  # RAY_ADDRESS: the same check, or a join that fails later left spec.yaml and logs/ behind
+                check_reachable(address, hint=f"unset RAY_ADDRESS (now {env!r})")
         else:
             _validate_local_options(self.num_cpus, self.num_gpus, self.ray_temp_dir, flags=True)
 
@@ -380,9 +389,11 @@ def _writable_local_storage(storage: str) -> None:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".loopscale_probe_"):
             pass
     except OSError as e:
+        what = e.strerror or type(e).__name__
+        if path.is_file() or (p.is_file() and p != path):  # mkdir says "File exists" / "Not a directory"
+            what = f"{path} is a file" if path.is_file() else f"{p} is a file"
         raise ValueError(
-            f"storage {storage!r} (--storage, or the spec's storage_path) cannot be written: "
-            f"{e.strerror or type(e).__name__}"
+            f"storage {storage!r} (--storage, or the spec's storage_path) cannot be written: {what}"
             + (f" ({e.filename})" if e.filename and str(e.filename) != str(path) else "")
             + "; give a writable directory (on a multi-node cluster, one every node shares), or leave it unset for "
             "OUT/tune"

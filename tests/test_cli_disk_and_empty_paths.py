@@ -87,3 +87,14 @@ def test_a_full_disk_anywhere_in_the_chain_is_one_error_line(capsys):
         present_errors(bug)()
     assert disk_error(OSError(errno.EROFS, "Read-only file system", "/ro/x")).filename == "/ro/x"
     assert disk_error(RuntimeError("x")) is None
+
+
+def test_a_storage_that_is_a_file_is_called_a_file(tmp_path):
+    """--storage afile said "cannot be written: File exists", which reads as a clash, not as a file given."""
+    from loopscale.cluster.options import _writable_local_storage, validate_storage
+
+    (tmp_path / "afile").write_text("x")
+    for given in ("afile", "afile/sub"):
+        with pytest.raises(ValueError, match=r"cannot be written: .*/afile is a file; give a writable directory"):
+            _writable_local_storage(validate_storage(str(tmp_path / given)))
+    assert (tmp_path / "afile").read_text() == "x"

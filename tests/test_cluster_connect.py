@@ -818,3 +818,30 @@ def test_no_node_fits_names_what_a_trial_asks_and_what_each_node_has(monkeypatch
                  "rllib), or add more resources to your cluster.")  # fmt: skip
     note = console.notice_of(f"(TunerInternal pid=1) WARNING insufficient_resources_manager.py:163 -- {tune_line}")
     assert note is not None and "You asked for 1.0 CPUs and 1.0 GPUs per trial, but the cluster only has" in note
+
+
+def test_ray_address_from_the_environment_is_checked_as_the_flag_is(monkeypatch):
+    """RAY_ADDRESS=127.0.0.1:1 (nothing there) passed the checks that --address 127.0.0.1:1 fails, so `run` wrote
+    spec.yaml, corpus.json and logs/ before Ray failed to join; it is refused the same way, naming the variable."""
+    import socket
+
+    from loopscale.cluster.options import ClusterOptions
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    with pytest.raises(ValueError, match=rf"no Ray cluster answers at 127.0.0.1:{port} .* unset RAY_ADDRESS "
+                                         rf"\(now '127.0.0.1:{port}'\)"):  # fmt: skip
+        ClusterOptions().validate(tune="loopscale run")
+
+
+def test_a_tune_commands_bad_address_message_offers_no_ray_client_form():
+    """`run --address nope` listed 'ray://host:port' among the forms to use, which every Tune command refuses."""
+    from loopscale.cluster.options import ClusterOptions
+
+    with pytest.raises(ValueError) as e:
+        ClusterOptions(address="nope").validate(tune="loopscale run")
+    assert "'host:port'" in str(e.value) and "ray://" not in str(e.value)
+    with pytest.raises(ValueError, match=r"'ray://host:port' \(Ray Client"):  # fit's bootstrap can use it
+        ClusterOptions(address="nope").validate()
