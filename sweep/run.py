@@ -1063,6 +1063,14 @@ def _lr_trial_epochs(spec, n: int, exact: bool, out: dict) -> str | None:
             f"(size {s}, r {r}: {d} tokens, {'' if exact else 'at least '}{e:.2f} epochs); {fix}")
 
 
+def _refuse_busy_storage(spec, out_dir) -> None:
+    """:func:`loopscale.sweep.status.refuse_busy_storage` for the spec's storage (``--storage`` applied)."""
+    from loopscale.cluster.storage import absolute_uri
+    from loopscale.sweep.status import refuse_busy_storage
+
+    refuse_busy_storage(absolute_uri(spec.storage_path) if spec.storage_path else None, out_dir, "`loopscale run`")
+
+
 def run_cmd(
     spec_path: SpecArg = None,
     preset: PresetOpt = None,
@@ -1130,6 +1138,7 @@ def run_cmd(
                 # `run` would replace, another spec's results, runs on other corpus content
                 check_out_outside_corpus(out_dir, spec)
                 refuse_busy_folder(out_dir, "`loopscale run`")
+                _refuse_busy_storage(spec, out_dir)
                 refuse_foreign_files(out_dir)
                 check_folder_spec(out_dir, spec, corpus=not absent)
                 set_aside_torn_spec(out_dir)  # listed: `run` keeps a torn spec.yaml aside and writes its own
@@ -1186,6 +1195,7 @@ def run_cmd(
     from loopscale.sweep.status import refuse_busy_folder, refuse_foreign_files
 
     refuse_busy_folder(out_dir, "`loopscale run`")
+    _refuse_busy_storage(spec, out_dir)
     refuse_foreign_files(out_dir)
     if why := nothing_to_fit(spec, Path(out_dir)):
         raise ValueError(why)

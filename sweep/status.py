@@ -175,6 +175,65 @@ def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> 
         write_text_atomic(str(path), json.dumps(doc))
     except OSError:
         pass
+    if storage:
+        _claim_storage(storage, out)
+
+
+#: A file in a local ``--storage`` naming the output folder of the command that last started with that storage:
+#: :func:`refuse_busy_storage` asks that folder's command record whether the command still runs.
+STORAGE_CLAIM = ".loopscale_folder.json"
+
+
+def _storage_claim_path(storage: str | None) -> Path | None:
+    """The claim file of a local storage (a path or ``file://`` URI), else None (a bucket: not claimed)."""
+    from loopscale.cluster.storage import is_local_uri, local_path
+
+    if not storage or not is_local_uri(storage):
+        return None
+    return Path(local_path(storage)) / STORAGE_CLAIM
+
+
+def _claim_storage(storage: str, out: Path) -> None:
+    """Record in a local ``storage`` that the command of folder ``out`` uses it (a failed write is ignored)."""
+    from loopscale.cluster.storage import write_text_atomic
+
+    path = _storage_claim_path(storage)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(str(path), json.dumps({"out": str(out), "pid": os.getpid(), "host": socket.gethostname()}))
+    except OSError:
+        pass
+
+
+def refuse_busy_storage(storage: str | None, out_dir: str | Path, what: str) -> None:
+    """Refuse to start ``what`` with a local ``storage`` (Tune's state and the runs' checkpoints) that a command of
+    another output folder is using now: two folders given one ``--storage`` at once each trained every run, into the
+    same checkpoint files. The storage's claim file (:data:`STORAGE_CLAIM`, written by :func:`mark_started`) names
+    the folder of the command that last used it; that folder's command record says whether it still runs
+    (:func:`refuse_busy_folder`'s test). A storage used one command after another, or a bucket, is not refused.
+
+    Raises:
+        ValueError: naming the storage, the other command, its pid and host and its folder."""
+    path = _storage_claim_path(storage)
+    claim = _read_json(path) if path is not None else None
+    if not claim or not claim.get("out"):
+        return
+    other = Path(claim["out"])
+    if other.resolve() == Path(out_dir).resolve():
+        return
+    rec = _read_json(other / "logs" / COMMAND_NAME)
+    if not rec or (rec.get("pid"), rec.get("host")) == (os.getpid(), socket.gethostname()):
+        return
+    alive, cmd, _ = _liveness(rec, _read_json(other / "logs" / "progress.json"))
+    if not alive or cmd is None or (cmd.get("storage") and cmd.get("storage") != storage):
+        return
+    raise ValueError(
+        f"storage {storage} is in use: `{cmd.get('command')}` (pid {cmd.get('pid')} on {cmd.get('host')}) keeps "
+        f"the runs of {other} there; {what} would run beside it (two commands sharing one storage train the same "
+        "runs twice, into the same checkpoint files): wait until it ends, or give another --storage"
+    )
 
 
 def _of_this_process(rec: dict | None) -> bool:

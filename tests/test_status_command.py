@@ -1037,3 +1037,38 @@ def test_a_folder_whose_lr_tuning_found_no_lr_gets_no_resume_line(tmp_path):
     assert p.returncode == 2, p.stderr[-3000:]
     st = collect_status(out)
     assert st["cannot_resume"] is None and st["resume_with"].endswith("--resume")
+
+
+def test_a_storage_another_folders_command_is_using_is_refused(tmp_path):
+    """Two `run smoke --out csN --storage S` started together each trained all 16 runs, writing the same checkpoint
+    files in S. A storage whose claimant folder has a live command is refused for another folder; the same folder
+    (a resume) and a storage used after the other command ended are not."""
+    from loopscale.sweep.status import STORAGE_CLAIM, refuse_busy_storage
+
+    first, second, store = tmp_path / "cs1", tmp_path / "cs2", tmp_path / "cs_store"
+    first.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import time\nfrom loopscale.sweep import console\nfrom loopscale.sweep.status import mark_started\n"
+            f"with console.session({str(first)!r}):\n    mark_started({str(first)!r}, 'run', storage={str(store)!r})\n"
+            "    time.sleep(120)\n"
+        )],
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 60
+        while not (store / STORAGE_CLAIM).exists() and child.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert json.loads((store / STORAGE_CLAIM).read_text())["out"] == str(first.resolve())
+        with pytest.raises(ValueError, match=rf"storage {store} is in use: .* keeps the runs of {first.resolve()} "
+                                             r"there; `loopscale run` would run beside it"):  # fmt: skip
+            refuse_busy_storage(str(store), second, "`loopscale run`")
+        refuse_busy_storage(str(store), first, "`loopscale run`")  # its own folder: not another command's
+        # the console script: refused before anything is written in the second folder
+        p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "--preset", "smoke", "--out",
+                            str(second), "--storage", str(store)], capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert p.returncode == 2 and "is in use" in p.stderr, p.stderr[-2000:]
+        assert not second.exists()
+    finally:
+        child.kill()
+        child.wait()
+    refuse_busy_storage(str(store), second, "`loopscale run`")  # it ended: one folder after another is allowed
