@@ -197,6 +197,7 @@ def run_sweep(
             console.current().say(moved, err=True)
     done = store.completed_ids()
     # runs that finished while no driver was there to record them
+    found = 0
     for c in cells:
         if c.run_id in done:
             continue
@@ -205,6 +206,14 @@ def run_sweep(
             rec = run_record(c, res, finished_at=time.time())
             store.write_run(rec, curve_rows(c.run_id, res.get("curve")))
             done.add(c.run_id)
+            found += 1
+    if found:  # said: with a shared --storage they may be another folder's runs, trained by another command
+        console.current().say(
+            f"recorded {found} of {len(cells)} runs from their finished results in the storage {storage_path} "
+            "(finished after the last record here, or trained by another folder's command with this storage): "
+            "not trained again",
+            err=True,
+        )
     pending = [c for c in cells if c.run_id not in done]
     errors: list[str] = []
     consolidated = False

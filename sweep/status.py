@@ -1530,6 +1530,11 @@ def status_cmd(
 
     storage = validate_storage(storage)
     reachable_storage(storage)  # else an unreadable --storage would read as a sweep with no Tune state
+    from loopscale.cluster.storage import is_local_uri, local_path
+
+    if storage and is_local_uri(storage) and not Path(local_path(storage)).exists():  # a typo read as "no trials"
+        raise ValueError(f"--storage {storage}: nothing is there; give the storage the folder's commands used, or "
+                         "leave --storage out (the folder's logs/command.json names it)")
     st = collect_status(out, storage)
     if as_json:
         json.dump(st, sys.stdout, default=str)

@@ -98,3 +98,21 @@ def test_a_storage_that_is_a_file_is_called_a_file(tmp_path):
         with pytest.raises(ValueError, match=r"cannot be written: .*/afile is a file; give a writable directory"):
             _writable_local_storage(validate_storage(str(tmp_path / given)))
     assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_status_with_a_storage_where_nothing_is_says_so(tmp_path):
+    """`status DIR --storage /nonexistent/st` exited 0 and read as a folder without Tune trials."""
+    import subprocess
+    import sys
+
+    (tmp_path / "o").mkdir()
+    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "status", str(tmp_path / "o"), "--storage",
+                        str(tmp_path / "nothing")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 2 and p.stderr.startswith(f"error: --storage {tmp_path / 'nothing'}: nothing is there")
+    (tmp_path / "st").mkdir()
+    from pathlib import Path
+
+    (tmp_path / "o" / "spec.yaml").write_text((Path(__file__).parents[1] / "configs" / "smoke.yaml").read_text())
+    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "status", str(tmp_path / "o"), "--storage",
+                        str(tmp_path / "st")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr

@@ -246,6 +246,9 @@ def test_runs_re_recorded_from_their_stored_results_keep_who_trained_them_and_wh
     assert p.returncode == 0, p.stderr[-3000:]
     got = {r["run_id"]: {k: r[k] for k in keys} for r in pq.read_table(lost / "runs.parquet").to_pylist()}
     assert got == want
+    # said, not silent: with a shared --storage these can be another folder's runs
+    assert (f"recorded 16 of 16 runs from their finished results in the storage {(lost / 'tune').resolve()}"
+            in p.stdout + p.stderr)  # fmt: skip
 
 def test_other_spec_in_same_out_dir_is_refused_without_touching_it(smoke_run, tmp_path):
     """Pointing a different spec at an existing run directory fails before any compute and changes nothing."""
