@@ -751,7 +751,7 @@ def test_a_local_storage_that_cannot_be_written_is_one_line_before_anything_is_w
     blocker = tmp_path / "afile"
     blocker.write_text("x")
     cases = [(str(blocker / "sub"), r"storage '.*afile/sub' \(--storage, or the spec's storage_path\) cannot be "
-                                    r"written: Not a directory.*give a writable directory")]  # fmt: skip
+                                    r"written: .*afile is a file; give a writable directory")]  # fmt: skip
     if os.path.isdir("/sys"):  # sysfs refuses new entries, also to root (a permission check alone passes for root)
         cases.append(("/sys/loopscale_probe_dir", r"storage '/sys/loopscale_probe_dir' .* cannot be written: "))
     for storage, msg in cases:
