@@ -174,7 +174,8 @@ class ClusterOptions:
                 )
             if self.address is not None:
                 check_reachable(address)
-            else:  # RAY_ADDRESS: the same check, or a join that fails later left spec.yaml and logs/ behind
+            elif tune:  # RAY_ADDRESS, for a command that joins it for sure: a join that fails later left spec.yaml
+                # and logs/ behind (a fit may never start Ray: ray_session checks it if it does)
                 check_reachable(address, hint=f"unset RAY_ADDRESS (now {env!r})")
         else:
             _validate_local_options(self.num_cpus, self.num_gpus, self.ray_temp_dir, flags=True)
@@ -482,19 +483,30 @@ def disk_error(exc: BaseException) -> OSError | None:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
             return e
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     return None
+
+
+def click_exceptions() -> tuple[type, ...]:
+    """The exceptions Typer (its Click) ends a command with on purpose (exit codes, usage errors): never rewritten."""
+    try:
+        import typer.exceptions as te
+    except ImportError:  # a Typer that raises Click's own
+        import click.exceptions as te
+    return tuple(getattr(te, n) for n in ("Exit", "Abort", "TyperException", "ClickException") if hasattr(te, n))
 
 
 def disk_error_message(err: OSError, resumable: bool) -> str:
     """The one line for :func:`disk_error`'s error: what the disk said, where, and how to go on."""
-    where = f" writing {err.filename}" if err.filename else ""
     name = os.strerror(err.errno) if err.errno else ""
     said = str(err) if name.lower() in str(err).lower() else f"{name} ({err})"
+    if err.filename and str(err.filename) not in said:
+        said += f" writing {err.filename}"
     then = ("rerun the same command with --resume: what had finished is kept" if resumable
             else "rerun the command")  # fmt: skip
-    return (f"{said}{where}; free space there (`df -h` shows where it is short) or choose another folder, "
-            f"then {then}")
+    fix = ("make it writable (it is mounted read-only) or choose another folder" if err.errno == errno.EROFS
+           else "free space there (`df -h` shows where it is short) or choose another folder")  # fmt: skip
+    return f"{said}; {fix}, then {then}"
 
 
 def present_errors(command):
@@ -530,7 +542,7 @@ def present_errors(command):
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(code=EXIT_USAGE) from None
         except Exception as e:  # a full or read-only disk is the machine's state, not a bug: one line, no traceback
-            if (err := disk_error(e)) is None:
+            if isinstance(e, (typer.Exit, *click_exceptions())) or (err := disk_error(e)) is None:
                 raise
             typer.echo(f"error: {disk_error_message(err, resumable)}", err=True)
             raise typer.Exit(code=EXIT_FAILED) from None

@@ -1121,7 +1121,7 @@ def bootstrap(
     Args:
         table: path, DataFrame or pyarrow Table (columns as :func:`loopscale.fit.fitter.fit_law`).
         law: ``"joint"`` or ``"chinchilla"``. phi: fix phi (restricted joint law).
-        B: resamples. block_by: ``"default"`` (joint: ``(budget, r)``, else ``(C, r)`` or ``(D, r)``, whichever
+        B: resamples. block_by: ``"default"`` (joint: ``(budget, r)``, else ``(D, r)``, or ``(C, r)`` where that
             makes fewer cells (:func:`loopscale.fit.io.default_block_by`); Chinchilla: iid),
             ``None``/``"iid"`` for iid over runs, or a tuple / comma-separated string of columns.
         seed: seeds the draws and the starts (resample k uses ``default_rng([seed, k])``).

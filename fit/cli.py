@@ -150,7 +150,7 @@ def fit_cmd(
         typer.Option(
             "--block-by",
             help="Bootstrap cells of a per-run fit: comma-separated columns (e.g. 'budget,r'), 'iid', or 'default' "
-            "(joint: budget,r if the table has budget, else C,r or D,r, whichever makes fewer cells; chinchilla: "
+            "(joint: budget,r if the table has budget, else D,r, or C,r where that makes fewer cells; chinchilla: "
             "iid). A joint fit to cell means (seeds as replicates, see "
             "--per-run) resamples seeds within cells instead; there --block-by needs --per-run.",
         ),

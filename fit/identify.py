@@ -513,7 +513,7 @@ def identify(
         headline = f"phi = {phi_hat:.3f} (no interval: the bootstrap gave none)"
     else:
         headline = f"phi = {phi_hat:.3f}, 95 % CI [{phi_ci[0]:.3f}, {phi_ci[1]:.3f}]"
-        if not precise:
+        if half > target_half_width:
             headline += (f" (half-width {half:.2f} > {target_half_width:g}, the precision target: identified but "
                          "imprecise)")  # fmt: skip
     if not causes and details["checks_skipped"]:
@@ -521,7 +521,7 @@ def identify(
     if few:
         details["few_resamples"] = int(n_resamples)
         headline += (f" (a verdict from {int(n_resamples)} refitted resample(s), fewer than the {FEW_RESAMPLES} it "
-                     "needs: the interval's ends move with the bootstrap seed; --bootstrap 200 as `loopscale run`)")
+                     "needs: the interval's ends move with the bootstrap seed; a larger --bootstrap gives more)")
     return Identification(
         identified=not causes,
         causes=tuple(causes),

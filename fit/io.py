@@ -584,10 +584,10 @@ def unit_warnings(data: FitData) -> list[str]:
 
 def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
     """Default bootstrap blocks (paper §4.3: whole (budget, architecture) cells are resampled): joint law ->
-    ``(budget, r)`` if ``budget`` holds values (the sweep's iso-FLOP grids), else whichever of ``(C, r)`` and
-    ``(D, r)`` groups the runs into fewer cells, ``C`` on a tie: on an iso-FLOP table every run of a (C, r) cell
-    has its own D, so ``(D, r)`` would resample run by run; on a token-budget grid every size at one budget shares
-    D while C differs per run. Chinchilla law -> ``None`` (iid over runs). ``frame`` needs an ``r`` column for a
+    ``(budget, r)`` if ``budget`` holds values (the sweep's iso-FLOP grids), else ``(D, r)``, or ``(C, r)`` where
+    that groups the runs into fewer cells: on an iso-FLOP table every run of a (C, r) cell has its own D, so
+    ``(D, r)`` would resample run by run; on a token-budget grid every size at one budget shares D while C differs
+    per run (with one size the two make the same cells, and D is kept). Chinchilla law -> ``None`` (iid over runs). ``frame`` needs an ``r`` column for a
     blocking; without ``budget``, ``C`` and ``D`` values -> ``None``."""
     if law.name != "joint":
         return None
@@ -595,7 +595,7 @@ def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
         return ("budget", "r")
     best: tuple[str, ...] | None = None
     n_best = None
-    for c in ("C", "D"):
+    for c in ("D", "C"):  # C only where strictly fewer cells
         if c in frame.columns and "r" in frame.columns and frame[c].notna().all():
             n = len(frame.groupby([c, "r"], sort=False, dropna=False))
             if n_best is None or n < n_best:

@@ -87,7 +87,8 @@ def write_fit_outputs(
     keys (e.g. ``variant``; ``loopscale fit`` adds every key of its ``--json`` but ``outputs``) are added to
     fit.json. Files of those names already in ``out_dir`` (an earlier fit's) are first moved into
     ``out_dir/earlier_fit_<UTC time>`` (:func:`move_earlier_fit`), with a ``UserWarning`` naming them and the folder;
-    ``keep_earlier=False`` replaces them (the run's analysis, which writes a whole folder of its own).
+    ``keep_earlier=False`` writes over them (the run's analysis, which writes a whole folder of its own; a file
+    this call does not write again, e.g. an earlier ``bootstrap.parquet`` when ``boot`` is None, then stays).
     Returns ``{name: path}`` of the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

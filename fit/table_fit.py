@@ -109,7 +109,7 @@ def fit_table(
         per_run: a table whose seeds are replicates: fit every run as a point and bootstrap blocks (``block_by``),
             instead of the cell means with seeds resampled within cells (the default, as ``loopscale run``).
         bootstrap: resamples B (0: none; paper: 200).
-        block_by: bootstrap blocks of a per-run fit: ``"default"`` (joint: budget,r, else C,r or D,r, whichever
+        block_by: bootstrap blocks of a per-run fit: ``"default"`` (joint: budget,r, else D,r, or C,r where that
             makes fewer cells (:func:`loopscale.fit.io.default_block_by`); chinchilla: iid),
             ``"iid"`` (or None), or a tuple of column names.
         identify: apply the identification rule of ``loopscale run`` (joint law, phi free; needs ``bootstrap``).

@@ -139,7 +139,8 @@ def empty_path_argument(argv: list[str]) -> str | None:
     argument given as ``''`` (``--out "$OUT"`` with ``OUT`` unset) reaches the command as ``Path('')``, the current
     directory, and ``loopscale run smoke --out ''`` wrote a whole run among the files there. Checks every
     argument of a ``pathlib.Path`` type of the command named in ``argv`` (``--out``, ``--pilot``, a folder
-    argument), as ``--opt ''``, ``--opt=`` or an empty positional; ``--out .`` still means the current directory."""
+    argument), as ``--opt ''``, ``--opt=`` or an empty positional in that argument's place (also after a flag or
+    ``--``); ``--out .`` still means the current directory."""
     import typer.main
 
     group = typer.main.get_command(app)
@@ -155,16 +156,30 @@ def empty_path_argument(argv: list[str]) -> str | None:
         return None
     paths = [p for p in cmd.params if "Path" in str(getattr(getattr(p, "type_descriptor", None), "annotation", ""))]
     options = {o for p in paths for o in p.opts if o.startswith("-")}
-    positional = [p.name for p in paths if not any(o.startswith("-") for o in p.opts)]
+    flags = {o for p in cmd.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts)}
+    args = [p for p in cmd.params if not any(o.startswith("-") for o in p.opts)]  # positionals, in order
     rest = argv[i:]
-    for j, a in enumerate(rest):
-        name = None
-        if "=" in a and a.split("=", 1)[0] in options and a.split("=", 1)[1] == "":
-            name = a.split("=", 1)[0]
-        elif a in options and j + 1 < len(rest) and rest[j + 1] == "":
-            name = a
-        elif a == "" and positional and not (j > 0 and rest[j - 1].startswith("-") and "=" not in rest[j - 1]):
-            name = positional[0].upper()
+    j, k = 0, 0  # k: the positional the next bare argument fills
+    while j < len(rest):
+        a, name = rest[j], None
+        if a == "--":  # everything after it is positional
+            for b in rest[j + 1 :]:
+                if b == "" and k < len(args) and args[k] in paths:
+                    name = args[k].name.upper()
+                    break
+                k += 1
+            j = len(rest)
+        elif a.startswith("-") and "=" in a:
+            opt, value = a.split("=", 1)
+            name = opt if opt in options and value == "" else None
+        elif a.startswith("-") and a not in flags:  # an option that takes the next argument as its value
+            name = a if a in options and j + 1 < len(rest) and rest[j + 1] == "" else None
+            j += 1
+        elif not a.startswith("-") or a == "":
+            if a == "" and k < len(args) and args[k] in paths:
+                name = args[k].name.upper()
+            k += 1
+        j += 1
         if name:
             return (f"{name} is empty (an unset shell variable?): an empty path would be the current directory, "
                     f"{Path.cwd()}; give the path, or '.' for the current directory")

@@ -435,11 +435,11 @@ def _run_stage(
     from loopscale.sweep.status import refuse_busy_folder
 
     refuse_busy_folder(out, f"`loopscale {'sweep' if group == 'grid' else group}`")
-    if group == "grid":
-        from loopscale.cluster.storage import absolute_uri
-        from loopscale.sweep.status import refuse_busy_storage
+    from loopscale.cluster.storage import absolute_uri
+    from loopscale.sweep.status import refuse_busy_storage
 
-        refuse_busy_storage(absolute_uri(spec.storage_path) if spec.storage_path else None, out, "`loopscale sweep`")
+    refuse_busy_storage(absolute_uri(spec.storage_path) if spec.storage_path else None, out,
+                        f"`loopscale {'sweep' if group == 'grid' else group}`")  # fmt: skip
     targets = tracking.parse_track(track)
     reachable_storage(spec.storage_path, write=True)  # a bucket out of reach, a path not writable: one line, first
     with stdout_to_stderr(as_json), console.session(out, verbose=verbose, json_mode=as_json) as con:

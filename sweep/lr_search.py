@@ -866,7 +866,8 @@ def run_tune_lr(
     tune_dir = out / "tune_lr"
     tune_dir.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec)  # `sweep` and `run` of another spec will not read this folder's LR table
-    mark_started(out, "tune-lr")  # `loopscale status`: running from here on, before Ray starts
+    # `loopscale status`: running from here on, before Ray starts; a --storage is recorded (and claimed)
+    mark_started(out, "tune-lr", storage=absolute_uri(spec.storage_path) if spec.storage_path else None)
     if spec.lr != "tune":  # tuning still answers "which LR?", but nothing downstream will read this table
         console.current().say(
             f"note: the spec fixes the LR (lr: {', '.join(f'{k}: {v}' for k, v in spec.lr.items())}); "

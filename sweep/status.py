@@ -207,33 +207,68 @@ def _claim_storage(storage: str, out: Path) -> None:
         pass
 
 
+def _same_storage(a: str | None, b: str | None) -> bool:
+    """Whether two local storages (paths or ``file://`` URIs) are one folder (symlinks and ``file://`` resolved)."""
+    from loopscale.cluster.storage import is_local_uri, local_path
+
+    if not a or not b:
+        return False
+    if not (is_local_uri(a) and is_local_uri(b)):
+        return a == b
+    return Path(local_path(a)).resolve() == Path(local_path(b)).resolve()
+
+
+def _default_storage(folder: Path, kind: str | None) -> str:
+    """Where a command of ``kind`` in ``folder`` keeps its Tune state without ``--storage``: ``OUT/tune_lr/ray``
+    for ``tune-lr``, ``OUT/tune`` for ``run`` and ``sweep`` (``run``'s LR stage uses the former too)."""
+    return str(folder / ("tune_lr/ray" if kind == "tune-lr" else "tune"))
+
+
 def refuse_busy_storage(storage: str | None, out_dir: str | Path, what: str) -> None:
-    """Refuse to start ``what`` with a local ``storage`` (Tune's state and the runs' checkpoints) that a command of
-    another output folder is using now: two folders given one ``--storage`` at once each trained every run, into the
-    same checkpoint files. The storage's claim file (:data:`STORAGE_CLAIM`, written by :func:`mark_started`) names
-    the folder of the command that last used it; that folder's command record says whether it still runs
-    (:func:`refuse_busy_folder`'s test). A storage used one command after another, or a bucket, is not refused.
+    """Refuse to start ``what`` with a local ``storage`` (Tune's state and the runs' checkpoints) that a live command
+    of another output folder uses: two folders given one ``--storage`` at once each trained every run, into the same
+    checkpoint files, and a fresh LR study removes an experiment of its name there. The folders asked are the one
+    the storage's claim file names (:data:`STORAGE_CLAIM`, written by :func:`mark_started`) and, for a storage
+    that is another folder's default one (``OUT/tune``, ``OUT/tune_lr/ray``), that folder; one's command record
+    says whether its command still runs (:func:`refuse_busy_folder`'s test) and which storage it uses (its
+    ``--storage``, else its default). A storage used one command after another, or a bucket, is not refused; two
+    commands started within the same moment can both pass (each checks before the other has written its claim).
 
     Raises:
         ValueError: naming the storage, the other command, its pid and host and its folder."""
+    from loopscale.cluster.storage import local_path
+
     path = _storage_claim_path(storage)
-    claim = _read_json(path) if path is not None else None
-    if not claim or not claim.get("out"):
+    if path is None:
         return
-    other = Path(claim["out"])
-    if other.resolve() == Path(out_dir).resolve():
-        return
-    rec = _read_json(other / "logs" / COMMAND_NAME)
-    if not rec or (rec.get("pid"), rec.get("host")) == (os.getpid(), socket.gethostname()):
-        return
-    alive, cmd, _ = _liveness(rec, _read_json(other / "logs" / "progress.json"))
-    if not alive or cmd is None or (cmd.get("storage") and cmd.get("storage") != storage):
-        return
-    raise ValueError(
-        f"storage {storage} is in use: `{cmd.get('command')}` (pid {cmd.get('pid')} on {cmd.get('host')}) keeps "
-        f"the runs of {other} there; {what} would run beside it (two commands sharing one storage train the same "
-        "runs twice, into the same checkpoint files): wait until it ends, or give another --storage"
-    )
+    mine = Path(out_dir).resolve()
+    folders: list[Path] = []
+    claim = _read_json(path)
+    if claim and claim.get("out"):
+        folders.append(Path(claim["out"]))
+    local = Path(local_path(storage)).resolve()
+    if local.name == "tune":
+        folders.append(local.parent)
+    if local.name == "ray" and local.parent.name == "tune_lr":
+        folders.append(local.parent.parent)
+    for other in dict.fromkeys(f.resolve() for f in folders):
+        if other == mine:
+            continue
+        rec = _read_json(other / "logs" / COMMAND_NAME)
+        if not rec or (rec.get("pid"), rec.get("host")) == (os.getpid(), socket.gethostname()):
+            continue
+        alive, cmd, _ = _liveness(rec, _read_json(other / "logs" / "progress.json"))
+        if not alive or cmd is None:
+            continue
+        uses = [cmd["storage"]] if cmd.get("storage") else [_default_storage(other, k) for k in
+                                                             ({cmd.get("kind")} | ({"tune-lr"} if cmd.get("kind") == "run" else set()))]  # fmt: skip
+        if not any(_same_storage(u, storage) for u in uses):
+            continue
+        raise ValueError(
+            f"storage {storage} is in use: `{cmd.get('command')}` (pid {cmd.get('pid')} on {cmd.get('host')}) keeps "
+            f"the runs of {other} there; {what} would run beside it (two commands sharing one storage train the "
+            "same runs twice, into the same checkpoint files): wait until it ends, or give another --storage"
+        )
 
 
 def _of_this_process(rec: dict | None) -> bool:

@@ -21,8 +21,14 @@ def test_an_empty_out_is_refused_before_anything_is_written(tmp_path, monkeypatc
     assert "TABLE is empty" in empty_path_argument(["fit", ""])
     assert "OUT is empty" in empty_path_argument(["status", ""])
     assert "--pilot is empty" in empty_path_argument(["design", "smoke", "--pilot", ""])
+    # after a flag (which takes no value) or `--`, an empty argument is still the positional's
+    assert "OUT is empty" in empty_path_argument(["status", "--json", ""])
+    assert "TABLE is empty" in empty_path_argument(["fit", "--per-run", ""])
+    assert "TABLE is empty" in empty_path_argument(["fit", "--", ""])
+    assert empty_path_argument(["fit", "t.csv", "--out", "x", ""]) is None  # a second positional: Click's to refuse
     # '.' is a path given on purpose; a str option's empty value is its own command's to judge; no command: none
-    for argv in (["run", "smoke", "--out", "."], ["fit", "t.csv", "--block-by", ""], ["model", "info"], [], ["nope", ""]):
+    for argv in (["run", "smoke", "--out", "."], ["fit", "t.csv", "--block-by", ""], ["fit", "t.csv", "--variant", ""],
+                 ["model", "info"], [], ["nope", ""]):
         assert empty_path_argument(argv) is None, argv
     monkeypatch.setattr("sys.argv", ["loopscale", "run", "smoke", "--out", ""])
     with pytest.raises(SystemExit) as ex:
@@ -87,6 +93,27 @@ def test_a_full_disk_anywhere_in_the_chain_is_one_error_line(capsys):
         present_errors(bug)()
     assert disk_error(OSError(errno.EROFS, "Read-only file system", "/ro/x")).filename == "/ro/x"
     assert disk_error(RuntimeError("x")) is None
+    from loopscale.cluster.options import disk_error_message
+
+    ro = disk_error_message(OSError(errno.EROFS, "Read-only file system", "/ro/x"), True)
+    assert ro.count("/ro/x") == 1 and "mounted read-only" in ro and "free space" not in ro
+    try:  # an error raised `from None` does not carry the disk error it replaced
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise ValueError("unrelated") from None
+    except ValueError as e:
+        assert disk_error(e) is None
+
+    def exits():  # typer.Exit raised while handling a full disk keeps its own exit code
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise typer.Exit(code=7)  # noqa: B904 (the disk error stays its context, as in the case guarded)
+
+    with pytest.raises(typer.Exit) as ex:
+        present_errors(exits)()
+    assert ex.value.exit_code == 7
 
 
 def test_a_storage_that_is_a_file_is_called_a_file(tmp_path):

@@ -834,6 +834,7 @@ def test_ray_address_from_the_environment_is_checked_as_the_flag_is(monkeypatch)
     with pytest.raises(ValueError, match=rf"no Ray cluster answers at 127.0.0.1:{port} .* unset RAY_ADDRESS "
                                          rf"\(now '127.0.0.1:{port}'\)"):  # fmt: skip
         ClusterOptions().validate(tune="loopscale run")
+    ClusterOptions().validate()  # `fit` without a bootstrap never joins it: not probed (Ray's start would be)
 
 
 def test_a_tune_commands_bad_address_message_offers_no_ray_client_form():

@@ -33,6 +33,12 @@ def test_default_blocks_of_an_iso_flop_table_are_its_C_cells_not_one_run_each():
     assert default_block_by(tok, make_law("joint")) == ("D", "r")
     assert default_block_by(df.assign(budget=df["C"]), make_law("joint")) == ("budget", "r")
     assert default_block_by(df, make_law("chinchilla")) is None
+    # one size on a token-budget grid: (C, r) and (D, r) make the same cells, and D is kept (as before)
+    import pandas as pd
+
+    one = pd.DataFrame({"r": [1, 2, 1, 2], "D": [1e9, 1e9, 2e9, 2e9], "C": [6e15, 9e15, 1.2e16, 1.8e16]})
+    assert one.groupby(["C", "r"]).ngroups == one.groupby(["D", "r"]).ngroups == 4
+    assert default_block_by(one, make_law("joint")) == ("D", "r")
 
 
 def test_a_blocking_whose_every_block_is_one_run_is_said(tmp_path):
@@ -66,6 +72,7 @@ def test_identification_from_few_resamples_says_so_and_is_not_precise():
     ci = (phi - 0.05, phi + 0.05)
     few = identify(point, ci, None, None, n_resamples=3)
     assert "from 3 refitted resample(s), fewer than the 50" in few.headline
+    assert "half-width" not in few.headline  # 0.05 is within the target: not called imprecise
     assert few.precise is False and few.details["few_resamples"] == 3
     enough = identify(point, ci, None, None, n_resamples=200)
     assert "refitted resample" not in enough.headline and enough.precise is True

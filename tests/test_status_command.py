@@ -1072,3 +1072,22 @@ def test_a_storage_another_folders_command_is_using_is_refused(tmp_path):
         child.kill()
         child.wait()
     refuse_busy_storage(str(store), second, "`loopscale run`")  # it ended: one folder after another is allowed
+    # the claimant folder's live command uses its own default storage now: S is not in use; A's default storage
+    # (A/tune) given as --storage from another folder is
+    child = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import time\nfrom loopscale.sweep import console\nfrom loopscale.sweep.status import mark_started\n"
+            f"with console.session({str(first)!r}):\n    mark_started({str(first)!r}, 'run')\n    time.sleep(120)\n"
+        )],
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 60
+        while (json.loads((first / "logs" / COMMAND_NAME).read_text()).get("pid") != child.pid
+               and child.poll() is None and time.time() < deadline):  # fmt: skip
+            time.sleep(0.1)
+        refuse_busy_storage(str(store), second, "`loopscale sweep`")
+        with pytest.raises(ValueError, match=r"storage .*cs1/tune is in use"):
+            refuse_busy_storage(f"file://{first.resolve() / 'tune'}", second, "`loopscale sweep`")
+    finally:
+        child.kill()
+        child.wait()
