@@ -254,11 +254,8 @@ def refuse_busy_storage(storage: str | None, out_dir: str | Path, what: str) -> 
     for other in dict.fromkeys(f.resolve() for f in folders):
         if other == mine:
             continue
-        rec = _read_json(other / "logs" / COMMAND_NAME)
-        if not rec or (rec.get("pid"), rec.get("host")) == (os.getpid(), socket.gethostname()):
-            continue
-        alive, cmd, _ = _liveness(rec, _read_json(other / "logs" / "progress.json"))
-        if not alive or cmd is None:
+        cmd = _other_live_command(other)
+        if cmd is None:
             continue
         uses = [cmd["storage"]] if cmd.get("storage") else [_default_storage(other, k) for k in
                                                              ({cmd.get("kind")} | ({"tune-lr"} if cmd.get("kind") == "run" else set()))]  # fmt: skip
@@ -307,6 +304,16 @@ def mark_ended(out_dir: str | Path, exc: BaseException) -> None:
         pass
 
 
+def _other_live_command(folder: Path) -> dict | None:
+    """The command record (:func:`mark_started`) of a command other than this process that works in ``folder``
+    now (:func:`_liveness`), else None."""
+    rec = _read_json(folder / "logs" / COMMAND_NAME)
+    if not rec or (rec.get("pid"), rec.get("host")) == (os.getpid(), socket.gethostname()):
+        return None
+    alive, cmd, _ = _liveness(rec, _read_json(folder / "logs" / "progress.json"))
+    return cmd if alive else None
+
+
 def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -> None:
     """Refuse to start ``what`` (a command about to write into ``out_dir``) while another command works there: the
     folder's command record (:func:`mark_started`) names a live process (this host: its pid lives; another host: its
@@ -320,11 +327,8 @@ def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -
         ValueError: another command is working in ``out_dir`` (the message names it, its pid and host).
     """
     out = Path(out_dir).resolve()
-    rec = _read_json(out / "logs" / COMMAND_NAME)
-    if not rec or (rec.get("pid"), rec.get("host")) == (os.getpid(), socket.gethostname()):
-        return
-    alive, cmd, _ = _liveness(rec, _read_json(out / "logs" / "progress.json"))
-    if not alive or cmd is None:
+    cmd = _other_live_command(out)
+    if cmd is None:
         return
     raise ValueError(
         f"{out} is in use: `{cmd.get('command')}` (pid {cmd.get('pid')} on {cmd.get('host')}) is working there; "
