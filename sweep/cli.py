@@ -159,30 +159,30 @@ def empty_path_argument(argv: list[str]) -> str | None:
     flags = {o for p in cmd.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts)}
     args = [p for p in cmd.params if not any(o.startswith("-") for o in p.opts)]  # positionals, in order
     rest = argv[i:]
-    j, k = 0, 0  # k: the positional the next bare argument fills
+
+    def empty(name: str) -> str:
+        return (f"{name} is empty (an unset shell variable?): an empty path would be the current directory, "
+                f"{Path.cwd()}; give the path, or '.' for the current directory")
+
+    j, k, positional_only = 0, 0, False  # k: the positional the next bare argument fills
     while j < len(rest):
-        a, name = rest[j], None
-        if a == "--":  # everything after it is positional
-            for b in rest[j + 1 :]:
-                if b == "" and k < len(args) and args[k] in paths:
-                    name = args[k].name.upper()
-                    break
-                k += 1
-            j = len(rest)
-        elif a.startswith("-") and "=" in a:
-            opt, value = a.split("=", 1)
-            name = opt if opt in options and value == "" else None
-        elif a.startswith("-") and a not in flags:  # an option that takes the next argument as its value
-            name = a if a in options and j + 1 < len(rest) and rest[j + 1] == "" else None
-            j += 1
-        elif not a.startswith("-") or a == "":
-            if a == "" and k < len(args) and args[k] in paths:
-                name = args[k].name.upper()
-            k += 1
+        a = rest[j]
         j += 1
-        if name:
-            return (f"{name} is empty (an unset shell variable?): an empty path would be the current directory, "
-                    f"{Path.cwd()}; give the path, or '.' for the current directory")
+        if not positional_only and a == "--":  # everything after it is positional
+            positional_only = True
+        elif not positional_only and a.startswith("-"):
+            if "=" in a:
+                opt, value = a.split("=", 1)
+                if opt in options and value == "":
+                    return empty(opt)
+            elif a not in flags:  # an option that takes the next argument as its value
+                if a in options and j < len(rest) and rest[j] == "":
+                    return empty(a)
+                j += 1
+        else:
+            if a == "" and k < len(args) and args[k] in paths:
+                return empty(args[k].name.upper())
+            k += 1
     return None
 
 

@@ -243,22 +243,22 @@ def _capture(log_path: Path, con: Console) -> Iterator[None]:
     saved = (os.dup(1), os.dup(2))
     head = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {' '.join(sys.argv)}\n"
 
-    log = None  # opened at the first line: a command refused before any output leaves no folder behind
-    log_failed: list[OSError] = []  # a log that cannot be written (a full disk) is given up, never the drain
+    log = None  # opened at the first output: a command refused before any output leaves no folder behind
+    log_failed = False  # a log that cannot be written (a full disk) is given up, never the drain
 
-    def to_log(text: str, *, first: bool = False) -> None:
-        nonlocal log
+    def to_log(text: str) -> None:
+        nonlocal log, log_failed
         if log_failed:
             return
         try:
-            if first:
+            if log is None:
                 log_path.parent.mkdir(parents=True, exist_ok=True)
                 log = open(log_path, "a", encoding="utf-8", errors="replace")
-            if log is not None:
-                log.write(text)
-                log.flush()
+                log.write(head)
+            log.write(text)
+            log.flush()
         except OSError as e:  # e.g. ENOSPC: the pipe must still be drained, or every print of the driver fails
-            log_failed.append(e)
+            log_failed = True
             try:
                 con.say(f"warning: Ray's output can no longer be written to {log_path} ({e.strerror or e}); "
                         "the command goes on, its output from here on is not kept", err=True)
@@ -267,20 +267,17 @@ def _capture(log_path: Path, con: Console) -> Iterator[None]:
 
     def reader() -> None:
         buf = b""
-        started = False
         with os.fdopen(r, "rb", buffering=0) as src:
             while True:
                 chunk = src.read(65536)
                 if not chunk:
                     break
                 buf += chunk
-                *lines, buf = buf.split(b"\n")
-                if not started and (lines or buf):
-                    started = True
-                    to_log(head, first=True)
-                for raw in lines:
-                    line = raw.decode("utf-8", errors="replace")
-                    to_log(strip_ansi(line) + "\n")
+                *raw_lines, buf = buf.split(b"\n")
+                lines = [raw.decode("utf-8", errors="replace") for raw in raw_lines]
+                if lines:  # one write and flush per chunk
+                    to_log("".join(strip_ansi(line) + "\n" for line in lines))
+                for line in lines:
                     try:
                         con.captured_line(line)
                     except Exception:  # the console must never stop the drain (writers would block)
