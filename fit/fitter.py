@@ -74,48 +74,74 @@ class Objective:
             if law.extra_names or weights is not None or losses is not None:
                 raise ValueError("u_sets needs a law without fitted extra parameters and no weights or losses")
             self.u_sets = np.asarray(u_sets, dtype=np.float64).reshape(-1, self.n)
+        # a law without fitted extra parameters has one u = log N_x for every theta: computed once
+        self.u_const = None if law.extra_names else law.log_n(np.zeros((1, 0)), cols)[0]
 
     def __call__(self, theta: np.ndarray, wid: np.ndarray | None = None, grad: bool = True):
+        # Every array operation below is the one of the formula in the class docstring, in the same order, so the
+        # values do not depend on this layout; the operations write into their own temporaries where they can (at
+        # a bootstrap's batch sizes, allocating the (S, n) arrays cost as much as the arithmetic).
         theta = np.atleast_2d(theta)
         a, b, e, al, be = (theta[:, k : k + 1] for k in range(5))
-        if self.u_sets is None:
-            u, du = self.law.log_n(theta[:, 5:], self.cols)
-        else:
+        if self.u_sets is not None:
             u, du = self.u_sets[np.zeros(theta.shape[0], dtype=int) if wid is None else wid], None
-        t1 = a - al * u
-        t2 = b - be * self.logD[None, :]
-        t3 = np.broadcast_to(e, t1.shape)
-        m = np.maximum(np.maximum(t1, t2), t3)
-        e1, e2, e3 = np.exp(t1 - m), np.exp(t2 - m), np.exp(t3 - m)
-        s = e1 + e2 + e3
+        elif self.u_const is not None:
+            u, du = self.u_const, None
+        else:
+            u, du = self.law.log_n(theta[:, 5:], self.cols)
+        t1 = np.multiply(al, u)
+        np.subtract(a, t1, out=t1)  # a - alpha*u
+        t2 = np.multiply(be, self.logD[None, :])
+        np.subtract(b, t2, out=t2)  # b - beta*log D
+        m = np.maximum(t1, t2)
+        np.maximum(m, e, out=m)
+        e1 = np.exp(np.subtract(t1, m, out=t1), out=t1)
+        e2 = np.exp(np.subtract(t2, m, out=t2), out=t2)
+        e3 = np.subtract(e, m)
+        np.exp(e3, out=e3)
+        s = np.add(e1, e2)
+        s += e3
         if self.logL_sets is None:
             logL = self.logL[None, :]
         else:
             logL = self.logL_sets[np.zeros(theta.shape[0], dtype=int) if wid is None else wid]
-        res = m + np.log(s) - logL
+        res = np.log(s)
+        np.add(m, res, out=res)
+        res -= logL  # log L_hat - log L
         d = self.delta
         ar = np.abs(res)
-        h = np.where(ar <= d, 0.5 * res * res, d * (ar - 0.5 * d)) / d
+        h = np.subtract(ar, 0.5 * d)
+        h *= d  # linear branch d*(|res| - d/2)
+        quad = np.multiply(0.5, res)
+        quad *= res  # quadratic branch res^2/2
+        np.copyto(h, quad, where=ar <= d)
+        h /= d
         w = None
         if self.weights is not None:
             w = self.weights[np.zeros(theta.shape[0], dtype=int) if wid is None else wid]
-            h = h * w
-        f = h.sum(axis=1)
+            h *= w
+        f = np.add.reduce(h, 1)
         if not grad:
             return f, None
-        gr = np.clip(res, -d, d) / d
+        gr = np.clip(res, -d, d, out=res)
+        gr /= d
         if w is not None:
-            gr = gr * w
-        p1, p2, p3 = gr * e1 / s, gr * e2 / s, gr * e3 / s
+            gr *= w
+        p1 = np.multiply(gr, e1, out=e1)
+        p1 /= s
+        p2 = np.multiply(gr, e2, out=e2)
+        p2 /= s
+        p3 = np.multiply(gr, e3, out=e3)
+        p3 /= s
         g = np.empty_like(theta)
-        g[:, 0] = p1.sum(axis=1)
-        g[:, 1] = p2.sum(axis=1)
-        g[:, 2] = p3.sum(axis=1)
-        g[:, 3] = -(p1 * u).sum(axis=1)
-        g[:, 4] = -(p2 * self.logD[None, :]).sum(axis=1)
+        g[:, 0] = np.add.reduce(p1, 1)
+        g[:, 1] = np.add.reduce(p2, 1)
+        g[:, 2] = np.add.reduce(p3, 1)
+        g[:, 3] = -np.add.reduce(p1 * u, 1)
+        g[:, 4] = -np.add.reduce(p2 * self.logD[None, :], 1)
         if du is not None:
             for k in range(du.shape[2]):
-                g[:, 5 + k] = -(p1 * al * du[:, :, k]).sum(axis=1)
+                g[:, 5 + k] = -np.add.reduce(p1 * al * du[:, :, k], 1)
         return f, g
 
 
@@ -154,9 +180,13 @@ def batched_lbfgs(
     wid = np.zeros(S, dtype=int) if wid is None else np.asarray(wid)
     f, g = fun(x, wid)
     f = np.where(np.isfinite(f), f, np.inf)
+    # the last m (s, y) pairs of every row in a ring: slot head[i] holds row i's oldest pair, so its pairs from oldest
+    # to newest are slots head[i], head[i] + 1, ... (mod m); a row's new pair replaces its oldest
     Sb = np.zeros((S, m, P))
     Yb = np.zeros((S, m, P))
     rho = np.zeros((S, m))
+    head = np.zeros(S, dtype=int)
+    ring = np.arange(m)
     n_iter = np.zeros(S, dtype=int)
     active = np.isfinite(f)
     span = hi - lo
@@ -171,14 +201,15 @@ def batched_lbfgs(
         conv = np.abs(pg).max(axis=1) < pgtol
         binding = ((xa <= lo + 1e-12 * span) & (ga > 0)) | ((xa >= hi - 1e-12 * span) & (ga < 0))
         q = np.where(binding, 0.0, ga)
-        # two-loop recursion, newest pair at index m-1
-        Sa, Ya, ra = Sb[idx], Yb[idx], rho[idx]
+        # two-loop recursion over the pairs ordered oldest to newest (newest at index m-1)
+        order = (head[idx, None] + ring) % m
+        Sa, Ya, ra = Sb[idx[:, None], order], Yb[idx[:, None], order], rho[idx[:, None], order]
         alph = np.zeros((idx.size, m))
         qq = q.copy()
         for j in range(m - 1, -1, -1):
-            alph[:, j] = ra[:, j] * np.sum(Sa[:, j] * qq, axis=1)
+            alph[:, j] = ra[:, j] * np.add.reduce(Sa[:, j] * qq, 1)
             qq -= alph[:, j : j + 1] * Ya[:, j]
-        yy = np.sum(Ya[:, -1] * Ya[:, -1], axis=1)
+        yy = np.add.reduce(Ya[:, -1] * Ya[:, -1], 1)
         has = ra[:, -1] > 0
         gamma = np.where(has, 1.0 / np.where(has, ra[:, -1] * yy, 1.0), 0.0)
         # no history yet: a first step that moves the largest component by at most 1% of the box
@@ -186,22 +217,22 @@ def batched_lbfgs(
         gamma = np.where(has, gamma, 1e-2 / np.maximum(qmax, 1e-300) * np.min(span) / np.max(span))
         r = gamma[:, None] * qq
         for j in range(m):
-            bj = ra[:, j] * np.sum(Ya[:, j] * r, axis=1)
+            bj = ra[:, j] * np.add.reduce(Ya[:, j] * r, 1)
             r += Sa[:, j] * (alph[:, j] - bj)[:, None]
         dvec = np.where(binding, 0.0, -r)
-        gd = np.sum(ga * dvec, axis=1)
+        gd = np.add.reduce(ga * dvec, 1)
         reset = ~(gd < 0)
         if (
             reset.any()
         ):  # not a descent direction: fall back to scaled steepest descent and forget the history
             sc = 1e-2 / np.maximum(qmax[reset], 1e-300) * np.min(span) / np.max(span)
             dvec[reset] = -q[reset] * sc[:, None]
-            rho[idx[reset]] = 0.0
+            rho[idx[reset]] = 0.0  # (every slot: a forgotten history has no pairs)
         # projected backtracking (Armijo on the projected step)
         t = np.ones(idx.size)
         xn = np.clip(xa + dvec, lo, hi)
         fn, gn = fun(xn, wid[idx])
-        ok = np.isfinite(fn) & (fn <= fa + 1e-4 * np.sum(ga * (xn - xa), axis=1))
+        ok = np.isfinite(fn) & (fn <= fa + 1e-4 * np.add.reduce(ga * (xn - xa), 1))
         pend = np.flatnonzero(~ok)
         for _ls in range(40):
             if pend.size == 0:
@@ -209,7 +240,7 @@ def batched_lbfgs(
             t[pend] *= 0.5
             xt = np.clip(xa[pend] + t[pend, None] * dvec[pend], lo, hi)
             ft, gt = fun(xt, wid[idx[pend]])
-            okp = np.isfinite(ft) & (ft <= fa[pend] + 1e-4 * np.sum(ga[pend] * (xt - xa[pend]), axis=1))
+            okp = np.isfinite(ft) & (ft <= fa[pend] + 1e-4 * np.add.reduce(ga[pend] * (xt - xa[pend]), 1))
             xn[pend], fn[pend], gn[pend] = xt, ft, gt
             pend = pend[~okp]
         failed = np.zeros(idx.size, dtype=bool)
@@ -217,16 +248,15 @@ def batched_lbfgs(
         keep = ~failed
         s = xn - xa
         y = gn - ga
-        sy = np.sum(s * y, axis=1)
-        upd = keep & (sy > 1e-12 * np.sqrt(np.sum(s * s, axis=1) * np.sum(y * y, axis=1)) + 1e-300)
+        sy = np.add.reduce(s * y, 1)
+        upd = keep & (sy > 1e-12 * np.sqrt(np.add.reduce(s * s, 1) * np.add.reduce(y * y, 1)) + 1e-300)
         iu = idx[upd]
         if iu.size:
-            Sb[iu] = np.roll(Sb[iu], -1, axis=1)
-            Yb[iu] = np.roll(Yb[iu], -1, axis=1)
-            rho[iu] = np.roll(rho[iu], -1, axis=1)
-            Sb[iu, -1] = s[upd]
-            Yb[iu, -1] = y[upd]
-            rho[iu, -1] = 1.0 / sy[upd]
+            slot = head[iu]
+            Sb[iu, slot] = s[upd]
+            Yb[iu, slot] = y[upd]
+            rho[iu, slot] = 1.0 / sy[upd]
+            head[iu] = (slot + 1) % m
         small = keep & ((fa - fn) <= ftol * np.maximum(np.abs(fa), 1e-12))
         ik = idx[keep]
         x[ik], f[ik], g[ik] = xn[keep], fn[keep], gn[keep]
