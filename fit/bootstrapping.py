@@ -19,8 +19,9 @@ Determinism: resample ``k`` uses ``numpy.random.default_rng([seed, k])`` for its
 split into chunks of fixed size independent of the worker count, so the same seed gives identical draws and CIs with any
 number of workers (or serially). Parallelism: one Ray task per chunk (``num_cpus=1``, BLAS/OpenMP pinned to one thread
 via the task's runtime env). ``workers=1`` with no ``address`` runs the chunks serially in-process, inside a running
-Ray session too (no Ray start-up); otherwise the embedded local Ray (``workers`` CPUs) is started, or the
-running/addressed cluster is used (``loopscale.cluster.connect.ray_session``), and only what was started is shut down.
+Ray session too (no Ray start-up), and so does a single chunk where no Ray is running or addressed (one task gains
+nothing from Ray); otherwise the embedded local Ray (``workers`` CPUs) is started, or the running/addressed cluster is
+used (``loopscale.cluster.connect.ray_session``), and only what was started is shut down.
 """
 
 from __future__ import annotations
@@ -535,7 +536,8 @@ def run_chunks(
     progress: bool = False,
 ) -> list[dict[str, np.ndarray]]:
     """Run ``_refit_chunk`` over ``chunks`` serially (``workers == 1`` and no address, even inside a running Ray
-    session or Ray task) or as Ray tasks.
+    session or Ray task; or a single chunk where no Ray is running or addressed: one task has nothing to run beside
+    it, and starting an embedded Ray takes seconds) or as Ray tasks. Either way the results are the same.
 
     Results are returned in chunk order. Raises ``ValueError`` for ``workers < 1``."""
     if workers is not None and workers < 1:
@@ -543,7 +545,7 @@ def run_chunks(
     sizes = [len(ks) for ks, _ in chunks]
     _notify(0, sum(sizes))
     line = _ChunkLines(len(chunks)) if progress else None
-    if workers == 1 and address is None:
+    if address is None and (workers == 1 or (len(chunks) <= 1 and not ray_running(None))):
         out = []
         for i, (ks, W) in enumerate(chunks):
             out.append(_refit_chunk(shared, ks, W))

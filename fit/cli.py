@@ -187,7 +187,7 @@ def fit_cmd(
         int | None,
         typer.Option(
             "--workers", min=1, help="Parallel bootstrap workers (embedded Ray CPUs; 1 = serial, no Ray). Default: every core, through "
-            "an embedded Ray (a point fit starts none)."
+            "an embedded Ray (a point fit, or a bootstrap of one chunk of refits, starts none)."
         ),
     ] = None,
     delta: Annotated[

@@ -114,7 +114,8 @@ def fit_table(
             ``"iid"`` (or None), or a tuple of column names.
         identify: apply the identification rule of ``loopscale run`` (joint law, phi free; needs ``bootstrap``).
         starts, seed, delta: the fitter's starts, RNG seed and Huber threshold (paper: 500, -, 1e-3).
-        workers: CPUs for the bootstrap refits (None: an embedded local Ray on every core; 1: serial, no Ray).
+        workers: CPUs for the bootstrap refits (None: an embedded local Ray on every core, unless the refits
+            make a single chunk; 1: serial, no Ray).
         progress: print the bootstrap's ``bootstrap: i/n chunks`` lines on stderr (every chunk on a terminal;
             piped, the first, at most one a minute, and the last).
     Returns:

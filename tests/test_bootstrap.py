@@ -88,6 +88,31 @@ def test_same_seed_same_ci_with_one_and_two_ray_workers():
     assert b3.ci != b1.ci
 
 
+def test_a_bootstrap_of_one_chunk_starts_no_ray_and_two_chunks_do(monkeypatch):
+    """One chunk of refits has nothing to run beside it: with no Ray running or addressed it runs in this process
+    (starting an embedded Ray took longer than such a fit), with the draws of workers=1. Two chunks go to Ray."""
+    import loopscale.fit.bootstrapping as bs
+    from loopscale.fit import bootstrap, fit_law
+
+    class Started(Exception):
+        pass
+
+    def no_ray(address, workers):
+        raise Started(f"Ray asked for (address={address}, workers={workers})")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(bs, "_ray_context", no_ray)
+    t = _small_joint()
+    point = fit_law(t, starts=40, seed=0)
+    one = bootstrap(t, B=4, seed=7, workers=None, starts=10, point=point, derived=False, chunk_size=4)
+    serial = bootstrap(t, B=4, seed=7, workers=1, starts=10, point=point, derived=False, chunk_size=2)
+    pd.testing.assert_frame_equal(one.draws, serial.draws)
+    with pytest.raises(Started, match="workers=None"):
+        bootstrap(t, B=4, seed=7, workers=None, starts=10, point=point, derived=False, chunk_size=2)
+    with pytest.raises(Started, match="address=auto"):  # an address is Ray's to run, one chunk or not
+        bootstrap(t, B=4, seed=7, address="auto", starts=10, point=point, derived=False, chunk_size=4)
+
+
 def test_compare_variants_paired_delta_phi():
     """Two variants (phi 0.6 vs 0.2; the second borrows the baseline's r=1 runs): Δφ CI below 0, frac Δφ<=0 ~ 1."""
     from loopscale.fit import compare_variants
