@@ -611,6 +611,15 @@ _TOKEN_HINT = (
 )
 
 
+class TokenAuthRefused(ValueError):
+    """A Ray cluster with token authentication refused this process's token (or its lack of one).
+
+    ``resume_env`` holds what the environment of the command that continues needs (``RAY_AUTH_MODE=token``):
+    ``loopscale status`` puts it in front of its ``--resume`` line."""
+
+    resume_env = {"RAY_AUTH_MODE": "token"}
+
+
 def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, logging_level) -> None:
     """``ray.init`` for :func:`ray_session`: Ray Client, joining, or the embedded local Ray."""
     where = f"address={address or os.environ.get('RAY_ADDRESS')!r}"
@@ -630,7 +639,7 @@ def _ray_init(ray, address, joining, kwargs, num_cpus, num_gpus, temp_dir, loggi
             except ConnectionError as e:  # 'auto' with no cluster on this machine: Ray's own words, one line
                 first = str(e).split(". ")[0].strip() or type(e).__name__
                 if "InvalidAuthToken" in str(e.__cause__ or ""):  # a cluster is there: it wants the token
-                    raise ValueError(
+                    raise TokenAuthRefused(
                         f"{where}: {first}: the cluster refused this process's Ray auth token{_TOKEN_HINT}"
                     ) from None
                 raise ValueError(

@@ -280,7 +280,9 @@ def mark_ended(out_dir: str | Path, exc: BaseException) -> None:
     ``{"how": "interrupted" | "error", "message": its first line, "at": s since the epoch}``, so that ``loopscale
     status`` of the stopped folder says why it stopped (a command that failed read as any stopped one, and the
     ``--resume`` status offered could fail the same way). Only this process's own record is changed (a record of
-    another command, or none, is left as it is); a failed write is ignored (status is informative)."""
+    another command, or none, is left as it is); a failed write is ignored (status is informative). An error that
+    carries ``resume_env`` (e.g. a token-auth refusal: ``RAY_AUTH_MODE=token``) has it recorded as ``ended["resume_env"]``,
+    which status puts in front of its ``--resume`` line."""
     from loopscale.cluster.options import Interrupted
 
     out = Path(out_dir).resolve()
@@ -299,6 +301,9 @@ def mark_ended(out_dir: str | Path, exc: BaseException) -> None:
         ended = {"how": how, "message": line, "at": time.time()}
         if how == "error" and getattr(exc, "resumable", True) is False:
             ended["resumable"] = False  # its --resume would end the same way (the message says what to change)
+        env = getattr(exc, "resume_env", None) if how == "error" else None
+        if isinstance(env, dict) and env:  # what the environment of the command that continues needs
+            ended["resume_env"] = {str(k): str(v) for k, v in env.items()}
         write_text_atomic(str(path), json.dumps({**rec, "ended": ended}))
     except OSError:
         pass
@@ -934,7 +939,7 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     (when none runs: the command line of the folder's newest command record, else None), ``last_command_error``
     (of a stopped folder: the error line its last command ended with, :func:`mark_ended`; None when it was
     interrupted or killed), ``resume_with`` (of a stopped folder: that command line with ``--resume``, which
-    continues it; else None), ``nothing_to_fit`` (of a
+    continues it, after the environment assignments its error recorded, e.g. ``RAY_AUTH_MODE=token``; else None), ``nothing_to_fit`` (of a
     stopped folder whose runs all finished and none is ok: why ``--resume`` cannot help, and then ``resume_with`` is
     None; else None), ``cannot_resume`` (of a folder whose last command ended on an error that ``--resume`` would
     meet again, e.g. no LR of the range learned: why, and then ``resume_with`` is None; else None), ``progress`` (the running command's open
@@ -1169,6 +1174,11 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
             resume_with = None
             cannot_resume = ("--resume would end the same way: the last command's error, above, says what to change "
                              "and where to run again")  # fmt: skip
+        env = ended.get("resume_env") if isinstance(ended, dict) and ended.get("how") == "error" else None
+        if resume_with and isinstance(env, dict) and env:  # e.g. RAY_AUTH_MODE=token after a token-auth refusal
+            import shlex
+
+            resume_with = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) + " " + resume_with
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}

@@ -1039,6 +1039,34 @@ def test_a_folder_whose_lr_tuning_found_no_lr_gets_no_resume_line(tmp_path):
     assert st["cannot_resume"] is None and st["resume_with"].endswith("--resume")
 
 
+def test_a_run_a_token_auth_cluster_refused_gets_a_resume_line_with_ray_auth_mode(tmp_path):
+    """A cluster with token authentication refusing the driver ends the command with "needs RAY_AUTH_MODE=token in
+    this environment too", but status's line to continue lacked it: run as given, it was refused the same way. The
+    refusal's record now carries the environment the command needs, and the line starts with RAY_AUTH_MODE=token.
+    (The refusal is Ray's own error path, ``_ray_init``, given a Ray whose init raises what Ray 2.60 raises.)"""
+    out = tmp_path / "ta"
+    refused = (
+        "import sys, loopscale.cluster.connect as c\n"
+        "class FakeRay:\n"
+        "    def init(self, **kw):\n"
+        "        e = ConnectionError('Failed to connect to Ray cluster at 10.0.0.5:6379')\n"
+        "        e.__cause__ = RuntimeError('RPC error: InvalidAuthToken: Authentication token is missing')\n"
+        "        raise e\n"
+        "real = c._ray_init\n"
+        "c._ray_init = lambda ray, address, joining, *a: real(FakeRay(), '10.0.0.5:6379', True, *a)\n"
+        "from loopscale.sweep.cli import main\n"
+        f"sys.argv = ['loopscale', 'run', '--preset', 'smoke', '--out', {str(out)!r}]\n"
+        "main()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", refused], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "refused this process's Ray auth token" in p.stderr, p.stderr[-3000:]
+    st = collect_status(out)
+    assert st["state"] == "stopped" and "RAY_AUTH_MODE=token" in st["last_command_error"]
+    assert st["resume_with"].startswith("RAY_AUTH_MODE=token ") and st["resume_with"].endswith(" --resume")
+    assert "loopscale run --preset smoke --out " in st["resume_with"]
+    assert any(line == f"to continue (finished runs are kept): {st['resume_with']}" for line in format_status(st))
+
+
 def test_a_storage_another_folders_command_is_using_is_refused(tmp_path):
     """Two `run smoke --out csN --storage S` started together each trained all 16 runs, writing the same checkpoint
     files in S. A storage whose claimant folder has a live command is refused for another folder; the same folder
