@@ -55,6 +55,7 @@ import json
 import math
 import os
 import re
+import shlex
 import socket
 import sys
 import time
@@ -134,8 +135,6 @@ def mark_started(out_dir: str | Path, kind: str, storage: str | None = None) -> 
     cur = _read_json(path)
     if _of_this_process(cur):
         return
-    import shlex
-
     from loopscale.cluster.storage import write_text_atomic
 
     now = time.time()
@@ -1163,22 +1162,18 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
     resume_with = nothing_to_fit = cannot_resume = None
     if state == "stopped":  # the line that continues it, its relative paths read where that command ran
         line, line_cwd = _resumable_command(record, stage, out)
-        resume_with = resume_command(line, out, line_cwd)
+        ended = (record or {}).get("ended")
+        env = ended.get("resume_env") if isinstance(ended, dict) and ended.get("how") == "error" else None
+        resume_with = resume_command(line, out, line_cwd, env if isinstance(env, dict) else None)
         if cells:  # every run finished, none ok: --resume trains nothing and its fit fails (`run` refuses it)
             from loopscale.sweep.run import nothing_to_fit_in
 
             if nothing_to_fit := nothing_to_fit_in(out, cells, recs):
                 resume_with = None
-        ended = (record or {}).get("ended")
         if resume_with and isinstance(ended, dict) and ended.get("how") == "error" and ended.get("resumable") is False:
             resume_with = None
             cannot_resume = ("--resume would end the same way: the last command's error, above, says what to change "
                              "and where to run again")  # fmt: skip
-        env = ended.get("resume_env") if isinstance(ended, dict) and ended.get("how") == "error" else None
-        if resume_with and isinstance(env, dict) and env:  # e.g. RAY_AUTH_MODE=token after a token-auth refusal
-            import shlex
-
-            resume_with = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) + " " + resume_with
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
@@ -1245,8 +1240,6 @@ def _flag_value(argv: list[str], flag: str) -> tuple[int, int, str] | None:
 
 def _split_command(command: str | None) -> list[str]:
     """``command`` split as a shell would; [] for none or one shlex cannot split."""
-    import shlex
-
     try:
         return shlex.split(command or "")
     except ValueError:
@@ -1296,8 +1289,6 @@ def _resumable_command(record: dict | None, stage: str, out: Path) -> tuple[str 
     and that command was not ``run`` (a ``sweep``, e.g. ``--force``, which moves the earlier fit aside, ends with
     its runs: its ``--resume`` would not fit); then the folder's newest ``run`` command, or ``loopscale run
     OUT/spec.yaml --out OUT``."""
-    import shlex
-
     command = (record or {}).get("command")
     if stage not in ("fit", "report") or not record or record.get("kind") == "run":
         return command, (record or {}).get("cwd")
@@ -1307,7 +1298,9 @@ def _resumable_command(record: dict | None, stage: str, out: Path) -> tuple[str 
     return f"loopscale run {shlex.quote(str(out / 'spec.yaml'))} --out {shlex.quote(str(out))}", None
 
 
-def resume_command(command: str | None, folder: Path | None = None, cwd: str | None = None) -> str | None:
+def resume_command(
+    command: str | None, folder: Path | None = None, cwd: str | None = None, env: dict | None = None
+) -> str | None:
     """The command line that continues a stopped ``command`` (``loopscale run|sweep|tune-lr ...``): the same line
     with ``--resume`` (added once) and without ``--force`` (which would retrain the runs already redone); None
     without a command line. When its ``--out`` (read against the command's
@@ -1315,9 +1308,8 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
     ``folder`` (absolute) replaces it, and is added when the line has none (the default ``runs/NAME`` is relative);
     a relative local ``--storage`` and a relative SPEC file (a ``.yaml`` / ``.yml``
     found under ``cwd``) are made absolute against ``cwd``: the line run from another directory started a new run
-    there ("nothing to resume") or found no spec."""
-    import shlex
-
+    there ("nothing to resume") or found no spec. ``env`` (the environment the command's error recorded it needs,
+    :func:`mark_ended`, e.g. ``{"RAY_AUTH_MODE": "token"}``) goes in front as ``NAME=value`` assignments."""
     if not command:
         return None
     argv = _split_command(command)
@@ -1349,7 +1341,8 @@ def resume_command(command: str | None, folder: Path | None = None, cwd: str | N
                     and (Path(cwd) / a).is_file()):  # fmt: skip
                 argv[j] = str(Path(cwd) / a)
                 command = shlex.join(argv)
-    return command if "--resume" in command.split() else f"{command} --resume"
+    command = command if "--resume" in command.split() else f"{command} --resume"
+    return "".join(f"{k}={shlex.quote(str(v))} " for k, v in (env or {}).items()) + command
 
 
 def format_status(st: dict) -> list[str]:

@@ -194,6 +194,8 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
     assert resume_command(f"loopscale run smoke --out {here}", here, str(tmp_path)) == f"loopscale run smoke --out {here} --resume"
     assert resume_command("loopscale run smoke", here, str(tmp_path)) == f"loopscale run smoke --out {here} --resume"
     assert resume_command(line) == f"{line} --resume"
+    # the environment its error recorded goes in front (a token-auth refusal: the bare line was refused again)
+    assert resume_command(line, env={"RAY_AUTH_MODE": "token"}) == f"RAY_AUTH_MODE=token {line} --resume"
     # a relative --storage was the storage under the command's working directory: the line run from elsewhere
     # made an empty second storage and restored nothing; it now names the storage the command used
     rel = f"loopscale sweep smoke --out {here} --storage st_rel"
