@@ -137,17 +137,21 @@ def auto_address() -> str | None:
 def check_reachable(
     address: str | None, timeout: float = REACH_TIMEOUT_S, *, hint: str = "leave --address unset"
 ) -> None:
-    """Check that something accepts a TCP connection at a ``host:port`` (or ``ray://host:port``) address and answers
+    """Check that something accepts a TCP connection at a ``host:port`` (or ``ray://host:port``) address, answers
     HTTP/2's connection preface as a gRPC server does (:func:`_grpc_answer`; a web server there, e.g. a dashboard
-    port given by mistake, is refused), without starting Ray: joining an address nobody serves, or a service other
-    than Ray, made ``ray.init`` wait for ever (Ray 2.60 retries the GCS every 30 s and says so only in its log). ``"auto"`` is first resolved as ``ray.init`` resolves it (the cluster that
-    ``ray start`` last started on this machine, else any running there): with none, a run failed only once Ray
-    started, after it had written its folder's spec and logs, and its dry run said nothing. ``None`` and anything
-    :func:`validate_address` refuses pass unchecked.
+    port given by mistake, is refused) and, at a GCS address (not ``ray://``), does not answer a Ray GCS call with
+    UNIMPLEMENTED (:func:`_gcs_answer`: another gRPC service, or an HTTP/2 proxy's 404), without starting Ray:
+    joining an address nobody serves, or a service other than Ray, made ``ray.init`` wait for ever (Ray 2.60
+    retries the GCS every 30 s and says so only in its log) or fail only after the run had written its folder.
+    ``"auto"`` is first resolved as ``ray.init`` resolves it (the cluster that ``ray start`` last started on this
+    machine, else any running there): with none, a run failed only once Ray started, after it had written its
+    folder's spec and logs, and its dry run said nothing. ``None`` and anything :func:`validate_address` refuses
+    pass unchecked.
 
     Raises:
         ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s),
-            a service that is not gRPC answers there, or ``"auto"`` finds no Ray cluster on this machine.
+            a service that is not gRPC answers there, a gRPC or HTTP/2 service without Ray's GCS answers there,
+            or ``"auto"`` finds no Ray cluster on this machine.
     """
     if address is None:
         return
@@ -175,6 +179,8 @@ def check_reachable(
             f"that the cluster is running and that its port is open to this machine, or {hint} for the embedded "
             "local Ray"
         ) from None
+    if answer is None and not a.startswith("ray://"):
+        answer = _gcs_answer(f"{m.group('host')}:{port}", timeout)
     if answer is not None:
         raise ValueError(
             f"something listens at {a}, but not a Ray head: {answer}, where a Ray head's port (its GCS, 6379 by "
@@ -182,6 +188,39 @@ def check_reachable(
             f"--head` prints the address; 8265 is the dashboard's, for `ray job submit`), or {hint} for the "
             "embedded local Ray"
         )
+
+
+#: A method of a Ray head's GCS (``ray/core/generated/gcs_service.proto``, served since Ray 2.7) that
+#: :func:`_gcs_answer` calls: the GCS answers it (or refuses the caller's credentials); another gRPC service, or an
+#: HTTP/2 server that is not gRPC (its 404), answers UNIMPLEMENTED.
+_GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+
+
+def _gcs_answer(host_port: str, timeout: float) -> str | None:
+    """What a gRPC (or other HTTP/2) service at ``host_port`` that is not a Ray GCS answered to a call of
+    :data:`_GCS_METHOD` with an empty request, as a short phrase; None when it answered as a GCS does (a reply, or
+    a refusal of the caller's token: UNAUTHENTICATED, PERMISSION_DENIED), under ``RAY_USE_TLS``, and whenever the
+    answer cannot tell (no answer within ``timeout`` s, a dropped connection: the join then says what Ray finds).
+    Only UNIMPLEMENTED (gRPC's word for "no such method", also what an HTTP/2 404 becomes) refuses. Found by
+    trying it: an HTTP/2 proxy's 404 passed the connection-preface check, and ``ray.init`` then failed 20 s later,
+    after the run had written its folder."""
+    if os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes"):
+        return None
+    import grpc
+
+    channel = grpc.insecure_channel(host_port)
+    try:
+        channel.unary_unary(_GCS_METHOD)(b"", timeout=timeout)
+    except grpc.RpcError as e:
+        code = e.code() if callable(getattr(e, "code", None)) else None
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            said = (e.details() or "").strip() if callable(getattr(e, "details", None)) else ""
+            return f"it answered gRPC's UNIMPLEMENTED to the Ray GCS call {_GCS_METHOD[1:]}" + (
+                f" ({said})" if said else ""
+            )
+    finally:
+        channel.close()
+    return None
 
 
 #: HTTP/2's client connection preface (RFC 9113 Sec. 3.4) and an empty SETTINGS frame: a gRPC server, as a Ray

@@ -90,3 +90,83 @@ def test_a_grpc_server_passes_and_tls_is_not_probed(monkeypatch):
     addr3, t3 = _serve_once(b"HTTP/1.0 400 Bad request\r\n\r\n")
     check_reachable(addr3, timeout=5)  # not told apart from a TLS head: passes, as before
     t3.join(5)
+
+
+def _serve_h2_404() -> tuple[str, threading.Thread]:
+    """A two-connection HTTP/2 server in clear text (as a proxy or ingress can be) that answers every request with
+    ``:status 404`` and no body, as such a server answers a path it does not route. Returns its ``host:port`` and
+    its thread."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+    def read(conn, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = conn.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError
+            data += chunk
+        return data
+
+    def serve(conn) -> None:
+        with conn:
+            conn.settimeout(10)
+            try:
+                read(conn, 24)  # the client's connection preface
+                conn.sendall(frame(0x4, 0, 0))  # our SETTINGS (empty)
+                while True:
+                    head = read(conn, 9)
+                    kind, flags, stream = head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+                    read(conn, int.from_bytes(head[:3], "big"))
+                    if kind == 0x4 and not flags & 0x1:
+                        conn.sendall(frame(0x4, 0x1, 0))  # ACK the client's SETTINGS
+                    elif kind == 0x1:  # HEADERS of a request: ':status 404' (HPACK static index 13), ended
+                        conn.sendall(frame(0x1, 0x4 | 0x1, stream, bytes([0x80 | 13])))
+                        time.sleep(0.5)
+                        return
+            except (ConnectionError, OSError):
+                return
+
+    def run() -> None:  # two connections: the preface check's, then the call's
+        with srv:
+            for _ in range(2):
+                serve(srv.accept()[0])
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return f"127.0.0.1:{port}", t
+
+
+def test_a_grpc_or_http2_service_without_rays_gcs_is_refused(monkeypatch):
+    """An HTTP/2 server that is not Ray (a proxy's 404) and a gRPC server without Ray's GCS both answer the
+    connection preface as a Ray head does; both passed, and `ray.init` then failed 20 s later, after the run had
+    written its folder. A call of a GCS method tells them apart: both answer UNIMPLEMENTED, and are refused before
+    Ray starts. A real Ray head passing is checked with `ray start` in test_cluster_connect.py."""
+    import grpc
+
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
+    addr, t = _serve_h2_404()
+    with pytest.raises(ValueError) as e:
+        check_reachable(addr, timeout=5)
+    t.join(5)
+    msg = str(e.value)
+    assert msg.startswith(f"something listens at {addr}, but not a Ray head: it answered gRPC's UNIMPLEMENTED to "
+                          "the Ray GCS call ray.rpc.NodeInfoGcsService/GetClusterId"), msg  # fmt: skip
+    assert "\n" not in msg
+
+    server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with pytest.raises(ValueError, match=rf"^something listens at 127\.0\.0\.1:{port}, but not a Ray head: it "
+                                             r"answered gRPC's UNIMPLEMENTED to the Ray GCS call "):  # fmt: skip
+            check_reachable(f"127.0.0.1:{port}", timeout=5)
+        monkeypatch.setenv("RAY_USE_TLS", "1")  # a TLS head is not called in clear text: passes, as before
+        check_reachable(f"127.0.0.1:{port}", timeout=5)
+    finally:
+        server.stop(None)
