@@ -452,7 +452,8 @@ class Interrupted(RuntimeError):
 
 def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None = None) -> str:
     """The line a stopped command prints. :class:`Interrupted` (a Tune experiment saved its state) and a plain
-    Ctrl-C of a command with ``--resume`` (its finished stages and runs are kept) name ``--resume`` (and, for a
+    Ctrl-C of a command with ``--resume`` (its finished stages and runs are kept; unless its ``--out`` folder does
+    not exist, as before its first write, which is said instead) name ``--resume`` (and, for a
     ``--force`` one, a rerun without ``--force``: it would retrain the runs already redone); a command
     without it says what is kept: ``train`` with ``--checkpoint-dir`` and ``--checkpoint-every-steps`` resumes from
     its newest checkpoint when rerun, other commands (fit, report, design, ...) keep nothing partial and are simply
@@ -462,6 +463,10 @@ def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None =
     same = "the same command without --force," if (kwargs or {}).get("force") else "the same command"
     if isinstance(exc, Interrupted):
         return f"interrupted: {what}; the state is saved, rerun {same} with --resume to continue"
+    out = (kwargs or {}).get("out")
+    if resumable and isinstance(out, str | os.PathLike) and not os.path.lexists(out):
+        # stopped before its first write (Ctrl-C during imports or Ray's start): there is nothing to resume
+        return f"interrupted: {what} before anything was written to {os.fspath(out)}; rerun the command to start"
     if resumable:
         return f"interrupted: {what}; what had finished is kept, rerun {same} with --resume to continue"
     if (kwargs or {}).get("checkpoint_dir") and (kwargs or {}).get("checkpoint_every_steps"):

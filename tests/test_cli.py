@@ -109,9 +109,9 @@ def test_train_takes_one_flag_per_run_config_field_with_its_default():
         assert opts[flag].default == f.default, (flag, opts[flag].default, f.default)
 
 
-def test_presenter_maps_interrupts_to_130_and_keeps_bugs_loud():
-    """Interrupted / KeyboardInterrupt -> exit 130 with a --resume hint; bad input -> 2; any other error is a bug
-    and keeps its traceback."""
+def test_presenter_maps_interrupts_to_130_and_keeps_bugs_loud(tmp_path):
+    """Interrupted / KeyboardInterrupt -> exit 130 with a --resume hint (none where the --out folder was never
+    written); bad input -> 2; any other error is a bug and keeps its traceback."""
     from loopscale.cluster.options import EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, present_errors
 
     def make(exc):
@@ -137,6 +137,17 @@ def test_presenter_maps_interrupts_to_130_and_keeps_bugs_loud():
     sub.command("y")(lambda: None)
     res = CliRunner().invoke(sub, ["x"])
     assert res.exit_code == 130 and "what had finished is kept, rerun the same command with --resume" in res.output
+
+    def with_out(out: Path = typer.Option(..., "--out"), resume: bool = typer.Option(False, "--resume")) -> None:
+        raise KeyboardInterrupt
+
+    sub.command("z")(present_errors(with_out))
+    tmp = tmp_path
+    for out, said in ((tmp, "what had finished is kept, rerun the same command with --resume"),  # it was written
+                      (tmp / "new", f"interrupted: stopped before anything was written to {tmp / 'new'}; rerun the "
+                                    "command to start")):  # a Ctrl-C before the first write: nothing to resume
+        res = CliRunner().invoke(sub, ["z", "--out", str(out)])
+        assert res.exit_code == 130 and said in res.output and ("--resume" in res.output) == (out == tmp), res.output
     res = CliRunner().invoke(make(FileNotFoundError("no such spec")), ["x"])
     assert res.exit_code == EXIT_USAGE == 2 and "error: no such spec" in res.output
     res = CliRunner().invoke(make(ZeroDivisionError("bug")), ["x"])
