@@ -955,8 +955,9 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     read and runs parts without their curves part, with why: read as no records; an LR table that could not be
     read: read as none), ``unreadable_own`` (the folder's own files that do not read, with why, each read as absent:
 a spec.yaml that is not a spec this loopscale reads, a run_meta.json, command record, progress file or
-fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune state's storage could not be read, else None) and
-    ``counts`` (what each count counts).
+fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune state's storage could not be read, else None),
+    ``disk_free`` (of a stopped folder whose disk has less than :data:`DISK_SHORT_BYTES` free: those bytes, else None;
+    a full disk stops a command before it can record why) and ``counts`` (what each count counts).
 
     Raises:
         FileNotFoundError: ``out_dir`` is not a directory.
@@ -1198,6 +1199,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         "progress": progress,
         "tune": tune_out,
         "storage_error": storage_error,
+        "disk_free": _disk_short(out) if state == "stopped" else None,
         "lr": lr or None,
         "fit": fit,
         "fit_earlier": bool(fit) and meta.get("fit_unfinished") is not None,
@@ -1529,6 +1531,9 @@ def format_status(st: dict) -> list[str]:
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")
     if st.get("last_command_error"):
         lines.append(f"the last command stopped on an error: {st['last_command_error']}")
+    if st.get("disk_free") is not None:
+        lines.append(f"disk: only {_fmt_bytes(st['disk_free'])} free where {st['out']} is; a full disk stops a command "
+                     "before it can record why: free space there (`df -h`), then continue")  # fmt: skip
     if st.get("resume_with"):
         lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
     if st.get("nothing_to_fit"):
@@ -1536,6 +1541,23 @@ def format_status(st: dict) -> list[str]:
     if st.get("cannot_resume"):
         lines.append(f"cannot continue: {st['cannot_resume']}")
     return lines
+
+
+#: Free space below which ``status`` of a stopped folder names its disk as the likely cause (bytes): a sweep's
+#: next write (a run's results part, Tune's state, a checkpoint) needs more than a full disk has.
+DISK_SHORT_BYTES = 256 * 2**20
+
+
+def _disk_short(out: Path) -> int | None:
+    """The free bytes of the disk holding ``out`` when fewer than :data:`DISK_SHORT_BYTES` (a command stopped by a
+    full disk could not write the error that stopped it), else None (also where the disk cannot be asked)."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(out).free
+    except OSError:
+        return None
+    return int(free) if free < DISK_SHORT_BYTES else None
 
 
 def _ended_with_error(record: dict | None) -> str | None:

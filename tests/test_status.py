@@ -32,6 +32,30 @@ def test_stopped_sweep_counts_every_planned_run_once(half_done):
     assert "failed (2): RuntimeError: out of memory" in text and "5 ok, 1 diverged, 2 failed" in text
 
 
+def test_a_stopped_folder_on_a_nearly_full_disk_names_the_disk(half_done, monkeypatch):
+    """A sweep stopped by a full disk could not write the error that stopped it, so `status` said only "stopped":
+    with under DISK_SHORT_BYTES free where the folder is, it names the disk; with room there (or a folder that is
+    not stopped) it says nothing of it."""
+    import shutil
+    from collections import namedtuple
+
+    from loopscale.sweep import status as status_mod
+
+    out, _ = half_done
+    st = collect_status(out)
+    assert st["disk_free"] is None and "disk:" not in "\n".join(format_status(st))  # this disk has room
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 10**12 - 4096, 4096))
+    st = collect_status(out)
+    assert st["state"] == "stopped" and st["disk_free"] == 4096
+    lines = format_status(st)
+    assert f"disk: only 4.1 kB free where {out} is; a full disk stops a command before it can record why" in "\n".join(
+        lines
+    )
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 0, status_mod.DISK_SHORT_BYTES))
+    assert collect_status(out)["disk_free"] is None  # at the line: not short
+
+
 def test_runs_that_did_not_learn_are_counted_as_finished_and_named(half_done):
     """A run whose trainer said did_not_learn is finished (not pending, not retried) and counted on its own."""
     out, cells = half_done
