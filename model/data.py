@@ -854,12 +854,7 @@ def resolve_corpus(
     if not isinstance(corpus, str) or not corpus:
         raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
     kind, files = ("embedded", []) if corpus == "embedded" else _corpus_files(corpus, text_column, warn=warn)
-    if kind != "parquet" and text_column != "text":  # it would change nothing read, only the corpus's hash
-        raise CorpusError(
-            f"text_column {text_column!r} names the column of a Parquet corpus; {corpus!r} is "
-            f"{ {'embedded': 'the embedded corpus', 'tokens': 'a token file'}.get(kind, f'a {kind} corpus')}, "
-            "which has no columns: leave text_column unset"
-        )
+    _check_text_column(corpus, kind, text_column)
     if kind == "embedded":
         return _resolve_embedded(cache_dir)
     src = CorpusSource(kind, files, text_column=text_column)
@@ -868,6 +863,21 @@ def resolve_corpus(
     skew = "|split:token tail, skewed document split" if src.skewed_val_share is not None else ""
     src.corpus_hash = _hash_files(files, f"{kind}|{text_column}{skew}")
     return src
+
+
+def _check_text_column(corpus: str, kind: str, text_column: str) -> None:
+    """Refuse a ``text_column`` other than ``"text"`` for a corpus of ``kind`` other than Parquet: it would change
+    nothing read, only the corpus's hash (so a folder or cache would take the same text for another corpus).
+
+    Raises:
+        CorpusError: ``kind`` is not ``"parquet"`` and ``text_column`` is not ``"text"``.
+    """
+    if kind != "parquet" and text_column != "text":
+        raise CorpusError(
+            f"text_column {text_column!r} names the column of a Parquet corpus; {corpus!r} is "
+            f"{ {'embedded': 'the embedded corpus', 'tokens': 'a token file'}.get(kind, f'a {kind} corpus')}, "
+            "which has no columns: leave text_column unset"
+        )
 
 
 def _is_text_type(typ) -> bool:
@@ -1015,6 +1025,7 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
         if not isinstance(corpus, str) or not corpus:
             raise CorpusError(f"corpus must be 'embedded' or a path, got {corpus!r}")
         kind, files = _corpus_files(corpus, text_column, warn=True)
+    _check_text_column(corpus, kind, text_column)  # as resolve_corpus refuses it, before any run
     if kind == "parquet":  # the runs' warning for rows with a null text, said before them (from the footers only)
         for f in files:
             if nulls := _footer_null_count(f, text_column):

@@ -2050,12 +2050,15 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True)
     neither compared nor recorded (a fit-only rerun whose corpus is absent).
 
     Raises:
-        ValueError: ``out`` holds another spec's results.
+        ValueError: ``out`` holds another spec's results; the corpus cannot be read (:func:`corpus_hash_now`:
+            ``CorpusError`` is a ``ValueError``), and then nothing is written.
     """
     from loopscale.cluster.storage import write_text_atomic
 
     spec_file = Path(out) / FOLDER_SPEC
     check_folder_spec(out, spec, corpus=corpus)
+    if corpus:  # a corpus that cannot be read refuses the command before the folder records this spec (memoised)
+        corpus_hash_now(spec)
     set_aside_torn_spec(out)  # rewritten below
     write_text_atomic(str(spec_file), spec_to_yaml(spec.model_copy(update={"storage_path": None})))
     if corpus:

@@ -338,3 +338,45 @@ def test_a_text_column_for_a_corpus_without_columns_is_refused(tmp_path, empty_c
     spec = preset_spec("smoke").model_copy(update={"corpus": str(f), "text_column": "body"})
     with pytest.raises(SpecError, match=re.escape(want)):
         spec.check_data()
+
+
+def test_a_text_column_for_a_token_file_is_refused_before_a_folder_is_written(tmp_path, empty_cache, monkeypatch):
+    """`text_column: foo` with a token file passed the pre-flight and `run --dry-run` ("refused: None"); `sweep`
+    and `tune-lr` then refused it only when recording the folder's corpus, after writing OUT/spec.yaml, so the same
+    spec without the key was refused there as "a run of a different spec". The pre-flight now refuses it as the
+    runs do: one error line, exit 2, no folder."""
+    from loopscale.model.data import CorpusError, check_corpus
+
+    monkeypatch.chdir(tmp_path)
+    npy = tmp_path / "u16.npy"
+    np.save(npy, np.random.default_rng(0).integers(0, 500, 50_000).astype(np.uint16))
+    want = f"text_column 'foo' names the column of a Parquet corpus; {str(npy)!r} is a token file, which has no columns"
+    with pytest.raises(CorpusError, match=re.escape(want)):
+        check_corpus(str(npy), "pretokenized", 512, "foo")
+    spec = preset_spec("smoke").model_copy(update={
+        "name": "tk", "corpus": str(npy), "tokenizer": "pretokenized", "text_column": "foo", "sizes": [16], "r": [1, 2],
+        "model": preset_spec("smoke").model.model_copy(update={"vocab_size": 512})})  # fmt: skip
+    (tmp_path / "tk.yaml").write_text(spec_to_yaml(spec))
+    for args in (["sweep", "tk.yaml", "--out", "ex"], ["tune-lr", "tk.yaml", "--out", "ex"],
+                 ["run", "tk.yaml", "--out", "ex", "--dry-run"]):  # fmt: skip
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and want in res.output, (args, res.output)
+        assert not (tmp_path / "ex").exists(), args
+
+
+def test_a_corpus_that_cannot_be_hashed_leaves_no_spec_yaml(tmp_path, monkeypatch):
+    """record_folder_spec hashes the corpus before it writes OUT/spec.yaml: a corpus error there (a fault only the
+    hash meets) refused the command after the folder had recorded the spec, and that spec.yaml then refused the
+    corrected spec in the same folder."""
+    from loopscale.model.data import CorpusError
+    from loopscale.sweep import spec as spec_mod
+
+    def fails(spec):
+        raise CorpusError("the corpus cannot be read")
+
+    monkeypatch.setattr(spec_mod, "corpus_hash_now", fails)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(CorpusError, match="the corpus cannot be read"):
+        spec_mod.record_folder_spec(out, preset_spec("smoke"))
+    assert list(out.iterdir()) == []
