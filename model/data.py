@@ -115,9 +115,34 @@ class Document:
 
 
 def default_cache_dir() -> Path:
-    """``$LOOPSCALE_CACHE`` if set, else ``~/.cache/loopscale``."""
+    """``$LOOPSCALE_CACHE`` if set, else ``~/.cache/loopscale`` (checked by :func:`usable_cache_dir`).
+
+    Raises:
+        ValueError: ``$LOOPSCALE_CACHE`` is a file, or below one.
+    """
     env = os.environ.get("LOOPSCALE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "loopscale"
+    if env:
+        return usable_cache_dir(env, "LOOPSCALE_CACHE")
+    return Path.home() / ".cache" / "loopscale"
+
+
+def usable_cache_dir(path: str | Path, what: str = "cache_dir") -> Path:
+    """``path`` (``~`` expanded) when it can be a cache folder: a directory, or a path whose nearest existing
+    ancestor is one (it is created when the cache is first written). Creates nothing. ``what`` names it in the
+    message.
+
+    Raises:
+        ValueError: ``path`` or one of its ancestors is a file (every token-cache write then failed with a
+            traceback, ``NotADirectoryError``).
+    """
+    out = Path(path).expanduser()
+    p = out
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        problem = "is a file" if p == out else f"cannot be created: {p} is a file"
+        raise ValueError(f"{what} {str(path)!r} {problem}; give a folder for the token cache (new or existing)")
+    return out
 
 
 def is_validation_doc(name: str) -> bool:

@@ -219,6 +219,13 @@ class RunConfig:
             raise ValueError("give exactly one of tokens (D) or target_flops (C)")
         if self.tokens is not None and (not _is_int(self.tokens) or self.tokens <= 0):
             raise ValueError(f"tokens must be a positive integer (training tokens D), got {self.tokens!r}")
+        if self.cache_dir is not None:  # a file in its place: every token-cache write failed with a traceback
+            if not isinstance(self.cache_dir, str | os.PathLike) or not str(self.cache_dir):
+                raise ValueError(f"cache_dir must be a folder path, or None for $LOOPSCALE_CACHE or "
+                                 f"~/.cache/loopscale; got {self.cache_dir!r}")  # fmt: skip
+            from loopscale.model.data import usable_cache_dir
+
+            usable_cache_dir(self.cache_dir, "cache_dir")
         if self.target_flops is not None and (
             isinstance(self.target_flops, bool)
             or not isinstance(self.target_flops, int | float)

@@ -134,12 +134,17 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
 _PYTHON_FORMAT = warnings.formatwarning
 
 
+#: Folder options typed ``str`` (``train``'s, from its run config) that :func:`empty_path_argument` checks as paths:
+#: ``--cache-dir ''`` wrote the token cache into the current directory, ``--checkpoint-dir ''`` took no checkpoint.
+FOLDER_OPTIONS = frozenset({"--cache-dir", "--checkpoint-dir"})
+
+
 def empty_path_argument(argv: list[str]) -> str | None:
     """The refusal of an empty path on the command line ``argv`` (``sys.argv[1:]``), or None: a folder or file
     argument given as ``''`` (``--out "$OUT"`` with ``OUT`` unset) reaches the command as ``Path('')``, the current
     directory, and ``loopscale run smoke --out ''`` wrote a whole run among the files there. Checks every
     argument of a ``pathlib.Path`` type of the command named in ``argv`` (``--out``, ``--pilot``, a folder
-    argument), as ``--opt ''``, ``--opt=`` or an empty positional in that argument's place (also after a flag or
+    argument) and of :data:`FOLDER_OPTIONS`, as ``--opt ''``, ``--opt=`` or an empty positional in that argument's place (also after a flag or
     ``--``); ``--out .`` still means the current directory."""
     import typer.main
 
@@ -154,7 +159,8 @@ def empty_path_argument(argv: list[str]) -> str | None:
         group, i = cmd, i + 1
     if cmd is None or hasattr(cmd, "commands"):
         return None
-    paths = [p for p in cmd.params if "Path" in str(getattr(getattr(p, "type_descriptor", None), "annotation", ""))]
+    paths = [p for p in cmd.params if "Path" in str(getattr(getattr(p, "type_descriptor", None), "annotation", ""))
+             or any(o in FOLDER_OPTIONS for o in p.opts)]  # fmt: skip
     options = {o for p in paths for o in p.opts if o.startswith("-")}
     flags = {o for p in cmd.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts)}
     args = [p for p in cmd.params if not any(o.startswith("-") for o in p.opts)]  # positionals, in order

@@ -21,6 +21,9 @@ def test_an_empty_out_is_refused_before_anything_is_written(tmp_path, monkeypatc
     assert "TABLE is empty" in empty_path_argument(["fit", ""])
     assert "OUT is empty" in empty_path_argument(["status", ""])
     assert "--pilot is empty" in empty_path_argument(["design", "smoke", "--pilot", ""])
+    # train's folder options are str-typed: --cache-dir '' wrote the token cache into the current directory
+    assert "--cache-dir is empty" in empty_path_argument(["train", "--d-model", "16", "--cache-dir", ""])
+    assert "--checkpoint-dir is empty" in empty_path_argument(["train", "--checkpoint-dir="])
     # after a flag (which takes no value) or `--`, an empty argument is still the positional's
     assert "OUT is empty" in empty_path_argument(["status", "--json", ""])
     assert "TABLE is empty" in empty_path_argument(["fit", "--per-run", ""])
@@ -143,3 +146,30 @@ def test_status_with_a_storage_where_nothing_is_says_so(tmp_path):
     p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "status", str(tmp_path / "o"), "--storage",
                         str(tmp_path / "st")], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert p.returncode == 0, p.stderr
+
+
+def test_a_cache_dir_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
+    """`train --cache-dir F` and `LOOPSCALE_CACHE=F` with F a file gave a traceback (NotADirectoryError from the
+    token cache's mkdir), also from `run --dry-run`; now one error naming it, before any corpus is read."""
+    from typer.testing import CliRunner
+
+    from loopscale.model.data import default_cache_dir
+    from loopscale.sweep.cli import app
+
+    f = tmp_path / "cachefile"
+    f.write_text("")
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "--d-model", "16", "--r", "2", "--tokens", "1024", "--batch-tokens", "256", "--eval-tokens",
+            "256", "--seq-len", "32", "--corpus", "embedded"]  # fmt: skip
+    for cache, said in (("cachefile", "cache_dir 'cachefile' is a file"),
+                        ("cachefile/sub", "cache_dir 'cachefile/sub' cannot be created: cachefile is a file")):  # fmt: skip
+        res = CliRunner().invoke(app, [*args, "--cache-dir", cache])
+        assert res.exit_code == 2 and f"error: {said}; give a folder for the token cache" in res.output, res.output
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(f))
+    with pytest.raises(ValueError, match=f"LOOPSCALE_CACHE '{f}' is a file"):
+        default_cache_dir()
+    res = CliRunner().invoke(app, ["run", "smoke", "--out", str(tmp_path / "out"), "--dry-run"])
+    assert res.exit_code == 2 and f"LOOPSCALE_CACHE '{f}' is a file" in res.output, res.output
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "new" / "cache"))
+    assert default_cache_dir() == tmp_path / "new" / "cache" and not (tmp_path / "new").exists()  # made when written
