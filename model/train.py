@@ -168,7 +168,7 @@ class RunConfig:
     paper's) and ``wsd`` reach f one step after the last, so their last step trains at f + (1 − f) / n, n the steps
     of the decay (:func:`loopscale.model.optim.lr_multiplier`)."""
     decay_frac: float = _defines(0.2, spec={"gt": 0.0, "le": 1.0})
-    """'wsd' only: fraction of steps in the final decay."""
+    """'wsd' only: fraction of steps in the final decay (with ``warmup_frac``, at most 1)."""
     weight_decay: float = _defines(0.0, spec={"ge": 0.0})
     """Decoupled weight decay on 2-D matrices (paper: 0; 'muonh' refuses any other value)."""
     grad_clip: float | None = _defines(None, spec={"gt": 0.0})
@@ -296,6 +296,12 @@ class RunConfig:
             raise ValueError(f"final_lr_frac must be in [0, 1], got {self.final_lr_frac!r}")
         if not 0 < self.decay_frac <= 1:
             raise ValueError(f"decay_frac must be in (0, 1], got {self.decay_frac!r}")
+        if self.schedule == "wsd" and self.warmup_frac + self.decay_frac > 1:  # the decay would start in the warmup
+            raise ValueError(
+                f"schedule 'wsd' is warmup, constant, then the decay over the last decay_frac of the steps, so "
+                f"warmup_frac + decay_frac must be <= 1; got {self.warmup_frac!r} + {self.decay_frac!r} (the LR "
+                "would warm up to the peak, then drop at once to where the decay had got to)"
+            )
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be None or > 0, got {self.grad_clip!r}")
         for name in ("seed", "data_seed"):

@@ -116,6 +116,25 @@ def test_spec_training_errors_name_the_key():
         parse_spec(d)
 
 
+def test_a_wsd_decay_that_starts_inside_its_warmup_is_refused():
+    """wsd with warmup_frac + decay_frac > 1 trained in silence: the LR warmed up to the peak and then dropped at
+    once to where the decay had got to (0.5 / 0.8 over 10 steps: ... 0.8, 1.0, 0.662, ...). Refused by the trainer
+    and by a spec's check, naming both keys; a sum of exactly 1 (no constant phase) is a schedule."""
+    from loopscale.model.optim import lr_multiplier
+
+    m = [lr_multiplier(s, 10, "wsd", 0.5, 0.1, 0.5) for s in range(10)]
+    assert m[:6] == [0.2, 0.4, 0.6, 0.8, 1.0, 1.0] and all(a > b for a, b in zip(m[5:], m[6:], strict=False))
+    run = dataclasses.replace(_base_cell().run_config(), schedule="wsd", warmup_frac=0.5)
+    dataclasses.replace(run, decay_frac=0.5)  # warmup, then the decay: no constant phase
+    with pytest.raises(ValueError, match=r"warmup_frac \+ decay_frac must be <= 1; got 0.5 \+ 0.8"):
+        dataclasses.replace(run, decay_frac=0.8)
+    dataclasses.replace(run, decay_frac=0.8, schedule="linear")  # decay_frac is wsd's alone
+    d = copy.deepcopy(PRESETS["smoke"])
+    d["training"].update(schedule="wsd", warmup_frac=0.5, decay_frac=0.8)
+    with pytest.raises(ValueError, match=r"training: .*warmup_frac \+ decay_frac must be <= 1"):
+        parse_spec(d)
+
+
 def test_resuming_with_other_eval_tokens_is_refused(trainer_corpus_dir, trainer_cache_dir, tmp_path):
     """A checkpoint of a run with another held-out set size is not resumed as if it were the same run."""
     base = dict(
