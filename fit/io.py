@@ -262,6 +262,17 @@ def csv_record_lines(path: str | Path) -> list[int] | None:
     return out
 
 
+def _hashable(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (index reset to 0..n-1, the rows' places in the table) with each cell that cannot be hashed (a list,
+    dict or array: a Parquet list or struct column) replaced by its ``repr``, so that rows can be compared whole
+    (``DataFrame.duplicated`` hashes every cell)."""
+    df = df.reset_index(drop=True)
+    for c in df.columns:
+        if df[c].dtype == object and df[c].map(lambda v: isinstance(v, list | dict | set | np.ndarray)).any():
+            df[c] = df[c].map(lambda v: repr(v.tolist() if isinstance(v, np.ndarray) else v) if v is not None else v)
+    return df
+
+
 def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
             lines: list[int] | None = None) -> FitData:  # fmt: skip
     """Load, filter by ``status`` and validate a table for ``law``.
@@ -279,7 +290,8 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         ValueError: ok runs of two corpus contents (:func:`one_corpus`), missing columns (lists those present),
             NaN/inf, ``loss <= 0``, ``N``/``D`` ``<= 0``, ``N_once < 0``, ``N_rec < 0``, ``r < 1``, fewer runs than
             parameters, a joint fit with phi free on a single ``r``, a ``block_by`` column that does not exist, or
-            (a table without ``run_id``) a row equal in every column to an earlier one. Rows are named by their
+            (a table without ``run_id``, or a row whose ``run_id`` is empty) a row equal in every column to an
+            earlier one (empty cells equal empty cells). Rows are named by their
             line in a CSV file (header = line 1), else by their 0-based row number.
     """
     raw = read_table(table)
@@ -298,12 +310,16 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         names, many = ", ".join(map(repr, labels)), len(labels) > 1
         beside = (f" (column{'s' * many} {names} aside: {'they number' if many else 'it numbers'} the rows, as "
                   "pandas' to_csv writes its index unless index=False)")  # fmt: skip
-    compared = raw.drop(columns=labels)
-    if "run_id" not in raw.columns and len(raw) and (rep := compared.duplicated(keep="first").to_numpy()).any():
+    compared = _hashable(raw.drop(columns=labels))
+    if "run_id" in raw.columns:  # rows without a run_id name no run: they are compared as a table without one is
+        compared = compared[raw["run_id"].isna().to_numpy()]
+    if len(compared) and (rep := compared.duplicated(keep="first").to_numpy()).any():
         # an outside table names no run: a row repeated in every column is the same run listed twice (e.g. a table
         # concatenated with itself), which the fit would count twice, narrowing its intervals
-        k = int(np.argmax(rep))
-        same = int(np.flatnonzero((compared.iloc[:k] == compared.iloc[k]).all(axis=1).to_numpy())[0])
+        i = int(np.argmax(rep))
+        head, row = compared.iloc[:i], compared.iloc[i]
+        equal = ((head == row) | (head.isna() & row.isna())).all(axis=1).to_numpy()  # NaN equals NaN here
+        k, same = int(compared.index[i]), int(compared.index[int(np.flatnonzero(equal)[0])])
         raise ValueError(
             f"{int(rep.sum())} row(s) repeat an earlier row in every column{beside} (the first: {row_name(k)}, equal "
             f"to {row_name(same)}); a run listed twice counts twice in the fit and narrows its intervals: drop the "

@@ -388,6 +388,32 @@ def test_fit_errors_name_the_row_of_the_table_as_read():
         prepare(bad.drop(columns=["run_id"]), make_law("joint"))
 
 
+def test_a_repeated_row_with_empty_cells_lists_or_a_blank_run_id_is_refused_not_a_traceback():
+    """The repeated-row check crashed on what outside tables hold: an empty cell in any column (NaN != NaN: an
+    IndexError naming no row, in `fit` and `design`), a Parquet list or struct column (TypeError: unhashable), and
+    a table whose run_id is empty on some rows counted the repeats of those rows as extra seeds. Each is now the
+    refusal naming both rows; a list column without repeats is ignored as other extra columns are."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _base_joint().drop(columns=["run_id"], errors="ignore").assign(note=np.nan)
+    twice = pd.concat([t, t.iloc[[5, 7]]], ignore_index=True)
+    refused = rf"2 row\(s\) repeat an earlier row in every column \(the first: row {len(t)}, equal to row 5\)"
+    with pytest.raises(ValueError, match=refused):
+        prepare(twice, make_law("joint"))
+    tags = pd.Series([["a", "b"]] * len(twice)), pd.Series([{"k": 1}] * len(twice)), pd.Series([np.arange(2)] * len(twice))
+    for col in tags:
+        with pytest.raises(ValueError, match=refused):
+            prepare(twice.assign(tags=col), make_law("joint"))
+        assert prepare(t.assign(tags=col.iloc[: len(t)]), make_law("joint")).n == len(t)
+    ids = twice.assign(run_id=[f"id{i}" for i in range(len(twice))])
+    ids.loc[[5, 7, len(t), len(t) + 1], "run_id"] = None  # the repeats and what they repeat have no run_id
+    with pytest.raises(ValueError, match=refused):
+        prepare(ids, make_law("joint"))
+    ids.loc[[5, 7], "run_id"] = ["id5", "id7"]  # named runs: rows without an id repeat no row without one
+    assert prepare(ids, make_law("joint")).n == len(twice)
+
+
 def test_an_outside_table_listing_a_run_twice_is_refused(tmp_path):
     """A table without run ids concatenated with itself was fitted as twice the runs, its intervals narrowed (a
     Chinchilla table's beta CI from [0.339, 0.416] to [0.350, 0.386]). A row equal in every column to an earlier one
