@@ -29,11 +29,21 @@ N_ALIASES = ("N", "N_unique")
 
 def read_table(table: Any) -> pd.DataFrame:
     """Return a pandas DataFrame from a path (``.parquet``/``.pq``/``.csv``, a folder of Parquet files, or the
-    output folder of ``loopscale run`` / ``sweep``: its ``runs.parquet``), a DataFrame or a pyarrow Table.
+    output folder of ``loopscale run`` / ``sweep``: its ``runs.parquet``), a DataFrame or a pyarrow Table. In a
+    ``variant`` column that names variants on some rows, an empty cell is ``baseline`` (as a table without the
+    column is all ``baseline``: e.g. r = 1 runs left blank because every variant shares them).
 
     Raises:
         ValueError: unknown file type, missing file, or unsupported object.
     """
+    df = _read_table(table)
+    if "variant" in df.columns and (blank := df["variant"].isna()).any() and not blank.all():
+        df["variant"] = df["variant"].astype(object).where(~blank, "baseline")
+    return df
+
+
+def _read_table(table: Any) -> pd.DataFrame:
+    """:func:`read_table` as the table holds it."""
     if isinstance(table, pd.DataFrame):
         return table.copy()
     if isinstance(table, str | Path):

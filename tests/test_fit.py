@@ -1504,3 +1504,27 @@ def test_build_starts_keeps_every_warm_row_first_and_fills_to_starts():
         np.testing.assert_array_equal(rows[:3], warm)
         assert np.all(rows >= lo) and np.all(rows <= hi)
     assert build_starts(law, obj, 40, np.random.default_rng(1)).shape == (40, law.n_params)
+
+
+def test_blank_variant_cells_are_the_baseline(tmp_path):
+    """A table whose r = 1 runs have an empty `variant` (every variant shares them) crashed `fit --variant` with a
+    TypeError (pandas sorted a float NaN among the names). An empty cell in a column that names variants elsewhere
+    is `baseline`, as a table without the column is: each variant's fit takes the shared r = 1 runs."""
+    from loopscale.fit.io import read_table
+    from loopscale.fit.table_fit import one_variant
+
+    t = _base_joint().assign(variant="baseline")
+    hc = t[t["r"] > 1].assign(variant="hc", loss=t.loc[t["r"] > 1, "loss"] - 0.01)
+    both = pd.concat([t, hc], ignore_index=True)
+    both.loc[both["r"] == 1, "variant"] = None
+    path = tmp_path / "runs.csv"
+    both.to_csv(path, index=False)
+    read = read_table(path)
+    assert read["variant"].tolist() == ["baseline" if r == 1 else v for r, v in zip(both["r"], both["variant"],
+                                                                                      strict=True)]  # fmt: skip
+    n_r1 = int((both["r"] == 1).sum())
+    rows, name = one_variant(read, "hc")
+    assert name == "hc" and len(rows) == len(hc) + n_r1 and (rows["r"] == 1).sum() == n_r1
+    rows, name = one_variant(read, "baseline")
+    assert name == "baseline" and len(rows) == len(t)
+    assert read_table(t.assign(variant=None))["variant"].isna().all()  # no variant named anywhere: left as it is
