@@ -760,6 +760,11 @@ PREDICTION_FILE = "design_prediction.json"
 """What ``loopscale design --out OUT`` writes; the report of ``OUT`` reads it (:mod:`loopscale.fit.run_report`)."""
 
 
+#: Why ``design --out`` waits for a command working in its folder (:func:`loopscale.sweep.status.refuse_busy_folder`).
+_BUSY_WHY = ("it writes the folder's spec.yaml and a prediction that the run's report would then show as made "
+             "before its runs")
+
+
 def design_cmd(
     spec_path: SpecArg = None,
     preset: PresetOpt = None,
@@ -800,7 +805,9 @@ def design_cmd(
         from loopscale.sweep.spec import check_folder_spec
 
         usable_out_dir(out)
-        from loopscale.sweep.status import OWN_MARKS, refuse_foreign_files
+        from loopscale.sweep.status import OWN_MARKS, refuse_busy_folder, refuse_foreign_files
+
+        refuse_busy_folder(out, "`loopscale design --out`", why=_BUSY_WHY)
 
         if (out / "fit.json").is_file() and not any((out / m).exists() for m in OWN_MARKS):
             raise ValueError(f"--out {out} holds a `loopscale fit` output (fit.json): the prediction is for the folder "
@@ -812,7 +819,9 @@ def design_cmd(
     if out is not None:
         from loopscale.cluster.storage import write_text_atomic
         from loopscale.sweep.spec import record_folder_spec
+        from loopscale.sweep.status import refuse_busy_folder
 
+        refuse_busy_folder(out, "`loopscale design --out`", why=_BUSY_WHY)  # one may have started while it simulated
         out.mkdir(parents=True, exist_ok=True)
         record_folder_spec(out, spec)  # `loopscale run --out OUT` then refuses any other spec there
         if (out / PREDICTION_FILE).is_file():  # an earlier prediction is kept (the report reads the newest)

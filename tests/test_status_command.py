@@ -683,6 +683,27 @@ def test_a_second_command_in_a_folder_in_use_is_refused_before_it_writes(busy):
     refuse_busy_folder(out, "`loopscale sweep`")
 
 
+def test_design_out_waits_for_the_command_working_in_its_folder(busy):
+    """`design --out` into a folder where `run` was training rewrote its spec.yaml and wrote a prediction there,
+    which the run's report then showed as made before its runs. It is refused before it simulates, as `report`
+    and `fit` are; nothing in the folder changes."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    out, live, _ = busy
+    before = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*")}
+    pilot = Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4"
+    res = CliRunner().invoke(app, ["design", "smoke", "--pilot", str(pilot), "--minutes", "5", "--n-sim", "2",
+                                   "--starts", "3", "--seeds", "2", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert f"is in use: `loopscale run smoke --out busy` (pid {live.pid}" in said
+    assert "`loopscale design --out` would run beside it (it writes the folder's spec.yaml and a prediction" in said
+    assert "simulat" not in said.split("is in use")[0]  # refused before it simulated anything
+    assert {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
 def test_report_waits_for_the_command_working_in_its_folder(busy):
     """`loopscale report` on a folder whose `run` was in its LR stage said runs.parquet was missing and that the
     folder held no other record of its runs (as if data were lost), and told to rerun with --resume, which the
