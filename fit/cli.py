@@ -372,21 +372,23 @@ def fit_cmd(
 
             summary["identification"] = json_safe(ident.to_dict())
         if out is not None:
-            # an earlier fit's files are moved into a folder of their own before this fit writes (nothing written is
-            # lost; those this fit would not write, its bootstrap or its verdict, would read as this fit's)
-            from loopscale.fit.outputs import move_earlier_fit
+            # an earlier fit's files are moved into a folder of their own as this fit's take their place (nothing
+            # written is lost; those this fit would not write, its bootstrap or its verdict, would read as this
+            # fit's); the new files are written aside first, so a Ctrl-C leaves the earlier fit where it was
+            from loopscale.cluster.storage import write_text_atomic
+            from loopscale.fit.outputs import staged_fit
 
-            if moved := move_earlier_fit(out):
-                summary["moved_aside"] = moved
-            # fit.json says what --json says (what was fitted, what is not identified, the verdict), less the paths
-            said = {k: v for k, v in summary.items() if k != "outputs"}
-            summary["outputs"] = write_fit_outputs(out, fit, boot, extra=said)
-            if ident is not None:
-                from loopscale.cluster.storage import write_text_atomic
-
-                path = Path(out) / "identification.json"
-                write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
-                summary["outputs"]["identification.json"] = str(path)
+            with staged_fit(out) as stage:
+                if stage.moved:
+                    summary["moved_aside"] = stage.moved
+                # fit.json says what --json says (what was fitted, what is not identified, the verdict), less paths
+                said = {k: v for k, v in summary.items() if k != "outputs"}
+                written = list(write_fit_outputs(stage.dir, fit, boot, extra=said, keep_earlier=False))
+                if ident is not None:
+                    path = stage.dir / "identification.json"
+                    write_text_atomic(str(path), json.dumps(summary["identification"], allow_nan=False, indent=1))
+                    written.append(path.name)
+            summary["outputs"] = {name: str(Path(out) / name) for name in written}
         if json_out:
             typer.echo(json.dumps(summary, allow_nan=False))
             return

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +75,72 @@ def move_earlier_fit(out_dir: str | Path) -> dict[str, Any] | None:
     for name in earlier:
         (out / name).replace(aside / name)
     return {"files": earlier, "to": str(aside)}
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block runs (a few renames), then give a signal that came to the handler
+    that was there before (``signal.raise_signal``): the block is never stopped part-way. Outside the main thread,
+    the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    held = [sig for sig, h in before.items() if h not in (signal.SIG_IGN, None)]
+    for sig in held:
+        signal.signal(sig, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for sig in held:
+            signal.signal(sig, before[sig])
+        for sig in dict.fromkeys(came):
+            signal.raise_signal(sig)
+
+
+@dataclass
+class StagedFit:
+    """A fit being written (:func:`staged_fit`): ``dir`` the hidden folder its files go to first, ``moved`` what
+    the earlier fit's files will be moved to (``{"files": [names], "to": folder}``; None when there are none)."""
+
+    dir: Path
+    moved: dict[str, Any] | None
+
+
+@contextlib.contextmanager
+def staged_fit(out_dir: str | Path) -> Iterator[StagedFit]:
+    """Write a fit into ``out_dir`` whole or not at all. The block writes the new fit's files into ``.dir`` (a hidden
+    folder inside ``out_dir``); when it ends, the earlier fit's files (:data:`FIT_FILES` already there) are moved to
+    ``out_dir/earlier_fit_<UTC time>/`` and the new files take their place, with SIGINT and SIGTERM held for those
+    renames. When the block fails or is stopped (Ctrl-C), its folder is removed and the earlier fit is left where
+    it was. A Ctrl-C while a fit wrote its files directly left the earlier fit moved aside and the new one half
+    written (fit.json without its figures), under "nothing partial was kept"."""
+    import shutil
+    import uuid
+
+    from loopscale.cluster.storage import new_aside_folder
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    earlier = [n for n in FIT_FILES if (out / n).is_file()]
+    stage = out / f".fit-writing-{uuid.uuid4().hex[:12]}"
+    stage.mkdir()
+    aside = None
+    try:
+        aside = new_aside_folder(out, "earlier_fit") if earlier else None
+        yield StagedFit(stage, {"files": earlier, "to": str(aside)} if aside is not None else None)
+        with _signals_held():
+            for name in earlier:
+                (out / name).replace(aside / name)
+            for f in sorted(stage.iterdir()):
+                f.replace(out / f.name)
+            stage.rmdir()
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if aside is not None and aside.is_dir() and not any(aside.iterdir()):
+            aside.rmdir()
+        raise
 
 
 def write_fit_outputs(

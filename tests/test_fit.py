@@ -523,6 +523,38 @@ def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
             f"to {aside[0]}") in res.output
 
 
+def test_a_fit_stopped_while_writing_leaves_the_earlier_fit_in_place(tmp_path):
+    """A Ctrl-C while `fit --out` wrote its files left the earlier fit moved aside and the new one half written
+    (fit.json without its figures), under "nothing partial was kept". The new files are written in a folder of
+    their own and take the earlier fit's place only when all are written: a stop before that leaves the folder as
+    it was (no earlier_fit_ folder, no hidden folder); one after it leaves the whole new fit."""
+    from loopscale.fit.outputs import staged_fit
+
+    out = tmp_path / "fit"
+    out.mkdir()
+    (out / "fit.json").write_text("earlier")
+    (out / "residuals.png").write_bytes(b"png")
+    (out / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for stop in (KeyboardInterrupt, ValueError):
+        with pytest.raises(stop), staged_fit(out) as stage:
+            assert stage.moved["files"] == ["fit.json", "residuals.png"] and Path(stage.moved["to"]).is_dir()
+            (stage.dir / "fit.json").write_text("new")  # half written: its figures not yet
+            raise stop
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    with staged_fit(out) as stage:
+        (stage.dir / "fit.json").write_text("new")
+        (stage.dir / "fit_curves.png").write_bytes(b"new png")
+    aside = Path(stage.moved["to"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["fit.json", "fit_curves.png", "notes.txt", aside.name])
+    assert (out / "fit.json").read_text() == "new" and (out / "notes.txt").read_text() == "mine"
+    assert {p.name: p.read_bytes() for p in aside.iterdir()} == {"fit.json": b"earlier", "residuals.png": b"png"}
+    with staged_fit(tmp_path / "new") as stage:  # nothing earlier: no folder for it
+        assert stage.moved is None
+        (stage.dir / "fit.json").write_text("first")
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["fit.json"]
+
+
 def test_fit_cli_refuses_an_out_in_a_runs_analysis_folder(tmp_path):
     """`loopscale fit RUN --out RUN/fit/baseline` replaced the fit.json of the run's analysis, whose report is
     built from analysis.json: the two then disagreed without a word. Such an --out is refused before the fit,
