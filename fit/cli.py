@@ -271,6 +271,13 @@ def fit_cmd(
 
         usable_out_dir(out)  # before the fit, so that a file in the way costs no compute
         _not_a_runs_analysis(out)
+        from loopscale.fit.outputs import FIT_FILES
+
+        if blocked := [n for n in FIT_FILES if (Path(out) / n).exists() and not (Path(out) / n).is_file()]:
+            raise ValueError(  # the fit ran to its end, then could not put its file there (a traceback)
+                f"--out {out} holds {', '.join(blocked)} as {'folders' if len(blocked) > 1 else 'a folder'}, where "
+                "the fit writes a file of that name; move it away, or give another --out"
+            )
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
     make_law(law, phi, **({"rs": (2,)} if law == "joint_per_r" else {}))  # an unknown law, a bad phi: said first

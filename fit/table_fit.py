@@ -204,6 +204,8 @@ def fit_table(
     for w in input_warnings:  # said before the fit (a table in another unit is the likeliest reason for odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)
+    if lw.name != "chinchilla":
+        flat_terms += phi_without_effect(data, lw)
     if lw.name == "joint_per_r":
         flat_terms += _single_point_phis(data)
     # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
@@ -364,6 +366,28 @@ def _joint_flat_terms(data) -> list[str]:
                 "values than E, B and beta, so none of the three is identified (only E + B D^-beta at each D is)"]  # fmt: skip
     return [f"every run has one D = {d[0]:.6g}: B D^-beta is one constant, so E, B and beta are not identified "
             "(only E + B D^-beta is)"]  # fmt: skip
+
+
+def phi_without_effect(data, law) -> list[str]:
+    """The fitted phi (joint law) or phi_r (one phi per r) that cannot change the law's value at any run of
+    ``data``: every looped run (of that r) has ``N_rec = 0``, so ``r^phi N_rec`` is 0 whatever phi (paper Eq. 3).
+    The fit then reports any phi in its box (e.g. -0.5 or 2.6 on a table whose N_rec was written as 0 for its
+    looped runs), and a bootstrap gives it an interval; one sentence each, none for a fixed phi."""
+    c = data.cols
+    if "N_rec" not in c or "r" not in c or not law.extra_names:
+        return []
+    looped = c["r"] > 1
+    if law.name == "joint":
+        if looped.any() and not np.any(c["N_rec"][looped] > 0):
+            return ["every looped run (r > 1) has N_rec = 0: r^phi N_rec is 0 whatever phi, so phi is not "
+                    "identified (N_rec is the parameter count of the shared block that is looped r times)"]  # fmt: skip
+        return []
+    out = []
+    for r in sorted({int(v) for v in c["r"][looped]}):
+        if f"phi_{r}" in law.extra_names and not np.any(c["N_rec"][c["r"] == r] > 0):
+            out.append(f"every run at r = {r} has N_rec = 0: r^phi_{r} N_rec is 0 whatever phi_{r}, so phi_{r} is "
+                       "not identified (N_rec is the parameter count of the shared block that is looped r times)")  # fmt: skip
+    return out
 
 
 def _single_point_phis(data) -> list[str]:

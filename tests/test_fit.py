@@ -1560,3 +1560,37 @@ def test_blank_variant_cells_are_the_baseline(tmp_path):
     rows, name = one_variant(read, "baseline")
     assert name == "baseline" and len(rows) == len(t)
     assert read_table(t.assign(variant=None))["variant"].isna().all()  # no variant named anywhere: left as it is
+
+
+def test_a_phi_that_cannot_change_the_law_is_said_not_identified():
+    """A table whose looped runs have N_rec = 0 (r^phi N_rec = 0 whatever phi) was fitted to phi = -0.5 or 2.61,
+    said with no warning. It is named among what the table cannot identify, for the joint law and per r; a table
+    with its N_rec, or a fixed phi, is not."""
+    from loopscale.fit.table_fit import fit_table
+
+    t = _base_joint()
+    zero = t.assign(N_rec=np.where(t["r"] > 1, 0.0, t["N_rec"]))
+    said = fit_table(zero, "joint", starts=8).flat_terms
+    assert said == ["every looped run (r > 1) has N_rec = 0: r^phi N_rec is 0 whatever phi, so phi is not identified "
+                    "(N_rec is the parameter count of the shared block that is looped r times)"]  # fmt: skip
+    four = t.assign(N_rec=np.where(t["r"] == 4, 0.0, t["N_rec"]))
+    per_r = fit_table(four, "joint_per_r", starts=8).flat_terms
+    assert [s.split(":")[0] for s in per_r] == ["every run at r = 4 has N_rec = 0"]
+    assert fit_table(four, "joint", starts=8).flat_terms == []  # r = 2 still tells phi
+    assert fit_table(t, "joint", starts=8).flat_terms == []
+    assert fit_table(zero, "joint", phi=0.5, starts=8).flat_terms == []  # nothing to identify
+
+
+def test_a_folder_named_as_a_fit_file_in_out_is_refused_before_the_fit(tmp_path):
+    """`fit --out DIR` with a folder DIR/fit.json ran the whole fit, then ended in an IsADirectoryError traceback
+    when it put its fit.json there. Refused before the fit, naming it; nothing is written."""
+    from typer.testing import CliRunner
+
+    path, out = tmp_path / "runs.csv", tmp_path / "fit"
+    _base_joint().to_csv(path, index=False)
+    (out / "fit.json").mkdir(parents=True)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--starts", "8", "--workers", "1", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert f"--out {out} holds fit.json as a folder, where the fit writes a file of that name" in " ".join(
+        res.output.split())
+    assert [p.name for p in out.iterdir()] == ["fit.json"] and not any((out / "fit.json").iterdir())
