@@ -449,7 +449,8 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
             f"({', '.join(repr(k) for k in foreign)}) as 'ok', or drop the status column"
         )
     if n < law.n_params:
-        fix = " or fix phi (--phi 0.5 on the command line, phi=0.5 in Python)" if "phi" in law.extra_names else ""
+        fix = (" or fix phi (--phi 0.5 on the command line, phi=0.5 in Python)"  # enough only one short of it
+               if "phi" in law.extra_names and n >= law.n_params - 1 else "")  # fmt: skip
         left = f" of {n + n_excluded + len(dups)} ({_dropped(by_status, len(dups))})" if n_excluded or len(dups) else ""
         raise ValueError(
             f"{n} run(s) left{left} is fewer than the {law.n_params} parameters of law {law.name!r}; add runs{fix}"
