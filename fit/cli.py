@@ -355,6 +355,11 @@ def fit_cmd(
             summary["pooled_r_note"] = pooled_note
         if flat_terms:
             summary["not_identified"] = flat_terms
+        if boot is not None and not boot.no_interval_reason:  # the console's warning, for a script too
+            from loopscale.fit.bootstrapping import few_resamples_note
+
+            if few := few_resamples_note(boot.B - boot.n_failed):
+                summary["few_resamples"] = few
         loss_note = _loss_column_note(data)
         if loss_note:
             summary["loss_column_note"] = loss_note

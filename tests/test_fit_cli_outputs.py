@@ -28,6 +28,8 @@ def test_fit_json_holds_every_key_of_the_json_summary(tmp_path):
     assert written["fitted_to"]["what"] == "cell_means" and written["fitted_to"]["cells"] == 8
     assert written["identification"]["identified"] in (True, False)
     assert {k: v for k, v in said.items() if k != "outputs"} == written
+    # the console's warning of intervals from few resamples (4 here) was not in --json: a script could not see it
+    assert said["few_resamples"].startswith("the 95 % intervals rest on 4 refitted resample(s)")
 
 
 def test_fit_json_prints_the_bootstrap_progress_lines_on_stderr_and_only_json_on_stdout():
