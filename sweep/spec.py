@@ -2043,6 +2043,34 @@ def set_aside_torn_spec(out: str | Path) -> None:
         move_aside(str(spec_file), "0 bytes" if empty else "not a spec this loopscale reads: cut short, edited, or another tool's file")
 
 
+def keep_given_spec_text(spec_file: Path, text: str) -> Path | None:
+    """Before ``spec_file`` (a folder's ``spec.yaml``, the same spec: :func:`check_folder_spec` passed) is rewritten
+    as ``text`` (the spec as loopscale writes it: paths absolute, defaults left out), copy its own text, when that
+    differs, to ``spec.yaml.given-<UTC time>`` beside it, with a warning: a spec a user wrote there (e.g. ``sweep
+    OUT/spec.yaml --out OUT``) lost its comments and layout. Returns the copy's path, or None (no file, or the
+    same text)."""
+    import datetime as _dt
+    import warnings
+
+    from loopscale.cluster.storage import write_text_atomic
+
+    try:
+        old = spec_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if old == text:
+        return None
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
+    copy = spec_file.with_name(f"{spec_file.name}.given-{stamp}")
+    n = 2
+    while copy.exists():
+        copy, n = spec_file.with_name(f"{spec_file.name}.given-{stamp}_{n}"), n + 1
+    write_text_atomic(str(copy), old)
+    warnings.warn(f"{spec_file} is rewritten as loopscale records a spec (paths made absolute, defaults left out); "
+                  f"its text as it was, comments included, is kept in {copy}", UserWarning, stacklevel=3)  # fmt: skip
+    return copy
+
+
 def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
     """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a torn one (empty,
     cut short, not a spec: :func:`_folder_spec_text`) is moved aside first. ``out`` must exist. The folder's first
@@ -2060,6 +2088,8 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True)
     if corpus:  # a corpus that cannot be read refuses the command before the folder records this spec (memoised)
         corpus_hash_now(spec)
     set_aside_torn_spec(out)  # rewritten below
-    write_text_atomic(str(spec_file), spec_to_yaml(spec.model_copy(update={"storage_path": None})))
+    text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
+    keep_given_spec_text(spec_file, text)
+    write_text_atomic(str(spec_file), text)
     if corpus:
         record_folder_corpus(out, spec)

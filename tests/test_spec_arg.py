@@ -306,3 +306,25 @@ def test_a_relative_corpus_found_only_beside_the_spec_is_named_with_the_fix(tmp_
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data.txt").write_text("other prose " * 200)  # a file where the path is read: that one is meant
     assert resolve_spec("proj/spec.yaml", None)[0].corpus == str(tmp_path / "data.txt")
+
+
+def test_a_spec_written_in_its_folder_keeps_its_own_text_beside_the_recorded_one(tmp_path, monkeypatch):
+    """`loopscale sweep OUT/spec.yaml --out OUT` rewrote the user's spec.yaml as loopscale records a spec (comments
+    gone, paths absolute, defaults dropped), keeping nothing of the text. Its text is now kept beside it, once,
+    with a warning."""
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import FOLDER_SPEC, record_folder_spec, spec_to_yaml
+
+    spec = preset_spec("smoke")
+    out = tmp_path / "mine"
+    out.mkdir()
+    given = "# my notes on this grid\n" + spec_to_yaml(spec)
+    (out / FOLDER_SPEC).write_text(given)
+    with pytest.warns(UserWarning, match=r"spec.yaml is rewritten as loopscale records a spec .* its text as it was, "
+                                         r"comments included, is kept in .*spec.yaml.given-\d{8}T\d{6}$"):  # fmt: skip
+        record_folder_spec(out, spec, corpus=False)
+    copies = sorted(out.glob(f"{FOLDER_SPEC}.given-*"))
+    assert len(copies) == 1 and copies[0].read_text() == given
+    assert (out / FOLDER_SPEC).read_text() == spec_to_yaml(spec)
+    record_folder_spec(out, spec, corpus=False)  # the same text now: no second copy
+    assert sorted(out.glob(f"{FOLDER_SPEC}.given-*")) == copies
