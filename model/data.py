@@ -680,15 +680,22 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
     word)."""
     p = Path(corpus).expanduser()
     if is_corpus_glob(corpus):
-        files = sorted(Path(x) for x in _glob.glob(str(p), recursive=True) if Path(x).is_file())
+        matched = [Path(x) for x in _glob.glob(str(p), recursive=True)]
+        files = sorted(x for x in matched if x.is_file())
         if not files:
             raise CorpusNotFoundError(_no_match_message(corpus))
+        if warn:
+            _warn_broken_links(corpus, sorted(x for x in matched if x.is_symlink() and not x.exists()), p.parent)
         return files
     if p.is_dir():
-        files, skipped = [], {}
+        files, skipped, broken = [], {}, []
         for x in sorted(p.rglob("*")):
-            if not x.is_file() or any(part.startswith(".") for part in x.relative_to(p).parts):
+            if any(part.startswith(".") for part in x.relative_to(p).parts):
                 continue  # hidden files and folders (.git, an editor's swap file) are not corpus
+            if x.is_symlink() and not x.exists():
+                broken.append(x)
+            if not x.is_file():
+                continue
             if x.suffix.lower() in DIRECTORY_SUFFIXES:
                 files.append(x)
             else:
@@ -746,6 +753,8 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
                 CorpusWarning,
                 stacklevel=3,
             )
+        if warn:
+            _warn_broken_links(corpus, broken, p)
         if warn and (links := _linked_folders(p)):
             shown = ", ".join(str(x.relative_to(p)) for x in links[:3]) + (", ..." if len(links) > 3 else "")
             warnings.warn(
@@ -762,6 +771,26 @@ def _expand(corpus: str, warn: bool = False) -> list[Path]:
             "directory, a glob, a .parquet file, or a .bin/.npy token file)"
         )
     return [p]
+
+
+def _warn_broken_links(corpus: str, broken: list[Path], base: Path) -> None:
+    """A :class:`CorpusWarning` naming the symbolic links of a directory or glob corpus whose targets do not exist
+    (``broken``, named relative to ``base`` where below it): they are not read, and the corpus had one file fewer
+    without a word."""
+    if not broken:
+        return
+
+    def name(x: Path) -> str:
+        return str(x.relative_to(base)) if x.is_relative_to(base) else str(x)
+
+    shown = ", ".join(f"{name(x)} -> {os.readlink(x)}" for x in broken[:3]) + (", ..." if len(broken) > 3 else "")
+    n = len(broken)
+    warnings.warn(
+        f"corpus {corpus!r} holds {n} symbolic link{'s' * (n != 1)} whose target{'s' * (n != 1)} do{'es' * (n == 1)} "
+        f"not exist ({shown}): not read; fix or remove {'them' if n != 1 else 'it'}",
+        CorpusWarning,
+        stacklevel=4,
+    )
 
 
 def _linked_folders(p: Path) -> list[Path]:

@@ -495,3 +495,25 @@ def test_a_symlinked_folder_in_a_corpus_directory_is_said_not_followed(tmp_path)
         warnings.simplefilter("always")
         D._expand(str(tmp_path / "c"), warn=True)
     assert not [w for w in caught if "symbolic link" in str(w.message)]
+
+
+def test_a_broken_symbolic_link_in_a_corpus_is_said(tmp_path):
+    """A symbolic link whose target does not exist, in a corpus directory or matched by a glob, was left out
+    without a word (the corpus had one document fewer). It is named, with its target; a corpus without one says
+    nothing of links."""
+    words = "the people of this nation shall hold fast to liberty and the common good. " * 400
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text(words)
+    (tmp_path / "c" / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    for corpus in (str(tmp_path / "c"), str(tmp_path / "c" / "*.txt")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert D._expand(corpus, warn=True) == [tmp_path / "c" / "a.txt"]
+        said = [str(w.message) for w in caught if "symbolic link" in str(w.message)]
+        assert said == [f"corpus {corpus!r} holds 1 symbolic link whose target does not exist (gone.txt -> "
+                        f"{tmp_path / 'nowhere.txt'}): not read; fix or remove it"], said  # fmt: skip
+    (tmp_path / "c" / "gone.txt").unlink()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        D._expand(str(tmp_path / "c"), warn=True)
+    assert not [w for w in caught if "symbolic link" in str(w.message)]
