@@ -682,7 +682,11 @@ class SweepSpec(_Strict):
                 try:
                     self._model_config(s, r, "baseline", 2)
                 except ValueError as e:
-                    raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}") from None
+                    # a small whole number read as a d_model is most likely a width scale (the paper's s = 6..14)
+                    hint = ("; sizes are d_model values (model.size_unit: d_model); for the paper's width scales s "
+                            "(d_model = 64 s) set model.size_unit: width_scale"
+                            if self.model.size_unit == "d_model" and isinstance(s, int) and s <= 24 else "")  # fmt: skip
+                    raise ValueError(f"sizes: size {s} at r={r} is invalid: {e}{hint}") from None
 
     def _check_run_configs(self, *, plain: bool = False) -> None:
         """Build the full trainer configuration (``RunConfig``) of every grid point, so a value that every run

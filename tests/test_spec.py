@@ -316,6 +316,13 @@ def test_a_spec_with_bad_keys_and_problems_across_keys_names_both_in_one_round()
         parse_spec(_bad(lambda d: d.update(eval_token=1, r=[1, 3], sizes=[16, 30], training=odd_batch)))
     assert str(e.value).endswith("valid r: [1, 2, 4, 8]; sizes: size 30 at r=1 is invalid: d_model must be divisible "
                                  "by head_dim: d_model=30, head_dim=16 (try d_model=32)"), str(e.value)
+    # the paper's model with its width scales given as sizes (read as d_model = 1, 2): the size unit is named
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(model={"preset": "paper"}, sizes=[6, 8], training=odd_batch)))
+    assert str(e.value).endswith("sizes: size 6 at r=1 is invalid: d_model must be divisible by head_dim: d_model=6, "
+                                 "head_dim=128 (try d_model=128); sizes are d_model values (model.size_unit: "
+                                 "d_model); for the paper's width scales s (d_model = 64 s) set model.size_unit: "
+                                 "width_scale"), str(e.value)  # fmt: skip
     # tokens invalid: the grid's own check (give one of tokens or budgets) is not made up from its absence
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(tokens="lots", r=[1, 3])))
