@@ -183,7 +183,7 @@ def resolve_spec(spec_arg: str | Path | None, preset: str | None):
     """The spec a command runs and its name (the default ``--out`` is ``runs/<name>``), from SPEC and ``--preset``.
 
     SPEC is a YAML path, or a preset name (``smoke``, ``cpu``, ``paper``) when no file of that name exists (a folder
-    of that name, such as a run folder, does not count); neither
+    of that name, such as a run folder, does not count; a file of that name is read, with a ``UserWarning``); neither
     given: ``--preset``, else ``cpu``. The name is the preset's or the YAML file's stem, so ``loopscale tune-lr``,
     ``sweep`` and ``run`` given the same SPEC (or preset) default to one folder.
 
@@ -208,6 +208,11 @@ def resolve_spec(spec_arg: str | Path | None, preset: str | None):
                                     f"{', '.join(PRESETS)})")
         spec = load_spec(spec_arg)
         _check_corpus_beside_spec(spec.corpus, Path(spec_arg))
+        if str(spec_arg) in PRESETS:  # `loopscale run smoke` with a file named smoke here: the file, said so
+            import warnings
+
+            warnings.warn(f"SPEC {str(spec_arg)!r} is read from the file {Path(spec_arg).resolve()}, not the preset of "
+                          f"that name (--preset {spec_arg} runs the preset)", UserWarning, stacklevel=2)  # fmt: skip
         return spec, Path(spec_arg).stem
     name = preset or "cpu"
     return preset_spec(name), name

@@ -29,10 +29,12 @@ def test_resolve_spec_preset_name_file_and_conflicts(tmp_path, monkeypatch):
     mine.write_text(yaml.safe_dump(PRESETS["smoke"]))
     spec, name = resolve_spec(str(mine), None)
     assert name == "mine" and spec == preset_spec("smoke")
-    # a file named like a preset wins over the preset
+    # a file named like a preset wins over the preset, said (it was silent: the preset seemed to run)
     d = dict(PRESETS["smoke"], sizes=[16])
     (tmp_path / "smoke").write_text(yaml.safe_dump(d))
-    assert resolve_spec("smoke", None)[0].sizes == [16]
+    with pytest.warns(UserWarning, match=rf"SPEC 'smoke' is read from the file {tmp_path / 'smoke'}, not the preset "
+                                         r"of that name \(--preset smoke runs the preset\)"):  # fmt: skip
+        assert resolve_spec("smoke", None)[0].sizes == [16]
     with pytest.raises(ValueError, match="not both"):
         resolve_spec(str(mine), "cpu")
     with pytest.raises(ValueError, match="not both"):
