@@ -37,17 +37,17 @@ def equivalence(
         dict with ``N_eff`` (= the unique-parameter count of the non-looped model it performs like), ``N_unique``
         (= N_once + N_rec), ``r_phi``, ``ratio_to_unique`` (N_eff / N_unique) and, when given, ``ratio_to_reference``.
     Raises:
-        ValueError: a value that is not numeric or not finite (NaN, inf), negative parameter counts, ``r < 1``,
-            or a ``phi`` that is not one number.
+        ValueError: a value that is not numeric (a string, a bool) or not finite (NaN, inf), negative parameter
+            counts, ``N_reference <= 0``, ``r < 1``, or a ``phi`` that is not one number.
     """
     arrays = {}
     for name, v in (("N_once", N_once), ("N_rec", N_rec), ("r", r), ("phi", phi), ("N_reference", N_reference)):
         if v is None:
             continue
-        try:
-            arrays[name] = np.asarray(v, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name}={v!r} must be a number or an array of numbers") from exc
+        raw = np.asarray(v)
+        if raw.dtype.kind not in "iuf":  # '4' and True were read as 4 and 1
+            raise ValueError(f"{name}={v!r} must be a number or an array of numbers")
+        arrays[name] = raw.astype(np.float64)
         if not np.all(np.isfinite(arrays[name])):
             raise ValueError(f"{name}={v!r} must be finite (no NaN or inf)")
     n_once, n_rec, rr = arrays["N_once"], arrays["N_rec"], arrays["r"]
@@ -55,6 +55,8 @@ def equivalence(
         raise ValueError("N_once and N_rec must be >= 0 (parameters)")
     if np.any(rr < 1):
         raise ValueError("r must be >= 1 (recurrences), e.g. r=4")
+    if "N_reference" in arrays and np.any(arrays["N_reference"] <= 0):
+        raise ValueError(f"N_reference={N_reference!r} must be > 0 (parameters)")
     if arrays["phi"].ndim:
         raise ValueError(f"phi={phi!r} must be one number, e.g. phi=0.459")
     phi = float(arrays["phi"])
@@ -213,7 +215,8 @@ def compute_optimal_frontier(
             ``C``, ``D`` and ``N``/``N_unique``/``N_once``+``N_rec``, optional ``r``) from which ``F = C/D`` is fitted
             per r (see :func:`flops_model_from_table`).
         budgets: training-FLOP budgets ``C``, scalar or sequence.
-        r_values: recurrences to evaluate (default: those in the table, or ``[1]``).
+        r_values: recurrences to evaluate, whole numbers >= 1 (default: those in the table, or ``[1]``); with a
+            table that has ``C``, only r the table holds (its FLOPs per token are fitted from its runs).
         once_fraction: ``{r: N_once/N_unique}``; default from the table, else the paper's iso-depth design.
     Returns:
         DataFrame with columns ``r``, ``C``, ``N_star`` (unique parameters), ``N_eff_star``, ``D_star`` (tokens),
@@ -221,20 +224,35 @@ def compute_optimal_frontier(
         1e3 .. 1e15 parameters: the law has no optimum inside it at that budget, and N* is the range's end, not
         a result).
     Raises:
-        ValueError: non-positive budgets.
+        ValueError: non-positive budgets; a params dict without ``E, A, alpha, B, beta``; an r that is not a whole
+            number >= 1; with a table that has ``C``, an r it holds no runs of (``6 N`` FLOPs per token would
+            leave out the r passes of a looped block, and the frontier then called more looping cheaper). A table
+            without ``C`` takes ``F = 6 N`` at every r (:func:`flops_model_from_table`).
     """
     params = fit.params if hasattr(fit, "params") else dict(fit)
+    if missing := [k for k in ("E", "A", "alpha", "B", "beta") if k not in params]:
+        raise ValueError(f"fit is missing {missing}: give a FitResult or a dict of E, A, alpha, B, beta (and phi "
+                         f"for the joint law); got keys {sorted(params)}")  # fmt: skip
     budgets = np.atleast_1d(np.asarray(budgets, dtype=np.float64))
     if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
         raise ValueError("budgets must be finite and > 0 (training FLOPs), e.g. [1e18, 1e19]")
+    asked = None if r_values is None else [float(v) for v in np.atleast_1d(r_values)]
+    if asked is not None and any(not (np.isfinite(v) and v >= 1 and v == round(v)) for v in asked):
+        raise ValueError(f"r_values={r_values!r} must be whole numbers >= 1 (recurrences), e.g. [1, 2, 4, 8]")
     if callable(flops):
         F = flops
         frac = dict(once_fraction or {})
-        rs = [1.0] if r_values is None else [float(v) for v in np.atleast_1d(r_values)]
+        rs = [1.0] if asked is None else asked
     else:
         F, frac_t = flops_model_from_table(flops)
         frac = {**frac_t, **(once_fraction or {})}
-        rs = sorted(frac_t) if r_values is None else [float(v) for v in np.atleast_1d(r_values)]
+        rs = sorted(frac_t) if asked is None else asked
+        if "C" in flops.columns and (absent := [v for v in rs if v not in frac_t]):
+            raise ValueError(
+                f"r_values {[int(v) for v in absent]} have no runs in the table (its r: {[int(v) for v in sorted(frac_t)]}"
+                "): their FLOPs per token cannot be fitted from it, and 6 N would leave out the r passes of the looped "
+                "block; give r_values among the table's r, or flops as a callable F(N, r) (FLOPs per token)"
+            )
     rows = []
     for r in rs:
         f = frac.get(r, iso_depth_once_fraction(r)) if "phi" in params else 1.0

@@ -245,6 +245,8 @@ def make_law(law: str = "joint", phi: float | None = None, rs: tuple[int, ...] |
             raise ValueError(f"law='joint_per_r' needs rs: distinct integers r >= 2, got {rs!r}")
         rs = tuple(sorted(int(v) for v in rs))
         return JointPerRLaw(extra_names=tuple(f"phi_{v}" for v in rs), extra_bounds=(PHI_BOUNDS,) * len(rs), rs=rs)
+    if rs is not None and law != "joint_per_r":  # said, as phi for the wrong law is: it would be dropped unseen
+        raise ValueError(f"rs={rs!r} applies to law='joint_per_r' only (one phi per r); law={law!r} takes no rs")
     if law == "chinchilla":
         if phi is not None:
             raise ValueError(

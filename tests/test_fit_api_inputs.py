@@ -202,6 +202,12 @@ def test_equivalence_refuses_nan_and_non_numbers():
         ({"r": float("nan")}, r"r=nan must be finite"),
         ({"phi": "a"}, r"phi='a' must be a number"),
         ({"phi": [0.5, 0.6]}, r"must be one number"),
+        # read as numbers before ('4' as 4, True as 1), against the docstring's "not numeric" refusal
+        ({"N_once": "4"}, r"N_once='4' must be a number"),
+        ({"phi": "0.4"}, r"phi='0.4' must be a number"),
+        ({"N_once": True}, r"N_once=True must be a number"),
+        ({"N_reference": -5}, r"N_reference=-5 must be > 0"),  # gave a ratio of -1.9
+        ({"N_reference": 0}, r"N_reference=0 must be > 0"),  # gave inf and a numpy warning
     ):
         args = {"N_once": 1000, "N_rec": 500, "r": 4, "phi": 0.5, **kwargs}
         with pytest.raises(ValueError, match=message):
@@ -326,3 +332,32 @@ def test_the_modules_the_docs_name_are_attributes_of_the_package():
     code = "import loopscale.fit as lf; print(lf.identify.identify.__name__, lf.laws.PHI_BOUNDS)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["identify", "(-3.0,", "3.0)"], out.stderr
+
+
+def test_the_frontier_refuses_an_r_its_table_cannot_give_flops_for():
+    """compute_optimal_frontier fitted FLOPs per token per r from the run table and took 6 N at any other r, in
+    silence: at r = 16 beside a table of r <= 8 it used 6 FLOPs per parameter (29 at r = 8) and called more looping
+    cheaper. Such an r, an r below 1, params without E..beta, and make_law's rs for a law that takes none are
+    refused, each naming the fix."""
+    from loopscale.fit import compute_optimal_frontier
+    from loopscale.fit.laws import make_law
+
+    rows = []
+    for r in (1, 2, 4, 8):
+        for d in (64, 128):
+            n_once, n_rec = 48 * d * d, (192 / r + 2) * d * d
+            D = 1e9
+            rows.append({"r": r, "N_once": n_once, "N_rec": n_rec, "D": D, "C": 6 * (n_once + r * n_rec) * D})
+    t = pd.DataFrame(rows)
+    P = {"E": 1.57, "A": 28.0, "alpha": 0.2, "B": 916.0, "beta": 0.37, "phi": 0.46}
+    assert set(compute_optimal_frontier(P, t, [1e20], r_values=[8])["r"]) == {8.0}
+    with pytest.raises(ValueError, match=r"r_values \[16\] have no runs in the table \(its r: \[1, 2, 4, 8\]\)"):
+        compute_optimal_frontier(P, t, [1e20], r_values=[8, 16])
+    assert set(compute_optimal_frontier(P, lambda N, r: 6 * N, [1e20], r_values=[16])["r"]) == {16.0}  # F given
+    assert set(compute_optimal_frontier(P, t.drop(columns=["C"]), [1e20], r_values=[16])["r"]) == {16.0}  # 6 N, said
+    with pytest.raises(ValueError, match=r"r_values=\[0\] must be whole numbers >= 1"):
+        compute_optimal_frontier(P, t, [1e20], r_values=[0])
+    with pytest.raises(ValueError, match=r"fit is missing \['alpha', 'B', 'beta'\]"):
+        compute_optimal_frontier({"E": 1.57, "A": 28.0}, lambda N, r: 6 * N, [1e19])
+    with pytest.raises(ValueError, match=r"rs=\(2, 4\) applies to law='joint_per_r' only"):
+        make_law("joint", rs=(2, 4))
