@@ -518,11 +518,16 @@ def _underdetermined(fit) -> str | None:
     with the starts' seed. None otherwise."""
     cols = [c for c in ("N", "N_once", "N_rec", "r", "D") if c in fit.data.columns]
     n = int(fit.data[cols].drop_duplicates().shape[0]) if cols else fit.n
-    if n >= fit.n_params:
+    one_d = "D" in fit.data.columns and fit.data["D"].nunique() == 1
+    # with one D, E + B D^-beta is one constant: the points need only hold it and the other free parameters
+    free = fit.n_params - 2 if one_d and fit.n_params >= 3 else fit.n_params
+    if n >= free:
         return None
-    return (f"the runs hold {n} distinct point{'s' if n != 1 else ''} ({', '.join(cols)}) for the law's "
-            f"{fit.n_params} free parameters: no parameter, phi included, is pinned down by them, and another --seed "
-            "gives other values; add cells (widths, token budgets, r) before reading any of them")
+    which = (f"the {free} free parameters left with one D (E + B D^-beta is one constant)" if one_d
+             else f"the law's {fit.n_params} free parameters")  # fmt: skip
+    return (f"the runs hold {n} distinct point{'s' if n != 1 else ''} ({', '.join(cols)}) for {which}: no "
+            "parameter, phi included, is pinned down by them, and another --seed gives other values; add cells "
+            "(widths, token budgets, r) before reading any of them")
 
 
 def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dict | None, str | None]:

@@ -241,9 +241,13 @@ def fitted_points(v: dict, j: dict) -> str:
     if ft.get("what") == "cell_means":
         return f"{ft['cells']} cell means of {ft['runs']} runs"
     if ft.get("what") == "runs":  # seeds as replicates, but too few cells for the law: the runs, said why
+        one_d = bool((v.get("identification") or {}).get("fixed_D"))
+        free = JOINT_PARAMS - 2 if one_d else JOINT_PARAMS  # one D: E + B D^-beta is one constant
+        held = (f"their {ft['cells']} distinct points pin no parameter down" if ft["cells"] < free else
+                f"with one D (E + B D^-beta one constant) their {ft['cells']} distinct points hold its {free} free "
+                "parameters (it, A, alpha, phi)")  # fmt: skip
         what = (f"{j['n']} runs (their {ft['cells']} cells are fewer than the law's {JOINT_PARAMS} parameters, so the "
-                f"runs are fitted, not the cell means, and their {ft['cells']} distinct points pin no parameter "
-                "down; seeds resampled within cells)")
+                f"runs are fitted, not the cell means, and {held}; seeds resampled within cells)")
     else:
         what = f"{j['n']} runs"
     if u := v.get("uneven_seeds"):

@@ -382,11 +382,15 @@ def test_fit_warns_when_the_runs_hold_fewer_points_than_the_law_has_parameters()
     example = str(Path(__file__).resolve().parents[1] / "docs" / "example_cpu")
     res = CliRunner().invoke(app, ["fit", example, "--r", "2,4,8", "--starts", "5"])
     assert res.exit_code == 0, res.output
-    assert ("warning: the runs hold 3 distinct points (N_once, N_rec, r, D) for the law's 6 free parameters: no "
-            "parameter, phi included, is pinned down by them") in res.stdout  # fmt: skip
+    # one D: E + B D^-beta is one constant, so 6 parameters leave 4 for the points to hold
+    assert ("warning: the runs hold 3 distinct points (N_once, N_rec, r, D) for the 4 free parameters left with one "
+            "D (E + B D^-beta is one constant): no parameter, phi included, is pinned down by them") in res.stdout  # fmt: skip
+    got = json.loads(CliRunner().invoke(app, ["fit", example, "--r", "1,2", "--starts", "5", "--json"]).stdout)
+    assert "underdetermined" not in got  # 4 points (2 widths x 2 r) for the 4 free parameters: held
+    # phi fixed: 3 free parameters (the constant, A, alpha) for 3 points: held, not said to be underdetermined
     got = json.loads(CliRunner().invoke(app, ["fit", example, "--r", "2,4,8", "--starts", "5", "--phi", "0.5",
                                               "--json"]).stdout)  # fmt: skip
-    assert got["underdetermined"].startswith("the runs hold 3 distinct points (N_once, N_rec, r, D) for the law's 5 ")
+    assert "underdetermined" not in got
     whole = json.loads(CliRunner().invoke(app, ["fit", example, "--starts", "5", "--json"]).stdout)
     assert "underdetermined" not in whole
 

@@ -862,6 +862,16 @@ def test_the_report_says_why_a_seeds_design_is_fitted_to_its_runs():
     assert fitted_points({"fitted_to": few.fitted_to()}, {"n": 10}) == (
         "10 runs (their 5 cells are fewer than the law's 6 parameters, so the runs are fitted, not the cell means, "
         "and their 5 distinct points pin no parameter down; seeds resampled within cells)")  # fmt: skip
+    # ... unless every run has one D: E + B D^-beta is then one constant, and 5 points hold the 4 parameters left
+    # (the report said they pinned nothing down, while run accepts such a grid)
+    one_d = {"fitted_to": few.fitted_to(), "identification": {"fixed_D": True}}
+    assert fitted_points(one_d, {"n": 10}) == (
+        "10 runs (their 5 cells are fewer than the law's 6 parameters, so the runs are fitted, not the cell means, "
+        "and with one D (E + B D^-beta one constant) their 5 distinct points hold its 4 free parameters (it, A, "
+        "alpha, phi); seeds resampled within cells)")  # fmt: skip
+    three = SeedReplicates(("d_model", "r", "layers_unique", "D"), cells=3, runs=6)
+    assert "their 3 distinct points pin no parameter down" in fitted_points(
+        {"fitted_to": three.fitted_to(), "identification": {"fixed_D": True}}, {"n": 6})
     assert fitted_points({"fitted_to": many.fitted_to()}, {"n": 8}) == "8 cell means of 24 runs"
     assert fitted_points({}, {"n": 16}) == "16 runs"  # seeds are not replicates (or an analysis without the key)
 
