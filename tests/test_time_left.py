@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -109,6 +110,30 @@ def half_timed(tmp_path):
     return out, spec, cells
 
 
+@contextlib.contextmanager
+def _fake_gcs():
+    """A gRPC server on loopback that answers the Ray GCS call the --address probe makes
+    (``loopscale.cluster.connect._GCS_METHOD``) as a head does; yields its ``host:port``. A dry run with --address
+    checks the address and starts no Ray."""
+    from concurrent import futures
+
+    import grpc
+
+    from loopscale.cluster.connect import _GCS_METHOD
+
+    service, method = _GCS_METHOD.strip("/").split("/")
+    handler = grpc.method_handlers_generic_handler(service, {method: grpc.unary_unary_rpc_method_handler(
+        lambda request, context: b"")})  # fmt: skip
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
 def _dry(out, *extra, spec_file=None):
     spec_file = spec_file or out / "spec.yaml"
     res = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(spec_file), "--dry-run",
@@ -140,7 +165,9 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     assert f"on 4096 CPUs given to Ray on {os.cpu_count()} cores here" in many["train_time_assumption"]
     cores = training_time_left(spec, rows, cells[8:], cpus=os.cpu_count() or 1)
     assert many["est_train_min_left"] == pytest.approx(cores["seconds"] / 60.0, rel=1e-9)
-    cluster = _dry(out, "--address", "10.0.0.1:6379")
+    # a Ray head's GCS as the --address probe sees it; a made-up remote address reached a proxy on some machines
+    with _fake_gcs() as address:
+        cluster = _dry(out, "--address", address)
     assert cluster["est_train_min_left"] is None and "on the cluster" in cluster["train_time_assumption"]
     new = _dry(tmp_path / "new", spec_file=out / "spec.yaml")
     assert new["est_train_min_left"] is None and new["train_time_assumption"] == (
