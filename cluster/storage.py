@@ -223,17 +223,23 @@ def write_text_atomic(uri: str, text: str, filesystem: pafs.FileSystem | None = 
     write_bytes_atomic(uri, text.encode("utf-8"), filesystem)
 
 
-def new_aside_folder(parent: str | os.PathLike, prefix: str) -> Path:
-    """Create and return ``parent/<prefix>_<UTC time>`` (``_2``, ``_3``, ... appended when that exists: two commands
-    in one second keep both sets of files), where a command keeps the files it replaces."""
+def aside_path(parent: str | os.PathLike, prefix: str, sep: str = "_") -> Path:
+    """``parent/<prefix><sep><UTC time>``, a path nothing holds yet (``_2``, ``_3``, ... appended when that exists:
+    two commands in one second keep both), where a command keeps what it replaces. Creates nothing."""
     import time
 
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    name, k = f"{prefix}_{stamp}", 1
+    name, k = f"{prefix}{sep}{stamp}", 1
     while (Path(parent) / name).exists():
         k += 1
-        name = f"{prefix}_{stamp}_{k}"
-    aside = Path(parent) / name
+        name = f"{prefix}{sep}{stamp}_{k}"
+    return Path(parent) / name
+
+
+def new_aside_folder(parent: str | os.PathLike, prefix: str) -> Path:
+    """Create and return ``parent/<prefix>_<UTC time>`` (:func:`aside_path`), where a command keeps the files it
+    replaces."""
+    aside = aside_path(parent, prefix)
     aside.mkdir(parents=True)
     return aside
 

@@ -2053,10 +2053,9 @@ def keep_given_spec_text(spec_file: Path, text: str) -> Path | None:
     differs, to ``spec.yaml.given-<UTC time>`` beside it, with a warning: a spec a user wrote there (e.g. ``sweep
     OUT/spec.yaml --out OUT``) lost its comments and layout. Returns the copy's path, or None (no file, or the
     same text)."""
-    import datetime as _dt
     import warnings
 
-    from loopscale.cluster.storage import write_text_atomic
+    from loopscale.cluster.storage import aside_path, write_text_atomic
 
     try:
         old = spec_file.read_text(encoding="utf-8")
@@ -2064,11 +2063,7 @@ def keep_given_spec_text(spec_file: Path, text: str) -> Path | None:
         return None
     if old == text:
         return None
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
-    copy = spec_file.with_name(f"{spec_file.name}.given-{stamp}")
-    n = 2
-    while copy.exists():
-        copy, n = spec_file.with_name(f"{spec_file.name}.given-{stamp}_{n}"), n + 1
+    copy = aside_path(spec_file.parent, f"{spec_file.name}.given", sep="-")
     write_text_atomic(str(copy), old)
     warnings.warn(f"{spec_file} is rewritten as loopscale records a spec (paths made absolute, defaults left out); "
                   f"its text as it was, comments included, is kept in {copy}", UserWarning, stacklevel=3)  # fmt: skip
