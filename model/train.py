@@ -840,19 +840,29 @@ def _evaluate(loss_fn, ev, micro_windows: int, autocast) -> float:
     return total / n
 
 
-def unused_vocab_note(vocab_size: int, tokenizer: str) -> str | None:
+def unused_vocab_note(vocab_size: int, tokenizer: str, corpus_ids: int | None = None) -> str | None:
     """The warning for a model vocabulary well above the tokenizer's ids, or None.
 
     Rows of the embedding and the output head beyond the tokenizer's ``n`` ids are never an input or a target; the
     head still computes their logits, so F and C (training FLOPs, paper Sec. 3.2) count them. A few rows of padding
     (the paper's 32064 for a 32000 BPE) are usual; the note is given beyond max(64, n / 10) extra rows. A
-    ``pretokenized`` corpus's vocabulary is not known (its largest id is not its size): no note.
+    ``pretokenized`` corpus's vocabulary is not known (its largest id is not its size): with ``corpus_ids`` (its
+    largest id + 1, once the file is read) the note is given only for a vocabulary more than twice that and over 64
+    rows above it (a shard of a larger tokenizer's text may lack its rarest ids; not half of them); without it, none.
     """
     from loopscale.model.data import parse_tokenizer
 
     kind, n = parse_tokenizer(tokenizer)
+    if kind == "pretokenized":
+        if corpus_ids is None or vocab_size - corpus_ids <= max(64, corpus_ids):
+            return None
+        return (f"vocab_size={vocab_size} is {vocab_size - corpus_ids} rows more than the token file needs (its "
+                f"largest id is {corpus_ids - 1}): those rows of the embedding and output head are never an input "
+                "or a target, yet the head computes their logits (F and C count them); set vocab_size to the "
+                f"vocabulary of the tokenizer that wrote the file (at least {corpus_ids}: `loopscale train "
+                "--vocab-size`, a spec's model.vocab_size)")  # fmt: skip
     extra = vocab_size - n
-    if kind == "pretokenized" or extra <= max(64, n // 10):
+    if extra <= max(64, n // 10):
         return None
     return (f"vocab_size={vocab_size} is {extra} rows more than the {tokenizer} tokenizer's {n} ids: those rows of "
             f"the embedding and output head are never an input or a target, yet the head computes their logits (F "
@@ -1095,7 +1105,7 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
         run_warnings.append(why)
     if cfg.tokens is not None and D != cfg.tokens:
         run_warnings.append(f"tokens={cfg.tokens} rounded to D={D} (whole steps of batch_tokens={B})")
-    if note := unused_vocab_note(mcfg.vocab_size, cfg.tokenizer):
+    if note := unused_vocab_note(mcfg.vocab_size, cfg.tokenizer, data.vocab_size):
         run_warnings.append(note)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if getattr(device, "type", str(device)) == "cpu" and cfg.num_threads > cpus:

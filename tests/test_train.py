@@ -595,6 +595,29 @@ def test_a_vocabulary_well_above_the_tokenizers_ids_is_said(base):
     assert unused_vocab_note(70000, "pretokenized") is None
 
 
+def test_a_token_files_vocabulary_well_above_its_largest_id_is_said(base, tmp_path):
+    """A token file whose largest id is 199 trained with vocab_size 1000 computed 800 logits per token that are
+    never a target, without a word (a text corpus's tokenizer got the note). The file's largest id is known once it
+    is read: a vocabulary more than twice its ids is named; one up to twice them is not (a shard of a larger
+    tokenizer's text may lack its rarest ids)."""
+    import numpy as np
+
+    from loopscale.model.train import unused_vocab_note
+
+    ids = (np.arange(20_000) * 7919 % 200).astype(np.uint16)
+    np.save(tmp_path / "t.npy", ids)
+    cfg = {**base, "corpus": str(tmp_path / "t.npy"), "tokenizer": "pretokenized"}
+    res = train_run(RunConfig(**{**cfg, "model": base["model"].replace(vocab_size=1000)}))
+    assert ("vocab_size=1000 is 800 rows more than the token file needs (its largest id is 199): those rows of the "
+            "embedding and output head are never an input or a target, yet the head computes their logits (F and C "
+            "count them); set vocab_size to the vocabulary of the tokenizer that wrote the file (at least 200: "
+            "`loopscale train --vocab-size`, a spec's model.vocab_size)") in res.warnings  # fmt: skip
+    kept = train_run(RunConfig(**{**cfg, "model": base["model"].replace(vocab_size=400)}))
+    assert not [w for w in kept.warnings if w.startswith("vocab_size=")]
+    assert unused_vocab_note(400, "pretokenized", 200) is None and unused_vocab_note(401, "pretokenized", 200)
+    assert unused_vocab_note(74, "pretokenized", 10) is None and unused_vocab_note(75, "pretokenized", 10)
+
+
 def test_a_spec_whose_vocabulary_is_well_above_its_tokenizers_is_warned_before_any_run(tmp_path):
     """A spec of the paper's model (V = 32064) on byte tokens: every run warned that 31,808 rows are never used
     (and counted in F and C), while the dry run said nothing and the warning told to leave vocab_size out, which
