@@ -211,6 +211,9 @@ def compute_optimal_frontier(
 
     Args:
         fit: a :class:`~loopscale.fit.fitter.FitResult` or a public params dict (``E, A, alpha, B, beta[, phi]``).
+            Without ``phi`` (a Chinchilla law, e.g. the per-r fit of one r's runs) the law's N is the unique
+            parameter count at every r, so ``N_eff_star`` = ``N_star``: evaluate such a law at the r it was fitted
+            to (at another r it says that looping adds no effective parameters, as phi = 0 would).
         flops: training FLOPs per token, either a callable ``F(N, r) -> FLOPs/token`` or a run table (DataFrame with
             ``C``, ``D`` and ``N``/``N_unique``/``N_once``+``N_rec``, optional ``r``) from which ``F = C/D`` is fitted
             per r (see :func:`flops_model_from_table`).
