@@ -174,7 +174,7 @@ def train_cmd(
         "wall_s",
         "epochs",
     ):
-        typer.echo(f"{k:>16}: {out[k]}")
+        typer.echo(f"{k:>16}: {out[k]}" + _spent(out, k, run.batch_tokens))
     dd = out["data"]
     typer.echo(
         f"{'data':>16}: {dd.get('n_train_tokens')} train / {dd.get('n_val_tokens')} validation tokens "
@@ -323,6 +323,17 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
                 typer.echo(f"warning: {w}", err=True)
     if any(r.status != "ok" for r in results):
         raise typer.Exit(code=1)
+
+
+def _spent(out: dict, key: str, batch_tokens: int) -> str:
+    """For a diverged run's ``D`` and ``C`` (its definition, which names its cell): what it trained before it
+    stopped, e.g. `` (as defined; trained 512 tokens, 1 step, before it diverged)``; else empty."""
+    k = out.get("diverged_step")
+    if k is None or key not in ("D", "C"):
+        return ""
+    if key == "D":
+        return f" (as defined; trained {k * batch_tokens} tokens, {_steps(k)}, before it diverged)"
+    return f" (as defined; spent {out['flops_per_token'] * k * batch_tokens:.4g} FLOPs before it diverged)"
 
 
 def _steps(n: int) -> str:

@@ -454,6 +454,13 @@ def test_train_json_of_a_diverged_run_is_strict_json_and_exits_1(tmp_path, monke
     out = json.loads(res.stdout.strip().splitlines()[-1], parse_constant=refuse)
     rows = out if isinstance(out, list) else [out]
     assert rows and all(r["status"] == "diverged" for r in rows)
+    if not seeds:  # the text output: D and C are the run's definition (they name its cell), and what it trained
+        text = CliRunner().invoke(app, args[:-1])
+        assert text.exit_code == 1, text.output
+        k, F = out["diverged_step"], out["flops_per_token"]
+        assert f"D: 8192 (as defined; trained {k * 1024} tokens, {k} step{'s' * (k != 1)}, before it diverged)" in (
+            text.output)
+        assert f"(as defined; spent {F * k * 1024:.4g} FLOPs before it diverged)" in text.output
 
 
 def test_train_and_model_info_name_the_flags_that_change_nothing(trainer_corpus_dir, trainer_cache_dir, tmp_path):
