@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -224,7 +225,18 @@ def test_aws_launcher_schema_and_resources():
                                                "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"), name
     # trials tokenize into the node's own disk, and --out (on the head) is copied off before `ray down`
     assert all("LOOPSCALE_CACHE=/tmp/" in c for c in cfg["worker_start_ray_commands"] if "ray start" in c)
-    assert "ray rsync-down cluster/recipes/ray-cluster-aws.yaml ~/runs/paper" in (RECIPES / "ray-cluster-aws.yaml").read_text()
+    # the head's --out: a bare ~ was expanded by the laptop's shell to the laptop's home, so nothing was copied
+    text = (RECIPES / "ray-cluster-aws.yaml").read_text()
+    assert "ray rsync-down cluster/recipes/ray-cluster-aws.yaml '~/runs/paper' ./runs/" in text
+    assert not re.search(r"rsync-down \S+ ~", text)
+    # the autoscaler's role reads the workers' AMI id from its public SSM parameter (ImageId: resolve:ssm:)
+    assert re.search(r"put-role-policy --role-name ray-autoscaler-v1 .*ssm:GetParameters.*parameter/aws/service/",
+                     _joined(text))
+    # what the launching machine needs beyond ray[tune] (boto3 for the AWS launcher, ray[default] for job submit)
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("ray[default]") for d in extras["cluster"]) and any(
+        d.startswith("boto3") for d in extras["cluster"])
+    assert "pip install -e \".[cluster]\"" in text
     # the package is installed from the checkout the launcher copies to every node
     mounts = cfg["file_mounts"]
     assert mounts["~/loopscale"] == "."
@@ -252,7 +264,7 @@ def _check_token_env(container):
     env = {e["name"]: e for e in container.get("env", [])}
     assert env["RAY_AUTH_MODE"]["value"] == "token", container["name"]
     assert "value" not in env["RAY_AUTH_TOKEN"], f"{container['name']}: literal token"
-    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "loopscale-ray-token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "loopscale-ray-token", "key": "auth_token"}
 
 
 def test_kuberay_raycluster():
@@ -295,6 +307,12 @@ def test_kuberay_raycluster():
                          rf"chmod -R u\+w {target} && pip install {target}", args)
         assert copy and {"--exclude=./.git", "--exclude=./.venv"} <= set(copy.group(1).split()), args
     assert rc["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
+    # the operator's own calls to the job API (a RayJob's status) carry the token only when authOptions names it;
+    # it reads the Secret's key auth_token, which the header's Secret and the laptop's submit line use too
+    assert spec["authOptions"] == {"mode": "token", "secretName": "loopscale-ray-token"}
+    header = (RECIPES / "kuberay-raycluster.yaml").read_text()
+    assert "create secret generic loopscale-ray-token --from-literal=auth_token=" in header
+    assert "{.data.auth_token}" in header and "KubeRay >= 1.6" in header
     # the autoscaler sidecar is a Ray process: without the token no worker pod is ever started
     _check_token_env({"name": "autoscaler", "env": spec["autoscalerOptions"]["env"]})
     # every pod: the identity that reaches --storage, and the corpus volume; the head keeps --out on a volume
@@ -505,3 +523,54 @@ def test_slurm_script_waits_for_the_head_and_gives_up_with_a_message(tmp_path):
                          env={**env, "HEAD_WAIT_S": "0"})  # fmt: skip
     assert res.returncode == 1 and "head-up" not in res.stdout
     assert res.stderr.strip() == "Ray head at 10.0.0.1:6379 not up after 0 s", res.stderr
+
+
+def _slurm_block(first: str, last: str) -> str:
+    """The SLURM recipe's lines from the one starting ``first`` up to the first line equal to ``last`` after it."""
+    text = (RECIPES / "slurm-sbatch.sh").read_text()
+    start = text.index(first)
+    return text[start:text.index("\n" + last + "\n", start) + len(last) + 2]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to run the SLURM recipe's blocks")
+def test_slurm_script_takes_a_reachable_head_address_and_waits_for_every_node(tmp_path):
+    """A head whose hostname /etc/hosts maps to loopback gave the workers 127.0.1.1:6379, their own loopback: they
+    never joined, and the grid ran on the head alone without a word. The recipe now takes the node's first
+    non-loopback address (and stops with a message when it has none), then waits until every node has joined,
+    going on with a warning after WORKERS_WAIT_S. Run here with stand-in `srun` and `python`."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "srun").write_text('#!/usr/bin/env bash\ncase "${@: -1}" in --ip-address) echo "$IP1";; '
+                               '--all-ip-addresses) echo "$ALL";; esac\n')  # fmt: skip
+    count = tmp_path / "count"
+    (bin_ / "python").write_text(f'#!/usr/bin/env bash\nn=$(( $(cat {count} 2>/dev/null || echo 0) + 1 ))\n'
+                                 f'echo $n > {count}\n[ "$n" -le "$FAIL" ] && exit 1\necho $(( n - FAIL ))\n')  # fmt: skip
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"}
+    ip = tmp_path / "ip.sh"
+    text = (RECIPES / "slurm-sbatch.sh").read_text()
+    block = text[text.index('HEAD_IP="$(srun'):text.index('HEAD_ADDRESS="${HEAD_IP}')]
+    ip.write_text("set -euo pipefail\nHEAD_NODE=n1\n" + block + 'echo "$HEAD_IP"\n')
+
+    def head_ip(ip1: str, all_: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(ip)], capture_output=True, text=True, timeout=60,
+                              env={**env, "IP1": ip1, "ALL": all_})  # fmt: skip
+
+    assert head_ip("10.0.0.5", "10.9.9.9").stdout.strip() == "10.0.0.5"
+    assert head_ip("127.0.1.1", "10.1.2.3 fe80::1").stdout.strip() == "10.1.2.3"
+    refused = head_ip("127.0.1.1", "")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip() == "no address of n1 that other nodes can reach (hostname --ip-address gives loopback)"
+    wait = tmp_path / "wait.sh"
+    wait.write_text("set -euo pipefail\nsleep() { :; }\nNODES=(a b c)\nHEAD_ADDRESS=10.0.0.5:6379\n"
+                    + _slurm_block("# wait until every node has joined", "done") + 'echo "joined=$joined"\n')  # fmt: skip
+    # the driver check fails twice (no head answer yet), then counts 1, 2, 3 nodes: it waits for the third
+    res = subprocess.run(["bash", str(wait)], capture_output=True, text=True, timeout=60, env={**env, "FAIL": "2"})
+    assert res.returncode == 0 and res.stdout.strip() == "joined=3" and res.stderr == "", res
+    assert count.read_text().strip() == "5"
+    count.unlink()
+    late = subprocess.run(["bash", str(wait)], capture_output=True, text=True, timeout=60,
+                          env={**env, "FAIL": "1000", "WORKERS_WAIT_S": "0"})  # fmt: skip
+    assert late.returncode == 0 and late.stdout.strip() == "joined=0"
+    assert late.stderr.strip() == "warning: 0 of 3 Ray nodes joined after 0 s; the run goes on with them"

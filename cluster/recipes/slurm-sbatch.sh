@@ -14,6 +14,8 @@
 # interrupted experiment and finished runs are not trained again (on a new OUT it says there is nothing to
 # resume and starts).
 # The same spec runs on a laptop with `loopscale run SPEC --out ./runs/x` (embedded Ray).
+# Submit from a shell whose `ray`, `python` and `loopscale` are loopscale's environment (e.g. after
+# `source .venv/bin/activate` in a checkout on the shared filesystem): sbatch passes that environment on.
 #
 # Security: Ray token auth is forced on (RAY_AUTH_MODE=token). The token is ~/.ray/auth_token in your home
 # directory (shared by the nodes; `ray get-auth-token --generate` creates it once, mode 600); it is never
@@ -37,13 +39,24 @@ CPUS_PER_NODE="${SLURM_CPUS_PER_TASK:-96}"
 RAY_PORT=6379
 
 export RAY_AUTH_MODE=token
-export LOOPSCALE_CACHE="${LOOPSCALE_CACHE:-${TMPDIR:-/tmp}/loopscale-cache-$USER}"   # srun steps inherit it
-ray get-auth-token --generate >/dev/null   # no-op if ~/.ray/auth_token exists; never echo the token
-chmod 600 "$HOME/.ray/auth_token"
+export LOOPSCALE_CACHE="${LOOPSCALE_CACHE:-${TMPDIR:-/tmp}/loopscale-cache-${USER:-$(id -un)}}"   # srun steps inherit it
+if [[ -z "${RAY_AUTH_TOKEN:-}" && -z "${RAY_AUTH_TOKEN_PATH:-}" ]]; then   # else Ray takes the token from there
+  ray get-auth-token --generate >/dev/null   # no-op if ~/.ray/auth_token exists; never echo the token
+  chmod 600 "$HOME/.ray/auth_token"
+fi
 
 mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 HEAD_NODE="${NODES[0]}"
 HEAD_IP="$(srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" hostname --ip-address | awk '{print $1}')"
+# a hostname that /etc/hosts maps to loopback (127.0.1.1 on Debian) gives no address the workers can reach: take
+# the node's first non-loopback address instead
+if [[ -z "$HEAD_IP" || "$HEAD_IP" == 127.* || "$HEAD_IP" == ::1 ]]; then
+  HEAD_IP="$(srun --nodes=1 --ntasks=1 -w "$HEAD_NODE" hostname --all-ip-addresses | awk '{print $1}')"
+fi
+if [[ -z "$HEAD_IP" || "$HEAD_IP" == 127.* || "$HEAD_IP" == ::1 ]]; then
+  echo "no address of ${HEAD_NODE} that other nodes can reach (hostname --ip-address gives loopback)" >&2
+  exit 1
+fi
 HEAD_ADDRESS="${HEAD_IP}:${RAY_PORT}"
 echo "Ray head on ${HEAD_NODE} (${HEAD_ADDRESS}); ${#NODES[@]} nodes"
 
@@ -70,6 +83,20 @@ for node in "${NODES[@]:1}"; do
     ray start --address="$HEAD_ADDRESS" \
     --num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE" --block &
   sleep 5
+done
+# wait until every node has joined (a worker that cannot reach the head fails in its own step, and the grid would
+# run on fewer nodes without a word); after WORKERS_WAIT_S the run goes on with the nodes there, and says so
+WORKERS_WAIT_S="${WORKERS_WAIT_S:-300}"
+wait_from=$SECONDS
+while :; do
+  joined="$(python -c 'import sys, ray; ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print(sum(n["Alive"] for n in ray.nodes()))' "$HEAD_ADDRESS" 2>/dev/null || echo 0)"
+  (( joined >= ${#NODES[@]} )) && break
+  if (( SECONDS - wait_from >= WORKERS_WAIT_S )); then
+    echo "warning: ${joined} of ${#NODES[@]} Ray nodes joined after $((SECONDS - wait_from)) s; the run goes on with them" >&2
+    break
+  fi
+  sleep 10
 done
 
 # The driver runs in the batch step on the head node and joins the cluster.
