@@ -91,7 +91,8 @@ RAY_CLIENT_TUNE = (
     "over Ray Client, Ray Tune runs its experiment driver inside the cluster, so the folder's records (runs.parquet, "
     "the progress display, the LR studies) would be written on the head node's disk instead of here, and a "
     "finished experiment reads as interrupted; run the command on the cluster (`RAY_AUTH_MODE=token ray job submit "
-    "--address http://HEAD:8265 --working-dir . -- loopscale run SPEC --out OUT`, or a shell on the head node with "
+    "--address http://HEAD:8265 --working-dir . -- loopscale run SPEC --out OUT`, whose job client needs "
+    "ray[default]: loopscale's `cluster` extra; or a shell on the head node with "
     "--address auto), or join with --address HOST:PORT from a machine in the cluster's network (`loopscale fit "
     "--workers` does take a ray:// address)"
 )
