@@ -936,11 +936,12 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     own ok records, :func:`_train_left`, None when no record gives a rate), ``command`` (the
     running command's record: command line, kind, pid, host, started_at; None when none runs), ``last_command``
     (when none runs: the command line of the folder's newest command record, else None), ``last_command_error``
-    (of a stopped folder: the error line its last command ended with, :func:`mark_ended`; None when it was
-    interrupted or killed), ``resume_with`` (of a stopped folder: that command line with ``--resume``, which
+    (of a stopped folder, or of a finished ``sweep`` / ``tune-lr`` folder whose own command ended on an error, e.g.
+    no run ok: the error line its last command ended with, :func:`mark_ended`; None when it was interrupted or
+    killed), ``resume_with`` (of a stopped folder: that command line with ``--resume``, which
     continues it, after the environment assignments its error recorded, e.g. ``RAY_AUTH_MODE=token``; else None), ``nothing_to_fit`` (of a
-    stopped folder whose runs all finished and none is ok: why ``--resume`` cannot help, and then ``resume_with`` is
-    None; else None), ``cannot_resume`` (of a folder whose last command ended on an error that ``--resume`` would
+    stopped folder, or a finished ``sweep`` folder, whose runs all finished and none is ok: why ``--resume`` and
+    ``loopscale fit`` cannot help, and then ``resume_with`` is None; else None), ``cannot_resume`` (of a folder whose last command ended on an error that ``--resume`` would
     meet again, e.g. no LR of the range learned: why, and then ``resume_with`` is None; else None), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
@@ -1175,6 +1176,13 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
             resume_with = None
             cannot_resume = ("--resume would end the same way: the last command's error, above, says what to change "
                              "and where to run again")  # fmt: skip
+    # a `sweep` / `tune-lr` folder whose command did all its part and still ended on an error (e.g. every run of the
+    # grid diverged: nothing left to train, so "finished"): that error, and why `loopscale fit` has nothing to fit
+    own_end = state == "finished" and kind in ("sweep", "tune-lr") and (record or {}).get("kind") == kind
+    if own_end and kind == "sweep" and cells:
+        from loopscale.sweep.run import nothing_to_fit_in
+
+        nothing_to_fit = nothing_to_fit_in(out, cells, recs)
     tune_out = {k: v for k, v in (tune_info or {}).items() if k not in ("running_ids", "run_ids")} or None
     if tune_out and "trials" in tune_out:
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
@@ -1192,7 +1200,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         "time": tm,
         "command": {k: cmd.get(k) for k in ("command", "kind", "pid", "host", "started_at")} if cmd else None,
         "last_command": None if cmd else (record or {}).get("command"),
-        "last_command_error": _ended_with_error(record) if state == "stopped" else None,
+        "last_command_error": _ended_with_error(record) if state == "stopped" or own_end else None,
         "resume_with": resume_with,
         "cannot_resume": cannot_resume,
         "nothing_to_fit": nothing_to_fit,
@@ -1530,7 +1538,8 @@ def format_status(st: dict) -> list[str]:
         kept = "; ".join(_set_aside_line(a) for a in st["set_aside"])
         lines.append(f"set aside by earlier commands, kept but not read (delete them when no longer needed): {kept}")
     if st.get("last_command_error"):
-        lines.append(f"the last command stopped on an error: {st['last_command_error']}")
+        how = "stopped" if st.get("state") == "stopped" else "ended"
+        lines.append(f"the last command {how} on an error: {st['last_command_error']}")
     if st.get("disk_free") is not None:
         lines.append(f"disk: only {_fmt_bytes(st['disk_free'])} free where {st['out']} is; a full disk stops a command "
                      "before it can record why: free space there (`df -h`), then continue")  # fmt: skip

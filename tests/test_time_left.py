@@ -256,3 +256,41 @@ def test_a_folder_whose_runs_all_finished_without_one_ok_is_refused_and_status_s
     err = str(no_run_finished(12, ["diverged (status in runs.parquet)"] * 10 + ["did_not_learn (...)"] * 2))
     assert err == ("0 of 12 runs finished: diverged (status in runs.parquet) (10 of 12 failures); also "
                    "did_not_learn (...) (2)")
+
+
+def test_a_sweep_folder_whose_runs_all_diverged_says_its_error_and_that_nothing_is_left_to_fit(tmp_path):
+    """`loopscale sweep` of a grid whose every run diverged exits 1 with "0 of 4 runs finished". Its folder's status
+    read "finished, stage done" (the sweep's runs did all finish) and gave neither that error nor why `loopscale fit`
+    has nothing to fit, which `run`'s folders got. It now gives both; a sweep that ended well gives neither."""
+    spec = preset_spec("smoke")
+    out = tmp_path / "sweep"
+    (out / "logs").mkdir(parents=True)
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    store = ResultsStore(out)
+    for c in spec.cells():
+        store.write_run(run_record(c, {"status": "diverged"}))
+    store.consolidate()
+    ended = {"how": "error", "message": "NoRunFinished: 0 of 16 runs finished: diverged (status in runs.parquet) "
+             "(16 of 16 failures)", "at": time.time()}  # fmt: skip
+    import socket
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # the pid of a command that ended, on this host
+    record = {"kind": "sweep", "command": f"loopscale sweep smoke --out {out}", "cwd": str(tmp_path),
+              "pid": gone.pid, "host": socket.gethostname(), "started_at": time.time() - 60, "ended": ended}  # fmt: skip
+    (out / "logs" / "command.json").write_text(json.dumps(record))
+    st = collect_status(out)
+    assert (st["kind"], st["state"], st["stage"]) == ("sweep", "finished", "done")
+    assert st["last_command_error"] == ended["message"]
+    assert st["nothing_to_fit"].startswith(f"every run of the grid in {out} finished and none is ok (16 diverged)")
+    lines = format_status(st)
+    assert f"the last command ended on an error: {ended['message']}" in lines
+    assert any(line.startswith("cannot continue: every run of the grid") for line in lines)
+    # the same folder after a sweep that ended well (its runs ok): no error, nothing refused
+    for c in spec.cells():
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    store.consolidate()
+    del record["ended"]
+    (out / "logs" / "command.json").write_text(json.dumps(record))
+    st = collect_status(out)
+    assert st["state"] == "finished" and st["last_command_error"] is None and st["nothing_to_fit"] is None
