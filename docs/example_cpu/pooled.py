@@ -18,7 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from loopscale.fit.analysis import analyze
 
@@ -31,13 +32,15 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=500)
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
-    frames = [pd.read_parquet(r / "runs.parquet") for r in args.runs]
-    runs = pd.concat(frames, ignore_index=True)
+    # pyarrow keeps the stored tables' schema and its metadata (loopscale.schema_version), as the results store writes
+    tables = [pq.read_table(r / "runs.parquet") for r in args.runs]
+    pooled = pa.concat_tables(tables, promote_options="default")
+    runs = pooled.to_pandas()
     keys = ["variant", "r", "n_prelude", "n_recur_block", "n_coda", "d_model", "D", "seed"]
     if runs.duplicated(keys).any():
         raise SystemExit("the runs share seeds in some cell: pool runs with disjoint seeds only")
     args.out.mkdir(parents=True, exist_ok=True)
-    runs.to_parquet(args.out / "runs.parquet")
+    pq.write_table(pooled, args.out / "runs.parquet")
     a = analyze(args.out / "runs.parquet", args.out / "fit", B=args.B, starts=args.starts, workers=args.workers)
     v = a["variants"]["baseline"]
     ident = v["identification"]
