@@ -8,7 +8,8 @@ Ray 2.60's logger callbacks, added to the experiment's ``RunConfig.callbacks``:
   session folder and is gone after the run);
 * ``mlflow[:URI]`` -> ``ray.air.integrations.mlflow.MLflowLoggerCallback`` (needs ``mlflow`` or ``mlflow-skinny``);
   default URI: ``MLFLOW_TRACKING_URI``, else ``file:OUT/mlruns``. MLflow 3 refuses its file store unless
-  ``MLFLOW_ALLOW_FILE_STORE=true``; asking for a ``file:`` URI sets that for this process;
+  ``MLFLOW_ALLOW_FILE_STORE=true``; asking for a ``file:`` URI (or resuming an experiment started with one) sets
+  that for this process, and a store folder that cannot be made (under a file, not writable) is refused up front;
 * ``wandb[:PROJECT]`` -> ``ray.air.integrations.wandb.WandbLoggerCallback`` (needs ``wandb``; default project
   ``loopscale``; the API key comes from ``WANDB_API_KEY`` or ``wandb login``, ``WANDB_MODE=offline`` logs locally).
 
@@ -96,15 +97,44 @@ def parse_track(values) -> tuple[Target, ...]:
     return tuple(out)
 
 
+def _file_store_path(uri: str) -> Path | None:
+    """The folder of an MLflow file store URI (``file:/abs``, ``file:rel``, ``file:///abs``, or a plain path; a
+    relative one against the working directory, as :func:`mlflow_uri` resolves it), or None for another scheme."""
+    from urllib.parse import urlsplit
+
+    if not uri:
+        return None
+    if uri.startswith("file://"):
+        return Path(urlsplit(uri).path).resolve()
+    if uri.startswith("file:"):
+        return Path(uri[len("file:") :]).resolve()
+    return Path(uri).resolve() if not urlsplit(uri).scheme else None
+
+
 def _check_mlflow_server(uri: str, timeout: float = 5.0) -> None:
-    """Refuse an ``http(s)`` MLflow tracking URI whose server does not answer a TCP connection within ``timeout``
-    seconds (MLflow's client retries such a server for minutes, with nothing on the console, before any trial runs).
+    """Refuse an MLflow tracking URI the runs could not log to, before any compute: an ``http(s)`` server that does
+    not answer a TCP connection within ``timeout`` seconds (MLflow's client retries such a server for minutes, with
+    nothing on the console, before any trial runs), or a file store whose folder cannot be made (under a file, or
+    in a folder this process may not write: MLflow failed with a traceback once the grid had started).
 
     Raises:
-        ValueError: the server cannot be reached (the message names the URI and why)."""
+        ValueError: the server cannot be reached, or the folder cannot be made (the message names it and why)."""
     import socket
     from urllib.parse import urlsplit
 
+    if (store := _file_store_path(uri)) is not None:
+        have = store
+        while not have.exists() and have != have.parent:
+            have = have.parent
+        why = None
+        if not have.is_dir():
+            why = f"{have} is a file" if have == store else f"it would be under the file {have}"
+        elif not os.access(have, os.W_OK | os.X_OK):
+            why = f"{have} is not writable"
+        if why:
+            raise ValueError(f"--track mlflow: the MLflow file store {store} cannot be made: {why}; give a folder "
+                             "you can write (e.g. mlflow:file:runs/x/mlruns); nothing was run")  # fmt: skip
+        return
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https"):
         return
@@ -142,6 +172,10 @@ def check_restored(tuner, targets: tuple[Target, ...], experiment: str) -> str |
         restored = tuner._local_tuner.get_run_config().callbacks or []
     except Exception:  # Ray Client (no local tuner) or another Ray: nothing to compare
         return None
+    for cb in restored:  # the file store it was started with needs MLflow 3's opt-in in this process too
+        uri = getattr(cb, "tracking_uri", None) or os.environ.get("MLFLOW_TRACKING_URI") or ""
+        if _callback_kind(cb) == "mlflow" and _file_store_path(uri) is not None:
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     kinds = {k for k in map(_callback_kind, restored) if k}
     missing = [t for t in targets if t.kind not in kinds]
     if not missing:

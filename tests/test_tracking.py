@@ -259,6 +259,52 @@ def test_resume_says_which_track_targets_the_restored_experiment_lacks(tmp_path)
     assert tracking.describe(now, tmp_path, "loopscale-x-grid")[1].startswith("MLflow: experiment 'loopscale-x-grid'")
 
 
+def test_a_resumed_experiment_tracked_to_an_mlflow_file_store_may_use_it(tmp_path, monkeypatch):
+    """MLflow 3 refuses its file store unless MLFLOW_ALLOW_FILE_STORE=true; a new experiment's callbacks set it, but
+    `--resume` restores the experiment's own callbacks, so the resumed sweep failed with MLflow's traceback once its
+    first trial reported. Restoring such an experiment now sets it too (and an experiment tracked elsewhere not)."""
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
+    from ray import tune
+
+    def trainable(config):
+        pass
+
+    def restored_with(target: str, name: str):
+        started = tracking.parse_track([target])
+        tune.Tuner(trainable, run_config=tune.RunConfig(
+            name=name, storage_path=str(tmp_path / "tune"),
+            callbacks=tracking.callbacks(started, tmp_path, name, "loopscale-x-grid"),
+        ))  # fmt: skip  (writes the experiment's tuner.pkl with its callbacks)
+        return tune.Tuner.restore(str(tmp_path / "tune" / name), trainable=trainable), started
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tuner, started = restored_with("tensorboard", "grid_x_001")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    assert tracking.check_restored(tuner, started, "grid_x_001") is None
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ
+    tuner, started = restored_with(f"mlflow:file:{tmp_path / 'mlruns'}", "grid_x_002")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # a new process: only the restore can set it
+    assert tracking.check_restored(tuner, started, "grid_x_002") is None
+    assert os.environ.get("MLFLOW_ALLOW_FILE_STORE") == "true"
+
+
+@pytest.mark.parametrize("where", ["file:{f}/mlruns", "{f}/x", "file://{f}", "file:{f}"])
+def test_an_mlflow_file_store_that_cannot_be_made_is_refused_before_any_compute(tmp_path, where):
+    """`--track mlflow:file:F/mlruns` with F a file trained the grid's first trials, then ended in a traceback
+    (NotADirectoryError), leaving the folder's spec, logs and Tune state. It is now one error naming the file; a
+    store that can be made (a new folder, or one that exists) is accepted."""
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
+    f = tmp_path / "afile"
+    f.write_text("x")
+    uri = where.format(f=f)
+    with pytest.raises(ValueError, match=rf"--track mlflow: the MLflow file store \S+ cannot be made: .*{f}.*nothing was run"):
+        tracking.parse_track([f"mlflow:{uri}"])
+    for ok in (f"file:{tmp_path / 'new' / 'mlruns'}", f"file://{tmp_path}", str(tmp_path / "x")):
+        assert tracking.parse_track([f"mlflow:{ok}"]) == (tracking.Target("mlflow", ok),)
+
+
 def test_unreachable_mlflow_server_is_refused_before_any_compute(monkeypatch):
     # MLflow's client retries a server that refuses connections for minutes before the first trial, silently
     if not HAVE_TRACK:
