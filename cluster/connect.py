@@ -295,9 +295,9 @@ def _validate_local_options(
             "paths are limited to 107 bytes: use a short absolute path (<= 60 characters), e.g. '/tmp/lsray'"
         )
     if temp_dir is not None:  # Ray creates it (and its session folders) when it starts: said before anything is written
-        p = Path(temp_dir)
-        while not p.exists() and p.parent != p:
-            p = p.parent
+        from loopscale.cluster.options import nearest_existing
+
+        p = nearest_existing(Path(temp_dir))
         if not p.is_dir():
             raise ValueError(f"{tmp}{temp_dir!r} cannot be created: {p} is a file; give a directory")
         if not os.access(p, os.W_OK | os.X_OK):

@@ -408,6 +408,15 @@ def _writable_local_storage(storage: str) -> None:
                 pass
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path`` itself when it exists, else its nearest existing ancestor (the filesystem root at the latest): where a
+    folder that does not exist yet would be created, and what decides whether it can be."""
+    p = Path(path)
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    return p
+
+
 def usable_out_dir(out: Path, what: str = "--out") -> Path:
     """Check that ``out`` can be the command's output directory before any work starts: it is a directory or can
     be created as one (every existing ancestor a directory) and is writable where it exists. Creates nothing.
@@ -417,11 +426,7 @@ def usable_out_dir(out: Path, what: str = "--out") -> Path:
         ValueError: ``out`` or one of its ancestors is a file, or the nearest existing directory is not writable.
     """
     out = Path(out)
-    p = out
-    while not p.exists():
-        if p.parent == p:
-            break
-        p = p.parent
+    p = nearest_existing(out)
     if p.exists() and not p.is_dir():
         problem = "is a file" if p == out else f"cannot be created: {p} is a file"
         raise ValueError(f"{what} {out} {problem}; give a directory (new or existing)")

@@ -111,6 +111,13 @@ def _file_store_path(uri: str) -> Path | None:
     return Path(uri).resolve() if not urlsplit(uri).scheme else None
 
 
+def _allow_file_store(uri: str) -> None:
+    """MLflow 3 refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE=true``: set it (unless the environment
+    already sets it) for a tracking URI that is one (:func:`_file_store_path`), in this process."""
+    if _file_store_path(uri) is not None:
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
 def _check_mlflow_server(uri: str, timeout: float = 5.0) -> None:
     """Refuse an MLflow tracking URI the runs could not log to, before any compute: an ``http(s)`` server that does
     not answer a TCP connection within ``timeout`` seconds (MLflow's client retries such a server for minutes, with
@@ -123,9 +130,9 @@ def _check_mlflow_server(uri: str, timeout: float = 5.0) -> None:
     from urllib.parse import urlsplit
 
     if (store := _file_store_path(uri)) is not None:
-        have = store
-        while not have.exists() and have != have.parent:
-            have = have.parent
+        from loopscale.cluster.options import nearest_existing
+
+        have = nearest_existing(store)
         why = None
         if not have.is_dir():
             why = f"{have} is a file" if have == store else f"it would be under the file {have}"
@@ -173,9 +180,8 @@ def check_restored(tuner, targets: tuple[Target, ...], experiment: str) -> str |
     except Exception:  # Ray Client (no local tuner) or another Ray: nothing to compare
         return None
     for cb in restored:  # the file store it was started with needs MLflow 3's opt-in in this process too
-        uri = getattr(cb, "tracking_uri", None) or os.environ.get("MLFLOW_TRACKING_URI") or ""
-        if _callback_kind(cb) == "mlflow" and _file_store_path(uri) is not None:
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        if _callback_kind(cb) == "mlflow":
+            _allow_file_store(getattr(cb, "tracking_uri", None) or os.environ.get("MLFLOW_TRACKING_URI") or "")
     kinds = {k for k in map(_callback_kind, restored) if k}
     missing = [t for t in targets if t.kind not in kinds]
     if not missing:
@@ -314,8 +320,7 @@ def callbacks(targets: tuple[Target, ...], out_dir: str | Path, experiment: str,
             cbs.append(_tbx_cls(mixin)(tensorboard_dir(out_dir) / experiment))
         elif t.kind == "mlflow":
             uri = mlflow_uri(t, out_dir)
-            if uri.startswith("file:"):
-                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # asked for explicitly
+            _allow_file_store(uri)  # asked for explicitly
             cbs.append(
                 _mlflow_cls(mixin)(tracking_uri=uri, experiment_name=group, tags={"loopscale": experiment})
             )
