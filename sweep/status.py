@@ -1591,6 +1591,35 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
+    """Refuse a local ``--storage`` given to ``loopscale status OUT`` that cannot hold OUT's Tune state: a file,
+    or a storage whose claim file (:data:`STORAGE_CLAIM`) names another output folder while none of OUT's recorded
+    commands used it (:func:`earlier_storages`). Either read as OUT's grid would show no trials, or the other
+    folder's trials as OUT's. A storage OUT's commands used, a bucket, or one with no claim passes. Reads only.
+
+    Raises:
+        ValueError: naming the storage, what it is, and the folder to ask instead."""
+    from loopscale.cluster.storage import is_local_uri, local_path
+
+    if not storage or not is_local_uri(storage):
+        return
+    where = Path(local_path(storage))
+    if where.exists() and not where.is_dir():
+        raise ValueError(f"--storage {storage} is a file, not a folder: Tune keeps its state in a folder; give the "
+                         "storage the folder's commands used, or leave --storage out (the folder's "
+                         "logs/command.json names it)")  # fmt: skip
+    claim = _read_json(where / STORAGE_CLAIM)
+    other = claim.get("out") if isinstance(claim, dict) else None
+    if not other or Path(other).resolve() == Path(out).resolve():
+        return
+    if any(_same_storage(used, storage) for used in earlier_storages(Path(out).resolve())):
+        return
+    raise ValueError(f"--storage {storage} holds the Tune state of {other} (its commands last used it), and no "
+                     f"command of {Path(out).resolve()} used it: read as this folder's, its trials would be that "
+                     f"folder's; `loopscale status {other}`, or leave --storage out (the folder's logs/command.json "
+                     "names its own)")  # fmt: skip
+
+
 def status_cmd(
     out: Path = typer.Argument(..., help="The --out folder of a `loopscale run`, `sweep` or `tune-lr`."),
     storage: str | None = typer.Option(
@@ -1608,6 +1637,7 @@ def status_cmd(
     if storage and is_local_uri(storage) and not Path(local_path(storage)).exists():  # a typo read as "no trials"
         raise ValueError(f"--storage {storage}: nothing is there; give the storage the folder's commands used, or "
                          "leave --storage out (the folder's logs/command.json names it)")
+    refuse_foreign_storage(storage, out)
     st = collect_status(out, storage)
     if as_json:
         json.dump(st, sys.stdout, default=str)

@@ -173,3 +173,38 @@ def test_a_cache_dir_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
     monkeypatch.setenv("LOOPSCALE_CACHE", str(tmp_path / "new" / "cache"))
     assert default_cache_dir() == tmp_path / "new" / "cache" and not (tmp_path / "new").exists()  # made when written
+
+
+def test_status_refuses_a_storage_file_and_another_folders_storage(tmp_path):
+    """`status O --storage afile` and `status O --storage S` where S holds folder A's Tune state (A's commands
+    claimed it; none of O's used it) both exited 0: the first read as a grid without trials, the second could show
+    A's trials as O's. Both are refused; a storage O's own command used passes."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from loopscale.sweep.status import STORAGE_CLAIM, refuse_foreign_storage
+
+    spec = (Path(__file__).parents[1] / "configs" / "smoke.yaml").read_text()
+    o, a, s = tmp_path / "o", tmp_path / "a", tmp_path / "s"
+    for d in (o, a, s):
+        d.mkdir()
+    (o / "spec.yaml").write_text(spec)
+    (tmp_path / "afile").write_text("x")
+    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "status", str(o), "--storage",
+                        str(tmp_path / "afile")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 2 and p.stderr.startswith(f"error: --storage {tmp_path / 'afile'} is a file, not a folder")
+    assert (tmp_path / "afile").read_text() == "x"
+    refuse_foreign_storage(str(s), o)  # no claim: nothing says whose it is
+    (s / STORAGE_CLAIM).write_text(json.dumps({"out": str(a), "pid": 1, "host": "h"}))
+    with pytest.raises(ValueError, match=rf"--storage {s} holds the Tune state of {a} .* no command of {o.resolve()} "
+                                         rf"used it: .*`loopscale status {a}`"):  # fmt: skip
+        refuse_foreign_storage(str(s), o)
+    refuse_foreign_storage(str(s), a)  # the claimant's own status
+    refuse_foreign_storage("gs://bucket/tune", o)  # a bucket is not claimed
+    (o / "logs").mkdir()
+    (o / "logs" / "command.json").write_text(json.dumps(
+        {"command": f"loopscale sweep x --out {o} --storage {s}", "kind": "sweep", "pid": 1, "host": "h",
+         "cwd": str(tmp_path), "storage": str(s), "started_at": 1.0}))  # fmt: skip
+    refuse_foreign_storage(str(s), o)  # O's command used it too (A used it after): O's trials may be there
