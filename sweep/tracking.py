@@ -402,11 +402,39 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str | tupl
                 view = f"pip install tensorboard, then {view}"
             lines.append(f"TensorBoard logs: {d} (view: {view})")
         elif t.kind == "mlflow":
-            lines.append(f"MLflow: experiment{plural} {named} at {mlflow_uri(t, out_dir)}")
+            uri = mlflow_uri(t, out_dir)
+            there = _experiments_in_store(uri, groups)
+            if there is None:  # a server: not asked (an answer could take MLflow's retries)
+                lines.append(f"MLflow: experiment{plural} {named} at {uri}")
+            elif not there:  # e.g. every cell was done already, or the command stopped before a trial started
+                lines.append(f"MLflow: nothing logged at {uri}: no trial of this command or an earlier one started "
+                             f"in {'any of ' if len(groups) > 1 else ''}{named}")  # fmt: skip
+            else:
+                lines.append(f"MLflow: experiment{'s' if len(there) > 1 else ''} "
+                             f"{', '.join(repr(g) for g in there)} at {uri}")  # fmt: skip
         else:
             lines.append(f"W&B: project {t.arg or 'loopscale'}, group{plural} {named}")
     _NOT_TRACKED.clear()
     return lines
+
+
+def _experiments_in_store(uri: str, groups: tuple[str, ...]) -> list[str] | None:
+    """Those of the MLflow experiments ``groups`` that the file store ``uri`` holds (a store folder that does not
+    exist holds none; it is not made), in order; None for a URI that is not a file store, or a store MLflow
+    cannot read."""
+    store = _file_store_path(uri)
+    if store is None:
+        return None
+    if not store.is_dir():
+        return []
+    try:
+        _allow_file_store(uri)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        return [g for g in groups if client.get_experiment_by_name(g) is not None]
+    except Exception:  # noqa: BLE001  the closing line is informative: say what was asked for
+        return None
 
 
 @contextlib.contextmanager

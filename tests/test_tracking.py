@@ -130,6 +130,10 @@ def test_every_smoke_run_is_in_mlflow_with_params_and_step_metrics(tracked_smoke
         assert steps == sorted(steps) and len(set(steps)) >= 2 and steps[-1] == c.run.tokens // 256
         assert {"val_loss", "lr", "tokens_per_s", "final_val_loss"} <= set(run.data.metrics)
         assert run.data.metrics["tokens_per_s"] > 0
+    # the closing line names the experiment the sweep logged into, and not one it did not make
+    target = tracking.parse_track([f"mlflow:file:{out / 'mlruns'}"])
+    assert tracking.describe(target, out, ("loopscale-smoke-tune-lr", "loopscale-smoke-grid")) == [
+        f"MLflow: experiment 'loopscale-smoke-grid' at file:{out / 'mlruns'}"]
 
 
 def test_tensorboard_events_are_under_out_and_readable(tracked_smoke):
@@ -255,8 +259,10 @@ def test_resume_says_which_track_targets_the_restored_experiment_lacks(tmp_path)
     lines = tracking.describe(now, tmp_path, "loopscale-x-grid")
     assert lines[0].startswith("TensorBoard")
     assert lines[1].startswith("MLflow: nothing logged for the resumed experiment grid_x_001"), lines
-    # said once: a later command's last lines are not affected
-    assert tracking.describe(now, tmp_path, "loopscale-x-grid")[1].startswith("MLflow: experiment 'loopscale-x-grid'")
+    # said once: a later command's last lines are not affected (its store holds nothing: it says so)
+    assert tracking.describe(now, tmp_path, "loopscale-x-grid")[1] == (
+        f"MLflow: nothing logged at file:{tmp_path / 'mlruns'}: no trial of this command or an earlier one started "
+        "in 'loopscale-x-grid'")  # fmt: skip
 
 
 def test_a_resumed_experiment_tracked_to_an_mlflow_file_store_may_use_it(tmp_path, monkeypatch):
@@ -341,15 +347,24 @@ def test_run_names_the_mlflow_experiments_of_its_lr_studies_and_its_grid(tmp_pat
         raise KeyboardInterrupt  # the last lines are said after a Ctrl-C too; nothing is trained
 
     monkeypatch.setattr(run_mod, "run_pipeline", stopped)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
     spec = preset_spec("smoke").model_dump(mode="json")
-    for lr, want in (
-        ("tune", "experiments 'loopscale-t-tune-lr', 'loopscale-t-grid'"),
-        ({"fixed": 0.01}, "experiment 'loopscale-t-grid'"),
+    for lr, made, want in (
+        ("tune", ("loopscale-t-tune-lr", "loopscale-t-grid"), "experiments 'loopscale-t-tune-lr', 'loopscale-t-grid'"),
+        ({"fixed": 0.01}, ("loopscale-t-grid",), "experiment 'loopscale-t-grid'"),
+        # an earlier command logged the LR studies only: the grid's experiment, never made, is not named
+        ("tune", ("loopscale-t-tune-lr",), "experiment 'loopscale-t-tune-lr'"),
+        # a store where nothing was logged (the command stopped before a trial started) says so
+        ("tune", (), "nothing logged"),
     ):
         spec.update(name="t", lr=lr)
-        path = tmp_path / f"{'tune' if lr == 'tune' else 'fixed'}.yaml"
+        path = tmp_path / f"{'tune' if lr == 'tune' else 'fixed'}{len(made)}.yaml"
         path.write_text(yaml.safe_dump(spec))
         out = tmp_path / path.stem
+        for name in made:  # as an earlier command's trials left them
+            MlflowClient(tracking_uri=f"file:{out / 'mlruns'}").create_experiment(name)
         track = f"mlflow:file:{out / 'mlruns'}"
         res = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--track", track])
         assert res.exit_code == 130, res.output
