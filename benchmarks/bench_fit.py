@@ -16,24 +16,14 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
-GRID_CSV = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "anchors"
-    / "schwethelm_looped"
-    / "isodepth_grid_116.csv"
-)
-
 
 def _table():
-    from loopscale.fit.synthetic import paper_design, paper_design_from_formulas, synth_joint
+    from loopscale.fit.synthetic import PAPER_DESIGN_CSV, paper_design, synth_joint
 
-    design = paper_design(GRID_CSV) if GRID_CSV.exists() else paper_design_from_formulas()
-    return synth_joint(design, noise=0.010, seed=0), ("anchor csv" if GRID_CSV.exists() else "paper formulas")
+    return synth_joint(paper_design(), noise=0.010, seed=0), f"the paper's design, {PAPER_DESIGN_CSV.name}"
 
 
 def _protocol(t, starts: int, B: int, workers: int) -> dict:
@@ -111,7 +101,7 @@ def _naive(t, n_solves: int, B_sub: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 resamples, 100 starts (unless given)")
     ap.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default 200; --quick 20)")
     ap.add_argument("--starts", type=int, default=None, help="multi-starts per fit (default 500; --quick 100)")
@@ -163,11 +153,13 @@ def main() -> None:
         "meets": {
             "full_protocol_2_cores": (two["wall_s"] <= 120) if (B, S) == (200, 500) else None,
             "speedup_vs_naive": speed["numeric_grad"] >= 10,
-            "parallel_efficiency": one["wall_s"] / (2 * two["wall_s"]) >= 0.8,
+            # a --quick run's wall time is mostly Ray's start-up: no verdict on efficiency from it
+            "parallel_efficiency": None if args.quick else one["wall_s"] / (2 * two["wall_s"]) >= 0.8,
         },
         "load_average_1min": os.getloadavg()[0],
         "note": "wall times on a shared machine are noisy (see load_average_1min vs cpu_count); the 2-worker run "
-        "includes embedded Ray start-up/shutdown; full_protocol_2_cores is only judged for B=200, S=500",
+        "includes embedded Ray start-up/shutdown; full_protocol_2_cores is only judged for B=200, S=500, "
+        "parallel_efficiency not under --quick",
     }
     print(json.dumps(res, indent=2))
 

@@ -17,19 +17,26 @@ import pandas as pd
 PAPER_JOINT = {"A": 28.027, "alpha": 0.19924, "B": 915.82, "beta": 0.36863, "E": 1.56773, "phi": 0.459}
 
 
-def paper_design(csv_path: str | Path) -> pd.DataFrame:
-    """The paper's 116-run design as a fit table (no losses yet).
+PAPER_DESIGN_CSV = Path(__file__).resolve().parent / "paper_design_116.csv"
+"""The paper's 116-run iso-depth design as published (Schwethelm, Rückert & Kaissis, arXiv 2604.21106, CC BY 4.0):
+per (budget C, width scale s, r) Table 6's unique parameters (millions) and r = 1 training tokens (billions), with
+``N_once = 48 d^2`` and ``N_rec = (192/r + 2) d^2`` from the paper's formulas (r = 1: 48 d^2 and 192 d^2; their sum
+matches Table 6 within 0.15 M). The paper publishes no per-run losses (``val_loss_nats``: NOT_PUBLISHED); the grid
+itself is in the authors' ``shells/scaling_laws/scaling_laws.sh`` (github.com/kschwethelm/looped-lm-scaling)."""
+
+
+def paper_design(csv_path: str | Path | None = None) -> pd.DataFrame:
+    """The paper's 116-run design as a fit table (no losses yet): ``csv_path`` in the layout of
+    :data:`PAPER_DESIGN_CSV`, which is read when it is None.
 
     Columns: ``budget`` (= C, training FLOPs), ``C``, ``s``, ``d_model``, ``r``, ``N_once``, ``N_rec``, ``N_unique``
     (parameters, paper formulas), ``D`` (tokens; Table 6's r=1 column, used for every r).
     Raises:
         ValueError: the file does not exist.
     """
-    p = Path(csv_path)
+    p = Path(csv_path) if csv_path is not None else PAPER_DESIGN_CSV
     if not p.exists():
-        raise ValueError(
-            f"design file {str(p)!r} does not exist (expected anchors/schwethelm_looped/isodepth_grid_116.csv)"
-        )
+        raise ValueError(f"design file {str(p)!r} does not exist (give a CSV in the layout of {PAPER_DESIGN_CSV})")
     raw = pd.read_csv(p)
     out = pd.DataFrame(
         {

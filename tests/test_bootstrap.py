@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-GRID_CSV = SHARED / "anchors" / "schwethelm_looped" / "isodepth_grid_116.csv"
 
 
 def _small_joint(
@@ -58,12 +53,10 @@ def test_block_cells_share_weights_and_iid_weights_sum_to_n():
 
 def test_block_bootstrap_ci_contains_true_phi_on_paper_design():
     """116-run design, paper coefficients + 0.010 nats noise: the (budget, r) block-bootstrap 95 % CI holds phi."""
-    if not GRID_CSV.exists():
-        pytest.skip(f"../shared anchors absent ({GRID_CSV})")
     from loopscale.fit import bootstrap
     from loopscale.fit.synthetic import PAPER_JOINT, paper_design, synth_joint
 
-    t = synth_joint(paper_design(GRID_CSV), noise=0.010, seed=0)
+    t = synth_joint(paper_design(), noise=0.010, seed=0)
     b = bootstrap(t, law="joint", B=40, seed=0, workers=1, starts=12, point_starts=200)
     assert b.block_by == ("budget", "r")
     lo, hi = b.ci["phi"]

@@ -26,11 +26,29 @@ def _epoch_table() -> pd.DataFrame:
 
 
 def _paper_synth(seed: int = 0) -> pd.DataFrame:
-    if not GRID_CSV.exists():
-        pytest.skip(f"../shared anchors absent ({GRID_CSV}); the paper's 116-run design needs them")
+    """The paper's 116-run design (shipped with loopscale) with the published joint law's losses + 0.010 noise."""
     from loopscale.fit.synthetic import paper_design, synth_joint
 
-    return synth_joint(paper_design(GRID_CSV), noise=0.010, seed=seed)
+    return synth_joint(paper_design(), noise=0.010, seed=seed)
+
+
+def test_the_shipped_paper_design_is_the_papers_grid():
+    """fit/paper_design_116.csv: the 29 (C, s) cells x r in {1, 2, 4, 8} of the paper's grid; its N_once + N_rec
+    (paper formulas) within 0.15 M of Table 6's unique parameters; the same as the formulas' rebuild, and as the
+    reference copy beside the project when that is here."""
+    from loopscale.fit.synthetic import PAPER_DESIGN_CSV, PAPER_GRID, paper_design, paper_design_from_formulas
+
+    raw = pd.read_csv(PAPER_DESIGN_CSV)
+    assert len(raw) == 116 and set(raw["r"]) == {1, 2, 4, 8}
+    cells = {(float(c), int(s)) for c, s in zip(raw["budget_flops"], raw["s"], strict=True)}
+    assert cells == {(float(c), s) for c, ws in PAPER_GRID.items() for s in ws}
+    assert np.abs(raw["N_formula"] - raw["N_unique_M_table6"] * 1e6).max() <= 0.15e6
+    ours, rebuilt = paper_design(), paper_design_from_formulas()
+    key = ["C", "s", "r"]
+    m = ours.merge(rebuilt, on=key, suffixes=("", "_f"))
+    assert len(m) == 116 and np.allclose(m["N_once"], m["N_once_f"]) and np.allclose(m["N_rec"], m["N_rec_f"])
+    if GRID_CSV.exists():
+        assert PAPER_DESIGN_CSV.read_bytes() == GRID_CSV.read_bytes()
 
 
 def test_epoch_chinchilla_replication_matches_published_fit():

@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
-GRID = HERE.parents[2] / "shared" / "anchors" / "schwethelm_looped" / "isodepth_grid_116.csv"
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -89,10 +88,10 @@ def main() -> None:
         return
 
     from loopscale.cluster.connect import ray_session
-    from loopscale.fit.synthetic import PAPER_JOINT, joint_loss, paper_design, paper_design_from_formulas
+    from loopscale.fit.synthetic import PAPER_DESIGN_CSV, PAPER_JOINT, joint_loss, paper_design
     from loopscale.fit.table_fit import fit_table
 
-    design = paper_design(GRID) if GRID.exists() else paper_design_from_formulas()
+    design = paper_design()
     per_cell = a.seeds if a.protocol == "seeds" else 1
     runs = pd.concat([design.assign(seed=k) for k in range(per_cell)], ignore_index=True)
     mean = joint_loss(runs, PAPER_JOINT)  # nats/token
@@ -115,7 +114,7 @@ def main() -> None:
     phis = np.array([r["phi"] for r in rows])
     out = {
         "protocol": a.protocol,
-        "design": GRID.name if GRID.exists() else "paper formulas",
+        "design": PAPER_DESIGN_CSV.name,
         "cells": int(len(design)),
         "runs_per_replicate": int(len(runs)),
         "noise_nats": a.noise,
