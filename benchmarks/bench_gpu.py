@@ -4,12 +4,20 @@ For each r in ``--r`` (default 1 and 4) it trains ``LoopedLM`` of the ``paper`` 
 (default 10, d = 640; V = 32064, T = 2048, depth 2 + 16 + 2) the way the trainer does on a GPU: bf16 autocast,
 ``torch.compile`` of the loss module (``LMLoss``: model, head, soft-cap and cross-entropy in one graph), fused
 scaled-dot-product attention (flash / cuDNN / memory-efficient kernels only: the math fallback is disabled, so a run
-that would fall back fails instead of reporting a slow figure), the trainer's ``accumulate_gradients`` over
+that would fall back fails instead of reporting a slow figure; stricter than the trainer, which would fall back
+silently), the trainer's ``accumulate_gradients`` over
 micro-batches of ``--micro-batch-tokens`` (default 65536 = 32 rows, the paper's device batch) up to
 ``--batch-tokens``, and the paper preset's optimizer (``build_optimizers(..., "muonh", orthogonalization=
 "polar_express")``: BatchedMuonH with Polar Express on block matrices, AdamW on the rest; ``--optimizer muon
 --orthogonalization newton_schulz`` for plain Muon). ``--loss-outside-compile`` measures the trainer's earlier way
 (the model compiled alone, the cross-entropy eager on its float32 logits). Tokens are uniform random ids (throughput does not depend on the text).
+On CUDA it also allows TF32 for float32 matmuls, which the trainer leaves at torch's default; under bf16 autocast
+the model's matmuls are bf16 either way, so only float32 work outside autocast (``--precision fp32``, the optimizer's
+float32 arithmetic) can differ.
+
+Progress goes to stderr: a line before each r's warm-up (compilation takes 30-45 s per r on an H200, with nothing
+else printed) and, when an r is done, its result as one JSON line (``bench_gpu: done {...}``), so a run stopped by
+a time limit still leaves the finished r's figures in its log. The JSON object on stdout comes at the end.
 
 The first ``--warmup`` optimizer steps (compilation, allocator warm-up) are timed separately and excluded; the next
 ``--steps`` steps are timed with ``torch.cuda.synchronize``. MFU = F x tokens/s / peak, with F the paper's training
@@ -33,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import time
 
 import torch
@@ -187,7 +196,12 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     matmul = measured_matmul_flops(device) if args.matmul_check and device.type == "cuda" else None
-    runs = [bench_one(args, r, device) for r in args.r]
+    runs = []
+    for r in args.r:
+        print(f"bench_gpu: r = {r}: building{', compiling' if args.compile else ''} and {args.warmup} warm-up steps, then {args.steps} timed "
+              "steps", file=sys.stderr, flush=True)  # fmt: skip
+        runs.append(bench_one(args, r, device))
+        print(f"bench_gpu: done {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
     print(
         json.dumps(
             {

@@ -1,15 +1,24 @@
 """Training throughput and MFU of the looped decoder per r at equal effective depth and width, against a plain
 reference decoder written here at equal FLOPs/token. Prints one JSON object.
 
-CPU: MFU = achieved model FLOP/s / this machine's measured fp32 matmul FLOP/s at the same thread count (a square
-fp32 matmul, best of several repetitions). CUDA (when available): bf16 autocast (optionally ``torch.compile``), MFU
-against the device's dense bf16 peak (H100/H200 SXM: 989e12 FLOP/s, named in the output).
+CPU: MFU = achieved model FLOP/s / this machine's fp32 matmul FLOP/s at the same thread count, measured here: a
+square fp32 matmul (1024^3; 512^3 with --quick) timed round-robin with the models, the median of the same rounds
+(process CPU time with one thread, else wall clock). This is not the trainer's ``peak_flops`` (the highest 1024^3
+rate on record, best of three wall-clock runs), so MFU here and in ``bench_train.py`` have different denominators.
+CUDA: bf16 autocast (optionally ``torch.compile``), MFU against the device's dense bf16 peak from the trainer's
+table (``loopscale.model.train.GPU_BF16_PEAK``: H100/H200 SXM 989e12 FLOP/s, H100 PCIe 756e12; a GPU not in it is
+refused).
+
+Each row's ``pass_*`` fields judge the targets: the looped r = 1 at >= 1.0x the reference's tokens/s, r = 8 at
+>= 0.95x (by tokens/s, and also by FLOP/s: the r = 8 model executes ~10 % more FLOPs per token for its input
+injection, so at equal FLOP/s it reads ~0.91x by tokens/s), MFU >= 0.45 for every looped r; None for an r not run,
+and all None under ``--quick``.
 
 Model FLOPs are the paper's training FLOPs/token (``loopscale.model.accounting.flops_per_token``: 6 x matmul params
 + 12 d T attention per layer, App. G of arXiv 2604.21106) times tokens; one step = forward + cross-entropy +
 backward (no optimizer). Usage::
 
-    python benchmarks/bench_model.py --quick           # d = 128, a few steps (~20 s on one thread)
+    python benchmarks/bench_model.py --quick           # d = 128, a few steps (~10-20 s on one thread)
     python benchmarks/bench_model.py --widths 128 256  # targets: r=1 >= 1.0x ref, r=8 >= 0.95x, MFU >= 0.45
 """
 
@@ -32,9 +41,6 @@ from loopscale.model.looped import LoopedLM, maybe_compile
 # Clock for the timings: with one CPU thread, the process's CPU time (time.process_time) is far less disturbed by
 # other processes sharing the cores than wall-clock time; otherwise wall-clock (perf_counter). Set in main().
 CLOCK = {"fn": time.perf_counter, "name": "wall-clock (time.perf_counter)"}
-
-
-GPU_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s (vendor data sheets)
 
 
 class RefBlock(nn.Module):
@@ -144,7 +150,7 @@ def interleaved_medians(fns: dict, rounds: int, warmup: int = 2) -> dict[str, fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="d = 128, batch 8, 3 timed steps")
     ap.add_argument("--widths", type=int, nargs="+", default=None, help="d_model values (cpu preset family)")
     ap.add_argument("--rs", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -156,9 +162,13 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="torch.compile the models (GPU path)")
     ap.add_argument("--preset", default="cpu", choices=["cpu", "paper"])
     ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="auto: cuda when a GPU is present, else cpu")  # fmt: skip
     args = ap.parse_args()
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device here")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     torch.set_num_threads(args.threads)
     if device == "cpu" and args.threads == 1:
         CLOCK.update(fn=time.process_time, name="process CPU time (time.process_time), one thread")
@@ -176,9 +186,12 @@ def main() -> None:
                 ap.error(f"--widths {d} --rs {r}: {e}")
     n_mm = 512 if args.quick else 1024
     if device == "cuda":
-        name = torch.cuda.get_device_name()
-        peak_name = next((k for k in GPU_PEAKS if k in name), "H100")
-        peak_desc = f"{peak_name} dense bf16 peak {GPU_PEAKS[peak_name]:.3g} FLOP/s (data sheet)"
+        from loopscale.model.train import peak_flops
+
+        gpu_peak, source = peak_flops(torch.device("cuda"), args.threads, precision="bf16")
+        if gpu_peak is None:
+            ap.error(f"no bf16 peak known for this GPU ({source}): MFU would have no denominator")
+        peak_desc = f"{source}: {gpu_peak:.3g} FLOP/s (data sheet)"
         autocast = True
     else:
         peak_desc = (
@@ -219,7 +232,7 @@ def main() -> None:
         if device == "cpu":
             fns["matmul"] = matmul_timer(device, torch.float32, n_mm)
         med = interleaved_medians(fns, steps)
-        peak = 2 * n_mm**3 / med["matmul"] if device == "cpu" else GPU_PEAKS[peak_name]
+        peak = 2 * n_mm**3 / med["matmul"] if device == "cpu" else gpu_peak
         ref_f = ref_flops_per_token(V, d, depth, T)
         ref_tps = batch * T / med["reference"]
         row = {
@@ -244,6 +257,13 @@ def main() -> None:
                     "flops_per_token_vs_reference": f / ref_f,
                 }
             )
+        by_r = {m["r"]: m for m in row["models"]}
+        judge = not args.quick  # --quick figures are not measurements
+        row["pass_r1_ge_1p0x_reference"] = (by_r[1]["tokens_per_s_vs_reference"] >= 1.0) if judge and 1 in by_r else None
+        row["pass_r8_ge_0p95x_reference"] = (by_r[8]["tokens_per_s_vs_reference"] >= 0.95) if judge and 8 in by_r else None
+        row["pass_r8_ge_0p95x_reference_by_flops"] = (
+            by_r[8]["flops_per_s_vs_reference"] >= 0.95) if judge and 8 in by_r else None  # fmt: skip
+        row["pass_mfu_ge_0p45"] = all(m["mfu"] >= 0.45 for m in row["models"]) if judge else None
         out["widths"].append(row)
         del models, fns
     print(json.dumps(out, indent=1))

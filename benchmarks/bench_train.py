@@ -16,10 +16,15 @@ member-token: what batching members shrinks and what it cannot.
 optimizer (AdamW, Muon), one single run (``train_run``) and one ensemble of K members (``train_ensemble``), each in
 a fresh subprocess, at batch ``--batch-tokens`` (default 2048) and r = ``--r`` (default 1): the ensemble speed-up,
 K x (each member's tokens/s) / single-run tokens/s, i.e. member-tokens trained per second against one run's tokens
-per second (targets at K = 4: >= 3.0 at d = 16, >= 2.0 at d = 32, >= 1.5 at d = 48), both by
-wall clock (train_run's tokens/s, evaluation excluded) and by the subprocess's CPU time (less disturbed by other
-processes; includes set-up and evaluation), and the optimizer's share of step time (target for Muon at d = 32,
-r = 1: <= 10 %), and CPU ms per step of ``torch.optim.Muon`` against ``BatchedMuon`` on the same matrices. With
+per second (targets at K = 4: >= 3.0 at d = 16, >= 2.0 at d = 32, >= 1.5 at d = 48, judged on the wall-clock
+figure), both by wall clock (``ensemble_speedup_wall``: train_run's tokens/s, set-up and evaluation excluded) and by
+the subprocess's CPU time over the whole training call (``ensemble_speedup_cpu``: less disturbed by other processes,
+but it counts the call's set-up, data and model build, about 1-2 s, and its evaluation, and an ensemble pays the
+set-up once for its K members: in short runs it reads higher than the wall-clock figure, e.g. 1.65 against 1.34 at
+d = 16 over 64 steps), and the optimizer's share of step time (``muon_share_d32``: Muon at d = 32, taken at r = 1
+only; target <= 10 %), and CPU ms per step of ``torch.optim.Muon`` against ``BatchedMuon`` on the same matrices. The
+pass fields are None where they do not apply: ``pass_ratio_targets_k4`` unless K = 4 and a target width (16, 32,
+48) was run, and both under ``--quick``. With
 ``--compile`` every run (single and ensemble) is ``torch.compile``-d and trained twice in its subprocess: the first
 pass compiles (``tokens_per_s_with_compile``, ``ensemble_speedup_wall_with_compile``: compilation counted, so
 they depend on ``--tokens``), the second reuses the compiled code (``tokens_per_s``, ``ensemble_speedup_wall``:
@@ -140,7 +145,7 @@ def one_member_run(args) -> dict:
         "tokens_per_s": res.tokens_per_s,  # each member's (train_ensemble's RunResult is per member)
         # --compile: the same run's first pass in this process, compilation included (None without --compile)
         "tokens_per_s_with_compile": None if first is None else first.tokens_per_s,
-        "tokens_per_cpu_s": res.D / cpu_s,  # each member's D over the whole process's CPU time
+        "tokens_per_cpu_s": res.D / cpu_s,  # each member's D over the training call's CPU time (set-up included)
         "mfu": res.mfu,
         "optimizer_share_of_step": ts["optimizer"] / step if step else None,
         "eval_share_of_wall": ts["eval"] / res.wall_s,
@@ -228,7 +233,10 @@ def ensemble_bench(args) -> dict:
                 }
             )
     targets = {16: 3.0, 32: 2.0, 48: 1.5}
-    muon32 = [x["single"] for x in rows if x["d_model"] == 32 and x["optimizer"] == "muon"]
+    judged = [x for x in rows if x["d_model"] in targets]
+    # the Muon-share target is set at r = 1; --quick figures are not measurements: no verdict from either
+    muon32 = [x["single"] for x in rows if x["d_model"] == 32 and x["optimizer"] == "muon" and (args.r or 1) == 1]
+    share = muon32[0]["optimizer_share_of_step"] if muon32 else None
     return {
         "mode": "ensemble",
         "members": args.ensemble,
@@ -236,13 +244,11 @@ def ensemble_bench(args) -> dict:
         "note": "timings are noisy when other processes share the CPU; the CPU-time ratio is less disturbed",
         "rows": rows,
         "pass_ratio_targets_k4": None
-        if args.ensemble != 4
-        else all(
-            x["ensemble_speedup_wall"] >= targets[x["d_model"]] for x in rows if x["d_model"] in targets
-        ),
+        if args.ensemble != 4 or not judged or args.quick
+        else all(x["ensemble_speedup_wall"] >= targets[x["d_model"]] for x in judged),
         "muon_step_cpu_ms": [muon_step_ms(d, args.r or 1, args.num_threads) for d in widths],
-        "muon_share_d32": muon32[0]["optimizer_share_of_step"] if muon32 else None,
-        "pass_muon_share_le_10pct": muon32[0]["optimizer_share_of_step"] <= 0.10 if muon32 else None,
+        "muon_share_d32": share,
+        "pass_muon_share_le_10pct": None if share is None or args.quick else share <= 0.10,
     }
 
 
@@ -360,8 +366,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--eval-tokens", type=int, default=None, help="validation tokens (default 32768; --quick 2048)")
     p.add_argument("--num-threads", type=int, default=1)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", default="fp32")
+    p.add_argument("--device", default="cpu", help="throughput mode only (default and --r): cpu | cuda[:N]")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="throughput mode only")
     p.add_argument("--corpus", default="embedded")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--quality", action="store_true")
@@ -395,6 +401,22 @@ def main() -> None:
     args = p.parse_args()
     if args.ensemble is not None and args.ensemble < 1:
         p.error(f"--ensemble must be >= 1, got {args.ensemble}")
+    mode = "--quality" if args.quality else "--profile" if args.profile else "--ensemble" if (
+        args.ensemble is not None or args.one) else None  # fmt: skip
+    if mode and (args.device, args.precision) != ("cpu", "fp32"):  # those modes train on one CPU thread, in fp32
+        p.error(f"--device / --precision apply to the throughput mode only; {mode} trains on the CPU in fp32")
+    if args.quality and (args.optimizer, args.corpus) != ("adamw", "embedded"):
+        p.error("--quality trains the embedded corpus with AdamW (its pass rule is set for that run): drop "
+                "--optimizer / --corpus")
+    if args.device != "cpu":
+        import torch
+
+        try:
+            dev = torch.device(args.device)
+        except RuntimeError as e:
+            p.error(f"--device {args.device}: {e}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            p.error(f"--device {args.device}: no CUDA device here")
     _resolve_defaults(args)
     if args.quality:
         out = quality(args)
