@@ -124,6 +124,11 @@ def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd, tmp_path
         ("check_gpu_trainer.py", ["--batch-tokens", "1000"], "--batch-tokens 1000 must be a multiple of the sequence"),
         ("bench_sweep.py", ["--out", str(ROOT / "benchmarks")],  # its completed runs would not be trained again
          f"--out {ROOT / 'benchmarks'} must be a new or empty folder"),
+        ("bench_sweep.py", ["--cpus", "0"], "--cpus must be >= 1, got 0"),
+        # options a mode ignored: it trained on the CPU in fp32 and printed no device
+        ("bench_train.py", ["--ensemble", "4", "--device", "cuda"], "--device / --precision apply to the throughput"),
+        ("bench_train.py", ["--profile", "--precision", "bf16"], "--device / --precision apply to the throughput"),
+        ("bench_train.py", ["--quality", "--optimizer", "muon"], "--quality trains the embedded corpus with AdamW"),
     ],
 )
 def test_benchmarks_refuse_bad_options_before_any_work(script, args, says):
