@@ -1592,8 +1592,8 @@ def _fmt_bytes(n: int) -> str:
 
 
 def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
-    """Refuse a local ``--storage`` given to ``loopscale status OUT`` that cannot hold OUT's Tune state: a file,
-    or a storage whose claim file (:data:`STORAGE_CLAIM`) names another output folder while none of OUT's recorded
+    """Refuse a local ``--storage`` given to ``loopscale status OUT`` that cannot hold OUT's Tune state: nothing
+    there (a typo), a file, or a storage whose claim file (:data:`STORAGE_CLAIM`) names another output folder while none of OUT's recorded
     commands used it (:func:`earlier_storages`). Either read as OUT's grid would show no trials, or the other
     folder's trials as OUT's. A storage OUT's commands used, a bucket, or one with no claim passes. Reads only.
 
@@ -1604,7 +1604,10 @@ def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
     if not storage or not is_local_uri(storage):
         return
     where = Path(local_path(storage))
-    if where.exists() and not where.is_dir():
+    if not where.exists():
+        raise ValueError(f"--storage {storage}: nothing is there; give the storage the folder's commands used, or "
+                         "leave --storage out (the folder's logs/command.json names it)")
+    if not where.is_dir():
         raise ValueError(f"--storage {storage} is a file, not a folder: Tune keeps its state in a folder; give the "
                          "storage the folder's commands used, or leave --storage out (the folder's "
                          "logs/command.json names it)")  # fmt: skip
@@ -1632,12 +1635,7 @@ def status_cmd(
 
     storage = validate_storage(storage)
     reachable_storage(storage)  # else an unreadable --storage would read as a sweep with no Tune state
-    from loopscale.cluster.storage import is_local_uri, local_path
-
-    if storage and is_local_uri(storage) and not Path(local_path(storage)).exists():  # a typo read as "no trials"
-        raise ValueError(f"--storage {storage}: nothing is there; give the storage the folder's commands used, or "
-                         "leave --storage out (the folder's logs/command.json names it)")
-    refuse_foreign_storage(storage, out)
+    refuse_foreign_storage(storage, out)  # else a typo, a file or another folder's storage reads as this one's
     st = collect_status(out, storage)
     if as_json:
         json.dump(st, sys.stdout, default=str)
