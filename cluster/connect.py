@@ -495,9 +495,51 @@ def ray_session(
         # Started by us: it stops every process we started (so a SIGTERM's head watch stands down first).
         _SHUTTING_DOWN.append(True)
         try:
-            ray.shutdown()
+            held = _shutdown_holding_signals(ray)
         finally:
             _restore_sigterm(term_before)
+        if held and sys.exc_info()[0] is None:  # a stop asked for while Ray shut down, once it has
+            raise KeyboardInterrupt
+
+
+def _shutdown_holding_signals(ray) -> bool:
+    """``ray.shutdown()`` with a Ctrl-C or SIGTERM held until it has ended; returns whether one came (the caller
+    then stops as a Ctrl-C stops). Without this, measured with Ray 2.60: a Ctrl-C in the second Ray's shutdown takes
+    raised its KeyboardInterrupt inside a garbage-collection callback, where Python discards it (the command went
+    on and exited 0), and a SIGTERM killed the driver without its line, as the core worker's shutdown sets SIGTERM
+    back to the default action while the head's processes are stopped. The SIGTERM handler is put back before they
+    are (``Node.kill_all_processes``, Ray's private API: without it, only the short part before stays open). In a
+    thread other than the main one (no signal handlers there) it is a plain ``ray.shutdown()``."""
+    if threading.current_thread() is not threading.main_thread():
+        ray.shutdown()
+        return False
+    seen: list[int] = []
+
+    def hold(signum, frame) -> None:
+        if signum == signal.SIGTERM:
+            _SIGTERM_SEEN.append(True)
+        seen.append(signum)
+
+    node = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
+    kill = getattr(node, "kill_all_processes", None)
+    if callable(kill):
+
+        def kill_holding_sigterm(*args, **kwargs):
+            signal.signal(signal.SIGTERM, hold)  # the core worker's shutdown reset it
+            return kill(*args, **kwargs)
+
+        node.kill_all_processes = kill_holding_sigterm
+    int_before = signal.getsignal(signal.SIGINT)
+    held_int = callable(int_before)  # a SIGINT ignored (a background job) or handled outside Python stays so
+    if held_int:
+        signal.signal(signal.SIGINT, hold)
+    signal.signal(signal.SIGTERM, hold)
+    try:
+        ray.shutdown()
+    finally:
+        if held_int:
+            signal.signal(signal.SIGINT, int_before)
+    return bool(seen)
 
 
 _SIGTERM_SEEN: list[bool] = []

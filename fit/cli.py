@@ -232,6 +232,10 @@ def fit_cmd(
 
     if table.is_dir():
         if not (table / "runs.parquet").is_file():
+            from loopscale.fit.run_report import is_loopscale_folder, no_runs_table_message
+
+            if is_loopscale_folder(table):  # e.g. a run killed before it wrote the table: say what rebuilds it
+                raise ValueError(no_runs_table_message(table, torn=False))
             raise ValueError(
                 f"{str(table)!r} is a folder without runs.parquet: give a runs table (.parquet or .csv) or the "
                 "output folder of `loopscale run` / `loopscale sweep`"

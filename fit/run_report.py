@@ -81,15 +81,15 @@ def _interval(ci: dict, key: str) -> tuple[float, float] | None:
     return float(v[0]), float(v[1])
 
 
-def _no_runs_table_message(d: Path, torn: bool) -> str:
-    """Why ``report`` has no runs table in ``d``, and what rebuilds it: the runs' own records under ``parts/``
+def no_runs_table_message(d: Path, torn: bool) -> str:
+    """Why ``report`` (or ``fit``) has no runs table in ``d``, and what rebuilds it: the runs' own records under ``parts/``
     (``loopscale run ... --resume`` consolidates them, training only runs missing there), or a run of a folder
     with none; a folder no loopscale command wrote is said to be none."""
     parts = d / "parts" / "runs"
     has_parts = parts.is_dir() and any(parts.glob("*.parquet"))
     what = (f"{d / 'runs.parquet'} was unreadable (torn or corrupt) and was moved aside (runs.parquet.unreadable-*)"
             if torn else f"{d / 'runs.parquet'} not found")  # fmt: skip
-    if not _is_loopscale_folder(d):
+    if not is_loopscale_folder(d):
         return (f"{what}, and {d} is not a loopscale output folder (no spec.yaml, run_meta.json or parts/): give the "
                 "output folder of `loopscale run` (its --out)")  # fmt: skip
     spec = f"{d / 'spec.yaml'}" if (d / "spec.yaml").is_file() else "SPEC"
@@ -105,7 +105,7 @@ def _no_runs_table_message(d: Path, torn: bool) -> str:
             "--resume` trains them again, or restore runs.parquet from a copy")
 
 
-def _is_loopscale_folder(d: Path) -> bool:
+def is_loopscale_folder(d: Path) -> bool:
     """Whether a loopscale command wrote ``d`` (its spec, run record, logs, Tune state, fit or runs' parts): only
     then does ``report`` move an unreadable file of it aside."""
     parts = d / "parts" / "runs"
@@ -637,7 +637,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         raise ValueError(f"{d} is not writable: the report writes report.md and its figures there; give a writable "
                          "folder (e.g. a copy of this one)") from None  # fmt: skip
     torn = (d / "runs.parquet").exists()
-    ours = _is_loopscale_folder(d)
+    ours = is_loopscale_folder(d)
     runs = _read_parquet(d / "runs.parquet", aside=ours)
     if runs is None and torn and not ours:
         raise FileNotFoundError(
@@ -652,7 +652,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"{d / 'fit.json'} (or `loopscale fit TABLE --json`) and its figures are the PNGs there"
         )
     if runs is None:
-        raise FileNotFoundError(_no_runs_table_message(d, torn))
+        raise FileNotFoundError(no_runs_table_message(d, torn))
     from loopscale.cluster.storage import read_json_or_aside
     from loopscale.fit.analysis import variant_frames
     from loopscale.fit.io import drop_duplicate_runs

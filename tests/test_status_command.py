@@ -742,8 +742,13 @@ def test_fit_of_a_folder_whose_runs_table_is_not_written_yet_names_the_command_w
     (out / "runs.parquet").unlink()
     live.kill()
     live.wait()
+    res = CliRunner().invoke(app, ["fit", str(out)])  # a loopscale folder: what rebuilds its table, as report says
+    assert res.exit_code == 2 and f"{out / 'runs.parquet'} not found, and {out} holds no other record of its runs" in res.output, res.output
+    parts = out / "parts" / "runs"  # a run killed after its runs recorded themselves, before it wrote the table
+    parts.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[1] / "docs" / "example_cpu" / "runs.parquet", parts / "a.parquet")
     res = CliRunner().invoke(app, ["fit", str(out)])
-    assert res.exit_code == 2 and "is a folder without runs.parquet" in res.output, res.output
+    assert res.exit_code == 2 and f"its runs' own records are still in {parts}: `loopscale run SPEC --out {out} --resume` rebuilds it" in res.output, res.output
 
 def test_a_killed_command_not_yet_reaped_is_not_running(tmp_path):
     """Right after a SIGKILL, status called the command 'running' (ETA and all) while its process was a zombie
