@@ -1,7 +1,7 @@
 """Synthetic tables with known truth, for recovery tests and benchmarks.
 
-``paper_design`` reads the paper's 116-run iso-depth design (``anchors/schwethelm_looped/isodepth_grid_116.csv``: 6
-budgets x 29 (budget, width) cells x r in {1, 2, 4, 8}); ``synth_joint`` draws losses from the joint law (paper Eq. 3)
+``paper_design`` reads the paper's 116-run iso-depth design (:data:`PAPER_DESIGN_CSV`, Table 6: 6 budgets x 29
+(budget, width) cells x r in {1, 2, 4, 8}); ``synth_joint`` draws losses from the joint law (paper Eq. 3)
 plus Gaussian noise in nats. The paper's published joint coefficients (project page "corrected fit") are
 :data:`PAPER_JOINT`.
 """

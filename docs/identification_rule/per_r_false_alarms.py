@@ -14,7 +14,8 @@ intervals; > 0 means refused) is set beside the gap of the real runs (``gap_obse
 
 With ``--ladder observed`` the plain cells keep the example's measured means (their misfit to the law, up to 3
 standard errors on a rung) and only the looped cells sit on the one-phi law: does the ladder's shape alone open
-such gaps? Prints one JSON object (and writes it beside this file as ``per_r_false_alarms_B<B>[_observed_ladder].json``).
+such gaps? Prints one JSON object and writes it as ``per_r_false_alarms_B<B>[_observed_ladder].json`` into ``--out``
+(default: beside this file, where the committed results are; give another folder for a scaled-down try).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def main() -> None:
     ap.add_argument("--pilots", type=int, default=40, help="simulated pilots")
     ap.add_argument("--B", type=int, default=RULE_PER_R_B, help="bootstrap resamples of each phi_r interval")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=HERE,
+                    help="folder of the JSON result (default: beside this script, the committed ones)")
     ap.add_argument("--ladder", choices=("law", "observed"), default="law",
                     help="the plain r = 1 cells' mean losses: the one-phi law's ('law'), or the example's measured "
                          "cell means ('observed': the ladder's own misfit to the law kept, looped cells on the law)")
@@ -95,7 +98,8 @@ def main() -> None:
         "rows": rows,
     }
     name = f"per_r_false_alarms_B{a.B}" + ("_observed_ladder" if a.ladder == "observed" else "")
-    (HERE / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
 
 

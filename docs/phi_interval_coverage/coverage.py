@@ -2,20 +2,21 @@
 
 Each replicate draws a synthetic grid from the joint law (paper Eq. 3) with known coefficients (the paper's
 published joint fit, ``loopscale.fit.synthetic.PAPER_JOINT``: phi = 0.459) on the paper's 116-cell iso-depth design
-(``anchors/schwethelm_looped/isodepth_grid_116.csv``, or the same design from the paper's formulas when that file is
-absent) plus Gaussian noise, and fits it exactly as loopscale does (``loopscale.fit.fit_table``):
+(``loopscale.fit.synthetic.paper_design()``: Table 6's design, shipped as ``fit/paper_design_116.csv``) plus Gaussian
+noise, and fits it exactly as loopscale does (``loopscale.fit.fit_table``):
 
 * ``--protocol seeds`` (``loopscale run``'s fit): ``--seeds`` runs per cell, the law fitted to the cell means, B
   bootstrap resamples of the seeds within each cell;
 * ``--protocol blocks`` (the paper's, ``loopscale fit --per-run``): one run per cell, every run a point, B
   resamples of whole (budget, r) blocks.
 
-It writes ``coverage_<protocol>.json`` beside this file (every replicate's estimate and interval, the coverage with
-its Clopper-Pearson 95 % interval) and prints the summary as one JSON line; ``--plot`` draws ``coverage.png`` from
-the JSON files there.
+It writes ``coverage_<protocol>.json`` into ``--out`` (default: beside this file, where the committed results are;
+give another folder for a scaled-down try) with every replicate's estimate and interval and the coverage with its
+Clopper-Pearson 95 % interval, and prints the summary as one JSON line; ``--plot`` draws ``coverage.png`` from the
+JSON files in ``--out``.
 
     .venv/bin/python docs/phi_interval_coverage/coverage.py --protocol seeds --replicates 40
-    .venv/bin/python docs/phi_interval_coverage/coverage.py --protocol blocks --replicates 40
+    .venv/bin/python docs/phi_interval_coverage/coverage.py --protocol blocks --replicates 80
     .venv/bin/python docs/phi_interval_coverage/coverage.py --plot
 """
 
@@ -43,14 +44,17 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def plot() -> Path:
-    """``coverage.png``: every replicate's phi and 95 % interval, sorted by phi, one panel per protocol run here."""
+def plot(where: Path = HERE) -> Path:
+    """``where/coverage.png``: every replicate's phi and 95 % interval, sorted by phi, one panel per protocol whose
+    ``coverage_<protocol>.json`` is in ``where``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [json.loads(f.read_text()) for f in sorted(HERE.glob("coverage_*.json"))]
+    runs = [json.loads(f.read_text()) for f in sorted(where.glob("coverage_*.json"))]
+    if not runs:
+        raise SystemExit(f"coverage.py: no coverage_*.json in {where} to plot")
     fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4.2), squeeze=False)
     for ax, res in zip(axes[0], runs, strict=True):
         rows = sorted(res["rows"], key=lambda r: r["phi"])
@@ -66,7 +70,7 @@ def plot() -> Path:
         ax.set_ylabel("phi and its 95 % bootstrap interval")
         ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    out = HERE / "coverage.png"
+    out = where / "coverage.png"
     fig.savefig(out, dpi=110)
     return out
 
@@ -81,10 +85,12 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=100, help="starts per fit (loopscale run: 500)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--plot", action="store_true", help="only draw coverage.png from the coverage_*.json here")
+    ap.add_argument("--plot", action="store_true", help="only draw coverage.png from the coverage_*.json in --out")
+    ap.add_argument("--out", type=Path, default=HERE,
+                    help="folder of the JSON results and the figure (default: beside this script, the committed ones)")
     a = ap.parse_args()
     if a.plot:
-        print(plot())
+        print(plot(a.out))
         return
 
     from loopscale.cluster.connect import ray_session
@@ -133,7 +139,8 @@ def main() -> None:
         "wall_s": round(time.time() - t0, 1),
         "rows": rows,
     }
-    (HERE / f"coverage_{a.protocol}.json").write_text(json.dumps(out, indent=1) + "\n")
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"coverage_{a.protocol}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
 
 
