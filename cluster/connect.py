@@ -504,7 +504,7 @@ def ray_session(
 
 def _shutdown_holding_signals(ray) -> bool:
     """``ray.shutdown()`` with a Ctrl-C or SIGTERM held until it has ended; returns whether one came (the caller
-    then stops as a Ctrl-C stops). Without this, measured with Ray 2.60: a Ctrl-C in the second Ray's shutdown takes
+    then stops as a Ctrl-C stops). Without this, measured with Ray 2.60: a Ctrl-C during the second or so that Ray's shutdown takes
     raised its KeyboardInterrupt inside a garbage-collection callback, where Python discards it (the command went
     on and exited 0), and a SIGTERM killed the driver without its line, as the core worker's shutdown sets SIGTERM
     back to the default action while the head's processes are stopped. The SIGTERM handler is put back before they

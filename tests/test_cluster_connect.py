@@ -512,7 +512,7 @@ def test_sigterm_in_a_ray_session_stops_the_driver_as_a_ctrl_c(monkeypatch, inte
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGINT ignored"])
 def test_a_stop_while_ray_shuts_down_is_held_until_it_has(monkeypatch, interactive_sigint, sig):
-    """Measured with Ray 2.60: a Ctrl-C in the second ray.shutdown() takes at the end of a session raised its
+    """Measured with Ray 2.60: a Ctrl-C during the second or so that ray.shutdown() takes at the end of a session raised its
     KeyboardInterrupt in a garbage-collection callback, where Python drops it (`run` went on and exited 0), and a
     SIGTERM then killed the driver without its line, as the core worker's shutdown sets SIGTERM back to the default
     action before the head's processes are stopped. Here a stand-in shutdown does the same: it resets SIGTERM, then
