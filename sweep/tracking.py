@@ -404,14 +404,12 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str | tupl
         elif t.kind == "mlflow":
             uri = mlflow_uri(t, out_dir)
             there = _experiments_in_store(uri, groups)
-            if there is None:  # a server: not asked (an answer could take MLflow's retries)
-                lines.append(f"MLflow: experiment{plural} {named} at {uri}")
-            elif not there:  # e.g. every cell was done already, or the command stopped before a trial started
+            if there == []:  # e.g. every cell was done already, or the command stopped before a trial started
                 lines.append(f"MLflow: nothing logged at {uri}: no trial of this command or an earlier one started "
                              f"in {'any of ' if len(groups) > 1 else ''}{named}")  # fmt: skip
-            else:
-                lines.append(f"MLflow: experiment{'s' if len(there) > 1 else ''} "
-                             f"{', '.join(repr(g) for g in there)} at {uri}")  # fmt: skip
+            else:  # a server (None) is not asked: an answer could take MLflow's retries
+                shown = groups if there is None else there
+                lines.append(f"MLflow: experiment{'s' * (len(shown) > 1)} {', '.join(map(repr, shown))} at {uri}")
         else:
             lines.append(f"W&B: project {t.arg or 'loopscale'}, group{plural} {named}")
     _NOT_TRACKED.clear()
