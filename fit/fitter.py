@@ -74,8 +74,10 @@ class Objective:
             if law.extra_names or weights is not None or losses is not None:
                 raise ValueError("u_sets needs a law without fitted extra parameters and no weights or losses")
             self.u_sets = np.asarray(u_sets, dtype=np.float64).reshape(-1, self.n)
-        # a law without fitted extra parameters has one u = log N_x for every theta: computed once
-        self.u_const = None if law.extra_names else law.log_n(np.zeros((1, 0)), cols)[0]
+        # a law without fitted extra parameters has one u = log N_x for every theta: computed once (u_sets, when
+        # given, takes its place)
+        fixed_u = not law.extra_names and self.u_sets is None
+        self.u_const = law.log_n(np.zeros((1, 0)), cols)[0] if fixed_u else None
 
     def __call__(self, theta: np.ndarray, wid: np.ndarray | None = None, grad: bool = True):
         # Every array operation below is the one of the formula in the class docstring, in the same order, so the
