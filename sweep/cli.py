@@ -193,7 +193,8 @@ def empty_path_argument(argv: list[str]) -> str | None:
 
 
 def main() -> None:
-    """Entry point of the ``loopscale`` console script."""
+    """The ``loopscale`` command line (the console script runs it through :func:`loopscale.sweep.entry.main`, which
+    also covers a Ctrl-C during this module's import and during Python's exit)."""
     import sys
 
     warnings.formatwarning = _warning_line

@@ -64,7 +64,7 @@ def test_pyproject_maps_packages_under_loopscale():
     text = (ROOT / "pyproject.toml").read_text()
     for pkg in ALLOWED:
         assert f'"loopscale.{pkg}" = "{pkg}"' in text
-    assert 'loopscale = "loopscale.sweep.cli:main"' in text
+    assert 'loopscale = "loopscale.sweep.entry:main"' in text
 
 
 def test_readme_layout_table_lists_every_module():
