@@ -612,7 +612,8 @@ def data_caveat(runs: pd.DataFrame) -> str | None:
 
 
 def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
-    """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files. With ``redraw_fits`` (the
+    """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files; a report.md edited since
+    loopscale wrote it is moved aside first (:func:`keep_an_edited_report`). With ``redraw_fits`` (the
     ``loopscale report`` command) each variant's ``fit_curves.png`` and ``residuals.png`` are drawn again too, from
     its ``fit.json`` and the points it was fitted to (:func:`loopscale.fit.outputs.redraw_fit_figures`; no
     refitting), so a folder written by an earlier version shows today's figures.
@@ -1091,8 +1092,57 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     from loopscale.cluster.storage import write_text_atomic
 
     out = d / "report.md"
-    write_text_atomic(str(out), "\n".join(L) + "\n")
+    text = with_report_footer("\n".join(L) + "\n")
+    keep_an_edited_report(out, text)
+    write_text_atomic(str(out), text)
     return out
+
+
+REPORT_FOOTER = "<!-- loopscale report; sha256 of the text above: {} -->\n"
+"""The last line of a report.md loopscale wrote (an HTML comment: Markdown viewers do not show it). The hash tells
+a report left as written, which a rebuild replaces, from one a reader edited, which it keeps
+(:func:`keep_an_edited_report`)."""
+
+
+def with_report_footer(body: str) -> str:
+    """``body`` (the report's Markdown, ending in a newline) with :data:`REPORT_FOOTER` appended."""
+    import hashlib
+
+    return body + REPORT_FOOTER.format(hashlib.sha256(body.encode("utf-8")).hexdigest())
+
+
+def keep_an_edited_report(path: Path, new_text: str) -> Path | None:
+    """Before ``path`` (a run folder's report.md) is rebuilt as ``new_text``: move it aside to
+    ``report_edited_<UTC time>.md`` beside it, with a warning, when it is not as loopscale wrote it (its text differs
+    from what :data:`REPORT_FOOTER`'s hash says, or it has no such footer and differs from ``new_text``'s text:
+    an edit, or a file of an earlier version or of someone else); returns where it went, or None (no file, unreadable as
+    text, or left as written: the rebuild replaces it). A reader's notes in report.md were lost on the next
+    ``loopscale report`` or ``run --resume``."""
+    import hashlib
+    import os
+    import re
+    import warnings
+
+    try:
+        old = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if old in (new_text, new_text[: new_text.rindex("<!-- loopscale report; ")]):  # as written (before the footer)
+        return None
+    m = re.search(r"\n<!-- loopscale report; sha256 of the text above: ([0-9a-f]{64}) -->\n\Z", "\n" + old)
+    if m and hashlib.sha256(old[: m.start()].encode("utf-8")).hexdigest() == m.group(1):
+        return None
+    import time
+
+    stamp, k = time.strftime("%Y%m%dT%H%M%S", time.gmtime()), 1
+    aside = path.with_name(f"report_edited_{stamp}.md")
+    while aside.exists():  # two rebuilds in one second keep both
+        k += 1
+        aside = path.with_name(f"report_edited_{stamp}_{k}.md")
+    os.replace(path, aside)
+    why = "was changed after loopscale wrote it" if m else "is not one loopscale wrote (or an earlier version did)"
+    warnings.warn(f"{path} {why}: kept as {aside.name}, and report.md is written anew", stacklevel=2)
+    return aside
 
 
 def _trained_ranges(frames: dict[str, pd.DataFrame]) -> dict[str, dict[str, tuple[float, float]]]:
@@ -1140,7 +1190,8 @@ def report_cmd(
         ..., help="Output directory of `loopscale run` (holds runs.parquet, fit/)."
     ),
 ) -> None:
-    """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting)."""
+    """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting). A report.md
+    edited since loopscale wrote it is kept beside it as report_edited_<UTC time>.md."""
     typer.echo(str(build_report(run_dir, redraw_fits=True)))
 
 

@@ -1216,3 +1216,50 @@ def test_what_the_lr_studies_said_is_in_the_report_and_status(tmp_path):
     st = collect_status(run)
     assert st["lr"]["notes"] == said
     assert f"  tune-lr said: {edge}" in format_status(st)
+
+
+def test_a_report_edited_since_loopscale_wrote_it_is_kept_aside_on_a_rebuild(tmp_path, monkeypatch):
+    """A reader's notes added to report.md were lost on the next `loopscale report` (or `run --resume`): a rebuild
+    now moves an edited report aside, with a warning, and replaces one left as written without a word. Its footer
+    (a hash of the text above it) tells the two apart."""
+    import time
+    import warnings
+
+    from loopscale.fit import run_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    report = run / "report.md"
+    written = report.read_text(encoding="utf-8")
+    assert written.endswith(" -->\n") and "<!-- loopscale report; sha256 of the text above: " in written
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as written: replaced, no warning, nothing aside
+        run_report.build_report(run)
+    assert report.read_text(encoding="utf-8") == written
+    assert sorted(p.name for p in run.glob("report*")) == ["report.md"]
+    # a note added above the footer: kept, whole
+    edited = written.replace("\n## ", "\nMy note: the r = 8 runs used the old corpus.\n\n## ", 1)
+    report.write_text(edited, encoding="utf-8")
+    monkeypatch.setattr(time, "gmtime", lambda *a: time.struct_time((2026, 12, 6, 12, 0, 0, 6, 340, 0)))
+    with pytest.warns(UserWarning, match=r"report.md was changed after loopscale wrote it: kept as "
+                                         r"report_edited_20261206T120000.md, and report.md is written anew"):
+        run_report.build_report(run)
+    assert (run / "report_edited_20261206T120000.md").read_text(encoding="utf-8") == edited
+    assert report.read_text(encoding="utf-8") == written
+    # a second edit in the same second does not overwrite the first one's copy
+    report.write_text(written + "a line after the footer\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="kept as report_edited_20261206T120000_2.md"):
+        run_report.build_report(run)
+    assert (run / "report_edited_20261206T120000.md").read_text(encoding="utf-8") == edited
+    assert (run / "report_edited_20261206T120000_2.md").read_text(encoding="utf-8").endswith("after the footer\n")
+    # no footer: as an earlier version wrote it (the same text) is replaced; any other text is kept
+    body = written[: written.rindex("<!-- loopscale report; ")]
+    report.write_text(body, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_report.build_report(run)
+    report.write_text("# my own notes\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="is not one loopscale wrote"):
+        run_report.build_report(run)
+    assert (run / "report_edited_20261206T120000_3.md").read_text(encoding="utf-8") == "# my own notes\n"
+    assert report.read_text(encoding="utf-8") == written
