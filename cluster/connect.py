@@ -484,12 +484,14 @@ def ray_session(
     if main:  # ray.init made SIGTERM a bare sys.exit(15): the driver stopped without saving Tune's state
         signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     _SHUTTING_DOWN.clear()  # a head started now is watched after a SIGTERM until this session shuts it down
+    body_raised = True  # (not sys.exc_info(): inside a generator it also sees an exception the caller is handling)
     try:
         if stopped:  # Ctrl-C or SIGTERM during ray.init, held until Ray was up: stop now, through the shutdown below
             raise KeyboardInterrupt
         info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)
         with driver_thread_env():
             yield info
+        body_raised = False
     finally:
         # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
         # Started by us: it stops every process we started (so a SIGTERM's head watch stands down first).
@@ -498,7 +500,7 @@ def ray_session(
             held = _shutdown_holding_signals(ray)
         finally:
             _restore_sigterm(term_before)
-        if held and sys.exc_info()[0] is None:  # a stop asked for while Ray shut down, once it has
+        if held and not body_raised:  # a stop asked for while Ray shut down, once it has
             raise KeyboardInterrupt
 
 
@@ -508,8 +510,10 @@ def _shutdown_holding_signals(ray) -> bool:
     raised its KeyboardInterrupt inside a garbage-collection callback, where Python discards it (the command went
     on and exited 0), and a SIGTERM killed the driver without its line, as the core worker's shutdown sets SIGTERM
     back to the default action while the head's processes are stopped. The SIGTERM handler is put back before they
-    are (``Node.kill_all_processes``, Ray's private API: without it, only the short part before stays open). In a
-    thread other than the main one (no signal handlers there) it is a plain ``ray.shutdown()``."""
+    are (``Node.kill_all_processes``, Ray's private API: without it, only the short part before stays open). A
+    second Ctrl-C is not held: it raises ``KeyboardInterrupt`` at once, for a shutdown that hangs (one who presses
+    twice will not wait). In a thread other than the main one (no signal handlers there) it is a plain
+    ``ray.shutdown()``."""
     if threading.current_thread() is not threading.main_thread():
         ray.shutdown()
         return False
@@ -518,7 +522,10 @@ def _shutdown_holding_signals(ray) -> bool:
     def hold(signum, frame) -> None:
         if signum == signal.SIGTERM:
             _SIGTERM_SEEN.append(True)
+        again = signum == signal.SIGINT and signal.SIGINT in seen
         seen.append(signum)
+        if again:
+            raise KeyboardInterrupt
 
     node = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
     kill = getattr(node, "kill_all_processes", None)

@@ -564,6 +564,80 @@ def test_a_stop_while_ray_shuts_down_is_held_until_it_has(monkeypatch, interacti
         signal.signal(signal.SIGTERM, outer)
 
 
+def _stand_in_shutdown(monkeypatch, kill):
+    """ray.init / ray.shutdown stand-ins: the shutdown resets SIGTERM as the core worker's does, then runs ``kill``
+    as the node's process kill."""
+    import signal
+
+    import ray
+    import ray._private.worker as worker
+
+    from loopscale.cluster import connect
+
+    class Node:
+        def kill_all_processes(self, *a, **k):
+            kill()
+
+    def shutdown():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        worker._global_node.kill_all_processes()
+
+    monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: None)
+    monkeypatch.setattr(ray, "shutdown", shutdown)
+    monkeypatch.setattr(worker, "_global_node", Node())
+    monkeypatch.setattr(connect, "_cluster_info", lambda *a, **kw: None)
+
+
+def test_a_held_ctrl_c_is_not_dropped_when_the_session_runs_inside_an_except_clause(monkeypatch, interactive_sigint):
+    """The held Ctrl-C was raised only when ``sys.exc_info()`` was empty; inside the session's generator that also
+    sees an exception its caller is handling, so a session opened in an ``except`` clause dropped it (the command
+    went on and exited 0)."""
+    import signal
+
+    _stand_in_shutdown(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGINT))
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        try:
+            raise FileNotFoundError("a caller handling its own error")
+        except FileNotFoundError:
+            with pytest.raises(KeyboardInterrupt):
+                with ray_session():
+                    pass
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+
+
+def test_a_second_ctrl_c_stops_a_shutdown_that_hangs(monkeypatch, interactive_sigint):
+    """Every Ctrl-C during Ray's shutdown was held: one that hung could not be stopped from the keyboard. The first
+    is held; a second raises at once, part-way through the shutdown."""
+    import signal
+    import time
+
+    done: list[str] = []
+
+    def kill():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        done.append("first held")
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        done.append("the shutdown went on")
+
+    _stand_in_shutdown(monkeypatch, kill)
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    int_before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with ray_session():
+                pass
+        assert done == ["first held"]
+        assert signal.getsignal(signal.SIGINT) is int_before and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+
+
 def test_sigterm_during_ray_init_is_held_until_ray_is_up(monkeypatch, interactive_sigint):
     """A SIGTERM while ray.init runs (before it, ray.init's own handler made it a silent sys.exit(15)) is held as a
     Ctrl-C is: init completes, Ray is shut down, the command presenter says "interrupted (SIGTERM)" and exits 143;
