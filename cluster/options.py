@@ -528,15 +528,22 @@ def present_errors(command):
     :class:`CommandFailed` -> "error: <message>" and :data:`EXIT_FAILED`;
     ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`; a full, over-quota or
     read-only disk anywhere in the error's chain (:func:`disk_error`) -> "error: ..." and :data:`EXIT_FAILED`.
-    Anything else is a bug and keeps its traceback. The console script registers every command through it."""
+    Anything else is a bug and keeps its traceback. The console script registers every command through it; where
+    SIGINT has the console script's start-up handler (:func:`loopscale.sweep.entry.startup_sigint`), the wrapper
+    gives it back to Python's default handler first."""
 
     resumable = "resume" in inspect.signature(command).parameters
 
     @functools.wraps(command)
     def presented(*args, **kwargs):
-        from loopscale.cluster.connect import sigterm_interrupts
+        import signal
 
+        if getattr(signal.getsignal(signal.SIGINT), "loopscale_startup", False):
+            # the console script's start-up handler (loopscale.sweep.entry): from here a Ctrl-C is this command's
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
+            from loopscale.cluster.connect import sigterm_interrupts
+
             with sigterm_interrupts():
                 return command(*args, **kwargs)
         except (Interrupted, KeyboardInterrupt) as e:

@@ -3,21 +3,24 @@
 Two windows of a Ctrl-C lie outside what a command itself can catch
 (:func:`loopscale.cluster.options.present_errors`):
 
-* **Start-up.** Importing the commands (:mod:`loopscale.sweep.cli`: Typer, pandas, the spec code) takes most of a
-  second; a Ctrl-C there showed Python's traceback of whatever import it hit. It now prints one ``interrupted:``
-  line and exits 130, as a Ctrl-C later does.
-* **Exit.** Once a command has done its work and printed its last line, Python's own shutdown (module teardown,
-  a few tenths of a second with torch and pandas loaded) puts SIGINT back to its default action, and a Ctrl-C
-  there killed the finished command: exit status 130 with no word, as if it had been stopped (seen with
-  ``loopscale report``, its report already written). SIGINT is now ignored from the moment the command returns,
-  so the exit status is the command's own. Not where a thread that is not a daemon is still alive (Python waits
-  for it, and a Ctrl-C must still reach it) or where SIGINT was not Python's default handler.
+* **Start-up**, from the first import to the command's own code: importing the commands
+  (:mod:`loopscale.sweep.cli`: Typer, pandas, the spec code) takes most of a second, then Typer builds and parses
+  the command line. A Ctrl-C there showed Python's traceback of whatever import it hit, or (during Typer's parse)
+  ended with exit 130 and no word. :func:`main` now handles SIGINT itself until the command's code starts
+  (:func:`startup_sigint`; the presenter hands SIGINT back to Python then): one ``interrupted:`` line, exit 130.
+* **Exit.** Once a command has done its work and printed its last line, Python's shutdown (module teardown, a few
+  tenths of a second with torch and pandas loaded) puts SIGINT back to its default action, and a Ctrl-C there
+  killed the finished command: exit status 130 with no word, as if it had been stopped (seen with ``loopscale
+  report``, its report already written). SIGINT is ignored from the end of Python's exit hooks on
+  (:func:`ignore_sigint_at_teardown`, the first exit hook registered, so the last to run), so the exit status is
+  the command's own. Threads and the other exit hooks (e.g. a tracker's flush) can still be stopped with Ctrl-C.
 
 This module imports nothing of loopscale at import time.
 """
 
 from __future__ import annotations
 
+import atexit
 import signal
 import sys
 import threading
@@ -30,31 +33,47 @@ STARTUP_INTERRUPTED = "interrupted: stopped while loopscale was starting; nothin
 """The line of a Ctrl-C during start-up (stderr)."""
 
 
+class StartupInterrupted(BaseException):
+    """A Ctrl-C before the command's own code ran (raised by :func:`startup_sigint`). A ``BaseException`` other
+    than ``KeyboardInterrupt``, so that Typer's parse (which turns a ``KeyboardInterrupt`` into a silent exit 130)
+    lets it through to :func:`main`."""
+
+
+def startup_sigint(signum, frame) -> None:
+    """SIGINT handler of the start-up: raises :class:`StartupInterrupted`. Marked ``loopscale_startup``, the
+    attribute :func:`loopscale.cluster.options.present_errors` looks for to give SIGINT back to Python's default
+    handler as the command's own code starts."""
+    raise StartupInterrupted
+
+
+startup_sigint.loopscale_startup = True  # type: ignore[attr-defined]
+
+
 def main() -> None:
     """Run the ``loopscale`` command line (:func:`loopscale.sweep.cli.main`) with the start-up and exit windows
     covered (module docstring). Exits through ``SystemExit`` with the command's exit code, or 130 after a Ctrl-C
     during start-up."""
+    atexit.register(ignore_sigint_at_teardown)  # registered first: runs after every exit hook registered later
+    if threading.current_thread() is threading.main_thread() and (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):  # (a job started in the background ignores SIGINT: it stays so)
+        signal.signal(signal.SIGINT, startup_sigint)
     try:
         from loopscale.sweep.cli import main as cli_main
-    except KeyboardInterrupt:
+
+        cli_main()
+    except StartupInterrupted:
         sys.stderr.write(STARTUP_INTERRUPTED + "\n")
         raise SystemExit(EXIT_INTERRUPTED) from None
-    try:
-        cli_main()
-    finally:
-        ignore_sigint_while_exiting()
 
 
-def ignore_sigint_while_exiting() -> bool:
-    """Ignore SIGINT from now on, for a process whose command has ended and which only exits; returns whether it
-    did. Left as it is outside the main thread, where SIGINT's handler is not Python's default one (a job started
-    in the background ignores it already; a caller may have its own), or while a thread that is not a daemon is
-    alive (Python's exit waits for it, and a Ctrl-C must still be able to stop that wait)."""
+def ignore_sigint_at_teardown() -> bool:
+    """Ignore SIGINT from now on, for a process that is past its command and its other exit hooks; returns whether
+    it did. Left as it is outside the main thread, or where SIGINT's handler is neither Python's default one nor
+    :func:`startup_sigint` (a job started in the background ignores it already; a caller may have its own)."""
     if threading.current_thread() is not threading.main_thread():
         return False
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return False
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    if signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, startup_sigint):
         return False
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return True

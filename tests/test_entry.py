@@ -63,25 +63,77 @@ def test_a_ctrl_c_while_python_exits_after_the_command_leaves_its_exit_status():
     assert bare.returncode == -signal.SIGINT and bare.stdout.startswith("loopscale ")
 
 
-def test_sigint_is_ignored_at_exit_only_with_python_s_handler_and_no_live_thread_to_wait_for():
+def test_a_ctrl_c_while_typer_builds_and_parses_the_command_line_says_one_line_and_exits_130():
+    """After the imports and before the command's own code, Typer builds the command tree and parses the line; a
+    Ctrl-C there showed a traceback (building) or ended with exit 130 and no word (Typer's parse turns a
+    KeyboardInterrupt into a silent exit 130)."""
+    for where in ("get_command", "parse_args"):
+        p = _python(f"""
+            import os, signal, sys
+            import typer.core, typer.main
+
+            if {where!r} == "get_command":
+                build = typer.main.get_command
+
+                def get_command(app):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return build(app)
+
+                typer.main.get_command = get_command
+            else:
+                parse = typer.core.TyperCommand.parse_args
+
+                def parse_args(self, ctx, args):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return parse(self, ctx, args)
+
+                typer.core.TyperCommand.parse_args = parse_args
+            sys.argv = ["loopscale", "model", "info", "--d-model", "16", "--r", "2"]
+            from loopscale.sweep.entry import main
+            main()
+        """)
+        assert p.returncode == EXIT_INTERRUPTED, (where, p.returncode, p.stderr)
+        assert p.stderr == entry.STARTUP_INTERRUPTED + "\n", (where, p.stderr)
+
+
+def test_the_command_s_own_code_gets_python_s_sigint_handler_back():
+    """The start-up handler ends where the command's code starts: a Ctrl-C in the command is its own (here
+    `model info` stopped in its body: the presenter's line, not the start-up one), and a command run in-process
+    (no console script) keeps whatever handler it had."""
+    p = _python("""
+        import os, signal, sys
+        import loopscale.model.cli as model_cli
+
+        def info_cmd():
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            os.kill(os.getpid(), signal.SIGINT)
+
+        model_cli.info_cmd = info_cmd
+        sys.argv = ["loopscale", "model", "info"]
+        from loopscale.sweep.entry import main
+        main()
+    """)
+    assert p.returncode == EXIT_INTERRUPTED, p.stderr
+    assert p.stderr.startswith("interrupted: stopped;") and "starting" not in p.stderr, p.stderr
+
+
+def test_sigint_is_ignored_at_teardown_only_with_python_s_or_the_start_up_handler():
     before = signal.getsignal(signal.SIGINT)
-    release = threading.Event()
-    worker = threading.Thread(target=release.wait)  # not a daemon: Python's exit would wait for it
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        worker.start()
-        assert entry.ignore_sigint_while_exiting() is False
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        release.set()
-        worker.join()
         mine = lambda *a: None  # noqa: E731  (a caller's own handler stays)
         signal.signal(signal.SIGINT, mine)
-        assert entry.ignore_sigint_while_exiting() is False and signal.getsignal(signal.SIGINT) is mine
+        assert entry.ignore_sigint_at_teardown() is False and signal.getsignal(signal.SIGINT) is mine
+        for handler in (signal.default_int_handler, entry.startup_sigint):
+            signal.signal(signal.SIGINT, handler)
+            assert entry.ignore_sigint_at_teardown() is True
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        out: list[bool] = []
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        assert entry.ignore_sigint_while_exiting() is True
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        t = threading.Thread(target=lambda: out.append(entry.ignore_sigint_at_teardown()))
+        t.start()
+        t.join()
+        assert out == [False] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
-        release.set()
         signal.signal(signal.SIGINT, before)
 
 
