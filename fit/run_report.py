@@ -1112,15 +1112,20 @@ def with_report_footer(body: str) -> str:
 
 
 def keep_an_edited_report(path: Path, new_text: str) -> Path | None:
-    """Before ``path`` (a run folder's report.md) is rebuilt as ``new_text``: move it aside to
-    ``report_edited_<UTC time>.md`` beside it, with a warning, when it is not as loopscale wrote it (its text differs
-    from what :data:`REPORT_FOOTER`'s hash says, or it has no such footer and differs from ``new_text``'s text:
-    an edit, or a file of an earlier version or of someone else); returns where it went, or None (no file, unreadable as
-    text, or left as written: the rebuild replaces it). A reader's notes in report.md were lost on the next
-    ``loopscale report`` or ``run --resume``."""
+    """Before ``path`` (a run folder's report.md) is rebuilt as ``new_text``: move it aside beside it, with a
+    warning, when it is not as loopscale wrote it; returns where it went, or None (no file, unreadable as text, or
+    left as written: the rebuild replaces it). A reader's notes in report.md were lost on the next ``loopscale
+    report`` or ``run --resume``.
+
+    * With a :data:`REPORT_FOOTER` (the last one in the file): kept as ``report_edited_<UTC time>.md`` when the text
+      above it does not hash to it, or when text follows it (notes added at the end).
+    * Without one (a report written before loopscale hashed its reports, or someone else's file): kept as
+      ``report_previous_<UTC time>.md`` unless it is ``new_text``'s text as it stands before the footer.
+    """
     import hashlib
     import os
     import re
+    import time
     import warnings
 
     try:
@@ -1129,18 +1134,25 @@ def keep_an_edited_report(path: Path, new_text: str) -> Path | None:
         return None
     if old in (new_text, new_text[: new_text.rindex("<!-- loopscale report; ")]):  # as written (before the footer)
         return None
-    m = re.search(r"\n<!-- loopscale report; sha256 of the text above: ([0-9a-f]{64}) -->\n\Z", "\n" + old)
-    if m and hashlib.sha256(old[: m.start()].encode("utf-8")).hexdigest() == m.group(1):
-        return None
-    import time
-
+    footers = list(re.finditer(r"(?:^|\n)<!-- loopscale report; sha256 of the text above: ([0-9a-f]{64}) -->\n", old))
+    if footers:
+        m = footers[-1]
+        body = old[: m.start(1) - len("<!-- loopscale report; sha256 of the text above: ")]
+        if m.end() == len(old) and hashlib.sha256(body.encode("utf-8")).hexdigest() == m.group(1):
+            return None
+        prefix = "report_edited"
+        why = ("has text after its loopscale footer (notes added at the end)" if m.end() < len(old) else
+               "was changed after loopscale wrote it")  # fmt: skip
+    else:
+        prefix = "report_previous"
+        why = ("has no loopscale footer (written before loopscale hashed its reports, or by someone else) and "
+               "differs from the report rebuilt now")  # fmt: skip
     stamp, k = time.strftime("%Y%m%dT%H%M%S", time.gmtime()), 1
-    aside = path.with_name(f"report_edited_{stamp}.md")
+    aside = path.with_name(f"{prefix}_{stamp}.md")
     while aside.exists():  # two rebuilds in one second keep both
         k += 1
-        aside = path.with_name(f"report_edited_{stamp}_{k}.md")
+        aside = path.with_name(f"{prefix}_{stamp}_{k}.md")
     os.replace(path, aside)
-    why = "was changed after loopscale wrote it" if m else "is not one loopscale wrote (or an earlier version did)"
     warnings.warn(f"{path} {why}: kept as {aside.name}, and report.md is written anew", stacklevel=2)
     return aside
 

@@ -1246,9 +1246,10 @@ def test_a_report_edited_since_loopscale_wrote_it_is_kept_aside_on_a_rebuild(tmp
         run_report.build_report(run)
     assert (run / "report_edited_20261206T120000.md").read_text(encoding="utf-8") == edited
     assert report.read_text(encoding="utf-8") == written
-    # a second edit in the same second does not overwrite the first one's copy
+    # notes added after the footer (a second edit in the same second does not overwrite the first one's copy)
     report.write_text(written + "a line after the footer\n", encoding="utf-8")
-    with pytest.warns(UserWarning, match="kept as report_edited_20261206T120000_2.md"):
+    with pytest.warns(UserWarning, match=r"report.md has text after its loopscale footer \(notes added at the end\): "
+                                         "kept as report_edited_20261206T120000_2.md"):
         run_report.build_report(run)
     assert (run / "report_edited_20261206T120000.md").read_text(encoding="utf-8") == edited
     assert (run / "report_edited_20261206T120000_2.md").read_text(encoding="utf-8").endswith("after the footer\n")
@@ -1259,7 +1260,9 @@ def test_a_report_edited_since_loopscale_wrote_it_is_kept_aside_on_a_rebuild(tmp
         warnings.simplefilter("error")
         run_report.build_report(run)
     report.write_text("# my own notes\n", encoding="utf-8")
-    with pytest.warns(UserWarning, match="is not one loopscale wrote"):
+    with pytest.warns(UserWarning, match=r"report.md has no loopscale footer \(written before loopscale hashed its "
+                                         r"reports, or by someone else\) and differs from the report rebuilt now: "
+                                         "kept as report_previous_20261206T120000.md"):
         run_report.build_report(run)
-    assert (run / "report_edited_20261206T120000_3.md").read_text(encoding="utf-8") == "# my own notes\n"
+    assert (run / "report_previous_20261206T120000.md").read_text(encoding="utf-8") == "# my own notes\n"
     assert report.read_text(encoding="utf-8") == written
