@@ -1202,8 +1202,9 @@ def report_cmd(
         ..., help="Output directory of `loopscale run` (holds runs.parquet, fit/)."
     ),
 ) -> None:
-    """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting). A report.md
-    edited since loopscale wrote it is kept beside it as report_edited_<UTC time>.md."""
+    """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting).
+
+    A report.md edited since loopscale wrote it is kept beside it as report_edited_<UTC time>.md."""
     typer.echo(str(build_report(run_dir, redraw_fits=True)))
 
 
