@@ -1593,8 +1593,9 @@ def _fmt_bytes(n: int) -> str:
 
 def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
     """Refuse a local ``--storage`` given to ``loopscale status OUT`` that cannot hold OUT's Tune state: nothing
-    there (a typo), a file, or a storage whose claim file (:data:`STORAGE_CLAIM`) names another output folder while none of OUT's recorded
-    commands used it (:func:`earlier_storages`). Either read as OUT's grid would show no trials, or the other
+    there (a typo), a file, or a storage whose claim file (:data:`STORAGE_CLAIM`) names another output folder, or
+    that is another output folder's default one (``X/tune``, ``X/tune_lr/ray``, X holding a loopscale spec or
+    command record), while none of OUT's recorded commands used it (:func:`earlier_storages`). Either read as OUT's grid would show no trials, or the other
     folder's trials as OUT's. A storage OUT's commands used, a bucket, or one with no claim passes. Reads only.
 
     Raises:
@@ -1613,6 +1614,12 @@ def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
                          "logs/command.json names it)")  # fmt: skip
     claim = _read_json(where / STORAGE_CLAIM)
     other = claim.get("out") if isinstance(claim, dict) else None
+    if not other:  # no claim (written for a --storage only): another output folder's default OUT/tune, OUT/tune_lr/ray
+        local = where.resolve()
+        home = (local.parent if local.name == "tune" else
+                local.parent.parent if local.name == "ray" and local.parent.name == "tune_lr" else None)  # fmt: skip
+        if home is not None and any((home / n).is_file() for n in ("spec.yaml", "run_meta.json", "logs/command.json")):
+            other = str(home)
     if not other or Path(other).resolve() == Path(out).resolve():
         return
     if any(_same_storage(used, storage) for used in earlier_storages(Path(out).resolve())):

@@ -208,3 +208,17 @@ def test_status_refuses_a_storage_file_and_another_folders_storage(tmp_path):
         {"command": f"loopscale sweep x --out {o} --storage {s}", "kind": "sweep", "pid": 1, "host": "h",
          "cwd": str(tmp_path), "storage": str(s), "started_at": 1.0}))  # fmt: skip
     refuse_foreign_storage(str(s), o)  # O's command used it too (A used it after): O's trials may be there
+    # another folder's default storage (B/tune, B/tune_lr/ray) has no claim file: B's spec says whose it is
+    b = tmp_path / "b"
+    (b / "tune").mkdir(parents=True)
+    (b / "tune_lr" / "ray").mkdir(parents=True)
+    refuse_foreign_storage(str(b / "tune"), o)  # nothing of a loopscale folder there yet
+    (b / "spec.yaml").write_text(spec)
+    for default in (b / "tune", b / "tune_lr" / "ray"):
+        with pytest.raises(ValueError, match=rf"--storage {default} holds the Tune state of {b} "):
+            refuse_foreign_storage(str(default), o)
+        refuse_foreign_storage(str(default), b)  # B's own
+    (o / "logs" / "command.json").write_text(json.dumps(
+        {"command": f"loopscale sweep x --out {o} --storage {b / 'tune'}", "kind": "sweep", "pid": 1, "host": "h",
+         "cwd": str(tmp_path), "storage": str(b / "tune"), "started_at": 2.0}))  # fmt: skip
+    refuse_foreign_storage(str(b / "tune"), o)  # O's command used B's default storage: allowed
