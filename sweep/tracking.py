@@ -404,7 +404,9 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str | tupl
         elif t.kind == "mlflow":
             uri = mlflow_uri(t, out_dir)
             there = _experiments_in_store(uri, groups)
-            if there == []:  # e.g. every cell was done already, or the command stopped before a trial started
+            # Ray's MLflow callback makes the experiment when Tune starts, before any trial (so a named one may hold no
+            # run yet); none there: Tune never started (every cell was done already, or a stop came before)
+            if there == []:
                 lines.append(f"MLflow: nothing logged at {uri}: no trial of this command or an earlier one started "
                              f"in {'any of ' if len(groups) > 1 else ''}{named}")  # fmt: skip
             else:  # a server (None) is not asked: an answer could take MLflow's retries
