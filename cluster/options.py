@@ -529,8 +529,8 @@ def present_errors(command):
     ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`; a full, over-quota or
     read-only disk anywhere in the error's chain (:func:`disk_error`) -> "error: ..." and :data:`EXIT_FAILED`.
     Anything else is a bug and keeps its traceback. The console script registers every command through it; where
-    SIGINT has the console script's start-up handler (:func:`loopscale.sweep.entry.startup_sigint`), the wrapper
-    gives it back to Python's default handler first."""
+    SIGINT or SIGTERM has the console script's start-up handler (:func:`loopscale.sweep.entry.startup_sigint`),
+    the wrapper gives it back to its default handler first."""
 
     resumable = "resume" in inspect.signature(command).parameters
 
@@ -538,9 +538,11 @@ def present_errors(command):
     def presented(*args, **kwargs):
         import signal
 
+        # the console script's start-up handlers (loopscale.sweep.entry): from here the signals are this command's
         if getattr(signal.getsignal(signal.SIGINT), "loopscale_startup", False):
-            # the console script's start-up handler (loopscale.sweep.entry): from here a Ctrl-C is this command's
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        if getattr(signal.getsignal(signal.SIGTERM), "loopscale_startup", False):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
             from loopscale.cluster.connect import sigterm_interrupts
 

@@ -119,17 +119,22 @@ def _read_parquet(path: Path, aside: bool = True) -> pd.DataFrame | None:
     not write: its files are left as they are)."""
     if not path.exists():
         return None
+    # zoneinfo first: pyarrow imports it converting the zoned timestamps, and a Ctrl-C in that import read as
+    # ArrowInvalid ("The zoneinfo module or pytz package must be installed"), the file as torn
+    import zoneinfo  # noqa: F401
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from loopscale.cluster.storage import move_aside
 
     try:
-        return pq.read_table(path).to_pandas()
+        table = pq.read_table(path)
     except (pa.ArrowException, OSError, ValueError) as e:  # torn by a crash: moved aside, read as missing
         if aside:
             move_aside(str(path), str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None
+    return table.to_pandas()  # (outside the torn-file test: a failure here is not the file's)
 
 
 def loss_vs_compute_figure(runs: pd.DataFrame, analysis: dict) -> Any:
@@ -1113,9 +1118,10 @@ def with_report_footer(body: str) -> str:
 
 def keep_an_edited_report(path: Path, new_text: str) -> Path | None:
     """Before ``path`` (a run folder's report.md) is rebuilt as ``new_text``: move it aside beside it, with a
-    warning, when it is not as loopscale wrote it; returns where it went, or None (no file, unreadable as text, or
-    left as written: the rebuild replaces it). A reader's notes in report.md were lost on the next ``loopscale
-    report`` or ``run --resume``.
+    warning, when it is not as loopscale wrote it; returns where it went, or None (no file, or as written: the
+    rebuild replaces it). A reader's notes in report.md were lost on the next ``loopscale report`` or ``run
+    --resume``. The file is compared as bytes (an editor's Latin-1 or UTF-16 is an edit too), with CRLF line ends
+    read as LF and white space after the footer ignored.
 
     * With a :data:`REPORT_FOOTER` (the last one in the file): kept as ``report_edited_<UTC time>.md`` when the text
       above it does not hash to it, or when text follows it (notes added at the end).
@@ -1129,20 +1135,21 @@ def keep_an_edited_report(path: Path, new_text: str) -> Path | None:
     import warnings
 
     try:
-        old = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        old = path.read_bytes().replace(b"\r\n", b"\n")
+    except OSError:
         return None
-    if old in (new_text, new_text[: new_text.rindex("<!-- loopscale report; ")]):  # as written (before the footer)
+    lead = REPORT_FOOTER.split("{}")[0].encode("utf-8")
+    new = new_text.encode("utf-8")
+    if old in (new, new[: new.rindex(lead)]):  # as written (or as written before the footer)
         return None
-    footers = list(re.finditer(r"(?:^|\n)<!-- loopscale report; sha256 of the text above: ([0-9a-f]{64}) -->\n", old))
+    footers = list(re.finditer(rb"(?:^|\n)" + re.escape(lead) + rb"([0-9a-f]{64}) -->[ \t]*(?:\n|\Z)", old))
     if footers:
         m = footers[-1]
-        body = old[: m.start(1) - len("<!-- loopscale report; sha256 of the text above: ")]
-        if m.end() == len(old) and hashlib.sha256(body.encode("utf-8")).hexdigest() == m.group(1):
+        ends = not old[m.end():].strip()
+        if ends and hashlib.sha256(old[: m.start(1) - len(lead)]).hexdigest() == m.group(1).decode():
             return None
         prefix = "report_edited"
-        why = ("has text after its loopscale footer (notes added at the end)" if m.end() < len(old) else
-               "was changed after loopscale wrote it")  # fmt: skip
+        why = "was changed after loopscale wrote it" if ends else "has text after its loopscale footer (notes added at the end)"
     else:
         prefix = "report_previous"
         why = ("has no loopscale footer (written before loopscale hashed its reports, or by someone else) and "

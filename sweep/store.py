@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import uuid
+import zoneinfo  # noqa: F401  (for pyarrow's zoned timestamps: a Ctrl-C in its own import of it read as ArrowInvalid)
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -605,14 +606,18 @@ a ``run`` that refits a finished fit)."""
 
 
 def move_report_outputs(out: Path, aside: Path) -> list[str]:
-    """Move the :data:`REPORT_OUTPUTS` that ``out`` holds into the folder ``aside`` (one folder below ``out``) and
-    relink the moved report's figures that stayed behind (:func:`relink_moved_report`); returns the names moved."""
+    """Move the :data:`REPORT_OUTPUTS` that ``out`` holds into the folder ``aside`` (one folder below ``out``), with
+    the edited reports kept beside report.md (``report_edited_*.md``, ``report_previous_*.md``: notes on the fit
+    that moves, whose figures they show), and relink the moved reports' figures that stayed behind
+    (:func:`relink_moved_report`); returns the names moved."""
     import shutil
 
-    moved = [n for n in REPORT_OUTPUTS if (out / n).exists()]
+    kept = sorted(p.name for pattern in ("report_edited_*.md", "report_previous_*.md") for p in out.glob(pattern))
+    moved = [n for n in REPORT_OUTPUTS if (out / n).exists()] + kept
     for n in moved:
         shutil.move(str(out / n), str(aside / n))
-    relink_moved_report(aside / "report.md", moved)
+    for n in ("report.md", *kept):
+        relink_moved_report(aside / n, moved)
     return moved
 
 
@@ -632,7 +637,10 @@ def relink_moved_report(report: Path, moved: list[str]) -> None:
             return m.group(0)
         return f"{m.group(1)}../{target})"
 
-    text = report.read_text(encoding="utf-8")
+    try:
+        text = report.read_text(encoding="utf-8")
+    except UnicodeDecodeError:  # an edited report in an editor's own encoding: left byte for byte
+        return
     report.write_text(re.sub(r"(!\[[^\]]*\]\()([^)\s]+)\)", fix, text), encoding="utf-8")
 
 

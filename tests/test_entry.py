@@ -9,7 +9,7 @@ import sys
 import textwrap
 import threading
 
-from loopscale.cluster.options import EXIT_INTERRUPTED
+from loopscale.cluster.options import EXIT_INTERRUPTED, EXIT_TERMINATED
 from loopscale.sweep import entry
 
 
@@ -37,6 +37,60 @@ def test_a_ctrl_c_while_the_commands_are_imported_says_one_line_and_exits_130():
     assert p.returncode == EXIT_INTERRUPTED == entry.EXIT_INTERRUPTED, (p.returncode, p.stderr)
     assert p.stderr == entry.STARTUP_INTERRUPTED + "\n" and "Traceback" not in p.stderr
     assert p.stdout == ""
+
+
+def test_a_sigterm_while_the_commands_are_imported_says_one_line_and_exits_143():
+    """A SIGTERM in the start-up killed the process without a word (the commands stop on SIGTERM as on Ctrl-C
+    only once their code runs)."""
+    p = _python("""
+        import os, signal, sys
+
+        class TermAtPandas:
+            def find_spec(self, name, path=None, target=None):
+                if name == "pandas":
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return None
+
+        sys.meta_path.insert(0, TermAtPandas())
+        sys.argv = ["loopscale", "--help"]
+        from loopscale.sweep.entry import main
+        main()
+    """)
+    assert p.returncode == entry.EXIT_TERMINATED == EXIT_TERMINATED, (p.returncode, p.stderr)
+    assert p.stderr == entry.STARTUP_INTERRUPTED.replace("interrupted:", "interrupted (SIGTERM):") + "\n"
+
+
+def test_a_second_ctrl_c_while_the_start_up_line_is_written_is_ignored():
+    """A second press as the start-up line was written raised again inside the handling (exit 1, a chained
+    traceback): the start-up handlers are quieted before the line is written."""
+    p = _python("""
+        import os, signal, sys
+
+        class CtrlCAtPandas:
+            def find_spec(self, name, path=None, target=None):
+                if name == "pandas":
+                    os.kill(os.getpid(), signal.SIGINT)
+                return None
+
+        class PressAgain:
+            def __init__(self, f):
+                self.f = f
+
+            def write(self, text):
+                os.kill(os.getpid(), signal.SIGINT)
+                return self.f.write(text)
+
+            def __getattr__(self, name):
+                return getattr(self.f, name)
+
+        sys.meta_path.insert(0, CtrlCAtPandas())
+        sys.stderr = PressAgain(sys.stderr)
+        sys.argv = ["loopscale", "--help"]
+        from loopscale.sweep.entry import main
+        main()
+    """)
+    assert p.returncode == EXIT_INTERRUPTED, (p.returncode, p.stderr)
+    assert p.stderr == entry.STARTUP_INTERRUPTED + "\n"
 
 
 def test_a_ctrl_c_while_python_exits_after_the_command_leaves_its_exit_status():
@@ -127,6 +181,15 @@ def test_sigint_is_ignored_at_teardown_only_with_python_s_or_the_start_up_handle
             signal.signal(signal.SIGINT, handler)
             assert entry.ignore_sigint_at_teardown() is True
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        # a command that ended in Typer's parse (--help, --version): its start-up handlers are quieted as it exits
+        term_before = signal.signal(signal.SIGTERM, entry.startup_sigint)
+        signal.signal(signal.SIGINT, entry.startup_sigint)
+        try:
+            entry._quiet_startup_handlers()
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        finally:
+            signal.signal(signal.SIGTERM, term_before)
         out: list[bool] = []
         signal.signal(signal.SIGINT, signal.default_int_handler)
         t = threading.Thread(target=lambda: out.append(entry.ignore_sigint_at_teardown()))

@@ -1266,3 +1266,46 @@ def test_a_report_edited_since_loopscale_wrote_it_is_kept_aside_on_a_rebuild(tmp
         run_report.build_report(run)
     assert (run / "report_previous_20261206T120000.md").read_text(encoding="utf-8") == "# my own notes\n"
     assert report.read_text(encoding="utf-8") == written
+    # as written but saved with CRLF line ends, without its last newline, or with blank lines after: replaced
+    for same in (written.replace("\n", "\r\n"), written[:-1], written + "\n\n"):
+        report.write_bytes(same.encode("utf-8"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            run_report.build_report(run)
+        assert report.read_text(encoding="utf-8") == written
+    # an editor's Latin-1 line, or the file re-saved as UTF-16: kept byte for byte (they were overwritten silently)
+    latin1 = written.encode("utf-8").replace(b"\n## ", b"\ncaf\xe9 note\n\n## ", 1)
+    utf16 = written.encode("utf-16")
+    for saved, kind, n in ((latin1, "report_edited", 3), (utf16, "report_previous", 2)):
+        report.write_bytes(saved)
+        with pytest.warns(UserWarning, match=f"kept as {kind}_20261206T120000_{n}.md"):
+            run_report.build_report(run)
+        assert (run / f"{kind}_20261206T120000_{n}.md").read_bytes() == saved
+        assert report.read_text(encoding="utf-8") == written
+
+
+def test_a_failure_converting_a_whole_runs_table_does_not_move_it_aside(tmp_path, monkeypatch):
+    """A Ctrl-C while pyarrow imported zoneinfo to convert the runs table's zoned timestamps came back from pyarrow
+    as ArrowInvalid ("The zoneinfo module or pytz package must be installed"), which `report` took for a torn file:
+    a whole runs.parquet was moved aside and the command said to train again. Only a failed read of the file now
+    counts as torn; a failure converting what was read is raised as it is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq_mod
+
+    from loopscale.fit import run_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    read = pq_mod.read_table
+
+    class Read:
+        def __init__(self, table):
+            self.table = table
+
+        def to_pandas(self):
+            raise pa.ArrowInvalid("The zoneinfo module or pytz package must be installed.")
+
+    monkeypatch.setattr(pq_mod, "read_table", lambda *a, **k: Read(read(*a, **k)))
+    with pytest.raises(pa.ArrowInvalid, match="zoneinfo"):
+        run_report._read_parquet(run / "runs.parquet")
+    assert (run / "runs.parquet").is_file() and not list(run.glob("runs.parquet.unreadable-*"))

@@ -581,6 +581,33 @@ def test_a_report_kept_by_a_refit_still_shows_the_lr_figures(tmp_path):
     relink_moved_report(aside / "missing.md", ["fit"])  # no report: nothing to do
 
 
+def test_a_refit_moves_the_edited_reports_with_the_fit_they_describe(tmp_path):
+    """An edited report kept beside report.md (report_edited_*.md, report_previous_*.md) stayed in the run folder
+    when a refit or --force moved the fit aside, where its links then showed the new fit's figures beside notes on
+    the old one. It moves with the fit, relinked as report.md is; one in another encoding moves byte for byte."""
+    from loopscale.sweep.store import move_report_outputs
+
+    out = tmp_path / "run"
+    (out / "tune_lr").mkdir(parents=True)
+    (out / "fit").mkdir()
+    (out / "loss_vs_compute.png").write_bytes(b"png")
+    page = "# r\n\n![lr](tune_lr/loss_vs_lr_size16.png)\n\n![loss vs compute](loss_vs_compute.png)\n"
+    (out / "report.md").write_text(page, encoding="utf-8")
+    (out / "report_edited_20261206T120000.md").write_text(page + "my note\n", encoding="utf-8")
+    latin1 = page.encode("utf-8") + b"caf\xe9\n"
+    (out / "report_previous_20261206T120000.md").write_bytes(latin1)
+    aside = out / "earlier_fit_20261206T130000"
+    aside.mkdir()
+    moved = move_report_outputs(out, aside)
+    assert moved == ["fit", "report.md", "loss_vs_compute.png", "report_edited_20261206T120000.md",
+                     "report_previous_20261206T120000.md"]  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == ["earlier_fit_20261206T130000", "tune_lr"]
+    for name in ("report.md", "report_edited_20261206T120000.md"):
+        text = (aside / name).read_text(encoding="utf-8")
+        assert "](../tune_lr/loss_vs_lr_size16.png)" in text and "](loss_vs_compute.png)" in text
+    assert (aside / "report_previous_20261206T120000.md").read_bytes() == latin1
+
+
 def test_a_dry_run_refuses_the_storage_run_refuses(tmp_path, monkeypatch):
     """`run --dry-run --storage s3://<a bucket out of reach>` (or a local storage under a file) said `refused:
     None`, exit 0, and `run` refused it at once, exit 2. The dry run now checks the storage as `run` does before
