@@ -510,60 +510,6 @@ def test_sigterm_in_a_ray_session_stops_the_driver_as_a_ctrl_c(monkeypatch, inte
         signal.signal(signal.SIGTERM, outer)
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGINT ignored"])
-def test_a_stop_while_ray_shuts_down_is_held_until_it_has(monkeypatch, interactive_sigint, sig):
-    """Measured with Ray 2.60: a Ctrl-C during the second or so that ray.shutdown() takes at the end of a session raised its
-    KeyboardInterrupt in a garbage-collection callback, where Python drops it (`run` went on and exited 0), and a
-    SIGTERM then killed the driver without its line, as the core worker's shutdown sets SIGTERM back to the default
-    action before the head's processes are stopped. Here a stand-in shutdown does the same: it resets SIGTERM, then
-    the node's process kill gets the signal part-way. The kill runs to its end, and then the session stops as a
-    Ctrl-C stops (a SIGTERM remembered as one); a SIGINT the process ignores stays ignored."""
-    import signal
-    import time
-
-    import ray
-    import ray._private.worker as worker
-
-    from loopscale.cluster import connect
-
-    signum = signal.SIGTERM if sig == "SIGTERM" else signal.SIGINT
-    if sig == "SIGINT ignored":
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    done: list[str] = []
-
-    class Node:
-        def kill_all_processes(self, *a, **k):
-            os.kill(os.getpid(), signum)
-            time.sleep(0.3)  # a handler that raised would end the kill here
-            done.append("killed")
-
-    def shutdown():
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as the core worker's shutdown does
-        worker._global_node.kill_all_processes()
-
-    monkeypatch.setattr(connect, "_SIGTERM_SEEN", [])
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kw: None)
-    monkeypatch.setattr(ray, "shutdown", shutdown)
-    monkeypatch.setattr(worker, "_global_node", Node())
-    monkeypatch.setattr(connect, "_cluster_info", lambda *a, **kw: None)
-    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    int_before = signal.getsignal(signal.SIGINT)
-    try:
-        if sig == "SIGINT ignored":
-            with ray_session():
-                pass
-        else:
-            with pytest.raises(KeyboardInterrupt):
-                with ray_session():
-                    pass
-        assert done == ["killed"]  # the shutdown ran to its end first
-        assert connect.stopped_by_sigterm() is (sig == "SIGTERM")
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.getsignal(signal.SIGINT) is int_before
-    finally:
-        signal.signal(signal.SIGTERM, outer)
-
-
 def _stand_in_shutdown(monkeypatch, kill):
     """ray.init / ray.shutdown stand-ins: the shutdown resets SIGTERM as the core worker's does, then runs ``kill``
     as the node's process kill."""
@@ -588,6 +534,47 @@ def _stand_in_shutdown(monkeypatch, kill):
     monkeypatch.setattr(ray, "shutdown", shutdown)
     monkeypatch.setattr(worker, "_global_node", Node())
     monkeypatch.setattr(connect, "_cluster_info", lambda *a, **kw: None)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGINT ignored"])
+def test_a_stop_while_ray_shuts_down_is_held_until_it_has(monkeypatch, interactive_sigint, sig):
+    """Measured with Ray 2.60: a Ctrl-C during the second or so that ray.shutdown() takes at the end of a session raised its
+    KeyboardInterrupt in a garbage-collection callback, where Python drops it (`run` went on and exited 0), and a
+    SIGTERM then killed the driver without its line, as the core worker's shutdown sets SIGTERM back to the default
+    action before the head's processes are stopped. Here a stand-in shutdown does the same: it resets SIGTERM, then
+    the node's process kill gets the signal part-way. The kill runs to its end, and then the session stops as a
+    Ctrl-C stops (a SIGTERM remembered as one); a SIGINT the process ignores stays ignored."""
+    import signal
+    import time
+
+    from loopscale.cluster import connect
+
+    signum = signal.SIGTERM if sig == "SIGTERM" else signal.SIGINT
+    if sig == "SIGINT ignored":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    done: list[str] = []
+
+    def kill():
+        os.kill(os.getpid(), signum)
+        time.sleep(0.3)  # a handler that raised would end the kill here
+        done.append("killed")
+
+    _stand_in_shutdown(monkeypatch, kill)
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    int_before = signal.getsignal(signal.SIGINT)
+    try:
+        if sig == "SIGINT ignored":
+            with ray_session():
+                pass
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                with ray_session():
+                    pass
+        assert done == ["killed"]  # the shutdown ran to its end first
+        assert connect.stopped_by_sigterm() is (sig == "SIGTERM")
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.getsignal(signal.SIGINT) is int_before
+    finally:
+        signal.signal(signal.SIGTERM, outer)
 
 
 def test_a_held_ctrl_c_is_not_dropped_when_the_session_runs_inside_an_except_clause(monkeypatch, interactive_sigint):

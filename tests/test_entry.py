@@ -17,23 +17,29 @@ def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
 
 
+def _signal_at_import(sig: str, module: str = "pandas") -> str:
+    """Code that sends this process ``signal.<sig>`` as ``module`` starts to be imported (a press mid-import)."""
+    return textwrap.dedent(f"""
+        import os, signal, sys
+
+        class SignalAtImport:
+            def find_spec(self, name, path=None, target=None):
+                if name == {module!r}:
+                    os.kill(os.getpid(), signal.{sig})
+                return None
+
+        sys.meta_path.insert(0, SignalAtImport())
+    """)
+
+
 def test_a_ctrl_c_while_the_commands_are_imported_says_one_line_and_exits_130():
     """A Ctrl-C during the imports (here: when pandas is imported) showed that import's traceback; it is now the
     start-up line and exit 130."""
-    p = _python("""
-        import os, signal, sys
-
-        class CtrlCAtPandas:  # a Ctrl-C lands while pandas is being imported
-            def find_spec(self, name, path=None, target=None):
-                if name == "pandas":
-                    os.kill(os.getpid(), signal.SIGINT)
-                return None
-
-        sys.meta_path.insert(0, CtrlCAtPandas())
+    p = _python(_signal_at_import("SIGINT") + textwrap.dedent("""
         sys.argv = ["loopscale", "--help"]
         from loopscale.sweep.entry import main
         main()
-    """)
+    """))
     assert p.returncode == EXIT_INTERRUPTED == entry.EXIT_INTERRUPTED, (p.returncode, p.stderr)
     assert p.stderr == entry.STARTUP_INTERRUPTED + "\n" and "Traceback" not in p.stderr
     assert p.stdout == ""
@@ -42,20 +48,11 @@ def test_a_ctrl_c_while_the_commands_are_imported_says_one_line_and_exits_130():
 def test_a_sigterm_while_the_commands_are_imported_says_one_line_and_exits_143():
     """A SIGTERM in the start-up killed the process without a word (the commands stop on SIGTERM as on Ctrl-C
     only once their code runs)."""
-    p = _python("""
-        import os, signal, sys
-
-        class TermAtPandas:
-            def find_spec(self, name, path=None, target=None):
-                if name == "pandas":
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return None
-
-        sys.meta_path.insert(0, TermAtPandas())
+    p = _python(_signal_at_import("SIGTERM") + textwrap.dedent("""
         sys.argv = ["loopscale", "--help"]
         from loopscale.sweep.entry import main
         main()
-    """)
+    """))
     assert p.returncode == entry.EXIT_TERMINATED == EXIT_TERMINATED, (p.returncode, p.stderr)
     assert p.stderr == entry.STARTUP_INTERRUPTED.replace("interrupted:", "interrupted (SIGTERM):") + "\n"
 
@@ -63,15 +60,7 @@ def test_a_sigterm_while_the_commands_are_imported_says_one_line_and_exits_143()
 def test_a_second_ctrl_c_while_the_start_up_line_is_written_is_ignored():
     """A second press as the start-up line was written raised again inside the handling (exit 1, a chained
     traceback): the start-up handlers are quieted before the line is written."""
-    p = _python("""
-        import os, signal, sys
-
-        class CtrlCAtPandas:
-            def find_spec(self, name, path=None, target=None):
-                if name == "pandas":
-                    os.kill(os.getpid(), signal.SIGINT)
-                return None
-
+    p = _python(_signal_at_import("SIGINT") + textwrap.dedent("""
         class PressAgain:
             def __init__(self, f):
                 self.f = f
@@ -83,12 +72,11 @@ def test_a_second_ctrl_c_while_the_start_up_line_is_written_is_ignored():
             def __getattr__(self, name):
                 return getattr(self.f, name)
 
-        sys.meta_path.insert(0, CtrlCAtPandas())
         sys.stderr = PressAgain(sys.stderr)
         sys.argv = ["loopscale", "--help"]
         from loopscale.sweep.entry import main
         main()
-    """)
+    """))
     assert p.returncode == EXIT_INTERRUPTED, (p.returncode, p.stderr)
     assert p.stderr == entry.STARTUP_INTERRUPTED + "\n"
 
