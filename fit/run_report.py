@@ -1103,6 +1103,10 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     return out
 
 
+KEPT_REPORTS = ("report_edited", "report_previous")
+"""Name prefixes of the report.md copies :func:`keep_an_edited_report` keeps (``<prefix>_<UTC time>.md``): one
+changed since loopscale wrote it, one without a footer."""
+
 REPORT_FOOTER = "<!-- loopscale report; sha256 of the text above: {} -->\n"
 """The last line of a report.md loopscale wrote (an HTML comment: Markdown viewers do not show it). The hash tells
 a report left as written, which a rebuild replaces, from one a reader edited, which it keeps
@@ -1148,10 +1152,10 @@ def keep_an_edited_report(path: Path, new_text: str) -> Path | None:
         ends = not old[m.end():].strip()
         if ends and hashlib.sha256(old[: m.start(1) - len(lead)]).hexdigest() == m.group(1).decode():
             return None
-        prefix = "report_edited"
+        prefix = KEPT_REPORTS[0]
         why = "was changed after loopscale wrote it" if ends else "has text after its loopscale footer (notes added at the end)"
     else:
-        prefix = "report_previous"
+        prefix = KEPT_REPORTS[1]
         why = ("has no loopscale footer (written before loopscale hashed its reports, or by someone else) and "
                "differs from the report rebuilt now")  # fmt: skip
     stamp, k = time.strftime("%Y%m%dT%H%M%S", time.gmtime()), 1

@@ -607,12 +607,14 @@ a ``run`` that refits a finished fit)."""
 
 def move_report_outputs(out: Path, aside: Path) -> list[str]:
     """Move the :data:`REPORT_OUTPUTS` that ``out`` holds into the folder ``aside`` (one folder below ``out``), with
-    the edited reports kept beside report.md (``report_edited_*.md``, ``report_previous_*.md``: notes on the fit
-    that moves, whose figures they show), and relink the moved reports' figures that stayed behind
+    the edited reports kept beside report.md (:data:`loopscale.fit.run_report.KEPT_REPORTS`: notes on the fit that
+    moves, whose figures they show), and relink the moved reports' figures that stayed behind
     (:func:`relink_moved_report`); returns the names moved."""
     import shutil
 
-    kept = sorted(p.name for pattern in ("report_edited_*.md", "report_previous_*.md") for p in out.glob(pattern))
+    from loopscale.fit.run_report import KEPT_REPORTS
+
+    kept = sorted(p.name for prefix in KEPT_REPORTS for p in out.glob(f"{prefix}_*.md"))
     moved = [n for n in REPORT_OUTPUTS if (out / n).exists()] + kept
     for n in moved:
         shutil.move(str(out / n), str(aside / n))
