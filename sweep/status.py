@@ -223,6 +223,17 @@ def _default_storage(folder: Path, kind: str | None) -> str:
     return str(folder / ("tune_lr/ray" if kind == "tune-lr" else "tune"))
 
 
+def _default_storage_home(local: Path) -> Path | None:
+    """The output folder whose default storage (:func:`_default_storage`: ``OUT/tune``, ``OUT/tune_lr/ray``) the
+    local path ``local`` is, resolved; None for any other path."""
+    local = local.resolve()
+    if local.name == "tune":
+        return local.parent
+    if local.name == "ray" and local.parent.name == "tune_lr":
+        return local.parent.parent
+    return None
+
+
 def refuse_busy_storage(storage: str | None, out_dir: str | Path, what: str) -> None:
     """Refuse to start ``what`` with a local ``storage`` (Tune's state and the runs' checkpoints) that a live command
     of another output folder uses: two folders given one ``--storage`` at once each trained every run, into the same
@@ -245,11 +256,8 @@ def refuse_busy_storage(storage: str | None, out_dir: str | Path, what: str) -> 
     claim = _read_json(path)
     if claim and claim.get("out"):
         folders.append(Path(claim["out"]))
-    local = Path(local_path(storage)).resolve()
-    if local.name == "tune":
-        folders.append(local.parent)
-    if local.name == "ray" and local.parent.name == "tune_lr":
-        folders.append(local.parent.parent)
+    if (home := _default_storage_home(Path(local_path(storage)))) is not None:
+        folders.append(home)
     for other in dict.fromkeys(f.resolve() for f in folders):
         if other == mine:
             continue
@@ -1595,8 +1603,8 @@ def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
     """Refuse a local ``--storage`` given to ``loopscale status OUT`` that cannot hold OUT's Tune state: nothing
     there (a typo), a file, or a storage whose claim file (:data:`STORAGE_CLAIM`) names another output folder, or
     that is another output folder's default one (``X/tune``, ``X/tune_lr/ray``, X holding a loopscale spec or
-    command record), while none of OUT's recorded commands used it (:func:`earlier_storages`). Either read as OUT's grid would show no trials, or the other
-    folder's trials as OUT's. A storage OUT's commands used, a bucket, or one with no claim passes. Reads only.
+    command record), while none of OUT's recorded commands used it (:func:`earlier_storages`). Either read as
+    OUT's grid would show no trials, or the other folder's trials as OUT's. A storage OUT's commands used, a bucket, or one with no claim passes. Reads only.
 
     Raises:
         ValueError: naming the storage, what it is, and the folder to ask instead."""
@@ -1615,9 +1623,7 @@ def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
     claim = _read_json(where / STORAGE_CLAIM)
     other = claim.get("out") if isinstance(claim, dict) else None
     if not other:  # no claim (written for a --storage only): another output folder's default OUT/tune, OUT/tune_lr/ray
-        local = where.resolve()
-        home = (local.parent if local.name == "tune" else
-                local.parent.parent if local.name == "ray" and local.parent.name == "tune_lr" else None)  # fmt: skip
+        home = _default_storage_home(where)
         if home is not None and any((home / n).is_file() for n in ("spec.yaml", "run_meta.json", "logs/command.json")):
             other = str(home)
     if not other or Path(other).resolve() == Path(out).resolve():
