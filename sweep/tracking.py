@@ -420,13 +420,15 @@ def describe(targets: tuple[Target, ...], out_dir: str | Path, group: str | tupl
 
 def _experiments_in_store(uri: str, groups: tuple[str, ...]) -> list[str] | None:
     """Those of the MLflow experiments ``groups`` that the file store ``uri`` holds (a store folder that does not
-    exist holds none; it is not made), in order; None for a URI that is not a file store, or a store MLflow
-    cannot read."""
+    exist, or holds no experiment folder, holds none; it is left as it is), in order; None for a URI that is not a
+    file store, or a store MLflow cannot read."""
     store = _file_store_path(uri)
     if store is None:
         return None
     if not store.is_dir():
         return []
+    if not any(p.is_dir() and p.name != ".trash" for p in store.iterdir()):
+        return []  # no experiment folder: nothing to ask MLflow (its client would make .trash/ in the user's folder)
     try:
         _allow_file_store(uri)
         from mlflow.tracking import MlflowClient

@@ -370,3 +370,15 @@ def test_run_names_the_mlflow_experiments_of_its_lr_studies_and_its_grid(tmp_pat
         assert res.exit_code == 130, res.output
         said = res.output + "".join(capfd.readouterr())  # the console writes to the process's own streams
         assert f"MLflow: {want} at file:{out / 'mlruns'}" in said
+
+
+def test_an_empty_mlflow_store_is_said_to_hold_nothing_and_left_as_it_is(tmp_path):
+    """The closing line's check opened an empty store folder with MLflow's client, which made its `.trash/` in the
+    user's folder (and imported MLflow, ~1.6 s) to find no experiment there."""
+    store = tmp_path / "mlruns"
+    store.mkdir()
+    now = tracking.parse_track([f"mlflow:file:{store}"])
+    assert tracking.describe(now, tmp_path, "loopscale-x-grid") == [
+        f"MLflow: nothing logged at file:{store}: no trial of this command or an earlier one started in "
+        "'loopscale-x-grid'"]  # fmt: skip
+    assert list(store.iterdir()) == []
