@@ -135,21 +135,19 @@ def test_table6_token_column_against_the_rule():
     """docs/paper.md: against Table 6's "training tokens for r = 1" column (fit/paper_design_116.csv, 29 (C, s)
     cells), the rule's r = 1 D is -0.7 % to +2.7 % off, the gap growing with C; every cell lies within 0.7 % of the
     rule's D at one of r in {1, 2, 4}, and that r rises with C (r = 1 at 4.64e17, r = 4 at 2.15e19)."""
-    import pandas as pd
+    from loopscale.fit.synthetic import paper_design
 
-    from loopscale.fit.synthetic import PAPER_DESIGN_CSV
-
-    cells = pd.read_csv(PAPER_DESIGN_CSV).query("r == 1")
+    cells = paper_design().query("r == 1")
     assert len(cells) == 29
     gap1, closest, exact, worst = [], {}, 0, 0.0
     for row in cells.itertuples():
-        D = {r: tokens_for_flops(preset_config("paper", r=r, width_scale=int(row.s)), row.budget_flops, 2**18) / 1e9
+        D = {r: tokens_for_flops(preset_config("paper", r=r, width_scale=int(row.s)), row.budget, 2**18) / 1e9
              for r in (1, 2, 4, 8)}  # fmt: skip
-        table = row.D_tokens_B_table6_r1
+        table = row.D / 1e9
         gap1.append(D[1] / table - 1)
         best = min(D, key=lambda r: abs(D[r] - table))
-        assert abs(D[best] / table - 1) < 0.007, (row.budget_flops, row.s, D, table)
-        closest.setdefault(row.budget_flops, []).append(best)
+        assert abs(D[best] / table - 1) < 0.007, (row.budget, row.s, D, table)
+        closest.setdefault(row.budget, []).append(best)
         exact += any(round(D[r], 2) == table for r in (1, 2, 4))
         worst = max(worst, abs(D[best] / table - 1))
     assert min(gap1) == pytest.approx(-0.0069, abs=5e-4) and max(gap1) == pytest.approx(0.0270, abs=5e-4)
