@@ -184,6 +184,29 @@ def pilot_variant(runs: pd.DataFrame, variant: str) -> pd.DataFrame:
     return keep
 
 
+def one_model_per_cell(runs: pd.DataFrame, pilot: str | Path) -> None:
+    """Refuse a pilot whose cells, as the design matches them to planned ones (the columns of
+    :data:`loopscale.fit.design.NOISE_KEYS` it has: r, unique layers, width, D), hold models of different size:
+    their seed noise and FLOP/s would mix models (a ladder's plain models of several depths are one r = 1 cell
+    without ``layers_unique``), and the per-r check's cell means would not be one model's.
+
+    Raises:
+        ValueError: naming the columns that would tell the models apart.
+    """
+    from loopscale.fit.design import NOISE_KEYS
+
+    keys = [k for k in NOISE_KEYS if k in runs.columns]
+    law = [c for c in ("N_once", "N_rec") if c in runs.columns]
+    if not law or int(runs.groupby(keys)[law].nunique().to_numpy().max()) <= 1:
+        return
+    absent = [k for k in ("d_model", "layers_unique") if k not in runs.columns]
+    add = (f"add column(s) {absent}" + (" (or n_prelude, n_recur_block and n_coda, whose sum it is)"
+                                         if "layers_unique" in absent else "")
+           if absent else "give each model its own cell")  # fmt: skip
+    raise ValueError(f"pilot {pilot}: runs of the same cell ({', '.join(keys)}) have different N_once / N_rec, so "
+                     f"its seed noise and FLOP/s would mix models; {add}, as a loopscale runs.parquet has them")
+
+
 def _members(runs: pd.DataFrame, unknown: float = 1.0) -> pd.Series:
     """Members of each run's seed ensemble (1 for a single run): ``ensemble_size`` where the table records it, else
     the rows of the table with the run's ``trial_id``, else ``unknown`` (NaN to tell such runs apart)."""
@@ -414,6 +437,8 @@ def design(
         :func:`pilot_phi_per_r`), ``pilot_phi_per_r`` (r, phi, lo, hi), ``cells`` (noise
         and throughput per planned cell with their sources), ``assumptions``, ``candidates`` (best first: ``seeds``
         (a label: ``"16"``, ``"16/32"``), ``seeds_per_r``, ``runs``, ``trials``, ``wall_min``, ``fits``,
+        ``refused`` (why ``loopscale run`` would refuse it, :func:`loopscale.sweep.run.check_design`, else None: such
+        a candidate is timed, not simulated, and never fits),
         ``phi_half_width`` with its Monte-Carlo standard error ``phi_half_width_se``, ``r_phi_half_width``,
         ``worth_true``, ``worth_half_width`` (``worth_half_width_se``), ``tie``/``diff_se`` for those that fit,
         ...) and ``best`` (:func:`choose_best`'s label; None when none fits, or a warning says the predictions do
@@ -421,10 +446,12 @@ def design(
         spec without a ladder).
     Raises:
         ValueError / FileNotFoundError: bad arguments or pilot (before any simulation), e.g. a pilot of fewer cells
-            than the joint law's parameters.
+            than the joint law's parameters, or one whose cells hold models of several sizes
+            (:func:`one_model_per_cell`).
     """
     from loopscale.fit.design import (
         MC_BOOT,
+        DesignPrediction,
         cell_noise,
         design_cell_means,
         has_ladder,
@@ -434,6 +461,7 @@ def design(
     )
     from loopscale.fit.fitter import fit_law
     from loopscale.fit.laws import make_law
+    from loopscale.sweep.run import check_design
     from loopscale.sweep.spec import parse_spec
 
     if not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
@@ -452,6 +480,7 @@ def design(
         raise ValueError(f"--n-sim must be >= 2, got {n_sim}")
     first = spec.variants[0].name
     runs = pilot_variant(read_pilot(pilot), first)
+    one_model_per_cell(runs, pilot)
     means, n_params = design_cell_means(runs), make_law("joint").n_params
     if len(means) < n_params:
         raise ValueError(
@@ -500,6 +529,11 @@ def design(
         if progress is not None:
             progress(_label(layout), sum(int(n) * layout[r] for r, n in cells_per_r.items()), index, len(todo))
         cand = parse_spec({**spec.model_dump(mode="python"), "seeds": layout})
+        try:  # a design `loopscale run` refuses (e.g. one D and one seed: no interval) is timed, not simulated
+            check_design(cand)
+            refused = None
+        except ValueError as e:
+            refused = str(e).removesuffix(" (nothing was trained)")
         full = planned_runs(cand)  # every run the sweep trains: all variants count for the time
         plan = _first_variant_fit(full, first)
         plan["noise_sd"], noise_src = match_cells(plan, noise, "sd")
@@ -519,12 +553,25 @@ def design(
         full_rate, _ = match_cells(full, rates, "rate")
         per_trial = full.assign(C=full["C"] / full_rate).groupby("trial")["C"].sum().to_frame()  # s per trial
         wall = wall_time_s(per_trial, 1.0, slots, overhead_s=OVERHEAD_S)
-        pred = simulate_design(plan, truth.params, n_sim=n_sim, starts=starts, seed=seed)
+        if refused is None:
+            pred = simulate_design(plan, truth.params, n_sim=n_sim, starts=starts, seed=seed)
+        else:
+            nan = float("nan")
+            pred = DesignPrediction(n_runs=len(plan), n_sim=n_sim, n_ok=0, phi_true=float(truth.params["phi"]),
+                                    phi_half_width=nan, phi_sd=nan, phi_bias=nan, on_bound_frac=nan,
+                                    phi_draws=(nan,) * n_sim)  # fmt: skip
         draws[_label(layout)] = pred.phi_draws
         candidates.append({"seeds": _label(layout), "seeds_per_r": {str(r): k for r, k in layout.items()},
                            "spec_as_written": layout == own, "runs": len(full), "trials": int(full["trial"].nunique()),
-                           "runs_fitted": len(plan),
-                           "wall_min": wall / 60.0, "fits": wall <= minutes * 60.0, **pred.to_dict()})
+                           "runs_fitted": len(plan), "wall_min": wall / 60.0,
+                           "fits": refused is None and wall <= minutes * 60.0, "refused": refused, **pred.to_dict()})
+    refusals: dict[str, list[str]] = {}
+    for c in candidates:
+        if c["refused"]:
+            refusals.setdefault(c["refused"], []).append(c["seeds"] + " (the spec as written)" * c["spec_as_written"])
+    for why, labels in refusals.items():
+        warnings.append(f"`loopscale run` would refuse seeds {', '.join(labels)} per cell: {why}; "
+                        f"{'that candidate is' if len(labels) == 1 else 'those candidates are'} not simulated")
     warnings.extend(worth_warnings(candidates))
     if len(spec.variants) > 1:
         warnings.append(
@@ -657,8 +704,11 @@ def _no_best(res: dict) -> str:
     """Why :func:`design` names no best candidate: none fits in the minutes (with the quickest one's time), or a
     warning above says no candidate is recommended."""
     fit = [c for c in res["candidates"] if c["fits"]]
+    allowed = [c for c in res["candidates"] if not c.get("refused")]
+    if not allowed:
+        return "none: `loopscale run` would refuse every candidate (see the warning above)"
     if not fit:
-        quickest = min((c["wall_min"] for c in res["candidates"]), default=math.nan)
+        quickest = min((c["wall_min"] for c in allowed), default=math.nan)
         return f"none: no candidate fits in {res['minutes']:g} min (the quickest needs {quickest:.1f} min)"
     return "none: see the warning above (no candidate is recommended)"
 
@@ -702,7 +752,7 @@ def print_design(res: dict[str, Any]) -> None:
         tab.add_column(col, justify="right")
     for c in res["candidates"]:  # no "tie" where nothing is recommended (a warning withheld it): a tie with nothing
         tie = c.get("tie") and c.get("diff_se") and res["best"] is not None
-        fits = ("yes, tie" if tie else "yes") if c["fits"] else "no"
+        fits = ("yes, tie" if tie else "yes") if c["fits"] else "run refuses" if c.get("refused") else "no"
         tab.add_row(
             c["seeds"] + ("*" if c["spec_as_written"] else ""), str(c["runs"]), f"{c['wall_min']:.1f}", fits,
             _fmt(c["phi_half_width"]), _fmt(c.get("phi_half_width_se", math.nan)),

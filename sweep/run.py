@@ -261,8 +261,9 @@ def check_design(spec) -> None:
       .SeedReplicates``). Seeds add runs, not points: 2 cells of 4 seeds are 2 points;
     * a single budget where the fit has no seeds to resample: one iso-FLOP budget C (its runs train several D, so
       the fit is the block bootstrap over (budget, r) cells, paper Sec. 4.3, which can then never vary the
-      budget, whatever the seeds), or one token budget D with a single seed. A one-D design with seeds is
-      accepted: its fit resamples the seeds within every cell instead.
+      budget, whatever the seeds), or one token budget D with a single seed in some r's cells (all: no interval;
+      some: a cell of one seed never varies, so the interval would leave out its noise). A one-D design with
+      seeds at every r is accepted: its fit resamples the seeds within every cell instead.
 
     Raises:
         ValueError: the message says what to add.
@@ -298,6 +299,15 @@ def check_design(spec) -> None:
                 f"sizes, values of r, ladder depths (ladder: [...]) or budgets ('{key}') (nothing was trained)"
             )
     if len(budgets) < 2 and (iso_flop or spec.min_seeds() < 2):
+        ones = [r for r in spec.r if len(spec.seeds_for(r)) < 2]
+        if not iso_flop and len(ones) < len(spec.r):  # seeds in some cells only: those of one seed never vary
+            raise ValueError(
+                f"every run has the same budget ({key}: {next(iter(budgets)):g}) and the cells at r = "
+                f"{', '.join(map(str, ones))} have one seed: the joint fit resamples seeds within cells (its block "
+                "bootstrap over (budget, r) cells cannot vary the budget), and a cell of one seed never varies, so "
+                f"phi's interval would leave out their noise; give every r 2 seeds or more (e.g. seeds: 4) or add a "
+                f"second budget to '{key}' (nothing was trained)"
+            )
         instead = ("its runs train several D, so seeds are not resampled in its place" if iso_flop
                    else "there are no seeds to resample instead")  # fmt: skip
         raise ValueError(

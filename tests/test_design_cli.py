@@ -564,3 +564,42 @@ def test_a_pilot_whose_ok_runs_read_two_corpus_contents_is_refused(tmp_path):
         read_pilot(tmp_path / "mixed.parquet")
     runs.assign(corpus_sha256="c" * 64).to_parquet(tmp_path / "one.parquet")
     assert len(read_pilot(tmp_path / "one.parquet")) == len(runs)
+
+
+def test_a_candidate_run_refuses_is_timed_not_simulated_and_never_best(tmp_path, capsys):
+    """One token budget and one seed per cell: `loopscale run` refuses the spec (phi would get no interval), yet the
+    design simulated it and called it "fits: yes" with a predicted ±φ. It is now marked refused, with run's reason
+    in a warning, and never recommended; a design where run refuses every candidate says so."""
+    spec, path, _ = _pilot(tmp_path, seeds=4)
+    one = parse_spec({**SPEC, "seeds": 1})
+    res = design(one, path, minutes=10, cpus=2, seeds=(2, "1/2"), n_sim=3, starts=3, seed=0, fit_starts=20)
+    by = {c["seeds"]: c for c in res["candidates"]}
+    assert by["1"]["spec_as_written"] and by["1"]["refused"].startswith("every run has the same budget")
+    assert "cells at r = 1 have one seed" in by["1/2"]["refused"] and by["2"]["refused"] is None
+    for c in (by["1"], by["1/2"]):
+        assert not c["fits"] and np.isnan(c["phi_half_width"]) and c["n_ok"] == 0 and c["wall_min"] > 0
+    assert np.isfinite(by["2"]["phi_half_width"]) and res["best"] == "2"
+    said = [w for w in res["warnings"] if w.startswith("`loopscale run` would refuse seeds")]
+    assert len(said) == 2 and "seeds 1 (the spec as written) per cell" in said[0] + said[1]
+    print_design(res)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "run refuses" in out and "best within 10 min: 2 seeds per cell" in out
+    alone = design(one, path, minutes=10, cpus=2, seeds=(), n_sim=3, starts=3, seed=0, fit_starts=20)
+    assert alone["best"] is None
+    print_design(alone)
+    assert "none: `loopscale run` would refuse every candidate" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_pilot_whose_cells_hold_several_models_is_refused_naming_the_columns(tmp_path):
+    """A pilot table without layers_unique (or n_prelude, n_recur_block, n_coda) holds the ladder's plain models of
+    several depths in one r = 1 cell: the design failed inside the per-r check ("cell_means: N_rec varies within a
+    cell"), where `fit` reads the same table. It is refused naming the columns to add; the same table with
+    layers_unique is a pilot."""
+    spec, path, runs = _pilot(tmp_path, seeds=2)
+    cols = ["r", "d_model", "N_once", "N_rec", "D", "C", "wall_s", "seed", "final_val_loss"]
+    runs[cols].to_csv(tmp_path / "bare.csv", index=False)
+    with pytest.raises(ValueError, match=r"runs of the same cell \(r, d_model, D\) have different N_once / N_rec.*"
+                                         r"add column\(s\) \['layers_unique'\] \(or n_prelude, n_recur_block and"):
+        design(spec, tmp_path / "bare.csv", minutes=10, seeds=(), n_sim=2, starts=2)
+    runs[[*cols, "layers_unique"]].to_csv(tmp_path / "layers.csv", index=False)
+    assert design(spec, tmp_path / "layers.csv", minutes=10, seeds=(), n_sim=2, starts=2, fit_starts=20)["cells"]

@@ -87,6 +87,9 @@ def test_fixed_D_needs_seeds():
     with pytest.raises(ValueError, match="seeds"):
         check_design(parse_spec(dict(BASE, ladder=[2, 3, 4, 6])))
     check_design(parse_spec(dict(BASE, ladder=[2, 3], seeds=2)))  # accepted: the fit resamples seeds
+    # seeds at the looped r only: the r = 1 cells never vary in the bootstrap (it said "one seed ... no interval")
+    with pytest.raises(ValueError, match=r"cells at r = 1 have one seed: .* would leave out their noise; give every r"):
+        check_design(parse_spec(dict(BASE, ladder=[2, 3], seeds={1: 1, 2: 2, 8: 2})))
 
 
 def test_seeds_add_runs_not_design_points():
