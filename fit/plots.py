@@ -6,6 +6,7 @@ Also the axis helpers the other figures share: :func:`log_ticks` (few, readable 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,9 @@ def _curve_groups(frame: pd.DataFrame) -> tuple[str | None, str]:
         return "budget", ""
     if frame.groupby(rs)["D"].nunique().max() <= MAX_D_CURVES:
         return "D", ""
-    return None, f"points only: no C or budget column, and more than {MAX_D_CURVES} distinct D per r"
+    c = f"C takes more than {FLOP_BUDGETS_MAX} budgets per r" if per_r is not None else "no C column"
+    budget = "a budget column not all numbers" if "budget" in frame.columns else "no budget column"
+    return None, f"points only: {c}, {budget}, and more than {MAX_D_CURVES} distinct D per r"
 
 
 MAX_D_CURVES = 8
@@ -171,7 +174,8 @@ def fit_curves_figure(fit: Any, frame: pd.DataFrame) -> Any:
             ax.legend(fontsize=6)
     data_ylim(axes[0][0], frame["loss"], np.concatenate(curve_y) if curve_y else None, reach=0.5)
     axes[0][0].set_ylabel("val loss (nats/token)")
-    fig.suptitle(f"{fit.law} law fit, R² = {fit.r2:.4f}" + (f" ({why})" if why else ""))
+    title = f"{fit.law} law fit, R² = {fit.r2:.4f}" + (f" ({why})" if why else "")
+    fig.suptitle(textwrap.fill(title, width=45 * len(rs)))  # about 45 characters fit a 4-inch panel
     fig.tight_layout()
     return fig
 

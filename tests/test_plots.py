@@ -242,6 +242,7 @@ def test_fit_curves_of_a_table_without_c_are_drawn_at_each_token_budget():
 def test_fit_curves_use_the_budget_column_for_c_and_say_when_they_draw_none():
     """An iso-FLOP table with ``budget`` (C in FLOPs) but no ``C``: curves per budget, named C=budget. With neither
     and many distinct D per r: points only, and the title says why."""
+    from loopscale.fit.derived import FLOP_BUDGETS_MAX
     from loopscale.fit.plots import MAX_D_CURVES, fit_curves_figure
 
     runs = _smoke_runs()
@@ -256,9 +257,18 @@ def test_fit_curves_use_the_budget_column_for_c_and_say_when_they_draw_none():
     fig = fit_curves_figure(fit, many)
     try:
         assert all(not ax.get_lines() for ax in fig.axes)
-        assert f"points only: no C or budget column, and more than {MAX_D_CURVES} distinct D per r" in (
-            fig._suptitle.get_text()
+        assert f"points only: no C column, no budget column, and more than {MAX_D_CURVES} distinct D per r" in (
+            " ".join(fig._suptitle.get_text().split())
         )
+    finally:
+        plt.close(fig)
+    # a C per run (e.g. C = 6 N D of an outside table) is a C column, said so (it said "no C or budget column")
+    per_run = many.assign(C=6 * (many["N_once"] + many["N_rec"]) * many["D"] * (1 + np.arange(len(many)) / 1e3))
+    fig = fit_curves_figure(fit, per_run)
+    try:
+        title = " ".join(fig._suptitle.get_text().split())
+        assert f"points only: C takes more than {FLOP_BUDGETS_MAX} budgets per r, no budget column, and more" in title
+        assert max(len(line) for line in fig._suptitle.get_text().splitlines()) <= 45 * len(fig.axes)
     finally:
         plt.close(fig)
 
