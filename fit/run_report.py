@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,17 @@ def no_runs_table_message(d: Path, torn: bool) -> str:
     if not is_loopscale_folder(d):
         return (f"{what}, and {d} is not a loopscale output folder (no spec.yaml, run_meta.json or parts/): give the "
                 "output folder of `loopscale run` (its --out)")  # fmt: skip
-    spec = f"{d / 'spec.yaml'}" if (d / "spec.yaml").is_file() else "SPEC"
+    spec = shlex.quote(str(d / "spec.yaml")) if (d / "spec.yaml").is_file() else "SPEC"
+    qd = shlex.quote(str(d))
     if has_parts:
-        return (f"{what}; its runs' own records are still in {parts}: `loopscale run {spec} --out {d} --resume` "
+        return (f"{what}; its runs' own records are still in {parts}: `loopscale run {spec} --out {qd} --resume` "
                 "rebuilds it from them, training only the runs missing there, then fits and reports")
     if not torn and not any((d / n).exists() for n in ("run_meta.json", "logs", "tune", "fit")):
         # a folder `loopscale design --out` (or a stopped run before its first record) prepared: nothing trained yet
         return (f"{what}: no run has been trained in {d} yet (it holds its spec"
                 f"{', and a design prediction' if (d / 'design_prediction.json').is_file() else ''}): `loopscale run "
-                f"{spec} --out {d}` trains the grid, fits it and writes the report")
-    return (f"{what}, and {d} holds no other record of its runs (no parts/): `loopscale run {spec} --out {d} "
+                f"{spec} --out {qd}` trains the grid, fits it and writes the report")
+    return (f"{what}, and {d} holds no other record of its runs (no parts/): `loopscale run {spec} --out {qd} "
             "--resume` trains them again, or restore runs.parquet from a copy")
 
 
@@ -502,6 +504,12 @@ def _provenance(meta: dict) -> list[str]:
     return L
 
 
+def _rerun_line(d: Path) -> str:
+    """The command that resumes the run in folder ``d`` (its ``spec.yaml``, else ``SPEC``), shell-quoted."""
+    spec = shlex.quote(str(d / "spec.yaml")) if (d / "spec.yaml").is_file() else "SPEC"
+    return f"loopscale run {spec} --out {shlex.quote(str(d))} --resume"
+
+
 def _stale_fit(d: Path, meta: dict) -> str | None:
     """A warning when the fit in ``d/fit`` was made from another runs table: ``run_meta.json`` records the sha256 of
     the ``runs.parquet`` it fitted (``fit_input.runs_sha256``) and today's file has another (runs removed, added or
@@ -511,13 +519,12 @@ def _stale_fit(d: Path, meta: dict) -> str | None:
     fitted = (meta.get("fit_input") or {}).get("runs_sha256")
     if not fitted or file_digest(d / "runs.parquet") == fitted:
         return None
-    spec = d / "spec.yaml"
     return (
         "> **Stale fit.** The fit shown here was made from another runs table: runs.parquet changed after the fit "
         f"(sha256 {file_digest(d / 'runs.parquet')[:12]} now, {fitted[:12]} when fitted), so the fit's parameters, "
         "intervals and curves below are those of that table, not of the runs listed. To refit it and redraw this report run "
-        f"`loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` (it first trains the spec's runs "
-        f"missing from the table); `loopscale fit {d}` fits the table as it is now, without changing this report.\n"
+        f"`{_rerun_line(d)}` (it first trains the spec's runs "
+        f"missing from the table); `loopscale fit {shlex.quote(str(d))}` fits the table as it is now, without changing this report.\n"
     )
 
 
@@ -551,14 +558,13 @@ def _lost_fit_files(d: Path, ana: dict) -> str | None:
     lost = missing_fit_files(d, ana)
     if not lost:
         return None
-    spec = d / "spec.yaml"
     what = ", ".join(f"`{p}`" for p in lost)
     warnings.warn(f"{d}: the fit's files {', '.join(lost)} are missing; the report's numbers are "
                   "fit/analysis.json's, and figures drawn from those files are missing", stacklevel=3)  # fmt: skip
     return (
         f"> **Fit files missing.** {what} are not in the folder: the numbers below are `fit/analysis.json`'s, and "
-        f"the figures drawn from those files are missing. `loopscale run {spec if spec.is_file() else 'SPEC'} --out "
-        f"{d} --resume` refits (training nothing when every run is in runs.parquet) and redraws them.\n"
+        f"the figures drawn from those files are missing. `{_rerun_line(d)}` refits (training nothing when every "
+        "run is in runs.parquet) and redraws them.\n"
     )
 
 
@@ -676,17 +682,16 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         raise FileNotFoundError(
             f"{ana_path} not found, and {d} has no spec.yaml: its runs.parquet was not made by `loopscale run` or "
             "`sweep`, and report.md is built only for a run's folder; fit the table with `loopscale fit "
-            f"{d / 'runs.parquet'} --out DIR` (fit.json and figures in DIR; add --bootstrap N --identify for "
+            f"{shlex.quote(str(d / 'runs.parquet'))} --out DIR` (fit.json and figures in DIR; add --bootstrap N --identify for "
             "intervals and the identification verdict)"
         )
     if ana is None:
-        spec = d / "spec.yaml"
         n_done = int((runs["status"] == "ok").sum()) if "status" in runs.columns else len(runs)
         raise FileNotFoundError(
             f"{ana_path} not found: the report is built from the fit stage of `loopscale run`; run it on this "
-            f"folder: `loopscale run {spec if spec.is_file() else 'SPEC'} --out {d} --resume` (the {n_done} "
+            f"folder: `{_rerun_line(d)}` (the {n_done} "
             "finished runs there are not trained again; runs not finished yet are trained first, then the fit "
-            f"stage and the report run; `loopscale status {d}` says how many are pending)"
+            f"stage and the report run; `loopscale status {shlex.quote(str(d))}` says how many are pending)"
         )
     meta = read_json_or_aside(str(d / "run_meta.json")) or {}
     lr = _read_parquet(d / "lr_table.parquet")

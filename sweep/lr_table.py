@@ -4,6 +4,7 @@ loss-vs-LR plots, and reading it back as {(size, r): lr} for the grid."""
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,7 @@ def read_lr_table(path: str | Path) -> dict[tuple[int, int], float]:
     """
     p = Path(path)
     if not lr_table_present(p):
-        raise FileNotFoundError(f"no LR table at {p}: run `loopscale tune-lr SPEC --out {p.parent}` first")
+        raise FileNotFoundError(f"no LR table at {p}: run `loopscale tune-lr SPEC --out {shlex.quote(str(p.parent))}` first")
     out: dict[tuple[int, int], float] = {}
     for row in _read_lr_rows(p):
         if row["lr"] is None:

@@ -378,7 +378,7 @@ def unfinished_grid_note(table) -> str | None:
     return (
         f"{folder}'s spec plans {len(cells)} runs and runs.parquet holds {len(cells) - len(missing)} of them: "
         f"{len(missing)} not trained yet ({shown}); this fit is of the runs there are (a missing cell changes every "
-        f"parameter); `loopscale status {folder}` says what is left and the command that trains it"
+        f"parameter); `loopscale status {shlex.quote(str(folder))}` says what is left and the command that trains it"
     )
 
 

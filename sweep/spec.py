@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -1769,10 +1770,11 @@ def refit_command(out: Path, looped_variants: list[str]) -> str:
     (``--variant V --out DIR_refit_V``) when several variants have looped runs (a single fit is refused there)."""
     out = Path(out).resolve()
     dest = out.parent / f"{out.name}_refit"
-    base = f"loopscale fit {out} --bootstrap 200 --identify"
+    base = f"loopscale fit {shlex.quote(str(out))} --bootstrap 200 --identify"
     if len(looped_variants) > 1:
-        return "; ".join(f"`{base} --variant {v} --out {dest}_{v}`" for v in looped_variants)
-    return f"`{base} --out {dest}`"
+        return "; ".join(f"`{base} --variant {shlex.quote(v)} --out {shlex.quote(f'{dest}_{v}')}`"
+                         for v in looped_variants)  # fmt: skip
+    return f"`{base} --out {shlex.quote(str(dest))}`"
 
 
 class RunsDefinedOtherwise(ValueError):
@@ -1812,7 +1814,7 @@ class RunsDefinedOtherwise(ValueError):
             f"{out}: {len(foreign)} of its {n_recorded} recorded runs are not cells of its spec as this loopscale "
             f"defines runs ({named}{more}): {why}; a sweep here would train every cell again beside them and the "
             f"fit would count both. Refit them without training with {self.refit}, rebuild the folder's report "
-            f"(of the fit it holds) with `loopscale report {out}`, or train the spec into another --out directory"
+            f"(of the fit it holds) with `loopscale report {shlex.quote(str(out))}`, or train the spec into another --out directory"
         )
 
 

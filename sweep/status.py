@@ -346,7 +346,7 @@ def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -
         f"{out} is in use: `{cmd.get('command')}` (pid {cmd.get('pid')} on {cmd.get('host')}) is working there; "
         f"{what} would run beside it ("
         + (why or "two commands in one folder train every run twice and replace each other's files")
-        + f"): wait until it ends (`loopscale status {out}` shows its progress), or stop it first"
+        + f"): wait until it ends (`loopscale status {shlex.quote(str(out))}` shows its progress), or stop it first"
     )
 
 
@@ -378,7 +378,7 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
     from loopscale.sweep.spec import RunsDefinedOtherwise, check_folder_runs, load_spec, refit_command
 
     caveats = []
-    rerun = f"`loopscale run {out / 'spec.yaml'} --out {out} --resume`"
+    rerun = f"`loopscale run {shlex.quote(str(out / 'spec.yaml'))} --out {shlex.quote(str(out))} --resume`"
     first = (f"first training the {pending} run{'s' if pending != 1 else ''} of its spec not in the table"
              if pending else "training nothing")  # fmt: skip
     try:  # runs that are no cells of the folder's spec as this loopscale defines runs: `run` refuses the folder
@@ -983,7 +983,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         above = next((p for p in (out.parent, out.parent.parent) if p != out and _is_output(p)), None)
         if above is not None:
             raise NotAnOutput(f"{out} is inside the loopscale output folder {above} (its {out.relative_to(above)}/): "
-                              f"give that folder, `loopscale status {above}`")  # fmt: skip
+                              f"give that folder, `loopscale status {shlex.quote(str(above))}`")  # fmt: skip
         if (out / "fit.json").is_file():
             raise NotAnOutput(
                 f"{out} holds a `loopscale fit` output (fit.json), not the folder of a run or sweep: status follows "
@@ -1632,7 +1632,7 @@ def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
         return
     raise ValueError(f"--storage {storage} holds the Tune state of {other} (its commands last used it), and no "
                      f"command of {Path(out).resolve()} used it: read as this folder's, its trials would be that "
-                     f"folder's; `loopscale status {other}`, or leave --storage out (the folder's logs/command.json "
+                     f"folder's; `loopscale status {shlex.quote(str(other))}`, or leave --storage out (the folder's logs/command.json "
                      "names its own)")  # fmt: skip
 
 
