@@ -485,14 +485,19 @@ def interrupt_message(exc: BaseException, resumable: bool, kwargs: dict | None =
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
-def disk_error(exc: BaseException) -> OSError | None:
-    """The ``OSError`` of a full, over-quota or read-only disk (:data:`DISK_ERRNOS`) that ``exc`` is, or that
-    caused it (its ``__cause__`` / ``__context__`` chain: Tune and pyarrow wrap it), else None."""
+ACCESS_ERRNOS = (errno.EACCES, errno.EPERM)
+"""errno values of a path this user may not use (permission denied, operation not permitted)."""
+
+
+def disk_error(exc: BaseException, errnos: tuple[int, ...] = DISK_ERRNOS) -> OSError | None:
+    """The ``OSError`` of a full, over-quota or read-only disk (:data:`DISK_ERRNOS`; another tuple of ``errnos``,
+    e.g. :data:`ACCESS_ERRNOS`) that ``exc`` is, or that caused it (its ``__cause__`` / ``__context__`` chain:
+    Tune and pyarrow wrap it), else None."""
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+        if isinstance(e, OSError) and e.errno in errnos:
             return e
         e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     return None
@@ -515,8 +520,12 @@ def disk_error_message(err: OSError, resumable: bool) -> str:
         said += f" writing {err.filename}"
     then = ("rerun the same command with --resume: what had finished is kept" if resumable
             else "rerun the command")  # fmt: skip
-    fix = ("make it writable (it is mounted read-only) or choose another folder" if err.errno == errno.EROFS
-           else "free space there (`df -h` shows where it is short) or choose another folder")  # fmt: skip
+    if err.errno in ACCESS_ERRNOS:
+        fix = "this user may not use that path: give one it may use, or change the folder's permissions"
+    elif err.errno == errno.EROFS:
+        fix = "make it writable (it is mounted read-only) or choose another folder"
+    else:
+        fix = "free space there (`df -h` shows where it is short) or choose another folder"
     return f"{said}; {fix}, then {then}"
 
 
@@ -527,7 +536,8 @@ def present_errors(command):
     "interrupted (SIGTERM): ..." and :data:`EXIT_TERMINATED`);
     :class:`CommandFailed` -> "error: <message>" and :data:`EXIT_FAILED`;
     ``ValueError`` / ``FileNotFoundError`` -> "error: <message>" and :data:`EXIT_USAGE`; a full, over-quota or
-    read-only disk anywhere in the error's chain (:func:`disk_error`) -> "error: ..." and :data:`EXIT_FAILED`.
+    read-only disk anywhere in the error's chain (:func:`disk_error`), or a path this user may not use
+    (:data:`ACCESS_ERRNOS`), -> "error: ..." and :data:`EXIT_FAILED`.
     Anything else is a bug and keeps its traceback. The console script registers every command through it; where
     SIGINT or SIGTERM has the console script's start-up handler (:func:`loopscale.sweep.entry.startup_sigint`),
     the wrapper gives it back to its default handler first."""
@@ -561,8 +571,11 @@ def present_errors(command):
         except (ValueError, FileNotFoundError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(code=EXIT_USAGE) from None
-        except Exception as e:  # a full or read-only disk is the machine's state, not a bug: one line, no traceback
-            if isinstance(e, (typer.Exit, *click_exceptions())) or (err := disk_error(e)) is None:
+        except Exception as e:  # a full or read-only disk, or a path this user may not use, is the machine's state,
+            # not a bug: one line, no traceback
+            if isinstance(e, (typer.Exit, *click_exceptions())):
+                raise
+            if (err := disk_error(e) or disk_error(e, ACCESS_ERRNOS)) is None:
                 raise
             typer.echo(f"error: {disk_error_message(err, resumable)}", err=True)
             raise typer.Exit(code=EXIT_FAILED) from None

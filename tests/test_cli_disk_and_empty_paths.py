@@ -90,10 +90,20 @@ def test_a_full_disk_anywhere_in_the_chain_is_one_error_line(capsys):
     assert "free space there" in err and "--resume" in err
 
     def bug():
-        raise OSError(errno.EACCES, "denied")  # not a disk's state: a bug keeps its traceback
+        raise OSError(errno.EBADF, "Bad file descriptor")  # not a disk's state: a bug keeps its traceback
 
     with pytest.raises(OSError):
         present_errors(bug)()
+
+    def denied(resume: bool = False):  # e.g. --out under /sys as root: os.access said yes, mkdir said no
+        raise PermissionError(errno.EPERM, "Operation not permitted", "/sys/x")
+
+    with pytest.raises(typer.Exit) as ex:
+        present_errors(denied)()
+    assert ex.value.exit_code == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: [Errno 1] Operation not permitted: '/sys/x'")
+    assert "this user may not use that path" in err and "free space" not in err and "--resume" in err
     assert disk_error(OSError(errno.EROFS, "Read-only file system", "/ro/x")).filename == "/ro/x"
     assert disk_error(RuntimeError("x")) is None
     from loopscale.cluster.options import disk_error_message
