@@ -130,6 +130,21 @@ class VariantSpec(_Strict):
         return self
 
 
+class _TrainingBase(_Strict):
+    """Checks of the ``training:`` section across its fields."""
+
+    @model_validator(mode="after")
+    def _decay_frac_needs_wsd(self):
+        default = type(self).model_fields["decay_frac"].default
+        if self.decay_frac != default and self.schedule != "wsd":  # as `loopscale train --decay-frac` notes it
+            raise ValueError(
+                f"decay_frac ({self.decay_frac:g}) has no effect with schedule {self.schedule!r}: it is the "
+                "final decay of schedule 'wsd' (warmup, constant, then the decay over the last decay_frac of the "
+                "steps); remove decay_frac, or set schedule: wsd"
+            )
+        return self
+
+
 def _training_spec_model() -> type[BaseModel]:
     """The ``training:`` section, derived from the :class:`loopscale.model.train.RunConfig` fields declared
     settable there (field metadata :data:`loopscale.model.train.SPEC_TRAINING`): same names, types and defaults,
@@ -146,7 +161,7 @@ def _training_spec_model() -> type[BaseModel]:
         for f in dataclasses.fields(RunConfig)
         if SPEC_TRAINING in f.metadata
     }
-    model = create_model("TrainingSpec", __base__=_Strict, **fields)
+    model = create_model("TrainingSpec", __base__=_TrainingBase, **fields)
     model.__doc__ = (
         "Trainer settings shared by every run: the RunConfig fields a spec may override (defaults are "
         "RunConfig's; see :class:`loopscale.model.train.RunConfig` for each field's meaning and unit)."
@@ -1289,6 +1304,10 @@ _KEYS_ELSEWHERE = {
     ("training", "lr_data_factor"): "each run's factor comes from the top-level key lr_data_exponent",
     ("model", "hc_lanes"): "lanes belong to the hyperconnect variant: variants: [{name: hyperconnect, hc_lanes: 4}]",
     ("model", "bptt_k"): "truncated BPTT is the variant trunc_bptt (bptt_k = ceil(r / 2)): variants: [trunc_bptt]",
+    ("variants", "bptt_k"): "the variant trunc_bptt sets bptt_k = ceil(r / 2) itself (the paper's); another k is "
+    "a single run's: `loopscale train --bptt-k K`",
+    ("training", "bptt_k"): "truncated BPTT is the variant trunc_bptt (bptt_k = ceil(r / 2)): variants: [trunc_bptt]",
+    ("", "bptt_k"): "truncated BPTT is the variant trunc_bptt (bptt_k = ceil(r / 2)): variants: [trunc_bptt]",
     ("model", "r"): "recurrences are the top-level key r",
     ("model", "d_model"): "widths are the top-level key sizes (or the sizes of budgets)",
     ("", "optimizer"): "the optimizer is training.optimizer",
