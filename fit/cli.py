@@ -198,7 +198,7 @@ def fit_cmd(
     ] = False,
     out: Annotated[
         Path | None, typer.Option(
-            "--out", help="Write fit.json, bootstrap.parquet and PNGs here (an earlier fit's files there are first moved "
+            "--out", help="Write fit.json, bootstrap.parquet (with --identify identification.json) and PNGs here (an earlier fit's files there are first moved "
             "into a folder earlier_fit_<UTC time> there; a `loopscale run` folder, its fit/ and the folders it writes "
             "are refused, and so is a folder another `loopscale fit` is writing now). "
             "`loopscale report` is for a `loopscale run` folder, not for this one.",

@@ -413,9 +413,13 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         arr = numeric(c, f"column {given.get(c, c)!r}").to_numpy(dtype=np.float64, na_value=np.nan)
         bad = ~np.isfinite(arr)
         if bad.any():
+            how = ("give those runs a status other than 'ok' (e.g. 'diverged'), which the fits leave out before "
+                   "this check, or remove them" if "status" in df.columns else
+                   "remove those rows, or add a status column and mark them other than 'ok' (e.g. 'diverged'): the "
+                   "fits take the rows whose status is 'ok'")  # fmt: skip
             raise ValueError(
                 f"column {given.get(c, c)!r} has {int(bad.sum())} NaN/inf value(s) (first at "
-                f"{where(int(np.argmax(bad)))}; rows with a status other than 'ok' are left out before this check)"
+                f"{where(int(np.argmax(bad)))}); {how}"
             )
         cols[c] = arr
     for c, rule, ok in (

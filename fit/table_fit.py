@@ -295,9 +295,12 @@ def identification(fit, boot, runs, *, strata, starts: int, seed: int):
 
 def _one_point(src: pd.DataFrame) -> None:
     """Raise :func:`chinchilla_flat_terms`'s one-point error when the ok rows of ``src`` share one N (``N`` or
-    ``N_unique``) and one D; return otherwise."""
+    ``N_unique``, else ``N_once + N_rec``) and one D; return otherwise."""
     ok = src[src["status"].astype("string") == "ok"] if "status" in src.columns else src
     n_col = next((c for c in ("N", "N_unique") if c in ok.columns), None)
+    if n_col is None and {"N_once", "N_rec"} <= set(ok.columns):
+        ok, n_col = ok.assign(N=pd.to_numeric(ok["N_once"], errors="coerce") + pd.to_numeric(ok["N_rec"],
+                                                                                             errors="coerce")), "N"
     if len(ok) and n_col and "D" in ok.columns and ok[n_col].nunique() == 1 and ok["D"].nunique() == 1:
         n, d = (pd.to_numeric(ok[c], errors="coerce").to_numpy(float) for c in (n_col, "D"))
         chinchilla_flat_terms(SimpleNamespace(n=len(ok), cols={"N": n, "D": d}))

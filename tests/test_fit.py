@@ -380,7 +380,8 @@ def test_fit_errors_name_the_tables_own_column():
     t = _base_joint().rename(columns={"loss": "final_val_loss"})
     bad = t.copy()
     bad.loc[3, "final_val_loss"] = np.nan
-    with pytest.raises(ValueError, match=r"column 'final_val_loss' has 1 NaN/inf value\(s\) \(first at row 3"):
+    with pytest.raises(ValueError, match=r"column 'final_val_loss' has 1 NaN/inf value\(s\) \(first at row 3\); "
+                       r"remove those rows, or add a status column"):  # it spoke of a status column the table lacks
         prepare(bad, make_law("joint"))
     bad.loc[3, "final_val_loss"] = -1.0
     with pytest.raises(ValueError, match=r"column 'final_val_loss' must be > 0 \(nats/token\); row 3"):
@@ -399,13 +400,14 @@ def test_fit_errors_name_the_row_of_the_table_as_read():
     t.loc[0:2, "status"] = "diverged"
     bad = t.copy()
     bad.loc[10, "final_val_loss"] = np.nan
-    with pytest.raises(ValueError, match=r"NaN/inf value\(s\) \(first at row 10 \(run_id 'run10'\)"):
+    with pytest.raises(ValueError, match=r"NaN/inf value\(s\) \(first at row 10 \(run_id 'run10'\)\); give those runs a "
+                       r"status other than 'ok'"):  # fmt: skip
         prepare(bad, make_law("joint"))
     bad.loc[10, "final_val_loss"] = -1.0
     with pytest.raises(ValueError, match=r"must be > 0 \(nats/token\); row 10 \(run_id 'run10'\) has -1.0"):
         prepare(bad, make_law("joint"))
     bad.loc[10, "final_val_loss"] = np.inf
-    with pytest.raises(ValueError, match=r"first at row 10;"):  # a table without run ids: its row alone
+    with pytest.raises(ValueError, match=r"first at row 10\);"):  # a table without run ids: its row alone
         prepare(bad.drop(columns=["run_id"]), make_law("joint"))
 
 
@@ -1386,7 +1388,7 @@ def test_a_value_that_is_not_a_number_is_named_with_its_row_and_a_csv_by_its_lin
     t.loc[7, "loss"] = np.nan
     t.to_csv(path, index=False)
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
-    assert res.exit_code == 2 and "NaN/inf value(s) (first at line 9 of the CSV;" in res.output, res.output
+    assert res.exit_code == 2 and "NaN/inf value(s) (first at line 9 of the CSV);" in res.output, res.output
 
 
 def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
@@ -1492,10 +1494,10 @@ def test_csv_rows_are_named_by_their_own_line_after_blank_lines_quoted_newlines_
     assert lines[k] == k + 4  # the blank line and the second line of row 2 before it
     assert path.read_text().splitlines()[lines[k] - 1].endswith(",,x")  # the NaN loss, then the note
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0"])
-    assert res.exit_code == 2 and f"first at line {lines[k]} of the CSV;" in res.output, res.output
+    assert res.exit_code == 2 and f"first at line {lines[k]} of the CSV);" in res.output, res.output
     # --r 2: named by its line, not by its place among the rows fitted
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--r", "2", "--law", "chinchilla", "--bootstrap", "0"])
-    assert res.exit_code == 2 and f"first at line {lines[k]} of the CSV;" in res.output, res.output
+    assert res.exit_code == 2 and f"first at line {lines[k]} of the CSV);" in res.output, res.output
     # a variant's fit (the baseline's r = 1 runs borrowed, its looped rows first): the same
     t.loc[k, "loss"] = 3.0
     var = pd.concat([t.assign(variant="baseline"), t[t["r"] > 1].assign(variant="B")], ignore_index=True)
@@ -1504,7 +1506,7 @@ def test_csv_rows_are_named_by_their_own_line_after_blank_lines_quoted_newlines_
     var.to_csv(path, index=False)
     want = csv_record_lines(path)[bad]
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--variant", "B", "--bootstrap", "0"])
-    assert res.exit_code == 2 and f"first at line {want} of the CSV;" in res.output, res.output
+    assert res.exit_code == 2 and f"first at line {want} of the CSV);" in res.output, res.output
     # the line numbers are loopscale's own column, never named as the table's
     t.drop(columns="r").to_csv(path, index=False)
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--r", "2", "--law", "chinchilla", "--bootstrap", "0"])

@@ -148,6 +148,10 @@ def test_fit_table_names_what_is_missing_in_the_terms_of_the_table():
     three = hc[hc["r"] == 2].head(3)
     with pytest.raises(ValueError, match=r"the 3 runs fitted share one N \(\d+\) and one D .*one point of the law"):
         fit_table(pd.concat([df[df["r"] == 1], three]), variant="hyperconnect", law="chinchilla", r=2)
+    # a table of your own with N_once and N_rec but no N or N_unique column: the same (it said "add runs")
+    bare = three[["r", "N_once", "N_rec", "D", "seed", "final_val_loss"]].rename(columns={"final_val_loss": "loss"})
+    with pytest.raises(ValueError, match=r"the 3 runs fitted share one N \(\d+\) and one D .*one point of the law"):
+        fit_table(bare, law="chinchilla")
     seven = df[df["seed"] < 3]
     seven = seven[(seven["r"] > 1) | (seven["n_recur_block"] != 10)]  # 4 plain depths + 3 looped cells
     with pytest.raises(ValueError, match=r"its \d+ runs are 7 cells .* fitted as 7 cell means, fewer than the 8 "
