@@ -287,8 +287,11 @@ def fit_cmd(
     make_law(law, phi, **({"rs": (2,)} if law == "joint_per_r" else {}))  # an unknown law, a bad phi: said first
     _blocks(block_by, label=f"--block-by {block_by}")  # a column given twice or empty: said before the table
     if r_only is not None:
+        entries = [x.strip() for x in r_only.split(",")]
+        if r_only.strip() and not all(entries):  # `--r 1,,2` or `--r 4,`: a typo, as `design --seeds 8,,16`
+            raise ValueError(f"--r {r_only}: an empty entry; list integers separated by commas, e.g. --r 4 or --r 1,2")
         try:
-            r_keep = sorted({int(x) for x in r_only.split(",") if x.strip()})
+            r_keep = sorted({int(x) for x in entries if x})
         except ValueError:
             raise ValueError(f"--r must list integers, e.g. --r 4 or --r 1,2; got {r_only!r}") from None
     with _out_dir_lock(out) if out is not None else contextlib.nullcontext():  # one fit at a time writes there

@@ -1617,3 +1617,14 @@ def test_a_folder_named_as_a_fit_file_in_out_is_refused_before_the_fit(tmp_path)
     assert f"--out {out} holds fit.json as a folder, where the fit writes a file of that name" in " ".join(
         res.output.split())
     assert [p.name for p in out.iterdir()] == ["fit.json"] and not any((out / "fit.json").iterdir())
+
+
+def test_fit_r_with_an_empty_entry_or_no_integer_is_refused_before_reading_the_table(tmp_path):
+    """``--r 1,,2`` was read as 1,2 (``design --seeds 8,,16`` is refused as a typo): both commands now say so;
+    ``--r four`` names the form. Both before the table is read (it does not exist here)."""
+    from typer.testing import CliRunner
+
+    for given, said in (("1,,2", "--r 1,,2: an empty entry"), ("4,", "--r 4,: an empty entry"),
+                        ("four", "--r must list integers")):  # fmt: skip
+        res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "none.csv"), "--r", given])
+        assert res.exit_code == 2 and said in res.output, res.output
