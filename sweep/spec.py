@@ -2027,6 +2027,22 @@ def _same_spec(old_yaml: str, spec: SweepSpec) -> bool:
     )
 
 
+def _short_value(v: Any, most: int = 6) -> str:
+    """``repr(v)`` with every list of more than ``most`` items shown as its first three, ``...``, its last and its
+    length (a spec's seeds can be hundreds of numbers)."""
+
+    def short(x: Any) -> str:
+        if isinstance(x, dict):
+            return "{" + ", ".join(f"{k!r}: {short(y)}" for k, y in x.items()) + "}"
+        if isinstance(x, list):
+            if len(x) > most:
+                return f"[{', '.join(short(y) for y in x[:3])}, ..., {short(x[-1])}] ({len(x)} values)"
+            return "[" + ", ".join(short(y) for y in x) + "]"
+        return repr(x)
+
+    return short(v)
+
+
 def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
     """The keys in which the spec of ``old_yaml`` differs from ``spec``, as ``key: folder's value -> this one``
     (dotted keys, at most ``limit`` named); '' when the old spec cannot be read."""
@@ -2049,7 +2065,7 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
                 if k != "storage_path":
                     walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
         elif a != b:
-            found.append(f"{path}: {a!r} -> {b!r}")
+            found.append(f"{path}: {_short_value(a)} -> {_short_value(b)}")
 
     walk(old, new, "")
     more = f" and {len(found) - limit} more" if len(found) > limit else ""

@@ -1110,6 +1110,11 @@ def test_a_folder_of_other_variants_names_them_by_name_and_a_reorder_as_such(tmp
     with pytest.raises(ValueError, match=re.escape(
             "it differs in variants: ['baseline', 'trunc_bptt'] -> ['baseline', 'hyperconnect (hc_lanes 4)'])")):
         check_folder_spec(out, hc, corpus=False)
+    # seeds as lists of hundreds of numbers (the cpu preset's): each list is shown by its ends and length
+    many = parse_spec({**base, "variants": ["baseline", "trunc_bptt"], "seeds": 40})
+    with pytest.raises(ValueError, match=re.escape("[0, 1, 2, ..., 39] (40 values)")) as e:
+        check_folder_spec(out, many, corpus=False)
+    assert "39, " not in str(e.value) and len(str(e.value)) < 1200
 
 
 def test_decay_frac_without_wsd_and_bptt_k_in_a_spec_say_what_to_write():
