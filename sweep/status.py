@@ -1326,7 +1326,8 @@ def resume_command(
     ``folder`` (absolute) replaces it, and is added when the line has none (the default ``runs/NAME`` is relative);
     a relative local ``--storage`` and a relative SPEC file (a ``.yaml`` / ``.yml``
     found under ``cwd``) are made absolute against ``cwd``: the line run from another directory started a new run
-    there ("nothing to resume") or found no spec. ``env`` (the environment the command's error recorded it needs,
+    there ("nothing to resume") or found no spec. A SPEC file whose ``corpus`` is a relative path (read against the
+    working directory) is replaced by ``folder/spec.yaml``, the same spec with its corpus made absolute. ``env`` (the environment the command's error recorded it needs,
     :func:`mark_ended`, e.g. ``{"RAY_AUTH_MODE": "token"}``) goes in front as ``NAME=value`` assignments."""
     if not command:
         return None
@@ -1355,12 +1356,36 @@ def resume_command(
         command = shlex.join(argv)
     if cwd:
         for j, a in enumerate(argv[2:], start=2):
-            if (not a.startswith("-") and a.lower().endswith((".yaml", ".yml")) and not Path(a).expanduser().is_absolute()
-                    and (Path(cwd) / a).is_file()):  # fmt: skip
-                argv[j] = str(Path(cwd) / a)
-                command = shlex.join(argv)
+            if a.startswith("-") or not a.lower().endswith((".yaml", ".yml")):
+                continue
+            given = Path(a).expanduser()
+            given = given if given.is_absolute() else Path(cwd) / given
+            if not given.is_file():
+                continue
+            if folder is not None and _corpus_relative(given) and (Path(folder) / "spec.yaml").is_file():
+                # its corpus is read against the working directory: from elsewhere the line found no corpus; the
+                # folder's spec.yaml (the same spec, its corpus made absolute) reads the same text from anywhere
+                argv[j] = str(Path(folder).resolve() / "spec.yaml")
+            elif given != Path(a).expanduser():
+                argv[j] = str(given)
+            else:
+                continue
+            command = shlex.join(argv)
     command = command if "--resume" in command.split() else f"{command} --resume"
     return "".join(f"{k}={shlex.quote(str(v))} " for k, v in (env or {}).items()) + command
+
+
+def _corpus_relative(spec_file: Path) -> bool:
+    """Whether the spec file names a corpus by a relative path or glob (read against the working directory);
+    False for ``embedded``, an absolute or ``~`` path, or a file that is not a readable spec mapping."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(spec_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    corpus = data.get("corpus") if isinstance(data, dict) else None
+    return isinstance(corpus, str) and corpus not in ("", "embedded") and not os.path.isabs(os.path.expanduser(corpus))
 
 
 def format_status(st: dict) -> list[str]:

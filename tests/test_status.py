@@ -226,6 +226,15 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
     assert resume_command(rel, here, str(tmp_path)) == f"loopscale sweep smoke --out {here} --storage {tmp_path / 'st_rel'} --resume"
     uri = f"loopscale sweep smoke --out {here} --storage=s3://b/x"
     assert resume_command(uri, here, str(tmp_path)) == f"{uri} --resume"
+    # a SPEC whose corpus is relative (read against the working directory): the line run from elsewhere found no
+    # corpus; the folder's spec.yaml (the same spec, its corpus absolute) replaces it, relative or absolute
+    (tmp_path / "specs" / "rel.yaml").write_text("name: mine\ncorpus: data/*.txt\n")
+    (here / "spec.yaml").write_text(f"name: mine\ncorpus: {tmp_path / 'data'}/*.txt\n")
+    for given in ("specs/rel.yaml", str(tmp_path / "specs" / "rel.yaml")):
+        want = f"loopscale run {here / 'spec.yaml'} --out {here} --resume"
+        assert resume_command(f"loopscale run {given} --out dst", here, str(tmp_path)) == want
+    # an embedded or absolute corpus keeps the user's file
+    assert resume_command(rel_spec, here, str(tmp_path)) == f"loopscale run {tmp_path / 'specs' / 'mine.yaml'} --out {here} --resume"
 
 
 def test_a_runs_parquet_another_program_wrote_is_named_not_a_traceback(tmp_path):
