@@ -677,7 +677,7 @@ def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
     t = time_left
     cells = ("every run left trains in a cell measured here" if t["measured_runs"] == t["runs"] else
              f"{t['measured_runs']} of the {t['runs']} runs left train in a cell measured here, the others at the "
-             "median of their r's cells")  # fmt: skip
+             "median of the measured cells of their r, or of all measured cells where their r has none")  # fmt: skip
     cores = os.cpu_count() or cpus
     on = (f"on {cpus} CPU{'s' * (cpus != 1)} here" if cpus <= cores else
           f"on {cpus} CPUs given to Ray on {cores} cores here (trials beyond the cores share them: no faster in all)")
