@@ -584,10 +584,12 @@ def unit_warnings(data: FitData) -> list[str]:
     loss = c["loss"]
     if loss.size and float(loss.max()) > LOSS_PLAUSIBLE_MAX:
         n = int((loss > LOSS_PLAUSIBLE_MAX).sum())
+        fix = ("a perplexity is exp of it: fit its natural log (np.log)" if 2 * n > loss.size else
+               "the others are below, so check those rows (a diverged run, or a value in another unit) and give "
+               "them a status other than 'ok' or remove them")  # fmt: skip
         out.append(
             f"loss reaches {float(loss.max()):.4g} ({n} of {loss.size} rows above {LOSS_PLAUSIBLE_MAX:g}): the fit "
-            "reads the loss as cross-entropy in nats/token, which no language model's loss exceeds there; a "
-            "perplexity is exp of it: fit its natural log (np.log)"
+            f"reads the loss as cross-entropy in nats/token, which no language model's loss exceeds there; {fix}"
         )
     n_par = c["N"] if "N" in c else (c["N_once"] + c["N_rec"] if "N_once" in c else None)
     what = "N" if "N" in c else "N_once + N_rec"
