@@ -460,6 +460,9 @@ def fit_cmd(
                 f"more than once (the newest row of a run is fitted: largest finished_at, else the last): {', '.join(ids[:5])}"
                 + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
             )
+        if boot is None and block_by.strip() != "default":  # checked, as every column name, but nothing resampled
+            lines.append(f"  note: --block-by {block_by} sets the bootstrap's blocks, and this fit has no bootstrap "
+                         "(--bootstrap 0, the default): it changed nothing; add --bootstrap B (e.g. 200)")
         if boot is not None:
             blocking = ",".join(boot.block_by) if boot.block_by else "iid"
             if boot.extra.get("stratify_by"):

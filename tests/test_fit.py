@@ -1628,3 +1628,19 @@ def test_fit_r_with_an_empty_entry_or_no_integer_is_refused_before_reading_the_t
                         ("four", "--r must list integers")):  # fmt: skip
         res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "none.csv"), "--r", given])
         assert res.exit_code == 2 and said in res.output, res.output
+
+
+def test_block_by_without_a_bootstrap_is_said_to_change_nothing():
+    """``--block-by`` with no ``--bootstrap`` (the default 0) was accepted without a word and resampled nothing."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    table = Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4"
+    if not (table / "runs.parquet").is_file():
+        pytest.skip("docs/example_cpu_seeds4 is not in this checkout")
+    res = CliRunner().invoke(_cli_app(), ["fit", str(table), "--per-run", "--block-by", "D,r", "--starts", "5"])
+    assert res.exit_code == 0, res.output
+    assert "note: --block-by D,r sets the bootstrap's blocks, and this fit has no bootstrap" in res.output
+    res = CliRunner().invoke(_cli_app(), ["fit", str(table), "--starts", "5"])
+    assert res.exit_code == 0 and "--block-by" not in res.output, res.output
