@@ -137,10 +137,17 @@ class _TrainingBase(_Strict):
     def _decay_frac_needs_wsd(self):
         default = type(self).model_fields["decay_frac"].default
         if self.decay_frac != default and self.schedule != "wsd":  # as `loopscale train --decay-frac` notes it
-            raise ValueError(
-                f"decay_frac ({self.decay_frac:g}) has no effect with schedule {self.schedule!r}: it is the "
+            # a warning, not a refusal: decay_frac is part of every run's id, so a folder trained with it must
+            # still read its spec.yaml
+            import warnings
+
+            warnings.warn(
+                f"training.decay_frac ({self.decay_frac:g}) has no effect with schedule {self.schedule!r}: it is the "
                 "final decay of schedule 'wsd' (warmup, constant, then the decay over the last decay_frac of the "
-                "steps); remove decay_frac, or set schedule: wsd"
+                "steps); leave it out of a new spec (a folder trained with it keeps it: it is part of its runs' "
+                "ids), or set schedule: wsd",
+                UserWarning,
+                stacklevel=2,
             )
         return self
 
