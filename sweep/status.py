@@ -1327,7 +1327,8 @@ def resume_command(
     a relative local ``--storage`` and a relative SPEC file (a ``.yaml`` / ``.yml``
     found under ``cwd``) are made absolute against ``cwd``: the line run from another directory started a new run
     there ("nothing to resume") or found no spec. A SPEC file whose ``corpus`` is a relative path (read against the
-    working directory) is replaced by ``folder/spec.yaml``, the same spec with its corpus made absolute. ``env`` (the environment the command's error recorded it needs,
+    working directory) is replaced by ``folder/spec.yaml``, the same spec with its corpus made absolute (and the
+    spec's ``storage_path``, which that file does not record, given as ``--storage``). ``env`` (the environment the command's error recorded it needs,
     :func:`mark_ended`, e.g. ``{"RAY_AUTH_MODE": "token"}``) goes in front as ``NAME=value`` assignments."""
     if not command:
         return None
@@ -1362,10 +1363,17 @@ def resume_command(
             given = given if given.is_absolute() else Path(cwd) / given
             if not given.is_file():
                 continue
-            if folder is not None and _corpus_relative(given) and (Path(folder) / "spec.yaml").is_file():
+            data = _spec_mapping(given)
+            if folder is not None and _corpus_relative(data) and (Path(folder) / "spec.yaml").is_file():
                 # its corpus is read against the working directory: from elsewhere the line found no corpus; the
-                # folder's spec.yaml (the same spec, its corpus made absolute) reads the same text from anywhere
+                # folder's spec.yaml (the same spec, its corpus made absolute) reads the same text from anywhere.
+                # That file records no storage_path: the spec's own goes on the line (else `run` looked for the
+                # Tune state in OUT/tune, and on a bucket started a new experiment)
                 argv[j] = str(Path(folder).resolve() / "spec.yaml")
+                store = data.get("storage_path")
+                if isinstance(store, str) and store and _flag_value(argv, "--storage") is None:
+                    local = "://" not in store and not Path(store).expanduser().is_absolute()
+                    argv += ["--storage", str(Path(cwd) / store) if local else store]
             elif given != Path(a).expanduser():
                 argv[j] = str(given)
             else:
@@ -1375,16 +1383,21 @@ def resume_command(
     return "".join(f"{k}={shlex.quote(str(v))} " for k, v in (env or {}).items()) + command
 
 
-def _corpus_relative(spec_file: Path) -> bool:
-    """Whether the spec file names a corpus by a relative path or glob (read against the working directory);
-    False for ``embedded``, an absolute or ``~`` path, or a file that is not a readable spec mapping."""
+def _spec_mapping(spec_file: Path) -> dict:
+    """The YAML mapping of a spec file as written ({} for a file that is not a readable mapping)."""
     import yaml
 
     try:
         data = yaml.safe_load(spec_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    corpus = data.get("corpus") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _corpus_relative(data: dict) -> bool:
+    """Whether a spec mapping (:func:`_spec_mapping`) names its corpus by a relative path or glob (read against the
+    working directory); False for ``embedded``, an absolute or ``~`` path, or none."""
+    corpus = data.get("corpus")
     return isinstance(corpus, str) and corpus not in ("", "embedded") and not os.path.isabs(os.path.expanduser(corpus))
 
 

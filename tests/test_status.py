@@ -233,6 +233,14 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
     for given in ("specs/rel.yaml", str(tmp_path / "specs" / "rel.yaml")):
         want = f"loopscale run {here / 'spec.yaml'} --out {here} --resume"
         assert resume_command(f"loopscale run {given} --out dst", here, str(tmp_path)) == want
+    # the folder's spec.yaml records no storage_path: the spec's own goes on the line (a bucket's experiment was
+    # otherwise started anew), a relative one made absolute where the command ran
+    for store, want_store in (("s3://b/tune", "s3://b/tune"), ("st", str(tmp_path / "st"))):
+        (tmp_path / "specs" / "rel.yaml").write_text(f"name: mine\ncorpus: data/*.txt\nstorage_path: {store}\n")
+        want = f"loopscale run {here / 'spec.yaml'} --out {here} --storage {want_store} --resume"
+        assert resume_command("loopscale run specs/rel.yaml --out dst", here, str(tmp_path)) == want
+    given = "loopscale run specs/rel.yaml --out dst --storage s3://b/other"  # the command's own --storage stays
+    assert "--storage s3://b/other --resume" in resume_command(given, here, str(tmp_path))
     # an embedded or absolute corpus keeps the user's file
     assert resume_command(rel_spec, here, str(tmp_path)) == f"loopscale run {tmp_path / 'specs' / 'mine.yaml'} --out {here} --resume"
 
