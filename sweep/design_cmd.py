@@ -8,7 +8,8 @@ measurements:
 
 - the truth: the joint law (paper Eq. 3) fitted to the pilot's cell means (each cell's loss averaged over seeds);
 - the seed noise per cell: the standard deviation of the loss between seeds of each measured cell (nats/token),
-  matched to the planned cells by (r, unique layers, d_model, D), else the pilot's median at the same r;
+  matched to the planned cells by (r, unique layers, d_model, D), else the pilot's median at the same r (of all
+  its cells where that r has none);
 - the throughput per cell: training FLOP/s of one run (``C / wall_s``, median over the cell's seeds), matched the
   same way.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +45,7 @@ sweep stage took 1786 s for 1769 s of summed run time on 2 slots, about 0.3 s pe
 WALL_ASSUMPTION = (
     "training time only (the sweep stage; the fit adds minutes): every run trains at its cell's FLOP/s measured in "
     "the pilot (k C / wall_s for a trial of k seeds, median over seeds; cells without a measurement take the "
-    "pilot's median at the same r), under the pilot's threads and concurrency; a seed-ensemble trial takes the sum "
+    "pilot's median at the same r, or of all its cells where that r has none), under the pilot's threads and concurrency; a seed-ensemble trial takes the sum "
     "of its members' times (the pilot's own ensemble speed-up; a pilot of single runs assumes none, an upper "
     "bound); floor(cpus / resources.cpus) trials at once, longest first, "
     f"+{OVERHEAD_S:g} s per trial"
@@ -197,12 +199,16 @@ def one_model_per_cell(runs: pd.DataFrame, pilot: str | Path) -> None:
 
     keys = [k for k in NOISE_KEYS if k in runs.columns]
     law = [c for c in ("N_once", "N_rec") if c in runs.columns]
-    if not law or int(runs.groupby(keys)[law].nunique().to_numpy().max()) <= 1:
+    if not law or runs.empty:
         return
-    absent = [k for k in ("d_model", "layers_unique") if k not in runs.columns]
-    add = (f"add column(s) {absent}" + (" (or n_prelude, n_recur_block and n_coda, whose sum it is)"
+    per_cell = runs.groupby(keys, dropna=False)[law].nunique(dropna=False).to_numpy()
+    if per_cell.size == 0 or int(per_cell.max()) <= 1:
+        return
+    # a column absent, or null on every run (it tells no cells apart), is one to fill in
+    absent = [k for k in ("d_model", "layers_unique") if k not in runs.columns or runs[k].isna().all()]
+    add = (f"add (or fill in) column(s) {absent}" + (" (or n_prelude, n_recur_block and n_coda, whose sum it is)"
                                          if "layers_unique" in absent else "")
-           if absent else "give each model its own cell")  # fmt: skip
+           if absent else "check those columns: models of different N_once / N_rec share their values")  # fmt: skip
     raise ValueError(f"pilot {pilot}: runs of the same cell ({', '.join(keys)}) have different N_once / N_rec, so "
                      f"its seed noise and FLOP/s would mix models; {add}, as a loopscale runs.parquet has them")
 
@@ -533,7 +539,7 @@ def design(
             check_design(cand)
             refused = None
         except ValueError as e:
-            refused = str(e).removesuffix(" (nothing was trained)")
+            refused = re.sub(r"(;| \()\s*nothing was trained\)?$", "", str(e))  # said of `run`, not of a design
         full = planned_runs(cand)  # every run the sweep trains: all variants count for the time
         plan = _first_variant_fit(full, first)
         plan["noise_sd"], noise_src = match_cells(plan, noise, "sd")
@@ -570,6 +576,10 @@ def design(
         if c["refused"]:
             refusals.setdefault(c["refused"], []).append(c["seeds"] + " (the spec as written)" * c["spec_as_written"])
     for why, labels in refusals.items():
+        if len(labels) == len(candidates) > 1:  # not a matter of seeds: the spec itself at any seed count
+            warnings.append(f"`loopscale run` would refuse this spec at every seed count tried: {why}; no candidate "
+                            "is simulated")
+            continue
         warnings.append(f"`loopscale run` would refuse seeds {', '.join(labels)} per cell: {why}; "
                         f"{'that candidate is' if len(labels) == 1 else 'those candidates are'} not simulated")
     warnings.extend(worth_warnings(candidates))
@@ -627,7 +637,7 @@ def design(
             "wall_time": WALL_ASSUMPTION,
             "noise": "per-run loss = law + N(0, sd of its cell) in nats/token; each cell averaged over its seeds "
             "and the joint law refitted to the cell means; sd measured between the pilot's seeds of the same "
-            "(r, unique layers, d_model, D), else the pilot's median sd at that r",
+            "(r, unique layers, d_model, D), else the pilot's median sd at that r (of all its cells where that r has none)",
             "half_width": "half the central 95 % range of the refits over the simulated draws; its Monte-Carlo "
             f"standard error (se) is the SD of that half-width over {MC_BOOT} bootstrap resamples of the draws; "
             "every candidate's draw i uses the same normal deviates for the seeds it shares with the others "
@@ -842,8 +852,6 @@ def design_cmd(
     from loopscale.sweep.presets import resolve_spec
 
     spec, _ = resolve_spec(spec_path, preset)
-    import re
-
     entries = re.split(r"\s*,\s*|\s+", seeds.strip())  # "8,16", "8, 16" and "8 16" alike
     if any(not x for x in entries) and seeds.strip():  # `--seeds 8,,16` or `,,`: a typo, not "no candidates"
         raise ValueError(f"--seeds {seeds}: an empty entry; give counts k or k1/kL separated by commas, e.g. "

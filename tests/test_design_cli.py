@@ -588,6 +588,14 @@ def test_a_candidate_run_refuses_is_timed_not_simulated_and_never_best(tmp_path,
     assert alone["best"] is None
     print_design(alone)
     assert "none: `loopscale run` would refuse every candidate" in " ".join(capsys.readouterr().out.split())
+    # a refusal seeds do not cause (4 design points for the one-D law's 5): the spec at every seed count, said once
+    # and without run's "nothing was trained"
+    few = parse_spec({k: v for k, v in SPEC.items() if k != "ladder"})
+    res = design(few, path, minutes=10, cpus=2, seeds=(2, 8), n_sim=3, starts=3, seed=0, fit_starts=20)
+    assert all(c["refused"] for c in res["candidates"]) and res["best"] is None
+    (said,) = [w for w in res["warnings"] if "`loopscale run` would refuse" in w]
+    assert said.startswith("`loopscale run` would refuse this spec at every seed count tried: the fit has 4 distinct")
+    assert "nothing was trained" not in said
 
 
 def test_a_pilot_whose_cells_hold_several_models_is_refused_naming_the_columns(tmp_path):
@@ -599,7 +607,14 @@ def test_a_pilot_whose_cells_hold_several_models_is_refused_naming_the_columns(t
     cols = ["r", "d_model", "N_once", "N_rec", "D", "C", "wall_s", "seed", "final_val_loss"]
     runs[cols].to_csv(tmp_path / "bare.csv", index=False)
     with pytest.raises(ValueError, match=r"runs of the same cell \(r, d_model, D\) have different N_once / N_rec.*"
-                                         r"add column\(s\) \['layers_unique'\] \(or n_prelude, n_recur_block and"):
+                                         r"add \(or fill in\) column\(s\) \['layers_unique'\] \(or n_prelude, n_recur_block and"):
         design(spec, tmp_path / "bare.csv", minutes=10, seeds=(), n_sim=2, starts=2)
+    runs[cols].assign(layers_unique=np.nan).to_csv(tmp_path / "null.csv", index=False)  # a column of nulls: the same
+    with pytest.raises(ValueError, match=r"add \(or fill in\) column\(s\) \['layers_unique'\]"):
+        design(spec, tmp_path / "null.csv", minutes=10, seeds=(), n_sim=2, starts=2)
+    # a null width on every run: the cells' own message (the check raised numpy's "zero-size array")
+    runs.assign(d_model=np.nan).to_csv(tmp_path / "no_width.csv", index=False)
+    with pytest.raises(ValueError, match=r"column 'd_model' is null on \d+ of \d+ runs"):
+        design(spec, tmp_path / "no_width.csv", minutes=10, seeds=(), n_sim=2, starts=2)
     runs[[*cols, "layers_unique"]].to_csv(tmp_path / "layers.csv", index=False)
     assert design(spec, tmp_path / "layers.csv", minutes=10, seeds=(), n_sim=2, starts=2, fit_starts=20)["cells"]
