@@ -2072,7 +2072,12 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
                 if k != "storage_path":
                     walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
         elif a != b:
-            found.append(f"{path}: {_short_value(a)} -> {_short_value(b)}")
+            was, now = _short_value(a), _short_value(b)
+            if was == now and isinstance(a, list) and isinstance(b, list):  # they differ where the short form cuts
+                i = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+                found.append(f"{path}[{i}]: {a[i]!r} -> {b[i]!r} (of lists of {len(a)} values)")
+            else:
+                found.append(f"{path}: {was} -> {now}")
 
     walk(old, new, "")
     more = f" and {len(found) - limit} more" if len(found) > limit else ""

@@ -1115,6 +1115,10 @@ def test_a_folder_of_other_variants_names_them_by_name_and_a_reorder_as_such(tmp
     with pytest.raises(ValueError, match=re.escape("[0, 1, 2, ..., 39] (40 values)")) as e:
         check_folder_spec(out, many, corpus=False)
     assert "39, " not in str(e.value) and len(str(e.value)) < 1200
+    # lists that differ where the short form cuts them are named by the first item that differs
+    (out / "spec.yaml").write_text(spec_to_yaml(parse_spec({**base, "seeds": list(range(10))})))
+    with pytest.raises(ValueError, match=re.escape("seeds[5]: 5 -> 100 (of lists of 10 values)")):
+        check_folder_spec(out, parse_spec({**base, "seeds": [0, 1, 2, 3, 4, 100, 6, 7, 8, 9]}), corpus=False)
 
 
 def test_decay_frac_without_wsd_and_bptt_k_in_a_spec_say_what_to_write():
