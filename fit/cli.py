@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -52,7 +53,7 @@ def _not_a_runs_analysis(out: Path) -> None:
             where = "is the output folder" if folder == p else f"is inside {folder / p.relative_to(folder).parts[0]}"
             raise ValueError(
                 f"--out {out} {where} of the `loopscale {kind}` in {folder}, whose records and report describe its "
-                f"runs; write this fit in a folder of its own, e.g. --out {folder / 'my_fit'}"
+                f"runs; write this fit in a folder of its own, e.g. --out {shlex.quote(str(folder / 'my_fit'))}"
             )
         run = folder.parent
         if folder.name == "fit" and (folder / "analysis.json").is_file() and (

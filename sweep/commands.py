@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -84,8 +85,6 @@ def no_lr_table_message(spec, out: Path) -> str:
     one: ``tune-lr`` with the folder's own ``spec.yaml`` when it has one (``--resume`` when a study there stopped
     part-way), or ``run``, which tunes and then trains; with how much of the tuning is done
     (:func:`loopscale.sweep.run._lr_tuning_note`)."""
-    import shlex
-
     from loopscale.sweep.run import lr_tuning_progress
 
     src = shlex.quote(str(out / "spec.yaml")) if (out / "spec.yaml").is_file() else "SPEC"
@@ -380,7 +379,7 @@ def check_resume_storage(out: Path, spec, cells=None) -> None:
             raise ValueError(
                 f"--resume: the storage {storage_path} holds no Tune experiment of this sweep, but {where}, where "
                 f"an earlier command of {out} kept it, does ({exps[-1]}): its unfinished "
-                f"runs' checkpoints are there; give --storage {where} to continue it, or drop --resume to train "
+                f"runs' checkpoints are there; give --storage {shlex.quote(str(where))} to continue it, or drop --resume to train "
                 "the unfinished runs from their start in the new storage (finished runs are kept)"
             )
 

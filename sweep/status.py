@@ -622,7 +622,7 @@ def _planned(out: Path, lr_rows: list[dict] | None, problems: list[str] | None =
         if problems is not None:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             problems.append(f"{path} (not a spec this loopscale reads: {first}; `loopscale run SPEC --out "
-                            f"{out}` sets it aside and writes its own)")  # fmt: skip
+                            f"{shlex.quote(str(out))}` sets it aside and writes its own)")  # fmt: skip
         return None, None
     table = None
     if spec.lr == "tune":

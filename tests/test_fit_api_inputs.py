@@ -278,6 +278,10 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     # one row far above the others is an outlier, not a perplexity column (it was told to fit the log of it all)
     (one,) = unit_warnings(prepare(good.assign(loss=np.where(np.arange(len(good)) == 3, 30.0, good["loss"])), law))
     assert "(1 of 36 rows above 15)" in one and "check those rows" in one and "natural log" not in one
+    # a perplexity column of 10-20 has most rows below 15: still named a perplexity (a third above, here)
+    ppl = np.linspace(10, 20, len(good))
+    (mixed,) = unit_warnings(prepare(good.assign(loss=ppl), law))
+    assert f"({int((ppl > 15).sum())} of 36 rows above 15)" in mixed and "natural log" in mixed
     (d_m,) = unit_warnings(prepare(_outside_table(d_scale=1e-7), law))
     assert d_m == ("D is below 1,000 tokens on every row (largest 100): the fit reads D in tokens; a D in "
                    "millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
