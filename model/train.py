@@ -1043,7 +1043,7 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
 
     Raises:
         ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, a checkpoint_dir
-            that is a file, a model too large for the device's memory (:func:`check_fits_memory`), bad corpus,
+            that is a file or cannot be created (it is created here when checkpoints are written), a model too large for the device's memory (:func:`check_fits_memory`), bad corpus,
             tokenizer/model vocabulary mismatch, a stream shorter than a window (all before any training compute).
     """
     from loopscale.model.data import (
@@ -1064,6 +1064,15 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
             f"checkpoint_dir {cfg.checkpoint_dir!r} is a file, not a folder: give a folder for the checkpoints "
             "(created when missing)"
         )
+    if cfg.checkpoint_dir is not None and cfg.checkpoint_every_steps is not None:
+        try:  # made now, as the first checkpoint would make it: a folder that cannot be made failed steps later
+            Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(
+                f"checkpoint_dir {cfg.checkpoint_dir!r} cannot be created ({e.strerror or e}"
+                f"{f': {e.filename}' if e.filename and str(e.filename) != str(cfg.checkpoint_dir) else ''}): give a "
+                "folder that can hold the checkpoints"
+            ) from None
     mcfg = cfg.model
     device = _resolve_device(cfg.device)
     check_fits_memory(mcfg, device, members)

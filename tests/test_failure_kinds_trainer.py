@@ -192,6 +192,21 @@ def test_a_checkpoint_dir_that_is_a_file_is_refused_before_training(base, tmp_pa
     with pytest.raises(ValueError, match="checkpoint_dir .*notes.txt' is a file, not a folder"):
         train_run(RunConfig(**{**base, "checkpoint_dir": str(f), "checkpoint_every_steps": 1}))
     assert f.read_text() == "mine"
+    # a folder below that file cannot be made: it trained its first steps, then failed at the first checkpoint (a
+    # NotADirectoryError traceback); refused before the corpus is read, naming the folder
+    import loopscale.model.data as data
+
+    def no_corpus(*a, **k):
+        raise AssertionError("the corpus was read")
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(data, "load_tokens", no_corpus)
+    try:
+        with pytest.raises(ValueError, match=r"checkpoint_dir .*notes.txt/sub' cannot be created \(Not a directory"):
+            train_run(RunConfig(**{**base, "checkpoint_dir": str(f / "sub"), "checkpoint_every_steps": 1}))
+    finally:
+        mp.undo()
+    assert f.read_text() == "mine"
 
 
 def test_a_model_too_large_for_memory_is_refused_before_it_is_built(base, monkeypatch):
