@@ -364,8 +364,18 @@ def run_optimizers(model, cfg: RunConfig):
 
 def key_differences(saved: dict, now: dict) -> list[str]:
     """The fields in which two checkpoint keys (:func:`checkpoint_key`) differ, those present in either one
-    (a field at its default is absent from the key: :data:`DEFINES_RUN_UNLESS_DEFAULT`)."""
-    return sorted(k for k in {*saved, *now} if saved.get(k) != now.get(k))
+    (a field at its default is absent from the key: :data:`DEFINES_RUN_UNLESS_DEFAULT`); within the model config
+    (a dict in both) its own fields, as ``model.r``."""
+    out = []
+    for k in sorted({*saved, *now}):
+        a, b = saved.get(k), now.get(k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{k}.{f}" for f in key_differences(a, b)]
+        else:
+            out.append(k)
+    return out
 
 
 def run_defining_fields() -> tuple[str, ...]:

@@ -515,7 +515,9 @@ def test_train_refuses_a_checkpoint_of_another_run_before_its_training_line(tmp_
     assert train("--d-model", "16", "--checkpoint-dir", one).exit_code == 0
     assert train("--d-model", "16", "--checkpoint-dir", ens, "--seeds", "2").exit_code == 0
     for flags, differs in [
-        (["--d-model", "32", "--checkpoint-dir", one], "['model']"),
+        (["--d-model", "32", "--checkpoint-dir", one], "['model.d_model']"),  # it said ['model']
+        (["--d-model", "16", "--r", "4", "--checkpoint-dir", one],  # r = 4 at iso-depth: its own layout and BPTT
+         "['model.bptt_k', 'model.injection', 'model.n_coda', 'model.n_prelude', 'model.n_recur_block', 'model.r']"),
         (["--d-model", "16", "--lr", "0.002", "--checkpoint-dir", one], "['lr']"),
         (["--d-model", "16", "--checkpoint-dir", ens, "--seeds", "0,2"], "['seeds']"),
         (["--d-model", "16", "--checkpoint-dir", one, "--seeds", "2"], "['data_seed', 'data_seeds', 'seed', 'seeds']"),
