@@ -197,20 +197,20 @@ def one_model_per_cell(runs: pd.DataFrame, pilot: str | Path) -> None:
     """
     from loopscale.fit.design import NOISE_KEYS
 
-    keys = [k for k in NOISE_KEYS if k in runs.columns]
+    keys = [k for k in NOISE_KEYS if k in runs.columns and runs[k].notna().any()]  # a column of nulls tells none apart
     law = [c for c in ("N_once", "N_rec") if c in runs.columns]
-    if not law or runs.empty:
-        return
-    per_cell = runs.groupby(keys, dropna=False)[law].nunique(dropna=False).to_numpy()
+    if not law or runs.empty or not keys or runs[[*keys, *law]].isna().any().any():
+        return  # a value null on some runs only: the cells' own check names it ("fill in ... on those rows")
+    per_cell = runs.groupby(keys)[law].nunique().to_numpy()
     if per_cell.size == 0 or int(per_cell.max()) <= 1:
         return
     # a column absent, or null on every run (it tells no cells apart), is one to fill in
     absent = [k for k in ("d_model", "layers_unique") if k not in runs.columns or runs[k].isna().all()]
     add = (f"add (or fill in) column(s) {absent}" + (" (or n_prelude, n_recur_block and n_coda, whose sum it is)"
-                                         if "layers_unique" in absent else "")
+                                         if "layers_unique" in absent else "") + ", as a loopscale runs.parquet has them"
            if absent else "check those columns: models of different N_once / N_rec share their values")  # fmt: skip
     raise ValueError(f"pilot {pilot}: runs of the same cell ({', '.join(keys)}) have different N_once / N_rec, so "
-                     f"its seed noise and FLOP/s would mix models; {add}, as a loopscale runs.parquet has them")
+                     f"its seed noise and FLOP/s would mix models; {add}")
 
 
 def _members(runs: pd.DataFrame, unknown: float = 1.0) -> pd.Series:

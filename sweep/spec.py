@@ -130,28 +130,6 @@ class VariantSpec(_Strict):
         return self
 
 
-class _TrainingBase(_Strict):
-    """Checks of the ``training:`` section across its fields."""
-
-    @model_validator(mode="after")
-    def _decay_frac_needs_wsd(self):
-        default = type(self).model_fields["decay_frac"].default
-        if self.decay_frac != default and self.schedule != "wsd":  # as `loopscale train --decay-frac` notes it
-            # a warning, not a refusal: decay_frac is part of every run's id, so a folder trained with it must
-            # still read its spec.yaml
-            import warnings
-
-            warnings.warn(
-                f"training.decay_frac ({self.decay_frac:g}) has no effect with schedule {self.schedule!r}: it is the "
-                "final decay of schedule 'wsd' (warmup, constant, then the decay over the last decay_frac of the "
-                "steps); leave it out of a new spec (a folder trained with it keeps it: it is part of its runs' "
-                "ids), or set schedule: wsd",
-                UserWarning,
-                stacklevel=2,
-            )
-        return self
-
-
 def _training_spec_model() -> type[BaseModel]:
     """The ``training:`` section, derived from the :class:`loopscale.model.train.RunConfig` fields declared
     settable there (field metadata :data:`loopscale.model.train.SPEC_TRAINING`): same names, types and defaults,
@@ -168,7 +146,7 @@ def _training_spec_model() -> type[BaseModel]:
         for f in dataclasses.fields(RunConfig)
         if SPEC_TRAINING in f.metadata
     }
-    model = create_model("TrainingSpec", __base__=_TrainingBase, **fields)
+    model = create_model("TrainingSpec", __base__=_Strict, **fields)
     model.__doc__ = (
         "Trainer settings shared by every run: the RunConfig fields a spec may override (defaults are "
         "RunConfig's; see :class:`loopscale.model.train.RunConfig` for each field's meaning and unit)."
@@ -1474,6 +1452,32 @@ def _fmt_error(e: ValidationError) -> str:
     return "invalid sweep spec: " + "; ".join(text)
 
 
+_SAID_SPEC_NOTES: set[str] = set()
+"""The notes :func:`_say_spec_notes` gave in this process (each is said once: a command reads its spec several
+times)."""
+
+
+def _say_spec_notes(spec: SweepSpec) -> None:
+    """Warn (once per process) of what a valid spec holds that has no effect, without refusing it: a folder
+    trained with it must still read its spec. ``training.decay_frac`` other than its default with a schedule other
+    than 'wsd' (it is part of every run's id; ``loopscale train --decay-frac`` notes the same)."""
+    import warnings
+
+    t = spec.training
+    notes = []
+    if t.decay_frac != type(t).model_fields["decay_frac"].default and t.schedule != "wsd":
+        notes.append(
+            f"training.decay_frac ({t.decay_frac:g}) has no effect with schedule {t.schedule!r}: it is the final "
+            "decay of schedule 'wsd' (warmup, constant, then the decay over the last decay_frac of the steps); "
+            "leave it out of a new spec (a folder trained with it keeps it: it is part of its runs' ids), or set "
+            "schedule: wsd"
+        )
+    for note in notes:
+        if note not in _SAID_SPEC_NOTES:
+            _SAID_SPEC_NOTES.add(note)
+            warnings.warn(note, UserWarning, stacklevel=1)  # from this file: the console shows `warning: <note>`
+
+
 def parse_spec(data: dict) -> SweepSpec:
     """Validate a spec dict (as read from YAML).
 
@@ -1489,9 +1493,12 @@ def parse_spec(data: dict) -> SweepSpec:
         raise SpecError(f"a sweep spec must be a mapping of keys (name:, r:, sizes:, ...), got "
                         f"{what.get(type(data).__name__, type(data).__name__)}")
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as e:
         first = e
+    else:
+        _say_spec_notes(spec)
+        return spec
     # the keys that failed their own checks: the checks across keys that read none of them are run without them, so
     # that their problems come in the same message (a second round after the fix was needed to see them)
     invalid = {err["loc"][0] for err in first.errors() if err["loc"]}

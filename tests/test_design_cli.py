@@ -616,5 +616,12 @@ def test_a_pilot_whose_cells_hold_several_models_is_refused_naming_the_columns(t
     runs.assign(d_model=np.nan).to_csv(tmp_path / "no_width.csv", index=False)
     with pytest.raises(ValueError, match=r"column 'd_model' is null on \d+ of \d+ runs"):
         design(spec, tmp_path / "no_width.csv", minutes=10, seeds=(), n_sim=2, starts=2)
+    # N_once null on one run: named as such (a null counted as a second value, and the check said the cell mixed
+    # models)
+    runs.assign(N_once=np.where(np.arange(len(runs)) == 0, np.nan, runs["N_once"])).to_csv(
+        tmp_path / "one_null.csv", index=False)  # fmt: skip
+    with pytest.raises(ValueError) as e:
+        design(spec, tmp_path / "one_null.csv", minutes=10, seeds=(), n_sim=2, starts=2)
+    assert "N_once" in str(e.value) and "null" in str(e.value) and "mix models" not in str(e.value), str(e.value)
     runs[[*cols, "layers_unique"]].to_csv(tmp_path / "layers.csv", index=False)
     assert design(spec, tmp_path / "layers.csv", minutes=10, seeds=(), n_sim=2, starts=2, fit_starts=20)["cells"]

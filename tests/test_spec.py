@@ -1126,10 +1126,20 @@ def test_decay_frac_without_wsd_and_bptt_k_in_a_spec_say_what_to_write():
     only; `loopscale train --decay-frac` notes the same): it is now said. A ``bptt_k`` in a variant, the training section or at the
     top got the generic list of keys; it is told that trunc_bptt sets k = ceil(r / 2) itself."""
     grid = {**BASE, "sizes": [16, 32], "tokens": [2048]}
-    with pytest.warns(UserWarning, match=r"decay_frac \(0.5\) has no effect with schedule 'cosine': .* set schedule: wsd"):
-        # said, not refused: decay_frac is part of the run id, so a folder trained with it still reads its spec
-        assert parse_spec({**grid, "training": {"schedule": "cosine", "decay_frac": 0.5}}).training.decay_frac == 0.5
+    import re
     import warnings
+
+    from loopscale.sweep import spec as spec_module
+
+    spec_module._SAID_SPEC_NOTES.clear()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        # said, not refused: decay_frac is part of the run id, so a folder trained with it still reads its spec
+        for _ in range(2):  # said once per process (`status` read the spec twice and said it twice)
+            assert parse_spec({**grid, "training": {"schedule": "cosine", "decay_frac": 0.5}}).training.decay_frac == 0.5
+    (w,) = said
+    assert re.search(r"training.decay_frac \(0.5\) has no effect with schedule 'cosine': .* set schedule: wsd", str(w.message))
+    assert w.filename.endswith("spec.py") and "sweep" in w.filename  # a loopscale file: shown as `warning: ...`
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
