@@ -1328,7 +1328,8 @@ def resume_command(
     found under ``cwd``) are made absolute against ``cwd``: the line run from another directory started a new run
     there ("nothing to resume") or found no spec. A SPEC file whose ``corpus`` is a relative path (read against the
     working directory) is replaced by ``folder/spec.yaml``, the same spec with its corpus made absolute (and the
-    spec's ``storage_path``, which that file does not record, given as ``--storage``). ``env`` (the environment the command's error recorded it needs,
+    spec's ``storage_path``, which that file does not record, given as ``--storage``); a relative ``storage_path``
+    of a spec kept on the line is given as ``--storage``, made absolute against ``cwd``. ``env`` (the environment the command's error recorded it needs,
     :func:`mark_ended`, e.g. ``{"RAY_AUTH_MODE": "token"}``) goes in front as ``NAME=value`` assignments."""
     if not command:
         return None
@@ -1364,21 +1365,21 @@ def resume_command(
             if not given.is_file():
                 continue
             data = _spec_mapping(given)
-            if folder is not None and _corpus_relative(data) and (Path(folder) / "spec.yaml").is_file():
+            store = data.get("storage_path") if isinstance(data.get("storage_path"), str) else None
+            relative_store = bool(store) and "://" not in store and not Path(store).expanduser().is_absolute()
+            swap = folder is not None and _corpus_relative(data) and (Path(folder) / "spec.yaml").is_file()
+            if swap:
                 # its corpus is read against the working directory: from elsewhere the line found no corpus; the
-                # folder's spec.yaml (the same spec, its corpus made absolute) reads the same text from anywhere.
-                # That file records no storage_path: the spec's own goes on the line (else `run` looked for the
-                # Tune state in OUT/tune, and on a bucket started a new experiment)
+                # folder's spec.yaml (the same spec, its corpus made absolute) reads the same text from anywhere
                 argv[j] = str(Path(folder).resolve() / "spec.yaml")
-                store = data.get("storage_path")
-                if isinstance(store, str) and store and _flag_value(argv, "--storage") is None:
-                    local = "://" not in store and not Path(store).expanduser().is_absolute()
-                    argv += ["--storage", str(Path(cwd) / store) if local else store]
             elif given != Path(a).expanduser():
                 argv[j] = str(given)
-            else:
-                continue
-            command = shlex.join(argv)
+            if store and (swap or relative_store) and _flag_value(argv, "--storage") is None:
+                # the folder's spec.yaml records no storage_path (else `run` looked for the Tune state in OUT/tune,
+                # and on a bucket started a new experiment); a relative one is read against the working directory
+                argv += ["--storage", str(Path(cwd) / store) if relative_store else store]
+            if argv != _split_command(command):
+                command = shlex.join(argv)
     command = command if "--resume" in command.split() else f"{command} --resume"
     return "".join(f"{k}={shlex.quote(str(v))} " for k, v in (env or {}).items()) + command
 

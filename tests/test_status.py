@@ -241,6 +241,14 @@ def test_resume_command_of_a_moved_folder_names_where_it_is_now(tmp_path):
         assert resume_command("loopscale run specs/rel.yaml --out dst", here, str(tmp_path)) == want
     given = "loopscale run specs/rel.yaml --out dst --storage s3://b/other"  # the command's own --storage stays
     assert "--storage s3://b/other --resume" in resume_command(given, here, str(tmp_path))
+    # a spec kept on the line (its corpus absolute or embedded) with a relative storage_path: read against the
+    # working directory too, so it is given absolute; a bucket's URI stays the spec's own
+    (tmp_path / "specs" / "abs.yaml").write_text(f"name: mine\ncorpus: {tmp_path / 'x.txt'}\nstorage_path: st\n")
+    want = f"loopscale run {tmp_path / 'specs' / 'abs.yaml'} --out {here} --storage {tmp_path / 'st'} --resume"
+    assert resume_command("loopscale run specs/abs.yaml --out dst", here, str(tmp_path)) == want
+    (tmp_path / "specs" / "uri.yaml").write_text("name: mine\nstorage_path: s3://b/t\n")
+    want = f"loopscale run {tmp_path / 'specs' / 'uri.yaml'} --out {here} --resume"
+    assert resume_command("loopscale run specs/uri.yaml --out dst", here, str(tmp_path)) == want
     # an embedded or absolute corpus keeps the user's file
     assert resume_command(rel_spec, here, str(tmp_path)) == f"loopscale run {tmp_path / 'specs' / 'mine.yaml'} --out {here} --resume"
 
