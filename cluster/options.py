@@ -521,8 +521,8 @@ def disk_error_message(err: OSError, resumable: bool) -> str:
     then = ("rerun the same command with --resume: what had finished is kept" if resumable
             else "rerun the command")  # fmt: skip
     if err.errno in ACCESS_ERRNOS:
-        fix = ("this user may not use that path (its permissions, or a file system that takes no such file, as "
-               "/sys or /proc): give a path it may use")
+        fix = ("this user may not use that path (its permissions, or a file system such as /sys that takes no new "
+               "files): give a path it may use")
     elif err.errno == errno.EROFS:
         fix = "make it writable (it is mounted read-only) or choose another folder"
     else:

@@ -387,6 +387,13 @@ def fit_cmd(
                       "Chinchilla fits take them)")  # fmt: skip
         if n_note:
             summary["n_column_note"] = n_note
+        block_note = None
+        if boot is None and block_by.strip() != "default":  # checked, as every column name, but nothing resampled
+            add = ("--law joint_per_r is a point fit, which takes none" if law == "joint_per_r"
+                   else "add --bootstrap B (e.g. 200)")  # fmt: skip
+            block_note = (f"--block-by {block_by} sets the bootstrap's blocks, and this fit has no bootstrap: it "
+                          f"changed nothing; {add}")
+            summary["block_by_note"] = block_note
         if ident is not None:  # strict JSON: a per-r phi without an interval has NaN ends (null here)
             from loopscale.fit.outputs import json_safe
 
@@ -461,9 +468,8 @@ def fit_cmd(
                 f"more than once (the newest row of a run is fitted: largest finished_at, else the last): {', '.join(ids[:5])}"
                 + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
             )
-        if boot is None and block_by.strip() != "default":  # checked, as every column name, but nothing resampled
-            lines.append(f"  note: --block-by {block_by} sets the bootstrap's blocks, and this fit has no bootstrap "
-                         "(--bootstrap 0, the default): it changed nothing; add --bootstrap B (e.g. 200)")
+        if block_note:
+            lines.append(f"  note: {block_note}")
         if boot is not None:
             blocking = ",".join(boot.block_by) if boot.block_by else "iid"
             if boot.extra.get("stratify_by"):

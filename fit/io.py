@@ -584,9 +584,9 @@ def unit_warnings(data: FitData) -> list[str]:
     loss = c["loss"]
     if loss.size and float(loss.max()) > LOSS_PLAUSIBLE_MAX:
         n = int((loss > LOSS_PLAUSIBLE_MAX).sum())
-        # a few rows (at most a tenth): outliers to check; more: a perplexity column, whose smaller values can be
-        # below 15 too (a perplexity of 10-20)
-        fix = ("a perplexity is exp of it: fit its natural log (np.log)" if 10 * n > loss.size else
+        # a few rows (one, or at most a tenth): outliers to check; more: a perplexity column, whose smaller values
+        # can be below 15 too (a perplexity of 10-20)
+        fix = ("a perplexity is exp of it: fit its natural log (np.log)" if n == loss.size or (n > 1 and 10 * n > loss.size) else
                "the others are below, so check those rows (a diverged run, or a value in another unit) and give "
                "them a status other than 'ok' or remove them")  # fmt: skip
         out.append(

@@ -576,7 +576,7 @@ def design(
         if c["refused"]:
             refusals.setdefault(c["refused"], []).append(c["seeds"] + " (the spec as written)" * c["spec_as_written"])
     for why, labels in refusals.items():
-        if len(labels) == len(candidates) > 1:  # not a matter of seeds: the spec itself at any seed count
+        if len(labels) == len(candidates) > 1 and "one seed" not in why:  # not a matter of seeds: the spec itself
             warnings.append(f"`loopscale run` would refuse this spec at every seed count tried: {why}; no candidate "
                             "is simulated")
             continue

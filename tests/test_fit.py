@@ -1642,5 +1642,12 @@ def test_block_by_without_a_bootstrap_is_said_to_change_nothing():
     res = CliRunner().invoke(_cli_app(), ["fit", str(table), "--per-run", "--block-by", "D,r", "--starts", "5"])
     assert res.exit_code == 0, res.output
     assert "note: --block-by D,r sets the bootstrap's blocks, and this fit has no bootstrap" in res.output
+    assert "add --bootstrap B" in res.output
     res = CliRunner().invoke(_cli_app(), ["fit", str(table), "--starts", "5"])
     assert res.exit_code == 0 and "--block-by" not in res.output, res.output
+    # the per-r law refuses a bootstrap: not told to add one; --json carries the note
+    res = CliRunner().invoke(_cli_app(), ["fit", str(table), "--law", "joint_per_r", "--per-run", "--block-by", "D,r",
+                                          "--starts", "5", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    note = json.loads(res.stdout)["block_by_note"]
+    assert note.endswith("--law joint_per_r is a point fit, which takes none") and "add --bootstrap" not in note

@@ -282,6 +282,10 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     ppl = np.linspace(10, 20, len(good))
     (mixed,) = unit_warnings(prepare(good.assign(loss=ppl), law))
     assert f"({int((ppl > 15).sum())} of 36 rows above 15)" in mixed and "natural log" in mixed
+    small = good.head(6)  # one diverged row of six kept as ok: rows to check, not a perplexity
+    chin = make_law("chinchilla")
+    (six,) = unit_warnings(prepare(small.assign(loss=np.where(np.arange(6) == 0, 30.0, small["loss"])), chin))
+    assert "(1 of 6 rows above 15)" in six and "check those rows" in six
     (d_m,) = unit_warnings(prepare(_outside_table(d_scale=1e-7), law))
     assert d_m == ("D is below 1,000 tokens on every row (largest 100): the fit reads D in tokens; a D in "
                    "millions or billions of tokens fits another B (the other parameters are the same)")  # fmt: skip
