@@ -82,6 +82,13 @@ def _interval(ci: dict, key: str) -> tuple[float, float] | None:
     return float(v[0]), float(v[1])
 
 
+def _rerun_line(d: Path, resume: bool = True) -> str:
+    """The command that resumes (``resume``; else starts) the run in folder ``d`` (its ``spec.yaml``, else
+    ``SPEC``), shell-quoted."""
+    spec = shlex.quote(str(d / "spec.yaml")) if (d / "spec.yaml").is_file() else "SPEC"
+    return f"loopscale run {spec} --out {shlex.quote(str(d))}" + " --resume" * resume
+
+
 def no_runs_table_message(d: Path, torn: bool) -> str:
     """Why ``report`` (or ``fit``) has no runs table in ``d``, and what rebuilds it: the runs' own records under ``parts/``
     (``loopscale run ... --resume`` consolidates them, training only runs missing there), or a run of a folder
@@ -93,18 +100,16 @@ def no_runs_table_message(d: Path, torn: bool) -> str:
     if not is_loopscale_folder(d):
         return (f"{what}, and {d} is not a loopscale output folder (no spec.yaml, run_meta.json or parts/): give the "
                 "output folder of `loopscale run` (its --out)")  # fmt: skip
-    spec = shlex.quote(str(d / "spec.yaml")) if (d / "spec.yaml").is_file() else "SPEC"
-    qd = shlex.quote(str(d))
     if has_parts:
-        return (f"{what}; its runs' own records are still in {parts}: `loopscale run {spec} --out {qd} --resume` "
+        return (f"{what}; its runs' own records are still in {parts}: `{_rerun_line(d)}` "
                 "rebuilds it from them, training only the runs missing there, then fits and reports")
     if not torn and not any((d / n).exists() for n in ("run_meta.json", "logs", "tune", "fit")):
         # a folder `loopscale design --out` (or a stopped run before its first record) prepared: nothing trained yet
         return (f"{what}: no run has been trained in {d} yet (it holds its spec"
-                f"{', and a design prediction' if (d / 'design_prediction.json').is_file() else ''}): `loopscale run "
-                f"{spec} --out {qd}` trains the grid, fits it and writes the report")
-    return (f"{what}, and {d} holds no other record of its runs (no parts/): `loopscale run {spec} --out {qd} "
-            "--resume` trains them again, or restore runs.parquet from a copy")
+                f"{', and a design prediction' if (d / 'design_prediction.json').is_file() else ''}): "
+                f"`{_rerun_line(d, resume=False)}` trains the grid, fits it and writes the report")
+    return (f"{what}, and {d} holds no other record of its runs (no parts/): `{_rerun_line(d)}` trains them "
+            "again, or restore runs.parquet from a copy")
 
 
 def is_loopscale_folder(d: Path) -> bool:
@@ -502,12 +507,6 @@ def _provenance(meta: dict) -> list[str]:
     if meta.get("fit_versions"):
         L.append(f"Fitted with {meta['fit_versions']}; each run's versions are in runs.parquet (`versions`).\n")
     return L
-
-
-def _rerun_line(d: Path) -> str:
-    """The command that resumes the run in folder ``d`` (its ``spec.yaml``, else ``SPEC``), shell-quoted."""
-    spec = shlex.quote(str(d / "spec.yaml")) if (d / "spec.yaml").is_file() else "SPEC"
-    return f"loopscale run {spec} --out {shlex.quote(str(d))} --resume"
 
 
 def _stale_fit(d: Path, meta: dict) -> str | None:
