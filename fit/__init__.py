@@ -8,7 +8,7 @@ Public API (import from ``loopscale.fit``; heavy libraries load lazily)::
     compare_variants(table, baseline=None, B=200, ...)
     equivalence(N_once, N_rec, r, phi), compute_optimal_frontier(fit, flops, budgets), isoflop_parabolas(table)
     ladder_table(runs, n_boot=2000)  # worth in unique layers of each looped model on a ladder design
-    write_fit_outputs(out_dir, fit, boot)
+    write_fit_outputs(out_dir, fit, boot)  # fit: a FitResult, or fit_table's TableFit (boot then its own)
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def equivalence(
         (= N_once + N_rec), ``r_phi``, ``ratio_to_unique`` (N_eff / N_unique) and, when given, ``ratio_to_reference``.
     Raises:
         ValueError: a value that is not numeric (a string, a bool) or not finite (NaN, inf), negative parameter
-            counts, ``N_reference <= 0``, ``r < 1``, or a ``phi`` that is not one number.
+            counts or N_once + N_rec = 0, ``N_reference <= 0``, ``r < 1``, a ``phi`` that is not one number, or arrays whose shapes do not
+            broadcast together.
     """
     arrays = {}
     for name, v in (("N_once", N_once), ("N_rec", N_rec), ("r", r), ("phi", phi), ("N_reference", N_reference)):
@@ -50,9 +51,16 @@ def equivalence(
         arrays[name] = raw.astype(np.float64)
         if not np.all(np.isfinite(arrays[name])):
             raise ValueError(f"{name}={v!r} must be finite (no NaN or inf)")
+    try:  # arrays of other lengths: named, not numpy's "operands could not be broadcast"
+        np.broadcast_shapes(*(a.shape for k, a in arrays.items() if k != "phi"))
+    except ValueError:
+        raise ValueError("N_once, N_rec, r and N_reference must be numbers or arrays of one shape; got shapes "
+                         + ", ".join(f"{k} {a.shape}" for k, a in arrays.items() if k != "phi")) from None
     n_once, n_rec, rr = arrays["N_once"], arrays["N_rec"], arrays["r"]
     if np.any(n_once < 0) or np.any(n_rec < 0):
         raise ValueError("N_once and N_rec must be >= 0 (parameters)")
+    if np.any(n_once + n_rec <= 0):  # ratio_to_unique would be 0/0
+        raise ValueError("N_once + N_rec must be > 0 (a model has parameters)")
     if np.any(rr < 1):
         raise ValueError("r must be >= 1 (recurrences), e.g. r=4")
     if "N_reference" in arrays and np.any(arrays["N_reference"] <= 0):
@@ -226,6 +234,11 @@ def compute_optimal_frontier(
         ``L_star`` (nats/token), ``method`` = ``"law"``, ``at_search_edge`` (N* on an end of the search range
         1e3 .. 1e15 parameters: the law has no optimum inside it at that budget, and N* is the range's end, not
         a result).
+    Warns:
+        UserWarning: ``fit`` is a FitResult whose runs have only one or two token budgets D
+            (:func:`loopscale.fit.analysis.frontier_unidentified`): B and beta are not identified, and the frontier
+            follows the fitter's split of the D-term (the report says "Not computed" there). A params dict is
+            taken as given.
     Raises:
         ValueError: non-positive budgets; a params dict without ``E, A, alpha, B, beta``; an r that is not a whole
             number >= 1; with a table that has ``C``, an r it holds no runs of (``6 N`` FLOPs per token would
@@ -236,6 +249,14 @@ def compute_optimal_frontier(
     if missing := [k for k in ("E", "A", "alpha", "B", "beta") if k not in params]:
         raise ValueError(f"fit is missing {missing}: give a FitResult or a dict of E, A, alpha, B, beta (and phi "
                          f"for the joint law); got keys {sorted(params)}")  # fmt: skip
+    if isinstance(getattr(fit, "data", None), pd.DataFrame):
+        from loopscale.fit.analysis import frontier_unidentified
+
+        if why := frontier_unidentified(fit.data):  # the report says "Not computed" of such a fit
+            import warnings
+
+            warnings.warn(f"compute_optimal_frontier: the fit's runs have {why}; N*, D* and L* follow the "
+                          "fitter's arbitrary choice of B and beta", UserWarning, stacklevel=2)
     budgets = np.atleast_1d(np.asarray(budgets, dtype=np.float64))
     if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
         raise ValueError("budgets must be finite and > 0 (training FLOPs), e.g. [1e18, 1e19]")

@@ -34,7 +34,8 @@ def read_table(table: Any) -> pd.DataFrame:
     column is all ``baseline``: e.g. r = 1 runs left blank because every variant shares them).
 
     Raises:
-        ValueError: unknown file type, missing file, or unsupported object.
+        ValueError: unknown file type, missing file, a folder without runs.parquet or any Parquet file (a run
+            folder's message says what rebuilds its table), or unsupported object.
     """
     df = _read_table(table)
     if "variant" in df.columns and (blank := df["variant"].isna()).any() and not blank.all():
@@ -52,6 +53,14 @@ def _read_table(table: Any) -> pd.DataFrame:
             raise ValueError(f"table {str(p)!r} does not exist; pass a .parquet or .csv file")
         if p.is_dir() and (p / "runs.parquet").is_file():  # the folder of a `loopscale run` / `sweep`
             p = p / "runs.parquet"
+        elif p.is_dir():  # a run folder without its table, or a folder of no Parquet files (a Tune folder, empty)
+            from loopscale.fit.run_report import is_loopscale_folder, no_runs_table_message
+
+            if is_loopscale_folder(p):
+                raise ValueError(no_runs_table_message(p, torn=False))
+            if not any(f.suffix.lower() in (".parquet", ".pq") and f.is_file() for f in p.rglob("*")):
+                raise ValueError(f"table {str(p)!r} is a folder without runs.parquet or any Parquet file: give a "
+                                 "runs table (.parquet or .csv) or the output folder of `loopscale run` / `sweep`")
         if p.suffix.lower() in (".parquet", ".pq") or p.is_dir():
             import pyarrow as pa
             import pyarrow.parquet as pq

@@ -160,7 +160,31 @@ def write_fit_outputs(
     ``out_dir/earlier_fit_<UTC time>`` (:func:`move_earlier_fit`), with a ``UserWarning`` naming them and the folder;
     ``keep_earlier=False`` writes over them (the run's analysis, which writes a whole folder of its own; a file
     this call does not write again, e.g. an earlier ``bootstrap.parquet`` when ``boot`` is None, then stays).
-    Returns ``{name: path}`` of the files written."""
+    ``fit`` is a :class:`~loopscale.fit.fitter.FitResult` or what :func:`~loopscale.fit.table_fit.fit_table`
+    returns (a :class:`~loopscale.fit.table_fit.TableFit`: its point fit and bootstrap are written, and its
+    ``variant`` is added to fit.json when it has one). Returns ``{name: path}`` of the files written.
+
+    Raises:
+        TypeError: ``fit`` or ``boot`` is not one of those (checked before anything in ``out_dir`` is moved), or a
+            ``boot`` given beside a TableFit that has its own bootstrap.
+    """
+    from loopscale.fit.bootstrapping import BootstrapResult
+    from loopscale.fit.fitter import FitResult
+    from loopscale.fit.table_fit import TableFit
+
+    if isinstance(fit, TableFit):
+        if boot is not None and fit.boot is not None and boot is not fit.boot:
+            raise TypeError("write_fit_outputs: the TableFit has its own bootstrap; give boot=None to write it, or "
+                            "pass its .fit with the bootstrap you mean")
+        if fit.variant is not None:
+            extra = {"variant": fit.variant, **(extra or {})}
+        fit, boot = fit.fit, (fit.boot if boot is None else boot)
+    if not isinstance(fit, FitResult):
+        raise TypeError(f"write_fit_outputs: fit is a {type(fit).__name__}; give a FitResult (fit_law) or the "
+                        "TableFit of fit_table (nothing was written)")
+    if boot is not None and not isinstance(boot, BootstrapResult):
+        raise TypeError(f"write_fit_outputs: boot is a {type(boot).__name__}; give a BootstrapResult "
+                        "(bootstrap) or None (nothing was written)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if keep_earlier and (moved := move_earlier_fit(out)):

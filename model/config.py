@@ -110,13 +110,13 @@ class LoopedConfig:
                 raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
         if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 1:
             raise ValueError(f"r must be an integer >= 1, got {self.r!r}")
+        if self.head_dim % 2 != 0:  # first: a d_model suggested for an odd head_dim would still be refused
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         if self.d_model % self.head_dim != 0:
             raise ValueError(
                 f"d_model must be divisible by head_dim: d_model={self.d_model}, head_dim={self.head_dim} "
                 f"(try d_model={(self.d_model // self.head_dim + 1) * self.head_dim})"
             )
-        if self.head_dim % 2 != 0:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         inj = self.injection
         if inj is None:
             inj = "passthrough" if self.r == 1 else "linear"

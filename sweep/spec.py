@@ -998,7 +998,9 @@ class SweepSpec(_Strict):
         unknown = sorted(set(update) - set(type(self).model_fields))
         if unknown:
             raise SpecError(f"model_copy: unknown spec key(s) {unknown}; the keys are {sorted(type(self).model_fields)}")
-        return parse_spec({**self.model_dump(), **update})
+        # a section given as its own changed copy (a pydantic model: ``spec.tune.model_copy(update=...)``, whose
+        # own ``model_copy`` validates nothing) is read as its mapping, so its values get a spec file's checks
+        return parse_spec({**self.model_dump(), **{k: _as_plain(v) for k, v in update.items()}})
 
     def cells(self, lr_table: dict | None = None) -> list[Cell]:
         """Every grid cell, in a fixed order (variant, budget, size, r, seed).
@@ -2018,6 +2020,17 @@ def record_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
         "recorded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     write_text_atomic(str(path), json.dumps(doc, indent=1))
+
+
+def _as_plain(value: Any) -> Any:
+    """``value`` with every pydantic model in it (at any depth of lists and mappings) as its ``model_dump()``."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(warnings=False)  # its bad values are the parse's to name
+    if isinstance(value, list | tuple):
+        return [_as_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_plain(v) for k, v in value.items()}
+    return value
 
 
 def _read_folder_spec(old_yaml: str) -> SweepSpec | None:

@@ -440,10 +440,18 @@ class ResultsStore:
 
     Args:
         root: output directory (created on first write).
+
+    Raises:
+        ValueError: ``root`` is an existing file (e.g. the folder's ``runs.parquet`` itself, where a store read
+            nothing and said so nowhere): give its folder.
     """
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        if self.root.is_file():
+            hint = (f"; give its folder, ResultsStore({str(self.root.parent)!r})"
+                    if self.root.name in ("runs.parquet", "curves.parquet") else "")
+            raise ValueError(f"ResultsStore: {str(self.root)!r} is a file, not a run folder{hint}")
 
     @property
     def runs_path(self) -> Path:

@@ -1,0 +1,131 @@
+"""The Python API as a notebook uses it: a function given another one's result, a section's changed copy, a file
+where a folder belongs, arrays of other lengths. Each gets a clear error (or a warning) naming what to give, and
+nothing already written is lost."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+
+def _one_d_table(n_seeds: int = 1) -> pd.DataFrame:
+    """A joint-law table at one token budget D (as the ``cpu`` preset's): r in {1, 2, 4}, four widths."""
+    rows = []
+    for r in (1, 2, 4):
+        for d in (16, 24, 32, 48):
+            n_once, n_rec = 24.0 * d * d, (96 / r) * d * d
+            loss = 1.5 + 30 * (n_once + r**0.5 * n_rec) ** -0.3 + 0.01 * ((d * r) % 7 - 3) / 3
+            rows.append({"r": r, "N_once": n_once, "N_rec": n_rec, "D": 1e6, "C": 6e6 * (n_once + r * n_rec),
+                         "loss": loss})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_sections_changed_copy_gets_a_spec_files_checks():
+    """``spec.model_copy(update={"tune": spec.tune.model_copy(...)})`` (the README's way to change one key of a
+    section) is checked as the same values in a spec file: pydantic's ``model_copy`` of the section checks nothing,
+    and a negative ``num_samples`` or ``cpus`` passed into a spec that then checked as valid."""
+    from loopscale.sweep import SpecError, preset_spec
+
+    s = preset_spec("smoke")
+    with pytest.raises(SpecError) as e:
+        s.model_copy(update={"tune": s.tune.model_copy(update={"num_samples": -3}),
+                             "resources": s.resources.model_copy(update={"cpus": -1})})  # fmt: skip
+    assert "tune.num_samples" in str(e.value) and "resources.cpus" in str(e.value)
+    with pytest.raises(SpecError, match="model.preset"):
+        s.model_copy(update={"model": s.model.model_copy(update={"preset": "foo"})})
+    with pytest.raises(SpecError, match="training.batch_tokens"):
+        s.model_copy(update={"training": s.training.model_copy(update={"batch_tokens": "banana"})})
+    # a valid changed copy keeps the section's other keys (the preset's eval_tokens, not the default)
+    t = s.model_copy(update={"training": s.training.model_copy(update={"batch_tokens": 512})})
+    assert t.training.batch_tokens == 512 and t.training.eval_tokens == s.training.eval_tokens
+    assert t.training.eval_tokens != type(s.training)().eval_tokens  # the test tells the two apart
+
+
+def test_write_fit_outputs_takes_fit_tables_result(tmp_path):
+    """``write_fit_outputs(out, fit_table(...))`` writes the TableFit's fit (it moved the earlier fit aside and then
+    failed with AttributeError, leaving no fit.json); a fit of another type is refused before anything moves."""
+    from loopscale.fit import fit_table, write_fit_outputs
+
+    tf = fit_table(_one_d_table().assign(variant="baseline"), starts=10)
+    files = write_fit_outputs(tmp_path, tf, plots=False)
+    d = json.loads((tmp_path / "fit.json").read_text())
+    assert set(files) == {"fit.json"} and d["params"]["phi"] == tf.fit.params["phi"] and d["variant"] == "baseline"
+    before = (tmp_path / "fit.json").read_text()
+    with pytest.raises(TypeError, match="give a FitResult"):
+        write_fit_outputs(tmp_path, tf.fit.params, plots=False)
+    with pytest.raises(TypeError, match="BootstrapResult"):
+        write_fit_outputs(tmp_path, tf.fit, boot={"phi": [0.1, 0.2]}, plots=False)
+    assert (tmp_path / "fit.json").read_text() == before and not list(tmp_path.glob("earlier_fit_*"))
+
+
+def test_results_store_refuses_a_file_for_its_folder(tmp_path):
+    """``ResultsStore("OUT/runs.parquet")`` read no runs and said nothing; it names the folder to give."""
+    from loopscale.sweep.store import ResultsStore
+
+    (tmp_path / "runs.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ValueError, match=r"is a file, not a run folder; give its folder"):
+        ResultsStore(tmp_path / "runs.parquet")
+    assert ResultsStore(tmp_path / "new").runs().num_rows == 0  # a folder not made yet is an empty store
+
+
+def test_frontier_of_a_one_budget_fit_warns():
+    """The report says "Not computed" of the frontier of a fit to one token budget (B and beta are not
+    identified); the API's compute_optimal_frontier says so too, and still answers a params dict as given."""
+    from loopscale.fit import compute_optimal_frontier, fit_table
+
+    t = _one_d_table()
+    tf = fit_table(t, starts=10)
+    with pytest.warns(UserWarning, match=r"one token budget \(D = 1e\+06 tokens\).*arbitrary choice of B and beta"):
+        fr = compute_optimal_frontier(tf.fit, t, [1e12, 1e13])
+    assert len(fr) == 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compute_optimal_frontier(dict(tf.fit.params), t, [1e12])
+
+
+def test_read_table_of_a_folder_without_a_runs_table(tmp_path):
+    """A folder without runs.parquet was read as a Parquet dataset of every file under it: a Tune folder's error
+    blamed a checkpoint file, an empty one listed missing columns. Now: no Parquet file is said as such, and a
+    run folder gets the message that says what rebuilds its table."""
+    from loopscale.fit.io import read_table
+
+    tune = tmp_path / "tune" / "trial" / "checkpoint_000"
+    tune.mkdir(parents=True)
+    (tune / "ckpt-00000004.pt").write_bytes(b"\x80\x02not parquet")
+    for folder in (tmp_path / "tune", tmp_path / "tune" / "trial" / "checkpoint_000"):
+        with pytest.raises(ValueError, match="is a folder without runs.parquet or any Parquet file"):
+            read_table(folder)
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "spec.yaml").write_text("name: x\n")
+    with pytest.raises(ValueError) as e:
+        read_table(run)
+    assert "runs.parquet not found" in str(e.value)
+    assert "is a folder without runs.parquet or any Parquet file" not in str(e.value)
+    ds = tmp_path / "ds"  # a folder of Parquet files is still a table
+    ds.mkdir()
+    _one_d_table().to_parquet(ds / "part-0.parquet")
+    assert len(read_table(ds)) == 12
+
+
+def test_equivalence_names_arrays_of_other_shapes_and_zero_parameters():
+    from loopscale.fit import equivalence
+
+    with pytest.raises(ValueError, match=r"one shape; got shapes N_once \(3,\), N_rec \(2,\), r \(2,\)"):
+        equivalence([1e5, 2e5, 3e5], [1e5, 1e5], [2, 4], 0.5)
+    with pytest.raises(ValueError, match="N_once \\+ N_rec must be > 0"):
+        equivalence(0, 0, 2, 0.5)
+    out = equivalence(np.array([1e5, 2e5]), 1e5, 4, 0.5)  # a scalar beside an array broadcasts, as before
+    assert np.allclose(out["N_eff"], [3e5, 4e5])
+
+
+def test_an_odd_head_dim_is_named_before_a_d_model_is_suggested():
+    """``head_dim=3`` with d_model 16 suggested d_model=18, which the odd head_dim then refused."""
+    from loopscale.model import preset_config
+
+    with pytest.raises(ValueError, match="head_dim must be even for RoPE, got 3"):
+        preset_config("cpu", r=2, d_model=16, head_dim=3)
