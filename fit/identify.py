@@ -470,8 +470,14 @@ def identify(
         if min(rises) < thr:
             i = 0 if rises[0] <= rises[1] else 1
             (t, target), side = at[i], ("phi_hat - 1", "phi_hat + 1")[i]
-            where = (f"phi = {t:.2f} ({side})" if t == target
-                     else f"phi = {t:.2f}, the profile's end ({side} = {target:.2f} lies outside it)")  # fmt: skip
+            lo_p, hi_p = float(prof["phi"].min()), float(prof["phi"].max())
+            if t == target:
+                where = f"phi = {t:.2f} ({side})"
+            elif (t - phi_hat) * (target - phi_hat) > 0:  # the end lies on the side of phi_hat it stands for
+                where = f"phi = {t:.2f}, the profile's end ({side} = {target:.2f} lies outside it)"
+            else:  # phi_hat itself is outside the profile's range: its nearest end is on the other side
+                where = (f"phi = {t:.2f}, the profile's end nearest phi_hat = {phi_hat:.2f}, which lies outside the "
+                         f"profile's range [{lo_p:.2f}, {hi_p:.2f}]")  # fmt: skip
             causes.append(Cause.FLAT_PROFILE)
             digits = next((k for k in range(2, 7) if f"{100 * min(rises):.{k}g}" != f"{100 * thr:.{k}g}"), 7)
             reasons[Cause.FLAT_PROFILE.value] = (  # enough digits to tell the two apart (6.2 % vs 6.2 % read oddly)

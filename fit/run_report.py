@@ -103,11 +103,15 @@ def no_runs_table_message(d: Path, torn: bool) -> str:
     if has_parts:
         return (f"{what}; its runs' own records are still in {parts}: `{_rerun_line(d)}` "
                 "rebuilds it from them, training only the runs missing there, then fits and reports")
-    if not torn and not any((d / n).exists() for n in ("run_meta.json", "logs", "tune", "fit")):
-        # a folder `loopscale design --out` (or a stopped run before its first record) prepared: nothing trained yet
-        return (f"{what}: no run has been trained in {d} yet (it holds its spec"
-                f"{', and a design prediction' if (d / 'design_prediction.json').is_file() else ''}): "
-                f"`{_rerun_line(d, resume=False)}` trains the grid, fits it and writes the report")
+    if not torn and not any((d / n).exists() for n in ("run_meta.json", "tune", "fit")):
+        # a folder `loopscale design --out` or `loopscale tune-lr` (or a stopped run before its grid's first record)
+        # prepared (its logs/ are the LR tuning's): nothing of the grid trained yet
+        held = [w for f, w in (("design_prediction.json", "a design prediction"),
+                               ("lr_table.parquet", "its LR table")) if (d / f).is_file()]  # fmt: skip
+        resume = (d / "lr_table.parquet").is_file()  # --resume keeps the tuned LRs (a fresh run would tune again)
+        return (f"{what}: no run of the grid has been trained in {d} yet (it holds its spec"
+                f"{''.join(', and ' + w for w in held)}): "
+                f"`{_rerun_line(d, resume=resume)}` trains the grid, fits it and writes the report")
     return (f"{what}, and {d} holds no other record of its runs (no parts/): `{_rerun_line(d)}` trains them "
             "again, or restore runs.parquet from a copy")
 

@@ -706,22 +706,37 @@ def rejected_trials(study) -> list[tuple[float, str]]:
     )
 
 
-def rejected_note(size: int, r: int, study) -> str | None:
+def rejected_note(size: int, r: int, study, tune=None) -> str | None:
     """One console line naming a study's rejected trials with their LR and reason, or None when it has none: a
-    trial rejected as flat or diverged is otherwise seen only as a failed marker in ``lr_table.png``."""
+    trial rejected as flat or diverged is otherwise seen only as a failed marker in ``lr_table.png``. A rejected
+    trial whose last validation loss is below the chosen trial's (a curve that rose after its first milestone,
+    yet ended lower) is named as such, with the LRs between the two to try (``tune``: the spec's tune section,
+    for the advice; None: generic): the choice then rests on the stability rule, not on the losses."""
     import optuna
 
     rejected = rejected_trials(study)
     if not rejected:
         return None
     trials = study.get_trials(deepcopy=False)
-    healthy = sum(t.state == optuna.trial.TrialState.COMPLETE and t.value is not None for t in trials)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
     line = f"size {size}, r {r}: {len(rejected)} of {len(trials)} trials rejected: " + "; ".join(
         f"LR {lr:.3g}: {why}" for lr, why in rejected
     )
-    if healthy == 1:  # nothing was compared: the chosen LR is merely the one that trained without a fault
+    if len(complete) == 1:  # nothing was compared: the chosen LR is merely the one that trained without a fault
         line += ("; the chosen LR is the study's only healthy trial, so no LR was compared with it: raise "
                  "tune.num_samples, or narrow tune.lr_min / lr_max toward it")  # fmt: skip
+    if complete:
+        best = min(complete, key=lambda t: (t.value, t.params["lr"]))
+        lower = [(float(t.params["lr"]), t.intermediate_values[max(t.intermediate_values)]) for t in trials
+                 if t.user_attrs.get("fail_kind") == "unhealthy" and "lr" in t.params and t.intermediate_values
+                 and t.intermediate_values[max(t.intermediate_values)] < best.value]  # fmt: skip
+        for lr, val in sorted(lower):
+            lo, hi = sorted((float(best.params["lr"]), lr))
+            how = ("add LRs between them to tune.lr_values" if tune is not None and tune.lr_values
+                   else "more LRs between them (tune.num_samples) would tell")  # fmt: skip
+            line += (f"; LR {lr:.3g} ended below the chosen LR {best.params['lr']:.3g} (val {val:.4f} against "
+                     f"{best.value:.4f}) and was rejected for the reason above, not for its loss: the best stable LR "
+                     f"may lie between {lo:.3g} and {hi:.3g}; {how}")
     return line
 
 
@@ -864,6 +879,9 @@ def run_tune_lr(
     out = Path(out_dir).resolve()
     check_folder_spec(out, spec)
     tune_dir = out / "tune_lr"
+    if resume and not (tune_dir.is_dir() and any(tune_dir.iterdir())):  # as `sweep --resume` says of a new folder
+        console.current().say(f"--resume: nothing to resume in {out} (no earlier LR tuning there); starting a new "
+                              "one", err=True)  # fmt: skip
     tune_dir.mkdir(parents=True, exist_ok=True)
     record_folder_spec(out, spec)  # `sweep` and `run` of another spec will not read this folder's LR table
     # `loopscale status`: running from here on, before Ray starts; a --storage is recorded (and claimed)
@@ -929,7 +947,7 @@ def run_tune_lr(
         study = optuna.load_study(study_name=info["study_name"], storage=info["storage_url"])
         lr, val, n, npruned = _choose(study)
         notes = []  # recorded with the study's rows: the report and `status` say them too
-        if note := rejected_note(s, r, study):
+        if note := rejected_note(s, r, study, spec.tune):
             rejected.append(note)
             notes.append(note)
         if edge := edge_of_tried(study, lr):

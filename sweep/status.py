@@ -1083,7 +1083,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         marked = {p.stem for p in (out / "tune_lr" / "done").glob("*.json")}
         lr["studies"] = {"done": len(marked | {f"size{s}_r{r}" for s, r in _tabled_studies(lr_rows)}), "total": None}
     if (out / "lr_table.parquet").is_file():
-        keep = ("size", "r", "lr", "lr_best", "best_val_loss", "n_trials", "n_pruned")
+        keep = ("size", "r", "tuned_r", "lr", "lr_best", "best_val_loss", "n_trials", "n_pruned")
         if lr_rows is not None:  # an unreadable one is described under unreadable
             lr["table"] = [{k: row.get(k) for k in keep} for row in lr_rows]
             import pandas as pd
@@ -1549,9 +1549,12 @@ def format_status(st: dict) -> list[str]:
         at = f" at lr {best:.4g}, the best trial's; lr is smoothed" if (
             best is not None and row.get("lr") is not None and not math.isclose(best, row["lr"], rel_tol=1e-9)
         ) else ""  # fmt: skip
+        # tune_per_r: false: one study per size, its LR shared by every r (its trials are counted once, there)
+        shared = row.get("tuned_r") is not None and row["tuned_r"] != row["r"]
         lines.append(
-            f"  size {row['size']} r {row['r']}: lr {lr_s} (val {val}{at}, {row['n_trials']} trials, "
-            f"{row['n_pruned']} pruned)"
+            f"  size {row['size']} r {row['r']}: lr {lr_s} ("
+            + (f"the r {row['tuned_r']} study's: " if shared else "")
+            + f"val {val}{at}, {row['n_trials']} trials, {row['n_pruned']} pruned)"
         )
     lines += [f"  tune-lr said: {n}" for n in lr.get("notes") or []]
     head = "fit (an earlier fit's; the fit stage started since has not ended)" if st.get("fit_earlier") else "fit"

@@ -13,8 +13,16 @@ from loopscale.cluster.options import EXIT_INTERRUPTED, EXIT_TERMINATED
 from loopscale.sweep import entry
 
 
+def _sigint_default() -> None:
+    """In the child before it starts Python: SIGINT at its default, as at a terminal. A shell starts a background
+    job (``pytest ... &``, nohup) with SIGINT ignored, Python then installs no handler of its own, and each press
+    these tests make was ignored (exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                          preexec_fn=_sigint_default)  # fmt: skip
 
 
 def _signal_at_import(sig: str, module: str = "pandas") -> str:

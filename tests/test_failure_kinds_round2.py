@@ -610,6 +610,7 @@ def test_finite_lr_set_is_fully_tried(tmp_path):
 
     from loopscale.sweep._seams import trained_counts
     from loopscale.sweep.lr_search import study_plan
+    from loopscale.sweep.spec import SpecError
 
     spec = dict(TINY, lr="tune", tokens=[1024])
     spec["tune"] = {"num_samples": 8, "lr_values": PAPER_LRS, "tokens": 1024, "num_milestones": 2,
@@ -641,6 +642,7 @@ def test_finite_lr_set_is_fully_tried(tmp_path):
     lrs = sorted(PAPER_LRS)
     assert got["param_space"]["lr"] == tune.grid_search([lrs[0], lrs[2], lrs[5], lrs[7]])  # 8 values, 4 samples
     assert got["tune_config"].num_samples == 1 and got["tune_config"].search_alg is None
-    s = load_spec(_write_spec(tmp_path / "g.yaml", dict(spec, tune=dict(spec["tune"], num_samples=1))))
-    assert study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")["param_space"]["lr"] == (
-        tune.grid_search([lrs[4]]))
+    # one sample per study tries one LR: nothing to tune, refused as one lr_values entry is
+    with pytest.raises(SpecError, match=r"tune.num_samples 1 tries one LR per study: there is nothing to tune"):
+        load_spec(_write_spec(tmp_path / "g.yaml", dict(spec, tune=dict(spec["tune"], num_samples=1))))
+    load_spec(_write_spec(tmp_path / "h.yaml", dict(spec, lr={"fixed": 0.01}, tune=dict(spec["tune"], num_samples=1))))

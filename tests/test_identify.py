@@ -355,9 +355,21 @@ def test_a_flat_profile_names_the_phi_it_was_read_at():
     out = identify(dataclasses.replace(point, params={**point.params, "phi": -2.8}), None, prof, None)
     assert Cause.FLAT_PROFILE in out.causes
     why = out.reasons[Cause.FLAT_PROFILE.value]
-    assert "at phi = -2.50, the profile's end (phi_hat - 1 = -3.80 lies outside it)" in why, why
+    # phi_hat itself lies below the profile (-2.5 .. 2.5): its end -2.5 is above phi_hat, not at "phi_hat - 1"
+    assert ("at phi = -2.50, the profile's end nearest phi_hat = -2.80, which lies outside the profile's range "
+            "[-2.50, 2.50]") in why, why
+    prof_wide = pd.DataFrame({"phi": GRID - 1.0, "objective": prof["objective"]})  # -3.5 .. 1.5
+    out = identify(dataclasses.replace(point, params={**point.params, "phi": -2.8}), None, prof_wide, None)
+    assert "at phi = -3.50, the profile's end (phi_hat - 1 = -3.80 lies outside it)" in out.reasons[
+        Cause.FLAT_PROFILE.value]
     out = identify(dataclasses.replace(point, params={**point.params, "phi": 0.3}), None, prof, None)
     assert "at phi = -0.70 (phi_hat - 1)" in out.reasons[Cause.FLAT_PROFILE.value]
+    # phi_hat outside the profile's range: its nearest end lies above it, not at "phi_hat - 1" (a user's fit with
+    # phi_hat = -3 and a profile from -1.5 read "at phi = -1.50, the profile's end (phi_hat - 1 = -4.00 ...)")
+    lo = float(GRID.min())
+    out = identify(dataclasses.replace(point, params={**point.params, "phi": lo - 1.5}), None, prof, None)
+    assert (f"at phi = {lo:.2f}, the profile's end nearest phi_hat = {lo - 1.5:.2f}, which lies outside the profile's "
+            f"range [{lo:.2f}, {float(GRID.max()):.2f}]") in out.reasons[Cause.FLAT_PROFILE.value]
 
 
 def test_noise_free_losses_identify_phi():

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -1031,9 +1032,20 @@ def test_a_report_without_a_readable_runs_table_names_what_rebuilds_it(tmp_path)
     (planned / "design_prediction.json").write_text("{}")
     with pytest.raises(FileNotFoundError) as e:
         build_report(planned)
-    assert str(e.value) == (f"{planned / 'runs.parquet'} not found: no run has been trained in {planned} yet (it "
-                            f"holds its spec, and a design prediction): `loopscale run {planned / 'spec.yaml'} --out "
-                            f"{planned}` trains the grid, fits it and writes the report")  # fmt: skip
+    assert str(e.value) == (f"{planned / 'runs.parquet'} not found: no run of the grid has been trained in {planned} "
+                            f"yet (it holds its spec, and a design prediction): `loopscale run {planned / 'spec.yaml'} "
+                            f"--out {planned}` trains the grid, fits it and writes the report")  # fmt: skip
+    # a folder of `loopscale tune-lr` alone (its logs/ and LR table): nothing of the grid trained either, and the
+    # line keeps the tuned LRs (--resume)
+    (planned / "design_prediction.json").unlink()
+    (planned / "logs").mkdir()
+    (planned / "logs" / "command.json").write_text("{}")
+    pq.write_table(pa.table({"size": [16], "r": [1], "lr": [0.02]}), planned / "lr_table.parquet")
+    with pytest.raises(FileNotFoundError) as e:
+        build_report(planned)
+    assert str(e.value) == (f"{planned / 'runs.parquet'} not found: no run of the grid has been trained in {planned} "
+                            f"yet (it holds its spec, and its LR table): `loopscale run {planned / 'spec.yaml'} "
+                            f"--out {planned} --resume` trains the grid, fits it and writes the report")  # fmt: skip
 
 
 def test_what_one_recurrence_is_worth_carries_phis_interval():

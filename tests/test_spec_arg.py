@@ -180,6 +180,30 @@ def test_tune_lr_on_a_fixed_lr_spec_says_its_table_will_not_be_used(tmp_path, mo
     assert "fixes the LR" not in capsys.readouterr().err
 
 
+def test_tune_lr_resume_of_nothing_says_so(tmp_path, monkeypatch, capsys):
+    """`tune-lr --resume` where no LR tuning ran (a mistyped folder) says a new tuning starts, as `sweep --resume`
+    does; a folder with earlier studies gets no such line."""
+    import loopscale.cluster.connect as connect
+    from loopscale.sweep.lr_search import run_tune_lr
+
+    class Stop(Exception):
+        pass
+
+    def no_ray(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)
+    tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
+    out = tmp_path / "o"
+    with pytest.raises(Stop):
+        run_tune_lr(tuned, out, resume=True)
+    assert f"--resume: nothing to resume in {out} (no earlier LR tuning there)" in capsys.readouterr().err
+    (out / "tune_lr" / "lr_smoke_s16_r1").mkdir()  # an earlier study's Tune folder
+    with pytest.raises(Stop):
+        run_tune_lr(tuned, out, resume=True)
+    assert "nothing to resume" not in capsys.readouterr().err
+
+
 def test_sweep_and_tune_lr_folders_record_their_spec_and_refuse_another(tmp_path, monkeypatch):
     """`sweep` and `tune-lr` record the folder's spec as `run` does: a sweep of another spec into a sweep or tune-lr
     folder is refused before anything is written (it had mixed two grids in one runs.parquet, or trained with an LR

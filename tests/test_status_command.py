@@ -303,6 +303,23 @@ def test_an_lr_table_row_without_an_lr_does_not_stop_status(tmp_path):
     assert any("size 16 r 1: lr - (val ?, 8 trials, 8 pruned)" in ln for ln in text), text
 
 
+def test_an_lr_shared_across_r_names_the_study_it_came_from(tmp_path):
+    """With ``tune_per_r: false`` one study per size sets the LR of every r; status listed each r with the study's
+    trials as if each r had its own (18 trials shown for 6 run). Each row of another r names the study's r."""
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    _lr_folder(tmp_path, table=False)
+    rows = [dict(size=16, r=r, tuned_r=4, N_unique=1000, N_usage=1000, lr_best=0.04, best_val_loss=3.1423,
+                 lr_smoothed=0.04, lr=0.04, n_trials=3, n_pruned=1, budget_tokens=1536, study_name="C_size16_r4",
+                 storage="sqlite:///x") for r in (1, 2, 4)]  # fmt: skip
+    write_table_atomic(to_table(rows, _lr_table_schema()), tmp_path / "lr_table.parquet")
+    text = [ln.strip() for ln in format_status(collect_status(tmp_path))]
+    assert "size 16 r 1: lr 0.04 (the r 4 study's: val 3.1423, 3 trials, 1 pruned)" in text, text
+    assert "size 16 r 2: lr 0.04 (the r 4 study's: val 3.1423, 3 trials, 1 pruned)" in text, text
+    assert "size 16 r 4: lr 0.04 (val 3.1423, 3 trials, 1 pruned)" in text, text
+
+
 def test_a_stopped_and_a_running_tune_lr_folder(tmp_path):
     _lr_folder(tmp_path, table=False)
     st = collect_status(tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import optuna
 import pyarrow.parquet as pq
@@ -13,7 +14,7 @@ from loopscale.sweep._seams import COUNT_ENV, trained_counts
 from loopscale.sweep.lr_search import PersistentASHA, run_tune_lr
 from loopscale.sweep.lr_table import _smooth, read_lr_table
 from loopscale.sweep.presets import PRESETS, preset_spec
-from loopscale.sweep.spec import parse_spec
+from loopscale.sweep.spec import SpecError, parse_spec
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,23 @@ def _spec(**tune):
     d.update(sizes=[16], r=[1, 2], lr="tune")
     d["tune"].update(tune_per_r=False, **tune)
     return parse_spec(d)
+
+
+def test_lr_trial_tokens_round_to_the_nearest_step_then_up_per_milestone():
+    """docs/cli.md's rule and example: tokens in the nearest whole number of steps, then up to whole steps per
+    milestone, at least one per milestone (it had said "rounded up", and 300 tokens at batch 256 train 256)."""
+    base = _spec(num_samples=2)
+    assert base.training.batch_tokens == 256
+
+    def steps(tokens: int, milestones: int) -> tuple[int, int]:
+        return _spec(num_samples=2, tokens=tokens, num_milestones=milestones, grace_milestones=1).tuning_steps(16, 2)
+
+    assert steps(300, 1) == (1, 1)  # 1.17 steps: the nearest is 1, 256 tokens
+    assert steps(400, 1) == (2, 2)  # 1.56 steps: 2
+    assert steps(5 * 256, 2) == (6, 3)  # 5 steps, up to 3 per milestone
+    assert steps(256, 4) == (4, 1)  # at least one step per milestone
+    with pytest.raises(SpecError, match="tune.num_samples 1 tries one LR per study"):
+        _spec(num_samples=1)
 
 
 def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path, monkeypatch, capsys):
@@ -255,6 +273,24 @@ def test_rejected_trials_are_named_with_their_lr_and_reason():
     ok = optuna.create_study()
     ok.add_trial(optuna.trial.create_trial(params={"lr": 3.0}, distributions=dist, value=4.77))
     assert rejected_note(16, 2, ok) is None
+    # a curve that rose after its first milestone yet ended below the chosen trial (a new user's study chose 0.02 at
+    # 3.342 over 0.05 at 3.203 and said only "did not learn"): named, with the LRs between the two to try
+    rose = optuna.create_study()
+    rose.add_trial(optuna.trial.create_trial(params={"lr": 0.02}, distributions=dist, value=3.342,
+                                             intermediate_values={1: 3.5, 2: 3.342}))  # fmt: skip
+    rose.add_trial(optuna.trial.create_trial(params={"lr": 0.005}, distributions=dist, value=3.6))
+    rose.add_trial(optuna.trial.create_trial(
+        params={"lr": 0.05}, distributions=dist, state=fail, intermediate_values={1: 3.178, 2: 3.2029},
+        user_attrs={"fail_kind": "unhealthy", "fail_reason": "did not learn: ... (a rising curve: ...)"}))  # fmt: skip
+    tune_values = SimpleNamespace(lr_values=[0.005, 0.02, 0.05])
+    assert rejected_note(16, 1, rose, tune_values).endswith(
+        "; LR 0.05 ended below the chosen LR 0.02 (val 3.2029 against 3.3420) and was rejected for the reason above, "
+        "not for its loss: the best stable LR may lie between 0.02 and 0.05; add LRs between them to tune.lr_values")
+    assert rejected_note(16, 1, rose).endswith("; more LRs between them (tune.num_samples) would tell")
+    st.add_trial(optuna.trial.create_trial(  # a rejected trial above the chosen one's loss: no such clause
+        params={"lr": 20.0}, distributions=dist, state=fail, intermediate_values={1: 4.7, 2: 4.9},
+        user_attrs={"fail_kind": "unhealthy", "fail_reason": "did not learn: (a rising curve)"}))  # fmt: skip
+    assert "ended below the chosen LR" not in rejected_note(16, 2, st)
 
 
 def test_edge_advice_names_the_setting_that_would_tell():
@@ -284,7 +320,7 @@ def test_tuning_that_costs_more_than_the_grid_is_said_before_it_starts(tmp_path,
     spec = _spec(num_samples=6, tokens=1 << 17)  # trials of 131,072 tokens against a grid of 2,048-4,096-token runs
     want = plan(spec, data=False)["lr_warning"]
     assert want and want.startswith("LR tuning may cost up to") and lr_cost_left_warning(spec, tmp_path) == want
-    assert lr_cost_left_warning(_spec(num_samples=1, tokens=256), tmp_path) is None  # cheaper than the grid
+    assert lr_cost_left_warning(_spec(num_samples=2, tokens=256), tmp_path) is None  # cheaper than the grid
 
     class Stop(Exception):
         pass
