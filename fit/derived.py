@@ -218,7 +218,8 @@ def compute_optimal_frontier(
     """Compute-optimal ``N*``, ``D*``, ``L*`` per ``r`` and budget from a fitted law (paper §4.4, Fig. 3).
 
     Args:
-        fit: a :class:`~loopscale.fit.fitter.FitResult` or a public params dict (``E, A, alpha, B, beta[, phi]``).
+        fit: a :class:`~loopscale.fit.fitter.FitResult` (or :func:`~loopscale.fit.table_fit.fit_table`'s TableFit:
+            its point fit) or a public params dict (``E, A, alpha, B, beta[, phi]``).
             Without ``phi`` (a Chinchilla law, e.g. the per-r fit of one r's runs) the law's N is the unique
             parameter count at every r, so ``N_eff_star`` = ``N_star``: evaluate such a law at the r it was fitted
             to (at another r it says that looping adds no effective parameters, as phi = 0 would).
@@ -245,10 +246,17 @@ def compute_optimal_frontier(
             leave out the r passes of a looped block, and the frontier then called more looping cheaper). A table
             without ``C`` takes ``F = 6 N`` at every r (:func:`flops_model_from_table`).
     """
+    from loopscale.fit.table_fit import TableFit
+
+    if isinstance(fit, TableFit):  # fit_table's result: its point fit
+        fit = fit.fit
     params = fit.params if hasattr(fit, "params") else dict(fit)
     if missing := [k for k in ("E", "A", "alpha", "B", "beta") if k not in params]:
         raise ValueError(f"fit is missing {missing}: give a FitResult or a dict of E, A, alpha, B, beta (and phi "
                          f"for the joint law); got keys {sorted(params)}")  # fmt: skip
+    budgets = np.atleast_1d(np.asarray(budgets, dtype=np.float64))
+    if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
+        raise ValueError("budgets must be finite and > 0 (training FLOPs), e.g. [1e18, 1e19]")
     if isinstance(getattr(fit, "data", None), pd.DataFrame):
         from loopscale.fit.analysis import frontier_unidentified
 
@@ -256,10 +264,7 @@ def compute_optimal_frontier(
             import warnings
 
             warnings.warn(f"compute_optimal_frontier: the fit's runs have {why}; N*, D* and L* follow the "
-                          "fitter's arbitrary choice of B and beta", UserWarning, stacklevel=2)
-    budgets = np.atleast_1d(np.asarray(budgets, dtype=np.float64))
-    if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
-        raise ValueError("budgets must be finite and > 0 (training FLOPs), e.g. [1e18, 1e19]")
+                          "fitter's arbitrary split of the D-term", UserWarning, stacklevel=2)
     asked = None if r_values is None else [float(v) for v in np.atleast_1d(r_values)]
     if asked is not None and any(not (np.isfinite(v) and v >= 1 and v == round(v)) for v in asked):
         raise ValueError(f"r_values={r_values!r} must be whole numbers >= 1 (recurrences), e.g. [1, 2, 4, 8]")

@@ -473,7 +473,7 @@ def identify(
             lo_p, hi_p = float(prof["phi"].min()), float(prof["phi"].max())
             if t == target:
                 where = f"phi = {t:.2f} ({side})"
-            elif (t - phi_hat) * (target - phi_hat) > 0:  # the end lies on the side of phi_hat it stands for
+            elif lo_p <= phi_hat <= hi_p:  # the end lies on the side of phi_hat it stands for (or at phi_hat)
                 where = f"phi = {t:.2f}, the profile's end ({side} = {target:.2f} lies outside it)"
             else:  # phi_hat itself is outside the profile's range: its nearest end is on the other side
                 where = (f"phi = {t:.2f}, the profile's end nearest phi_hat = {phi_hat:.2f}, which lies outside the "

@@ -53,21 +53,32 @@ def _read_table(table: Any) -> pd.DataFrame:
             raise ValueError(f"table {str(p)!r} does not exist; pass a .parquet or .csv file")
         if p.is_dir() and (p / "runs.parquet").is_file():  # the folder of a `loopscale run` / `sweep`
             p = p / "runs.parquet"
-        elif p.is_dir():  # a run folder without its table, or a folder of no Parquet files (a Tune folder, empty)
+        elif p.is_dir():  # a run folder without its table: said as such (its parts/ are no table to read whole)
             from loopscale.fit.run_report import is_loopscale_folder, no_runs_table_message
 
             if is_loopscale_folder(p):
                 raise ValueError(no_runs_table_message(p, torn=False))
-            if not any(f.suffix.lower() in (".parquet", ".pq") and f.is_file() for f in p.rglob("*")):
-                raise ValueError(f"table {str(p)!r} is a folder without runs.parquet or any Parquet file: give a "
-                                 "runs table (.parquet or .csv) or the output folder of `loopscale run` / `sweep`")
         if p.suffix.lower() in (".parquet", ".pq") or p.is_dir():
             import pyarrow as pa
             import pyarrow.parquet as pq
 
+            # a folder is read as a Parquet dataset (every file not named .* or _*, any suffix); one that yields no
+            # table and holds no *.parquet / *.pq file (a Tune folder of checkpoints, an empty folder) is said to
+            # hold none, rather than pyarrow's words on some checkpoint file or a list of missing columns
+            no_parquet = (f"table {str(p)!r} is a folder without runs.parquet or any Parquet file: give a runs table "
+                          "(.parquet or .csv) or the output folder of `loopscale run` / `sweep`")  # fmt: skip
+
+            def holds_parquet() -> bool:
+                return any(f.suffix.lower() in (".parquet", ".pq") and f.is_file() for f in p.rglob("*"))
+
             try:
-                return pq.read_table(p).to_pandas()
+                got = pq.read_table(p)
+                if p.is_dir() and not got.num_columns and not holds_parquet():
+                    raise ValueError(no_parquet)
+                return got.to_pandas()
             except (pa.ArrowInvalid, OSError) as e:  # torn or not Parquet: said as such, not pyarrow's bare words
+                if p.is_dir() and not holds_parquet():
+                    raise ValueError(no_parquet) from None
                 first = " ".join(str(e).split())
                 raise ValueError(
                     f"table {str(p)!r} is not a readable Parquet table ({first}): torn, half-written or another "

@@ -103,17 +103,29 @@ def no_runs_table_message(d: Path, torn: bool) -> str:
     if has_parts:
         return (f"{what}; its runs' own records are still in {parts}: `{_rerun_line(d)}` "
                 "rebuilds it from them, training only the runs missing there, then fits and reports")
-    if not torn and not any((d / n).exists() for n in ("run_meta.json", "tune", "fit")):
+    # logs/ of `loopscale tune-lr` commands only are no sign of a grid's runs (logs/command.json names each command)
+    marks = ("run_meta.json", "tune", "fit") + (() if _only_commands(d, {"tune-lr"}) else ("logs",))
+    if not torn and not any((d / n).exists() for n in marks):
         # a folder `loopscale design --out` or `loopscale tune-lr` (or a stopped run before its grid's first record)
-        # prepared (its logs/ are the LR tuning's): nothing of the grid trained yet
+        # prepared: nothing of the grid trained yet (`run` uses an LR table there, as it skips every stage done)
         held = [w for f, w in (("design_prediction.json", "a design prediction"),
                                ("lr_table.parquet", "its LR table")) if (d / f).is_file()]  # fmt: skip
-        resume = (d / "lr_table.parquet").is_file()  # --resume keeps the tuned LRs (a fresh run would tune again)
         return (f"{what}: no run of the grid has been trained in {d} yet (it holds its spec"
                 f"{''.join(', and ' + w for w in held)}): "
-                f"`{_rerun_line(d, resume=resume)}` trains the grid, fits it and writes the report")
+                f"`{_rerun_line(d, resume=False)}` trains the grid, fits it and writes the report")
     return (f"{what}, and {d} holds no other record of its runs (no parts/): `{_rerun_line(d)}` trains them "
             "again, or restore runs.parquet from a copy")
+
+
+def _only_commands(d: Path, kinds: set[str]) -> bool:
+    """Whether every command ``d/logs/command.json`` records (the last and its ``earlier_commands``) is of ``kinds``
+    (e.g. ``{"tune-lr"}``); False without a readable record."""
+    try:
+        rec = json.loads((d / "logs" / "command.json").read_text(encoding="utf-8"))
+        seen = [rec.get("kind"), *(c.get("kind") for c in rec.get("earlier_commands") or [])]
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(seen) and all(k in kinds for k in seen)
 
 
 def is_loopscale_folder(d: Path) -> bool:

@@ -338,6 +338,8 @@ def preset_config(
     base.update({k: v for k, v in overrides.items() if v is not None})
     eff, pre, coda = base.pop("effective_depth"), base.pop("n_prelude"), base.pop("n_coda")
     hd = base.get("head_dim")
+    if isinstance(hd, int) and not isinstance(hd, bool) and hd > 0 and hd % 2:  # before a width is suggested for it
+        raise ValueError(f"head_dim must be even for RoPE, got {hd}")
     if width_scale is not None and isinstance(hd, int) and hd > 0 and d_model % hd:  # say it in the width asked for
         s_ok = next(s for s in range(int(width_scale) + 1, int(width_scale) + hd + 1) if (64 * s) % hd == 0)
         raise ValueError(

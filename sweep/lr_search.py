@@ -696,6 +696,27 @@ def _study_failure(study) -> tuple[str, list[str]] | None:
     return ("error" if raised else "unhealthy"), reasons
 
 
+def check_tune_samples(spec, out: str | Path) -> None:
+    """Refuse LR studies of one trial each before they start: with ``lr: tune`` and ``tune.num_samples`` 1 a study
+    tries one LR (a random draw, or the middle of ``tune.lr_values``) and calls it the best, though one
+    ``lr_values`` entry is refused as nothing to tune. A folder whose LR table is written, or whose studies are
+    all done, is not refused: nothing would be tuned there (its spec still loads, and ``--resume`` continues it).
+
+    Raises:
+        ValueError: a study of one trial would run in ``out``; nothing is written.
+    """
+    from loopscale.sweep.lr_table import lr_table_present
+
+    if spec.lr != "tune" or spec.tune.num_samples >= 2 or lr_table_present(Path(out) / "lr_table.parquet"):
+        return
+    if all(done_marker(Path(out), s, r).is_file() for s, r in study_keys(spec)):
+        return
+    raise ValueError(
+        f"tune.num_samples {spec.tune.num_samples} tries one LR per study: there is nothing to tune; give 2 or more "
+        "(the default is 8), or fix the LR with lr: {fixed: LR}"
+    )
+
+
 def rejected_trials(study) -> list[tuple[float, str]]:
     """``(lr, reason)`` of each trial of ``study`` that finished but may never be chosen (diverged or did not learn,
     :func:`unhealthy_reason`; trials that raised are not listed), by LR."""
@@ -709,7 +730,7 @@ def rejected_trials(study) -> list[tuple[float, str]]:
 def rejected_note(size: int, r: int, study, tune=None) -> str | None:
     """One console line naming a study's rejected trials with their LR and reason, or None when it has none: a
     trial rejected as flat or diverged is otherwise seen only as a failed marker in ``lr_table.png``. A rejected
-    trial whose last validation loss is below the chosen trial's (a curve that rose after its first milestone,
+    trial whose last validation loss is below the chosen trial's (e.g. a curve that rose after its first milestone,
     yet ended lower) is named as such, with the LRs between the two to try (``tune``: the spec's tune section,
     for the advice; None: generic): the choice then rests on the stability rule, not on the losses."""
     import optuna
@@ -732,8 +753,13 @@ def rejected_note(size: int, r: int, study, tune=None) -> str | None:
                  and t.intermediate_values[max(t.intermediate_values)] < best.value]  # fmt: skip
         for lr, val in sorted(lower):
             lo, hi = sorted((float(best.params["lr"]), lr))
-            how = ("add LRs between them to tune.lr_values" if tune is not None and tune.lr_values
-                   else "more LRs between them (tune.num_samples) would tell")  # fmt: skip
+            values = sorted(set(tune.lr_values or [])) if tune is not None else []
+            if any(lo < v < hi for v in values):  # listed, not drawn: num_samples spread fewer over the set
+                how = "raise tune.num_samples to try the values of tune.lr_values between them"
+            elif values:
+                how = "add LRs between them to tune.lr_values"
+            else:
+                how = "more LRs between them (tune.num_samples) would tell"
             line += (f"; LR {lr:.3g} ended below the chosen LR {best.params['lr']:.3g} (val {val:.4f} against "
                      f"{best.value:.4f}) and was rejected for the reason above, not for its loss: the best stable LR "
                      f"may lie between {lo:.3g} and {hi:.3g}; {how}")
@@ -841,6 +867,7 @@ def run_tune_lr(
     plot: bool = True,
     track: tuple | list = (),
     quiet: bool = False,
+    note_fresh_resume: bool = True,
 ):
     """Run stage 1 for ``spec`` into ``out_dir`` and return the LR table (a pyarrow Table, also written to
     ``<out_dir>/lr_table.parquet``; the studies are in ``<out_dir>/tune_lr/optuna.db``).
@@ -852,6 +879,8 @@ def run_tune_lr(
     cannot restore, their saved state naming a deleted checkpoint, go on in a fresh ``<experiment>_again``). ``track``: ``--track`` values or parsed targets (:mod:`loopscale.sweep.tracking`). Progress
     (trials done/pruned/failed, best LR so far) is shown on the console (:class:`loopscale.sweep.console.LRView`)
     unless ``quiet``, which turns off that display only (as :func:`loopscale.sweep.run_sweep`'s ``quiet``).
+    ``resume`` where no LR tuning ran says so on the console unless ``note_fresh_resume`` is False (``run``, which
+    has said it of the whole folder).
 
     Raises:
         SpecError: bad spec or runtime (GPUs requested where none exist), before Ray starts.
@@ -878,8 +907,9 @@ def run_tune_lr(
     track = tracking.parse_track(track)
     out = Path(out_dir).resolve()
     check_folder_spec(out, spec)
+    check_tune_samples(spec, out)
     tune_dir = out / "tune_lr"
-    if resume and not (tune_dir.is_dir() and any(tune_dir.iterdir())):  # as `sweep --resume` says of a new folder
+    if resume and note_fresh_resume and not (tune_dir.is_dir() and any(tune_dir.iterdir())):  # as `sweep` says
         console.current().say(f"--resume: nothing to resume in {out} (no earlier LR tuning there); starting a new "
                               "one", err=True)  # fmt: skip
     tune_dir.mkdir(parents=True, exist_ok=True)
@@ -976,9 +1006,10 @@ def run_tune_lr(
             )
     if rejected:  # never chosen, whatever their loss (unhealthy_reason): say which and why
         console.current().say("tune-lr: " + " | ".join(rejected), err=True)
-    if at_edge:
+    if at_edge:  # the advice changes the spec, and a folder keeps one spec: its studies are run in a new one
         console.current().say(
-            f"tune-lr: {EDGE_HEAD}: " + "; ".join(at_edge),
+            f"tune-lr: {EDGE_HEAD}: " + "; ".join(at_edge) + f" (a changed spec tunes in a new --out folder: {out} "
+            "keeps this spec)",
             err=True,
         )
     _smooth(rows)

@@ -799,7 +799,7 @@ def run_pipeline(
     from loopscale.sweep import console
     from loopscale.sweep.cli import version_line
     from loopscale.sweep.commands import run_sweep
-    from loopscale.sweep.lr_search import run_tune_lr
+    from loopscale.sweep.lr_search import check_tune_samples, run_tune_lr
     from loopscale.sweep.lr_table import lr_table_present
     from loopscale.sweep.spec import record_folder_spec
     from loopscale.sweep.status import mark_started
@@ -812,6 +812,7 @@ def run_pipeline(
     absent = _corpus_absent_for_fit(spec, out)
     spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus, data=not absent)
     check_design(spec)
+    check_tune_samples(spec, out)
     lacking = design_warning(spec)
     if lacking:
         import warnings
@@ -874,7 +875,7 @@ def run_pipeline(
             else:
                 log("[1/4] tune-lr: Optuna studies through Ray Tune ...")
                 with timed("tune-lr"):
-                    run_tune_lr(spec, out, resume=resume, **ray_opts, track=track)
+                    run_tune_lr(spec, out, resume=resume, **ray_opts, track=track, note_fresh_resume=False)
         # 2. the grid
         if _grid_done(spec, out):
             meta["skipped"].append("sweep")
@@ -1143,7 +1144,10 @@ def run_cmd(
 
         with look_only() as unreadable:  # a dry run changes nothing: files `run` would move aside are listed
             try:
+                from loopscale.sweep.lr_search import check_tune_samples
+
                 check_design(spec)
+                check_tune_samples(spec, out_dir)
                 # the folder, as `run` checks it: another command working there, files of someone else's that
                 # `run` would replace, another spec's results, runs on other corpus content
                 check_out_outside_corpus(out_dir, spec)

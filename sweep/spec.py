@@ -161,7 +161,7 @@ class TuneSpec(_Strict):
     """Stage 1, LR tuning: one Optuna study (TPE, seeded) per size and r, with ASHA on token milestones."""
 
     num_samples: int = Field(8, ge=1)
-    """Trials per study (with ``lr: tune`` at least 2: one trial tunes nothing)."""
+    """Trials per study (a study to run needs at least 2: :func:`loopscale.sweep.lr_search.check_tune_samples`)."""
     max_concurrent: int = Field(2, ge=1)
     """Trials of one study run at once."""
     lr_min: float = Field(1e-4, gt=0)
@@ -453,7 +453,6 @@ class SweepSpec(_Strict):
         part(self._check_variants, {"variants"})
         if grid_ok:  # lr.table names sizes of the grid
             part(self._check_lr, {"lr", "r", "ladder", *grid})
-        part(self._check_tune_samples, {"lr", "tune"})
         part(self._check_training, {"lr_data_exponent", "training", "resources"})
         if (problems or invalid) and grid_ok:
             # the full build below needs every key valid: the plain r = 1 runs are built now, so that a value every
@@ -579,16 +578,6 @@ class SweepSpec(_Strict):
                      if "hyperconnect" in twice else "")  # fmt: skip
             raise ValueError(f"variants must be distinct, got {names}: each name once, {twice} listed more than "
                              f"once{lanes}")
-
-    def _check_tune_samples(self) -> None:
-        """With ``lr: tune``, each study tries at least two LRs: one trial per study picked its one LR (a random draw,
-        or the middle of ``tune.lr_values``) as "the best" with no word, though one ``lr_values`` entry is refused
-        as nothing to tune. Raises: ValueError."""
-        if self.lr == "tune" and self.tune.num_samples < 2:
-            raise ValueError(
-                f"tune.num_samples {self.tune.num_samples} tries one LR per study: there is nothing to tune; give 2 "
-                "or more (the default is 8), or fix the LR with lr: {fixed: LR}"
-            )
 
     def _check_lr(self) -> None:
         """lr: 'tune', a positive fixed LR, or a table of every size (and r) of the grid. Raises: ValueError."""
@@ -2036,7 +2025,12 @@ def record_folder_corpus(out: str | Path, spec: SweepSpec) -> None:
 def _as_plain(value: Any) -> Any:
     """``value`` with every pydantic model in it (at any depth of lists and mappings) as its ``model_dump()``."""
     if isinstance(value, BaseModel):
-        return value.model_dump(warnings=False)  # its bad values are the parse's to name
+        out = value.model_dump(warnings=False)  # its bad values are the parse's to name
+        # a key pydantic's model_copy(update=...) took without a check (a misspelt ``num_sample``) is in the
+        # model's __dict__ but not in its dump: kept, so that the strict parse names it rather than drop it
+        out.update({k: v for k, v in vars(value).items() if k not in type(value).model_fields
+                    and not isinstance(getattr(type(value), k, None), functools.cached_property)})  # fmt: skip
+        return out
     if isinstance(value, list | tuple):
         return [_as_plain(v) for v in value]
     if isinstance(value, dict):

@@ -12,17 +12,15 @@ import threading
 from loopscale.cluster.options import EXIT_INTERRUPTED, EXIT_TERMINATED
 from loopscale.sweep import entry
 
-
-def _sigint_default() -> None:
-    """In the child before it starts Python: SIGINT at its default, as at a terminal. A shell starts a background
-    job (``pytest ... &``, nohup) with SIGINT ignored, Python then installs no handler of its own, and each press
-    these tests make was ignored (exit 0)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+#: The child's first line: SIGINT handled as Python starts at a terminal. A shell starts a background job
+#: (``pytest ... &``, nohup) with SIGINT ignored, Python then installs no handler of its own, and each press these
+#: tests make was ignored (exit 0). Set in the child's code, not in a ``preexec_fn`` (unsafe with threads).
+AS_AT_A_TERMINAL = "import signal as _signal; _signal.signal(_signal.SIGINT, _signal.default_int_handler)\n"
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
-                          preexec_fn=_sigint_default)  # fmt: skip
+    return subprocess.run([sys.executable, "-c", AS_AT_A_TERMINAL + textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
 
 
 def _signal_at_import(sig: str, module: str = "pandas") -> str:

@@ -609,8 +609,7 @@ def test_finite_lr_set_is_fully_tried(tmp_path):
     from ray import tune
 
     from loopscale.sweep._seams import trained_counts
-    from loopscale.sweep.lr_search import study_plan
-    from loopscale.sweep.spec import SpecError
+    from loopscale.sweep.lr_search import check_tune_samples, done_marker, study_keys, study_plan
 
     spec = dict(TINY, lr="tune", tokens=[1024])
     spec["tune"] = {"num_samples": 8, "lr_values": PAPER_LRS, "tokens": 1024, "num_milestones": 2,
@@ -642,7 +641,15 @@ def test_finite_lr_set_is_fully_tried(tmp_path):
     lrs = sorted(PAPER_LRS)
     assert got["param_space"]["lr"] == tune.grid_search([lrs[0], lrs[2], lrs[5], lrs[7]])  # 8 values, 4 samples
     assert got["tune_config"].num_samples == 1 and got["tune_config"].search_alg is None
-    # one sample per study tries one LR: nothing to tune, refused as one lr_values entry is
-    with pytest.raises(SpecError, match=r"tune.num_samples 1 tries one LR per study: there is nothing to tune"):
-        load_spec(_write_spec(tmp_path / "g.yaml", dict(spec, tune=dict(spec["tune"], num_samples=1))))
-    load_spec(_write_spec(tmp_path / "h.yaml", dict(spec, lr={"fixed": 0.01}, tune=dict(spec["tune"], num_samples=1))))
+    # one sample per study tries one LR (the middle of the set): nothing to tune, refused before a study starts as
+    # one lr_values entry is; the spec itself still loads (a folder tuned so keeps reading its spec.yaml)
+    s = load_spec(_write_spec(tmp_path / "g.yaml", dict(spec, tune=dict(spec["tune"], num_samples=1))))
+    assert study_plan(s, 16, 2, tmp_path / "t", str(tmp_path / "st"), experiment="e")["param_space"]["lr"] == (
+        tune.grid_search([lrs[4]]))
+    with pytest.raises(ValueError, match=r"tune.num_samples 1 tries one LR per study: there is nothing to tune"):
+        check_tune_samples(s, tmp_path / "new")
+    for key in study_keys(s):  # every study done (its marker written): nothing would be tuned, nothing refused
+        done_marker(tmp_path / "done", *key).parent.mkdir(parents=True, exist_ok=True)
+        done_marker(tmp_path / "done", *key).write_text("{}")
+    check_tune_samples(s, tmp_path / "done")
+    check_tune_samples(s.model_copy(update={"lr": {"fixed": 0.01}}), tmp_path / "new")  # no tuning: no refusal

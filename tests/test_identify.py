@@ -362,6 +362,9 @@ def test_a_flat_profile_names_the_phi_it_was_read_at():
     out = identify(dataclasses.replace(point, params={**point.params, "phi": -2.8}), None, prof_wide, None)
     assert "at phi = -3.50, the profile's end (phi_hat - 1 = -3.80 lies outside it)" in out.reasons[
         Cause.FLAT_PROFILE.value]
+    out = identify(dataclasses.replace(point, params={**point.params, "phi": -2.5}), None, prof, None)  # on the end
+    assert "at phi = -2.50, the profile's end (phi_hat - 1 = -3.50 lies outside it)" in out.reasons[
+        Cause.FLAT_PROFILE.value]
     out = identify(dataclasses.replace(point, params={**point.params, "phi": 0.3}), None, prof, None)
     assert "at phi = -0.70 (phi_hat - 1)" in out.reasons[Cause.FLAT_PROFILE.value]
     # phi_hat outside the profile's range: its nearest end lies above it, not at "phi_hat - 1" (a user's fit with

@@ -37,6 +37,8 @@ def test_a_sections_changed_copy_gets_a_spec_files_checks():
     assert "tune.num_samples" in str(e.value) and "resources.cpus" in str(e.value)
     with pytest.raises(SpecError, match="model.preset"):
         s.model_copy(update={"model": s.model.model_copy(update={"preset": "foo"})})
+    with pytest.raises(SpecError, match="num_sample"):  # a misspelt key pydantic's model_copy took silently
+        s.model_copy(update={"tune": s.tune.model_copy(update={"num_sample": 4})})
     with pytest.raises(SpecError, match="training.batch_tokens"):
         s.model_copy(update={"training": s.training.model_copy(update={"batch_tokens": "banana"})})
     # a valid changed copy keeps the section's other keys (the preset's eval_tokens, not the default)
@@ -79,9 +81,10 @@ def test_frontier_of_a_one_budget_fit_warns():
 
     t = _one_d_table()
     tf = fit_table(t, starts=10)
-    with pytest.warns(UserWarning, match=r"one token budget \(D = 1e\+06 tokens\).*arbitrary choice of B and beta"):
-        fr = compute_optimal_frontier(tf.fit, t, [1e12, 1e13])
-    assert len(fr) == 6
+    for fit in (tf.fit, tf):  # a FitResult, or fit_table's TableFit (its point fit)
+        with pytest.warns(UserWarning, match=r"one token budget \(D = 1e\+06 tokens\).*arbitrary split of the D-term"):
+            fr = compute_optimal_frontier(fit, t, [1e12, 1e13])
+        assert len(fr) == 6
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compute_optimal_frontier(dict(tf.fit.params), t, [1e12])
@@ -106,10 +109,15 @@ def test_read_table_of_a_folder_without_a_runs_table(tmp_path):
         read_table(run)
     assert "runs.parquet not found" in str(e.value)
     assert "is a folder without runs.parquet or any Parquet file" not in str(e.value)
-    ds = tmp_path / "ds"  # a folder of Parquet files is still a table
-    ds.mkdir()
+    ds = tmp_path / "ds"  # a folder of Parquet files is still a table, whatever its files' suffixes
+    (ds / "year=1").mkdir(parents=True)
     _one_d_table().to_parquet(ds / "part-0.parquet")
-    assert len(read_table(ds)) == 12
+    _one_d_table().to_parquet(ds / "year=1" / "part-00000")
+    assert len(read_table(ds)) == 24
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="is a folder without runs.parquet or any Parquet file"):
+        read_table(empty)
 
 
 def test_equivalence_names_arrays_of_other_shapes_and_zero_parameters():
@@ -129,3 +137,5 @@ def test_an_odd_head_dim_is_named_before_a_d_model_is_suggested():
 
     with pytest.raises(ValueError, match="head_dim must be even for RoPE, got 3"):
         preset_config("cpu", r=2, d_model=16, head_dim=3)
+    with pytest.raises(ValueError, match="head_dim must be even for RoPE, got 3"):  # not "try width_scale=3"
+        preset_config("paper", r=2, width_scale=1, head_dim=3)

@@ -1035,17 +1035,20 @@ def test_a_report_without_a_readable_runs_table_names_what_rebuilds_it(tmp_path)
     assert str(e.value) == (f"{planned / 'runs.parquet'} not found: no run of the grid has been trained in {planned} "
                             f"yet (it holds its spec, and a design prediction): `loopscale run {planned / 'spec.yaml'} "
                             f"--out {planned}` trains the grid, fits it and writes the report")  # fmt: skip
-    # a folder of `loopscale tune-lr` alone (its logs/ and LR table): nothing of the grid trained either, and the
-    # line keeps the tuned LRs (--resume)
+    # a folder of `loopscale tune-lr` alone (its logs/ and LR table): nothing of the grid trained either (`run`
+    # skips the tuning done); logs/ of another command are a sign of runs, and get the first message
     (planned / "design_prediction.json").unlink()
     (planned / "logs").mkdir()
-    (planned / "logs" / "command.json").write_text("{}")
+    (planned / "logs" / "command.json").write_text(json.dumps({"kind": "sweep", "earlier_commands": [{"kind": "tune-lr"}]}))
     pq.write_table(pa.table({"size": [16], "r": [1], "lr": [0.02]}), planned / "lr_table.parquet")
+    with pytest.raises(FileNotFoundError, match="holds no other record of its runs"):
+        build_report(planned)
+    (planned / "logs" / "command.json").write_text(json.dumps({"kind": "tune-lr", "earlier_commands": [{"kind": "tune-lr"}]}))
     with pytest.raises(FileNotFoundError) as e:
         build_report(planned)
     assert str(e.value) == (f"{planned / 'runs.parquet'} not found: no run of the grid has been trained in {planned} "
                             f"yet (it holds its spec, and its LR table): `loopscale run {planned / 'spec.yaml'} "
-                            f"--out {planned} --resume` trains the grid, fits it and writes the report")  # fmt: skip
+                            f"--out {planned}` trains the grid, fits it and writes the report")  # fmt: skip
 
 
 def test_what_one_recurrence_is_worth_carries_phis_interval():

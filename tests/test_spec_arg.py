@@ -204,6 +204,31 @@ def test_tune_lr_resume_of_nothing_says_so(tmp_path, monkeypatch, capsys):
     assert "nothing to resume" not in capsys.readouterr().err
 
 
+def test_run_resume_of_a_new_folder_says_so_once(tmp_path, monkeypatch, capfd):
+    """`run --resume` on a new folder with `lr: tune` said "nothing to resume" twice: of the folder, then again of
+    the LR tuning it started."""
+    import contextlib
+
+    import loopscale.cluster.connect as connect
+    from loopscale.cluster.options import ClusterOptions
+
+    class Stop(Exception):
+        pass
+
+    def no_ray(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(connect, "ray_session", no_ray)  # the LR stage stops as it starts Ray, after its notes
+    monkeypatch.setattr(ClusterOptions, "session", lambda self, **k: contextlib.nullcontext())  # run's own session
+    tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
+    f = tmp_path / "t.yaml"
+    f.write_text(spec_to_yaml(tuned))
+    res = CliRunner().invoke(app, ["run", str(f), "--out", str(tmp_path / "new"), "--resume"])
+    assert isinstance(res.exception, Stop), res.output
+    said = res.output + capfd.readouterr().err
+    assert said.count("nothing to resume") == 1 and "(no earlier run there)" in said, said
+
+
 def test_sweep_and_tune_lr_folders_record_their_spec_and_refuse_another(tmp_path, monkeypatch):
     """`sweep` and `tune-lr` record the folder's spec as `run` does: a sweep of another spec into a sweep or tune-lr
     folder is refused before anything is written (it had mixed two grids in one runs.parquet, or trained with an LR

@@ -318,6 +318,11 @@ def test_an_lr_shared_across_r_names_the_study_it_came_from(tmp_path):
     assert "size 16 r 1: lr 0.04 (the r 4 study's: val 3.1423, 3 trials, 1 pruned)" in text, text
     assert "size 16 r 2: lr 0.04 (the r 4 study's: val 3.1423, 3 trials, 1 pruned)" in text, text
     assert "size 16 r 4: lr 0.04 (val 3.1423, 3 trials, 1 pruned)" in text, text
+    for row in rows:  # a table written before tuned_r was recorded: the study's name says its r
+        row["tuned_r"] = None
+    write_table_atomic(to_table(rows, _lr_table_schema()), tmp_path / "lr_table.parquet")
+    text = [ln.strip() for ln in format_status(collect_status(tmp_path))]
+    assert "size 16 r 1: lr 0.04 (the r 4 study's: val 3.1423, 3 trials, 1 pruned)" in text, text
 
 
 def test_a_stopped_and_a_running_tune_lr_folder(tmp_path):

@@ -14,7 +14,7 @@ from loopscale.sweep._seams import COUNT_ENV, trained_counts
 from loopscale.sweep.lr_search import PersistentASHA, run_tune_lr
 from loopscale.sweep.lr_table import _smooth, read_lr_table
 from loopscale.sweep.presets import PRESETS, preset_spec
-from loopscale.sweep.spec import SpecError, parse_spec
+from loopscale.sweep.spec import parse_spec
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,40 @@ def test_lr_trial_tokens_round_to_the_nearest_step_then_up_per_milestone():
     assert steps(400, 1) == (2, 2)  # 1.56 steps: 2
     assert steps(5 * 256, 2) == (6, 3)  # 5 steps, up to 3 per milestone
     assert steps(256, 4) == (4, 1)  # at least one step per milestone
-    with pytest.raises(SpecError, match="tune.num_samples 1 tries one LR per study"):
-        _spec(num_samples=1)
+
+
+def test_studies_of_one_trial_are_refused_before_they_start(tmp_path):
+    """`tune.num_samples: 1` with `lr: tune` "tuned" from one trial without a word (its LR a random draw, or the
+    middle of lr_values). `tune-lr`, `run` and `run --dry-run` refuse it before anything is written or trained; a
+    folder whose LR table exists still runs (nothing is tuned there)."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.spec import spec_to_yaml
+
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(lr="tune")
+    d["tune"].update(num_samples=1)
+    spec = parse_spec(d)
+    f = tmp_path / "one.yaml"
+    f.write_text(spec_to_yaml(spec))
+    want = "tune.num_samples 1 tries one LR per study: there is nothing to tune"
+    for args in (["tune-lr", str(f), "--out", str(tmp_path / "a")], ["run", str(f), "--out", str(tmp_path / "b")],
+                 ["run", str(f), "--out", str(tmp_path / "c"), "--dry-run"]):  # fmt: skip
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and want in " ".join(res.output.split()), (args, res.output)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b" / "tune_lr").exists()
+    done = tmp_path / "done"  # an LR table there: the dry run plans the grid, no refusal
+    done.mkdir()
+    rows = [dict(size=s, r=r, tuned_r=r, N_unique=1000, N_usage=1000, lr_best=0.01, best_val_loss=3.2,
+                 lr_smoothed=0.01, lr=0.01, n_trials=1, n_pruned=0, budget_tokens=1024, study_name="s",
+                 storage="sqlite:///x") for s in spec.all_sizes() for r in spec.r]  # fmt: skip
+    from loopscale.sweep.lr_table import _lr_table_schema
+    from loopscale.sweep.store import to_table, write_table_atomic
+
+    write_table_atomic(to_table(rows, _lr_table_schema()), done / "lr_table.parquet")
+    res = CliRunner().invoke(app, ["run", str(f), "--out", str(done), "--dry-run"])
+    assert res.exit_code == 0 and want not in res.output, res.output
 
 
 def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path, monkeypatch, capsys):
@@ -67,7 +99,10 @@ def test_tune_lr_six_samples_with_asha_gives_table_and_study(ray_local, tmp_path
     from loopscale.sweep.lr_search import edge_of_tried
 
     edge = edge_of_tried(study, best.params["lr"])
-    assert ("best LR at the edge of the LRs tried" in capsys.readouterr().err) == (edge is not None)
+    err = capsys.readouterr().err
+    assert ("best LR at the edge of the LRs tried" in err) == (edge is not None)
+    # its advice changes the spec, which this folder refuses: the line says where a changed spec tunes
+    assert (f"(a changed spec tunes in a new --out folder: {tmp_path} keeps this spec)" in err) == (edge is not None)
     # what it said is recorded with the study's rows (the report and `status` read it there): one study, both r
     notes = [json.loads(row["notes"]) for row in rows]
     assert notes[0] == notes[1] and any("best LR at the edge" in n for n in notes[0]) == (edge is not None)
@@ -287,6 +322,9 @@ def test_rejected_trials_are_named_with_their_lr_and_reason():
         "; LR 0.05 ended below the chosen LR 0.02 (val 3.2029 against 3.3420) and was rejected for the reason above, "
         "not for its loss: the best stable LR may lie between 0.02 and 0.05; add LRs between them to tune.lr_values")
     assert rejected_note(16, 1, rose).endswith("; more LRs between them (tune.num_samples) would tell")
+    listed = SimpleNamespace(lr_values=[0.005, 0.02, 0.03, 0.05])  # 0.03 listed, not tried (num_samples 3 of 4)
+    assert rejected_note(16, 1, rose, listed).endswith(
+        "; raise tune.num_samples to try the values of tune.lr_values between them")
     st.add_trial(optuna.trial.create_trial(  # a rejected trial above the chosen one's loss: no such clause
         params={"lr": 20.0}, distributions=dist, state=fail, intermediate_values={1: 4.7, 2: 4.9},
         user_attrs={"fail_kind": "unhealthy", "fail_reason": "did not learn: (a rising curve)"}))  # fmt: skip
