@@ -249,6 +249,10 @@ def fit_cmd(
             f"--workers 1 runs the bootstrap serially, without Ray, and --address {address} joins a Ray cluster for "
             "it: drop --address, or drop --workers to use the cluster's CPUs"
         )
+    if workers == 1 and (unused := [o for o, v in (("--num-gpus", num_gpus), ("--ray-temp-dir", ray_temp_dir))
+                                    if v is not None]):  # fmt: skip
+        raise ValueError(f"--workers 1 runs the bootstrap serially, without Ray, so {' and '.join(unused)} would "
+                         "change nothing: drop " + (" and ".join(unused)) + ", or --workers")
     opts = ClusterOptions(
         address=address,
         num_cpus=num_cpus or (workers if address is None and workers != 1 else None),

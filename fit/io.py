@@ -465,6 +465,13 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
             f"no row has status 'ok' ({_dropped(by_status, len(dups))}); the fits take the rows whose status is "
             f"exactly 'ok' (lower case, no spaces): write {', '.join(repr(k) for k in near)} as 'ok'"
         )
+    if n and near:  # some rows 'ok', others 'OK' / ' ok': those were left out without a word
+        import warnings
+
+        k = sum(by_status[s] for s in near)
+        warnings.warn(f"table: {k} row{'s' if k > 1 else ''} with status {', '.join(repr(s) for s in near)} left out: "
+                      "the fits take the rows whose status is exactly 'ok' (lower case, no spaces); write them as "
+                      "'ok' to fit them", UserWarning, stacklevel=3)  # fmt: skip
     foreign = sorted(str(k) for k in by_status if str(k) not in ("diverged", "did_not_learn", "failed"))
     if n == 0 and foreign:  # 'completed', 'done': the runs are there, their status named in another tool's words
         raise ValueError(

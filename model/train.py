@@ -1053,7 +1053,8 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
 
     Raises:
         ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, a checkpoint_dir
-            that is a file or cannot be created (it is created here when checkpoints are written), a model too large for the device's memory (:func:`check_fits_memory`), bad corpus,
+            that is a file or cannot be created (it is created here when checkpoints are written), a cache_dir that
+            cannot be created (it is created here), a model too large for the device's memory (:func:`check_fits_memory`), bad corpus,
             tokenizer/model vocabulary mismatch, a stream shorter than a window (all before any training compute).
     """
     from loopscale.model.data import (
@@ -1082,6 +1083,14 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
                 f"checkpoint_dir {cfg.checkpoint_dir!r} cannot be created ({e.strerror or e}"
                 f"{f': {e.filename}' if e.filename and str(e.filename) != str(cfg.checkpoint_dir) else ''}): give a "
                 "folder that can hold the checkpoints"
+            ) from None
+    if cfg.cache_dir is not None:
+        try:  # made now, as the first token-cache write would make it (a bare "[Errno 2] ... '/proc/x'" there)
+            Path(cfg.cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(
+                f"cache_dir {str(cfg.cache_dir)!r} cannot be created ({e.strerror or e}): give a folder that can hold "
+                "the token cache (new or existing)"
             ) from None
     mcfg = cfg.model
     device = _resolve_device(cfg.device)

@@ -87,6 +87,9 @@ def test_one_error_presenter():
         # joined the cluster (or failed to find one) although --workers 1 says serial, no Ray
         (["fit", str(ROOT / "docs" / "example_cpu_previous_default"), "--bootstrap", "3", "--workers", "1",
           "--address", "auto"], "error: --workers 1 runs the bootstrap serially, without Ray"),
+        # a Ray option beside --workers 1 was taken and did nothing
+        (["fit", str(ROOT / "docs" / "example_cpu_previous_default"), "--bootstrap", "3", "--workers", "1",
+          "--num-gpus", "1"], "so --num-gpus would change nothing: drop --num-gpus, or --workers"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(args, message):

@@ -209,6 +209,19 @@ def test_a_checkpoint_dir_that_is_a_file_is_refused_before_training(base, tmp_pa
     assert f.read_text() == "mine"
 
 
+def test_a_cache_dir_that_cannot_be_made_is_refused_before_the_corpus_is_read(base, monkeypatch):
+    """`--cache-dir /proc/x` (a folder its parent cannot hold) ended in a bare "[Errno 2] No such file or directory"
+    from the first token-cache write; it is refused naming cache_dir, before the corpus is read."""
+    import loopscale.model.data as data
+
+    def no_corpus(*a, **k):
+        raise AssertionError("the corpus was read")
+
+    monkeypatch.setattr(data, "load_tokens", no_corpus)
+    with pytest.raises(ValueError, match=r"cache_dir '/proc/loopscale-x' cannot be created \("):  # ENOENT, or EACCES
+        train_run(RunConfig(**{**base, "cache_dir": "/proc/loopscale-x"}))
+
+
 def test_a_model_too_large_for_memory_is_refused_before_it_is_built(base, monkeypatch):
     """d_model = 100000 asked torch for 40 GB and ended in the allocator's traceback. The weights, gradients and one
     optimizer state (12 bytes per parameter) are checked against the device's memory first; an ensemble counts

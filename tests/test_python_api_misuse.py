@@ -139,3 +139,19 @@ def test_an_odd_head_dim_is_named_before_a_d_model_is_suggested():
         preset_config("cpu", r=2, d_model=16, head_dim=3)
     with pytest.raises(ValueError, match="head_dim must be even for RoPE, got 3"):  # not "try width_scale=3"
         preset_config("paper", r=2, width_scale=1, head_dim=3)
+
+
+def test_rows_whose_status_is_ok_spelt_otherwise_are_said_when_left_out():
+    """A table of one's own with 'OK' on some rows among 'ok' ones: those rows were left out with no word (only a
+    table of no exact 'ok' at all was refused, naming them)."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    t = _one_d_table().assign(status="ok")
+    t.loc[[0, 5], "status"] = "OK"
+    with pytest.warns(UserWarning, match=r"table: 2 rows with status 'OK' left out: .* write them as 'ok'"):
+        data = prepare(t, make_law("joint"))
+    assert data.n_excluded == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepare(t.assign(status="ok"), make_law("joint"))
