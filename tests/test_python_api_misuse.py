@@ -111,7 +111,7 @@ def test_read_table_of_a_folder_without_a_runs_table(tmp_path):
     assert "is a folder without runs.parquet or any Parquet file" not in str(e.value)
     ds = tmp_path / "ds"  # a folder of Parquet files is still a table, whatever its files' suffixes
     (ds / "year=1").mkdir(parents=True)
-    _one_d_table().to_parquet(ds / "part-0.parquet")
+    _one_d_table().to_parquet(ds / "part-0")  # Parquet files named without a suffix, as Spark writes them
     _one_d_table().to_parquet(ds / "year=1" / "part-00000")
     assert len(read_table(ds)) == 24
     empty = tmp_path / "empty"
