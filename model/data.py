@@ -812,13 +812,20 @@ def relative_note(path: str) -> str:
 
 
 
+RELATIVE_SPEC_PATHS: dict[str, str] = {}
+"""{absolute path: the relative path a spec gave} of the corpora that specs read in this process wrote relative
+(``loopscale.sweep.spec.parse_spec`` makes them absolute), so that a corpus not found can say how it was read."""
+
+
 def spec_path_note(path: str) -> str:
-    """For a spec's (absolute) path below the working directory, which a relative path in the spec became:
-    ``' (a relative path in a spec is taken from the working directory, /cwd, not from the spec's folder)'``."""
-    cwd = os.getcwd()
-    if path and os.path.isabs(path) and path.startswith(cwd.rstrip(os.sep) + os.sep):
-        return f" (a relative path in a spec is taken from the working directory, {cwd}, not from the spec's folder)"
-    return ""
+    """For a spec's corpus path that a relative path in the spec became (:data:`RELATIVE_SPEC_PATHS`; '../data'
+    too): ``' (a relative path in a spec, '../data', is taken from the working directory, /cwd, not from the spec's
+    folder)'``; '' for a path the spec gave absolute."""
+    given = RELATIVE_SPEC_PATHS.get(path)
+    if not given:
+        return ""
+    return (f" (a relative path in a spec, {given!r}, is taken from the working directory, {os.getcwd()}, not from "
+            "the spec's folder)")
 
 
 def _decompress_fix(folder: Path, suffixes: list[str]) -> str:
@@ -986,7 +993,12 @@ def _corpus_files(corpus: str, text_column: str, warn: bool = False) -> tuple[st
         for f in files
     }
     if len(kinds) != 1:
-        raise CorpusError(f"corpus {corpus!r} mixes file kinds {sorted(kinds)}; give one kind per corpus")
+        hint, folder = "", Path(corpus).expanduser()
+        if folder.is_dir() and "parquet" in kinds:  # a downloaded dataset folder: its shards and a README.txt
+            shards = [f for f in files if f.suffix.lower() == ".parquet"]
+            glob = "*.parquet" if all(f.parent.resolve() == folder.resolve() for f in shards) else "**/*.parquet"
+            hint = f", e.g. {str(folder / glob)!r} for its Parquet files"
+        raise CorpusError(f"corpus {corpus!r} mixes file kinds {sorted(kinds)}; give one kind per corpus{hint}")
     kind = kinds.pop()
     if kind == "tokens" and len(files) != 1:
         raise CorpusError(f"give one pre-tokenized token file, got {len(files)} for {corpus!r}")
@@ -1111,6 +1123,10 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
             f"token file {corpus!r} has ids up to {vmax - 1}, but the model's vocab_size is {limit}: "
             + (f"{hint}; if the ids are real, {fix}" if hint else fix)
         )
+    from loopscale.model.train import unused_vocab_note
+
+    if note := unused_vocab_note(vocab_size, tokenizer, vmax):  # every run on it says so (train_run, from the ids)
+        warnings.warn(note, CorpusWarning, stacklevel=3)
 
 
 def _text_tokenizer_on_token_file(corpus: str, tokenizer: str, path: Path, arr: np.ndarray) -> str:

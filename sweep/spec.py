@@ -1499,6 +1499,10 @@ def parse_spec(data: dict) -> SweepSpec:
     except ValidationError as e:
         first = e
     else:
+        if isinstance(given := data.get("corpus"), str) and given != spec.corpus:  # a relative path made absolute
+            from loopscale.model.data import RELATIVE_SPEC_PATHS
+
+            RELATIVE_SPEC_PATHS[spec.corpus] = given
         _say_spec_notes(spec)
         return spec
     # the keys that failed their own checks: the checks across keys that read none of them are run without them, so

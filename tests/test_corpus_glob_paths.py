@@ -44,3 +44,24 @@ def test_glob_root():
     assert glob_root("/a/b/*") == Path("/a/b")
     assert glob_root("/a/b[0]/c/*.txt") == Path("/a")
     assert glob_root("*.txt") == Path(".")
+
+
+def test_a_folder_of_parquet_shards_and_a_readme_names_the_glob_that_reads_the_shards(tmp_path):
+    """A downloaded dataset folder holds its Parquet shards and a README.txt: "mixes file kinds" said to give one
+    kind, not how; the message names the glob of its shards (top level, or below it)."""
+    import pandas as pd
+
+    from loopscale.model.data import CorpusError
+
+    top = tmp_path / "ds"
+    top.mkdir()
+    pd.DataFrame({"text": ["some text " * 50] * 4}).to_parquet(top / "train-0.parquet")
+    (top / "README.txt").write_text("a dataset card")
+    with pytest.raises(CorpusError, match=r"give one kind per corpus, e\.g\. '.*ds/\*\.parquet' for its Parquet files"):
+        resolve_corpus(str(top))
+    resolve_corpus(str(top / "*.parquet"))  # the glob it names reads the shards
+    (top / "data").mkdir()
+    (top / "train-0.parquet").rename(top / "data" / "train-0.parquet")
+    with pytest.raises(CorpusError, match=r"e\.g\. '.*ds/\*\*/\*\.parquet' for its Parquet files"):
+        resolve_corpus(str(top))
+    resolve_corpus(str(top / "**" / "*.parquet"))

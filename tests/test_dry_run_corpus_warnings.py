@@ -80,3 +80,20 @@ def test_bpe_that_learns_fewer_merges_is_said_by_the_dry_run(tmp_path, cache):
     for _ in range(2):  # tokenized by the first dry run, read from the token cache by the second
         note = _dry_run(tmp_path, spec)["corpus_warning"] or ""
         assert "BPE (bpe:600) learned" in note and "embedding rows are never trained" in note, note
+
+
+def test_a_vocabulary_far_above_a_token_files_ids_is_said_by_the_dry_run(tmp_path, cache):
+    """A token file with ids up to 126 and the preset's vocab_size 256: every run recorded the warning in its
+    `warnings`, but neither the dry run nor the pre-flight said it (the spec's check knew no largest id)."""
+    import numpy as np
+
+    f = tmp_path / "ids.npy"
+    np.save(f, (np.arange(60000) % 127).astype(np.uint16))
+    note = _dry_run(tmp_path, _spec(f, tokenizer="pretokenized"))["corpus_warning"] or ""
+    assert "vocab_size=256 is 129 rows more than the token file needs (its largest id is 126)" in note, note
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _spec(f, tokenizer="pretokenized").check_data()
+    assert any("129 rows more than the token file needs" in str(w.message) for w in caught)
+    np.save(f, (np.arange(60000) % 250).astype(np.uint16))  # ids up to 249: the vocabulary fits, no note
+    assert _dry_run(tmp_path, _spec(f, tokenizer="pretokenized"))["corpus_warning"] is None

@@ -155,3 +155,30 @@ def test_rows_whose_status_is_ok_spelt_otherwise_are_said_when_left_out():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         prepare(t.assign(status="ok"), make_law("joint"))
+
+
+def test_a_relative_corpus_not_found_says_how_it_was_read(tmp_path, monkeypatch):
+    """`corpus: ../data/x.txt`, written relative to the spec's folder, run from another directory: "does not exist"
+    with no word of the working directory (the note was given only to paths below it, and also to absolute ones
+    written so)."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.txt").write_text("some text " * 2000)
+    (tmp_path / "specs").mkdir()
+    rel, absolute = tmp_path / "specs" / "rel.yaml", tmp_path / "specs" / "abs.yaml"
+    body = "r: [1, 2]\nsizes: [16]\ntokens: [2048]\nlr: {fixed: 0.01}\n"
+    rel.write_text("corpus: ../data/x.txt\n" + body)
+    absolute.write_text(f"corpus: {tmp_path / 'elsewhere' / 'x.txt'}\n" + body)
+    monkeypatch.chdir(tmp_path / "specs")  # found: the relative path is read from here
+    res = CliRunner().invoke(app, ["run", str(rel), "--dry-run", "--out", str(tmp_path / "o")])
+    assert "does not exist" not in res.output, res.output
+    monkeypatch.chdir(tmp_path)  # not found from here
+    res = CliRunner().invoke(app, ["run", str(rel), "--dry-run", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "does not exist" in res.output, res.output
+    assert (f"(a relative path in a spec, '../data/x.txt', is taken from the working directory, {tmp_path}, not from "
+            "the spec's folder)") in " ".join(res.output.split()), res.output
+    res = CliRunner().invoke(app, ["run", str(absolute), "--dry-run", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "does not exist" in res.output and "relative path in a spec" not in res.output
