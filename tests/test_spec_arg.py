@@ -159,95 +159,80 @@ def test_run_and_design_accept_a_preset_name_as_spec(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "not both" in res.output
 
 
-def test_tune_lr_on_a_fixed_lr_spec_says_its_table_will_not_be_used(tmp_path, monkeypatch, capsys):
-    import loopscale.cluster.connect as connect
-    from loopscale.sweep.lr_search import run_tune_lr
+class _Stop(Exception):
+    """Raised where Ray would start: the tests of what a command says and writes before that stop there."""
 
-    class Stop(Exception):
-        pass
+
+@pytest.fixture
+def stop_at_ray(monkeypatch):
+    """Ray's start (``loopscale.cluster.connect.ray_session``) raises :class:`_Stop`; returns that class."""
+    import loopscale.cluster.connect as connect
 
     def no_ray(*a, **k):
-        raise Stop
+        raise _Stop
 
     monkeypatch.setattr(connect, "ray_session", no_ray)
-    with pytest.raises(Stop):
+    return _Stop
+
+
+def test_tune_lr_on_a_fixed_lr_spec_says_its_table_will_not_be_used(tmp_path, monkeypatch, capsys, stop_at_ray):
+    from loopscale.sweep.lr_search import run_tune_lr
+
+    with pytest.raises(stop_at_ray):
         run_tune_lr(preset_spec("smoke"), tmp_path / "o")  # smoke: lr: {fixed: 0.01}
     err = capsys.readouterr().err
     assert "note: the spec fixes the LR (lr: fixed: 0.01)" in err and "will not use this LR table" in err
     tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
-    with pytest.raises(Stop):
+    with pytest.raises(stop_at_ray):
         run_tune_lr(tuned, tmp_path / "p")
     assert "fixes the LR" not in capsys.readouterr().err
 
 
-def test_tune_lr_resume_of_nothing_says_so(tmp_path, monkeypatch, capsys):
+def test_tune_lr_resume_of_nothing_says_so(tmp_path, monkeypatch, capsys, stop_at_ray):
     """`tune-lr --resume` where no LR tuning ran (a mistyped folder) says a new tuning starts, as `sweep --resume`
     does; a folder with earlier studies gets no such line."""
-    import loopscale.cluster.connect as connect
     from loopscale.sweep.lr_search import run_tune_lr
 
-    class Stop(Exception):
-        pass
-
-    def no_ray(*a, **k):
-        raise Stop
-
-    monkeypatch.setattr(connect, "ray_session", no_ray)
     tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
     out = tmp_path / "o"
-    with pytest.raises(Stop):
+    with pytest.raises(stop_at_ray):
         run_tune_lr(tuned, out, resume=True)
     assert f"--resume: nothing to resume in {out} (no earlier LR tuning there)" in capsys.readouterr().err
     (out / "tune_lr" / "lr_smoke_s16_r1").mkdir()  # an earlier study's Tune folder
-    with pytest.raises(Stop):
+    with pytest.raises(stop_at_ray):
         run_tune_lr(tuned, out, resume=True)
     assert "nothing to resume" not in capsys.readouterr().err
 
 
-def test_run_resume_of_a_new_folder_says_so_once(tmp_path, monkeypatch, capfd):
+def test_run_resume_of_a_new_folder_says_so_once(tmp_path, monkeypatch, capfd, stop_at_ray):
     """`run --resume` on a new folder with `lr: tune` said "nothing to resume" twice: of the folder, then again of
     the LR tuning it started."""
     import contextlib
 
-    import loopscale.cluster.connect as connect
     from loopscale.cluster.options import ClusterOptions
 
-    class Stop(Exception):
-        pass
-
-    def no_ray(*a, **k):
-        raise Stop
-
-    monkeypatch.setattr(connect, "ray_session", no_ray)  # the LR stage stops as it starts Ray, after its notes
+    # stop_at_ray: the LR stage stops as it starts Ray, after its notes
     monkeypatch.setattr(ClusterOptions, "session", lambda self, **k: contextlib.nullcontext())  # run's own session
     tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
     f = tmp_path / "t.yaml"
     f.write_text(spec_to_yaml(tuned))
     res = CliRunner().invoke(app, ["run", str(f), "--out", str(tmp_path / "new"), "--resume"])
-    assert isinstance(res.exception, Stop), res.output
+    assert isinstance(res.exception, stop_at_ray), res.output
     said = res.output + capfd.readouterr().err
     assert said.count("nothing to resume") == 1 and "(no earlier run there)" in said, said
 
 
-def test_sweep_and_tune_lr_folders_record_their_spec_and_refuse_another(tmp_path, monkeypatch):
+def test_sweep_and_tune_lr_folders_record_their_spec_and_refuse_another(tmp_path, monkeypatch, stop_at_ray):
     """`sweep` and `tune-lr` record the folder's spec as `run` does: a sweep of another spec into a sweep or tune-lr
     folder is refused before anything is written (it had mixed two grids in one runs.parquet, or trained with an LR
     table tuned for another spec), and `loopscale status` names the spec of a tune-lr folder."""
-    import loopscale.cluster.connect as connect
     from loopscale.sweep.commands import run_sweep
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.status import collect_status
 
-    class Stop(Exception):
-        pass
-
-    def no_ray(*a, **k):
-        raise Stop
-
-    monkeypatch.setattr(connect, "ray_session", no_ray)
     tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
     out = tmp_path / "o"
-    with pytest.raises(Stop):
+    with pytest.raises(stop_at_ray):
         run_tune_lr(tuned, out)
     assert (out / "spec.yaml").read_text() == spec_to_yaml(tuned)
     st = collect_status(out)
@@ -259,7 +244,7 @@ def test_sweep_and_tune_lr_folders_record_their_spec_and_refuse_another(tmp_path
             call()
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
     # the same spec with its Tune state elsewhere is the same folder's spec
-    with pytest.raises(Stop):
+    with pytest.raises(stop_at_ray):
         run_tune_lr(tuned.model_copy(update={"storage_path": str(tmp_path / "state")}), out)
 
 
