@@ -812,20 +812,21 @@ def relative_note(path: str) -> str:
 
 
 
-RELATIVE_SPEC_PATHS: dict[str, str] = {}
-"""{absolute path: the relative path a spec gave} of the corpora that specs read in this process wrote relative
-(``loopscale.sweep.spec.parse_spec`` makes them absolute), so that a corpus not found can say how it was read."""
+RELATIVE_SPEC_PATHS: dict[str, tuple[str, str]] = {}
+"""{absolute path: (the relative path a spec gave, the working directory it was read from)} of the corpora that
+specs read in this process wrote relative (``loopscale.sweep.spec.parse_spec`` makes them absolute), so that a
+corpus not found can say how it was read."""
 
 
 def spec_path_note(path: str) -> str:
     """For a spec's corpus path that a relative path in the spec became (:data:`RELATIVE_SPEC_PATHS`; '../data'
     too): ``' (a relative path in a spec, '../data', is taken from the working directory, /cwd, not from the spec's
     folder)'``; '' for a path the spec gave absolute."""
-    given = RELATIVE_SPEC_PATHS.get(path)
+    given, cwd = RELATIVE_SPEC_PATHS.get(path) or ("", "")
     if not given:
         return ""
-    return (f" (a relative path in a spec, {given!r}, is taken from the working directory, {os.getcwd()}, not from "
-            "the spec's folder)")
+    return (f" (a relative path in a spec, {given!r}, is taken from the working directory, {cwd}, not from the "
+            "spec's folder)")
 
 
 def _decompress_fix(folder: Path, suffixes: list[str]) -> str:

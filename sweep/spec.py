@@ -1502,7 +1502,7 @@ def parse_spec(data: dict) -> SweepSpec:
         if isinstance(given := data.get("corpus"), str) and given != spec.corpus:  # a relative path made absolute
             from loopscale.model.data import RELATIVE_SPEC_PATHS
 
-            RELATIVE_SPEC_PATHS[spec.corpus] = given
+            RELATIVE_SPEC_PATHS[spec.corpus] = (given, os.getcwd())
         _say_spec_notes(spec)
         return spec
     # the keys that failed their own checks: the checks across keys that read none of them are run without them, so
