@@ -421,8 +421,8 @@ def test_a_missing_relative_corpus_names_the_folder_it_was_looked_for_in(tmp_pat
     assert "working directory" not in str(e.value)  # an absolute path needs no such note
     spec = parse_spec({"name": "s", "model": {"preset": "cpu", "seq_len": 32}, "r": [1, 2], "sizes": [16],
                        "tokens": [2048], "corpus": "txtdir"})  # fmt: skip
-    with pytest.raises(SpecError, match=f"in a spec is taken from the working directory, {elsewhere}, not from the "
-                                        "spec's folder"):  # fmt: skip
+    with pytest.raises(SpecError, match=f"in a spec, 'txtdir', is taken from the working directory, {elsewhere}, not "
+                                        "from the spec's folder"):  # fmt: skip
         spec.check_data()
     monkeypatch.chdir(tmp_path)
     with pytest.raises(D.CorpusNotFoundError, match=r"matches only folders \('txtdir'\): give a folder itself"):
