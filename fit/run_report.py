@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,13 @@ def _rerun_line(d: Path, resume: bool = True) -> str:
     ``SPEC``), shell-quoted."""
     spec = shlex.quote(str(d / "spec.yaml")) if (d / "spec.yaml").is_file() else "SPEC"
     return f"loopscale run {spec} --out {shlex.quote(str(d))}" + " --resume" * resume
+
+
+def study_r(study_name: Any) -> int | None:
+    """The r an LR study ran at, from its name (``<spec>_size<s>_r<r>``), or None: an LR table written before its
+    ``tuned_r`` column was recorded names it there only."""
+    m = re.search(r"_r(\d+)$", str(study_name or ""))
+    return int(m.group(1)) if m else None
 
 
 def no_runs_table_message(d: Path, torn: bool) -> str:
@@ -780,7 +788,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         # with tune_per_r false one study (at the largest r) gives every r its LR: its model's N and loss. A table
         # written before tuned_r was recorded names that r in its study names (<spec>_size<s>_r<r>)
         if "tuned_r" not in lr.columns and "study_name" in lr.columns:
-            lr = lr.assign(tuned_r=pd.to_numeric(lr["study_name"].astype("string").str.extract(r"_r(\d+)$")[0]))
+            lr = lr.assign(tuned_r=pd.array(lr["study_name"].map(study_r), dtype="Int64"))
         shared = "tuned_r" in lr.columns and bool((lr["tuned_r"].notna() & (lr["tuned_r"] != lr["r"])).any())
         L.append(
             "| size | r | " + ("tuned at r | N_unique of that model" if shared else "N_unique")

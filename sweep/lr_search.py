@@ -748,12 +748,11 @@ def rejected_note(size: int, r: int, study, tune=None) -> str | None:
                  "tune.num_samples, or narrow tune.lr_min / lr_max toward it")  # fmt: skip
     if complete:
         best = min(complete, key=lambda t: (t.value, t.params["lr"]))
-        lower = [(float(t.params["lr"]), t.intermediate_values[max(t.intermediate_values)]) for t in trials
-                 if t.user_attrs.get("fail_kind") == "unhealthy" and "lr" in t.params and t.intermediate_values
-                 and t.intermediate_values[max(t.intermediate_values)] < best.value]  # fmt: skip
-        for lr, val in sorted(lower):
+        ends = [(float(t.params["lr"]), t.intermediate_values[max(t.intermediate_values)]) for t in trials
+                if t.user_attrs.get("fail_kind") == "unhealthy" and "lr" in t.params and t.intermediate_values]
+        values = sorted(set(tune.lr_values or [])) if tune is not None else []
+        for lr, val in sorted(e for e in ends if e[1] < best.value):
             lo, hi = sorted((float(best.params["lr"]), lr))
-            values = sorted(set(tune.lr_values or [])) if tune is not None else []
             if any(lo < v < hi for v in values):  # listed, not drawn: num_samples spread fewer over the set
                 how = "raise tune.num_samples to try the values of tune.lr_values between them"
             elif values:

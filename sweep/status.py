@@ -1086,12 +1086,13 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         keep = ("size", "r", "tuned_r", "lr", "lr_best", "best_val_loss", "n_trials", "n_pruned")
         if lr_rows is not None:  # an unreadable one is described under unreadable
             lr["table"] = [{k: row.get(k) for k in keep} for row in lr_rows]
-            for t, row in zip(lr["table"], lr_rows, strict=True):  # a table from before tuned_r: its study's name
-                if t["tuned_r"] is None and (m := re.search(r"_r(\d+)$", str(row.get("study_name") or ""))):
-                    t["tuned_r"] = int(m.group(1))
             import pandas as pd
 
-            from loopscale.fit.run_report import lr_study_notes
+            from loopscale.fit.run_report import lr_study_notes, study_r
+
+            for t, row in zip(lr["table"], lr_rows, strict=True):  # a table from before tuned_r: its study's name
+                if t["tuned_r"] is None:
+                    t["tuned_r"] = study_r(row.get("study_name"))
 
             if notes := lr_study_notes(pd.DataFrame(lr_rows)):  # what tune-lr said of its studies, recorded
                 lr["notes"] = notes
