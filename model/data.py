@@ -1109,8 +1109,18 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
             raise ValueError(f"tokenizer 'pretokenized' needs a .bin/.npy token file, got corpus {corpus!r}")
         if kind == "text":
             # every byte, as the runs read it: a file that is not UTF-8 past its head is refused too
-            if not any([_check_text_file(f) for f in files]):  # each file checked (its warnings said)
+            has_text = [_check_text_file(f) for f in files]  # each file checked (its warnings said)
+            if not any(has_text):
                 raise CorpusContentError(_no_text_message(corpus, len(files)))
+            if empty := [str(f) for f, t in zip(files, has_text, strict=True) if not t]:
+                warnings.warn(
+                    f"corpus {corpus!r}: {len(empty)} of its {len(files)} text files {'holds' if len(empty) == 1 else 'hold'} no text (empty, or only "
+                    f"whitespace and NUL bytes), so they add no document: "
+                    + ", ".join(repr(n) for n in empty[:3])
+                    + (f" and {len(empty) - 3} more" if len(empty) > 3 else ""),
+                    CorpusWarning,
+                    stacklevel=3,
+                )
         return
     arr = _open_token_file(files[0])  # a plain .bin's "no dtype suffix" warning: the pre-flight and --dry-run say it
     if tok_kind != "pretokenized":
@@ -2104,9 +2114,13 @@ class WindowSampler:
 
     Raises:
         CorpusError: the stream is shorter than one window.
+        ValueError: seq_len or micro_batch_size below 1.
     """
 
     def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch_size: int, data_seed: int):
+        for name, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"WindowSampler: {name} must be a whole number >= 1, got {value!r}")
         if len(tokens) < seq_len + 1:
             raise CorpusContentError(_short_train_message(seq_len, f"{len(tokens)} tokens"))
         self.tokens = tokens

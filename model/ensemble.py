@@ -227,6 +227,9 @@ class EnsembleLoss(nn.Module):
 
     ``forward(windows, reduction="mean")``: windows [B, T + 1] (one data order for every member) or
     [k, B, T + 1] (one per member) int64 -> :func:`member_losses` [k] in nats/token ('mean') or nats ('sum').
+
+    Raises:
+        ValueError: ``windows`` not 2-D or 3-D, or shorter than 2 tokens (no target: the mean would be NaN).
     """
 
     def __init__(self, model: nn.Module):
@@ -234,6 +237,11 @@ class EnsembleLoss(nn.Module):
         self.model = model
 
     def forward(self, windows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        if windows.dim() not in (2, 3) or windows.shape[-1] < 2:
+            raise ValueError(
+                f"EnsembleLoss takes windows [B, T + 1] or [k, B, T + 1] of at least 2 tokens (inputs and their "
+                f"next-token targets), got shape {tuple(windows.shape)}"
+            )
         return member_losses(self.model(windows[..., :-1]), windows[..., 1:], reduction)
 
 

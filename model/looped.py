@@ -427,6 +427,9 @@ class LMLoss(nn.Module):
 
     ``forward(windows, reduction="mean")``: windows [B, T + 1] int64 token ids -> scalar loss in nats/token
     ('mean' over the B T targets) or nats ('sum'); float32 (float64 for a float64 model).
+
+    Raises:
+        ValueError: ``windows`` not 2-D, or shorter than 2 tokens (no target to predict: the mean would be NaN).
     """
 
     def __init__(self, model: nn.Module):
@@ -434,6 +437,11 @@ class LMLoss(nn.Module):
         self.model = model
 
     def forward(self, windows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        if windows.dim() != 2 or windows.shape[1] < 2:
+            raise ValueError(
+                f"LMLoss takes windows [B, T + 1] of at least 2 tokens (inputs and their next-token targets), "
+                f"got shape {tuple(windows.shape)}"
+            )
         logits = self.model(windows[:, :-1])  # [B, T, V], float32 or wider
         return F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction=reduction)
 

@@ -68,12 +68,23 @@ def lr_multiplier(
     """LR multiplier in [0, 1] for optimizer step ``step`` (0-based) of ``total_steps``.
 
     Raises:
-        ValueError: unknown schedule (valid: 'linear', 'cosine', 'wsd') or total_steps < 1.
+        ValueError: unknown schedule (valid: 'linear', 'cosine', 'wsd'), total_steps < 1, step outside
+            [0, total_steps), or a fraction outside its range (as ``TrainConfig`` checks them: warmup_frac in
+            [0, 1), final_lr_frac in [0, 1], decay_frac in (0, 1]).
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if total_steps < 1:
         raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    if not 0 <= step < total_steps:
+        raise ValueError(f"step must be in [0, total_steps) = [0, {total_steps}), got {step}")
+    for name, value, ok, rng in (
+        ("warmup_frac", warmup_frac, 0 <= warmup_frac < 1, "[0, 1)"),
+        ("final_lr_frac", final_lr_frac, 0 <= final_lr_frac <= 1, "[0, 1]"),
+        ("decay_frac", decay_frac, 0 < decay_frac <= 1, "(0, 1]"),
+    ):
+        if not ok:
+            raise ValueError(f"{name} must be in {rng}, got {value!r}")
     n, f = total_steps, final_lr_frac
     w = int(round(warmup_frac * n))
     if step < w:

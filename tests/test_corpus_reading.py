@@ -385,9 +385,13 @@ def test_a_large_corpus_of_only_whitespace_is_refused_before_any_run(tmp_path):
     with pytest.raises(D.CorpusContentError, match="its file is empty or only whitespace"):
         D.check_corpus(str(d / "a.txt"), "byte", 256)
     (d / "c.txt").write_text("One short document of real prose. " * 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         D.check_corpus(str(d), "byte", 256)
+    # the blank files are said, not left out without a word
+    blank = [str(w.message) for w in seen if "no text (empty" in str(w.message)]
+    assert len(blank) == 1 and "2 of its 3 text files hold no text" in blank[0], blank
+    assert repr(str(d / "a.txt")) in blank[0] and repr(str(d / "b.txt")) in blank[0] and "c.txt" not in blank[0]
     # blank as the reader sees it: a BOM alone, or Unicode spaces (no-break, ideographic), are no text either
     for name, raw in (("bom.txt", b"\xef\xbb\xbf \n"), ("nbsp.txt", "\u00a0\u3000\n".encode() * 1000)):
         (tmp_path / name).write_bytes(raw)

@@ -182,3 +182,42 @@ def test_a_relative_corpus_not_found_says_how_it_was_read(tmp_path, monkeypatch)
             "the spec's folder)") in " ".join(res.output.split()), res.output
     res = CliRunner().invoke(app, ["run", str(absolute), "--dry-run", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "does not exist" in res.output and "relative path in a spec" not in res.output
+
+
+def test_low_level_arguments_are_refused_with_their_names():
+    """lr_multiplier, WindowSampler and the loss modules took arguments that ended in ZeroDivisionError or a NaN
+    loss: a warmup over every step with a step past the end, seq_len 0, windows of one token."""
+    import numpy as np
+    import torch
+
+    from loopscale.model.config import iso_depth
+    from loopscale.model.data import WindowSampler
+    from loopscale.model.ensemble import EnsembleLM, EnsembleLoss
+    from loopscale.model.looped import LMLoss, LoopedLM
+    from loopscale.model.optim import lr_multiplier
+
+    with pytest.raises(ValueError, match=r"step must be in \[0, total_steps\) = \[0, 10\), got 10"):
+        lr_multiplier(10, 10, "linear", 0.0, 0.1)
+    with pytest.raises(ValueError, match=r"warmup_frac must be in \[0, 1\), got 1.0"):
+        lr_multiplier(3, 10, "linear", 1.0, 0.1)
+    with pytest.raises(ValueError, match=r"final_lr_frac must be in \[0, 1\], got -0.5"):
+        lr_multiplier(3, 10, "cosine", 0.0, -0.5)
+    with pytest.raises(ValueError, match=r"decay_frac must be in \(0, 1\], got 0"):
+        lr_multiplier(3, 10, "wsd", 0.0, 0.1, 0)
+    assert lr_multiplier(9, 10, "linear", 0.0, 0.1) == pytest.approx(0.1 + 0.9 / 10)  # the last step still works
+
+    stream = np.arange(1000, dtype=np.uint16)
+    for kwargs, name in (({"seq_len": 0, "micro_batch_size": 2}, "seq_len"),
+                         ({"seq_len": 8, "micro_batch_size": 0}, "micro_batch_size"),
+                         ({"seq_len": 8.5, "micro_batch_size": 2}, "seq_len")):
+        with pytest.raises(ValueError, match=f"{name} must be a whole number >= 1"):
+            WindowSampler(stream, data_seed=0, **kwargs)
+
+    cfg = iso_depth(16, 1, effective_depth=3, n_prelude=1, n_coda=1, vocab_size=32, seq_len=8, head_dim=16)
+    one = torch.zeros(2, 1, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"LMLoss takes windows \[B, T \+ 1\] of at least 2 tokens.*\(2, 1\)"):
+        LMLoss(LoopedLM(cfg, seed=0))(one)
+    with pytest.raises(ValueError, match=r"EnsembleLoss takes windows .*got shape \(2, 1\)"):
+        EnsembleLoss(EnsembleLM(cfg, [0, 1]))(one)
+    ok = torch.zeros(2, 2, dtype=torch.int64)
+    assert torch.isfinite(LMLoss(LoopedLM(cfg, seed=0))(ok))
