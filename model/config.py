@@ -186,17 +186,24 @@ class LoopedConfig:
         return dataclasses.asdict(self)
 
 
+MAX_DEPTH = 10_000
+"""Most layers an iso-depth model may have (``effective_depth``, ``n_prelude``, ``n_coda``): far above any model
+trained (the paper's are 10-42 deep), and low enough that listing the valid r of a depth stays instant."""
+
+
 def _depths(effective_depth, n_prelude, n_coda) -> tuple[int, int, int]:
     """The three layer counts as Python ints (:func:`as_python_number`).
 
     Raises:
-        ValueError: one that is not a non-negative integer, named.
+        ValueError: one that is not a non-negative integer, or above :data:`MAX_DEPTH`, named.
     """
     out = []
     for name, v in (("effective_depth", effective_depth), ("n_prelude", n_prelude), ("n_coda", n_coda)):
         v = as_python_number(v)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+        if v > MAX_DEPTH:
+            raise ValueError(f"{name} must be at most {MAX_DEPTH:,} layers, got {v:,}")
         out.append(v)
     return out[0], out[1], out[2]
 
@@ -215,7 +222,8 @@ def valid_r(effective_depth: int, n_prelude: int, n_coda: int) -> list[int]:
             f"effective_depth must exceed n_prelude + n_coda: effective_depth={effective_depth}, "
             f"n_prelude={n_prelude}, n_coda={n_coda}"
         )
-    return [1] + [r for r in range(2, looped + 1) if looped % r == 0]
+    small = [r for r in range(1, math.isqrt(looped) + 1) if looped % r == 0]  # divisor pairs: O(sqrt(looped))
+    return sorted(set(small) | {looped // r for r in small})
 
 
 def iso_depth(

@@ -171,8 +171,8 @@ class TuneSpec(_Strict):
     replaces): a grid, each LR tried once. With num_samples >= the number of distinct values every value is
     tried; with fewer, num_samples of them spread evenly over the sorted set, its ends included
     (``loopscale.sweep.lr_search.lr_grid``)."""
-    tokens_per_param: float | None = Field(10.0, gt=0)
-    """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D); unused when
+    tokens_per_param: float | None = Field(10.0, gt=0, le=1e6, allow_inf_nan=False)
+    """Short tuning budget D = tokens_per_param * (N_once + r N_rec) (the paper's sweep ratio, App. D; at most 1e6); unused when
     ``tokens`` is set, and then refused unless left at its default 10 (or null)."""
     tokens: int | None = Field(None, gt=0)
     """Absolute tuning budget in tokens, instead of ``tokens_per_param`` (a spec giving both, with tokens_per_param
@@ -180,7 +180,7 @@ class TuneSpec(_Strict):
     num_milestones: int = Field(8, ge=1)
     """Validation points per trial; ASHA's time attribute is the milestone index 1..num_milestones."""
     grace_milestones: int = Field(1, ge=1)
-    reduction_factor: float = Field(2.0, gt=1.0)
+    reduction_factor: float = Field(2.0, gt=1.0, allow_inf_nan=False)
     tune_per_r: bool = True
     """One study per (size, r); False: one per size (r = the largest r of the grid) shared by every r."""
     smooth: bool = False
@@ -244,8 +244,8 @@ class TuneSpec(_Strict):
 class ResourcesSpec(_Strict):
     """Resources of one trial (Ray logical resources; fractional GPUs allowed for small models)."""
 
-    cpus: float = Field(1.0, gt=0)
-    gpus: float = Field(0.0, ge=0)
+    cpus: float = Field(1.0, gt=0, allow_inf_nan=False)
+    gpus: float = Field(0.0, ge=0, allow_inf_nan=False)
     ensemble: int = Field(0, ge=0)
     """Seed ensembles: the most seeds of one cell trained together in one trial as one batched model
     (``loopscale.model.ensemble``; each member's result equals its single run). 0 (default): automatic — up to

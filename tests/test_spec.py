@@ -244,6 +244,15 @@ def _bad(mutate):
         (lambda d: d["tune"].update(tokens_per_param=20.0),
          "tune.tokens (2048) and tune.tokens_per_param (20) both set the LR trials' token budget, and tune.tokens "
          "would be used: keep one"),
+        # infinite or huge floats ended in OverflowError tracebacks where they became ints (run --dry-run too);
+        # a depth of 10**21 hung the check that lists the valid r
+        (lambda d: d["resources"].update(cpus=float("inf")), "resources.cpus: Input should be a finite number"),
+        (lambda d: d["resources"].update(gpus=float("inf")), "resources.gpus: Input should be a finite number"),
+        (lambda d: d["tune"].update(tokens=None, tokens_per_param=float("inf")), "tune.tokens_per_param: Input"),
+        (lambda d: d["tune"].update(tokens=None, tokens_per_param=1e300),
+         "tune.tokens_per_param: Input should be less than or equal to 1000000"),
+        (lambda d: d["model"].update(effective_depth=10**21),
+         "effective_depth must be at most 10,000 layers, got 1,000,000,000,000,000,000,000"),
     ],
 )
 def test_bad_specs_name_the_key(mutate, key):
