@@ -1073,7 +1073,8 @@ class SweepSpec(_Strict):
         Raises:
             SpecError: the corpus would fail every run (:meth:`check_data`); ``resources.gpus`` > 0 on the
                 embedded Ray where ``torch.cuda.is_available()`` is False; ``resources.cpus`` / ``resources.gpus``
-                per trial above what the embedded Ray has (one line naming every resource it lacks).
+                per trial above what the embedded Ray has (one line naming every resource it lacks); a model of the
+                grid that does not fit this machine's memory (:meth:`_check_fits_memory_here`).
         """
         import os
 
@@ -1108,6 +1109,42 @@ class SweepSpec(_Strict):
                 f"{'; and '.join(lacks)}: no trial could start; set {' and '.join(fixes)}, or pass --address of "
                 f"{cluster}"
             )
+        self._check_fits_memory_here()
+
+    def _check_fits_memory_here(self) -> None:
+        """Refuse a grid with a trial whose model (times its seed-ensemble members) the trainer would refuse for
+        memory on this machine (:func:`loopscale.model.train.check_fits_memory`, a lower bound: weights, gradients
+        and optimizer state), so that it is said before Ray starts rather than by every such trial (the others
+        trained, the command ending 0 on half a grid). Checked on the embedded Ray only: a cluster's nodes have
+        their own memory.
+
+        Raises:
+            SpecError: the first (size, r, variant) that does not fit, naming it and the trainer's figures.
+        """
+        import torch
+
+        from loopscale.model.train import check_fits_memory
+
+        device = torch.device("cuda" if self.resources.gpus > 0 else "cpu")
+        most = self.ensemble_members()
+        for v in self.variants:
+            for size in reversed(self.all_sizes()):  # the largest first: the likeliest not to fit
+                for r in sorted(self.r):
+                    n = len(self.seeds_for(r))
+                    members = math.ceil(n / math.ceil(n / most))  # the largest trial of trial_groups' split
+                    models = [self._model_config(size, r, v.name if r > 1 else "baseline", v.hc_lanes)]
+                    if r == 1:
+                        models += [self._model_config(size, 1, "baseline", v.hc_lanes, depth=d) for d in self.ladder]
+                    for cfg in models:
+                        try:
+                            check_fits_memory(cfg, device, members)
+                        except ValueError as e:
+                            who = f"size {size}, r={r}" + (f" ({members} seeds per trial)" if members > 1 else "")
+                            raise SpecError(
+                                f"sizes: {who}: {e}; every such trial would fail here (the embedded Ray's trials run "
+                                "on this machine; on a cluster pass --address)"
+                                + (", or set resources.ensemble: 1 for one seed per trial" if members > 1 else "")
+                            ) from None
 
 
 @dataclass(frozen=True)

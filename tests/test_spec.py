@@ -371,6 +371,30 @@ def test_gpus_where_none_exist_fail_before_ray():
     spec.check_runtime(address="10.0.0.1:6379")  # a cluster may have GPUs: not checked here
 
 
+def test_a_model_too_large_for_this_machine_is_refused_before_ray(monkeypatch):
+    """sizes: [16, 100000] passed `run --dry-run` (refused_here: None); the real run trained the d = 16 cells, every
+    d = 100000 trial failed inside Ray for memory, and the command fitted half a grid and ended 0. The trainer's
+    memory bound is now checked for every model of the grid (times its seed-ensemble members) before Ray starts."""
+    import loopscale.model.train as T
+    from loopscale.model.accounting import n_total
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    spec = parse_spec(_bad(lambda d: d.update(sizes=[16, 512], seeds=4)))
+    one = T.TRAIN_STATE_BYTES_PER_PARAM * n_total(spec._model_config(512, 1, "baseline", 0))
+    monkeypatch.setattr(T, "device_memory_bytes", lambda device: int(1.5 * one))  # one model fits, four do not
+    with pytest.raises(SpecError, match=r"sizes: size 512, r=1 \(4 seeds per trial\): the model does not fit in "
+                                        r"memory: 4 models of .*or set resources.ensemble: 1"):  # fmt: skip
+        spec.check_runtime(data=False)
+    single = parse_spec(_bad(lambda d: d.update(sizes=[16, 512], seeds=4, resources={"cpus": 1, "ensemble": 1})))
+    single.check_runtime(data=False)  # one seed per trial: fits
+    monkeypatch.setattr(T, "device_memory_bytes", lambda device: int(0.5 * one))
+    with pytest.raises(SpecError, match=r"sizes: size 512, r=1: the model does not fit.*on a cluster pass --address\)$"):
+        single.check_runtime(data=False)
+    single.check_runtime(address="10.0.0.1:6379", data=False)  # a cluster's nodes have their own memory
+    small = parse_spec(_bad(lambda d: d.update(sizes=[16], seeds=4)))
+    small.check_runtime(data=False)
+
+
 def test_trial_larger_than_the_embedded_ray_fails_before_ray(monkeypatch, tmp_path):
     """A trial asking for more CPUs than the embedded Ray has would wait forever in Tune's queue (seen: 64 CPUs on
     a 2-core machine, 'No trial is running' every minute): refused before Ray starts, by the CLI with exit 2."""
