@@ -419,12 +419,17 @@ def nearest_existing(path: Path) -> Path:
 
 def usable_out_dir(out: Path, what: str = "--out") -> Path:
     """Check that ``out`` can be the command's output directory before any work starts: it is a directory or can
-    be created as one (every existing ancestor a directory) and is writable where it exists. Creates nothing.
-    ``what`` names it in the message (``--out``; a dry run checks a local storage so too).
+    be created as one (every existing ancestor a directory) and is writable where it exists. Leaves nothing behind:
+    where ``out`` is still to be created, a probe folder is made in its nearest existing ancestor and removed at once
+    (root passes the permission check on ``/proc`` or ``/sys``, where making a folder still fails). ``what`` names
+    it in the message (``--out``; a dry run checks a local storage so too).
 
     Raises:
-        ValueError: ``out`` or one of its ancestors is a file, or the nearest existing directory is not writable.
+        ValueError: ``out`` or one of its ancestors is a file, the nearest existing directory is not writable, or
+            a folder cannot be made there (the system's reason).
     """
+    import tempfile
+
     out = Path(out)
     p = nearest_existing(out)
     if p.exists() and not p.is_dir():
@@ -432,6 +437,12 @@ def usable_out_dir(out: Path, what: str = "--out") -> Path:
         raise ValueError(f"{what} {out} {problem}; give a directory (new or existing)")
     if p.exists() and not os.access(p, os.W_OK | os.X_OK):
         raise ValueError(f"{what} {out}: {p} is not writable")
+    if p.exists() and p != out:
+        try:
+            probe = tempfile.mkdtemp(prefix=".loopscale-probe-", dir=p)
+        except OSError as e:
+            raise ValueError(f"{what} {out} cannot be created: no folder can be made in {p} ({e.strerror or e})") from None
+        os.rmdir(probe)
     return out
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "example_cpu"
 
 
 def _one_d_table(n_seeds: int = 1) -> pd.DataFrame:
@@ -221,3 +224,40 @@ def test_low_level_arguments_are_refused_with_their_names():
         EnsembleLoss(EnsembleLM(cfg, [0, 1]))(one)
     ok = torch.zeros(2, 2, dtype=torch.int64)
     assert torch.isfinite(LMLoss(LoopedLM(cfg, seed=0))(ok))
+
+
+def test_an_out_folder_that_cannot_be_made_is_refused_before_work(tmp_path, monkeypatch):
+    """`design --out /proc/foo` (as root, who passes os.access there) simulated for 6 s, then printed only the raw
+    '[Errno 2] No such file or directory'; `run --out /proc/foo --dry-run` said refused: None. The check now makes
+    (and removes) a probe folder where the folder would be created."""
+    import errno
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from loopscale.cluster.options import usable_out_dir
+    from loopscale.sweep.cli import app
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = tempfile.mkdtemp
+
+    def mkdtemp(*a, dir=None, **k):
+        if dir is not None and Path(dir) == ro:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    with pytest.raises(ValueError, match=rf"--out {ro}/new/x cannot be created: no folder can be made in {ro} "
+                                         r"\(Read-only file system\)"):  # fmt: skip
+        usable_out_dir(ro / "new" / "x")
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    assert usable_out_dir(ok / "new" / "x") == ok / "new" / "x"
+    assert list(ok.iterdir()) == []  # the probe is gone, nothing made
+    assert usable_out_dir(ok) == ok  # an existing folder: no probe needed
+    for cmd in (["run", "--preset", "smoke", "--dry-run"],
+                ["design", "cpu", "--pilot", str(EXAMPLE / "runs.parquet"), "--n-sim", "2", "--minutes", "60"]):
+        res = CliRunner().invoke(app, [*cmd, "--out", str(ro / "new")])
+        assert res.exit_code == 2, res.output
+        assert "no folder can be made in" in " ".join(res.output.split()), res.output
