@@ -385,6 +385,8 @@ def fit_cmd(
             summary["unit_warnings"] = units
         if data.near_duplicates:
             summary["near_duplicates"] = data.near_duplicates
+        if data.status_note:
+            summary["status_note"] = data.status_note
         n_note = _n_column_note(data) if law == "chinchilla" else None
         if law == "chinchilla" and data.source_names.get("N") == "N_once + N_rec":
             n_note = ("the table has no N: N = N_once + N_rec, the unique parameters (as `loopscale run`'s per-r "
@@ -510,6 +512,8 @@ def fit_cmd(
             lines.append(f"  note: {loss_note}")
         if unfinished:
             lines.append(f"  warning: {unfinished}")
+        if data.status_note:
+            lines.append(f"  warning: {data.status_note}")
         lines.extend(f"  warning: {u}" for u in units)
         if data.near_duplicates:
             lines.append(f"  warning: {data.near_duplicates}")

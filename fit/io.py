@@ -127,6 +127,8 @@ class FitData:
         near_duplicates: for a table without ``run_id``, a sentence naming rows that equal an earlier kept row in
             every column to :data:`NEAR_DUPLICATE_DIGITS` significant digits (the same run listed twice, rounded
             otherwise, would count twice in the fit); None when there are none.
+        status_note: a sentence naming rows left out for a status spelt otherwise than ``ok`` (``'OK'``,
+            ``' ok'``) beside rows that are ``ok``; None when there are none.
     """
 
     cols: dict[str, np.ndarray]
@@ -136,6 +138,7 @@ class FitData:
     duplicate_run_ids: tuple[str, ...] = ()
     source_names: dict[str, str] = field(default_factory=dict)
     near_duplicates: str | None = None
+    status_note: str | None = None
 
     def table_columns(self) -> list[str]:
         """The columns of ``frame`` as the user's table names them (``final_val_loss``, not ``loss``)."""
@@ -465,13 +468,15 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
             f"no row has status 'ok' ({_dropped(by_status, len(dups))}); the fits take the rows whose status is "
             f"exactly 'ok' (lower case, no spaces): write {', '.join(repr(k) for k in near)} as 'ok'"
         )
+    status_note = None
     if n and near:  # some rows 'ok', others 'OK' / ' ok': those were left out without a word
         import warnings
 
         k = sum(by_status[s] for s in near)
-        warnings.warn(f"table: {k} row{'s' if k > 1 else ''} with status {', '.join(repr(s) for s in near)} left out: "
-                      "the fits take the rows whose status is exactly 'ok' (lower case, no spaces); write them as "
-                      "'ok' to fit them", UserWarning, stacklevel=3)  # fmt: skip
+        status_note = (f"{k} row{'s' if k > 1 else ''} with status {', '.join(repr(s) for s in near)} left out: the "
+                       "fits take the rows whose status is exactly 'ok' (lower case, no spaces); write them as 'ok' to "
+                       "fit them")  # fmt: skip
+        warnings.warn(f"table: {status_note}", UserWarning, stacklevel=3)
     foreign = sorted(str(k) for k in by_status if str(k) not in ("diverged", "did_not_learn", "failed"))
     if n == 0 and foreign:  # 'completed', 'done': the runs are there, their status named in another tool's words
         raise ValueError(
@@ -510,6 +515,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         duplicate_run_ids=tuple(str(v) for v in dups["run_id"]) if len(dups) else (),
         source_names={k: v for k, v in given.items() if k != v},
         near_duplicates=near,
+        status_note=status_note,
     )
 
 

@@ -195,12 +195,15 @@ def fit_table(
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     # the blocking's columns are checked also without a bootstrap (a typo there would otherwise pass unseen)
     try:
-        data = prepare(with_layers_unique(src), lw, block_by=blocks or None, lines=lines)
+        with warnings.catch_warnings():  # prepare's own "table: " warnings are raised below, with the others
+            warnings.filterwarnings("ignore", message="table: ")
+            data = prepare(with_layers_unique(src), lw, block_by=blocks or None, lines=lines)
     except ValueError:
         if lw.name == "chinchilla":
             _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs
         raise
-    input_warnings = unit_warnings(data) + ([data.near_duplicates] if data.near_duplicates else [])
+    input_warnings = ([data.status_note] if data.status_note else []) + unit_warnings(data)
+    input_warnings += [data.near_duplicates] if data.near_duplicates else []
     for w in input_warnings:  # said before the fit (a table in another unit is the likeliest reason for odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)

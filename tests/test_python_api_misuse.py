@@ -144,7 +144,7 @@ def test_an_odd_head_dim_is_named_before_a_d_model_is_suggested():
         preset_config("paper", r=2, width_scale=1, head_dim=3)
 
 
-def test_rows_whose_status_is_ok_spelt_otherwise_are_said_when_left_out():
+def test_rows_whose_status_is_ok_spelt_otherwise_are_said_when_left_out(tmp_path):
     """A table of one's own with 'OK' on some rows among 'ok' ones: those rows were left out with no word (only a
     table of no exact 'ok' at all was refused, naming them)."""
     from loopscale.fit.io import prepare
@@ -158,6 +158,23 @@ def test_rows_whose_status_is_ok_spelt_otherwise_are_said_when_left_out():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         prepare(t.assign(status="ok"), make_law("joint"))
+    # `loopscale fit` hid it (it ignores "table: " warnings and prints the fit's input warnings, which lacked it)
+    # and the fit's input_warnings lacked it too: a fit on 10 of 116 rows looked like any other
+    from typer.testing import CliRunner
+
+    from loopscale.fit.table_fit import fit_table
+    from loopscale.sweep.cli import app
+
+    with pytest.warns(UserWarning, match=r"table: 2 rows with status 'OK' left out") as seen:
+        tf = fit_table(t, "joint", starts=4)
+    assert sum("status 'OK'" in str(w.message) for w in seen) == 1  # said once, not by prepare and fit_table both
+    assert tf.input_warnings[0].startswith("2 rows with status 'OK' left out")
+    path = tmp_path / "t.csv"
+    t.to_csv(path, index=False)
+    for extra in ([], ["--json"]):
+        res = CliRunner().invoke(app, ["fit", str(path), "--workers", "1", "--starts", "4", *extra])
+        assert res.exit_code == 0, res.output
+        assert "2 rows with status 'OK' left out" in " ".join(res.output.split()), res.output
 
 
 def test_a_relative_corpus_not_found_says_how_it_was_read(tmp_path, monkeypatch):
