@@ -284,6 +284,41 @@ def seed_replicates(frame: pd.DataFrame) -> SeedReplicates | None:
     return SeedReplicates(strata=strata, cells=int(frame.groupby(list(strata)).ngroups), runs=int(len(frame)))
 
 
+RUN_SETTING_COLUMNS = (
+    "lr", "peak_lr", "max_lr", "learning_rate", "lr_peak", "batch_tokens", "batch_size", "optimizer", "schedule",
+    "weight_decay", "warmup_frac", "step", "steps", "iteration", "checkpoint",
+)
+"""Columns that, when they differ between two runs of one cell, make them other runs than seeds of one: a
+learning-rate sweep, another batch or optimizer, intermediate checkpoints of one run."""
+
+
+def not_replicates_note(frame: pd.DataFrame, strata: tuple[str, ...]) -> str | None:
+    """Why the runs of ``frame`` grouped into cells by ``strata`` may not be seed replicates, or None: rows of one
+    cell that differ in a run setting (:data:`RUN_SETTING_COLUMNS`: an LR sweep's points, checkpoints of one run)
+    or that share one ``seed`` value. Averaging them as seeds mixes other runs into the cell's mean (a table with a
+    worse LR at every r = 8 cell moved phi from 0.5 to 0.39)."""
+    g = frame.groupby(list(strata), sort=False, dropna=False)
+    found = []
+    for c in RUN_SETTING_COLUMNS:
+        if c in frame.columns and c not in strata:
+            n = int((g[c].nunique(dropna=False) > 1).sum())
+            if n:
+                vals = sorted({str(v) for v in frame[c].dropna().unique()})
+                shown = ", ".join(vals[:4]) + (f" and {len(vals) - 4} more" if len(vals) > 4 else "")
+                found.append(f"{c!r} in {n} of {g.ngroups} cells (values {shown})")
+    if "seed" in frame.columns and "seed" not in strata:
+        n = int((g["seed"].nunique(dropna=False) < g.size()).sum())
+        if n:
+            found.append(f"one 'seed' value on two or more runs in {n} of {g.ngroups} cells")
+    if not found:
+        return None
+    return (
+        f"the runs of one cell ({', '.join(strata)}) are averaged as seeds of one run, but they differ in "
+        f"{'; '.join(found)}: those are other runs, and their mean is no point of the law; keep one run per setting "
+        "(e.g. each cell's best LR) before fitting, or fit every run (--per-run; per_run=True in Python)"
+    )
+
+
 def uneven_seeds(frame: pd.DataFrame) -> dict[str, Any] | None:
     """Where the joint law is fitted to the runs themselves (several D, or fewer cells than the law's parameters)
     and cells hold different numbers of runs (e.g. per-r seeds ``{1: 1, 2: 2}``): each run is one point of the

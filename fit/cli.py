@@ -387,6 +387,8 @@ def fit_cmd(
             summary["near_duplicates"] = data.near_duplicates
         if data.status_note:
             summary["status_note"] = data.status_note
+        if tf.not_replicates:
+            summary["not_replicates"] = tf.not_replicates
         n_note = _n_column_note(data) if law == "chinchilla" else None
         if law == "chinchilla" and data.source_names.get("N") == "N_once + N_rec":
             n_note = ("the table has no N: N = N_once + N_rec, the unique parameters (as `loopscale run`'s per-r "
@@ -514,6 +516,8 @@ def fit_cmd(
             lines.append(f"  warning: {unfinished}")
         if data.status_note:
             lines.append(f"  warning: {data.status_note}")
+        if tf.not_replicates:
+            lines.append(f"  warning: {tf.not_replicates}")
         lines.extend(f"  warning: {u}" for u in units)
         if data.near_duplicates:
             lines.append(f"  warning: {data.near_duplicates}")

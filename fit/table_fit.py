@@ -49,6 +49,9 @@ class TableFit:
             as another unit (:func:`loopscale.fit.io.unit_warnings`: D in billions, a perplexity, ...) and rows that
             repeat a kept row (:attr:`loopscale.fit.io.FitData.near_duplicates`); each is also raised as a
             ``UserWarning`` starting ``"table: "``. The fit is made either way.
+        not_replicates: when the law was fitted to cell means, why the runs of a cell may be other runs than
+            seeds (:func:`loopscale.fit.analysis.not_replicates_note`: an LR sweep, checkpoints, a repeated seed);
+            also one of ``input_warnings``. None otherwise.
     """
 
     fit: Any
@@ -63,6 +66,7 @@ class TableFit:
     identification: Any = None
     other_variants_rows: dict[str, int] = field(default_factory=dict)
     input_warnings: list[str] = field(default_factory=list)
+    not_replicates: str | None = None
 
     @property
     def params(self) -> dict[str, float]:
@@ -128,7 +132,7 @@ def fit_table(
             ``r`` not whole numbers >= 1, bad ``starts`` / ``seed`` / ``delta`` / ``workers``
             (:func:`loopscale.fit.fitter.check_fit_args`) — all before any fit.
     """
-    from loopscale.fit.analysis import seed_replicates
+    from loopscale.fit.analysis import not_replicates_note, seed_replicates
     from loopscale.fit.bootstrapping import bootstrap_data
     from loopscale.fit.fitter import check_fit_args, fit_data
     from loopscale.fit.io import csv_record_lines, prepare, read_table, unit_warnings, with_layers_unique
@@ -202,8 +206,14 @@ def fit_table(
         if lw.name == "chinchilla":
             _one_point(src)  # seeds of one (N, D): named as one point of the law, not as too few runs
         raise
+    # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
+    # fits them, to the cell means, seeds resampled within cells; per_run keeps one point per run
+    rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
+    by_cell = rep is not None and not per_run
+    not_replicates = not_replicates_note(data.frame, rep.strata) if by_cell and rep.means else None
     input_warnings = ([data.status_note] if data.status_note else []) + unit_warnings(data)
     input_warnings += [data.near_duplicates] if data.near_duplicates else []
+    input_warnings += [not_replicates] if not_replicates else []
     for w in input_warnings:  # said before the fit (a table in another unit is the likeliest reason for odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)
@@ -211,10 +221,6 @@ def fit_table(
         flat_terms += phi_without_effect(data, lw)
     if lw.name == "joint_per_r":
         flat_terms += _single_point_phis(data)
-    # seeds as replicates (one D, several seeds per cell): the joint laws are fitted as `loopscale run`'s analysis
-    # fits them, to the cell means, seeds resampled within cells; per_run keeps one point per run
-    rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
-    by_cell = rep is not None and not per_run
     if by_cell and block_by not in ("default",):
         raise ValueError(
             f"block_by={block_by!r}: the table's seeds are replicates ({rep.cells} cells of {rep.runs} runs at one "
@@ -250,7 +256,7 @@ def fit_table(
     return TableFit(
         fit=fit, boot=boot, data=data, law=lw, variant=variant, replicates=rep, by_cell=by_cell,
         flat_terms=flat_terms, pooled_r=pooled if len(pooled) > 1 else [], identification=ident,
-        other_variants_rows=others, input_warnings=input_warnings,
+        other_variants_rows=others, input_warnings=input_warnings, not_replicates=not_replicates,
     )  # fmt: skip
 
 

@@ -278,3 +278,42 @@ def test_an_out_folder_that_cannot_be_made_is_refused_before_work(tmp_path, monk
         res = CliRunner().invoke(app, [*cmd, "--out", str(ro / "new")])
         assert res.exit_code == 2, res.output
         assert "no folder can be made in" in " ".join(res.output.split()), res.output
+
+
+def test_runs_of_one_cell_that_are_not_seeds_are_said_when_averaged(tmp_path):
+    """A table at one D with a second row per r = 8 cell at a worse LR was fitted as '20 cell means of 25 runs
+    (seeds averaged)': the mean mixed the two LRs (phi 0.5 -> 0.39) with no word. Rows of one cell that differ in a
+    run setting (lr, ...) or repeat a seed are now named; true seeds are not."""
+    from typer.testing import CliRunner
+
+    from loopscale.fit.analysis import not_replicates_note
+    from loopscale.fit.table_fit import fit_table
+    from loopscale.sweep.cli import app
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for r in (1, 2, 4, 8):
+        for d in (16, 24, 32, 48, 64):
+            n_once, n_rec = 24.0 * d * d, (96 / r) * d * d
+            for seed in (0, 1):
+                loss = 1.5 + 30 * (n_once + r**0.5 * n_rec) ** -0.3 + rng.normal(0, 0.002)
+                rows.append({"r": r, "d_model": d, "N_once": n_once, "N_rec": n_rec, "D": 1e6, "loss": loss,
+                             "lr": 0.01, "seed": seed})  # fmt: skip
+    seeds = pd.DataFrame(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # true seeds: nothing said
+        tf = fit_table(seeds, "joint", starts=4)
+    assert tf.by_cell and tf.not_replicates is None
+    sweep = seeds[seeds.seed == 0].copy()
+    worse = sweep[sweep.r == 8].assign(lr=0.03, loss=lambda x: x.loss + 0.3)
+    sweep = pd.concat([sweep, worse], ignore_index=True)
+    with pytest.warns(UserWarning, match=r"table: the runs of one cell .* differ in 'lr' in 5 of 20 cells \(values "
+                                         r"0.01, 0.03\); one 'seed' value on two or more runs in 5 of 20 cells"):  # fmt: skip
+        tf = fit_table(sweep, "joint", starts=4)
+    assert tf.not_replicates in tf.input_warnings
+    assert not_replicates_note(seeds.drop(columns="seed"), ("d_model", "r", "D")) is None
+    path = tmp_path / "sweep.csv"
+    sweep.to_csv(path, index=False)
+    res = CliRunner().invoke(app, ["fit", str(path), "--workers", "1", "--starts", "4"])
+    assert res.exit_code == 0, res.output
+    assert "warning: the runs of one cell" in res.output and "differ in 'lr'" in " ".join(res.output.split())
