@@ -656,10 +656,12 @@ def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
     that groups the runs into fewer cells: on an iso-FLOP table every run of a (C, r) cell has its own D, so
     ``(D, r)`` would resample run by run; on a token-budget grid every size at one budget shares D while C differs
     per run (with one size the two make the same cells, and D is kept). Chinchilla law -> ``None`` (iid over runs). ``frame`` needs an ``r`` column for a
-    blocking; without ``budget``, ``C`` and ``D`` values -> ``None``."""
+    blocking; without ``budget``, ``C`` and ``D`` values -> ``None``. A ``budget`` column empty on some runs only
+    is not used (its empty rows would form one block per r, mixing budgets): ``(D, r)`` / ``(C, r)`` instead, with a
+    ``UserWarning`` saying so."""
     if law.name != "joint":
         return None
-    if "budget" in frame.columns and frame["budget"].notna().any():
+    if "budget" in frame.columns and frame["budget"].notna().all():
         return ("budget", "r")
     best: tuple[str, ...] | None = None
     n_best = None
@@ -668,6 +670,14 @@ def default_block_by(frame: pd.DataFrame, law: Law) -> tuple[str, ...] | None:
             n = len(frame.groupby([c, "r"], sort=False, dropna=False))
             if n_best is None or n < n_best:
                 best, n_best = (c, "r"), n
+    if "budget" in frame.columns and frame["budget"].notna().any():
+        import warnings
+
+        k = int(frame["budget"].isna().sum())
+        warnings.warn(f"bootstrap: the budget column is empty on {k} of {len(frame)} runs, so its blocks would put "
+                      f"those runs together whatever their budget; blocks by "
+                      f"{'(' + ', '.join(best) + ')' if best else 'run (iid)'} instead (fill in budget on every "
+                      "run to block by it)", UserWarning, stacklevel=3)  # fmt: skip
     return best
 
 

@@ -317,3 +317,28 @@ def test_runs_of_one_cell_that_are_not_seeds_are_said_when_averaged(tmp_path):
     res = CliRunner().invoke(app, ["fit", str(path), "--workers", "1", "--starts", "4"])
     assert res.exit_code == 0, res.output
     assert "warning: the runs of one cell" in res.output and "differ in 'lr'" in " ".join(res.output.split())
+
+
+def test_a_budget_column_empty_on_some_runs_is_not_the_blocking():
+    """budget empty on the r = 1 rows put every r = 1 run in one bootstrap block (groupby with dropna=False), and
+    the phi interval widened by ~60 % with no word. The default blocking now leaves such a column aside and says so."""
+    from loopscale.fit.table_fit import fit_table
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for c in (1e15, 3e15, 1e16):
+        for r in (1, 2, 4):
+            for d in (16, 24, 32, 48):
+                n_once, n_rec = 24.0 * d * d, (96 / r) * d * d
+                D = c / (6 * (n_once + r * n_rec))
+                loss = 1.5 + 30 * (n_once + r**0.5 * n_rec) ** -0.3 + 400 * D**-0.3 + rng.normal(0, 0.003)
+                rows.append({"r": r, "N_once": n_once, "N_rec": n_rec, "D": D, "C": c, "budget": c, "loss": loss})
+    full = pd.DataFrame(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert fit_table(full, "joint", starts=4, bootstrap=4).boot.block_by == ("budget", "r")
+    part = full.assign(budget=full.budget.where(full.r > 1))
+    with pytest.warns(UserWarning, match=r"bootstrap: the budget column is empty on 12 of 36 runs.* blocks by "
+                                         r"\(C, r\) instead"):  # fmt: skip
+        tf = fit_table(part, "joint", starts=4, bootstrap=4)
+    assert tf.boot.block_by == ("C", "r")
