@@ -645,8 +645,9 @@ def unit_warnings(data: FitData) -> list[str]:
                    f"tokens fits another B ({d_same})")  # fmt: skip
     if n_par is not None and d.size and float(n_par.max()) >= 1e3 and float((d / n_par).min()) > 1e5:
         out.append(f"D is above 100,000 tokens per parameter on every row (D / ({what}) at least "
-                   f"{float((d / n_par).min()):.3g}): the fit reads N in parameters; a count in millions or "
-                   "billions fits another A (the other parameters are the same)")  # fmt: skip
+                   f"{float((d / n_par).min()):.3g}): the fit reads N in parameters and D in tokens; a count of "
+                   "parameters in millions or billions fits another A, a D in thousands of tokens or another unit "
+                   f"another B ({d_same})")  # fmt: skip
     return out
 
 

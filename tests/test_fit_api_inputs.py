@@ -299,6 +299,9 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     # N in millions of models of 1B and more: D per parameter far beyond any trained model's
     (n_big,) = unit_warnings(prepare(_outside_table(n_scale=1e-3), law))
     assert n_big.startswith("D is above 100,000 tokens per parameter on every row (D / (N_once + N_rec) at least ")
+    # either column can be the one in another unit: D x 1e6 moved B, not A, and the note named only N
+    assert "a count of parameters in millions or billions fits another A, a D in thousands of tokens or another " \
+           "unit another B" in n_big  # fmt: skip
     (d_per_n,) = unit_warnings(prepare(_outside_table(n_scale=10, d_scale=1e-5), law))  # D <= 1e4, N >= 3e5
     assert d_per_n.startswith("D is below 0.1 tokens per parameter on every row (D / (N_once + N_rec) at most ")
     (n_m,) = unit_warnings(prepare(_outside_table(n_scale=1e-6), law))
