@@ -415,6 +415,10 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         hint = " (loss may be named final_val_loss)" if "loss" in missing else ""
         if "N" in missing:
             hint += " (N may be named N_unique)"
+        spaced = {c: str(given.get(c, c)) for c in df.columns if str(given.get(c, c)).strip() in missing}
+        if spaced:  # ' loss', 'D ': a header written with spaces around its names
+            hint += (f"; {', '.join(repr(v) for v in spaced.values())} "
+                     f"{'has' if len(spaced) == 1 else 'have'} spaces around the name: remove them from the header")  # fmt: skip
         raise ValueError(
             f"law {law.name!r} needs columns {list(need)}; missing {missing}{hint}; table has "
             f"{[given.get(c, c) for c in df.columns]}"

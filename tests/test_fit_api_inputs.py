@@ -375,3 +375,20 @@ def test_the_frontier_refuses_an_r_its_table_cannot_give_flops_for():
         compute_optimal_frontier({"E": 1.57, "A": 28.0}, lambda N, r: 6 * N, [1e19])
     with pytest.raises(ValueError, match=r"rs=\(2, 4\) applies to law='joint_per_r' only"):
         make_law("joint", rs=(2, 4))
+
+
+def test_a_header_with_spaces_around_a_name_is_said(tmp_path):
+    """' loss' and 'D ' in a CSV header: the error said loss and D were missing, listing ' loss' and 'D ' without
+    saying that the spaces were the problem."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    path = tmp_path / "t.csv"
+    path.write_text("r, loss,D ,N_once,N_rec\n1,3.0,1e6,10,20\n")
+    with pytest.raises(ValueError, match=r"missing \['loss', 'D'\].*' loss', 'D ' have spaces around the name: "
+                                         r"remove them from the header"):  # fmt: skip
+        prepare(str(path), make_law("joint"))
+    path.write_text("r,loss,D,N_once,N_rec_x\n1,3.0,1e6,10,20\n")
+    with pytest.raises(ValueError, match=r"missing \['N_rec'\]; table has") as e:
+        prepare(str(path), make_law("joint"))
+    assert "spaces" not in str(e.value)
