@@ -342,3 +342,22 @@ def test_piped_bootstrap_progress_prints_first_last_and_at_most_once_a_minute(mo
         line(i)
     assert capsys.readouterr().err.splitlines() == ["bootstrap: 1/6 chunks", "bootstrap: 4/6 chunks",
                                                     "bootstrap: 6/6 chunks"]  # fmt: skip
+
+
+def test_one_budget_says_why_its_blocking_fails_where_r_alone_works():
+    """One budget, blocked by (budget, r): the reason said no resample could vary the budget and named --block-by r,
+    which splits the runs into the very same blocks; it now says the difference: a budget blocking asks each draw
+    for two budgets."""
+    from loopscale.fit.bootstrapping import design_problem
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    law = make_law("joint")
+    one = _small_joint()
+    one = one[one.budget == one.budget.min()] if "budget" in one.columns else one[one.C == one.C.min()].assign(budget=1e18)
+    data = prepare(one, law)
+    why = design_problem(law, data, ("budget", "r"))
+    assert why.startswith("every run has the same budget = 1e+18: a blocking with a budget column (['budget', 'r']) "
+                          "redraws every resample that holds fewer than two values of budget"), why
+    assert ("a blocking that works: --block-by r (block_by='r' in Python) (--block-by r draws the same cells but "
+            "does not ask for two budgets") in why
