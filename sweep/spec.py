@@ -2093,11 +2093,14 @@ def _read_folder_spec(old_yaml: str) -> SweepSpec | None:
 def _same_spec(old_yaml: str, spec: SweepSpec) -> bool:
     """Whether the spec of ``old_yaml`` (a folder's ``spec.yaml``), read as this version reads a spec, is ``spec``
     (``storage_path`` aside) although its text differs: e.g. a relative corpus path, written before the spec made it
-    absolute against the working directory, read from that same directory. False when it cannot be read."""
+    absolute against the working directory, read from that same directory, or ``r`` and ``sizes`` listed in
+    another order (the same grid). False when it cannot be read."""
     old = _read_folder_spec(old_yaml)
-    return old is not None and old.model_copy(update={"storage_path": None}) == spec.model_copy(
-        update={"storage_path": None}
-    )
+
+    def key(s: SweepSpec) -> SweepSpec:
+        return s.model_copy(update={"storage_path": None, "r": sorted(s.r), "sizes": sorted(s.sizes)})
+
+    return old is not None and key(old) == key(spec)
 
 
 def _short_value(v: Any, most: int = 6) -> str:

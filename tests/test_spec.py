@@ -533,6 +533,20 @@ def test_a_folder_spec_with_a_relative_corpus_is_read_against_the_working_direct
         check_folder_spec(out, spec)
 
 
+def test_r_and_sizes_in_another_order_are_the_same_spec_of_a_folder(tmp_path):
+    """A finished folder of r: [1, 2, 4] refused the same spec written r: [4, 1, 2] ("holds a run of a different
+    spec ... it differs in r"): the grid is the same. Another r is still refused."""
+    from loopscale.sweep.spec import check_folder_spec, record_folder_spec
+
+    raw = {"r": [1, 2, 4], "sizes": [16, 32], "tokens": [4096], "lr": {"fixed": 0.01}}
+    out = tmp_path / "out"
+    out.mkdir()
+    record_folder_spec(out, parse_spec(raw))
+    check_folder_spec(out, parse_spec({**raw, "r": [4, 1, 2], "sizes": [32, 16]}), corpus=False)
+    with pytest.raises(ValueError, match=r"it differs in r: \[1, 2, 4\] -> \[1, 2\]"):
+        check_folder_spec(out, parse_spec({**raw, "r": [1, 2]}), corpus=False)
+
+
 def test_a_folder_without_its_spec_yaml_takes_only_a_spec_whose_cells_its_runs_are(tmp_path):
     """A folder whose spec.yaml was deleted took another spec, and `run` then fitted the runs of both grids as one
     (the report counted 22 runs, status 12 planned). Without spec.yaml the recorded runs must all be cells of the
