@@ -380,3 +380,16 @@ def test_a_corpus_that_cannot_be_hashed_leaves_no_spec_yaml(tmp_path, monkeypatc
     with pytest.raises(CorpusError, match="the corpus cannot be read"):
         spec_mod.record_folder_spec(out, preset_spec("smoke"))
     assert list(out.iterdir()) == []
+
+
+def test_eval_tokens_not_whole_windows_is_said_by_the_dry_run(tmp_path):
+    """training.eval_tokens 10 at seq_len 32: every run rounded it up to 32 and said so in its warnings, while the
+    dry run said nothing."""
+    import yaml
+
+    d = preset_spec("smoke").model_dump(mode="json")
+    d["training"]["eval_tokens"] = 10
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(d))
+    p = _dry_run(tmp_path, str(tmp_path / "s.yaml"))
+    assert p["eval_warning"] == ("training.eval_tokens=10 is rounded up to 32 in every run (whole windows of "
+                                 "seq_len=32)")  # fmt: skip
