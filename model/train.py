@@ -1047,27 +1047,14 @@ def checkpoint_dir_missing(every: int) -> str:
     )
 
 
-def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
-    """Check ``cfg`` against its corpus and the machine and derive the run's sizes; shared by ``train_run`` and
-    ``train_ensemble`` (``members``: the models trained together).
+def check_run_folders(cfg: RunConfig) -> None:
+    """The folders a run writes, checked before it reads its corpus: ``checkpoint_every_steps`` without a
+    ``checkpoint_dir``, a ``checkpoint_dir`` that is a file or cannot be made (made now when checkpoints will be
+    written, as the first one would make it), a ``cache_dir`` that cannot be made (made now).
 
     Raises:
-        ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, a checkpoint_dir
-            that is a file or cannot be created (it is created here when checkpoints are written), a cache_dir that
-            cannot be created (it is created here), a model too large for the device's memory (:func:`check_fits_memory`), bad corpus,
-            tokenizer/model vocabulary mismatch, a stream shorter than a window (all before any training compute).
+        ValueError: naming the folder and the system's reason.
     """
-    from loopscale.model.data import (
-        WindowSampler,
-        eval_tokens_note,
-        eval_windows,
-        implied_epochs,
-        load_tokens,
-    )
-    from loopscale.model.looped import compile_fallback
-
-    if not isinstance(cfg, RunConfig):
-        raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
     if cfg.checkpoint_every_steps is not None and cfg.checkpoint_dir is None:
         raise ValueError(checkpoint_dir_missing(cfg.checkpoint_every_steps))
     if cfg.checkpoint_dir is not None and Path(cfg.checkpoint_dir).exists() and not Path(cfg.checkpoint_dir).is_dir():
@@ -1092,6 +1079,30 @@ def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
                 f"cache_dir {str(cfg.cache_dir)!r} cannot be created ({e.strerror or e}): give a folder that can hold "
                 "the token cache (new or existing)"
             ) from None
+
+
+def _prepare(cfg: RunConfig, members: int = 1) -> _Prepared:
+    """Check ``cfg`` against its corpus and the machine and derive the run's sizes; shared by ``train_run`` and
+    ``train_ensemble`` (``members``: the models trained together).
+
+    Raises:
+        ValueError / CorpusError: not a RunConfig, checkpoint_every_steps without checkpoint_dir, a checkpoint_dir
+            that is a file or cannot be created (it is created here when checkpoints are written), a cache_dir that
+            cannot be created (it is created here), a model too large for the device's memory (:func:`check_fits_memory`), bad corpus,
+            tokenizer/model vocabulary mismatch, a stream shorter than a window (all before any training compute).
+    """
+    from loopscale.model.data import (
+        WindowSampler,
+        eval_tokens_note,
+        eval_windows,
+        implied_epochs,
+        load_tokens,
+    )
+    from loopscale.model.looped import compile_fallback
+
+    if not isinstance(cfg, RunConfig):
+        raise ValueError(f"cfg must be a RunConfig, got {type(cfg)!r}")
+    check_run_folders(cfg)
     mcfg = cfg.model
     device = _resolve_device(cfg.device)
     check_fits_memory(mcfg, device, members)

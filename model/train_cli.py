@@ -255,7 +255,7 @@ def _parse_seeds(text: str) -> list[int]:
 
 def _precheck(run, members: list[int] | None = None) -> None:
     """Refuse, before the "training ..." line, what would fail the run before its first step: the device (CUDA
-    asked for, none here), a checkpoint of another run in ``--checkpoint-dir`` (``members``: the ``--seeds`` of an
+    asked for, none here), its folders (:func:`loopscale.model.train.check_run_folders`), a checkpoint of another run in ``--checkpoint-dir`` (``members``: the ``--seeds`` of an
     ensemble) and the corpus (a missing file, a text column of a non-Parquet corpus, a token file read as text, ...:
     :func:`loopscale.model.data.check_corpus`, cheap, its warnings left for the run to give once).
 
@@ -265,9 +265,10 @@ def _precheck(run, members: list[int] | None = None) -> None:
     import warnings
 
     from loopscale.model.data import check_corpus, resolve_corpus
-    from loopscale.model.train import _resolve_device, refuse_checkpoint_of_another_run
+    from loopscale.model.train import _resolve_device, check_run_folders, refuse_checkpoint_of_another_run
 
     _resolve_device(run.device)
+    check_run_folders(run)
     refuse_checkpoint_of_another_run(run, None if members is None else (members, [run.data_seed] * len(members)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -255,3 +255,19 @@ def test_an_unreadable_newest_checkpoint_is_moved_aside_with_its_reason(base, tm
         again = train_run(RunConfig(**run))
     assert again.resumed_from_step == 12 and again.final_val_loss == full.final_val_loss
     assert (ck / "ckpt-00000099.pt.unreadable").read_bytes() == content
+
+
+def test_train_refuses_a_checkpoint_dir_that_is_a_file_in_one_line(tmp_path):
+    """`train --checkpoint-dir FILE` printed the two-line "training r=1 d=16 ..." header before its error; the
+    command's folders are now checked with the other pre-checks, so the refusal is its one line."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--tokens", "512", "--batch-tokens", "256",
+                                   "--seq-len", "32", "--checkpoint-dir", str(f), "--checkpoint-every-steps", "1"])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "training r=" not in res.output and f.read_text() == "mine"
+    assert [ln for ln in res.output.splitlines() if ln.strip()][0].startswith("error: checkpoint_dir ")
