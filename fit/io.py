@@ -125,7 +125,8 @@ class FitData:
         source_names: the table's own name of each column that ``frame`` names otherwise (e.g. ``{"loss":
             "final_val_loss"}``), for messages.
         near_duplicates: for a table without ``run_id``, a sentence naming rows that equal an earlier kept row in
-            every column to :data:`NEAR_DUPLICATE_DIGITS` significant digits (the same run listed twice, rounded
+            every column to :data:`NEAR_DUPLICATE_DIGITS` significant digits, or that are such a row rounded to
+            the decimals they are written with (:func:`_rounded_copies`) (the same run listed twice, rounded
             otherwise, would count twice in the fit); None when there are none.
         status_note: a sentence naming rows left out for a status spelt otherwise than ``ok`` (``'OK'``,
             ``' ok'``) beside rows that are ``ok``; None when there are none.
@@ -507,8 +508,9 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
     unlabelled = df.drop(columns=labels, errors="ignore")
     if "run_id" not in df.columns and len(df) > 1 and (pair := _near_duplicate(unlabelled)) is not None:
         n_rep, k, same = pair
-        near = (f"{n_rep} row(s) equal an earlier row in every column{beside} to {NEAR_DUPLICATE_DIGITS} significant "
-                f"digits (the first: {where(k)}, as {where(same)}), though not exactly: the same run listed twice, rounded "
+        near = (f"{n_rep} row(s) equal another row in every column{beside} to {NEAR_DUPLICATE_DIGITS} significant "
+                f"digits or to the decimals they are written with (the first: {where(k)}, as {where(same)}), though "
+                "not exactly: the same run listed twice, rounded "
                 "otherwise, counts twice in the fit and narrows its intervals; drop the repeats, or add a column "
                 "that tells the runs apart (run_id or seed) if they are different runs")  # fmt: skip
     return FitData(
@@ -546,6 +548,53 @@ NEAR_DUPLICATE_DIGITS = 6
 run listed twice (:attr:`FitData.near_duplicates`): two seeds' losses differ by far more (their spread is ~1 %).
 Two numbers agree when they differ by at most half a unit in this digit of the larger: ``|a - b| <= 5e-6 max(|a|,
 |b|)``, so a pair on either side of a rounding boundary (2.7456749996 and 2.745675) agrees too."""
+
+
+ROUNDED_MAX_DECIMALS = 6
+"""Most decimals of a value read as rounded by an export (``round(loss, 4)``), for :func:`_rounded_copies`."""
+
+
+def _rounded_copies(X: np.ndarray, group: np.ndarray, earliest: np.ndarray) -> None:
+    """Mark in ``earliest`` (in place: of each row, the earliest row it equals, here the row it rounds, which may
+    come after it; ``len(X)`` for none) the rows that are another row of their ``group`` rounded: a row with values of 1 to :data:`ROUNDED_MAX_DECIMALS` decimals
+    whose other row has more decimals there and, rounded to the row's decimals, is the row (its other values equal):
+    a loss re-exported as 3.1235 beside the run's 3.123456789. Two rows both rounded (a table exported at 4 decimals,
+    where 3.123 and 3.1234 may be two seeds) are not matched. Rows of one rounding (the decimals of each column) are
+    matched with every row rounded so through pandas' grouping, not pair by pair.
+
+    ``X``: float64 ``(n, columns)`` numeric values (NaN allowed); ``group``: int ``(n,)`` ids of the other values."""
+    n = len(X)
+    if n < 2 or X.shape[1] == 0:
+        return
+    exact = ROUNDED_MAX_DECIMALS + 1
+    dec = np.full(X.shape, exact)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(ROUNDED_MAX_DECIMALS, -1, -1):  # the fewest decimals that give the value back
+            dec[np.round(X, k) == X] = k
+    with np.errstate(divide="ignore", invalid="ignore"):  # a value at float64's last decimals is not rounded
+        mag = np.where(np.isfinite(X) & (X != 0), np.floor(np.log10(np.abs(X))), 0.0)  # (5.4e9 has ~6 decimals)
+    dec[(dec >= 1) & (dec >= 12 - mag)] = exact
+    dec[~np.isfinite(X)] = 0  # NaN and inf: compared as they are
+    rounded = ((dec >= 1) & (dec < exact)).any(axis=1)
+    if not rounded.any():
+        return
+    profiles, which = np.unique(dec[rounded], axis=0, return_inverse=True)
+    rows, which = np.flatnonzero(rounded), which.ravel()
+    for p, prof in enumerate(profiles):
+        cut = (prof >= 1) & (prof < exact)  # the columns this rounding cut
+        eligible = (dec[:, cut] == exact).all(axis=1)  # rows with more decimals there: what was rounded
+        if not eligible.any():
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            R = np.column_stack([np.round(X[:, c], int(prof[c])) if cut[c] else X[:, c] for c in range(X.shape[1])])
+        kid = pd.DataFrame(R).assign(_g=group).groupby(list(range(X.shape[1])) + ["_g"], dropna=False,
+                                                        sort=False).ngroup().to_numpy()  # fmt: skip
+        first = np.full(int(kid.max()) + 1, n)
+        np.minimum.at(first, kid[eligible], np.flatnonzero(eligible))  # of each rounded key, its first original
+        for i in rows[which == p]:
+            j = int(first[kid[i]])
+            if j < n and earliest[j] != i:  # the rounded row is the copy (unless the pair is named already)
+                earliest[i] = min(earliest[i], j)
 
 
 def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
@@ -589,6 +638,7 @@ def _near_duplicate(df: pd.DataFrame) -> tuple[int, int, int] | None:
         same = alive & close(Xs[: n - k], Xs[k:]).all(axis=1)
         i, j = order[: n - k][same], order[k:][same]
         np.minimum.at(earliest, np.maximum(i, j), np.minimum(i, j))
+    _rounded_copies(X, group, earliest)
     rep = np.flatnonzero(earliest < n)
     if not len(rep):
         return None

@@ -468,7 +468,7 @@ def test_an_outside_table_listing_a_run_twice_is_refused(tmp_path):
     near.loc[len(t), "loss"] = near.loc[5, "loss"] * (1 + 1e-7)
     near = near.iloc[: len(t) + 1].reset_index()
     note = prepare(near, make_law("joint")).near_duplicates
-    assert note is not None and note.startswith("1 row(s) equal an earlier row in every column (column 'index' aside")
+    assert note is not None and note.startswith("1 row(s) equal another row in every column (column 'index' aside")
     # a column named so that is no row label (not distinct whole numbers) is compared as any other
     with pytest.raises(ValueError, match=r"in every column \(the first"):
         prepare(twice.assign(index=1.5), make_law("joint"))
@@ -1403,8 +1403,9 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     t = _base_joint()
     again = t.iloc[[4]].assign(loss=t["loss"].iloc[4] * (1 + 3e-8))
     data = prepare(pd.concat([t, again], ignore_index=True), make_law("joint"))
-    assert data.near_duplicates.startswith(f"1 row(s) equal an earlier row in every column to 6 significant digits "
-                                           f"(the first: row {len(t)}, as row 4), though not exactly")  # fmt: skip
+    assert data.near_duplicates.startswith(f"1 row(s) equal another row in every column to 6 significant digits "
+                                           f"or to the decimals they are written with (the first: row {len(t)}, as "
+                                           "row 4), though not exactly")  # fmt: skip
     assert prepare(t, make_law("joint")).near_duplicates is None
     seed2 = t.assign(loss=t["loss"] * 1.01)  # another seed of every cell: its losses differ by 1 %
     assert prepare(pd.concat([t, seed2], ignore_index=True), make_law("joint")).near_duplicates is None
@@ -1420,7 +1421,8 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     # three copies: two rows repeat the first, each named against the earliest
     three = pd.concat([t, again, again.assign(loss=again["loss"] * (1 + 1e-7))], ignore_index=True)
     assert prepare(three, make_law("joint")).near_duplicates.startswith(
-        f"2 row(s) equal an earlier row in every column to 6 significant digits (the first: row {len(t)}, as row 4)")
+        f"2 row(s) equal another row in every column to 6 significant digits or to the decimals they are written "
+        f"with (the first: row {len(t)}, as row 4)")
     # an infinite value equals only the same infinity (|inf - 3| <= rtol * inf held: a false alarm)
     from loopscale.fit.io import _near_duplicate
 
@@ -1433,14 +1435,31 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     # one digit more apart is two runs (1e-5 relative, e.g. two seeds' losses that happen to be close)
     apart = t.iloc[[4]].assign(loss=t["loss"].iloc[4] * (1 + 1e-5))
     assert prepare(pd.concat([t, apart], ignore_index=True), make_law("joint")).near_duplicates is None
+    # re-exported at 4 decimals (5 significant digits of a loss near 3): every copy named, not only those that
+    # happened to agree to 6 digits; a table rounded throughout (two seeds 3.123 and 3.1234) is not matched so
+    from loopscale.fit.io import _rounded_copies
+
+    four = t.iloc[:5].assign(loss=t["loss"].iloc[:5].round(4))
+    assert not np.allclose(four["loss"], t["loss"].iloc[:5], rtol=5e-6, atol=0)  # some beyond the 6-digit rule
+    near4 = prepare(pd.concat([t, four], ignore_index=True), make_law("joint")).near_duplicates
+    assert near4.startswith("5 row(s) equal another row"), near4
+    X = np.array([[1.0, 3.123], [1.0, 3.1235], [1.0, 3.12345678912]])
+    earliest = np.full(3, 3)
+    _rounded_copies(X[:2], np.zeros(2, dtype=np.int64), earliest[:2])
+    assert earliest[:2].tolist() == [3, 3]  # both rounded (3.123, 3.1235): two seeds, not copies
+    _rounded_copies(X, np.zeros(3, dtype=np.int64), earliest)
+    assert earliest.tolist() == [2, 2, 3]  # 3.123 and 3.1235 are 3.12345678912 rounded: two copies
+    _rounded_copies(X, np.array([0, 1, 0]), earliest := np.full(3, 3))
+    assert earliest.tolist() == [2, 3, 3]  # row 1 has other non-numeric values: another run
     ids = pd.concat([t, again], ignore_index=True).assign(run_id=[f"r{i}" for i in range(len(t) + 1)])
     assert prepare(ids, make_law("joint")).near_duplicates is None  # named runs: two ids are two runs
     path = tmp_path / "near.csv"
     pd.concat([t, again], ignore_index=True).to_csv(path, index=False, float_format="%.12g")
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0", "--starts", "8"])
     assert res.exit_code == 0, res.output
-    assert f"warning: 1 row(s) equal an earlier row in every column to 6 significant digits (the first: line " \
-           f"{len(t) + 2} of the CSV, as line 6 of the CSV)" in res.output, res.output
+    assert f"warning: 1 row(s) equal another row in every column to 6 significant digits or to the decimals " \
+           f"they are written with (the first: line {len(t) + 2} of the CSV, as line 6 of the CSV)" in res.output, \
+           res.output
     js = CliRunner().invoke(_cli_app(), ["fit", str(path), "--bootstrap", "0", "--starts", "8", "--json"])
     assert json.loads(js.stdout)["near_duplicates"] == prepare(path, make_law("joint")).near_duplicates
 
