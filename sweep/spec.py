@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import functools
 import hashlib
 import json
@@ -1425,6 +1426,14 @@ def _fmt_one(err: dict, loc: tuple) -> str:
     elif err["type"] in ("int_type", "float_type", "string_type", "bool_type") and isinstance(value, list | dict):
         one = f": write {loc[-1]}: {value[0]!r}" if isinstance(value, list) and len(value) == 1 and loc else ""
         msg += f", got {value!r} (a {'list' if isinstance(value, list) else 'mapping'}){one}"
+    elif err["type"] == "string_type" and isinstance(value, bool | int | float | datetime.date) and loc:
+        # name: 123 / yes / 2001-12-14: YAML reads a number, a boolean or a date, not text
+        if isinstance(value, bool):
+            msg += (f", got {value!r}: YAML reads yes/no/on/off/true/false as a boolean; write the text in quotes, "
+                    f"e.g. {loc[-1]}: 'yes'")  # fmt: skip
+        else:
+            kind = "a date" if isinstance(value, datetime.date) else "a number"
+            msg += f", got {value}: YAML reads it as {kind}; write it in quotes, e.g. {loc[-1]}: '{value}'"
     where = _loc_text(loc)
     return f"{where}: {msg}" if where else msg
 

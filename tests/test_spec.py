@@ -253,6 +253,12 @@ def _bad(mutate):
          "tune.tokens_per_param: Input should be less than or equal to 1000000"),
         (lambda d: d["model"].update(effective_depth=10**21),
          "effective_depth must be at most 10,000 layers, got 1,000,000,000,000,000,000,000"),
+        # a name YAML reads as another type said only "Input should be a valid string"
+        (lambda d: d.update(name=123), "name: Input should be a valid string, got 123: YAML reads it as a number; "
+                                       "write it in quotes, e.g. name: '123'"),
+        (lambda d: d.update(name=True), "YAML reads yes/no/on/off/true/false as a boolean; write the text in quotes"),
+        (lambda d: d.update(name=__import__("datetime").date(2001, 12, 14)),
+         "got 2001-12-14: YAML reads it as a date; write it in quotes, e.g. name: '2001-12-14'"),
     ],
 )
 def test_bad_specs_name_the_key(mutate, key):
