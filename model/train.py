@@ -1047,10 +1047,12 @@ def checkpoint_dir_missing(every: int) -> str:
     )
 
 
-def check_run_folders(cfg: RunConfig) -> None:
+def check_run_folders(cfg: RunConfig, *, create: bool = True) -> None:
     """The folders a run writes, checked before it reads its corpus: ``checkpoint_every_steps`` without a
     ``checkpoint_dir``, a ``checkpoint_dir`` that is a file or cannot be made (made now when checkpoints will be
-    written, as the first one would make it), a ``cache_dir`` that cannot be made (made now).
+    written, as the first one would make it), a ``cache_dir`` that cannot be made (made now). ``create`` False
+    (a command's pre-check, which may still refuse the run for another reason): nothing is made, and only a file
+    where a folder or one of its parents belongs is refused.
 
     Raises:
         ValueError: naming the folder and the system's reason.
@@ -1062,6 +1064,15 @@ def check_run_folders(cfg: RunConfig) -> None:
             f"checkpoint_dir {cfg.checkpoint_dir!r} is a file, not a folder: give a folder for the checkpoints "
             "(created when missing)"
         )
+    if not create:
+        for name, folder in (("checkpoint_dir", cfg.checkpoint_dir), ("cache_dir", cfg.cache_dir)):
+            if folder is None:
+                continue
+            p = Path(folder).expanduser() if name == "cache_dir" else Path(folder)
+            above = next((a for a in (p, *p.parents) if a.exists()), None)
+            if above is not None and not above.is_dir():
+                raise ValueError(f"{name} {str(folder)!r} cannot be created: {str(above)!r} is a file")
+        return
     if cfg.checkpoint_dir is not None and cfg.checkpoint_every_steps is not None:
         try:  # made now, as the first checkpoint would make it: a folder that cannot be made failed steps later
             Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)

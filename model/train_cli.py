@@ -268,7 +268,7 @@ def _precheck(run, members: list[int] | None = None) -> None:
     from loopscale.model.train import _resolve_device, check_run_folders, refuse_checkpoint_of_another_run
 
     _resolve_device(run.device)
-    check_run_folders(run)
+    check_run_folders(run, create=False)  # made by the run itself, once nothing else refuses it
     refuse_checkpoint_of_another_run(run, None if members is None else (members, [run.data_seed] * len(members)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

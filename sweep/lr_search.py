@@ -900,7 +900,7 @@ def run_tune_lr(
 
     if isinstance(spec, str | Path):
         spec = load_spec(spec)
-    spec.check_runtime(address, num_cpus, num_gpus)
+    spec.check_runtime(address, num_cpus, num_gpus, models="single")  # a tuning trial trains one model
     if spec.lr != "tune":
         spec.cells()  # its LR table (lr: {table: ...}) is checked as `sweep` checks it, before Ray starts
     track = tracking.parse_track(track)

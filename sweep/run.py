@@ -814,7 +814,8 @@ def run_pipeline(
     cluster.validate(tune="loopscale run")
     out = Path(out_dir).resolve()
     absent = _corpus_absent_for_fit(spec, out)
-    spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus, data=not absent)
+    spec.check_runtime(cluster.address, cluster.num_cpus, cluster.num_gpus, data=not absent,
+                       models="none" if absent else "grid")  # fmt: skip
     check_design(spec)
     check_tune_samples(spec, out)
     lacking = design_warning(spec)
@@ -1168,7 +1169,8 @@ def run_cmd(
 
                     check_resume_storage(Path(out_dir), spec, _grid_cells_if_known(spec, Path(out_dir).resolve()))
                 # the storage, as `run` checks it before anything is written: a bucket out of reach is probed now;
-                # a local one is checked for a file in its way or no write permission, creating nothing
+                # a local one is checked for a file in its way, no write permission or no folder makeable there
+                # (a probe folder made and removed at once)
                 from loopscale.cluster.options import reachable_storage
                 from loopscale.cluster.storage import is_local_uri, local_path
 
@@ -1194,7 +1196,8 @@ def run_cmd(
                 p["refused"] = str(e)
         p["unreadable"] = list(dict.fromkeys([*early, *unreadable])) or None  # each file once (several checks read it)
         try:  # what this machine would refuse (e.g. GPUs asked, none here); a plan for a cluster is still a plan
-            spec.check_runtime(address, num_cpus, num_gpus, warn_data=False, data=not absent)  # the plan states them
+            spec.check_runtime(address, num_cpus, num_gpus, warn_data=False, data=not absent,
+                               models="none" if absent else "grid")  # the plan states them  # fmt: skip
             p["refused_here"] = None
         except ValueError as e:
             p["refused_here"] = f"{e} (with these options on this machine; the plan holds for a cluster)"

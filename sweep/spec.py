@@ -1062,9 +1062,12 @@ class SweepSpec(_Strict):
         *,
         warn_data: bool = True,
         data: bool = True,
+        models: str = "grid",
     ) -> None:
         """Checks that need the machine, run before Ray starts (``data`` False: without :meth:`check_data`, for a
-        command that reads no corpus).
+        command that reads no corpus). ``models``: whose memory to check (:meth:`_check_fits_memory_here`):
+        ``"grid"`` (the grid's trials, seed ensembles counted), ``"single"`` (LR tuning: one model per trial) or
+        ``"none"`` (nothing trains, e.g. a refit).
 
         With no cluster ``address`` (and no ``RAY_ADDRESS`` in the environment) trials run on the embedded local
         Ray, which has ``num_cpus`` CPUs (default: this machine's cores) and ``num_gpus`` GPUs (default: the CUDA
@@ -1110,42 +1113,59 @@ class SweepSpec(_Strict):
                 f"{'; and '.join(lacks)}: no trial could start; set {' and '.join(fixes)}, or pass --address of "
                 f"{cluster}"
             )
-        self._check_fits_memory_here()
+        if models != "none":
+            self._check_fits_memory_here(single=models == "single")
 
-    def _check_fits_memory_here(self) -> None:
-        """Refuse a grid with a trial whose model (times its seed-ensemble members) the trainer would refuse for
-        memory on this machine (:func:`loopscale.model.train.check_fits_memory`, a lower bound: weights, gradients
-        and optimizer state), so that it is said before Ray starts rather than by every such trial (the others
-        trained, the command ending 0 on half a grid). Checked on the embedded Ray only: a cluster's nodes have
-        their own memory.
+    def _check_fits_memory_here(self, *, single: bool = False) -> None:
+        """Refuse a grid with a trial whose model (times its seed-ensemble members; ``single``: one model per trial,
+        as LR tuning trains) the trainer would refuse for memory on this machine
+        (:func:`loopscale.model.train.check_fits_memory`'s lower bound: fp32 weights, gradients and one optimizer
+        state), so that it is said before Ray starts rather than by every such trial (the others trained, the
+        command ending 0 on half a grid). Checked on the embedded Ray only: a cluster's nodes have their own memory.
 
         Raises:
-            SpecError: the first (size, r, variant) that does not fit, naming it and the trainer's figures.
+            SpecError: the first model that does not fit (size, r, variant or ladder depth), with the memory it
+                needs and the machine's.
         """
         import torch
 
-        from loopscale.model.train import check_fits_memory
+        from loopscale.model.accounting import n_total
+        from loopscale.model.train import TRAIN_STATE_BYTES_PER_PARAM, device_memory_bytes
 
         device = torch.device("cuda" if self.resources.gpus > 0 else "cpu")
-        most = self.ensemble_members()
+        total = device_memory_bytes(device)
+        if total is None:
+            return
+        most = 1 if single else self.ensemble_members()
+        gib = 2.0**30
         for v in self.variants:
             for size in reversed(self.all_sizes()):  # the largest first: the likeliest not to fit
                 for r in sorted(self.r):
                     n = len(self.seeds_for(r))
                     members = math.ceil(n / math.ceil(n / most))  # the largest trial of trial_groups' split
-                    models = [self._model_config(size, r, v.name if r > 1 else "baseline", v.hc_lanes)]
+                    variant = v.name if r > 1 else "baseline"
+                    models = [(self._model_config(size, r, variant, v.hc_lanes), "")]
                     if r == 1:
-                        models += [self._model_config(size, 1, "baseline", v.hc_lanes, depth=d) for d in self.ladder]
-                    for cfg in models:
-                        try:
-                            check_fits_memory(cfg, device, members)
-                        except ValueError as e:
-                            who = f"size {size}, r={r}" + (f" ({members} seeds per trial)" if members > 1 else "")
-                            raise SpecError(
-                                f"sizes: {who}: {e}; every such trial would fail here (the embedded Ray's trials run "
-                                "on this machine; on a cluster pass --address)"
-                                + (", or set resources.ensemble: 1 for one seed per trial" if members > 1 else "")
-                            ) from None
+                        models += [(self._model_config(size, 1, "baseline", v.hc_lanes, depth=d), f", ladder depth {d}")
+                                   for d in self.ladder]  # fmt: skip
+                    for cfg, rung in models:
+                        one = TRAIN_STATE_BYTES_PER_PARAM * n_total(cfg)
+                        if one * members <= total:
+                            continue
+                        who = f"size {size}, r={r}{rung}" + (f", variant {variant}" if variant != "baseline" else "")
+                        need = (f"{members} seeds per trial of {n_total(cfg):,} parameters need at least "
+                                f"{one * members / gib:,.1f} GiB" if members > 1 else
+                                f"{n_total(cfg):,} parameters need at least {one / gib:,.1f} GiB")  # fmt: skip
+                        fix = ("set resources.ensemble: 1 (one seed per trial; a changed spec trains in a new --out "
+                               "folder), or use smaller sizes" if members > 1 and one <= total else
+                               "use smaller sizes")  # fmt: skip
+                        raise SpecError(
+                            f"sizes: the model of {who} does not fit in this machine's memory: {need} for fp32 "
+                            f"weights, gradients and one optimizer state ({TRAIN_STATE_BYTES_PER_PARAM} bytes per "
+                            f"parameter, activations not counted), and this {device.type} device has "
+                            f"{total / gib:,.1f} GiB; every such trial would fail here (the embedded Ray's trials run "
+                            f"on this machine): {fix}, or pass --address of a cluster"
+                        )
 
 
 @dataclass(frozen=True)

@@ -271,3 +271,12 @@ def test_train_refuses_a_checkpoint_dir_that_is_a_file_in_one_line(tmp_path):
     assert res.exit_code == 2, res.output
     assert "training r=" not in res.output and f.read_text() == "mine"
     assert [ln for ln in res.output.splitlines() if ln.strip()][0].startswith("error: checkpoint_dir ")
+    # the pre-check makes no folder: a run refused next (here for its corpus) leaves nothing behind
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--tokens", "512", "--batch-tokens", "256",
+                                   "--corpus", str(tmp_path / "nope.txt"), "--checkpoint-dir", str(tmp_path / "ck/a"),
+                                   "--checkpoint-every-steps", "1", "--cache-dir", str(tmp_path / "cache/x")])  # fmt: skip
+    assert res.exit_code == 2 and "does not exist" in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    res = CliRunner().invoke(app, ["train", "--d-model", "16", "--tokens", "512", "--batch-tokens", "256",
+                                   "--checkpoint-dir", str(f / "sub"), "--checkpoint-every-steps", "1"])  # fmt: skip
+    assert res.exit_code == 2 and f"cannot be created: {str(f)!r} is a file" in res.output, res.output

@@ -380,7 +380,8 @@ def test_gpus_where_none_exist_fail_before_ray():
 def test_a_model_too_large_for_this_machine_is_refused_before_ray(monkeypatch):
     """sizes: [16, 100000] passed `run --dry-run` (refused_here: None); the real run trained the d = 16 cells, every
     d = 100000 trial failed inside Ray for memory, and the command fitted half a grid and ended 0. The trainer's
-    memory bound is now checked for every model of the grid (times its seed-ensemble members) before Ray starts."""
+    memory bound is now checked for every model of the grid (times its seed-ensemble members) before Ray starts;
+    LR tuning, one model per trial, checks one model."""
     import loopscale.model.train as T
     from loopscale.model.accounting import n_total
 
@@ -388,17 +389,27 @@ def test_a_model_too_large_for_this_machine_is_refused_before_ray(monkeypatch):
     spec = parse_spec(_bad(lambda d: d.update(sizes=[16, 512], seeds=4)))
     one = T.TRAIN_STATE_BYTES_PER_PARAM * n_total(spec._model_config(512, 1, "baseline", 0))
     monkeypatch.setattr(T, "device_memory_bytes", lambda device: int(1.5 * one))  # one model fits, four do not
-    with pytest.raises(SpecError, match=r"sizes: size 512, r=1 \(4 seeds per trial\): the model does not fit in "
-                                        r"memory: 4 models of .*or set resources.ensemble: 1"):  # fmt: skip
+    with pytest.raises(SpecError, match=r"sizes: the model of size 512, r=1 does not fit in this machine's memory: 4 "
+                                        r"seeds per trial of .* set resources.ensemble: 1 \(one seed per trial"):  # fmt: skip
         spec.check_runtime(data=False)
+    spec.check_runtime(data=False, models="single")  # LR tuning trains one model per trial: it fits
+    spec.check_runtime(data=False, models="none")  # a refit trains nothing
     single = parse_spec(_bad(lambda d: d.update(sizes=[16, 512], seeds=4, resources={"cpus": 1, "ensemble": 1})))
     single.check_runtime(data=False)  # one seed per trial: fits
     monkeypatch.setattr(T, "device_memory_bytes", lambda device: int(0.5 * one))
-    with pytest.raises(SpecError, match=r"sizes: size 512, r=1: the model does not fit.*on a cluster pass --address\)$"):
-        single.check_runtime(data=False)
+    with pytest.raises(SpecError, match=r"sizes: the model of size 512, r=1 does not fit.*: use smaller sizes, or pass "
+                                        r"--address of a cluster$") as e:  # fmt: skip
+        spec.check_runtime(data=False)
+    assert "ensemble" not in str(e.value)  # one model does not fit either: no advice that cannot help
     single.check_runtime(address="10.0.0.1:6379", data=False)  # a cluster's nodes have their own memory
     small = parse_spec(_bad(lambda d: d.update(sizes=[16], seeds=4)))
     small.check_runtime(data=False)
+    # a ladder rung deeper than the looped models is named by its depth
+    deep = parse_spec(_bad(lambda d: d.update(sizes=[512], ladder=[40])))
+    rung = T.TRAIN_STATE_BYTES_PER_PARAM * n_total(deep._model_config(512, 1, "baseline", 0, depth=40))
+    monkeypatch.setattr(T, "device_memory_bytes", lambda device: int(rung * 0.9))
+    with pytest.raises(SpecError, match=r"the model of size 512, r=1, ladder depth 40 does not fit"):
+        deep.check_runtime(data=False)
 
 
 def test_trial_larger_than_the_embedded_ray_fails_before_ray(monkeypatch, tmp_path):
