@@ -420,7 +420,12 @@ class SweepSpec(_Strict):
             raise ValueError("r must list at least one recurrence count, e.g. [1, 2, 4, 8]")
         if any(x < 1 for x in v) or len(set(v)) != len(v):
             raise ValueError(f"r must hold distinct integers >= 1, got {v}")
-        return v
+        return sorted(v)  # a set of values: [4, 1, 2] is the grid of [1, 2, 4] (and its folder's spec)
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes_sorted(cls, v: list[int]) -> list[int]:
+        return sorted(v)  # a set of values, as r
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> SweepSpec:
@@ -2123,13 +2128,11 @@ def _same_spec(old_yaml: str, spec: SweepSpec) -> bool:
     """Whether the spec of ``old_yaml`` (a folder's ``spec.yaml``), read as this version reads a spec, is ``spec``
     (``storage_path`` aside) although its text differs: e.g. a relative corpus path, written before the spec made it
     absolute against the working directory, read from that same directory, or ``r`` and ``sizes`` listed in
-    another order (the same grid). False when it cannot be read."""
+    another order (both are sorted when read: the same grid). False when it cannot be read."""
     old = _read_folder_spec(old_yaml)
-
-    def key(s: SweepSpec) -> SweepSpec:
-        return s.model_copy(update={"storage_path": None, "r": sorted(s.r), "sizes": sorted(s.sizes)})
-
-    return old is not None and key(old) == key(spec)
+    return old is not None and old.model_copy(update={"storage_path": None}) == spec.model_copy(
+        update={"storage_path": None}
+    )
 
 
 def _short_value(v: Any, most: int = 6) -> str:

@@ -559,7 +559,17 @@ def test_r_and_sizes_in_another_order_are_the_same_spec_of_a_folder(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     record_folder_spec(out, parse_spec(raw))
-    check_folder_spec(out, parse_spec({**raw, "r": [4, 1, 2], "sizes": [32, 16]}), corpus=False)
+    given = tmp_path / "given.yaml"  # a spec.yaml written by hand in the other order: the same spec
+    given.write_text("r: [4, 1, 2]\nsizes: [32, 16]\ntokens: [4096]\nlr: {fixed: 0.01}\n")
+    from loopscale.sweep.spec import FOLDER_SPEC, load_spec
+
+    before = (out / FOLDER_SPEC).read_text()
+    again = load_spec(given)
+    assert again.r == [1, 2, 4] and again.sizes == [16, 32]
+    check_folder_spec(out, again, corpus=False)
+    record_folder_spec(out, again)
+    assert (out / FOLDER_SPEC).read_text() == before  # not rewritten for the order
+    assert not [p.name for p in out.iterdir() if p.name.startswith(FOLDER_SPEC + ".")]  # no "given" copy put aside
     with pytest.raises(ValueError, match=r"it differs in r: \[1, 2, 4\] -> \[1, 2\]"):
         check_folder_spec(out, parse_spec({**raw, "r": [1, 2]}), corpus=False)
 
