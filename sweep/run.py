@@ -102,10 +102,14 @@ def plan(spec, *, data: bool = True) -> dict:
     if spec.lr == "tune":
         lr_table = {(s, None): 1.0 for s in spec.all_sizes()}
     cells = spec.cells(lr_table=lr_table)
-    seq_len, ev = cells[0].run.model.seq_len, cells[0].run.eval_tokens
-    if ev % seq_len:  # every run rounds it up and says so in its warnings: the plan says it first
-        eval_notes = [*eval_notes, f"training.eval_tokens={ev} is rounded up to {-(-ev // seq_len) * seq_len} in every "
-                      f"run (whole windows of seq_len={seq_len})"]  # fmt: skip
+    seq_len = cells[0].run.model.seq_len
+    evals = [("training.eval_tokens", cells[0].run.eval_tokens)]
+    if spec.lr == "tune" and spec.tune.eval_tokens is not None:
+        evals.append(("tune.eval_tokens", spec.tune.eval_tokens))
+    for key, ev in evals if data and not eval_notes else ():  # a short validation split's note says what is evaluated
+        if ev % seq_len:  # every run rounds it up and says so in its warnings: the plan says it first
+            eval_notes = [*eval_notes, f"{key}={ev} is rounded up to {-(-ev // seq_len) * seq_len} in every "
+                          f"{'run' if key.startswith('training') else 'LR trial'} (whole windows of seq_len={seq_len})"]  # fmt: skip
     total_c, total_d = 0.0, 0
     by_r: dict[int, int] = {}
     rounded: dict[int, int] = {}  # tokens as written -> D trained, where they differ

@@ -393,3 +393,8 @@ def test_eval_tokens_not_whole_windows_is_said_by_the_dry_run(tmp_path):
     p = _dry_run(tmp_path, str(tmp_path / "s.yaml"))
     assert p["eval_warning"] == ("training.eval_tokens=10 is rounded up to 32 in every run (whole windows of "
                                  "seq_len=32)")  # fmt: skip
+    d["lr"], d["tune"]["eval_tokens"] = "tune", 40  # the LR trials' own eval_tokens too
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(d))
+    p = _dry_run(tmp_path, str(tmp_path / "s.yaml"))
+    assert p["eval_warning"].endswith("; tune.eval_tokens=40 is rounded up to 64 in every LR trial (whole windows of "
+                                      "seq_len=32)")  # fmt: skip
