@@ -286,10 +286,10 @@ def seed_replicates(frame: pd.DataFrame) -> SeedReplicates | None:
 
 RUN_SETTING_COLUMNS = (
     "lr", "peak_lr", "max_lr", "learning_rate", "lr_peak", "batch_tokens", "batch_size", "optimizer", "schedule",
-    "weight_decay", "warmup_frac", "step", "steps", "iteration", "checkpoint",
+    "weight_decay", "warmup_frac", "step", "steps", "iteration",
 )
 """Columns that, when they differ between two runs of one cell, make them other runs than seeds of one: a
-learning-rate sweep, another batch or optimizer, intermediate checkpoints of one run."""
+learning-rate sweep, another batch or optimizer, intermediate checkpoints of one run (by step)."""
 
 
 def not_replicates_note(frame: pd.DataFrame, strata: tuple[str, ...]) -> str | None:
@@ -306,16 +306,19 @@ def not_replicates_note(frame: pd.DataFrame, strata: tuple[str, ...]) -> str | N
                 vals = sorted({str(v) for v in frame[c].dropna().unique()})
                 shown = ", ".join(vals[:4]) + (f" and {len(vals) - 4} more" if len(vals) > 4 else "")
                 found.append(f"{c!r} in {n} of {g.ngroups} cells (values {shown})")
-    if "seed" in frame.columns and "seed" not in strata:
-        n = int((g["seed"].nunique(dropna=False) < g.size()).sum())
+    settings = bool(found)
+    if "seed" in frame.columns and "seed" not in strata and frame["seed"].notna().any():
+        n = int((g["seed"].nunique(dropna=True) < g["seed"].count()).sum())
         if n:
-            found.append(f"one 'seed' value on two or more runs in {n} of {g.ngroups} cells")
+            found.append(f"{'they ' if settings else ''}repeat one 'seed' value in {n} of {g.ngroups} cells")
     if not found:
         return None
+    what = "differ in " + "; ".join(found) if settings else found[0]
     return (
-        f"the runs of one cell ({', '.join(strata)}) are averaged as seeds of one run, but they differ in "
-        f"{'; '.join(found)}: those are other runs, and their mean is no point of the law; keep one run per setting "
-        "(e.g. each cell's best LR) before fitting, or fit every run (--per-run; per_run=True in Python)"
+        f"the runs of one cell ({', '.join(strata)}) are averaged as seeds of one run, but they {what}: those are "
+        "other runs, and their mean is no point of the law; "
+        + ("keep one setting per cell (e.g. each cell's best LR) before fitting" if settings else
+           "give each run its own seed, or keep one run per cell and seed")  # fmt: skip
     )
 
 

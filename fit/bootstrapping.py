@@ -845,13 +845,12 @@ def design_problem(
             else f"every run has the same {budget} = {float(f[budget].iloc[0]):g}"
         )
         rest = [c for c in bb if c != budget]
-        other = (f" (--block-by {','.join(rest)} draws the same cells but does not ask for two {budget}s: the "
-                 f"{budget} term is then fixed by the one {budget} in every draw)" if rest and alt == ",".join(rest)
-                 else "")  # fmt: skip
+        other = (f", which draws the same cells without asking each draw for two values of {budget}"
+                 if rest and alt == ",".join(rest) else "")  # fmt: skip
         return (
             f"{same}: a blocking with a budget column ({list(bb)}) redraws every resample that holds fewer than two "
-            f"values of {budget} (they could not vary the D-term), and each draw here holds that single one, so "
-            "the design gives no interval" + _working_hint(alt) + other + f" (or add a second {budget})"
+            f"values of {budget}, and every resample of this table holds {'none' if f[budget].isna().all() else 'one'}"
+            ", so the design gives no interval" + _working_hint(alt) + other + f"; or add a second {budget}"
         )
     return whole_table_problem(law, data, bb, seed, stratify_by=stratify_by)
 

@@ -416,7 +416,10 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         hint = " (loss may be named final_val_loss)" if "loss" in missing else ""
         if "N" in missing:
             hint += " (N may be named N_unique)"
-        spaced = {c: str(given.get(c, c)) for c in df.columns if str(given.get(c, c)).strip() in missing}
+        alias = {a: t for t, names in (("loss", LOSS_ALIASES), ("N", N_ALIASES)) for a in names}
+        spaced = {c: str(given.get(c, c)) for c in df.columns
+                  if str(given.get(c, c)) != str(given.get(c, c)).strip()
+                  and alias.get(str(given.get(c, c)).strip(), str(given.get(c, c)).strip()) in missing}  # fmt: skip
         if spaced:  # ' loss', 'D ': a header written with spaces around its names
             hint += (f"; {', '.join(repr(v) for v in spaced.values())} "
                      f"{'has' if len(spaced) == 1 else 'have'} spaces around the name: remove them from the header")  # fmt: skip
@@ -660,7 +663,7 @@ def unit_warnings(data: FitData) -> list[str]:
     Flags: a loss above :data:`LOSS_PLAUSIBLE_MAX`; every D below 1,000 tokens (less than one batch of the ``cpu``
     preset); every N (or N_once + N_rec) below 1,000 parameters; D below 0.1 tokens per parameter on every row (a
     run trains on at least that many in any published scaling grid; the paper's on 20 and more, the ``smoke``
-    preset's on 0.2 and more); D above 100,000 tokens per parameter on every row (N in millions: heavily
+    preset's on 0.2 and more); D above 100,000 tokens per parameter on every row (N in millions, or D in a smaller unit or scaled up: heavily
     over-trained models reach a few thousand). A loopscale results table (``run_id``, ``flops_per_token``,
     ``tokenizer`` and ``vocab_size`` columns: units set by the trainer that wrote it) gets none. A perplexity
     below 15 cannot be told from a loss by its values either."""
@@ -700,8 +703,8 @@ def unit_warnings(data: FitData) -> list[str]:
     if n_par is not None and d.size and float(n_par.max()) >= 1e3 and float((d / n_par).min()) > 1e5:
         out.append(f"D is above 100,000 tokens per parameter on every row (D / ({what}) at least "
                    f"{float((d / n_par).min()):.3g}): the fit reads N in parameters and D in tokens; a count of "
-                   "parameters in millions or billions fits another A, a D in thousands of tokens or another unit "
-                   f"another B ({d_same})")  # fmt: skip
+                   "parameters in millions or billions fits another A, a D counted in a smaller unit than tokens "
+                   f"(bytes, characters) or scaled up fits another B ({d_same})")  # fmt: skip
     return out
 
 

@@ -1115,7 +1115,7 @@ def _check_corpus_files(corpus: str, tokenizer: str, vocab_size: int, text_colum
             if empty := [str(f) for f, t in zip(files, has_text, strict=True) if not t]:
                 warnings.warn(
                     f"corpus {corpus!r}: {len(empty)} of its {len(files)} text files {'holds' if len(empty) == 1 else 'hold'} no text (empty, or only "
-                    f"whitespace and NUL bytes), so they add no document: "
+                    f"whitespace and NUL bytes), so {'it adds' if len(empty) == 1 else 'they add'} no document: "
                     + ", ".join(repr(n) for n in empty[:3])
                     + (f" and {len(empty) - 3} more" if len(empty) > 3 else ""),
                     CorpusWarning,

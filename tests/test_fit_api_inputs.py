@@ -300,8 +300,8 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     (n_big,) = unit_warnings(prepare(_outside_table(n_scale=1e-3), law))
     assert n_big.startswith("D is above 100,000 tokens per parameter on every row (D / (N_once + N_rec) at least ")
     # either column can be the one in another unit: D x 1e6 moved B, not A, and the note named only N
-    assert "a count of parameters in millions or billions fits another A, a D in thousands of tokens or another " \
-           "unit another B" in n_big  # fmt: skip
+    assert "a count of parameters in millions or billions fits another A, a D counted in a smaller unit than " \
+           "tokens (bytes, characters) or scaled up fits another B" in n_big  # fmt: skip
     (d_per_n,) = unit_warnings(prepare(_outside_table(n_scale=10, d_scale=1e-5), law))  # D <= 1e4, N >= 3e5
     assert d_per_n.startswith("D is below 0.1 tokens per parameter on every row (D / (N_once + N_rec) at most ")
     (n_m,) = unit_warnings(prepare(_outside_table(n_scale=1e-6), law))
@@ -387,6 +387,9 @@ def test_a_header_with_spaces_around_a_name_is_said(tmp_path):
     path.write_text("r, loss,D ,N_once,N_rec\n1,3.0,1e6,10,20\n")
     with pytest.raises(ValueError, match=r"missing \['loss', 'D'\].*' loss', 'D ' have spaces around the name: "
                                          r"remove them from the header"):  # fmt: skip
+        prepare(str(path), make_law("joint"))
+    path.write_text("r, final_val_loss,D,N_once,N_rec\n1,3.0,1e6,10,20\n")  # the name loopscale writes, spaced
+    with pytest.raises(ValueError, match=r"missing \['loss'\].*' final_val_loss' has spaces around the name"):
         prepare(str(path), make_law("joint"))
     path.write_text("r,loss,D,N_once,N_rec_x\n1,3.0,1e6,10,20\n")
     with pytest.raises(ValueError, match=r"missing \['N_rec'\]; table has") as e:

@@ -308,10 +308,18 @@ def test_runs_of_one_cell_that_are_not_seeds_are_said_when_averaged(tmp_path):
     worse = sweep[sweep.r == 8].assign(lr=0.03, loss=lambda x: x.loss + 0.3)
     sweep = pd.concat([sweep, worse], ignore_index=True)
     with pytest.warns(UserWarning, match=r"table: the runs of one cell .* differ in 'lr' in 5 of 20 cells \(values "
-                                         r"0.01, 0.03\); one 'seed' value on two or more runs in 5 of 20 cells"):  # fmt: skip
+                                         r"0.01, 0.03\); they repeat one 'seed' value in 5 of 20 cells: .* keep one "
+                                         r"setting per cell"):  # fmt: skip
         tf = fit_table(sweep, "joint", starts=4)
-    assert tf.not_replicates in tf.input_warnings
-    assert not_replicates_note(seeds.drop(columns="seed"), ("d_model", "r", "D")) is None
+    assert tf.not_replicates in tf.input_warnings and "per-run" not in tf.not_replicates
+    cells = ("d_model", "r", "D")
+    assert not_replicates_note(seeds.drop(columns="seed"), cells) is None
+    # a seed column empty on every row, or one path per run (user tables keep such columns): true seeds still
+    assert not_replicates_note(seeds.assign(seed=np.nan), cells) is None
+    assert not_replicates_note(seeds.assign(checkpoint=[f"ck/{i}" for i in range(len(seeds))]), cells) is None
+    same_seed = not_replicates_note(seeds.assign(seed=0), cells)
+    assert same_seed.startswith("the runs of one cell (d_model, r, D) are averaged as seeds of one run, but they "
+                                "repeat one 'seed' value in 20 of 20 cells") and "give each run its own seed" in same_seed
     path = tmp_path / "sweep.csv"
     sweep.to_csv(path, index=False)
     res = CliRunner().invoke(app, ["fit", str(path), "--workers", "1", "--starts", "4"])
