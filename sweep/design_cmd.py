@@ -128,7 +128,12 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     except Exception as e:  # pyarrow and pandas raise several types for a file that is not a table
         raise ValueError(f"pilot {p} is not a readable table (.parquet, .pq or .csv): {e}") from None
     runs = drop_duplicate_runs(runs)[0]  # a run id listed twice is one run, its newest row, as the fits read it
+    inferred = "ensemble_size" not in runs.columns and "trial_id" in runs.columns
+    if inferred:  # a trial's members share its wall_s: counted over every row of the trial, failed ones too
+        runs = runs.assign(ensemble_size=runs.groupby("trial_id")["trial_id"].transform("size").astype(float))
+    excluded: dict[str, int] = {}
     if "status" in runs.columns:
+        excluded = {str(k): int(v) for k, v in runs.loc[runs["status"] != "ok", "status"].value_counts().items()}
         runs = runs[runs["status"] == "ok"]
     one_corpus(runs, f"pilot {p}")  # two texts' runs are not one pilot, as the fits refuse them
     loss_name = "loss"  # the table's own name of the loss column, for messages
@@ -158,6 +163,8 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     if cell_noise(runs).empty:
         raise ValueError(f"pilot {p} has one seed per cell, so its seed noise cannot be measured; run the pilot "
                          "with seeds: 2 or more (e.g. seeds: 4)")
+    runs = runs.copy()
+    runs.attrs["excluded_by_status"] = excluded  # said by design(): the planned runs may lose seeds so too
     return runs
 
 
@@ -332,10 +339,12 @@ of the difference (paired over the common draws) tie with it; among ties the one
 def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) -> list[str]:
     """What of the planned design the pilot does not cover (empty: it covers it).
 
-    Three gaps: a planned token budget outside the pilot's range of D (beyond :data:`D_RTOL`; with a pilot of one
+    Four gaps: a planned token budget outside the pilot's range of D (beyond :data:`D_RTOL`; with a pilot of one
     D, any other D: there the law's B D^-beta is one fitted constant, so the pilot says nothing about how the loss
-    moves with D), a planned width outside the pilot's range of ``d_model``, and no planned cell measured by the
-    pilot (its noise and speed then come from medians per r).
+    moves with D), a planned width outside the pilot's range of ``d_model``, a planned r without a cell of two seeds
+    or more in the pilot (its cells' noise then comes from other r's cells, and looped cells are about twice as
+    noisy as plain ones: a pilot of r = 1, 8 predicted a phi interval half as wide as the full pilot's), and no
+    planned cell measured by the pilot (its noise and speed then come from medians per r).
 
     Args:
         plan: planned runs (``D`` tokens, ``d_model``). runs: the pilot's runs (``D``, ``d_model`` if present).
@@ -356,6 +365,13 @@ def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) 
         if out_w:
             gaps.append(f"planned widths d = {', '.join(map(str, out_w))} outside the pilot's d = "
                         f"{', '.join(map(str, pw.tolist()))}")
+    from loopscale.fit.design import cell_noise
+
+    noisy = set(cell_noise(runs)["r"].astype(int).tolist()) if "r" in runs.columns else set()
+    if "r" in plan.columns and (no_r := sorted(set(plan["r"].astype(int)) - noisy)):
+        gaps.append(f"planned r = {', '.join(map(str, no_r))} without a cell of two seeds or more in the pilot (it has "
+                    f"r = {', '.join(map(str, sorted(noisy))) or 'none'}), so their seed noise is other r's (looped cells "
+                    "are about twice as noisy as plain ones) and phi is extrapolated to them")  # fmt: skip
     if measured_cells == 0:
         gaps.append("none of the planned cells (r, unique layers, d_model, D) is in the pilot, so every cell's "
                     "noise and time per run are the pilot's medians per r")
@@ -508,6 +524,13 @@ def design(
         )
         blocking = True
     noise, rates = cell_noise(runs), _rates(runs)
+    if excluded := runs.attrs.get("excluded_by_status"):
+        n_ex = sum(excluded.values())
+        warnings.append(
+            f"{n_ex} of the pilot's {n_ex + len(runs)} runs are not ok ("
+            + ", ".join(f"{k}: {v}" for k, v in sorted(excluded.items())) + ") and are left out; the planned runs "
+            "may lose seeds so too, which widens their intervals beyond these predictions"
+        )
     if trained := pilot_training_gaps(spec, runs):
         learns = [g.split(":")[0] for g in trained if g.startswith(("optimizer:", "batch_tokens:"))]
         warnings.append(
@@ -653,6 +676,7 @@ def design(
         "n_sim": n_sim,
         "candidates": candidates,
         "best": best,
+        "withheld": blocking,
     }
 
 
@@ -715,6 +739,8 @@ def _no_best(res: dict) -> str:
     warning above says no candidate is recommended."""
     fit = [c for c in res["candidates"] if c["fits"]]
     allowed = [c for c in res["candidates"] if not c.get("refused")]
+    if res.get("withheld"):
+        return "none: see the warning above (no candidate is recommended)"
     if not allowed:
         return "none: `loopscale run` would refuse every candidate (see the warning above)"
     if not fit:

@@ -625,3 +625,31 @@ def test_a_pilot_whose_cells_hold_several_models_is_refused_naming_the_columns(t
     assert "N_once" in str(e.value) and "null" in str(e.value) and "mix models" not in str(e.value), str(e.value)
     runs[[*cols, "layers_unique"]].to_csv(tmp_path / "layers.csv", index=False)
     assert design(spec, tmp_path / "layers.csv", minutes=10, seeds=(), n_sim=2, starts=2, fit_starts=20)["cells"]
+
+
+def test_a_pilot_without_some_r_or_with_failed_runs_is_said(tmp_path):
+    """A pilot of r = 1 and 8 only (or with one seed in its looped cells) gave the looped cells the plain cells'
+    noise and predicted a phi interval half as wide, with no warning and a recommendation; failed runs of the pilot
+    were dropped without a word, and a trial's members were counted over its ok rows only (a diverged member made
+    the others' time per run look longer). Each is now said, and the first withholds the recommendation."""
+    from loopscale.sweep.design_cmd import _rates, read_pilot
+
+    spec, path, runs = _pilot(tmp_path, seeds=4)
+    kw = dict(minutes=10, cpus=2, seeds=(4,), n_sim=4, starts=4, seed=0, fit_starts=20)
+    runs[runs["r"] != 2].to_parquet(tmp_path / "no2.parquet")
+    res = design(spec, tmp_path / "no2.parquet", **kw)
+    (gap,) = [w for w in res["warnings"] if "does not cover" in w]
+    assert "planned r = 2 without a cell of two seeds or more in the pilot (it has r = 1, 4, 8)" in gap
+    assert res["best"] is None and res["withheld"]
+    # failed runs: counted in a warning; a trial's members counted over all its rows
+    t = runs.assign(trial_id=[f"t{i // 4}" for i in range(len(runs))])
+    bad = t.index[::7]
+    t.loc[bad, "status"], t.loc[bad, "final_val_loss"] = "diverged", np.nan
+    t.to_parquet(tmp_path / "div.parquet")
+    res = design(spec, tmp_path / "div.parquet", **kw)
+    assert any(w.startswith(f"{len(bad)} of the pilot's {len(t)} runs are not ok (diverged: {len(bad)}) and are "
+                            "left out") for w in res["warnings"]), res["warnings"]
+    pilot = read_pilot(tmp_path / "div.parquet")
+    assert (pilot["ensemble_size"] == 4).all()  # every trial held 4 members, one of them diverged in some
+    # so each ok member's rate is 4 C / wall_s, as in the pilot without failures (not 3 C / wall_s)
+    assert set(_rates(pilot)["rate"].round(6)) == {round(4 * RATE, 6)}, _rates(pilot)
