@@ -1644,7 +1644,8 @@ def spec_loader() -> type:
     """The YAML loader of every spec: ``yaml.SafeLoader`` that also reads scientific notation without a dot or
     an exponent sign (``1e-2``, ``2e6``, ``4.64e17``) as a number, as YAML 1.2 and Python do (PyYAML follows
     YAML 1.1 and would return the string ``'1e-2'``). Integers stay integers; an integral float such as ``2e3``
-    is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``).
+    is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``). YAML 1.1's base-60 and
+    leading-zero octal integers (``1:30`` as 90, ``010`` as 8) are not read as numbers (:data:`_INT_RE`).
 
     A key given twice in one mapping, at any depth (``lr:`` twice, ``1e9`` and ``1.0e9`` in ``budgets``, ``16`` and
     ``'16'`` in ``tokens``), raises
@@ -1687,12 +1688,20 @@ def spec_loader() -> type:
                 self._refuse_repeated_keys(value_node, name, done)
 
     SpecLoader.yaml_implicit_resolvers = {
-        k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+        k: [(tag, rx) for tag, rx in v if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")]
         for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+    # ints first (they keep priority over floats), without YAML 1.1's base-60 (data_seed: 1:30 read as 90) and
+    # leading-zero octal (010 read as 8)
+    SpecLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_RE, list("-+0123456789"))
     SpecLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
-    # int resolution keeps priority: ints were registered first and stay first in each list
     return SpecLoader
+
+
+_INT_RE = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0x[0-9a-fA-F_]+|[-+]?(?:0|[1-9][0-9_]*))$")
+"""YAML int as a spec reads it: decimal (``_`` allowed as in Python), ``0b`` binary or ``0x`` hex; a base-60 value
+(``1:30``) or a number with a leading zero stays text, refused where a number is meant rather than read as 90 or
+as octal."""
 
 
 def spec_to_yaml(spec: SweepSpec) -> str:

@@ -95,6 +95,11 @@ def test_yaml_scientific_notation_is_a_number_everywhere(tmp_path):
     # a fractional value where an integer is meant is still refused, naming the key
     with pytest.raises(ValueError, match="tokens"):
         load_spec(_write_spec(tmp_path / "f.yaml", text.replace("2e3, 4.096e3", "2.5e0")))
+    # YAML 1.1's base-60 and leading-zero octal integers: data_seed 1:30 was read as 90 without a word, 010 as 8
+    with pytest.raises(ValueError, match="data_seed: Input should be a valid integer"):
+        load_spec(_write_spec(tmp_path / "s60.yaml", text + "data_seed: 1:30\n"))
+    assert load_spec(_write_spec(tmp_path / "o.yaml", text + "data_seed: 010\n")).data_seed == 10
+    assert load_spec(_write_spec(tmp_path / "u.yaml", text + "data_seed: 1_000\n")).data_seed == 1000
 
 
 def test_yaml_scientific_notation_from_the_cli(tmp_path):
