@@ -786,8 +786,9 @@ def print_design(res: dict[str, Any]) -> None:
     for col in ("seeds", "runs", "min", "fits", "±φ", "se", *[f"±{r}^φ" for r in rs],
                 *[f"±worth r={k}" for k in worth_keys]):  # fmt: skip
         tab.add_column(col, justify="right")
+    ties = sum(bool(c.get("tie")) for c in res["candidates"])  # the narrowest is one of them when another ties
     for c in res["candidates"]:  # no "tie" where nothing is recommended (a warning withheld it): a tie with nothing
-        tie = c.get("tie") and c.get("diff_se") and res["best"] is not None
+        tie = c.get("tie") and ties > 1 and res["best"] is not None
         fits = ("yes, tie" if tie else "yes") if c["fits"] else "run refuses" if c.get("refused") else "no"
         tab.add_row(
             c["seeds"] + ("*" if c["spec_as_written"] else ""), str(c["runs"]), f"{c['wall_min']:.1f}", fits,

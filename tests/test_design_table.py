@@ -97,3 +97,19 @@ def test_no_tie_is_shown_where_nothing_is_recommended(not_a_terminal, capsys):
     print_design({**res, "best": None, "warnings": ["the pilot does not pin the law down"], "cpus": 1, "slots": 1})
     out = capsys.readouterr().out
     assert "yes, tie" not in out and " yes " in out and "on 1 CPU, 1 trial at once" in " ".join(out.split())
+
+
+def test_the_narrowest_candidate_is_marked_tie_with_those_that_tie_it(not_a_terminal, capsys):
+    """The narrowest candidate read 'yes' while a wider one that tied it read 'yes, tie' and was recommended (the
+    tie with the most runs): the narrowest is one of the tie too. A candidate alone at the top is no tie."""
+    res = _result()
+    by = {c["seeds"]: c for c in res["candidates"]}
+    by["16"].update(tie=True, diff_se=0.05)  # within the tie rule of the narrowest
+    by["8"].update(tie=True)  # the narrowest of those that fit: the rule's reference, no diff_se of its own
+    print_design(res)
+    rows = {ln.split("│")[1].strip(): ln for ln in capsys.readouterr().out.splitlines() if ln.count("│") > 4}
+    assert "yes, tie" in rows["16"] and "yes, tie" in rows["8"], rows
+    by["16"]["tie"] = False
+    print_design(res)
+    rows = {ln.split("│")[1].strip(): ln for ln in capsys.readouterr().out.splitlines() if ln.count("│") > 4}
+    assert "tie" not in rows["8"], rows
