@@ -334,9 +334,16 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
     if lines is not None and len(lines) != len(raw):
         lines = None
 
+    index = None  # a DataFrame's own row labels, where they are not its positions (a filtered frame: df.loc[...])
+    if isinstance(table, pd.DataFrame) and len(table) == len(raw) and not table.index.equals(pd.RangeIndex(len(table))):
+        index = table.index
+
     def row_name(k: int) -> str:
-        """Row ``k`` (0-based, of the table as read) as the user finds it: a CSV's line (its header is line 1)."""
-        return f"line {lines[k]} of the CSV" if lines is not None else f"row {k}"
+        """Row ``k`` (0-based, of the table as read) as the user finds it: a CSV's line (its header is line 1), or a
+        DataFrame's position with its index label where the two differ."""
+        if lines is not None:
+            return f"line {lines[k]} of the CSV"
+        return f"row {k} = index label {index[k]!r}" if index is not None else f"row {k}"
 
     labels = row_label_columns(raw)
     beside = ""  # what the repeated-run checks leave out, said in their messages

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -395,3 +396,20 @@ def test_a_header_with_spaces_around_a_name_is_said(tmp_path):
     with pytest.raises(ValueError, match=r"missing \['N_rec'\]; table has") as e:
         prepare(str(path), make_law("joint"))
     assert "spaces" not in str(e.value)
+
+
+def test_a_filtered_dataframe_names_rows_by_position_and_index_label():
+    """On b[b.budget >= 1e18] with a NaN at index label 18 the message said 'first at row 2': df.loc[2] is another
+    row or a KeyError. A DataFrame whose index is not its positions now gets both."""
+    from loopscale.fit.io import prepare
+    from loopscale.fit.laws import make_law
+
+    rows = [{"r": r, "N_once": 24.0 * d * d, "N_rec": 96 / r * d * d, "D": D, "loss": 3.0 + 0.01 * i}
+            for i, (r, d, D) in enumerate((r, d, D) for r in (1, 2, 4) for d in (16, 32) for D in (1e6, 2e6))]  # fmt: skip
+    t = pd.DataFrame(rows)
+    t.index = t.index + 100
+    t.loc[103, "loss"] = np.nan
+    with pytest.raises(ValueError, match=r"first at row 3 = index label 103\)"):
+        prepare(t, make_law("joint"))
+    with pytest.raises(ValueError, match=r"first at row 3\)"):  # positions and labels agree: the row alone
+        prepare(t.reset_index(drop=True), make_law("joint"))
