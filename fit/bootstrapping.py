@@ -847,10 +847,12 @@ def design_problem(
         rest = [c for c in bb if c != budget]
         other = (f", which draws the same cells without asking each draw for two values of {budget}"
                  if rest and alt == ",".join(rest) else "")  # fmt: skip
+        none = f[budget].isna().all()
+        more = f"fill in {budget} with two values or more" if none else f"add runs at a second {budget}"
         return (
             f"{same}: a blocking with a budget column ({list(bb)}) redraws every resample that holds fewer than two "
-            f"values of {budget}, and every resample of this table holds {'none' if f[budget].isna().all() else 'one'}"
-            ", so the design gives no interval" + _working_hint(alt) + other + f"; or add a second {budget}"
+            f"values of {budget}, and every resample of this table holds {'none' if none else 'one'}, so the design "
+            "gives no interval" + (_working_hint(alt) + other + f"; or {more}" if alt else f"; {more}")
         )
     return whole_table_problem(law, data, bb, seed, stratify_by=stratify_by)
 

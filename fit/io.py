@@ -585,6 +585,10 @@ def _rounded_copies(X: np.ndarray, group: np.ndarray, earliest: np.ndarray) -> N
         mag = np.where(np.isfinite(X) & (X != 0), np.floor(np.log10(np.abs(X))), 0.0)  # (5.4e9 has ~6 decimals)
     dec[(dec >= 1) & (dec >= 12 - mag)] = exact
     dec[~np.isfinite(X)] = 0  # NaN and inf: compared as they are
+    # only columns of full-precision values (most rows, e.g. a loss) can hold a rounded copy; a column of short
+    # values (warmup_frac 0.5, 0.25) is compared as it is, which also keeps the roundings to match few
+    full = (dec == exact).mean(axis=0) >= 0.5
+    dec[:, ~full] = exact
     rounded = ((dec >= 1) & (dec < exact)).any(axis=1)
     if not rounded.any():
         return
@@ -592,7 +596,10 @@ def _rounded_copies(X: np.ndarray, group: np.ndarray, earliest: np.ndarray) -> N
     rows, which = np.flatnonzero(rounded), which.ravel()
     for p, prof in enumerate(profiles):
         cut = (prof >= 1) & (prof < exact)  # the columns this rounding cut
-        eligible = (dec[:, cut] == exact).all(axis=1)  # rows with more decimals there: what was rounded
+        # what was rounded: rows with more decimals in some cut column, and in each the same or fewer decimals
+        # than the rounded row's (a value both hold, 0.5, is compared as it is)
+        d = dec[:, cut]
+        eligible = ((d == exact) | (d <= prof[cut])).all(axis=1) & (d == exact).any(axis=1)
         if not eligible.any():
             continue
         with np.errstate(invalid="ignore", over="ignore"):

@@ -1065,7 +1065,8 @@ def check_run_folders(cfg: RunConfig, *, create: bool = True) -> None:
             "(created when missing)"
         )
     if not create:
-        for name, folder in (("checkpoint_dir", cfg.checkpoint_dir), ("cache_dir", cfg.cache_dir)):
+        writes = cfg.checkpoint_dir if cfg.checkpoint_every_steps is not None else None  # else never written
+        for name, folder in (("checkpoint_dir", writes), ("cache_dir", cfg.cache_dir)):
             if folder is None:
                 continue
             p = Path(folder).expanduser() if name == "cache_dir" else Path(folder)

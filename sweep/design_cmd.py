@@ -132,8 +132,10 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     if inferred:  # a trial's members share its wall_s: counted over every row of the trial, failed ones too
         runs = runs.assign(ensemble_size=runs.groupby("trial_id")["trial_id"].transform("size").astype(float))
     excluded: dict[str, int] = {}
+    rows = len(runs)
     if "status" in runs.columns:
-        excluded = {str(k): int(v) for k, v in runs.loc[runs["status"] != "ok", "status"].value_counts().items()}
+        off = runs.loc[runs["status"] != "ok", "status"]
+        excluded = {("no status" if pd.isna(k) else str(k)): int(v) for k, v in off.value_counts(dropna=False).items()}
         runs = runs[runs["status"] == "ok"]
     one_corpus(runs, f"pilot {p}")  # two texts' runs are not one pilot, as the fits refuse them
     loss_name = "loss"  # the table's own name of the loss column, for messages
@@ -165,6 +167,7 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
                          "with seeds: 2 or more (e.g. seeds: 4)")
     runs = runs.copy()
     runs.attrs["excluded_by_status"] = excluded  # said by design(): the planned runs may lose seeds so too
+    runs.attrs["rows"] = rows  # of the whole table (every variant), as the counts
     return runs
 
 
@@ -527,7 +530,7 @@ def design(
     if excluded := runs.attrs.get("excluded_by_status"):
         n_ex = sum(excluded.values())
         warnings.append(
-            f"{n_ex} of the pilot's {n_ex + len(runs)} runs are not ok ("
+            f"{n_ex} of the pilot's {runs.attrs.get('rows', n_ex + len(runs))} runs are not ok ("
             + ", ".join(f"{k}: {v}" for k, v in sorted(excluded.items())) + ") and are left out; the planned runs "
             "may lose seeds so too, which widens their intervals beyond these predictions"
         )

@@ -106,7 +106,9 @@ def plan(spec, *, data: bool = True) -> dict:
     evals = [("training.eval_tokens", cells[0].run.eval_tokens)]
     if spec.lr == "tune" and spec.tune.eval_tokens is not None:
         evals.append(("tune.eval_tokens", spec.tune.eval_tokens))
-    for key, ev in evals if data and not eval_notes else ():  # a short validation split's note says what is evaluated
+    for key, ev in evals if data else ():
+        if any(n.startswith(f"eval_tokens={ev} ") for n in eval_notes):
+            continue  # more than a short validation split holds: its note says what is evaluated
         if ev % seq_len:  # every run rounds it up and says so in its warnings: the plan says it first
             eval_notes = [*eval_notes, f"{key}={ev} is rounded up to {-(-ev // seq_len) * seq_len} in every "
                           f"{'run' if key.startswith('training') else 'LR trial'} (whole windows of seq_len={seq_len})"]  # fmt: skip

@@ -1118,6 +1118,8 @@ class SweepSpec(_Strict):
                 f"{'; and '.join(lacks)}: no trial could start; set {' and '.join(fixes)}, or pass --address of "
                 f"{cluster}"
             )
+        if models not in ("grid", "single", "none"):
+            raise ValueError(f"models must be 'grid', 'single' or 'none', got {models!r}")
         if models != "none":
             self._check_fits_memory_here(single=models == "single")
 
@@ -1458,7 +1460,8 @@ def _fmt_one(err: dict, loc: tuple) -> str:
                     f"e.g. {loc[-1]}: 'yes'")  # fmt: skip
         else:
             kind = "a date" if isinstance(value, datetime.date) else "a number"
-            msg += f", got {value}: YAML reads it as {kind}; write it in quotes, e.g. {loc[-1]}: '{value}'"
+            msg += (f", got {value}: YAML reads it as {kind}; write the text in quotes as you meant it, e.g. "
+                    f"{loc[-1]}: 'run-1'")  # fmt: skip
     where = _loc_text(loc)
     return f"{where}: {msg}" if where else msg
 

@@ -360,4 +360,4 @@ def test_one_budget_says_why_its_blocking_fails_where_r_alone_works():
     assert why.startswith("every run has the same budget = 1e+18: a blocking with a budget column (['budget', 'r']) "
                           "redraws every resample that holds fewer than two values of budget"), why
     assert why.endswith("a blocking that works: --block-by r (block_by='r' in Python), which draws the same cells "
-                        "without asking each draw for two values of budget; or add a second budget"), why
+                        "without asking each draw for two values of budget; or add runs at a second budget"), why

@@ -280,3 +280,9 @@ def test_train_refuses_a_checkpoint_dir_that_is_a_file_in_one_line(tmp_path):
     res = CliRunner().invoke(app, ["train", "--d-model", "16", "--tokens", "512", "--batch-tokens", "256",
                                    "--checkpoint-dir", str(f / "sub"), "--checkpoint-every-steps", "1"])  # fmt: skip
     assert res.exit_code == 2 and f"cannot be created: {str(f)!r} is a file" in res.output, res.output
+    # without --checkpoint-every-steps nothing is written there: not refused (as the run itself never touches it)
+    from loopscale.model.config import preset_config
+    from loopscale.model.train import RunConfig, check_run_folders
+
+    quiet = RunConfig(model=preset_config("cpu", r=1, d_model=16), tokens=4096, checkpoint_dir=str(f / "sub"))
+    check_run_folders(quiet, create=False)

@@ -1443,14 +1443,19 @@ def test_a_row_equal_to_another_but_for_rounding_is_named(tmp_path):
     assert not np.allclose(four["loss"], t["loss"].iloc[:5], rtol=5e-6, atol=0)  # some beyond the 6-digit rule
     near4 = prepare(pd.concat([t, four], ignore_index=True), make_law("joint")).near_duplicates
     assert near4.startswith("5 row(s) equal another row"), near4
-    X = np.array([[1.0, 3.123], [1.0, 3.1235], [1.0, 3.12345678912]])
-    earliest = np.full(3, 3)
+    # (a column of full-precision values on most rows, as a loss, is where a rounded copy shows)
+    X = np.array([[1.0, 3.123], [1.0, 3.1235], [1.0, 3.12345678912], [1.0, 2.98765432101], [1.0, 3.34567890123]])
+    earliest = np.full(5, 5)
     _rounded_copies(X[:2], np.zeros(2, dtype=np.int64), earliest[:2])
-    assert earliest[:2].tolist() == [3, 3]  # both rounded (3.123, 3.1235): two seeds, not copies
-    _rounded_copies(X, np.zeros(3, dtype=np.int64), earliest)
-    assert earliest.tolist() == [2, 2, 3]  # 3.123 and 3.1235 are 3.12345678912 rounded: two copies
-    _rounded_copies(X, np.array([0, 1, 0]), earliest := np.full(3, 3))
-    assert earliest.tolist() == [2, 3, 3]  # row 1 has other non-numeric values: another run
+    assert earliest[:2].tolist() == [5, 5]  # both rounded (3.123, 3.1235): two seeds, not copies
+    _rounded_copies(X, np.zeros(5, dtype=np.int64), earliest)
+    assert earliest.tolist() == [2, 2, 5, 5, 5]  # 3.123 and 3.1235 are 3.12345678912 rounded: two copies
+    _rounded_copies(X, np.array([0, 1, 0, 0, 0]), earliest := np.full(5, 5))
+    assert earliest.tolist() == [2, 5, 5, 5, 5]  # row 1 has other non-numeric values: another run
+    # a short value both rows hold in a mostly full-precision column (warmup 0.5) is compared as it is
+    W = np.column_stack([X, [0.5, 0.1234567891, 0.5, 0.2345678912, 0.3456789123]])
+    _rounded_copies(W, np.zeros(5, dtype=np.int64), earliest := np.full(5, 5))
+    assert earliest.tolist() == [2, 5, 5, 5, 5]  # row 1's warmup differs from row 2's: not its copy
     ids = pd.concat([t, again], ignore_index=True).assign(run_id=[f"r{i}" for i in range(len(t) + 1)])
     assert prepare(ids, make_law("joint")).near_duplicates is None  # named runs: two ids are two runs
     path = tmp_path / "near.csv"

@@ -255,10 +255,10 @@ def _bad(mutate):
          "effective_depth must be at most 10,000 layers, got 1,000,000,000,000,000,000,000"),
         # a name YAML reads as another type said only "Input should be a valid string"
         (lambda d: d.update(name=123), "name: Input should be a valid string, got 123: YAML reads it as a number; "
-                                       "write it in quotes, e.g. name: '123'"),
+                                       "write the text in quotes as you meant it, e.g. name: 'run-1'"),
         (lambda d: d.update(name=True), "YAML reads yes/no/on/off/true/false as a boolean; write the text in quotes"),
         (lambda d: d.update(name=__import__("datetime").date(2001, 12, 14)),
-         "got 2001-12-14: YAML reads it as a date; write it in quotes, e.g. name: '2001-12-14'"),
+         "got 2001-12-14: YAML reads it as a date; write the text in quotes as you meant it"),
     ],
 )
 def test_bad_specs_name_the_key(mutate, key):
