@@ -979,11 +979,29 @@ def device_memory_bytes(device) -> int | None:
         return None
 
 
+def train_state_bytes(mcfg: LoopedConfig) -> int:
+    """The lower bound of one model's training memory in bytes: :data:`TRAIN_STATE_BYTES_PER_PARAM` (fp32 weights,
+    gradients and one optimizer state) per parameter, ``n_total`` (embeddings included); activations not counted."""
+    from loopscale.model.accounting import n_total
+
+    return TRAIN_STATE_BYTES_PER_PARAM * n_total(mcfg)
+
+
+def memory_need_text(need: int, total: int, device) -> str:
+    """``need at least X GiB for ... and this <type> device has Y GiB``: the bound of :func:`train_state_bytes`
+    (``need`` bytes, all models counted) against ``total`` bytes of ``device``, as the memory refusals say it."""
+    gib = 2.0**30
+    return (
+        f"need at least {need / gib:,.1f} GiB for fp32 weights, gradients and one optimizer state "
+        f"({TRAIN_STATE_BYTES_PER_PARAM} bytes per parameter, activations not counted), and this {device.type} device "
+        f"has {total / gib:,.1f} GiB"
+    )
+
+
 def check_fits_memory(mcfg: LoopedConfig, device, members: int = 1) -> None:
     """Refuse a model whose weights, gradients and optimizer state alone exceed the device's memory, before it is
     built (a d_model of 100000 asked torch for 40 GB and ended in an allocator traceback). A lower bound:
-    :data:`TRAIN_STATE_BYTES_PER_PARAM` bytes per parameter (``n_total``, embeddings included) times ``members``;
-    a model under it may still not fit once activations are counted.
+    :func:`train_state_bytes` times ``members``; a model under it may still not fit once activations are counted.
 
     Raises:
         ValueError: the bound exceeds :func:`device_memory_bytes` (the message gives both in GiB).
@@ -991,15 +1009,12 @@ def check_fits_memory(mcfg: LoopedConfig, device, members: int = 1) -> None:
     from loopscale.model.accounting import n_total
 
     total = device_memory_bytes(device)
-    need = TRAIN_STATE_BYTES_PER_PARAM * n_total(mcfg) * members
+    need = train_state_bytes(mcfg) * members
     if total is not None and need > total:
-        gib = 2.0**30
         who = f"{members} models of {n_total(mcfg):,} parameters" if members > 1 else f"{n_total(mcfg):,} parameters"
         raise ValueError(
-            f"the model does not fit in memory: {who} (d_model={mcfg.d_model}) need at least {need / gib:,.1f} GiB "
-            f"for fp32 weights, gradients and one optimizer state ({TRAIN_STATE_BYTES_PER_PARAM} bytes per "
-            f"parameter, activations not counted), and this {device.type} device has {total / gib:,.1f} GiB; use a "
-            "smaller d_model (or width_scale)"
+            f"the model does not fit in memory: {who} (d_model={mcfg.d_model}) {memory_need_text(need, total, device)}; "
+            "use a smaller d_model (or width_scale)"
         )
 
 

@@ -1137,14 +1137,13 @@ class SweepSpec(_Strict):
         import torch
 
         from loopscale.model.accounting import n_total
-        from loopscale.model.train import TRAIN_STATE_BYTES_PER_PARAM, device_memory_bytes
+        from loopscale.model.train import device_memory_bytes, memory_need_text, train_state_bytes
 
         device = torch.device("cuda" if self.resources.gpus > 0 else "cpu")
         total = device_memory_bytes(device)
         if total is None:
             return
         most = 1 if single else self.ensemble_members()
-        gib = 2.0**30
         for v in self.variants:
             for size in reversed(self.all_sizes()):  # the largest first: the likeliest not to fit
                 for r in sorted(self.r):
@@ -1156,22 +1155,19 @@ class SweepSpec(_Strict):
                         models += [(self._model_config(size, 1, "baseline", v.hc_lanes, depth=d), f", ladder depth {d}")
                                    for d in self.ladder]  # fmt: skip
                     for cfg, rung in models:
-                        one = TRAIN_STATE_BYTES_PER_PARAM * n_total(cfg)
+                        one = train_state_bytes(cfg)
                         if one * members <= total:
                             continue
                         who = f"size {size}, r={r}{rung}" + (f", variant {variant}" if variant != "baseline" else "")
-                        need = (f"{members} seeds per trial of {n_total(cfg):,} parameters need at least "
-                                f"{one * members / gib:,.1f} GiB" if members > 1 else
-                                f"{n_total(cfg):,} parameters need at least {one / gib:,.1f} GiB")  # fmt: skip
+                        what = (f"{members} seeds per trial of {n_total(cfg):,} parameters" if members > 1 else
+                                f"{n_total(cfg):,} parameters")  # fmt: skip
                         fix = ("set resources.ensemble: 1 (one seed per trial; a changed spec trains in a new --out "
                                "folder), or use smaller sizes" if members > 1 and one <= total else
                                "use smaller sizes")  # fmt: skip
                         raise SpecError(
-                            f"sizes: the model of {who} does not fit in this machine's memory: {need} for fp32 "
-                            f"weights, gradients and one optimizer state ({TRAIN_STATE_BYTES_PER_PARAM} bytes per "
-                            f"parameter, activations not counted), and this {device.type} device has "
-                            f"{total / gib:,.1f} GiB; every such trial would fail here (the embedded Ray's trials run "
-                            f"on this machine): {fix}, or pass --address of a cluster"
+                            f"sizes: the model of {who} does not fit in this machine's memory: {what} "
+                            f"{memory_need_text(one * members, total, device)}; every such trial would fail here (the "
+                            f"embedded Ray's trials run on this machine): {fix}, or pass --address of a cluster"
                         )
 
 
