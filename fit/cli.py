@@ -514,13 +514,7 @@ def fit_cmd(
             lines.append(f"  note: {loss_note}")
         if unfinished:
             lines.append(f"  warning: {unfinished}")
-        if data.status_note:
-            lines.append(f"  warning: {data.status_note}")
-        if tf.not_replicates:
-            lines.append(f"  warning: {tf.not_replicates}")
-        lines.extend(f"  warning: {u}" for u in units)
-        if data.near_duplicates:
-            lines.append(f"  warning: {data.near_duplicates}")
+        lines.extend(f"  warning: {w}" for w in tf.input_warnings)  # status, cells, units, near duplicates
         if n_note:
             lines.append(f"  note: {n_note}")
         for term in flat_terms:

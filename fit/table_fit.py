@@ -45,10 +45,12 @@ class TableFit:
             when asked (``identify=True``), else None.
         other_variants_rows: {variant: rows} of the table left out because they belong to another variant's
             fit (empty when none).
-        input_warnings: what ``loopscale fit`` warns of in the table's values, one sentence each: values that read
-            as another unit (:func:`loopscale.fit.io.unit_warnings`: D in billions, a perplexity, ...) and rows that
-            repeat a kept row (:attr:`loopscale.fit.io.FitData.near_duplicates`); each is also raised as a
-            ``UserWarning`` starting ``"table: "``. The fit is made either way.
+        input_warnings: what ``loopscale fit`` warns of in the table's values, one sentence each, in this order:
+            rows left out for a status spelt otherwise (:attr:`loopscale.fit.io.FitData.status_note`), cells whose
+            runs are not seeds (``not_replicates``), values that read as another unit
+            (:func:`loopscale.fit.io.unit_warnings`: D in billions, a perplexity, ...) and rows that repeat a kept
+            row (:attr:`loopscale.fit.io.FitData.near_duplicates`); each is also raised as a ``UserWarning``
+            starting ``"table: "``. The fit is made either way.
         not_replicates: when the law was fitted to cell means, why the runs of a cell may be other runs than
             seeds (:func:`loopscale.fit.analysis.not_replicates_note`: an LR sweep, checkpoints, a repeated seed);
             also one of ``input_warnings``. None otherwise.
@@ -211,9 +213,8 @@ def fit_table(
     rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
     by_cell = rep is not None and not per_run
     not_replicates = not_replicates_note(data.frame, rep.strata) if by_cell and rep.means else None
-    input_warnings = ([data.status_note] if data.status_note else []) + unit_warnings(data)
+    input_warnings = [w for w in (data.status_note, not_replicates) if w] + unit_warnings(data)
     input_warnings += [data.near_duplicates] if data.near_duplicates else []
-    input_warnings += [not_replicates] if not_replicates else []
     for w in input_warnings:  # said before the fit (a table in another unit is the likeliest reason for odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)
