@@ -300,6 +300,15 @@ def uneven_seeds_line(u: dict) -> str:
             "so cells with more seeds weigh more in the fit")
 
 
+def _folder_seed_counts(d: Path) -> dict[str, int] | None:
+    """Seeds per r (keyed by ``str(r)``) of the spec in ``d/spec.yaml``, None when there is none this version
+    reads."""
+    from loopscale.sweep.spec import folder_spec, seeds_per_r
+
+    spec = folder_spec(d)
+    return None if spec is None else seeds_per_r(spec)
+
+
 def _worth_key(key: str) -> tuple[int, int | None, float | None]:
     """A key of a design's ``worth_half_width`` (:func:`loopscale.fit.design._worth_by_r`) as (r, d_model, D): ``"4"``
     where each r has one looped cell, ``"4/32/16384"`` where it has several (d_model and D then None and the D in
@@ -310,10 +319,16 @@ def _worth_key(key: str) -> tuple[int, int | None, float | None]:
     return int(r), None, None
 
 
-def _prediction_section(pred: dict, v: dict) -> list[str]:
-    """Predicted (``loopscale design --out``, the candidate that is the spec as written) next to achieved
-    half-widths: phi's bootstrap interval and each looped model's worth in unique layers."""
-    cand = next((c for c in pred.get("candidates") or [] if c.get("spec_as_written")), None)
+def _prediction_section(pred: dict, v: dict, counts: dict[str, int] | None = None) -> list[str]:
+    """Predicted (``loopscale design --out``) next to achieved half-widths: phi's bootstrap interval and each looped
+    model's worth in unique layers. The candidate is the one with the run's seeds per r (``counts``, keyed by
+    ``str(r)``: the folder's spec may be the design's spec with the seeds of another candidate), else, without
+    ``counts``, the spec the design was given. No section when no simulated candidate has them."""
+    cands = pred.get("candidates") or []
+    if counts is None:
+        cand = next((c for c in cands if c.get("spec_as_written")), None)
+    else:
+        cand = next((c for c in cands if c.get("seeds_per_r") == counts and not c.get("refused")), None)
     if cand is None:
         return []
     j = v.get("joint") or {}
@@ -925,7 +940,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.extend(_identification_section(v, mine, d))
         pred_path = d / "design_prediction.json"
         if vname == "baseline" and pred_path.is_file():
-            L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v))
+            L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v, _folder_seed_counts(d)))
         L.append("\nResiduals by r (actual − predicted, nats; paper Table 7):\n")
         L.append("| r | n | mean | max abs | RMSE |")
         L.append("|---|---|---|---|---|")

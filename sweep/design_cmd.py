@@ -34,6 +34,7 @@ import pandas as pd
 import typer
 
 from loopscale.sweep.commands import PresetOpt, SpecArg
+from loopscale.sweep.spec import DESIGN_PREDICTION
 
 DEFAULT_SEEDS = (4, 8, 16, 24, 32)
 """Seeds per cell tried when ``--seeds`` is not given."""
@@ -846,7 +847,7 @@ def _design_with_progress(spec, pilot, **kw) -> dict[str, Any]:
         return design(spec, pilot, progress=progress, **kw)
 
 
-PREDICTION_FILE = "design_prediction.json"
+PREDICTION_FILE = DESIGN_PREDICTION
 """What ``loopscale design --out OUT`` writes; the report of ``OUT`` reads it (:mod:`loopscale.fit.run_report`)."""
 
 
@@ -874,7 +875,8 @@ def design_cmd(
         None, "--out", help="Also write the prediction to OUT/design_prediction.json (the run folder of "
         "`loopscale run --out OUT`: its report then sets the predicted half-widths next to the achieved ones; an "
         "earlier prediction there is moved to OUT/earlier_design_<UTC time>/) and records the spec there, as `run` "
-        "does; a folder of another spec is refused before anything is simulated.",
+        "does; a folder of another spec is refused before anything is simulated (one holding only a design "
+        "prediction takes this spec with other seeds; `run` there then takes any seeds the design simulated).",
     ),  # fmt: skip
 ) -> None:
     """Predict, from a pilot, each candidate design's phi / r^phi / worth-in-layers half-widths and training time."""
@@ -901,7 +903,7 @@ def design_cmd(
             raise ValueError(f"--out {out} holds a `loopscale fit` output (fit.json): the prediction is for the folder "
                              "a `loopscale run` will train in; give a new folder (or that run's --out)")  # fmt: skip
         refuse_foreign_files(out)  # someone else's report.md there, which the run would replace
-        check_folder_spec(out, spec)
+        check_folder_spec(out, spec, any_seeds=True)  # a folder of this design alone may change its seeds
     res = _design_with_progress(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts,
                                 seed=seed)
     if out is not None:
@@ -911,7 +913,9 @@ def design_cmd(
 
         refuse_busy_folder(out, "`loopscale design --out`", why=_BUSY_WHY)  # one may have started while it simulated
         out.mkdir(parents=True, exist_ok=True)
-        record_folder_spec(out, spec)  # `loopscale run --out OUT` then refuses any other spec there
+        # `loopscale run --out OUT` then refuses any other spec there, but for this one with other seeds the design
+        # simulated (its recommendation, say)
+        record_folder_spec(out, spec, any_seeds=True)
         if (out / PREDICTION_FILE).is_file():  # an earlier prediction is kept (the report reads the newest)
             from loopscale.cluster.storage import new_aside_folder
 

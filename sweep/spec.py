@@ -1782,7 +1782,7 @@ def _glob_reaches_below(pattern: list[str], folder: list[str]) -> bool:
     return matches(pattern[0], folder[0]) and _glob_reaches_below(pattern[1:], folder[1:])
 
 
-def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
+def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True, any_seeds: bool = False) -> None:
     """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
     grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
     (``storage_path``) may differ. A missing or torn ``spec.yaml`` (empty, cut short, not a spec this loopscale
@@ -1791,7 +1791,12 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) 
     (:func:`check_folder_corpus`: its runs, checkpoints and LR table are of the text now at ``spec.corpus``), unless
     ``corpus`` is False (a fit-only rerun whose corpus is absent: nothing reads it).
 
+    A folder that holds only a ``loopscale design --out`` prediction (:func:`design_reseeded`) takes a spec that
+    differs from its ``spec.yaml`` in ``seeds`` alone, when the design simulated those seeds per r (one of its
+    candidates), or with ``any_seeds`` (``loopscale design --out`` itself, which predicts anew).
+
     Raises:
+        DesignSeedsNotPredicted: such a folder, and seeds per r the design did not simulate.
         ValueError: ``out/spec.yaml`` differs from ``spec``, its runs are not all cells of ``spec`` (without a
             ``spec.yaml``; with this spec's, runs an older loopscale defined otherwise), or the corpus changed since;
             nothing is changed.
@@ -1799,7 +1804,8 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) 
     check_out_outside_corpus(out, spec)
     spec_file = Path(out) / FOLDER_SPEC
     old = _folder_spec_text(spec_file)
-    if old and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec):
+    if (old and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec)
+            and not design_reseeded(out, spec, any_seeds=any_seeds)):
         diff = _spec_differences(old, spec)
         raise ValueError(
             f"{Path(out).resolve()} holds a run of a different spec ({spec_file}"
@@ -2121,6 +2127,12 @@ def _as_plain(value: Any) -> Any:
     return value
 
 
+def folder_spec(out: str | Path) -> SweepSpec | None:
+    """The spec recorded in the output folder ``out`` (its ``spec.yaml``, read as this version reads a spec); None
+    when there is none or it is torn or not a spec (:func:`_folder_spec_text`)."""
+    return _read_folder_spec(_folder_spec_text(Path(out) / FOLDER_SPEC) or "")
+
+
 def _read_folder_spec(old_yaml: str) -> SweepSpec | None:
     """The spec of ``old_yaml`` (a folder's ``spec.yaml``) as this version reads a spec; None when it cannot be read
     (an older or hand-edited file)."""
@@ -2130,6 +2142,77 @@ def _read_folder_spec(old_yaml: str) -> SweepSpec | None:
         return parse_spec(yaml.load(old_yaml, Loader=spec_loader()))
     except Exception:
         return None
+
+
+DESIGN_PREDICTION = "design_prediction.json"
+"""What ``loopscale design --out OUT`` writes in ``OUT`` beside the spec (the report of ``OUT`` reads it)."""
+
+
+class DesignSeedsNotPredicted(ValueError):
+    """A folder holding only a ``loopscale design`` prediction was given the same spec with seeds per r the design
+    did not simulate (:func:`design_reseeded`)."""
+
+
+def seeds_per_r(spec: SweepSpec) -> dict[str, int]:
+    """The number of seeds of each ``r`` of ``spec``, keyed by ``str(r)``: how ``loopscale design`` names its
+    candidates (``seeds_per_r``), whose predictions depend on the counts alone."""
+    return {str(r): len(spec.seeds_for(r)) for r in spec.r}
+
+
+def design_only_folder(out: str | Path) -> bool:
+    """True when ``out`` holds a ``loopscale design --out`` prediction and nothing else but what that command
+    writes: ``spec.yaml`` (and a copy of a hand-written one, ``spec.yaml.given-*``), ``corpus.json`` and earlier
+    predictions (``earlier_design_*/``), and ``logs/`` (a command's console log, written before it records its
+    spec). Any other file or folder (a run's records or ``run_meta.json``, its LR table, Tune's folders, a fit or
+    report) makes it False."""
+    out = Path(out)
+    if not (out / DESIGN_PREDICTION).is_file():
+        return False
+    own = {FOLDER_SPEC, FOLDER_CORPUS, DESIGN_PREDICTION}
+    return all(
+        p.name in own or p.name.startswith(f"{FOLDER_SPEC}.given-")
+        or (p.is_dir() and (p.name == "logs" or p.name.startswith("earlier_design_")))
+        for p in out.iterdir()
+    )
+
+
+def design_reseeded(out: str | Path, spec: SweepSpec, *, any_seeds: bool = False) -> bool:
+    """Whether ``out`` holds only a ``loopscale design --out`` prediction (:func:`design_only_folder`) of a spec that
+    differs from ``spec`` in ``seeds`` alone (``storage_path`` aside): nothing was trained there, and the design
+    compared seed counts of this very grid, so the folder may take ``spec`` (the design's recommendation, say). Its
+    seeds per r must be among the design's simulated candidates (:func:`seeds_per_r`), unless ``any_seeds``.
+
+    Raises:
+        DesignSeedsNotPredicted: such a folder, and seeds per r that no simulated candidate has (the report would
+            have no prediction to set beside the run's intervals).
+    """
+    import json
+
+    if not design_only_folder(out):
+        return False
+    old = folder_spec(out)
+    if old is None:
+        return False
+    blank = {"storage_path": None, "seeds": [0]}
+    if old.model_copy(update=blank) != spec.model_copy(update=blank):
+        return False
+    if any_seeds:
+        return True
+    try:
+        pred = json.loads((Path(out) / DESIGN_PREDICTION).read_text(encoding="utf-8"))
+        cands = [c for c in pred.get("candidates") or [] if not c.get("refused")]
+    except (OSError, ValueError, AttributeError):
+        cands = []
+    mine = seeds_per_r(spec)
+    if any(c.get("seeds_per_r") == mine for c in cands):
+        return True
+    labels = ", ".join(str(c.get("seeds")) for c in cands) or "none"
+    raise DesignSeedsNotPredicted(
+        f"{Path(out).resolve()} holds only a `loopscale design` prediction of this spec with other seeds "
+        f"({_short_value(old.seeds)} -> {_short_value(spec.seeds)}), and the design did not simulate these seeds per r "
+        f"({', '.join(f'r {r}: {k}' for r, k in mine.items())}; its candidates: {labels}): run `loopscale design` "
+        "again with this spec and --out there, or use another --out directory (nothing there was changed)"
+    )
 
 
 def _same_spec(old_yaml: str, spec: SweepSpec) -> bool:
@@ -2228,11 +2311,13 @@ def keep_given_spec_text(spec_file: Path, text: str) -> Path | None:
     return copy
 
 
-def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True) -> None:
+def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True, any_seeds: bool = False) -> None:
     """Check (:func:`check_folder_spec`) and write ``out/spec.yaml`` (without ``storage_path``); a torn one (empty,
     cut short, not a spec: :func:`_folder_spec_text`) is moved aside first. ``out`` must exist. The folder's first
     command also records the corpus's content hash (:func:`record_folder_corpus`). ``corpus`` False: the corpus is
-    neither compared nor recorded (a fit-only rerun whose corpus is absent).
+    neither compared nor recorded (a fit-only rerun whose corpus is absent). ``any_seeds``: as
+    :func:`check_folder_spec` (``loopscale design --out``); a design's spec replaced by the same spec with other
+    seeds is said (a ``UserWarning``).
 
     Raises:
         ValueError: ``out`` holds another spec's results; the corpus cannot be read (:func:`corpus_hash_now`:
@@ -2241,12 +2326,20 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True)
     from loopscale.cluster.storage import write_text_atomic
 
     spec_file = Path(out) / FOLDER_SPEC
-    check_folder_spec(out, spec, corpus=corpus)
+    check_folder_spec(out, spec, corpus=corpus, any_seeds=any_seeds)
     if corpus:  # a corpus that cannot be read refuses the command before the folder records this spec (memoised)
         corpus_hash_now(spec)
     set_aside_torn_spec(out)  # rewritten below
     text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
-    keep_given_spec_text(spec_file, text)
+    old = folder_spec(out)
+    if old is not None and old.seeds != spec.seeds and design_reseeded(out, spec, any_seeds=any_seeds):
+        import warnings
+
+        # the design's own spec (loopscale wrote it), not a user's text: replaced, and said
+        warnings.warn(f"{spec_file} held the spec `loopscale design` predicted for, with seeds {_short_value(old.seeds)}; "
+                      f"it now holds this spec, with seeds {_short_value(spec.seeds)}", stacklevel=2)  # fmt: skip
+    else:
+        keep_given_spec_text(spec_file, text)
     write_text_atomic(str(spec_file), text)
     if corpus:
         record_folder_corpus(out, spec)

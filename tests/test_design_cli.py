@@ -653,3 +653,74 @@ def test_a_pilot_without_some_r_or_with_failed_runs_is_said(tmp_path):
     assert (pilot["ensemble_size"] == 4).all()  # every trial held 4 members, one of them diverged in some
     # so each ok member's rate is 4 C / wall_s, as in the pilot without failures (not 3 C / wall_s)
     assert set(_rates(pilot)["rate"].round(6)) == {round(4 * RATE, 6)}, _rates(pilot)
+
+
+def test_a_design_folder_takes_the_seeds_the_design_recommends(tmp_path):
+    """`design --out OUT` recorded its spec in OUT, so `run --out OUT` with the seeds the design recommended was
+    refused as "a different spec ... differs in seeds", though OUT held only a prediction. A folder that holds
+    nothing but a design's files now takes the same spec with the seeds of a simulated candidate, and its report sets
+    that candidate's prediction beside the run's intervals; seeds the design did not simulate, any other change, or
+    a folder where a command has worked, are refused as before."""
+    import warnings
+
+    from loopscale.fit.run_report import _folder_seed_counts, _prediction_section
+    from loopscale.sweep.spec import DesignSeedsNotPredicted, check_folder_spec, record_folder_spec
+
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "6,2/6",
+                                   "--n-sim", "3", "--starts", "4", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    pred = json.loads((out / "design_prediction.json").read_text())
+    six = parse_spec({**SPEC, "seeds": 6})
+    mixed = parse_spec({**SPEC, "seeds": {1: 2, 2: [0, 1, 2, 3, 4, 5], 4: 6, 8: [10, 11, 12, 13, 14, 15]}})
+    check_folder_spec(out, six)  # a candidate's seeds per r; which seeds does not matter, only how many
+    check_folder_spec(out, mixed)
+    with pytest.raises(DesignSeedsNotPredicted, match=r"did not simulate these seeds per r \(r 1: 3, r 2: 3, r 4: 3, "
+                       r"r 8: 3; its candidates: 6, 2/6, 2\)"):  # fmt: skip
+        check_folder_spec(out, parse_spec({**SPEC, "seeds": 3}))
+    with pytest.raises(ValueError, match="holds a run of a different spec") as e:  # seeds and another key
+        check_folder_spec(out, parse_spec({**SPEC, "seeds": 6, "name": "other"}))
+    assert not isinstance(e.value, DesignSeedsNotPredicted)
+    for seeds, code in ((2, 0), (6, 0), (3, 2)):  # the design's own spec, as before; its candidate 6; 3: refused
+        other = tmp_path / f"seeds{seeds}.yaml"
+        other.write_text(spec_to_yaml(parse_spec({**SPEC, "seeds": seeds})))
+        dry = CliRunner().invoke(app, ["run", str(other), "--dry-run", "--out", str(out)])
+        assert dry.exit_code == code, dry.output
+        assert ("did not simulate these seeds per r" in " ".join(dry.output.split())) == (seeds == 3), dry.output
+    assert (out / "spec.yaml").read_text() == spec_to_yaml(spec)  # a dry run changes nothing
+    # recorded (as `run` does, after its console session opened OUT/logs): the design's spec is replaced (not kept
+    # as a hand-written one) and said
+    (out / "logs").mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record_folder_spec(out, six)
+    assert [str(w.message) for w in caught] == [f"{out / 'spec.yaml'} held the spec `loopscale design` predicted for, "
+                                                "with seeds [0, 1]; it now holds this spec, with seeds [0, 1, 2, 3, 4, "
+                                                "5]"]  # fmt: skip
+    assert (out / "spec.yaml").read_text() == spec_to_yaml(six) and not list(out.glob("spec.yaml.given-*"))
+    # the report's predicted half-width is candidate 6's, not the spec-as-written's (2 seeds)
+    counts = _folder_seed_counts(out)
+    assert counts == {"1": 6, "2": 6, "4": 6, "8": 6}
+    hw = {c["seeds"]: c["phi_half_width"] for c in pred["candidates"]}
+    assert hw["6"] != hw["2"]
+    v = {"joint": {"ci": {"phi": [0.4, 0.6]}}}
+    sec = "\n".join(_prediction_section(pred, v, counts))
+    assert f"| φ (joint fit) | {hw['6']:.3g} |" in sec, sec
+    assert "\n".join(_prediction_section(pred, v, None)).count(f"| φ (joint fit) | {hw['2']:.3g} |") == 1
+    assert _prediction_section(pred, v, {"1": 3, "2": 3, "4": 3, "8": 3}) == []  # no candidate of those seeds
+    # design --out again with any seeds: it predicts anew (the earlier prediction is set aside)
+    three = spec_to_yaml(parse_spec({**SPEC, "seeds": 3}))
+    spec_file.write_text(three)
+    with pytest.warns(UserWarning, match=r"it now holds this spec, with seeds \[0, 1, 2\]"):
+        again = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds",
+                                         "2", "--n-sim", "2", "--starts", "4", "--out", str(out)])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert (out / "spec.yaml").read_text() == three and len(list(out.glob("earlier_design_*"))) == 1
+    # a folder where a command has worked (run_meta.json: a stage ran) holds to its spec
+    (out / "run_meta.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds a run of a different spec") as e:
+        check_folder_spec(out, six)
+    assert not isinstance(e.value, DesignSeedsNotPredicted)
