@@ -1644,7 +1644,8 @@ def spec_loader() -> type:
     an exponent sign (``1e-2``, ``2e6``, ``4.64e17``) as a number, as YAML 1.2 and Python do (PyYAML follows
     YAML 1.1 and would return the string ``'1e-2'``). Integers stay integers; an integral float such as ``2e3``
     is accepted wherever the spec means an integer (pydantic takes 2000.0 for ``int``). YAML 1.1's base-60 and
-    leading-zero octal integers (``1:30`` as 90, ``010`` as 8) are not read as numbers (:data:`_INT_RE`).
+    leading-zero octal integers (``1:30`` as 90, ``010`` as 8) are not read as numbers (:data:`_INT_RE`), and a
+    ``!!binary`` value raises :class:`SpecError` (its bytes are no spec value).
 
     A key given twice in one mapping, at any depth (``lr:`` twice, ``1e9`` and ``1.0e9`` in ``budgets``, ``16`` and
     ``'16'`` in ``tokens``), raises
@@ -1686,6 +1687,11 @@ def spec_loader() -> type:
                     )
                 self._refuse_repeated_keys(value_node, name, done)
 
+        def construct_yaml_binary(self, node):  # bytes: a name became their decoded text, a number a TypeError
+            raise SpecError(f"line {node.start_mark.line + 1}: a !!binary value is not a spec value (a spec holds "
+                            "text, numbers, lists and mappings): write it as plain text")  # fmt: skip
+
+    SpecLoader.add_constructor("tag:yaml.org,2002:binary", SpecLoader.construct_yaml_binary)
     SpecLoader.yaml_implicit_resolvers = {
         k: [(tag, rx) for tag, rx in v if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")]
         for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()

@@ -100,6 +100,9 @@ def test_yaml_scientific_notation_is_a_number_everywhere(tmp_path):
         load_spec(_write_spec(tmp_path / "s60.yaml", text + "data_seed: 1:30\n"))
     assert load_spec(_write_spec(tmp_path / "o.yaml", text + "data_seed: 010\n")).data_seed == 10
     assert load_spec(_write_spec(tmp_path / "u.yaml", text + "data_seed: 1_000\n")).data_seed == 1000
+    # a !!binary value: `name: !!binary aGVsbG8=` was read as the name 'hello'
+    with pytest.raises(ValueError, match=r"line \d+: a !!binary value is not a spec value"):
+        load_spec(_write_spec(tmp_path / "bin.yaml", text + "data_seed: !!binary aGVsbG8=\n"))
 
 
 def test_yaml_scientific_notation_from_the_cli(tmp_path):
