@@ -272,8 +272,23 @@ def _distinct(what: str, values: list) -> None:
         raise ValueError(f"{what} must hold distinct values, got {list(values)} ({', '.join(map(str, twice))} twice)")
 
 
-class SweepSpec(_Strict):
-    """A whole sweep: the grid (stage 2) and its LR tuning (stage 1). See ``configs/*.yaml``."""
+class _SpecMeta(type(BaseModel)):
+    """Pydantic's model metaclass, whose call (``SweepSpec(...)`` in Python) raises :class:`SpecError` in the words
+    of :func:`parse_spec` instead of pydantic's ``ValidationError``. Validation itself (``model_validate``, which
+    :func:`parse_spec` uses) does not pass through it, as it would through an ``__init__`` of the model's own."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as e:
+            raise SpecError(_fmt_error(e)) from None
+
+
+class SweepSpec(_Strict, metaclass=_SpecMeta):
+    """A whole sweep: the grid (stage 2) and its LR tuning (stage 1). See ``configs/*.yaml``.
+
+    Built from keyword arguments (``SweepSpec(name="x", sizes=[16], tokens=[2048])``) it is checked as
+    :func:`parse_spec` checks a mapping read from YAML and raises :class:`SpecError` in the same words."""
 
     name: str = "sweep"
     corpus: str = "embedded"

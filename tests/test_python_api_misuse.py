@@ -350,3 +350,17 @@ def test_a_budget_column_empty_on_some_runs_is_not_the_blocking():
                                          r"\(C, r\) instead"):  # fmt: skip
         tf = fit_table(part, "joint", starts=4, bootstrap=4)
     assert tf.boot.block_by == ("C", "r")
+
+
+def test_a_spec_built_in_python_is_refused_as_a_spec_file_is():
+    """``SweepSpec(...)`` raised pydantic's ``ValidationError`` (another type and wording than every other spec
+    problem); it now raises ``SpecError`` with the words of ``parse_spec``, and a good one builds the same spec."""
+    from loopscale.sweep.spec import SpecError, SweepSpec, parse_spec
+
+    with pytest.raises(SpecError, match=r"^invalid sweep spec: tokens must all be > 0, got \[-5\]$"):
+        SweepSpec(name="x", sizes=[16], tokens=[-5])
+    with pytest.raises(SpecError, match=r"tokenz: Extra inputs are not permitted \(did you mean 'tokens'\?\)"):
+        SweepSpec(name="x", sizes=[16], tokenz=[2048])
+    built = SweepSpec(name="x", sizes=[16], tokens=[2048], seeds=3, lr={"fixed": 0.01})
+    assert built == parse_spec({"name": "x", "sizes": [16], "tokens": [2048], "seeds": 3, "lr": {"fixed": 0.01}})
+    assert built.seeds == [0, 1, 2] and len(built.cells()) == 3 * 4  # 3 seeds, r = 1, 2, 4, 8
