@@ -239,7 +239,8 @@ def pilot_training_gaps(spec, runs: pd.DataFrame) -> list[str]:
     """How the pilot's runs were trained otherwise than ``spec`` trains its runs, in the settings that change a
     run's FLOP/s and so the predicted time (empty: none known to differ).
 
-    Compared: ``compiled`` with ``training.compile``, ``optimizer``, ``batch_tokens``, ``num_threads`` with
+    Compared: ``compiled`` with ``training.compile``, ``optimizer``, ``batch_tokens``, ``seq_len`` (the model's
+    context length: attention's share of a step), ``tokenizer`` (the vocabulary: the output layer's), ``num_threads`` with
     ``resources.cpus``, and a pilot of single runs (:func:`_members`) for a spec of seed ensembles
     (``spec.ensemble_members()`` > 1; ensembles of another size are not compared: each candidate's seeds set its
     own; a table with neither ``ensemble_size`` nor ``trial_id`` does not say). A column the pilot lacks or holds only nulls for (a table
@@ -261,8 +262,11 @@ def pilot_training_gaps(spec, runs: pd.DataFrame) -> list[str]:
     if (c := seen("compiled")) and set(c) != {bool(t.compile)}:
         had = " and ".join("compiled" if bool(x) else "eager" for x in c)
         gaps.append(f"compile: the pilot trained {had}, the spec {'compiles' if t.compile else 'trains eager'}")
+    lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None  # no cost in the LR
+    seq_len = spec.cells(lr_table=lr_table)[0].run.model.seq_len  # the preset's when the spec leaves it out
     for col, want, name in (("optimizer", t.optimizer, "optimizer"), ("batch_tokens", t.batch_tokens,
-                            "batch_tokens"), ("num_threads", max(1, int(spec.resources.cpus)), "threads per run")):
+                            "batch_tokens"), ("seq_len", seq_len, "seq_len"), ("tokenizer", spec.tokenizer,
+                            "tokenizer"), ("num_threads", max(1, int(spec.resources.cpus)), "threads per run")):
         if (have := seen(col)) and set(map(str, have)) != {str(want)}:
             gaps.append(f"{name}: the pilot's {', '.join(map(str, have))}, the spec's {want}")
     known = _members(runs, unknown=np.nan).dropna()  # the runs whose table says how many seeds their trial held
@@ -536,7 +540,8 @@ def design(
             "may lose seeds so too, which widens their intervals beyond these predictions"
         )
     if trained := pilot_training_gaps(spec, runs):
-        learns = [g.split(":")[0] for g in trained if g.startswith(("optimizer:", "batch_tokens:"))]
+        learns = [g.split(":")[0] for g in trained if g.startswith(("optimizer:", "batch_tokens:", "seq_len:",
+                                                                     "tokenizer:"))]  # fmt: skip
         warnings.append(
             "the pilot's runs were trained otherwise than this spec's: " + "; ".join(trained) + ". The predicted "
             "times, and so which candidates fit the minutes, come from the pilot's FLOP/s and are off by what these "

@@ -13,6 +13,7 @@ from loopscale.fit.design import design_cell_means, match_cells
 from loopscale.fit.laws import make_law
 from loopscale.sweep.cli import app
 from loopscale.sweep.design_cmd import design, planned_runs, print_design
+from loopscale.sweep.presets import preset_spec
 from loopscale.sweep.spec import parse_spec, spec_to_yaml
 
 TRUTH = dict(E=1.5, A=6.0, alpha=0.3, B=1.0, beta=0.3, phi=0.5)
@@ -252,7 +253,8 @@ def test_a_pilot_trained_otherwise_than_the_spec_is_named_in_a_warning(tmp_path)
     spec, path, runs = _pilot(tmp_path, seeds=4)
     spec = parse_spec({**SPEC, "training": {"batch_tokens": 256, "compile": True, "optimizer": "muonh"}})
     assert pilot_training_gaps(spec, runs) == []  # nothing recorded: nothing to compare
-    same = runs.assign(compiled=True, optimizer="muonh", batch_tokens=256, num_threads=1, ensemble_size=4)
+    same = runs.assign(compiled=True, optimizer="muonh", batch_tokens=256, num_threads=1, ensemble_size=4,
+                       seq_len=32, tokenizer="byte")  # fmt: skip
     assert pilot_training_gaps(spec, same) == []
     other = same.assign(compiled=False, optimizer="adamw", batch_tokens=512, num_threads=2, ensemble_size=1)
     assert pilot_training_gaps(spec, other) == [
@@ -282,6 +284,20 @@ def test_a_pilot_trained_otherwise_than_the_spec_is_named_in_a_warning(tmp_path)
                  fit_starts=30)
     (w,) = [w for w in res["warnings"] if "trained otherwise" in w]
     assert "compile: the pilot trained eager" in w and "what a run learns" not in w  # compiling changes times only
+    # the context length and the tokenizer (the attention's and the output layer's share of a step; the loss is
+    # per token of the tokenizer) were not compared: a pilot of the cpu preset's T = 128 passed for a T = 32 spec
+    longer = same.assign(seq_len=128, tokenizer="gpt2")
+    assert pilot_training_gaps(spec, longer) == ["seq_len: the pilot's 128, the spec's 32",
+                                                 "tokenizer: the pilot's gpt2, the spec's byte"]  # fmt: skip
+    longer.to_parquet(tmp_path / "longer.parquet")
+    res = design(spec, tmp_path / "longer.parquet", minutes=10, cpus=2, seeds=(2,), n_sim=4, starts=4, seed=0,
+                 fit_starts=30)
+    (w,) = [w for w in res["warnings"] if "trained otherwise" in w]
+    assert "seq_len and tokenizer also change what a run learns" in w
+    preset = preset_spec("cpu")  # seq_len left to the preset's model: compared as the runs train it (128)
+    assert pilot_training_gaps(preset, same.assign(seq_len=128, num_threads=1, batch_tokens=preset.training.
+                                                   batch_tokens, optimizer=preset.training.optimizer,
+                                                   compiled=preset.training.compile)) == []  # fmt: skip
 
 
 @pytest.mark.parametrize(
