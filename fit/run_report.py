@@ -272,7 +272,7 @@ def _resampling(boot: dict) -> str:
 
 def fitted_points(v: dict, j: dict) -> str:
     """What the joint fit was fitted to: runs, or cell means of runs; for runs in cells of unequal size
-    (``uneven_seeds``, :func:`loopscale.fit.analysis.uneven_seeds`), that cells with more seeds weigh more."""
+    (``uneven_seeds``, :func:`loopscale.fit.analysis.uneven_seeds`), that cells with more runs weigh more."""
     ft = v.get("fitted_to") or {}
     if ft.get("what") == "cell_means":
         return f"{ft['cells']} cell means of {ft['runs']} runs"
@@ -293,11 +293,12 @@ def fitted_points(v: dict, j: dict) -> str:
 
 def uneven_seeds_line(u: dict) -> str:
     """In words, :func:`loopscale.fit.analysis.uneven_seeds`'s record: each run is a point and cells hold different
-    numbers of runs, so those with more seeds weigh more."""
+    numbers of runs, so those with more runs weigh more (seeds of a sweep; in an outside table they may be other rows
+    of one model, e.g. checkpoints or LR points, which the fit's ``not_replicates`` note names)."""
     lo, hi = u["runs_per_cell"]
     by_r = "; ".join(f"r = {r}: {a}" if a == b else f"r = {r}: {a}-{b}" for r, (a, b) in (u.get("by_r") or {}).items())
     return (f"each run is one point and the {u['cells']} cells hold {lo} to {hi} runs{f' ({by_r})' if by_r else ''}, "
-            "so cells with more seeds weigh more in the fit")
+            "so cells with more runs weigh more in the fit")
 
 
 def _folder_seed_counts(d: Path) -> dict[str, int] | None:

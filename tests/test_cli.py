@@ -422,7 +422,7 @@ def test_fit_says_when_cells_with_more_seeds_weigh_more(tmp_path):
     pd.DataFrame(rows).drop_duplicates(["d_model", "r", "D"]).to_csv(even, index=False)
     res = CliRunner().invoke(app, ["fit", str(uneven), "--starts", "10"])
     assert res.exit_code == 0, res.output
-    line = ("each run is one point and the 18 cells hold 1 to 2 runs (r = 1: 1; r = 2: 2), so cells with more seeds "
+    line = ("each run is one point and the 18 cells hold 1 to 2 runs (r = 1: 1; r = 2: 2), so cells with more runs "
             "weigh more in the fit")  # fmt: skip
     assert line in res.stdout, res.stdout
     got = json.loads(CliRunner().invoke(app, ["fit", str(uneven), "--starts", "10", "--json"]).stdout)
