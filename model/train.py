@@ -414,11 +414,25 @@ def check_run_key(path, saved: dict, now: dict) -> None:
     :func:`ensemble_key`): the run that wrote it is another.
 
     Raises:
-        CheckpointError: naming the fields that differ (:func:`key_differences`).
+        CheckpointError: naming the fields that differ (:func:`key_differences`); a seed ensemble's checkpoint met
+            by a single run (or the other way round) is said as such, with the fields that differ besides the
+            seeds (the two kinds name them otherwise: ``seed``, ``data_seed`` against ``seeds``, ``data_seeds``).
     """
-    if saved != now:
-        raise CheckpointError(f"checkpoint {str(path)!r} belongs to a different run (differs in "
-                              f"{key_differences(saved, now)}); use another checkpoint_dir or delete it")  # fmt: skip
+    if saved == now:
+        return
+    if ("seeds" in saved) == ("seeds" in now):
+        detail = f"differs in {key_differences(saved, now)}"
+    else:
+        def kind(key: dict) -> str:
+            return (f"a seed ensemble (seeds {key.get('seeds')})" if "seeds" in key else
+                    f"a single run (seed {key.get('seed')})")  # fmt: skip
+
+        seedless = [{f: v for f, v in k.items() if f not in ("seed", "data_seed", "seeds", "data_seeds")}
+                    for k in (saved, now)]  # fmt: skip
+        rest = key_differences(*seedless)
+        detail = f"it was written by {kind(saved)}, and this is {kind(now)}" + (f"; it differs also in {rest}" if rest else "")
+    raise CheckpointError(f"checkpoint {str(path)!r} belongs to a different run ({detail}); use another "
+                          "checkpoint_dir or delete it")  # fmt: skip
 
 
 def refuse_checkpoint_of_another_run(cfg: RunConfig, members: tuple[list[int], list[int]] | None = None) -> None:

@@ -193,8 +193,13 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
     with pytest.raises(CheckpointError, match="seeds"):  # another ensemble's checkpoints
         train_ensemble(ck, [0, 2])
     train_run(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "c")))
-    with pytest.raises(CheckpointError, match="different run"):  # a single run's checkpoints
+    # a single run's checkpoints: said as such (it named 'data_seed, data_seeds, seed, seeds', the kinds' own keys)
+    with pytest.raises(CheckpointError, match=r"different run \(it was written by a single run \(seed 0\), and this "
+                       r"is a seed ensemble \(seeds \[0, 1\]\)\); use another"):  # fmt: skip
         train_ensemble(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "c")), [0, 1])
+    with pytest.raises(CheckpointError, match=r"it was written by a seed ensemble \(seeds \[0, 1\]\), and this is a "
+                       r"single run \(seed 0\); it differs also in \['lr'\]"):  # and the other way, with another LR
+        train_run(dataclasses.replace(ck, lr=ck.lr * 2))
 
 
 def test_bad_input(tmp_path):
