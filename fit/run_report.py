@@ -301,15 +301,6 @@ def uneven_seeds_line(u: dict) -> str:
             "so cells with more runs weigh more in the fit")
 
 
-def _folder_seed_counts(d: Path) -> dict[str, int] | None:
-    """Seeds per r (keyed by ``str(r)``) of the spec in ``d/spec.yaml``, None when there is none this version
-    reads."""
-    from loopscale.sweep.spec import folder_spec, seeds_per_r
-
-    spec = folder_spec(d)
-    return None if spec is None else seeds_per_r(spec)
-
-
 def _worth_key(key: str) -> tuple[int, int | None, float | None]:
     """A key of a design's ``worth_half_width`` (:func:`loopscale.fit.design._worth_by_r`) as (r, d_model, D): ``"4"``
     where each r has one looped cell, ``"4/32/16384"`` where it has several (d_model and D then None and the D in
@@ -320,12 +311,14 @@ def _worth_key(key: str) -> tuple[int, int | None, float | None]:
     return int(r), None, None
 
 
-def _prediction_section(pred: dict, v: dict, counts: dict[str, int] | None = None) -> list[str]:
+def _prediction_section(pred: dict, v: dict) -> list[str]:
     """Predicted (``loopscale design --out``) next to achieved half-widths: phi's bootstrap interval and each looped
-    model's worth in unique layers. The candidate is the one with the run's seeds per r (``counts``, keyed by
-    ``str(r)``: the folder's spec may be the design's spec with the seeds of another candidate), else, without
-    ``counts``, the spec the design was given. No section when no simulated candidate has them."""
+    model's worth in unique layers. The candidate is the spec the design was given, or, where the folder took the
+    same spec with another candidate's seeds (``folder_seeds_per_r``, keyed by ``str(r)``, which
+    :func:`loopscale.sweep.spec.record_folder_spec` adds), that candidate; no section when no simulated candidate
+    has those seeds."""
     cands = pred.get("candidates") or []
+    counts = pred.get("folder_seeds_per_r")
     if counts is None:
         cand = next((c for c in cands if c.get("spec_as_written")), None)
     else:
@@ -941,7 +934,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.extend(_identification_section(v, mine, d))
         pred_path = d / "design_prediction.json"
         if vname == "baseline" and pred_path.is_file():
-            L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v, _folder_seed_counts(d)))
+            L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v))
         L.append("\nResiduals by r (actual − predicted, nats; paper Table 7):\n")
         L.append("| r | n | mean | max abs | RMSE |")
         L.append("|---|---|---|---|---|")

@@ -343,6 +343,10 @@ TIE_SE = 2.0
 """Candidates whose ±phi exceeds the narrowest affordable one's by at most this many Monte-Carlo standard errors
 of the difference (paired over the common draws) tie with it; among ties the one with the most runs is best."""
 
+FEW_SIM = 20
+"""Fewer simulated draws per candidate (``--n-sim``) than this are said in a warning: each half-width is then the
+central 95 % range of so few refits that it, and the recommendation, move with ``--seed`` (the default is 40)."""
+
 
 def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) -> list[str]:
     """What of the planned design the pilot does not cover (empty: it covers it).
@@ -651,6 +655,10 @@ def design(
                ", and this spec has no ladder to report a worth instead, so no candidate is recommended")
         )
         blocking = blocking or not ladder
+    if n_sim < FEW_SIM:
+        warnings.append(f"--n-sim {n_sim}: each half-width is the central 95 % range of {n_sim} refits, so it and "
+                        "the recommendation move with --seed (by about their Monte-Carlo error, se, or more); take "
+                        "--n-sim 40 (the default) or more for a design to run")  # fmt: skip
     best = choose_best(candidates, draws, n_sim, seed)
     best = None if blocking else best
     candidates.sort(key=lambda c: (c["seeds"] != best, not c["fits"], _nan_last(c["phi_half_width"]), -c["runs"]))

@@ -2207,8 +2207,6 @@ def design_reseeded(out: str | Path, spec: SweepSpec, *, any_seeds: bool = False
         DesignSeedsNotPredicted: such a folder, and seeds per r that no simulated candidate has (the report would
             have no prediction to set beside the run's intervals).
     """
-    import json
-
     if not design_only_folder(out):
         return False
     old = folder_spec(out)
@@ -2338,7 +2336,8 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True,
     command also records the corpus's content hash (:func:`record_folder_corpus`). ``corpus`` False: the corpus is
     neither compared nor recorded (a fit-only rerun whose corpus is absent). ``any_seeds``: as
     :func:`check_folder_spec` (``loopscale design --out``); a design's spec replaced by the same spec with other
-    seeds is said (a ``UserWarning``).
+    seeds is said (a ``UserWarning``), and, but for ``any_seeds``, the design's prediction records those seeds per r
+    as ``folder_seeds_per_r`` (the candidate the folder's report sets beside its intervals).
 
     Raises:
         ValueError: ``out`` holds another spec's results; the corpus cannot be read (:func:`corpus_hash_now`:
@@ -2353,7 +2352,8 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True,
     set_aside_torn_spec(out)  # rewritten below
     text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
     old = folder_spec(out)
-    if old is not None and old.seeds != spec.seeds and design_reseeded(out, spec, any_seeds=any_seeds):
+    reseeded = old is not None and old.seeds != spec.seeds and design_reseeded(out, spec, any_seeds=any_seeds)
+    if reseeded:
         import warnings
 
         # the design's own spec (loopscale wrote it), not a user's text: replaced, and said
@@ -2362,5 +2362,9 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True,
     else:
         keep_given_spec_text(spec_file, text)
     write_text_atomic(str(spec_file), text)
+    if reseeded and not any_seeds:  # the prediction's candidate of these seeds is the folder's (its report's)
+        pred_file = Path(out) / DESIGN_PREDICTION
+        pred = json.loads(pred_file.read_text(encoding="utf-8"))
+        write_text_atomic(str(pred_file), json.dumps({**pred, "folder_seeds_per_r": seeds_per_r(spec)}, indent=1))
     if corpus:
         record_folder_corpus(out, spec)
