@@ -911,8 +911,11 @@ def run_tune_lr(
     if resume and note_fresh_resume and not (tune_dir.is_dir() and any(tune_dir.iterdir())):  # as `sweep` says
         console.current().say(f"--resume: nothing to resume in {out} (no earlier LR tuning there); starting a new "
                               "one", err=True)  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    # `sweep` and `run` of another spec will not read this folder's LR table (recorded before tune_lr/ is made: a
+    # folder of a design's prediction alone may take this spec with another candidate's seeds)
+    record_folder_spec(out, spec)
     tune_dir.mkdir(parents=True, exist_ok=True)
-    record_folder_spec(out, spec)  # `sweep` and `run` of another spec will not read this folder's LR table
     # `loopscale status`: running from here on, before Ray starts; a --storage is recorded (and claimed)
     mark_started(out, "tune-lr", storage=absolute_uri(spec.storage_path) if spec.storage_path else None)
     if spec.lr != "tune":  # tuning still answers "which LR?", but nothing downstream will read this table

@@ -281,7 +281,10 @@ class _SpecMeta(type(BaseModel)):
         try:
             return super().__call__(*args, **kwargs)
         except ValidationError as e:
-            raise SpecError(_fmt_error(e)) from None
+            err = e
+        if not args:  # parse_spec's whole message: also the checks across keys that read none of the bad ones
+            parse_spec(dict(kwargs))
+        raise SpecError(_fmt_error(err)) from None
 
 
 class SweepSpec(_Strict, metaclass=_SpecMeta):
@@ -2184,10 +2187,11 @@ def design_only_folder(out: str | Path) -> bool:
     """True when ``out`` holds a ``loopscale design --out`` prediction and nothing else but what that command
     writes: ``spec.yaml`` (and a copy of a hand-written one, ``spec.yaml.given-*``), ``corpus.json`` and earlier
     predictions (``earlier_design_*/``), and ``logs/`` (a command's console log, written before it records its
-    spec). Any other file or folder (a run's records or ``run_meta.json``, its LR table, Tune's folders, a fit or
-    report) makes it False."""
+    spec) without ``logs/command.json`` (which a ``run``, ``sweep`` or ``tune-lr`` writes once it has recorded its
+    spec: it worked there). Any other file or folder (a run's records or ``run_meta.json``, its LR table, Tune's
+    folders, a fit or report) makes it False."""
     out = Path(out)
-    if not (out / DESIGN_PREDICTION).is_file():
+    if not (out / DESIGN_PREDICTION).is_file() or (out / "logs" / "command.json").exists():
         return False
     own = {FOLDER_SPEC, FOLDER_CORPUS, DESIGN_PREDICTION}
     return all(
@@ -2220,8 +2224,13 @@ def design_reseeded(out: str | Path, spec: SweepSpec, *, any_seeds: bool = False
     try:
         pred = json.loads((Path(out) / DESIGN_PREDICTION).read_text(encoding="utf-8"))
         cands = [c for c in pred.get("candidates") or [] if not c.get("refused")]
-    except (OSError, ValueError, AttributeError):
-        cands = []
+    except (OSError, ValueError, AttributeError) as e:  # torn or not a prediction: which seeds it holds is unknown
+        raise DesignSeedsNotPredicted(
+            f"{Path(out).resolve()} holds a `loopscale design` prediction of this spec with other seeds, and its "
+            f"{DESIGN_PREDICTION} cannot be read ({type(e).__name__}: {e}), so whether the design simulated these "
+            "seeds is not known: run `loopscale design` again with this spec and --out there, or use another --out "
+            "directory (nothing there was changed)"
+        ) from None
     mine = seeds_per_r(spec)
     if any(c.get("seeds_per_r") == mine for c in cands):
         return True
@@ -2356,7 +2365,10 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True,
     if reseeded:
         import warnings
 
-        # the design's own spec (loopscale wrote it), not a user's text: replaced, and said
+        # the design's own spec: replaced, and said; a copy is kept where its text is not as loopscale wrote it (a
+        # user's comments)
+        if spec_file.read_text(encoding="utf-8") != spec_to_yaml(old.model_copy(update={"storage_path": None})):
+            keep_given_spec_text(spec_file, text)
         warnings.warn(f"{spec_file} held the spec `loopscale design` predicted for, with seeds {_short_value(old.seeds)}; "
                       f"it now holds this spec, with seeds {_short_value(spec.seeds)}", stacklevel=2)  # fmt: skip
     else:

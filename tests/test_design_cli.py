@@ -747,3 +747,74 @@ def test_a_design_folder_takes_the_seeds_the_design_recommends(tmp_path):
     with pytest.raises(ValueError, match="holds a run of a different spec") as e:
         check_folder_spec(out, six)
     assert not isinstance(e.value, DesignSeedsNotPredicted)
+
+
+def test_a_design_folder_takes_the_seeds_for_tune_lr_too_and_holds_once_a_command_worked(tmp_path, monkeypatch):
+    """`tune-lr` checked the design folder, made OUT/tune_lr, then recorded its spec: by then the folder was no longer
+    the design's alone, so the candidate's seeds were refused after the check had passed (and the empty tune_lr/
+    refused every later command). It records first now. A folder whose logs/command.json says a command recorded
+    its spec there holds to it; an unreadable prediction is said as such; a spec.yaml edited by hand is kept aside
+    when replaced. Spec errors of ``SweepSpec(...)`` are parse_spec's whole message."""
+    import loopscale.sweep.status as status
+    from loopscale.sweep.lr_search import run_tune_lr
+    from loopscale.sweep.spec import (
+        DesignSeedsNotPredicted,
+        SpecError,
+        SweepSpec,
+        check_folder_spec,
+        design_only_folder,
+        record_folder_spec,
+    )
+
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "6",
+                                   "--n-sim", "2", "--starts", "4", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    design_files = sorted(p.name for p in out.iterdir())
+    six = parse_spec({**SPEC, "seeds": 6})
+
+    class Started(Exception):
+        pass
+
+    def started(*a, **k):
+        raise Started
+
+    monkeypatch.setattr(status, "mark_started", started)  # tune-lr stops as it would start Ray
+    with pytest.raises(Started):
+        run_tune_lr(six, out, quiet=True)
+    assert (out / "spec.yaml").read_text() == spec_to_yaml(six) and (out / "tune_lr").is_dir()
+    # logs/command.json: a command recorded its spec here and worked (mark_started writes it): not the design's alone
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in design_files:
+        (copy / name).write_bytes((out / name).read_bytes())
+    (copy / "spec.yaml").write_text(spec_to_yaml(spec))
+    assert design_only_folder(copy)
+    (copy / "logs").mkdir()
+    assert design_only_folder(copy)  # a console log alone: written before a command records its spec
+    (copy / "logs" / "command.json").write_text("{}")
+    assert not design_only_folder(copy)
+    with pytest.raises(ValueError, match="holds a run of a different spec"):
+        check_folder_spec(copy, six)
+    (copy / "logs" / "command.json").unlink()
+    # a torn prediction: said, not "the design did not simulate these seeds"
+    (copy / "design_prediction.json").write_text('{"candidates": [')
+    with pytest.raises(DesignSeedsNotPredicted, match=r"design_prediction.json cannot be read \(JSONDecodeError"):
+        check_folder_spec(copy, six)
+    (copy / "design_prediction.json").write_bytes((out / "design_prediction.json").read_bytes())
+    # a spec.yaml with a user's comments is copied aside before it is replaced
+    (copy / "spec.yaml").write_text("# tried on the laptop first\n" + spec_to_yaml(spec))
+    with pytest.warns(UserWarning, match="it now holds this spec"):
+        record_folder_spec(copy, six)
+    (given,) = copy.glob("spec.yaml.given-*")
+    assert given.read_text().startswith("# tried on the laptop first\n")
+    # SweepSpec(...): the checks across keys that read none of the bad keys are said too, as parse_spec says them
+    bad = dict(name="x", sizes=[16], tokens=[2048], tokenz=[1], r=[2, 4], ladder=[2, 3], lr={"fixed": 0.01})
+    with pytest.raises(SpecError) as built:
+        SweepSpec(**bad)
+    with pytest.raises(SpecError) as parsed:
+        parse_spec(bad)
+    assert str(built.value) == str(parsed.value) and "tokenz" in str(built.value) and str(built.value).count(";") >= 1
