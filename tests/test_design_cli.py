@@ -677,6 +677,19 @@ def test_a_pilot_without_some_r_or_with_failed_runs_is_said(tmp_path):
     assert set(_rates(pilot)["rate"].round(6)) == {round(4 * RATE, 6)}, _rates(pilot)
 
 
+def _design_folder(tmp_path, seeds: str, n_sim: int):
+    """``design --out tmp_path/run`` of the tiny spec at 2 seeds (``--seeds seeds``) from a 2-seed pilot: (spec,
+    pilot path, spec file, the folder)."""
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", seeds,
+                                   "--n-sim", str(n_sim), "--starts", "4", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return spec, path, spec_file, out
+
+
 def test_a_design_folder_takes_the_seeds_the_design_recommends(tmp_path):
     """`design --out OUT` recorded its spec in OUT, so `run --out OUT` with the seeds the design recommended was
     refused as "a different spec ... differs in seeds", though OUT held only a prediction. A folder that holds
@@ -688,13 +701,7 @@ def test_a_design_folder_takes_the_seeds_the_design_recommends(tmp_path):
     from loopscale.fit.run_report import _prediction_section
     from loopscale.sweep.spec import DesignSeedsNotPredicted, check_folder_spec, record_folder_spec
 
-    spec, path, _ = _pilot(tmp_path, seeds=2)
-    spec_file = tmp_path / "tiny.yaml"
-    spec_file.write_text(spec_to_yaml(spec))
-    out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "6,2/6",
-                                   "--n-sim", "3", "--starts", "4", "--out", str(out)])  # fmt: skip
-    assert res.exit_code == 0, res.output
+    spec, path, spec_file, out = _design_folder(tmp_path, "6,2/6", n_sim=3)
     pred = json.loads((out / "design_prediction.json").read_text())
     six = parse_spec({**SPEC, "seeds": 6})
     mixed = parse_spec({**SPEC, "seeds": {1: 2, 2: [0, 1, 2, 3, 4, 5], 4: 6, 8: [10, 11, 12, 13, 14, 15]}})
@@ -755,6 +762,8 @@ def test_a_design_folder_takes_the_seeds_for_tune_lr_too_and_holds_once_a_comman
     refused every later command). It records first now. A folder whose logs/command.json says a command recorded
     its spec there holds to it; an unreadable prediction is said as such; a spec.yaml edited by hand is kept aside
     when replaced. Spec errors of ``SweepSpec(...)`` are parse_spec's whole message."""
+    import warnings
+
     import loopscale.sweep.status as status
     from loopscale.sweep.lr_search import run_tune_lr
     from loopscale.sweep.spec import (
@@ -766,13 +775,7 @@ def test_a_design_folder_takes_the_seeds_for_tune_lr_too_and_holds_once_a_comman
         record_folder_spec,
     )
 
-    spec, path, _ = _pilot(tmp_path, seeds=2)
-    spec_file = tmp_path / "tiny.yaml"
-    spec_file.write_text(spec_to_yaml(spec))
-    out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "6",
-                                   "--n-sim", "2", "--starts", "4", "--out", str(out)])  # fmt: skip
-    assert res.exit_code == 0, res.output
+    spec, _, _, out = _design_folder(tmp_path, "6", n_sim=2)
     design_files = sorted(p.name for p in out.iterdir())
     six = parse_spec({**SPEC, "seeds": 6})
 
@@ -783,7 +786,7 @@ def test_a_design_folder_takes_the_seeds_for_tune_lr_too_and_holds_once_a_comman
         raise Started
 
     monkeypatch.setattr(status, "mark_started", started)  # tune-lr stops as it would start Ray
-    with pytest.raises(Started):
+    with pytest.raises(Started), pytest.warns(UserWarning, match="it now holds this spec, with seeds"):
         run_tune_lr(six, out, quiet=True)
     assert (out / "spec.yaml").read_text() == spec_to_yaml(six) and (out / "tune_lr").is_dir()
     # logs/command.json: a command recorded its spec here and worked (mark_started writes it): not the design's alone
@@ -807,8 +810,12 @@ def test_a_design_folder_takes_the_seeds_for_tune_lr_too_and_holds_once_a_comman
     (copy / "design_prediction.json").write_bytes((out / "design_prediction.json").read_bytes())
     # a spec.yaml with a user's comments is copied aside before it is replaced
     (copy / "spec.yaml").write_text("# tried on the laptop first\n" + spec_to_yaml(spec))
-    with pytest.warns(UserWarning, match="it now holds this spec"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         record_folder_spec(copy, six)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 2 and "its text as it was, comments included, is kept in" in said[0], said
+    assert "it now holds this spec, with seeds [0, 1, 2, 3, 4, 5]" in said[1]
     (given,) = copy.glob("spec.yaml.given-*")
     assert given.read_text().startswith("# tried on the laptop first\n")
     # SweepSpec(...): the checks across keys that read none of the bad keys are said too, as parse_spec says them
