@@ -1078,8 +1078,9 @@ def checkpoint_dir_missing(every: int) -> str:
 
 def check_run_folders(cfg: RunConfig, *, create: bool = True) -> None:
     """The folders a run writes, checked before it reads its corpus: ``checkpoint_every_steps`` without a
-    ``checkpoint_dir``, a ``checkpoint_dir`` that is a file or cannot be made (made now when checkpoints will be
-    written, as the first one would make it), a ``cache_dir`` that cannot be made (made now). ``create`` False
+    ``checkpoint_dir``, a ``checkpoint_dir`` that is a file or cannot be made (when checkpoints will be written;
+    a probe folder is made and removed where it would be created, and the first checkpoint makes it, so a run
+    refused before then leaves no empty folder), a ``cache_dir`` that cannot be made (made now). ``create`` False
     (a command's pre-check, which may still refuse the run for another reason): nothing is made, and only a file
     where a folder or one of its parents belongs is refused.
 
@@ -1103,15 +1104,23 @@ def check_run_folders(cfg: RunConfig, *, create: bool = True) -> None:
             if above is not None and not above.is_dir():
                 raise ValueError(f"{name} {str(folder)!r} cannot be created: {str(above)!r} is a file")
         return
-    if cfg.checkpoint_dir is not None and cfg.checkpoint_every_steps is not None:
-        try:  # made now, as the first checkpoint would make it: a folder that cannot be made failed steps later
-            Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ValueError(
-                f"checkpoint_dir {cfg.checkpoint_dir!r} cannot be created ({e.strerror or e}"
-                f"{f': {e.filename}' if e.filename and str(e.filename) != str(cfg.checkpoint_dir) else ''}): give a "
-                "folder that can hold the checkpoints"
-            ) from None
+    if cfg.checkpoint_dir is not None and cfg.checkpoint_every_steps is not None and not Path(cfg.checkpoint_dir).is_dir():
+        # a folder that cannot be made failed at the first checkpoint, steps later; it is not made now (the first
+        # checkpoint makes it), so a run refused before then leaves no empty folder: a probe folder is made and
+        # removed where it would be created (root passes a permission check on /proc, where making one fails)
+        import tempfile
+
+        folder = Path(cfg.checkpoint_dir)
+        above = next(a for a in (folder, *folder.parents) if a.exists())
+        why = f"Not a directory: {str(above)!r}" if not above.is_dir() else None
+        if why is None:
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=".loopscale-probe-", dir=above))
+            except OSError as e:
+                why = f"{e.strerror or e}: no folder can be made in {str(above)!r}"
+        if why is not None:
+            raise ValueError(f"checkpoint_dir {cfg.checkpoint_dir!r} cannot be created ({why}): give a folder that can "
+                             "hold the checkpoints")  # fmt: skip
     if cfg.cache_dir is not None:
         try:  # made now, as the first token-cache write would make it (a bare "[Errno 2] ... '/proc/x'" there)
             Path(cfg.cache_dir).expanduser().mkdir(parents=True, exist_ok=True)

@@ -222,7 +222,7 @@ def test_a_cache_dir_that_cannot_be_made_is_refused_before_the_corpus_is_read(ba
         train_run(RunConfig(**{**base, "cache_dir": "/proc/loopscale-x"}))
 
 
-def test_a_model_too_large_for_memory_is_refused_before_it_is_built(base, monkeypatch):
+def test_a_model_too_large_for_memory_is_refused_before_it_is_built(base, monkeypatch, tmp_path):
     """d_model = 100000 asked torch for 40 GB and ended in the allocator's traceback. The weights, gradients and one
     optimizer state (12 bytes per parameter) are checked against the device's memory first; an ensemble counts
     every member."""
@@ -233,6 +233,12 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_built(base, monkey
     big = RunConfig(**{**base, "model": preset_config("cpu", r=1, d_model=100_000, seq_len=32)})
     with pytest.raises(ValueError, match=r"does not fit in memory: 1,200,053,500,000 parameters .* GiB"):
         train_run(big)
+    # refused after its folders were checked: the checkpoint folder it would write is not left behind, empty (it was
+    # made by that check)
+    ck = tmp_path / "never_made" / "ckpt"
+    with pytest.raises(ValueError, match="does not fit in memory"):
+        train_run(RunConfig(**{**base, "model": big.model, "checkpoint_dir": str(ck), "checkpoint_every_steps": 1}))
+    assert not ck.parent.exists()
     # the bound itself, on a small model and a made-up memory size: a model just under it trains, k members do not
     need = 12 * n_total(base["model"])
     monkeypatch.setattr(train_mod, "device_memory_bytes", lambda device: need)
