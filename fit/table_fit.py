@@ -213,8 +213,7 @@ def fit_table(
     rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
     by_cell = rep is not None and not per_run
     not_replicates = not_replicates_note(data.frame, rep.strata) if by_cell and rep.means else None
-    input_warnings = [w for w in (data.status_note, not_replicates) if w] + unit_warnings(data)
-    input_warnings += [data.near_duplicates] if data.near_duplicates else []
+    input_warnings = [w for w in (data.status_note, not_replicates, *unit_warnings(data), data.near_duplicates) if w]
     for w in input_warnings:  # said before the fit (a table in another unit is the likeliest reason for odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)

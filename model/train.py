@@ -1076,6 +1076,13 @@ def checkpoint_dir_missing(every: int) -> str:
     )
 
 
+def _nearest_existing(path: Path) -> Path | None:
+    """``path`` when it exists, else its nearest existing ancestor (at the latest ``.`` for a relative path, the root
+    for an absolute one): where a folder still to be made would be created. None only when the working folder of a
+    relative path no longer exists."""
+    return next((a for a in (path, *path.parents) if a.exists()), None)
+
+
 def check_run_folders(cfg: RunConfig, *, create: bool = True) -> None:
     """The folders a run writes, checked before it reads its corpus: ``checkpoint_every_steps`` without a
     ``checkpoint_dir``, a ``checkpoint_dir`` that is a file or cannot be made (when checkpoints will be written;
@@ -1099,8 +1106,7 @@ def check_run_folders(cfg: RunConfig, *, create: bool = True) -> None:
         for name, folder in (("checkpoint_dir", writes), ("cache_dir", cfg.cache_dir)):
             if folder is None:
                 continue
-            p = Path(folder).expanduser() if name == "cache_dir" else Path(folder)
-            above = next((a for a in (p, *p.parents) if a.exists()), None)
+            above = _nearest_existing(Path(folder).expanduser() if name == "cache_dir" else Path(folder))
             if above is not None and not above.is_dir():
                 raise ValueError(f"{name} {str(folder)!r} cannot be created: {str(above)!r} is a file")
         return
@@ -1110,8 +1116,7 @@ def check_run_folders(cfg: RunConfig, *, create: bool = True) -> None:
         # removed where it would be created (root passes a permission check on /proc, where making one fails)
         import tempfile
 
-        folder = Path(cfg.checkpoint_dir)
-        above = next(a for a in (folder, *folder.parents) if a.exists())
+        above = _nearest_existing(Path(cfg.checkpoint_dir)) or Path(".")
         why = f"Not a directory: {str(above)!r}" if not above.is_dir() else None
         if why is None:
             try:

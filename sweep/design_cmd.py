@@ -262,8 +262,7 @@ def pilot_training_gaps(spec, runs: pd.DataFrame) -> list[str]:
     if (c := seen("compiled")) and set(c) != {bool(t.compile)}:
         had = " and ".join("compiled" if bool(x) else "eager" for x in c)
         gaps.append(f"compile: the pilot trained {had}, the spec {'compiles' if t.compile else 'trains eager'}")
-    lr_table = {(s, None): 1.0 for s in spec.all_sizes()} if spec.lr == "tune" else None  # no cost in the LR
-    seq_len = spec.cells(lr_table=lr_table)[0].run.model.seq_len  # the preset's when the spec leaves it out
+    seq_len = spec.tuning_model(spec.all_sizes()[0], spec.r[0]).seq_len  # the preset's when the spec leaves it out
     for col, want, name in (("optimizer", t.optimizer, "optimizer"), ("batch_tokens", t.batch_tokens,
                             "batch_tokens"), ("seq_len", seq_len, "seq_len"), ("tokenizer", spec.tokenizer,
                             "tokenizer"), ("num_threads", max(1, int(spec.resources.cpus)), "threads per run")):
@@ -860,10 +859,6 @@ def _design_with_progress(spec, pilot, **kw) -> dict[str, Any]:
         return design(spec, pilot, progress=progress, **kw)
 
 
-PREDICTION_FILE = DESIGN_PREDICTION
-"""What ``loopscale design --out OUT`` writes; the report of ``OUT`` reads it (:mod:`loopscale.fit.run_report`)."""
-
-
 #: Why ``design --out`` waits for a command working in its folder (:func:`loopscale.sweep.status.refuse_busy_folder`).
 _BUSY_WHY = ("it writes the folder's spec.yaml and a prediction that the run's report would then show as made "
              "before its runs")
@@ -929,13 +924,13 @@ def design_cmd(
         # `loopscale run --out OUT` then refuses any other spec there, but for this one with other seeds the design
         # simulated (its recommendation, say)
         record_folder_spec(out, spec, any_seeds=True)
-        if (out / PREDICTION_FILE).is_file():  # an earlier prediction is kept (the report reads the newest)
+        if (out / DESIGN_PREDICTION).is_file():  # an earlier prediction is kept (the report reads the newest)
             from loopscale.cluster.storage import new_aside_folder
 
             aside = new_aside_folder(out, "earlier_design")
-            (out / PREDICTION_FILE).replace(aside / PREDICTION_FILE)
-            print(f"moved the earlier {PREDICTION_FILE} to {aside}", file=sys.stderr)
-        write_text_atomic(str(out / PREDICTION_FILE), json.dumps(json_safe(res), indent=1))
+            (out / DESIGN_PREDICTION).replace(aside / DESIGN_PREDICTION)
+            print(f"moved the earlier {DESIGN_PREDICTION} to {aside}", file=sys.stderr)
+        write_text_atomic(str(out / DESIGN_PREDICTION), json.dumps(json_safe(res), indent=1))
     if as_json:
         typer.echo(json.dumps(json_safe(res)))
     else:

@@ -1806,7 +1806,7 @@ def _glob_reaches_below(pattern: list[str], folder: list[str]) -> bool:
     return matches(pattern[0], folder[0]) and _glob_reaches_below(pattern[1:], folder[1:])
 
 
-def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True, any_seeds: bool = False) -> None:
+def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True, any_seeds: bool = False) -> bool:
     """Refuse to add results of ``spec`` to a folder whose ``spec.yaml`` is another spec: runs.parquet would mix two
     grids, or a sweep would train with an LR table tuned for another spec. Where Tune state lives
     (``storage_path``) may differ. A missing or torn ``spec.yaml`` (empty, cut short, not a spec this loopscale
@@ -1819,6 +1819,8 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True, 
     differs from its ``spec.yaml`` in ``seeds`` alone, when the design simulated those seeds per r (one of its
     candidates), or with ``any_seeds`` (``loopscale design --out`` itself, which predicts anew).
 
+    Returns:
+        True when the folder takes ``spec`` so, as the design's spec with other seeds; False otherwise.
     Raises:
         DesignSeedsNotPredicted: such a folder, and seeds per r the design did not simulate.
         ValueError: ``out/spec.yaml`` differs from ``spec``, its runs are not all cells of ``spec`` (without a
@@ -1828,8 +1830,9 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True, 
     check_out_outside_corpus(out, spec)
     spec_file = Path(out) / FOLDER_SPEC
     old = _folder_spec_text(spec_file)
-    if (old and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec)
-            and not design_reseeded(out, spec, any_seeds=any_seeds)):
+    other = bool(old) and old != spec_to_yaml(spec.model_copy(update={"storage_path": None})) and not _same_spec(old, spec)
+    reseeded = other and design_reseeded(out, spec, any_seeds=any_seeds)
+    if other and not reseeded:
         diff = _spec_differences(old, spec)
         raise ValueError(
             f"{Path(out).resolve()} holds a run of a different spec ({spec_file}"
@@ -1841,6 +1844,7 @@ def check_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True, 
     check_folder_runs(out, spec, same_spec=bool(old))
     if corpus:
         check_folder_corpus(out, spec)
+    return reseeded
 
 
 def _folder_spec_text(spec_file: Path) -> str:
@@ -2355,18 +2359,17 @@ def record_folder_spec(out: str | Path, spec: SweepSpec, *, corpus: bool = True,
     from loopscale.cluster.storage import write_text_atomic
 
     spec_file = Path(out) / FOLDER_SPEC
-    check_folder_spec(out, spec, corpus=corpus, any_seeds=any_seeds)
+    reseeded = check_folder_spec(out, spec, corpus=corpus, any_seeds=any_seeds)
     if corpus:  # a corpus that cannot be read refuses the command before the folder records this spec (memoised)
         corpus_hash_now(spec)
     set_aside_torn_spec(out)  # rewritten below
     text = spec_to_yaml(spec.model_copy(update={"storage_path": None}))
-    old = folder_spec(out)
-    reseeded = old is not None and old.seeds != spec.seeds and design_reseeded(out, spec, any_seeds=any_seeds)
     if reseeded:
         import warnings
 
         # the design's own spec: replaced, and said; a copy is kept where its text is not as loopscale wrote it (a
         # user's comments)
+        old = folder_spec(out)
         if spec_file.read_text(encoding="utf-8") != spec_to_yaml(old.model_copy(update={"storage_path": None})):
             keep_given_spec_text(spec_file, text)
         warnings.warn(f"{spec_file} held the spec `loopscale design` predicted for, with seeds {_short_value(old.seeds)}; "

@@ -1200,6 +1200,8 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         tune_out = {**tune_out, "stage": "sweep", "source": "tune"}
     if alive:
         tune_out = _live_tune(progress, tune_info) or tune_out
+    from loopscale.sweep.spec import DESIGN_PREDICTION
+
     return {
         "out": str(out),
         "spec": name,
@@ -1226,7 +1228,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         "fit_caveats": fit_caveats,
         "set_aside": set_aside_folders(out),
         "runs_in_parts_only": in_parts_only,
-        "design": "design_prediction.json" if (out / "design_prediction.json").is_file() else None,
+        "design": DESIGN_PREDICTION if (out / DESIGN_PREDICTION).is_file() else None,
         "unreadable": unreadable,
         "unreadable_own": own_unreadable,
         "counts": {
