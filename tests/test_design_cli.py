@@ -47,6 +47,32 @@ def _pilot(tmp_path, seeds: int, seed: int = 0):
     return spec, path, runs
 
 
+_PER_R_SEEN: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _pilot_check_once(monkeypatch):
+    """The pilot's per-r phi check (``pilot_phi_per_r``: 3 fits of phi_r, each with 40 bootstrap refits) computed
+    once per pilot and seed in this module: most tests run ``design`` several times on the same synthetic pilot,
+    and the check, deterministic in its inputs, was half of their time. Each result is handed out as a copy."""
+    import copy
+
+    import loopscale.sweep.design_cmd as dc
+
+    real = dc.pilot_phi_per_r
+
+    def once(runs, seed=0):
+        try:
+            key = (tuple(runs.columns), pd.util.hash_pandas_object(runs, index=True).to_numpy().tobytes(), seed)
+        except TypeError:  # a column of unhashable cells (lists): computed each time
+            return real(runs, seed=seed)
+        if key not in _PER_R_SEEN:
+            _PER_R_SEEN[key] = real(runs, seed=seed)
+        return copy.deepcopy(_PER_R_SEEN[key])
+
+    monkeypatch.setattr(dc, "pilot_phi_per_r", once)
+
+
 def _own(warnings: list[str]) -> list[str]:
     """A design's warnings but the one on too few simulated draws (these tests take few, to be quick)."""
     return [w for w in warnings if not w.startswith("--n-sim ")]
