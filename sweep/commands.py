@@ -156,7 +156,7 @@ def run_sweep(
         unfinished_trials,
     )
     from loopscale.sweep.lr_table import read_lr_table
-    from loopscale.sweep.spec import check_folder_spec, load_spec, record_folder_spec
+    from loopscale.sweep.spec import check_folder_spec, high_lr_warning, load_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import ResultsStore, curve_rows, run_record, set_aside_forced
     from loopscale.sweep.tracking import parse_track
@@ -214,6 +214,8 @@ def run_sweep(
             err=True,
         )
     pending = [c for c in cells if c.run_id not in done]
+    if lr_said := high_lr_warning(pending):  # before any of them trains
+        console.current().say(f"warning: {lr_said}", err=True)
     errors: list[str] = []
     consolidated = False
     started = time.time()

@@ -1739,6 +1739,30 @@ FOLDER_SPEC = "spec.yaml"
 """The spec of an output folder, written by ``loopscale run``, ``sweep`` and ``tune-lr`` (:func:`record_folder_spec`)."""
 
 
+HIGH_LR = 1.0
+"""An LR above this is said before any run trains (:func:`high_lr_warning`). Measured with ``loopscale train``
+(d_model 32, batch 1,024 tokens, 128 steps on the embedded corpus): final validation loss at LR 0.1 / 1 / 3 was
+AdamW 2.84 / 4.38 / did not learn (10: diverged), Muon 2.40 / 4.56 / diverged, MuonH 2.32 / did not learn /
+diverged; an LR is a base that the embedding and norm groups multiply, so no bound is refused."""
+
+
+def high_lr_warning(cells: list[Cell]) -> str | None:
+    """A warning for the cells whose LR (the base LR: ``lr.fixed``, an ``lr.table`` entry, or the tuned one) is above
+    :data:`HIGH_LR`, naming how many, the highest and up to three cells, or None when there are none. Such runs
+    end diverged or did_not_learn, which the fit leaves out, so a typo in an LR (``3e1`` for ``3e-1``) costs a
+    whole grid; the warning is given before the grid trains (``run``, ``sweep``, and a dry run's plan)."""
+    high = [c for c in cells if c.lr > HIGH_LR]
+    if not high:
+        return None
+    top = max(c.lr for c in high)
+    named = ", ".join(f"size {c.size} r={c.r}: {c.lr:g}" for c in sorted(high, key=lambda c: -c.lr)[:3])
+    return (f"{len(high)} of {len(cells)} runs train at an LR above {HIGH_LR:g} (highest {top:g}; {named}"
+            + (", ..." if len(high) > 3 else "") + "): runs of this model ended at 4.4-4.9 nats/token at LR 1 "
+            "against 2.3-2.8 at LR 0.1, and diverged or did not learn at LR 3 and 10 (d_model 32, 128 steps; "
+            "AdamW, Muon, MuonH); such runs are recorded diverged or did_not_learn and left out of the fit. Check the LR "
+            "(lr: {fixed: ...}, lr.table, or tune's lr_min/lr_max)")  # fmt: skip
+
+
 def check_out_outside_corpus(out: str | Path, spec: SweepSpec) -> None:
     """Refuse an output folder whose files the runs would read as corpus: a directory corpus or a folder below it,
     or a folder below the folder a corpus glob searches (:func:`loopscale.model.data.glob_root`) when a file

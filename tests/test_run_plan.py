@@ -967,3 +967,26 @@ def test_the_dry_run_says_whether_the_folders_fit_is_redone(tmp_path):
     (out / "fit" / "analysis.json").write_text('{"variants": ')
     assert _fit_stage_note(out, same, trains=False).endswith(
         "(it is moved aside, and the fit made again; the folder's last fit took 0.8 min at B = 100, 100 starts)")
+
+
+def test_an_lr_above_one_is_said_before_the_grid_trains():
+    """A fixed LR of 30 (a typo for 3e-1, say) was accepted without a word and every run ended diverged or
+    did_not_learn. The plan (and `run`/`sweep`, before training) now names the runs above LR 1, the highest and a
+    few cells; a table's single high entry is counted alone, and `lr: tune` (LRs not known yet) is silent."""
+    from loopscale.sweep.run import plan
+    from loopscale.sweep.spec import HIGH_LR, high_lr_warning, parse_spec
+
+    base = {"name": "hi", "model": {"preset": "cpu", "seq_len": 32}, "r": [1, 2], "sizes": [16, 32],
+            "tokens": [2048], "training": {"batch_tokens": 256}}  # fmt: skip
+    w = plan(parse_spec({**base, "lr": {"fixed": 30}}), data=False)["lr_value_warning"]
+    assert w.startswith("4 of 4 runs train at an LR above 1 (highest 30; size 16 r=1: 30, size 16 r=2: 30, "
+                        "size 32 r=1: 30, ...)"), w  # fmt: skip
+    assert "left out of the fit" in w and "lr: {fixed: ...}" in w
+    assert plan(parse_spec({**base, "lr": {"fixed": 0.01}}), data=False)["lr_value_warning"] is None
+    assert plan(parse_spec({**base, "lr": {"fixed": HIGH_LR}}), data=False)["lr_value_warning"] is None  # 1 itself
+    table = parse_spec({**base, "lr": {"table": {16: 0.01, 32: {1: 0.02, 2: 5.0}}}})
+    w = plan(table, data=False)["lr_value_warning"]
+    assert w.startswith("1 of 4 runs train at an LR above 1 (highest 5; size 32 r=2: 5)"), w
+    tune = parse_spec({**base, "lr": "tune"})
+    assert plan(tune, data=False)["lr_value_warning"] is None
+    assert high_lr_warning([]) is None
