@@ -1252,8 +1252,9 @@ def report_cmd(
 ) -> None:
     """Rebuild DIR/report.md and its figures from the Parquet/JSON files of a run (no refitting).
 
-    A report.md edited since loopscale wrote it is kept beside it as report_edited_<UTC time>.md."""
-    typer.echo(str(build_report(run_dir, redraw_fits=True)))
+    A report.md edited since loopscale wrote it is kept beside it as report_edited_<UTC time>.md. Prints the
+    report's absolute path (as ``loopscale run`` does), also for a relative DIR."""
+    typer.echo(str(build_report(run_dir.expanduser().resolve(), redraw_fits=True)))
 
 
 def _lr_search_name(d: Path) -> str:

@@ -1324,3 +1324,21 @@ def test_a_failure_converting_a_whole_runs_table_does_not_move_it_aside(tmp_path
     with pytest.raises(pa.ArrowInvalid, match="zoneinfo"):
         run_report._read_parquet(run / "runs.parquet")
     assert (run / "runs.parquet").is_file() and not list(run.glob("runs.parquet.unreadable-*"))
+
+
+def test_report_command_prints_the_absolute_path_for_a_relative_folder(tmp_path, monkeypatch):
+    """`loopscale report DIR` with a relative DIR printed the relative path of the report (`run/report.md`),
+    where `run` prints an absolute one; it now prints the absolute path, and the report's text is the same."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["report", "run"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip().splitlines()[-1] == str(run.resolve() / "report.md")
+    first = (run / "report.md").read_text(encoding="utf-8")
+    assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
+    assert (run / "report.md").read_text(encoding="utf-8") == first
