@@ -1083,7 +1083,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         marked = {p.stem for p in (out / "tune_lr" / "done").glob("*.json")}
         lr["studies"] = {"done": len(marked | {f"size{s}_r{r}" for s, r in _tabled_studies(lr_rows)}), "total": None}
     if (out / "lr_table.parquet").is_file():
-        keep = ("size", "r", "tuned_r", "lr", "lr_best", "best_val_loss", "n_trials", "n_pruned")
+        keep = ("size", "r", "tuned_r", "lr", "lr_best", "lr_smoothed", "best_val_loss", "n_trials", "n_pruned")
         if lr_rows is not None:  # an unreadable one is described under unreadable
             lr["table"] = [{k: row.get(k) for k in keep} for row in lr_rows]
             import pandas as pd
@@ -1550,11 +1550,14 @@ def format_status(st: dict) -> list[str]:
     for row in lr.get("table") or []:
         val = f"{row['best_val_loss']:.4f}" if row.get("best_val_loss") is not None else "?"
         lr_s = f"{row['lr']:.4g}" if row.get("lr") is not None else "-"
-        best = row.get("lr_best")
-        # a smoothed LR was not trained by any trial: the loss is the best trial's, at its own LR
-        at = f" at lr {best:.4g}, the best trial's; lr is smoothed" if (
-            best is not None and row.get("lr") is not None and not math.isclose(best, row["lr"], rel_tol=1e-9)
-        ) else ""  # fmt: skip
+        best, smooth, chosen = row.get("lr_best"), row.get("lr_smoothed"), row.get("lr")
+        # a smoothed LR was not trained by any trial: the loss is the best trial's, at its own LR; an LR that is
+        # neither (the table edited by hand) is said as such, not called smoothed
+        at = ""
+        if best is not None and chosen is not None and not math.isclose(best, chosen, rel_tol=1e-9):
+            how = ("lr is smoothed" if smooth is None or math.isclose(smooth, chosen, rel_tol=1e-9) else
+                   f"lr is neither it nor the smoothed {smooth:.4g}: the table was edited")  # fmt: skip
+            at = f" at lr {best:.4g}, the best trial's; {how}"
         # tune_per_r: false: one study per size, its LR shared by every r (its trials are counted once, there)
         shared = row.get("tuned_r") is not None and row["tuned_r"] != row["r"]
         lines.append(

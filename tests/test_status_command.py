@@ -968,6 +968,11 @@ def test_a_smoothed_lr_is_not_paired_with_another_lrs_loss(tmp_path):
     text = format_status(collect_status(tmp_path))
     assert "  size 16 r 1: lr 0.00881 (val 4.9091 at lr 0.008621, the best trial's; lr is smoothed, 3 trials, " \
            "0 pruned)" in text  # fmt: skip
+    # an LR that is neither the best trial's nor the smoothed one (the table edited by hand) is not called smoothed
+    write_table_atomic(to_table([dict(row, lr=0.05)], _lr_table_schema()), tmp_path / "lr_table.parquet")
+    text = format_status(collect_status(tmp_path))
+    assert "  size 16 r 1: lr 0.05 (val 4.9091 at lr 0.008621, the best trial's; lr is neither it nor the smoothed " \
+           "0.00881: the table was edited, 3 trials, 0 pruned)" in text, text  # fmt: skip
 
 
 def test_a_folder_file_that_does_not_read_is_said_by_status_and_set_aside_by_run(tmp_path):
