@@ -767,7 +767,8 @@ def rejected_note(size: int, r: int, study, tune=None) -> str | None:
 
 def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plotted: list = ()):
     """The error for studies without a healthy trial: "0 of N runs finished: <most common error>" when every trial
-    of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study, with what to
+    of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study (or, where ASHA
+    pruned some, "no trial of N learned ...: k diverged or did not learn ... and p were stopped early"), with what to
     do next (and the ``plotted`` loss-vs-LR figures' paths)."""
     from collections import Counter
 
@@ -779,11 +780,20 @@ def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plott
     where = f"LR in {sorted(ts.lr_values)}" if ts.lr_values else f"LR in [{ts.lr_min:g}, {ts.lr_max:g}]"
     parts = []
     for (s, r), (_, reasons) in failures.items():
-        top, k = Counter(reasons).most_common(1)[0]
-        parts.append(
-            f"size {s}, r {r}: all {len(reasons)} trials diverged or did not learn at {where} "
-            f"({k} of {len(reasons)}: {top})"
-        )
+        # a trial ASHA stopped early (Optuna PRUNED) neither diverged nor failed to learn: counted apart
+        bad = [x for x in reasons if x != "pruned"]
+        pruned = len(reasons) - len(bad)
+        if not bad:
+            parts.append(f"size {s}, r {r}: all {len(reasons)} trials at {where} were stopped early by ASHA (pruned)")
+            continue
+        top, k = Counter(bad).most_common(1)[0]
+        if pruned:
+            parts.append(f"size {s}, r {r}: no trial of {len(reasons)} learned at {where}: {len(bad)} diverged or "
+                         f"did not learn ({k} of {len(bad)}: {top}) and {pruned} {'was' if pruned == 1 else 'were'} "
+                         "stopped early by ASHA (pruned)")  # fmt: skip
+        else:
+            parts.append(f"size {s}, r {r}: all {len(reasons)} trials diverged or did not learn at {where} "
+                         f"({k} of {len(reasons)}: {top})")  # fmt: skip
     err = NoRunFinished(
         "; ".join(parts) + "; no LR was chosen and lr_table.parquet was not written. Next: move the LR range "
         "(tune.lr_min / tune.lr_max or tune.lr_values: lower where the trials diverged or collapsed to a flat "
@@ -938,6 +948,10 @@ def run_tune_lr(
 
         if costly := lr_cost_left_warning(spec, out):  # the dry run's lr_warning, said before the tuning starts
             console.current().say(f"warning: {costly}", err=True)
+        from loopscale.sweep.spec import high_tune_range_warning
+
+        if too_high := high_tune_range_warning(spec):  # the dry run's lr_value_warning, before any trial trains
+            console.current().say(f"warning: {too_high}", err=True)
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         names = {study_name(spec.name, s, r): (s, r) for s, r in pending}
         before = finished_trials(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}", names)

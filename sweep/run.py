@@ -76,8 +76,9 @@ def plan(spec, *, data: bool = True) -> dict:
     ``lr_flops_max`` the LR studies' training FLOPs if every trial ran its full budget (``train_flops_total`` and
     the GPU-hours are the grid's alone) and ``lr_warning`` when that exceeds the grid's (else None);
     ``design_warning`` what the grid lacks for the identification rule (:func:`design_warning`; None when nothing);
-    ``lr_value_warning`` the runs whose fixed or table LR is above 1 (:func:`loopscale.sweep.spec.high_lr_warning`;
-    None when none is, and with ``lr: tune``, whose LRs are not known before tuning);
+    ``lr_value_warning`` the runs whose fixed or table LR is above 1 (:func:`loopscale.sweep.spec.high_lr_warning`),
+    or with ``lr: tune`` a tune range wholly above 1 (:func:`loopscale.sweep.spec.high_tune_range_warning`); None
+    when neither;
     ``corpus_warning`` gives its warnings every run would give too (e.g. files a directory corpus leaves out, invalid
     UTF-8 replaced, NUL bytes dropped, BPE learning fewer tokens than asked); ``eval_warning``
     says when ``eval_tokens`` is more than the validation split holds and how many tokens the runs evaluate (None
@@ -97,7 +98,7 @@ def plan(spec, *, data: bool = True) -> dict:
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
-    from loopscale.sweep.spec import high_lr_warning
+    from loopscale.sweep.spec import high_lr_warning, high_tune_range_warning
 
     # check_data's checks (SpecError) and warnings, not issued; none for a refit without its corpus (data=False)
     corpus_notes, eval_notes = spec._data_notes() if data else ([], [])
@@ -188,7 +189,7 @@ def plan(spec, *, data: bool = True) -> dict:
         "corpus_warning": "; ".join(corpus_notes) or None,
         "eval_warning": "; ".join(eval_notes) or None,
         "design_warning": design_warning(spec),
-        "lr_value_warning": None if spec.lr == "tune" else high_lr_warning(cells),
+        "lr_value_warning": high_tune_range_warning(spec) if spec.lr == "tune" else high_lr_warning(cells),
     }
 
 

@@ -1755,12 +1755,36 @@ def high_lr_warning(cells: list[Cell]) -> str | None:
     if not high:
         return None
     top = max(c.lr for c in high)
-    named = ", ".join(f"size {c.size} r={c.r}: {c.lr:g}" for c in sorted(high, key=lambda c: -c.lr)[:3])
+
+    def label(c: Cell) -> str:  # a cell's coordinates but its seed (seeds of one cell share its LR)
+        v = "" if c.variant == "baseline" else f" {c.variant}"
+        at = f"C={c.run.target_flops:.3g}" if c.run.target_flops is not None else f"D={c.run.tokens}"
+        return f"size {c.size} r={c.r}{v} {at}: {c.lr:g}"
+
+    labels = list(dict.fromkeys(label(c) for c in sorted(high, key=lambda c: -c.lr)))
+    named = ", ".join(labels[:3])
     return (f"{len(high)} of {len(cells)} runs train at an LR above {HIGH_LR:g} (highest {top:g}; {named}"
-            + (", ..." if len(high) > 3 else "") + "): runs of this model ended at 4.4-4.9 nats/token at LR 1 "
+            + (", ..." if len(labels) > 3 else "") + "): runs of this model ended at 4.4-4.9 nats/token at LR 1 "
             "against 2.3-2.8 at LR 0.1, and diverged or did not learn at LR 3 and 10 (d_model 32, 128 steps; "
             "AdamW, Muon, MuonH); such runs are recorded diverged or did_not_learn and left out of the fit. Check the LR "
             "(lr: {fixed: ...}, lr.table, or tune's lr_min/lr_max)")  # fmt: skip
+
+
+def high_tune_range_warning(spec: SweepSpec) -> str | None:
+    """With ``lr: tune``: a warning when every LR the studies can try is above :data:`HIGH_LR` (``tune.lr_min``, or
+    the least of ``tune.lr_values``), else None. Such trials diverge or do not learn (the measurement in
+    :data:`HIGH_LR`'s note), and ``tune-lr`` then ends with no LR chosen after training every trial."""
+    if spec.lr != "tune":
+        return None
+    t = spec.tune
+    low, key = (min(t.lr_values), "tune.lr_values") if t.lr_values else (t.lr_min, "tune.lr_min")
+    if low <= HIGH_LR:
+        return None
+    return (f"every LR trial trains at an LR above {HIGH_LR:g} ({key} starts at {low:g}): runs of this model ended at "
+            "4.4-4.9 nats/token at LR 1 against 2.3-2.8 at LR 0.1, and diverged or did not learn at LR 3 and 10 "
+            "(d_model 32, 128 steps; AdamW, Muon, MuonH), so tune-lr is likely to end with no LR chosen. Check "
+            f"tune's LR range (the default is [{type(t).model_fields['lr_min'].default:g}, "
+            f"{type(t).model_fields['lr_max'].default:g}])")  # fmt: skip
 
 
 def check_out_outside_corpus(out: str | Path, spec: SweepSpec) -> None:

@@ -979,14 +979,28 @@ def test_an_lr_above_one_is_said_before_the_grid_trains():
     base = {"name": "hi", "model": {"preset": "cpu", "seq_len": 32}, "r": [1, 2], "sizes": [16, 32],
             "tokens": [2048], "training": {"batch_tokens": 256}}  # fmt: skip
     w = plan(parse_spec({**base, "lr": {"fixed": 30}}), data=False)["lr_value_warning"]
-    assert w.startswith("4 of 4 runs train at an LR above 1 (highest 30; size 16 r=1: 30, size 16 r=2: 30, "
-                        "size 32 r=1: 30, ...)"), w  # fmt: skip
+    assert w.startswith("4 of 4 runs train at an LR above 1 (highest 30; size 16 r=1 D=2048: 30, size 16 r=2 "
+                        "D=2048: 30, size 32 r=1 D=2048: 30, ...)"), w  # fmt: skip
     assert "left out of the fit" in w and "lr: {fixed: ...}" in w
     assert plan(parse_spec({**base, "lr": {"fixed": 0.01}}), data=False)["lr_value_warning"] is None
     assert plan(parse_spec({**base, "lr": {"fixed": HIGH_LR}}), data=False)["lr_value_warning"] is None  # 1 itself
     table = parse_spec({**base, "lr": {"table": {16: 0.01, 32: {1: 0.02, 2: 5.0}}}})
     w = plan(table, data=False)["lr_value_warning"]
-    assert w.startswith("1 of 4 runs train at an LR above 1 (highest 5; size 32 r=2: 5)"), w
+    assert w.startswith("1 of 4 runs train at an LR above 1 (highest 5; size 32 r=2 D=2048: 5)"), w
+    # seeds of one cell, and two budgets, are named once each, by their D
+    seeded = parse_spec({**base, "sizes": [16], "tokens": [2048, 4096], "seeds": 3, "lr": {"fixed": 30}})
+    w = plan(seeded, data=False)["lr_value_warning"]
+    assert w.startswith("12 of 12 runs train at an LR above 1 (highest 30; size 16 r=1 D=2048: 30, size 16 r=2 "
+                        "D=2048: 30, size 16 r=1 D=4096: 30, ...)"), w  # fmt: skip
     tune = parse_spec({**base, "lr": "tune"})
     assert plan(tune, data=False)["lr_value_warning"] is None
+    # a tune range wholly above 1: every trial would diverge or not learn (one reaching below 1 is not said)
+    above = parse_spec({**base, "lr": "tune", "tune": {"lr_min": 3, "lr_max": 30}})
+    w = plan(above, data=False)["lr_value_warning"]
+    assert w.startswith("every LR trial trains at an LR above 1 (tune.lr_min starts at 3)") and w.endswith(
+        "Check tune's LR range (the default is [0.0001, 0.1])"), w
+    values = parse_spec({**base, "lr": "tune", "tune": {"lr_values": [2, 4, 8]}})
+    assert "(tune.lr_values starts at 2)" in plan(values, data=False)["lr_value_warning"]
+    reaching = parse_spec({**base, "lr": "tune", "tune": {"lr_min": 0.5, "lr_max": 30}})
+    assert plan(reaching, data=False)["lr_value_warning"] is None
     assert high_lr_warning([]) is None

@@ -399,3 +399,25 @@ def test_run_tune_lr_takes_quiet_as_run_sweep_does(tmp_path, monkeypatch):
             run_tune_lr(_spec(num_samples=2), tmp_path / out, quiet=quiet)
         console.end_view()
     assert seen == [None, "LRView"]
+
+
+def test_a_study_without_a_healthy_trial_counts_pruned_trials_apart():
+    """A study whose 2 trials were one did_not_learn and one pruned by ASHA was reported "all 2 trials diverged or
+    did not learn ... (1 of 2: pruned)": a pruned trial did neither. Pruned trials are now counted apart."""
+    from loopscale.sweep.lr_search import _no_healthy_trial
+    from loopscale.sweep.presets import PRESETS
+    from loopscale.sweep.spec import parse_spec
+
+    d = copy.deepcopy(PRESETS["smoke"])
+    d.update(lr="tune")
+    d["tune"].update(lr_min=3, lr_max=30)
+    spec = parse_spec(d)
+    mixed = str(_no_healthy_trial(spec, {(16, 1): ("unhealthy", ["did not learn: flat curve", "pruned"])}, 1, 2))
+    assert mixed.startswith("size 16, r 1: no trial of 2 learned at LR in [3, 30]: 1 diverged or did not learn "
+                            "(1 of 1: did not learn: flat curve) and 1 was stopped early by ASHA (pruned); no LR was "
+                            "chosen"), mixed  # fmt: skip
+    alone = str(_no_healthy_trial(spec, {(16, 1): ("unhealthy", ["diverged at step 3"] * 2)}, 1, 2))
+    assert alone.startswith("size 16, r 1: all 2 trials diverged or did not learn at LR in [3, 30] (2 of 2: "
+                            "diverged at step 3)"), alone  # fmt: skip
+    pruned = str(_no_healthy_trial(spec, {(16, 1): ("unhealthy", ["pruned"] * 3)}, 1, 3))
+    assert pruned.startswith("size 16, r 1: all 3 trials at LR in [3, 30] were stopped early by ASHA (pruned)")
