@@ -13,8 +13,10 @@ import typer
 
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
 
-#: The folders a ``loopscale run`` writes in its output folder (records, Tune state, logs, TensorBoard files).
-_RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard")
+#: The folders a ``loopscale run`` writes in its output folder (records, Tune state, logs, TensorBoard files, and
+#: ``fit.partial``: where its fit stage writes a fit before it takes ``fit/``'s place; a fit.partial/ the stage did
+#: not leave makes ``run`` refuse the folder).
+_RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard", "fit.partial")
 
 
 def _command_folder_kind(folder: Path) -> str | None:

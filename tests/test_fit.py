@@ -599,11 +599,14 @@ def test_fit_cli_refuses_an_out_in_a_runs_analysis_folder(tmp_path):
     # the run folder itself and the folders `run` writes (a loose fit.json beside the run's report read as the run's)
     (run / "logs").mkdir()
     for target, where in ((run, "is the output folder"), (run / "logs", f"is inside {run / 'logs'}"),
-                          (run / "parts" / "x", f"is inside {run / 'parts'}")):  # fmt: skip
+                          (run / "parts" / "x", f"is inside {run / 'parts'}"),
+                          # the fit stage's staging folder: a fit.partial/ it did not leave made `run` refuse the folder
+                          (run / "fit.partial", f"is inside {run / 'fit.partial'}")):  # fmt: skip
         res = CliRunner().invoke(_cli_app(), ["fit", str(run / "runs.csv"), "--starts", "5", "--out", str(target)])
         assert res.exit_code == 2, res.output
         assert f"{where} of the `loopscale run` in {run}" in res.output and f"--out {run / 'my_fit'}" in res.output
     assert not (run / "fit.json").exists() and not list((run / "logs").iterdir()) and not (run / "parts").exists()
+    assert not (run / "fit.partial").exists()
     # a command's folder before its run_meta.json (a first run writes it when its first stage ends; a sweep never):
     # known by the record every command writes when it starts
     early = tmp_path / "early"
