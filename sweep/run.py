@@ -737,7 +737,8 @@ def _corpus_absent_for_fit(spec, out: Path) -> bool:
 
 def nothing_to_fit(spec, out: Path) -> str | None:
     """Why ``run`` in ``out`` can only fail, or None: every run of the grid has a finished record (so none is
-    trained again) and not one is ok (each diverged or did not learn), so the fit has nothing to fit. ``run`` and
+    trained again) and not one is ok (each diverged or did not learn), or fewer are ok than the joint law's 6
+    parameters, so the fit has nothing it can fit. ``run`` and
     its dry run refuse such a folder at once, and ``status`` says it instead of ``--resume`` (which trained
     nothing and ended in "no runs with status 'ok' to fit"). A folder whose grid is not known yet (no LR table, an
     unreadable file) is not judged here."""
@@ -750,15 +751,23 @@ def nothing_to_fit(spec, out: Path) -> str | None:
 def nothing_to_fit_in(out, cells, latest: dict) -> str | None:
     """:func:`nothing_to_fit` for the grid ``cells`` of ``out`` and ``latest``, its newest record of each run
     ({run id: record}, as :meth:`loopscale.sweep.store.ResultsStore.recorded` gives it)."""
+    from loopscale.fit.laws import make_law
+
     rows = [latest.get(c.run_id) for c in cells]
-    if any(r is None or r["status"] in ("ok", "failed") for r in rows):
+    if any(r is None or r["status"] == "failed" for r in rows):  # a failed run is trained again by --resume
         return None
-    counts = Counter(r["status"] for r in rows)
-    said = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return (f"every run of the grid in {out} finished and none is ok ({said}): there is nothing to fit, and a "
-            "finished run is not trained again; the LR is likely too high: lower it (lr: {fixed: ...}, or lr: tune) "
-            "and train in a new --out folder (loopscale sweep SPEC --out DIR --force moves these runs aside and "
-            "trains the same spec again)")
+    k = make_law("joint").n_params
+    n_ok = sum(r["status"] == "ok" for r in rows)
+    if n_ok >= k:
+        return None
+    counts = Counter(r["status"] for r in rows if r["status"] != "ok")
+    said = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    head = (f"every run of the grid in {out} finished and none is ok ({said}): there is nothing to fit" if not n_ok
+            else f"every run of the grid in {out} finished and only {n_ok} of {len(rows)} are ok (the others: {said}), "
+                 f"fewer than the joint law's {k} parameters: there is nothing the fit can fit")  # fmt: skip
+    return (head + ", and a finished run is not trained again; the LR is likely too high: lower it (lr: {fixed: "
+            "...}, or lr: tune) and train in a new --out folder (loopscale sweep SPEC --out DIR --force moves these "
+            "runs aside and trains the same spec again)")
 
 
 def _read_as_run_reads(spec, out: Path) -> None:

@@ -258,6 +258,39 @@ def test_a_folder_whose_runs_all_finished_without_one_ok_is_refused_and_status_s
                    "did_not_learn (...) (2)")
 
 
+def test_a_folder_whose_runs_all_finished_with_too_few_ok_for_the_law_is_refused_as_well(tmp_path):
+    """Half the runs diverged or did not learn (an LR table with one LR far too high) and 4 ok runs were left, fewer
+    than the joint law's 6 parameters: the dry run refused nothing, status gave `--resume`, and `run --resume` ended
+    each time in "4 run(s) left is fewer than the 6 parameters". Such a folder is now refused as one without an ok
+    run, naming the counts; with 6 ok runs, or a run still to train, it is not."""
+    from loopscale.sweep.run import nothing_to_fit
+
+    spec = preset_spec("smoke")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spec.yaml").write_text(spec_to_yaml(spec))
+    (out / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 60.0}}))
+    store = ResultsStore(out)
+    cells = spec.cells()
+    for i, c in enumerate(cells):
+        rec = {"status": "ok", "final_val_loss": 3.0} if i < 4 else {"status": "did_not_learn" if i < 6 else "diverged"}
+        store.write_run(run_record(c, rec))
+    store.consolidate()
+    said = (f"every run of the grid in {out} finished and only 4 of 16 are ok (the others: 10 diverged, 2 did not "
+            "learn), fewer than the joint law's 6 parameters: there is nothing the fit can fit, and a finished run "
+            "is not trained again; the LR is likely too high")  # fmt: skip
+    assert nothing_to_fit(spec, out).startswith(said)
+    st = collect_status(out)
+    assert st["resume_with"] is None and st["nothing_to_fit"].startswith(said)
+    assert any(line.startswith("cannot continue: every run of the grid") for line in format_status(st))
+    store.forget({cells[5].run_id})  # a run left to train: --resume may add an ok run
+    assert nothing_to_fit(spec, out) is None
+    store.write_run(run_record(cells[5], {"status": "ok", "final_val_loss": 3.0}))
+    store.write_run(run_record(cells[6], {"status": "ok", "final_val_loss": 3.0}))
+    store.consolidate()
+    assert nothing_to_fit(spec, out) is None  # 6 ok runs: as many as the law's parameters
+
+
 def test_a_sweep_folder_whose_runs_all_diverged_says_its_error_and_that_nothing_is_left_to_fit(tmp_path):
     """`loopscale sweep` of a grid whose every run diverged exits 1 with "0 of 4 runs finished". Its folder's status
     read "finished, stage done" (the sweep's runs did all finish) and gave neither that error nor why `loopscale fit`
