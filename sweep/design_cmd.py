@@ -864,6 +864,26 @@ _BUSY_WHY = ("it writes the folder's spec.yaml and a prediction that the run's r
              "before its runs")
 
 
+def _refuse_trained_folder(out: Path) -> None:
+    """Refuse ``design --out`` into a folder that holds recorded runs: a design predicts a run before it trains,
+    and the folder's report sets its prediction beside the runs as the one they were designed by, so a prediction
+    made afterwards (other draws, another pilot) would replace that one there. Raises ValueError; nothing is
+    changed."""
+    from loopscale.sweep.store import ResultsStore
+
+    if not ((out / "runs.parquet").exists() or (out / "parts").is_dir()):
+        return
+    n = len(ResultsStore(out).recorded())
+    if not n:
+        return
+    kept = f" (its prediction, {DESIGN_PREDICTION}, stays as it is)" if (out / DESIGN_PREDICTION).is_file() else ""
+    raise ValueError(
+        f"--out {out} holds {n} trained run{'s' * (n != 1)}: a design predicts a run before it trains, and that "
+        f"folder's report would show this prediction beside them as the one they were designed by{kept}; write "
+        "this prediction to a new folder (--out OTHER), or to the folder of the run it is for before that trains"
+    )
+
+
 def design_cmd(
     spec_path: SpecArg = None,
     preset: PresetOpt = None,
@@ -883,8 +903,9 @@ def design_cmd(
         None, "--out", help="Also write the prediction to OUT/design_prediction.json (the run folder of "
         "`loopscale run --out OUT`: its report then sets the predicted half-widths next to the achieved ones; an "
         "earlier prediction there is moved to OUT/earlier_design_<UTC time>/) and records the spec there, as `run` "
-        "does; a folder of another spec is refused before anything is simulated (one holding only a design "
-        "prediction takes this spec with other seeds; `run` there then takes any seeds the design simulated).",
+        "does; a folder of another spec, or one holding trained runs, is refused before anything is simulated (one "
+        "holding only a design prediction takes this spec with other seeds; `run` there then takes any seeds the "
+        "design simulated).",
     ),  # fmt: skip
 ) -> None:
     """Predict, from a pilot, each candidate design's phi / r^phi / worth-in-layers half-widths and training time."""
@@ -912,6 +933,7 @@ def design_cmd(
                              "a `loopscale run` will train in; give a new folder (or that run's --out)")  # fmt: skip
         refuse_foreign_files(out)  # someone else's report.md there, which the run would replace
         check_folder_spec(out, spec, any_seeds=True)  # a folder of this design alone may change its seeds
+        _refuse_trained_folder(out)
     res = _design_with_progress(spec, pilot, minutes=minutes, cpus=cpus, seeds=counts, n_sim=n_sim, starts=starts,
                                 seed=seed)
     if out is not None:

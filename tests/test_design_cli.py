@@ -851,3 +851,24 @@ def test_a_design_folder_takes_the_seeds_for_tune_lr_too_and_holds_once_a_comman
     with pytest.raises(SpecError) as parsed:
         parse_spec(bad)
     assert str(built.value) == str(parsed.value) and "tokenz" in str(built.value) and str(built.value).count(";") >= 1
+
+
+def test_design_out_refuses_a_folder_that_holds_trained_runs(tmp_path):
+    """`design --out RUNDIR` after the run had trained there moved the prediction the run was designed by aside and
+    wrote a new one (other draws), which the rebuilt report showed as the design. A folder that holds trained runs
+    is now refused before anything is simulated, the same spec too, and its prediction is left as it is."""
+    from loopscale.sweep.store import ResultsStore, run_record
+
+    spec, path, spec_file, out = _design_folder(tmp_path, "2", n_sim=2)
+    first = (out / "design_prediction.json").read_text()
+    store = ResultsStore(out)
+    for c in spec.cells()[:3]:  # as `run --out RUNDIR` records its runs
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0}))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", "--seeds", "2",
+                                   "--n-sim", "2", "--starts", "4", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert (f"--out {out} holds 3 trained runs: a design predicts a run before it trains" in " ".join(res.output.split())
+            and "(its prediction, design_prediction.json, stays as it is)" in " ".join(res.output.split())), res.output
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert (out / "design_prediction.json").read_text() == first
