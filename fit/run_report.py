@@ -718,11 +718,16 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             "intervals and the identification verdict)"
         )
     if ana is None:
-        n_done = int((runs["status"] == "ok").sum()) if "status" in runs.columns else len(runs)
+        # a finished run is one of any status but failed (a failed run is trained again): diverged and
+        # did_not_learn runs are not, and are counted with the ok ones
+        done = runs[runs["status"] != "failed"] if "status" in runs.columns else runs
+        kinds = done["status"].value_counts() if "status" in done.columns else None
+        how = ("" if kinds is None or set(kinds.index) <= {"ok"} else
+               " (" + ", ".join(f"{int(n)} {str(k).replace('_', ' ')}" for k, n in kinds.items()) + ")")  # fmt: skip
         raise FileNotFoundError(
             f"{ana_path} not found: the report is built from the fit stage of `loopscale run`; run it on this "
-            f"folder: `{_rerun_line(d)}` (the {n_done} "
-            "finished runs there are not trained again; runs not finished yet are trained first, then the fit "
+            f"folder: `{_rerun_line(d)}` (the {len(done)} "
+            f"finished runs there{how} are not trained again; runs not finished yet are trained first, then the fit "
             f"stage and the report run; `loopscale status {shlex.quote(str(d))}` says how many are pending)"
         )
     meta = read_json_or_aside(str(d / "run_meta.json")) or {}

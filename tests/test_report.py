@@ -111,6 +111,14 @@ def test_report_of_a_sweep_folder_or_a_file_says_what_to_run(tmp_path):
     text = " ".join(res.output.split())
     assert f"the {n_ok} finished runs there are not trained again; runs not finished yet are trained first" in text
     assert "only the fit stage" not in text and f"loopscale status {run}" in text
+    # runs that diverged or did not learn finished too (only a failed run is trained again): counted, by status
+    runs = pq.read_table(run / "runs.parquet").to_pandas()
+    runs.loc[runs.index[:3], "status"] = ["diverged", "did_not_learn", "failed"]
+    runs.to_parquet(run / "runs.parquet")
+    res = CliRunner().invoke(app, ["report", str(run)])
+    text = " ".join(res.output.split())
+    assert (f"the {len(runs) - 1} finished runs there ({len(runs) - 3} ok, 1 diverged, 1 did not learn) are not "
+            "trained again") in text, text
     res = CliRunner().invoke(app, ["report", str(run / "spec.yaml")])
     assert res.exit_code == 2 and "is a file: give the output folder" in res.output, res.output
 
