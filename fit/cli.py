@@ -121,9 +121,23 @@ def _out_dir_lock(out: Path):
 
 
 UNFINISHED_GRID_NOTE = None
-"""``(table path) -> str | None``: the warning ``fit`` prints (``--json``: ``unfinished_grid``) for a run folder's table
-that lacks runs its spec plans. The loopscale command line sets it (:func:`loopscale.sweep.run.unfinished_grid_note`):
-fit/ reads tables and knows no spec."""
+"""``(table path, refused=False) -> str | None``: the warning ``fit`` prints (``--json``: ``unfinished_grid``) for a run
+folder's table that lacks runs its spec plans (``refused=True``: the words added to the error of a fit refused for too
+few runs). The loopscale command line sets it (:func:`loopscale.sweep.run.unfinished_grid_note`): fit/ reads tables
+and knows no spec."""
+
+
+def _fit_of_folder(fit_table, table, law: str, kw: dict):
+    """``fit_table(table, law, **kw)``; a fit refused for too few runs ("... is fewer than the 6 parameters ...; add
+    runs") of a run or sweep folder whose spec plans runs not trained yet gets :data:`UNFINISHED_GRID_NOTE`'s count of
+    them and where to train them added to its message (ValueError)."""
+    try:
+        return fit_table(table, law, **kw)
+    except ValueError as e:
+        if "fewer than the" in str(e) and UNFINISHED_GRID_NOTE is not None and (
+                why := UNFINISHED_GRID_NOTE(table, refused=True)):  # fmt: skip
+            raise ValueError(f"{e}; {why}") from None
+        raise
 
 
 def fit_cmd(
@@ -322,7 +336,7 @@ def fit_cmd(
             warnings.filterwarnings("ignore", message=r"bootstrap: \d+ of \d+ cells have one seed")
             if not bootstrap or (address is None and num_gpus is None and ray_temp_dir is None):
                 # serial for 1 worker, else a fresh embedded local Ray started (and stopped) by the bootstrap itself
-                tf = fit_table(table, law, **kw)
+                tf = _fit_of_folder(fit_table, table, law, kw)
             else:
                 from loopscale.fit.io import read_table
                 from loopscale.fit.table_fit import one_variant
@@ -333,7 +347,7 @@ def fit_cmd(
                 # Ray's INFO lines (its start-up, the token-authentication notice) stay off the console, as when the
                 # bootstrap starts its own Ray; its warnings still show
                 with opts.session(logging_level=logging.WARNING):
-                    tf = fit_table(table, law, **kw)
+                    tf = _fit_of_folder(fit_table, table, law, kw)
         fit, boot, data, variant, rep = tf.fit, tf.boot, tf.data, tf.variant, tf.replicates
         flat_terms, ident = tf.flat_terms, tf.identification
         summary = summary_dict(fit, boot)

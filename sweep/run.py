@@ -357,12 +357,13 @@ def _grid_cells_if_known(spec, out: Path):
         return None
 
 
-def unfinished_grid_note(table) -> str | None:
+def unfinished_grid_note(table, refused: bool = False) -> str | None:
     """``loopscale fit``'s warning for a run or sweep folder given as the table (or its ``runs.parquet``): the runs
     its spec (``spec.yaml``) plans that ``runs.parquet`` does not hold yet (a sweep stopped part-way), counted and
     named; None for a table outside such a folder, a grid whose every run is there, or a table holding none of the
     grid's runs (another grid's, or runs defined by another loopscale). A fit of part of a grid can miss whole cells
-    (a width's r = 1 runs), and nothing said so."""
+    (a width's r = 1 runs), and nothing said so. ``refused``: the words for a fit refused for too few runs (it
+    said "add runs" of a grid whose runs were not trained yet), which end with where to train them."""
     folder = Path(table)
     if folder.name == "runs.parquet":  # the folder's table, given by its file or (read_table) by its folder
         folder = folder.parent
@@ -390,10 +391,13 @@ def unfinished_grid_note(table) -> str | None:
         return f"r = {c.r}, size {c.size}, {budget}, seed {c.seed}" + (f", {c.variant}" if c.variant != "baseline" else "")
 
     shown = "; ".join(name(c) for c in missing[:3]) + (f"; and {len(missing) - 3} more" if len(missing) > 3 else "")
+    status = f"`loopscale status {shlex.quote(str(folder))}`"
     return (
         f"{folder}'s spec plans {len(cells)} runs and runs.parquet holds {len(cells) - len(missing)} of them: "
-        f"{len(missing)} not trained yet ({shown}); this fit is of the runs there are (a missing cell changes every "
-        f"parameter); `loopscale status {shlex.quote(str(folder))}` says what is left and the command that trains it"
+        f"{len(missing)} not trained yet ({shown}); "
+        + (f"train them first: {status} gives the command that does" if refused else
+           f"this fit is of the runs there are (a missing cell changes every parameter); {status} says what is left "
+           "and the command that trains it")  # fmt: skip
     )
 
 

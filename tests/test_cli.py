@@ -701,6 +701,19 @@ def test_fit_of_a_stopped_sweeps_folder_says_which_planned_runs_are_missing(tmp_
     shutil.copy(tmp_path / "runs.parquet", tmp_path / "copy" / "runs.parquet")
     res = CliRunner().invoke(app, ["fit", str(tmp_path / "copy" / "runs.parquet"), "--starts", "10", "--json"])
     assert res.exit_code == 0 and "unfinished_grid" not in json.loads(res.stdout)
+    # too few runs trained for the law: the fit's refusal said "add runs"; it now says they are not trained yet
+    few = tmp_path / "few"
+    few.mkdir()
+    (few / "spec.yaml").write_text(spec_to_yaml(spec))
+    for c in [c for c in cells if c not in left][:3]:
+        ResultsStore(few).write_run(record(c))
+    ResultsStore(few).consolidate()
+    res = CliRunner().invoke(app, ["fit", str(few), "--starts", "10"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and ("3 run(s) left is fewer than the 6 parameters of law 'joint'; add runs; "
+                                   f"{few}'s spec plans {len(cells)} runs and runs.parquet holds 3 of them: "
+                                   f"{len(cells) - 3} not trained yet (") in text, text  # fmt: skip
+    assert f"train them first: `loopscale status {few}` gives the command that does" in text
     for c in left:
         store.write_run(record(c))
     store.consolidate()
