@@ -475,7 +475,8 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
         grid_ok = part(self._check_grid, grid)
         part(self._check_seeds, {"seeds", "r", "data_seed", "ladder"})
         part(self._check_variants, {"variants"})
-        if grid_ok:  # lr.table names sizes of the grid
+        # lr's own form (a positive fixed LR) reads no other key; lr.table names sizes and r of the grid
+        if part(self._check_lr_form, {"lr"}) and grid_ok:
             part(self._check_lr, {"lr", "r", "ladder", *grid})
         part(self._check_training, {"lr_data_exponent", "training", "resources"})
         if (problems or invalid) and grid_ok:
@@ -603,18 +604,33 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
             raise ValueError(f"variants must be distinct, got {names}: each name once, {twice} listed more than "
                              f"once{lanes}")
 
+    def _check_lr_form(self) -> None:
+        """lr's own form, which reads no other key: 'tune', ``{fixed: <a positive LR>}`` or ``{table: <a mapping>}``.
+        Raises: ValueError."""
+        if self.lr == "tune":
+            return
+        keys = set(self.lr)
+        if keys == {"fixed"}:
+            if not _positive_lr(self.lr["fixed"]):
+                raise ValueError(f"lr.fixed must be a positive number, got {self.lr['fixed']!r}"
+                                 + _quoted_hint(self.lr["fixed"]))  # fmt: skip
+        elif keys == {"table"}:
+            if not isinstance(self.lr["table"], dict):
+                raise ValueError("lr.table must map size -> lr or size -> {r: lr}")
+        else:
+            close = [m for k in sorted(keys) if (m := _closest(str(k), ["fixed", "table"]))]
+            raise ValueError(
+                f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}"
+                + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else "")
+            )
+
     def _check_lr(self) -> None:
-        """lr: 'tune', a positive fixed LR, or a table of every size (and r) of the grid. Raises: ValueError."""
+        """An lr.table (once :meth:`_check_lr_form` passed) has a positive LR for every size (and r) of the grid, and
+        no entry for another. Raises: ValueError."""
         if self.lr != "tune":
             keys = set(self.lr)
-            if keys == {"fixed"}:
-                if not _positive_lr(self.lr["fixed"]):
-                    raise ValueError(f"lr.fixed must be a positive number, got {self.lr['fixed']!r}"
-                                     + _quoted_hint(self.lr["fixed"]))  # fmt: skip
-            elif keys == {"table"}:
+            if keys == {"table"}:
                 tab = self.lr["table"]
-                if not isinstance(tab, dict):
-                    raise ValueError("lr.table must map size -> lr or size -> {r: lr}")
 
                 def as_int(k: Any) -> int | None:
                     try:
@@ -653,12 +669,6 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
                         if not _positive_lr(w):
                             key = f"[{s}][{where}]" if isinstance(v, dict) else f"[{s}]"
                             raise ValueError(f"lr.table{key} must be a positive number, got {w!r}" + _quoted_hint(w))
-            else:
-                close = [m for k in sorted(keys) if (m := _closest(str(k), ["fixed", "table"]))]
-                raise ValueError(
-                    f"lr must be 'tune', {{fixed: <lr>}} or {{table: ...}}, got keys {sorted(keys)}"
-                    + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else "")
-                )
 
     def _check_training(self) -> None:
         """lr_data_exponent only with Muon / MuonH; resources.gpus above 1 whole. Raises: ValueError."""

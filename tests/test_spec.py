@@ -357,6 +357,15 @@ def test_a_spec_with_bad_keys_and_problems_across_keys_names_both_in_one_round()
         parse_spec(_bad(lambda d: d.update(sizes=[16, 30], lr={"fixed": -0.01})))
     assert str(e.value) == ("invalid sweep spec: lr.fixed must be a positive number, got -0.01; sizes: size 30 at r=1 is "
                             "invalid: d_model must be divisible by head_dim: d_model=30, head_dim=16 (try d_model=32)")
+    # a negative fixed LR reads no other key: said beside a bad r (its check was held back with lr.table's, which
+    # reads r)
+    with pytest.raises(SpecError) as e:
+        parse_spec(_bad(lambda d: d.update(r=[1, 2, 0], lr={"fixed": -1})))
+    assert str(e.value) == ("invalid sweep spec: r: r must hold distinct integers >= 1, got [1, 2, 0]; lr.fixed must "
+                            "be a positive number, got -1")
+    with pytest.raises(SpecError) as e:  # lr.table's entries are checked against the grid's r once r is valid
+        parse_spec(_bad(lambda d: d.update(r=[1, 2, 0], lr={"table": {16: {1: 0.01, 5: 0.01}}})))
+    assert str(e.value) == "invalid sweep spec: r: r must hold distinct integers >= 1, got [1, 2, 0]"
     with pytest.raises(SpecError) as e:
         parse_spec(_bad(lambda d: d.update(tokens=[2048, 2050], r=[1, 3, 4])))
     assert "valid r: [1, 2, 4, 8]; tokens: 2048 and 2050 both round to D = 2048 tokens" in str(e.value)
