@@ -872,3 +872,14 @@ def test_design_out_refuses_a_folder_that_holds_trained_runs(tmp_path):
             and "(its prediction, design_prediction.json, stays as it is)" in " ".join(res.output.split())), res.output
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     assert (out / "design_prediction.json").read_text() == first
+
+
+def test_design_cpus_and_n_sim_out_of_range_are_refused_by_the_parser(tmp_path):
+    """`design --cpus 0` and `--n-sim 1` were plain error lines from the design itself, where other commands' options
+    out of range (`--num-cpus 0`, `--bootstrap -1`) are refused by the command-line parser with its usage box."""
+    spec, path, _ = _pilot(tmp_path, seeds=2)
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(spec_to_yaml(spec))
+    for opt, value, bound in (("--cpus", "0", "greater than or equal to 1"), ("--n-sim", "1", "greater than or equal to 2")):
+        res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", opt, value])
+        assert res.exit_code == 2 and f"Invalid value for '{opt}'" in res.output and bound in res.output, res.output
