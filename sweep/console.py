@@ -81,6 +81,17 @@ def tune_metrics_never_written(message: str) -> bool:
     )
 
 
+TUNE_LOGGER = "ray.tune.tune"
+
+
+def tune_stop_signal(message: str) -> bool:
+    """Whether the message is one of Tune's two warnings on a Ctrl-C or SIGTERM of the driver: "Stop signal received
+    (e.g. via SIGINT/Ctrl+C), ending Ray Tune run ..." and "Experiment has been interrupted, but the most recent state
+    was saved ...". The command's own ``interrupted: ...`` line says the same and what to run next (``--resume``),
+    so they stay in ``OUT/logs/ray.log``."""
+    return message.startswith(("Stop signal received", "Experiment has been interrupted, but the most recent state"))
+
+
 TUNE_SYNC_LOGGER = "ray.tune.execution.experiment_state"
 SYNCER_LOGGER = "ray.train._internal.syncer"
 
@@ -339,6 +350,7 @@ def session(
                 _stop_notices_to(con),
                 _capture(con.log_path, con),
                 warning_as_info(TUNE_ANALYSIS_LOGGER, tune_metrics_never_written),
+                warning_as_info(TUNE_LOGGER, tune_stop_signal),
                 warning_as_info(TUNE_SYNC_LOGGER, tune_sync_met_a_renamed_temp_file, levels=(logging.ERROR,)),
                 warning_as_info(SYNCER_LOGGER, tune_sync_met_a_renamed_temp_file, one_line=True),
             ):

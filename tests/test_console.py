@@ -480,6 +480,42 @@ def test_tune_metrics_of_interrupted_trials_stay_off_the_console(tmp_path, capfd
     assert not logging.getLogger(console.TUNE_ANALYSIS_LOGGER).filters
 
 
+def test_tunes_stop_signal_warnings_stay_off_the_console(tmp_path, capfd):
+    """On a Ctrl-C of `run` or `sweep` while the grid trained, Tune's "Stop signal received ..." and "Experiment has
+    been interrupted ..." warnings reached the console between the progress line and the command's own
+    `interrupted: ...` line, which says the same with what to run next: they stay in ray.log, and other warnings of
+    that logger still reach the console."""
+    import logging
+
+    stream = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(filename)s:%(lineno)s -- %(message)s"))
+    log = logging.getLogger(console.TUNE_LOGGER)
+    log.addHandler(handler)
+    old_level, old_propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        with console.session(tmp_path, json_mode=False):
+            log.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run. This will try to "
+                        "checkpoint the experiment state one last time. Press CTRL+C (or send SIGINT/SIGKILL/SIGTERM) "
+                        "to skip.")  # fmt: skip
+            log.warning("Experiment has been interrupted, but the most recent state was saved.\nResume experiment "
+                        "with: Tuner.restore(path=...)")  # fmt: skip
+            log.warning("Another warning of tune.py")
+            stream.flush()
+        err = capfd.readouterr().err
+        assert "Stop signal received" not in err and "Experiment has been interrupted" not in err, err
+        assert "Another warning of tune.py" in err
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+        log.propagate = old_propagate
+    kept = (tmp_path / "logs" / "ray.log").read_text()
+    assert "Stop signal received" in kept and "Experiment has been interrupted" in kept
+    assert not logging.getLogger(console.TUNE_LOGGER).filters
+
+
 def test_tune_metrics_never_written_matches_only_missing_files():
     missing = ("Failed to fetch metrics for 2 trial(s):\n- t1: FileNotFoundError('Could not fetch metrics for t1: both "
                "result.json and progress.csv were not found at /x')\n- t2: FileNotFoundError('... were not found at /y')")  # fmt: skip
