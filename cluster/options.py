@@ -460,7 +460,7 @@ EXIT_TERMINATED = 143
 
 
 class CommandFailed(RuntimeError):
-    """A command ran but nothing it produced is usable (e.g. "0 of N runs finished: <most common error>")."""
+    """A command ran but nothing it produced is usable (e.g. "0 of N runs finished ok: <most common error>")."""
 
 
 class Interrupted(RuntimeError):

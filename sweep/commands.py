@@ -138,7 +138,7 @@ def run_sweep(
         SpecError / ValueError / FileNotFoundError: bad spec, GPUs requested where none exist, no LR table, a bad
             ``--track`` or its package missing (all before Ray starts).
         SweepInterrupted: the driver was stopped (SIGINT); the state is saved, rerun with ``resume=True``.
-        NoRunFinished: not one of the cells finished with status ok ("0 of N runs finished: <most common
+        NoRunFinished: not one of the cells finished with status ok ("0 of N runs finished ok: <most common
             error>"); the results that exist are still consolidated first.
     """
     from loopscale.cluster.storage import absolute_uri
@@ -472,7 +472,7 @@ def sweep_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
 ) -> None:
     """Stage 2: train every grid cell of SPEC on Ray Tune and write runs.parquet / curves.parquet. Exits 1 when
-    not one run finished ("0 of N runs finished: <most common error>")."""
+    not one run finished ("0 of N runs finished ok: <most common error>")."""
     t0 = time.time()
     ray = ClusterOptions(address=address, num_cpus=num_cpus, num_gpus=num_gpus, ray_temp_dir=ray_temp_dir)
     path = _run_stage(

@@ -604,7 +604,7 @@ def result_grid_errors(result_grid) -> list[str]:
 
 
 class NoRunFinished(CommandFailed):
-    """Not one run of a command finished: the message is "0 of N runs finished: <most common error>".
+    """Not one run of a command finished: the message is "0 of N runs finished ok: <most common error>".
     ``resumable`` False: ``--resume`` of the folder would end the same way (the message says what to change
     instead); ``loopscale status`` then offers no ``--resume`` line."""
 
@@ -617,12 +617,12 @@ def no_run_finished(n_total: int, reasons: list[str]) -> NoRunFinished:
     from collections import Counter
 
     if not reasons:
-        return NoRunFinished(f"0 of {n_total} runs finished (no error was recorded; see the Tune logs)")
+        return NoRunFinished(f"0 of {n_total} runs finished ok (no error was recorded; see the Tune logs)")
     ranked = Counter(reasons).most_common()
     (top, k), rest = ranked[0], ranked[1:]
     also = "; ".join(f"{why} ({n})" for why, n in rest[:2]) + (f"; {len(rest) - 2} other reasons" if len(rest) > 2
                                                                 else "")  # fmt: skip
-    return NoRunFinished(f"0 of {n_total} runs finished: {top} ({k} of {len(reasons)} failures)"
+    return NoRunFinished(f"0 of {n_total} runs finished ok: {top} ({k} of {len(reasons)} failures)"
                          + (f"; also {also}" if also else ""))  # fmt: skip
 
 

@@ -766,7 +766,7 @@ def rejected_note(size: int, r: int, study, tune=None) -> str | None:
 
 
 def _no_healthy_trial(spec, failures: dict, n_studies: int, n_trials: int, plotted: list = ()):
-    """The error for studies without a healthy trial: "0 of N runs finished: <most common error>" when every trial
+    """The error for studies without a healthy trial: "0 of N runs finished ok: <most common error>" when every trial
     of every study raised, else "all N trials diverged or did not learn at LR in [a, b]" per study (or, where ASHA
     pruned some, "no trial of N learned ...: k diverged or did not learn ... and p were stopped early"), with what to
     do next (and the ``plotted`` loss-vs-LR figures' paths)."""

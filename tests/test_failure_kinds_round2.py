@@ -453,7 +453,7 @@ def test_value_every_run_rejects_is_caught_before_ray(tmp_path):
 
 def test_no_run_finished_never_exits_zero(tmp_path, monkeypatch):
     """Every trial fails (an injected error, no retries): ``sweep`` and ``run`` exit non-zero with one line
-    "0 of N runs finished: <most common error>" instead of exit 0 with zero rows."""
+    "0 of N runs finished ok: <most common error>" instead of exit 0 with zero rows."""
     failing = dict(TINY, max_failures=0)
     p = _cli(
         "sweep",
@@ -466,7 +466,7 @@ def test_no_run_finished_never_exits_zero(tmp_path, monkeypatch):
     )
     assert p.returncode == 1, p.stderr[-3000:]
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
-    assert line == ["error: 0 of 2 runs finished: RuntimeError: injected failure at step 4 "
+    assert line == ["error: 0 of 2 runs finished ok: RuntimeError: injected failure at step 4 "
                     f"({FAULT_ENV}=1, run …) (2 of 2 failures)"]  # fmt: skip
     # run: the same line and exit code when its sweep stage raises it (run_pipeline calls run_sweep)
     from typer.testing import CliRunner
@@ -484,7 +484,7 @@ def test_no_run_finished_never_exits_zero(tmp_path, monkeypatch):
         app, ["run", str(_write_spec(tmp_path / "g.yaml", grid)), "--out", str(tmp_path / "r")]
     )
     assert res.exit_code == 1, res.output
-    assert "error: 0 of 8 runs finished: RuntimeError: injected failure (8 of 8 failures)" in res.output
+    assert "error: 0 of 8 runs finished ok: RuntimeError: injected failure (8 of 8 failures)" in res.output
     assert not (tmp_path / "r" / "report.md").exists()
 
 
@@ -555,7 +555,7 @@ def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
     """LR in [10, 100]: every trial collapses to the same flat loss; it used to be stored COMPLETE and LR 26.5
     chosen (LR in [100, 1000]: NaN stored at 1e9, LR 354 chosen). Now such trials are Optuna FAIL with the
     reason, and with no healthy trial ``tune-lr`` exits 1 with "all N trials diverged or did not learn at LR in
-    [a, b]" and writes no LR table. When every trial raises, the line is "0 of N runs finished: <error>"."""
+    [a, b]" and writes no LR table. When every trial raises, the line is "0 of N runs finished ok: <error>"."""
     import optuna
 
     from loopscale.sweep.lr_search import unhealthy_reason
@@ -584,7 +584,7 @@ def test_diverged_or_collapsed_lr_is_never_chosen(tmp_path):
     p = _cli("tune-lr", str(_write_spec(tmp_path / "err.yaml", failing)), "--out", str(tmp_path / "err"),
              "--no-plot", "--num-cpus", "2", env={FAULT_ENV: "1"})  # fmt: skip
     assert p.returncode == 1, p.stderr[-3000:]
-    assert "error: 0 of 2 runs finished: RuntimeError: injected failure at step" in p.stderr
+    assert "error: 0 of 2 runs finished ok: RuntimeError: injected failure at step" in p.stderr
     # the rule itself: diverged, NaN, at the start level, flat; a decreasing curve is healthy
     curve = [{"step": 4, "val_loss": 4.73}, {"step": 8, "val_loss": 4.37}]
     ok = {"status": "ok", "final_val_loss": 4.37, "vocab_size": 256, "curve": curve}

@@ -143,7 +143,7 @@ def test_trial_erroring_past_its_retries_leaves_a_failed_row(ray_local, tmp_path
     monkeypatch.setenv(FAULT_ENV, "4:always")
     from loopscale.sweep.grid import NoRunFinished
 
-    with pytest.raises(NoRunFinished, match="0 of 2 runs finished: RuntimeError: injected failure"):
+    with pytest.raises(NoRunFinished, match="0 of 2 runs finished ok: RuntimeError: injected failure"):
         run_sweep(spec, out, quiet=True)  # not one run finished: an error, after the rows are consolidated
     rows = pq.read_table(out / "runs.parquet").to_pylist()
     assert {r["run_id"] for r in rows} == {c.run_id for c in spec.cells()}

@@ -254,7 +254,7 @@ def test_a_folder_whose_runs_all_finished_without_one_ok_is_refused_and_status_s
                                       "--dry-run", "--json", "--out", str(out)], capture_output=True, text=True,
                                      timeout=120).stdout)["refused"] is None  # fmt: skip
     err = str(no_run_finished(12, ["diverged (status in runs.parquet)"] * 10 + ["did_not_learn (...)"] * 2))
-    assert err == ("0 of 12 runs finished: diverged (status in runs.parquet) (10 of 12 failures); also "
+    assert err == ("0 of 12 runs finished ok: diverged (status in runs.parquet) (10 of 12 failures); also "
                    "did_not_learn (...) (2)")
 
 
@@ -292,7 +292,7 @@ def test_a_folder_whose_runs_all_finished_with_too_few_ok_for_the_law_is_refused
 
 
 def test_a_sweep_folder_whose_runs_all_diverged_says_its_error_and_that_nothing_is_left_to_fit(tmp_path):
-    """`loopscale sweep` of a grid whose every run diverged exits 1 with "0 of 4 runs finished". Its folder's status
+    """`loopscale sweep` of a grid whose every run diverged exits 1 with "0 of 4 runs finished ok". Its folder's status
     read "finished, stage done" (the sweep's runs did all finish) and gave neither that error nor why `loopscale fit`
     has nothing to fit, which `run`'s folders got. It now gives both; a sweep that ended well gives neither."""
     spec = preset_spec("smoke")
@@ -303,7 +303,7 @@ def test_a_sweep_folder_whose_runs_all_diverged_says_its_error_and_that_nothing_
     for c in spec.cells():
         store.write_run(run_record(c, {"status": "diverged"}))
     store.consolidate()
-    ended = {"how": "error", "message": "NoRunFinished: 0 of 16 runs finished: diverged (status in runs.parquet) "
+    ended = {"how": "error", "message": "NoRunFinished: 0 of 16 runs finished ok: diverged (status in runs.parquet) "
              "(16 of 16 failures)", "at": time.time()}  # fmt: skip
     import socket
 
