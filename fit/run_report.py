@@ -83,6 +83,12 @@ def _interval(ci: dict, key: str) -> tuple[float, float] | None:
     return float(v[0]), float(v[1])
 
 
+RUN_REFUSES = None
+"""``(folder) -> str | None``: why ``loopscale run`` of a folder without a fit would be refused (its runs all finished
+with nothing its fit stage can fit), said by a report of that folder in place of the command that fits it. The
+loopscale command line sets it (:func:`loopscale.sweep.run.folder_nothing_to_fit`): fit/ knows no spec."""
+
+
 def _rerun_line(d: Path, resume: bool = True) -> str:
     """The command that resumes (``resume``; else starts) the run in folder ``d`` (its ``spec.yaml``, else
     ``SPEC``), shell-quoted."""
@@ -717,6 +723,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"{shlex.quote(str(d / 'runs.parquet'))} --out DIR` (fit.json and figures in DIR; add --bootstrap N --identify for "
             "intervals and the identification verdict)"
         )
+    if ana is None and RUN_REFUSES is not None and (why := RUN_REFUSES(d)):  # `run` would refuse what it advises
+        raise FileNotFoundError(f"{ana_path} not found, and `loopscale run` cannot make it: {why}")
     if ana is None:
         # a finished run is one of any status but failed (a failed run is trained again): diverged and
         # did_not_learn runs are not, and are counted with the ok ones

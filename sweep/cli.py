@@ -98,6 +98,7 @@ def _register() -> None:
     app.add_typer(model_app, name="model")
     app.command("train")(present_errors(model_cli.train_cmd))
     fit_cli.UNFINISHED_GRID_NOTE = run_pipeline.unfinished_grid_note  # a run folder's runs its spec plans, not there yet
+    run_report.RUN_REFUSES = run_pipeline.folder_nothing_to_fit  # a report does not advise a `run` that is refused
     # the list of commands shows a help's first paragraph with its source line breaks: a one-line summary instead
     app.command("fit", short_help="Fit a scaling law (joint: phi) to a table of runs (bootstrap CIs with --bootstrap B).")(
         present_errors(_when_idle(fit_cli.fit_cmd, "`loopscale fit`", "its runs table, runs.parquet, is written when "

@@ -742,7 +742,8 @@ def _corpus_absent_for_fit(spec, out: Path) -> bool:
 def nothing_to_fit(spec, out: Path) -> str | None:
     """Why ``run`` in ``out`` can only fail, or None: every run of the grid has a finished record (so none is
     trained again) and not one is ok (each diverged or did not learn), or fewer are ok than the joint law's 6
-    parameters, so the fit has nothing it can fit. ``run`` and
+    parameters while they span two r or more (ok runs of one r: the fit stage skips the joint law and reports the
+    rest), so the fit stage has nothing it can fit. ``run`` and
     its dry run refuse such a folder at once, and ``status`` says it instead of ``--resume`` (which trained
     nothing and ended in "no runs with status 'ok' to fit"). A folder whose grid is not known yet (no LR table, an
     unreadable file) is not judged here."""
@@ -750,6 +751,20 @@ def nothing_to_fit(spec, out: Path) -> str | None:
 
     cells = _grid_cells_if_known(spec, out) if out.is_dir() else None
     return nothing_to_fit_in(out, cells, ResultsStore(out).recorded()) if cells else None
+
+
+def folder_nothing_to_fit(folder) -> str | None:
+    """:func:`nothing_to_fit` of a run or sweep folder by its ``spec.yaml``, read only (a torn file is not moved
+    aside); None when the folder has no readable spec (the caller's own reading says what is wrong)."""
+    folder = Path(folder)
+    try:
+        from loopscale.sweep.spec import load_spec
+        from loopscale.sweep.store import look_only
+
+        with look_only():
+            return nothing_to_fit(load_spec(folder / "spec.yaml"), folder)
+    except Exception:
+        return None
 
 
 def nothing_to_fit_in(out, cells, latest: dict) -> str | None:
@@ -761,14 +776,17 @@ def nothing_to_fit_in(out, cells, latest: dict) -> str | None:
     if any(r is None or r["status"] == "failed" for r in rows):  # a failed run is trained again by --resume
         return None
     k = make_law("joint").n_params
-    n_ok = sum(r["status"] == "ok" for r in rows)
-    if n_ok >= k:
+    ok_r = [c.r for c, r in zip(cells, rows, strict=True) if r["status"] == "ok"]
+    # a few ok runs of one r: the fit stage skips the joint law (single_r) and reports the rest; of two r or more
+    # and fewer than the law's parameters, it fails
+    if len(ok_r) >= k or (ok_r and len(set(ok_r)) < 2):
         return None
+    n_ok = len(ok_r)
     counts = Counter(r["status"] for r in rows if r["status"] != "ok")
     said = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     head = (f"every run of the grid in {out} finished and none is ok ({said}): there is nothing to fit" if not n_ok
             else f"every run of the grid in {out} finished and only {n_ok} of {len(rows)} are ok (the others: {said}), "
-                 f"fewer than the joint law's {k} parameters: there is nothing the fit can fit")  # fmt: skip
+                 f"fewer than the {k} parameters of the joint law `run` fits, so its fit stage cannot fit them")  # fmt: skip
     return (head + ", and a finished run is not trained again; the LR is likely too high: lower it (lr: {fixed: "
             "...}, or lr: tune) and train in a new --out folder (loopscale sweep SPEC --out DIR --force moves these "
             "runs aside and trains the same spec again)")

@@ -948,8 +948,10 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     no run ok: the error line its last command ended with, :func:`mark_ended`; None when it was interrupted or
     killed), ``resume_with`` (of a stopped folder: that command line with ``--resume``, which
     continues it, after the environment assignments its error recorded, e.g. ``RAY_AUTH_MODE=token``; else None), ``nothing_to_fit`` (of a
-    stopped folder, or a finished ``sweep`` folder, whose runs all finished and none is ok: why ``--resume`` and
-    ``loopscale fit`` cannot help, and then ``resume_with`` is None; else None), ``cannot_resume`` (of a folder whose last command ended on an error that ``--resume`` would
+    stopped folder whose runs all finished with none ok, or with fewer ok than the joint law's 6 parameters over two r
+    or more: why ``--resume`` cannot help, and then ``resume_with`` is None; of a finished ``sweep`` folder whose
+    command ended on an error, every run finished and none ok: why ``run`` and ``loopscale fit`` have nothing to
+    fit; else None), ``cannot_resume`` (of a folder whose last command ended on an error that ``--resume`` would
     meet again, e.g. no LR of the range learned: why, and then ``resume_with`` is None; else None), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
@@ -1191,7 +1193,8 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
     # a `sweep` / `tune-lr` folder whose command did all its part and still ended on an error (e.g. every run of the
     # grid diverged: nothing left to train, so "finished"): that error, and why `loopscale fit` has nothing to fit
     own_end = state == "finished" and kind in ("sweep", "tune-lr") and (record or {}).get("kind") == kind
-    if own_end and kind == "sweep" and cells:
+    ended_on_error = isinstance(ended := (record or {}).get("ended"), dict) and ended.get("how") == "error"
+    if own_end and kind == "sweep" and cells and ended_on_error:  # a sweep that ended well has what it trained
         from loopscale.sweep.run import nothing_to_fit_in
 
         nothing_to_fit = nothing_to_fit_in(out, cells, recs)

@@ -1350,3 +1350,28 @@ def test_report_command_prints_the_absolute_path_for_a_relative_folder(tmp_path,
     first = (run / "report.md").read_text(encoding="utf-8")
     assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
     assert (run / "report.md").read_text(encoding="utf-8") == first
+
+
+def test_report_of_a_folder_run_would_refuse_says_why_instead_of_advising_it(tmp_path):
+    """A folder without a fit whose runs all finished with none ok: `report` advised `loopscale run ... --resume`,
+    which `run` refuses there (nothing its fit stage can fit). It now says why `run` cannot make the fit."""
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.spec import spec_to_yaml
+    from loopscale.sweep.store import ResultsStore, run_record
+
+    spec = preset_spec("smoke")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spec.yaml").write_text(spec_to_yaml(spec))
+    store = ResultsStore(run)
+    for c in spec.cells():
+        store.write_run(run_record(c, {"status": "diverged"}))
+    store.consolidate()
+    res = CliRunner().invoke(app, ["report", str(run)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and (f"{run / 'fit' / 'analysis.json'} not found, and `loopscale run` cannot make it: "
+                                   f"every run of the grid in {run} finished and none is ok (16 diverged)") in text, text
+    assert "--resume" not in text

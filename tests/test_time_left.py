@@ -276,9 +276,10 @@ def test_a_folder_whose_runs_all_finished_with_too_few_ok_for_the_law_is_refused
         rec = {"status": "ok", "final_val_loss": 3.0} if i < 4 else {"status": "did_not_learn" if i < 6 else "diverged"}
         store.write_run(run_record(c, rec))
     store.consolidate()
+    assert len({c.r for c in cells[:4]}) > 1  # ok runs of two r or more: the joint fit fails on 4
     said = (f"every run of the grid in {out} finished and only 4 of 16 are ok (the others: 10 diverged, 2 did not "
-            "learn), fewer than the joint law's 6 parameters: there is nothing the fit can fit, and a finished run "
-            "is not trained again; the LR is likely too high")  # fmt: skip
+            "learn), fewer than the 6 parameters of the joint law `run` fits, so its fit stage cannot fit them, and a "
+            "finished run is not trained again; the LR is likely too high")  # fmt: skip
     assert nothing_to_fit(spec, out).startswith(said)
     st = collect_status(out)
     assert st["resume_with"] is None and st["nothing_to_fit"].startswith(said)
@@ -289,6 +290,14 @@ def test_a_folder_whose_runs_all_finished_with_too_few_ok_for_the_law_is_refused
     store.write_run(run_record(cells[6], {"status": "ok", "final_val_loss": 3.0}))
     store.consolidate()
     assert nothing_to_fit(spec, out) is None  # 6 ok runs: as many as the law's parameters
+    # ok runs of one r only (the looped ones diverged): the fit stage skips the joint law and reports the rest, so
+    # the folder is not refused
+    for c in cells:
+        ok = c.r == 1 and c.size == cells[0].size
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0} if ok else {"status": "diverged"}))
+    store.consolidate()
+    assert 0 < sum(c.r == 1 and c.size == cells[0].size for c in cells) < 6
+    assert nothing_to_fit(spec, out) is None
 
 
 def test_a_sweep_folder_whose_runs_all_diverged_says_its_error_and_that_nothing_is_left_to_fit(tmp_path):
@@ -327,3 +336,10 @@ def test_a_sweep_folder_whose_runs_all_diverged_says_its_error_and_that_nothing_
     (out / "logs" / "command.json").write_text(json.dumps(record))
     st = collect_status(out)
     assert st["state"] == "finished" and st["last_command_error"] is None and st["nothing_to_fit"] is None
+    # a sweep that ended well with a few ok runs (`loopscale fit --phi 0.5` fits 5): it has nothing to continue
+    for i, c in enumerate(spec.cells()):
+        store.write_run(run_record(c, {"status": "ok", "final_val_loss": 3.0} if i < 5 else {"status": "diverged"}))
+    store.consolidate()
+    st = collect_status(out)
+    assert st["state"] == "finished" and st["nothing_to_fit"] is None
+    assert not any(line.startswith("cannot continue") for line in format_status(st))
