@@ -88,8 +88,34 @@ def tune_stop_signal(message: str) -> bool:
     """Whether the message is one of Tune's two warnings on a Ctrl-C or SIGTERM of the driver: "Stop signal received
     (e.g. via SIGINT/Ctrl+C), ending Ray Tune run ..." and "Experiment has been interrupted, but the most recent state
     was saved ...". The command's own ``interrupted: ...`` line says the same and what to run next (``--resume``),
-    so they stay in ``OUT/logs/ray.log``."""
+    so they stay in ``OUT/logs/ray.log``; the first is said on the console in the command's words
+    (:data:`STOPPING_LINE`, by :func:`_say_stopping`), as Tune saves its state before that line comes."""
     return message.startswith(("Stop signal received", "Experiment has been interrupted, but the most recent state"))
+
+
+STOPPING_LINE = "stopping: Tune saves its state first (a second Ctrl-C skips that)"
+"""The console's line when Tune takes a Ctrl-C or SIGTERM of the driver (its "Stop signal received" warning, kept in
+``OUT/logs/ray.log``): the state is saved before the command's ``interrupted: ...`` line, which can take seconds."""
+
+
+@contextlib.contextmanager
+def _say_stopping(con: Console) -> Iterator[None]:
+    """While the block runs, Tune's "Stop signal received" record (demoted to INFO by :func:`tune_stop_signal`'s
+    filter, which runs first) makes ``con`` say :data:`STOPPING_LINE` once on its error stream."""
+    said = []
+
+    def say(record: logging.LogRecord) -> bool:
+        if not said and record.getMessage().startswith("Stop signal received"):
+            said.append(True)
+            con.say(STOPPING_LINE, err=True)
+        return True
+
+    log = logging.getLogger(TUNE_LOGGER)
+    log.addFilter(say)
+    try:
+        yield
+    finally:
+        log.removeFilter(say)
 
 
 TUNE_SYNC_LOGGER = "ray.tune.execution.experiment_state"
@@ -351,6 +377,7 @@ def session(
                 _capture(con.log_path, con),
                 warning_as_info(TUNE_ANALYSIS_LOGGER, tune_metrics_never_written),
                 warning_as_info(TUNE_LOGGER, tune_stop_signal),
+                _say_stopping(con),
                 warning_as_info(TUNE_SYNC_LOGGER, tune_sync_met_a_renamed_temp_file, levels=(logging.ERROR,)),
                 warning_as_info(SYNCER_LOGGER, tune_sync_met_a_renamed_temp_file, one_line=True),
             ):

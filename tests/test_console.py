@@ -483,8 +483,9 @@ def test_tune_metrics_of_interrupted_trials_stay_off_the_console(tmp_path, capfd
 def test_tunes_stop_signal_warnings_stay_off_the_console(tmp_path, capfd):
     """On a Ctrl-C of `run` or `sweep` while the grid trained, Tune's "Stop signal received ..." and "Experiment has
     been interrupted ..." warnings reached the console between the progress line and the command's own
-    `interrupted: ...` line, which says the same with what to run next: they stay in ray.log, and other warnings of
-    that logger still reach the console."""
+    `interrupted: ...` line, which says the same with what to run next: they stay in ray.log (the first said once in
+    the command's words: Tune saves its state first, a second Ctrl-C skips that), and other warnings of that logger
+    still reach the console."""
     import logging
 
     stream = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
@@ -504,9 +505,13 @@ def test_tunes_stop_signal_warnings_stay_off_the_console(tmp_path, capfd):
                         "with: Tuner.restore(path=...)")  # fmt: skip
             log.warning("Another warning of tune.py")
             stream.flush()
+            log.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run.")  # a second Ctrl-C
+            stream.flush()
         err = capfd.readouterr().err
         assert "Stop signal received" not in err and "Experiment has been interrupted" not in err, err
         assert "Another warning of tune.py" in err
+        # said in the command's words instead, once: the state is saved before the `interrupted:` line comes
+        assert err.count(console.STOPPING_LINE) == 1, err
     finally:
         log.removeHandler(handler)
         log.setLevel(old_level)
