@@ -929,10 +929,12 @@ def run_tune_lr(
     # `loopscale status`: running from here on, before Ray starts; a --storage is recorded (and claimed)
     mark_started(out, "tune-lr", storage=absolute_uri(spec.storage_path) if spec.storage_path else None)
     if spec.lr != "tune":  # tuning still answers "which LR?", but nothing downstream will read this table
+        n_studies, n_trials = len(study_keys(spec)), trials_per_study(spec.tune)
         console.current().say(
             f"note: the spec fixes the LR (lr: {', '.join(f'{k}: {v}' for k, v in spec.lr.items())}); "
             "`loopscale sweep` and `run` of it will not use this LR table (for a sweep that does: `lr: tune` in "
-            "the spec, and another --out folder)",
+            f"the spec, and another --out folder); this tunes {n_studies} stud{'y' if n_studies == 1 else 'ies'} of "
+            f"{n_trials} trials each for reference (its `tune` section), Ctrl-C to stop",
             err=True,
         )
     storage_path = absolute_uri(spec.storage_path) if spec.storage_path else str(tune_dir / "ray")

@@ -182,6 +182,10 @@ def test_tune_lr_on_a_fixed_lr_spec_says_its_table_will_not_be_used(tmp_path, mo
         run_tune_lr(preset_spec("smoke"), tmp_path / "o")  # smoke: lr: {fixed: 0.01}
     err = capsys.readouterr().err
     assert "note: the spec fixes the LR (lr: fixed: 0.01)" in err and "will not use this LR table" in err
+    from loopscale.sweep.lr_search import study_keys, trials_per_study
+
+    n, k = len(study_keys(preset_spec("smoke"))), trials_per_study(preset_spec("smoke").tune)
+    assert f"this tunes {n} studies of {k} trials each for reference" in " ".join(err.split()), err  # what it costs
     tuned = preset_spec("smoke").model_copy(update={"lr": "tune"})
     with pytest.raises(stop_at_ray):
         run_tune_lr(tuned, tmp_path / "p")
