@@ -188,7 +188,7 @@ def empty_path_argument(argv: list[str]) -> str | None:
                 j += 1
         else:
             if a == "" and k < len(args) and args[k] in paths:
-                return empty(args[k].name.upper())
+                return empty(args[k].metavar or args[k].name.upper())  # the name the usage line gives it
             k += 1
     return None
 

@@ -1691,7 +1691,7 @@ def refuse_foreign_storage(storage: str | None, out: str | Path) -> None:
 
 
 def status_cmd(
-    out: Path = typer.Argument(..., help="The --out folder of a `loopscale run`, `sweep` or `tune-lr`."),
+    out: Path = typer.Argument(..., metavar="DIR", help="The --out folder of a `loopscale run`, `sweep` or `tune-lr`."),
     storage: str | None = typer.Option(
         None, "--storage", help="Where the Tune state lives when not in OUT/tune (default: the --storage of the folder's last command, from logs/command.json)."
     ),

@@ -19,13 +19,13 @@ def test_an_empty_out_is_refused_before_anything_is_written(tmp_path, monkeypatc
     for argv in (["run", "smoke", "--out", ""], ["run", "smoke", "--out="], ["sweep", "--out", "", "smoke"]):
         assert "--out is empty" in empty_path_argument(argv)
     assert "TABLE is empty" in empty_path_argument(["fit", ""])
-    assert "OUT is empty" in empty_path_argument(["status", ""])
+    assert "DIR is empty" in empty_path_argument(["status", ""])  # its usage line names it DIR
     assert "--pilot is empty" in empty_path_argument(["design", "smoke", "--pilot", ""])
     # train's folder options are str-typed: --cache-dir '' wrote the token cache into the current directory
     assert "--cache-dir is empty" in empty_path_argument(["train", "--d-model", "16", "--cache-dir", ""])
     assert "--checkpoint-dir is empty" in empty_path_argument(["train", "--checkpoint-dir="])
     # after a flag (which takes no value) or `--`, an empty argument is still the positional's
-    assert "OUT is empty" in empty_path_argument(["status", "--json", ""])
+    assert "DIR is empty" in empty_path_argument(["status", "--json", ""])
     assert "TABLE is empty" in empty_path_argument(["fit", "--per-run", ""])
     assert "TABLE is empty" in empty_path_argument(["fit", "--", ""])
     assert empty_path_argument(["fit", "t.csv", "--out", "x", ""]) is None  # a second positional: Click's to refuse
