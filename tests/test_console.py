@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -480,6 +481,28 @@ def test_tune_metrics_of_interrupted_trials_stay_off_the_console(tmp_path, capfd
     assert not logging.getLogger(console.TUNE_ANALYSIS_LOGGER).filters
 
 
+@contextlib.contextmanager
+def _logging_to_fd2(name: str):
+    """Logger ``name`` at INFO writing only to fd 2 (as Ray's handler does when a command runs), in Ray's format;
+    yields ``(logger, stream)`` and restores the logger after."""
+    import logging
+
+    stream = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(filename)s:%(lineno)s -- %(message)s"))
+    log = logging.getLogger(name)
+    log.addHandler(handler)
+    old_level, old_propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        yield log, stream
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+        log.propagate = old_propagate
+
+
 def test_tunes_stop_signal_warnings_stay_off_the_console(tmp_path, capfd):
     """On a Ctrl-C of `run` or `sweep` while the grid trained, Tune's "Stop signal received ..." and "Experiment has
     been interrupted ..." warnings reached the console between the progress line and the command's own
@@ -488,15 +511,7 @@ def test_tunes_stop_signal_warnings_stay_off_the_console(tmp_path, capfd):
     still reach the console."""
     import logging
 
-    stream = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(filename)s:%(lineno)s -- %(message)s"))
-    log = logging.getLogger(console.TUNE_LOGGER)
-    log.addHandler(handler)
-    old_level, old_propagate = log.level, log.propagate
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    try:
+    with _logging_to_fd2(console.TUNE_LOGGER) as (log, stream):
         with console.session(tmp_path, json_mode=False):
             log.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run. This will try to "
                         "checkpoint the experiment state one last time. Press CTRL+C (or send SIGINT/SIGKILL/SIGTERM) "
@@ -512,10 +527,6 @@ def test_tunes_stop_signal_warnings_stay_off_the_console(tmp_path, capfd):
         assert "Another warning of tune.py" in err
         # said in the command's words instead, once: the state is saved before the `interrupted:` line comes
         assert err.count(console.STOPPING_LINE) == 1, err
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(old_level)
-        log.propagate = old_propagate
     kept = (tmp_path / "logs" / "ray.log").read_text()
     assert "Stop signal received" in kept and "Experiment has been interrupted" in kept
     assert not logging.getLogger(console.TUNE_LOGGER).filters

@@ -216,14 +216,9 @@ def test_a_dry_run_counts_finished_runs_whose_records_are_gone(tmp_path):
     assert collect_status(out)["runs"]["unrecorded"] == 16
 
 
-def test_a_folder_whose_runs_all_finished_without_one_ok_is_refused_and_status_says_why(tmp_path):
-    """Every run diverged or did not learn (an LR far too high): the hints led to reruns that could not help —
-    status said `--resume`, the dry run 'nothing left to train (`run` fits and reports ...)', and `run --resume`
-    trained nothing and failed in the fit. `run` and its dry run now refuse such a folder before writing anything,
-    naming the counts and what to change, and status says it instead of --resume; the sweep's own error names
-    every reason with its count."""
-    from loopscale.sweep.grid import no_run_finished
-
+def _stopped_smoke_folder(tmp_path, result_of):
+    """A stopped `run` folder of the smoke preset (spec.yaml, run_meta.json) whose every cell has a finished record,
+    the i-th cell's result ``result_of(i)``: (spec, folder, store, cells)."""
     spec = preset_spec("smoke")
     out = tmp_path / "run"
     out.mkdir()
@@ -232,8 +227,20 @@ def test_a_folder_whose_runs_all_finished_without_one_ok_is_refused_and_status_s
     store = ResultsStore(out)
     cells = spec.cells()
     for i, c in enumerate(cells):
-        store.write_run(run_record(c, {"status": "did_not_learn" if i < 2 else "diverged"}))
+        store.write_run(run_record(c, result_of(i)))
     store.consolidate()
+    return spec, out, store, cells
+
+
+def test_a_folder_whose_runs_all_finished_without_one_ok_is_refused_and_status_says_why(tmp_path):
+    """Every run diverged or did not learn (an LR far too high): the hints led to reruns that could not help —
+    status said `--resume`, the dry run 'nothing left to train (`run` fits and reports ...)', and `run --resume`
+    trained nothing and failed in the fit. `run` and its dry run now refuse such a folder before writing anything,
+    naming the counts and what to change, and status says it instead of --resume; the sweep's own error names
+    every reason with its count."""
+    from loopscale.sweep.grid import no_run_finished
+
+    spec, out, store, cells = _stopped_smoke_folder(tmp_path, lambda i: {"status": "did_not_learn" if i < 2 else "diverged"})
     said = (f"every run of the grid in {out} finished and none is ok (14 diverged, 2 did not learn): there is "
             "nothing to fit, and a finished run is not trained again; the LR is likely too high")
     dry = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", str(out / "spec.yaml"), "--dry-run",
@@ -265,17 +272,8 @@ def test_a_folder_whose_runs_all_finished_with_too_few_ok_for_the_law_is_refused
     run, naming the counts; with 6 ok runs, or a run still to train, it is not."""
     from loopscale.sweep.run import nothing_to_fit
 
-    spec = preset_spec("smoke")
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "spec.yaml").write_text(spec_to_yaml(spec))
-    (out / "run_meta.json").write_text(json.dumps({"spec_name": "smoke", "stage_wall_s": {"sweep": 60.0}}))
-    store = ResultsStore(out)
-    cells = spec.cells()
-    for i, c in enumerate(cells):
-        rec = {"status": "ok", "final_val_loss": 3.0} if i < 4 else {"status": "did_not_learn" if i < 6 else "diverged"}
-        store.write_run(run_record(c, rec))
-    store.consolidate()
+    spec, out, store, cells = _stopped_smoke_folder(tmp_path, lambda i: {"status": "ok", "final_val_loss": 3.0} if i < 4
+                                                    else {"status": "did_not_learn" if i < 6 else "diverged"})  # fmt: skip
     assert len({c.r for c in cells[:4]}) > 1  # ok runs of two r or more: the joint fit fails on 4
     said = (f"every run of the grid in {out} finished and only 4 of 16 are ok (the others: 10 diverged, 2 did not "
             "learn), fewer than the 6 parameters of the joint law `run` fits, so its fit stage cannot fit them, and a "
