@@ -386,12 +386,20 @@ def warning_as_info(
             return level <= logging.INFO
         return True
 
+    with logger_filter(logger, demote):
+        yield
+
+
+@contextlib.contextmanager
+def logger_filter(logger: str, fn: Callable[[logging.LogRecord], bool]) -> Iterator[None]:
+    """While the block runs, ``fn`` filters the records of ``logger`` (the logging module's filter protocol: it may
+    change a record, and False drops it)."""
     log = logging.getLogger(logger)
-    log.addFilter(demote)
+    log.addFilter(fn)
     try:
         yield
     finally:
-        log.removeFilter(demote)
+        log.removeFilter(fn)
 
 
 def _auth_default_notice_as_info(level: int = logging.INFO):

@@ -110,12 +110,10 @@ def _say_stopping(con: Console) -> Iterator[None]:
             con.say(STOPPING_LINE, err=True)
         return True
 
-    log = logging.getLogger(TUNE_LOGGER)
-    log.addFilter(say)
-    try:
+    from loopscale.cluster.connect import logger_filter
+
+    with logger_filter(TUNE_LOGGER, say):
         yield
-    finally:
-        log.removeFilter(say)
 
 
 TUNE_SYNC_LOGGER = "ray.tune.execution.experiment_state"
