@@ -904,7 +904,7 @@ def run_tune_lr(
     from loopscale.cluster.connect import ray_session
     from loopscale.cluster.storage import absolute_uri, read_json_or_aside, write_text_atomic
     from loopscale.sweep import console, tracking
-    from loopscale.sweep.spec import check_folder_spec, load_spec, record_folder_spec
+    from loopscale.sweep.spec import check_folder_spec, high_tune_range_warning, load_spec, record_folder_spec
     from loopscale.sweep.status import mark_started
     from loopscale.sweep.store import to_table, write_table_atomic
 
@@ -950,8 +950,6 @@ def run_tune_lr(
 
         if costly := lr_cost_left_warning(spec, out):  # the dry run's lr_warning, said before the tuning starts
             console.current().say(f"warning: {costly}", err=True)
-        from loopscale.sweep.spec import high_tune_range_warning
-
         if too_high := high_tune_range_warning(spec):  # the dry run's lr_value_warning, before any trial trains
             console.current().say(f"warning: {too_high}", err=True)
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front

@@ -627,48 +627,46 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
     def _check_lr(self) -> None:
         """An lr.table (once :meth:`_check_lr_form` passed) has a positive LR for every size (and r) of the grid, and
         no entry for another. Raises: ValueError."""
-        if self.lr != "tune":
-            keys = set(self.lr)
-            if keys == {"table"}:
-                tab = self.lr["table"]
+        if self.lr == "tune" or set(self.lr) != {"table"}:
+            return
+        tab = self.lr["table"]
 
-                def as_int(k: Any) -> int | None:
-                    try:
-                        return int(k) if not isinstance(k, bool) and float(k) == int(k) else None
-                    except (TypeError, ValueError):
-                        return None
+        def as_int(k: Any) -> int | None:
+            try:
+                return int(k) if not isinstance(k, bool) and float(k) == int(k) else None
+            except (TypeError, ValueError):
+                return None
 
-                # a mistyped size or r would be ignored without a word, as tokens' extra sizes are not
-                extra = [k for k in tab if as_int(k) not in self.all_sizes()]
-                if extra:
+        # a mistyped size or r would be ignored without a word, as tokens' extra sizes are not
+        extra = [k for k in tab if as_int(k) not in self.all_sizes()]
+        if extra:
+            raise ValueError(
+                f"lr.table has entries for {', '.join(map(repr, extra))}, not sizes of the grid "
+                f"{self.all_sizes()}: remove them (or correct the size)"
+            )
+        grid_r = sorted({*self.r, *([1] if self.ladder else [])})
+        for k, v in tab.items():
+            extra = [q for q in v if as_int(q) not in grid_r] if isinstance(v, dict) else []
+            if extra:
+                raise ValueError(
+                    f"lr.table[{k}] has entries for r = {', '.join(map(repr, extra))}, not in the grid's r "
+                    f"{grid_r}: remove them (or correct the r)"
+                )
+        for s in self.all_sizes():
+            if s not in tab and str(s) not in tab:
+                raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
+            v = tab.get(s, tab.get(str(s)))
+            if isinstance(v, dict):  # per r: every r of the grid (the ladder's plain models take r = 1's)
+                missing = [r for r in grid_r if r not in v and str(r) not in v]
+                if missing:
                     raise ValueError(
-                        f"lr.table has entries for {', '.join(map(repr, extra))}, not sizes of the grid "
-                        f"{self.all_sizes()}: remove them (or correct the size)"
+                        f"lr.table[{s}] has no entry for r = {', '.join(map(str, missing))}; it gives r = "
+                        f"{', '.join(map(str, v))} and the grid has r = {sorted(self.r)}"
                     )
-                grid_r = sorted({*self.r, *([1] if self.ladder else [])})
-                for k, v in tab.items():
-                    extra = [q for q in v if as_int(q) not in grid_r] if isinstance(v, dict) else []
-                    if extra:
-                        raise ValueError(
-                            f"lr.table[{k}] has entries for r = {', '.join(map(repr, extra))}, not in the grid's r "
-                            f"{grid_r}: remove them (or correct the r)"
-                        )
-                for s in self.all_sizes():
-                    if s not in tab and str(s) not in tab:
-                        raise ValueError(f"lr.table has no entry for size {s}; sizes: {self.all_sizes()}")
-                    v = tab.get(s, tab.get(str(s)))
-                    if isinstance(v, dict):  # per r: every r of the grid (the ladder's plain models take r = 1's)
-                        missing = [r for r in sorted({*self.r, *([1] if self.ladder else [])})
-                                   if r not in v and str(r) not in v]  # fmt: skip
-                        if missing:
-                            raise ValueError(
-                                f"lr.table[{s}] has no entry for r = {', '.join(map(str, missing))}; it gives r = "
-                                f"{', '.join(map(str, v))} and the grid has r = {sorted(self.r)}"
-                            )
-                    for where, w in v.items() if isinstance(v, dict) else [("", v)]:
-                        if not _positive_lr(w):
-                            key = f"[{s}][{where}]" if isinstance(v, dict) else f"[{s}]"
-                            raise ValueError(f"lr.table{key} must be a positive number, got {w!r}" + _quoted_hint(w))
+            for where, w in v.items() if isinstance(v, dict) else [("", v)]:
+                if not _positive_lr(w):
+                    key = f"[{s}][{where}]" if isinstance(v, dict) else f"[{s}]"
+                    raise ValueError(f"lr.table{key} must be a positive number, got {w!r}" + _quoted_hint(w))
 
     def _check_training(self) -> None:
         """lr_data_exponent only with Muon / MuonH; resources.gpus above 1 whole. Raises: ValueError."""
@@ -1756,6 +1754,11 @@ AdamW 2.84 / 4.38 / did not learn (10: diverged), Muon 2.40 / 4.56 / diverged, M
 diverged; an LR is a base that the embedding and norm groups multiply, so no bound is refused."""
 
 
+_HIGH_LR_MEASURED = ("runs of this model ended at 4.4-4.9 nats/token at LR 1 against 2.3-2.8 at LR 0.1, and diverged "
+                     "or did not learn at LR 3 and 10 (d_model 32, 128 steps; AdamW, Muon, MuonH)")
+"""The measurement of :data:`HIGH_LR`'s note, as both LR warnings say it."""
+
+
 def high_lr_warning(cells: list[Cell]) -> str | None:
     """A warning for the cells whose LR (the base LR: ``lr.fixed``, an ``lr.table`` entry, or the tuned one) is above
     :data:`HIGH_LR`, naming how many, the highest and up to three cells, or None when there are none. Such runs
@@ -1774,10 +1777,9 @@ def high_lr_warning(cells: list[Cell]) -> str | None:
     labels = list(dict.fromkeys(label(c) for c in sorted(high, key=lambda c: -c.lr)))
     named = ", ".join(labels[:3])
     return (f"{len(high)} of {len(cells)} runs train at an LR above {HIGH_LR:g} (highest {top:g}; {named}"
-            + (", ..." if len(labels) > 3 else "") + "): runs of this model ended at 4.4-4.9 nats/token at LR 1 "
-            "against 2.3-2.8 at LR 0.1, and diverged or did not learn at LR 3 and 10 (d_model 32, 128 steps; "
-            "AdamW, Muon, MuonH); such runs are recorded diverged or did_not_learn and left out of the fit. Check the LR "
-            "(lr: {fixed: ...}, lr.table, or tune's lr_min/lr_max)")  # fmt: skip
+            + (", ..." if len(labels) > 3 else "") + f"): {_HIGH_LR_MEASURED}; such runs are recorded diverged or "
+            "did_not_learn and left out of the fit. Check the LR (lr: {fixed: ...}, lr.table, or tune's "
+            "lr_min/lr_max)")  # fmt: skip
 
 
 def high_tune_range_warning(spec: SweepSpec) -> str | None:
@@ -1790,9 +1792,8 @@ def high_tune_range_warning(spec: SweepSpec) -> str | None:
     low, key = (min(t.lr_values), "tune.lr_values") if t.lr_values else (t.lr_min, "tune.lr_min")
     if low <= HIGH_LR:
         return None
-    return (f"every LR trial trains at an LR above {HIGH_LR:g} ({key} starts at {low:g}): runs of this model ended at "
-            "4.4-4.9 nats/token at LR 1 against 2.3-2.8 at LR 0.1, and diverged or did not learn at LR 3 and 10 "
-            "(d_model 32, 128 steps; AdamW, Muon, MuonH), so tune-lr is likely to end with no LR chosen. Check "
+    return (f"every LR trial trains at an LR above {HIGH_LR:g} ({key} starts at {low:g}): {_HIGH_LR_MEASURED}, so "
+            "tune-lr is likely to end with no LR chosen. Check "
             f"tune's LR range (the default is [{type(t).model_fields['lr_min'].default:g}, "
             f"{type(t).model_fields['lr_max'].default:g}])")  # fmt: skip
 

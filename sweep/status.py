@@ -1176,24 +1176,24 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         if found.get("last_progress_at") is not None:
             tm.update(found)
     resume_with = nothing_to_fit = cannot_resume = None
+    ended = (record or {}).get("ended")  # how the folder's last command ended, as recorded (mark_ended)
+    ended_on_error = isinstance(ended, dict) and ended.get("how") == "error"
     if state == "stopped":  # the line that continues it, its relative paths read where that command ran
         line, line_cwd = _resumable_command(record, stage, out)
-        ended = (record or {}).get("ended")
-        env = ended.get("resume_env") if isinstance(ended, dict) and ended.get("how") == "error" else None
+        env = ended.get("resume_env") if ended_on_error else None
         resume_with = resume_command(line, out, line_cwd, env if isinstance(env, dict) else None)
         if cells:  # every run finished, none ok: --resume trains nothing and its fit fails (`run` refuses it)
             from loopscale.sweep.run import nothing_to_fit_in
 
             if nothing_to_fit := nothing_to_fit_in(out, cells, recs):
                 resume_with = None
-        if resume_with and isinstance(ended, dict) and ended.get("how") == "error" and ended.get("resumable") is False:
+        if resume_with and ended_on_error and ended.get("resumable") is False:
             resume_with = None
             cannot_resume = ("--resume would end the same way: the last command's error, above, says what to change "
                              "and where to run again")  # fmt: skip
     # a `sweep` / `tune-lr` folder whose command did all its part and still ended on an error (e.g. every run of the
     # grid diverged: nothing left to train, so "finished"): that error, and why `loopscale fit` has nothing to fit
     own_end = state == "finished" and kind in ("sweep", "tune-lr") and (record or {}).get("kind") == kind
-    ended_on_error = isinstance(ended := (record or {}).get("ended"), dict) and ended.get("how") == "error"
     if own_end and kind == "sweep" and cells and ended_on_error:  # a sweep that ended well has what it trained
         from loopscale.sweep.run import nothing_to_fit_in
 
