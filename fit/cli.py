@@ -128,15 +128,17 @@ and knows no spec."""
 
 
 def _fit_of_folder(fit_table, table, law: str, kw: dict):
-    """``fit_table(table, law, **kw)``; a fit refused for too few runs ("... is fewer than the 6 parameters ...; add
-    runs") of a run or sweep folder whose spec plans runs not trained yet gets :data:`UNFINISHED_GRID_NOTE`'s count of
+    """``fit_table(table, law, **kw)``; a fit refused for too few runs (:class:`loopscale.fit.io.TooFewRunsError`)
+    of a run or sweep folder whose spec plans runs not trained yet gets :data:`UNFINISHED_GRID_NOTE`'s count of
     them and where to train them added to its message (ValueError); not a fit of some of its runs (``--variant``,
     ``--r``), whose missing runs may all be others'."""
+    from loopscale.fit.io import TooFewRunsError
+
     try:
         return fit_table(table, law, **kw)
-    except ValueError as e:
+    except TooFewRunsError as e:
         filtered = kw.get("variant") is not None or kw.get("r") is not None  # the runs missing may be of others
-        if "fewer than the" in str(e) and UNFINISHED_GRID_NOTE is not None and not filtered and (
+        if UNFINISHED_GRID_NOTE is not None and not filtered and (
                 why := UNFINISHED_GRID_NOTE(table, refused=True)):  # fmt: skip
             raise ValueError(f"{e}; {why}") from None
         raise

@@ -27,6 +27,10 @@ LOSS_ALIASES = ("loss", "final_val_loss")
 N_ALIASES = ("N", "N_unique")
 
 
+class TooFewRunsError(ValueError):
+    """A fit refused because the ok runs left are fewer than the law's free parameters (:func:`prepare`)."""
+
+
 def read_table(table: Any) -> pd.DataFrame:
     """Return a pandas DataFrame from a path (``.parquet``/``.pq``/``.csv``, a folder of Parquet files, or the
     output folder of ``loopscale run`` / ``sweep``: its ``runs.parquet``), a DataFrame or a pyarrow Table. In a
@@ -503,7 +507,7 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         fix = (" or fix phi (--phi 0.5 on the command line, phi=0.5 in Python)"  # enough only one short of it
                if "phi" in law.extra_names and n >= law.n_params - 1 else "")  # fmt: skip
         left = f" of {n + n_excluded + len(dups)} ({_dropped(by_status, len(dups))})" if n_excluded or len(dups) else ""
-        raise ValueError(
+        raise TooFewRunsError(
             f"{n} run(s) left{left} is fewer than the {law.n_params} parameters of law {law.name!r}; add runs{fix}"
         )
     if law.name == "joint" and law.extra_names and np.unique(cols["r"]).size < 2:
