@@ -12,7 +12,13 @@ import sys
 
 import typer
 
-from loopscale.model.options import config_from_flags, given_flags, no_effect_notes, with_model_flags
+from loopscale.model.options import (
+    config_from_flags,
+    given_flags,
+    in_flag_words,
+    no_effect_notes,
+    with_model_flags,
+)
 
 
 @with_model_flags
@@ -28,7 +34,10 @@ def info_cmd(
     """
     from loopscale.model.accounting import model_info
 
-    cfg = config_from_flags(**model_flags)
+    try:
+        cfg = config_from_flags(**model_flags)
+    except ValueError as e:  # named as the Python fields: said with the flags
+        raise ValueError(in_flag_words(str(e), ctx)) from None
     for note in no_effect_notes(given_flags(ctx), cfg):
         typer.echo(f"warning: {note}", err=True)
     info = model_info(cfg)

@@ -29,6 +29,7 @@ __all__ = [
     "MODEL_FLAGS",
     "config_from_flags",
     "given_flags",
+    "in_flag_words",
     "no_effect_notes",
     "run_flag_specs",
     "with_model_flags",
@@ -72,6 +73,45 @@ def config_from_flags(preset: str = "cpu", r: int = 1, **flags) -> LoopedConfig:
     if unknown:
         raise ValueError(f"unknown model flags {unknown}; known: {sorted(MODEL_FLAGS)}")
     return preset_config(preset, r=r, **flags)
+
+
+def in_flag_words(message: str, ctx) -> str:
+    """An error of :class:`~loopscale.model.config.LoopedConfig`, :class:`~loopscale.model.train.RunConfig` or a
+    checkpoint check, said with the flags of the command of click context ``ctx`` instead of the Python fields it
+    names (the Python API's words): ``eval_every_steps must be None or a positive integer`` becomes
+    ``--eval-every-steps must be a positive integer`` (leaving a flag out is the command line's None), and a
+    checkpoint that ``differs in ['data_seeds', 'seeds']`` differs in ``--seeds``. A message that already names a
+    flag (``--...``) is returned as it is.
+
+    Field names with an underscore are replaced wherever they stand as a word (``model.seq_len`` too); one-word
+    names (``r``, ``lr``, ``seed``) only as the subject at the start of the message, where they cannot be prose.
+    """
+    if re.search(r"(?<![\w-])--[a-z]", message):
+        return message
+    flags = {}
+    for p in getattr(ctx.command, "params", []):
+        long = [o for o in getattr(p, "opts", []) if o.startswith("--")]
+        if long and p.name:
+            flags[p.name] = long[0]
+    # a seed ensemble's checkpoint key holds the members' seeds and data seeds, both set by --seeds
+    aliases = {"seeds": flags.get("seeds"), "data_seeds": flags.get("seeds")}
+
+    def flag_of(name: str) -> str | None:
+        name = name.removeprefix("model.")
+        return flags.get(name) or aliases.get(name)
+
+    def listed(m: re.Match) -> str:
+        items = [x.strip().strip("'\"") for x in m.group(1).split(",") if x.strip()]
+        said = list(dict.fromkeys(flag_of(x) or x for x in items))
+        return f"differs in {', '.join(said)}"
+
+    message = re.sub(r"differs in \[([^\]]*)\]", listed, message)
+    if (m := re.match(r"^(\w+)(=| must be None or | must)", message)) and (f := flag_of(m.group(1))):
+        message = f + {"=": " ", " must be None or ": " must be "}.get(m.group(2), m.group(2)) + message[m.end():]
+    for name in sorted((n for n in flags if "_" in n), key=len, reverse=True):
+        message = re.sub(rf"(?<![\w.\-/'\"])(?:model\.)?{re.escape(name)}\b(=)?",
+                         lambda m, f=flags[name]: f + (" " if m.group(1) else ""), message)
+    return message
 
 
 def given_flags(ctx) -> set[str]:

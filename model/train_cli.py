@@ -20,6 +20,7 @@ import typer
 from loopscale.model.options import (
     config_from_flags,
     given_flags,
+    in_flag_words,
     no_effect_notes,
     with_model_flags,
     with_run_flags,
@@ -130,8 +131,16 @@ def train_cmd(
     kind, tok_vocab = parse_tokenizer(run_flags["tokenizer"])
     if model_flags["vocab_size"] is None and kind == "bpe":
         model_flags = {**model_flags, "vocab_size": tok_vocab}
-    run = RunConfig(model=config_from_flags(**model_flags), **run_flags)
-    _precheck(run, members)
+    try:  # the config's and checkpoint's errors name Python fields: said with this command's flags
+        run = RunConfig(model=config_from_flags(**model_flags), **run_flags)
+        _precheck(run, members)
+    except ValueError as e:
+        from loopscale.model.data import CorpusError
+
+        said = in_flag_words(str(e), ctx)
+        if said == str(e) or isinstance(e, CorpusError):  # a corpus error names files, not fields
+            raise
+        raise type(e)(said) from None
     notes = no_effect_notes(given_flags(ctx), run.model, run)  # said, and kept with the run's own warnings
     for note in notes:
         typer.echo(f"warning: {note}", err=True)

@@ -79,7 +79,8 @@ def test_one_error_presenter():
     "args, message",
     [
         (["report", "/nonexistent/run"], "error: "),
-        (["model", "info", "--d-model", "100", "--r", "4"], "d_model"),
+        (["model", "info", "--d-model", "100", "--r", "4"],
+         "error: --d-model must be divisible by --head-dim: --d-model 100, --head-dim 16 (try --d-model 112)"),
         (["fit", "/nonexistent/runs.parquet"], "error: "),
         # a column given twice was used twice ("(D,r,D)" in the summary)
         (["fit", str(ROOT / "docs" / "example_cpu_previous_default"), "--bootstrap", "3", "--block-by", "D,r,D"],
@@ -340,6 +341,14 @@ def test_model_info_without_a_width_says_what_to_give(args, got):
         (["--d-model", "16", "--r", "2", "--tokens", "4096", "--seeds", "2", "--checkpoint-every-steps", "1"],
          "--checkpoint-every-steps needs --checkpoint-dir DIR"),
         (["--d-model", "16", "--tokens", "4096", "--seeds", "1,,2"], "--seeds 1,,2: an empty entry"),  # was [1, 2]
+        # the run's own checks named its Python fields ("eval_every_steps must be None or a positive integer")
+        (["--d-model", "16", "--tokens", "4096", "--eval-every-steps", "0"],
+         "error: --eval-every-steps must be a positive integer, got 0"),
+        (["--d-model", "16", "--tokens", "4096", "--batch-tokens", "7"],
+         "error: --batch-tokens must be a positive multiple of --seq-len 128, got 7"),
+        (["--d-model", "16", "--tokens", "4096", "--r", "2", "--effective-depth", "7"],
+         "error: --r 2 must divide the looped depth (--effective-depth - --n-prelude - --n-coda = 5)"),
+        (["--d-model", "16", "--tokens", "4096", "--grad-clip", "-1"], "error: --grad-clip must be > 0, got -1.0"),
     ],
 )
 def test_train_names_the_flags_of_a_bad_run_before_training(args, message):
@@ -348,6 +357,30 @@ def test_train_names_the_flags_of_a_bad_run_before_training(args, message):
     res = CliRunner().invoke(app, ["train", *args])
     assert res.exit_code == 2, res.output
     assert message in res.output and "training" not in res.output.split("error:")[0]
+
+
+def test_checkpoint_and_config_errors_are_said_with_the_train_flags():
+    """A checkpoint of a seed ensemble of another seed count was refused as one that 'differs in ['data_seeds',
+    'seeds']' ('use another checkpoint_dir'), keys the command line has no flag for; field names inside paths or
+    quotes, and messages that already name flags, are left as they are."""
+    import click
+
+    from loopscale.model.options import in_flag_words
+
+    cmd = typer.main.get_command(app).commands["train"]
+    ctx = click.Context(cmd)
+    said = in_flag_words("checkpoint 'runs/checkpoint_dir/ckpt-4.pt' belongs to a different run (differs in "
+                         "['data_seeds', 'model.d_model', 'seeds']); use another checkpoint_dir or delete it", ctx)
+    assert said == ("checkpoint 'runs/checkpoint_dir/ckpt-4.pt' belongs to a different run (differs in --seeds, "
+                    "--d-model); use another --checkpoint-dir or delete it")
+    assert in_flag_words("D differs in ['D', 'corpus_hash']", ctx) == "D differs in D, corpus_hash"  # no flags
+    kept = "give exactly one of d_model or width_scale (--d-model / --width-scale on the command line)"
+    assert in_flag_words(kept, ctx) == kept
+    assert in_flag_words("seed must be an integer in [0, 9], got -1", ctx) == "--seed must be an integer in [0, 9], got -1"
+    assert in_flag_words("the seed must not be r", ctx) == "the seed must not be r"  # one-word names only as subject
+    info = click.Context(typer.main.get_command(app).commands["model"].commands["info"])
+    not_a_flag = "eval_every_steps must be None or a positive integer"  # not a flag of `model info`: kept whole
+    assert in_flag_words(not_a_flag, info) == not_a_flag
 
 
 def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
