@@ -119,8 +119,9 @@ def plan(spec, *, data: bool = True) -> dict:
     total_c, total_d = 0.0, 0
     by_r: dict[int, int] = {}
     rounded: dict[int, int] = {}  # tokens as written -> D trained, where they differ
-    few: dict[tuple, int] = {}  # (size, r, variant, budget) -> optimizer steps, where fewer than MIN_STEPS
-    drift: dict[tuple, float] = {}  # (size, r, variant, C) -> F D / C, where whole steps miss the budget by > 10 %
+    # keys (size, r, variant, budget, unique layers of a ladder spec's r = 1 models, else None)
+    few: dict[tuple, int] = {}  # key -> optimizer steps, where fewer than MIN_STEPS
+    drift: dict[tuple, float] = {}  # key -> F D / C, where whole steps miss the budget C by > 10 %
     for c in cells:
         f = flops_per_token(c.run.model)
         d = resolve_tokens(c.run)
@@ -130,7 +131,9 @@ def plan(spec, *, data: bool = True) -> dict:
         if c.run.tokens is not None and c.run.tokens != d:
             rounded[int(c.run.tokens)] = int(d)
         budget = c.run.target_flops if c.run.target_flops is not None else c.run.tokens
-        key = (c.size, c.r, c.variant, budget)
+        # a ladder's plain models share size and r = 1 with the grid's: their layers tell them apart
+        layers = c.run.model.effective_depth if spec.ladder and c.r == 1 else None
+        key = (c.size, c.r, c.variant, budget, layers)
         if d // c.run.batch_tokens < MIN_STEPS:
             few[key] = d // c.run.batch_tokens
         if c.run.target_flops is not None and abs(f * d / c.run.target_flops - 1) > 0.1:
@@ -203,10 +206,10 @@ def _steps_warning(few: dict[tuple, int], drift: dict[tuple, float], batch_token
     iso-FLOP runs whose whole steps train F·D more than 10 % off their budget C (furthest first), or None."""
 
     def name(k: tuple) -> str:
-        size, r, variant, budget = k
+        size, r, variant, budget, layers = k
         v = "" if variant in (None, "baseline") else f" {variant}"
         at = f"C = {budget:.4g}" if isinstance(budget, float) else f"tokens {budget}"
-        return f"size {size} r={r}{v} at {at}"
+        return f"size {size} r={r}{v}" + (f" ({layers} layers)" if layers is not None else "") + f" at {at}"
 
     said = []
     if few:

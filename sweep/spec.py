@@ -1769,10 +1769,17 @@ def high_lr_warning(cells: list[Cell]) -> str | None:
         return None
     top = max(c.lr for c in high)
 
+    # a ladder's plain models share size and r = 1 with the grid's: where they do, the label gives the layers
+    plain_depths: dict[int, set[int]] = {}
+    for c in cells:
+        if c.r == 1:
+            plain_depths.setdefault(c.size, set()).add(c.run.model.effective_depth)
+
     def label(c: Cell) -> str:  # a cell's coordinates but its seed (seeds of one cell share its LR)
         v = "" if c.variant == "baseline" else f" {c.variant}"
+        layers = f" ({c.run.model.effective_depth} layers)" if len(plain_depths.get(c.size, ())) > 1 and c.r == 1 else ""
         at = f"C={c.run.target_flops:.3g}" if c.run.target_flops is not None else f"D={c.run.tokens}"
-        return f"size {c.size} r={c.r}{v} {at}: {c.lr:g}"
+        return f"size {c.size} r={c.r}{v}{layers} {at}: {c.lr:g}"
 
     labels = list(dict.fromkeys(label(c) for c in sorted(high, key=lambda c: -c.lr)))
     named = ", ".join(labels[:3])

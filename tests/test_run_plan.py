@@ -217,6 +217,14 @@ def test_the_plan_warns_of_runs_of_a_few_steps_and_budgets_whole_steps_miss():
     w = plan(few_tokens)["steps_warning"]  # 2 steps of 1,024 tokens: a token-budget spec is told of its tokens
     assert w.startswith("2 run(s) train fewer than 5") and w.endswith("; raise the token budgets (tokens) or lower "
                                                                        "training.batch_tokens")  # fmt: skip
+    # a ladder's plain models (r = 1 at the grid's size) are told apart from the grid's r = 1 by their layers
+    ladder = parse_spec({"name": "few", "r": [1, 2], "sizes": [16], "tokens": [2048], "ladder": [3],
+                         "training": {"batch_tokens": 1024}, "lr": {"fixed": 0.01}})  # fmt: skip
+    depth = ladder.cells()[0].run.model.effective_depth
+    w = plan(ladder)["steps_warning"]
+    assert w.startswith(f"3 run(s) train fewer than 5 optimizer steps of training.batch_tokens = 1024 (size 16 r=1 "
+                        f"({depth} layers) at tokens 2048: 2 steps, size 16 r=2 at tokens 2048: 2 steps, size 16 r=1 "
+                        "(3 layers) at tokens 2048: 2 steps)"), w  # fmt: skip
 
 
 def test_a_grid_without_r1_is_planned_with_a_warning(tmp_path):
@@ -994,6 +1002,12 @@ def test_an_lr_above_one_is_said_before_the_grid_trains():
                         "D=2048: 30, size 16 r=1 D=4096: 30, ...)"), w  # fmt: skip
     tune = parse_spec({**base, "lr": "tune"})
     assert plan(tune, data=False)["lr_value_warning"] is None
+    # a ladder's plain models share size 16 and r = 1 with the grid's: named with their layers
+    ladder = parse_spec({**base, "sizes": [16], "ladder": [2, 3], "lr": {"fixed": 30}})
+    w = plan(ladder, data=False)["lr_value_warning"]
+    depth = ladder.cells()[0].run.model.effective_depth
+    assert w.startswith(f"4 of 4 runs train at an LR above 1 (highest 30; size 16 r=1 ({depth} layers) D=2048: 30, "
+                        "size 16 r=2 D=2048: 30, size 16 r=1 (2 layers) D=2048: 30, ...)"), w  # fmt: skip
     # a tune range wholly above 1: every trial would diverge or not learn (one reaching below 1 is not said)
     above = parse_spec({**base, "lr": "tune", "tune": {"lr_min": 3, "lr_max": 30}})
     w = plan(above, data=False)["lr_value_warning"]
