@@ -498,6 +498,46 @@ def trials_per_study(tune_spec) -> int:
     return len(lr_grid(tune_spec)) if tune_spec.lr_values else tune_spec.num_samples
 
 
+MIN_RUNG_STEPS = 48
+"""A first ASHA rung after fewer optimizer steps than this (``tune.grace_milestones`` x the steps per milestone) is
+said before the tuning starts (:func:`early_rung_warning`): so early, the trials rank by how fast their first steps
+descend, which favours the highest LRs (:data:`_EARLY_RUNG_MEASURED`)."""
+
+_EARLY_RUNG_MEASURED = (
+    "measured with loopscale's trainer on the smoke preset's model and AdamW at d = 16, r = 4, seven LRs from 1e-4 "
+    "to 0.1 trained 128 steps: the LR best at the end, 0.01, ranked third of the seven up to step 38 and first only "
+    "from step 47 on; docs/bench_cpu/lr_rank_by_step_smoke.json"
+)
+
+
+def early_rung_warning(spec) -> str | None:
+    """With ``lr: tune``: a warning when ASHA first compares a study's trials after fewer than :data:`MIN_RUNG_STEPS`
+    optimizer steps (``tune.grace_milestones`` x the steps per milestone of :meth:`SweepSpec.tuning_steps`), naming
+    the study where that comes soonest; None when no study does, when ASHA compares only at the last milestone
+    (``grace_milestones`` = ``num_milestones``) or a study runs one trial. ASHA stops a trial whose loss at a rung is
+    worse than the (1 - 1/``reduction_factor``) quantile of those recorded there, and a few steps in, the LR that
+    ends best can sit mid-field (:data:`_EARLY_RUNG_MEASURED`)."""
+    if spec.lr != "tune":
+        return None
+    ts = spec.tune
+    if ts.grace_milestones >= ts.num_milestones or trials_per_study(ts) < 2:
+        return None
+    first = {key: ts.grace_milestones * spec.tuning_steps(*key)[1] for key in study_keys(spec)}
+    early = {k: n for k, n in first.items() if n < MIN_RUNG_STEPS}
+    if not early:
+        return None
+    (size, r), n = min(early.items(), key=lambda kv: (kv[1], kv[0]))
+    per = n // ts.grace_milestones
+    which = f"{len(early)} of {len(first)} LR studies" if len(first) > 1 else "the LR study"
+    return (f"ASHA first compares the trials of {which} after fewer than {MIN_RUNG_STEPS} optimizer steps (size "
+            f"{size}, r {r}: after {n} step{'s' * (n != 1)}, tune.grace_milestones = {ts.grace_milestones} x {per} "
+            f"step{'s' * (per != 1)} per milestone) and stops the worse trials there (tune.reduction_factor = "
+            f"{ts.reduction_factor:g}). That early, trials rank by how fast their first steps descend, which favours "
+            f"the highest LRs ({_EARLY_RUNG_MEASURED}), so the LR that would end best may be stopped. Raise "
+            f"tune.grace_milestones (at tune.num_milestones = {ts.num_milestones} ASHA stops no trial early) or "
+            "tune.tokens / tune.tokens_per_param")  # fmt: skip
+
+
 def study_keys(spec) -> list[tuple[int, int]]:
     """``(size, r)`` of every LR study of ``spec``, in the order tune-lr runs them: one per size and r, or with
     ``tune.tune_per_r: false`` one per size at the largest r."""
@@ -952,6 +992,8 @@ def run_tune_lr(
             console.current().say(f"warning: {costly}", err=True)
         if too_high := high_tune_range_warning(spec):  # the dry run's lr_value_warning, before any trial trains
             console.current().say(f"warning: {too_high}", err=True)
+        if early := early_rung_warning(spec):  # the dry run's lr_rung_warning
+            console.current().say(f"warning: {early}", err=True)
         optuna_storage(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}")  # create the schema once, up front
         names = {study_name(spec.name, s, r): (s, r) for s, r in pending}
         before = finished_trials(f"sqlite:///{(tune_dir / 'optuna.db').resolve()}", names)

@@ -94,7 +94,8 @@ def plan(spec, *, data: bool = True) -> dict:
     ``tokens_rounding`` lists the written token budgets the trainer rounds to whole batches (``300 -> D = 256``;
     None when every one is a whole number of batches). ``steps_warning`` names runs of fewer than
     :data:`MIN_STEPS` optimizer steps and iso-FLOP runs whose whole steps miss their budget by more than 10 %
-    (:func:`_steps_warning`; None when there are none).
+    (:func:`_steps_warning`; None when there are none). ``lr_rung_warning``: with ``lr: tune``, the LR studies whose
+    ASHA compares trials first after very few optimizer steps (:func:`loopscale.sweep.lr_search.early_rung_warning`).
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -141,7 +142,7 @@ def plan(spec, *, data: bool = True) -> dict:
     n_studies = 0
     lr_trial_tokens: dict[str, int] = {}
     lr_flops = 0.0
-    from loopscale.sweep.lr_search import trials_per_study
+    from loopscale.sweep.lr_search import early_rung_warning, trials_per_study
 
     lr_rounded: dict[str, tuple[float, int]] = {}  # study -> (tokens asked, tokens trained) where rounding doubles them
     if spec.lr == "tune":
@@ -193,6 +194,7 @@ def plan(spec, *, data: bool = True) -> dict:
         "eval_warning": "; ".join(eval_notes) or None,
         "design_warning": design_warning(spec),
         "lr_value_warning": high_tune_range_warning(spec) if spec.lr == "tune" else high_lr_warning(cells),
+        "lr_rung_warning": early_rung_warning(spec),
     }
 
 

@@ -1018,3 +1018,32 @@ def test_an_lr_above_one_is_said_before_the_grid_trains():
     reaching = parse_spec({**base, "lr": "tune", "tune": {"lr_min": 0.5, "lr_max": 30}})
     assert plan(reaching, data=False)["lr_value_warning"] is None
     assert high_lr_warning([]) is None
+
+
+def test_an_lr_study_whose_asha_compares_after_a_few_steps_is_said():
+    """tune.tokens 2048 at batch 256 (8 steps, 4 milestones) let ASHA stop LRs after 2 optimizer steps without a word,
+    where trials rank by their first steps' speed (the highest LRs first). The plan names the study where the first
+    rung comes soonest, with its steps worked out here; none for a first rung at 48 steps or more, for ASHA without
+    an early rung (grace = all milestones) or a fixed LR."""
+    from loopscale.sweep.lr_search import MIN_RUNG_STEPS, early_rung_warning
+    from loopscale.sweep.spec import parse_spec
+
+    base = {"name": "rung", "model": {"preset": "cpu", "seq_len": 32}, "r": [1, 2], "sizes": [16, 32],
+            "tokens": [8192], "training": {"batch_tokens": 256}, "lr": "tune"}  # fmt: skip
+    tiny = parse_spec({**base, "tune": {"tokens": 2048, "num_milestones": 4}})
+    w = plan(tiny, data=False)["lr_rung_warning"]
+    assert w.startswith("ASHA first compares the trials of 4 of 4 LR studies after fewer than 48 optimizer steps "
+                        "(size 16, r 1: after 2 steps, tune.grace_milestones = 1 x 2 steps per milestone)"), w
+    assert "Raise tune.grace_milestones (at tune.num_milestones = 4 ASHA stops no trial early)" in w
+    graced = parse_spec({**base, "tune": {"tokens": 2048, "num_milestones": 4, "grace_milestones": 3}})
+    assert "(size 16, r 1: after 6 steps, tune.grace_milestones = 3 x 2 steps per milestone)" in early_rung_warning(graced)
+    # 48 steps per milestone: 2 milestones of 48 steps of 256 tokens
+    enough = parse_spec({**base, "tune": {"tokens": 2 * MIN_RUNG_STEPS * 256, "num_milestones": 2}})
+    assert enough.tuning_steps(16, 1) == (2 * MIN_RUNG_STEPS, MIN_RUNG_STEPS)
+    assert plan(enough, data=False)["lr_rung_warning"] is None
+    one_less = parse_spec({**base, "tune": {"tokens": 2 * (MIN_RUNG_STEPS - 1) * 256, "num_milestones": 2}})
+    assert "after 47 steps" in early_rung_warning(one_less)
+    no_early_stop = parse_spec({**base, "tune": {"tokens": 2048, "num_milestones": 4, "grace_milestones": 4}})
+    assert early_rung_warning(no_early_stop) is None
+    assert early_rung_warning(parse_spec({**base, "lr": {"fixed": 0.01}})) is None
+    assert plan(preset_spec("paper"), data=False)["lr_rung_warning"] is None  # 169 steps per milestone and more

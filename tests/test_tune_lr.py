@@ -372,6 +372,16 @@ def test_tuning_that_costs_more_than_the_grid_is_said_before_it_starts(tmp_path,
     assert isinstance(res.exception, Stop), res.output
     err = capfd.readouterr().err  # the console session writes to the process's stderr
     assert f"warning: {want}" in " ".join(err.split()), err
+    assert "ASHA first compares" not in err  # trials of 128 steps a milestone
+    # ASHA comparing trials after 2 steps (2,048 tokens over 4 milestones at batch 256) is said there too
+    from loopscale.sweep.lr_search import early_rung_warning
+
+    early = _spec(num_samples=6, tokens=2048)
+    (tmp_path / "e.yaml").write_text(spec_to_yaml(early))
+    res = CliRunner().invoke(app, ["tune-lr", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "e")])
+    assert isinstance(res.exception, Stop), res.output
+    said = early_rung_warning(early)
+    assert "after 2 steps" in said and f"warning: {said}" in " ".join(capfd.readouterr().err.split())
     # with the LR table there, nothing is left to tune: no warning
     from loopscale.sweep.lr_table import _lr_table_schema
 
