@@ -5,7 +5,8 @@ steps per milestone, and stops the worse half (``tune.reduction_factor`` 2). Thi
 log grid over the default tune range (``train_run``, the ``--preset``'s model, optimizer, schedule and batch, the
 embedded corpus) with a validation point at every step, and reports per step k: the Spearman rank correlation of
 the LRs' validation losses at step k with their losses at the end, where the LR best at the end ranks at step k,
-and whether a first rung at step k (reduction factor 2) would stop it.
+and whether a first rung at step k would stop it (ASHA at reduction factor 2 with every trial at the rung: a loss
+above their median).
 
 Usage::
 
@@ -38,7 +39,17 @@ def main() -> None:
     ap.add_argument("--lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1])
     ap.add_argument("--num-threads", type=int, default=1)
     args = ap.parse_args()
+    for name in ("steps", "eval_tokens", "num_threads", "d_model"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.batch_tokens is not None and args.batch_tokens < 1:
+        ap.error(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
+    if len(set(args.lrs)) < 3 or min(args.lrs) <= 0 or not all(math.isfinite(x) for x in args.lrs):
+        ap.error(f"--lrs needs three distinct finite LRs > 0 or more (a rank correlation of fewer says nothing), "
+                 f"got {args.lrs}")
+    args.lrs = sorted(set(args.lrs))
 
+    import numpy as np
     import torch
 
     from loopscale.model.config import preset_config
@@ -75,9 +86,11 @@ def main() -> None:
             at_k = [curves[lr][k] for lr in ok]
             order = sorted(ok, key=lambda lr: curves[lr][k])
             rank = order.index(best) + 1
+            # ASHA's rule (reduction factor 2, all trials at the rung): stopped when worse than the median there
+            cutoff = float(np.nanpercentile(at_k, 50))
             rows.append({"step": k, "spearman_with_end": round(_spearman(at_k, [finals[lr] for lr in ok]), 4),
                          "best_at_step": order[0], "end_best_rank": rank,
-                         "end_best_stopped_by_first_rung": rank > len(ok) // 2})  # fmt: skip
+                         "end_best_stopped_by_first_rung": curves[best][k] > cutoff})  # fmt: skip
         # the first step from which a first rung never stops the end's best LR (None: it does at the last step)
         safe = None
         for row in reversed(rows):

@@ -129,6 +129,8 @@ def test_bench_sweep_prints_only_its_json_on_stdout(monkeypatch, capfd, tmp_path
         ("bench_train.py", ["--ensemble", "4", "--device", "cuda"], "--device / --precision apply to the throughput"),
         ("bench_train.py", ["--profile", "--precision", "bf16"], "--device / --precision apply to the throughput"),
         ("bench_train.py", ["--quality", "--optimizer", "muon"], "--quality trains the embedded corpus with AdamW"),
+        ("lr_rank_by_step.py", ["--lrs", "0.01", "0.01", "0.1"], "--lrs needs three distinct finite LRs > 0 or more"),
+        ("lr_rank_by_step.py", ["--steps", "0"], "--steps must be >= 1, got 0"),
     ],
 )
 def test_benchmarks_refuse_bad_options_before_any_work(script, args, says):
@@ -179,3 +181,22 @@ def test_check_gpu_trainer_passes_on_a_cpu():
     assert res["stopped_after_step"] == res["resumed_from_step"] == 4 and res["same_data_digest"]
     assert res["repeat_rel_diff"] == 0.0 and res["resumed_rel_diff"] == 0.0
     assert out["pass_ensemble_equals_single"] and out["pass_resume"]
+
+
+def test_lr_rank_by_step_ranks_the_lrs_at_every_step():
+    """benchmarks/lr_rank_by_step.py on three LRs over 4 smoke-preset steps: a row per step whose rank of the end's
+    best LR agrees with the final losses it prints, and at the last step a correlation of 1 with them."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lr_rank_by_step.py"), "--preset", "smoke",
+                           "--r", "1", "--steps", "4", "--lrs", "1e-4", "1e-2", "3e-3", "--eval-tokens", "256"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["lrs"] == [1e-4, 3e-3, 1e-2] and out["batch_tokens"] == 256 and out["optimizer"] == "adamw"
+    r1 = out["by_r"]["1"]
+    finals = {float(k): v for k, v in r1["final_val_loss"].items()}
+    assert r1["end_best_lr"] == min(finals, key=finals.get)
+    rows = r1["by_step"]
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    assert rows[-1]["end_best_rank"] == 1 and rows[-1]["spearman_with_end"] == 1.0
+    assert all(1 <= row["end_best_rank"] <= 3 and row["end_best_stopped_by_first_rung"] == (row["end_best_rank"] == 3)
+               for row in rows)  # of 3, the one above the median is stopped  # fmt: skip
