@@ -1490,7 +1490,8 @@ def format_status(st: dict) -> list[str]:
     elif tm["total_s"]:
         lines.append(
             f"time: {_fmt_s(tm['total_s'])}"
-            + (f" (stage wall times: {walls})" if walls else "")
+            # the stages' own clocks: a command's start-up (imports, Ray) and closing lines are not in them
+            + (f", its stages' wall times summed ({walls})" if walls else "")
             + stage_s
             + eta
         )

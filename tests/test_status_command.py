@@ -485,7 +485,10 @@ def test_a_finished_or_running_commands_time_line_is_unchanged(tmp_path, started
     _record(started, 100)
     st = collect_status(started)
     assert "ran_s" not in st["time"] and "stopped_at" not in st["time"]
-    assert next(ln for ln in format_status(st) if ln.startswith("time:")).startswith("time: 1m4")
+    line = next(ln for ln in format_status(st) if ln.startswith("time:"))
+    # the sum of the stages' own clocks, said as such (a command's start-up is not in it)
+    assert line.startswith("time: 1m4") and (", its stages' wall times summed (" in line) == bool(
+        st["time"]["stage_wall_s"]), line
 
 
 def test_a_finished_sweep_or_tune_lr_command_counts_its_own_time(tmp_path):
