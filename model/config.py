@@ -166,10 +166,14 @@ class LoopedConfig:
     def replace(self, **changes) -> LoopedConfig:
         """A copy with ``changes`` applied (validated again).
 
-        A change of ``r`` carries the defaults that follow ``r`` along, unless ``changes`` sets them too: full
-        BPTT (``bptt_k == r``) stays full at the new ``r``, and the default injection of the old ``r``
-        (``"passthrough"`` at r = 1, ``"linear"`` above) becomes the new ``r``'s. A truncated ``bptt_k`` or a
-        non-default injection is kept (and validated against the new ``r``).
+        A change of ``r`` keeps the layer counts (``n_prelude``, ``n_recur_block``, ``n_coda``), so the effective
+        depth changes with it (the cpu preset's r = 1 model, 10 unique layers, becomes 40 layers deep at
+        ``replace(r=4)``): for the iso-depth partner at another r, same effective depth and fewer unique layers
+        (paper Sec. 3.1), use :func:`iso_depth` (or :func:`preset_config` with the new ``r``). It carries the
+        defaults that follow ``r`` along, unless ``changes`` sets them too: full BPTT (``bptt_k == r``) stays full
+        at the new ``r``, and the default injection of the old ``r`` (``"passthrough"`` at r = 1, ``"linear"``
+        above) becomes the new ``r``'s. A truncated ``bptt_k`` or a non-default injection is kept (and validated
+        against the new ``r``).
 
         Raises:
             ValueError: the changed config is invalid (see the class).

@@ -505,6 +505,13 @@ def test_replace_r_carries_the_defaults_that_follow_r():
     t = preset_config("cpu", r=4, d_model=16, bptt_k=2, injection="additive").replace(r=8)
     assert (t.bptt_k, t.injection) == (2, "additive")
     assert c2.replace(r=4, bptt_k=1).bptt_k == 1
+    # the layer counts stay, so the depth follows r (as the docstring says); iso_depth gives the iso-depth partner
+    from loopscale.model.config import iso_depth
+
+    plain = preset_config("cpu", r=1, d_model=16)
+    assert (plain.effective_depth, plain.replace(r=4).effective_depth) == (10, 40)
+    partner = iso_depth(16, 4, effective_depth=plain.effective_depth, n_prelude=1, n_coda=1)
+    assert partner == preset_config("cpu", r=4, d_model=16) and partner.effective_depth == 10
 
 
 def test_numpy_integers_are_taken_as_integers():
