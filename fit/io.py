@@ -682,7 +682,8 @@ def unit_warnings(data: FitData) -> list[str]:
     preset); every N (or N_once + N_rec) below 1,000 parameters; D below 0.1 tokens per parameter on every row (a
     run trains on at least that many in any published scaling grid; the paper's on 20 and more, the ``smoke``
     preset's on 0.2 and more); D above 100,000 tokens per parameter on every row (N in millions, or D in a smaller unit or scaled up: heavily
-    over-trained models reach a few thousand). A loopscale results table (``run_id``, ``flops_per_token``,
+    over-trained models reach a few thousand); D below 1,000 tokens or N below 1,000 parameters on some rows but not
+    all (units mixed within the table). A loopscale results table (``run_id``, ``flops_per_token``,
     ``tokenizer`` and ``vocab_size`` columns: units set by the trainer that wrote it) gets none. A perplexity
     below 15 cannot be told from a loss by its values either."""
     if {"run_id", "flops_per_token", "tokenizer", "vocab_size"} <= set(data.frame.columns):
@@ -718,6 +719,21 @@ def unit_warnings(data: FitData) -> list[str]:
         out.append(f"D is below 0.1 tokens per parameter on every row (D / ({what}) at most "
                    f"{float((d / n_par).max()):.3g}): the fit reads D in tokens; a D in millions or billions of "
                    f"tokens fits another B ({d_same})")  # fmt: skip
+    # some rows only (a table joined from two sources, one column scaled on some rows): each row read in its own unit
+    # (the absolute bounds only: a small grid's largest model on its smallest D can train on < 0.1 tokens/parameter)
+    low_d = d < 1e3
+    if d.size and low_d.any() and not low_d.all():
+        out.append(f"D is below 1,000 tokens on {int(low_d.sum())} of {d.size} rows (e.g. "
+                   f"{float(d[np.flatnonzero(low_d)[0]]):.4g}; the others reach more): the fit reads every D in "
+                   "tokens, and no training run is that short; D in millions or billions on those rows (units mixed "
+                   "within the table) fits a wrong law: write them in tokens, or give those rows a status other than "
+                   "'ok'")  # fmt: skip
+    if n_par is not None and n_par.size and (n_par < 1e3).any() and not (n_par < 1e3).all():
+        low = n_par < 1e3
+        out.append(f"{what} is below 1,000 parameters on {int(low.sum())} of {n_par.size} rows (e.g. "
+                   f"{float(n_par[np.flatnonzero(low)[0]]):.4g}; the others count more): the fit reads parameters, and "
+                   "no language model is that small; counts in thousands or millions (on those rows, or on every "
+                   "row) fit a wrong law: write them in parameters, or give those rows a status other than 'ok'")  # fmt: skip
     if n_par is not None and d.size and float(n_par.max()) >= 1e3 and float((d / n_par).min()) > 1e5:
         out.append(f"D is above 100,000 tokens per parameter on every row (D / ({what}) at least "
                    f"{float((d / n_par).min()):.3g}): the fit reads N in parameters and D in tokens; a count of "

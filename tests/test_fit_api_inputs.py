@@ -298,7 +298,9 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     # a grid as small as a smoke run's, cut to the fit's columns (D 4,000-20,000 tokens, N 3e3-1.6e5): none
     assert unit_warnings(prepare(_outside_table(n_scale=0.1, d_scale=2e-5), law)) == []
     # N in millions of models of 1B and more: D per parameter far beyond any trained model's
-    (n_big,) = unit_warnings(prepare(_outside_table(n_scale=1e-3), law))
+    few, n_big = unit_warnings(prepare(_outside_table(n_scale=1e-3), law))
+    assert few.startswith("N_once + N_rec is below 1,000 parameters on 33 of 36 rows (e.g. 100; the others count "
+                          "more)"), few  # fmt: skip
     assert n_big.startswith("D is above 100,000 tokens per parameter on every row (D / (N_once + N_rec) at least ")
     # either column can be the one in another unit: D x 1e6 moved B, not A, and the note named only N
     assert "a count of parameters in millions or billions fits another A, a D counted in a smaller unit than " \
@@ -307,6 +309,17 @@ def test_values_that_read_as_another_unit_are_warned_about_but_a_loopscale_table
     assert d_per_n.startswith("D is below 0.1 tokens per parameter on every row (D / (N_once + N_rec) at most ")
     (n_m,) = unit_warnings(prepare(_outside_table(n_scale=1e-6), law))
     assert n_m.startswith("N_once + N_rec is below 1,000 parameters on every row (largest 1.6)")
+    # units mixed within the table: the r = 8 rows' D in billions (the check on every row let them through: a fit of
+    # phi 0.98 and R^2 0.73 without a word), or their N_once, N_rec in millions
+    r8 = good["r"] == 8
+    (mixed_d,) = unit_warnings(prepare(good.assign(D=np.where(r8, good["D"] / 1e9, good["D"])), law))
+    assert mixed_d.startswith("D is below 1,000 tokens on 9 of 36 rows (e.g. 0.2; the others reach more): the fit "
+                              "reads every D in tokens"), mixed_d  # fmt: skip
+    in_m = good.assign(N_once=np.where(r8, good["N_once"] / 1e6, good["N_once"]),
+                       N_rec=np.where(r8, good["N_rec"] / 1e6, good["N_rec"]))  # fmt: skip
+    mixed_n = unit_warnings(prepare(in_m, law))
+    assert any(w.startswith("N_once + N_rec is below 1,000 parameters on 9 of 36 rows (e.g. 0.03; the others count "
+                            "more)") for w in mixed_n), mixed_n  # fmt: skip
     smoke_like = _outside_table(n_scale=10, d_scale=1e-5).assign(run_id=[f"r{i}" for i in range(36)], flops_per_token=1.0,
                                                      tokenizer="byte", vocab_size=256)  # fmt: skip
     assert unit_warnings(prepare(smoke_like, law)) == []
