@@ -354,10 +354,11 @@ def law_per_r(joint, *, starts: int, seed: int) -> dict:
 
     from loopscale.fit.fitter import fit_data
     from loopscale.fit.io import prepare
-    from loopscale.fit.laws import make_law
+    from loopscale.fit.laws import check_per_r_anchor, make_law
 
     try:
         rs = np.unique(joint.data["r"].to_numpy(dtype=float))
+        check_per_r_anchor(rs)  # a grid without r = 1: phi_r not identified (said, as other reasons are)
         lw = make_law("joint_per_r", rs=tuple(int(v) for v in rs[rs > 1]))
         # the one-phi optimum (every phi_r = phi) is a start: the per-r law nests it, so it never ends worse
         warm = np.asarray([*joint.theta[:5], *[joint.theta[5]] * len(lw.extra_names)], dtype=np.float64)

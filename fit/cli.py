@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -309,6 +310,11 @@ def fit_cmd(
             )
     if not (delta > 0):
         raise ValueError(f"--delta {delta} must be > 0 (paper: 1e-3)")
+    from loopscale.fit.laws import PHI_BOUNDS
+
+    if phi is not None and not (math.isfinite(phi) and PHI_BOUNDS[0] <= phi <= PHI_BOUNDS[1]):  # in the flag's words
+        raise ValueError(f"--phi {phi} must be a number in the paper's box [{PHI_BOUNDS[0]:g}, {PHI_BOUNDS[1]:g}], e.g. "
+                         "--phi 0 or --phi 1")  # fmt: skip
     make_law(law, phi, **({"rs": (2,)} if law == "joint_per_r" else {}))  # an unknown law, a bad phi: said first
     _blocks(block_by, label=f"--block-by {block_by}")  # a column given twice or empty: said before the table
     if r_only is not None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from loopscale.fit.io import FitData, prepare, read_table
-from loopscale.fit.laws import Law, make_law
+from loopscale.fit.laws import Law, check_per_r_anchor, make_law
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -834,6 +834,7 @@ def fit_law(
                 f"law='joint_per_r' fits one phi per looped r > 1; the table holds only r={[int(v) for v in rs]}; "
                 "use law='chinchilla'"
             )
+        check_per_r_anchor(rs)
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     else:
         lw = make_law(law, phi)

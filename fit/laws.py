@@ -226,6 +226,22 @@ class JointPerRLaw(Law):
         return np.log(neff), du
 
 
+def check_per_r_anchor(rs, why: str = "") -> None:
+    """Refuse a ``joint_per_r`` fit of a table whose r values ``rs`` (those of its ok rows) lack r = 1: the r = 1 runs
+    pin A and alpha, and without them each phi_<r> trades off exactly with A (fits of equal quality give any phi:
+    two seeds gave phi_2 = 3.0 and -0.55 at one objective). ``why`` is added to the r list in the message (e.g. that a
+    filter kept only those).
+
+    Raises:
+        ValueError: no r = 1 in ``rs``.
+    """
+    rs = [int(v) for v in np.unique(np.asarray(rs, dtype=float))]
+    if 1 not in rs:
+        raise ValueError(f"law 'joint_per_r' fits each phi_<r> against the r = 1 runs, which the table lacks (r = {rs}"
+                         f"{why}): without them every phi_<r> trades off exactly with A, and fits of equal quality "
+                         "give any phi; add the r = 1 runs, or fit one phi for every r with law 'joint'")  # fmt: skip
+
+
 def make_law(law: str = "joint", phi: float | None = None, rs: tuple[int, ...] | None = None) -> Law:
     """Build a law by name.
 
@@ -258,7 +274,10 @@ def make_law(law: str = "joint", phi: float | None = None, rs: tuple[int, ...] |
         if phi is None:
             return JointLaw(extra_names=("phi",), extra_bounds=(PHI_BOUNDS,))
         phi = float(phi)
-        if not (np.isfinite(phi) and PHI_BOUNDS[0] <= phi <= PHI_BOUNDS[1]):
+        if not np.isfinite(phi):
+            raise ValueError(f"phi={phi} is not a finite number; fix phi to a value in the paper's box [-3, 3], e.g. "
+                             "phi=0.0 or phi=1.0")  # fmt: skip
+        if not PHI_BOUNDS[0] <= phi <= PHI_BOUNDS[1]:
             raise ValueError(f"phi={phi} is outside the paper's box [-3, 3]; pass e.g. phi=0.0 or phi=1.0")
         return JointLaw(fixed={"phi": phi})
     raise ValueError(f"law={law!r} is unknown; valid: 'joint', 'joint_per_r' or 'chinchilla'")

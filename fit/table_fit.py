@@ -138,7 +138,7 @@ def fit_table(
     from loopscale.fit.bootstrapping import bootstrap_data
     from loopscale.fit.fitter import check_fit_args, fit_data
     from loopscale.fit.io import csv_record_lines, prepare, read_table, unit_warnings, with_layers_unique
-    from loopscale.fit.laws import make_law
+    from loopscale.fit.laws import check_per_r_anchor, make_law
 
     check_fit_args(starts=starts, seed=seed, delta=delta, B=bootstrap, B_name="bootstrap", B_zero="no bootstrap",
                    workers=workers)  # fmt: skip
@@ -198,6 +198,7 @@ def fit_table(
         if not (rs > 1).any():
             raise ValueError(f"law 'joint_per_r' fits one phi per looped r > 1; the table holds only r = "
                              f"{[int(v) for v in rs]}: use law 'chinchilla'")  # fmt: skip
+        check_per_r_anchor(rs, "; the r filter keeps only those: include 1 in it" if r is not None else "")
         lw = make_law(law, rs=tuple(int(v) for v in rs[rs > 1]))
     # the blocking's columns are checked also without a bootstrap (a typo there would otherwise pass unseen)
     try:

@@ -798,6 +798,21 @@ def test_fit_cli_law_help_lists_every_law_the_fitter_accepts(tmp_path):
     assert ("warning: phi_3 rests on a single point of the law (1 run at r = 3, one N and D): the law passes through "
             "it whatever it is, so nothing in the table checks phi_3") in " ".join(res.output.split())
     assert "phi_2 rests" not in res.output and "phi_4 rests" not in res.output
+    # without the r = 1 runs each phi_<r> trades off exactly with A: two seeds gave phi_2 3.0 and -0.55 at one
+    # objective, without a word. Refused, also when --r leaves r = 1 out
+    _base_joint().query("r > 1").to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "joint_per_r"])
+    assert res.exit_code == 2 and ("law 'joint_per_r' fits each phi_<r> against the r = 1 runs, which the table lacks "
+                                   "(r = [2, 4])") in " ".join(res.output.split()), res.output  # fmt: skip
+    _base_joint().to_csv(path, index=False)
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "joint_per_r", "--r", "2,4"])
+    assert res.exit_code == 2 and "(r = [2, 4]; the r filter keeps only those: include 1 in it)" in res.output
+    from loopscale.fit.fitter import fit_law
+
+    with pytest.raises(ValueError, match=r"which the table lacks \(r = \[2, 4\]\): without them"):
+        fit_law(_base_joint().query("r > 1"), "joint_per_r")  # the Python API too
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--phi", "nan"])  # said as a flag, not as phi=0.0
+    assert res.exit_code == 2 and "--phi nan must be a number in the paper's box [-3, 3], e.g. --phi 0" in res.output
 
 
 def _law_help(fn) -> str:
