@@ -398,7 +398,7 @@ def fit_cmd(
 
             if few := few_resamples_note(boot.B - boot.n_failed):
                 summary["few_resamples"] = few
-        loss_note = _loss_column_note(data)
+        loss_note = tf.column_notes.get("loss")
         if loss_note:
             summary["loss_column_note"] = loss_note
         unfinished = UNFINISHED_GRID_NOTE(table) if UNFINISHED_GRID_NOTE is not None else None
@@ -415,10 +415,7 @@ def fit_cmd(
             summary["status_note"] = data.status_note
         if tf.not_replicates:
             summary["not_replicates"] = tf.not_replicates
-        n_note = _n_column_note(data) if law == "chinchilla" else None
-        if law == "chinchilla" and data.source_names.get("N") == "N_once + N_rec":
-            n_note = ("the table has no N: N = N_once + N_rec, the unique parameters (as `loopscale run`'s per-r "
-                      "Chinchilla fits take them)")  # fmt: skip
+        n_note = tf.column_notes.get("N")
         if n_note:
             summary["n_column_note"] = n_note
         block_note = None
@@ -605,36 +602,3 @@ def _fitted_to(rep, per_run: bool, n_runs: int, bootstrapped: bool) -> tuple[dic
     )
 
 
-def _n_column_note(data) -> str | None:
-    """A table with both ``N`` and ``N_unique`` whose values differ (e.g. N counts the looped block r times): which
-    one the Chinchilla law was fitted on (``N``; ``N_unique`` is read only when a table has no ``N`` column), since
-    the choice changes A and alpha."""
-    if "N" not in data.frame.columns or not _other_column_differs(data, "N_unique", "N"):
-        return None
-    return (
-        "the table has both N and N_unique, and they differ: the N column was fitted (N_unique is read only when a "
-        "table has no N column; drop N to fit on the unique parameters)"
-    )
-
-
-def _loss_column_note(data) -> str | None:
-    """A table with both ``loss`` and ``final_val_loss`` whose values differ: which one was fitted (``loss``; the
-    other is read only when a table has no ``loss`` column), since the choice changes every parameter."""
-    if "loss" in data.source_names or not _other_column_differs(data, "final_val_loss", "loss"):
-        return None
-    return (
-        "the table has both loss and final_val_loss, and they differ: the loss column was fitted (final_val_loss "
-        "is read only when a table has no loss column)"
-    )
-
-
-def _other_column_differs(data, other: str, fitted: str) -> bool:
-    """Whether the table holds column ``other`` (an alias not fitted) with values that differ from the ``fitted``
-    column's, run by run (relative 1e-9)."""
-    import numpy as np
-    import pandas as pd
-
-    if other not in data.frame.columns:
-        return False
-    values = pd.to_numeric(data.frame[other], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    return not np.allclose(values, data.cols[fitted], rtol=1e-9, atol=0.0, equal_nan=False)

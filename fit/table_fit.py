@@ -54,6 +54,8 @@ class TableFit:
         not_replicates: when the law was fitted to cell means, why the runs of a cell may be other runs than
             seeds (:func:`loopscale.fit.analysis.not_replicates_note`: an LR sweep, checkpoints, a repeated seed);
             also one of ``input_warnings``. None otherwise.
+        column_notes: which of two columns of one quantity was fitted (:func:`column_notes`: ``"loss"``, and
+            ``"N"`` for the Chinchilla law); each is also raised as a ``UserWarning`` starting ``"table: "``.
     """
 
     fit: Any
@@ -69,6 +71,7 @@ class TableFit:
     other_variants_rows: dict[str, int] = field(default_factory=dict)
     input_warnings: list[str] = field(default_factory=list)
     not_replicates: str | None = None
+    column_notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def params(self) -> dict[str, float]:
@@ -215,7 +218,8 @@ def fit_table(
     by_cell = rep is not None and not per_run
     not_replicates = not_replicates_note(data.frame, rep.strata) if by_cell and rep.means else None
     input_warnings = [w for w in (data.status_note, not_replicates, *unit_warnings(data), data.near_duplicates) if w]
-    for w in input_warnings:  # said before the fit (a table in another unit is the likeliest reason for odd numbers)
+    notes = column_notes(data, lw)
+    for w in [*notes.values(), *input_warnings]:  # said before the fit (another unit: the likeliest cause of odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
     flat_terms = chinchilla_flat_terms(data) if lw.name == "chinchilla" else _joint_flat_terms(data)
     if lw.name != "chinchilla":
@@ -257,8 +261,58 @@ def fit_table(
     return TableFit(
         fit=fit, boot=boot, data=data, law=lw, variant=variant, replicates=rep, by_cell=by_cell,
         flat_terms=flat_terms, pooled_r=pooled if len(pooled) > 1 else [], identification=ident,
-        other_variants_rows=others, input_warnings=input_warnings, not_replicates=not_replicates,
+        other_variants_rows=others, input_warnings=input_warnings, not_replicates=not_replicates, column_notes=notes,
     )  # fmt: skip
+
+
+def column_notes(data, law: Law) -> dict[str, str]:
+    """Which of two columns of one quantity a fit took, where the table holds both and they differ (or where the
+    Chinchilla law's N was made of N_once + N_rec): ``{"loss": ...}`` (``loss`` against ``final_val_loss``: every
+    parameter changes with it) and, for the Chinchilla law, ``{"N": ...}`` (``N`` against ``N_unique``, or N taken
+    as N_once + N_rec: A and alpha change with it); empty when neither applies. ``loopscale fit`` prints them as
+    notes (``--json``: ``loss_column_note``, ``n_column_note``)."""
+    out = {}
+    if note := _loss_column_note(data):
+        out["loss"] = note
+    if law.name == "chinchilla":
+        if data.source_names.get("N") == "N_once + N_rec":
+            out["N"] = ("the table has no N: N = N_once + N_rec, the unique parameters (as `loopscale run`'s per-r "
+                        "Chinchilla fits take them)")  # fmt: skip
+        elif note := _n_column_note(data):
+            out["N"] = note
+    return out
+
+
+def _n_column_note(data) -> str | None:
+    """A table with both ``N`` and ``N_unique`` whose values differ (e.g. N counts the looped block r times): which
+    one the Chinchilla law was fitted on (``N``; ``N_unique`` is read only when a table has no ``N`` column), since
+    the choice changes A and alpha."""
+    if "N" not in data.frame.columns or not _other_column_differs(data, "N_unique", "N"):
+        return None
+    return (
+        "the table has both N and N_unique, and they differ: the N column was fitted (N_unique is read only when a "
+        "table has no N column; drop N to fit on the unique parameters)"
+    )
+
+
+def _loss_column_note(data) -> str | None:
+    """A table with both ``loss`` and ``final_val_loss`` whose values differ: which one was fitted (``loss``; the
+    other is read only when a table has no ``loss`` column), since the choice changes every parameter."""
+    if "loss" in data.source_names or not _other_column_differs(data, "final_val_loss", "loss"):
+        return None
+    return (
+        "the table has both loss and final_val_loss, and they differ: the loss column was fitted (final_val_loss "
+        "is read only when a table has no loss column)"
+    )
+
+
+def _other_column_differs(data, other: str, fitted: str) -> bool:
+    """Whether the table holds column ``other`` (an alias not fitted) with values that differ from the ``fitted``
+    column's, run by run (relative 1e-9)."""
+    if other not in data.frame.columns:
+        return False
+    values = pd.to_numeric(data.frame[other], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    return not np.allclose(values, data.cols[fitted], rtol=1e-9, atol=0.0, equal_nan=False)
 
 
 def _other_variants_rows(whole: pd.DataFrame, fitted: pd.DataFrame) -> dict[str, int]:

@@ -407,6 +407,17 @@ def test_fit_says_which_loss_column_it_fitted_when_a_table_has_two(tmp_path):
                     "fitted" in res.stdout) is says, res.stdout  # fmt: skip
             res = CliRunner().invoke(app, ["fit", str(path), "--law", "chinchilla", "--starts", "20", "--json"])
             assert (key in json.loads(res.stdout)) is says
+            # fit_table ("loopscale fit as one call") said neither (input_warnings empty, no UserWarning)
+            import warnings
+
+            from loopscale.fit import fit_table
+
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                tf = fit_table(path, "chinchilla", starts=20)
+            assert (fitted in tf.column_notes) is says
+            assert any(str(w.message) == f"table: {tf.column_notes[fitted]}" for w in seen) if says else not any(
+                "the table has both" in str(w.message) for w in seen)  # fmt: skip
 
 
 def test_fit_warns_when_the_runs_hold_fewer_points_than_the_law_has_parameters():
