@@ -13,6 +13,7 @@ Everything else that is wrong raises ``ValueError`` before any compute is spent.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,35 @@ def read_table(table: Any) -> pd.DataFrame:
     if "variant" in df.columns and (blank := df["variant"].isna()).any() and not blank.all():
         df["variant"] = df["variant"].astype(object).where(~blank, "baseline")
     return df
+
+
+_OTHER_FORMATS = {
+    ".tsv": "pd.read_csv(path, sep='\\t')",
+    ".txt": "pd.read_csv(path, sep=None, engine='python'), which guesses the separator",
+    ".csv.gz": "pd.read_csv(path), which reads it compressed",
+    ".gz": "pd.read_csv(path), which reads a compressed CSV",
+    ".json": "pd.read_json(path)",
+    ".jsonl": "pd.read_json(path, lines=True)",
+    ".xlsx": "pd.read_excel(path)",
+    ".xls": "pd.read_excel(path)",
+    ".feather": "pd.read_feather(path)",
+}
+"""Table formats ``fit`` does not read, with the pandas call that does (said in the unknown-suffix error)."""
+
+
+def _no_comment_lines(path: Path) -> None:
+    """Refuse a CSV with a line starting with ``#`` (a comment, which pandas reads as a row of one field: a parser
+    error at the top, a row of NaN further down, each said in words that never named the comment).
+
+    Raises:
+        ValueError: naming the first such line and how to drop them.
+    """
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for i, line in enumerate(fh, start=1):
+            if line.lstrip("\ufeff ").startswith("#"):
+                raise ValueError(f"line {i} of table {str(path)!r} starts with '#': a comment line, which a CSV table "
+                                 "cannot hold; remove the comment lines (pandas drops them: pd.read_csv(path, "
+                                 "comment='#').to_csv(new_path, index=False))")  # fmt: skip
 
 
 def _read_table(table: Any) -> pd.DataFrame:
@@ -90,20 +120,34 @@ def _read_table(table: Any) -> pd.DataFrame:
                     "does with it (its runs' records in parts/ and their results are kept)"
                 ) from None
         if p.suffix.lower() == ".csv":
+            _no_comment_lines(p)
             try:
                 df = pd.read_csv(p)
             except pd.errors.EmptyDataError:
                 raise ValueError(f"table {str(p)!r} is empty (no header row): a runs table needs columns such as "
                                  "loss or final_val_loss, D, N_once, N_rec, r") from None
+            except pd.errors.ParserError as e:  # rows of other lengths than the header's
+                raise ValueError(f"table {str(p)!r} is not a readable CSV table ({' '.join(str(e).split())}): "
+                                 "every line must hold the header's fields, comma-separated") from None
             sep = next((c for c in (";", "\t", "|") if len(df.columns) == 1 and c in str(df.columns[0])), None)
             if sep is not None:
+                # Excel's European CSV: ';' between fields and a decimal comma ("2,89"), which to_csv would keep
+                # as text unless read with decimal=','
+                cells = pd.read_csv(p, sep=sep, dtype=str, nrows=50).to_numpy().ravel()
+                comma = any(isinstance(v, str) and re.fullmatch(r"\s*[-+]?\d+,\d+([eE][-+]?\d+)?\s*", v)
+                            for v in cells)  # fmt: skip
+                how = f"sep={sep!r}, decimal=','" if comma else f"sep={sep!r}"
                 raise ValueError(
                     f"table {str(p)!r} reads as one column {str(df.columns[0])!r}: its fields look separated by "
-                    f"{sep!r}, and a .csv table is read comma-separated; write it with commas (pandas: "
-                    f"pd.read_csv(path, sep={sep!r}).to_csv(new_path, index=False)) or as Parquet"
+                    f"{sep!r}" + (" with decimal commas (2,89 for 2.89)" if comma else "") + ", and a .csv table is "
+                    f"read comma-separated with decimal points; write it so (pandas: pd.read_csv(path, {how})"
+                    ".to_csv(new_path, index=False)) or as Parquet"
                 )
             return df
-        raise ValueError(f"table {str(p)!r}: unknown suffix {p.suffix!r}; valid: .parquet, .pq, .csv")
+        hint = _OTHER_FORMATS.get("".join(s.lower() for s in p.suffixes[-2:])) or _OTHER_FORMATS.get(p.suffix.lower())
+        raise ValueError(f"table {str(p)!r}: unknown suffix {p.suffix!r}; valid: .parquet, .pq, .csv"
+                         + (f"; read it with pandas ({hint}) and pass the DataFrame (fit_table(df) in Python) or "
+                            "write it with .to_csv(new_path, index=False)" if hint else ""))  # fmt: skip
     try:
         import pyarrow as pa
 

@@ -515,8 +515,30 @@ def test_csv_errors_name_the_line_and_a_semicolon_csv_is_named_as_such(tmp_path)
     t.to_csv(path, index=False, sep=";")
     with pytest.raises(ValueError, match=r"its fields look separated by ';'.*pd.read_csv\(path, sep=';'\)"):
         prepare(path, make_law("joint"))
+    # Excel's European CSV (decimal commas): the advice without decimal=',' left every number a string
+    t.to_csv(path, index=False, sep=";", decimal=",")
+    with pytest.raises(ValueError, match=r"';' with decimal commas \(2,89 for 2.89\).*pd.read_csv\(path, sep=';', "
+                                         r"decimal=','\)"):  # fmt: skip
+        prepare(path, make_law("joint"))
+    fixed = tmp_path / "fixed.csv"
+    pd.read_csv(path, sep=";", decimal=",").to_csv(fixed, index=False)  # the advice, as written, reads
+    assert prepare(fixed, make_law("joint")).n == len(t)
     t.to_csv(path, index=False)
     assert prepare(path, make_law("joint")).n == len(t)
+    # a comment line: pandas' "Expected 1 fields in line 3, saw 8" at the top, a NaN row further down
+    lines = path.read_text().splitlines()
+    for at in (0, 4):
+        path.write_text("\n".join([*lines[:at], "# units: nats, tokens", *lines[at:]]) + "\n")
+        with pytest.raises(ValueError, match=rf"line {at + 1} of table .* starts with '#': a comment line.*"
+                                             r"comment='#'"):  # fmt: skip
+            prepare(path, make_law("joint"))
+    # other formats: the pandas call that reads each
+    import re
+
+    for name, call in (("runs.tsv", "sep='\\t'"), ("runs.csv.gz", "reads it compressed"), ("runs.json", "(path)")):
+        (tmp_path / name).write_text("x")
+        with pytest.raises(ValueError, match=rf"unknown suffix .*read it with pandas \(pd\.\w+\(path.*{re.escape(call)}"):
+            prepare(tmp_path / name, make_law("joint"))
 
 
 def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
