@@ -533,12 +533,12 @@ def test_csv_errors_name_the_line_and_a_semicolon_csv_is_named_as_such(tmp_path)
                                              r"comment='#'"):  # fmt: skip
             prepare(path, make_law("joint"))
     # other formats: the pandas call that reads each
-    import re
-
-    for name, call in (("runs.tsv", "sep='\\t'"), ("runs.csv.gz", "reads it compressed"), ("runs.json", "(path)")):
+    for name, call in (("runs.tsv", "pd.read_csv(path, sep='\\t')"), ("runs.csv.gz", "pd.read_csv(path), which reads it compressed"),
+                       ("runs.json", "pd.read_json(path)")):  # fmt: skip
         (tmp_path / name).write_text("x")
-        with pytest.raises(ValueError, match=rf"unknown suffix .*read it with pandas \(pd\.\w+\(path.*{re.escape(call)}"):
+        with pytest.raises(ValueError, match=r"unknown suffix .*; read it with pandas \(") as e:
             prepare(tmp_path / name, make_law("joint"))
+        assert f"read it with pandas ({call})" in str(e.value), str(e.value)
 
 
 def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
