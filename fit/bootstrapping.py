@@ -970,10 +970,13 @@ def one_run_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None) -> 
     if not block_by or cells.size < 2 or int(cells.max()) + 1 < cells.size:
         return None
     cols = ",".join(block_by)
+    # the architecture column beside the budget: r for the joint law's tables; a Chinchilla table has no r
+    arch = "r" in block_by
+    how = ("--block-by COLUMN,r (block_by=('COLUMN', 'r') in Python)" if arch else
+           "--block-by COLUMN (block_by=('COLUMN',) in Python)")  # fmt: skip
     return (
         f"every ({cols}) block holds one run, so the bootstrap resampled run by run; if the table has a "
-        "budget column whose cells hold several runs (an iso-FLOP design), block by it: --block-by COLUMN,r "
-        "(block_by=('COLUMN', 'r') in Python)"
+        f"budget column whose cells hold several runs (an iso-FLOP design), block by it: {how}"
     )
 
 

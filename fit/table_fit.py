@@ -495,7 +495,10 @@ def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, st
     names = sorted(str(v) for v in df["variant"].dropna().unique()) if "variant" in df.columns else []
     if len(names) <= 1:  # one variant (or no column): the table is its fit
         if variant is not None and variant not in (names or ["baseline"]):
-            raise ValueError(f"--variant {variant}: the table's runs are all of variant {(names or ['baseline'])[0]!r}")
+            if not names:  # no column at all: every run is taken as the baseline
+                raise ValueError(f"--variant {variant}: the table has no 'variant' column, so its runs are one "
+                                 "architecture's (read as 'baseline'); add a variant column to fit one of several")  # fmt: skip
+            raise ValueError(f"--variant {variant}: the table's runs are all of variant {names[0]!r}")
         return df, (names[0] if names else variant)
     if "r" not in df.columns:
         raise ValueError(f"the table holds variants {names} but no 'r' column: give one variant's rows")

@@ -1398,6 +1398,12 @@ def test_fit_cli_names_a_wrong_variant_before_ray_starts(tmp_path, monkeypatch):
         shutil.rmtree(short, ignore_errors=True)
     assert res.exit_code == 2, res.output
     assert "--variant nosuch: the table's runs are all of variant 'baseline'" in res.output and not started
+    # a table without a variant column: said as such (it read "all of variant 'baseline'", a name the table lacks)
+    from loopscale.fit import fit_table
+
+    with pytest.raises(ValueError, match=r"--variant hyper: the table has no 'variant' column, so its runs are one "
+                                         r"architecture's \(read as 'baseline'\)"):  # fmt: skip
+        fit_table(_base_joint(), variant="hyper")
 
 
 def test_a_value_that_is_not_a_number_is_named_with_its_row_and_a_csv_by_its_line(tmp_path):

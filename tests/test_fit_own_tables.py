@@ -55,6 +55,12 @@ def test_a_blocking_whose_every_block_is_one_run_is_said(tmp_path):
     boot = json.loads(res.stdout)["bootstrap"]
     assert boot["block_by"] == ["D", "r"]
     assert "every (D,r) block holds one run" in boot["one_run_blocks_note"]
+    assert "block by it: --block-by COLUMN,r (block_by=('COLUMN', 'r') in Python)" in boot["one_run_blocks_note"]
+    from loopscale.fit.bootstrapping import one_run_blocks_note
+
+    # a Chinchilla table blocked without r: the advice names no r column (it has none)
+    assert one_run_blocks_note(np.arange(4), ("C",)).endswith("block by it: --block-by COLUMN (block_by=('COLUMN',) "
+                                                              "in Python)")  # fmt: skip
     res = CliRunner().invoke(app, base)  # the default: (C, r), blocks of several runs, no note
     boot = json.loads(res.stdout)["bootstrap"]
     assert boot["block_by"] == ["C", "r"] and "one_run_blocks_note" not in boot
