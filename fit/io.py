@@ -391,7 +391,10 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         DataFrame's position with its index label where the two differ."""
         if lines is not None:
             return f"line {lines[k]} of the CSV"
-        return f"row {k} = index label {index[k]!r}" if index is not None else f"row {k}"
+        if index is None:
+            return f"row {k}"
+        label = index[k].item() if isinstance(index[k], np.generic) else index[k]  # 10, not np.int64(10)
+        return f"row {k} = index label {label!r}"
 
     labels = row_label_columns(raw)
     beside = ""  # what the repeated-run checks leave out, said in their messages

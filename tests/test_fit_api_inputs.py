@@ -426,3 +426,8 @@ def test_a_filtered_dataframe_names_rows_by_position_and_index_label():
         prepare(t, make_law("joint"))
     with pytest.raises(ValueError, match=r"first at row 3\)"):  # positions and labels agree: the row alone
         prepare(t.reset_index(drop=True), make_law("joint"))
+    # a filtered frame's index holds NumPy integers: the label as a number, not "np.int64(103)"
+    filtered = t[t["r"] != 2]  # labels 100-103 and 108-111
+    assert not isinstance(filtered.index, pd.RangeIndex)
+    with pytest.raises(ValueError, match=r"first at row 3 = index label 103\)"):
+        prepare(filtered, make_law("joint"))
