@@ -48,6 +48,31 @@ def read_table(table: Any) -> pd.DataFrame:
     return df
 
 
+_COLUMN_SYNONYMS = {
+    "loss": ("val_loss", "validation_loss", "eval_loss", "valid_loss", "test_loss", "loss_val", "final_loss",
+             "ce", "cross_entropy", "nll"),
+    "D": ("tokens", "n_tokens", "num_tokens", "train_tokens", "training_tokens", "tokens_seen", "data", "dataset_size"),
+    "N": ("params", "n_params", "num_params", "parameters", "n_parameters", "param_count", "model_size", "size"),
+    "r": ("recurrence", "recurrences", "loops", "n_loops", "num_loops", "recur"),
+}
+"""Other tools' names for the columns a fit needs (said as likely renames when a column is missing)."""
+
+
+def _near_names(missing: list[str], have: list[str]) -> dict[str, str]:
+    """{missing column: a column of the table that likely means it}: another case of its name (``Loss``, ``n_once``),
+    one of :data:`_COLUMN_SYNONYMS` (``val_loss``, ``tokens``, ``params``), each table column named once."""
+    out: dict[str, str] = {}
+    for want in missing:
+        for col in have:
+            if col in out.values():
+                continue
+            low = col.strip().lower()
+            if low == want.lower() or low in _COLUMN_SYNONYMS.get(want, ()):
+                out[want] = col
+                break
+    return out
+
+
 _OTHER_FORMATS = {
     ".tsv": "pd.read_csv(path, sep='\\t')",
     ".txt": "pd.read_csv(path, sep=None, engine='python'), which guesses the separator",
@@ -481,6 +506,9 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
         if spaced:  # ' loss', 'D ': a header written with spaces around its names
             hint += (f"; {', '.join(repr(v) for v in spaced.values())} "
                      f"{'has' if len(spaced) == 1 else 'have'} spaces around the name: remove them from the header")  # fmt: skip
+        if near := _near_names(missing, [str(given.get(c, c)) for c in df.columns if c not in spaced]):
+            hint += ("; if they are those, rename " + ", ".join(f"{have!r} to {want}" for want, have in near.items())
+                     + " (loss in nats/token, D in tokens, N in parameters)")  # fmt: skip
         raise ValueError(
             f"law {law.name!r} needs columns {list(need)}; missing {missing}{hint}; table has "
             f"{[given.get(c, c) for c in df.columns]}"

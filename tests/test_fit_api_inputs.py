@@ -409,6 +409,14 @@ def test_a_header_with_spaces_around_a_name_is_said(tmp_path):
     with pytest.raises(ValueError, match=r"missing \['N_rec'\]; table has") as e:
         prepare(str(path), make_law("joint"))
     assert "spaces" not in str(e.value)
+    # other tools' names and another case: named as likely renames (the error listed only what was missing)
+    path.write_text("val_loss,tokens,params\n3.0,1e6,10\n")
+    with pytest.raises(ValueError, match=r"; if they are those, rename 'val_loss' to loss, 'tokens' to D, 'params' to "
+                                         r"N \(loss in nats/token, D in tokens, N in parameters\); table has"):  # fmt: skip
+        prepare(str(path), make_law("chinchilla"))
+    path.write_text("r,Loss,D,n_once,N_rec\n1,3.0,1e6,10,20\n")
+    with pytest.raises(ValueError, match=r"rename 'Loss' to loss, 'n_once' to N_once \("):
+        prepare(str(path), make_law("joint"))
 
 
 def test_a_filtered_dataframe_names_rows_by_position_and_index_label():
