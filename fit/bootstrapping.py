@@ -957,8 +957,28 @@ def bootstrap_data(
         extra = {"stratify_by": list(stratify_by), "single_seed_note": single_seed_note(data.frame, tuple(stratify_by))}
     elif note := one_run_blocks_note(cells, bb):
         extra = {"one_run_blocks_note": note}
+    if not stratify_by and (few := few_blocks_note(cells, bb, B)):
+        extra["few_blocks_note"] = few
     return _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level,
                    derived, starts, seed, extra)  # fmt: skip
+
+
+def few_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None, B: int) -> str | None:
+    """The warning for a block bootstrap with so few blocks that fewer distinct resamples exist than the ``B`` it
+    draws: k blocks drawn k at a time with replacement give C(2k - 1, k) distinct resamples (35 for k = 4, 126 for
+    k = 5), so the draws repeat and the percentile interval rests on those few fits. ``cells``: block id per run,
+    shape ``(n,)``. None for iid resampling (``block_by`` None) or enough blocks."""
+    import math
+
+    if not block_by or cells.size == 0:
+        return None
+    k = int(np.unique(cells).size)
+    distinct = math.comb(2 * k - 1, k)
+    if distinct >= B:
+        return None
+    return (f"the bootstrap resamples {k} ({','.join(block_by)}) block{'s' * (k != 1)}, which allow{'s' * (k == 1)} "
+            f"only {distinct} distinct resample{'s' * (distinct != 1)} for the {B} drawn: the draws repeat, and the "
+            "interval rests on those few fits; block by more columns (e.g. the budget and r) for more blocks")  # fmt: skip
 
 
 def one_run_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None) -> str | None:

@@ -520,6 +520,8 @@ def fit_cmd(
                     lines.append(f"  warning: {note}")
                 if note := boot.extra.get("one_run_blocks_note"):
                     lines.append(f"  note: {note}")
+                if note := boot.extra.get("few_blocks_note"):
+                    lines.append(f"  warning: {note}")
                 if few := few_resamples_note(boot.B - boot.n_failed):
                     lines.append(f"  warning: {few}")
                 if edge := box_edge_interval_note(boot.ci):

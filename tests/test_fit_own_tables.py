@@ -5,6 +5,7 @@ a fit folder that already holds files."""
 from __future__ import annotations
 
 import json
+import math
 import warnings
 
 import numpy as np
@@ -56,8 +57,20 @@ def test_a_blocking_whose_every_block_is_one_run_is_said(tmp_path):
     assert boot["block_by"] == ["D", "r"]
     assert "every (D,r) block holds one run" in boot["one_run_blocks_note"]
     assert "block by it: --block-by COLUMN,r (block_by=('COLUMN', 'r') in Python)" in boot["one_run_blocks_note"]
-    from loopscale.fit.bootstrapping import one_run_blocks_note
+    # blocks so few that fewer distinct resamples exist than B: 4 r blocks give 35 for B = 40 (said; nothing was)
+    from loopscale.fit.bootstrapping import few_blocks_note, one_run_blocks_note
 
+    assert few_blocks_note(np.repeat(np.arange(4), 3), ("r",), 40) == (
+        "the bootstrap resamples 4 (r) blocks, which allow only 35 distinct resamples for the 40 drawn: the draws "
+        "repeat, and the interval rests on those few fits; block by more columns (e.g. the budget and r) for more "
+        "blocks")  # fmt: skip
+    assert few_blocks_note(np.repeat(np.arange(4), 3), ("r",), 35) is None  # C(7, 4) = 35: enough for 35
+    assert few_blocks_note(np.arange(12), None, 200) is None  # iid: 12 runs resampled one by one
+    res = CliRunner().invoke(app, [*base[:2], "--bootstrap", "40", *base[4:], "--block-by", "r"])
+    assert res.exit_code == 0, res.output
+    n_r = _iso_flop()["r"].nunique()
+    assert (f"resamples {n_r} (r) blocks" in json.loads(res.stdout)["bootstrap"].get("few_blocks_note", "")) == (
+        math.comb(2 * n_r - 1, n_r) < 40)
     # a Chinchilla table blocked without r: the advice names no r column (it has none)
     assert one_run_blocks_note(np.arange(4), ("C",)).endswith("block by it: --block-by COLUMN (block_by=('COLUMN',) "
                                                               "in Python)")  # fmt: skip
