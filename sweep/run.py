@@ -1237,6 +1237,8 @@ def run_cmd(
                     p.update(_lr_left_plan(spec, prog, p))
                 p["recorded"], time_left, trains = _recorded_note(spec, Path(out_dir), cpus)
                 p.update(_time_left_plan(time_left, cpus))
+                if p["recorded"] is not None and time_left is None:  # every run recorded: no figure, and why
+                    p["train_time_assumption"] = "nothing left to train: every run of the grid is recorded here"
                 p["fit_stage"] = _fit_stage_note(Path(out_dir), {"B": p["fit_bootstrap"], "starts": p["fit_starts"],
                                                                  "seed": seed}, trains)  # fmt: skip
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -196,6 +197,14 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     assert q["est_train_min_left"] is None and q["train_time_assumption"] == (
         "not estimated: no ok run recorded here with a training time (wall_s) and FLOPs (C) to take a rate from")
     assert collect_status(untimed)["time"].get("train_left") is None
+    # every run recorded: no figure, and the plan says why (it printed None without a word)
+    import shutil
+
+    done = tmp_path / "done"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4", done)
+    d = _dry(done)
+    assert d["est_train_min_left"] is None and d["train_time_assumption"] == (
+        "nothing left to train: every run of the grid is recorded here")
 
 
 def test_a_dry_run_counts_finished_runs_whose_records_are_gone(tmp_path):
