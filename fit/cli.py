@@ -409,6 +409,10 @@ def fit_cmd(
         units = unit_warnings(data)
         if units:
             summary["unit_warnings"] = units
+        from loopscale.fit.table_fit import zero_rec_rows
+
+        if zero := zero_rec_rows(data):
+            summary["zero_rec_rows"] = zero
         if data.near_duplicates:
             summary["near_duplicates"] = data.near_duplicates
         if data.status_note:

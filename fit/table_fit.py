@@ -48,8 +48,9 @@ class TableFit:
         input_warnings: what ``loopscale fit`` warns of in the table's values, one sentence each, in this order:
             rows left out for a status spelt otherwise (:attr:`loopscale.fit.io.FitData.status_note`), cells whose
             runs are not seeds (``not_replicates``), values that read as another unit
-            (:func:`loopscale.fit.io.unit_warnings`: D in billions, a perplexity, ...) and rows that repeat a kept
-            row (:attr:`loopscale.fit.io.FitData.near_duplicates`); each is also raised as a ``UserWarning``
+            (:func:`loopscale.fit.io.unit_warnings`: D in billions, a perplexity, ...), some looped runs with
+            ``N_rec = 0`` (:func:`zero_rec_rows`) and rows that repeat a kept row
+            (:attr:`loopscale.fit.io.FitData.near_duplicates`); each is also raised as a ``UserWarning``
             starting ``"table: "``. The fit is made either way.
         not_replicates: when the law was fitted to cell means, why the runs of a cell may be other runs than
             seeds (:func:`loopscale.fit.analysis.not_replicates_note`: an LR sweep, checkpoints, a repeated seed);
@@ -217,7 +218,8 @@ def fit_table(
     rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
     by_cell = rep is not None and not per_run
     not_replicates = not_replicates_note(data.frame, rep.strata) if by_cell and rep.means else None
-    input_warnings = [w for w in (data.status_note, not_replicates, *unit_warnings(data), data.near_duplicates) if w]
+    input_warnings = [w for w in (data.status_note, not_replicates, *unit_warnings(data), zero_rec_rows(data),
+                                  data.near_duplicates) if w]  # fmt: skip
     notes = column_notes(data, lw)
     for w in [*notes.values(), *input_warnings]:  # said before the fit (another unit: the likeliest cause of odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
@@ -455,6 +457,21 @@ def phi_without_effect(data, law) -> list[str]:
             out.append(f"every run at r = {r} has N_rec = 0: r^phi_{r} N_rec is 0 whatever phi_{r}, so phi_{r} is "
                        "not identified (N_rec is the parameter count of the shared block that is looped r times)")  # fmt: skip
     return out
+
+
+def zero_rec_rows(data) -> str | None:
+    """The input warning for a table where some looped runs (r > 1), not all, have ``N_rec = 0``: no parameters in
+    the block they loop, so ``r^phi N_rec`` is 0 for them whatever phi (a typo in those rows, or a plain model's row
+    labelled looped); None otherwise (all of them: :func:`phi_without_effect` says phi is not identified)."""
+    c = data.cols
+    if "N_rec" not in c or "r" not in c:
+        return None
+    looped = c["r"] > 1
+    k = int(np.sum(looped & (c["N_rec"] <= 0)))
+    if k == 0 or k == int(looped.sum()):
+        return None
+    return (f"{k} of {int(looped.sum())} looped runs (r > 1) have N_rec = 0, no parameters in the block they loop: "
+            "r^phi N_rec is 0 for them whatever phi; check their N_rec (or their r)")  # fmt: skip
 
 
 def _single_point_phis(data) -> list[str]:

@@ -1669,7 +1669,13 @@ def test_a_phi_that_cannot_change_the_law_is_said_not_identified():
     four = t.assign(N_rec=np.where(t["r"] == 4, 0.0, t["N_rec"]))
     per_r = fit_table(four, "joint_per_r", starts=8).flat_terms
     assert [s.split(":")[0] for s in per_r] == ["every run at r = 4 has N_rec = 0"]
-    assert fit_table(four, "joint", starts=8).flat_terms == []  # r = 2 still tells phi
+    tf4 = fit_table(four, "joint", starts=8)
+    assert tf4.flat_terms == []  # r = 2 still tells phi
+    # but the r = 4 rows' N_rec of 0 is likely a typo: said among the table's input warnings
+    n4, n_looped = int((t["r"] == 4).sum()), int((t["r"] > 1).sum())
+    assert tf4.input_warnings == [f"{n4} of {n_looped} looped runs (r > 1) have N_rec = 0, no parameters in the block "
+                                  "they loop: r^phi N_rec is 0 for them whatever phi; check their N_rec (or their r)"]
+    assert fit_table(zero, "joint", starts=8).input_warnings == []  # every looped run: said as not identified
     assert fit_table(t, "joint", starts=8).flat_terms == []
     assert fit_table(zero, "joint", phi=0.5, starts=8).flat_terms == []  # nothing to identify
 
