@@ -101,11 +101,11 @@ def in_flag_words(message: str, ctx) -> str:
         return flags.get(name) or aliases.get(name)
 
     def listed(m: re.Match) -> str:
-        items = [x.strip().strip("'\"") for x in m.group(1).split(",") if x.strip()]
+        items = [x.strip().strip("'\"") for x in m.group(2).split(",") if x.strip()]
         said = list(dict.fromkeys(flag_of(x) or x for x in items))
-        return f"differs in {', '.join(said)}"
+        return f"differs {m.group(1) or ''}in {', '.join(said)}"
 
-    message = re.sub(r"differs in \[([^\]]*)\]", listed, message)
+    message = re.sub(r"differs (also )?in \[([^\]]*)\]", listed, message)
     if (m := re.match(r"^(\w+)(=| must be None or | must)", message)) and (f := flag_of(m.group(1))):
         message = f + {"=": " ", " must be None or ": " must be "}.get(m.group(2), m.group(2)) + message[m.end():]
     for name in sorted((n for n in flags if "_" in n), key=len, reverse=True):

@@ -212,7 +212,7 @@ def test_cli_model_info_json():
     res = CliRunner().invoke(
         app, ["model", "info", "--preset", "cpu", "--d-model", "100", "--r", "4", "--json"]
     )
-    assert res.exit_code == 2 and "d_model" in res.output
+    assert res.exit_code == 2 and "--d-model must be divisible by --head-dim" in res.output  # said as the flags
 
 
 @pytest.mark.parametrize("r,injection,bptt_k", [(1, None, None), (4, "additive", 2), (4, "linear", None)])

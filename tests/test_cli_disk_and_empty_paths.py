@@ -171,8 +171,8 @@ def test_a_cache_dir_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["train", "--d-model", "16", "--r", "2", "--tokens", "1024", "--batch-tokens", "256", "--eval-tokens",
             "256", "--seq-len", "32", "--corpus", "embedded"]  # fmt: skip
-    for cache, said in (("cachefile", "cache_dir 'cachefile' is a file"),
-                        ("cachefile/sub", "cache_dir 'cachefile/sub' cannot be created: cachefile is a file")):  # fmt: skip
+    for cache, said in (("cachefile", "--cache-dir 'cachefile' is a file"),
+                        ("cachefile/sub", "--cache-dir 'cachefile/sub' cannot be created: cachefile is a file")):  # fmt: skip
         res = CliRunner().invoke(app, [*args, "--cache-dir", cache])
         assert res.exit_code == 2 and f"error: {said}; give a folder for the token cache" in res.output, res.output
     monkeypatch.setenv("LOOPSCALE_CACHE", str(f))

@@ -276,7 +276,7 @@ def test_train_refuses_a_checkpoint_dir_that_is_a_file_in_one_line(tmp_path):
                                    "--seq-len", "32", "--checkpoint-dir", str(f), "--checkpoint-every-steps", "1"])  # fmt: skip
     assert res.exit_code == 2, res.output
     assert "training r=" not in res.output and f.read_text() == "mine"
-    assert [ln for ln in res.output.splitlines() if ln.strip()][0].startswith("error: checkpoint_dir ")
+    assert [ln for ln in res.output.splitlines() if ln.strip()][0].startswith("error: --checkpoint-dir ")
     # the pre-check makes no folder: a run refused next (here for its corpus) leaves nothing behind
     res = CliRunner().invoke(app, ["train", "--d-model", "16", "--tokens", "512", "--batch-tokens", "256",
                                    "--corpus", str(tmp_path / "nope.txt"), "--checkpoint-dir", str(tmp_path / "ck/a"),

@@ -514,24 +514,25 @@ def test_train_refuses_a_checkpoint_of_another_run_before_its_training_line(tmp_
     one, ens = str(tmp_path / "one"), str(tmp_path / "ens")
     assert train("--d-model", "16", "--checkpoint-dir", one).exit_code == 0
     assert train("--d-model", "16", "--checkpoint-dir", ens, "--seeds", "2").exit_code == 0
+    # the fields said as the command's flags (a field without one, n_recur_block, as the key: it follows from r)
     for flags, differs in [
-        (["--d-model", "32", "--checkpoint-dir", one], "['model.d_model']"),  # it said ['model']
+        (["--d-model", "32", "--checkpoint-dir", one], "--d-model"),  # it said ['model'], then ['model.d_model']
         (["--d-model", "16", "--r", "4", "--checkpoint-dir", one],  # r = 4 at iso-depth: its own layout and BPTT
-         "['model.bptt_k', 'model.injection', 'model.n_coda', 'model.n_prelude', 'model.n_recur_block', 'model.r']"),
-        (["--d-model", "16", "--lr", "0.002", "--checkpoint-dir", one], "['lr']"),
-        (["--d-model", "16", "--checkpoint-dir", ens, "--seeds", "0,2"], "['seeds']"),
+         "--bptt-k, --injection, --n-coda, --n-prelude, model.n_recur_block, --r"),
+        (["--d-model", "16", "--lr", "0.002", "--checkpoint-dir", one], "--lr"),
+        (["--d-model", "16", "--checkpoint-dir", ens, "--seeds", "0,2"], "--seeds"),
         # another kind: it named the kinds' own seed keys, 'data_seed, data_seeds, seed, seeds'
         (["--d-model", "16", "--checkpoint-dir", one, "--seeds", "2"],
          "it was written by a single run (seed 0), and this is a seed ensemble (seeds [0, 1])"),
         (["--d-model", "32", "--checkpoint-dir", ens], "it was written by a seed ensemble (seeds [0, 1]), and this is "
-                                                       "a single run (seed 0); it differs also in ['model.d_model']"),
+                                                       "a single run (seed 0); it differs also in --d-model"),
     ]:
         res = train(*flags)
         assert res.exit_code == 2, res.output
         detail = differs if differs.startswith("it was") else f"differs in {differs}"
         assert res.stderr.strip().splitlines() == [
             f"error: checkpoint '{flags[flags.index('--checkpoint-dir') + 1]}/ckpt-00000004.pt' belongs to a "
-            f"different run ({detail}); use another checkpoint_dir or delete it"
+            f"different run ({detail}); use another --checkpoint-dir or delete it"
         ], res.stderr
     again = train("--d-model", "16", "--checkpoint-dir", one, "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["resumed_from_step"] == 4
