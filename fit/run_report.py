@@ -932,7 +932,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             f"\nR² = {_fmt(j['r2'], 4)}, RMSE = {_fmt(j['rmse'], 3)} nats, max |residual| = "
             f"{_fmt(j['max_abs_residual'], 3)} nats, Huber objective = {_fmt(j['objective'], 3)}, "
             f"n = {fitted_points(v, j)}, parameters on a bound: "
-            + (", ".join(bound) or "none" if not d_term else
+            + ((", ".join(bound) or "none") if not d_term else
                (f"{', '.join(bound)}; " if bound else "") + f"{', '.join(d_term)} of the D-term (not identified "
                "here: see the note above)")  # fmt: skip
             + "."

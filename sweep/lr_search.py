@@ -522,13 +522,13 @@ def early_rung_warning(spec) -> str | None:
     ts = spec.tune
     if ts.grace_milestones >= ts.num_milestones or trials_per_study(ts) < 2:
         return None
-    first = {key: ts.grace_milestones * spec.tuning_steps(*key)[1] for key in study_keys(spec)}
-    early = {k: n for k, n in first.items() if n < MIN_RUNG_STEPS}
+    per_milestone = {key: spec.tuning_steps(*key)[1] for key in study_keys(spec)}
+    early = {k: per for k, per in per_milestone.items() if ts.grace_milestones * per < MIN_RUNG_STEPS}
     if not early:
         return None
-    (size, r), n = min(early.items(), key=lambda kv: (kv[1], kv[0]))
-    per = n // ts.grace_milestones
-    which = f"{len(early)} of {len(first)} LR studies" if len(first) > 1 else "the LR study"
+    (size, r), per = min(early.items(), key=lambda kv: (kv[1], kv[0]))
+    n = ts.grace_milestones * per
+    which = f"{len(early)} of {len(per_milestone)} LR studies" if len(per_milestone) > 1 else "the LR study"
     return (f"ASHA first compares the trials of {which} after fewer than {MIN_RUNG_STEPS} optimizer steps (size "
             f"{size}, r {r}: after {n} step{'s' * (n != 1)}, tune.grace_milestones = {ts.grace_milestones} x {per} "
             f"step{'s' * (per != 1)} per milestone) and stops the worse trials there (tune.reduction_factor = "

@@ -99,7 +99,7 @@ def plan(spec, *, data: bool = True) -> dict:
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
-    from loopscale.sweep.spec import high_lr_warning, high_tune_range_warning
+    from loopscale.sweep.spec import high_lr_warning, high_tune_range_warning, plain_layers
 
     # check_data's checks (SpecError) and warnings, not issued; none for a refit without its corpus (data=False)
     corpus_notes, eval_notes = spec._data_notes() if data else ([], [])
@@ -120,9 +120,10 @@ def plan(spec, *, data: bool = True) -> dict:
     total_c, total_d = 0.0, 0
     by_r: dict[int, int] = {}
     rounded: dict[int, int] = {}  # tokens as written -> D trained, where they differ
-    # keys (size, r, variant, budget, unique layers of a ladder spec's r = 1 models, else None)
+    # keys (size, r, variant, budget, unique layers of a ladder spec's r = 1 models, else None: plain_layers)
     few: dict[tuple, int] = {}  # key -> optimizer steps, where fewer than MIN_STEPS
     drift: dict[tuple, float] = {}  # key -> F D / C, where whole steps miss the budget C by > 10 %
+    layers_of = plain_layers(cells)
     for c in cells:
         f = flops_per_token(c.run.model)
         d = resolve_tokens(c.run)
@@ -132,9 +133,7 @@ def plan(spec, *, data: bool = True) -> dict:
         if c.run.tokens is not None and c.run.tokens != d:
             rounded[int(c.run.tokens)] = int(d)
         budget = c.run.target_flops if c.run.target_flops is not None else c.run.tokens
-        # a ladder's plain models share size and r = 1 with the grid's: their layers tell them apart
-        layers = c.run.model.effective_depth if spec.ladder and c.r == 1 else None
-        key = (c.size, c.r, c.variant, budget, layers)
+        key = (c.size, c.r, c.variant, budget, layers_of(c))
         if d // c.run.batch_tokens < MIN_STEPS:
             few[key] = d // c.run.batch_tokens
         if c.run.target_flops is not None and abs(f * d / c.run.target_flops - 1) > 0.1:
@@ -696,6 +695,9 @@ def lr_cost_left_warning(spec, out: Path) -> str | None:
 def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
     """The dry run's ``est_train_min_left`` (minutes of training left, or None) and ``train_time_assumption`` (what
     the figure counts, or why there is none) from :func:`_recorded_note`'s ``time_left``."""
+    if time_left is None:  # every run recorded (_recorded_note's None): no figure, and why
+        return {"est_train_min_left": None,
+                "train_time_assumption": "nothing left to train: every run of the grid is recorded here"}
     if not isinstance(time_left, dict):
         return {"est_train_min_left": None, "train_time_assumption": time_left}
     t = time_left
@@ -1237,8 +1239,6 @@ def run_cmd(
                     p.update(_lr_left_plan(spec, prog, p))
                 p["recorded"], time_left, trains = _recorded_note(spec, Path(out_dir), cpus)
                 p.update(_time_left_plan(time_left, cpus))
-                if p["recorded"] is not None and time_left is None:  # every run recorded: no figure, and why
-                    p["train_time_assumption"] = "nothing left to train: every run of the grid is recorded here"
                 p["fit_stage"] = _fit_stage_note(Path(out_dir), {"B": p["fit_bootstrap"], "starts": p["fit_starts"],
                                                                  "seed": seed}, trains)  # fmt: skip
             except ValueError as e:  # the plan says what `run` would refuse, and exits as `run` would

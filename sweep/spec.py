@@ -1759,6 +1759,17 @@ _HIGH_LR_MEASURED = ("runs of this model ended at 4.4-4.9 nats/token at LR 1 aga
 """The measurement of :data:`HIGH_LR`'s note, as both LR warnings say it."""
 
 
+def plain_layers(cells: list[Cell]):
+    """``cell -> unique layers | None``: the layer count of an r = 1 cell at a size whose r = 1 cells have several
+    depths (a ladder's plain models beside the grid's r = 1 model, which share size and r), else None; warnings
+    name such cells with it, as ``size 16 r=1 (3 layers)``."""
+    depths: dict[int, set[int]] = {}
+    for c in cells:
+        if c.r == 1:
+            depths.setdefault(c.size, set()).add(c.run.model.effective_depth)
+    return lambda c: c.run.model.effective_depth if c.r == 1 and len(depths.get(c.size, ())) > 1 else None
+
+
 def high_lr_warning(cells: list[Cell]) -> str | None:
     """A warning for the cells whose LR (the base LR: ``lr.fixed``, an ``lr.table`` entry, or the tuned one) is above
     :data:`HIGH_LR`, naming how many, the highest and up to three cells, or None when there are none. Such runs
@@ -1769,15 +1780,11 @@ def high_lr_warning(cells: list[Cell]) -> str | None:
         return None
     top = max(c.lr for c in high)
 
-    # a ladder's plain models share size and r = 1 with the grid's: where they do, the label gives the layers
-    plain_depths: dict[int, set[int]] = {}
-    for c in cells:
-        if c.r == 1:
-            plain_depths.setdefault(c.size, set()).add(c.run.model.effective_depth)
+    layers_of = plain_layers(cells)
 
     def label(c: Cell) -> str:  # a cell's coordinates but its seed (seeds of one cell share its LR)
         v = "" if c.variant == "baseline" else f" {c.variant}"
-        layers = f" ({c.run.model.effective_depth} layers)" if len(plain_depths.get(c.size, ())) > 1 and c.r == 1 else ""
+        layers = f" ({n} layers)" if (n := layers_of(c)) is not None else ""
         at = f"C={c.run.target_flops:.3g}" if c.run.target_flops is not None else f"D={c.run.tokens}"
         return f"size {c.size} r={c.r}{v}{layers} {at}: {c.lr:g}"
 
