@@ -78,6 +78,10 @@ def main() -> None:
             curves[lr] = {int(p["step"]): float(p["val_loss"]) for p in res.curve if p.get("val_loss") is not None}
             finals[lr] = res.final_val_loss if res.final_val_loss is not None else math.inf
         ok = [lr for lr in args.lrs if math.isfinite(finals[lr])]
+        if len(ok) < 3:  # no ranking to compare: said in the JSON, not a traceback on min() of nothing
+            out["by_r"][str(r)] = {"status": {f"{lr:g}": status[lr] for lr in args.lrs},
+                                   "error": f"{len(ok)} of {len(args.lrs)} LRs finished with a loss: too few to rank"}
+            continue
         best = min(ok, key=lambda lr: finals[lr])
         rows = []
         for k in sorted({k for lr in ok for k in curves[lr]}):
