@@ -2294,7 +2294,7 @@ def design_reseeded(out: str | Path, spec: SweepSpec, *, any_seeds: bool = False
     if old is None:
         return False
     blank = {"storage_path": None, "seeds": [0]}
-    if old.model_copy(update=blank) != spec.model_copy(update=blank):
+    if canonical_spec(old.model_copy(update=blank)) != canonical_spec(spec.model_copy(update=blank)):
         return False
     if any_seeds:
         return True
@@ -2320,15 +2320,55 @@ def design_reseeded(out: str | Path, spec: SweepSpec, *, any_seeds: bool = False
     )
 
 
+MODEL_PRESET_KEYS = ("effective_depth", "n_prelude", "n_coda", "seq_len", "head_dim")
+"""The ``model:`` keys whose ``None`` means the preset's value (:func:`canonical_spec`)."""
+
+
+def canonical_spec(spec: SweepSpec) -> dict[str, Any]:
+    """``spec`` as a JSON-like dict (``storage_path`` left out) in which two specs that define the same runs and
+    stages but are written otherwise are equal: a ``model:`` key left out (None) is the preset's value it stands
+    for (``effective_depth: 10`` written out on the cpu preset), ``vocab_size`` left out is the preset's raised to
+    the tokenizer's; ``tokens`` given per size with one list for every size is that list; ``seeds`` given per r
+    with one list for every r is that list; an ``lr.table`` entry per r with one LR for every r of the grid is that
+    LR. Mapping keys are strings (YAML's ``16:`` and ``"16":`` are one size). ``name`` is compared as written (the
+    Tune experiments are named by it). Used to compare a folder's ``spec.yaml`` with the spec a command is given
+    (:func:`check_folder_spec`)."""
+    from loopscale.model.config import PRESETS
+
+    d = spec.model_dump(mode="json")
+    d.pop("storage_path", None)
+    base = PRESETS[spec.model.preset]
+    for k in MODEL_PRESET_KEYS:
+        if d["model"].get(k) is None:
+            d["model"][k] = base[k]
+    if d["model"].get("vocab_size") is None:
+        d["model"]["vocab_size"] = max(base["vocab_size"], _tokenizer_vocab(spec.tokenizer) or 0)
+
+    def one_value(m: Any, keys: list[str]) -> Any:
+        """A mapping over exactly ``keys`` whose values are all equal -> that value; else the mapping (str keys)."""
+        if not isinstance(m, dict):
+            return m
+        m = {str(k): v for k, v in m.items()}
+        vals = [m[k] for k in keys if k in m]
+        return vals[0] if sorted(m) == sorted(keys) and vals and all(v == vals[0] for v in vals) else m
+
+    sizes = [str(x) for x in spec.all_sizes()]
+    rs = [str(x) for x in spec.r]
+    d["tokens"] = one_value(d.get("tokens"), sizes)
+    d["seeds"] = one_value(d.get("seeds"), rs)
+    if isinstance(d.get("lr"), dict) and isinstance(d["lr"].get("table"), dict):
+        d["lr"] = {**d["lr"], "table": {str(k): one_value(v, rs) for k, v in d["lr"]["table"].items()}}
+    return d
+
+
 def _same_spec(old_yaml: str, spec: SweepSpec) -> bool:
     """Whether the spec of ``old_yaml`` (a folder's ``spec.yaml``), read as this version reads a spec, is ``spec``
     (``storage_path`` aside) although its text differs: e.g. a relative corpus path, written before the spec made it
-    absolute against the working directory, read from that same directory, or ``r`` and ``sizes`` listed in
-    another order (both are sorted when read: the same grid). False when it cannot be read."""
+    absolute against the working directory, read from that same directory, ``r`` and ``sizes`` listed in another
+    order (both are sorted when read: the same grid), or a value written out that the other leaves to its default
+    or writes per size or per r (:func:`canonical_spec`). False when it cannot be read."""
     old = _read_folder_spec(old_yaml)
-    return old is not None and old.model_copy(update={"storage_path": None}) == spec.model_copy(
-        update={"storage_path": None}
-    )
+    return old is not None and canonical_spec(old) == canonical_spec(spec)
 
 
 def _short_value(v: Any, most: int = 6) -> str:
@@ -2353,7 +2393,7 @@ def _spec_differences(old_yaml: str, spec: SweepSpec, limit: int = 4) -> str:
     parsed = _read_folder_spec(old_yaml)
     if parsed is None:  # an older or hand-edited spec.yaml: the message stays without the detail
         return ""
-    old, new = parsed.model_dump(mode="json"), spec.model_dump(mode="json")
+    old, new = canonical_spec(parsed), canonical_spec(spec)  # what is only written otherwise is no difference
     found: list[str] = []
     for d in (old, new):  # variants by name (hc_lanes is hyperconnect's alone: other variants refuse the key)
         d["variants"] = [v["name"] if v.get("name") != "hyperconnect" else f"hyperconnect (hc_lanes {v.get('hc_lanes')})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -581,6 +582,45 @@ def test_r_and_sizes_in_another_order_are_the_same_spec_of_a_folder(tmp_path):
     assert not [p.name for p in out.iterdir() if p.name.startswith(FOLDER_SPEC + ".")]  # no "given" copy put aside
     with pytest.raises(ValueError, match=r"it differs in r: \[1, 2, 4\] -> \[1, 2\]"):
         check_folder_spec(out, parse_spec({**raw, "r": [1, 2]}), corpus=False)
+
+
+def test_a_spec_written_otherwise_is_the_same_spec_of_a_folder(tmp_path):
+    """A folder's spec was refused as another spec when the spec given wrote out a value the folder's leaves to its
+    default (model.effective_depth 10 on the cpu preset), or gave tokens, seeds or an LR table row per size or per r
+    with one value for all: the runs are the same (equal run ids). A real change is still refused, and only it is
+    named."""
+    from loopscale.sweep.spec import FOLDER_SPEC, canonical_spec, check_folder_spec, record_folder_spec
+
+    raw = {"r": [1, 2, 4], "sizes": [16, 32], "tokens": [4096, 8192], "seeds": 2,
+           "lr": {"table": {16: 0.01, 32: {1: 0.02, 2: 0.03, 4: 0.03}}}}  # fmt: skip
+    out = tmp_path / "out"
+    out.mkdir()
+    first = parse_spec(raw)
+    record_folder_spec(out, first, corpus=False)
+    same = [
+        {**raw, "model": {"effective_depth": 10, "n_prelude": 1, "n_coda": 1, "seq_len": 128, "head_dim": 16}},
+        {**raw, "tokens": {16: [4096, 8192], "32": [4096, 8192]}},
+        {**raw, "seeds": {1: [0, 1], 2: 2, 4: [0, 1]}},
+        {**raw, "lr": {"table": {16: {1: 0.01, 2: 0.01, 4: 0.01}, 32: {1: 0.02, 2: 0.03, 4: 0.03}}}},
+    ]
+    ids = [c.run_id for c in first.cells()]
+    for d in same:
+        spec = parse_spec(d)
+        assert [c.run_id for c in spec.cells()] == ids, d
+        assert canonical_spec(spec) == canonical_spec(first), d
+        check_folder_spec(out, spec, corpus=False)
+    with pytest.warns(UserWarning, match="is rewritten as loopscale records a spec"):
+        record_folder_spec(out, parse_spec(same[0]), corpus=False)
+    assert [p.name for p in out.iterdir() if p.name.startswith(FOLDER_SPEC + ".given")]
+    # a real difference: refused, naming it alone (not the depth written out beside it)
+    other = {**same[0], "seeds": {1: [0, 1], 2: [0, 1, 2], 4: [0, 1]}}
+    with pytest.raises(ValueError, match=r"it differs in seeds: \[0, 1\] -> \{'1': \[0, 1\], '2': \[0, 1, 2\], '4': \[0, 1\]\}\)"):
+        check_folder_spec(out, parse_spec(other), corpus=False)
+    for d, key in (({**raw, "model": {"effective_depth": 6}}, "model.effective_depth: 10 -> 6"),
+                   ({**raw, "tokens": {16: [4096, 8192], 32: [4096, 16384]}}, "tokens: [4096, 8192] -> "),
+                   ({**raw, "lr": {"table": {16: {1: 0.01, 2: 0.01, 4: 0.02}, 32: 0.02}}}, "lr.table.16: 0.01 -> ")):  # fmt: skip
+        with pytest.raises(ValueError, match="it differs in " + re.escape(key)):
+            check_folder_spec(out, parse_spec(d), corpus=False)
 
 
 def test_a_folder_without_its_spec_yaml_takes_only_a_spec_whose_cells_its_runs_are(tmp_path):
