@@ -404,15 +404,10 @@ def fit_cmd(
         unfinished = UNFINISHED_GRID_NOTE(table) if UNFINISHED_GRID_NOTE is not None else None
         if unfinished:
             summary["unfinished_grid"] = unfinished
-        from loopscale.fit.io import unit_warnings
-
-        units = unit_warnings(data)
-        if units:
-            summary["unit_warnings"] = units
-        from loopscale.fit.table_fit import zero_rec_rows
-
-        if zero := zero_rec_rows(data):
-            summary["zero_rec_rows"] = zero
+        if tf.unit_warnings:
+            summary["unit_warnings"] = tf.unit_warnings
+        if tf.zero_rec_rows:
+            summary["zero_rec_rows"] = tf.zero_rec_rows
         if data.near_duplicates:
             summary["near_duplicates"] = data.near_duplicates
         if data.status_note:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from loopscale.fit.io import FitData, prepare, read_table
-from loopscale.fit.laws import Law, check_per_r_anchor, make_law
+from loopscale.fit.laws import BOUND_RTOL, Law, check_per_r_anchor, make_law
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -582,8 +582,9 @@ def goodness(law: Law, params: dict[str, float], data: FitData) -> dict[str, Any
     }
 
 
-def on_bound_names(law: Law, theta: np.ndarray, rtol: float = 1e-6) -> list[str]:
-    """Fitted parameters (internal names mapped to public: a->A, b->B, e->E) within ``rtol`` of the box edge."""
+def on_bound_names(law: Law, theta: np.ndarray, rtol: float = BOUND_RTOL) -> list[str]:
+    """Fitted parameters (internal names mapped to public: a->A, b->B, e->E) within ``rtol`` of the box's width
+    from its edge (:data:`BOUND_RTOL`)."""
     lo, hi = law.bounds()
     span = hi - lo
     pub = {"a": "A", "b": "B", "e": "E"}

@@ -45,7 +45,7 @@ import pandas as pd
 from loopscale.fit.bootstrapping import FEW_RESAMPLES, bootstrap_phase
 from loopscale.fit.fitter import FitResult, fit_fixed_phis, fit_law
 from loopscale.fit.io import cell_means, prepare
-from loopscale.fit.laws import PHI_BOUNDS, PUBLIC_BOUNDS, make_law
+from loopscale.fit.laws import BOUND_RTOL, PHI_BOUNDS, PUBLIC_BOUNDS, make_law
 
 __all__ = ["Cause", "Identification", "stored_headline", "phi_profile", "per_r_phi", "per_r_fittable", "identify", "fixed_D",
            "d_term_unidentified"]
@@ -373,11 +373,6 @@ def stored_headline(ident: dict) -> str | None:
         return None
     return re.sub(r"> the ([0-9.]+) asked: identified but imprecise", r"> \1, the precision target: identified but "
                   "imprecise", h)
-
-
-BOUND_RTOL = 1e-3
-"""A parameter, or an end of phi's interval, within this fraction of its box's width from an edge counts as on the
-bound (:func:`identify`; for phi in [-3, 3]: within 0.006)."""
 
 
 def phi_interval_on_bound(lo: float, hi: float, rtol: float = BOUND_RTOL) -> bool:

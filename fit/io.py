@@ -51,11 +51,12 @@ def read_table(table: Any) -> pd.DataFrame:
 _COLUMN_SYNONYMS = {
     "loss": ("val_loss", "validation_loss", "eval_loss", "valid_loss", "test_loss", "loss_val", "final_loss",
              "ce", "cross_entropy", "nll"),
-    "D": ("tokens", "n_tokens", "num_tokens", "train_tokens", "training_tokens", "tokens_seen", "data", "dataset_size"),
-    "N": ("params", "n_params", "num_params", "parameters", "n_parameters", "param_count", "model_size", "size"),
+    "D": ("tokens", "n_tokens", "num_tokens", "train_tokens", "training_tokens", "tokens_seen", "dataset_size"),
+    "N": ("params", "n_params", "num_params", "parameters", "n_parameters", "param_count", "model_size"),
     "r": ("recurrence", "recurrences", "loops", "n_loops", "num_loops", "recur"),
 }
-"""Other tools' names for the columns a fit needs (said as likely renames when a column is missing)."""
+"""Other tools' names for the columns a fit needs (said as likely renames when a column is missing). Not ``size``
+(in loopscale's own tables the width d) nor ``data`` (a corpus's name as often as a token count)."""
 
 
 def _near_names(missing: list[str], have: list[str]) -> dict[str, str]:

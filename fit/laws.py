@@ -53,7 +53,15 @@ def public_bounds(name: str) -> tuple[float, float] | None:
     return PUBLIC_BOUNDS.get(name)
 
 
-def interval_ends_on_box(ci: dict, rtol: float = 1e-6) -> dict[str, list[str]]:
+BOUND_RTOL = 1e-3
+"""A fitted parameter, or an end of its bootstrap interval, within this fraction of its box's width from an edge
+counts as on the box's edge (:func:`interval_ends_on_box`, :func:`loopscale.fit.fitter.on_bound_names`,
+:func:`loopscale.fit.identify.identify`): for phi in [-3, 3] within 0.006, for alpha in [0, 2.5] within 0.0025, for
+log A in [-5, 35] within 0.04. A parameter the data leave free can stop short of the edge it runs to (a phi_r of
+2.9998 against 3 was seen), so the tolerance is wider than a rounding error."""
+
+
+def interval_ends_on_box(ci: dict, rtol: float = BOUND_RTOL) -> dict[str, list[str]]:
     """The ends of bootstrap intervals that lie on the search box's edge (:func:`public_bounds`): ``{public name: ["lower"] / ["upper"] / both}``, in ``ci``'s order. ``ci`` maps
     public names (E, A, alpha, B, beta, phi, ...) to ``(lower, upper)`` in public units (A, B, E linear: compared
     in log space, as fitted); an end within ``rtol`` of the box's span from an edge counts. Such an end is a

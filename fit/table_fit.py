@@ -57,6 +57,10 @@ class TableFit:
             also one of ``input_warnings``. None otherwise.
         column_notes: which of two columns of one quantity was fitted (:func:`column_notes`: ``"loss"``, and
             ``"N"`` for the Chinchilla law); each is also raised as a ``UserWarning`` starting ``"table: "``.
+        unit_warnings: the ``input_warnings`` of values that read as another unit
+            (:func:`loopscale.fit.io.unit_warnings`), by themselves (``loopscale fit --json`` key of the same name).
+        zero_rec_rows: the ``input_warnings`` sentence of looped runs with ``N_rec = 0`` (:func:`zero_rec_rows`), or
+            None.
     """
 
     fit: Any
@@ -73,6 +77,8 @@ class TableFit:
     input_warnings: list[str] = field(default_factory=list)
     not_replicates: str | None = None
     column_notes: dict[str, str] = field(default_factory=dict)
+    unit_warnings: list[str] = field(default_factory=list)
+    zero_rec_rows: str | None = None
 
     @property
     def params(self) -> dict[str, float]:
@@ -218,8 +224,8 @@ def fit_table(
     rep = seed_replicates(data.frame) if lw.name != "chinchilla" else None
     by_cell = rep is not None and not per_run
     not_replicates = not_replicates_note(data.frame, rep.strata) if by_cell and rep.means else None
-    input_warnings = [w for w in (data.status_note, not_replicates, *unit_warnings(data), zero_rec_rows(data),
-                                  data.near_duplicates) if w]  # fmt: skip
+    units, zero_rec = unit_warnings(data), zero_rec_rows(data)
+    input_warnings = [w for w in (data.status_note, not_replicates, *units, zero_rec, data.near_duplicates) if w]
     notes = column_notes(data, lw)
     for w in [*notes.values(), *input_warnings]:  # said before the fit (another unit: the likeliest cause of odd numbers)
         warnings.warn(f"table: {w}", UserWarning, stacklevel=2)
@@ -264,6 +270,7 @@ def fit_table(
         fit=fit, boot=boot, data=data, law=lw, variant=variant, replicates=rep, by_cell=by_cell,
         flat_terms=flat_terms, pooled_r=pooled if len(pooled) > 1 else [], identification=ident,
         other_variants_rows=others, input_warnings=input_warnings, not_replicates=not_replicates, column_notes=notes,
+        unit_warnings=units, zero_rec_rows=zero_rec,
     )  # fmt: skip
 
 

@@ -1340,6 +1340,28 @@ def test_interval_ends_on_the_search_box_edge_are_named():
     assert "phi" not in note and box_edge_interval_note({"phi": (-3.0, 0.8)}) is None
 
 
+def test_a_parameter_stopped_a_hair_short_of_the_box_edge_is_on_it():
+    """A phi_r fitted at 2.9998 (the box ends at 3: the data left it free and the optimiser stopped short) was not
+    named on the bound, whose tolerance was 1e-6 of the box's width; the interval check used 1e-3. One tolerance
+    now (BOUND_RTOL, 1e-3 of the width) for the point, its interval and the identification rule."""
+
+    from loopscale.fit.fitter import on_bound_names
+    from loopscale.fit.laws import BOUND_RTOL, interval_ends_on_box, make_law
+
+    law = make_law("joint")
+    lo, hi = law.bounds()
+    theta = (lo + hi) / 2
+    names = list(law.names)
+    theta[names.index("phi")] = 2.9998
+    theta[names.index("alpha")] = 0.002  # within 0.0025 of 0
+    assert on_bound_names(law, theta) == ["alpha", "phi"]
+    theta[names.index("phi")] = 3 - 1.01 * BOUND_RTOL * 6
+    theta[names.index("alpha")] = 0.003
+    assert on_bound_names(law, theta) == []
+    assert interval_ends_on_box({"phi_2": (0.1, 2.9998), "alpha": (0.002, 0.5)}) == {"phi_2": ["upper"], "alpha": ["lower"]}
+    assert interval_ends_on_box({"phi_2": (0.1, 2.99), "alpha": (0.003, 0.5)}) == {}
+
+
 def test_fit_cli_names_interval_ends_on_the_box_edge(tmp_path):
     from typer.testing import CliRunner
 
@@ -1655,7 +1677,7 @@ def test_blank_variant_cells_are_the_baseline(tmp_path):
     assert read_table(t.assign(variant=None))["variant"].isna().all()  # no variant named anywhere: left as it is
 
 
-def test_a_phi_that_cannot_change_the_law_is_said_not_identified():
+def test_a_phi_that_cannot_change_the_law_is_said_not_identified(tmp_path):
     """A table whose looped runs have N_rec = 0 (r^phi N_rec = 0 whatever phi) was fitted to phi = -0.5 or 2.61,
     said with no warning. It is named among what the table cannot identify, for the joint law and per r; a table
     with its N_rec, or a fixed phi, is not."""
@@ -1675,6 +1697,14 @@ def test_a_phi_that_cannot_change_the_law_is_said_not_identified():
     n4, n_looped = int((t["r"] == 4).sum()), int((t["r"] > 1).sum())
     assert tf4.input_warnings == [f"{n4} of {n_looped} looped runs (r > 1) have N_rec = 0, no parameters in the block "
                                   "they loop: r^phi N_rec is 0 for them whatever phi; check their N_rec (or their r)"]
+    assert tf4.zero_rec_rows == tf4.input_warnings[0] and tf4.unit_warnings == []
+    from typer.testing import CliRunner
+
+    four.to_csv(tmp_path / "four.csv", index=False)  # fit --json gives it under its own key, from the fit's warnings
+    res = CliRunner().invoke(_cli_app(), ["fit", str(tmp_path / "four.csv"), "--starts", "8", "--workers", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout[res.stdout.index("{"):])
+    assert summary["zero_rec_rows"] == tf4.zero_rec_rows and "unit_warnings" not in summary
     assert fit_table(zero, "joint", starts=8).input_warnings == []  # every looped run: said as not identified
     assert fit_table(t, "joint", starts=8).flat_terms == []
     assert fit_table(zero, "joint", phi=0.5, starts=8).flat_terms == []  # nothing to identify

@@ -417,6 +417,11 @@ def test_a_header_with_spaces_around_a_name_is_said(tmp_path):
     path.write_text("r,Loss,D,n_once,N_rec\n1,3.0,1e6,10,20\n")
     with pytest.raises(ValueError, match=r"rename 'Loss' to loss, 'n_once' to N_once \("):
         prepare(str(path), make_law("joint"))
+    # a loopscale-like table's size is the width d, a data column names a corpus: neither is offered as N or D
+    path.write_text("loss,data,size\n3.0,fineweb,16\n")
+    with pytest.raises(ValueError, match=r"missing \['N', 'D'\]|missing \['D', 'N'\]") as e:
+        prepare(str(path), make_law("chinchilla"))
+    assert "rename" not in str(e.value)
 
 
 def test_a_filtered_dataframe_names_rows_by_position_and_index_label():
