@@ -308,6 +308,10 @@ def _metrics_mixin():
     return TrackedMetrics
 
 
+FOLDER_TAG = "loopscale_folder"
+"""The MLflow tag of every run a command logs: the output folder (absolute path) whose trial it is."""
+
+
 def callbacks(targets: tuple[Target, ...], out_dir: str | Path, experiment: str, group: str) -> list:
     """The Ray Tune logger callbacks of ``targets`` for one Tune experiment (``experiment``: its name, the
     TensorBoard subfolder; ``group``: the MLflow experiment / W&B group, e.g. ``loopscale-smoke-grid``)."""
@@ -322,7 +326,8 @@ def callbacks(targets: tuple[Target, ...], out_dir: str | Path, experiment: str,
             uri = mlflow_uri(t, out_dir)
             _allow_file_store(uri)  # asked for explicitly
             cbs.append(
-                _mlflow_cls(mixin)(tracking_uri=uri, experiment_name=group, tags={"loopscale": experiment})
+                _mlflow_cls(mixin)(tracking_uri=uri, experiment_name=group,
+                                   tags={"loopscale": experiment, FOLDER_TAG: str(Path(out_dir).resolve())})
             )
         else:
             from ray.air.integrations.wandb import WandbLoggerCallback
@@ -360,16 +365,42 @@ def _mlflow_cls(mixin):
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     class LoopscaleMLflow(mixin, MLflowLoggerCallback):
-        """``MLflowLoggerCallback`` whose runs are named after the trial and carry :func:`run_params`."""
+        """``MLflowLoggerCallback`` whose runs are named after the trial and carry :func:`run_params`. A trial that
+        goes on after a stop (``--resume``: Tune restores it, and this callback, which starts with no runs) logs on
+        into its earlier MLflow run when the newest run of its name from the same output folder did not finish
+        (:meth:`_unfinished_run`), instead of starting a second run; a trial whose run finished (trained again, e.g.
+        after ``--force``) gets a new run."""
 
         def log_trial_start(self, trial):
             if trial not in self._trial_runs:
-                tags = {**self.tags, "trial_name": str(trial)}
-                run = self.mlflow_util.start_run(tags=tags, run_name=str(trial))
-                self._trial_runs[trial] = run.info.run_id
+                run_id = self._unfinished_run(str(trial))
+                if run_id is None:
+                    tags = {**self.tags, "trial_name": str(trial)}
+                    run_id = self.mlflow_util.start_run(tags=tags, run_name=str(trial)).info.run_id
+                self._trial_runs[trial] = run_id
             self.mlflow_util.log_params(
                 run_id=self._trial_runs[trial], params_to_log=run_params(trial.config)
             )
+
+        def _unfinished_run(self, name: str) -> str | None:
+            """The id of the newest run of the MLflow experiment tagged ``trial_name = name`` and with this
+            callback's ``loopscale_folder`` tag (another output folder's trial of the same name is another run),
+            when its status is not FINISHED (a stopped or killed driver left it RUNNING, KILLED or FAILED); it is
+            set RUNNING again. None when there is none, or the newest finished, or a value holds both kinds of
+            quote (MLflow's filter has no escapes: a value is quoted with the kind it does not hold)."""
+            values = [("trial_name", name)] + [(FOLDER_TAG, self.tags[FOLDER_TAG])] * (FOLDER_TAG in self.tags)
+            quote = [next((q for q in "'\"" if q not in v), None) for _, v in values]
+            if None in quote:
+                return None
+            client = self.mlflow_util._get_client()
+            where = " and ".join(f"tags.{k} = {q}{v}{q}" for (k, v), q in zip(values, quote, strict=True))
+            runs = client.search_runs([self.mlflow_util.experiment_id], filter_string=where,
+                                      order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+            run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
+            if run is None:
+                return None
+            client.update_run(run.info.run_id, status="RUNNING")
+            return run.info.run_id
 
     return LoopscaleMLflow
 

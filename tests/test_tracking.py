@@ -295,6 +295,51 @@ def test_a_resumed_experiment_tracked_to_an_mlflow_file_store_may_use_it(tmp_pat
     assert os.environ.get("MLFLOW_ALLOW_FILE_STORE") == "true"
 
 
+def test_a_resumed_trial_logs_on_into_its_mlflow_run(tmp_path):
+    """A trial stopped and resumed (its driver killed, then --resume: Tune restores the trial and a fresh callback)
+    started a second MLflow run of the same name, the first left RUNNING. It now logs on into its unfinished run;
+    once that run finished, or from another output folder, a trial of the same name gets a run of its own. Names
+    and paths with quotes, spaces and backslashes are matched (MLflow's filter has no escapes)."""
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
+    from mlflow.tracking import MlflowClient
+
+    class Trial:  # what the callback reads of a Tune trial
+        def __init__(self, name: str):
+            self.name, self.trial_id, self.config = name, "t1", {"lr": 0.01}
+
+        def __str__(self) -> str:
+            return self.name
+
+    store = f"file:{tmp_path / 'mlruns'}"
+    targets = tracking.parse_track([f"mlflow:{store}"])
+
+    def callback(out: str):  # a new driver's callback (Tune restores it with no runs)
+        (cb,) = tracking.callbacks(targets, tmp_path / out, "grid_x_001", "loopscale-x-grid")
+        cb.setup()
+        return cb
+
+    def started(cb, name: str, step: int, end: bool = False) -> str:
+        trial = Trial(name)
+        cb.log_trial_start(trial)
+        cb.log_trial_result(1, trial, {"step": step, "train_loss": 3.0 - step / 100, "training_iteration": 1})
+        if end:
+            cb.log_trial_end(trial)
+        return cb._trial_runs[trial]
+
+    name, folder = "run_a'b", "o ut\\x"
+    first = started(callback(folder), name, 4)  # stopped: its run stays RUNNING
+    again = started(callback(folder), name, 8, end=True)
+    assert again == first
+    client = MlflowClient(tracking_uri=store)
+    assert [m.step for m in client.get_metric_history(first, "train_loss")] == [4, 8]
+    assert client.get_run(first).info.status == "FINISHED"
+    assert started(callback(folder), name, 4) != first  # trained again after it finished: a run of its own
+    elsewhere = started(callback("other"), name, 4)
+    assert elsewhere != first and client.get_run(elsewhere).data.tags["loopscale_folder"] == str((tmp_path / "other").resolve())
+    assert len(client.search_runs([client.get_experiment_by_name("loopscale-x-grid").experiment_id])) == 3
+
+
 @pytest.mark.parametrize("where", ["file:{f}/mlruns", "{f}/x", "file://{f}", "file:{f}"])
 def test_an_mlflow_file_store_that_cannot_be_made_is_refused_before_any_compute(tmp_path, where):
     """`--track mlflow:file:F/mlruns` with F a file trained the grid's first trials, then ended in a traceback
