@@ -1180,7 +1180,8 @@ def _open_token_file(path: Path) -> np.ndarray:
         CorpusError: a compressed file (:func:`_compressed_as`); a ``.npy`` that is not a numpy array file (a text
             file named ``.npy``), holds Python objects (dtype object, said as such) or cannot be read; a file whose bytes look like UTF-8 text, not token ids
             (:func:`_looks_like_text`); a dtype other than uint16/uint32, a 2-D array, a byte count that is not a
-            multiple of the dtype's size, a ``.u16.bin`` or plain ``.bin`` that looks like uint32 ids.
+            multiple of the dtype's size, a ``.u16.bin``, ``.u32.bin`` or plain ``.bin`` that looks like 64-bit ids
+            (:func:`_looks_wider`), a ``.u16.bin`` or plain ``.bin`` that looks like uint32 ids.
 
     Warns (:class:`CorpusWarning`): a plain ``.bin`` (no dtype suffix) read as uint16."""
     with open(path, "rb") as fh:
@@ -1245,6 +1246,16 @@ def _open_token_file(path: Path) -> np.ndarray:
     if size == 0:
         raise CorpusError(f"token file {str(path)!r} is empty (0 bytes): it holds no token ids")
     arr = np.memmap(path, dtype=dtype, mode="r")
+    if size % 8 == 0 and len(arr) >= MISLABEL_MIN_WORDS and _looks_wider(arr, 8 // np.dtype(dtype).itemsize):
+        named = {np.uint16: "named uint16 (.u16.bin)", np.uint32: "named uint32 (.u32.bin)"}.get(
+            stated, "without a dtype suffix (read as uint16)")  # fmt: skip
+        raise CorpusError(
+            f"token file {str(path)!r} is {named} but looks like 64-bit ids (numpy's default integer type, as "
+            f"ndarray.tofile writes an int64 array): in every 8 bytes only the first {np.dtype(dtype).itemsize} are "
+            f"not near 0, so it would read as {8 // np.dtype(dtype).itemsize} times as many tokens, most of them 0; "
+            f"write the ids as uint32 (numpy.fromfile(path, dtype=numpy.int64).astype(numpy.uint32).tofile("
+            f"'{stem}.u32.bin')), or save them with numpy.save as .npy (which records the dtype)"
+        )
     if stated is np.uint16 and size % 4 == 0 and len(arr) >= MISLABEL_MIN_WORDS and _looks_like_uint32(arr):
         raise CorpusError(
             f"token file {str(path)!r} is named uint16 (.u16.bin) but looks like uint32 ids: every second 16-bit "
@@ -1362,8 +1373,19 @@ MISLABEL_SAMPLE = 1 << 20
 def _looks_like_uint32(words: np.ndarray, sample: int = MISLABEL_SAMPLE) -> bool:
     """True when 16-bit ``words`` look like little-endian uint32 ids: the odd (high) words are tiny compared with
     the even (low) ones (ids < 2**24 give high words < 256 while the low words span the vocabulary), and not all 0."""
-    w = np.asarray(words[: 2 * (min(len(words), sample) // 2)])
-    lo, hi = int(w[0::2].max()), int(w[1::2].max())
+    return _looks_wider(words, 2, sample)
+
+
+def _looks_wider(words: np.ndarray, ratio: int, sample: int = MISLABEL_SAMPLE) -> bool:
+    """True when ``words`` (an unsigned array) look like little-endian ids ``ratio`` times as wide read word by
+    word: in each group of ``ratio`` words the first (low) spans the vocabulary and the others (high) are tiny
+    compared with it (at most 1/256 of the largest low word), and not all 0. ``ratio`` 2 on 16-bit words: uint32
+    ids; 4 on 16-bit or 2 on 32-bit words: 64-bit ids (numpy's default integer), the ids below 2**24 or 2**40."""
+    n = ratio * (min(len(words), sample) // ratio)
+    if n == 0:
+        return False
+    w = np.asarray(words[:n]).reshape(-1, ratio)
+    lo, hi = int(w[:, 0].max()), int(w[:, 1:].max())
     return lo > 0 and hi * 256 <= lo
 
 

@@ -384,6 +384,15 @@ def test_token_file_named_for_the_other_dtype(tmp_path):
     with pytest.raises(ValueError, match="vocab_size to at least 300000") as e:
         D.check_corpus(str(tmp_path / "c.u32.bin"), "pretokenized", 256)
     assert "uint16" not in str(e.value)
+    # numpy's default int64 written with tofile: a .u32.bin read it as twice the tokens, half of them 0, with no
+    # word (status ok, a lower loss); as a .u16.bin or plain .bin four times. Refused whatever the name, as 64-bit
+    wide = np.random.default_rng(1).integers(1, 100_000, 20_000)  # int64, ids above 2**16 too
+    for name in ("w.u32.bin", "w.u16.bin", "w.bin"):
+        wide.tofile(tmp_path / name)
+        with pytest.raises(D.CorpusError, match=r"but looks like 64-bit ids .*astype\(numpy\.uint32\)\.tofile\('w\.u32\.bin'\)"):
+            D.load_tokens(str(tmp_path / name), "pretokenized")
+    wide.astype(np.uint32).tofile(tmp_path / "w.u32.bin")  # the fix: read as it is
+    assert len(D.load_tokens(str(tmp_path / "w.u32.bin"), "pretokenized").train) == 19_000
 
 
 def test_window_sampler_epochs_and_seed():
