@@ -371,8 +371,9 @@ def _identification_section(v: dict, runs: pd.DataFrame, d: Path | None = None) 
 
     L.append(f"**{stored_headline(ident)}**\n")
     L.append(
-        "Rule (`loopscale.fit.identify`): φ is reported only when no fitted parameter and no end of its interval "
-        "is on the search-box edge, the profile of the objective in φ rises by at least one run's worth (2/n) at "
+        "Rule (`loopscale.fit.identify`): φ is reported only when no fitted parameter (its point estimate) and "
+        "no end of φ's interval is on the search-box edge (the other parameters' intervals may reach it: see the "
+        "note on the intervals), the profile of the objective in φ rises by at least one run's worth (2/n) at "
         "φ̂ ± 1, and φ fitted from each r against the r = 1 runs (φ_r) has intervals with a common value."
         + (" Every run has the same D: the D-term is a constant folded into E "
            f"(E + B·D^−β = {_fmt(ident.get('E_D'), 4)}), so E, B and β are not identified and not checked."
@@ -782,7 +783,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     L.append(f"- tokens per run D: {_fmt(int(runs['D'].min()))} – {_fmt(int(runs['D'].max()))}")
     if opt := _optimizer_line(runs):
         L.append(opt)
-    if data := _data_line(runs):
+    if data := _data_line(runs, _text_column(d)):
         L.append(data)
     if "wall_s" in runs.columns:
         # the members of a seed ensemble share one trial and its wall time: count it once
@@ -1320,11 +1321,21 @@ def _optimizer_line(runs: pd.DataFrame) -> str | None:
     return line
 
 
-def _data_line(runs: pd.DataFrame) -> str | None:
-    """The report's line on what the runs read: corpus, its content hash (sha256, 12 hex digits), tokenizer and
-    vocabulary, sequence length, and the most epochs any run made of its training tokens (> 1: the data repeated).
-    Each value is listed once per distinct value in ``runs``; columns the table lacks are left out (None when it has
-    none of them)."""
+def _text_column(d: Path) -> str | None:
+    """The Parquet text column the folder's runs read (its ``corpus.json``, written by its first command), when it
+    is not the default ``text``; None otherwise or when the file is missing or unreadable."""
+    try:
+        col = json.loads((d / "corpus.json").read_text(encoding="utf-8")).get("text_column")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return col if isinstance(col, str) and col != "text" else None
+
+
+def _data_line(runs: pd.DataFrame, text_column: str | None = None) -> str | None:
+    """The report's line on what the runs read: corpus (and ``text_column``, a Parquet corpus's column read when it
+    is not ``text``), its content hash (sha256, 12 hex digits), tokenizer and vocabulary, sequence length, and the
+    most epochs any run made of its training tokens (> 1: the data repeated). Each value is listed once per distinct
+    value in ``runs``; columns the table lacks are left out (None when it has none of them)."""
 
     def values(col: str, fmt=str) -> str | None:
         if col not in runs.columns:
@@ -1335,8 +1346,9 @@ def _data_line(runs: pd.DataFrame) -> str | None:
     parts = []
     if corpus := values("corpus", lambda v: f"`{v}`"):
         sha = values("corpus_sha256", lambda v: str(v)[:12])
-        parts.append(f"corpus {corpus}" + (f" (corpus_sha256 {sha}: a hash of its files' names and content)"
-                                           if sha else ""))
+        col = f", text column `{text_column}`" if text_column else ""
+        parts.append(f"corpus {corpus}{col}" + (f" (corpus_sha256 {sha}: a hash of its files' names and content)"
+                                                if sha else ""))
     if tok := values("tokenizer"):
         vocab = values("vocab_size", lambda v: f"{int(v):,}")
         parts.append(f"tokenizer {tok}" + (f" (vocabulary {vocab})" if vocab else ""))

@@ -534,7 +534,7 @@ def early_rung_warning(spec) -> str | None:
             f"step{'s' * (per != 1)} per milestone) and stops the worse trials there (tune.reduction_factor = "
             f"{ts.reduction_factor:g}). That early, trials rank by how fast their first steps descend, which favours "
             f"the highest LRs ({_EARLY_RUNG_MEASURED}), so the LR that would end best may be stopped. Raise "
-            f"tune.grace_milestones (at tune.num_milestones = {ts.num_milestones} ASHA stops no trial early) or "
+            f"tune.grace_milestones (set to tune.num_milestones, {ts.num_milestones}, ASHA stops no trial early) or "
             "tune.tokens / tune.tokens_per_param")  # fmt: skip
 
 

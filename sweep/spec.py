@@ -826,7 +826,9 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
             ``warn``): the corpus's (files a directory corpus leaves out, invalid UTF-8 replaced, NUL bytes dropped, the
             token cache's, e.g. BPE learning fewer tokens than asked), then ``training.eval_tokens`` (or
             ``tune.eval_tokens`` with ``lr: tune``) more than the validation split holds, saying how many tokens are
-            evaluated (the runs evaluate what there is).
+            evaluated (the runs evaluate what there is), then runs (or LR trials) that would repeat the training
+            data, where the corpus's size is known (:func:`loopscale.sweep.run.corpus_epochs`, the dry run's
+            ``data_warning``: every such run warns of it again as it starts).
 
         Raises:
             SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer`` and says
@@ -835,8 +837,11 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
         import warnings
 
         from loopscale.model.data import CorpusWarning
+        from loopscale.sweep.run import corpus_epochs
 
         corpus_notes, eval_notes = self._data_notes()
+        repeat = corpus_epochs(self)["data_warning"]
+        eval_notes = [*eval_notes, repeat] if repeat else eval_notes
         if warn:
             for note in corpus_notes:
                 warnings.warn(note, CorpusWarning, stacklevel=2)

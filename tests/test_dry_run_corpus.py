@@ -212,7 +212,11 @@ def test_token_file_shorter_than_a_validation_window_is_refused(tmp_path, empty_
     (np.arange(1000) % 200).astype(np.uint16).tofile(f)  # 50 validation tokens: one window of 33 fits
     assert spec.check_data(warn=False) == [
         "eval_tokens=2048 is more than the validation split holds (50 tokens): 32 tokens (1 window of seq_len=32) "
-        "are evaluated (give a larger corpus for a steadier loss)"
+        "are evaluated (give a larger corpus for a steadier loss)",
+        # before Ray too (it came only from each trial as it started): the dry run's data_warning
+        "16 of 16 runs would repeat the training data (more than one epoch); the run that repeats it most: D = 4096 "
+        "training tokens exceeds the 928 available (one epoch: the training split's whole windows of seq_len): 4.41 "
+        "epochs (data repeats)",
     ]
 
 
@@ -229,7 +233,8 @@ def test_eval_tokens_beyond_the_validation_split_is_said(tmp_path, empty_cache):
     assert p["eval_warning"].startswith(note)
     spec = preset_spec("smoke").model_copy(update={"corpus": str(corpus)})
     with pytest.warns(UserWarning, match=re.escape(note)):
-        assert spec.check_data() == [p["eval_warning"]]
+        assert spec.check_data() == [p["eval_warning"], p["data_warning"]]  # the data repeat said before Ray too
+    assert p["data_warning"].startswith("8 of 16 runs would repeat the training data")
     cfg = RunConfig(
         model=preset_config("cpu", r=1, d_model=16, seq_len=32),
         corpus=str(corpus),
@@ -240,9 +245,9 @@ def test_eval_tokens_beyond_the_validation_split_is_said(tmp_path, empty_cache):
     with pytest.warns(UserWarning, match=re.escape(note)):
         res = train_run(cfg)
     assert res.eval_tokens == 128 and any(w.startswith(note) for w in res.warnings)
-    # eval_tokens that fit: no warning anywhere
+    # eval_tokens that fit: no eval warning anywhere (the data repeat stays)
     fits = spec.model_copy(update={"training": spec.training.model_copy(update={"eval_tokens": 128})})
-    assert fits.check_data() == []
+    assert fits.check_data() == [p["data_warning"]]
     assert _dry_run(tmp_path, "--preset", "smoke")["eval_warning"] is None
 
 

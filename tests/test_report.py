@@ -728,6 +728,15 @@ def test_report_names_the_data_the_runs_read(tmp_path):
     runs.to_parquet(run / "runs.parquet")
     text = _section(build_report(run).read_text(encoding="utf-8"), "## Sweep summary")
     assert "; at most 0.00025 epochs of the training tokens per run" in text
+    # a Parquet corpus read from another column than `text` (corpus.json records it): named beside the corpus
+    runs["corpus"] = "/data/shards/*.parquet"
+    runs.to_parquet(run / "runs.parquet")
+    (run / "corpus.json").write_text(json.dumps({"corpus": "/data/shards/*.parquet", "text_column": "content",
+                                                 "corpus_sha256": "ab12" + "0" * 60}))  # fmt: skip
+    text = _section(build_report(run).read_text(encoding="utf-8"), "## Sweep summary")
+    assert "- data: corpus `/data/shards/*.parquet`, text column `content` (corpus_sha256 ab12cd34ef56" in text
+    (run / "corpus.json").write_text(json.dumps({"corpus": "/data/shards/*.parquet", "text_column": "text"}))
+    assert "text column" not in build_report(run).read_text(encoding="utf-8")
 
 
 def test_a_one_D_grid_gets_no_frontier_and_says_why(tmp_path):

@@ -1034,7 +1034,7 @@ def test_an_lr_study_whose_asha_compares_after_a_few_steps_is_said():
     w = plan(tiny, data=False)["lr_rung_warning"]
     assert w.startswith("ASHA first compares the trials of 4 of 4 LR studies after fewer than 48 optimizer steps "
                         "(size 16, r 1: after 2 steps, tune.grace_milestones = 1 x 2 steps per milestone)"), w
-    assert "Raise tune.grace_milestones (at tune.num_milestones = 4 ASHA stops no trial early)" in w
+    assert "Raise tune.grace_milestones (set to tune.num_milestones, 4, ASHA stops no trial early)" in w
     graced = parse_spec({**base, "tune": {"tokens": 2048, "num_milestones": 4, "grace_milestones": 3}})
     assert "(size 16, r 1: after 6 steps, tune.grace_milestones = 3 x 2 steps per milestone)" in early_rung_warning(graced)
     # 48 steps per milestone: 2 milestones of 48 steps of 256 tokens
