@@ -957,28 +957,41 @@ def bootstrap_data(
         extra = {"stratify_by": list(stratify_by), "single_seed_note": single_seed_note(data.frame, tuple(stratify_by))}
     elif note := one_run_blocks_note(cells, bb):
         extra = {"one_run_blocks_note": note}
-    if not stratify_by and (few := few_blocks_note(cells, bb, B)):
+    if not stratify_by and (few := few_blocks_note(cells, bb, B, W, ok_draw)):
         extra["few_blocks_note"] = few
     return _result(law, data, B, bb, W, ok_draw, kinds, tries, theta, objv, at_warm, reason, point, level,
                    derived, starts, seed, extra)  # fmt: skip
 
 
-def few_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None, B: int) -> str | None:
-    """The warning for a block bootstrap with so few blocks that fewer distinct resamples exist than the ``B`` it
-    draws: k blocks drawn k at a time with replacement give C(2k - 1, k) distinct resamples (35 for k = 4, 126 for
-    k = 5), so the draws repeat and the percentile interval rests on those few fits. ``cells``: block id per run,
-    shape ``(n,)``. None for iid resampling (``block_by`` None) or enough blocks."""
+def few_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None, B: int, W: np.ndarray | None = None,
+                    ok_draw: np.ndarray | None = None) -> str | None:
+    """The warning for a block bootstrap whose draws repeat: k blocks drawn k at a time with replacement give at
+    most C(2k - 1, k) distinct resamples (35 for k = 4, 126 for k = 5), fewer once the draws a law cannot refit are
+    drawn again (the joint law's draws of a single r), and the likely ones come up again and again, so the
+    percentile interval rests on a few fits. ``cells``: block id per run, shape ``(n,)``; ``W`` (shape ``(B, n)``)
+    and ``ok_draw`` (shape ``(B,)``): the draws' weights and which were refitted; with them the note counts the
+    distinct resamples among the refitted draws and warns when they are fewer than 90 % of those draws, else only
+    when C(2k - 1, k) < ``B``. None for iid resampling (``block_by`` None) or draws that seldom repeat."""
     import math
 
     if not block_by or cells.size == 0:
         return None
     k = int(np.unique(cells).size)
-    distinct = math.comb(2 * k - 1, k)
-    if distinct >= B:
+    possible = math.comb(2 * k - 1, k)
+    fitted = used = None
+    if W is not None and ok_draw is not None and np.asarray(ok_draw, bool).any():
+        rows = np.asarray(W)[np.asarray(ok_draw, bool)]
+        fitted, used = len(rows), len(np.unique(rows, axis=0))
+    if possible >= B and (used is None or used >= 0.9 * fitted):
         return None
-    return (f"the bootstrap resamples {k} ({','.join(block_by)}) block{'s' * (k != 1)}, which allow{'s' * (k == 1)} "
-            f"only {distinct} distinct resample{'s' * (distinct != 1)} for the {B} drawn: the draws repeat, and the "
-            "interval rests on those few fits; block by more columns (e.g. the budget and r) for more blocks")  # fmt: skip
+    blocks = f"the bootstrap resamples {k} ({','.join(block_by)}) block{'s' * (k != 1)}"
+    fix = "block by more columns (e.g. the budget and r) for more blocks"
+    if used is None:
+        return (f"{blocks}, which allow{'s' * (k == 1)} only {possible} distinct resample{'s' * (possible != 1)} for "
+                f"the {B} drawn: the draws repeat, and the interval rests on those few fits; {fix}")  # fmt: skip
+    return (f"{blocks} (at most {possible} distinct resample{'s' * (possible != 1)}): its {fitted} refitted draw"
+            f"{'s' * (fitted != 1)} hold only {used} distinct one{'s' * (used != 1)}, so the interval rests on those "
+            f"few fits; {fix}")  # fmt: skip
 
 
 def one_run_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None) -> str | None:

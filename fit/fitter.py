@@ -484,7 +484,7 @@ class FitResult:
         objective: Huber-sum at the optimum (paper Eq. 4; Table 1's "Huber" column).
         r2: R^2 on raw nats. rmse, max_abs_residual: of residuals actual - predicted (nats).
         residuals_by_r: ``{r: {"n", "mean", "max_abs", "rmse"}}`` (paper Table 7), when the table has ``r``.
-        n: runs used. n_params: fitted parameters. on_bound: fitted parameters within 1e-6 of the box edge (relative).
+        n: runs used. n_params: fitted parameters. on_bound: fitted parameters within :data:`loopscale.fit.laws.BOUND_RTOL` of the box's width from its edge.
         n_starts_at_best: starts whose end objective is within 1e-9 of the best.
         n_excluded: rows dropped (``status != "ok"``, or a newer row of the same ``run_id``).
         excluded_by_status: ``{status: count}`` of the rows dropped for their status.

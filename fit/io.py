@@ -29,7 +29,8 @@ N_ALIASES = ("N", "N_unique")
 
 
 class TooFewRunsError(ValueError):
-    """A fit refused because the ok runs left are fewer than the law's free parameters (:func:`prepare`)."""
+    """A fit refused because the ok runs left (or, for seeds fitted as cell means, the cells) are fewer than the
+    law's free parameters (:func:`prepare`, :func:`loopscale.fit.table_fit.fit_table`)."""
 
 
 def read_table(table: Any) -> pd.DataFrame:

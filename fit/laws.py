@@ -236,8 +236,9 @@ class JointPerRLaw(Law):
 
 def check_per_r_anchor(rs, why: str = "") -> None:
     """Refuse a ``joint_per_r`` fit of a table whose r values ``rs`` (those of its ok rows) lack r = 1: the r = 1 runs
-    pin A and alpha, and without them each phi_<r> trades off exactly with A (fits of equal quality give any phi:
-    two seeds gave phi_2 = 3.0 and -0.55 at one objective). ``why`` is added to the r list in the message (e.g. that a
+    pin A and alpha, and without them each phi_<r> trades off with A: exactly where N_once / N_rec is one ratio on
+    all the rows of that r, nearly so in an iso-depth grid whose widths change that ratio only through the embeddings
+    (fits of one quality give very different phi: two seeds gave phi_2 = 3.0 and -0.55 at one objective). ``why`` is added to the r list in the message (e.g. that a
     filter kept only those).
 
     Raises:
@@ -246,8 +247,8 @@ def check_per_r_anchor(rs, why: str = "") -> None:
     rs = [int(v) for v in np.unique(np.asarray(rs, dtype=float))]
     if 1 not in rs:
         raise ValueError(f"law 'joint_per_r' fits each phi_<r> against the r = 1 runs, which the table lacks (r = {rs}"
-                         f"{why}): without them every phi_<r> trades off exactly with A, and fits of equal quality "
-                         "give any phi; add the r = 1 runs, or fit one phi for every r with law 'joint'")  # fmt: skip
+                         f"{why}): without them every phi_<r> trades off with A (exactly where N_once / N_rec is one "
+                         "ratio), and fits of one quality give very different phi; add the r = 1 runs, or fit one phi for every r with law 'joint'")  # fmt: skip
 
 
 def make_law(law: str = "joint", phi: float | None = None, rs: tuple[int, ...] | None = None) -> Law:

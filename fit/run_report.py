@@ -939,7 +939,7 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
             + "."
         )
         phi_ci = _interval(ci, "phi")
-        if phi_ci and (phi_ci[0] <= -3 + 1e-6 or phi_ci[1] >= 3 - 1e-6):
+        if phi_ci and phi_interval_on_bound(*phi_ci):
             L.append(
                 "\n> **Warning:** the φ interval reaches the search box edge (φ ∈ [−3, 3]): these data do "
                 "not identify φ. Widths must straddle the loss-minimising width at each budget, and each "

@@ -147,7 +147,14 @@ def fit_table(
     from loopscale.fit.analysis import not_replicates_note, seed_replicates
     from loopscale.fit.bootstrapping import bootstrap_data
     from loopscale.fit.fitter import check_fit_args, fit_data
-    from loopscale.fit.io import csv_record_lines, prepare, read_table, unit_warnings, with_layers_unique
+    from loopscale.fit.io import (
+        TooFewRunsError,
+        csv_record_lines,
+        prepare,
+        read_table,
+        unit_warnings,
+        with_layers_unique,
+    )
     from loopscale.fit.laws import check_per_r_anchor, make_law
 
     check_fit_args(starts=starts, seed=seed, delta=delta, B=bootstrap, B_name="bootstrap", B_zero="no bootstrap",
@@ -243,7 +250,7 @@ def fit_table(
     fit_input = data
     if by_cell and rep.means:  # the exclusions stay those of the runs table
         if rep.cells < lw.n_params:
-            raise ValueError(
+            raise TooFewRunsError(  # (a run folder's fit attaches the runs left to train, as to prepare's)
                 f"the table's seeds are replicates: its {rep.runs} runs are {rep.cells} cells {rep.strata}, fitted "
                 f"as {rep.cells} cell means, fewer than the {lw.n_params} parameters of law {lw.name!r}; more seeds "
                 "do not help: add cells (another r, width, ladder depth or token budget), or fit every run "

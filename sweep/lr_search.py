@@ -505,8 +505,8 @@ descend, which favours the highest LRs (:data:`_EARLY_RUNG_MEASURED`)."""
 
 _EARLY_RUNG_MEASURED = (
     "measured with loopscale's trainer on the smoke preset's model and AdamW at d = 16, r = 4, seven LRs from 1e-4 "
-    "to 0.1 trained 128 steps: the LR best at the end, 0.01, ranked third of the seven up to step 38 and first only "
-    "from step 47 on; docs/bench_cpu/lr_rank_by_step_smoke.json"
+    "to 0.1 trained 128 steps: the LR best at the end, 0.01, ranked third of the seven at every step to 38, "
+    "between third and first up to 46, and first at every step from 47 on; docs/bench_cpu/lr_rank_by_step_smoke.json"
 )
 
 

@@ -697,7 +697,8 @@ def _time_left_plan(time_left: dict | str | None, cpus: int | None) -> dict:
     the figure counts, or why there is none) from :func:`_recorded_note`'s ``time_left``."""
     if time_left is None:  # every run recorded (_recorded_note's None): no figure, and why
         return {"est_train_min_left": None,
-                "train_time_assumption": "nothing left to train: every run of the grid is recorded here"}
+                "train_time_assumption": "nothing left to train: every run of the grid finished here (recorded, "
+                                         "or recorded when `run` continues)"}
     if not isinstance(time_left, dict):
         return {"est_train_min_left": None, "train_time_assumption": time_left}
     t = time_left

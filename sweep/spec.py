@@ -2335,7 +2335,8 @@ def canonical_spec(spec: SweepSpec) -> dict[str, Any]:
     for (``effective_depth: 10`` written out on the cpu preset), ``vocab_size`` left out is the preset's raised to
     the tokenizer's; ``tokens`` given per size with one list for every size is that list; ``seeds`` given per r
     with one list for every r is that list; an ``lr.table`` entry per r with one LR for every r of the grid is that
-    LR. Mapping keys are strings (YAML's ``16:`` and ``"16":`` are one size). ``name`` is compared as written (the
+    LR (the table as :meth:`SweepSpec.lr_for` reads it for every size and r of the grid: ``16``, ``"16"`` and ``16.0``
+    are one size). Mapping keys are strings (YAML's ``16:`` and ``"16":`` are one size). ``name`` is compared as written (the
     Tune experiments are named by it). Used to compare a folder's ``spec.yaml`` with the spec a command is given
     (:func:`check_folder_spec`)."""
     from loopscale.model.config import PRESETS
@@ -2361,8 +2362,9 @@ def canonical_spec(spec: SweepSpec) -> dict[str, Any]:
     rs = [str(x) for x in spec.r]
     d["tokens"] = one_value(d.get("tokens"), sizes)
     d["seeds"] = one_value(d.get("seeds"), rs)
-    if isinstance(d.get("lr"), dict) and isinstance(d["lr"].get("table"), dict):
-        d["lr"] = {**d["lr"], "table": {str(k): one_value(v, rs) for k, v in d["lr"]["table"].items()}}
+    if isinstance(spec.lr, dict) and "table" in spec.lr:  # the LR each (size, r) trains at, as the cells read it
+        d["lr"] = {**d["lr"], "table": {str(size): one_value({str(r): spec.lr_for(size, r) for r in spec.r}, rs)
+                                        for size in spec.all_sizes()}}  # fmt: skip
     return d
 
 

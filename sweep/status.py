@@ -1488,10 +1488,14 @@ def format_status(st: dict) -> list[str]:
         if walls:
             lines.append(f"  stage wall times recorded: {walls}")
     elif tm["total_s"]:
+        # earlier commands that stopped ran partly outside the stage wall times recorded (earlier_unrecorded_s)
+        outside = tm["total_s"] - sum(tm["stage_wall_s"].values())
         lines.append(
             f"time: {_fmt_s(tm['total_s'])}"
             # the stages' own clocks: a command's start-up (imports, Ray) and closing lines are not in them
-            + (f", its stages' wall times summed ({walls})" if walls else "")
+            + ((f", its stages' wall times summed ({walls})" if outside < 0.5 else
+                f", its stages' wall times ({walls}) and {_fmt_s(outside)} that earlier commands ran before they "
+                "stopped, summed") if walls else "")  # fmt: skip
             + stage_s
             + eta
         )

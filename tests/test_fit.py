@@ -820,7 +820,7 @@ def test_fit_cli_law_help_lists_every_law_the_fitter_accepts(tmp_path):
     assert ("warning: phi_3 rests on a single point of the law (1 run at r = 3, one N and D): the law passes through "
             "it whatever it is, so nothing in the table checks phi_3") in " ".join(res.output.split())
     assert "phi_2 rests" not in res.output and "phi_4 rests" not in res.output
-    # without the r = 1 runs each phi_<r> trades off exactly with A: two seeds gave phi_2 3.0 and -0.55 at one
+    # without the r = 1 runs each phi_<r> trades off with A: two seeds gave phi_2 3.0 and -0.55 at one
     # objective, without a word. Refused, also when --r leaves r = 1 out
     _base_joint().query("r > 1").to_csv(path, index=False)
     res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--law", "joint_per_r"])

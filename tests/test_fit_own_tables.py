@@ -64,13 +64,29 @@ def test_a_blocking_whose_every_block_is_one_run_is_said(tmp_path):
         "the bootstrap resamples 4 (r) blocks, which allow only 35 distinct resamples for the 40 drawn: the draws "
         "repeat, and the interval rests on those few fits; block by more columns (e.g. the budget and r) for more "
         "blocks")  # fmt: skip
-    assert few_blocks_note(np.repeat(np.arange(4), 3), ("r",), 35) is None  # C(7, 4) = 35: enough for 35
+    # C(7, 4) = 35 allows 35, but the draws that were fitted tell: 35 multinomial draws of 4 blocks (a single-r
+    # draw drawn again, as the joint law's are) hold far fewer distinct resamples
+    rng, rows = np.random.default_rng(0), []
+    while len(rows) < 35:
+        counts = rng.multinomial(4, [0.25] * 4)
+        if (counts > 0).sum() > 1:
+            rows.append(np.repeat(counts, 3))
+    W, ok = np.asarray(rows, float), np.ones(35, bool)
+    used = len(np.unique(W, axis=0))
+    assert used < 0.9 * 35
+    assert few_blocks_note(np.repeat(np.arange(4), 3), ("r",), 35, W, ok) == (
+        f"the bootstrap resamples 4 (r) blocks (at most 35 distinct resamples): its 35 refitted draws hold only {used} "
+        "distinct ones, so the interval rests on those few fits; block by more columns (e.g. the budget and r) for "
+        "more blocks")  # fmt: skip
+    assert few_blocks_note(np.repeat(np.arange(4), 3), ("r",), 35, W[:1], ok[:1]) is None  # one draw: no repeat
+    many = np.asarray([np.repeat(rng.multinomial(48, [1 / 48] * 48), 2) for _ in range(100)], float)
+    assert few_blocks_note(np.repeat(np.arange(48), 2), ("D", "r"), 100, many, np.ones(100, bool)) is None
     assert few_blocks_note(np.arange(12), None, 200) is None  # iid: 12 runs resampled one by one
     res = CliRunner().invoke(app, [*base[:2], "--bootstrap", "40", *base[4:], "--block-by", "r"])
     assert res.exit_code == 0, res.output
     n_r = _iso_flop()["r"].nunique()
-    assert (f"resamples {n_r} (r) blocks" in json.loads(res.stdout)["bootstrap"].get("few_blocks_note", "")) == (
-        math.comb(2 * n_r - 1, n_r) < 40)
+    if math.comb(2 * n_r - 1, n_r) < 40:  # fewer possible than drawn: said whatever was drawn
+        assert f"resamples {n_r} (r) blocks" in json.loads(res.stdout)["bootstrap"]["few_blocks_note"]
     # a Chinchilla table blocked without r: the advice names no r column (it has none)
     assert one_run_blocks_note(np.arange(4), ("C",)).endswith("block by it: --block-by COLUMN (block_by=('COLUMN',) "
                                                               "in Python)")  # fmt: skip

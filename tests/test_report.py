@@ -707,6 +707,23 @@ def test_report_on_a_fit_folder_or_an_outside_table_says_what_report_is_for(tmp_
     assert not (outside / "report.md").exists() and not (fit_out / "report.md").exists()
 
 
+def test_a_phi_interval_a_hair_short_of_the_box_edge_is_warned_of(tmp_path):
+    """The report's φ-interval warning compared with the box's ends to 1e-6 while fit and the identification rule
+    take 1e-3 of its width (BOUND_RTOL): an interval ending at 2.999 was warned of by `fit`, failed the rule, and
+    got no warning in report.md."""
+    from loopscale.fit.run_report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    path = run / "fit" / "analysis.json"
+    ana = json.loads(path.read_text(encoding="utf-8"))
+    warning = "the φ interval reaches the search box edge"
+    for hi, said in ((2.999, True), (2.99, False)):
+        ana["variants"]["baseline"]["joint"]["ci"]["phi"] = [0.1, hi]
+        path.write_text(json.dumps(ana), encoding="utf-8")
+        assert (warning in build_report(run).read_text(encoding="utf-8")) is said, hi
+
+
 def test_report_names_the_data_the_runs_read(tmp_path):
     """report.md never named the corpus, its content hash, the tokenizer or whether the data repeated (they were in
     runs.parquet and corpus.json only). The sweep summary now has one line of them."""

@@ -602,6 +602,7 @@ def test_a_spec_written_otherwise_is_the_same_spec_of_a_folder(tmp_path):
         {**raw, "tokens": {16: [4096, 8192], "32": [4096, 8192]}},
         {**raw, "seeds": {1: [0, 1], 2: 2, 4: [0, 1]}},
         {**raw, "lr": {"table": {16: {1: 0.01, 2: 0.01, 4: 0.01}, 32: {1: 0.02, 2: 0.03, 4: 0.03}}}},
+        {**raw, "lr": {"table": {16.0: 0.01, "32": {1: 0.02, 2: 0.03, 4: 0.03}}}},  # keys as lr_for reads them
     ]
     ids = [c.run_id for c in first.cells()]
     for d in same:
@@ -616,6 +617,9 @@ def test_a_spec_written_otherwise_is_the_same_spec_of_a_folder(tmp_path):
     other = {**same[0], "seeds": {1: [0, 1], 2: [0, 1, 2], 4: [0, 1]}}
     with pytest.raises(ValueError, match=r"it differs in seeds: \[0, 1\] -> \{'1': \[0, 1\], '2': \[0, 1, 2\], '4': \[0, 1\]\}\)"):
         check_folder_spec(out, parse_spec(other), corpus=False)
+    # a table built in Python may hold 16 and "16" (YAML refuses the repeat): the LR the cells train at decides
+    two = parse_spec({**raw, "lr": {"table": {16: 0.02, "16": 0.01, 32: {1: 0.02, 2: 0.03, 4: 0.03}}}})
+    assert two.lr_for(16, 1) == 0.02 and canonical_spec(two) != canonical_spec(first)
     for d, key in (({**raw, "model": {"effective_depth": 6}}, "model.effective_depth: 10 -> 6"),
                    ({**raw, "tokens": {16: [4096, 8192], 32: [4096, 16384]}}, "tokens: [4096, 8192] -> "),
                    ({**raw, "lr": {"table": {16: {1: 0.01, 2: 0.01, 4: 0.02}, 32: 0.02}}}, "lr.table.16: 0.01 -> ")):  # fmt: skip

@@ -491,6 +491,26 @@ def test_a_finished_or_running_commands_time_line_is_unchanged(tmp_path, started
         st["time"]["stage_wall_s"]), line
 
 
+def test_a_finished_folders_time_names_what_earlier_stopped_commands_ran(tmp_path):
+    """A finished folder whose earlier command stopped (its time outside the stage wall times: earlier_unrecorded_s)
+    said "time: 13m42s, its stages' wall times summed (sweep 7m31s, fit 1m11s, report 0s)", which sum to 8m42s.
+    The 5m00s of the stopped command is named in the sum now; without one the line is as before."""
+    import shutil
+
+    out = tmp_path / "seeds4"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4", out)
+
+    def time_line() -> str:
+        st = collect_status(out)
+        assert st["state"] == "finished"
+        return next(ln for ln in format_status(st) if ln.startswith("time:"))
+
+    assert time_line() == "time: 8m42s, its stages' wall times summed (sweep 7m31s, fit 1m11s, report 0s)"
+    _record(out, 900, pid=_dead_pid(), earlier_unrecorded_s=300.0)
+    assert time_line() == ("time: 13m42s, its stages' wall times (sweep 7m31s, fit 1m11s, report 0s) and 5m00s that "
+                           "earlier commands ran before they stopped, summed")  # fmt: skip
+
+
 def test_a_finished_sweep_or_tune_lr_command_counts_its_own_time(tmp_path):
     """A tune-lr (or sweep) command records no stage wall time: once finished, its time is its start to its
     progress display's last write (7m00s), and the total adds what an earlier interrupted command ran (30 s).

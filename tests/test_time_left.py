@@ -204,7 +204,7 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4", done)
     d = _dry(done)
     assert d["est_train_min_left"] is None and d["train_time_assumption"] == (
-        "nothing left to train: every run of the grid is recorded here")
+        "nothing left to train: every run of the grid finished here (recorded, or recorded when `run` continues)")
 
 
 def test_a_dry_run_counts_finished_runs_whose_records_are_gone(tmp_path):
