@@ -664,6 +664,51 @@ def data_caveat(runs: pd.DataFrame) -> str | None:
             "`corpus_train_tokens` and `epochs_max_run` say how large)")
 
 
+MIN_TOKENS_PER_PARAM = 10.0
+"""Runs that train on fewer tokens per unique parameter (D / N_unique) than this are said to be short
+(:func:`training_caveat`, the dry run's ``tokens_per_param_warning``): measured with loopscale's trainer on the cpu
+family (docs/looping_at_small_scale/), an r = 2 model (6 unique layers) was worth about 3 plain layers at 10-15
+tokens per unique parameter and its own 6 by about 50, so below 10 the looped models' worth, and with it phi, is one
+of how far short training got."""
+
+SHORT_TRAINING_WHY = (
+    "this early in training a looped model is worth less than it is later (measured on the cpu family in loopscale's "
+    "docs/looping_at_small_scale/: an r = 2 model was worth about 3 plain layers at 10-15 tokens per unique parameter "
+    "and its own 6 by about 50): phi then describes how far these runs got, not the law of trained models"
+)
+
+
+def short_training(d: np.ndarray, n_unique: np.ndarray, what: str) -> str | None:
+    """The sentence on runs of ``d`` tokens and ``n_unique`` unique parameters (shape ``(n,)`` each) that train on
+    fewer than :data:`MIN_TOKENS_PER_PARAM` tokens per unique parameter, ``what`` naming them ("ok runs trained",
+    "runs would train"); None when none does or ``d`` is empty."""
+    d, n_unique = np.asarray(d, dtype=float), np.asarray(n_unique, dtype=float)
+    keep = np.isfinite(d) & np.isfinite(n_unique) & (n_unique > 0)
+    tpp = d[keep] / n_unique[keep]
+    low = tpp < MIN_TOKENS_PER_PARAM
+    if not low.any():
+        return None
+    return (f"{int(low.sum())} of {tpp.size} {what} on fewer than {MIN_TOKENS_PER_PARAM:g} tokens per unique parameter "
+            f"(D / N_unique as low as {float(tpp.min()):.2g}, median {float(np.median(tpp)):.3g} over all): "
+            f"{SHORT_TRAINING_WHY}; give them more tokens (`tokens`, or larger `budgets`)")  # fmt: skip
+
+
+def training_caveat(runs: pd.DataFrame) -> str | None:
+    """:func:`short_training` of the ok runs of ``runs`` (columns ``D`` and ``N_unique``, else ``N_once`` and
+    ``N_rec``): ``loopscale run`` prints it under its headline, ``status`` lists it and the report puts it above its
+    sections. None when no ok run is short, or the table lacks the columns."""
+    ok = runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+    if "D" not in ok.columns or not len(ok):
+        return None
+    if "N_unique" in ok.columns:
+        n = ok["N_unique"].to_numpy(dtype=float)
+    elif {"N_once", "N_rec"} <= set(ok.columns):
+        n = ok["N_once"].to_numpy(dtype=float) + ok["N_rec"].to_numpy(dtype=float)
+    else:
+        return None
+    return short_training(ok["D"].to_numpy(dtype=float), n, "ok runs trained")
+
+
 def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
     """Write ``run_dir/report.md`` (and ``loss_vs_compute.png``) from the run's files; a report.md edited since
     loopscale wrote it is moved aside first (:func:`keep_an_edited_report`). With ``redraw_fits`` (the
@@ -759,6 +804,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.append(lost)
     if small := data_caveat(runs):
         L.append(f"> **Small data.** {small[0].upper()}{small[1:]}.\n")
+    if short := training_caveat(runs):
+        L.append(f"> **Short training.** {short[0].upper()}{short[1:]}.\n")
     # --- sweep summary
     ok = runs[runs["status"] == "ok"]
     L.append("## Sweep summary\n")

@@ -96,6 +96,9 @@ def plan(spec, *, data: bool = True) -> dict:
     :data:`MIN_STEPS` optimizer steps and iso-FLOP runs whose whole steps miss their budget by more than 10 %
     (:func:`_steps_warning`; None when there are none). ``lr_rung_warning``: with ``lr: tune``, the LR studies whose
     ASHA compares trials first after very few optimizer steps (:func:`loopscale.sweep.lr_search.early_rung_warning`).
+    ``tokens_per_param_warning``: runs that would train on fewer than
+    :data:`loopscale.fit.run_report.MIN_TOKENS_PER_PARAM` tokens per unique parameter (D / N_unique), where a looped
+    model's worth is still far from its trained value (:func:`loopscale.fit.run_report.short_training`), else None.
     """
     from loopscale.model.accounting import flops_per_token
     from loopscale.model.train import resolve_tokens
@@ -124,9 +127,14 @@ def plan(spec, *, data: bool = True) -> dict:
     few: dict[tuple, int] = {}  # key -> optimizer steps, where fewer than MIN_STEPS
     drift: dict[tuple, float] = {}  # key -> F D / C, where whole steps miss the budget C by > 10 %
     layers_of = plain_layers(cells)
+    from loopscale.fit.run_report import short_training
+    from loopscale.model.accounting import n_unique
+
+    d_n: list[tuple[int, int]] = []  # (D, N_unique) of every run: the short-training warning
     for c in cells:
         f = flops_per_token(c.run.model)
         d = resolve_tokens(c.run)
+        d_n.append((int(d), n_unique(c.run.model)))
         total_c += f * d
         total_d += d
         by_r[c.r] = by_r.get(c.r, 0) + 1
@@ -187,6 +195,7 @@ def plan(spec, *, data: bool = True) -> dict:
                                                                          sorted(rounded.items()))
                             if rounded else None),  # fmt: skip
         "steps_warning": _steps_warning(few, drift, spec.training.batch_tokens),
+        "tokens_per_param_warning": short_training(*zip(*d_n, strict=True), "runs would train") if d_n else None,
         "est_gpu_hours_grid": gpu_hours,
         "gpu_hours_assumption": f"{ASSUMED_MFU:.0%} MFU of {GPU_PEAK_FLOPS:.3g} FLOP/s (H100 dense bf16)",
         "corpus_warning": "; ".join(corpus_notes) or None,
@@ -1294,14 +1303,17 @@ def run_cmd(
                 track=targets,
             )
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
-    from loopscale.sweep.status import runs_data_caveat
+    from loopscale.sweep.status import runs_data_caveat, runs_training_caveat
 
     small = runs_data_caveat(Path(out_dir))  # losses of a small corpus: said under the headline, as the report does
+    short = runs_training_caveat(Path(out_dir))  # runs of few tokens per parameter: the same
     if not as_json:
         for line in fit_headlines(ana):
             typer.echo(line)
         if small:
             typer.echo(f"caution, small data: {small}")
+        if short:
+            typer.echo(f"caution, short training: {short}")
     if as_json:
         summary = {
             "out": str(Path(out_dir).resolve()),
@@ -1310,6 +1322,7 @@ def run_cmd(
             "stage_wall_s": meta["stage_wall_s"],
             "this_command_stage_wall_s": meta["last_command_stage_wall_s"],
             "data_caveat": small,
+            "training_caveat": short,
         }
         from loopscale.fit.identify import stored_headline
 

@@ -430,6 +430,10 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
 
         if small := data_caveat(table):  # the report's "Small data" note
             caveats.append(f"small data: {small}")
+        from loopscale.fit.run_report import training_caveat
+
+        if short := training_caveat(table):  # the report's "Short training" note
+            caveats.append(f"short training: {short}")
     return caveats
 
 
@@ -445,6 +449,21 @@ def runs_data_caveat(out: Path) -> str | None:
     except Exception:  # noqa: BLE001  unreadable: the fit stage has said so
         return None
     return data_caveat(t.select([c for c in ("status", "warnings", "epochs") if c in t.column_names]).to_pandas())
+
+
+def runs_training_caveat(out: Path) -> str | None:
+    """:func:`loopscale.fit.run_report.training_caveat` of the runs in ``out/runs.parquet`` (None when it does not
+    read): what ``loopscale run`` prints under its headline when its runs trained on few tokens per parameter."""
+    import pyarrow.parquet as pq
+
+    from loopscale.fit.run_report import training_caveat
+
+    try:
+        t = pq.read_table(Path(out) / "runs.parquet")
+    except Exception:  # noqa: BLE001  unreadable: the fit stage has said so
+        return None
+    cols = [c for c in ("status", "D", "N_unique", "N_once", "N_rec") if c in t.column_names]
+    return training_caveat(t.select(cols).to_pandas())
 
 
 def fit_headlines(ana: dict) -> list[str]:

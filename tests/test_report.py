@@ -724,6 +724,36 @@ def test_a_phi_interval_a_hair_short_of_the_box_edge_is_warned_of(tmp_path):
         assert (warning in build_report(run).read_text(encoding="utf-8")) is said, hi
 
 
+def test_runs_of_few_tokens_per_parameter_get_a_short_training_caution(tmp_path):
+    """A grid of runs at 0.1 tokens per parameter got a phi verdict with no word on how short the training was,
+    while looped models' worth still grows with training up to ~50 tokens per unique parameter. Runs under 10 are
+    now said in the report, by status, under run's headline and in the dry run before anything trains."""
+    import pandas as pd
+
+    from loopscale.fit.run_report import build_report, training_caveat
+    from loopscale.sweep.presets import preset_spec
+    from loopscale.sweep.run import plan
+    from loopscale.sweep.status import collect_status, format_status, runs_training_caveat
+
+    runs = pd.read_parquet(EXAMPLE / "runs.parquet")  # the previous cpu default: 0.9 to 203 tokens per parameter
+    short = training_caveat(runs)
+    tpp = runs["D"] / runs["N_unique"]
+    n = int((tpp < 10).sum())
+    assert short.startswith(f"{n} of {len(runs)} ok runs trained on fewer than 10 tokens per unique parameter (D / "
+                            f"N_unique as low as {tpp.min():.2g}, median {tpp.median():.3g} over all): ")  # fmt: skip
+    assert 0 < n < len(runs) and runs_training_caveat(EXAMPLE) == short
+    assert training_caveat(runs.assign(D=runs["N_unique"] * 10)) is None  # 10 per parameter: not short
+    assert training_caveat(runs.assign(status="failed")) is None  # only ok runs count
+    assert training_caveat(pd.read_parquet(EXAMPLE.parent / "example_cpu" / "runs.parquet")) is None  # 32 to 160
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    assert f"> **Short training.** {short[0].upper()}{short[1:]}." in build_report(run).read_text(encoding="utf-8")
+    assert f"  (short training: {short})" in format_status(collect_status(run))
+    assert plan(preset_spec("smoke"), data=False)["tokens_per_param_warning"].startswith(
+        "16 of 16 runs would train on fewer than 10 tokens per unique parameter")
+    assert plan(preset_spec("cpu"), data=False)["tokens_per_param_warning"] is None
+
+
 def test_report_names_the_data_the_runs_read(tmp_path):
     """report.md never named the corpus, its content hash, the tokenizer or whether the data repeated (they were in
     runs.parquet and corpus.json only). The sweep summary now has one line of them."""
