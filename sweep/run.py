@@ -1198,7 +1198,13 @@ def run_cmd(
         with look_only() as early:
             absent = _corpus_absent_for_fit(spec, Path(out_dir).resolve())
         # the folder the run would write (the default runs/<spec> is otherwise seen nowhere), then the plan
-        p = {"out": str(Path(out_dir).resolve()), **plan(spec, data=not absent)}
+        try:
+            p = {"out": str(Path(out_dir).resolve()), **plan(spec, data=not absent)}
+        except ValueError as e:  # the corpus would fail every run (check_data): --json still prints an object
+            if as_json:
+                json.dump({"out": str(Path(out_dir).resolve()), "refused": str(e)}, sys.stdout)
+                sys.stdout.write("\n")
+            raise
         p.update(_fit_settings_plan(spec, bootstrap, starts))
         if absent:
             p["corpus_warning"] = _absent_corpus_note(spec)

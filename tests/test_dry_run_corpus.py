@@ -403,3 +403,18 @@ def test_eval_tokens_not_whole_windows_is_said_by_the_dry_run(tmp_path):
     p = _dry_run(tmp_path, str(tmp_path / "s.yaml"))
     assert p["eval_warning"].endswith("; tune.eval_tokens=40 is rounded up to 64 in every LR trial (whole windows of "
                                       "seq_len=32)")  # fmt: skip
+
+
+def test_a_dry_run_with_json_of_a_corpus_every_run_would_fail_on_prints_its_refusal_as_json(tmp_path):
+    """`run --dry-run --json` of a spec whose corpus glob matches nothing printed no JSON (the error on stderr
+    only), while a spec refused for its design printed {"refused": ...}: a script reading the plan got nothing to
+    parse. It prints the folder and the refusal as one JSON object, and exits 2 as before."""
+    spec = preset_spec("smoke").model_copy(update={"corpus": str(tmp_path / "nowhere" / "*.txt")})
+    path = tmp_path / "bad.yaml"
+    path.write_text(spec_to_yaml(spec))
+    res = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--json", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    got = json.loads(res.stdout)
+    assert got == {"out": str((tmp_path / "out").resolve()),
+                   "refused": got["refused"]} and "matches no file" in got["refused"]  # fmt: skip
+    assert not (tmp_path / "out").exists()
