@@ -699,7 +699,10 @@ class GridView(_View):
             if self.tokens_per_s
             else ""
         )
-        before = f" ({self.prior} of them in earlier Tune experiments)" if self.prior else ""
+        # a resumed grid counts the runs finished before (by an earlier command, or by the experiment it restored
+        # before that experiment stopped): the line said "12 runs done" of a command that trained 8
+        b = len(self.done_before)
+        before = f" ({b} finished before this Tune experiment started, {c['done'] - b} in it)" if b else ""
         return (
             f"grid: {c['done']} runs done{before}, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
             f"in {_fmt_s(time.time() - self.t0)}{rate}"
