@@ -174,8 +174,8 @@ def _check_corpus_beside_spec(corpus: str, spec_file: Path) -> None:
     shown = os.path.relpath(beside)
     raise FileNotFoundError(
         f"corpus {str(rel)!r} of {spec_file} does not exist in the working directory ({Path.cwd()}), where a "
-        f"relative corpus path is read; {shown} beside the spec exists: write corpus: {shown} (or an absolute "
-        "path), or run the command from the spec's folder"
+        f"relative corpus path is read; it exists beside the spec ({beside}): write corpus: {shown} (that path "
+        "from the working directory) or an absolute path, or run the command from the spec's folder"
     )
 
 

@@ -336,11 +336,12 @@ def test_a_relative_corpus_found_only_beside_the_spec_is_named_with_the_fix(tmp_
     (proj / "spec.yaml").write_text(yaml.safe_dump({**PRESETS["smoke"], "corpus": "data.txt"}))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"corpus 'data.txt' of proj/spec.yaml does not exist in the working "
-                                                r"directory .*; proj/data.txt beside the spec exists: write corpus: "
-                                                r"proj/data.txt"):  # fmt: skip
+                                                r"directory .*; it exists beside the spec \(.*/proj/data.txt\): "
+                                                r"write corpus: proj/data.txt \(that path from the working "
+                                                r"directory\)"):  # fmt: skip
         resolve_spec("proj/spec.yaml", None)
     res = CliRunner().invoke(app, ["run", "proj/spec.yaml", "--out", str(tmp_path / "o"), "--dry-run"])
-    assert res.exit_code == 2 and "beside the spec exists" in res.output and not (tmp_path / "o").exists()
+    assert res.exit_code == 2 and "it exists beside the spec" in res.output and not (tmp_path / "o").exists()
     monkeypatch.chdir(proj)
     assert resolve_spec("spec.yaml", None)[0].corpus == str(proj / "data.txt")
     monkeypatch.chdir(tmp_path)
