@@ -392,15 +392,23 @@ def _mlflow_cls(mixin):
             quote = [next((q for q in "'\"" if q not in v), None) for _, v in values]
             if None in quote:
                 return None
-            client = self.mlflow_util._get_client()
             where = " and ".join(f"tags.{k} = {q}{v}{q}" for (k, v), q in zip(values, quote, strict=True))
-            runs = client.search_runs([self.mlflow_util.experiment_id], filter_string=where,
-                                      order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
-            run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
-            if run is None:
+            try:
+                from mlflow.tracking import MlflowClient
+
+                client = MlflowClient(tracking_uri=self.tracking_uri)
+                exp = client.get_experiment_by_name(self.experiment_name)
+                if exp is None:
+                    return None
+                runs = client.search_runs([exp.experiment_id], filter_string=where,
+                                          order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+                run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
+                if run is None:
+                    return None
+                client.update_run(run.info.run_id, status="RUNNING")
+                return run.info.run_id
+            except Exception:  # noqa: BLE001  tracking never stops a trial: a new run, as before
                 return None
-            client.update_run(run.info.run_id, status="RUNNING")
-            return run.info.run_id
 
     return LoopscaleMLflow
 
