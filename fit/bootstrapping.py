@@ -75,6 +75,13 @@ class BootstrapResult:
             when at least one refit is ok.
         estimate_outside_ci: the parameters whose point estimate (``point``) lies outside their own interval
             (:func:`estimates_outside_ci`); the interval itself is not changed.
+        extra: how the draws were made and what to know of them, each key only where it applies:
+            ``stratify_by`` (the cell columns seeds were drawn within), ``cell_means`` (True: each draw's cell means
+            were fitted) with ``n_runs``, ``single_seed_note`` (cells of one seed, whose noise the intervals leave
+            out: :func:`single_seed_note`), ``one_run_blocks_note`` (every block one run, as when the budget column
+            is not found and the blocks fall back to (D, r): :func:`one_run_blocks_note`) and ``few_blocks_note``
+            (the draws repeat: :func:`few_blocks_note`). ``loopscale fit`` prints each note; in Python, read them
+            here.
     """
 
     law: str

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,60 +12,6 @@ from typing import Annotated
 import typer
 
 from loopscale.cluster.options import AddressOpt, NumCpusOpt, NumGpusOpt, RayTempDirOpt
-
-#: The folders a ``loopscale run`` writes in its output folder (records, Tune state, logs, TensorBoard files, and
-#: ``fit.partial``: where its fit stage writes a fit before it takes ``fit/``'s place; a fit.partial/ the stage did
-#: not leave makes ``run`` refuse the folder).
-_RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard", "fit.partial")
-
-
-def _command_folder_kind(folder: Path) -> str | None:
-    """The loopscale command whose output folder ``folder`` is (``run``, ``sweep``, ``tune-lr``), else None: one with
-    ``run_meta.json`` (``run``) or ``logs/command.json``, the record every such command writes when it starts (a
-    first ``run`` writes run_meta.json only when its first stage ends), or one with ``runs.parquet`` and
-    ``fit/analysis.json`` (``run``: a run's runs and analysis, e.g. copied without its records, from which
-    ``loopscale report`` builds its report there)."""
-    import json
-
-    if (folder / "run_meta.json").is_file():
-        return "run"
-    if (folder / "runs.parquet").is_file() and (folder / "fit" / "analysis.json").is_file():
-        return "run"
-    rec = folder / "logs" / "command.json"
-    if not rec.is_file():
-        return None
-    try:
-        kind = json.loads(rec.read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None
-    return kind if kind in ("run", "sweep", "tune-lr") else "run"
-
-
-def _not_a_runs_analysis(out: Path) -> None:
-    """Refuse an ``--out`` among a ``loopscale run``'s own files: in its analysis folder (a folder named ``fit``,
-    ``--out`` or one above it, that holds ``analysis.json`` and whose parent holds the run's ``runs.parquet`` or
-    ``run_meta.json``; the run's report is built from analysis.json, so a fit.json replaced there would no longer be
-    the report's), the run's folder itself (:func:`_command_folder_kind`, which counts such a parent as a run's
-    folder too; a loose fit.json beside its report reads as the run's) or one of the folders it writes
-    (:data:`_RUN_OWN_FOLDERS`). Raises ValueError naming a folder to use instead."""
-    p = Path(out).resolve()
-    for folder in (p, *p.parents):
-        kind = _command_folder_kind(folder)
-        if kind and (folder == p or p.relative_to(folder).parts[0] in _RUN_OWN_FOLDERS):
-            where = "is the output folder" if folder == p else f"is inside {folder / p.relative_to(folder).parts[0]}"
-            raise ValueError(
-                f"--out {out} {where} of the `loopscale {kind}` in {folder}, whose records and report describe its "
-                f"runs; write this fit in a folder of its own, e.g. --out {shlex.quote(str(folder / 'my_fit'))}"
-            )
-        run = folder.parent
-        if folder.name == "fit" and (folder / "analysis.json").is_file() and (
-            (run / "runs.parquet").is_file() or (run / "run_meta.json").is_file()
-        ):
-            raise ValueError(
-                f"--out {out} is inside {folder}, the analysis of the `loopscale run` in {run}: its report is built "
-                f"from {folder / 'analysis.json'} and the fit files beside it; write this fit elsewhere, e.g. --out "
-                f"{run / 'my_fit'}"
-            )
 
 
 @contextlib.contextmanager
@@ -300,8 +245,9 @@ def fit_cmd(
         from loopscale.cluster.options import usable_out_dir
 
         usable_out_dir(out)  # before the fit, so that a file in the way costs no compute
-        _not_a_runs_analysis(out)
-        from loopscale.fit.outputs import FIT_FILES
+        from loopscale.fit.outputs import FIT_FILES, check_fit_out_dir
+
+        check_fit_out_dir(out)
 
         if blocked := [n for n in FIT_FILES if (Path(out) / n).exists() and not (Path(out) / n).is_file()]:
             raise ValueError(  # the fit ran to its end, then could not put its file there (a traceback)

@@ -325,7 +325,8 @@ def isoflop_parabolas(
         :func:`compute_optimal_frontier` for N*. No rows (the same columns) for a token-budget grid, whose
         ``budget`` is null (rows with a null cell key are left out): there give ``by=("D", "r")``.
     Raises:
-        ValueError: missing columns.
+        ValueError: missing columns; an ok row whose loss or N is not a positive finite number (NaN, 0, negative,
+            text).
     """
     from loopscale.fit.io import read_table
 
@@ -349,7 +350,15 @@ def isoflop_parabolas(
         N = (df["N_once"] + df["N_rec"]).to_numpy(float)
     else:
         raise ValueError(f"need N, N_unique or N_once+N_rec; table has {list(df.columns)}")
-    df = df.assign(_N=N, _x=np.log(N), _L=df[loss_col].to_numpy(float))
+    loss = pd.to_numeric(df[loss_col], errors="coerce").to_numpy(float)
+    # one bad value made its cell's parabola read as a design problem ("the loss rises across every size")
+    for what, vals, raw in ((loss_col, loss, df[loss_col].to_numpy()), ("N", N, N)):
+        bad = ~(np.isfinite(vals) & (vals > 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{int(bad.sum())} ok row(s) have a {what} that is not a positive finite number (first: "
+                             f"{raw[i]!r}, at row {i} of the ok rows); fix or drop them")  # fmt: skip
+    df = df.assign(_N=N, _x=np.log(N), _L=loss)
     rows = []
     for key, cell in df.groupby(list(by), sort=True):
         key = key if isinstance(key, tuple) else (key,)

@@ -483,7 +483,8 @@ class FitResult:
         params: ``E`` (nats/token), ``A``, ``alpha``, ``B``, ``beta`` and, for the joint law, ``phi`` (fitted or fixed).
         objective: Huber-sum at the optimum (paper Eq. 4; Table 1's "Huber" column).
         r2: R^2 on raw nats. rmse, max_abs_residual: of residuals actual - predicted (nats).
-        residuals_by_r: ``{r: {"n", "mean", "max_abs", "rmse"}}`` (paper Table 7), when the table has ``r``.
+        residuals_by_r: ``{str(r): {"n", "mean", "max_abs", "rmse"}}`` (paper Table 7; keyed by ``"2"``, not ``2``,
+            as fit.json holds it), when the table has ``r``.
         n: runs used. n_params: fitted parameters. on_bound: fitted parameters within :data:`loopscale.fit.laws.BOUND_RTOL` of the box's width from its edge.
         n_starts_at_best: starts whose end objective is within 1e-9 of the best.
         n_excluded: rows dropped (``status != "ok"``, or a newer row of the same ``run_id``).
@@ -532,19 +533,25 @@ class FitResult:
         in tokens and ``N`` (or ``N_unique``) for the Chinchilla law, ``N_once``, ``N_rec`` and ``r`` for the joint
         laws).
 
+        For the Chinchilla law ``N`` may also be given as ``N_unique`` or as ``N_once`` + ``N_rec``, as the fit reads
+        it.
+
         Raises:
-            ValueError: a column the law needs is missing (named, with the table's columns) or not numeric.
+            ValueError: a column the law needs is missing (named, with the table's columns), not numeric, or holds
+                a value the law is not defined at (NaN, or D or N not > 0; named with its row).
         """
         import pandas as pd
 
         df = read_table(table) if not isinstance(table, dict) else pd.DataFrame(table)
         if self.law == "chinchilla" and "N" not in df.columns and "N_unique" in df.columns:
             df = df.rename(columns={"N_unique": "N"})
+        if self.law == "chinchilla" and "N" not in df.columns and {"N_once", "N_rec"} <= set(df.columns):
+            df = df.assign(N=pd.to_numeric(df["N_once"], errors="coerce") + pd.to_numeric(df["N_rec"], errors="coerce"))
         law = self.law_object()
         need = ("D", *law.columns)
         missing = [c for c in need if c not in df.columns]
         if missing:
-            alt = {"N": "N (or N_unique)"} if self.law == "chinchilla" else {}
+            alt = {"N": "N (or N_unique, or N_once + N_rec)"} if self.law == "chinchilla" else {}
             raise ValueError(
                 f"predict with the {self.law!r} law needs columns {[alt.get(c, c) for c in need]}; missing "
                 f"{[alt.get(c, c) for c in missing]}; table has {list(df.columns)}"
@@ -553,6 +560,13 @@ class FitResult:
             cols = {c: pd.to_numeric(df[c]).to_numpy(dtype=np.float64, na_value=np.nan) for c in need}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"predict: the columns {list(need)} must be numeric: {exc}") from exc
+        for c, v in cols.items():  # NaN out, or a log of a negative with numpy's RuntimeWarning, without a word
+            rule = (v >= 1) if c == "r" else (v >= 0) if c in ("N_once", "N_rec") else (v > 0)
+            if not (bad := ~(np.isfinite(v) & rule)).any():
+                continue
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"predict: column {c!r} holds {float(v[i])!r} at row {i} ({int(bad.sum())} such row(s)); the "
+                             f"law needs finite values, {'>= 1' if c == 'r' else '>= 0' if c in ('N_once', 'N_rec') else '> 0'}")
         return law.predict(self.params, cols)
 
 

@@ -35,7 +35,8 @@ class TooFewRunsError(ValueError):
 
 def read_table(table: Any) -> pd.DataFrame:
     """Return a pandas DataFrame from a path (``.parquet``/``.pq``/``.csv``, a folder of Parquet files, or the
-    output folder of ``loopscale run`` / ``sweep``: its ``runs.parquet``), a DataFrame or a pyarrow Table. In a
+    output folder of ``loopscale run`` / ``sweep``: its ``runs.parquet``), a pandas or polars DataFrame or a pyarrow
+    Table. In a
     ``variant`` column that names variants on some rows, an empty cell is ``baseline`` (as a table without the
     column is all ``baseline``: e.g. r = 1 runs left blank because every variant shares them).
 
@@ -182,8 +183,11 @@ def _read_table(table: Any) -> pd.DataFrame:
             return table.to_pandas()
     except ImportError:  # pragma: no cover - pyarrow is a dependency
         pass
+    if type(table).__module__.split(".")[0] == "polars" and callable(getattr(table, "to_pandas", None)):
+        return table.to_pandas()  # a polars DataFrame: its own conversion (through pyarrow)
     raise ValueError(
-        f"cannot read a table from {type(table).__name__}; pass a path, a pandas DataFrame or a pyarrow Table"
+        f"cannot read a table from {type(table).__name__}; pass a path, a pandas or polars DataFrame or a pyarrow "
+        "Table"
     )
 
 
@@ -204,7 +208,8 @@ class FitData:
             the decimals they are written with (:func:`_rounded_copies`) (the same run listed twice, rounded
             otherwise, would count twice in the fit); None when there are none.
         status_note: a sentence naming rows left out for a status spelt otherwise than ``ok`` (``'OK'``,
-            ``' ok'``) beside rows that are ``ok``; None when there are none.
+            ``' ok'``), or with no status (null) or one that is none of loopscale's (``'completed'``), beside rows
+            that are ``ok``; None when there are none.
     """
 
     cols: dict[str, np.ndarray]
@@ -573,6 +578,19 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
                        "fits take the rows whose status is exactly 'ok' (lower case, no spaces); write them as 'ok' to "
                        "fit them")  # fmt: skip
         warnings.warn(f"table: {status_note}", UserWarning, stacklevel=3)
+    other = sorted(str(k) for k in by_status if str(k) not in ("diverged", "did_not_learn", "failed", *near))
+    if n and other:  # some rows 'ok', others without a status (a merge) or in another tool's words: said too
+        import warnings
+
+        k = sum(by_status[s] for s in other)
+        words = [repr(s) for s in other if s != "<null>"]
+        named = ("no status (null)" if not words else
+                 "status " + ", ".join(words) + (" or none (null)" if "<null>" in other else ""))  # fmt: skip
+        note = (f"{k} row{'s' if k > 1 else ''} with {named} left out beside the {n} with status 'ok': the fits take "
+                "only 'ok' rows (loopscale's runs are ok, diverged, did_not_learn or failed); give finished runs "
+                "status 'ok' to fit them")  # fmt: skip
+        status_note = f"{status_note}; {note}" if status_note else note
+        warnings.warn(f"table: {note}", UserWarning, stacklevel=3)
     foreign = sorted(str(k) for k in by_status if str(k) not in ("diverged", "did_not_learn", "failed"))
     if n == 0 and foreign:  # 'completed', 'done': the runs are there, their status named in another tool's words
         raise ValueError(

@@ -282,6 +282,9 @@ def make_law(law: str = "joint", phi: float | None = None, rs: tuple[int, ...] |
     if law == "joint":
         if phi is None:
             return JointLaw(extra_names=("phi",), extra_bounds=(PHI_BOUNDS,))
+        if isinstance(phi, bool | str):  # True read as phi = 1 and '0' as 0; starts=True and B=True are refused too
+            raise ValueError(f"phi={phi!r} is not a number; fix phi to a number in the paper's box [-3, 3], e.g. "
+                             "phi=0.0 or phi=1.0")  # fmt: skip
         phi = float(phi)
         if not np.isfinite(phi):
             raise ValueError(f"phi={phi} is not a finite number; fix phi to a value in the paper's box [-3, 3], e.g. "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shlex
 import signal
 import threading
 from collections.abc import Iterator
@@ -143,6 +144,68 @@ def staged_fit(out_dir: str | Path) -> Iterator[StagedFit]:
         raise
 
 
+#: The folders a ``loopscale run`` writes in its output folder (records, Tune state, logs, TensorBoard files, and
+#: ``fit.partial``: where its fit stage writes a fit before it takes ``fit/``'s place; a fit.partial/ the stage did
+#: not leave makes ``run`` refuse the folder).
+_RUN_OWN_FOLDERS = ("parts", "tune", "tune_lr", "logs", "tensorboard", "fit.partial")
+
+
+def _command_folder_kind(folder: Path) -> str | None:
+    """The loopscale command whose output folder ``folder`` is (``run``, ``sweep``, ``tune-lr``), else None: one with
+    ``run_meta.json`` (``run``) or ``logs/command.json``, the record every such command writes when it starts (a
+    first ``run`` writes run_meta.json only when its first stage ends), or one with ``runs.parquet`` and
+    ``fit/analysis.json`` (``run``: a run's runs and analysis, e.g. copied without its records, from which
+    ``loopscale report`` builds its report there)."""
+    import json
+
+    if (folder / "run_meta.json").is_file():
+        return "run"
+    if (folder / "runs.parquet").is_file() and (folder / "fit" / "analysis.json").is_file():
+        return "run"
+    rec = folder / "logs" / "command.json"
+    if not rec.is_file():
+        return None
+    try:
+        kind = json.loads(rec.read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    return kind if kind in ("run", "sweep", "tune-lr") else "run"
+
+
+def check_fit_out_dir(out: str | Path, name: str = "--out") -> None:
+    """Refuse a fit's output folder (``loopscale fit --out``, :func:`write_fit_outputs`'s ``out_dir``; ``name``
+    says it in the message) among a ``loopscale run``'s own files: in its analysis folder (a folder named ``fit``,
+    ``--out`` or one above it, that holds ``analysis.json`` and whose parent holds the run's ``runs.parquet`` or
+    ``run_meta.json``; the run's report is built from analysis.json, so a fit.json replaced there would no longer be
+    the report's), the run's folder itself (:func:`_command_folder_kind`, which counts such a parent as a run's
+    folder too; a loose fit.json beside its report reads as the run's) or one of the folders it writes
+    (:data:`_RUN_OWN_FOLDERS`).
+
+    Raises:
+        ValueError: such a folder, naming one to use instead."""
+    def said(folder: Path | str) -> str:  # a flag and its value, or a Python argument
+        return f"{name} {shlex.quote(str(folder))}" if name.startswith("--") else f"{name}={str(folder)!r}"
+
+    p = Path(out).resolve()
+    for folder in (p, *p.parents):
+        kind = _command_folder_kind(folder)
+        if kind and (folder == p or p.relative_to(folder).parts[0] in _RUN_OWN_FOLDERS):
+            where = "is the output folder" if folder == p else f"is inside {folder / p.relative_to(folder).parts[0]}"
+            raise ValueError(
+                f"{said(out)} {where} of the `loopscale {kind}` in {folder}, whose records and report describe its "
+                f"runs; write this fit in a folder of its own, e.g. {said(folder / 'my_fit')}"
+            )
+        run = folder.parent
+        if folder.name == "fit" and (folder / "analysis.json").is_file() and (
+            (run / "runs.parquet").is_file() or (run / "run_meta.json").is_file()
+        ):
+            raise ValueError(
+                f"{said(out)} is inside {folder}, the analysis of the `loopscale run` in {run}: its report is built "
+                f"from {folder / 'analysis.json'} and the fit files beside it; write this fit elsewhere, e.g. "
+                f"{said(run / 'my_fit')}"
+            )
+
+
 def write_fit_outputs(
     out_dir: str | Path,
     fit: Any,
@@ -164,9 +227,14 @@ def write_fit_outputs(
     returns (a :class:`~loopscale.fit.table_fit.TableFit`: its point fit and bootstrap are written, and its
     ``variant`` is added to fit.json when it has one). Returns ``{name: path}`` of the files written.
 
+    With ``keep_earlier`` (the default) ``out_dir`` must not be among a ``loopscale run``'s own files (its folder, its
+    ``fit/`` analysis or a folder it writes), as ``loopscale fit --out`` (:func:`check_fit_out_dir`): the run's report
+    reads its fit files from there.
+
     Raises:
         TypeError: ``fit`` or ``boot`` is not one of those (checked before anything in ``out_dir`` is moved), or a
             ``boot`` given beside a TableFit that has its own bootstrap.
+        ValueError: with ``keep_earlier``, ``out_dir`` among a run's own files (nothing is moved or written).
     """
     from loopscale.fit.bootstrapping import BootstrapResult
     from loopscale.fit.fitter import FitResult
@@ -185,6 +253,8 @@ def write_fit_outputs(
     if boot is not None and not isinstance(boot, BootstrapResult):
         raise TypeError(f"write_fit_outputs: boot is a {type(boot).__name__}; give a BootstrapResult "
                         "(bootstrap) or None (nothing was written)")
+    if keep_earlier:  # a run's own fit files are its analysis's (which writes them with keep_earlier=False)
+        check_fit_out_dir(out_dir, "out_dir")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if keep_earlier and (moved := move_earlier_fit(out)):

@@ -40,7 +40,9 @@ class TableFit:
             within cells, as ``loopscale run``; False when every run is a point.
         flat_terms: the terms the table cannot tell apart, in words: for the Chinchilla law one N or one D, for
             the joint laws one D.
-        pooled_r: for the Chinchilla law fitted to runs of several r, those r (one architecture's law pooled).
+        pooled_r: for the Chinchilla law fitted to runs of several r, those r (one architecture's law pooled; said
+            in a ``UserWarning`` too, as ``loopscale fit`` says it). A bootstrap of fewer than
+            :data:`loopscale.fit.bootstrapping.FEW_RESAMPLES` refitted resamples is said in a ``UserWarning``.
         identification: the verdict of the identification rule (:class:`~loopscale.fit.identify.Identification`)
             when asked (``identify=True``), else None.
         other_variants_rows: {variant: rows} of the table left out because they belong to another variant's
@@ -268,7 +270,15 @@ def fit_table(
         if by_cell:  # as the analysis: seeds drawn within cells (the law refitted to each draw's means)
             kw.update(block_by=None, stratify_by=rep.strata, cell_means=rep.means)
         boot = bootstrap_data(lw, data, workers=workers, **kw)
+        from loopscale.fit.bootstrapping import few_resamples_note
+
+        if not boot.no_interval_reason and (few := few_resamples_note(boot.B - boot.n_failed)):
+            warnings.warn(f"table: {few}", UserWarning, stacklevel=2)  # `loopscale fit` says it too (few_resamples)
     pooled = sorted({int(v) for v in data.cols["r"]}) if lw.name == "chinchilla" and "r" in data.cols else []
+    if len(pooled) > 1:  # one architecture's law fitted to several: `loopscale fit` says so, and so does Python
+        warnings.warn(f"table: the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, "
+                      "as one architecture (on N_unique that is the joint law at phi = 0); r=R fits one, e.g. "
+                      f"r={pooled[-1]}", UserWarning, stacklevel=2)  # fmt: skip
     ident = None
     if identify:
         strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -189,8 +190,8 @@ def test_predict_names_a_missing_column():
     with pytest.raises(ValueError, match=r"'joint' law needs columns \['D', 'N_once', 'N_rec', 'r'\]; missing \['r'\]"):
         joint.predict(means.drop(columns=["r"]))
     chin = fit_law(means[means["r"] == 1], law="chinchilla", starts=20)
-    with pytest.raises(ValueError, match=r"missing \['N \(or N_unique\)'\]"):
-        chin.predict(means.drop(columns=["N_unique"]))
+    with pytest.raises(ValueError, match=r"missing \['N \(or N_unique, or N_once \+ N_rec\)'\]"):
+        chin.predict(means.drop(columns=["N_unique", "N_rec"]))
 
 
 def test_equivalence_refuses_nan_and_non_numbers():
@@ -444,3 +445,72 @@ def test_a_filtered_dataframe_names_rows_by_position_and_index_label():
     assert not isinstance(filtered.index, pd.RangeIndex)
     with pytest.raises(ValueError, match=r"first at row 3 = index label 103\)"):
         prepare(filtered, make_law("joint"))
+
+
+def test_rows_without_a_status_beside_ok_rows_are_said():
+    """After a merge, 105 of 116 rows had a null status and fit_table fitted the 11 'ok' ones without a word (the CLI
+    printed only the count). Rows with no status, or a status none of loopscale's ('completed'), beside 'ok' rows
+    are said in a UserWarning and the input warnings; loopscale's own statuses (diverged, failed) are not."""
+    import warnings
+
+    from loopscale.fit.table_fit import fit_table
+
+    df = pd.read_parquet(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default" / "runs.parquet")
+    df["status"] = df["status"].astype(object)
+    df.loc[df.index[:5], "status"] = None
+    with pytest.warns(UserWarning, match=r"table: 5 rows with no status \(null\) left out beside the 43 with status "
+                                         r"'ok': the fits take only 'ok' rows"):  # fmt: skip
+        tf = fit_table(df, starts=8)
+    assert tf.data.n == 43 and tf.input_warnings[0].startswith("5 rows with no status (null) left out")
+    df.loc[df.index[5:7], "status"] = "completed"
+    with pytest.warns(UserWarning, match=r"7 rows with status 'completed' or none \(null\) left out beside the 41"):
+        fit_table(df, starts=8)
+    ours = df.assign(status=["failed", "diverged", *["ok"] * (len(df) - 2)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loopscale's own statuses: the counts only, as before
+        assert fit_table(ours, starts=8).input_warnings == []
+
+
+def test_fit_table_says_a_pooled_chinchilla_fit_and_few_resamples_as_the_command_does():
+    """`loopscale fit` notes a Chinchilla law fitted to several r pooled and intervals from fewer than 50 resamples;
+    fit_table said neither (a notebook user who forgot r= got the pooled fit in silence)."""
+    from loopscale.fit.table_fit import fit_table
+
+    df = pd.read_parquet(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default" / "runs.parquet")
+    with pytest.warns(UserWarning, match=r"table: the Chinchilla law was fitted to the runs of r = 1, 2, 4, 8 pooled, "
+                                         r"as one architecture .*r=R fits one, e.g. r=8"):  # fmt: skip
+        assert fit_table(df, law="chinchilla", starts=8).pooled_r == [1, 2, 4, 8]
+    with pytest.warns(UserWarning, match=r"table: the 95 % intervals rest on 6 refitted resample\(s\)"):
+        fit_table(df[df["r"] == 1], law="chinchilla", starts=8, bootstrap=6, workers=1)
+
+
+def test_polars_tables_are_read_and_predict_checks_its_values():
+    """A polars DataFrame was refused (fit_table and predict); predict returned NaN for a NaN D and NaN with numpy's
+    RuntimeWarning for a negative one, and a Chinchilla fit made from N_once + N_rec could not predict on its own
+    table. polars tables are read, predict reads N as the fit does and refuses values the law is not defined at."""
+    import polars as pl
+
+    from loopscale.fit.table_fit import fit_table
+
+    df = pd.read_parquet(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_previous_default" / "runs.parquet")
+    tf = fit_table(pl.from_pandas(df), starts=8)
+    assert tf.data.n == len(df) and tf.params == fit_table(df, starts=8).params
+    assert np.allclose(tf.fit.predict(pl.from_pandas(df)), tf.fit.predict(df))
+    for bad in (np.nan, -1.0, 0.0):
+        with pytest.raises(ValueError, match=r"predict: column 'D' holds .* at row 3 \(1 such row\(s\)\); the law "
+                                             r"needs finite values, > 0"):  # fmt: skip
+            tf.fit.predict(df.assign(D=np.where(df.index == 3, bad, df["D"])))
+    plain = df[df["r"] == 1][["D", "N_once", "N_rec", "final_val_loss"]]
+    ch = fit_table(plain, law="chinchilla", starts=8)  # N read as N_once + N_rec
+    assert np.allclose(ch.fit.predict(plain[["D", "N_once", "N_rec"]]),
+                       ch.fit.predict(plain.assign(N=plain["N_once"] + plain["N_rec"])[["D", "N"]]))  # fmt: skip
+
+
+def test_a_fixed_phi_must_be_a_number_not_a_bool_or_text():
+    """phi=True was read as phi = 1 and phi='0' as 0, while starts=True and B=True are refused."""
+    from loopscale.fit.laws import make_law
+
+    for bad in (True, False, "0", "0.5"):
+        with pytest.raises(ValueError, match=re.escape(f"phi={bad!r} is not a number; fix phi to a number")):
+            make_law("joint", phi=bad)
+    assert make_law("joint", phi=np.float32(0.5)).fixed == {"phi": 0.5}

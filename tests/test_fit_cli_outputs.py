@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,27 @@ def test_a_bootstrap_of_one_does_not_blame_the_data_for_its_one_point_intervals(
     assert "* estimate outside its bootstrap interval, which rests on 1 refitted resample(s): too few to say" in res.stdout
     assert ESTIMATE_OUTSIDE_CI_NOTE not in res.stdout
     assert estimate_outside_note(200) == estimate_outside_note(None) == ESTIMATE_OUTSIDE_CI_NOTE
+
+
+def test_write_fit_outputs_refuses_a_runs_own_folders_as_fit_out_does(tmp_path):
+    """write_fit_outputs (the Python twin of `fit --out`) wrote into a run's folder and into its fit/baseline,
+    moving the run's own fit files aside, so that `loopscale report` then said its bootstrap.parquet and figures
+    were missing. It refuses those folders as `fit --out` does, before anything is moved; a folder of its own is
+    written as before."""
+    import shutil
+
+    import loopscale.fit as lf
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "example_cpu_seeds4", run)
+    before = sorted(p.name for p in (run / "fit" / "baseline").iterdir())
+    tf = lf.fit_table(run / "runs.parquet", starts=8)
+    for where, said in ((run, "is the output folder of the `loopscale run`"),
+                        (run / "fit" / "baseline", "the analysis of the `loopscale run`"),
+                        (run / "logs", "is inside")):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(f"out_dir={str(where)!r} ") + ".*" + re.escape(said)):
+            lf.write_fit_outputs(where, tf, plots=False)
+    assert sorted(p.name for p in (run / "fit" / "baseline").iterdir()) == before
+    assert not (run / "fit.json").exists()
+    written = lf.write_fit_outputs(tmp_path / "mine", tf, plots=False)
+    assert set(written) >= {"fit.json"} and (tmp_path / "mine" / "fit.json").is_file()

@@ -93,6 +93,13 @@ def test_isoflop_parabolas_of_a_token_budget_grid_keeps_its_columns():
     assert (by_d["n_sizes"] >= 3).any()
     few = by_d[by_d["n_sizes"] < 3]  # the looped cells: one size each, said, no vertex
     assert len(few) and few["N_vertex"].isna().all() and few["note"].str.contains("a parabola in log N needs 3").all()
+    # one NaN or negative loss made its cell read "the loss rises across every size trained" or "no minimum", a
+    # design problem: refused, naming the value, as the fits refuse it
+    for bad in (np.nan, -3.0, 0.0):
+        worse = df.assign(final_val_loss=np.where(df.index == 5, bad, df["final_val_loss"]))
+        with pytest.raises(ValueError, match=r"1 ok row\(s\) have a final_val_loss that is not a positive finite "
+                                             r"number \(first: "):  # fmt: skip
+            isoflop_parabolas(worse, by=("D", "r"))
 
 
 def test_an_isoflop_vertex_outside_the_sizes_trained_is_withheld_and_said():

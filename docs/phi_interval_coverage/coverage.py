@@ -5,8 +5,9 @@ published joint fit, ``loopscale.fit.synthetic.PAPER_JOINT``: phi = 0.459) on th
 (``loopscale.fit.synthetic.paper_design()``: Table 6's design, shipped as ``fit/paper_design_116.csv``) plus Gaussian
 noise, and fits it exactly as loopscale does (``loopscale.fit.fit_table``):
 
-* ``--protocol seeds`` (``loopscale run``'s fit): ``--seeds`` runs per cell, the law fitted to the cell means, B
-  bootstrap resamples of the seeds within each cell;
+* ``--protocol seeds`` (``loopscale run``'s fit of a grid of several D): ``--seeds`` runs per cell, every run a
+  point, B bootstrap resamples of whole (budget, r) blocks (``fit_table`` fits seeds as cell means only where every
+  run has one D);
 * ``--protocol blocks`` (the paper's, ``loopscale fit --per-run``): one run per cell, every run a point, B
   resamples of whole (budget, r) blocks.
 
