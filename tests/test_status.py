@@ -318,7 +318,8 @@ def test_status_of_a_folder_of_runs_an_older_loopscale_defined_names_the_fit_tha
 
     out = tmp_path / "prev"
     shutil.copytree("docs/example_cpu_previous_default", out)
-    (caveat,) = collect_status(out)["fit_caveats"]
+    caveat, short = collect_status(out)["fit_caveats"]  # (its runs of few tokens per parameter: said too)
+    assert short.startswith("short training: 21 of 48 ok runs trained on fewer than 10 tokens per unique parameter")
     assert caveat.startswith("made under fit rules version 1") and "--resume" not in caveat
     assert (f"`loopscale fit {out} --bootstrap 200 --identify --out {out}_refit` refits it (the "
             "recorded runs, into a new folder: `loopscale run` refuses this one, whose runs an older loopscale "
