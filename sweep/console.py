@@ -148,8 +148,10 @@ def notice_of(line: str) -> str | None:
     """The one-line notice a captured output line deserves on the console, or None.
 
     A line is a notice when it carries a log level WARNING/ERROR/CRITICAL/FATAL, is the last line of a traceback
-    (``SomeError: message``) or a Python warning (``file.py:12: UserWarning: message``, or ``warning: message`` as
-    the console script formats them). The notice is the line
+    (``SomeError: message``) or a Python warning (``file.py:12: UserWarning: message``, said ``warning: message``
+    as the console script says its own, ``warning (FutureWarning): message`` for another class than
+    ``UserWarning`` and loopscale's ``CorpusWarning``; or ``warning: message`` as the console script formats them).
+    The notice is the line
     without escape codes, worker prefix (``(trainable pid=..)``), timestamp and the suffix of Ray's log
     deduplication (``[repeated 3x across cluster]``), at most :data:`NOTICE_MAX` characters (a longer one keeps its
     start and its end). Traceback bodies (indented lines) are never notices."""
@@ -160,8 +162,9 @@ def notice_of(line: str) -> str | None:
     text = _LOGHEAD.sub("", text)
     text = _RAY_DEDUP.sub("", text)  # a repeat: the same notice as the line Ray forwarded first
     m = _PYWARN.search(text)
-    if m:
-        text = text[m.start(1) :]
+    if m:  # said as the console script says this process's own warnings: "warning: ..." (another class named)
+        kind = m.group(1)
+        text = ("warning: " if kind in ("UserWarning", "CorpusWarning") else f"warning ({kind}): ") + text[m.end():]
     elif not (_LEVEL.search(text) or _EXC.match(text) or text.startswith("warning: ")):
         return None  # "warning: ..." is a Python warning as the console script formats it (loopscale.sweep.cli)
     return (

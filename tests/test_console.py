@@ -27,13 +27,16 @@ from loopscale.sweep.presets import preset_spec
             "\x1b[36m(grid_trainable pid=23756)\x1b[0m ValueError: lr must be > 0",
             "ValueError: lr must be > 0",
         ),
-        ("/x/y.py:12: UserWarning: something odd", "UserWarning: something odd"),
+        # a trial's Python warning, said as the console script says its own (it read "UserWarning: ...")
+        ("/x/y.py:12: UserWarning: something odd", "warning: something odd"),
+        ("/x/y.py:12: CorpusWarning: corpus file 'a.txt' is odd", "warning: corpus file 'a.txt' is odd"),
+        ("/x/y.py:12: FutureWarning: an API goes", "warning (FutureWarning): an API goes"),
         (
             "(t pid=2) /x/y.py:12: UserWarning: odd \x1b[32m [repeated 4x across cluster] (Ray deduplicates logs by "
             "default. Set RAY_DEDUP_LOGS=0 to disable log deduplication.)\x1b[0m",
-            "UserWarning: odd",
+            "warning: odd",
         ),
-        ("(t pid=2) /x/y.py:12: UserWarning: odd [repeated 2x across cluster]", "UserWarning: odd"),
+        ("(t pid=2) /x/y.py:12: UserWarning: odd [repeated 2x across cluster]", "warning: odd"),
         ("warning: corpus file 'a.txt' is not valid UTF-8", "warning: corpus file 'a.txt' is not valid UTF-8"),
         ("(grid_trainable pid=1, ip=10.0.0.1) Checkpoint successfully created at: Checkpoint(...)", None),
         ("2026-11-30 17:09:05,207\tINFO worker.py:2038 -- Started a local Ray instance.", None),
@@ -423,7 +426,7 @@ def test_session_restores_descriptors_on_interrupt(tmp_path, capfd):
 
 def test_a_long_notice_keeps_its_start_and_end():
     note = console.notice_of("x.py:1: UserWarning: " + "p" * 900 + " was moved aside")
-    assert len(note) <= console.NOTICE_MAX and note.startswith("UserWarning: ppp")
+    assert len(note) <= console.NOTICE_MAX and note.startswith("warning: ppp")
     assert note.endswith("was moved aside") and " … " in note
 
 
