@@ -59,9 +59,10 @@ _IDS = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{8,}(?![0-9A-Za-z])|\d+")
 _RAY_DEDUP = re.compile(r"\s*\[repeated \d+x across cluster\](?:\s*\(Ray deduplicates logs by default\..*)?$")
 """The suffix Ray's log deduplication appends to a line repeated by several processes (the first time with an
 explanation of RAY_DEDUP_LOGS)."""
-_WARN_HEAD = re.compile(r"^(?:warning|[A-Z]\w*Warning): ")
-"""The head of a warning: ``warning: `` as the console script prints this process's own, ``CorpusWarning: `` as a
-trial process prints it (Python's format); the same message either way."""
+_WARN_HEAD = re.compile(r"^(?:warning(?: \([A-Z]\w*Warning\))?|[A-Z]\w*Warning): ")
+"""The head of a warning: ``warning: `` as the console script prints this process's own and :func:`notice_of` a
+trial's, ``warning (FutureWarning): `` for another class, ``CorpusWarning: `` in Python's own format; the same
+message either way."""
 
 
 TUNE_ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
