@@ -977,8 +977,8 @@ def few_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None, B: int,
     drawn again (the joint law's draws of a single r), and the likely ones come up again and again, so the
     percentile interval rests on a few fits. ``cells``: block id per run, shape ``(n,)``; ``W`` (shape ``(B, n)``)
     and ``ok_draw`` (shape ``(B,)``): the draws' weights and which were refitted; with them the note counts the
-    distinct resamples among the refitted draws and warns when they are fewer than 90 % of those draws, else only
-    when C(2k - 1, k) < ``B``. None for iid resampling (``block_by`` None) or draws that seldom repeat."""
+    distinct resamples among the refitted draws and warns when they are fewer than :data:`FEW_RESAMPLES` and than
+    90 % of those draws; it always warns when C(2k - 1, k) < ``B``. None for iid resampling (``block_by`` None) or draws that seldom repeat."""
     import math
 
     if not block_by or cells.size == 0:
@@ -989,7 +989,9 @@ def few_blocks_note(cells: np.ndarray, block_by: tuple[str, ...] | None, B: int,
     if W is not None and ok_draw is not None and np.asarray(ok_draw, bool).any():
         rows = np.asarray(W)[np.asarray(ok_draw, bool)]
         fitted, used = len(rows), len(np.unique(rows, axis=0))
-    if possible >= B and (used is None or used >= 0.9 * fitted):
+    # fewer possible than drawn, or fewer than FEW_RESAMPLES distinct among the refits with repeats among them (a
+    # share alone would warn of any large B: 8 blocks give 848 distinct of 1000)
+    if possible >= B and (used is None or used >= FEW_RESAMPLES or used >= 0.9 * fitted):
         return None
     blocks = f"the bootstrap resamples {k} ({','.join(block_by)}) block{'s' * (k != 1)}"
     fix = "block by more columns (e.g. the budget and r) for more blocks"

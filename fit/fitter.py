@@ -538,7 +538,8 @@ class FitResult:
 
         Raises:
             ValueError: a column the law needs is missing (named, with the table's columns), not numeric, or holds
-                a value the law is not defined at (NaN, or D or N not > 0; named with its row).
+                a value the law is not defined at (infinite, or D or N not > 0; named with its row). A NaN (a failed
+                run's row of a runs table) gives NaN for that row.
         """
         import pandas as pd
 
@@ -560,13 +561,14 @@ class FitResult:
             cols = {c: pd.to_numeric(df[c]).to_numpy(dtype=np.float64, na_value=np.nan) for c in need}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"predict: the columns {list(need)} must be numeric: {exc}") from exc
-        for c, v in cols.items():  # NaN out, or a log of a negative with numpy's RuntimeWarning, without a word
+        for c, v in cols.items():  # a log of a negative came back NaN with numpy's RuntimeWarning, without a word
             rule = (v >= 1) if c == "r" else (v >= 0) if c in ("N_once", "N_rec") else (v > 0)
-            if not (bad := ~(np.isfinite(v) & rule)).any():
+            if not (bad := ~(rule | np.isnan(v)) | np.isinf(v)).any():  # NaN (a failed run's row): NaN out
                 continue
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(f"predict: column {c!r} holds {float(v[i])!r} at row {i} ({int(bad.sum())} such row(s)); the "
-                             f"law needs finite values, {'>= 1' if c == 'r' else '>= 0' if c in ('N_once', 'N_rec') else '> 0'}")
+                             f"law needs finite values, {'>= 1' if c == 'r' else '>= 0' if c in ('N_once', 'N_rec') else '> 0'} (NaN: a "
+                             "NaN prediction)")
         return law.predict(self.params, cols)
 
 

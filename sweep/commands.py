@@ -214,6 +214,7 @@ def run_sweep(
             err=True,
         )
     pending = [c for c in cells if c.run_id not in done]
+    before_command = frozenset(done & ids)  # what the grid's closing line says this command did not train
     if lr_said := high_lr_warning(pending):  # before any of them trains
         console.current().say(f"warning: {lr_said}", err=True)
     errors: list[str] = []
@@ -268,7 +269,7 @@ def run_sweep(
                 )
                 if note := tracking.check_restored(tuner, tuple(track), exps[-1]):
                     console.current().say(note, err=True)
-                with console.grid_done_before(done & ids):
+                with console.grid_done_before(done & ids, before_command):
                     grid = fit_tuner(tuner)
                 errors += result_grid_errors(grid)
                 if grid.stopped_by_signal or unfinished_trials(uri_join(storage_path, exps[-1])):
@@ -290,7 +291,7 @@ def run_sweep(
                     quiet=quiet,
                     track=track,
                 )
-                with console.grid_done_before(store.completed_ids() & ids):
+                with console.grid_done_before(store.completed_ids() & ids, before_command):
                     grid = fit_tuner(plan.build())
                 errors += result_grid_errors(grid)
                 if grid.stopped_by_signal or unfinished_trials(uri_join(storage_path, plan.experiment)):

@@ -540,8 +540,11 @@ class GridView(_View):
 
     stage = "grid"
 
-    def __init__(self, con: Console, total: int, done_before: set[str] | frozenset[str] = frozenset()):
+    def __init__(self, con: Console, total: int, done_before: set[str] | frozenset[str] = frozenset(),
+                 before_command: set[str] | frozenset[str] | None = None):
         super().__init__(con, total)
+        # of done_before, the runs finished before this command started (the closing line's "before this command")
+        self.before_command = frozenset(done_before if before_command is None else before_command)
         # run ids of this sweep finished before this experiment (by an earlier command, or by the experiment a
         # --resume restored first): counted as done, so that a rerun shows the whole grid (32/352), not what is
         # left (0/320)
@@ -703,10 +706,10 @@ class GridView(_View):
             if self.tokens_per_s
             else ""
         )
-        # a resumed grid counts the runs finished before (by an earlier command, or by the experiment it restored
-        # before that experiment stopped): the line said "12 runs done" of a command that trained 8
-        b = len(self.done_before)
-        before = f" ({b} finished before this Tune experiment started, {c['done'] - b} in it)" if b else ""
+        # a resumed grid counts the runs finished before this command (by an earlier one, or by the experiment it
+        # restored before that stopped): the line said "12 runs done" of a command that trained 8
+        b = len(self.before_command)
+        before = f" ({b} of them before this command, {c['done'] - b} by it)" if b else ""
         return (
             f"grid: {c['done']} runs done{before}, {c['failed']} failed, {c['running'] + c['pending']} unfinished "
             f"in {_fmt_s(time.time() - self.t0)}{rate}"
@@ -935,18 +938,23 @@ def ending_view() -> Iterator[None]:
 
 
 _GRID_DONE_BEFORE: frozenset[str] = frozenset()  # see grid_done_before
+_GRID_DONE_BEFORE_COMMAND: frozenset[str] = frozenset()  # see grid_done_before
 
 
 @contextlib.contextmanager
-def grid_done_before(run_ids) -> Iterator[None]:
+def grid_done_before(run_ids, before_command=None) -> Iterator[None]:
     """While the block runs, a grid display started by :func:`grid_observe` counts ``run_ids`` (runs of this sweep
-    already finished) as done: a resumed sweep shows its progress over the whole grid."""
-    global _GRID_DONE_BEFORE
-    saved, _GRID_DONE_BEFORE = _GRID_DONE_BEFORE, frozenset(run_ids)
+    already finished) as done: a resumed sweep shows its progress over the whole grid. ``before_command``: those
+    of them finished before this command started (default ``run_ids``), which its closing line tells apart from
+    the runs this command trained."""
+    global _GRID_DONE_BEFORE, _GRID_DONE_BEFORE_COMMAND
+    saved = _GRID_DONE_BEFORE, _GRID_DONE_BEFORE_COMMAND
+    _GRID_DONE_BEFORE = frozenset(run_ids)
+    _GRID_DONE_BEFORE_COMMAND = _GRID_DONE_BEFORE if before_command is None else frozenset(before_command)
     try:
         yield
     finally:
-        _GRID_DONE_BEFORE = saved
+        _GRID_DONE_BEFORE, _GRID_DONE_BEFORE_COMMAND = saved
 
 
 def grid_observe(trials, trial=None, result: dict | None = None) -> None:
@@ -955,7 +963,8 @@ def grid_observe(trials, trial=None, result: dict | None = None) -> None:
     if not isinstance(v, GridView):
         cells = {c.get("run_id", "") for t in trials for c in trial_cells(t.config)}
         total = len(cells) + len(_GRID_DONE_BEFORE - cells)
-        v = start_view(GridView(current(), total, done_before=_GRID_DONE_BEFORE))
+        v = start_view(GridView(current(), total, done_before=_GRID_DONE_BEFORE,
+                                before_command=_GRID_DONE_BEFORE_COMMAND & _GRID_DONE_BEFORE))  # fmt: skip
     v.observe(trials, trial, result)
 
 

@@ -1052,7 +1052,8 @@ def corpus_epochs(spec) -> dict:
     None when unknown), ``epochs_max_lr_trial`` (the same for the LR studies' trials at their full budget,
     ``lr_trial_tokens``; None without ``lr: tune`` or when unknown) and ``data_warning``: the trainer's epochs
     warning (:func:`loopscale.model.data.implied_epochs`, same threshold: more than one epoch) for the run that
-    repeats the data most, with how many runs do, and how many LR studies' trials would repeat it, else None.
+    repeats the data most, with how many runs do, and how many LR studies' trials would repeat it, else None;
+    ``lr_data_warning``: the LR studies' part of it alone (what ``tune-lr``, which trains no run of the grid, says).
     """
     import warnings
 
@@ -1072,6 +1073,7 @@ def corpus_epochs(spec) -> dict:
         "epochs_max_run": None,
         "epochs_max_lr_trial": None,
         "data_warning": None,
+        "lr_data_warning": None,
     }
     n = exact if exact is not None else at_most
     if n is None:
@@ -1082,6 +1084,7 @@ def corpus_epochs(spec) -> dict:
                                "than one window of seq_len + 1 tokens: the runs would fail")
         return out
     lr_note = _lr_trial_epochs(spec, n, exact is not None, out)
+    out["lr_data_warning"] = lr_note
     epochs = [d / e for (d, _), e in zip(d_t, per_epoch, strict=True)]
     i = max(range(len(runs)), key=epochs.__getitem__)
     out["epochs_max_run"] = epochs[i]

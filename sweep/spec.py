@@ -812,7 +812,7 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
             f"budget needs C >= {need:.4g} (or a smaller training.batch_tokens)"
         )
 
-    def check_data(self, *, warn: bool = True) -> list[str]:
+    def check_data(self, *, warn: bool = True, grid: bool = True) -> list[str]:
         """Cheap checks of the corpus against the tokenizer and the model (:func:`loopscale.model.data.check_corpus`:
         the corpus exists, Parquet files have ``text_column``, a token file's dtype is stated and its ids fit
         ``vocab_size``; where the token counts are cheap to know — a token file, a corpus already in the token cache,
@@ -828,7 +828,8 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
             ``tune.eval_tokens`` with ``lr: tune``) more than the validation split holds, saying how many tokens are
             evaluated (the runs evaluate what there is), then runs (or LR trials) that would repeat the training
             data, where the corpus's size is known (:func:`loopscale.sweep.run.corpus_epochs`, the dry run's
-            ``data_warning``: every such run warns of it again as it starts).
+            ``data_warning``: every such run warns of it again as it starts; ``grid`` False: the LR trials alone,
+            for ``tune-lr``, which trains no run of the grid).
 
         Raises:
             SpecError: the corpus would make every run fail (the message names ``corpus``/``tokenizer`` and says
@@ -840,7 +841,7 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
         from loopscale.sweep.run import corpus_epochs
 
         corpus_notes, eval_notes = self._data_notes()
-        repeat = corpus_epochs(self)["data_warning"]
+        repeat = corpus_epochs(self)["data_warning" if grid else "lr_data_warning"]
         eval_notes = [*eval_notes, repeat] if repeat else eval_notes
         if warn:
             for note in corpus_notes:
@@ -1118,8 +1119,8 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
         """
         import os
 
-        if data:
-            self.check_data(warn=warn_data)
+        if data:  # (LR tuning trains no run of the grid: its trials' data repeat alone)
+            self.check_data(warn=warn_data, grid=models != "single")
         if address is not None or os.environ.get("RAY_ADDRESS"):
             return
         cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)

@@ -366,14 +366,15 @@ def _mlflow_cls(mixin):
 
     class LoopscaleMLflow(mixin, MLflowLoggerCallback):
         """``MLflowLoggerCallback`` whose runs are named after the trial and carry :func:`run_params`. A trial that
-        goes on after a stop (``--resume``: Tune restores it, and this callback, which starts with no runs) logs on
-        into its earlier MLflow run when the newest run of its name from the same output folder did not finish
-        (:meth:`_unfinished_run`), instead of starting a second run; a trial whose run finished (trained again, e.g.
-        after ``--force``) gets a new run."""
+        Tune restores from its checkpoint after a stop (``--resume``; the callback starts with no runs) logs on into
+        its earlier MLflow run when the newest run of its name from the same output folder did not finish
+        (:meth:`_unfinished_run`), instead of starting a second run; a trial that starts without a checkpoint
+        (from step 0, e.g. after ``--force``), or whose run finished, gets a new run."""
 
         def log_trial_start(self, trial):
             if trial not in self._trial_runs:
-                run_id = self._unfinished_run(str(trial))
+                restored = getattr(trial, "checkpoint", None) is not None
+                run_id = self._unfinished_run(str(trial)) if restored else None
                 if run_id is None:
                     tags = {**self.tags, "trial_name": str(trial)}
                     run_id = self.mlflow_util.start_run(tags=tags, run_name=str(trial)).info.run_id
@@ -386,29 +387,51 @@ def _mlflow_cls(mixin):
             """The id of the newest run of the MLflow experiment tagged ``trial_name = name`` and with this
             callback's ``loopscale_folder`` tag (another output folder's trial of the same name is another run),
             when its status is not FINISHED (a stopped or killed driver left it RUNNING, KILLED or FAILED); it is
-            set RUNNING again. None when there is none, or the newest finished, or a value holds both kinds of
-            quote (MLflow's filter has no escapes: a value is quoted with the kind it does not hold)."""
-            values = [("trial_name", name)] + [(FOLDER_TAG, self.tags[FOLDER_TAG])] * (FOLDER_TAG in self.tags)
-            quote = [next((q for q in "'\"" if q not in v), None) for _, v in values]
-            if None in quote:
+            set RUNNING again. The experiment is searched once per callback (:meth:`_unfinished_runs`: a search
+            per trial read every run of a file store each time). None when there is none, or the lookup fails
+            (tracking never stops a trial)."""
+            if "_unfinished" not in self.__dict__:
+                self._unfinished = self._unfinished_runs()
+            run_id = self._unfinished.pop(name, None)
+            if run_id is None:
                 return None
-            where = " and ".join(f"tags.{k} = {q}{v}{q}" for (k, v), q in zip(values, quote, strict=True))
+            try:
+                from mlflow.tracking import MlflowClient
+
+                MlflowClient(tracking_uri=self.tracking_uri).update_run(run_id, status="RUNNING")
+            except Exception:  # noqa: BLE001  tracking never stops a trial: a new run, as before
+                return None
+            return run_id
+
+        def _unfinished_runs(self) -> dict[str, str]:
+            """``{trial_name: run id}`` of the newest run of each trial name with this callback's folder tag, where
+            that run did not finish; ``{}`` without the tag, for a folder path holding both kinds of quote (MLflow's
+            filter has no escapes) or when MLflow cannot be asked."""
+            folder = self.tags.get(FOLDER_TAG)
+            quote = next((q for q in "'\"" if folder is not None and q not in folder), None)
+            if quote is None:
+                return {}
             try:
                 from mlflow.tracking import MlflowClient
 
                 client = MlflowClient(tracking_uri=self.tracking_uri)
                 exp = client.get_experiment_by_name(self.experiment_name)
                 if exp is None:
-                    return None
-                runs = client.search_runs([exp.experiment_id], filter_string=where,
-                                          order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
-                run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
-                if run is None:
-                    return None
-                client.update_run(run.info.run_id, status="RUNNING")
-                return run.info.run_id
-            except Exception:  # noqa: BLE001  tracking never stops a trial: a new run, as before
-                return None
+                    return {}
+                newest: dict = {}
+                token = None
+                while True:  # every run of this folder, newest first, a page at a time
+                    page = client.search_runs([exp.experiment_id], f"tags.{FOLDER_TAG} = {quote}{folder}{quote}",
+                                              order_by=["attributes.start_time DESC"], max_results=1000,
+                                              page_token=token)  # fmt: skip
+                    for run in page:
+                        newest.setdefault(run.data.tags.get("trial_name"), run)
+                    token = page.token
+                    if not token:
+                        break
+                return {n: r.info.run_id for n, r in newest.items() if n and r.info.status != "FINISHED"}
+            except Exception:  # noqa: BLE001  tracking never stops a trial: new runs, as before
+                return {}
 
     return LoopscaleMLflow
 

@@ -216,8 +216,13 @@ def test_resumed_grid_counts_runs_finished_before(monkeypatch):
     assert view.state()["counts"]["done"] == 3
     console.end_view()
     # how many of them this command trained: none (said "3 runs done" as if it had trained them)
-    assert "grid: 3 runs done (3 finished before this Tune experiment started, 0 in it), 0 failed, 2 unfinished" in (
-        buf.getvalue())
+    assert "grid: 3 runs done (3 of them before this command, 0 by it), 0 failed, 2 unfinished" in buf.getvalue()
+    # a second experiment of the same command: the runs its restored experiment finished are this command's
+    buf.truncate(0)
+    with console.grid_done_before(ids[:3], before_command=ids[:1]):
+        console.grid_observe([left])
+    console.end_view()
+    assert "grid: 3 runs done (1 of them before this command, 2 by it), 0 failed, 2 unfinished" in buf.getvalue()
     assert console._GRID_DONE_BEFORE == frozenset()  # the context is left as it was
 
 
@@ -245,8 +250,7 @@ def test_grid_counts_a_run_done_at_its_final_report_whatever_its_trial_status(mo
         console.grid_observe([stopped, ens, left])
         assert view.counts == {"done": 2, "running": 0, "pending": 2, "failed": 0}
     console.end_view()
-    assert "grid: 2 runs done (1 finished before this Tune experiment started, 1 in it), 0 failed, 2 unfinished" in (
-        buf.getvalue())
+    assert "grid: 2 runs done (1 of them before this command, 1 by it), 0 failed, 2 unfinished" in buf.getvalue()
 
 
 def _one_running_trial(monkeypatch):

@@ -218,6 +218,8 @@ def test_token_file_shorter_than_a_validation_window_is_refused(tmp_path, empty_
         "training tokens exceeds the 928 available (one epoch: the training split's whole windows of seq_len): 4.41 "
         "epochs (data repeats)",
     ]
+    # tune-lr trains no run of the grid: its trials' repeats alone (the smoke spec fixes its LR: none)
+    assert spec.check_data(warn=False, grid=False) == spec.check_data(warn=False)[:1]
 
 
 def test_eval_tokens_beyond_the_validation_split_is_said(tmp_path, empty_cache):

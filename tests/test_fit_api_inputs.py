@@ -485,8 +485,8 @@ def test_fit_table_says_a_pooled_chinchilla_fit_and_few_resamples_as_the_command
 
 
 def test_polars_tables_are_read_and_predict_checks_its_values():
-    """A polars DataFrame was refused (fit_table and predict); predict returned NaN for a NaN D and NaN with numpy's
-    RuntimeWarning for a negative one, and a Chinchilla fit made from N_once + N_rec could not predict on its own
+    """A polars DataFrame was refused (fit_table and predict); predict returned NaN with numpy's RuntimeWarning for
+    a negative D, and a Chinchilla fit made from N_once + N_rec could not predict on its own
     table. polars tables are read, predict reads N as the fit does and refuses values the law is not defined at."""
     import polars as pl
 
@@ -496,10 +496,13 @@ def test_polars_tables_are_read_and_predict_checks_its_values():
     tf = fit_table(pl.from_pandas(df), starts=8)
     assert tf.data.n == len(df) and tf.params == fit_table(df, starts=8).params
     assert np.allclose(tf.fit.predict(pl.from_pandas(df)), tf.fit.predict(df))
-    for bad in (np.nan, -1.0, 0.0):
+    for bad in (-1.0, 0.0, np.inf):
         with pytest.raises(ValueError, match=r"predict: column 'D' holds .* at row 3 \(1 such row\(s\)\); the law "
                                              r"needs finite values, > 0"):  # fmt: skip
             tf.fit.predict(df.assign(D=np.where(df.index == 3, bad, df["D"])))
+    # a NaN (a failed run's row in a runs table): NaN for that row, the others predicted
+    got = tf.fit.predict(df.assign(D=np.where(df.index == 3, np.nan, df["D"])))
+    assert np.isnan(got[3]) and np.isfinite(np.delete(got, 3)).all()
     plain = df[df["r"] == 1][["D", "N_once", "N_rec", "final_val_loss"]]
     ch = fit_table(plain, law="chinchilla", starts=8)  # N read as N_once + N_rec
     assert np.allclose(ch.fit.predict(plain[["D", "N_once", "N_rec"]]),

@@ -58,7 +58,7 @@ def test_a_blocking_whose_every_block_is_one_run_is_said(tmp_path):
     assert "every (D,r) block holds one run" in boot["one_run_blocks_note"]
     assert "block by it: --block-by COLUMN,r (block_by=('COLUMN', 'r') in Python)" in boot["one_run_blocks_note"]
     # blocks so few that fewer distinct resamples exist than B: 4 r blocks give 35 for B = 40 (said; nothing was)
-    from loopscale.fit.bootstrapping import few_blocks_note, one_run_blocks_note
+    from loopscale.fit.bootstrapping import FEW_RESAMPLES, few_blocks_note, one_run_blocks_note
 
     assert few_blocks_note(np.repeat(np.arange(4), 3), ("r",), 40) == (
         "the bootstrap resamples 4 (r) blocks, which allow only 35 distinct resamples for the 40 drawn: the draws "
@@ -81,6 +81,10 @@ def test_a_blocking_whose_every_block_is_one_run_is_said(tmp_path):
     assert few_blocks_note(np.repeat(np.arange(4), 3), ("r",), 35, W[:1], ok[:1]) is None  # one draw: no repeat
     many = np.asarray([np.repeat(rng.multinomial(48, [1 / 48] * 48), 2) for _ in range(100)], float)
     assert few_blocks_note(np.repeat(np.arange(48), 2), ("D", "r"), 100, many, np.ones(100, bool)) is None
+    # a large B repeats draws of any blocking (8 blocks: ~850 distinct of 1000), yet rests on hundreds of fits
+    eight = np.asarray([np.repeat(rng.multinomial(8, [1 / 8] * 8), 2) for _ in range(1000)], float)
+    assert FEW_RESAMPLES <= len(np.unique(eight, axis=0)) < 0.9 * 1000
+    assert few_blocks_note(np.repeat(np.arange(8), 2), ("D", "r"), 1000, eight, np.ones(1000, bool)) is None
     assert few_blocks_note(np.arange(12), None, 200) is None  # iid: 12 runs resampled one by one
     res = CliRunner().invoke(app, [*base[:2], "--bootstrap", "40", *base[4:], "--block-by", "r"])
     assert res.exit_code == 0, res.output

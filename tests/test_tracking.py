@@ -305,8 +305,8 @@ def test_a_resumed_trial_logs_on_into_its_mlflow_run(tmp_path):
     from mlflow.tracking import MlflowClient
 
     class Trial:  # what the callback reads of a Tune trial
-        def __init__(self, name: str):
-            self.name, self.trial_id, self.config = name, "t1", {"lr": 0.01}
+        def __init__(self, name: str, checkpoint: object | None = "ckpt"):
+            self.name, self.trial_id, self.config, self.checkpoint = name, "t1", {"lr": 0.01}, checkpoint
 
         def __str__(self) -> str:
             return self.name
@@ -319,8 +319,8 @@ def test_a_resumed_trial_logs_on_into_its_mlflow_run(tmp_path):
         cb.setup()
         return cb
 
-    def started(cb, name: str, step: int, end: bool = False) -> str:
-        trial = Trial(name)
+    def started(cb, name: str, step: int, end: bool = False, checkpoint: object | None = "ckpt") -> str:
+        trial = Trial(name, checkpoint)
         cb.log_trial_start(trial)
         cb.log_trial_result(1, trial, {"step": step, "train_loss": 3.0 - step / 100, "training_iteration": 1})
         if end:
@@ -335,9 +335,19 @@ def test_a_resumed_trial_logs_on_into_its_mlflow_run(tmp_path):
     assert [m.step for m in client.get_metric_history(first, "train_loss")] == [4, 8]
     assert client.get_run(first).info.status == "FINISHED"
     assert started(callback(folder), name, 4) != first  # trained again after it finished: a run of its own
+    stopped = started(callback(folder), "run_c", 4)
+    assert started(callback(folder), "run_c", 0, checkpoint=None) != stopped  # from step 0 (e.g. --force): new
+    # one search per callback, not one per trial (a file store reads every run at each search)
+    cb = callback(folder)
+    calls = []
+    real = cb._unfinished_runs
+    cb._unfinished_runs = lambda: calls.append(1) or real()
+    for k in range(5):
+        started(cb, f"run_d{k}", 4)
+    assert calls == [1]
     elsewhere = started(callback("other"), name, 4)
     assert elsewhere != first and client.get_run(elsewhere).data.tags["loopscale_folder"] == str((tmp_path / "other").resolve())
-    assert len(client.search_runs([client.get_experiment_by_name("loopscale-x-grid").experiment_id])) == 3
+    assert len(client.search_runs([client.get_experiment_by_name("loopscale-x-grid").experiment_id])) == 10
 
 
 @pytest.mark.parametrize("where", ["file:{f}/mlruns", "{f}/x", "file://{f}", "file:{f}"])
