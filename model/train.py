@@ -811,7 +811,9 @@ def _newest_readable_checkpoint(checkpoint_dir: str | Path | None) -> tuple[Path
             return path, load_checkpoint(path)
         except TornCheckpointError as e:
             os.replace(path, path.with_name(path.name + ".unreadable"))
-            warnings.warn(f"{e}; moved aside to {path.name}.unreadable, resuming from an older one", stacklevel=2)
+            older = latest_checkpoint(checkpoint_dir) is not None  # (it had said "an older one" when none was left)
+            goes_on = "resuming from an older one" if older else "no older one is left: training from step 0"
+            warnings.warn(f"{e}; moved aside to {path.name}.unreadable, {goes_on}", stacklevel=2)
     return None, None
 
 
@@ -1041,7 +1043,12 @@ def resolve_tokens(cfg: RunConfig) -> int:
 
     if cfg.target_flops is not None:
         return tokens_for_flops(cfg.model, float(cfg.target_flops), cfg.batch_tokens)
-    return max(1, round(cfg.tokens / cfg.batch_tokens)) * cfg.batch_tokens
+    tokens, b = cfg.tokens, int(cfg.batch_tokens)
+    if isinstance(tokens, int) or float(tokens).is_integer():  # whole numbers in integers: a float division
+        q, rem = divmod(int(tokens), b)  # turned --tokens 99999999999999999999999 into D = 99999999999999991611392
+        q += 2 * rem > b or (2 * rem == b and q % 2 == 1)  # round half to even, as round()
+        return max(1, q) * b
+    return max(1, round(tokens / b)) * b
 
 
 @dataclass

@@ -297,7 +297,8 @@ def _train_ensemble(run, members: list[int], as_json: bool, notes: list[str]) ->
     if not as_json:
         D, m = resolve_tokens(run), run.model
         typer.echo(
-            f"training {len(members)} seeds {members} of r={m.r} d={m.d_model} as one seed ensemble on "
+            f"training {len(members)} seed{'s' * (len(members) != 1)} {members} of r={m.r} d={m.d_model} as one "
+            "seed ensemble on "
             f"{run.corpus!r}: D={D} tokens ({_steps(D // run.batch_tokens)}) and C={flops_per_token(m) * D:.4g} "
             "FLOPs per member",
             err=True,

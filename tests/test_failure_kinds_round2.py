@@ -292,6 +292,14 @@ def test_torn_files_never_block_recovery(trainer_corpus_dir, trainer_cache_dir, 
     assert resumed["resumed_from_step"] == 6
     assert (ck / "ckpt-00000008.pt.unreadable").exists()
     assert resumed["final_val_loss"] == pytest.approx(res["final_val_loss"], rel=1e-5)
+    # the only checkpoint torn: said as training from step 0 (it said "resuming from an older one")
+    from loopscale.model.train import _newest_readable_checkpoint
+
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "ckpt-00000010.pt").write_bytes(data[: len(data) // 2])
+    with pytest.warns(UserWarning, match="no older one is left: training from step 0"):
+        assert _newest_readable_checkpoint(only) == (None, None)
     # a token cache whose meta.json is torn: moved aside and built again
     from loopscale.model.data import load_tokens
 

@@ -652,5 +652,8 @@ def test_token_budgets_round_to_whole_steps_half_to_even_and_half_a_batch_trains
     cfg = {**base, "batch_tokens": 2048}
     assert [resolve_tokens(RunConfig(**{**cfg, "tokens": t})) for t in (1025, 3072, 5120, 7168)] == [
         2048, 4096, 4096, 8192]  # fmt: skip
+    # in whole numbers: a float division gave D = 99999999999999991611392 for --tokens 1e23 (written out)
+    huge = 10**23 + 3
+    assert resolve_tokens(RunConfig(**{**cfg, "tokens": huge})) == (huge // 2048) * 2048
     with pytest.raises(ValueError, match=r"tokens=1024 is at most half a batch \(batch_tokens=2048\), so it rounds"):
         RunConfig(**{**cfg, "tokens": 1024})
