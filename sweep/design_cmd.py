@@ -369,7 +369,9 @@ def pilot_coverage(plan: pd.DataFrame, runs: pd.DataFrame, measured_cells: int) 
     if out_D:
         have = (f"its one D = {pd_[0]:.3g} (B D^-beta is then one constant: the pilot cannot tell how the loss "
                 "moves with D)") if pd_.size == 1 else f"its D = {pd_.min():.3g} to {pd_.max():.3g}"
-        gaps.append(f"planned D = {', '.join(f'{D:.3g}' for D in out_D)} outside the pilot's ({have})")
+        shown = (", ".join(f"{D:.3g}" for D in out_D) if len(out_D) <= 6 else  # the paper spec plans 116 D
+                 f"{len(out_D)} values from {min(out_D):.3g} to {max(out_D):.3g}")  # fmt: skip
+        gaps.append(f"planned D = {shown} outside the pilot's ({have})")
     if "d_model" in runs.columns and "d_model" in plan.columns:
         pw, qw = np.unique(runs["d_model"].astype(int)), np.unique(plan["d_model"].astype(int))
         out_w = [int(w) for w in qw if w < pw.min() or w > pw.max()]

@@ -883,3 +883,19 @@ def test_design_cpus_and_n_sim_out_of_range_are_refused_by_the_parser(tmp_path):
     for opt, value, bound in (("--cpus", "0", "greater than or equal to 1"), ("--n-sim", "1", "greater than or equal to 2")):
         res = CliRunner().invoke(app, ["design", str(spec_file), "--pilot", str(path), "--minutes", "5", opt, value])
         assert res.exit_code == 2 and f"Invalid value for '{opt}'" in res.output and bound in res.output, res.output
+
+
+def test_many_planned_d_outside_the_pilot_are_said_as_a_range():
+    """`design --preset paper` with a CPU pilot listed all 116 planned D in its coverage warning; more than six are
+    said as their count and range."""
+    import pandas as pd
+
+    from loopscale.sweep.design_cmd import pilot_coverage
+
+    pilot = pd.DataFrame({"D": [4096.0] * 4, "d_model": [16, 16, 32, 32], "r": [1, 2, 1, 2],
+                          "loss": [3.0, 3.1, 2.9, 3.0]})
+    plan = pd.DataFrame({"D": [1e9 * k for k in range(1, 11)], "d_model": [16] * 10, "r": [1] * 10})
+    (gap, *_) = pilot_coverage(plan, pilot, measured_cells=1)
+    assert gap.startswith("planned D = 10 values from 1e+09 to 1e+10 outside the pilot's (its one D = 4.1e+03")
+    (few, *_) = pilot_coverage(plan.head(2), pilot, measured_cells=1)
+    assert few.startswith("planned D = 1e+09, 2e+09 outside the pilot's")
