@@ -536,6 +536,14 @@ def design(
             "with more cells (widths, token budgets, r or ladder depths)"
         )
         blocking = True
+    if truth.r2 < 0:  # worse than a constant: said in its own words (the edge warning above gave only its symptom)
+        warnings.append(
+            f"the law fits the pilot's {truth.n} cell means worse than their mean does (R² {truth.r2:.3f}): its "
+            "losses do not follow the law over the pilot's sizes, r and D (e.g. the loss rising with depth or width "
+            "after too little training), so nothing simulated from that fit predicts the planned grid; no candidate "
+            "is recommended"
+        )
+        blocking = True
     noise, rates = cell_noise(runs), _rates(runs)
     if excluded := runs.attrs.get("excluded_by_status"):
         n_ex = sum(excluded.values())

@@ -899,3 +899,21 @@ def test_many_planned_d_outside_the_pilot_are_said_as_a_range():
     assert gap.startswith("planned D = 10 values from 1e+09 to 1e+10 outside the pilot's (its one D = 4.1e+03")
     (few, *_) = pilot_coverage(plan.head(2), pilot, measured_cells=1)
     assert few.startswith("planned D = 1e+09, 2e+09 outside the pilot's")
+
+
+def test_a_pilot_the_law_fits_worse_than_a_constant_is_said_in_its_own_words(tmp_path, monkeypatch):
+    """A ladder pilot whose loss rose with depth after 8k tokens gave the truth fit R² -0.39; the design said only
+    that parameters were on the search-box edge. A negative R² now has its own warning, and blocks the
+    recommendation."""
+    import dataclasses
+
+    import loopscale.fit.fitter as fitter
+
+    spec1, path, _ = _pilot(tmp_path, seeds=4)
+    kw = dict(minutes=10, cpus=2, seeds=(2,), n_sim=4, starts=4, seed=0, fit_starts=30)
+    assert design(spec1, path, **kw)["best"] is not None  # a pilot of the law itself: recommended
+    real = fitter.fit_law
+    monkeypatch.setattr(fitter, "fit_law", lambda *a, **k: dataclasses.replace(real(*a, **k), r2=-0.39))
+    res = design(spec1, path, **kw)
+    said = [w for w in res["warnings"] if "worse than their mean does (R² -0.390)" in w]
+    assert len(said) == 1 and said[0].endswith("no candidate is recommended") and res["best"] is None
