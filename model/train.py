@@ -422,6 +422,10 @@ def check_run_key(path, saved: dict, now: dict) -> None:
         return
     if ("seeds" in saved) == ("seeds" in now):
         detail = f"differs in {key_differences(saved, now)}"
+        a, b = saved.get("seeds"), now.get("seeds")
+        if isinstance(a, list) and isinstance(b, list) and a != b and sorted(a) == sorted(b):
+            # an ensemble's members are stacked in their order: the same seeds in another order are another run
+            detail += f"; it holds these seeds in another order, {a}, which is part of the run: give them so"
     else:
         def kind(key: dict) -> str:
             return (f"a seed ensemble (seeds {key.get('seeds')})" if "seeds" in key else

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -657,3 +658,17 @@ def test_token_budgets_round_to_whole_steps_half_to_even_and_half_a_batch_trains
     assert resolve_tokens(RunConfig(**{**cfg, "tokens": huge})) == (huge // 2048) * 2048
     with pytest.raises(ValueError, match=r"tokens=1024 is at most half a batch \(batch_tokens=2048\), so it rounds"):
         RunConfig(**{**cfg, "tokens": 1024})
+
+
+def test_an_ensemble_checkpoint_of_the_same_seeds_in_another_order_says_the_order_counts():
+    """After `train --seeds 3`, `--seeds 2,1,0` was refused as differing in --seeds without a word on why: the
+    members are stacked in their order, so the order is part of the run. The refusal says so."""
+    from loopscale.model.train import CheckpointError, check_run_key
+
+    saved = {"lr": 0.01, "seeds": [0, 1, 2], "data_seeds": [0, 0, 0]}
+    with pytest.raises(CheckpointError, match=re.escape("differs in ['seeds']; it holds these seeds in another "
+                                                        "order, [0, 1, 2], which is part of the run: give them so")):
+        check_run_key("ck", saved, {**saved, "seeds": [2, 1, 0]})
+    with pytest.raises(CheckpointError) as e:
+        check_run_key("ck", saved, {**saved, "seeds": [0, 1, 3]})
+    assert "another order" not in str(e.value)
