@@ -1312,10 +1312,10 @@ def run_cmd(
                 track=targets,
             )
     ana = json.loads((Path(out_dir) / "fit" / "analysis.json").read_text(encoding="utf-8"))
-    from loopscale.sweep.status import runs_data_caveat, runs_training_caveat
+    from loopscale.sweep.status import runs_caveats
 
-    small = runs_data_caveat(Path(out_dir))  # losses of a small corpus: said under the headline, as the report does
-    short = runs_training_caveat(Path(out_dir))  # runs of few tokens per parameter: the same
+    # losses of a small corpus, runs of few tokens per parameter: said under the headline, as the report does
+    small, short = runs_caveats(Path(out_dir))
     if not as_json:
         for line in fit_headlines(ana):
             typer.echo(line)

@@ -437,33 +437,21 @@ def _fit_caveats(out: Path, ana: dict, meta: dict, pending: int = 0) -> list[str
     return caveats
 
 
-def runs_data_caveat(out: Path) -> str | None:
-    """:func:`loopscale.fit.run_report.data_caveat` of the runs in ``out/runs.parquet`` (None when it does not
-    read): what ``loopscale run`` prints under its headline when the losses fitted measure a small corpus."""
+def runs_caveats(out: Path) -> tuple[str | None, str | None]:
+    """:func:`loopscale.fit.run_report.data_caveat` and :func:`~loopscale.fit.run_report.training_caveat` of the
+    runs in ``out/runs.parquet``, read once (``(None, None)`` when it does not read): what ``loopscale run`` prints
+    under its headline when the losses fitted measure a small corpus, or runs trained on few tokens per parameter."""
     import pyarrow.parquet as pq
 
-    from loopscale.fit.run_report import data_caveat
+    from loopscale.fit.run_report import data_caveat, training_caveat
 
     try:
         t = pq.read_table(Path(out) / "runs.parquet")
     except Exception:  # noqa: BLE001  unreadable: the fit stage has said so
-        return None
-    return data_caveat(t.select([c for c in ("status", "warnings", "epochs") if c in t.column_names]).to_pandas())
-
-
-def runs_training_caveat(out: Path) -> str | None:
-    """:func:`loopscale.fit.run_report.training_caveat` of the runs in ``out/runs.parquet`` (None when it does not
-    read): what ``loopscale run`` prints under its headline when its runs trained on few tokens per parameter."""
-    import pyarrow.parquet as pq
-
-    from loopscale.fit.run_report import training_caveat
-
-    try:
-        t = pq.read_table(Path(out) / "runs.parquet")
-    except Exception:  # noqa: BLE001  unreadable: the fit stage has said so
-        return None
-    cols = [c for c in ("status", "D", "N_unique", "N_once", "N_rec") if c in t.column_names]
-    return training_caveat(t.select(cols).to_pandas())
+        return None, None
+    cols = [c for c in ("status", "warnings", "epochs", "D", "N_unique", "N_once", "N_rec") if c in t.column_names]
+    runs = t.select(cols).to_pandas()
+    return data_caveat(runs), training_caveat(runs)
 
 
 def fit_headlines(ana: dict) -> list[str]:

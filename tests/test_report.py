@@ -733,7 +733,7 @@ def test_runs_of_few_tokens_per_parameter_get_a_short_training_caution(tmp_path)
     from loopscale.fit.run_report import build_report, training_caveat
     from loopscale.sweep.presets import preset_spec
     from loopscale.sweep.run import plan
-    from loopscale.sweep.status import collect_status, format_status, runs_training_caveat
+    from loopscale.sweep.status import collect_status, format_status, runs_caveats
 
     runs = pd.read_parquet(EXAMPLE / "runs.parquet")  # the previous cpu default: 0.9 to 203 tokens per parameter
     short = training_caveat(runs)
@@ -741,7 +741,7 @@ def test_runs_of_few_tokens_per_parameter_get_a_short_training_caution(tmp_path)
     n = int((tpp < 10).sum())
     assert short.startswith(f"{n} of {len(runs)} ok runs trained on fewer than 10 tokens per unique parameter (D / "
                             f"N_unique as low as {tpp.min():.2g}, median {tpp.median():.3g} over all): ")  # fmt: skip
-    assert 0 < n < len(runs) and runs_training_caveat(EXAMPLE) == short
+    assert 0 < n < len(runs) and runs_caveats(EXAMPLE)[1] == short
     assert training_caveat(runs.assign(D=runs["N_unique"] * 10)) is None  # 10 per parameter: not short
     assert training_caveat(runs.assign(status="failed")) is None  # only ok runs count
     assert training_caveat(pd.read_parquet(EXAMPLE.parent / "example_cpu" / "runs.parquet")) is None  # 32 to 160
@@ -1244,11 +1244,11 @@ def test_losses_of_a_small_corpus_are_said_above_the_report_and_under_the_headli
     import pyarrow.parquet as pq
 
     from loopscale.fit.run_report import build_report, data_caveat
-    from loopscale.sweep.status import collect_status, runs_data_caveat
+    from loopscale.sweep.status import collect_status, runs_caveats
 
     run = tmp_path / "run"
     shutil.copytree(EXAMPLE, run)
-    assert runs_data_caveat(run) is None and "Small data" not in build_report(run).read_text(encoding="utf-8")
+    assert runs_caveats(run)[0] is None and "Small data" not in build_report(run).read_text(encoding="utf-8")
     t = pq.read_table(run / "runs.parquet").to_pandas()
     assert data_caveat(t) is None
     shrunk = ("eval_tokens=2048 is more than the validation split holds (102 tokens): 96 tokens (3 windows of "
@@ -1263,7 +1263,7 @@ def test_losses_of_a_small_corpus_are_said_above_the_report_and_under_the_headli
                            "eval_tokens asks (as few as 96 of 2,048")  # fmt: skip
     assert f"1 of {n_ok} ok runs repeated their training tokens (up to 1.50 epochs)" in said
     pq.write_table(pa.Table.from_pandas(t, preserve_index=False), run / "runs.parquet")
-    assert runs_data_caveat(run) == said
+    assert runs_caveats(run)[0] == said
     text = build_report(run).read_text(encoding="utf-8")
     assert f"> **Small data.** {said[0].upper()}{said[1:]}." in text
     st = collect_status(run)
