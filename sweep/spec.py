@@ -894,6 +894,13 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
             return sorted({s for ss in self.budgets.values() for s in ss})
         return sorted(set(self.sizes))
 
+    def default_vocab_size(self) -> int:
+        """The vocabulary V of a spec that leaves ``model.vocab_size`` out: the preset's, raised to the tokenizer's
+        when that is larger (e.g. ``bpe:4096``)."""
+        from loopscale.model.config import PRESETS
+
+        return max(PRESETS[self.model.preset]["vocab_size"], _tokenizer_vocab(self.tokenizer) or 0)
+
     def _model_config(self, size: int, r: int, variant: str, hc_lanes: int, depth: int | None = None):
         """The model of a cell; ``depth``: a ladder rung (a plain r = 1 model with this many layers)."""
         from loopscale.model.config import preset_config
@@ -907,10 +914,8 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
             vocab_size=m.vocab_size,
             head_dim=m.head_dim,
         )
-        if m.vocab_size is None:  # the preset's V, raised to the tokenizer's when that is larger
-            from loopscale.model.config import PRESETS
-
-            over["vocab_size"] = max(PRESETS[m.preset]["vocab_size"], _tokenizer_vocab(self.tokenizer) or 0)
+        if m.vocab_size is None:
+            over["vocab_size"] = self.default_vocab_size()
         if r > 1:
             if variant == "trunc_bptt":
                 over["bptt_k"] = math.ceil(r / 2)
@@ -2349,7 +2354,7 @@ def canonical_spec(spec: SweepSpec) -> dict[str, Any]:
         if d["model"].get(k) is None:
             d["model"][k] = base[k]
     if d["model"].get("vocab_size") is None:
-        d["model"]["vocab_size"] = max(base["vocab_size"], _tokenizer_vocab(spec.tokenizer) or 0)
+        d["model"]["vocab_size"] = spec.default_vocab_size()
 
     def one_value(m: Any, keys: list[str]) -> Any:
         """A mapping over exactly ``keys`` whose values are all equal -> that value; else the mapping (str keys)."""
