@@ -328,7 +328,7 @@ def isoflop_parabolas(
         ValueError: missing columns; an ok row whose loss or N is not a positive finite number (NaN, 0, negative,
             text).
     """
-    from loopscale.fit.io import read_table
+    from loopscale.fit.io import breaking, read_table
 
     df = read_table(table)
     loss_col = loss_col or ("loss" if "loss" in df.columns else "final_val_loss")
@@ -352,9 +352,8 @@ def isoflop_parabolas(
         raise ValueError(f"need N, N_unique or N_once+N_rec; table has {list(df.columns)}")
     loss = pd.to_numeric(df[loss_col], errors="coerce").to_numpy(float)
     # one bad value made its cell's parabola read as a design problem ("the loss rises across every size")
-    for what, vals, raw in ((loss_col, loss, df[loss_col].to_numpy()), ("N", N, N)):
-        bad = ~(np.isfinite(vals) & (vals > 0))
-        if bad.any():
+    for what, rule, vals, raw in ((loss_col, "loss", loss, df[loss_col].to_numpy()), ("N", "N", N, N)):
+        if (bad := breaking(rule, vals)).any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(f"{int(bad.sum())} ok row(s) have a {what} that is not a positive finite number (first: "
                              f"{raw[i]!r}, at row {i} of the ok rows); fix or drop them")  # fmt: skip

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from loopscale.fit.io import FitData, prepare, read_table
+from loopscale.fit.io import VALUE_RULES, FitData, breaking, prepare, read_table
 from loopscale.fit.laws import BOUND_RTOL, Law, check_per_r_anchor, make_law
 
 
@@ -538,8 +538,9 @@ class FitResult:
 
         Raises:
             ValueError: a column the law needs is missing (named, with the table's columns), not numeric, or holds
-                a value the law is not defined at (infinite, or D or N not > 0; named with its row). A NaN (a failed
-                run's row of a runs table) gives NaN for that row.
+                a value the law is not defined at (infinite, or one :data:`loopscale.fit.io.VALUE_RULES` refuses as
+                the fit does: D or N not > 0, N_once or N_rec < 0, r not a whole number >= 1; named with its row). A
+                NaN (a failed run's row of a runs table) gives NaN for that row.
         """
         import pandas as pd
 
@@ -562,13 +563,11 @@ class FitResult:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"predict: the columns {list(need)} must be numeric: {exc}") from exc
         for c, v in cols.items():  # a log of a negative came back NaN with numpy's RuntimeWarning, without a word
-            rule = (v >= 1) if c == "r" else (v >= 0) if c in ("N_once", "N_rec") else (v > 0)
-            if not (bad := ~(rule | np.isnan(v)) | np.isinf(v)).any():  # NaN (a failed run's row): NaN out
+            if not (bad := breaking(c, v, nan_ok=True)).any():  # NaN (a failed run's row): NaN out
                 continue
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(f"predict: column {c!r} holds {float(v[i])!r} at row {i} ({int(bad.sum())} such row(s)); the "
-                             f"law needs finite values, {'>= 1' if c == 'r' else '>= 0' if c in ('N_once', 'N_rec') else '> 0'} (NaN: a "
-                             "NaN prediction)")
+                             f"law needs finite values, {VALUE_RULES[c][0]} (NaN: a NaN prediction)")
         return law.predict(self.params, cols)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -387,6 +388,35 @@ def _hashable(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+#: The values a law is defined at, per column: (the rule in words, a test of a float array). :func:`prepare` (which
+#: first refuses NaN and inf), ``FitResult.predict`` and :func:`loopscale.fit.derived.isoflop_parabolas` read it.
+VALUE_RULES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "loss": ("> 0 (nats/token)", lambda x: x > 0),
+    "D": ("> 0 (tokens)", lambda x: x > 0),
+    "N": ("> 0 (parameters)", lambda x: x > 0),
+    "N_once": (">= 0 (parameters)", lambda x: x >= 0),
+    "N_rec": (">= 0 (parameters)", lambda x: x >= 0),
+    "r": ("a whole number >= 1 (recurrences of the shared block)", lambda x: (x >= 1) & (x == np.round(x))),
+    "C": ("> 0 (FLOPs)", lambda x: x > 0),
+}
+
+
+def breaking(column: str, values: np.ndarray, *, nan_ok: bool = False) -> np.ndarray:
+    """Boolean mask ``(n,)`` of the ``values`` of ``column`` that break its :data:`VALUE_RULES` rule; an infinite
+    value always does, a NaN does unless ``nan_ok`` (a failed run's row, which a prediction passes through as NaN).
+    Raises KeyError for a column without a rule."""
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = VALUE_RULES[column][1](v) & np.isfinite(v)
+    return ~(ok | (np.isnan(v) if nan_ok else False))
+
+
+def first_breaking(column: str, values: np.ndarray, *, nan_ok: bool = False) -> int | None:
+    """Index of the first value :func:`breaking` marks, or None when every value keeps the rule."""
+    bad = breaking(column, values, nan_ok=nan_ok)
+    return int(np.argmax(bad)) if bad.any() else None
+
+
 def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
             lines: list[int] | None = None) -> FitData:  # fmt: skip
     """Load, filter by ``status`` and validate a table for ``law``.
@@ -546,18 +576,10 @@ def prepare(table: Any, law: Law, *, block_by: tuple[str, ...] | None = None,
                 f"{where(int(np.argmax(bad)))}); {how}"
             )
         cols[c] = arr
-    for c, rule, ok in (
-        ("loss", "> 0 (nats/token)", lambda x: x > 0),
-        ("D", "> 0 (tokens)", lambda x: x > 0),
-        ("N", "> 0 (parameters)", lambda x: x > 0),
-        ("N_once", ">= 0 (parameters)", lambda x: x >= 0),
-        ("N_rec", ">= 0 (parameters)", lambda x: x >= 0),
-        ("r", "a whole number >= 1 (recurrences of the shared block)", lambda x: (x >= 1) & (x == np.round(x))),
-        ("C", "> 0 (FLOPs)", lambda x: x > 0),
-    ):
-        if c in cols and not np.all(ok(cols[c])):
-            i = int(np.argmax(~ok(cols[c])))
-            raise ValueError(f"column {given.get(c, c)!r} must be {rule}; {where(i)} has {float(cols[c][i])!r}")
+    for c in VALUE_RULES:
+        if c in cols and (i := first_breaking(c, cols[c])) is not None:
+            raise ValueError(f"column {given.get(c, c)!r} must be {VALUE_RULES[c][0]}; {where(i)} has "
+                             f"{float(cols[c][i])!r}")
     if "N_once" in cols and not np.all(cols["N_once"] + cols["N_rec"] > 0):
         raise ValueError("N_once + N_rec must be > 0 (parameters) on every row")
     n = cols["loss"].shape[0]

@@ -500,6 +500,11 @@ def test_polars_tables_are_read_and_predict_checks_its_values():
         with pytest.raises(ValueError, match=r"predict: column 'D' holds .* at row 3 \(1 such row\(s\)\); the law "
                                              r"needs finite values, > 0"):  # fmt: skip
             tf.fit.predict(df.assign(D=np.where(df.index == 3, bad, df["D"])))
+    # the values prepare refuses (one rule table): r below 1 or between whole numbers, a negative N_once
+    with pytest.raises(ValueError, match=r"column 'r' holds 1.5 at row 3 .* a whole number >= 1"):
+        tf.fit.predict(df.assign(r=np.where(df.index == 3, 1.5, df["r"])))
+    with pytest.raises(ValueError, match=r"column 'N_once' holds -1.0 at row 0 .* >= 0 \(parameters\)"):
+        tf.fit.predict(df.assign(N_once=np.where(df.index == 0, -1.0, df["N_once"])))
     # a NaN (a failed run's row in a runs table): NaN for that row, the others predicted
     got = tf.fit.predict(df.assign(D=np.where(df.index == 3, np.nan, df["D"])))
     assert np.isnan(got[3]) and np.isfinite(np.delete(got, 3)).all()
