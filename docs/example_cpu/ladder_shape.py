@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python docs/example_cpu/ladder_shape.py docs/example_cpu [docs/example_cpu/second_seeds ...]
 
 For each run folder: every looped model's worth read off the line ``loss = a + b log L`` through the plain rungs
-(the report's headline reading, with its 95 % interval from seeds resampled within every run) and off a power
+(the report's headline reading, with its 95 % interval from the seeds of every model resampled) and off a power
 law through the same rungs, ``loss = e + k N^-c`` (the joint law's N-term at fixed D), with the line's largest
 miss of a rung's seed mean in standard errors. Both come from ``loopscale.fit.ladder.ladder_table``, the function
 the fit stage calls, with its 1000 draws and seed 0.
