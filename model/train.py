@@ -637,9 +637,15 @@ def peak_flops(
 # --------------------------------------------------------------------------------------------------------
 
 
+CODE_PATHS = ("model", "sweep", "fit", "cluster", "pyproject.toml")
+"""The paths of loopscale's checkout that make its code (the four packages and the dependency pins): a change
+elsewhere leaves :func:`loopscale_version` clean."""
+
+
 def loopscale_version() -> str:
     """loopscale's version: its installed metadata's (``"not installed"`` for a source tree that is not), with
-    ``+git.<commit>`` (and ``.dirty`` when tracked files under the source root differ from it) where the package
+    ``+git.<commit>`` (and ``.dirty`` when the code differs from it: tracked files of :data:`CODE_PATHS`; an edited
+    README, test or docs page, or a run folder refitted inside the checkout, changes no result) where the package
     runs from loopscale's own git checkout, as an editable install does: the metadata's version stays the same from
     commit to commit. A copy installed into a folder of another git repository (e.g. a ``.venv`` inside a project)
     is no checkout of loopscale: that repository's commit is not reported (:func:`_source_checkout`)."""
@@ -658,8 +664,8 @@ def loopscale_version() -> str:
                              timeout=10)  # fmt: skip
         if sha.returncode != 0 or not sha.stdout.strip():
             return own
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "."],
-                               capture_output=True, text=True, timeout=10)  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                *CODE_PATHS], capture_output=True, text=True, timeout=10)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return own
     return f"{own}+git.{sha.stdout.strip()}" + (".dirty" if dirty.stdout.strip() else "")

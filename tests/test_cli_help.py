@@ -161,6 +161,14 @@ def test_version_names_no_commit_of_another_repository_the_package_is_installed_
     monkeypatch.setitem(sys.modules, "checkout_train", mod)  # its dataclasses look their module up there
     spec.loader.exec_module(mod)
     assert mod.loopscale_version() == f"{version('loopscale')}+git.{sha}"
+    # a docs page or a run folder refitted inside the checkout is no change of the code
+    (own / "docs").mkdir()
+    (own / "docs" / "notes.md").write_text("a\n")
+    _git(own, "add", "-A")
+    _git(own, "commit", "-qm", "docs")
+    sha = _git(own, "rev-parse", "--short", "HEAD")
+    (own / "docs" / "notes.md").write_text("b\n")
+    assert mod.loopscale_version() == f"{version('loopscale')}+git.{sha}"
     (own / "model" / "train.py").write_text((own / "model" / "train.py").read_text() + "\n")
     assert mod.loopscale_version() == f"{version('loopscale')}+git.{sha}.dirty"
 
