@@ -151,7 +151,8 @@ def check_reachable(
     Raises:
         ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s),
             a service that is not gRPC answers there, a gRPC or HTTP/2 service without Ray's GCS answers there,
-            or ``"auto"`` finds no Ray cluster on this machine.
+            or ``"auto"`` finds no Ray cluster on this machine. :class:`TokenAuthRefused` (a ValueError): the
+            cluster there uses token authentication and this process is not in token mode.
     """
     if address is None:
         return
@@ -201,7 +202,9 @@ def _gcs_answer(host_port: str, timeout: float) -> str | None:
     :data:`_GCS_METHOD` with an empty request, as a short phrase; None when it answered as a GCS does (a reply, or
     a refusal of the caller's token: UNAUTHENTICATED, PERMISSION_DENIED), under ``RAY_USE_TLS``, and whenever the
     answer cannot tell (no answer within ``timeout`` s, a dropped connection: the join then says what Ray finds).
-    Only UNIMPLEMENTED (gRPC's word for "no such method", also what an HTTP/2 404 becomes) refuses. Found by
+    Only UNIMPLEMENTED (gRPC's word for "no such method", also what an HTTP/2 404 becomes) gives a phrase; an
+    UNAUTHENTICATED while this process is not in token mode (``RAY_AUTH_MODE`` other than ``token``) raises
+    :class:`TokenAuthRefused`, as ``ray.init`` would refuse it later. Found by
     trying it: an HTTP/2 proxy's 404 passed the connection-preface check, and ``ray.init`` then failed 20 s later,
     after the run had written its folder."""
     if os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes"):
@@ -213,6 +216,14 @@ def _gcs_answer(host_port: str, timeout: float) -> str | None:
         channel.unary_unary(_GCS_METHOD)(b"", timeout=timeout)
     except grpc.RpcError as e:
         code = e.code() if callable(getattr(e, "code", None)) else None
+        if code == grpc.StatusCode.UNAUTHENTICATED and os.environ.get("RAY_AUTH_MODE", "").strip().lower() != "token":
+            # a GCS with token authentication, which this process cannot join: ray.init refused it only after the
+            # run had written its folder (this probe sends no token, so with RAY_AUTH_MODE=token Ray decides)
+            raise TokenAuthRefused(
+                f"address={host_port!r}: the Ray cluster there uses token authentication (its GCS answered "
+                "UNAUTHENTICATED), which this process is not set up for (RAY_AUTH_MODE "
+                f"{os.environ.get('RAY_AUTH_MODE') or 'unset'}){_TOKEN_HINT}"
+            ) from None
         if code == grpc.StatusCode.UNIMPLEMENTED:
             said = (e.details() or "").strip() if callable(getattr(e, "details", None)) else ""
             return f"it answered gRPC's UNIMPLEMENTED to the Ray GCS call {_GCS_METHOD[1:]}" + (

@@ -170,3 +170,41 @@ def test_a_grpc_or_http2_service_without_rays_gcs_is_refused(monkeypatch):
         check_reachable(f"127.0.0.1:{port}", timeout=5)
     finally:
         server.stop(None)
+
+
+def test_a_token_auth_head_is_refused_before_anything_when_this_process_is_not_in_token_mode(monkeypatch):
+    """A driver without RAY_AUTH_MODE=token joining a token-auth cluster (Ray 2.60's default) passed the probe
+    (its GCS answers UNAUTHENTICATED, as a GCS does), wrote the run's folder and was refused by ``ray.init`` 23 s
+    later. The probe now refuses it at once, naming what the driver needs; in token mode the probe, which sends
+    no token, leaves the decision to Ray."""
+    from concurrent import futures
+
+    import grpc
+
+    from loopscale.cluster.connect import TokenAuthRefused
+
+    class Unauthenticated(grpc.GenericRpcHandler):
+        def service(self, details):
+            def refuse(request, context):
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken: Authentication token is missing")
+
+            return grpc.unary_unary_rpc_method_handler(refuse)
+
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), handlers=[Unauthenticated()])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        for mode in (None, "disabled"):
+            if mode is None:
+                monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+            else:
+                monkeypatch.setenv("RAY_AUTH_MODE", mode)
+            with pytest.raises(TokenAuthRefused, match=rf"^address='127\.0\.0\.1:{port}': the Ray cluster there uses "
+                                                       rf"token authentication .*\(RAY_AUTH_MODE {mode or 'unset'}\); a "
+                                                       r"cluster with token authentication .* needs RAY_AUTH_MODE=token"):  # fmt: skip
+                check_reachable(f"127.0.0.1:{port}", timeout=5)
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        check_reachable(f"127.0.0.1:{port}", timeout=5)  # with a token: Ray's join decides
+    finally:
+        server.stop(None)
