@@ -78,6 +78,20 @@ class RayInfo:
     temp_dir: str | None = None
 
 
+def joined_line(info: RayInfo, address: str | None) -> str | None:
+    """The console line that names the cluster a session joined (``address`` as given: a flag, ``"auto"`` or None
+    for ``RAY_ADDRESS``), e.g. ``ray: joined the cluster at 10.0.0.5:6379 (from --address auto): 3 nodes, 48
+    CPUs, 0 GPUs``; None for the embedded Ray this process started. ``--address auto`` joins whatever Ray runs on
+    this machine (another process's embedded one included), and no line had said which. None too where nothing
+    was asked to be joined (no ``address``, no ``RAY_ADDRESS``): a Ray this process's caller started is used as
+    it is."""
+    if info.started_by_us or (address is None and not os.environ.get("RAY_ADDRESS")):
+        return None
+    src = " (from RAY_ADDRESS)" if address is None else (" (from --address auto)" if address.strip() == "auto" else "")
+    return (f"ray: joined the cluster at {info.address}{src}: {info.nodes} node{'s' * (info.nodes != 1)}, "
+            f"{info.cpus:g} CPUs, {info.gpus:g} GPUs")
+
+
 def validate_address(address: str | None) -> str | None:
     """Check a Ray address before anything starts.
 

@@ -224,10 +224,12 @@ def run_sweep(
 
         from ray import tune
 
-        from loopscale.cluster.connect import no_node_fits, ray_session
+        from loopscale.cluster.connect import joined_line, no_node_fits, ray_session
 
         prefix = f"grid_{spec.name}_"
-        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
+        with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir) as ray_info:
+            if joined := joined_line(ray_info, address):
+                console.current().say(joined, err=True)
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
                 console.current().say(f"warning: {why}", err=True)
             exps = _experiments(storage_path, prefix)

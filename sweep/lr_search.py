@@ -1000,8 +1000,12 @@ def run_tune_lr(
         if not quiet:  # the studies' progress display (as run_sweep's quiet, it turns off that display only)
             console.start_view(console.LRView(console.current(), names, trials_per_study(spec.tune), before))
         # ending_view first: a Ray that fails to start must not leave the LR display open
-        with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir):
-            from loopscale.cluster.connect import no_node_fits
+        with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus,
+                                                temp_dir=ray_temp_dir) as ray_info:
+            from loopscale.cluster.connect import joined_line, no_node_fits
+
+            if joined := joined_line(ray_info, address):
+                console.current().say(joined, err=True)
 
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
                 console.current().say(f"warning: {why}", err=True)

@@ -350,6 +350,19 @@ def refuse_busy_folder(out_dir: str | Path, what: str, why: str | None = None) -
     )
 
 
+def _joined_a_cluster(record: dict | None) -> bool:
+    """Whether the folder's last command (``record``: its ``logs/command.json``) joined a Ray cluster: its command
+    line has ``--address`` (the estimate of the training left on this machine's CPUs is then no estimate, as the
+    dry run says)."""
+    import shlex
+
+    try:
+        argv = shlex.split(str((record or {}).get("command") or ""))
+    except ValueError:
+        return False
+    return any(a == "--address" or a.startswith("--address=") for a in argv)
+
+
 def _train_left(spec, cells, recs: dict, stored: set[str]) -> dict | None:
     """The training the pending runs of a stopped folder need on this machine's CPUs, at the FLOP/s of the folder's
     own ok records (:func:`loopscale.sweep.design_cmd.training_time_left`: ``seconds``, ``runs``, ``trials``,
@@ -948,7 +961,8 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     None without one), ``stopped_at`` (its last sign of work: that write, or its start plus the stage wall times
     it recorded; times in s since the epoch) and ``ran_s`` (s from its start to ``stopped_at``); of a stopped folder
     with pending runs ``train_left``: the training they need on this machine's CPUs at the FLOP/s of the folder's
-    own ok records, :func:`_train_left`, None when no record gives a rate), ``command`` (the
+    own ok records, :func:`_train_left`, None when no record gives a rate; instead ``train_left_note``, why there
+    is no figure, when its last command joined a cluster with ``--address``), ``command`` (the
     running command's record: command line, kind, pid, host, started_at; None when none runs), ``last_command``
     (when none runs: the command line of the folder's newest command record, else None), ``last_command_error``
     (of a stopped folder, or of a finished ``sweep`` / ``tune-lr`` folder whose own command ended on an error, e.g.
@@ -1174,7 +1188,11 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
     if state == "stopped":  # how long the stopped command ran, from what its files show
         _stopped_time(record, progress_file, walls, tm)
         if runs["pending"] and cells is not None and spec is not None:
-            tm["train_left"] = _train_left(spec, cells, recs, stored)
+            if _joined_a_cluster(record):  # its runs trained on the cluster's nodes: this machine's CPUs say nothing
+                tm["train_left_note"] = ("not estimated: the runs train on the cluster (`--address`), not on this "
+                                         "machine's CPUs")  # fmt: skip
+            else:
+                tm["train_left"] = _train_left(spec, cells, recs, stored)
     elif state == "finished" and (record or {}).get("kind") in ("sweep", "tune-lr"):
         # a finished sweep or tune-lr command records no stage wall time (only `run` writes run_meta.json's): its
         # time is its start to its progress display's last write, when that display was its own
@@ -1514,6 +1532,8 @@ def format_status(st: dict) -> list[str]:
             f"{'s' * (t['rate_runs'] != 1)} recorded here (the sweep stage alone; `run --dry-run` says what it "
             "assumes)"
         )
+    if tm.get("train_left_note"):
+        lines.append(f"  training left: {tm['train_left_note']}")
     if tm.get("earlier_commands"):
         runs_of = [f"{c.get('kind') or '?'} {_fmt_s(float(c.get('ran_s') or 0.0))}" for c in tm["earlier_commands"]]
         lines.append(f"  earlier commands in this folder, oldest first: {', '.join(runs_of)}")

@@ -319,6 +319,11 @@ def test_join_auto_leaves_ray_start_cluster_running(monkeypatch):
         try:
             with ray_session("auto", log_to_driver=False) as info:
                 assert not info.started_by_us and info.cpus == 1.0 and info.nodes == 1
+                # the console names the cluster `auto` found (it joins any Ray on this machine)
+                from loopscale.cluster.connect import joined_line
+
+                assert joined_line(info, "auto") == (f"ray: joined the cluster at {info.address} (from --address "
+                                                     "auto): 1 node, 1 CPUs, 0 GPUs")  # fmt: skip
         finally:
             auth_log.removeHandler(handler)
         # joining says Ray's token-auth default too: at INFO, as for the embedded Ray, not as a console WARNING
@@ -961,3 +966,19 @@ def test_a_tune_commands_bad_address_message_offers_no_ray_client_form():
     assert "'host:port'" in str(e.value) and "ray://" not in str(e.value)
     with pytest.raises(ValueError, match=r"'ray://host:port' \(Ray Client"):  # fit's bootstrap can use it
         ClusterOptions(address="nope").validate()
+
+
+def test_the_joined_line_names_the_cluster_and_where_its_address_came_from(monkeypatch):
+    """`--address auto` joined whatever Ray ran on the machine (another process's embedded one included) and no
+    console line said which; the grid and tune-lr now print the cluster joined, its nodes and resources."""
+    from loopscale.cluster.connect import RayInfo, joined_line
+
+    info = RayInfo(address="10.0.0.5:6379", started_by_us=False, cpus=48.0, gpus=2.0, nodes=3)
+    assert joined_line(info, "10.0.0.5:6379") == "ray: joined the cluster at 10.0.0.5:6379: 3 nodes, 48 CPUs, 2 GPUs"
+    assert joined_line(info, " auto ").startswith("ray: joined the cluster at 10.0.0.5:6379 (from --address auto): ")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert joined_line(info, None) is None  # a Ray the caller started, used as it is
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert joined_line(info, None).startswith("ray: joined the cluster at 10.0.0.5:6379 (from RAY_ADDRESS): ")
+    own = RayInfo(address="127.0.0.1:6379", started_by_us=True, cpus=2.0, gpus=0.0, nodes=1)
+    assert joined_line(own, None) is None  # the embedded Ray: nothing to say

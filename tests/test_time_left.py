@@ -188,6 +188,21 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     assert left["seconds"] == pytest.approx(here["seconds"], rel=1e-9) and left["cpus"] == (os.cpu_count() or 1)
     text = "\n".join(format_status(st))
     assert "training left: about" in text and "for its 8 runs on this machine's" in text
+    # stopped while joined to a cluster: its runs train on the cluster's nodes, as the dry run says (status had
+    # given this machine's 2 CPUs' figure)
+    import socket
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (out / "logs").mkdir(exist_ok=True)
+    (out / "logs" / "command.json").write_text(json.dumps({
+        "kind": "run", "command": f"loopscale run {out / 'spec.yaml'} --out {out} --address 10.0.0.5:6379",
+        "cwd": str(tmp_path), "pid": gone.pid, "host": socket.gethostname(), "started_at": time.time() - 60}))
+    st = collect_status(out)
+    assert st["state"] == "stopped" and st["time"].get("train_left") is None
+    text = "\n".join(format_status(st))
+    assert ("training left: not estimated: the runs train on the cluster (`--address`), not on this machine's CPUs"
+            in text) and "training left: about" not in text  # fmt: skip
 
     untimed = tmp_path / "untimed"
     untimed.mkdir()
