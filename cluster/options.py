@@ -170,8 +170,9 @@ class ClusterOptions:
             if given:
                 drop = "drop --address" if self.address else "unset RAY_ADDRESS"
                 raise ValueError(
-                    f"{', '.join(given)} cannot be combined with {joined}: the cluster's nodes "
-                    f"decide their resources; drop them, or {drop} to use the embedded local Ray"
+                    f"{', '.join(given)} cannot be combined with {joined}: the cluster's nodes decide their "
+                    f"resources and where Ray keeps its session files; drop them, or {drop} to use the embedded "
+                    "local Ray"
                 )
             if self.address is not None:
                 check_reachable(address)

@@ -94,7 +94,7 @@ def tune_stop_signal(message: str) -> bool:
     return message.startswith(("Stop signal received", "Experiment has been interrupted, but the most recent state"))
 
 
-STOPPING_LINE = "stopping: Tune saves its state first (a second Ctrl-C skips that)"
+STOPPING_LINE = "stopping: Tune saves its state first (a second Ctrl-C or SIGTERM skips that)"
 """The console's line when Tune takes a Ctrl-C or SIGTERM of the driver (its "Stop signal received" warning, kept in
 ``OUT/logs/ray.log``): the state is saved before the command's ``interrupted: ...`` line, which can take seconds."""
 

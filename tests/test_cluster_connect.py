@@ -101,7 +101,9 @@ def test_cluster_options_validate(monkeypatch):
     ClusterOptions(address="auto").validate()
     t.join(5)
     ClusterOptions(num_cpus=1, ray_temp_dir="/tmp/lsray").validate()
-    with pytest.raises(ValueError, match="--num-cpus, --ray-temp-dir cannot be combined with --address"):
+    with pytest.raises(ValueError, match="--num-cpus, --ray-temp-dir cannot be combined with --address .*: the "
+                                         "cluster.s nodes decide their resources and where Ray keeps its session "
+                                         "files"):  # fmt: skip
         ClusterOptions(address="auto", num_cpus=1, ray_temp_dir="/tmp/x").validate()
     with pytest.raises(ValueError, match="address='nope'"):
         ClusterOptions(address="nope").validate()
