@@ -78,6 +78,16 @@ class RayInfo:
     temp_dir: str | None = None
 
 
+class ClusterUnreachable(ValueError):
+    """Nothing answers at a Ray address (:func:`check_reachable`): ``address`` as resolved (``host:port``),
+    ``why`` (e.g. ``Connection refused``). A command whose cluster answered earlier words it as a cluster that
+    stopped answering, not as a mistyped address."""
+
+    def __init__(self, message: str, address: str, why: str):
+        super().__init__(message)
+        self.address, self.why = address, why
+
+
 def joined_line(info: RayInfo, address: str | None) -> str | None:
     """The console line that names the cluster a session joined (``address`` as given: a flag, ``"auto"`` or None
     for ``RAY_ADDRESS``), e.g. ``ray: joined the cluster at 10.0.0.5:6379 (from --address auto): 3 nodes, 48
@@ -165,7 +175,8 @@ def check_reachable(
     Raises:
         ValueError: nothing answers there (connection refused, unknown host, or no answer within ``timeout`` s),
             a service that is not gRPC answers there, a gRPC or HTTP/2 service without Ray's GCS answers there,
-            or ``"auto"`` finds no Ray cluster on this machine. :class:`TokenAuthRefused` (a ValueError): the
+            or ``"auto"`` finds no Ray cluster on this machine; nothing answering is :class:`ClusterUnreachable` (a
+            ValueError). :class:`TokenAuthRefused` (a ValueError): the
             cluster there uses token authentication and this process is not in token mode.
     """
     if address is None:
@@ -189,10 +200,12 @@ def check_reachable(
             answer = _grpc_answer(conn, timeout)
     except OSError as e:
         why = f"no answer within {timeout:g} s" if isinstance(e, TimeoutError) else (e.strerror or str(e) or type(e).__name__)
-        raise ValueError(
+        raise ClusterUnreachable(
             f"no Ray cluster answers at {a} ({why}); check the address (the head's `ray start --head` prints it), "
             f"that the cluster is running and that its port is open to this machine, or {hint} for the embedded "
-            "local Ray"
+            "local Ray",
+            a,
+            why,
         ) from None
     if answer is None and not a.startswith("ray://"):
         answer = _gcs_answer(f"{m.group('host')}:{port}", timeout)

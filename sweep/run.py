@@ -990,7 +990,7 @@ def run_pipeline(
             # --num-cpus / --num-gpus / --ray-temp-dir, when given (else the bootstrap starts one on all cores)
             own_ray = not need_ray and any(v is not None for k, v in ray_opts.items() if k != "address")
             fit_ray = cluster.session() if own_ray else contextlib.nullcontext()
-            with timed("fit"), console.bootstrap_view(B=bootstrap), fit_ray:
+            with timed("fit"), console.bootstrap_view(B=bootstrap), fit_ray, _cluster_lost_before_fit(cluster.address):
                 fit_t0 = time.time()
                 analyze(
                     out / "runs.parquet",
@@ -1040,6 +1040,27 @@ def run_pipeline(
     save_meta()
     log(f"[4/4] report: {report}")
     return meta
+
+
+@contextlib.contextmanager
+def _cluster_lost_before_fit(address: str | None):
+    """The fit stage's words for a cluster (``--address``) that stopped answering after the sweep: the address
+    check's "no Ray cluster answers at ...; check the address" read as a mistyped address, of a cluster the same
+    command had trained on seconds before, and did not say that the runs are recorded or that the fit needs no
+    cluster. Raises ValueError (one line; the command's exit 2) in place of
+    :class:`loopscale.cluster.connect.ClusterUnreachable`."""
+    from loopscale.cluster.connect import ClusterUnreachable
+
+    try:
+        yield
+    except ClusterUnreachable as e:
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            raise
+        raise ValueError(
+            f"the Ray cluster at {e.address} stopped answering before the fit ({e.why}); every finished run is "
+            "recorded in runs.parquet: rerun this command with --resume once the cluster is back, or without "
+            "--address (and RAY_ADDRESS) to fit on this machine: the fit trains nothing"
+        ) from None
 
 
 def corpus_epochs(spec) -> dict:

@@ -984,3 +984,26 @@ def test_the_joined_line_names_the_cluster_and_where_its_address_came_from(monke
     assert joined_line(info, None).startswith("ray: joined the cluster at 10.0.0.5:6379 (from RAY_ADDRESS): ")
     own = RayInfo(address="127.0.0.1:6379", started_by_us=True, cpus=2.0, gpus=0.0, nodes=1)
     assert joined_line(own, None) is None  # the embedded Ray: nothing to say
+
+
+def test_a_cluster_that_stops_answering_before_the_fit_is_said_so(monkeypatch):
+    """The head stopped between `run`'s sweep and its fit: the bootstrap's address check said "no Ray cluster
+    answers at ...; check the address", as for a mistyped address, of the cluster the command had just trained on.
+    The fit stage says that the cluster stopped answering, that the runs are recorded and how to fit them."""
+    from loopscale.cluster.connect import ClusterUnreachable, check_reachable
+    from loopscale.sweep.run import _cluster_lost_before_fit
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    addr = f"127.0.0.1:{_unserved_port()}"
+    with pytest.raises(ValueError) as e:
+        with _cluster_lost_before_fit(addr):
+            check_reachable(addr)
+    msg = str(e.value)
+    assert not isinstance(e.value, ClusterUnreachable)
+    assert msg.startswith(f"the Ray cluster at {addr} stopped answering before the fit (")
+    assert "every finished run is recorded in runs.parquet" in msg and "without --address" in msg
+    assert "check the address" not in msg
+    # no cluster asked for (an embedded run): the error is left as it is
+    with pytest.raises(ClusterUnreachable, match="no Ray cluster answers at"):
+        with _cluster_lost_before_fit(None):
+            check_reachable(addr)
