@@ -535,8 +535,15 @@ def ray_session(
         if stopped:  # Ctrl-C or SIGTERM during ray.init, held until Ray was up: stop now, through the shutdown below
             raise KeyboardInterrupt
         info = _cluster_info(ray, started_by_us=not joining, temp_dir=temp_dir, fallback_address=address)
-        with driver_thread_env():
-            yield info
+        watch_stop = threading.Event()
+        if joining and not info.address.startswith("ray://"):  # said when the cluster stops answering
+            threading.Thread(target=watch_joined_gcs, args=(info.address, watch_stop), name="loopscale-gcs-watch",
+                             daemon=True).start()  # fmt: skip
+        try:
+            with driver_thread_env():
+                yield info
+        finally:
+            watch_stop.set()
         body_raised = False
     finally:
         # Joining: ray.shutdown() only disconnects this driver; the cluster keeps running.
@@ -638,6 +645,60 @@ def _ray_head_lost() -> bool:
     except Exception:  # Ray's private API moved: the driver shuts down as usual
         return False
     return False
+
+
+GCS_WATCH_PERIOD_S = 5.0
+"""How often a driver that joined a cluster checks that the cluster's GCS port still accepts a connection
+(:func:`watch_joined_gcs`)."""
+
+
+def _gcs_port_answers(address: str, timeout: float = 2.0) -> bool:
+    """Whether a TCP connection to ``address`` (``host:port``) is accepted within ``timeout`` s (an address that
+    does not parse counts as answering: nothing is said of it)."""
+    import socket
+
+    m = _HOST_PORT.match(address)
+    if m is None:
+        return True
+    try:
+        with socket.create_connection((m.group("host").strip("[]"), int(m.group("port"))), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def watch_joined_gcs(address: str, stop: threading.Event, *, period: float = GCS_WATCH_PERIOD_S, misses: int = 2,
+                     probe: Callable[[], bool] | None = None) -> None:  # fmt: skip
+    """While ``stop`` is not set, check every ``period`` s that the GCS of the cluster this driver joined
+    (``address``, ``host:port``) accepts a connection (``probe``; default :func:`_gcs_port_answers`). After
+    ``misses`` failed checks in a row, say once (:data:`say_stop`, else stderr) that it stopped answering and what
+    follows; said again when it answers again. A head lost mid-sweep had ended the command 60 s later with exit 1
+    and no line (Ray's core gives up on its GCS then and says why only in the head's own log); this driver does
+    not exit itself, as Ray reconnects to a GCS that comes back within that minute."""
+    probe = probe if probe is not None else (lambda: _gcs_port_answers(address))
+    lost, said = 0, False
+    while not stop.wait(period):  # (set by ray_session before its ray.shutdown())
+        if probe():
+            if said:
+                _say(f"ray: the cluster at {address} answers again")
+            lost, said = 0, False
+            continue
+        lost += 1
+        if lost >= misses and not said:
+            _say(f"warning: the Ray cluster at {address} stopped answering (no connection for {lost * period:g} s); "
+                 "if it is not back within about a minute, Ray ends this command (exit 1): the runs finished so "
+                 "far are recorded, and the same command with --resume, once a cluster is there, goes on without "
+                 "training them again")  # fmt: skip
+            said = True
+
+
+def _say(msg: str) -> None:
+    """One line on the command's error stream (:data:`say_stop`), else on stderr."""
+    if say_stop is not None:
+        say_stop(msg)
+    else:
+        sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
 
 
 def _exit_if_ray_head_lost(watch_s: float | None = None) -> None:

@@ -1007,3 +1007,40 @@ def test_a_cluster_that_stops_answering_before_the_fit_is_said_so(monkeypatch):
     with pytest.raises(ClusterUnreachable, match="no Ray cluster answers at"):
         with _cluster_lost_before_fit(None):
             check_reachable(addr)
+
+
+def test_a_joined_cluster_that_stops_answering_is_said_while_the_command_runs(monkeypatch):
+    """A head lost mid-sweep ended the command 60 s later with exit 1 and not a line (Ray's core gave up on its
+    GCS and said why only in the head's log). The joined session's watch says it after two failed checks, once,
+    and says it again when the cluster answers again; a single missed check says nothing."""
+    import threading
+
+    from loopscale.cluster import connect
+
+    said: list[str] = []
+    monkeypatch.setattr(connect, "say_stop", said.append)
+    answers = iter([True, False, True, False, False, False, False, True, True])
+    stop = threading.Event()
+
+    def probe() -> bool:
+        try:
+            return next(answers)
+        except StopIteration:
+            stop.set()
+            return True
+
+    connect.watch_joined_gcs("10.0.0.5:6379", stop, period=0.001, probe=probe)
+    assert said == [
+        "warning: the Ray cluster at 10.0.0.5:6379 stopped answering (no connection for 0.002 s); if it is not back "
+        "within about a minute, Ray ends this command (exit 1): the runs finished so far are recorded, and the same "
+        "command with --resume, once a cluster is there, goes on without training them again",
+        "ray: the cluster at 10.0.0.5:6379 answers again",
+    ]
+    # the default probe: a port nobody serves does not answer, a listening one does
+    assert connect._gcs_port_answers(f"127.0.0.1:{_unserved_port()}") is False
+    import socket
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        assert connect._gcs_port_answers(f"127.0.0.1:{srv.getsockname()[1]}") is True
