@@ -165,7 +165,9 @@ def test_runs_parquet_is_written_before_ray_shuts_down(tmp_path, monkeypatch):
 
     @contextlib.contextmanager
     def session(*a, **k):
-        yield
+        from loopscale.cluster.connect import RayInfo
+
+        yield RayInfo(address="127.0.0.1:6379", started_by_us=True, cpus=2.0, gpus=0.0, nodes=1)
         store = ResultsStore(out)  # what a driver ended inside ray.shutdown() leaves
         at_shutdown["runs"] = pq.read_table(out / "runs.parquet").num_rows if store.is_consolidated() else None
 

@@ -307,7 +307,8 @@ def _stages_stopped_in_ray(monkeypatch):
     @contextlib.contextmanager
     def recorded(address=None, *, num_cpus=None, num_gpus=None, temp_dir=None, **kw):
         calls.append((address, num_cpus, num_gpus, temp_dir))
-        yield None
+        yield connect.RayInfo(address=address or "127.0.0.1:6379", started_by_us=address is None,
+                              cpus=float(num_cpus or 2), gpus=float(num_gpus or 0), nodes=1)  # fmt: skip
 
     def stop(*a, **k):
         raise Stop
