@@ -88,6 +88,12 @@ class ClusterUnreachable(ValueError):
         self.address, self.why = address, why
 
 
+def joins_a_cluster(address: str | None) -> bool:
+    """Whether a session given ``address`` joins an existing cluster: an address, or ``RAY_ADDRESS`` set when
+    there is none; else it starts the embedded local Ray (or uses the one this process's caller started)."""
+    return address is not None or bool(os.environ.get("RAY_ADDRESS"))
+
+
 def joined_line(info: RayInfo, address: str | None) -> str | None:
     """The console line that names the cluster a session joined (``address`` as given: a flag, ``"auto"`` or None
     for ``RAY_ADDRESS``), e.g. ``ray: joined the cluster at 10.0.0.5:6379 (from --address auto): 3 nodes, 48
@@ -95,7 +101,7 @@ def joined_line(info: RayInfo, address: str | None) -> str | None:
     this machine (another process's embedded one included), and no line had said which. None too where nothing
     was asked to be joined (no ``address``, no ``RAY_ADDRESS``): a Ray this process's caller started is used as
     it is."""
-    if info.started_by_us or (address is None and not os.environ.get("RAY_ADDRESS")):
+    if info.started_by_us or not joins_a_cluster(address):
         return None
     src = " (from RAY_ADDRESS)" if address is None else (" (from --address auto)" if address.strip() == "auto" else "")
     return (f"ray: joined the cluster at {info.address}{src}: {info.nodes} node{'s' * (info.nodes != 1)}, "
@@ -484,7 +490,7 @@ def ray_session(
             (:func:`check_reachable`, before Ray starts) and ``"auto"`` with no cluster on this machine.
     """
     address = validate_address(address)
-    joining = address is not None or bool(os.environ.get("RAY_ADDRESS"))
+    joining = joins_a_cluster(address)
     if joining:
         given = [n for n, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("temp_dir", temp_dir)) if v]
         if given:
@@ -730,11 +736,7 @@ def _exit_if_ray_head_lost(watch_s: float | None = None) -> None:
         "--resume to continue"
     )
     try:
-        if say_stop is not None:
-            say_stop(msg)
-        else:
-            sys.stderr.write(msg + "\n")
-            sys.stderr.flush()
+        _say(msg)
     finally:
         os._exit(EXIT_TERMINATED)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -394,7 +393,9 @@ def _ray_is_initialized() -> bool:
 def ray_running(address: str | None = None) -> bool:
     """True when fits can go to Ray without starting it: ``address`` (or RAY_ADDRESS) is given, or this process is
     already connected (e.g. inside ``loopscale run``'s session)."""
-    return address is not None or bool(os.environ.get("RAY_ADDRESS")) or _ray_is_initialized()
+    from loopscale.cluster.connect import joins_a_cluster
+
+    return joins_a_cluster(address) or _ray_is_initialized()
 
 
 @contextlib.contextmanager

@@ -1049,12 +1049,12 @@ def _cluster_lost_before_fit(address: str | None):
     command had trained on seconds before, and did not say that the runs are recorded or that the fit needs no
     cluster. Raises ValueError (one line; the command's exit 2) in place of
     :class:`loopscale.cluster.connect.ClusterUnreachable`."""
-    from loopscale.cluster.connect import ClusterUnreachable
+    from loopscale.cluster.connect import ClusterUnreachable, joins_a_cluster
 
     try:
         yield
     except ClusterUnreachable as e:
-        if address is None and not os.environ.get("RAY_ADDRESS"):
+        if not joins_a_cluster(address):
             raise
         raise ValueError(
             f"the Ray cluster at {e.address} stopped answering before the fit ({e.why}); every finished run is "

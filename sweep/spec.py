@@ -1126,7 +1126,9 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
 
         if data:  # (LR tuning trains no run of the grid: its trials' data repeat alone)
             self.check_data(warn=warn_data, grid=models != "single")
-        if address is not None or os.environ.get("RAY_ADDRESS"):
+        from loopscale.cluster.connect import joins_a_cluster
+
+        if joins_a_cluster(address):
             return
         cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
         lacks: list[str] = []  # every resource a trial asks for that the embedded Ray lacks, said in one line

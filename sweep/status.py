@@ -354,13 +354,7 @@ def _joined_a_cluster(record: dict | None) -> bool:
     """Whether the folder's last command (``record``: its ``logs/command.json``) joined a Ray cluster: its command
     line has ``--address`` (the estimate of the training left on this machine's CPUs is then no estimate, as the
     dry run says)."""
-    import shlex
-
-    try:
-        argv = shlex.split(str((record or {}).get("command") or ""))
-    except ValueError:
-        return False
-    return any(a == "--address" or a.startswith("--address=") for a in argv)
+    return _flag_value(_split_command((record or {}).get("command")), "--address") is not None
 
 
 def _train_left(spec, cells, recs: dict, stored: set[str]) -> dict | None:
