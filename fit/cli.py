@@ -332,10 +332,9 @@ def fit_cmd(
         pooled_note = None
         if pooled:  # one architecture's law fitted to several: said, with the way to fit one
             summary["pooled_r"] = pooled
-            pooled_note = (
-                f"the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, as one "
-                f"architecture (on N_unique that is the joint law at --phi 0); --r R fits one, e.g. --r {pooled[-1]}"
-            )
+            from loopscale.fit.table_fit import pooled_r_note
+
+            pooled_note = pooled_r_note(pooled, flags=True)
             summary["pooled_r_note"] = pooled_note
         if flat_terms:
             summary["not_identified"] = flat_terms

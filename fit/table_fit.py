@@ -95,6 +95,14 @@ class TableFit:
         return dict(self.boot.ci)
 
 
+def pooled_r_note(pooled: list[int], *, flags: bool = False) -> str:
+    """What is said of a Chinchilla law fitted to the runs of several r (``pooled``, sorted) as one architecture,
+    with the way to fit one: in Python's words (``r=R``), or with ``flags`` in the command line's (``--r R``)."""
+    phi0, one = ("--phi 0", f"--r R fits one, e.g. --r {pooled[-1]}") if flags else ("phi = 0", f"r=R fits one, e.g. r={pooled[-1]}")
+    return (f"the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, as one "
+            f"architecture (on N_unique that is the joint law at {phi0}); {one}")
+
+
 def fit_table(
     table: Any,
     law: str = "joint",
@@ -276,9 +284,7 @@ def fit_table(
             warnings.warn(f"table: {few}", UserWarning, stacklevel=2)  # `loopscale fit` says it too (few_resamples)
     pooled = sorted({int(v) for v in data.cols["r"]}) if lw.name == "chinchilla" and "r" in data.cols else []
     if len(pooled) > 1:  # one architecture's law fitted to several: `loopscale fit` says so, and so does Python
-        warnings.warn(f"table: the Chinchilla law was fitted to the runs of r = {', '.join(map(str, pooled))} pooled, "
-                      "as one architecture (on N_unique that is the joint law at phi = 0); r=R fits one, e.g. "
-                      f"r={pooled[-1]}", UserWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(f"table: {pooled_r_note(pooled)}", UserWarning, stacklevel=2)
     ident = None
     if identify:
         strata = rep.strata if by_cell and rep.means else None  # the profile and per-r fits on cell means too
