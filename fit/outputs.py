@@ -156,8 +156,6 @@ def _command_folder_kind(folder: Path) -> str | None:
     first ``run`` writes run_meta.json only when its first stage ends), or one with ``runs.parquet`` and
     ``fit/analysis.json`` (``run``: a run's runs and analysis, e.g. copied without its records, from which
     ``loopscale report`` builds its report there)."""
-    import json
-
     if (folder / "run_meta.json").is_file():
         return "run"
     if (folder / "runs.parquet").is_file() and (folder / "fit" / "analysis.json").is_file():
