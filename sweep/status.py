@@ -357,6 +357,44 @@ def _joined_a_cluster(record: dict | None) -> bool:
     return _flag_value(_split_command((record or {}).get("command")), "--address") is not None
 
 
+#: How long ``status`` waits for the cluster a stopped folder's command joined before calling it gone (s).
+CLUSTER_PROBE_TIMEOUT_S = 2.0
+
+
+def _cluster_gone(record: dict | None) -> dict | None:
+    """Whether the Ray cluster the folder's last command joined (its ``--address``) no longer answers, asked as
+    the commands ask before joining (:func:`loopscale.cluster.connect.check_reachable`, at most
+    :data:`CLUSTER_PROBE_TIMEOUT_S` s): ``{"address", "why"}`` when it does not, else None (no ``--address``, or
+    something answers there). After a head was lost, the ``--resume`` line status offered repeated the dead address,
+    and that line was refused at once ("no Ray cluster answers")."""
+    from loopscale.cluster.connect import ClusterUnreachable, TokenAuthRefused, check_reachable
+
+    found = _flag_value(_split_command((record or {}).get("command")), "--address")
+    if found is None:
+        return None
+    try:
+        check_reachable(found[2], timeout=CLUSTER_PROBE_TIMEOUT_S)
+    except ClusterUnreachable as e:
+        return {"address": e.address, "why": e.why}
+    except TokenAuthRefused:
+        return None  # a head answers there (this shell is not in token mode: the resume line's env says so)
+    except ValueError:  # "auto" that finds no Ray here; else something other than a Ray head answers there
+        if found[2].strip() == "auto":
+            return {"address": "auto", "why": "no Ray cluster runs on this machine"}
+    return None
+
+
+def _without_address(line: str) -> str:
+    """``line`` (a resume command, its ``NAME=value`` prefixes included) without its ``--address`` flag."""
+    argv = _split_command(line)
+    found = _flag_value(argv, "--address")
+    while found is not None:
+        i, width, _ = found
+        del argv[i : i + width]
+        found = _flag_value(argv, "--address")
+    return shlex.join(argv)
+
+
 def _train_left(spec, cells, recs: dict, stored: set[str]) -> dict | None:
     """The training the pending runs of a stopped folder need on this machine's CPUs, at the FLOP/s of the folder's
     own ok records (:func:`loopscale.sweep.design_cmd.training_time_left`: ``seconds``, ``runs``, ``trials``,
@@ -967,7 +1005,10 @@ def collect_status(out_dir: str | Path, storage: str | None = None) -> dict:
     or more: why ``--resume`` cannot help, and then ``resume_with`` is None; of a finished ``sweep`` folder whose
     command ended on an error, every run finished and none ok: why ``run`` and ``loopscale fit`` have nothing to
     fit; else None), ``cannot_resume`` (of a folder whose last command ended on an error that ``--resume`` would
-    meet again, e.g. no LR of the range learned: why, and then ``resume_with`` is None; else None), ``progress`` (the running command's open
+    meet again, e.g. no LR of the range learned: why, and then ``resume_with`` is None; else None), ``cluster_gone``
+    (of a stopped folder whose last command joined a Ray cluster that does not answer now (:func:`_cluster_gone`):
+    ``address``, ``why``, ``resume_here`` (``resume_with`` without ``--address``: the rest on this machine) and
+    ``runs_left`` (runs it would train); else None), ``progress`` (the running command's open
     progress file; its ``counts`` are runs, its ``trials`` Tune trials, or LR trials by Optuna state for tune-lr),
     ``tune`` (the grid's Tune trial counts: ``trials`` by status, ``source`` where they come from (``tune``:
     Tune's saved experiment state, where a running trial is PENDING; ``progress``: the running command's progress
@@ -1210,6 +1251,10 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
             resume_with = None
             cannot_resume = ("--resume would end the same way: the last command's error, above, says what to change "
                              "and where to run again")  # fmt: skip
+    cluster_gone = None
+    if resume_with and (gone := _cluster_gone(record)) is not None:
+        # the line above needs that cluster back; without --address the rest runs on this machine
+        cluster_gone = {**gone, "resume_here": _without_address(resume_with), "runs_left": runs["pending"]}
     # a `sweep` / `tune-lr` folder whose command did all its part and still ended on an error (e.g. every run of the
     # grid diverged: nothing left to train, so "finished"): that error, and why `loopscale fit` has nothing to fit
     own_end = state == "finished" and kind in ("sweep", "tune-lr") and (record or {}).get("kind") == kind
@@ -1239,6 +1284,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
         "last_command_error": _ended_with_error(record) if state == "stopped" or own_end else None,
         "resume_with": resume_with,
         "cannot_resume": cannot_resume,
+        "cluster_gone": cluster_gone,
         "nothing_to_fit": nothing_to_fit,
         "progress": progress,
         "tune": tune_out,
@@ -1633,6 +1679,12 @@ def format_status(st: dict) -> list[str]:
                      "before it can record why: free space there (`df -h`), then continue")  # fmt: skip
     if st.get("resume_with"):
         lines.append(f"to continue (finished runs are kept): {st['resume_with']}")
+        if gone := st.get("cluster_gone"):
+            n = gone.get("runs_left") or 0
+            rest = (f"its {n} run{'s' * (n != 1)} left then train on this machine" if n
+                    else "the fit needs no cluster and trains nothing")  # fmt: skip
+            lines.append(f"  the Ray cluster at {gone['address']} does not answer now ({gone['why']}): that line "
+                         f"needs it back; or continue without --address ({rest}): {gone['resume_here']}")
     if st.get("nothing_to_fit"):
         lines.append(f"cannot continue: {st['nothing_to_fit']}")
     if st.get("cannot_resume"):

@@ -195,14 +195,38 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     gone = subprocess.Popen(["true"])
     gone.wait()
     (out / "logs").mkdir(exist_ok=True)
-    (out / "logs" / "command.json").write_text(json.dumps({
-        "kind": "run", "command": f"loopscale run {out / 'spec.yaml'} --out {out} --address 10.0.0.5:6379",
-        "cwd": str(tmp_path), "pid": gone.pid, "host": socket.gethostname(), "started_at": time.time() - 60}))
-    st = collect_status(out)
+
+    def stopped_joined(address):
+        (out / "logs" / "command.json").write_text(json.dumps({
+            "kind": "run", "command": f"loopscale run {out / 'spec.yaml'} --out {out} --address {address} --seed 3",
+            "cwd": str(tmp_path), "pid": gone.pid, "host": socket.gethostname(), "started_at": time.time() - 60}))
+        return collect_status(out)
+
+    with _fake_gcs() as address:  # the cluster still answers: its line is the one to continue with
+        st = stopped_joined(address)
     assert st["state"] == "stopped" and st["time"].get("train_left") is None
     text = "\n".join(format_status(st))
     assert ("training left: not estimated: the runs train on the cluster (`--address`), not on this machine's CPUs"
             in text) and "training left: about" not in text  # fmt: skip
+    assert st["cluster_gone"] is None and f"--address {address}" in st["resume_with"] and "answer now" not in text
+    # the head was lost (nothing listens at its port now): the resume line repeated the dead address, which the
+    # next command refused at once; status says so and gives the line without it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    st = stopped_joined(dead)
+    gone_ = st["cluster_gone"]
+    assert gone_["address"] == dead and gone_["why"] == "Connection refused" and gone_["runs_left"] == 8
+    assert f"--address {dead}" in st["resume_with"]
+    assert gone_["resume_here"] == st["resume_with"].replace(f" --address {dead}", "")
+    assert "--address" not in gone_["resume_here"] and "--seed 3" in gone_["resume_here"]
+    text = "\n".join(format_status(st))
+    assert (f"  the Ray cluster at {dead} does not answer now (Connection refused): that line needs it back; or "
+            f"continue without --address (its 8 runs left then train on this machine): {gone_['resume_here']}"
+            in text.splitlines())  # fmt: skip
+    # stopped in its fit stage (every run recorded): the fit needs no cluster
+    fit_only = "\n".join(format_status({**st, "cluster_gone": {**gone_, "runs_left": 0}}))
+    assert "or continue without --address (the fit needs no cluster and trains nothing): " in fit_only
 
     untimed = tmp_path / "untimed"
     untimed.mkdir()
