@@ -43,6 +43,7 @@ import re
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -798,6 +799,82 @@ def no_node_fits(cpus: float, gpus: float = 0.0) -> str | None:
         "autoscaling cluster adds one, any other waits for ever (stop with Ctrl-C, then add such a node and rerun "
         "with --resume, or lower resources.cpus / resources.gpus in the spec and rerun with another --out folder: "
         "a folder keeps the spec it was started with, resources included)"
+    )
+
+
+#: How long :func:`nodes_without_storage` waits for every node's answer (s).
+STORAGE_CHECK_TIMEOUT_S = 60.0
+
+
+def _sees_path(path: str) -> bool:
+    """Whether ``path`` exists on the node this runs on (a Ray task of :func:`nodes_without_storage`)."""
+    return os.path.exists(path)
+
+
+def nodes_without_storage(storage: str, timeout: float = STORAGE_CHECK_TIMEOUT_S) -> list[str]:
+    """The alive nodes of the connected Ray cluster that cannot see a local ``storage`` (a path or ``file://``
+    URI), each as ``"HOST (node NODE_ID[:8])"``; [] for storage every node sees, for a bucket URI (``s3://`` ...,
+    reached from every node), and for a one-node cluster. Needs an initialised Ray.
+
+    A marker file is written into ``storage`` here and one zero-CPU task per node, pinned there
+    (``NodeAffinitySchedulingStrategy``), asks whether that file exists at the same path. A trial trains on any
+    node and writes its checkpoints and result there (``loopscale.cluster.storage``); on a node without that path
+    (no shared mount) they land on its own disk, where this command never reads them: its runs count as never
+    finished and a trial restored on another node starts over. A node that does not answer within ``timeout`` s
+    is counted as not seeing it.
+
+    Raises:
+        OSError: the marker cannot be written into ``storage``.
+    """
+    from loopscale.cluster.storage import is_local_uri, local_path
+
+    if not is_local_uri(storage):
+        return []
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) < 2:
+        return []
+    where = local_path(storage)
+    where.mkdir(parents=True, exist_ok=True)
+    marker = where / f".loopscale-node-check-{uuid.uuid4().hex[:12]}"
+    marker.write_text("written by the driver: every node of the cluster must see this file at this path\n")
+    try:
+        task = ray.remote(num_cpus=0, max_retries=0)(_sees_path)
+        refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            str(marker)) for n in nodes]  # fmt: skip
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        answers = []
+        for ref in refs:
+            try:
+                answers.append(ref in ready and bool(ray.get(ref)))
+            except Exception:  # the node died meanwhile: it sees nothing
+                answers.append(False)
+    finally:
+        marker.unlink(missing_ok=True)
+    return [f"{n.get('NodeManagerAddress', '?')} (node {str(n['NodeID'])[:8]})" for n, ok in zip(nodes, answers, strict=True)
+            if not ok]  # fmt: skip
+
+
+def refuse_storage_some_nodes_miss(storage: str) -> None:
+    """Refuse a local ``storage`` that some node of the connected multi-node cluster cannot see
+    (:func:`nodes_without_storage`), before any trial starts.
+
+    Raises:
+        ValueError: naming the storage, the nodes that cannot see it, and what to give instead.
+    """
+    import ray
+
+    blind = nodes_without_storage(storage)
+    if not blind:
+        return
+    n = sum(1 for x in ray.nodes() if x.get("Alive"))
+    raise ValueError(
+        f"--storage {storage} is a path that {len(blind)} of this Ray cluster's {n} nodes cannot see "
+        f"({', '.join(blind)}): a trial that trains there would write its checkpoints and result on that node's own "
+        "disk, where this command never reads them (its run counted as never finished, and trained again); give "
+        "storage every node reaches: a bucket (s3://..., gs://...) or a shared mount at the same path on every node"
     )
 
 

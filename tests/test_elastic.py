@@ -113,3 +113,44 @@ def test_added_node_takes_pending_trials(sweep_on_cluster, tmp_path):
     assert {r["worker"] for r in _rows(tap, second)} == {1}, (
         "the pending trial did not start on the added node"
     )
+
+
+def test_a_local_storage_some_node_cannot_see_is_refused_before_any_trial(tmp_path, monkeypatch):
+    """A multi-node cluster with a ``--storage`` path that a node lacks (no shared mount): that node's trials wrote
+    their checkpoints and results on its own disk, where the driver never read them (their runs counted as never
+    finished and trained again), and nothing said so. Every node is asked (a marker file, a zero-CPU task pinned to
+    each); here every node shares this machine's disk, so a node that does not see it is made by the check itself
+    answering no on the worker node. The grid then refuses before any trial, naming the node."""
+    import ray
+
+    from loopscale.cluster import connect
+    from loopscale.cluster.simulate import simulated_cluster
+    from loopscale.sweep import run_sweep
+    from loopscale.sweep.spec import parse_spec
+
+    store = tmp_path / "storage"
+    with simulated_cluster(n_workers=1, cpus_per_worker=1):
+        assert connect.nodes_without_storage(str(store)) == []  # both nodes see this machine's disk
+        assert connect.nodes_without_storage(f"file://{store}") == []
+        connect.refuse_storage_some_nodes_miss(str(store))  # nothing to refuse
+        (worker,) = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU") == 1.0]
+
+        def sees_unless_on_the_worker(path, _worker=worker["NodeID"]):
+            import os
+
+            import ray
+
+            return os.path.exists(path) and ray.get_runtime_context().get_node_id() != _worker
+
+        monkeypatch.setattr(connect, "_sees_path", sees_unless_on_the_worker)
+        who = f"{worker['NodeManagerAddress']} (node {worker['NodeID'][:8]})"
+        assert connect.nodes_without_storage(str(store)) == [who]
+        assert connect.nodes_without_storage("s3://a-bucket/loopscale") == []  # a bucket: every node reaches it
+        spec = parse_spec({**SPEC, "storage_path": str(store)})
+        with pytest.raises(ValueError) as e:
+            run_sweep(spec, tmp_path / "out", quiet=True)
+    assert str(e.value).startswith(f"--storage {store} is a path that 1 of this Ray cluster's 2 nodes cannot see "
+                                   f"({who}): a trial that trains there would write")  # fmt: skip
+    assert "a shared mount at the same path on every node" in str(e.value)
+    # no trial started (no experiment of Tune's, no run's checkpoint), no marker left behind
+    assert [str(p.relative_to(store)) for p in sorted(store.rglob("*")) if p.is_file()] == []
