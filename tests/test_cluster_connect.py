@@ -279,28 +279,45 @@ def test_caller_initialised_ray_is_left_running():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_join_auto_leaves_ray_start_cluster_running(monkeypatch):
+#: The joining driver of test_join_auto_leaves_ray_start_cluster_running, in a process of its own: Ray reads
+#: RAY_AUTH_MODE when it is imported, so this process (whose Ray mode depends on which tests ran before) cannot
+#: be put in token mode for one test.
+_JOIN_AUTO_CHILD = """
+import json, logging
+import ray
+from loopscale.cluster.connect import joined_line, ray_session
+said = []
+handler = logging.Handler(logging.DEBUG)
+handler.emit = lambda record: said.append((record.levelname, record.getMessage()))
+logging.getLogger("ray._private.authentication.authentication_token_setup").addHandler(handler)
+out = {}
+with ray_session("auto", log_to_driver=False) as info:
+    out["first"] = [info.started_by_us, info.cpus, info.nodes, info.address, joined_line(info, "auto")]
+with ray_session("auto", log_to_driver=False) as info:
+    out["second"] = [info.started_by_us, info.cpus, info.nodes, info.address]
+out["after_join"] = ray.is_initialized()
+with ray_session(num_cpus=2, log_to_driver=False) as own:
+    out["own"] = [own.started_by_us, own.cpus, own.address]
+out["after_own"] = ray.is_initialized()
+out["said"] = said
+print(json.dumps(out))
+"""
+
+
+def test_join_auto_leaves_ray_start_cluster_running():
     """address='auto' joins a `ray start --head` cluster (found through RAY_TMPDIR) and leaves it up on exit;
-    no address starts our own embedded Ray even while that cluster is registered."""
+    no address starts our own embedded Ray even while that cluster is registered. The head has token
+    authentication (Ray 2.60's default) and the driver runs in token mode, as a joining driver must."""
+    import json
     import signal
     import time
 
-    import ray
-
     tmp = tempfile.mkdtemp(prefix="lsj", dir="/tmp")
-    env = {**os.environ, "RAY_TMPDIR": tmp}
+    env = {**os.environ, "RAY_TMPDIR": tmp, "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
     head = subprocess.Popen(
-        [
-            ray_bin,
-            "start",
-            "--head",
-            "--num-cpus=1",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            "--block",
-        ],
+        [ray_bin, "start", "--head", "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats", "--block"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -312,46 +329,31 @@ def test_join_auto_leaves_ray_start_cluster_running(monkeypatch):
             assert head.poll() is None, "ray start --head exited"
             assert time.monotonic() < deadline, "ray start --head did not come up in 90 s"
             time.sleep(0.25)
-        monkeypatch.setenv("RAY_TMPDIR", tmp)
-        monkeypatch.delenv("RAY_ADDRESS", raising=False)
-        auth_log, said = logging.getLogger("ray._private.authentication.authentication_token_setup"), []
-        handler = logging.Handler(logging.DEBUG)
-        handler.emit = lambda record: said.append((record.levelname, record.getMessage()))
-        auth_log.addHandler(handler)
-        try:
-            with ray_session("auto", log_to_driver=False) as info:
-                assert not info.started_by_us and info.cpus == 1.0 and info.nodes == 1
-                # the console names the cluster `auto` found (it joins any Ray on this machine)
-                from loopscale.cluster.connect import joined_line
-
-                assert joined_line(info, "auto") == (f"ray: joined the cluster at {info.address} (from --address "
-                                                     "auto): 1 node, 1 CPUs, 0 GPUs")  # fmt: skip
-        finally:
-            auth_log.removeHandler(handler)
-        # joining says Ray's token-auth default too: at INFO, as for the embedded Ray, not as a console WARNING
-        assert not [m for lvl, m in said if lvl != "INFO"], said
-        with ray_session("auto", log_to_driver=False) as info:
-            assert not info.started_by_us and info.cpus == 1.0 and info.nodes == 1
-            with open(addr_file) as f:
-                assert info.address == f.read().strip()
-        assert not ray.is_initialized()
+        with open(addr_file) as f:
+            registered = f.read().strip()
+        child = subprocess.run([sys.executable, "-c", _JOIN_AUTO_CHILD], env=env, capture_output=True, text=True,
+                               timeout=240)  # fmt: skip
+        assert child.returncode == 0, child.stderr[-3000:]
+        got = json.loads(child.stdout.strip().splitlines()[-1])
+        # joined, not started: the head's 1 CPU, 1 node, at the address `ray start` registered; the console names
+        # the cluster `auto` found (it joins any Ray on this machine)
+        assert got["first"] == [False, 1.0, 1, registered, f"ray: joined the cluster at {registered} (from --address "
+                                                             "auto): 1 node, 1 CPUs, 0 GPUs"]  # fmt: skip
+        assert got["second"] == [False, 1.0, 1, registered] and got["after_join"] is False
         # No address while that cluster is registered: still a fresh embedded Ray (ray.init(address=None)
         # would silently connect to the registered one; ray_session uses address="local").
-        with ray_session(num_cpus=2, log_to_driver=False) as own:
-            assert own.started_by_us and own.cpus == 2.0 and own.address != info.address
-        assert not ray.is_initialized()
+        assert got["own"][:2] == [True, 2.0] and got["own"][2] != registered and got["after_own"] is False
+        # joining says Ray's token-auth default too: at INFO, as for the embedded Ray, not as a console WARNING
+        assert not [m for lvl, m in got["said"] if lvl != "INFO"], got["said"]
         time.sleep(1.0)
         assert head.poll() is None, "leaving the sessions stopped a cluster we only joined"
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
         head.send_signal(signal.SIGTERM)  # `ray start --block` stops every process it started
         try:
             head.wait(30)
         except subprocess.TimeoutExpired:
             head.kill()
         shutil.rmtree(tmp, ignore_errors=True)
-
 
 def test_driver_thread_env_keeps_user_values(monkeypatch):
     """Unset thread variables become 1 inside the block and vanish after; a user's own value is untouched."""
