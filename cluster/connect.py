@@ -109,6 +109,56 @@ def joined_line(info: RayInfo, address: str | None) -> str | None:
             f"{info.cpus:g} CPUs, {info.gpus:g} GPUs")
 
 
+def _ray_owner(gcs_address: str) -> tuple[int, str] | None:
+    """The process that started the local Ray whose GCS is at ``gcs_address``, as ``(pid, command line)``: the
+    parent of the raylet that names that GCS (``--gcs-address=``), read from ``/proc``. None where it cannot be
+    told (no ``/proc``, no such raylet here), and for a Ray that ``ray start`` started (the raylet's parent is
+    ``ray start --block``, or init once ``ray start`` has returned): that cluster outlives any driver."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    want = f"--gcs-address={gcs_address}"
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            if not argv or not argv[0].endswith(b"raylet") or want.encode() not in argv:
+                continue
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (proc / str(ppid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid <= 1 or re.search(r"\bray\b\S*\s+start\b", cmd):
+            return None
+        return ppid, cmd
+    return None
+
+
+def auto_joined_owner(address: str | None) -> str | None:
+    """Why ``--address auto`` is the wrong address, when it resolved to a Ray that no ``ray start`` registered on
+    this machine but that another process started for itself (Ray's fallback: any Ray running here, found by its
+    processes; :func:`_ray_owner`), e.g. another ``loopscale run``'s embedded Ray: that Ray stops when its process
+    ends, and the runs of the command that joined it with it. None otherwise (another address, ``RAY_ADDRESS``
+    set, a registered cluster, a Ray whose starter cannot be told)."""
+    if address is None or address.strip() != "auto" or os.environ.get("RAY_ADDRESS"):
+        return None
+    from ray._private.services import find_bootstrap_address
+
+    if find_bootstrap_address(None) is not None:  # the cluster `ray start` last started here: Ray joins that one
+        return None
+    found = auto_address()
+    owner = _ray_owner(found) if found else None
+    if owner is None or owner[0] == os.getpid():
+        return None
+    pid, cmd = owner
+    cmd = cmd if len(cmd) <= 120 else cmd[:117] + "..."
+    return (f"--address auto found no cluster that `ray start` registered on this machine and joined the Ray that "
+            f"process {pid} (`{cmd}`) started for itself: this command's trials run in it and stop when that "
+            "process ends; for a cluster of its own, start one with `ray start --head` and join it (or leave "
+            "--address out for this command's own embedded Ray)")  # fmt: skip
+
+
 def validate_address(address: str | None) -> str | None:
     """Check a Ray address before anything starts.
 

@@ -225,6 +225,7 @@ def run_sweep(
         from ray import tune
 
         from loopscale.cluster.connect import (
+            auto_joined_owner,
             joined_line,
             no_node_fits,
             ray_session,
@@ -235,6 +236,8 @@ def run_sweep(
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir) as ray_info:
             if joined := joined_line(ray_info, address):
                 console.current().say(joined, err=True)
+            if borrowed := auto_joined_owner(address):
+                console.current().say(f"warning: {borrowed}", err=True)
             refuse_storage_some_nodes_miss(storage_path)  # before any trial writes where the driver never reads
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
                 console.current().say(f"warning: {why}", err=True)

@@ -1002,10 +1002,17 @@ def run_tune_lr(
         # ending_view first: a Ray that fails to start must not leave the LR display open
         with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus,
                                                 temp_dir=ray_temp_dir) as ray_info:
-            from loopscale.cluster.connect import joined_line, no_node_fits, refuse_storage_some_nodes_miss
+            from loopscale.cluster.connect import (
+                auto_joined_owner,
+                joined_line,
+                no_node_fits,
+                refuse_storage_some_nodes_miss,
+            )
 
             if joined := joined_line(ray_info, address):
                 console.current().say(joined, err=True)
+            if borrowed := auto_joined_owner(address):
+                console.current().say(f"warning: {borrowed}", err=True)
             refuse_storage_some_nodes_miss(storage_path)  # before any trial writes where the driver never reads
 
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):

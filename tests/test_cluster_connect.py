@@ -347,6 +347,9 @@ def test_join_auto_leaves_ray_start_cluster_running():
         assert not [m for lvl, m in got["said"] if lvl != "INFO"], got["said"]
         time.sleep(1.0)
         assert head.poll() is None, "leaving the sessions stopped a cluster we only joined"
+        from loopscale.cluster.connect import _ray_owner
+
+        assert _ray_owner(registered) is None  # started by `ray start`: no process's own Ray
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` stops every process it started
         try:
@@ -354,6 +357,50 @@ def test_join_auto_leaves_ray_start_cluster_running():
         except subprocess.TimeoutExpired:
             head.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+def test_auto_that_finds_another_processs_own_ray_names_that_process(monkeypatch):
+    """``--address auto`` with no cluster registered by ``ray start`` falls back (in Ray) to any Ray running on the
+    machine, e.g. another ``loopscale run``'s embedded Ray, which stops when that command ends, its joiners' trials
+    with it; the joined line named only the address. The process that owns it is named in a warning."""
+    import time
+
+    from loopscale.cluster import connect
+
+    tmp = tempfile.mkdtemp(prefix="lso", dir="/tmp")  # short: Ray's socket paths live under it
+    env = {**os.environ, "RAY_TMPDIR": tmp}
+    env.pop("RAY_ADDRESS", None)
+    own = ("import ray, sys, time; ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False); "
+           "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read()")  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", own], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        gcs = child.stdout.readline().strip()
+        assert ":" in gcs, "the child's Ray did not start"
+        pid, cmd = connect._ray_owner(gcs)
+        assert pid == child.pid and cmd.startswith(sys.executable) and "ray.init(num_cpus=1" in cmd
+        monkeypatch.setenv("RAY_TMPDIR", tmp)  # nothing `ray start` registered there
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        monkeypatch.setattr(connect, "auto_address", lambda: gcs)  # Ray's fallback found that Ray (of several here)
+        said = connect.auto_joined_owner(" auto ")
+        assert said.startswith(f"--address auto found no cluster that `ray start` registered on this machine and "
+                               f"joined the Ray that process {pid} (`{sys.executable} -c import ray")  # fmt: skip
+        assert said.endswith("...`) started for itself: this command's trials run in it and stop when that process "
+                             "ends; for a cluster of its own, start one with `ray start --head` and join it (or leave "
+                             "--address out for this command's own embedded Ray)")  # fmt: skip
+        assert connect.auto_joined_owner(gcs) is None and connect.auto_joined_owner(None) is None  # no auto
+        monkeypatch.setenv("RAY_ADDRESS", gcs)  # an address given through the environment is what was asked for
+        assert connect.auto_joined_owner("auto") is None
+    finally:
+        child.stdin.close()
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    time.sleep(0.5)
+    assert connect._ray_owner(gcs) is None  # its Ray ended with it
+    shutil.rmtree(tmp, ignore_errors=True)
+
 
 def test_driver_thread_env_keeps_user_values(monkeypatch):
     """Unset thread variables become 1 inside the block and vanish after; a user's own value is untouched."""
