@@ -907,13 +907,16 @@ def nodes_without_storage(storage: str, timeout: float = STORAGE_CHECK_TIMEOUT_S
             if not ok]  # fmt: skip
 
 
-def refuse_storage_some_nodes_miss(storage: str) -> None:
+def refuse_storage_some_nodes_miss(storage: str, info: RayInfo) -> None:
     """Refuse a local ``storage`` that some node of the connected multi-node cluster cannot see
-    (:func:`nodes_without_storage`), before any trial starts.
+    (:func:`nodes_without_storage`), before any trial starts. ``info``: the session's :class:`RayInfo`; a cluster
+    of one node at its start (the embedded Ray) is not asked.
 
     Raises:
         ValueError: naming the storage, the nodes that cannot see it, and what to give instead.
     """
+    if info.nodes < 2:
+        return
     import ray
 
     blind = nodes_without_storage(storage)

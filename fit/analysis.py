@@ -35,7 +35,7 @@ from loopscale.fit.outputs import json_safe, summary_dict
 
 ANALYSIS_VERSION = 1
 
-FIT_RULES_VERSION = 4
+FIT_RULES_VERSION = 5
 """Version of the rules by which the analysis turns runs into numbers and verdicts: the fitter's settings, the
 bootstrap, the identification rule, the ladder. Raise it with every change that can alter a finished analysis's
 parameters, intervals or verdict (not with report wording or figures): ``analysis.json`` records it as
@@ -45,7 +45,8 @@ at most 1e-6 share a value, the per-r law fitted with the run's starts; 3: a per
 :data:`CHINCHILLA_MIN_POINTS` distinct (N, D) points (it counted runs, so seeds of one cell passed as points); 4:
 with two D, as with one, the D-term's E, B and beta are not identified: the rule does not check them for the box
 edge (it checks the smaller of the two offsets E + B D^-beta), no frontier is computed, and a per-r Chinchilla fit
-needs 3 N and 3 D."""
+needs 3 N and 3 D; 5: the Δφ bootstrap of a grid of one D with seeds draws the same seeds for every variant's runs of
+a cell (paired; it drew each variant's looped cells on their own)."""
 CHINCHILLA_MIN_POINTS = 6
 """Distinct (N, D) points a per-r Chinchilla fit needs: more than the law's 5 parameters (E, A, alpha, B, beta)."""
 JOINT_PARAMS = 6
@@ -461,7 +462,14 @@ def _two_values_apply(ok: pd.DataFrame) -> bool:
     return False
 
 
-RULE_CHANGES_APPLY = {4: _two_values_apply}
+def _paired_seeds_apply(ok: pd.DataFrame) -> bool:
+    """Whether fit rules version 5 (the Δφ bootstrap of seed replicates draws the same seeds for every variant)
+    changes the analysis of the ok runs ``ok``: two variants or more, over one D (where the runs of a cell are seed
+    replicates)."""
+    return "variant" in ok.columns and ok["variant"].astype(str).nunique() >= 2 and ok["D"].nunique() == 1
+
+
+RULE_CHANGES_APPLY = {4: _two_values_apply, 5: _paired_seeds_apply}
 """Per fit rules version, a test of whether its change alters the analysis of a table of ok runs (columns ``D``,
 ``r``, ``N_once``, ``N_rec``, ``variant``); a version without a test is taken to alter every analysis."""
 

@@ -1161,7 +1161,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 to = "its cell means" if means and all(means.values()) else "its points"
                 L.append(f"{comp.get('B')} paired draws of the seeds within every cell "
                          f"{tuple(comp['stratify_by'])}, every variant refitted to {to} as in its own fit above; "
-                         "the shared r = 1 cells are drawn alike for all variants.\n")
+                         "the cells are drawn alike for all variants: the same seeds of each cell's runs (and of the "
+                         "r = 1 runs they share).\n")
             # computed from the variants' verdicts (analysis files written before the rows carried the flag too)
             unid = {n: phi_not_identified((comp.get("baseline"), n), ana.get("variants", {})) for n in rows}
             named = list(dict.fromkeys(x for n in rows for x in unid[n]))

@@ -1013,7 +1013,7 @@ def run_tune_lr(
                 console.current().say(joined, err=True)
             if borrowed := auto_joined_owner(address):
                 console.current().say(f"warning: {borrowed}", err=True)
-            refuse_storage_some_nodes_miss(storage_path)  # before any trial writes where the driver never reads
+            refuse_storage_some_nodes_miss(storage_path, ray_info)  # before any trial writes where the driver never reads
 
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
                 console.current().say(f"warning: {why}", err=True)

@@ -176,6 +176,30 @@ def test_compare_variants_of_seed_replicates_fits_cell_means_and_pairs_the_share
     assert not np.array_equal(Mb[:, ~r1b], Mt[:, ~r1t])
 
 
+def test_compare_variants_of_seed_replicates_draws_the_same_seeds_for_every_variant():
+    """A variant's run and the baseline's run of one seed share that seed's data order, so a paired bootstrap
+    draws the same seeds of a cell for both. Each variant's looped cells were drawn on their own: a variant whose
+    runs ended at the baseline's losses (truncated BPTT on short runs, seed for seed) got Δφ = 0.000 with a 95 %
+    interval of about ±0.04. Here a variant with the baseline's exact losses, its rows shuffled: every draw gives
+    Δφ = 0; and one whose every loss is the baseline's plus its seed's own offset (a shared per-seed effect) gets an
+    interval narrower than the one of draws made without the pairing."""
+    from loopscale.fit import compare_variants
+
+    t = _replicate_variants(noise=0.01)
+    base = t[t["variant"] == "baseline"]
+    twin = base[base["r"] > 1].assign(variant="twin", run_id=lambda f: f["run_id"] + "-twin")
+    res = compare_variants(pd.concat([base, twin.sample(frac=1.0, random_state=3)]), B=16, seed=0, starts=10,
+                           workers=1)  # fmt: skip
+    c = res["comparisons"]["twin"]
+    assert c["n_ok"] == 16 and c["delta_phi"] == pytest.approx(0.0, abs=1e-9)
+    assert c["ci"][0] == pytest.approx(0.0, abs=1e-6) and c["ci"][1] == pytest.approx(0.0, abs=1e-6), c["ci"]
+    # unpaired (the twin's seeds relabelled, so that one draw picks other seeds of it than of the baseline): wide
+    other = twin.assign(seed=lambda f: (f["seed"] + 1) % 3).sample(frac=1.0, random_state=3)
+    res = compare_variants(pd.concat([base, other]), B=16, seed=0, starts=10, workers=1)
+    lo, hi = res["comparisons"]["twin"]["ci"]
+    assert hi - lo > 0.01, (lo, hi)
+
+
 def test_compare_variants_without_any_interval_says_why():
     """One seed per cell at one D: no seed replicates, so the (D, r) block bootstrap is used, and every draw of it
     is degenerate; the row says why it has no interval."""

@@ -132,7 +132,8 @@ def test_a_local_storage_some_node_cannot_see_is_refused_before_any_trial(tmp_pa
     with simulated_cluster(n_workers=1, cpus_per_worker=1):
         assert connect.nodes_without_storage(str(store)) == []  # both nodes see this machine's disk
         assert connect.nodes_without_storage(f"file://{store}") == []
-        connect.refuse_storage_some_nodes_miss(str(store))  # nothing to refuse
+        two = connect.RayInfo(address="", started_by_us=False, cpus=1.0, gpus=0.0, nodes=2)
+        connect.refuse_storage_some_nodes_miss(str(store), two)  # nothing to refuse
         (worker,) = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU") == 1.0]
 
         def sees_unless_on_the_worker(path, _worker=worker["NodeID"]):

@@ -461,8 +461,12 @@ def test_with_two_D_the_d_term_is_not_checked_and_gives_no_frontier():
     assert flat.startswith("the runs have two D (1e+06 and 4e+06): B D^-beta is pinned at those two only")
     assert _joint_flat_terms(prepare(three, make_law("joint"))) == []
     one_d = _table({2: 0.46, 4: 0.46, 8: 0.46}, tokens=(1e6,))
-    assert fit_rules_in_effect(3, one_d) == FIT_RULES_VERSION == 4
-    assert fit_rules_in_effect(3, three) == 4 and fit_rules_in_effect(3, two) == 3
+    assert fit_rules_in_effect(3, one_d) == FIT_RULES_VERSION == 5  # neither 4 (two D) nor 5 (variants) applies
+    assert fit_rules_in_effect(3, three) == 5 and fit_rules_in_effect(3, two) == 3
+    # version 5 (Δφ of seed replicates drawn paired) changes an analysis of two variants or more over one D
+    variants = pd.concat([one_d, one_d[one_d["r"] > 1].assign(variant="trunc_bptt")]).fillna({"variant": "baseline"})
+    assert fit_rules_in_effect(4, variants) == 4 and fit_rules_in_effect(4, one_d.assign(variant="baseline")) == 5
+    assert fit_rules_in_effect(4, pd.concat([three, three.assign(variant="x")]).fillna({"variant": "baseline"})) == 5
     assert fit_rules_in_effect(2, one_d) == 2 and fit_rules_in_effect(3, None) == 3  # no test for 3; runs unknown
 
 
