@@ -251,11 +251,12 @@ def lr_trainable(config: dict) -> None:
         from loopscale.model.train import train_run
 
         ws.prepare_resume()
-        for m, val, tokens in _milestones_passed(ws.dir, milestone, M):
+        for m, val, tokens, step in _milestones_passed(ws.dir, milestone, M):
             # an earlier attempt passed these milestones (its checkpoint says so): reported again, since a stop
             # between its checkpoint and its report kept one from the scheduler, which then skipped that rung for
             # this LR; a rung it has recorded answers with the recorded decision, a missing one is judged now
-            tune.report({TIME_ATTR: m, METRIC: val, "tokens": tokens, "replayed": True})
+            tune.report({TIME_ATTR: m, METRIC: val, "tokens": tokens, "replayed": True,
+                         **({"step": int(step)} if step is not None else {})})  # fmt: skip
 
         def callback(event: dict) -> None:
             _seams.maybe_fail(config.get(_seams.CONFIG_KEY), storage_uri, rid, int(event.get("step") or 0))
@@ -285,23 +286,26 @@ def lr_trainable(config: dict) -> None:
                 continue
             m = milestone(float(pt["tokens"]))
             if 1 <= m < M:
-                tune.report(
-                    {TIME_ATTR: m, METRIC: float(pt["val_loss"]), "tokens": pt["tokens"], "replayed": True}
-                )
+                tune.report({TIME_ATTR: m, METRIC: float(pt["val_loss"]), "tokens": pt["tokens"], "replayed": True,
+                             **({"step": int(pt["step"])} if pt.get("step") is not None else {})})  # fmt: skip
     final = done.get("final_val_loss")
+    # the step of the last point of its curve (a diverged run's stop), else of the run as defined: the trackers log
+    # every report at its step (without one, the final loss was logged at the previous milestone's step)
+    curve = done.get("curve") or []
     tune.report(
         {
             TIME_ATTR: M,
             METRIC: float(final) if final is not None and math.isfinite(final) else DIVERGED_LOSS,
             "tokens": done.get("D"),
+            "step": int(curve[-1]["step"] if curve and curve[-1].get("step") is not None else done.get("steps") or 0),
             "status": done.get("status", "ok"),
             UNHEALTHY_KEY: unhealthy_reason(done) or "",
         }
     )
 
 
-def _milestones_passed(ckpt_dir: Path, milestone, M: int) -> list[tuple[int, float, float]]:
-    """``(milestone, val_loss, tokens)`` of the validation points in the curve of the newest readable checkpoint in
+def _milestones_passed(ckpt_dir: Path, milestone, M: int) -> list[tuple[int, float, float, int | None]]:
+    """``(milestone, val_loss, tokens, step)`` of the validation points in the curve of the newest readable checkpoint in
     ``ckpt_dir`` (milestones 1..M-1; none without a checkpoint)."""
     from loopscale.model.train import CheckpointError, latest_checkpoint, load_checkpoint
 
@@ -315,7 +319,7 @@ def _milestones_passed(ckpt_dir: Path, milestone, M: int) -> list[tuple[int, flo
     out = []
     for pt in curve:
         if pt.get("val_loss") is not None and 1 <= milestone(float(pt["tokens"])) < M:
-            out.append((milestone(float(pt["tokens"])), float(pt["val_loss"]), pt["tokens"]))
+            out.append((milestone(float(pt["tokens"])), float(pt["val_loss"]), pt["tokens"], pt.get("step")))
     return out
 
 

@@ -400,6 +400,13 @@ def test_a_resumed_lr_trial_reports_the_milestones_its_checkpoint_passed(tmp_pat
     lr_trainable(config)
     ref = [(r["milestone"], r["val_loss"]) for r in reports]
     assert [m for m, _ in ref] == [1, 2, 3, 4]
+    # every report on its training step (2048 tokens of 256 a step: milestones every 2 steps), the final one too:
+    # it had none, and the trackers logged the final loss at the previous milestone's step (6)
+    assert [r["step"] for r in reports] == [2, 4, 6, 8]
+    reports.clear()
+    lr_trainable(config)  # a run id already finished: its recorded milestones replayed, at their steps
+    assert [(r["milestone"], r["val_loss"], r["step"]) for r in reports] == [
+        (m, v, s) for (m, v), s in zip(ref, [2, 4, 6, 8], strict=True)]
 
     config, _ = outcome(tmp_path / "cut")
     cell = _cell_with_lr(config["base"], 0.01)
@@ -418,6 +425,7 @@ def test_a_resumed_lr_trial_reports_the_milestones_its_checkpoint_passed(tmp_pat
     lr_trainable(config)
     got = [(r["milestone"], r["val_loss"]) for r in reports]
     assert got == ref and [r.get("replayed") for r in reports[:2]] == [True, True]
+    assert [r["step"] for r in reports] == [2, 4, 6, 8]  # the replayed milestones at their steps too
 
 
 # --- case 7 -------------------------------------------------------------------------------------------------
