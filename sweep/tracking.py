@@ -118,6 +118,31 @@ def _allow_file_store(uri: str) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
+def _check_mlflow_scheme(uri: str) -> None:
+    """Refuse a tracking URI whose scheme no MLflow tracking store of this installation takes (MLflow's own store
+    registry, plugins included): MLflow raised it only when the grid's first trial started, as a 280-line traceback,
+    after the folder was written (``htp://host``). Where that registry cannot be asked (another MLflow), nothing is
+    refused here.
+
+    Raises:
+        ValueError: naming the URI and the schemes MLflow takes."""
+    try:
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry as registry
+    except ImportError:
+        return
+    try:
+        registry.get_store_builder(uri)
+    except AttributeError:
+        return
+    except Exception:
+        schemes = sorted(k for k in getattr(registry, "_registry", {}) if k)
+        raise ValueError(
+            f"--track mlflow: MLflow has no tracking store for {uri!r}"
+            + (f" (it takes {', '.join(schemes)}, or a plain path)" if schemes else "")
+            + "; give e.g. mlflow:http://host:5000 or mlflow:file:runs/x/mlruns; nothing was run"
+        ) from None
+
+
 def _check_mlflow_server(uri: str, timeout: float = 5.0) -> None:
     """Refuse an MLflow tracking URI the runs could not log to, before any compute: an ``http(s)`` server that does
     not answer a TCP connection within ``timeout`` seconds (MLflow's client retries such a server for minutes, with
@@ -129,9 +154,9 @@ def _check_mlflow_server(uri: str, timeout: float = 5.0) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    if (store := _file_store_path(uri)) is not None:
-        from loopscale.cluster.options import nearest_existing
+    from loopscale.cluster.options import nearest_existing
 
+    if (store := _file_store_path(uri)) is not None:
         have = nearest_existing(store)
         why = None
         if not have.is_dir():
@@ -142,6 +167,14 @@ def _check_mlflow_server(uri: str, timeout: float = 5.0) -> None:
             raise ValueError(f"--track mlflow: the MLflow file store {store} cannot be made: {why}; give a folder "
                              "you can write (e.g. mlflow:file:runs/x/mlruns); nothing was run")  # fmt: skip
         return
+    _check_mlflow_scheme(uri)
+    if uri.startswith("sqlite:///"):  # SQLAlchemy's form: sqlite:///relative/db or sqlite:////absolute/db
+        db = Path(uri[len("sqlite:///") :]).resolve()
+        have = nearest_existing(db.parent)
+        if not have.is_dir() or not os.access(have, os.W_OK | os.X_OK):
+            why = f"{have} is not writable" if have.is_dir() else f"it would be under the file {have}"
+            raise ValueError(f"--track mlflow: the MLflow database {db} cannot be made: {why}; give a path you can "
+                             "write (e.g. mlflow:sqlite:///runs/x/mlflow.db); nothing was run")  # fmt: skip
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https"):
         return

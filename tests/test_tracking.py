@@ -366,6 +366,30 @@ def test_an_mlflow_file_store_that_cannot_be_made_is_refused_before_any_compute(
         assert tracking.parse_track([f"mlflow:{ok}"]) == (tracking.Target("mlflow", ok),)
 
 
+def test_an_mlflow_uri_no_store_takes_and_a_database_that_cannot_be_made_are_refused_before_any_compute(tmp_path):
+    """`--track mlflow:htp://x` (a mistyped scheme) passed the check and the dry run; `run` wrote its folder and the
+    grid's first trial ended in a 280-line traceback (UnsupportedModelRegistryStoreURIException). A SQLite database
+    under a file passed too. Both are one error now; a SQLite database that can be made is accepted."""
+    if not HAVE_TRACK:
+        pytest.skip("the track extra is not installed (pip install -e '.[track]')")
+    with pytest.raises(ValueError) as e:
+        tracking.parse_track(["mlflow:htp://x"])
+    assert str(e.value).startswith("--track mlflow: MLflow has no tracking store for 'htp://x' (it takes ")
+    assert "http, https" in str(e.value) and "sqlite" in str(e.value) and str(e.value).endswith("nothing was run")
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(ValueError, match=rf"the MLflow database {f}/db.sqlite cannot be made: it would be under the "
+                                         rf"file {f}; .*nothing was run"):  # fmt: skip
+        tracking.parse_track([f"mlflow:sqlite:///{f}/db.sqlite"])
+    ok = f"sqlite:///{tmp_path}/new/mlflow.db"
+    assert tracking.parse_track([f"mlflow:{ok}"]) == (tracking.Target("mlflow", ok),)
+    # the CLI: one line, exit 2, no folder
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "smoke", "--out", str(out), "--track",
+                        "mlflow:htp://x"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 2 and "MLflow has no tracking store for 'htp://x'" in p.stderr and not out.exists()
+
+
 def test_unreachable_mlflow_server_is_refused_before_any_compute(monkeypatch):
     # MLflow's client retries a server that refuses connections for minutes before the first trial, silently
     if not HAVE_TRACK:
