@@ -631,7 +631,9 @@ def analyze(
         (False when the identification check did not accept phi of the variant or of the baseline: the Δφ is
         then not a result) and, when False, ``not_identified`` (those variants' names); and
         ``same_losses_as_baseline_r``, the r at which the variant's runs end at the baseline's losses
-        (:func:`loopscale.fit.variants.same_losses_as_baseline`), when there are any.
+        (:func:`loopscale.fit.variants.same_losses_as_baseline`), when there are any; ``a_result`` (the report's
+        "a result?"): True only when both φ are identified, the Δφ has an interval and the variant's runs differ
+        from the baseline's.
     Raises:
         ValueError: no ``ok`` runs, or a table the fitter rejects (its message names the column).
     """
@@ -768,6 +770,8 @@ def analyze(
             c["identified"] = not unid
             if unid:
                 c["not_identified"] = unid
+            # the report's "a result?": both phi identified, an interval, and runs that differ from the baseline's
+            c["a_result"] = not unid and not c.get("no_interval") and not same
         result["variant_comparison"] = comp
     import pyarrow as pa
     import pyarrow.parquet as pq

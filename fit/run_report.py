@@ -24,6 +24,24 @@ from loopscale.fit.identify import d_term_unidentified, phi_interval_on_bound
 from loopscale.fit.laws import make_law
 
 
+def _paper_phi(vname: str, runs) -> str | None:
+    """The paper's φ for a variant of this name (Table 2 for the baseline over all 116 runs; Table 3's case studies on
+    the four lower budgets for ``trunc_bptt`` and ``hyperconnect``), as the report's φ line cites it; None for a
+    name the paper has no fit of."""
+    if vname == "baseline":
+        return "0.46 [0.41, 0.53] at GPU scale"
+    if vname == "trunc_bptt":
+        return "0.38 with bptt_k = ⌈r/2⌉ at GPU scale (Table 3, whose baseline is 0.45)"
+    if vname == "hyperconnect":
+        lanes = None
+        if runs is not None and "hc_lanes" in runs.columns and "variant" in runs.columns:
+            got = runs.loc[runs["variant"].astype(str) == vname, "hc_lanes"].dropna().unique()
+            lanes = int(got[0]) if len(got) == 1 else None
+        other = f"; these runs have {lanes} lanes" if lanes not in (None, 2) else ""
+        return f"0.65 with 2 lanes at GPU scale (Table 3, whose baseline is 0.45{other})"
+    return None
+
+
 def _variant_model_line(runs, vname: str) -> str | None:
     """How the looped runs (r > 1) of variant ``vname`` were built, from their ``runs.parquet`` columns: the
     injection, the hyperconnection lanes K, and full or truncated backpropagation through time (``bptt_k`` per r);
@@ -935,12 +953,18 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                         "not identified by this grid (\"Is φ identified?\" below) ")  # fmt: skip
         else:
             phi_line = f"**φ = {_fmt(p['phi'], 3)}, 95 % CI {_ci(ci, 'phi', 3)}** "
+        paper = _paper_phi(vname, runs)
         L.append(
             phi_line + f"({_resampling(boot)}, B = {boot.get('B')}, "
             f"{boot.get('n_ok')} refits ok, {boot.get('n_degenerate')} degenerate "
             f"draw{'' if boot.get('n_degenerate') == 1 else 's'} redrawn, "
-            f"{boot.get('n_failed')} failed; paper: 0.46 [0.41, 0.53] at GPU scale)\n"
+            f"{boot.get('n_failed')} failed" + (f"; paper: {paper})\n" if paper else ")\n")
         )
+        same = ((ana.get("variant_comparison") or {}).get("comparisons") or {}).get(vname, {}).get(
+            "same_losses_as_baseline_r")  # fmt: skip
+        if same:
+            L.append(f"Its runs at r = {', '.join(map(str, same))} ended at the baseline's losses (the Δφ table's ‖): "
+                     "there this variant trained the baseline's models, and its φ is theirs.\n")  # fmt: skip
         from loopscale.fit.bootstrapping import (
             box_edge_interval_note,
             estimate_outside_note,

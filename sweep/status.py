@@ -530,6 +530,13 @@ def fit_headlines(ana: dict) -> list[str]:
             f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
             f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)}){few}"
         )
+    same = {n: c.get("same_losses_as_baseline_r") for n, c in
+            ((ana.get("variant_comparison") or {}).get("comparisons") or {}).items()}  # fmt: skip
+    for i, line in enumerate(lines):  # a variant that trained the baseline's models: its phi is theirs there
+        name = line.split(":", 1)[0]
+        if same.get(name):
+            lines[i] = line + (f" (its runs at r = {', '.join(map(str, same[name]))} ended at the baseline's losses: "
+                               "there it trained the baseline's models, and this phi is theirs)")  # fmt: skip
     return lines + delta_phi_lines(ana)
 
 
@@ -538,8 +545,8 @@ def delta_phi_lines(ana: dict) -> list[str]:
     paired-bootstrap 95 % CI, and what keeps it from being a result (a φ the identification rule did not accept,
     no interval, or runs that ended at the baseline's losses); the comparison's reason when it was skipped."""
     comp = ana.get("variant_comparison") or {}
-    if comp.get("skipped"):
-        return [f"no delta phi: {comp['skipped']}"]
+    if comp.get("skipped"):  # the fitter's reason opens with "no Δφ: " (said once)
+        return [f"no delta phi: {str(comp['skipped']).removeprefix('no Δφ: ')}"]
     base = comp.get("baseline", "baseline")
 
     def num(x: object) -> str:  # a value of an older or hand-edited file may be null

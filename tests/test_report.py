@@ -543,7 +543,7 @@ def test_analysis_flags_a_delta_phi_between_unidentified_phi(tmp_path, monkeypat
     )
     ana = analysis.analyze(pd.concat([runs, other]), tmp_path / "fit", B=3, starts=4, workers=1, plots=False)
     row = ana["variant_comparison"]["comparisons"]["trunc_bptt"]
-    assert row["identified"] is False and row["not_identified"] == ["trunc_bptt"]
+    assert row["identified"] is False and row["not_identified"] == ["trunc_bptt"] and row["a_result"] is False
     # the Δφ is the difference of the φ the variants' own sections show (here per-run fits: several D, one seed)
     assert ana["variant_comparison"]["block_by"] == ["D", "r"]
     phi = {v: ana["variants"][v]["joint"]["params"]["phi"] for v in ("baseline", "trunc_bptt")}
@@ -556,6 +556,7 @@ def test_analysis_flags_a_delta_phi_between_unidentified_phi(tmp_path, monkeypat
     ana = analysis.analyze(pd.concat([runs, other]), tmp_path / "fit2", B=3, starts=4, workers=1, plots=False)
     row = ana["variant_comparison"]["comparisons"]["trunc_bptt"]
     assert row["identified"] is True and "not_identified" not in row
+    assert row["a_result"] is ("no_interval" not in row)  # both identified, runs that differ: a result with an interval
 
 
 def test_produced_by_names_the_command_whose_fit_the_report_shows(tmp_path, monkeypatch):
@@ -1211,6 +1212,26 @@ def test_a_variant_that_trained_the_baselines_models_is_said(tmp_path):
     assert f"## Variant `baseline` ({len(base)} runs)" in text
     assert "‖ **trunc_bptt trained the baseline's models at r = 4, 8**: each of its runs there ends at the loss" in sec
     assert "Truncated BPTT on short runs" in sec
+    # said beside the variant's own φ too (its φ line, the console's and the report's, gave no hint), and the
+    # comparison is no result in analysis.json either (it said "identified": true where φ was, and nothing else)
+    c = ana["variant_comparison"]["comparisons"]["trunc_bptt"]
+    assert c["a_result"] is False
+    def whole(heading):  # a variant's section with its subsections
+        rest = text[text.index(heading) :]
+        return rest[: rest.index("\n## ", len(heading))]
+
+    own = whole("## Variant `trunc_bptt`")
+    assert ("Its runs at r = 4, 8 ended at the baseline's losses (the Δφ table's ‖): there this variant trained the "
+            "baseline's models, and its φ is theirs.") in own  # fmt: skip
+    from loopscale.sweep.status import fit_headlines
+
+    (line,) = [x for x in fit_headlines(ana) if x.startswith("trunc_bptt:")]
+    assert line.endswith("(its runs at r = 4, 8 ended at the baseline's losses: there it trained the baseline's "
+                         "models, and this phi is theirs)")  # fmt: skip
+    # each variant's φ line cites the paper's φ of that variant (every variant cited the baseline's 0.46)
+    assert "failed; paper: 0.38 with bptt_k = ⌈r/2⌉ at GPU scale (Table 3, whose baseline is 0.45))" in own
+    assert "failed; paper: 0.46 [0.41, 0.53] at GPU scale)" in whole("## Variant `baseline`")
+    assert "paper: 0.46" not in own
     # a variant whose runs all differ gets no such note
     runs.loc[runs["variant"] == "trunc_bptt", "final_val_loss"] *= 1.01
     assert same_losses_as_baseline(runs.assign(loss=runs["final_val_loss"]), "baseline", "trunc_bptt") == []

@@ -503,6 +503,9 @@ def test_the_last_lines_give_delta_phi_per_variant():
     ]
     assert delta_phi_lines({"variant_comparison": {"skipped": "a variant with a single r"}}) == [
         "no delta phi: a variant with a single r"]
+    # the fitter's reason opens with "no Δφ: " itself: said once ("no delta phi: no Δφ: ...")
+    assert delta_phi_lines({"variant_comparison": {"skipped": "no Δφ: the baseline 'baseline' has no looped"}}) == [
+        "no delta phi: the baseline 'baseline' has no looped"]
     assert delta_phi_lines({}) == [] and fit_headlines({"variant_comparison": comp})[-1].startswith("other - baseline")
     # a null of an older or hand-edited analysis.json reads as nan (it raised TypeError in `status` and `run`)
     odd = {"baseline": "baseline", "comparisons": {"x": {"delta_phi": None, "ci": [None, None]}}}
