@@ -535,7 +535,8 @@ def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, st
 
     Raises:
         ValueError: several variants with looped runs and no ``variant`` (pooled, they would be fitted as one law);
-            ``variant`` not in the table; several variants and no ``r`` column.
+            ``variant`` not in the table; several variants and no ``r`` column; looped runs of the variant fitted
+            with several ``hc_lanes`` values (:func:`refuse_mixed_lanes`).
     """
     from loopscale.fit.analysis import variant_frames
 
@@ -546,6 +547,7 @@ def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, st
                 raise ValueError(f"--variant {variant}: the table has no 'variant' column, so its runs are one "
                                  "architecture's (read as 'baseline'); add a variant column to fit one of several")  # fmt: skip
             raise ValueError(f"--variant {variant}: the table's runs are all of variant {names[0]!r}")
+        refuse_mixed_lanes(df, names[0] if names else variant)
         return df, (names[0] if names else variant)
     if "r" not in df.columns:
         raise ValueError(f"the table holds variants {names} but no 'r' column: give one variant's rows")
@@ -565,7 +567,28 @@ def one_variant(df: pd.DataFrame, variant: str | None) -> tuple[pd.DataFrame, st
     if variant not in looped:
         raise ValueError(f"--variant {variant}: it has no looped (r > 1) runs in the table; the variants with looped "
                          f"runs are {looped}")  # fmt: skip
-    return variant_frames(df)[variant], variant
+    rows = variant_frames(df)[variant]
+    refuse_mixed_lanes(rows, variant)
+    return rows, variant
+
+
+def refuse_mixed_lanes(rows: pd.DataFrame, variant: str | None) -> None:
+    """Refuse one fit of looped runs with several hyperconnection lane counts (``hc_lanes``): each K is another
+    architecture (a spec takes one ``hyperconnect`` variant, and its error says to compare lane counts in separate
+    ``--out`` folders), but the tables of two such folders, put together, were fitted as one law without a word.
+
+    Raises:
+        ValueError: naming the variant and the lane counts."""
+    if "hc_lanes" not in rows.columns or "r" not in rows.columns:
+        return
+    lanes = sorted({int(k) for k in rows.loc[rows["r"] > 1, "hc_lanes"].dropna().unique()})
+    if len(lanes) > 1:
+        who = f"variant {variant!r}" if variant else "the table"
+        raise ValueError(
+            f"{who} holds looped runs with {' and '.join(map(str, lanes))} hyperconnection lanes (hc_lanes): each "
+            "lane count is another architecture, and pooled they would be fitted as one law; fit each apart (the "
+            "rows of one hc_lanes value with the r = 1 runs), as a spec keeps them in separate --out folders"
+        )
 
 
 class PerRunFitWarning(UserWarning):

@@ -1677,6 +1677,31 @@ def test_blank_variant_cells_are_the_baseline(tmp_path):
     assert read_table(t.assign(variant=None))["variant"].isna().all()  # no variant named anywhere: left as it is
 
 
+def test_a_hyperconnect_fit_of_two_lane_counts_is_refused(tmp_path):
+    """The tables of two folders (hyperconnect with 4 lanes, and with 2), put together, were fitted with
+    `loopscale fit --variant hyperconnect` as one law without a word; each lane count is another architecture."""
+    import subprocess
+    import sys
+
+    from loopscale.fit.table_fit import one_variant
+
+    t = _base_joint().assign(variant="baseline", hc_lanes=None)
+    hc = t[t["r"] > 1].assign(variant="hyperconnect", hc_lanes=4)
+    rows, name = one_variant(pd.concat([t, hc], ignore_index=True), "hyperconnect")  # one lane count: fitted
+    assert name == "hyperconnect" and len(rows) == len(hc) + int((t["r"] == 1).sum())
+    mixed = pd.concat([t, hc, hc.assign(hc_lanes=2, loss=hc["loss"] + 0.01)], ignore_index=True)
+    with pytest.raises(ValueError, match=r"variant 'hyperconnect' holds looped runs with 2 and 4 hyperconnection "
+                                         r"lanes \(hc_lanes\): each lane count is another architecture"):  # fmt: skip
+        one_variant(mixed, "hyperconnect")
+    with pytest.raises(ValueError, match="2 and 4 hyperconnection lanes"):  # the table's only looped variant
+        one_variant(mixed[mixed["variant"] == "hyperconnect"], None)
+    path = tmp_path / "mixed.csv"
+    mixed.to_csv(path, index=False)
+    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "fit", str(path), "--variant", "hyperconnect"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 2 and "2 and 4 hyperconnection lanes" in p.stderr, p.stderr
+
+
 def test_a_phi_that_cannot_change_the_law_is_said_not_identified(tmp_path):
     """A table whose looped runs have N_rec = 0 (r^phi N_rec = 0 whatever phi) was fitted to phi = -0.5 or 2.61,
     said with no warning. It is named among what the table cannot identify, for the joint law and per r; a table
