@@ -1037,10 +1037,17 @@ def check_fits_memory(mcfg: LoopedConfig, device, members: int = 1) -> None:
     total = device_memory_bytes(device)
     need = train_state_bytes(mcfg) * members
     if total is not None and need > total:
+        from loopscale.model.accounting import _inject_params
+
         who = f"{members} models of {n_total(mcfg):,} parameters" if members > 1 else f"{n_total(mcfg):,} parameters"
+        fix = "use a smaller d_model (or width_scale)"
+        lanes = _inject_params(mcfg) if mcfg.injection == "hyperconnect" else 0
+        if 2 * lanes > n_total(mcfg):  # the lanes' mixing weights, r (K^2 + 2K), are most of it: K is what to lower
+            fix = (f"{lanes:,} of them are the hyperconnection weights of hc_lanes={mcfg.hc_lanes} (r (K^2 + 2K) "
+                   "parameters): use fewer lanes (the paper uses 2)")  # fmt: skip
         raise ValueError(
             f"the model does not fit in memory: {who} (d_model={mcfg.d_model}) {memory_need_text(need, total, device)}; "
-            "use a smaller d_model (or width_scale)"
+            + fix
         )
 
 

@@ -1203,6 +1203,12 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
                         fix = ("set resources.ensemble: 1 (one seed per trial; a changed spec trains in a new --out "
                                "folder), or use smaller sizes" if members > 1 and one <= total else
                                "use smaller sizes")  # fmt: skip
+                        from loopscale.model.accounting import _inject_params
+
+                        lanes = _inject_params(cfg) if cfg.injection == "hyperconnect" else 0
+                        if 2 * lanes > n_total(cfg):  # the lanes' weights r (K^2 + 2K) are most of it, not the width
+                            fix = (f"{lanes:,} of its parameters are the hyperconnection weights of hc_lanes="
+                                   f"{cfg.hc_lanes} (r (K^2 + 2K)): use fewer lanes (the paper uses 2)")  # fmt: skip
                         raise SpecError(
                             f"sizes: the model of {who} does not fit in this machine's memory: {what} "
                             f"{memory_need_text(one * members, total, device)}; every such trial would fail here (the "

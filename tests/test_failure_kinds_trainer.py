@@ -231,8 +231,15 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_built(base, monkey
     from loopscale.model.ensemble import train_ensemble
 
     big = RunConfig(**{**base, "model": preset_config("cpu", r=1, d_model=100_000, seq_len=32)})
-    with pytest.raises(ValueError, match=r"does not fit in memory: 1,200,053,500,000 parameters .* GiB"):
+    with pytest.raises(ValueError, match=r"does not fit in memory: 1,200,053,500,000 parameters .* GiB.*use a "
+                                         r"smaller d_model \(or width_scale\)$"):  # fmt: skip
         train_run(big)
+    # a model made large by its hyperconnection lanes (r (K^2 + 2K) weights) is told to lower K: it was told to use
+    # a smaller d_model, for a d = 16 model
+    lanes = preset_config("cpu", r=2, d_model=16, seq_len=32, injection="hyperconnect", hc_lanes=100_000)
+    with pytest.raises(ValueError, match=r"\(d_model=16\) .*; 20,000,400,000 of them are the hyperconnection weights "
+                                         r"of hc_lanes=100000 \(r \(K\^2 \+ 2K\) parameters\): use fewer lanes"):  # fmt: skip
+        train_run(RunConfig(**{**base, "model": lanes}))
     # refused after its folders were checked: the checkpoint folder it would write is not left behind, empty (it was
     # made by that check)
     ck = tmp_path / "never_made" / "ckpt"

@@ -420,6 +420,15 @@ def test_a_model_too_large_for_this_machine_is_refused_before_ray(monkeypatch):
     monkeypatch.setattr(T, "device_memory_bytes", lambda device: int(rung * 0.9))
     with pytest.raises(SpecError, match=r"the model of size 512, r=1, ladder depth 40 does not fit"):
         deep.check_runtime(data=False)
+    # a model made large by its hyperconnection lanes is told to lower K, not its width (a d = 16 model of 20
+    # billion parameters was told "use smaller sizes")
+    monkeypatch.undo()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    lanes = parse_spec(_bad(lambda d: d.update(sizes=[16], variants=[{"name": "hyperconnect", "hc_lanes": 100_000}])))
+    with pytest.raises(SpecError, match=r"the model of size 16, r=2, variant hyperconnect does not fit.*: 20,000,400,000 "
+                                        r"of its parameters are the hyperconnection weights of hc_lanes=100000 \(r "
+                                        r"\(K\^2 \+ 2K\)\): use fewer lanes \(the paper uses 2\), or pass --address"):  # fmt: skip
+        lanes.check_runtime(data=False)
 
 
 def test_trial_larger_than_the_embedded_ray_fails_before_ray(monkeypatch, tmp_path):
