@@ -175,8 +175,8 @@ def _read_table(table: Any) -> pd.DataFrame:
             return df
         hint = _OTHER_FORMATS.get("".join(s.lower() for s in p.suffixes[-2:])) or _OTHER_FORMATS.get(p.suffix.lower())
         raise ValueError(f"table {str(p)!r}: unknown suffix {p.suffix!r}; valid: .parquet, .pq, .csv"
-                         + (f"; read it with pandas ({hint}) and pass the DataFrame (fit_table(df) in Python) or "
-                            "write it with .to_csv(new_path, index=False)" if hint else ""))  # fmt: skip
+                         + (f"; read it with pandas ({hint}) and write it with .to_csv(new_path, index=False) (from "
+                            "Python, the DataFrame itself can be passed)" if hint else ""))  # fmt: skip
     try:
         import pyarrow as pa
 

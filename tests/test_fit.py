@@ -539,6 +539,9 @@ def test_csv_errors_name_the_line_and_a_semicolon_csv_is_named_as_such(tmp_path)
         with pytest.raises(ValueError, match=r"unknown suffix .*; read it with pandas \(") as e:
             prepare(tmp_path / name, make_law("joint"))
         assert f"read it with pandas ({call})" in str(e.value), str(e.value)
+        # what a command-line user can do first (`loopscale design` and `fit` said "fit_table(df) in Python")
+        assert str(e.value).endswith("and write it with .to_csv(new_path, index=False) (from Python, the DataFrame "
+                                     "itself can be passed)")  # fmt: skip
 
 
 def test_fit_cli_out_keeps_no_earlier_fits_files(tmp_path):
