@@ -424,6 +424,21 @@ def _grid_done(spec, out: Path) -> bool:
     return cells is not None and {c.run_id for c in cells} <= ResultsStore(out).completed_ids()
 
 
+def _design_minutes(spec, out: Path) -> str:
+    """``; the design predicted X min ...`` when ``out`` holds a ``loopscale design --out`` prediction with a
+    candidate of ``spec``'s seeds per r (the dry run of a design's folder said only "not estimated"), else ''."""
+    from loopscale.sweep.spec import DESIGN_PREDICTION, seeds_per_r
+
+    try:
+        pred = json.loads((out / DESIGN_PREDICTION).read_text(encoding="utf-8"))
+        mine = seeds_per_r(spec)
+        (c,) = [c for c in pred.get("candidates") or [] if c.get("seeds_per_r") == mine and not c.get("refused")]
+        return (f"; the design predicted {float(c['wall_min']):.1f} min of training for these seeds ({c['seeds']}) on "
+                f"{int(pred['cpus'])} CPUs, at its pilot's FLOP/s ({DESIGN_PREDICTION})")  # fmt: skip
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):  # none, torn, or no candidate of these seeds
+        return ""
+
+
 def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None, dict | str | None, bool]:
     """The dry run's ``recorded``: how many of the grid's runs ``out`` already holds a finished (ok, diverged or did
     not learn) record of, and what is left to train (runs, trials, training FLOPs), as ``run`` would continue; None
@@ -448,7 +463,8 @@ def _recorded_note(spec, out: Path, cpus: int | None = None) -> tuple[str | None
     # no run finished here yet: no rate to take
     nothing_yet = (None, on_cluster.format("") if cpus is None else
                    "not estimated before a run has finished in this folder: the figure takes the FLOP/s of the "
-                   "folder's own runs (a dry run or `status` of a stopped run gives it)", True)  # fmt: skip
+                   "folder's own runs (a dry run or `status` of a stopped run gives it)" + _design_minutes(spec, out),
+                   True)  # fmt: skip
     if not out.is_dir():
         return nothing_yet
     store = ResultsStore(out)

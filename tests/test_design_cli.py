@@ -746,6 +746,16 @@ def test_a_design_folder_takes_the_seeds_the_design_recommends(tmp_path):
         assert dry.exit_code == code, dry.output
         assert ("did not simulate these seeds per r" in " ".join(dry.output.split())) == (seeds == 3), dry.output
     assert (out / "spec.yaml").read_text() == spec_to_yaml(spec)  # a dry run changes nothing
+    # the dry run's time left (no run has finished there) gives the design's prediction for these seeds (it said
+    # only "not estimated")
+    other = tmp_path / "seeds6.yaml"
+    dry = CliRunner().invoke(app, ["run", str(other), "--dry-run", "--json", "--out", str(out)])
+    assert dry.exit_code == 0, dry.output
+    plan = json.loads(dry.stdout)
+    (six_pred,) = [c for c in pred["candidates"] if c["seeds"] == "6"]
+    assert plan["est_train_min_left"] is None and plan["train_time_assumption"].endswith(
+        f"; the design predicted {six_pred['wall_min']:.1f} min of training for these seeds (6) on {pred['cpus']} "
+        "CPUs, at its pilot's FLOP/s (design_prediction.json)")
     # recorded (as `run` does, after its console session opened OUT/logs): the design's spec is replaced (not kept
     # as a hand-written one) and said
     (out / "logs").mkdir()
