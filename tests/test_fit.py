@@ -1683,9 +1683,6 @@ def test_blank_variant_cells_are_the_baseline(tmp_path):
 def test_a_hyperconnect_fit_of_two_lane_counts_is_refused(tmp_path):
     """The tables of two folders (hyperconnect with 4 lanes, and with 2), put together, were fitted with
     `loopscale fit --variant hyperconnect` as one law without a word; each lane count is another architecture."""
-    import subprocess
-    import sys
-
     from loopscale.fit.table_fit import one_variant
 
     t = _base_joint().assign(variant="baseline", hc_lanes=None)
@@ -1700,9 +1697,10 @@ def test_a_hyperconnect_fit_of_two_lane_counts_is_refused(tmp_path):
         one_variant(mixed[mixed["variant"] == "hyperconnect"], None)
     path = tmp_path / "mixed.csv"
     mixed.to_csv(path, index=False)
-    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "fit", str(path), "--variant", "hyperconnect"],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert p.returncode == 2 and "2 and 4 hyperconnection lanes" in p.stderr, p.stderr
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(_cli_app(), ["fit", str(path), "--variant", "hyperconnect"])
+    assert res.exit_code == 2 and "2 and 4 hyperconnection lanes" in res.output, res.output
 
 
 def test_a_phi_that_cannot_change_the_law_is_said_not_identified(tmp_path):

@@ -384,10 +384,13 @@ def test_an_mlflow_uri_no_store_takes_and_a_database_that_cannot_be_made_are_ref
     ok = f"sqlite:///{tmp_path}/new/mlflow.db"
     assert tracking.parse_track([f"mlflow:{ok}"]) == (tracking.Target("mlflow", ok),)
     # the CLI: one line, exit 2, no folder
+    from typer.testing import CliRunner
+
+    from loopscale.sweep.cli import app
+
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "loopscale.sweep.cli", "run", "smoke", "--out", str(out), "--track",
-                        "mlflow:htp://x"], capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert p.returncode == 2 and "MLflow has no tracking store for 'htp://x'" in p.stderr and not out.exists()
+    res = CliRunner().invoke(app, ["run", "smoke", "--out", str(out), "--track", "mlflow:htp://x"])
+    assert res.exit_code == 2 and "MLflow has no tracking store for 'htp://x'" in res.output and not out.exists()
 
 
 def test_unreachable_mlflow_server_is_refused_before_any_compute(monkeypatch):
