@@ -236,7 +236,8 @@ def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, w
     W = {v: np.zeros((B, len(frames[v]))) for v in names}
     for v in names:
         ids = np.array([union[k] for k in keys[v]])
-        seeds = frames[v]["seed"].to_numpy(dtype=float) if "seed" in frames[v].columns else None
+        # the seeds as text: any seed column (ints, floats, strings, nulls) sorts alike in every variant
+        seeds = frames[v]["seed"].astype(str).to_numpy() if "seed" in frames[v].columns else None
         for g in np.unique(ids):
             idx = np.flatnonzero(ids == g)
             if seeds is not None:  # in seed order: one draw picks the same seeds in every variant

@@ -193,6 +193,10 @@ def test_compare_variants_of_seed_replicates_draws_the_same_seeds_for_every_vari
     c = res["comparisons"]["twin"]
     assert c["n_ok"] == 16 and c["delta_phi"] == pytest.approx(0.0, abs=1e-9)
     assert c["ci"][0] == pytest.approx(0.0, abs=1e-6) and c["ci"][1] == pytest.approx(0.0, abs=1e-6), c["ci"]
+    # seeds named by strings (a hand-made table): paired alike
+    named = pd.concat([base, twin]).assign(seed=lambda f: "s" + f["seed"].astype(str))
+    c = compare_variants(named, B=8, seed=0, starts=10, workers=1)["comparisons"]["twin"]
+    assert c["ci"][0] == pytest.approx(0.0, abs=1e-6) and c["ci"][1] == pytest.approx(0.0, abs=1e-6), c["ci"]
     # unpaired (the twin's seeds relabelled, so that one draw picks other seeds of it than of the baseline): wide
     other = twin.assign(seed=lambda f: (f["seed"] + 1) % 3).sample(frac=1.0, random_state=3)
     res = compare_variants(pd.concat([base, other]), B=16, seed=0, starts=10, workers=1)
