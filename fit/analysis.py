@@ -464,9 +464,15 @@ def _two_values_apply(ok: pd.DataFrame) -> bool:
 
 def _paired_seeds_apply(ok: pd.DataFrame) -> bool:
     """Whether fit rules version 5 (the Δφ bootstrap of seed replicates draws the same seeds for every variant)
-    changes the analysis of the ok runs ``ok``: two variants or more, over one D (where the runs of a cell are seed
-    replicates)."""
-    return "variant" in ok.columns and ok["variant"].astype(str).nunique() >= 2 and ok["D"].nunique() == 1
+    changes the analysis of the ok runs ``ok``: two variants or more with looped runs, over one D, with two runs or
+    more in some cell of a variant (seed replicates; one seed per cell is bootstrapped in blocks, as before)."""
+    if "variant" not in ok.columns or ok["D"].nunique() != 1:
+        return False
+    looped = ok[ok["r"] > 1]
+    if looped["variant"].astype(str).nunique() < 2:
+        return False
+    cell = [c for c in ("variant", "r", "d_model", "N_once", "N_rec", "D") if c in looped.columns]
+    return bool(looped.groupby(cell, dropna=False).size().max() >= 2)
 
 
 RULE_CHANGES_APPLY = {4: _two_values_apply, 5: _paired_seeds_apply}

@@ -1186,7 +1186,10 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
                 L.append(f"{comp.get('B')} paired draws of the seeds within every cell "
                          f"{tuple(comp['stratify_by'])}, every variant refitted to {to} as in its own fit above; "
                          "the cells are drawn alike for all variants: the same seeds of each cell's runs (and of the "
-                         "r = 1 runs they share).\n")
+                         "r = 1 runs they share)"
+                         + (f", except in {n} cell{'s' * (n != 1)} whose variants' runs have other seeds (a run "
+                            "missing or another seed), drawn for each variant on its own"
+                            if (n := int(comp.get("unpaired_cells") or 0)) else "") + ".\n")  # fmt: skip
             # computed from the variants' verdicts (analysis files written before the rows carried the flag too)
             unid = {n: phi_not_identified((comp.get("baseline"), n), ana.get("variants", {})) for n in rows}
             named = list(dict.fromkeys(x for n in rows for x in unid[n]))

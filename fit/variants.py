@@ -219,7 +219,10 @@ def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, w
     it has at least as many cells as the law's parameters, else to its runs), and each paired draw resamples the
     seeds within every cell, the same draw for the variants' runs of one cell (same strata; the baseline's r = 1
     cells, which every variant shares, included) and, the cell's runs taken in seed order, the same seeds: draw
-    ``k`` of the ``g``-th cell of the union (sorted by its strata) uses ``default_rng([seed, k, g])``. A variant's
+    ``k`` of the ``g``-th cell of the union (sorted by its strata, N_rec left out) uses ``default_rng([seed, k,
+    g])``. A cell whose variants' runs have other seeds (a run missing, another seed) cannot be paired: each
+    variant's runs there are drawn on their own (``default_rng([seed, k, g, 1 + j])``), counted as
+    ``unpaired_cells``. A variant's
     run and the baseline's run of one seed share that seed's data order, so their noise largely cancels in Δφ;
     each variant's looped cells drawn on their own (as before fit rules 5) gave Δφ = 0.000 [-0.035, 0.042] for a
     variant whose runs ended at the baseline's losses. A block bootstrap over (D, r) cells could never vary the
@@ -228,23 +231,33 @@ def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, w
 
     frames = {v: with_layers_unique(datas[v].frame).reset_index(drop=True) for v in names}
     strata = {v: tuple(reps[v].strata) for v in names}
-    # a cell of the union: its strata, named (the variants' runs of one design cell, and the borrowed r = 1 runs,
-    # fall in one cell and take one draw: paired; variants whose strata differ share no cell)
-    keys = {v: [tuple(zip(strata[v], x, strict=True)) for x in frames[v][list(strata[v])].itertuples(index=False)]
+    # a cell of the union: its strata without N_rec, named (the variants' runs of one design cell, and the borrowed
+    # r = 1 runs, fall in one cell; N_rec, a stratum where no d_model tells widths apart, differs between variants
+    # of one design cell: hyperconnections' lane weights are counted in it)
+    pair = {v: tuple(c for c in strata[v] if c != "N_rec") for v in names}
+    keys = {v: [tuple(zip(pair[v], x, strict=True)) for x in frames[v][list(pair[v])].itertuples(index=False)]
             for v in names}  # fmt: skip
     union = {k: g for g, k in enumerate(sorted({k for v in names for k in keys[v]}, key=repr))}
+    ids = {v: np.array([union[k] for k in keys[v]]) for v in names}
+    # a run's seed as text (ints, floats, strings and nulls alike); without a seed column, its place in the cell
+    labels = {v: frames[v]["seed"].astype(str).to_numpy() if "seed" in frames[v].columns else None for v in names}
     W = {v: np.zeros((B, len(frames[v]))) for v in names}
-    for v in names:
-        ids = np.array([union[k] for k in keys[v]])
-        # the seeds as text: any seed column (ints, floats, strings, nulls) sorts alike in every variant
-        seeds = frames[v]["seed"].astype(str).to_numpy() if "seed" in frames[v].columns else None
-        for g in np.unique(ids):
-            idx = np.flatnonzero(ids == g)
-            if seeds is not None:  # in seed order: one draw picks the same seeds in every variant
-                idx = idx[np.argsort(seeds[idx], kind="stable")]
+    unpaired = 0
+    for g in range(len(union)):
+        cell = {}
+        for v in names:
+            idx = np.flatnonzero(ids[v] == g)
+            if idx.size:
+                cell[v] = idx if labels[v] is None else idx[np.argsort(labels[v][idx], kind="stable")]
+        seen = {tuple(labels[v][idx]) if labels[v] is not None else idx.size for v, idx in cell.items()}
+        paired = len(seen) == 1  # the same seeds (or, without seeds, as many runs) in every variant of the cell
+        unpaired += not paired and len(cell) > 1
+        for j, (v, idx) in enumerate(cell.items()):
             for k in range(B):
-                pick = np.random.default_rng([seed, k, int(g)]).integers(0, idx.size, idx.size)
-                np.add.at(W[v][k], idx[pick], 1.0)
+                # paired: one draw of positions in the seed order, the same seeds for every variant; else each
+                # variant's own draw (seeds that differ cannot be matched)
+                rng = np.random.default_rng([seed, k, g] if paired else [seed, k, g, 1 + j])
+                np.add.at(W[v][k], idx[rng.integers(0, idx.size, idx.size)], 1.0)
     fits, phis, points = {}, {}, {}
     for i, v in enumerate(names):
         f = frames[v]
@@ -263,6 +276,7 @@ def _compare_replicates(law, datas, reps, names, baseline, *, B, seed, starts, w
         "block_by": None,
         "stratify_by": list(strata[baseline]),
         "cell_means": {v: bool(reps[v].means) for v in names},
+        "unpaired_cells": unpaired,
         "B": B,
         "fits": {v: f.to_dict() for v, f in fits.items()},
         "comparisons": _comparisons(names, baseline, fits, phis, level, NO_BOOTSTRAP if B == 0 else None),

@@ -193,6 +193,20 @@ def test_compare_variants_of_seed_replicates_draws_the_same_seeds_for_every_vari
     c = res["comparisons"]["twin"]
     assert c["n_ok"] == 16 and c["delta_phi"] == pytest.approx(0.0, abs=1e-9)
     assert c["ci"][0] == pytest.approx(0.0, abs=1e-6) and c["ci"][1] == pytest.approx(0.0, abs=1e-6), c["ci"]
+    assert res["unpaired_cells"] == 0
+    # a variant's models told apart from the baseline's by N_rec alone (no d_model column; hyperconnections' lane
+    # weights are counted in N_rec): still the same design cells, paired (N_rec split them: 50x wider)
+    wide = pd.concat([base, base.assign(d_model=32, N_once=base["N_once"] * 4, N_rec=base["N_rec"] * 4,
+                                        run_id=base["run_id"] + "w", loss=base["loss"] - 0.05)])  # fmt: skip
+    lanes = wide[wide["r"] > 1].assign(variant="twin", N_rec=lambda f: f["N_rec"] + 1)
+    res = compare_variants(pd.concat([wide, lanes]).drop(columns=["d_model"]), B=8, seed=0, starts=10, workers=1)
+    assert res["unpaired_cells"] == 0 and res["stratify_by"][-1] == "N_rec"  # two widths: N tells cells apart
+    assert res["comparisons"]["twin"]["ci"][1] - res["comparisons"]["twin"]["ci"][0] < 1e-3
+    # a cell whose twin lacks one seed: that cell is drawn for each variant on its own (counted), the others paired
+    # (positions in the seed order had matched seed 1 of one variant with seed 0 of the other)
+    short = twin.drop(index=twin.index[(twin["r"] == 2) & (twin["seed"] == 0)])
+    res = compare_variants(pd.concat([base, short]), B=8, seed=0, starts=10, workers=1)
+    assert res["unpaired_cells"] == 1
     # seeds named by strings (a hand-made table): paired alike
     named = pd.concat([base, twin]).assign(seed=lambda f: "s" + f["seed"].astype(str))
     c = compare_variants(named, B=8, seed=0, starts=10, workers=1)["comparisons"]["twin"]

@@ -464,9 +464,16 @@ def test_with_two_D_the_d_term_is_not_checked_and_gives_no_frontier():
     assert fit_rules_in_effect(3, one_d) == FIT_RULES_VERSION == 5  # neither 4 (two D) nor 5 (variants) applies
     assert fit_rules_in_effect(3, three) == 5 and fit_rules_in_effect(3, two) == 3
     # version 5 (Δφ of seed replicates drawn paired) changes an analysis of two variants or more over one D
-    variants = pd.concat([one_d, one_d[one_d["r"] > 1].assign(variant="trunc_bptt")]).fillna({"variant": "baseline"})
-    assert fit_rules_in_effect(4, variants) == 4 and fit_rules_in_effect(4, one_d.assign(variant="baseline")) == 5
+    # (over one D with seeds: two runs of one cell)
+    seeds = pd.concat([one_d, one_d.assign(seed=1)]).fillna({"seed": 0})
+    variants = pd.concat([seeds, seeds[seeds["r"] > 1].assign(variant="trunc_bptt")]).fillna({"variant": "baseline"})
+    assert fit_rules_in_effect(4, variants) == 4 and fit_rules_in_effect(4, seeds.assign(variant="baseline")) == 5
     assert fit_rules_in_effect(4, pd.concat([three, three.assign(variant="x")]).fillna({"variant": "baseline"})) == 5
+    # one seed per cell (bootstrapped in blocks, as before), or r = 1 runs labelled 'plain' beside one variant
+    one_seed = pd.concat([one_d, one_d[one_d["r"] > 1].assign(variant="x")]).fillna({"variant": "baseline"})
+    assert fit_rules_in_effect(4, one_seed) == 5
+    plain = seeds.assign(variant=lambda f: f["r"].map(lambda r: "plain" if r == 1 else "baseline"))
+    assert fit_rules_in_effect(4, plain) == 5
     assert fit_rules_in_effect(2, one_d) == 2 and fit_rules_in_effect(3, None) == 3  # no test for 3; runs unknown
 
 
