@@ -117,6 +117,8 @@ def _ray_owner(gcs_address: str) -> tuple[int, str] | None:
     proc = Path("/proc")
     if not proc.is_dir():
         return None
+    import shlex
+
     want = f"--gcs-address={gcs_address}"
     for d in proc.iterdir():
         if not d.name.isdigit():
@@ -125,11 +127,15 @@ def _ray_owner(gcs_address: str) -> tuple[int, str] | None:
             argv = (d / "cmdline").read_bytes().split(b"\0")
             if not argv or not argv[0].endswith(b"raylet") or want.encode() not in argv:
                 continue
+            # the session is named after the process that started it (session_<date>_<time>_<pid>)
+            named = next((a for a in argv if a.startswith(b"--session-name=")), b"").rsplit(b"_", 1)[-1]
             ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (proc / str(ppid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            words = [w.decode(errors="replace") for w in (proc / str(ppid) / "cmdline").read_bytes().split(b"\0") if w]
         except (OSError, ValueError, IndexError):
             continue
-        if ppid <= 1 or re.search(r"\bray\b\S*\s+start\b", cmd):
+        cmd = shlex.join(words)
+        # a raylet whose starter has gone (adopted by init or a subreaper) belongs to a `ray start` that returned
+        if ppid <= 1 or (named.isdigit() and int(named) != ppid) or re.search(r"\bray\b\S*\s+start\b", cmd):
             return None
         return ppid, cmd
     return None
@@ -145,9 +151,9 @@ def auto_joined_owner(address: str | None) -> str | None:
         return None
     from ray._private.services import find_bootstrap_address
 
-    if find_bootstrap_address(None) is not None:  # the cluster `ray start` last started here: Ray joins that one
-        return None
     found = auto_address()
+    if found is not None and find_bootstrap_address(None) == found:  # the cluster `ray start` registered here
+        return None
     owner = _ray_owner(found) if found else None
     if owner is None or owner[0] == os.getpid():
         return None
@@ -861,32 +867,36 @@ def _sees_path(path: str) -> bool:
     return os.path.exists(path)
 
 
-def nodes_without_storage(storage: str, timeout: float = STORAGE_CHECK_TIMEOUT_S) -> list[str]:
-    """The alive nodes of the connected Ray cluster that cannot see a local ``storage`` (a path or ``file://``
-    URI), each as ``"HOST (node NODE_ID[:8])"``; [] for storage every node sees, for a bucket URI (``s3://`` ...,
-    reached from every node), and for a one-node cluster. Needs an initialised Ray.
+def nodes_without_storage(storage: str, timeout: float | None = None) -> tuple[list[str], list[str]]:
+    """Which alive nodes of the connected Ray cluster that can run a trial (a CPU or more: a head started with
+    ``--num-cpus 0`` trains nothing) cannot see a local ``storage`` (a path or ``file://`` URI): ``(blind,
+    unasked)``, each node as ``"HOST (node NODE_ID[:8])"``; ``blind`` answered that the path is not there,
+    ``unasked`` did not answer within ``timeout`` s (default :data:`STORAGE_CHECK_TIMEOUT_S`; or its task failed,
+    e.g. a node without this loopscale).
+    ([], []) for a bucket URI (``s3://`` ..., reached from every node) and for fewer than two such nodes. Needs an
+    initialised Ray.
 
-    A marker file is written into ``storage`` here and one zero-CPU task per node, pinned there
-    (``NodeAffinitySchedulingStrategy``), asks whether that file exists at the same path. A trial trains on any
-    node and writes its checkpoints and result there (``loopscale.cluster.storage``); on a node without that path
-    (no shared mount) they land on its own disk, where this command never reads them: its runs count as never
-    finished and a trial restored on another node starts over. A node that does not answer within ``timeout`` s
-    is counted as not seeing it.
+    A marker file is written into ``storage`` here (at the path as given, symlinks not resolved: the path the trials
+    write to) and one zero-CPU task per node, pinned there (``NodeAffinitySchedulingStrategy``), asks whether that
+    file exists at the same path. A trial trains on any node and writes its checkpoints and result there
+    (``loopscale.cluster.storage``); on a node without that path (no shared mount) they land on its own disk, where
+    this command never reads them: its runs count as never finished and a trial restored on another node starts
+    over.
 
     Raises:
         OSError: the marker cannot be written into ``storage``.
     """
-    from loopscale.cluster.storage import is_local_uri, local_path
+    from loopscale.cluster.storage import is_local_uri
 
     if not is_local_uri(storage):
-        return []
+        return [], []
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    nodes = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0.0) >= 1.0]
     if len(nodes) < 2:
-        return []
-    where = local_path(storage)
+        return [], []
+    where = Path(os.path.abspath(storage[len("file://") :] if storage.startswith("file://") else storage))
     where.mkdir(parents=True, exist_ok=True)
     marker = where / f".loopscale-node-check-{uuid.uuid4().hex[:12]}"
     marker.write_text("written by the driver: every node of the cluster must see this file at this path\n")
@@ -894,41 +904,53 @@ def nodes_without_storage(storage: str, timeout: float = STORAGE_CHECK_TIMEOUT_S
         task = ray.remote(num_cpus=0, max_retries=0)(_sees_path)
         refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
             str(marker)) for n in nodes]  # fmt: skip
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        answers = []
+        wait_s = STORAGE_CHECK_TIMEOUT_S if timeout is None else timeout
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        answers: list[bool | None] = []
         for ref in refs:
             try:
-                answers.append(ref in ready and bool(ray.get(ref)))
-            except Exception:  # the node died meanwhile: it sees nothing
-                answers.append(False)
+                answers.append(bool(ray.get(ref)) if ref in ready else None)
+            except Exception:  # the task failed there (the node died, or cannot import this loopscale): not known
+                answers.append(None)
     finally:
         marker.unlink(missing_ok=True)
-    return [f"{n.get('NodeManagerAddress', '?')} (node {str(n['NodeID'])[:8]})" for n, ok in zip(nodes, answers, strict=True)
-            if not ok]  # fmt: skip
+    name = [f"{n.get('NodeManagerAddress', '?')} (node {str(n['NodeID'])[:8]})" for n in nodes]
+    return ([w for w, ok in zip(name, answers, strict=True) if ok is False],
+            [w for w, ok in zip(name, answers, strict=True) if ok is None])  # fmt: skip
 
 
-def refuse_storage_some_nodes_miss(storage: str, info: RayInfo) -> None:
-    """Refuse a local ``storage`` that some node of the connected multi-node cluster cannot see
+class StorageNotShared(ValueError):
+    """A local ``--storage`` that some node of the cluster cannot see (:func:`refuse_storage_some_nodes_miss`);
+    ``resumable`` False: the same command with ``--resume`` is refused the same way (``status`` says so)."""
+
+    resumable = False
+
+
+def refuse_storage_some_nodes_miss(storage: str, info: RayInfo) -> str | None:
+    """Refuse a local ``storage`` that some node of the connected multi-node cluster able to run a trial cannot see
     (:func:`nodes_without_storage`), before any trial starts. ``info``: the session's :class:`RayInfo`; a cluster
-    of one node at its start (the embedded Ray) is not asked.
+    of one node at its start (the embedded Ray) is not asked. Returns a warning naming the nodes that did not
+    answer in time (whether they see it is not known), else None.
 
     Raises:
-        ValueError: naming the storage, the nodes that cannot see it, and what to give instead.
+        StorageNotShared: (a ValueError) naming the storage, the nodes that cannot see it, and what to give instead.
     """
     if info.nodes < 2:
-        return
-    import ray
-
-    blind = nodes_without_storage(storage)
-    if not blind:
-        return
-    n = sum(1 for x in ray.nodes() if x.get("Alive"))
-    raise ValueError(
-        f"--storage {storage} is a path that {len(blind)} of this Ray cluster's {n} nodes cannot see "
-        f"({', '.join(blind)}): a trial that trains there would write its checkpoints and result on that node's own "
-        "disk, where this command never reads them (its run counted as never finished, and trained again); give "
-        "storage every node reaches: a bucket (s3://..., gs://...) or a shared mount at the same path on every node"
-    )
+        return None
+    blind, unasked = nodes_without_storage(storage)
+    if blind:
+        raise StorageNotShared(
+            f"--storage {storage} is a path that {len(blind)} of this Ray cluster's nodes cannot see "
+            f"({', '.join(blind)}): a trial that trains there would write its checkpoints and result on that node's "
+            "own disk, where this command never reads them (its run counted as never finished, and trained again); "
+            "give storage every node reaches: a bucket (s3://..., gs://...) or a shared mount at the same path on "
+            "every node"
+        )
+    if unasked:
+        return (f"--storage {storage}: {len(unasked)} node(s) of this Ray cluster did not answer whether they see it "
+                f"within {STORAGE_CHECK_TIMEOUT_S:g} s ({', '.join(unasked)}); a trial there writes to that node's "
+                "own disk unless the path is shared")  # fmt: skip
+    return None
 
 
 #: What a driver joining a cluster with token authentication (Ray 2.60's default) needs, said when it is refused.

@@ -238,7 +238,8 @@ def run_sweep(
                 console.current().say(joined, err=True)
             if borrowed := auto_joined_owner(address):
                 console.current().say(f"warning: {borrowed}", err=True)
-            refuse_storage_some_nodes_miss(storage_path, ray_info)  # before any trial writes where the driver never reads
+            if unasked := refuse_storage_some_nodes_miss(storage_path, ray_info):  # before any trial writes
+                console.current().say(f"warning: {unasked}", err=True)
             if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
                 console.current().say(f"warning: {why}", err=True)
             exps = _experiments(storage_path, prefix)

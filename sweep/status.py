@@ -361,15 +361,15 @@ def _joined_a_cluster(record: dict | None) -> bool:
 CLUSTER_PROBE_TIMEOUT_S = 2.0
 
 
-def _cluster_gone(record: dict | None) -> dict | None:
-    """Whether the Ray cluster the folder's last command joined (its ``--address``) no longer answers, asked as
-    the commands ask before joining (:func:`loopscale.cluster.connect.check_reachable`, at most
-    :data:`CLUSTER_PROBE_TIMEOUT_S` s): ``{"address", "why"}`` when it does not, else None (no ``--address``, or
-    something answers there). After a head was lost, the ``--resume`` line status offered repeated the dead address,
+def _cluster_gone(line: str | None) -> dict | None:
+    """Whether the Ray cluster that a resume command ``line`` joins (its ``--address``) no longer answers as a Ray
+    head, asked as the commands ask before joining (:func:`loopscale.cluster.connect.check_reachable`, at most
+    :data:`CLUSTER_PROBE_TIMEOUT_S` s): ``{"address", "why"}`` when it does not, else None (no ``--address``, or a
+    Ray head answers there). After a head was lost, the ``--resume`` line status offered repeated the dead address,
     and that line was refused at once ("no Ray cluster answers")."""
     from loopscale.cluster.connect import ClusterUnreachable, TokenAuthRefused, check_reachable
 
-    found = _flag_value(_split_command((record or {}).get("command")), "--address")
+    found = _flag_value(_split_command(line), "--address")
     if found is None:
         return None
     try:
@@ -381,6 +381,7 @@ def _cluster_gone(record: dict | None) -> dict | None:
     except ValueError:  # "auto" that finds no Ray here; else something other than a Ray head answers there
         if found[2].strip() == "auto":
             return {"address": "auto", "why": "no Ray cluster runs on this machine"}
+        return {"address": found[2], "why": "something answers there, but not a Ray head"}
     return None
 
 
@@ -1259,7 +1260,7 @@ fit/analysis.json that is not a JSON object), ``storage_error`` (why the Tune st
             cannot_resume = ("--resume would end the same way: the last command's error, above, says what to change "
                              "and where to run again")  # fmt: skip
     cluster_gone = None
-    if resume_with and (gone := _cluster_gone(record)) is not None:
+    if resume_with and (gone := _cluster_gone(resume_with)) is not None:  # the address of the line offered
         # the line above needs that cluster back; without --address the rest runs on this machine
         cluster_gone = {**gone, "resume_here": _without_address(resume_with), "runs_left": runs["pending"]}
     # a `sweep` / `tune-lr` folder whose command did all its part and still ended on an error (e.g. every run of the

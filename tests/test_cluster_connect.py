@@ -383,11 +383,16 @@ def test_auto_that_finds_another_processs_own_ray_names_that_process(monkeypatch
         monkeypatch.setattr(connect, "auto_address", lambda: gcs)  # Ray's fallback found that Ray (of several here)
         said = connect.auto_joined_owner(" auto ")
         assert said.startswith(f"--address auto found no cluster that `ray start` registered on this machine and "
-                               f"joined the Ray that process {pid} (`{sys.executable} -c import ray")  # fmt: skip
+                               f"joined the Ray that process {pid} (`{sys.executable} -c 'import ray")  # fmt: skip
         assert said.endswith("...`) started for itself: this command's trials run in it and stop when that process "
                              "ends; for a cluster of its own, start one with `ray start --head` and join it (or leave "
                              "--address out for this command's own embedded Ray)")  # fmt: skip
         assert connect.auto_joined_owner(gcs) is None and connect.auto_joined_owner(None) is None  # no auto
+        # a registration `ray start` left behind (its cluster gone) names another address: still said
+        os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+        with open(os.path.join(tmp, "ray", "ray_current_cluster"), "w") as f:
+            f.write("127.0.0.1:1")
+        assert connect.auto_joined_owner("auto") == said
         monkeypatch.setenv("RAY_ADDRESS", gcs)  # an address given through the environment is what was asked for
         assert connect.auto_joined_owner("auto") is None
     finally:

@@ -118,9 +118,11 @@ def test_added_node_takes_pending_trials(sweep_on_cluster, tmp_path):
 def test_a_local_storage_some_node_cannot_see_is_refused_before_any_trial(tmp_path, monkeypatch):
     """A multi-node cluster with a ``--storage`` path that a node lacks (no shared mount): that node's trials wrote
     their checkpoints and results on its own disk, where the driver never read them (their runs counted as never
-    finished and trained again), and nothing said so. Every node is asked (a marker file, a zero-CPU task pinned to
-    each); here every node shares this machine's disk, so a node that does not see it is made by the check itself
-    answering no on the worker node. The grid then refuses before any trial, naming the node."""
+    finished and trained again), and nothing said so. Every node that can run a trial is asked (a marker file, a
+    zero-CPU task pinned to each); here every node shares this machine's disk, so a node that does not see it is
+    made by the check itself answering no there. The grid then refuses before any trial, naming the node, and
+    `status` offers no `--resume` that would be refused the same way. The head (0 CPUs: it trains nothing) is not
+    asked; a node that does not answer is named in a warning, not refused."""
     import ray
 
     from loopscale.cluster import connect
@@ -129,29 +131,45 @@ def test_a_local_storage_some_node_cannot_see_is_refused_before_any_trial(tmp_pa
     from loopscale.sweep.spec import parse_spec
 
     store = tmp_path / "storage"
-    with simulated_cluster(n_workers=1, cpus_per_worker=1):
-        assert connect.nodes_without_storage(str(store)) == []  # both nodes see this machine's disk
-        assert connect.nodes_without_storage(f"file://{store}") == []
-        two = connect.RayInfo(address="", started_by_us=False, cpus=1.0, gpus=0.0, nodes=2)
-        connect.refuse_storage_some_nodes_miss(str(store), two)  # nothing to refuse
-        (worker,) = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU") == 1.0]
+    with simulated_cluster(n_workers=2, cpus_per_worker=1):
+        assert connect.nodes_without_storage(str(store)) == ([], [])  # both workers see this machine's disk
+        assert connect.nodes_without_storage(f"file://{store}") == ([], [])
+        three = connect.RayInfo(address="", started_by_us=False, cpus=2.0, gpus=0.0, nodes=3)
+        assert connect.refuse_storage_some_nodes_miss(str(store), three) is None  # nothing to refuse or say
+        w0, w1 = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU") == 1.0]
 
-        def sees_unless_on_the_worker(path, _worker=worker["NodeID"]):
+        def sees_unless_on(path, _no=w0["NodeID"]):
             import os
 
             import ray
 
-            return os.path.exists(path) and ray.get_runtime_context().get_node_id() != _worker
+            return os.path.exists(path) and ray.get_runtime_context().get_node_id() != _no
 
-        monkeypatch.setattr(connect, "_sees_path", sees_unless_on_the_worker)
-        who = f"{worker['NodeManagerAddress']} (node {worker['NodeID'][:8]})"
-        assert connect.nodes_without_storage(str(store)) == [who]
-        assert connect.nodes_without_storage("s3://a-bucket/loopscale") == []  # a bucket: every node reaches it
+        monkeypatch.setattr(connect, "_sees_path", sees_unless_on)
+        who = f"{w0['NodeManagerAddress']} (node {w0['NodeID'][:8]})"
+        assert connect.nodes_without_storage(str(store)) == ([who], [])
+        assert connect.nodes_without_storage("s3://a-bucket/loopscale") == ([], [])  # a bucket: every node reaches it
         spec = parse_spec({**SPEC, "storage_path": str(store)})
-        with pytest.raises(ValueError) as e:
+        with pytest.raises(connect.StorageNotShared) as e:
             run_sweep(spec, tmp_path / "out", quiet=True)
-    assert str(e.value).startswith(f"--storage {store} is a path that 1 of this Ray cluster's 2 nodes cannot see "
+        # a node that does not answer in time: not known, said
+        def mute_on_w1(path, _mute=w1["NodeID"]):
+            import os
+            import time
+
+            import ray
+
+            if ray.get_runtime_context().get_node_id() == _mute:
+                time.sleep(30)
+            return os.path.exists(path)
+
+        monkeypatch.setattr(connect, "_sees_path", mute_on_w1)
+        monkeypatch.setattr(connect, "STORAGE_CHECK_TIMEOUT_S", 3.0)
+        said = connect.refuse_storage_some_nodes_miss(str(store), three)
+    assert str(e.value).startswith(f"--storage {store} is a path that 1 of this Ray cluster's nodes cannot see "
                                    f"({who}): a trial that trains there would write")  # fmt: skip
-    assert "a shared mount at the same path on every node" in str(e.value)
+    assert "a shared mount at the same path on every node" in str(e.value) and e.value.resumable is False
     # no trial started (no experiment of Tune's, no run's checkpoint), no marker left behind
     assert [str(p.relative_to(store)) for p in sorted(store.rglob("*")) if p.is_file()] == []
+    assert said.startswith(f"--storage {store}: 1 node(s) of this Ray cluster did not answer whether they see it "
+                           f"within 3 s ({w1['NodeManagerAddress']} (node {w1['NodeID'][:8]}))")  # fmt: skip

@@ -224,6 +224,17 @@ def test_a_dry_run_and_status_of_a_stopped_folder_give_the_training_left(half_ti
     assert (f"  the Ray cluster at {dead} does not answer now (Connection refused): that line needs it back; or "
             f"continue without --address (its 8 runs left then train on this machine): {gone_['resume_here']}"
             in text.splitlines())  # fmt: skip
+    # something answers there, but not a Ray head (a web server): that line is refused too
+    import http.server
+    import threading
+
+    web = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        st = stopped_joined(f"127.0.0.1:{web.server_address[1]}")
+    finally:
+        web.shutdown()
+    assert st["cluster_gone"]["why"] == "something answers there, but not a Ray head"
     # stopped in its fit stage (every run recorded): the fit needs no cluster
     fit_only = "\n".join(format_status({**st, "cluster_gone": {**gone_, "runs_left": 0}}))
     assert "or continue without --address (the fit needs no cluster and trains nothing): " in fit_only
