@@ -335,10 +335,11 @@ def _worth_key(key: str) -> tuple[int, int | None, float | None]:
     return int(r), None, None
 
 
-def _prediction_section(pred: dict, v: dict) -> list[str]:
+def _prediction_section(pred: dict, v: dict, sweep_s: float | None = None) -> list[str]:
     """Predicted (``loopscale design --out``) next to achieved half-widths: phi's bootstrap interval and each looped
-    model's worth in unique layers. The candidate is the spec the design was given, or, where the folder took the
-    same spec with another candidate's seeds (``folder_seeds_per_r``, keyed by ``str(r)``, which
+    model's worth in unique layers, and the predicted training time beside the sweep stage's wall time ``sweep_s``
+    (s; ``run_meta.json``'s, when recorded). The candidate is the spec the design was given, or, where the folder
+    took the same spec with another candidate's seeds (``folder_seeds_per_r``, keyed by ``str(r)``, which
     :func:`loopscale.sweep.spec.record_folder_spec` adds), that candidate; no section when no simulated candidate
     has those seeds."""
     cands = pred.get("candidates") or []
@@ -365,7 +366,8 @@ def _prediction_section(pred: dict, v: dict) -> list[str]:
         "\n### Predicted and achieved precision\n",
         f"`loopscale design` predicted these 95 % half-widths from the pilot `{pred.get('pilot')}` "
         f"({cand.get('n_sim')} simulated draws of this design; its training time: {_fmt(cand.get('wall_min'), 3)} "
-        "min).\n",
+        "min" + (f", against {sweep_s / 60:.3g} min of this folder's sweep stage, Ray's start-up and the recording of "
+                 "the runs included" if isinstance(sweep_s, int | float) else "") + ").\n",
         *(f"> **The design warned:** {w}\n" for w in pred.get("warnings") or []),
         "| quantity | predicted half-width | achieved half-width | achieved / predicted |",
         "|---|---|---|---|",
@@ -1024,7 +1026,8 @@ def build_report(run_dir: str | Path, redraw_fits: bool = False) -> Path:
         L.extend(_identification_section(v, mine, d))
         pred_path = d / "design_prediction.json"
         if vname == "baseline" and pred_path.is_file():
-            L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v))
+            L.extend(_prediction_section(json.loads(pred_path.read_text(encoding="utf-8")), v,
+                                         (meta.get("stage_wall_s") or {}).get("sweep")))  # fmt: skip
         L.append("\nResiduals by r (actual − predicted, nats; paper Table 7):\n")
         L.append("| r | n | mean | max abs | RMSE |")
         L.append("|---|---|---|---|---|")

@@ -774,6 +774,10 @@ def test_a_design_folder_takes_the_seeds_the_design_recommends(tmp_path):
     assert hw["6"] != hw["2"]
     v = {"joint": {"ci": {"phi": [0.4, 0.6]}}}
     assert f"| φ (joint fit) | {hw['6']:.3g} |" in "\n".join(_prediction_section(marked, v))
+    # the predicted training time beside the sweep stage's (the report set the prediction alone)
+    six_min = next(c["wall_min"] for c in pred["candidates"] if c["seeds"] == "6")
+    assert (f"its training time: {six_min:.3g} min, against 0.35 min of this folder's sweep stage, Ray's start-up "
+            "and the recording of the runs included)") in "\n".join(_prediction_section(marked, v, 21.0))  # fmt: skip
     assert f"| φ (joint fit) | {hw['2']:.3g} |" in "\n".join(_prediction_section(pred, v))  # the design's own spec
     unsimulated = {**pred, "folder_seeds_per_r": {"1": 3, "2": 3, "4": 3, "8": 3}}
     assert _prediction_section(unsimulated, v) == []  # no candidate of those seeds: no prediction shown
