@@ -365,6 +365,17 @@ def _lr_trial_dirname(trial) -> str:
     return f"lr_{trial.trial_id}"
 
 
+def _lr_trial_name(trial) -> str:
+    """An LR trial's name, which MLflow and TensorBoard show (every study of a command logs into one MLflow
+    experiment): ``lr_<LR>_size<S>_r<R>_<trial id>``, e.g. ``lr_0.0742_size16_r2_22c25335``. Tune's default,
+    ``lr_trainable_<trial id>``, told neither the LR nor the study."""
+    cfg = trial.config or {}
+    base = cfg.get("base") or {}
+    lr = cfg.get("lr")
+    shown = f"{float(lr):.4g}" if isinstance(lr, int | float) else "x"
+    return f"lr_{shown}_size{base.get('size')}_r{base.get('r')}_{trial.trial_id}"
+
+
 # --- one study ----------------------------------------------------------------------------------------
 
 
@@ -447,6 +458,7 @@ def study_plan(
         num_samples=num_samples,
         max_concurrent_trials=ts.max_concurrent,
         reuse_actors=True,
+        trial_name_creator=_lr_trial_name,
         trial_dirname_creator=_lr_trial_dirname,
     )
     run_config = tune.RunConfig(

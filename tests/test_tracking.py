@@ -464,3 +464,21 @@ def test_an_empty_mlflow_store_is_said_to_hold_nothing_and_left_as_it_is(tmp_pat
         f"MLflow: nothing logged at file:{store}: no trial of this command or an earlier one started in "
         "'loopscale-x-grid'"]  # fmt: skip
     assert list(store.iterdir()) == []
+
+
+def test_lr_trials_are_named_by_their_lr_and_study(tmp_path):
+    """Every LR study of a command logs into one MLflow experiment, and its trials were named `lr_trainable_<id>`:
+    which LR, size and r a run was could be read only from its params. Their names now say it."""
+    import types
+
+    from loopscale.sweep.lr_search import _lr_trial_name, study_plan
+    from loopscale.sweep.spec import parse_spec
+
+    trial = types.SimpleNamespace(trial_id="22c25335", config={"lr": 0.074163, "base": {"size": 16, "r": 2}})
+    assert _lr_trial_name(trial) == "lr_0.07416_size16_r2_22c25335"
+    assert _lr_trial_name(types.SimpleNamespace(trial_id="a1", config={})) == "lr_x_sizeNone_rNone_a1"
+    spec = parse_spec({**preset_spec("smoke").model_dump(mode="json"), "lr": "tune"})
+    plan = study_plan(spec, 16, 2, tmp_path, str(tmp_path / "ray"), experiment="e")
+    assert plan["tune_config"].trial_name_creator is _lr_trial_name
+    one = types.SimpleNamespace(trial_id="b2", config={**plan["space"].constants, "lr": 0.01})
+    assert _lr_trial_name(one) == "lr_0.01_size16_r2_b2"
