@@ -426,15 +426,21 @@ def _grid_done(spec, out: Path) -> bool:
 
 def _design_minutes(spec, out: Path) -> str:
     """``; the design predicted X min ...`` when ``out`` holds a ``loopscale design --out`` prediction with a
-    candidate of ``spec``'s seeds per r (the dry run of a design's folder said only "not estimated"), else ''."""
+    candidate of ``spec``'s seeds per r (the dry run of a design's folder said only "not estimated"), with whether
+    it exceeds the design's minutes and the candidate the design recommended when that is another; else ''."""
     from loopscale.sweep.spec import DESIGN_PREDICTION, seeds_per_r
 
     try:
         pred = json.loads((out / DESIGN_PREDICTION).read_text(encoding="utf-8"))
         mine = seeds_per_r(spec)
         (c,) = [c for c in pred.get("candidates") or [] if c.get("seeds_per_r") == mine and not c.get("refused")]
-        return (f"; the design predicted {float(c['wall_min']):.1f} min of training for these seeds ({c['seeds']}) on "
+        said = (f"; the design predicted {float(c['wall_min']):.1f} min of training for these seeds ({c['seeds']}) on "
                 f"{int(pred['cpus'])} CPUs, at its pilot's FLOP/s ({DESIGN_PREDICTION})")  # fmt: skip
+        if not c.get("fits"):  # a candidate the design found too long for the minutes it was given
+            said += f", more than the {float(pred['minutes']):g} min it was given"
+        if pred.get("best") not in (None, c["seeds"]):
+            said += f"; it recommended {pred['best']}"
+        return said
     except (OSError, ValueError, TypeError, KeyError, AttributeError):  # none, torn, or no candidate of these seeds
         return ""
 

@@ -753,9 +753,17 @@ def test_a_design_folder_takes_the_seeds_the_design_recommends(tmp_path):
     assert dry.exit_code == 0, dry.output
     plan = json.loads(dry.stdout)
     (six_pred,) = [c for c in pred["candidates"] if c["seeds"] == "6"]
-    assert plan["est_train_min_left"] is None and plan["train_time_assumption"].endswith(
-        f"; the design predicted {six_pred['wall_min']:.1f} min of training for these seeds (6) on {pred['cpus']} "
-        "CPUs, at its pilot's FLOP/s (design_prediction.json)")
+    said = (f"; the design predicted {six_pred['wall_min']:.1f} min of training for these seeds (6) on {pred['cpus']} "
+            "CPUs, at its pilot's FLOP/s (design_prediction.json)")  # fmt: skip
+    assert plan["est_train_min_left"] is None and said in plan["train_time_assumption"]
+    # seeds the design found too long for its minutes, or not the ones it recommended: said too
+    kept = (out / "design_prediction.json").read_text()
+    worse = {**pred, "best": "2/6", "candidates": [{**c, "fits": c["seeds"] != "6"} for c in pred["candidates"]]}
+    (out / "design_prediction.json").write_text(json.dumps(worse))
+    plan = json.loads(CliRunner().invoke(app, ["run", str(other), "--dry-run", "--json", "--out", str(out)]).stdout)
+    assert plan["train_time_assumption"].endswith(f"{said}, more than the {pred['minutes']:g} min it was given; it "
+                                                  "recommended 2/6")  # fmt: skip
+    (out / "design_prediction.json").write_text(kept)
     # recorded (as `run` does, after its console session opened OUT/logs): the design's spec is replaced (not kept
     # as a hand-written one) and said
     (out / "logs").mkdir()
