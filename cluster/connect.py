@@ -953,6 +953,27 @@ def refuse_storage_some_nodes_miss(storage: str, info: RayInfo) -> str | None:
     return None
 
 
+def session_notes(info: RayInfo, address: str | None, storage: str, cpus: float, gpus: float) -> Iterator[str]:
+    """What a Tune command (``tune-lr``, the grid) says on entering its Ray session, before any trial, each line
+    yielded as soon as it is known (the storage check can take a minute): the cluster it joined
+    (:func:`joined_line`), then as ``warning: ...`` lines the process whose own Ray ``--address auto`` joined
+    (:func:`auto_joined_owner`), nodes that did not say whether they see a local ``storage``
+    (:func:`refuse_storage_some_nodes_miss`) and a trial (``cpus`` CPUs, ``gpus`` GPUs) that no node fits
+    (:func:`no_node_fits`).
+
+    Raises:
+        StorageNotShared: a local ``storage`` that some node cannot see (after the joined line).
+    """
+    if joined := joined_line(info, address):
+        yield joined
+    if borrowed := auto_joined_owner(address):
+        yield f"warning: {borrowed}"
+    if unasked := refuse_storage_some_nodes_miss(storage, info):
+        yield f"warning: {unasked}"
+    if why := no_node_fits(cpus, gpus):
+        yield f"warning: {why}"
+
+
 #: What a driver joining a cluster with token authentication (Ray 2.60's default) needs, said when it is refused.
 _TOKEN_HINT = (
     "; a cluster with token authentication (Ray 2.60's default) needs RAY_AUTH_MODE=token in this environment too, "

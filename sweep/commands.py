@@ -224,24 +224,13 @@ def run_sweep(
 
         from ray import tune
 
-        from loopscale.cluster.connect import (
-            auto_joined_owner,
-            joined_line,
-            no_node_fits,
-            ray_session,
-            refuse_storage_some_nodes_miss,
-        )
+        from loopscale.cluster.connect import ray_session, session_notes
 
         prefix = f"grid_{spec.name}_"
         with ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=ray_temp_dir) as ray_info:
-            if joined := joined_line(ray_info, address):
-                console.current().say(joined, err=True)
-            if borrowed := auto_joined_owner(address):
-                console.current().say(f"warning: {borrowed}", err=True)
-            if unasked := refuse_storage_some_nodes_miss(storage_path, ray_info):  # before any trial writes
-                console.current().say(f"warning: {unasked}", err=True)
-            if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
-                console.current().say(f"warning: {why}", err=True)
+            for line in session_notes(ray_info, address, storage_path, float(spec.resources.cpus),
+                                      float(spec.resources.gpus or 0)):  # fmt: skip
+                console.current().say(line, err=True)
             exps = _experiments(storage_path, prefix)
             restorable = resume and exps and tune.Tuner.can_restore(uri_join(storage_path, exps[-1]))
             if restorable and (torn := tune_state_problem(uri_join(storage_path, exps[-1]))):

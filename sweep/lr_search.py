@@ -1018,22 +1018,11 @@ def run_tune_lr(
         # ending_view first: a Ray that fails to start must not leave the LR display open
         with console.ending_view(), ray_session(address, num_cpus=num_cpus, num_gpus=num_gpus,
                                                 temp_dir=ray_temp_dir) as ray_info:
-            from loopscale.cluster.connect import (
-                auto_joined_owner,
-                joined_line,
-                no_node_fits,
-                refuse_storage_some_nodes_miss,
-            )
+            from loopscale.cluster.connect import session_notes
 
-            if joined := joined_line(ray_info, address):
-                console.current().say(joined, err=True)
-            if borrowed := auto_joined_owner(address):
-                console.current().say(f"warning: {borrowed}", err=True)
-            if unasked := refuse_storage_some_nodes_miss(storage_path, ray_info):  # before any trial writes
-                console.current().say(f"warning: {unasked}", err=True)
-
-            if why := no_node_fits(float(spec.resources.cpus), float(spec.resources.gpus or 0)):
-                console.current().say(f"warning: {why}", err=True)
+            for line in session_notes(ray_info, address, storage_path, float(spec.resources.cpus),
+                                      float(spec.resources.gpus or 0)):  # fmt: skip
+                console.current().say(line, err=True)
             for s, r in pending:
                 plan = _run_study(spec, s, r, tune_dir, storage_path, resume, track)
                 info = {
