@@ -1013,6 +1013,15 @@ def train_state_bytes(mcfg: LoopedConfig) -> int:
     return TRAIN_STATE_BYTES_PER_PARAM * n_total(mcfg)
 
 
+def lane_heavy_params(mcfg: LoopedConfig) -> int:
+    """The hyperconnection weights of ``mcfg`` (r (K^2 + 2K), K = ``hc_lanes``; counted in N_rec) when they are most
+    of its parameters, else 0: a model that does not fit in memory for its lanes is told to lower K, not its width."""
+    from loopscale.model.accounting import _inject_params, n_total
+
+    lanes = _inject_params(mcfg) if mcfg.injection == "hyperconnect" else 0
+    return lanes if 2 * lanes > n_total(mcfg) else 0
+
+
 def memory_need_text(need: int, total: int, device) -> str:
     """``need at least X GiB for ... and this <type> device has Y GiB``: the bound of :func:`train_state_bytes`
     (``need`` bytes, all models counted) against ``total`` bytes of ``device``, as the memory refusals say it."""
@@ -1037,12 +1046,9 @@ def check_fits_memory(mcfg: LoopedConfig, device, members: int = 1) -> None:
     total = device_memory_bytes(device)
     need = train_state_bytes(mcfg) * members
     if total is not None and need > total:
-        from loopscale.model.accounting import _inject_params
-
         who = f"{members} models of {n_total(mcfg):,} parameters" if members > 1 else f"{n_total(mcfg):,} parameters"
         fix = "use a smaller d_model (or width_scale)"
-        lanes = _inject_params(mcfg) if mcfg.injection == "hyperconnect" else 0
-        if 2 * lanes > n_total(mcfg):  # the lanes' mixing weights, r (K^2 + 2K), are most of it: K is what to lower
+        if lanes := lane_heavy_params(mcfg):  # the lanes' mixing weights are most of it: K is what to lower
             fix = (f"{lanes:,} of them are the hyperconnection weights of hc_lanes={mcfg.hc_lanes} (r (K^2 + 2K) "
                    "parameters): use fewer lanes (the paper uses 2)")  # fmt: skip
         raise ValueError(

@@ -1176,7 +1176,12 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
         import torch
 
         from loopscale.model.accounting import n_total
-        from loopscale.model.train import device_memory_bytes, memory_need_text, train_state_bytes
+        from loopscale.model.train import (
+            device_memory_bytes,
+            lane_heavy_params,
+            memory_need_text,
+            train_state_bytes,
+        )
 
         device = torch.device("cuda" if self.resources.gpus > 0 else "cpu")
         total = device_memory_bytes(device)
@@ -1203,10 +1208,7 @@ class SweepSpec(_Strict, metaclass=_SpecMeta):
                         fix = ("set resources.ensemble: 1 (one seed per trial; a changed spec trains in a new --out "
                                "folder), or use smaller sizes" if members > 1 and one <= total else
                                "use smaller sizes")  # fmt: skip
-                        from loopscale.model.accounting import _inject_params
-
-                        lanes = _inject_params(cfg) if cfg.injection == "hyperconnect" else 0
-                        if 2 * lanes > n_total(cfg):  # the lanes' weights r (K^2 + 2K) are most of it, not the width
+                        if lanes := lane_heavy_params(cfg):  # the lanes' weights are most of it, not the width
                             fix = (f"{lanes:,} of its parameters are the hyperconnection weights of hc_lanes="
                                    f"{cfg.hc_lanes} (r (K^2 + 2K)): use fewer lanes (the paper uses 2)")  # fmt: skip
                         raise SpecError(

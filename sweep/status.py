@@ -509,12 +509,18 @@ def fit_headlines(ana: dict) -> list[str]:
     from loopscale.fit.bootstrapping import FEW_RESAMPLES, few_resamples_note
     from loopscale.fit.run_report import fitted_points
 
+    same = {n: c.get("same_losses_as_baseline_r") for n, c in
+            ((ana.get("variant_comparison") or {}).get("comparisons") or {}).items()}  # fmt: skip
     lines = []
     for vname, v in (ana.get("variants") or {}).items():
+        # a variant that trained the baseline's models at some r: its phi is theirs there
+        theirs = (f" (its runs at r = {', '.join(map(str, same[vname]))} ended at the baseline's losses: there it "
+                  "trained the baseline's models, and this phi is theirs)") if same.get(vname) else ""  # fmt: skip
         j = v.get("joint") or {}
         if "params" not in j:
             if j.get("skipped"):
-                lines.append(f"{vname}: no joint fit, so no phi: {j['skipped']} ({v.get('n', '?')} runs with status ok)")
+                lines.append(f"{vname}: no joint fit, so no phi: {j['skipped']} ({v.get('n', '?')} runs with status "
+                             f"ok){theirs}")  # fmt: skip
             continue
         ident = v.get("identification") or {}
         # intervals from few refits: the report warns of them; the headline, which weighs them, said nothing
@@ -524,20 +530,13 @@ def fit_headlines(ana: dict) -> list[str]:
         if ident.get("headline"):
             from loopscale.fit.identify import stored_headline
 
-            lines.append(f"{vname}: {stored_headline(ident)}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)}){few}")
+            lines.append(f"{vname}: {stored_headline(ident)}; R^2 = {j['r2']:.4f} ({fitted_points(v, j)}){few}{theirs}")
             continue
         lo, hi = (j.get("ci") or {}).get("phi") or (float("nan"), float("nan"))
         lines.append(
             f"{vname}: phi = {j['params']['phi']:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}], "
-            f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)}){few}"
+            f"R^2 = {j['r2']:.4f} ({fitted_points(v, j)}){few}{theirs}"
         )
-    same = {n: c.get("same_losses_as_baseline_r") for n, c in
-            ((ana.get("variant_comparison") or {}).get("comparisons") or {}).items()}  # fmt: skip
-    for i, line in enumerate(lines):  # a variant that trained the baseline's models: its phi is theirs there
-        name = line.split(":", 1)[0]
-        if same.get(name):
-            lines[i] = line + (f" (its runs at r = {', '.join(map(str, same[name]))} ended at the baseline's losses: "
-                               "there it trained the baseline's models, and this phi is theirs)")  # fmt: skip
     return lines + delta_phi_lines(ana)
 
 
