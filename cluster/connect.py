@@ -113,7 +113,8 @@ def _ray_owner(gcs_address: str) -> tuple[int, str] | None:
     """The process that started the local Ray whose GCS is at ``gcs_address``, as ``(pid, command line)``: the
     parent of the raylet that names that GCS (``--gcs-address=``), read from ``/proc``. None where it cannot be
     told (no ``/proc``, no such raylet here), and for a Ray that ``ray start`` started (the raylet's parent is
-    ``ray start --block``, or init once ``ray start`` has returned): that cluster outlives any driver."""
+    ``ray start --block``, or, once ``ray start`` has returned, init or a subreaper: not the process its session is
+    named after): that cluster outlives any driver."""
     proc = Path("/proc")
     if not proc.is_dir():
         return None
