@@ -563,7 +563,10 @@ def test_slurm_script_takes_a_reachable_head_address_and_waits_for_every_node(tm
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr.strip() == "no address of n1 that other nodes can reach (hostname --ip-address gives loopback)"
     wait = tmp_path / "wait.sh"
-    wait.write_text("set -euo pipefail\nsleep() { :; }\nNODES=(a b c)\nHEAD_ADDRESS=10.0.0.5:6379\n"
+    # SECONDS unset, then set: a plain variable that stays 0 (the script's elapsed time read 1 s when a second
+    # boundary passed during the run, under load)
+    wait.write_text("set -euo pipefail\nsleep() { :; }\nunset SECONDS; SECONDS=0\nNODES=(a b c)\n"
+                    "HEAD_ADDRESS=10.0.0.5:6379\n"
                     + _slurm_block("# wait until every node has joined", "done") + 'echo "joined=$joined"\n')  # fmt: skip
     # the driver check fails twice (no head answer yet), then counts 1, 2, 3 nodes: it waits for the third
     res = subprocess.run(["bash", str(wait)], capture_output=True, text=True, timeout=60, env={**env, "FAIL": "2"})
